@@ -1,0 +1,1 @@
+"""Distributed Scrapy crawler: Redis frontier, ban-aware downloading, MongoDB storage."""

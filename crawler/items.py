@@ -1,0 +1,65 @@
+"""Items, each naming the MongoDB collection it is stored in and the field that identifies it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+
+class StoredItem(Protocol):
+    """What the MongoDB pipeline needs to know about an item class."""
+
+    collection: ClassVar[str]
+    unique_key: ClassVar[str]
+
+
+@dataclass
+class VideoItem:
+    """One video of an explore feed."""
+
+    collection: ClassVar[str] = "videos"
+    unique_key: ClassVar[str] = "video_id"
+
+    video_id: str
+    description: str
+    created_at: int
+    author_id: str
+    author_unique_id: str
+    category: int | None
+    digg_count: int
+    play_count: int
+    share_count: int
+    comment_count: int
+    collect_count: int
+
+
+@dataclass
+class ProfileItem:
+    """One profile page. ``status`` is "ok", "not_found", "private" or "banned"; the fields a
+    status does not reveal (a private user's counts, everything of a missing user) are None."""
+
+    collection: ClassVar[str] = "profiles"
+    unique_key: ClassVar[str] = "unique_id"
+
+    unique_id: str
+    status: str
+    layout: str | None = None
+    user_id: str | None = None
+    nickname: str | None = None
+    signature: str | None = None
+    verified: bool | None = None
+    private: bool | None = None
+    region: str | None = None
+    sec_uid: str | None = None
+    avatar_url: str | None = None
+    created_at: int | None = None
+    follower_count: int | None = None
+    following_count: int | None = None
+    heart_count: int | None = None
+    video_count: int | None = None
+    digg_count: int | None = None
+    friend_count: int | None = None
+
+
+# Every item class stored in MongoDB; the pipeline creates their unique indexes at start.
+STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (VideoItem, ProfileItem)

@@ -1,0 +1,1 @@
+"""The Redis frontier: request serialization, queues and duplicate filtering."""

@@ -1,0 +1,74 @@
+"""JSON serializer for requests stored in Redis, used as scrapy-redis ``SCHEDULER_SERIALIZER``.
+
+Pickle in a shared Redis turns write access to Redis into code execution on every worker, so
+requests are stored as JSON. Bytes (bodies, header values, bytes inside meta) round-trip through
+a tagged base64 object; any other value JSON cannot hold is rejected when the request is
+scheduled, with an error naming where it sits (``meta['page']['when']``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+_BYTES_TAG = "__bytes__"
+
+
+class RequestNotSerializable(ValueError):
+    """A request holds a value that cannot be stored in Redis as JSON."""
+
+
+def dumps(obj: Mapping[str, Any]) -> str:
+    """Encode a ``Request.to_dict()`` mapping as a JSON string."""
+    return json.dumps(_encode(dict(obj), ""), separators=(",", ":"), allow_nan=False)
+
+
+def loads(data: str | bytes) -> dict[str, Any]:
+    """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping."""
+    decoded = json.loads(data, object_hook=_decode_bytes)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"stored request is not a JSON object: {decoded!r:.80}")
+    return decoded
+
+
+def _encode(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return _encode_float(value, path)
+    if isinstance(value, bytes):
+        return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
+    if isinstance(value, list | tuple):
+        return [_encode(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {
+            _encode_key(key, path): _encode(item, f"{path}[{key!r}]" if path else str(key))
+            for key, item in value.items()
+        }
+    raise RequestNotSerializable(
+        f"{path}: a {type(value).__name__} cannot be stored in Redis as JSON; "
+        "use str, int, float, bool, None, bytes, list or dict values"
+    )
+
+
+def _encode_float(value: float, path: str) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise RequestNotSerializable(f"{path}: {value} cannot be stored in Redis as JSON")
+    return value
+
+
+def _encode_key(key: Any, path: str) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        # Header names are bytes; HTTP header names are ASCII/latin-1 by definition.
+        return key.decode("latin-1")
+    raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
+
+
+def _decode_bytes(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and _BYTES_TAG in obj:
+        return base64.b64decode(obj[_BYTES_TAG])
+    return obj

@@ -1,0 +1,122 @@
+"""Every default of the project, grouped and documented.
+
+Order of precedence, lowest first: Scrapy's defaults < this module < environment variables read
+below (``REDIS_URL``, ``MONGO_URI``, ``MONGO_DATABASE``) < spider ``custom_settings`` <
+``scrapy crawl -s NAME=VALUE``.
+"""
+
+from __future__ import annotations
+
+import os
+
+BOT_NAME = "crawler"
+SPIDER_MODULES = ["crawler.spiders"]
+NEWSPIDER_MODULE = "crawler.spiders"
+COMMANDS_MODULE = "crawler.commands"
+
+# The asyncio reactor is required by scrapy-playwright and lets pipelines await threads.
+TWISTED_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+FEED_EXPORT_ENCODING = "utf-8"
+ROBOTSTXT_OBEY = False
+LOG_LEVEL = "INFO"
+
+# --- Politeness -------------------------------------------------------------------------------
+CONCURRENT_REQUESTS = 16
+CONCURRENT_REQUESTS_PER_DOMAIN = 8
+DOWNLOAD_DELAY = 0.0
+DOWNLOAD_TIMEOUT = 30
+AUTOTHROTTLE_ENABLED = False
+USER_AGENT = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.0.0 Safari/537.36"
+)
+
+# BIND_ADDRESSES (list of str, default []): local source addresses requests are sent from,
+# assigned round-robin per request by crawler.middlewares.BindAddressMiddleware. Empty keeps the
+# operating system's choice. A comma-separated string is accepted (``-s BIND_ADDRESSES=a,b``).
+BIND_ADDRESSES: list[str] = []
+
+DOWNLOADER_MIDDLEWARES = {
+    "crawler.middlewares.BindAddressMiddleware": 560,
+}
+
+# --- Redis: scheduling and start entries (scrapy-redis) ----------------------------------------
+# REDIS_URL (str): the shared Redis every worker of the fleet uses. Env REDIS_URL overrides it.
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# REDIS_PARAMS (dict): extra redis-py client arguments. The client class reconnects with
+# backoff when Redis goes away (crawler.connection.Redis); keep it when overriding.
+REDIS_PARAMS = {
+    "redis_cls": "crawler.connection.Redis",
+    "socket_timeout": 30,
+    "socket_connect_timeout": 10,
+}
+SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
+# Requests are stored as JSON (never pickle): see crawler.scheduling.serializer.
+SCHEDULER_SERIALIZER = "crawler.scheduling.serializer"
+# Internal keys of one spider share a hash tag ({name}) so they live in one Cluster slot.
+SCHEDULER_QUEUE_KEY = "{%(spider)s}:queue"
+SCHEDULER_DUPEFILTER_KEY = "{%(spider)s}:dupefilter"
+SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"
+# SCHEDULER_PERSIST (bool, default True): keep the queue and dupefilter when a worker closes.
+# A closing worker must never wipe the queue the rest of the fleet works on.
+SCHEDULER_PERSIST = True
+SCHEDULER_FLUSH_ON_START = False
+# REDIS_START_URLS_KEY (str): list users push start entries to, scrapy-redis convention.
+REDIS_START_URLS_KEY = "%(name)s:start_urls"
+# START_INVALID_KEY (str, default "%(name)s:start_urls:invalid"): list where malformed start
+# entries are set aside as JSON {"entry", "reason", "time"} for a person to inspect.
+START_INVALID_KEY = "%(name)s:start_urls:invalid"
+# START_BATCH_SIZE (int, default 16): start entries popped from Redis per round trip.
+START_BATCH_SIZE = 16
+# MAX_IDLE_TIME_BEFORE_CLOSE (int seconds, default 0): close the spider after it has been idle
+# (nothing queued, nothing in flight, no new start entries) this long; 0 waits forever for new
+# start entries, as a long-running fleet worker should.
+MAX_IDLE_TIME_BEFORE_CLOSE = 0
+
+EXTENSIONS = {
+    "crawler.extensions.RedisStatsPublisher": 500,
+}
+# STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash that each worker adds its numeric
+# stats to when it closes, so `redis-cli hgetall '{explore}:stats'` shows the fleet's totals.
+STATS_REDIS_KEY = "{%(spider)s}:stats"
+
+# BLOCK_RETRY_TIMES (int, default 3): times a response that is a block rather than data (a
+# captcha page, an empty body, a feed error saying the client is not allowed) is fetched again
+# before it is given up; counted under blocked/<reason> and blocked/gave_up.
+BLOCK_RETRY_TIMES = 3
+
+# --- MongoDB storage ----------------------------------------------------------------------------
+# MONGO_URI (str): MongoDB connection string. Env MONGO_URI overrides it.
+MONGO_URI = os.environ.get("MONGO_URI", "mongodb://127.0.0.1:27017")
+# MONGO_DATABASE (str, default "crawler"): database items are stored in. Env MONGO_DATABASE.
+MONGO_DATABASE = os.environ.get("MONGO_DATABASE", "crawler")
+# MONGO_CONNECT_TIMEOUT_MS (int, default 5000): how long opening the pipeline waits for MongoDB
+# before the spider fails to start with a clear error naming the (masked) URI.
+MONGO_CONNECT_TIMEOUT_MS = 5000
+
+ITEM_PIPELINES = {
+    "crawler.pipelines.MongoUpsertPipeline": 500,
+}
+
+# --- Explore feed (TikTok-style explore API) ---------------------------------------------------
+# EXPLORE_BASE_URL (str): scheme and host of the explore API; point it at the sandbox to test.
+EXPLORE_BASE_URL = "https://www.tiktok.com"
+# EXPLORE_PAGE_SIZE (int 1..30, default 16): `count` asked per page.
+EXPLORE_PAGE_SIZE = 16
+# EXPLORE_MAX_PAGES (int, default 0): pages followed per category; 0 follows until hasMore ends.
+EXPLORE_MAX_PAGES = 0
+# EXPLORE_POPULAR_MIN_LIKES (int, default 250000): a video with at least this many likes makes
+# its author popular. EXPLORE_POPULAR_MIN_FOLLOWERS (int, default 10000): so does an author with
+# at least this many followers. Popular authors are handed to the profiles spider, each once.
+EXPLORE_POPULAR_MIN_LIKES = 250_000
+EXPLORE_POPULAR_MIN_FOLLOWERS = 10_000
+# EXPLORE_HANDOFF_SPIDER (str, default "profiles"): spider whose start key receives authors;
+# empty disables the hand-off.
+EXPLORE_HANDOFF_SPIDER = "profiles"
+# EXPLORE_HANDED_KEY (str): set of authors already handed over, so each is handed over once.
+EXPLORE_HANDED_KEY = "{%(spider)s}:handed_authors"
+
+# --- Profiles (TikTok-style profile pages) -----------------------------------------------------
+# PROFILES_BASE_URL (str): scheme and host of profile pages (`<base>/@<uniqueId>`).
+PROFILES_BASE_URL = "https://www.tiktok.com"

@@ -1,0 +1,191 @@
+"""Explore feed: videos of a category, page by page; popular authors go to the profiles spider.
+
+Start entries (``-a categories=1,2`` or ``redis-cli lpush explore:start_urls ...``):
+    ``2``                                      a category id (see CATEGORIES)
+    ``{"category": 2, "max_pages": 3}``        JSON; max_pages overrides EXPLORE_MAX_PAGES
+    ``https://host/api/explore/item_list/?...`` a full feed URL (explore or recommend API)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from scrapy import Request
+
+from crawler.config import setting_int, validate_base_url
+from crawler.extractors.explore import (
+    FeedBlocked,
+    FeedError,
+    FeedPage,
+    parse_feed,
+    popular_author,
+    video_fields,
+)
+from crawler.handoff import Handoff
+from crawler.items import VideoItem
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
+from crawler.spiders.blocked import body_text, retry_blocked
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+# Category ids of the explore feed (TARGETS.md §1); 120 is "All".
+CATEGORIES = {
+    1: "comedy & drama",
+    2: "dance & music",
+    3: "relationship",
+    4: "pet & nature",
+    5: "lifestyle",
+    6: "society",
+    7: "fashion",
+    8: "entertainment",
+    10: "informative",
+    11: "sport",
+    12: "auto",
+    120: "all",
+}
+FEED_PATHS = ("/api/explore/item_list/", "/api/recommend/item_list/")
+_JSON_KEYS = {"category", "url", "max_pages"}
+
+
+class ExploreSpider(RedisFedSpider):
+    """Crawl explore feeds into ``videos`` and hand popular authors to ``profiles``.
+
+    Settings: EXPLORE_BASE_URL, EXPLORE_PAGE_SIZE, EXPLORE_MAX_PAGES,
+    EXPLORE_POPULAR_MIN_LIKES, EXPLORE_POPULAR_MIN_FOLLOWERS, EXPLORE_HANDOFF_SPIDER,
+    EXPLORE_HANDED_KEY, BLOCK_RETRY_TIMES (crawler/settings.py).
+    """
+
+    name = "explore"
+    entry_kind = "explore start entry"
+
+    def __init__(self, categories: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.category_args = [part.strip() for part in categories.split(",") if part.strip()]
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> ExploreSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        assert isinstance(spider, ExploreSpider)
+        spider.configure(crawler)
+        return spider
+
+    def configure(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.base_url = validate_base_url(settings, "EXPLORE_BASE_URL")
+        self.page_size = setting_int(settings, "EXPLORE_PAGE_SIZE", 1, 30)
+        self.max_pages = setting_int(settings, "EXPLORE_MAX_PAGES", 0)
+        self.min_likes = setting_int(settings, "EXPLORE_POPULAR_MIN_LIKES", 0)
+        self.min_followers = setting_int(settings, "EXPLORE_POPULAR_MIN_FOLLOWERS", 0)
+        self.handoff = self._build_handoff(crawler)
+
+    def _build_handoff(self, crawler: Crawler) -> Handoff | None:
+        target = crawler.settings.get("EXPLORE_HANDOFF_SPIDER")
+        if not target:
+            return None
+        start_key = crawler.settings.get("REDIS_START_URLS_KEY") % {"name": target}
+        handed_key = crawler.settings.get("EXPLORE_HANDED_KEY") % {"spider": self.name}
+        return Handoff(self.start_entries.server, start_key, handed_key)
+
+    # --- start entries ---------------------------------------------------------------------
+
+    def argument_entries(self) -> Iterable[str]:
+        return self.category_args
+
+    def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
+        if isinstance(entry, dict):
+            return [self._request_from_json(entry)]
+        if entry.isdigit():
+            return [self.category_request(_category(entry), self.max_pages)]
+        return [self._request_from_url(entry, self.max_pages)]
+
+    def _request_from_json(self, entry: dict[str, Any]) -> Request:
+        check_keys(entry, _JSON_KEYS, set())
+        max_pages = _max_pages(entry.get("max_pages", self.max_pages))
+        if "url" in entry:
+            return self._request_from_url(str(entry["url"]), max_pages)
+        if "category" not in entry:
+            raise InvalidStartEntry("missing_keys", "give 'category' or 'url'")
+        return self.category_request(_category(entry["category"]), max_pages)
+
+    def category_request(self, category: int, max_pages: int) -> Request:
+        query = {"aid": 1988, "count": self.page_size, "cursor": 0, "categoryType": category}
+        url = f"{self.base_url}/api/explore/item_list/?{urlencode(query)}"
+        return self._feed_request(url, category, 1, max_pages)
+
+    def _request_from_url(self, url: str, max_pages: int) -> Request:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InvalidStartEntry("bad_url", "expected an http(s) URL or a category id")
+        if parts.path not in FEED_PATHS:
+            raise InvalidStartEntry("bad_url", f"path must be one of {FEED_PATHS}")
+        query = dict(parse_qsl(parts.query))
+        category = _category(query["categoryType"]) if "categoryType" in query else None
+        return self._feed_request(url, category, 1, max_pages)
+
+    def _feed_request(self, url: str, category: int | None, page: int, max_pages: int) -> Request:
+        return Request(
+            url,
+            callback=self.parse_feed,
+            cb_kwargs={"category": category, "page": page, "max_pages": max_pages},
+            headers={"Accept": "application/json"},
+        )
+
+    # --- responses -------------------------------------------------------------------------
+
+    def parse_feed(
+        self, response: Response, category: int | None, page: int, max_pages: int
+    ) -> Iterator[Any]:
+        try:
+            feed = parse_feed(body_text(response))
+        except FeedBlocked as exc:
+            yield from retry_blocked(self, response, exc.reason)
+            return
+        except FeedError as exc:
+            self.count(f"explore/feed_error/{exc.status_code}")
+            self.logger.error("Feed error on %s: %s", response.url, exc)
+            return
+        self.count("explore/pages")
+        for item in feed.items:
+            yield VideoItem(**video_fields(item, category))
+        self._hand_over_authors(feed)
+        if feed.has_more and feed.cursor and (max_pages == 0 or page < max_pages):
+            next_url = _with_cursor(response.url, feed.cursor)
+            yield self._feed_request(next_url, category, page + 1, max_pages)
+
+    def _hand_over_authors(self, feed: FeedPage) -> None:
+        if self.handoff is None:
+            return
+        entries: dict[str, dict[str, object]] = {}
+        for item in feed.items:
+            author = popular_author(item, self.min_likes, self.min_followers)
+            if author:
+                entries[author] = {"unique_id": author}
+        handed = self.handoff.hand_over(entries)
+        self.count("explore/authors_handed", len(handed))
+
+
+def _category(value: Any) -> int:
+    try:
+        category = int(value)
+    except (TypeError, ValueError):
+        raise InvalidStartEntry("unknown_category", repr(value)) from None
+    if category not in CATEGORIES or isinstance(value, bool):
+        raise InvalidStartEntry("unknown_category", f"{value!r}; known: {sorted(CATEGORIES)}")
+    return category
+
+
+def _max_pages(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidStartEntry("bad_max_pages", f"{value!r} is not a whole number >= 0")
+    return value
+
+
+def _with_cursor(url: str, cursor: str) -> str:
+    parts = urlsplit(url)
+    query = [(key, value) for key, value in parse_qsl(parts.query) if key != "cursor"]
+    query.append(("cursor", cursor))
+    return urlunsplit(parts._replace(query=urlencode(query)))

@@ -1,0 +1,154 @@
+"""Real servers for the tests: Redis, a MongoDB wire-protocol server and the sandbox site.
+
+Each is started once per session on a free loopback port and stopped at the end. With
+``MONGO_URI`` set, that MongoDB is used instead of starting one. Every test gets a clean Redis
+database and its own MongoDB database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.request import Request, urlopen
+
+import pymongo
+import pytest
+import redis
+
+from crawler.services import ServerProcess, free_port, start_mongo, start_redis
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    server = start_redis(port, tmp_path_factory.mktemp("redis"))
+    yield f"redis://127.0.0.1:{port}/0"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mongo_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("MONGO_URI")
+    if external:
+        yield external
+        return
+    port = free_port()
+    server = start_mongo(port, tmp_path_factory.mktemp("mongo"))
+    yield f"mongodb://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@dataclass
+class Mongo:
+    uri: str
+    database: str
+    client: pymongo.MongoClient[dict[str, Any]]
+
+    @property
+    def db(self) -> Any:
+        return self.client[self.database]
+
+
+@pytest.fixture
+def mongo(mongo_server_uri: str) -> Iterator[Mongo]:
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(mongo_server_uri)
+    database = f"test_{uuid.uuid4().hex[:12]}"
+    yield Mongo(mongo_server_uri, database, client)
+    client.drop_database(database)
+    client.close()
+
+
+@dataclass
+class Sandbox:
+    url: str
+
+    def admin(self, path: str, payload: dict[str, Any] | None = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = Request(f"{self.url}/__admin__/{path}", data=data, method="POST" if data else "GET")
+        if data:
+            request.add_header("Content-Type", "application/json")
+        with urlopen(request, timeout=10) as response:
+            return json.loads(response.read() or b"null")
+
+    def get(self, path: str) -> tuple[int, str]:
+        with urlopen(f"{self.url}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+
+
+@pytest.fixture(scope="session")
+def sandbox_server() -> Iterator[Sandbox]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith("sandbox listening on "):
+        process.kill()
+        raise RuntimeError(f"sandbox did not start: {line!r}")
+    yield Sandbox(line.removeprefix("sandbox listening on "))
+    ServerProcess("sandbox", process, 0).stop()
+
+
+@pytest.fixture
+def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
+    default = sandbox_server.admin("config")
+    sandbox_server.admin("reset", {})
+    yield sandbox_server
+    sandbox_server.admin("config", default)
+
+
+@dataclass
+class Crawl:
+    """How a test runs ``scrapy crawl`` as a user would: a real process against real servers."""
+
+    redis_url: str
+    mongo: Mongo
+    sandbox_url: str
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            REDIS_URL=self.redis_url, MONGO_URI=self.mongo.uri, MONGO_DATABASE=self.mongo.database
+        )
+        return env
+
+    def __call__(
+        self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        merged = {
+            "EXPLORE_BASE_URL": self.sandbox_url,
+            "PROFILES_BASE_URL": self.sandbox_url,
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+            **(settings or {}),
+        }
+        command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
+        for name, value in merged.items():
+            command += ["-s", f"{name}={value}"]
+        return subprocess.run(
+            command, cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
+
+
+@pytest.fixture
+def crawl(redis_url: str, redis_client: redis.Redis, mongo: Mongo, sandbox: Sandbox) -> Crawl:
+    return Crawl(redis_url, mongo, sandbox.url)

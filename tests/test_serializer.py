@@ -1,0 +1,100 @@
+"""Requests survive the trip through Redis as JSON; what cannot is refused by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scrapy import Request, Spider
+from scrapy.utils.request import request_from_dict
+
+from crawler.scheduling import serializer
+from crawler.scheduling.serializer import RequestNotSerializable
+
+
+class _Spider(Spider):
+    name = "s"
+
+    def parse_item(self, response: Any) -> None: ...
+
+    def on_error(self, failure: Any) -> None: ...
+
+
+json_leaf = st.none() | st.booleans() | st.integers() | st.text() | st.binary(max_size=32) | st.floats(
+    allow_nan=False, allow_infinity=False
+)
+json_values = st.recursive(
+    json_leaf,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def _round_trip(request: Request, spider: Spider | None = None) -> Request:
+    encoded = serializer.dumps(request.to_dict(spider=spider))
+    assert isinstance(encoded, str)
+    return request_from_dict(serializer.loads(encoded), spider=spider)
+
+
+@given(
+    body=st.binary(max_size=64),
+    meta=st.dictionaries(st.text(min_size=1, max_size=8), json_values, max_size=4),
+    cb_kwargs=st.dictionaries(st.text(min_size=1, max_size=8), json_values, max_size=3),
+    priority=st.integers(-100, 100),
+    dont_filter=st.booleans(),
+    header=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 ;=/", max_size=20),
+)
+def test_everything_a_request_carries_round_trips(
+    body: bytes,
+    meta: dict[str, Any],
+    cb_kwargs: dict[str, Any],
+    priority: int,
+    dont_filter: bool,
+    header: str,
+) -> None:
+    spider = _Spider()
+    request = Request(
+        "https://example.com/a?b=1",
+        method="POST",
+        body=body,
+        headers={"X-Test": header},
+        cookies={"session": "abc"},
+        meta=meta,
+        cb_kwargs=cb_kwargs,
+        priority=priority,
+        dont_filter=dont_filter,
+        flags=["first"],
+        callback=spider.parse_item,
+        errback=spider.on_error,
+    )
+    restored = _round_trip(request, spider)
+    assert restored.url == request.url
+    assert restored.method == "POST"
+    assert restored.body == body
+    assert restored.headers.get("X-Test") == header.encode()
+    assert restored.cookies == {"session": "abc"}
+    assert restored.meta == meta
+    assert restored.cb_kwargs == cb_kwargs
+    assert restored.priority == priority
+    assert restored.dont_filter is dont_filter
+    assert restored.flags == ["first"]
+    assert restored.callback == spider.parse_item
+    assert restored.errback == spider.on_error
+
+
+def test_a_value_json_cannot_hold_is_refused_naming_its_key() -> None:
+    request = Request("https://example.com", meta={"page": {"when": object()}})
+    with pytest.raises(RequestNotSerializable, match=r"meta\['page'\]\['when'\]"):
+        serializer.dumps(request.to_dict())
+
+
+def test_nan_is_refused() -> None:
+    with pytest.raises(RequestNotSerializable, match="nan"):
+        serializer.dumps(Request("https://example.com", meta={"score": float("nan")}).to_dict())
+
+
+def test_stored_requests_are_plain_json_not_pickle() -> None:
+    encoded = serializer.dumps(Request("https://example.com", body=b"\x80\x04").to_dict())
+    assert encoded.startswith("{") and '"__bytes__":"gAQ="' in encoded
