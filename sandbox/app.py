@@ -1,0 +1,39 @@
+"""Assembles the sandbox aiohttp application from its parts.
+
+Each page module registers its own routes; the traffic counter wraps everything and the
+anti-bot guard wraps the target routes.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from sandbox.admin import AdminApi
+from sandbox.antibot import AntiBot
+from sandbox.bans import ChallengePages
+from sandbox.config import SandboxConfig
+from sandbox.data import DEFAULT_SEED, Dataset, build_dataset
+from sandbox.explore import ExploreApi
+from sandbox.profiles import ProfilePages
+from sandbox.stats import TrafficStats, traffic_middleware
+
+
+def build_app(
+    config: SandboxConfig | None = None,
+    dataset: Dataset | None = None,
+    seed: int = DEFAULT_SEED,
+) -> web.Application:
+    """Return the sandbox application; ``dataset`` defaults to the one built from ``seed``."""
+    config = config or SandboxConfig()
+    dataset = dataset or build_dataset(seed)
+    stats = TrafficStats()
+    antibot = AntiBot(config, stats)
+    app = web.Application(middlewares=[traffic_middleware(stats), antibot.middleware()])
+    for part in (
+        ExploreApi(dataset),
+        ProfilePages(dataset),
+        ChallengePages(),
+        AdminApi(antibot, stats, dataset),
+    ):
+        part.register(app.router)
+    return app

@@ -1,0 +1,133 @@
+"""Profile pages ``/@<uniqueId>`` in the current and the older (``SIGI_STATE``) layout.
+
+Missing, banned and private accounts answer 200 with a status code inside the page data,
+as the real site does: 10202 (does not exist), 10221 (banned), 10222 (private).
+"""
+
+from __future__ import annotations
+
+import html
+import struct
+import zlib
+from typing import Any
+
+from aiohttp import web
+
+from sandbox import markup
+from sandbox.data import LAYOUT_SIGI, STATE_BANNED, STATE_OK, STATE_PRIVATE, Author, Dataset
+
+STATUS_NOT_FOUND = 10202
+STATUS_BANNED = 10221
+STATUS_PRIVATE = 10222
+STATUS_MESSAGES = {
+    STATUS_NOT_FOUND: "user does not exist",
+    STATUS_BANNED: "user banned",
+    STATUS_PRIVATE: "private account",
+}
+
+
+def user_detail(author: Author | None) -> dict[str, Any]:
+    """Return ``webapp.user-detail`` for ``author`` (``None``: no such user)."""
+    if author is None:
+        return _error_detail(STATUS_NOT_FOUND, {})
+    if author.state == STATE_BANNED:
+        return _error_detail(STATUS_BANNED, {})
+    if author.state == STATE_PRIVATE:
+        public = {"uniqueId": author.unique_id, "nickname": author.nickname}
+        return _error_detail(STATUS_PRIVATE, {"user": {**public, "privateAccount": True}})
+    user_info = {
+        "user": author.user_json(),
+        "stats": author.stats.to_json(),
+        "statsV2": author.stats.to_json_v2(),
+    }
+    return {"statusCode": 0, "statusMsg": "", "userInfo": user_info}
+
+
+def sigi_state(author: Author) -> dict[str, Any]:
+    """Return the older ``SIGI_STATE`` document for ``author``."""
+    uid = author.unique_id
+    return {
+        "UserModule": {
+            "users": {uid: author.user_json()},
+            "stats": {uid: author.stats.to_json()},
+        },
+        "UserPage": {"uniqueId": uid},
+    }
+
+
+def render_profile(unique_id: str, author: Author | None) -> str:
+    """Return the HTML of the profile page of ``unique_id``."""
+    if author is None or author.state != STATE_OK:
+        title = f"@{unique_id} | TikTok"
+        return markup.page(title, scripts=markup.universal_data_script(user_detail(author)))
+    title = f"{author.nickname} (@{unique_id}) | TikTok"
+    body = _profile_header(author)
+    if author.layout == LAYOUT_SIGI:
+        script = markup.data_script(markup.SIGI_STATE_ID, sigi_state(author))
+    else:
+        script = markup.universal_data_script(user_detail(author))
+    return markup.page(title, body=body, scripts=script)
+
+
+def render_shell(unique_id: str) -> str:
+    """Return the page frame without any data script, as a blocked visitor sees it."""
+    return markup.page(f"@{unique_id} | TikTok", body='<div data-e2e="user-page"></div>')
+
+
+def avatar_png(seed_text: str) -> bytes:
+    """Return a valid 8x8 single-colour PNG whose colour depends on ``seed_text``."""
+    colour = zlib.crc32(seed_text.encode()).to_bytes(4, "big")[:3]
+    rows = b"".join(b"\x00" + colour * 8 for _ in range(8))
+    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+class ProfilePages:
+    """Serves ``/@<uniqueId>`` and the avatars the profiles link to."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+        self._author_ids = {author.id for author in dataset.authors}
+
+    def register(self, router: web.UrlDispatcher) -> None:
+        """Add the profile routes to ``router``."""
+        router.add_get("/@{unique_id}", self.profile)
+        router.add_get("/avatar/{name}", self.avatar)
+
+    async def profile(self, request: web.Request) -> web.Response:
+        """Answer one profile page."""
+        unique_id = request.match_info["unique_id"]
+        author = self.dataset.authors_by_unique_id.get(unique_id)
+        text = render_profile(unique_id, author)
+        return web.Response(text=text, content_type=markup.HTML_CONTENT_TYPE)
+
+    async def avatar(self, request: web.Request) -> web.Response:
+        """Answer a small image for a known author id (``/avatar/<id>.jpeg``)."""
+        author_id = request.match_info["name"].removesuffix(".jpeg")
+        if author_id not in self._author_ids:
+            raise web.HTTPNotFound()
+        return web.Response(body=avatar_png(author_id), content_type="image/png")
+
+
+def _error_detail(status: int, user_info: dict[str, Any]) -> dict[str, Any]:
+    return {"statusCode": status, "statusMsg": STATUS_MESSAGES[status], "userInfo": user_info}
+
+
+def _profile_header(author: Author) -> str:
+    return (
+        '<div data-e2e="user-page">'
+        f'<h1 data-e2e="user-title">{html.escape(author.unique_id)}</h1>'
+        f'<h2 data-e2e="user-subtitle">{html.escape(author.nickname)}</h2>'
+        f'<h2 data-e2e="user-bio">{html.escape(author.signature)}</h2>'
+        "</div>"
+    )
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data)
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
