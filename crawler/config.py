@@ -11,9 +11,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
-def setting_int(
-    settings: BaseSettings, name: str, minimum: int, maximum: int | None = None
-) -> int:
+def setting_int(settings: BaseSettings, name: str, minimum: int, maximum: int | None = None) -> int:
     """An integer setting within bounds, or NotConfigured naming it."""
     raw = settings.get(name)
     try:

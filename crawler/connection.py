@@ -28,11 +28,11 @@ class Redis(redis.Redis):
     def from_url(cls, url: str, **kwargs: Any) -> Redis:
         # scrapy-redis passes retry_on_timeout, deprecated in redis-py; Retry covers it.
         kwargs.pop("retry_on_timeout", None)
-        kwargs.setdefault(
-            "retry", Retry(ExponentialBackoff(cap=2.0, base=0.05), RETRIES)
-        )
+        kwargs.setdefault("retry", Retry(ExponentialBackoff(cap=2.0, base=0.05), RETRIES))
         kwargs.setdefault("retry_on_error", [RedisConnectionError, RedisTimeoutError])
-        return super().from_url(url, **kwargs)
+        client = super().from_url(url, **kwargs)
+        assert isinstance(client, Redis)
+        return client
 
 
 def redis_from_settings(settings: BaseSettings) -> Redis:

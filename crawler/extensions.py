@@ -7,6 +7,7 @@ from numbers import Number
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+
 from crawler.connection import redis_from_settings
 
 if TYPE_CHECKING:

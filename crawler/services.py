@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 DEFAULT_STATE_DIR = Path(".services")
 READY_TIMEOUT = 60.0
@@ -55,13 +56,20 @@ def redis_command(port: int, data_dir: Path, *extra: str) -> list[str]:
     """A foreground Redis on loopback with its append-only file in ``data_dir``."""
     return [
         redis_server_binary(),
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--dir", str(data_dir),
-        "--appendonly", "yes",
-        "--save", "",
-        "--daemonize", "no",
-        "--protected-mode", "no",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        "--save",
+        "",
+        "--daemonize",
+        "no",
+        "--protected-mode",
+        "no",
         *extra,
     ]
 
@@ -69,11 +77,17 @@ def redis_command(port: int, data_dir: Path, *extra: str) -> list[str]:
 def mongo_command(port: int, data_dir: Path) -> list[str]:
     """A foreground SecantusDB (MongoDB wire protocol) on loopback storing in ``data_dir``."""
     return [
-        sys.executable, "-m", "secantus",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--storage-path", str(data_dir),
-        "--log-level", "WARNING",
+        sys.executable,
+        "-m",
+        "secantus",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--storage-path",
+        str(data_dir),
+        "--log-level",
+        "WARNING",
     ]
 
 
@@ -95,7 +109,7 @@ class ServerProcess:
     """A server process started by this module, with its port."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[Any]
     port: int
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
@@ -249,8 +263,11 @@ def status(service: Service) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m crawler.services", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m crawler.services",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("--redis-port", type=int, default=6379)
     parser.add_argument("--mongo-port", type=int, default=27017)

@@ -12,13 +12,14 @@ import os
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
-COMMANDS_MODULE = "crawler.commands"
 
 # The asyncio reactor is required by scrapy-playwright and lets pipelines await threads.
 TWISTED_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 FEED_EXPORT_ENCODING = "utf-8"
 ROBOTSTXT_OBEY = False
 LOG_LEVEL = "INFO"
+# A worker exposes no unauthenticated consoles.
+TELNETCONSOLE_ENABLED = False
 
 # --- Politeness -------------------------------------------------------------------------------
 CONCURRENT_REQUESTS = 16
@@ -50,7 +51,7 @@ REDIS_PARAMS = {
     "socket_timeout": 30,
     "socket_connect_timeout": 10,
 }
-SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+SCHEDULER = "crawler.scheduling.scheduler.RedisScheduler"
 DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
 # Requests are stored as JSON (never pickle): see crawler.scheduling.serializer.
 SCHEDULER_SERIALIZER = "crawler.scheduling.serializer"

@@ -7,24 +7,19 @@ database and its own MongoDB database.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.request import Request, urlopen
 
 import pymongo
 import pytest
 import redis
 
 from crawler.services import ServerProcess, free_port, start_mongo, start_redis
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT, Crawl, Mongo, Sandbox
 
 
 @pytest.fixture(scope="session")
@@ -55,17 +50,6 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-@dataclass
-class Mongo:
-    uri: str
-    database: str
-    client: pymongo.MongoClient[dict[str, Any]]
-
-    @property
-    def db(self) -> Any:
-        return self.client[self.database]
-
-
 @pytest.fixture
 def mongo(mongo_server_uri: str) -> Iterator[Mongo]:
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(mongo_server_uri)
@@ -73,23 +57,6 @@ def mongo(mongo_server_uri: str) -> Iterator[Mongo]:
     yield Mongo(mongo_server_uri, database, client)
     client.drop_database(database)
     client.close()
-
-
-@dataclass
-class Sandbox:
-    url: str
-
-    def admin(self, path: str, payload: dict[str, Any] | None = None) -> Any:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = Request(f"{self.url}/__admin__/{path}", data=data, method="POST" if data else "GET")
-        if data:
-            request.add_header("Content-Type", "application/json")
-        with urlopen(request, timeout=10) as response:
-            return json.loads(response.read() or b"null")
-
-    def get(self, path: str) -> tuple[int, str]:
-        with urlopen(f"{self.url}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
 
 
 @pytest.fixture(scope="session")
@@ -115,38 +82,6 @@ def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
     sandbox_server.admin("reset", {})
     yield sandbox_server
     sandbox_server.admin("config", default)
-
-
-@dataclass
-class Crawl:
-    """How a test runs ``scrapy crawl`` as a user would: a real process against real servers."""
-
-    redis_url: str
-    mongo: Mongo
-    sandbox_url: str
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(
-            REDIS_URL=self.redis_url, MONGO_URI=self.mongo.uri, MONGO_DATABASE=self.mongo.database
-        )
-        return env
-
-    def __call__(
-        self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        merged = {
-            "EXPLORE_BASE_URL": self.sandbox_url,
-            "PROFILES_BASE_URL": self.sandbox_url,
-            "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
-            **(settings or {}),
-        }
-        command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
-        for name, value in merged.items():
-            command += ["-s", f"{name}={value}"]
-        return subprocess.run(
-            command, cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout
-        )
 
 
 @pytest.fixture

@@ -22,20 +22,50 @@ def _video(video_id: str = "7301", likes: int = 10, followers: int = 5) -> dict[
         "id": video_id,
         "desc": "a dance #fyp",
         "createTime": 1700000000,
-        "author": {"id": "66", "uniqueId": "dancer.one", "nickname": "D", "secUid": "MS4w",
-                   "verified": False, "privateAccount": False},
-        "authorStats": {"followerCount": followers, "followingCount": 3, "heart": 9,
-                        "heartCount": 9, "videoCount": 4, "diggCount": 1},
-        "stats": {"diggCount": likes, "playCount": 1000, "shareCount": 2, "commentCount": 3,
-                  "collectCount": 4},
-        "statsV2": {"diggCount": str(likes), "playCount": "1000", "shareCount": "2",
-                    "commentCount": "3", "collectCount": "4"},
+        "author": {
+            "id": "66",
+            "uniqueId": "dancer.one",
+            "nickname": "D",
+            "secUid": "MS4w",
+            "verified": False,
+            "privateAccount": False,
+        },
+        "authorStats": {
+            "followerCount": followers,
+            "followingCount": 3,
+            "heart": 9,
+            "heartCount": 9,
+            "videoCount": 4,
+            "diggCount": 1,
+        },
+        "stats": {
+            "diggCount": likes,
+            "playCount": 1000,
+            "shareCount": 2,
+            "commentCount": 3,
+            "collectCount": 4,
+        },
+        "statsV2": {
+            "diggCount": str(likes),
+            "playCount": "1000",
+            "shareCount": "2",
+            "commentCount": "3",
+            "collectCount": "4",
+        },
     }
 
 
 def _feed(**overrides: Any) -> str:
-    feed = {"statusCode": 0, "status_code": 0, "status_msg": "", "cursor": "16", "hasMore": True,
-            "extra": {"now": 1}, "log_pb": {"impr_id": "x"}, "itemList": [_video()]}
+    feed = {
+        "statusCode": 0,
+        "status_code": 0,
+        "status_msg": "",
+        "cursor": "16",
+        "hasMore": True,
+        "extra": {"now": 1},
+        "log_pb": {"impr_id": "x"},
+        "itemList": [_video()],
+    }
     feed.update(overrides)
     return json.dumps(feed)
 
@@ -49,9 +79,17 @@ def test_feed_page_gives_items_and_cursor() -> None:
 
 def test_video_fields() -> None:
     assert video_fields(_video(likes=12), category=2) == {
-        "video_id": "7301", "description": "a dance #fyp", "created_at": 1700000000,
-        "author_id": "66", "author_unique_id": "dancer.one", "category": 2, "digg_count": 12,
-        "play_count": 1000, "share_count": 2, "comment_count": 3, "collect_count": 4,
+        "video_id": "7301",
+        "description": "a dance #fyp",
+        "created_at": 1700000000,
+        "author_id": "66",
+        "author_unique_id": "dancer.one",
+        "category": 2,
+        "digg_count": 12,
+        "play_count": 1000,
+        "share_count": 2,
+        "comment_count": 3,
+        "collect_count": 4,
     }
 
 
@@ -91,45 +129,69 @@ def test_other_errors_are_final() -> None:
         parse_feed(_feed(statusCode=10201, status_code=10201, status_msg="invalid categoryType"))
 
 
-USER = {"id": "6600", "uniqueId": "cook.anna", "nickname": "Anna", "signature": "recipes",
-        "verified": True, "secUid": "MS4wLjABAAAA", "privateAccount": False, "region": "US",
-        "avatarLarger": "https://cdn/a.jpeg", "createTime": 1500000000}
-STATS = {"followerCount": 12000, "followingCount": 10, "heart": 500, "heartCount": 500,
-         "videoCount": 42, "diggCount": 7, "friendCount": 3}
+USER = {
+    "id": "6600",
+    "uniqueId": "cook.anna",
+    "nickname": "Anna",
+    "signature": "recipes",
+    "verified": True,
+    "secUid": "MS4wLjABAAAA",
+    "privateAccount": False,
+    "region": "US",
+    "avatarLarger": "https://cdn/a.jpeg",
+    "createTime": 1500000000,
+}
+STATS = {
+    "followerCount": 12000,
+    "followingCount": 10,
+    "heart": 500,
+    "heartCount": 500,
+    "videoCount": 42,
+    "diggCount": 7,
+    "friendCount": 3,
+}
 
 
 def _page(script_id: str, data: dict[str, Any]) -> str:
     payload = json.dumps(data).replace("</", "<\\/")
-    return (f'<html><head><title>x</title></head><body><div id="app"></div>'
-            f'<script id="{script_id}" type="application/json">{payload}</script></body></html>')
+    return (
+        f'<html><head><title>x</title></head><body><div id="app"></div>'
+        f'<script id="{script_id}" type="application/json">{payload}</script></body></html>'
+    )
 
 
 def _universal(status: int, info: dict[str, Any]) -> str:
     detail = {"statusCode": status, "statusMsg": "", "userInfo": info}
-    return _page("__UNIVERSAL_DATA_FOR_REHYDRATION__",
-                 {"__DEFAULT_SCOPE__": {"webapp.user-detail": detail}})
+    return _page(
+        "__UNIVERSAL_DATA_FOR_REHYDRATION__", {"__DEFAULT_SCOPE__": {"webapp.user-detail": detail}}
+    )
 
 
 def test_universal_layout() -> None:
     page = parse_profile_page(_universal(0, {"user": USER, "stats": STATS}))
     fields = profile_fields(page, "cook.anna")
-    assert page.status == "ok" and page.layout == "universal"
+    assert page.status == "ok"
+    assert page.layout == "universal"
     assert fields["unique_id"] == "cook.anna"
-    assert fields["follower_count"] == 12000 and fields["heart_count"] == 500
-    assert fields["verified"] is True and fields["region"] == "US"
+    assert fields["follower_count"] == 12000
+    assert fields["heart_count"] == 500
+    assert fields["verified"] is True
+    assert fields["region"] == "US"
 
 
 def test_sigi_state_layout() -> None:
-    html = _page("SIGI_STATE", {"UserModule": {"users": {"cook.anna": USER},
-                                               "stats": {"cook.anna": STATS}}})
+    html = _page(
+        "SIGI_STATE", {"UserModule": {"users": {"cook.anna": USER}, "stats": {"cook.anna": STATS}}}
+    )
     page = parse_profile_page(html, "cook.anna")
     assert (page.status, page.layout) == ("ok", "sigi")
     assert profile_fields(page, "cook.anna")["video_count"] == 42
 
 
 def test_next_data_layout() -> None:
-    html = _page("__NEXT_DATA__", {"props": {"pageProps": {"userInfo": {"user": USER,
-                                                                        "stats": STATS}}}})
+    html = _page(
+        "__NEXT_DATA__", {"props": {"pageProps": {"userInfo": {"user": USER, "stats": STATS}}}}
+    )
     page = parse_profile_page(html)
     assert (page.status, page.layout) == ("ok", "next_data")
     assert profile_fields(page, "cook.anna")["nickname"] == "Anna"
@@ -143,7 +205,9 @@ def test_user_states_are_stored_not_retried(code: int, status: str) -> None:
     assert page.status == status
     assert not page.is_block
     assert profile_fields(page, "gone.user") == {
-        "unique_id": "gone.user", "status": status, "layout": "universal"
+        "unique_id": "gone.user",
+        "status": status,
+        "layout": "universal",
     }
 
 

@@ -22,12 +22,19 @@ class _Spider(Spider):
     def on_error(self, failure: Any) -> None: ...
 
 
-json_leaf = st.none() | st.booleans() | st.integers() | st.text() | st.binary(max_size=32) | st.floats(
-    allow_nan=False, allow_infinity=False
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.binary(max_size=32)
+    | st.floats(allow_nan=False, allow_infinity=False)
 )
 json_values = st.recursive(
     json_leaf,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -97,4 +104,5 @@ def test_nan_is_refused() -> None:
 
 def test_stored_requests_are_plain_json_not_pickle() -> None:
     encoded = serializer.dumps(Request("https://example.com", body=b"\x80\x04").to_dict())
-    assert encoded.startswith("{") and '"__bytes__":"gAQ="' in encoded
+    assert encoded.startswith("{")
+    assert '"__bytes__":"gAQ="' in encoded

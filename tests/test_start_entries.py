@@ -17,8 +17,9 @@ BASE = {"EXPLORE_BASE_URL": "http://127.0.0.1:9", "PROFILES_BASE_URL": "http://1
 
 
 def _spider(cls: Any, **settings: Any) -> Any:
-    defaults = {name: getattr(project_settings, name) for name in dir(project_settings)
-                if name.isupper()}
+    defaults = {
+        name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()
+    }
     crawler = get_crawler(cls, settings_dict={**defaults, **BASE, **settings})
     return cls.from_crawler(crawler)
 
@@ -33,10 +34,16 @@ def _entry_requests(spider: Any, raw: str) -> list[Any]:
         ("2", 2, "categoryType=2"),
         ('{"category": 12}', 12, "categoryType=12"),
         ('{"category": "120", "max_pages": 2}', 120, "count=16"),
-        ("https://www.tiktok.com/api/explore/item_list/?aid=1988&categoryType=5&msToken=x", 5,
-         "msToken=x"),
-        ('{"url": "http://h/api/recommend/item_list/?from_page=fyp&count=30"}', None,
-         "from_page=fyp"),
+        (
+            "https://www.tiktok.com/api/explore/item_list/?aid=1988&categoryType=5&msToken=x",
+            5,
+            "msToken=x",
+        ),
+        (
+            '{"url": "http://h/api/recommend/item_list/?from_page=fyp&count=30"}',
+            None,
+            "from_page=fyp",
+        ),
     ],
 )
 def test_explore_entries(raw: str, category: int | None, url_part: str) -> None:

@@ -83,7 +83,8 @@ def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
         return ProfilePage(status="not_found", layout="sigi")
     user = _path(users, key)
     return ProfilePage(
-        status="private" if user.get("privateAccount") and not _path(data, "UserModule", "stats")
+        status="private"
+        if user.get("privateAccount") and not _path(data, "UserModule", "stats")
         else "ok",
         layout="sigi",
         user=user,

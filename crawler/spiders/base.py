@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
+
 from crawler.connection import redis_from_settings
 
 if TYPE_CHECKING:
@@ -169,7 +170,10 @@ class RedisFedSpider(Spider):
     def _set_aside(self, shown: str, exc: InvalidStartEntry) -> None:
         logger.warning(
             "Invalid %s %r (%s); set aside in %s",
-            self.entry_kind, shown[:200], exc, self.start_entries.invalid_key,
+            self.entry_kind,
+            shown[:200],
+            exc,
+            self.start_entries.invalid_key,
             extra={"spider": self},
         )
         self.count(f"start/invalid/{exc.reason}")

@@ -1,0 +1,78 @@
+"""What tests hold on to: handles on the real servers and a way to run `scrapy crawl`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.request import Request, urlopen
+
+import pymongo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Mongo:
+    uri: str
+    database: str
+    client: pymongo.MongoClient[dict[str, Any]]
+
+    @property
+    def db(self) -> Any:
+        return self.client[self.database]
+
+
+@dataclass
+class Sandbox:
+    url: str
+
+    def admin(self, path: str, payload: dict[str, Any] | None = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = Request(
+            f"{self.url}/__admin__/{path}", data=data, method="POST" if data else "GET"
+        )
+        if data:
+            request.add_header("Content-Type", "application/json")
+        with urlopen(request, timeout=10) as response:
+            return json.loads(response.read() or b"null")
+
+    def get(self, path: str) -> tuple[int, str]:
+        with urlopen(f"{self.url}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+
+
+@dataclass
+class Crawl:
+    """How a test runs ``scrapy crawl`` as a user would: a real process against real servers."""
+
+    redis_url: str
+    mongo: Mongo
+    sandbox_url: str
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            REDIS_URL=self.redis_url, MONGO_URI=self.mongo.uri, MONGO_DATABASE=self.mongo.database
+        )
+        return env
+
+    def __call__(
+        self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        merged = {
+            "EXPLORE_BASE_URL": self.sandbox_url,
+            "PROFILES_BASE_URL": self.sandbox_url,
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+            **(settings or {}),
+        }
+        command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
+        for name, value in merged.items():
+            command += ["-s", f"{name}={value}"]
+        return subprocess.run(
+            command, cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout
+        )

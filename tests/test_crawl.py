@@ -1,0 +1,163 @@
+"""Crawls of the sandbox as users run them: `scrapy crawl` processes, real Redis and MongoDB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any, cast
+
+import pytest
+import redis
+
+from crawler.frontier import spider_keys
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl, Sandbox
+
+pytestmark = pytest.mark.integration
+
+DATASET = build_dataset()
+
+
+def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
+    raw = cast(dict[bytes, bytes], client.hgetall("{" + spider + "}:stats"))
+    return {key.decode(): value.decode() for key, value in raw.items()}
+
+
+def _start_entries(client: redis.Redis, spider: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in client.lrange(f"{spider}:start_urls", 0, -1)]
+
+
+def _expected_videos(*categories: int) -> set[str]:
+    return {video.id for cat in categories for video in DATASET.videos_by_category[cat]}
+
+
+def test_scrapy_list_shows_the_spiders() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "list"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert {"explore", "profiles"} <= set(result.stdout.split())
+
+
+def test_explore_then_profiles(crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox) -> None:
+    result = crawl("explore", "-a", "categories=2,4")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    videos = list(crawl.mongo.db.videos.find({}, {"_id": 0}))
+    assert sorted(doc["video_id"] for doc in videos) == sorted(_expected_videos(2, 4))
+    by_id = {video.id: video for video in DATASET.videos}
+    for doc in videos:
+        video = by_id[doc["video_id"]]
+        assert doc["author_unique_id"] == video.author.unique_id
+        assert doc["digg_count"] == video.stats.digg_count
+        assert doc["category"] == video.category
+        assert doc["first_seen"] <= doc["last_seen"]
+
+    popular = DATASET.popular_authors(categories=[2, 4])
+    handed = _start_entries(redis_client, "profiles")
+    assert sorted(entry["unique_id"] for entry in handed) == sorted(popular)
+
+    result = crawl("profiles")
+    assert result.returncode == 0, result.stderr[-3000:]
+    profiles = {doc["unique_id"]: doc for doc in crawl.mongo.db.profiles.find({}, {"_id": 0})}
+    assert set(profiles) == popular
+    for unique_id, doc in profiles.items():
+        author = DATASET.authors_by_unique_id[unique_id]
+        assert doc["status"] == author.state
+        if author.state == "ok":
+            assert doc["follower_count"] == author.stats.follower_count
+            assert doc["nickname"] == author.nickname
+            assert doc["layout"] == ("sigi" if author.layout == "sigi" else "universal")
+
+    served = sandbox.admin("stats")["by_path"]
+    profile_paths = {path: count for path, count in served.items() if path.startswith("/@")}
+    assert set(profile_paths.values()) == {1}, "a profile page was fetched twice"
+
+
+def test_recrawl_updates_without_duplicates(crawl: Crawl, redis_client: redis.Redis) -> None:
+    for _ in range(2):
+        result = crawl("explore", "-a", "categories=3", settings={"SCHEDULER_FLUSH_ON_START": True})
+        assert result.returncode == 0, result.stderr[-3000:]
+    videos = crawl.mongo.db.videos
+    assert videos.count_documents({}) == len(_expected_videos(3))
+    assert len(videos.distinct("video_id")) == len(_expected_videos(3))
+    assert int(_stats(redis_client, "explore")["mongo/modified"]) >= 0
+    assert int(_stats(redis_client, "explore")["mongo/upserted"]) == len(_expected_videos(3))
+
+
+def test_bad_start_entries_are_set_aside_and_the_rest_is_crawled(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    good = [json.dumps({"category": 5, "max_pages": 1}), "6"]
+    bad = ["", "{oops", '{"category": 5, "extra": 1}', "ftp://x/api/explore/item_list/", "77"]
+    redis_client.lpush("explore:start_urls", *good[:1], *bad, *good[1:])
+    result = crawl("explore", settings={"EXPLORE_MAX_PAGES": 1, "EXPLORE_HANDOFF_SPIDER": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    categories = set(crawl.mongo.db.videos.distinct("category"))
+    assert categories == {5, 6}
+    set_aside = [
+        json.loads(raw) for raw in redis_client.lrange("explore:start_urls:invalid", 0, -1)
+    ]
+    assert sorted(record["entry"] for record in set_aside) == sorted(bad)
+    assert all(record["reason"] for record in set_aside)
+    stats = _stats(redis_client, "explore")
+    assert int(stats["start/invalid/empty"]) == 1
+    assert int(stats["start/invalid/invalid_json"]) == 1
+    assert int(stats["start/invalid/unknown_keys"]) == 1
+    assert int(stats["start/invalid/bad_url"]) == 1
+    assert int(stats["start/invalid/unknown_category"]) == 1
+    assert "unknown_category" in result.stderr
+
+
+def test_closing_worker_keeps_the_shared_queue(crawl: Crawl, redis_client: redis.Redis) -> None:
+    result = crawl(
+        "explore",
+        "-a",
+        "categories=7,8,10,11,12",
+        settings={"CLOSESPIDER_ITEMCOUNT": 1, "CONCURRENT_REQUESTS": 1},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    keys = spider_keys(redis_client, _project_settings(), "explore")
+    assert "{explore}:dupefilter" in keys
+    assert redis_client.zcard("{explore}:queue") >= 1, "the closing worker emptied the queue"
+
+
+def _project_settings() -> Any:
+    from scrapy.settings import Settings
+
+    from crawler import settings as module
+
+    return Settings({name: getattr(module, name) for name in dir(module) if name.isupper()})
+
+
+def test_blocked_profile_pages_are_retried_not_stored(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    sandbox.admin(
+        "config",
+        {
+            "rate_limit": {
+                "enabled": True,
+                "max_requests": 3,
+                "window_seconds": 60,
+                "ban_seconds": 60,
+                "ban_mode": "json_error",
+            }
+        },
+    )
+    users = sorted(DATASET.popular_authors(categories=[1]))[:6]
+    result = crawl(
+        "profiles",
+        "-a",
+        "users=" + ",".join(users),
+        settings={"BLOCK_RETRY_TIMES": 2, "CONCURRENT_REQUESTS": 1},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = list(crawl.mongo.db.profiles.find({}, {"_id": 0, "unique_id": 1, "status": 1}))
+    assert len(stored) == 3
+    assert {doc["status"] for doc in stored} <= {"ok", "private", "banned"}
+    stats = _stats(redis_client, "profiles")
+    assert int(stats["blocked/captcha"]) == 9
+    assert int(stats["blocked/max_reached"]) == 3
