@@ -35,8 +35,11 @@ class Redis(redis.Redis):
         return client
 
 
-def redis_from_settings(settings: BaseSettings) -> Redis:
-    """The project's Redis client for ``REDIS_URL`` and ``REDIS_PARAMS``."""
-    client = from_settings(settings)
-    assert isinstance(client, Redis), "REDIS_PARAMS['redis_cls'] must be crawler.connection.Redis"
+class RedisUnavailable(RuntimeError):
+    """Redis could not be reached, even after retrying with backoff."""
+
+
+def redis_from_settings(settings: BaseSettings) -> redis.Redis:
+    """The Redis client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it."""
+    client: redis.Redis = from_settings(settings)
     return client

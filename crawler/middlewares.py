@@ -26,7 +26,7 @@ class BindAddressMiddleware:
 
     def __init__(self, addresses: list[str]) -> None:
         if not addresses:
-            raise NotConfigured("BIND_ADDRESSES is empty")
+            raise NotConfigured  # no pool: the operating system picks, nothing to log
         self._addresses: Iterator[str] = itertools.cycle(addresses)
 
     @classmethod

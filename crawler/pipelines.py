@@ -73,7 +73,8 @@ class MongoUpsertPipeline:
                 database[item_class.collection].create_index(item_class.unique_key, unique=True)
         except PyMongoError as exc:
             client.close()
-            message = f"MongoDB at {mask_uri(self.uri)} is unavailable: {exc}"
+            reason = str(exc).split(", Timeout:")[0]
+            message = f"MongoDB at {mask_uri(self.uri)} is unavailable: {reason}"
             raise MongoUnavailable(message) from exc
         self.client, self.database = client, database
         logger.info("Storing items in %s, database %s", mask_uri(self.uri), self.database_name)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
 import redis
 
 from crawler.frontier import spider_keys
+from crawler.services import free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox
 
@@ -161,3 +163,40 @@ def test_blocked_profile_pages_are_retried_not_stored(
     stats = _stats(redis_client, "profiles")
     assert int(stats["blocked/captcha"]) == 9
     assert int(stats["blocked/max_reached"]) == 3
+
+
+def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redis) -> None:
+    result = crawl("profiles", "-a", "users=no.such.user,@garden_325_neon,thechef319")
+    assert result.returncode == 0, result.stderr[-3000:]
+    statuses = {doc["unique_id"]: doc["status"] for doc in crawl.mongo.db.profiles.find()}
+    assert statuses == {
+        "no.such.user": "not_found",
+        "garden_325_neon": "private",
+        "thechef319": "banned",
+    }
+    stats = _stats(redis_client, "profiles")
+    assert stats["profiles/status/not_found"] == "1"
+    assert "blocked/count" not in stats
+
+
+def test_unreachable_mongodb_fails_at_start_with_masked_uri(crawl: Crawl) -> None:
+    crawl.mongo = replace(crawl.mongo, uri=f"mongodb://bob:s3cret@127.0.0.1:{free_port()}")
+    result = crawl("profiles", "-a", "users=someone", settings={"MONGO_CONNECT_TIMEOUT_MS": 300})
+    assert "mongodb://bob:***@127.0.0.1" in result.stderr
+    assert "s3cret" not in result.stderr
+    assert "is unavailable" in result.stderr
+
+
+def test_unreachable_redis_fails_with_a_clear_error(crawl: Crawl) -> None:
+    crawl.redis_url = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    result = crawl(
+        "profiles",
+        settings={
+            "REDIS_PARAMS": json.dumps(
+                {"redis_cls": "crawler.connection.Redis", "socket_connect_timeout": 1}
+            )
+        },
+    )
+    assert result.returncode != 0
+    assert "RedisUnavailable: Redis at redis://:***@127.0.0.1" in result.stderr
+    assert "s3cret" not in result.stderr

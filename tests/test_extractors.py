@@ -15,6 +15,8 @@ from crawler.extractors.explore import (
     video_fields,
 )
 from crawler.extractors.profiles import parse_profile_page, profile_fields
+from sandbox.data import build_dataset
+from sandbox.profiles import render_profile, render_shell
 
 
 def _video(video_id: str = "7301", likes: int = 10, followers: int = 5) -> dict[str, Any]:
@@ -231,3 +233,26 @@ def test_page_mentioning_captcha_in_a_bio_is_data() -> None:
     user = {**USER, "signature": "I design captcha puzzles; tiktok-verify-page fan"}
     page = parse_profile_page(_universal(0, {"user": user, "stats": STATS}))
     assert page.status == "ok"
+
+
+def test_every_sandbox_profile_page_parses_to_its_author() -> None:
+    dataset = build_dataset()
+    for author in dataset.authors:
+        page = parse_profile_page(render_profile(author.unique_id, author), author.unique_id)
+        fields = profile_fields(page, author.unique_id)
+        assert page.status == author.state, author.unique_id
+        assert page.layout == author.layout
+        if author.state == "ok":
+            assert fields["user_id"] == author.id
+            assert fields["signature"] == author.signature
+            assert fields["follower_count"] == author.stats.follower_count
+            assert fields["heart_count"] == author.stats.heart_count
+
+
+def test_sandbox_page_of_a_missing_user() -> None:
+    page = parse_profile_page(render_profile("nobody.here", None), "nobody.here")
+    assert page.status == "not_found"
+
+
+def test_sandbox_shell_without_data_is_a_block() -> None:
+    assert parse_profile_page(render_shell("someone")).is_block
