@@ -38,7 +38,13 @@ USER_AGENT = (
 BIND_ADDRESSES: list[str] = []
 
 DOWNLOADER_MIDDLEWARES = {
+    # Outermost: sees what every other middleware gave up on, for the dead-letter list.
+    "crawler.scheduling.acks.LeaseDownloaderMiddleware": 1,
     "crawler.middlewares.BindAddressMiddleware": 560,
+}
+SPIDER_MIDDLEWARES = {
+    # Outermost: acknowledges a request's lease once its output is fully handled.
+    "crawler.scheduling.acks.LeaseSpiderMiddleware": 1,
 }
 
 # --- Redis: scheduling and start entries (scrapy-redis) ----------------------------------------
@@ -51,18 +57,28 @@ REDIS_PARAMS = {
     "socket_timeout": 30,
     "socket_connect_timeout": 10,
 }
-SCHEDULER = "crawler.scheduling.scheduler.RedisScheduler"
-DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
-# Requests are stored as JSON (never pickle): see crawler.scheduling.serializer.
-SCHEDULER_SERIALIZER = "crawler.scheduling.serializer"
-# Internal keys of one spider share a hash tag ({name}) so they live in one Cluster slot.
-SCHEDULER_QUEUE_KEY = "{%(spider)s}:queue"
-SCHEDULER_DUPEFILTER_KEY = "{%(spider)s}:dupefilter"
-SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"
-# SCHEDULER_PERSIST (bool, default True): keep the queue and dupefilter when a worker closes.
-# A closing worker must never wipe the queue the rest of the fleet works on.
-SCHEDULER_PERSIST = True
-SCHEDULER_FLUSH_ON_START = False
+SCHEDULER = "crawler.scheduling.scheduler.FrontierScheduler"
+# FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop, and requests buffered
+# before they are written to Redis in one script call.
+FRONTIER_BATCH_SIZE = 16
+# FRONTIER_LEASE_SECONDS (int >= 5, default 60): a popped request (or start entry) is leased to
+# its worker this long; live workers renew their leases every third of it, so only a dead
+# worker's leases run out and go back to the queue for others.
+FRONTIER_LEASE_SECONDS = 60
+# FRONTIER_FLUSH_INTERVAL (float seconds, default 0.25): buffered requests and acknowledgements
+# are written at least this often.
+FRONTIER_FLUSH_INTERVAL = 0.25
+# DUPEFILTER_MODE (str, default "bloom"): "bloom" (scalable Bloom filter on Redis bitmaps, about
+# 4.4 bytes per URL at 1e-7), "redisbloom" (the RedisBloom module's BF.ADD), "exact" (a set of
+# fingerprints, ~85 bytes per URL, no false positives) or "none". Fingerprints come from
+# Scrapy's REQUEST_FINGERPRINTER_CLASS.
+DUPEFILTER_MODE = "bloom"
+# DUPEFILTER_CAPACITY (int, default 1000000): URLs the first Bloom filter holds at the error
+# rate; past it the filter grows (each new one twice as large) without exceeding the rate.
+DUPEFILTER_CAPACITY = 1_000_000
+# DUPEFILTER_ERROR_RATE (float, default 1e-7): the Bloom filter's false-positive rate, the
+# chance that a new URL is taken for one already seen.
+DUPEFILTER_ERROR_RATE = 1e-7
 # REDIS_START_URLS_KEY (str): list users push start entries to, scrapy-redis convention.
 REDIS_START_URLS_KEY = "%(name)s:start_urls"
 # START_INVALID_KEY (str, default "%(name)s:start_urls:invalid"): list where malformed start

@@ -11,7 +11,6 @@ from typing import Any, cast
 import pytest
 import redis
 
-from crawler.frontier import spider_keys
 from crawler.services import free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox
@@ -114,24 +113,23 @@ def test_bad_start_entries_are_set_aside_and_the_rest_is_crawled(
 
 
 def test_closing_worker_keeps_the_shared_queue(crawl: Crawl, redis_client: redis.Redis) -> None:
-    result = crawl(
+    categories = (7, 8, 10, 11, 12)
+    first = crawl(
         "explore",
         "-a",
-        "categories=7,8,10,11,12",
+        "categories=" + ",".join(map(str, categories)),
         settings={"CLOSESPIDER_ITEMCOUNT": 1, "CONCURRENT_REQUESTS": 1},
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    keys = spider_keys(redis_client, _project_settings(), "explore")
-    assert "{explore}:dupefilter" in keys
-    assert redis_client.zcard("{explore}:queue") >= 1, "the closing worker emptied the queue"
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert redis_client.zcard("{explore}:queue") >= 3, "the closing worker emptied the queue"
+    assert redis_client.zcard("{explore}:leases") == 0, "the closing worker kept its leases"
 
-
-def _project_settings() -> Any:
-    from scrapy.settings import Settings
-
-    from crawler import settings as module
-
-    return Settings({name: getattr(module, name) for name in dir(module) if name.isupper()})
+    second = crawl("explore")
+    assert second.returncode == 0, second.stderr[-3000:]
+    stored = set(crawl.mongo.db.videos.distinct("video_id"))
+    assert stored == _expected_videos(*categories)
+    for key in ("{explore}:queue", "{explore}:leases", "{explore}:data", "{explore}:delayed"):
+        assert not redis_client.exists(key), key
 
 
 def test_blocked_profile_pages_are_retried_not_stored(

@@ -14,10 +14,12 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from redis.exceptions import RedisError
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 
 from crawler.connection import redis_from_settings
+from crawler.scheduling.scheduler import START_META, FrontierScheduler
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -56,10 +58,17 @@ class StartEntries:
             batch_size=settings.getint("START_BATCH_SIZE"),
         )
 
-    def pop_batch(self) -> list[bytes]:
-        """Pop up to a batch of entries in the order they were pushed with LPUSH."""
-        entries = self.server.rpop(self.key, self.batch_size)
-        return list(entries or [])  # type: ignore[arg-type]
+    def pop_batch(self, scheduler: object) -> list[tuple[bytes, bytes | None]]:
+        """Up to a batch of (entry, lease) in the order they were pushed with LPUSH.
+
+        With the frontier scheduler each entry is leased, and comes back to the list if this
+        worker dies before the entry's requests are in the frontier; otherwise it is popped.
+        """
+        if isinstance(scheduler, FrontierScheduler):
+            members = scheduler.lease_start_entries(self.batch_size)
+            return [(member.split(b"\n", 1)[1], member) for member in members]
+        entries: Any = self.server.rpop(self.key, self.batch_size)
+        return [(bytes(entry), None) for entry in entries or []]
 
     def set_aside(self, entry: str, reason: str) -> None:
         record = {"entry": entry, "reason": reason, "time": time.time()}
@@ -141,12 +150,18 @@ class RedisFedSpider(Spider):
     def next_start_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, skipping invalid ones."""
         requests: list[Request] = []
+        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
         while not requests:
-            batch = self.start_entries.pop_batch()
+            batch = self.start_entries.pop_batch(scheduler)
             if not batch:
                 break
-            for raw in batch:
-                requests.extend(self._requests_from_raw(raw))
+            for raw, lease in batch:
+                made = self._requests_from_raw(raw)
+                if lease is not None and isinstance(scheduler, FrontierScheduler):
+                    for request in made:
+                        request.meta[START_META] = lease
+                    scheduler.expect_start_requests(lease, len(made))
+                requests.extend(made)
         return requests
 
     def _requests_from_raw(self, raw: bytes) -> list[Request]:
@@ -158,6 +173,19 @@ class RedisFedSpider(Spider):
             return []
         return self._requests_or_set_aside(entry, shown)
 
+    def fleet_idle(self) -> bool:
+        """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
+        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        if not isinstance(scheduler, FrontierScheduler) or scheduler.frontier is None:
+            return True
+        if not scheduler.flush():
+            return False
+        try:
+            sizes = scheduler.frontier.sizes()
+        except RedisError:
+            return False
+        return not any(sizes[name] for name in ("queue", "leased", "delayed", "start_leased"))
+
     def _requests_or_set_aside(self, entry: str | dict[str, Any], shown: str) -> list[Request]:
         try:
             requests = list(self.requests_from_entry(entry))
@@ -165,7 +193,8 @@ class RedisFedSpider(Spider):
             self._set_aside(shown, exc)
             return []
         self.count("start/entries")
-        return requests
+        # A start entry is an explicit order: fetch it even if its URL was seen before.
+        return [request.replace(dont_filter=True) for request in requests]
 
     def _set_aside(self, shown: str, exc: InvalidStartEntry) -> None:
         logger.warning(
@@ -189,7 +218,7 @@ class RedisFedSpider(Spider):
         assert self.crawler.engine is not None
         for request in requests:
             self.crawler.engine.crawl(request)
-        if requests:
+        if requests or not self.fleet_idle():
             self._idle_since = None
             raise DontCloseSpider
         now = time.monotonic()

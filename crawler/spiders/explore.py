@@ -132,6 +132,8 @@ class ExploreSpider(RedisFedSpider):
             callback=self.parse_feed,
             cb_kwargs={"category": category, "page": page, "max_pages": max_pages},
             headers={"Accept": "application/json"},
+            # A feed changes over time: each walk reads it again, page by page.
+            dont_filter=True,
         )
 
     # --- responses -------------------------------------------------------------------------

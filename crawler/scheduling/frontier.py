@@ -1,0 +1,242 @@
+"""A spider's frontier in Redis: what is queued, leased, delayed, dead, and already seen.
+
+This module speaks Redis and nothing else: requests are opaque JSON strings here. The
+scheduler (``scheduler.py``) turns Scrapy requests into :class:`Pending` entries and back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawler.scheduling import lua
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+# Queue score = priority part + sequence: higher Scrapy priority first, FIFO within one
+# priority. Priorities are clamped to +-PRIORITY_LIMIT so scores stay exact doubles.
+PRIORITY_STEP = 1e13
+PRIORITY_LIMIT = 400
+
+
+@dataclass(frozen=True)
+class FrontierKeys:
+    """Every key of one spider's frontier. Internal keys share the ``{spider}`` hash tag; the
+    start list keeps the scrapy-redis name and its leases take that name as their hash tag."""
+
+    spider: str
+    start: str
+
+    def _key(self, name: str) -> str:
+        return "{" + self.spider + "}:" + name
+
+    @property
+    def queue(self) -> str:
+        return self._key("queue")
+
+    @property
+    def leases(self) -> str:
+        return self._key("leases")
+
+    @property
+    def owner(self) -> str:
+        return self._key("owner")
+
+    @property
+    def data(self) -> str:
+        return self._key("data")
+
+    @property
+    def prio(self) -> str:
+        return self._key("prio")
+
+    @property
+    def seq(self) -> str:
+        return self._key("seq")
+
+    @property
+    def delayed(self) -> str:
+        return self._key("delayed")
+
+    @property
+    def dead(self) -> str:
+        return self._key("dead")
+
+    @property
+    def dupefilter(self) -> str:
+        return self._key("dupefilter")
+
+    @property
+    def start_leases(self) -> str:
+        return "{" + self.start + "}:leases"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A request ready to be scheduled: its JSON and what the duplicate filter needs."""
+
+    json: str
+    fingerprint: bytes
+    priority: int = 0
+    dont_filter: bool = False
+    due: float = 0.0
+
+    def script_args(self) -> list[Any]:
+        h1 = int.from_bytes(self.fingerprint[0:4], "big")
+        h2 = int.from_bytes(self.fingerprint[4:8], "big") | 1
+        clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, self.priority))
+        return [
+            self.fingerprint.hex(),
+            h1,
+            h2,
+            int(self.dont_filter),
+            -clamped * PRIORITY_STEP,
+            self.due,
+            self.json,
+        ]
+
+
+@dataclass(frozen=True)
+class Popped:
+    """The outcome of one pop: leased (id, json) pairs and housekeeping counts."""
+
+    leased: list[tuple[str, str]]
+    promoted: int
+    reclaimed: int
+    queue_size: int
+
+
+@dataclass(frozen=True)
+class DupefilterConfig:
+    """How requests are recognised as seen: mode "bloom", "redisbloom", "exact" or "none"."""
+
+    mode: str = "bloom"
+    capacity: int = 1_000_000
+    error_rate: float = 1e-7
+
+
+class Frontier:
+    """The Redis side of one spider's frontier, shared by every worker of the fleet."""
+
+    def __init__(self, server: Redis, keys: FrontierKeys, dupefilter: DupefilterConfig) -> None:
+        self.server = server
+        self.keys = keys
+        self.dupefilter = dupefilter
+        self._schedule = server.register_script(lua.SCHEDULE)
+        self._pop = server.register_script(lua.POP)
+        self._settle = server.register_script(lua.SETTLE)
+        self._pop_start = server.register_script(lua.POP_START)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def schedule(self, batch: Sequence[Pending], client: Any = None) -> list[int]:
+        """Add requests not seen before (1) and report duplicates (0), atomically per batch."""
+        keys = self.keys
+        args: list[Any] = [
+            self.dupefilter.mode,
+            self.dupefilter.capacity,
+            self.dupefilter.error_rate,
+        ]
+        for pending in batch:
+            args.extend(pending.script_args())
+        result = self._schedule(
+            keys=[keys.queue, keys.data, keys.prio, keys.seq, keys.delayed, keys.dupefilter],
+            args=args,
+            client=client,
+        )
+        return [int(flag) for flag in result] if client is None else []
+
+    def pop(self, count: int, lease_seconds: float, worker: str) -> Popped:
+        """Lease up to ``count`` requests to ``worker`` (after requeueing due and expired ones)."""
+        now = time.time()
+        keys = self.keys
+        raw = self._pop(
+            keys=[keys.queue, keys.leases, keys.owner, keys.delayed, keys.prio, keys.data],
+            args=[now, count, now + lease_seconds, worker],
+        )
+        pairs = [(_text(raw[i]), _text(raw[i + 1])) for i in range(3, len(raw), 2)]
+        return Popped(pairs, int(raw[0]), int(raw[1]), int(raw[2]))
+
+    def settle(
+        self,
+        ops: Sequence[tuple[str, str, str]],
+        worker: str,
+        lease_seconds: float,
+        client: Any = None,
+    ) -> int:
+        """Apply ack/release/renew/dead ops (op, id, payload) to leases ``worker`` still holds."""
+        keys = self.keys
+        args: list[Any] = [worker, time.time() + lease_seconds]
+        for op in ops:
+            args.extend(op)
+        result = self._settle(
+            keys=[keys.queue, keys.leases, keys.owner, keys.data, keys.prio, keys.dead],
+            args=args,
+            client=client,
+        )
+        return int(result) if client is None else 0
+
+    # --- start entries -------------------------------------------------------------------------
+
+    def pop_start(self, count: int, lease_seconds: float, worker: str) -> list[bytes]:
+        """Lease up to ``count`` start entries; each comes back if not acked in time."""
+        now = time.time()
+        members = self._pop_start(
+            keys=[self.keys.start, self.keys.start_leases],
+            args=[now, count, now + lease_seconds, worker],
+        )
+        return [bytes(member) for member in members]
+
+    def ack_start(self, members: Iterable[bytes], client: Any = None) -> None:
+        members = list(members)
+        if members:
+            (client or self.server).zrem(self.keys.start_leases, *members)
+
+    def renew_start(self, members: Iterable[bytes], lease_seconds: float, client: Any) -> None:
+        deadline = time.time() + lease_seconds
+        mapping = dict.fromkeys(members, deadline)
+        if mapping:
+            client.zadd(self.keys.start_leases, mapping, xx=True)
+
+    # --- inspection ----------------------------------------------------------------------------
+
+    def sizes(self) -> dict[str, int]:
+        """Queue, leased, delayed, dead and start sizes in one round trip."""
+        keys = self.keys
+        pipe = self.server.pipeline(transaction=False)
+        pipe.zcard(keys.queue)
+        pipe.zcard(keys.leases)
+        pipe.zcard(keys.delayed)
+        pipe.llen(keys.dead)
+        pipe.llen(keys.start)
+        pipe.zcard(keys.start_leases)
+        names = ("queue", "leased", "delayed", "dead", "start", "start_leased")
+        return dict(zip(names, (int(value) for value in pipe.execute()), strict=True))
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest dead letters, each {"request": {...}, "failure": {...}}."""
+        return [json.loads(raw) for raw in self.server.lrange(self.keys.dead, 0, limit - 1)]
+
+    def requeue_dead(self, limit: int) -> int:
+        """Move up to ``limit`` dead letters back to the queue (oldest first); returns how many."""
+        moved = 0
+        while moved < limit:
+            raw: Any = self.server.lindex(self.keys.dead, -1)
+            if raw is None:
+                break
+            request = json.loads(raw)["request"]
+            request["dont_filter"] = True
+            (request.get("meta") or {}).pop("retry_times", None)
+            pending = Pending(json.dumps(request), b"\0" * 8, request.get("priority", 0), True)
+            self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
+            self.server.lrem(self.keys.dead, -1, raw)
+            moved += 1
+        return moved
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
