@@ -25,7 +25,7 @@ from scrapy.utils.project import get_project_settings
 
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
-from crawler.frontier import purge_spider
+from crawler.scheduling.state import purge_spider
 from crawler.services import DEFAULT_STATE_DIR, ServerProcess, down, services, up
 from crawler.spiders.explore import CATEGORIES
 

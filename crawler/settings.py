@@ -12,6 +12,7 @@ import os
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
+COMMANDS_MODULE = "crawler.commands"
 
 # The asyncio reactor is required by scrapy-playwright and lets pipelines await threads.
 TWISTED_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"

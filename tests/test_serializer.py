@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.utils.request import request_from_dict
+from scrapy_playwright.page import PageMethod
 
 from crawler.scheduling import serializer
 from crawler.scheduling.serializer import RequestNotSerializable
@@ -106,3 +107,24 @@ def test_stored_requests_are_plain_json_not_pickle() -> None:
     encoded = serializer.dumps(Request("https://example.com", body=b"\x80\x04").to_dict())
     assert encoded.startswith("{")
     assert '"__bytes__":"gAQ="' in encoded
+
+
+def test_playwright_page_methods_round_trip() -> None:
+    methods = [
+        PageMethod("wait_for_selector", 'div[role="feed"]', timeout=5000),
+        PageMethod("evaluate", "window.scrollBy(0, 1000)"),
+    ]
+    request = Request(
+        "https://example.com", meta={"playwright": True, "playwright_page_methods": methods}
+    )
+    restored = _round_trip(request).meta["playwright_page_methods"]
+    assert [(m.method, m.args, m.kwargs) for m in restored] == [
+        ("wait_for_selector", ('div[role="feed"]',), {"timeout": 5000}),
+        ("evaluate", ("window.scrollBy(0, 1000)",), {}),
+    ]
+
+
+def test_a_page_method_calling_python_is_refused() -> None:
+    request = Request("https://example.com", meta={"playwright_page_methods": [PageMethod(print)]})
+    with pytest.raises(RequestNotSerializable, match=r"meta\['playwright_page_methods'\]\[0\]"):
+        serializer.dumps(request.to_dict())

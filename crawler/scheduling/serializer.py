@@ -2,8 +2,9 @@
 
 Pickle in a shared Redis turns write access to Redis into code execution on every worker, so
 requests are stored as JSON. Bytes (bodies, header values, bytes inside meta) round-trip through
-a tagged base64 object; any other value JSON cannot hold is rejected when the request is
-scheduled, with an error naming where it sits (``meta['page']['when']``).
+a tagged base64 object, and so do scrapy-playwright ``PageMethod``s named by a string (a method
+given as a Python callable cannot be stored). Any other value JSON cannot hold is rejected when
+the request is scheduled, with an error naming where it sits (``meta['page']['when']``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from scrapy_playwright.page import PageMethod
+
 _BYTES_TAG = "__bytes__"
+_PAGE_METHOD_TAG = "__page_method__"
 
 
 class RequestNotSerializable(ValueError):
@@ -27,7 +31,7 @@ def dumps(obj: Mapping[str, Any]) -> str:
 
 def loads(data: str | bytes) -> dict[str, Any]:
     """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping."""
-    decoded = json.loads(data, object_hook=_decode_bytes)
+    decoded = json.loads(data, object_hook=_decode_tagged)
     if not isinstance(decoded, dict):
         raise ValueError(f"stored request is not a JSON object: {decoded!r:.80}")
     return decoded
@@ -42,6 +46,8 @@ def _encode(value: Any, path: str) -> Any:
         return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
     if isinstance(value, list | tuple):
         return [_encode(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, PageMethod):
+        return _encode_page_method(value, path)
     if isinstance(value, Mapping):
         return {
             _encode_key(key, path): _encode(item, f"{path}[{key!r}]" if path else str(key))
@@ -51,6 +57,16 @@ def _encode(value: Any, path: str) -> Any:
         f"{path}: a {type(value).__name__} cannot be stored in Redis as JSON; "
         "use str, int, float, bool, None, bytes, list or dict values"
     )
+
+
+def _encode_page_method(method: PageMethod, path: str) -> dict[str, Any]:
+    if not isinstance(method.method, str):
+        raise RequestNotSerializable(
+            f"{path}: a PageMethod calling a Python function cannot be stored in Redis; "
+            "name a Playwright page method instead"
+        )
+    stored = {"method": method.method, "args": list(method.args), "kwargs": method.kwargs}
+    return {_PAGE_METHOD_TAG: _encode(stored, f"{path}.PageMethod")}
 
 
 def _encode_float(value: float, path: str) -> float:
@@ -68,7 +84,10 @@ def _encode_key(key: Any, path: str) -> str:
     raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
 
 
-def _decode_bytes(obj: dict[str, Any]) -> Any:
+def _decode_tagged(obj: dict[str, Any]) -> Any:
     if len(obj) == 1 and _BYTES_TAG in obj:
         return base64.b64decode(obj[_BYTES_TAG])
+    if len(obj) == 1 and _PAGE_METHOD_TAG in obj:
+        stored = obj[_PAGE_METHOD_TAG]
+        return PageMethod(stored["method"], *stored["args"], **stored["kwargs"])
     return obj

@@ -1,4 +1,4 @@
-"""A spider's state in Redis as a whole: its keys, and wiping them on purpose."""
+"""A spider's whole state in Redis: which keys hold it, and wiping them on purpose."""
 
 from __future__ import annotations
 
@@ -10,20 +10,22 @@ if TYPE_CHECKING:
 
 
 def spider_keys(server: Redis, settings: BaseSettings, spider: str) -> list[str]:
-    """Every Redis key holding the spider's state: ``{spider}:*`` plus its start lists."""
+    """Every existing key of the spider: ``{spider}:*``, its start list, the list's leases and
+    the set-aside invalid entries."""
     names = {"name": spider}
-    keys = {settings.get("REDIS_START_URLS_KEY") % names, settings.get("START_INVALID_KEY") % names}
+    start = settings.get("REDIS_START_URLS_KEY") % names
+    keys = {start, "{" + start + "}:leases", settings.get("START_INVALID_KEY") % names}
     pattern = "{" + spider + "}:*"
     keys.update(key.decode() for key in server.scan_iter(match=pattern, count=1000))
     return sorted(key for key in keys if server.exists(key))
 
 
 def purge_spider(server: Redis, settings: BaseSettings, spider: str) -> list[str]:
-    """Delete the spider's queue, duplicate filter, stats and start lists; return their keys.
+    """Delete the spider's queue, leases, duplicate filter, dead letters, stats and start lists.
 
     Closing a spider never does this: a fleet shares these keys.
     """
     keys = spider_keys(server, settings, spider)
-    if keys:
-        server.delete(*keys)
+    for key in keys:
+        server.delete(key)
     return keys

@@ -1,0 +1,1 @@
+"""Custom scrapy commands: `scrapy frontier` (queue, dead letters, purge)."""

@@ -1,0 +1,123 @@
+"""``scrapy frontier SPIDER [status|dead|requeue|purge]``: look at and manage a spider's frontier.
+
+scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries
+scrapy frontier profiles dead --limit 20     the newest dead letters, with their reasons
+scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
+scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+
+from crawler.config import mask_uri
+from crawler.connection import redis_from_settings
+from crawler.scheduling.frontier import Frontier, FrontierKeys
+from crawler.scheduling.scheduler import FrontierSettings
+from crawler.scheduling.state import purge_spider
+
+if TYPE_CHECKING:
+    import argparse
+
+    from redis import Redis
+
+ACTIONS = ("status", "dead", "requeue", "purge")
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "<spider> [status|dead|requeue|purge] [options]"
+
+    def short_desc(self) -> str:
+        return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
+
+    def long_desc(self) -> str:
+        return __doc__ or ""
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--limit", type=int, default=None, help="how many dead letters")
+        parser.add_argument("--yes", action="store_true", help="purge without asking")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        spider, action = self._parse(args)
+        assert self.settings is not None
+        server = redis_from_settings(self.settings)
+        frontier = self._frontier(server, spider)
+        if action == "status":
+            self._status(frontier, opts.json)
+        elif action == "dead":
+            self._dead(frontier, opts.limit or 20, opts.json)
+        elif action == "requeue":
+            moved = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
+            print(f"requeued {moved} dead letters of {spider}")
+        else:
+            self._purge(server, spider, opts.yes)
+
+    def _parse(self, args: list[str]) -> tuple[str, str]:
+        if not 1 <= len(args) <= 2:
+            raise UsageError("give a spider name and optionally an action")
+        spider, action = args[0], args[1] if len(args) == 2 else "status"
+        if action not in ACTIONS:
+            raise UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+        assert self.settings is not None
+        known = get_spider_loader(self.settings).list()
+        if spider not in known:
+            raise UsageError(f"no spider {spider!r} in this project; spiders: {sorted(known)}")
+        return spider, action
+
+    def _frontier(self, server: Redis, spider: str) -> Frontier:
+        assert self.settings is not None
+        start = self.settings.get("REDIS_START_URLS_KEY") % {"name": spider}
+        config = FrontierSettings.from_settings(self.settings)
+        return Frontier(server, FrontierKeys(spider, start), config.dupefilter)
+
+    def _status(self, frontier: Frontier, as_json: bool) -> None:
+        sizes = frontier.sizes()
+        if as_json:
+            print(json.dumps({"spider": frontier.keys.spider, **sizes}))
+            return
+        assert self.settings is not None
+        print(f"{frontier.keys.spider} @ {mask_uri(self.settings.get('REDIS_URL') or '')}")
+        for name, value in sizes.items():
+            print(f"  {name:<13} {value:>10,}")
+
+    def _dead(self, frontier: Frontier, limit: int, as_json: bool) -> None:
+        letters = frontier.dead_letters(limit)
+        if as_json:
+            print(json.dumps(letters))
+            return
+        for letter in letters:
+            request, failure = letter.get("request") or {}, letter.get("failure") or {}
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(failure.get("time", 0)))
+            print(
+                f"{when}  {failure.get('reason')}  attempts={failure.get('attempts')}  "
+                f"{request.get('url')}\n    {failure.get('error', '')[:300]}"
+            )
+        print(f"{len(letters)} shown")
+
+    def _purge(self, server: Redis, spider: str, yes: bool) -> None:
+        assert self.settings is not None
+        if not yes:
+            answer = input(
+                f"Delete every Redis key of {spider} (queue, leases, dead letters, "
+                f"duplicate filter, start entries)? Type the spider name: "
+            )
+            if answer.strip() != spider:
+                print("nothing deleted", file=sys.stderr)
+                self.exitcode = 1
+                return
+        keys = purge_spider(server, self.settings, spider)
+        print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")

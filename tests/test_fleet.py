@@ -1,0 +1,139 @@
+"""A fleet loses nothing: a worker killed mid-crawl, Redis restarted mid-crawl."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler.services import ServerProcess, free_port, start_redis
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl, Mongo, Sandbox
+
+pytestmark = pytest.mark.integration
+
+DATASET = build_dataset()
+MISSING = [f"missing.user{index}" for index in range(60)]
+USERS = [author.unique_id for author in DATASET.authors] + MISSING
+FRONTIER_KEYS = (
+    "{profiles}:queue",
+    "{profiles}:leases",
+    "{profiles}:delayed",
+    "{profiles}:data",
+    "{profiles}:owner",
+    "profiles:start_urls",
+    "{profiles:start_urls}:leases",
+)
+
+
+def _worker(crawl: Crawl, log: Path, **settings: object) -> subprocess.Popen[bytes]:
+    merged = {
+        "PROFILES_BASE_URL": crawl.sandbox_url,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+        "FRONTIER_LEASE_SECONDS": 5,
+        "START_BATCH_SIZE": 20,
+        "CONCURRENT_REQUESTS": 4,
+        **settings,
+    }
+    command = [sys.executable, "-m", "scrapy", "crawl", "profiles"]
+    for name, value in merged.items():
+        command += ["-s", f"{name}={value}"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _assert_every_profile_once(mongo: Mongo) -> None:
+    stored = [doc["unique_id"] for doc in mongo.db.profiles.find({}, {"unique_id": 1})]
+    assert len(stored) == len(set(stored))
+    assert set(stored) == set(USERS)
+    statuses = {doc["unique_id"]: doc["status"] for doc in mongo.db.profiles.find()}
+    assert all(statuses[name] == "not_found" for name in MISSING)
+
+
+def _assert_frontier_empty(client: redis.Redis) -> None:
+    for key in FRONTIER_KEYS:
+        assert not client.exists(key), f"{key} still holds work"
+    assert client.llen("{profiles}:dead") == 0
+
+
+def test_a_killed_worker_loses_nothing(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    sandbox.admin("config", {"latency_ms": 60})
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    victim = _worker(crawl, tmp_path / "victim.log")
+    survivor = _worker(crawl, tmp_path / "survivor.log")
+    try:
+        _wait_until(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(10)
+        assert survivor.wait(180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    finally:
+        for process in (victim, survivor):
+            if process.poll() is None:
+                process.kill()
+    _assert_every_profile_once(crawl.mongo)
+    _assert_frontier_empty(redis_client)
+
+
+@dataclass
+class RestartableRedis:
+    """A private Redis with its append-only file, that a test can restart on the same port."""
+
+    port: int
+    data: Path
+    server: ServerProcess
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def start(self) -> None:
+        self.server = start_redis(self.port, self.data)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
+    port, data = free_port(), tmp_path / "redis-data"
+    holder = RestartableRedis(port, data, start_redis(port, data))
+    yield holder
+    holder.server.stop()
+
+
+def test_redis_restart_mid_crawl_loses_nothing(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: RestartableRedis
+) -> None:
+    crawl.redis_url = f"redis://127.0.0.1:{own_redis.port}/0"
+    client = redis.Redis(port=own_redis.port)
+    sandbox.admin("config", {"latency_ms": 60})
+    client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    worker = _worker(crawl, tmp_path / "worker.log")
+    try:
+        _wait_until(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        own_redis.stop()
+        log = tmp_path / "worker.log"
+        _wait_until(lambda: "Redis unavailable" in log.read_text(), 60, "the worker to notice")
+        own_redis.start()
+        assert worker.wait(180) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert "Redis reachable again" in log.read_text()
+    _assert_every_profile_once(crawl.mongo)
+    _assert_frontier_empty(client)
