@@ -137,3 +137,24 @@ def test_redis_restart_mid_crawl_loses_nothing(
     assert "Redis reachable again" in log.read_text()
     _assert_every_profile_once(crawl.mongo)
     _assert_frontier_empty(client)
+
+
+def test_sigterm_releases_leases_at_once(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    sandbox.admin("config", {"latency_ms": 60})
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    first = _worker(crawl, tmp_path / "first.log", FRONTIER_LEASE_SECONDS=600)
+    try:
+        _wait_until(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 0, (tmp_path / "first.log").read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert redis_client.zcard("{profiles}:leases") == 0, "leases left to expire"
+    assert redis_client.zcard("{profiles:start_urls}:leases") == 0
+    second = _worker(crawl, tmp_path / "second.log", FRONTIER_LEASE_SECONDS=600)
+    assert second.wait(180) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    _assert_every_profile_once(crawl.mongo)
+    _assert_frontier_empty(redis_client)
