@@ -25,12 +25,12 @@ class VideoItem:
     created_at: int
     author_id: str
     author_unique_id: str
-    category: int | None
     digg_count: int
     play_count: int
     share_count: int
     comment_count: int
     collect_count: int
+    category: int | None = None  # None for feeds without one (the recommend feed)
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Every default of the project, grouped and documented.
 
 Order of precedence, lowest first: Scrapy's defaults < this module < environment variables read
-below (``REDIS_URL``, ``MONGO_URI``, ``MONGO_DATABASE``) < spider ``custom_settings`` <
-``scrapy crawl -s NAME=VALUE``.
+below (``REDIS_URL``, ``REDIS_CLUSTER``, ``MONGO_URI``, ``MONGO_DATABASE``) < spider
+``custom_settings`` < ``scrapy crawl -s NAME=VALUE``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ SPIDER_MIDDLEWARES = {
 # --- Redis: scheduling and start entries (scrapy-redis) ----------------------------------------
 # REDIS_URL (str): the shared Redis every worker of the fleet uses. Env REDIS_URL overrides it.
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# REDIS_CLUSTER (bool, default False): REDIS_URL is one node of a Redis Cluster; the client
+# discovers the others (crawler.connection.RedisCluster, same REDIS_PARAMS). The keys each
+# frontier script touches share one hash tag, so the scripts run on a cluster. Env
+# REDIS_CLUSTER (1/true/yes) overrides it.
+REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").strip().lower() in {"1", "true", "yes"}
 # REDIS_PARAMS (dict): extra redis-py client arguments. The client class reconnects with
 # backoff when Redis goes away (crawler.connection.Redis); keep it when overriding.
 REDIS_PARAMS = {
@@ -109,12 +114,28 @@ BLOCK_RETRY_TIMES = 3
 MONGO_URI = os.environ.get("MONGO_URI", "mongodb://127.0.0.1:27017")
 # MONGO_DATABASE (str, default "crawler"): database items are stored in. Env MONGO_DATABASE.
 MONGO_DATABASE = os.environ.get("MONGO_DATABASE", "crawler")
-# MONGO_CONNECT_TIMEOUT_MS (int, default 5000): how long opening the pipeline waits for MongoDB
-# before the spider fails to start with a clear error naming the (masked) URI.
+# MONGO_CONNECT_TIMEOUT_MS (int, default 5000): how long opening the pipeline, and each write,
+# waits to reach MongoDB; at start the spider fails with a clear error naming the (masked) URI.
 MONGO_CONNECT_TIMEOUT_MS = 5000
+# MONGO_BATCH_SIZE (int, default 500): items per collection written in one bulk_write.
+MONGO_BATCH_SIZE = 500
+# MONGO_FLUSH_INTERVAL (float seconds, default 1.0): a batch is written once its oldest item is
+# this old, full or not (and every batch when the spider closes).
+MONGO_FLUSH_INTERVAL = 1.0
+# MONGO_MAX_PENDING (int, default 5000): items buffered or being written at most; beyond it the
+# crawl waits for writes, so a slow MongoDB slows the crawl instead of growing memory.
+MONGO_MAX_PENDING = 5000
+# MONGO_RETRY_TIMES (int, default 3): retries of a batch on connection errors, timeouts and
+# primary step-downs, with exponential backoff (0.25 s, 0.5 s, 1 s, ... at most 8 s).
+MONGO_RETRY_TIMES = 3
+# MONGO_SPILL_DIR (str, default ".spill"): where batches that could not be written after the
+# retries are appended (fsynced JSON lines) and replayed from once MongoDB answers again, or at
+# the next start. Nothing is dropped; upserts make a replay harmless.
+MONGO_SPILL_DIR = os.environ.get("MONGO_SPILL_DIR", ".spill")
 
 ITEM_PIPELINES = {
-    "crawler.pipelines.MongoUpsertPipeline": 500,
+    "crawler.pipelines.ValidationPipeline": 100,
+    "crawler.pipelines.MongoPipeline": 500,
 }
 
 # --- Explore feed (TikTok-style explore API) ---------------------------------------------------

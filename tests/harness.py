@@ -61,9 +61,10 @@ class Crawl:
         )
         return env
 
-    def __call__(
-        self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
+    root: Path = ROOT
+
+    def command(self, spider: str, *args: str, settings: dict[str, Any] | None = None) -> list[str]:
+        """``scrapy crawl`` aimed at the sandbox, closing once the fleet is idle for 1 s."""
         merged = {
             "EXPLORE_BASE_URL": self.sandbox_url,
             "PROFILES_BASE_URL": self.sandbox_url,
@@ -73,6 +74,16 @@ class Crawl:
         command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
         for name, value in merged.items():
             command += ["-s", f"{name}={value}"]
+        return command
+
+    def __call__(
+        self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            command, cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout
+            self.command(spider, *args, settings=settings),
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
