@@ -3,22 +3,46 @@
 scrapy-redis builds clients from ``REDIS_URL`` and ``REDIS_PARAMS``; ``REDIS_PARAMS["redis_cls"]``
 points it at :class:`Redis` below, which retries commands with exponential backoff when the
 connection drops, so a Redis restart or a network blip costs a pause, not a crash.
+
+With ``REDIS_CLUSTER`` set, the same settings build a :class:`RedisCluster` instead:
+``REDIS_URL`` names any one node, the others are discovered. Every key of a spider carries one
+hash tag, so each frontier script touches a single slot.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import redis
+import redis.cluster
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from scrapy.settings import BaseSettings
-from scrapy_redis.connection import from_settings
+from scrapy.utils.misc import load_object
+from scrapy_redis.connection import SETTINGS_PARAMS_MAP, from_settings
 
-# Reconnect attempts per command, with backoff capped at 2 s: about 15 s of waiting in all.
-RETRIES = 10
+from crawler.config import mask_uri
+
+# Reconnect attempts per command, with backoff from 50 ms doubling to 0.4 s: under a second of
+# waiting in all, since every call blocks the reactor. Longer outages are ridden out above this
+# level (the scheduler backs off and keeps its buffers; nothing is dropped).
+RETRIES = 4
+BACKOFF = ExponentialBackoff(cap=0.4, base=0.05)
+
+# What redis_from_settings returns: a client of one server, or of a cluster.
+RedisClient: TypeAlias = redis.Redis | redis.cluster.RedisCluster
+
+
+def _backoff_retry() -> Retry:
+    return Retry(
+        BACKOFF,
+        RETRIES,
+        (RedisConnectionError, RedisTimeoutError, ClusterDownError),
+    )
 
 
 class Redis(redis.Redis):
@@ -28,7 +52,7 @@ class Redis(redis.Redis):
     def from_url(cls, url: str, **kwargs: Any) -> Redis:
         # scrapy-redis passes retry_on_timeout, deprecated in redis-py; Retry covers it.
         kwargs.pop("retry_on_timeout", None)
-        kwargs.setdefault("retry", Retry(ExponentialBackoff(cap=2.0, base=0.05), RETRIES))
+        kwargs.setdefault("retry", Retry(BACKOFF, RETRIES))
         kwargs.setdefault("retry_on_error", [RedisConnectionError, RedisTimeoutError])
         client = super().from_url(url, **kwargs)
         assert isinstance(client, Redis)
@@ -39,7 +63,94 @@ class RedisUnavailable(RuntimeError):
     """Redis could not be reached, even after retrying with backoff."""
 
 
-def redis_from_settings(settings: BaseSettings) -> redis.Redis:
-    """The Redis client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it."""
-    client: redis.Redis = from_settings(settings)
-    return client
+class ClusterUnavailable(RedisConnectionError):
+    """No node of the cluster answered, or some slots have no node serving them."""
+
+
+def _unreachable(exc: RedisClusterException) -> bool:
+    """Whether redis-py gave up on the cluster for want of a reachable node (not a misuse)."""
+    return (
+        isinstance(exc, SlotNotCoveredError)
+        or isinstance(exc.__cause__, RedisConnectionError | RedisTimeoutError)
+        or "slots are not covered" in str(exc)
+    )
+
+
+def _reported(call: Callable[[], Any]) -> Any:
+    """``call()``, with an unreachable cluster raised as :class:`ClusterUnavailable`."""
+    try:
+        return call()
+    except RedisClusterException as exc:
+        if _unreachable(exc):
+            raise ClusterUnavailable(str(exc)) from exc
+        raise
+
+
+class RedisCluster(redis.cluster.RedisCluster):
+    """redis.cluster.RedisCluster that waits with backoff while the cluster is unreachable.
+
+    redis-py refreshes the slot map and retries at once after a node error; when no node
+    answers it raises ``RedisClusterException``, not a ``RedisError``. Here every command waits
+    and retries as :class:`Redis` does, and then fails with :class:`ClusterUnavailable` (a
+    ``redis.ConnectionError``), so callers handle one server and a cluster alike. A pipeline
+    is not retried (it is emptied when it runs) but fails with the same error.
+    """
+
+    def __init__(self, *args: Any, outage_retry: Retry | None = None, **kwargs: Any) -> None:
+        # scrapy-redis passes retry_on_timeout, deprecated in redis-py; outage_retry covers it.
+        kwargs.pop("retry_on_timeout", None)
+        if str(kwargs.get("db", "0")) == "0":
+            kwargs.pop("db", None)  # REDIS_DB=0 is what a cluster has; others are refused
+        self.outage_retry = outage_retry or _backoff_retry()
+        _reported(lambda: super(RedisCluster, self).__init__(*args, **kwargs))
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisCluster:
+        return cls(url=url, **kwargs)
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        parent: Callable[..., Any] = super().execute_command
+        return self.outage_retry.call_with_retry(
+            lambda: _reported(lambda: parent(*args, **kwargs)), lambda _error: None
+        )
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        make: Callable[..., Any] = super().pipeline
+        pipe = make(transaction, shard_hint)
+        pipe.__class__ = ClusterPipeline
+        assert isinstance(pipe, ClusterPipeline)
+        return pipe
+
+
+class ClusterPipeline(redis.cluster.ClusterPipeline):
+    """The cluster pipeline, failing with :class:`ClusterUnavailable` when no node answers."""
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        result: list[Any] = _reported(lambda: super(ClusterPipeline, self).execute(raise_on_error))
+        return result
+
+
+def redis_from_settings(settings: BaseSettings) -> RedisClient:
+    """The client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it.
+
+    With ``REDIS_CLUSTER`` the client is a :class:`RedisCluster` (or the ``redis_cls`` of
+    ``REDIS_PARAMS`` if that is a RedisCluster class), built from the same settings.
+    """
+    if not settings.getbool("REDIS_CLUSTER"):
+        client: redis.Redis = from_settings(settings)
+        return client
+    params = settings.getdict("REDIS_PARAMS")
+    configured = params.get("redis_cls")
+    if isinstance(configured, str):
+        configured = load_object(configured)
+    if not (isinstance(configured, type) and issubclass(configured, redis.cluster.RedisCluster)):
+        params["redis_cls"] = RedisCluster
+    # What scrapy-redis reads (REDIS_URL, REDIS_HOST, ...), with the cluster class in REDIS_PARAMS.
+    cluster_settings = BaseSettings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
+    cluster_settings.set("REDIS_PARAMS", params)
+    try:
+        cluster: redis.cluster.RedisCluster = from_settings(cluster_settings)
+    except ClusterUnavailable as exc:
+        url = mask_uri(str(settings.get("REDIS_URL") or ""))
+        raise RedisUnavailable(f"Redis Cluster at {url} is unreachable: {exc}") from exc
+    return cluster

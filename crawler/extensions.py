@@ -11,9 +11,10 @@ from scrapy import signals
 from crawler.connection import redis_from_settings
 
 if TYPE_CHECKING:
-    from redis import Redis
     from scrapy import Spider
     from scrapy.crawler import Crawler
+
+    from crawler.connection import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ class RedisStatsPublisher:
         STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): the hash.
     """
 
-    def __init__(self, crawler: Crawler, server: Redis, key_template: str) -> None:
+    def __init__(self, crawler: Crawler, server: RedisClient, key_template: str) -> None:
         self.crawler = crawler
         self.server = server
         self.key_template = key_template

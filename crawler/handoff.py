@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from redis import Redis
+    from crawler.connection import RedisClient
 
 
 class Handoff:
@@ -18,7 +18,7 @@ class Handoff:
     which the receiving spider's duplicate filter absorbs. Nothing is lost.
     """
 
-    def __init__(self, server: Redis, start_key: str, handed_key: str) -> None:
+    def __init__(self, server: RedisClient, start_key: str, handed_key: str) -> None:
         self.server = server
         self.start_key = start_key
         self.handed_key = handed_key

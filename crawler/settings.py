@@ -58,10 +58,11 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").strip().lower() in {"1", "true", "yes"}
 # REDIS_PARAMS (dict): extra redis-py client arguments. The client class reconnects with
 # backoff when Redis goes away (crawler.connection.Redis); keep it when overriding.
+# Timeouts are short because Redis calls run on the reactor thread.
 REDIS_PARAMS = {
     "redis_cls": "crawler.connection.Redis",
-    "socket_timeout": 30,
-    "socket_connect_timeout": 10,
+    "socket_timeout": 5,
+    "socket_connect_timeout": 2,
 }
 SCHEDULER = "crawler.scheduling.scheduler.FrontierScheduler"
 # FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop, and requests buffered

@@ -112,13 +112,16 @@ def test_bad_start_entries_are_set_aside_and_the_rest_is_crawled(
     assert "unknown_category" in result.stderr
 
 
-def test_closing_worker_keeps_the_shared_queue(crawl: Crawl, redis_client: redis.Redis) -> None:
+def test_closing_worker_keeps_the_shared_queue(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
     categories = (7, 8, 10, 11, 12)
+    sandbox.admin("config", {"latency_ms": 200})
     first = crawl(
         "explore",
         "-a",
         "categories=" + ",".join(map(str, categories)),
-        settings={"CLOSESPIDER_ITEMCOUNT": 1, "CONCURRENT_REQUESTS": 1},
+        settings={"CLOSESPIDER_PAGECOUNT": 2, "CONCURRENT_REQUESTS": 1},
     )
     assert first.returncode == 0, first.stderr[-3000:]
     assert redis_client.zcard("{explore}:queue") >= 3, "the closing worker emptied the queue"

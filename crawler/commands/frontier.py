@@ -26,7 +26,7 @@ from crawler.scheduling.state import purge_spider
 if TYPE_CHECKING:
     import argparse
 
-    from redis import Redis
+    from crawler.connection import RedisClient
 
 ACTIONS = ("status", "dead", "requeue", "purge")
 
@@ -78,7 +78,7 @@ class Command(ScrapyCommand):
             raise UsageError(f"no spider {spider!r} in this project; spiders: {sorted(known)}")
         return spider, action
 
-    def _frontier(self, server: Redis, spider: str) -> Frontier:
+    def _frontier(self, server: RedisClient, spider: str) -> Frontier:
         assert self.settings is not None
         start = self.settings.get("REDIS_START_URLS_KEY") % {"name": spider}
         config = FrontierSettings.from_settings(self.settings)
@@ -108,7 +108,7 @@ class Command(ScrapyCommand):
             )
         print(f"{len(letters)} shown")
 
-    def _purge(self, server: Redis, spider: str, yes: bool) -> None:
+    def _purge(self, server: RedisClient, spider: str, yes: bool) -> None:
         assert self.settings is not None
         if not yes:
             answer = input(

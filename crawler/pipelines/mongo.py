@@ -9,15 +9,16 @@ the frontier acknowledges a request only after its items are durable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from itemadapter import ItemAdapter
 from pymongo import MongoClient, UpdateOne
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
@@ -34,7 +35,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DUPLICATE_KEY = 11000
-Upsert = tuple[dict[str, Any], dict[str, Any]]  # (filter, update)
+# Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
+# timers between groups instead of running every item's continuation in one turn.
+WAKE_CHUNK = 64
+Upsert = tuple[dict[str, Any], dict[str, Any]]  # (filter, fields to $set)
 
 
 class MongoUnavailable(RuntimeError):
@@ -147,12 +151,10 @@ class MongoPipeline:
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
     def _buffer(self, item: StoredItem) -> asyncio.Future[None]:
-        document = ItemAdapter(item).asdict()
+        document = _fields(item)
         key = document[item.unique_key]
-        now = datetime.now(UTC)
-        update = {"$set": {**document, "last_seen": now}, "$setOnInsert": {"first_seen": now}}
         batch = self._batches.setdefault(item.collection, Batch())
-        batch.updates[key] = ({item.unique_key: key}, update)
+        batch.updates[key] = ({item.unique_key: key}, document)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.append(waiter)
         self._pending += 1
@@ -189,8 +191,10 @@ class MongoPipeline:
             for waiter in batch.waiters:
                 waiter.set_exception(exc)
         else:
-            for waiter in batch.waiters:
-                waiter.set_result(None)
+            for first in range(0, len(batch.waiters), WAKE_CHUNK):
+                for waiter in batch.waiters[first : first + WAKE_CHUNK]:
+                    waiter.set_result(None)
+                await asyncio.sleep(0)
         finally:
             self._pending -= len(batch.waiters)
             self._room.set()
@@ -218,14 +222,19 @@ class MongoPipeline:
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
 
     def _write_or_spill(self, collection: str, upserts: list[Upsert]) -> None:
-        operations = [UpdateOne(selector, update, upsert=True) for selector, update in upserts]
+        now = datetime.now(UTC)
+        updates = [
+            (selector, {"$set": {**fields, "last_seen": now}, "$setOnInsert": {"first_seen": now}})
+            for selector, fields in upserts
+        ]
+        operations = [UpdateOne(selector, update, upsert=True) for selector, update in updates]
         try:
             result = self._bulk_write_with_retries(collection, operations)
         except ConnectionFailure as exc:
             logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(upserts))
             assert self.spill is not None
             self.spill.append(
-                [{"collection": collection, "filter": s, "update": u} for s, u in upserts]
+                [{"collection": collection, "filter": s, "update": u} for s, u in updates]
             )
             self.stats.inc_value("mongo/spilled", len(upserts))
             return
@@ -298,6 +307,16 @@ class MongoPipeline:
         self.stats.inc_value("mongo/replayed", len(records))
         logger.info("Replayed %d spilled upserts into MongoDB", len(records))
         return True
+
+
+def _fields(item: StoredItem) -> dict[str, Any]:
+    """The item's fields as a flat dict (items hold plain values; no deep copy needed)."""
+    return {name: getattr(item, name) for name in _field_names(type(item))}
+
+
+@cache
+def _field_names(item_class: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(item_class))
 
 
 def _only_duplicate_keys(exc: BulkWriteError) -> bool:

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from redis.cluster import ClusterPipeline
 
 from crawler.scheduling import lua
 
 if TYPE_CHECKING:
-    from redis import Redis
+    from redis.commands.core import Script
+
+    from crawler.connection import RedisClient
 
 # Queue score = priority part + sequence: higher Scrapy priority first, FIFO within one
 # priority. Priorities are clamped to +-PRIORITY_LIMIT so scores stay exact doubles.
@@ -122,7 +126,9 @@ class DupefilterConfig:
 class Frontier:
     """The Redis side of one spider's frontier, shared by every worker of the fleet."""
 
-    def __init__(self, server: Redis, keys: FrontierKeys, dupefilter: DupefilterConfig) -> None:
+    def __init__(
+        self, server: RedisClient, keys: FrontierKeys, dupefilter: DupefilterConfig
+    ) -> None:
         self.server = server
         self.keys = keys
         self.dupefilter = dupefilter
@@ -143,10 +149,11 @@ class Frontier:
         ]
         for pending in batch:
             args.extend(pending.script_args())
-        result = self._schedule(
-            keys=[keys.queue, keys.data, keys.prio, keys.seq, keys.delayed, keys.dupefilter],
-            args=args,
-            client=client,
+        result = _run(
+            self._schedule,
+            [keys.queue, keys.data, keys.prio, keys.seq, keys.delayed, keys.dupefilter],
+            args,
+            client,
         )
         return [int(flag) for flag in result] if client is None else []
 
@@ -173,10 +180,11 @@ class Frontier:
         args: list[Any] = [worker, time.time() + lease_seconds]
         for op in ops:
             args.extend(op)
-        result = self._settle(
-            keys=[keys.queue, keys.leases, keys.owner, keys.data, keys.prio, keys.dead],
-            args=args,
-            client=client,
+        result = _run(
+            self._settle,
+            [keys.queue, keys.leases, keys.owner, keys.data, keys.prio, keys.dead],
+            args,
+            client,
         )
         return int(result) if client is None else 0
 
@@ -236,6 +244,19 @@ class Frontier:
             self.server.lrem(self.keys.dead, -1, raw)
             moved += 1
         return moved
+
+
+def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
+    """Call ``script``, or queue it when ``client`` is a pipeline.
+
+    A cluster pipeline refuses EVALSHA (and SCRIPT LOAD), so there the script goes as EVAL: the
+    pipeline routes it by its keys' slot like any other command, and no node can answer
+    NOSCRIPT.
+    """
+    if isinstance(client, ClusterPipeline):
+        queue: Callable[..., Any] = client.execute_command
+        return queue("EVAL", script.script, len(keys), *keys, *args)
+    return script(keys=keys, args=args, client=client)
 
 
 def _text(value: bytes | str) -> str:

@@ -18,13 +18,19 @@ _DUPEFILTER = r"""
 local LN2SQ = math.log(2) * math.log(2)
 local MAX_BITS = 4294967295
 
+-- Shapes (bits, hashes, items) of filter j, computed once per script call from the capacity
+-- and error rate the filter chain was created with.
+local SHAPES = {}
 local function bloom_shape(meta, j)
-  local capacity = tonumber(redis.call('HGET', meta, 'capacity'))
-  local p = tonumber(redis.call('HGET', meta, 'error_rate')) / 2 * (0.5 ^ j)
-  local bits_per_item = -math.log(p) / LN2SQ
-  local items = math.min(capacity * (2 ^ j), math.floor(MAX_BITS / bits_per_item))
-  local k = math.ceil(-math.log(p) / math.log(2))
-  return math.ceil(items * bits_per_item), k, items
+  if SHAPES[j] == nil then
+    local created = redis.call('HMGET', meta, 'capacity', 'error_rate')
+    local capacity, p = tonumber(created[1]), tonumber(created[2]) / 2 * (0.5 ^ j)
+    local bits_per_item = -math.log(p) / LN2SQ
+    local items = math.min(capacity * (2 ^ j), math.floor(MAX_BITS / bits_per_item))
+    local k = math.ceil(-math.log(p) / math.log(2))
+    SHAPES[j] = {math.ceil(items * bits_per_item), k, items}
+  end
+  return SHAPES[j][1], SHAPES[j][2], SHAPES[j][3]
 end
 
 local function bloom_args(h1, h2, k, m, op)
@@ -57,7 +63,13 @@ local function bloom_seen_or_add(base, h1, h2, capacity, error_rate)
   end
   local last = filters - 1
   local m, k, items = bloom_shape(meta, last)
-  redis.call('BITFIELD', base .. ':' .. last, unpack(bloom_args(h1, h2, k, m, 'SET')))
+  local bitmap = base .. ':' .. last
+  if redis.call('STRLEN', bitmap) == 0 then
+    -- Allocate the whole bitmap with its first item: a string grown by setting ever higher
+    -- bits is over-allocated (up to twice its length) and keeps that memory.
+    redis.call('SETBIT', bitmap, string.format('%d', m - 1), 0)
+  end
+  redis.call('BITFIELD', bitmap, unpack(bloom_args(h1, h2, k, m, 'SET')))
   local count = redis.call('HINCRBY', meta, 'count:' .. last, 1)
   if count >= items then
     redis.call('HSET', meta, 'filters', filters + 1, 'count:' .. filters, 0)
@@ -160,7 +172,8 @@ return result
 # ARGV: worker, lease deadline (for renewals), then ops as triples (op, id, payload):
 #   a = ack (done), r = release (back to the queue), n = renew the lease,
 #   d = dead letter (payload: JSON object describing why, stored with the request).
-# An op applies only while ``worker`` still owns the lease. Returns the number applied.
+# An op applies only while ``worker`` still owns the lease. Returns the number of leases owned
+# (an unknown op changes nothing).
 SETTLE = r"""
 local worker, deadline = ARGV[1], ARGV[2]
 local applied = 0
@@ -177,7 +190,7 @@ for a = 3, #ARGV, 3 do
     elseif op == 'r' then
       forget(id)
       redis.call('ZADD', KEYS[1], redis.call('HGET', KEYS[5], id), id)
-    else
+    elseif op == 'a' or op == 'd' then
       if op == 'd' then
         local request = redis.call('HGET', KEYS[4], id) or 'null'
         redis.call('LPUSH', KEYS[6], '{"request":' .. request .. ',"failure":' .. payload .. '}')
@@ -194,7 +207,8 @@ return applied
 # KEYS: start list (``<spider>:start_urls``), its leases (``{<spider>:start_urls}:leases``)
 # ARGV: now, count, lease deadline, worker
 # Puts start entries whose lease expired back at the list's consuming end, then leases up to
-# ``count`` entries. A lease member is "<worker>\n<entry>". Returns the members.
+# ``count`` entries. A lease member is "<worker>:<time>:<n>\n<entry>", unique even for equal
+# entries. Returns the members.
 POP_START = r"""
 local now, count, deadline, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
@@ -206,8 +220,8 @@ if #expired > 0 then redis.call('ZREM', KEYS[2], unpack(expired)) end
 local entries = redis.call('RPOP', KEYS[1], count)
 local members = {}
 if entries then
-  for _, entry in ipairs(entries) do
-    local member = worker .. '\n' .. entry
+  for n, entry in ipairs(entries) do
+    local member = worker .. ':' .. now .. ':' .. n .. '\n' .. entry
     redis.call('ZADD', KEYS[2], deadline, member)
     members[#members + 1] = member
   end

@@ -29,10 +29,11 @@ from crawler.scheduling import serializer
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
 
 if TYPE_CHECKING:
-    from redis import Redis
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class FrontierScheduler(BaseScheduler):
     REDIS_START_URLS_KEY. Closing never clears the frontier (see ``scrapy frontier purge``).
     """
 
-    def __init__(self, crawler: Crawler, server: Redis, config: FrontierSettings) -> None:
+    def __init__(self, crawler: Crawler, server: RedisClient, config: FrontierSettings) -> None:
         self.crawler = crawler
         self.server = server
         self.config = config

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from redis import Redis
     from scrapy.settings import BaseSettings
 
+    from crawler.connection import RedisClient
 
-def spider_keys(server: Redis, settings: BaseSettings, spider: str) -> list[str]:
+
+def spider_keys(server: RedisClient, settings: BaseSettings, spider: str) -> list[str]:
     """Every existing key of the spider: ``{spider}:*``, its start list, the list's leases and
     the set-aside invalid entries."""
     names = {"name": spider}
@@ -20,7 +21,7 @@ def spider_keys(server: Redis, settings: BaseSettings, spider: str) -> list[str]
     return sorted(key for key in keys if server.exists(key))
 
 
-def purge_spider(server: Redis, settings: BaseSettings, spider: str) -> list[str]:
+def purge_spider(server: RedisClient, settings: BaseSettings, spider: str) -> list[str]:
     """Delete the spider's queue, leases, duplicate filter, dead letters, stats and start lists.
 
     Closing a spider never does this: a fleet shares these keys.

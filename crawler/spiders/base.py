@@ -22,9 +22,10 @@ from crawler.connection import redis_from_settings
 from crawler.scheduling.scheduler import START_META, FrontierScheduler
 
 if TYPE_CHECKING:
-    from redis import Redis
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class InvalidStartEntry(ValueError):
 class StartEntries:
     """The Redis lists a spider reads start entries from and sets bad ones aside in."""
 
-    def __init__(self, server: Redis, key: str, invalid_key: str, batch_size: int) -> None:
+    def __init__(self, server: RedisClient, key: str, invalid_key: str, batch_size: int) -> None:
         if batch_size < 1:
             raise NotConfigured(f"START_BATCH_SIZE must be at least 1, got {batch_size}")
         self.server = server

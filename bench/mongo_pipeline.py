@@ -1,0 +1,172 @@
+"""Items per second into MongoDB: the batched pipeline against its peers, side by side.
+
+Writes the same items, on the same server, three ways: one ``update_one`` upsert per item, a raw
+loop of ``bulk_write`` batches (the ceiling), and ``crawler.pipelines.MongoPipeline`` fed as
+Scrapy feeds it (many items in flight) while an event-loop watchdog records the longest stall.
+Uses MONGO_URI when set, else starts a private SecantusDB. Usage:
+    python bench/mongo_pipeline.py [--items 20000] [--per-item 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pymongo
+from pymongo import UpdateOne
+from scrapy.utils.test import get_crawler
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from crawler.items import VideoItem  # noqa: E402
+from crawler.pipelines import MongoPipeline  # noqa: E402
+from crawler.pipelines.mongo import MongoSettings  # noqa: E402
+from crawler.services import free_port, start_mongo  # noqa: E402
+
+BATCH = 500
+IN_FLIGHT = 1000  # items Scrapy keeps in the pipelines at once (responses x CONCURRENT_ITEMS)
+
+
+def video(n: int) -> VideoItem:
+    return VideoItem(
+        str(7_300_000_000 + n),
+        f"video {n} #fyp",
+        1_700_000_000 + n,
+        str(n % 997),
+        f"author{n % 997}",
+        n * 3,
+        n * 50,
+        n,
+        n % 40,
+        n % 17,
+        n % 12,
+    )
+
+
+def upsert(item: VideoItem) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same (filter, update) the pipeline writes for the item."""
+    now = datetime.now(UTC)
+    fields = {name: getattr(item, name) for name in item.__dataclass_fields__}
+    update = {"$set": {**fields, "last_seen": now}, "$setOnInsert": {"first_seen": now}}
+    return {"video_id": item.video_id}, update
+
+
+def per_item(collection: Any, items: list[VideoItem]) -> float:
+    started = time.perf_counter()
+    for item in items:
+        collection.update_one(*upsert(item), upsert=True)
+    return len(items) / (time.perf_counter() - started)
+
+
+def raw_bulk(collection: Any, items: list[VideoItem]) -> float:
+    started = time.perf_counter()
+    for first in range(0, len(items), BATCH):
+        batch = [UpdateOne(*upsert(item), upsert=True) for item in items[first : first + BATCH]]
+        collection.bulk_write(batch, ordered=False)
+    return len(items) / (time.perf_counter() - started)
+
+
+async def through_pipeline(uri: str, database: str, items: list[VideoItem]) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as spill:
+        config = MongoSettings(uri, database, 5000, BATCH, 1.0, 5000, 3, Path(spill))
+        pipeline = MongoPipeline(config, get_crawler().stats, "bench")
+        await pipeline.open_spider()
+        stall = asyncio.create_task(watch_stalls())
+        started = time.perf_counter()
+        await feed(pipeline, items)
+        await pipeline.close_spider()
+        rate = len(items) / (time.perf_counter() - started)
+        stall.cancel()
+        return rate, WORST_STALL[0]
+
+
+WORST_STALL = [0.0]
+
+
+async def feed(pipeline: MongoPipeline, items: list[VideoItem]) -> None:
+    """Keep IN_FLIGHT items in the pipeline, adding one as each finishes, as Scrapy does."""
+    queue = iter(items)
+
+    async def worker() -> None:
+        for item in queue:
+            await pipeline.process_item(item)
+
+    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+
+
+async def watch_stalls(tick: float = 0.005) -> None:
+    """Record the longest time the event loop was late to wake a 5 ms timer."""
+    while True:
+        before = time.perf_counter()
+        await asyncio.sleep(tick)
+        WORST_STALL[0] = max(WORST_STALL[0], time.perf_counter() - before - tick)
+
+
+def run(uri: str, items: int, per_item_items: int) -> None:
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(uri)
+    data = [video(n) for n in range(items)]
+    results = {}
+    for name in ("per_item", "raw_bulk", "pipeline"):
+        client.drop_database(f"bench_{name}")
+        collection = client[f"bench_{name}"]["videos"]
+        collection.create_index("video_id", unique=True)
+    results["per_item"] = per_item(client["bench_per_item"]["videos"], data[:per_item_items])
+    results["raw_bulk"] = raw_bulk(client["bench_raw_bulk"]["videos"], data)
+    results["pipeline"], stall = asyncio.run(through_pipeline(uri, "bench_pipeline", data))
+    stored = client["bench_pipeline"]["videos"].count_documents({})
+    for name in ("per_item", "raw_bulk", "pipeline"):
+        client.drop_database(f"bench_{name}")
+    client.close()
+    print(f"\n{items} items ({per_item_items} for per-item), batches of {BATCH}")
+    for name, label in (
+        ("per_item", "update_one per item"),
+        ("raw_bulk", "raw bulk_write loop"),
+        ("pipeline", "MongoPipeline"),
+    ):
+        print(f"  {label:<22} {results[name]:9.0f} items/s")
+    to_raw, to_item = (
+        results["pipeline"] / results["raw_bulk"],
+        results["pipeline"] / results["per_item"],
+    )
+    print(f"  pipeline / raw bulk_write: {to_raw:.2f}  (target >= 0.80: {verdict(to_raw >= 0.8)})")
+    print(
+        f"  pipeline / per-item:       {to_item:.2f}  (target >= 2.50: {verdict(to_item >= 2.5)})"
+    )
+    stall_ms = stall * 1000
+    ok = verdict(stall_ms <= 50)
+    print(f"  longest event-loop stall:  {stall_ms:.1f} ms  (target <= 50: {ok})")
+    print(f"  documents stored by the pipeline: {stored} of {items}")
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--per-item", type=int, default=3_000)
+    args = parser.parse_args()
+    if os.environ.get("MONGO_URI"):
+        run(os.environ["MONGO_URI"], args.items, args.per_item)
+        return 0
+    with tempfile.TemporaryDirectory() as data:
+        port = free_port()
+        server = start_mongo(port, Path(data))
+        try:
+            run(f"mongodb://127.0.0.1:{port}", args.items, args.per_item)
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
