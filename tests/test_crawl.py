@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 import redis
 
-from crawler.services import free_port
+from crawler.services import ServerProcess, free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox
 
@@ -201,3 +201,54 @@ def test_unreachable_redis_fails_with_a_clear_error(crawl: Crawl) -> None:
     assert result.returncode != 0
     assert "RedisUnavailable: Redis at redis://:***@127.0.0.1" in result.stderr
     assert "s3cret" not in result.stderr
+
+
+def test_failed_downloads_become_dead_letters_that_can_be_requeued(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    port = free_port()
+    dead_host = f"http://127.0.0.1:{port}"
+    result = crawl(
+        "profiles",
+        "-a",
+        "users=cook.anna,some.one",
+        settings={"PROFILES_BASE_URL": dead_host, "RETRY_TIMES": 1},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def frontier(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "scrapy", "frontier", "profiles", *args],
+            cwd=ROOT,
+            env=crawl.env(),
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    letters = json.loads(frontier("dead", "--json"))
+    assert sorted(letter["request"]["url"] for letter in letters) == [
+        f"{dead_host}/@cook.anna",
+        f"{dead_host}/@some.one",
+    ]
+    assert {letter["failure"]["reason"] for letter in letters} == {
+        "download_error:DownloadConnectionRefusedError"
+    }
+    assert all(letter["failure"]["attempts"] == 2 for letter in letters)
+    assert json.loads(frontier("status", "--json"))["dead"] == 2
+
+    assert "requeued 2" in frontier("requeue")
+    status = json.loads(frontier("status", "--json"))
+    assert (status["dead"], status["queue"]) == (0, 2)
+    revived = subprocess.Popen(
+        [sys.executable, "-m", "sandbox", "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    try:
+        assert revived.stdout is not None
+        assert b"listening" in revived.stdout.readline()
+        result = crawl("profiles")  # the host is back: the requeued requests now succeed
+    finally:
+        ServerProcess("sandbox", revived, port).stop()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert crawl.mongo.db.profiles.count_documents({}) == 2

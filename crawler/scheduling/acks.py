@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
@@ -65,6 +66,9 @@ class LeaseSpiderMiddleware:
             return
         if isinstance(exception, HttpError | IgnoreRequest):
             scheduler.finished(response.request)
+        elif isinstance(exception, RedisError):
+            # Redis was away while the callback handed work on: try the response again later.
+            scheduler.release(response.request)
         else:
             reason = f"spider_error:{type(exception).__name__}"
             scheduler.failed(response.request, reason, repr(exception))

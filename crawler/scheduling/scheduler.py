@@ -218,6 +218,13 @@ class FrontierScheduler(BaseScheduler):
         if self._held.pop(lease_id, None) is not None:
             self._ops.append(("a", lease_id, ""))
 
+    def release(self, request: Request) -> None:
+        """Hand the request back to the queue untouched, for any worker to try again."""
+        lease_id = _lease_id(request)
+        if self._held.pop(lease_id, None) is not None:
+            self._ops.append(("r", lease_id, ""))
+            self._count("frontier/released")
+
     def failed(self, request: Request, reason: str, error: str) -> None:
         """Give the request up: it goes to the dead-letter list with the reason."""
         lease_id = _lease_id(request)
