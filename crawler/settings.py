@@ -7,6 +7,7 @@ below (``REDIS_URL``, ``REDIS_CLUSTER``, ``MONGO_URI``, ``MONGO_DATABASE``) < sp
 
 from __future__ import annotations
 
+import math
 import os
 
 BOT_NAME = "crawler"
@@ -33,20 +34,52 @@ USER_AGENT = (
     "Chrome/131.0.0.0 Safari/537.36"
 )
 
-# BIND_ADDRESSES (list of str, default []): local source addresses requests are sent from,
-# assigned round-robin per request by crawler.middlewares.BindAddressMiddleware. Empty keeps the
-# operating system's choice. A comma-separated string is accepted (``-s BIND_ADDRESSES=a,b``).
-BIND_ADDRESSES: list[str] = []
-
+# --- Bans, retries and politeness (crawler.middlewares) ------------------------------------------
 DOWNLOADER_MIDDLEWARES = {
     # Outermost: sees what every other middleware gave up on, for the dead-letter list.
     "crawler.scheduling.acks.LeaseDownloaderMiddleware": 1,
-    "crawler.middlewares.BindAddressMiddleware": 560,
+    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+    "crawler.middlewares.BackoffRetryMiddleware": 550,
+    # After the redirect middleware on the way in, so it sees a 302 to a captcha page as such.
+    "crawler.middlewares.BanMiddleware": 650,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
     "crawler.scheduling.acks.LeaseSpiderMiddleware": 1,
 }
+# RETRY_TIMES (int, default 3), RETRY_HTTP_CODES, RETRY_EXCEPTIONS: Scrapy's settings, used by
+# crawler.middlewares.BackoffRetryMiddleware. 429 is not here: it is a ban (see below).
+RETRY_TIMES = 3
+RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408]
+# RETRY_BACKOFF_BASE (float, default e): retry n waits BASE**n seconds (2.7 s, 7.4 s, 20 s, ...)
+# in the frontier's delayed set; RETRY_BACKOFF_MAX (float, default 600) caps it;
+# RETRY_BACKOFF_JITTER (float, default 0.2) spreads it by +-20%. Retry-After wins when present.
+RETRY_BACKOFF_BASE = math.e
+RETRY_BACKOFF_MAX = 600.0
+RETRY_BACKOFF_JITTER = 0.2
+# BAN_POLICY (str, default "pause"): what a ban does. "pause": the domain cools down for the
+# whole fleet; "rotate": only the banned identity (bind address or proxy) cools down on that
+# domain and requests move to the next identity; "stop": the worker also stops, exiting with
+# status 3 so a fleet manager can replace its IP.
+BAN_POLICY = "pause"
+# BAN_COOLDOWN (float seconds, default 1800): how long a ban pauses (Retry-After wins).
+BAN_COOLDOWN = 1800.0
+# BAN_MAX_TIMES (int, default 5): bans of one request before it is dead-lettered; 0 = no limit.
+BAN_MAX_TIMES = 5
+# POLITENESS_RATE (float, default 0.5): requests per second per domain per identity, shared by
+# the whole fleet through Redis (a token bucket); 0 turns the limit off. After a ban the rate
+# halves (down to 5%) and recovers linearly over POLITENESS_RECOVERY seconds (default 600).
+# POLITENESS_BURST (float, default 5): requests that may go at once after a quiet spell.
+# POLITENESS_DOMAIN_RATES (dict, default {}): per-domain rates, e.g. {"www.tiktok.com": 0.2}.
+POLITENESS_RATE = 0.5
+POLITENESS_BURST = 5.0
+POLITENESS_RECOVERY = 600.0
+POLITENESS_DOMAIN_RATES: dict[str, float] = {}
+# BIND_ADDRESSES (list of str, default []) and PROXY_POOL (list of proxy URLs, default []): the
+# identities requests are sent as, round-robin, skipping those cooling down after a ban. A
+# comma-separated string is accepted (``-s BIND_ADDRESSES=127.0.0.2,127.0.0.3``).
+BIND_ADDRESSES: list[str] = []
+PROXY_POOL: list[str] = []
 
 # --- Redis: scheduling and start entries (scrapy-redis) ----------------------------------------
 # REDIS_URL (str): the shared Redis every worker of the fleet uses. Env REDIS_URL overrides it.
@@ -104,11 +137,6 @@ EXTENSIONS = {
 # STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash that each worker adds its numeric
 # stats to when it closes, so `redis-cli hgetall '{explore}:stats'` shows the fleet's totals.
 STATS_REDIS_KEY = "{%(spider)s}:stats"
-
-# BLOCK_RETRY_TIMES (int, default 3): times a response that is a block rather than data (a
-# captcha page, an empty body, a feed error saying the client is not allowed) is fetched again
-# before it is given up; counted under blocked/<reason> and blocked/gave_up.
-BLOCK_RETRY_TIMES = 3
 
 # --- MongoDB storage ----------------------------------------------------------------------------
 # MONGO_URI (str): MongoDB connection string. Env MONGO_URI overrides it.

@@ -64,11 +64,13 @@ class Crawl:
     root: Path = ROOT
 
     def command(self, spider: str, *args: str, settings: dict[str, Any] | None = None) -> list[str]:
-        """``scrapy crawl`` aimed at the sandbox, closing once the fleet is idle for 1 s."""
+        """``scrapy crawl`` aimed at the sandbox, closing once the fleet is idle for 1 s, with
+        no rate limit (tests of politeness set one)."""
         merged = {
             "EXPLORE_BASE_URL": self.sandbox_url,
             "PROFILES_BASE_URL": self.sandbox_url,
             "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+            "POLITENESS_RATE": 0,
             **(settings or {}),
         }
         command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]

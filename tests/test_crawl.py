@@ -135,37 +135,6 @@ def test_closing_worker_keeps_the_shared_queue(
         assert not redis_client.exists(key), key
 
 
-def test_blocked_profile_pages_are_retried_not_stored(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
-) -> None:
-    sandbox.admin(
-        "config",
-        {
-            "rate_limit": {
-                "enabled": True,
-                "max_requests": 3,
-                "window_seconds": 60,
-                "ban_seconds": 60,
-                "ban_mode": "json_error",
-            }
-        },
-    )
-    users = sorted(DATASET.popular_authors(categories=[1]))[:6]
-    result = crawl(
-        "profiles",
-        "-a",
-        "users=" + ",".join(users),
-        settings={"BLOCK_RETRY_TIMES": 2, "CONCURRENT_REQUESTS": 1},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    stored = list(crawl.mongo.db.profiles.find({}, {"_id": 0, "unique_id": 1, "status": 1}))
-    assert len(stored) == 3
-    assert {doc["status"] for doc in stored} <= {"ok", "private", "banned"}
-    stats = _stats(redis_client, "profiles")
-    assert int(stats["blocked/captcha"]) == 9
-    assert int(stats["blocked/max_reached"]) == 3
-
-
 def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redis) -> None:
     result = crawl("profiles", "-a", "users=no.such.user,@garden_325_neon,thechef319")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -177,7 +146,7 @@ def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redi
     }
     stats = _stats(redis_client, "profiles")
     assert stats["profiles/status/not_found"] == "1"
-    assert "blocked/count" not in stats
+    assert "ban/count" not in stats
 
 
 def test_unreachable_mongodb_fails_at_start_with_masked_uri(crawl: Crawl) -> None:

@@ -26,7 +26,7 @@ from crawler.extractors.explore import (
 from crawler.handoff import Handoff
 from crawler.items import VideoItem
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
-from crawler.spiders.blocked import body_text, retry_blocked
+from crawler.spiders.responses import BlockedPage, body_text
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -56,7 +56,7 @@ class ExploreSpider(RedisFedSpider):
 
     Settings: EXPLORE_BASE_URL, EXPLORE_PAGE_SIZE, EXPLORE_MAX_PAGES,
     EXPLORE_POPULAR_MIN_LIKES, EXPLORE_POPULAR_MIN_FOLLOWERS, EXPLORE_HANDOFF_SPIDER,
-    EXPLORE_HANDED_KEY, BLOCK_RETRY_TIMES (crawler/settings.py).
+    EXPLORE_HANDED_KEY (crawler/settings.py). Bans are caught by ``ban_rule``.
     """
 
     name = "explore"
@@ -138,14 +138,23 @@ class ExploreSpider(RedisFedSpider):
 
     # --- responses -------------------------------------------------------------------------
 
+    def ban_rule(self, response: Response) -> str | None:
+        """The ban middleware's check for this target: a feed answer must be JSON data."""
+        try:
+            parse_feed(body_text(response))
+        except FeedBlocked as exc:
+            return f"feed_{exc.reason}"
+        except FeedError:
+            return None
+        return None
+
     def parse_feed(
         self, response: Response, category: int | None, page: int, max_pages: int
     ) -> Iterator[Any]:
         try:
             feed = parse_feed(body_text(response))
         except FeedBlocked as exc:
-            yield from retry_blocked(self, response, exc.reason)
-            return
+            raise BlockedPage(f"feed_{exc.reason}") from exc
         except FeedError as exc:
             self.count(f"explore/feed_error/{exc.status_code}")
             self.logger.error("Feed error on %s: %s", response.url, exc)

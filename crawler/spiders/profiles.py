@@ -20,7 +20,7 @@ from crawler.config import validate_base_url
 from crawler.extractors.profiles import parse_profile_page, profile_fields
 from crawler.items import ProfileItem
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
-from crawler.spiders.blocked import body_text, retry_blocked
+from crawler.spiders.responses import BlockedPage, body_text
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -34,7 +34,7 @@ _JSON_KEYS = {"unique_id", "url"}
 class ProfilesSpider(RedisFedSpider):
     """Crawl profile pages into ``profiles``.
 
-    Settings: PROFILES_BASE_URL, BLOCK_RETRY_TIMES (crawler/settings.py).
+    Settings: PROFILES_BASE_URL (crawler/settings.py). Bans are caught by ``ban_rule``.
     """
 
     name = "profiles"
@@ -80,11 +80,16 @@ class ProfilesSpider(RedisFedSpider):
     def _profile_request(self, url: str, unique_id: str) -> Request:
         return Request(url, callback=self.parse_profile, cb_kwargs={"unique_id": unique_id})
 
+    def ban_rule(self, response: Response) -> str | None:
+        """The ban middleware's check for this target: a captcha, a challenge or a page
+        without its data script is a ban, whatever its status code."""
+        page = parse_profile_page(body_text(response))
+        return f"profile_{page.status}" if page.is_block else None
+
     def parse_profile(self, response: Response, unique_id: str) -> Iterator[Any]:
         page = parse_profile_page(body_text(response), unique_id)
         if page.is_block:
-            yield from retry_blocked(self, response, page.status)
-            return
+            raise BlockedPage(f"profile_{page.status}")
         self.count(f"profiles/status/{page.status}")
         yield ProfileItem(**profile_fields(page, unique_id))
 

@@ -1,0 +1,1 @@
+"""Ban detection and fleet-wide politeness: rules (pure), identities, shared Redis state."""

@@ -1,0 +1,165 @@
+"""Politeness shared by a fleet through Redis: per-domain rates, ban cool-downs, identities.
+
+* Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``; an
+  identity is a bind address or proxy. After a ban its rate is halved (down to a floor) and
+  recovers linearly, so a fleet backs off together and creeps back.
+* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time; every
+  worker reads it at most every ``refresh`` seconds, so one ban pauses the whole fleet.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from crawler.connection import RedisClient
+
+# KEYS: bucket. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery (factor/s),
+# floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds, factor}.
+TOKEN_BUCKET = r"""
+local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
+local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
+local recovery, floor, penalize = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'factor')
+local ts = tonumber(state[2]) or now
+local factor = math.min(1, (tonumber(state[3]) or 1) + math.max(0, now - ts) * recovery)
+if penalize then factor = math.max(floor, factor / 2) end
+local current = rate * factor
+local tokens = math.min(burst, (tonumber(state[1]) or burst) + math.max(0, now - ts) * current)
+local granted, wait = 0, 0
+if tokens >= 1 then
+  granted = math.min(want, math.floor(tokens))
+  tokens = tokens - granted
+else
+  wait = (1 - tokens) / current
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts',
+           string.format('%.6f', now), 'factor', string.format('%.6f', factor))
+redis.call('EXPIRE', KEYS[1], 86400)
+return {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
+"""
+
+# KEYS: bans hash. ARGV: field, until. Keeps the later end time.
+EXTEND_BAN = r"""
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class RatePolicy:
+    """Requests per second per (domain, identity); 0 means unlimited."""
+
+    rate: float
+    burst: float
+    per_domain: dict[str, float] = field(default_factory=dict)
+    recovery_seconds: float = 600.0  # from the floor back to the full rate
+    floor: float = 0.05
+
+    def rate_for(self, domain: str) -> float:
+        return self.per_domain.get(domain, self.rate)
+
+
+class FleetPoliteness:
+    """The Redis side of politeness for one spider, with a short-lived local view of bans."""
+
+    def __init__(
+        self, server: RedisClient, spider: str, policy: RatePolicy, refresh: float = 2.0
+    ) -> None:
+        self.server = server
+        self.spider = spider
+        self.policy = policy
+        self.refresh = refresh
+        self._bucket = server.register_script(TOKEN_BUCKET)
+        self._extend = server.register_script(EXTEND_BAN)
+        self._bans: dict[str, float] = {}
+        self._bans_read = 0.0
+        self._tokens: dict[str, int] = {}
+
+    @property
+    def bans_key(self) -> str:
+        return "{" + self.spider + "}:bans"
+
+    def _bucket_key(self, domain: str, identity: str) -> str:
+        return "{" + self.spider + "}:rate:" + domain + "|" + identity
+
+    # --- cool-downs ---------------------------------------------------------------------------
+
+    def cooling_until(self, domain: str, identity: str | None = None) -> float:
+        """End of the cool-down of the domain (or of the identity on it); 0 when none."""
+        self._refresh_bans()
+        field_name = domain if identity is None else f"{domain}|{identity}"
+        until = self._bans.get(field_name, 0.0)
+        return until if until > time.time() else 0.0
+
+    def ban(self, domain: str, identity: str | None, seconds: float) -> float:
+        """Start (or extend) a cool-down for every worker; returns its end time."""
+        field_name = domain if identity is None else f"{domain}|{identity}"
+        until = time.time() + seconds
+        self._extend(keys=[self.bans_key], args=[field_name, until])
+        self._bans[field_name] = max(until, self._bans.get(field_name, 0.0))
+        return until
+
+    def _refresh_bans(self) -> None:
+        now = time.monotonic()
+        if now - self._bans_read < self.refresh:
+            return
+        self._bans_read = now
+        raw = self.server.hgetall(self.bans_key)
+        wall = time.time()
+        self._bans = {}
+        for name, value in raw.items():
+            until = float(value)
+            key = name.decode() if isinstance(name, bytes) else str(name)
+            if until > wall:
+                self._bans[key] = until
+
+    # --- rate ---------------------------------------------------------------------------------
+
+    def acquire(self, domain: str, identity: str) -> float:
+        """0 when a request may go now, else the seconds to wait for the next token."""
+        rate = self.policy.rate_for(domain)
+        if rate <= 0:
+            return 0.0
+        key = self._bucket_key(domain, identity)
+        if self._tokens.get(key, 0) > 0:
+            self._tokens[key] -= 1
+            return 0.0
+        granted, wait, _ = self._take(key, rate, penalize=False)
+        if granted:
+            self._tokens[key] = granted - 1
+            return 0.0
+        return wait
+
+    def penalize(self, domain: str, identity: str) -> float:
+        """Halve the rate of (domain, identity) after a ban; returns the new rate factor."""
+        rate = self.policy.rate_for(domain)
+        if rate <= 0:
+            return 1.0
+        key = self._bucket_key(domain, identity)
+        self._tokens.pop(key, None)
+        return self._take(key, rate, penalize=True, want=0)[2]
+
+    def _take(
+        self, key: str, rate: float, penalize: bool, want: int | None = None
+    ) -> tuple[int, float, float]:
+        # Take up to half a second's worth of tokens at once: one round trip serves several
+        # requests at higher rates, and never more than the bucket allows.
+        wanted = max(1, int(rate / 2)) if want is None else want
+        policy = self.policy
+        granted, wait, factor = self._bucket(
+            keys=[key],
+            args=[
+                time.time(),
+                rate,
+                max(1.0, policy.burst),
+                wanted,
+                (1 - policy.floor) / policy.recovery_seconds,
+                policy.floor,
+                int(penalize),
+            ],
+        )
+        return int(granted), float(wait), float(factor)

@@ -1,0 +1,183 @@
+"""Classify a response before the spider sees it: a ban, worth retrying, or fine.
+
+Pure functions on status, headers, URL and body (TARGETS.md §4): no I/O, no crawler. The rules
+look for what protection systems actually send, never for words a real page may contain: a
+profile whose bio says "captcha" is data, a 403 with ``Server: AkamaiGHost`` is a ban.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+BAN = "ban"
+RETRY = "retry"
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``kind`` is "ban", "retry" or "ok"; ``rule`` names the rule that decided."""
+
+    kind: str
+    rule: str = ""
+
+    @property
+    def is_ban(self) -> bool:
+        return self.kind == BAN
+
+
+FINE = Verdict(OK)
+
+
+@dataclass(frozen=True)
+class Page:
+    """What the rules look at: a plain view of a response."""
+
+    status: int
+    url: str
+    headers: Mapping[str, str]  # lower-case names, decoded values (joined with ", ")
+    body: bytes
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name.lower(), "")
+
+    @property
+    def text(self) -> str:
+        return self.body[:200_000].decode("utf-8", "replace")
+
+
+Rule = Callable[[Page], Verdict | None]
+
+# Paths and hosts of captcha, login and "sorry" pages that bans redirect to.
+CHALLENGE_LOCATION = re.compile(
+    r"(/sorry/|captcha|/challenge|/verify|/login|/signin|/sec/a\b|sec\.douban\.com"
+    r"|/cdn-cgi/challenge-platform/|/distil_r_captcha|/blocked)",
+    re.IGNORECASE,
+)
+JS_REDIRECT = re.compile(
+    r"(window\.)?location(\.href)?\s*=|location\.(replace|assign)\s*\(", re.IGNORECASE
+)
+SCRIPT = re.compile(r"<script\b[^>]*>(.*?)</script\s*>", re.IGNORECASE | re.DOTALL)
+TAG = re.compile(r"<[^>]+>")
+# Feed and API status codes meaning "this client is not allowed" (TARGETS.md §1, §2).
+JSON_BAN_CODES = frozenset({8, 10000, 10113, 10114})
+
+
+def akamai(page: Page) -> Verdict | None:
+    if page.status == 403 and (
+        "akamaighost" in page.header("server").lower()
+        or ("Access Denied" in page.text and "Reference #" in page.text)
+    ):
+        return Verdict(BAN, "akamai")
+    return None
+
+
+def datadome(page: Page) -> Verdict | None:
+    marked = (
+        "datadome=" in page.header("set-cookie").lower()
+        or page.header("x-datadome")
+        or "captcha-delivery.com" in page.text
+    )
+    if page.status in (403, 429) and marked:
+        return Verdict(BAN, "datadome")
+    return None
+
+
+def cloudflare(page: Page) -> Verdict | None:
+    challenged = (
+        page.header("cf-mitigated").lower() == "challenge"
+        or "/cdn-cgi/challenge-platform/" in page.text
+        or "<title>Just a moment...</title>" in page.text
+    )
+    if page.status in (403, 429, 503) and challenged:
+        return Verdict(BAN, "cloudflare")
+    return None
+
+
+def too_many_requests(page: Page) -> Verdict | None:
+    return Verdict(BAN, "http_429") if page.status == 429 else None
+
+
+def forbidden(page: Page) -> Verdict | None:
+    return Verdict(BAN, "http_403") if page.status == 403 else None
+
+
+def challenge_redirect(page: Page) -> Verdict | None:
+    """A redirect to a captcha/login/sorry page, or having landed on one."""
+    if 300 <= page.status < 400 and CHALLENGE_LOCATION.search(page.header("location")):
+        return Verdict(BAN, "challenge_redirect")
+    if CHALLENGE_LOCATION.search(urlsplit(page.url).path) and page.status in (200, 403, 429):
+        return Verdict(BAN, "challenge_page")
+    return None
+
+
+def empty_body(page: Page) -> Verdict | None:
+    if page.status == 200 and not page.body.strip():
+        return Verdict(BAN, "empty_body")
+    return None
+
+
+def javascript_redirect(page: Page) -> Verdict | None:
+    """A 200 whose whole content is a script sending the browser elsewhere."""
+    if page.status != 200 or len(page.body) > 4096:
+        return None
+    text = page.text
+    scripts = " ".join(SCRIPT.findall(text))
+    visible = TAG.sub(" ", SCRIPT.sub(" ", text)).strip()
+    if JS_REDIRECT.search(scripts) and len(visible) < 80:
+        return Verdict(BAN, "js_redirect")
+    return None
+
+
+def json_error(page: Page) -> Verdict | None:
+    """A JSON body whose status code says the client is not allowed."""
+    if page.status != 200 or not page.body.lstrip().startswith(b"{"):
+        return None
+    try:
+        data = json.loads(page.body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    codes = {data.get("statusCode"), data.get("status_code")}
+    if any(_as_int(code) in JSON_BAN_CODES for code in codes):
+        return Verdict(BAN, "json_error")
+    return None
+
+
+def server_error(page: Page) -> Verdict | None:
+    return Verdict(RETRY, f"http_{page.status}") if page.status >= 500 else None
+
+
+# In order: the first rule that decides wins.
+DEFAULT_RULES: tuple[Rule, ...] = (
+    akamai,
+    datadome,
+    cloudflare,
+    too_many_requests,
+    forbidden,
+    challenge_redirect,
+    empty_body,
+    javascript_redirect,
+    json_error,
+    server_error,
+)
+
+
+def classify(page: Page, rules: Iterable[Rule] = DEFAULT_RULES) -> Verdict:
+    for rule in rules:
+        verdict = rule(page)
+        if verdict is not None:
+            return verdict
+    return FINE
+
+
+def _as_int(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[call-overload, no-any-return]
+    except (TypeError, ValueError):
+        return None
