@@ -41,13 +41,16 @@ SEED_ENTRIES = [
 ]
 # A little weather: 3% of sandbox responses are 503s, which the crawl retries.
 SANDBOX_CONFIG = {"faults": {"error_rate": 0.03, "seed": 3}}
+# The demo sends from eight loopback addresses: eight identities, each within the default
+# politeness rate, as a fleet spread over several IPs would.
+BIND_ADDRESSES = [f"127.0.0.{n}" for n in range(2, 10)]
 SUMMARY_STATS = (
     "downloader/request_count",
     "downloader/response_count",
     "downloader/response_status_count/200",
     "downloader/response_status_count/503",
     "retry/count",
-    "blocked/count",
+    "ban/count",
     "item_scraped_count",
     "start/entries",
     "explore/authors_handed",
@@ -124,7 +127,7 @@ def run_spider(name: str, sandbox_url: str, log_dir: Path) -> None:
         "-s",
         "MAX_IDLE_TIME_BEFORE_CLOSE=1",
         "-s",
-        "RETRY_TIMES=5",
+        f"BIND_ADDRESSES={','.join(BIND_ADDRESSES)}",
     ]
     say(f"scrapy crawl {name}  (log: {log_path})")
     started = time.monotonic()
@@ -156,7 +159,7 @@ def summarize(settings: Settings) -> None:
             _text(key): _text(value)
             for key, value in server.hgetall("{" + spider + "}:stats").items()
         }
-        shown = ", ".join(f"{key}={stats[key]}" for key in SUMMARY_STATS if key in stats)
+        shown = ", ".join(f"{key}={stats.get(key, 0)}" for key in SUMMARY_STATS)
         print(f"  {spider} stats: {shown}")
     invalid = settings.get("START_INVALID_KEY") % {"name": "explore"}
     print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any, cast
 
 import pytest
@@ -85,3 +86,109 @@ def test_every_ban_mode_ends_with_every_profile_stored(
     assert int(stats["ban/count"]) >= 1
     _assert_cooldowns_respected(sandbox, concurrency=2)
     assert redis_client.llen("{profiles}:dead") == 0
+
+
+def test_stop_policy_exits_with_status_3_and_keeps_the_work(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    _ban_sandbox(sandbox, "403")
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    result = crawl("profiles", settings={"BAN_POLICY": "stop", "CONCURRENT_REQUESTS": 1})
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "stopping this worker" in result.stderr
+    stored = crawl.mongo.db.profiles.count_documents({})
+    queued = redis_client.zcard("{profiles}:queue") + redis_client.zcard("{profiles}:delayed")
+    left = redis_client.llen("profiles:start_urls")
+    assert stored < len(USERS)
+    assert stored + queued + left >= len(USERS), "work was lost when the worker stopped"
+    assert redis_client.zcard("{profiles}:leases") == 0
+
+
+def test_rotate_policy_cools_down_only_the_banned_address(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    _ban_sandbox(sandbox, "429")
+    sandbox.admin("config", {"rate_limit": {"max_requests": 5}})
+    addresses = [f"127.0.0.{n}" for n in range(2, 5)]
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    result = crawl(
+        "profiles",
+        settings={
+            "BAN_POLICY": "rotate",
+            "BIND_ADDRESSES": ",".join(addresses),
+            "BAN_COOLDOWN": BAN_SECONDS + 1,
+            "CONCURRENT_REQUESTS": 1,
+            "BAN_MAX_TIMES": 0,
+        },
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()} == set(USERS)
+    served = sandbox.admin("stats")
+    assert set(served["by_client"]) == set(addresses)
+    cooled = {
+        key.decode() for key in cast(dict[bytes, bytes], redis_client.hgetall("{profiles}:bans"))
+    }
+    assert cooled, "no address was cooled down"
+    assert all("|bind:127.0.0." in key for key in cooled), cooled  # never the whole domain
+    _assert_cooldowns_respected(sandbox, concurrency=1)
+
+
+def test_transient_errors_slow_answers_and_dropped_connections(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    sandbox.admin(
+        "config",
+        {
+            "faults": {
+                "error_rate": 0.15,
+                "drop_rate": 0.1,
+                "slow_rate": 0.1,
+                "slow_seconds": 1.5,
+                "seed": 5,
+            }
+        },
+    )
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    result = crawl(
+        "profiles",
+        settings={
+            "RETRY_BACKOFF_BASE": 1.5,
+            "RETRY_TIMES": 6,
+            "DOWNLOAD_TIMEOUT": 5,
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()} == set(USERS)
+    stats = _stats(redis_client, "profiles")
+    assert int(stats["retry/count"]) >= 3
+    faults = sandbox.admin("stats")["faults"]
+    assert faults["error"] >= 1
+    assert faults["drop"] >= 1
+
+
+def test_two_workers_share_one_rate(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    rate = 4.0
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    settings = {"POLITENESS_RATE": rate, "POLITENESS_BURST": 1}
+    workers = [
+        subprocess.Popen(
+            crawl.command("profiles", settings=settings),
+            cwd=crawl.root,
+            env=crawl.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        assert worker.wait(120) == 0
+    assert {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()} == set(USERS)
+    times = sorted(
+        entry["t"] for entry in sandbox.admin("stats")["requests"] if entry["path"].startswith("/@")
+    )
+    # Any two seconds of the crawl hold at most 2 * rate requests (+ the burst), across both.
+    worst = max(sum(1 for t in times if start <= t < start + 2.0) for start in times)
+    assert worst <= 2 * rate + 2, worst
