@@ -52,16 +52,24 @@ class Page:
 
 Rule = Callable[[Page], Verdict | None]
 
-# Paths and hosts of captcha, login and "sorry" pages that bans redirect to.
-CHALLENGE_LOCATION = re.compile(
-    r"(/sorry/|captcha|/challenge|/verify|/login|/signin|/sec/a\b|sec\.douban\.com"
-    r"|/cdn-cgi/challenge-platform/|/distil_r_captcha|/blocked)",
+# Hosts and paths of the captcha, login and "sorry" pages that bans send clients to. Only the
+# host and the path are looked at, as whole path segments: a query or a user name ("/@captcha.fan",
+# "?q=login") may hold any word.
+CHALLENGE_HOSTS = frozenset({"sec.douban.com"})
+CHALLENGE_PATH = re.compile(
+    r"/(sorry|captcha|challenge|verify|login|signin|blocked|distil_r_captcha)(?=[/.]|$)"
+    r"|^/sec/a/?$|^/cdn-cgi/challenge-platform/",
     re.IGNORECASE,
 )
+# Cloudflare's challenge page loads its script from the challenge platform; normal pages of
+# sites with bot detection load ``/cdn-cgi/challenge-platform/scripts/jsd/...`` too.
+CLOUDFLARE_CHALLENGE_SCRIPT = re.compile(r"/cdn-cgi/challenge-platform/(?!(h/\w+/)?scripts/)")
 JS_REDIRECT = re.compile(
-    r"(window\.)?location(\.href)?\s*=|location\.(replace|assign)\s*\(", re.IGNORECASE
+    r"\blocation(\.href)?\s*=(?!=)|\blocation\.(replace|assign)\s*\(", re.IGNORECASE
 )
-SCRIPT = re.compile(r"<script\b[^>]*>(.*?)</script\s*>", re.IGNORECASE | re.DOTALL)
+SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script\s*>", re.IGNORECASE | re.DOTALL)
+# Scripts that hold data, not code (a profile's JSON may quote any text).
+DATA_SCRIPT = re.compile(r"""\btype\s*=\s*["']?application/(ld\+)?json""", re.IGNORECASE)
 TAG = re.compile(r"<[^>]+>")
 # Feed and API status codes meaning "this client is not allowed" (TARGETS.md §1, §2).
 JSON_BAN_CODES = frozenset({8, 10000, 10113, 10114})
@@ -90,7 +98,7 @@ def datadome(page: Page) -> Verdict | None:
 def cloudflare(page: Page) -> Verdict | None:
     challenged = (
         page.header("cf-mitigated").lower() == "challenge"
-        or "/cdn-cgi/challenge-platform/" in page.text
+        or CLOUDFLARE_CHALLENGE_SCRIPT.search(page.text)
         or "<title>Just a moment...</title>" in page.text
     )
     if page.status in (403, 429, 503) and challenged:
@@ -108,9 +116,10 @@ def forbidden(page: Page) -> Verdict | None:
 
 def challenge_redirect(page: Page) -> Verdict | None:
     """A redirect to a captcha/login/sorry page, or having landed on one."""
-    if 300 <= page.status < 400 and CHALLENGE_LOCATION.search(page.header("location")):
+    location = page.header("location")
+    if 300 <= page.status < 400 and location and _challenge_url(location):
         return Verdict(BAN, "challenge_redirect")
-    if CHALLENGE_LOCATION.search(urlsplit(page.url).path) and page.status in (200, 403, 429):
+    if page.status in (200, 403, 429) and _challenge_url(page.url):
         return Verdict(BAN, "challenge_page")
     return None
 
@@ -126,7 +135,9 @@ def javascript_redirect(page: Page) -> Verdict | None:
     if page.status != 200 or len(page.body) > 4096:
         return None
     text = page.text
-    scripts = " ".join(SCRIPT.findall(text))
+    scripts = " ".join(
+        code for attrs, code in SCRIPT.findall(text) if not DATA_SCRIPT.search(attrs)
+    )
     visible = TAG.sub(" ", SCRIPT.sub(" ", text)).strip()
     if JS_REDIRECT.search(scripts) and len(visible) < 80:
         return Verdict(BAN, "js_redirect")
@@ -174,6 +185,11 @@ def classify(page: Page, rules: Iterable[Rule] = DEFAULT_RULES) -> Verdict:
         if verdict is not None:
             return verdict
     return FINE
+
+
+def _challenge_url(url: str) -> bool:
+    parts = urlsplit(url.strip())
+    return parts.hostname in CHALLENGE_HOSTS or bool(CHALLENGE_PATH.search(parts.path))
 
 
 def _as_int(value: object) -> int | None:

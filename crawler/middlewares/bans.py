@@ -131,7 +131,8 @@ class BanMiddleware:
 
     def _classify(self, response: Response) -> Verdict:
         verdict = classify(_page(response), DEFAULT_RULES)
-        if verdict.is_ban or verdict.kind == "retry":
+        if verdict.is_ban or response.status != 200:
+            # A spider's rule judges pages; redirects, 404s and 5xx are the generic rules' job.
             return verdict
         spider_rule = getattr(self.crawler.spider, "ban_rule", None)
         rule = spider_rule(response) if spider_rule is not None else None
@@ -196,7 +197,7 @@ def retry_after(response: Response) -> float:
     if not value:
         return 0.0
     text = value.decode("latin-1").strip()
-    if text.isdigit():
+    if text.isdecimal() and text.isascii():
         return float(text)
     try:
         return max(0.0, parsedate_to_datetime(text).timestamp() - time.time())

@@ -70,7 +70,11 @@ class BackoffRetryMiddleware:
         if server_asked > 0:
             return server_asked
         spread = 1 + random.uniform(-self.jitter, self.jitter)
-        return min(self.maximum, self.base**attempt) * spread
+        try:
+            wait = min(self.maximum, self.base**attempt)
+        except OverflowError:
+            wait = self.maximum
+        return min(self.maximum, wait * spread)
 
     def _retry(self, request: Request, reason: str, server_asked: float) -> Request | None:
         assert self.crawler.spider is not None
@@ -85,6 +89,14 @@ class BackoffRetryMiddleware:
         return retry
 
     def _dead(self, request: Request, reason: str, error: str) -> None:
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        scheduler = _scheduler(self.crawler)
         if isinstance(scheduler, FrontierScheduler):
             scheduler.failed(request, reason, error)
+
+
+def _scheduler(crawler: Crawler) -> object:
+    """The crawl's scheduler, or None before the crawl has an engine."""
+    try:
+        return crawler.engine.scheduler
+    except (AttributeError, RuntimeError):  # engine still None, or (Scrapy >= 2.19) not set yet
+        return None

@@ -1,0 +1,735 @@
+"""Ban rules on real Scrapy responses, through the path BanMiddleware takes (TARGETS.md §4).
+
+Every way the real targets ban must be caught under the right rule name, and pages that only
+look like bans (a bio that says "captcha", a plain redirect, a 404, a 503 without a challenge,
+JSON saying "user not found") must not be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+from scrapy import Request, Spider
+from scrapy.http import Headers, HtmlResponse, Response, TextResponse
+from scrapy.responsetypes import responsetypes
+from scrapy.utils.test import get_crawler
+
+from crawler import settings as project_settings
+from crawler.bans.rules import classify
+from crawler.middlewares.bans import BanMiddleware, _page
+from crawler.spiders.explore import ExploreSpider
+from crawler.spiders.profiles import ProfilesSpider
+from sandbox import markup
+from sandbox.bans import BanResponder, ChallengePages
+
+PROFILE = "https://www.tiktok.com/@some.user"
+FEED = "https://www.tiktok.com/api/explore/item_list/?aid=1988&count=16&cursor=0&categoryType=2"
+MAPS = "https://www.google.com/maps/search/shop+near+00501?hl=en"
+DOUBAN = "https://movie.douban.com/subject/1292052/"
+SORRY = "https://www.google.com/sorry/index?continue=https://www.google.com/maps/search/shop&q=EgQ"
+SEC_DOUBAN = "https://sec.douban.com/a?c=4d1f0e&r=https%3A%2F%2Fmovie.douban.com%2Fsubject%2F1%2F"
+JSON = "application/json; charset=utf-8"
+
+HeaderMap = dict[str, str | list[str]]
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+def response(
+    status: int,
+    body: str | bytes = b"",
+    url: str = PROFILE,
+    headers: HeaderMap | None = None,
+    cls: type[Response] = HtmlResponse,
+) -> Response:
+    data = body.encode() if isinstance(body, str) else body
+    return cls(url, status=status, headers=headers, body=data, request=Request(url))
+
+
+def redirect(status: int, location: str, url: str = PROFILE) -> Response:
+    return response(status, url=url, headers={"Location": location}, cls=Response)
+
+
+def feed_json(data: object, status: int = 200) -> Response:
+    body = json.dumps(data)
+    return response(status, body, FEED, {"Content-Type": JSON}, TextResponse)
+
+
+def _user(signature: str, unique_id: str = "some.user") -> dict[str, Any]:
+    return {
+        "id": "6811111111111111111",
+        "uniqueId": unique_id,
+        "nickname": "Some User",
+        "signature": signature,
+        "verified": False,
+        "secUid": "MS4wLjABAAAA" + "q" * 52,
+        "privateAccount": False,
+        "region": "US",
+        "avatarLarger": "https://p16-sign-va.tiktokcdn.com/avatar.jpeg",
+        "createTime": 1590000000,
+    }
+
+
+STATS = {
+    "followerCount": 15200,
+    "followingCount": 310,
+    "heart": 480000,
+    "heartCount": 480000,
+    "videoCount": 212,
+    "diggCount": 9100,
+    "friendCount": 40,
+}
+
+
+def _videos(unique_id: str, count: int) -> str:
+    return "".join(
+        f'<div data-e2e="user-post-item"><a href="/@{unique_id}/video/73000000000000{n:05d}">'
+        f'<img alt="video {n} by {unique_id}" src="/cover/{n}.jpeg"><strong>{n * 917}</strong>'
+        "</a></div>"
+        for n in range(count)
+    )
+
+
+def profile_page(signature: str, layout: str = "universal", unique_id: str = "some.user") -> str:
+    """A profile page with content around it, as a browser gets it."""
+    user = _user(signature, unique_id)
+    if layout == "universal":
+        detail = {"statusCode": 0, "statusMsg": "", "userInfo": {"user": user, "stats": STATS}}
+        script = markup.universal_data_script(detail)
+    else:
+        state = {
+            "UserModule": {"users": {unique_id: user}, "stats": {unique_id: STATS}},
+            "UserPage": {"uniqueId": unique_id},
+        }
+        script = markup.data_script(markup.SIGI_STATE_ID, state)
+    body = (
+        f'<div data-e2e="user-page"><h1 data-e2e="user-title">{unique_id}</h1>'
+        f'<h2 data-e2e="user-bio">{html.escape(signature)}</h2>'
+        f'<div data-e2e="user-post-item-list">{_videos(unique_id, 30)}</div></div>'
+    )
+    return markup.page(f"Some User (@{unique_id}) | TikTok", body=body, scripts=script)
+
+
+def compact_profile_page(signature: str, status: int = 0) -> str:
+    """A profile page whose content is all in its data script (the client renders the rest)."""
+    info = {"user": _user(signature), "stats": STATS} if status == 0 else {}
+    detail = {"statusCode": status, "statusMsg": "", "userInfo": info}
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<title>@some.user | TikTok</title></head><body><div id="app"></div>'
+        f"{markup.universal_data_script(detail)}"
+        '<script src="/static/js/webapp-desktop.js" defer></script></body></html>'
+    )
+
+
+def captcha_page(code: int = 10000, verify_markup: bool = True) -> str:
+    body = (
+        '<div id="tiktok-verify-page" class="captcha-verify-container">'
+        '<p>Verify to continue:</p><div class="captcha_verify_img--wrapper"></div></div>'
+        if verify_markup
+        else ""
+    )
+    detail = {"statusCode": code, "statusMsg": "verify", "userInfo": {}}
+    scripts = markup.universal_data_script(detail)
+    return markup.page("Security Check | TikTok", body=body, scripts=scripts)
+
+
+def _feed_item(n: int, desc: str) -> dict[str, Any]:
+    return {
+        "id": f"730000000000000{n:04d}",
+        "desc": desc,
+        "createTime": 1700000000 + n,
+        "author": {"id": str(n), "uniqueId": f"author.{n}", "nickname": "A", "secUid": "MS4w"},
+        "authorStats": {"followerCount": 12, "heartCount": 40, "videoCount": 3},
+        "stats": {"diggCount": 5, "playCount": 90, "shareCount": 1, "commentCount": 2},
+    }
+
+
+CONTENT_FEED = {
+    "statusCode": 0,
+    "status_code": 0,
+    "status_msg": "",
+    "cursor": "16",
+    "hasMore": True,
+    "itemList": [
+        _feed_item(1, "how I beat every captcha #tech"),
+        _feed_item(2, "verify your account? it's a scam, login only on the app"),
+        _feed_item(3, "Access Denied: my landlord's new door lock"),
+    ],
+}
+
+AKAMAI_BODY = (
+    "<HTML><HEAD>\n<TITLE>Access Denied</TITLE>\n</HEAD><BODY>\n<H1>Access Denied</H1>\n \n"
+    'You don\'t have permission to access "http&#58;&#47;&#47;www&#46;tiktok&#46;com&#47;" '
+    "on this server.<P>\nReference #18.2c3f1002.1718000000.1a2b3c4d\n</BODY>\n</HTML>\n"
+)
+DATADOME_BODY = (
+    '<html><head><title>tiktok.com</title></head><body style="margin:0">'
+    "<script data-cfasync=\"false\">var dd={'rt':'c','cid':'AHrlqAAAAAMA','hsh':'2211F5',"
+    "'t':'fe','s':43337,'host':'geo.captcha-delivery.com'}</script>"
+    '<script data-cfasync="false" src="https://ct.captcha-delivery.com/c.js"></script>'
+    "</body></html>"
+)
+DATADOME_COOKIE = "datadome=4bZ~k0_zRe0Fz; Max-Age=31536000; Domain=.tiktok.com; Path=/"
+CLOUDFLARE_SCRIPT = (
+    "<script>(function(){window._cf_chl_opt={cRay:'8a1b2c3d4e5f6a7b',cType:'managed'};"
+    "var a=document.createElement('script');"
+    "a.src='/cdn-cgi/challenge-platform/h/b/orchestrate/chl_page/v1?ray=8a1b2c3d4e5f6a7b';"
+    "document.getElementsByTagName('head')[0].appendChild(a);}());</script>"
+)
+# What Cloudflare's bot detection adds to ordinary pages of the sites it protects.
+CLOUDFLARE_DETECTION_SCRIPT = (
+    "<script>(function(){var d=document.createElement('script');"
+    "d.src='/cdn-cgi/challenge-platform/scripts/jsd/main.js';"
+    "document.getElementsByTagName('head')[0].appendChild(d);})();</script>"
+)
+DOUBAN_JS_REDIRECT = (
+    '<script>var d=[navigator.platform,navigator.userAgent,navigator.vendor].join("|");'
+    f'window.location.href="{SEC_DOUBAN}";</script>'
+)
+ARTICLE = "".join(
+    f"<p>Paragraph {n}: the shop opens at nine, the bakery next door at seven.</p>"
+    for n in range(80)
+)
+ANALYTICS = (
+    "<script>(function(){if(!window.location.hash){window.location.hash='#top';}"
+    "window.dataLayer=window.dataLayer||[];dataLayer.push({event:'pageview'});})();</script>"
+)
+
+
+# --- the project's rules, as BanMiddleware runs them ------------------------------------------
+
+
+def _json_error_cases() -> list[Any]:
+    return [
+        pytest.param(
+            feed_json({key: value, "status_msg": "", "itemList": []}),
+            "json_error",
+            id=f"{key}={value!r}",
+        )
+        for code in (8, 10000, 10113, 10114)
+        for key in ("statusCode", "status_code")
+        for value in (code, str(code))
+    ]
+
+
+BANS = [
+    pytest.param(
+        response(403, AKAMAI_BODY, headers={"Server": "AkamaiGHost", "Mime-Version": "1.0"}),
+        "akamai",
+        id="akamai",
+    ),
+    pytest.param(response(403, AKAMAI_BODY), "akamai", id="akamai-body-only"),
+    pytest.param(
+        response(403, "<html>Forbidden</html>", headers={"Server": "AkamaiGHost"}),
+        "akamai",
+        id="akamai-server-only",
+    ),
+    pytest.param(
+        response(403, DATADOME_BODY, headers={"Set-Cookie": [DATADOME_COOKIE, "lang=en"]}),
+        "datadome",
+        id="datadome-cookie",
+    ),
+    pytest.param(
+        response(403, "<html></html>", headers={"X-DataDome": "protected"}),
+        "datadome",
+        id="datadome-header",
+    ),
+    pytest.param(response(403, DATADOME_BODY), "datadome", id="datadome-captcha-delivery"),
+    pytest.param(
+        response(429, DATADOME_BODY, headers={"X-DataDome": "protected", "Retry-After": "60"}),
+        "datadome",
+        id="datadome-429",
+    ),
+    pytest.param(
+        response(503, "<html><head><title>Just a moment...</title></head><body></body></html>"),
+        "cloudflare",
+        id="cloudflare-just-a-moment",
+    ),
+    pytest.param(
+        response(
+            503, "<html></html>", headers={"cf-mitigated": "challenge", "Server": "cloudflare"}
+        ),
+        "cloudflare",
+        id="cloudflare-cf-mitigated",
+    ),
+    pytest.param(
+        response(503, f"<html><body>{CLOUDFLARE_SCRIPT}</body></html>"),
+        "cloudflare",
+        id="cloudflare-challenge-platform",
+    ),
+    pytest.param(
+        response(403, "<html></html>", headers={"cf-mitigated": "Challenge"}),
+        "cloudflare",
+        id="cloudflare-403",
+    ),
+    pytest.param(
+        response(429, "<h1>429 Too Many Requests</h1>", headers={"Retry-After": "120"}),
+        "http_429",
+        id="429-retry-after",
+    ),
+    pytest.param(response(429, b"", cls=Response), "http_429", id="429"),
+    pytest.param(response(403, "<html><body>Forbidden</body></html>"), "http_403", id="403"),
+    pytest.param(redirect(302, SORRY, MAPS), "challenge_redirect", id="302-google-sorry"),
+    pytest.param(
+        redirect(307, "/sorry/index?continue=https://www.google.com/maps&q=EgQ", MAPS),
+        "challenge_redirect",
+        id="307-relative-sorry",
+    ),
+    pytest.param(redirect(302, SEC_DOUBAN, DOUBAN), "challenge_redirect", id="302-douban-sec"),
+    pytest.param(redirect(301, SEC_DOUBAN, DOUBAN), "challenge_redirect", id="301-douban-sec"),
+    pytest.param(
+        redirect(302, "https://www.tiktok.com/login?redirect_url=https%3A%2F%2Fwww.tiktok.com%2F"),
+        "challenge_redirect",
+        id="302-tiktok-login",
+    ),
+    pytest.param(
+        redirect(302, "https://accounts.douban.com/passport/login?redirect=https%3A%2F%2F", DOUBAN),
+        "challenge_redirect",
+        id="302-douban-login",
+    ),
+    pytest.param(
+        redirect(307, "https://geo.captcha-delivery.com/captcha/?initialCid=AHrlqAAAAAMA"),
+        "challenge_redirect",
+        id="307-captcha",
+    ),
+    pytest.param(
+        response(200, "<html><form id='captcha-form'></form></html>", SORRY),
+        "challenge_page",
+        id="200-on-google-sorry",
+    ),
+    pytest.param(
+        response(200, "<html><div id='tcaptcha'></div></html>", SEC_DOUBAN),
+        "challenge_page",
+        id="200-on-douban-sec",
+    ),
+    pytest.param(response(200, DOUBAN_JS_REDIRECT, DOUBAN), "js_redirect", id="js-href-douban"),
+    pytest.param(
+        response(
+            200, f'<html><head><script>location.replace("{SEC_DOUBAN}")</script></head></html>'
+        ),
+        "js_redirect",
+        id="js-location-replace",
+    ),
+    pytest.param(
+        response(200, f"<script>\n  window.location = '{SEC_DOUBAN}';\n</script><p>Loading</p>"),
+        "js_redirect",
+        id="js-location-assign",
+    ),
+    pytest.param(response(200, b""), "empty_body", id="empty-html"),
+    pytest.param(response(200, b"", cls=Response), "empty_body", id="empty-untyped"),
+    pytest.param(response(200, b" \r\n\t \n"), "empty_body", id="whitespace-html"),
+    pytest.param(
+        response(200, b"", FEED, {"Content-Type": JSON}, TextResponse),
+        "empty_body",
+        id="empty-json",
+    ),
+    pytest.param(
+        response(200, b"\n  \n", FEED, {"Content-Type": JSON}, TextResponse),
+        "empty_body",
+        id="whitespace-json",
+    ),
+    *_json_error_cases(),
+]
+
+NOT_BANS = [
+    *(
+        pytest.param(response(200, profile_page(bio, layout)), "ok", "", id=f"{layout}-bio-{bio}")
+        for layout in ("universal", "sigi")
+        for bio in (
+            "solving captcha for fun",
+            "Access Denied (Reference #1) is my band",
+            "Just a moment...",
+            '<script>window.location.href="https://linktr.ee/some.user";</script>',
+        )
+    ),
+    pytest.param(
+        response(200, compact_profile_page('window.location.href="https://linktr.ee/x"')),
+        "ok",
+        "",
+        id="compact-profile-bio-location-href",
+    ),
+    pytest.param(
+        response(200, compact_profile_page("location.replace(my heart)")),
+        "ok",
+        "",
+        id="compact-profile-bio-location-replace",
+    ),
+    pytest.param(
+        response(
+            200,
+            profile_page("I solve captchas", unique_id="captcha.login"),
+            "https://www.tiktok.com/@captcha.login",
+        ),
+        "ok",
+        "",
+        id="user-named-captcha-login",
+    ),
+    pytest.param(feed_json(CONTENT_FEED), "ok", "", id="feed-mentions-captcha-verify"),
+    pytest.param(
+        feed_json({"statusCode": 10202, "statusMsg": "user does not exist", "userInfo": {}}),
+        "ok",
+        "",
+        id="json-10202-user-not-found",
+    ),
+    pytest.param(
+        feed_json({"statusCode": "0", "status_code": 0, "itemList": []}), "ok", "", id="json-0"
+    ),
+    pytest.param(
+        redirect(301, "https://www.tiktok.com/@some.user?lang=en"), "ok", "", id="301-lang"
+    ),
+    pytest.param(redirect(302, "/@some.user?lang=en"), "ok", "", id="302-relative-lang"),
+    pytest.param(
+        redirect(301, PROFILE, "http://www.tiktok.com/@some.user"), "ok", "", id="301-http-https"
+    ),
+    pytest.param(
+        redirect(302, "https://www.tiktok.com/@captcha.fan"), "ok", "", id="302-to-user-captcha"
+    ),
+    pytest.param(
+        redirect(
+            301,
+            "https://www.tiktok.com/search?q=captcha+login+verify&next=/sorry/",
+            "http://www.tiktok.com/search?q=captcha+login+verify&next=/sorry/",
+        ),
+        "ok",
+        "",
+        id="301-query-with-challenge-words",
+    ),
+    pytest.param(
+        redirect(302, "https://www.tiktok.com/tag/verifyme"), "ok", "", id="302-tag-verifyme"
+    ),
+    pytest.param(
+        response(404, "<html><body><h1>Couldn't find this account</h1></body></html>"),
+        "ok",
+        "",
+        id="404",
+    ),
+    pytest.param(
+        response(404, b"", "https://www.tiktok.com/login/old", cls=Response),
+        "ok",
+        "",
+        id="404-on-login-path",
+    ),
+    pytest.param(response(500, "<h1>Internal Server Error</h1>"), "retry", "http_500", id="500"),
+    pytest.param(
+        response(502, "<html><body>Bad Gateway</body></html>", headers={"Server": "nginx"}),
+        "retry",
+        "http_502",
+        id="502",
+    ),
+    pytest.param(response(503, b"", cls=Response), "retry", "http_503", id="503-empty"),
+    pytest.param(
+        response(
+            503,
+            f"<html><body><h1>Down for maintenance</h1>{CLOUDFLARE_DETECTION_SCRIPT}</body></html>",
+            headers={"Server": "cloudflare", "CF-RAY": "8a1b2c3d4e5f6a7b-AMS"},
+        ),
+        "retry",
+        "http_503",
+        id="503-behind-cloudflare-bot-detection",
+    ),
+    pytest.param(
+        response(200, f"<html><head>{ANALYTICS}</head><body>{ARTICLE}</body></html>"),
+        "ok",
+        "",
+        id="big-page-location-hash",
+    ),
+    pytest.param(
+        response(200, f"<html><head>{ANALYTICS}</head><body><p>Opening hours</p></body></html>"),
+        "ok",
+        "",
+        id="small-page-location-hash",
+    ),
+    pytest.param(
+        response(
+            200,
+            "<html><script>var geolocation=navigator.geolocation;"
+            "if(window.location.href=='about:blank'){dataLayer.push(1)}</script>"
+            "<p>Opening hours</p></html>",
+        ),
+        "ok",
+        "",
+        id="small-page-reads-location",
+    ),
+    pytest.param(
+        response(
+            200,
+            f"<html><head><title>Shop</title>{CLOUDFLARE_DETECTION_SCRIPT}</head>"
+            "<body><p>Opening hours</p></body></html>",
+        ),
+        "ok",
+        "",
+        id="200-with-cloudflare-bot-detection",
+    ),
+]
+
+
+@pytest.mark.parametrize(("page", "rule"), BANS)
+def test_bans_are_caught_by_the_right_rule(page: Response, rule: str) -> None:
+    verdict = classify(_page(page))
+    assert (verdict.kind, verdict.rule) == ("ban", rule)
+
+
+@pytest.mark.parametrize(("page", "kind", "rule"), NOT_BANS)
+def test_lookalikes_are_not_bans(page: Response, kind: str, rule: str) -> None:
+    verdict = classify(_page(page))
+    assert (verdict.kind, verdict.rule) == (kind, rule)
+
+
+# --- the spiders' own rules, with the project's rules before them -------------------------
+
+
+def _settings() -> dict[str, Any]:
+    defaults = {
+        name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()
+    }
+    base = {
+        "EXPLORE_BASE_URL": "https://www.tiktok.com",
+        "PROFILES_BASE_URL": "https://www.tiktok.com",
+    }
+    return {**defaults, **base}
+
+
+def _middleware(spidercls: type[Spider]) -> BanMiddleware:
+    crawler = get_crawler(spidercls, settings_dict=_settings())
+    crawler.spider = crawler._create_spider()
+    return BanMiddleware.from_crawler(crawler)
+
+
+@pytest.fixture(scope="module")
+def middlewares() -> dict[str, BanMiddleware]:
+    return {cls.name: _middleware(cls) for cls in (ProfilesSpider, ExploreSpider)}
+
+
+@pytest.fixture(scope="module")
+def verdict(middlewares: dict[str, BanMiddleware]) -> Callable[[str, Response], tuple[str, str]]:
+    def check(spider: str, page: Response) -> tuple[str, str]:
+        found = middlewares[spider]._classify(page)
+        return found.kind, found.rule
+
+    return check
+
+
+SPIDER_CASES = [
+    pytest.param("profiles", response(200, captcha_page()), "ban", "profile_captcha", id="captcha"),
+    pytest.param(
+        "profiles",
+        response(200, captcha_page(verify_markup=False)),
+        "ban",
+        "profile_captcha",
+        id="universal-data-10000",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, markup.page("TikTok", body='<div id="tiktok-verify-page"></div>')),
+        "ban",
+        "profile_captcha",
+        id="verify-page-without-data",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, captcha_page(10113, verify_markup=False)),
+        "ban",
+        "profile_challenge",
+        id="universal-data-10113",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, captcha_page(10114, verify_markup=False)),
+        "ban",
+        "profile_challenge",
+        id="universal-data-10114",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, markup.page("TikTok - Make Your Day", body=_videos("some.user", 30))),
+        "ban",
+        "profile_blocked",
+        id="no-data-script",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, profile_page("captcha? Access Denied. Just a moment...")),
+        "ok",
+        "",
+        id="profile-universal",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, profile_page("verify me", layout="sigi")),
+        "ok",
+        "",
+        id="profile-sigi",
+    ),
+    *(
+        pytest.param(
+            "profiles", response(200, compact_profile_page("", code)), "ok", "", id=f"status-{code}"
+        )
+        for code in (10202, 10221, 10222)
+    ),
+    pytest.param(
+        "profiles",
+        response(200, compact_profile_page('window.location.href="https://linktr.ee/x"')),
+        "ok",
+        "",
+        id="compact-profile",
+    ),
+    pytest.param("profiles", response(503, b"", cls=Response), "retry", "http_503", id="503"),
+    pytest.param(
+        "explore",
+        response(200, "<html><body>Please wait</body></html>", FEED),
+        "ban",
+        "feed_not_json",
+        id="feed-html",
+    ),
+    pytest.param(
+        "explore",
+        response(200, "[]", FEED, {"Content-Type": JSON}, TextResponse),
+        "ban",
+        "feed_not_json",
+        id="feed-json-list",
+    ),
+    pytest.param(
+        "explore",
+        feed_json({"statusCode": 10201, "status_msg": "Please verify you are human"}),
+        "ban",
+        "feed_captcha",
+        id="feed-verify-message",
+    ),
+    pytest.param("explore", response(200, b"", FEED), "ban", "empty_body", id="feed-empty"),
+    pytest.param("explore", feed_json(CONTENT_FEED), "ok", "", id="feed-content"),
+    pytest.param(
+        "explore",
+        feed_json({"statusCode": 10201, "status_msg": "category not available"}),
+        "ok",
+        "",
+        id="feed-error-not-ban",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spider", "page", "kind", "rule"), SPIDER_CASES)
+def test_spider_rules(
+    verdict: Callable[[str, Response], tuple[str, str]],
+    spider: str,
+    page: Response,
+    kind: str,
+    rule: str,
+) -> None:
+    assert verdict(spider, page) == (kind, rule)
+
+
+@pytest.mark.parametrize(
+    ("page", "rule"),
+    [
+        pytest.param(response(200, b"", FEED), "feed_empty_body", id="empty"),
+        pytest.param(response(200, b"  \n", FEED), "feed_empty_body", id="whitespace"),
+        pytest.param(response(200, b"", FEED, cls=Response), "feed_empty_body", id="untyped"),
+        pytest.param(response(200, "<html>Loading</html>", FEED), "feed_not_json", id="html"),
+        pytest.param(response(200, '"blocked"', FEED), "feed_not_json", id="json-string"),
+        pytest.param(feed_json({"statusCode": 8, "status_msg": ""}), "feed_login_required", id="8"),
+        pytest.param(
+            feed_json({"status_code": "10000", "status_msg": "verify"}), "feed_captcha", id="10000"
+        ),
+    ],
+)
+def test_explore_ban_rule(middlewares: dict[str, BanMiddleware], page: Response, rule: str) -> None:
+    spider = middlewares["explore"].crawler.spider
+    assert isinstance(spider, ExploreSpider)
+    assert spider.ban_rule(page) == rule
+
+
+@pytest.mark.parametrize(
+    ("spider", "page"),
+    [
+        pytest.param("profiles", redirect(301, f"{PROFILE}?lang=en"), id="profiles-301-lang"),
+        pytest.param(
+            "profiles",
+            redirect(301, PROFILE, "http://www.tiktok.com/@some.user"),
+            id="profiles-301-https",
+        ),
+        pytest.param("explore", redirect(302, f"{FEED}&region=US", FEED), id="explore-302"),
+    ],
+)
+def test_plain_redirects_pass_the_spider_rules(
+    verdict: Callable[[str, Response], tuple[str, str]], spider: str, page: Response
+) -> None:
+    assert verdict(spider, page) == ("ok", "")
+
+
+# --- what the sandbox sends for each ban mode --------------------------------------------------
+
+
+def _from_sandbox(answer: web.StreamResponse, url: str) -> Response:
+    """A Scrapy response built from a sandbox answer, of the class the downloader would pick."""
+    assert isinstance(answer, web.Response)
+    headers = Headers()
+    for name, value in answer.headers.items():
+        headers.appendlist(name, value)
+    for morsel in answer.cookies.values():
+        headers.appendlist("Set-Cookie", morsel.OutputString())
+    body = answer.body if isinstance(answer.body, bytes) else b""
+    cls = responsetypes.from_args(headers=headers, url=url, body=body)
+    return cls(url, status=answer.status, headers=headers, body=body, request=Request(url))
+
+
+def _sandbox_answer(mode: str, path: str) -> Response:
+    request = make_mocked_request("GET", path, headers={"Host": "www.tiktok.com"})
+    answer = BanResponder(seed=7).respond(request, mode, remaining=42.5)
+    return _from_sandbox(answer, f"https://www.tiktok.com{path}")
+
+
+SANDBOX_RULES = {
+    "403": "akamai",
+    "datadome": "datadome",
+    "cloudflare": "cloudflare",
+    "captcha_redirect": "challenge_redirect",
+    "js_redirect": "js_redirect",
+    "429": "http_429",
+    "empty": "empty_body",
+}
+
+
+@pytest.mark.parametrize(
+    ("mode", "rule"),
+    [*SANDBOX_RULES.items(), ("json_error", "profile_captcha"), ("no_data", "profile_blocked")],
+)
+def test_sandbox_profile_bans(
+    verdict: Callable[[str, Response], tuple[str, str]], mode: str, rule: str
+) -> None:
+    assert verdict("profiles", _sandbox_answer(mode, "/@some.user")) == ("ban", rule)
+
+
+@pytest.mark.parametrize(
+    ("mode", "rule"),
+    [*SANDBOX_RULES.items(), ("json_error", "json_error"), ("no_data", "json_error")],
+)
+def test_sandbox_feed_bans(
+    verdict: Callable[[str, Response], tuple[str, str]], mode: str, rule: str
+) -> None:
+    path = FEED.removeprefix("https://www.tiktok.com")
+    assert verdict("explore", _sandbox_answer(mode, path)) == ("ban", rule)
+
+
+@pytest.mark.parametrize(
+    ("path", "handler", "status", "rule"),
+    [
+        ("/sorry/index?continue=https://www.tiktok.com/@x&q=EgQ", "sorry", 429, "http_429"),
+        ("/sec/a?c=4d1f0e&r=https://www.tiktok.com/@x", "douban_verify", 200, "challenge_page"),
+    ],
+)
+def test_sandbox_challenge_pages(path: str, handler: str, status: int, rule: str) -> None:
+    request = make_mocked_request("GET", path, headers={"Host": "www.tiktok.com"})
+    answer = asyncio.run(getattr(ChallengePages(), handler)(request))
+    page = _from_sandbox(answer, f"https://www.tiktok.com{path}")
+    assert page.status == status
+    verdict = classify(_page(page))
+    assert (verdict.kind, verdict.rule) == ("ban", rule)
