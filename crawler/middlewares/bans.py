@@ -30,7 +30,7 @@ from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.rules import DEFAULT_RULES, Page, Verdict, classify
 from crawler.config import setting_int
 from crawler.connection import redis_from_settings
-from crawler.scheduling.scheduler import DUE_META, FrontierScheduler
+from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -164,8 +164,8 @@ class BanMiddleware:
     def _again(self, request: Request, verdict: Verdict, due: float) -> Request:
         times = int(request.meta.get(BAN_TIMES_META, 0)) + 1
         if self.max_times and times > self.max_times:
-            scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-            if isinstance(scheduler, FrontierScheduler):
+            scheduler = frontier_scheduler(self.crawler)
+            if scheduler is not None:
                 scheduler.failed(request, f"banned:{verdict.rule}", f"banned {times - 1} times")
             raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
         meta = {k: v for k, v in request.meta.items() if k not in (IDENTITY_META, "bindaddress")}

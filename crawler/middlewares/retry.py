@@ -18,7 +18,7 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
 from crawler.middlewares.bans import retry_after
-from crawler.scheduling.scheduler import DUE_META, FrontierScheduler
+from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -89,14 +89,6 @@ class BackoffRetryMiddleware:
         return retry
 
     def _dead(self, request: Request, reason: str, error: str) -> None:
-        scheduler = _scheduler(self.crawler)
-        if isinstance(scheduler, FrontierScheduler):
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
             scheduler.failed(request, reason, error)
-
-
-def _scheduler(crawler: Crawler) -> object:
-    """The crawl's scheduler, or None before the crawl has an engine."""
-    try:
-        return crawler.engine.scheduler
-    except (AttributeError, RuntimeError):  # engine still None, or (Scrapy >= 2.19) not set yet
-        return None

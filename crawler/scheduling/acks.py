@@ -15,16 +15,11 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 
-from crawler.scheduling.scheduler import FrontierScheduler
+from crawler.scheduling.scheduler import frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-
-
-def _scheduler(crawler: Crawler) -> FrontierScheduler | None:
-    scheduler = crawler.engine.scheduler if crawler.engine is not None else None
-    return scheduler if isinstance(scheduler, FrontierScheduler) else None
 
 
 class LeaseSpiderMiddleware:
@@ -45,7 +40,7 @@ class LeaseSpiderMiddleware:
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        scheduler = _scheduler(self.crawler)
+        scheduler = frontier_scheduler(self.crawler)
         request = response.request
         if scheduler is None or request is None:
             async for output in result:
@@ -61,7 +56,7 @@ class LeaseSpiderMiddleware:
             scheduler.output_finished(request)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
-        scheduler = _scheduler(self.crawler)
+        scheduler = frontier_scheduler(self.crawler)
         if scheduler is None or response.request is None:
             return
         if isinstance(exception, HttpError | IgnoreRequest):
@@ -74,7 +69,7 @@ class LeaseSpiderMiddleware:
             scheduler.failed(response.request, reason, repr(exception))
 
     def item_left_pipelines(self, item: Any, response: Response | None = None) -> None:
-        scheduler = _scheduler(self.crawler)
+        scheduler = frontier_scheduler(self.crawler)
         if scheduler is not None and response is not None and response.request is not None:
             scheduler.item_finished(response.request)
 
@@ -94,7 +89,7 @@ class LeaseDownloaderMiddleware:
         return cls(crawler)
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        scheduler = _scheduler(self.crawler)
+        scheduler = frontier_scheduler(self.crawler)
         if scheduler is None:
             return
         if isinstance(exception, IgnoreRequest):

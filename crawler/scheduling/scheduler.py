@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
 from scrapy.core.scheduler import BaseScheduler
@@ -410,3 +410,16 @@ class FrontierScheduler(BaseScheduler):
 
 def _lease_id(request: Request) -> str:
     return str(request.meta.get(LEASE_META, ""))
+
+
+def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
+    """The crawl's scheduler if it is a FrontierScheduler, else None (also before the engine
+    exists). ``isinstance`` cannot tell: Scrapy's scheduler metaclass accepts any class that has
+    the scheduler methods."""
+    try:
+        scheduler = crawler.engine.scheduler if crawler.engine is not None else None
+    except RuntimeError:
+        return None
+    if FrontierScheduler in type(scheduler).__mro__:
+        return cast(FrontierScheduler, scheduler)
+    return None

@@ -19,7 +19,7 @@ from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider, NotConfigured
 
 from crawler.connection import redis_from_settings
-from crawler.scheduling.scheduler import START_META, FrontierScheduler
+from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -59,13 +59,13 @@ class StartEntries:
             batch_size=settings.getint("START_BATCH_SIZE"),
         )
 
-    def pop_batch(self, scheduler: object) -> list[tuple[bytes, bytes | None]]:
+    def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
         """Up to a batch of (entry, lease) in the order they were pushed with LPUSH.
 
         With the frontier scheduler each entry is leased, and comes back to the list if this
         worker dies before the entry's requests are in the frontier; otherwise it is popped.
         """
-        if isinstance(scheduler, FrontierScheduler):
+        if scheduler is not None:
             members = scheduler.lease_start_entries(self.batch_size)
             return [(member.split(b"\n", 1)[1], member) for member in members]
         entries: Any = self.server.rpop(self.key, self.batch_size)
@@ -151,14 +151,14 @@ class RedisFedSpider(Spider):
     def next_start_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, skipping invalid ones."""
         requests: list[Request] = []
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        scheduler = frontier_scheduler(self.crawler)
         while not requests:
             batch = self.start_entries.pop_batch(scheduler)
             if not batch:
                 break
             for raw, lease in batch:
                 made = self._requests_from_raw(raw)
-                if lease is not None and isinstance(scheduler, FrontierScheduler):
+                if lease is not None and scheduler is not None:
                     for request in made:
                         request.meta[START_META] = lease
                     scheduler.expect_start_requests(lease, len(made))
@@ -176,8 +176,8 @@ class RedisFedSpider(Spider):
 
     def fleet_idle(self) -> bool:
         """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-        if not isinstance(scheduler, FrontierScheduler) or scheduler.frontier is None:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None or scheduler.frontier is None:
             return True
         if not scheduler.flush():
             return False
