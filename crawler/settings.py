@@ -119,6 +119,9 @@ DUPEFILTER_CAPACITY = 1_000_000
 # DUPEFILTER_ERROR_RATE (float, default 1e-7): the Bloom filter's false-positive rate, the
 # chance that a new URL is taken for one already seen.
 DUPEFILTER_ERROR_RATE = 1e-7
+# DUPEFILTER_LOCAL_CACHE (int, default 100000): fingerprints a worker remembers having scheduled
+# itself; a repeat of one is dropped without a round trip to Redis. 0 turns the cache off.
+DUPEFILTER_LOCAL_CACHE = 100_000
 # REDIS_START_URLS_KEY (str): list users push start entries to, scrapy-redis convention.
 REDIS_START_URLS_KEY = "%(name)s:start_urls"
 # START_INVALID_KEY (str, default "%(name)s:start_urls:invalid"): list where malformed start
@@ -132,7 +135,7 @@ START_BATCH_SIZE = 16
 MAX_IDLE_TIME_BEFORE_CLOSE = 0
 
 EXTENSIONS = {
-    "crawler.extensions.RedisStatsPublisher": 500,
+    "crawler.extensions.FleetMonitor": 500,
 }
 # STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash that each worker adds its numeric
 # stats to when it closes, so `redis-cli hgetall '{explore}:stats'` shows the fleet's totals.
@@ -188,3 +191,28 @@ EXPLORE_HANDED_KEY = "{%(spider)s}:handed_authors"
 # --- Profiles (TikTok-style profile pages) -----------------------------------------------------
 # PROFILES_BASE_URL (str): scheme and host of profile pages (`<base>/@<uniqueId>`).
 PROFILES_BASE_URL = "https://www.tiktok.com"
+
+# --- Fleet observability (crawler.observability.FleetMonitor, `scrapy status`) -----------------
+# The extension is "crawler.extensions.FleetMonitor" in EXTENSIONS above. Each worker adds the
+# deltas of its numeric stats to STATS_REDIS_KEY, counts requests, pages and items per minute in
+# "<STATS_REDIS_KEY>:minute:<epoch minute>" (kept about an hour) and keeps a heartbeat
+# "{<spider>}:workers:<worker id>" that expires WORKER_HEARTBEAT_TTL seconds after it stops.
+# STATS_PUBLISH_INTERVAL (float seconds, default 5): how often a worker publishes its stats and
+# reads the frontier's sizes back (one Redis round trip); it also publishes when it closes.
+STATS_PUBLISH_INTERVAL = 5.0
+# WORKER_HEARTBEAT_TTL (int seconds, default 30): a worker's heartbeat (host, pid, start time,
+# pages and items per minute) is refreshed at least every third of this and expires this long
+# after the worker dies, which is when `scrapy status` stops listing it. A clean close removes
+# it at once.
+WORKER_HEARTBEAT_TTL = 30
+# PROGRESS_INTERVAL (float seconds, default 60): one INFO line this often with this worker's
+# and the fleet's pages and items per minute, the frontier's sizes and an ETA (queued + leased
+# + delayed requests at the fleet's pace); 0 turns it off.
+PROGRESS_INTERVAL = 60.0
+# METRICS_PORT (int, or a range "9410-9419", default 0 = off): serve Prometheus metrics at
+# http://<METRICS_HOST>:<port>/metrics; with a range, the first free port (several workers on
+# one machine). Names in crawler/observability/metrics.py. Env METRICS_PORT overrides it.
+METRICS_PORT = os.environ.get("METRICS_PORT", "0")
+# METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on; "127.0.0.1"
+# keeps it to the machine. Env METRICS_HOST overrides it.
+METRICS_HOST = os.environ.get("METRICS_HOST", "0.0.0.0")

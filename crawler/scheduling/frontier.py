@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.cluster import ClusterPipeline
-
 from crawler.scheduling import lua
 
 if TYPE_CHECKING:
@@ -249,14 +247,15 @@ class Frontier:
 def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
     """Call ``script``, or queue it when ``client`` is a pipeline.
 
-    A cluster pipeline refuses EVALSHA (and SCRIPT LOAD), so there the script goes as EVAL: the
-    pipeline routes it by its keys' slot like any other command, and no node can answer
-    NOSCRIPT.
+    In a pipeline the script goes as EVAL: Redis finds it in its script cache by digest, no
+    node can answer NOSCRIPT (after a restart), no SCRIPT EXISTS round trip precedes each
+    pipeline as redis-py does for registered scripts, and a cluster pipeline, which refuses
+    EVALSHA, routes it by its keys' slot like any other command.
     """
-    if isinstance(client, ClusterPipeline):
-        queue: Callable[..., Any] = client.execute_command
-        return queue("EVAL", script.script, len(keys), *keys, *args)
-    return script(keys=keys, args=args, client=client)
+    if client is None:
+        return script(keys=keys, args=args)
+    queue: Callable[..., Any] = client.execute_command
+    return queue("EVAL", script.script, len(keys), *keys, *args)
 
 
 def _text(value: bytes | str) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
+from scrapy import Request
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
@@ -29,7 +30,7 @@ from crawler.scheduling import serializer
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
@@ -62,6 +63,7 @@ class FrontierSettings:
     lease_seconds: int
     flush_interval: float
     dupefilter: DupefilterConfig
+    local_seen: int
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
@@ -78,6 +80,7 @@ class FrontierSettings:
             dupefilter=DupefilterConfig(
                 mode, setting_int(settings, "DUPEFILTER_CAPACITY", 1000), error_rate
             ),
+            local_seen=setting_int(settings, "DUPEFILTER_LOCAL_CACHE", 0),
         )
 
 
@@ -86,6 +89,7 @@ class FrontierScheduler(BaseScheduler):
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
     FRONTIER_FLUSH_INTERVAL, DUPEFILTER_MODE, DUPEFILTER_CAPACITY, DUPEFILTER_ERROR_RATE,
+    DUPEFILTER_LOCAL_CACHE,
     REDIS_START_URLS_KEY. Closing never clears the frontier (see ``scrapy frontier purge``).
     """
 
@@ -101,6 +105,7 @@ class FrontierScheduler(BaseScheduler):
         self._ops: list[tuple[str, str, str]] = []
         self._start_held: dict[bytes, int] = {}
         self._start_acks: list[bytes] = []
+        self._seen_here: set[bytes] = set()
         self._queue_size = 0
         self._next_pop = 0.0
         self._backoff = 0.0
@@ -167,15 +172,32 @@ class FrontierScheduler(BaseScheduler):
     def enqueue_request(self, request: Request) -> bool:
         lease_id = request.meta.pop(LEASE_META, None)
         start_member = request.meta.pop(START_META, None)
-        self._pushes.append(self._pending(request))
-        self._next_pop = 0.0  # the engine's next ask writes it and may get it straight back
+        assert self.crawler.request_fingerprinter is not None
+        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        scheduled = request.dont_filter or self._first_time_here(fingerprint)
+        if scheduled:
+            self._pushes.append(self._pending(request, fingerprint))
+            self._next_pop = 0.0  # the engine's next ask writes it and may get it straight back
+            self._count("scheduler/enqueued/redis")
         if lease_id is not None and self._replaces(lease_id):
             self._ops.append(("a", lease_id, ""))
         if start_member is not None:
             self._start_pushed(start_member)
-        self._count("scheduler/enqueued/redis")
         if len(self._pushes) >= self.config.batch_size:
             self.flush()
+        return scheduled
+
+    def _first_time_here(self, fingerprint: bytes) -> bool:
+        """False for a fingerprint this worker scheduled before: the fleet's filter has it, so
+        it is dropped here without serializing it or asking Redis."""
+        if not self.config.local_seen or self.config.dupefilter.mode == "none":
+            return True
+        if fingerprint in self._seen_here:
+            self._count("dupefilter/filtered")
+            return False
+        if len(self._seen_here) >= self.config.local_seen:
+            self._seen_here.clear()
+        self._seen_here.add(fingerprint)
         return True
 
     def next_request(self) -> Request | None:
@@ -331,11 +353,9 @@ class FrontierScheduler(BaseScheduler):
         self._held[lease_id] = Lease()
         return request
 
-    def _pending(self, request: Request) -> Pending:
-        assert self.crawler.request_fingerprinter is not None
-        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+    def _pending(self, request: Request, fingerprint: bytes) -> Pending:
         return Pending(
-            json=serializer.dumps(request.to_dict(spider=self.crawler.spider)),
+            json=serializer.dumps(_request_dict(request, self.crawler.spider)),
             fingerprint=fingerprint,
             priority=request.priority,
             dont_filter=request.dont_filter,
@@ -423,3 +443,37 @@ def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
     if FrontierScheduler in type(scheduler).__mro__:
         return cast(FrontierScheduler, scheduler)
     return None
+
+
+def _request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, without Scrapy's scan of every spider attribute to
+    name the callbacks when they are the spider's own methods (the usual case)."""
+    callback = _method_name(spider, request.callback)
+    errback = _method_name(spider, request.errback)
+    if type(request) is not Request or callback is False or errback is False:
+        return request.to_dict(spider=spider)
+    return {
+        "url": request.url,
+        "callback": callback,
+        "errback": errback,
+        "headers": dict(request.headers),
+        "body": request.body,
+        "cookies": request.cookies,
+        "meta": request.meta,
+        "encoding": request.encoding,
+        "flags": request.flags,
+        "cb_kwargs": request.cb_kwargs,
+        "dont_filter": request.dont_filter,
+        "method": request.method,
+        "priority": request.priority,
+    }
+
+
+def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
+    """The name of ``function`` on ``spider``, None without one, False when Scrapy must look."""
+    if function is None:
+        return None
+    name = getattr(function, "__name__", None)
+    if spider is None or name is None or getattr(spider, name, None) != function:
+        return False
+    return str(name)

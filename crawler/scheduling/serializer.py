@@ -3,8 +3,9 @@
 Pickle in a shared Redis turns write access to Redis into code execution on every worker, so
 requests are stored as JSON. Bytes (bodies, header values, bytes inside meta) round-trip through
 a tagged base64 object, and so do scrapy-playwright ``PageMethod``s named by a string (a method
-given as a Python callable cannot be stored). Any other value JSON cannot hold is rejected when
-the request is scheduled, with an error naming where it sits (``meta['page']['when']``).
+given as a Python callable cannot be stored). As in any JSON, dict keys become strings. Any
+other value JSON cannot hold is rejected when the request is scheduled, with an error naming
+where it sits (``meta['page']['when']``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,24 @@ class RequestNotSerializable(ValueError):
 
 def dumps(obj: Mapping[str, Any]) -> str:
     """Encode a ``Request.to_dict()`` mapping as a JSON string."""
-    return json.dumps(_encode(dict(obj), ""), separators=(",", ":"), allow_nan=False)
+    fields = dict(obj)
+    headers = fields.get("headers")
+    if headers:
+        fields["headers"] = {_encode_key(key, "headers"): value for key, value in headers.items()}
+    try:
+        return json.dumps(fields, default=_tagged, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        # Walk the request to name the value at fault (or to encode keys JSON refused).
+        return json.dumps(_encode(fields, ""), separators=(",", ":"), allow_nan=False)
+
+
+def _tagged(value: Any) -> Any:
+    """What ``json.dumps`` cannot encode by itself: bytes and page methods, else TypeError."""
+    if isinstance(value, bytes):
+        return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
+    if isinstance(value, PageMethod):
+        return _encode_page_method(value, "")
+    raise TypeError(type(value).__name__)
 
 
 def loads(data: str | bytes) -> dict[str, Any]:
