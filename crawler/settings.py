@@ -66,6 +66,10 @@ BAN_POLICY = "pause"
 BAN_COOLDOWN = 1800.0
 # BAN_MAX_TIMES (int, default 5): bans of one request before it is dead-lettered; 0 = no limit.
 BAN_MAX_TIMES = 5
+# BAN_RULES (list of import paths, default []): extra rules checked before the built-in ones, each
+# a function Page -> Verdict | None (see crawler/bans/rules.py). Spiders can also define
+# ``ban_rule(response) -> str | None``, which judges 200 pages.
+BAN_RULES: list[str] = []
 # POLITENESS_RATE (float, default 0.5): requests per second per domain per identity, shared by
 # the whole fleet through Redis (a token bucket); 0 turns the limit off. After a ban the rate
 # halves (down to 5%) and recovers linearly over POLITENESS_RECOVERY seconds (default 600).

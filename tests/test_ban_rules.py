@@ -22,7 +22,7 @@ from scrapy.responsetypes import responsetypes
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
-from crawler.bans.rules import classify
+from crawler.bans.rules import Page, Verdict, classify
 from crawler.middlewares.bans import BanMiddleware, _page
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
@@ -733,3 +733,21 @@ def test_sandbox_challenge_pages(path: str, handler: str, status: int, rule: str
     assert page.status == status
     verdict = classify(_page(page))
     assert (verdict.kind, verdict.rule) == ("ban", rule)
+
+
+def shop_outage_rule(page: Page) -> Verdict | None:
+    """A rule a project adds through BAN_RULES: this shop's own block page."""
+    return Verdict("ban", "shop_block") if b"Temporarily unavailable for you" in page.body else None
+
+
+def test_rules_from_settings_come_first() -> None:
+    defaults = {n: getattr(project_settings, n) for n in dir(project_settings) if n.isupper()}
+    defaults["BAN_RULES"] = [f"{__name__}.shop_outage_rule"]
+    crawler = get_crawler(settings_dict=defaults)
+    middleware = BanMiddleware.from_crawler(crawler)
+    page = HtmlResponse(
+        "https://shop.example/item/1",
+        body=b"<p>Temporarily unavailable for you</p>",
+        request=Request("https://shop.example/item/1"),
+    )
+    assert middleware._classify(page) == Verdict("ban", "shop_block")

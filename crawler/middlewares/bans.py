@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
 
 from crawler.bans.fleet import FleetPoliteness, RatePolicy
 from crawler.bans.identities import Identity, IdentityPool
-from crawler.bans.rules import DEFAULT_RULES, Page, Verdict, classify
+from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting_int
 from crawler.connection import redis_from_settings
 from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
@@ -47,7 +48,7 @@ LOCAL_WAIT = 2.0
 
 
 class BanMiddleware:
-    """Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_MAX_TIMES,
+    """Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_MAX_TIMES, BAN_RULES,
     POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
     BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification."""
 
@@ -61,6 +62,8 @@ class BanMiddleware:
             raise NotConfigured(f"BAN_POLICY must be one of {POLICIES}, got {self.policy!r}")
         self.cooldown = settings.getfloat("BAN_COOLDOWN")
         self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
+        extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
+        self.rules: tuple[Rule, ...] = (*extra, *DEFAULT_RULES)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BanMiddleware:
@@ -130,7 +133,7 @@ class BanMiddleware:
         return self._banned(request, response, verdict)
 
     def _classify(self, response: Response) -> Verdict:
-        verdict = classify(_page(response), DEFAULT_RULES)
+        verdict = classify(_page(response), self.rules)
         if verdict.is_ban or response.status != 200:
             # A spider's rule judges pages; redirects, 404s and 5xx are the generic rules' job.
             return verdict
