@@ -50,7 +50,7 @@ import pymongo  # noqa: E402
 import redis  # noqa: E402
 
 from crawler import settings as project_settings  # noqa: E402
-from crawler.services import ServerProcess, free_port, start_mongo, start_redis  # noqa: E402
+from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
 from sandbox.config import BAN_MODES  # noqa: E402
 from sandbox.data import build_dataset  # noqa: E402
 
@@ -118,19 +118,9 @@ class Bench:
 
 @contextmanager
 def sandbox_server() -> Iterator[Sandbox]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    server = ServerProcess("sandbox", process, 0)
+    server, url = start_sandbox()
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline().strip()
-        if not line.startswith("sandbox listening on "):
-            raise RuntimeError(f"sandbox did not start: {line!r}")
-        yield Sandbox(line.removeprefix("sandbox listening on "))
+        yield Sandbox(url)
     finally:
         server.stop()
 

@@ -26,7 +26,7 @@ from scrapy.utils.project import get_project_settings
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
 from crawler.scheduling.state import purge_spider
-from crawler.services import DEFAULT_STATE_DIR, ServerProcess, down, services, up
+from crawler.services import DEFAULT_STATE_DIR, ServiceError, down, services, start_sandbox, up
 from crawler.spiders.explore import CATEGORIES
 
 SPIDERS = ("explore", "profiles")
@@ -80,25 +80,16 @@ def local_services(state_dir: Path) -> Iterator[None]:
 @contextmanager
 def sandbox_site(log_path: Path) -> Iterator[str]:
     """The sandbox on a free port, with its anti-bot config; yields its base URL."""
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("sandbox listening on "):
-        process.kill()
-        raise SystemExit(f"the sandbox did not start (see {log_path})")
-    url = line.removeprefix("sandbox listening on ")
+    try:
+        server, url = start_sandbox(log=log_path)
+    except ServiceError as exc:
+        raise SystemExit(str(exc)) from exc
     _post_json(f"{url}/__admin__/config", SANDBOX_CONFIG)
     say(f"sandbox site at {url}")
     try:
         yield url
     finally:
-        ServerProcess("sandbox", process, 0).stop()
+        server.stop()
 
 
 def _post_json(url: str, payload: dict[str, Any]) -> None:

@@ -153,6 +153,30 @@ def start_mongo(port: int, data_dir: Path, log: Path | None = None) -> ServerPro
     return start_server("mongodb", mongo_command(port, data_dir), port, log)
 
 
+def start_sandbox(port: int = 0, log: Path | None = None) -> tuple[ServerProcess, str]:
+    """The sandbox site (``python -m sandbox``) on loopback; returns it and its base URL."""
+    stderr = open(log, "w") if log else None  # noqa: SIM115
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    finally:
+        if stderr:
+            stderr.close()
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    server = ServerProcess("sandbox", process, port)
+    if not line.startswith("sandbox listening on "):
+        server.stop()
+        raise ServiceError(
+            f"the sandbox did not start: {line!r}" + (f" (see {log})" if log else "")
+        )
+    return server, line.removeprefix("sandbox listening on ")
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

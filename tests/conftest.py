@@ -8,8 +8,6 @@ database and its own MongoDB database.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,8 +16,8 @@ import pymongo
 import pytest
 import redis
 
-from crawler.services import ServerProcess, free_port, start_mongo, start_redis
-from tests.harness import ROOT, Crawl, Mongo, Sandbox
+from crawler.services import free_port, start_mongo, start_redis, start_sandbox
+from tests.harness import Crawl, Mongo, Sandbox
 
 
 @pytest.fixture(scope="session")
@@ -61,19 +59,9 @@ def mongo(mongo_server_uri: str) -> Iterator[Mongo]:
 
 @pytest.fixture(scope="session")
 def sandbox_server() -> Iterator[Sandbox]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("sandbox listening on "):
-        process.kill()
-        raise RuntimeError(f"sandbox did not start: {line!r}")
-    yield Sandbox(line.removeprefix("sandbox listening on "))
-    ServerProcess("sandbox", process, 0).stop()
+    server, url = start_sandbox()
+    yield Sandbox(url)
+    server.stop()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 import redis
 
-from crawler.services import ServerProcess, free_port
+from crawler.services import free_port, start_sandbox
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox
 
@@ -210,14 +210,10 @@ def test_failed_downloads_become_dead_letters_that_can_be_requeued(
     assert "requeued 2" in frontier("requeue")
     status = json.loads(frontier("status", "--json"))
     assert (status["dead"], status["queue"]) == (0, 2)
-    revived = subprocess.Popen(
-        [sys.executable, "-m", "sandbox", "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE
-    )
+    revived, _ = start_sandbox(port)
     try:
-        assert revived.stdout is not None
-        assert b"listening" in revived.stdout.readline()
         result = crawl("profiles")  # the host is back: the requeued requests now succeed
     finally:
-        ServerProcess("sandbox", revived, port).stop()
+        revived.stop()
     assert result.returncode == 0, result.stderr[-3000:]
     assert crawl.mongo.db.profiles.count_documents({}) == 2
