@@ -141,8 +141,10 @@ MAX_IDLE_TIME_BEFORE_CLOSE = 0
 EXTENSIONS = {
     "crawler.extensions.FleetMonitor": 500,
 }
-# STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash that each worker adds its numeric
-# stats to when it closes, so `redis-cli hgetall '{explore}:stats'` shows the fleet's totals.
+# STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash each worker adds the deltas of its
+# numeric stats to every STATS_PUBLISH_INTERVAL and when it closes, so
+# `redis-cli hgetall '{explore}:stats'` shows the fleet's totals. Keep the {spider} hash tag
+# (Redis Cluster).
 STATS_REDIS_KEY = "{%(spider)s}:stats"
 
 # --- MongoDB storage ----------------------------------------------------------------------------
@@ -209,9 +211,10 @@ STATS_PUBLISH_INTERVAL = 5.0
 # after the worker dies, which is when `scrapy status` stops listing it. A clean close removes
 # it at once.
 WORKER_HEARTBEAT_TTL = 30
-# PROGRESS_INTERVAL (float seconds, default 60): one INFO line this often with this worker's
-# and the fleet's pages and items per minute, the frontier's sizes and an ETA (queued + leased
-# + delayed requests at the fleet's pace); 0 turns it off.
+# PROGRESS_INTERVAL (float seconds, default 60): one INFO line this often (checked at each
+# publication) with this worker's and the fleet's pages and items per minute, the frontier's
+# sizes and an ETA (queued, leased and delayed requests and start entries at the fleet's pace);
+# 0 turns it off.
 PROGRESS_INTERVAL = 60.0
 # METRICS_PORT (int, or a range "9410-9419", default 0 = off): serve Prometheus metrics at
 # http://<METRICS_HOST>:<port>/metrics; with a range, the first free port (several workers on

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from urllib.request import Request, urlopen
 import pymongo
 
 ROOT = Path(__file__).resolve().parents[1]
+# Where crawls started by tests spill MongoDB batches, away from the working tree.
+SPILL_DIR = Path(tempfile.gettempdir()) / "crawler-test-spill"
 
 
 @dataclass
@@ -57,7 +60,10 @@ class Crawl:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            REDIS_URL=self.redis_url, MONGO_URI=self.mongo.uri, MONGO_DATABASE=self.mongo.database
+            REDIS_URL=self.redis_url,
+            MONGO_URI=self.mongo.uri,
+            MONGO_DATABASE=self.mongo.database,
+            MONGO_SPILL_DIR=str(SPILL_DIR),
         )
         return env
 

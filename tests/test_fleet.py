@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,16 +36,12 @@ FRONTIER_KEYS = (
 
 def _worker(crawl: Crawl, log: Path, **settings: object) -> subprocess.Popen[bytes]:
     merged = {
-        "PROFILES_BASE_URL": crawl.sandbox_url,
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
         "FRONTIER_LEASE_SECONDS": 5,
         "START_BATCH_SIZE": 20,
         "CONCURRENT_REQUESTS": 4,
         **settings,
     }
-    command = [sys.executable, "-m", "scrapy", "crawl", "profiles"]
-    for name, value in merged.items():
-        command += ["-s", f"{name}={value}"]
+    command = crawl.command("profiles", settings=merged)
     with open(log, "wb") as out:
         return subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
 

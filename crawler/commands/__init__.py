@@ -1,1 +1,2 @@
-"""Custom scrapy commands: `scrapy frontier` (queue, dead letters, purge)."""
+"""Custom scrapy commands: `scrapy frontier` (queue, dead letters, requeue, purge) and
+`scrapy status` (the fleet at a glance)."""

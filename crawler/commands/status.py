@@ -1,0 +1,108 @@
+"""``scrapy status [SPIDER] [--json] [--watch SECONDS]``: the fleet at a glance.
+
+For each spider (every spider of the project without SPIDER): the frontier (queued, leased,
+delayed, dead, start entries), the approximate count of requests seen, pages and items per
+minute over the last minutes with an ETA, the fleet's request, response, item, retry, ban and
+dead-letter counts, per-domain counts and the live workers with their pace.
+
+scrapy status                        every spider, as text
+scrapy status profiles --json        one spider, as JSON
+scrapy status profiles --watch 5     refresh every 5 seconds (Ctrl-C to stop)
+
+Dead letters are listed and requeued with ``scrapy frontier SPIDER dead|requeue``; a spider's
+frontier is wiped with ``scrapy frontier SPIDER purge``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from redis.exceptions import RedisError
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+
+from crawler.config import mask_uri
+from crawler.connection import redis_from_settings
+from crawler.observability.report import render_text, spider_status
+
+if TYPE_CHECKING:
+    import argparse
+
+    from crawler.connection import RedisClient
+
+CLEAR_SCREEN = "\033[H\033[2J"
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[spider] [--json] [--watch SECONDS] [--minutes N]"
+
+    def short_desc(self) -> str:
+        return "Show the fleet: frontier, counters, pace, ETA and live workers of each spider"
+
+    def long_desc(self) -> str:
+        return __doc__ or ""
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument(
+            "--watch", type=float, default=0, metavar="SECONDS", help="refresh every SECONDS"
+        )
+        parser.add_argument(
+            "--minutes", type=int, default=5, help="minutes the pace is measured over (1-60)"
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        spiders = self._spiders(args)
+        if not 1 <= opts.minutes <= 60:
+            raise UsageError("--minutes must be between 1 and 60")
+        if opts.watch < 0:
+            raise UsageError("--watch must be a positive number of seconds")
+        assert self.settings is not None
+        server = redis_from_settings(self.settings)
+        try:
+            self._show(server, spiders, opts)
+            while opts.watch:
+                time.sleep(opts.watch)
+                self._show(server, spiders, opts)
+        except KeyboardInterrupt:
+            return
+        except RedisError as exc:
+            url = mask_uri(self.settings.get("REDIS_URL") or "")
+            print(f"Redis at {url} is unreachable: {exc}", file=sys.stderr)
+            self.exitcode = 1
+
+    def _spiders(self, args: list[str]) -> list[str]:
+        if len(args) > 1:
+            raise UsageError("give at most one spider name")
+        assert self.settings is not None
+        known = sorted(get_spider_loader(self.settings).list())
+        if args and args[0] not in known:
+            raise UsageError(f"no spider {args[0]!r} in this project; spiders: {known}")
+        return args or known
+
+    def _show(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        report = {
+            "redis": mask_uri(self.settings.get("REDIS_URL") or ""),
+            "time": time.time(),
+            "spiders": {
+                spider: spider_status(server, self.settings, spider, opts.minutes)
+                for spider in spiders
+            },
+        }
+        if opts.json:
+            print(json.dumps(report), flush=True)
+            return
+        if opts.watch and sys.stdout.isatty():
+            print(CLEAR_SCREEN, end="")
+        print(render_text(report), flush=True)

@@ -1,0 +1,302 @@
+"""The fleet monitor: a worker's shared stats, heartbeat, metrics endpoint and progress line.
+
+Every period (``STATS_PUBLISH_INTERVAL``, and at least three times per heartbeat TTL) one Redis
+round trip adds the worker's stats deltas to ``{spider}:stats`` and to the current minute's
+bucket, refreshes the worker's heartbeat and reads the frontier's sizes and the fleet's pace
+back; ``/metrics`` and the progress line use what it read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.log import failure_to_exc_info
+from twisted.internet import task
+from twisted.internet.error import CannotListenError
+
+from crawler.config import setting_int
+from crawler.connection import redis_from_settings
+from crawler.observability.counters import Counters, domain_stat
+from crawler.observability.endpoint import MetricsEndpoint, listen, parse_ports
+from crawler.observability.keys import FleetKeys
+from crawler.observability.metrics import WorkerInfo, render
+from crawler.observability.progress import WorkerPace, log_progress
+from crawler.observability.publisher import FleetView, StatsPublisher
+from crawler.observability.rates import RateWindow
+from crawler.scheduling.frontier import FrontierKeys
+from crawler.scheduling.scheduler import frontier_scheduler
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+    from twisted.python.failure import Failure
+
+    from crawler.connection import RedisClient
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """The monitor's settings, read and checked once (documented in crawler/settings.py)."""
+
+    stats_key: str
+    publish_interval: float
+    heartbeat_ttl: int
+    progress_interval: float
+    metrics_ports: list[int]
+    metrics_host: str
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> MonitorSettings:
+        publish_interval = settings.getfloat("STATS_PUBLISH_INTERVAL")
+        if publish_interval <= 0:
+            raise NotConfigured(
+                f"STATS_PUBLISH_INTERVAL must be a positive number of seconds, "
+                f"got {publish_interval}"
+            )
+        progress_interval = settings.getfloat("PROGRESS_INTERVAL")
+        if progress_interval < 0:
+            raise NotConfigured(f"PROGRESS_INTERVAL must be >= 0, got {progress_interval}")
+        return cls(
+            stats_key=settings.get("STATS_REDIS_KEY"),
+            publish_interval=publish_interval,
+            heartbeat_ttl=setting_int(settings, "WORKER_HEARTBEAT_TTL", 1),
+            progress_interval=progress_interval,
+            metrics_ports=parse_ports(settings.get("METRICS_PORT")),
+            metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
+        )
+
+    @property
+    def period(self) -> float:
+        """How often the monitor runs: the publish interval, or a third of the heartbeat TTL
+        if that is shorter, so a live worker's heartbeat never lapses."""
+        return min(self.publish_interval, self.heartbeat_ttl / 3)
+
+
+class FleetMonitor:
+    """Extension: shared stats, heartbeat, Prometheus endpoint and progress line of a worker.
+
+    Settings:
+        STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): the fleet's stats hash.
+        STATS_PUBLISH_INTERVAL (float, default 5): seconds between publications.
+        WORKER_HEARTBEAT_TTL (int, default 30): seconds a heartbeat outlives its worker.
+        PROGRESS_INTERVAL (float, default 60): seconds between progress lines; 0 = none.
+        METRICS_PORT (int or "low-high", default 0 = off): port(s) for ``/metrics``.
+        METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on.
+    """
+
+    def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
+        self.crawler = crawler
+        self.server = server
+        self.config = config
+        self.publisher: StatsPublisher | None = None
+        self.info: WorkerInfo | None = None
+        self.fleet: FleetView | None = None
+        self.metrics_port: int | None = None
+        self._pages = RateWindow()
+        self._items = RateWindow()
+        self._loop: task.LoopingCall | None = None
+        self._endpoint: MetricsEndpoint | None = None
+        self._spider: Spider | None = None
+        self._next_progress = 0.0
+        self._retry_at = 0.0
+        self._outage_since: float | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
+        monitor = cls(
+            crawler,
+            redis_from_settings(crawler.settings),
+            MonitorSettings.from_settings(crawler.settings),
+        )
+        connect = crawler.signals.connect
+        connect(monitor.spider_opened, signal=signals.spider_opened)
+        connect(monitor.spider_closed, signal=signals.spider_closed)
+        connect(monitor.request_reached_downloader, signal=signals.request_reached_downloader)
+        connect(monitor.response_downloaded, signal=signals.response_downloaded)
+        connect(monitor.item_scraped, signal=signals.item_scraped)
+        return monitor
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def spider_opened(self, spider: Spider) -> None:
+        self._spider = spider
+        self.open(spider.name, _worker_id(self.crawler))
+        if self.config.metrics_ports:
+            self._serve_metrics()
+        self._loop = task.LoopingCall(self.tick)
+        self._loop.start(self.config.period, now=True).addErrback(self._stopped, spider)
+
+    def open(self, spider: str, worker: str) -> None:
+        """Set up the publisher for ``spider`` as ``worker`` (no I/O yet)."""
+        settings = self.crawler.settings
+        start_key = settings.get("REDIS_START_URLS_KEY") % {"name": spider}
+        self.publisher = StatsPublisher(
+            self.server,
+            FleetKeys.for_spider(spider, self.config.stats_key),
+            FrontierKeys(spider, start_key),
+            str(settings.get("DUPEFILTER_MODE")),
+            worker,
+            self.config.heartbeat_ttl,
+        )
+        self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())
+        self._next_progress = time.monotonic() + self.config.progress_interval
+
+    async def spider_closed(self, spider: Spider, reason: str) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        if self.publisher is not None:
+            try:
+                self.publisher.close(self._stats(), reason)
+            except RedisError as exc:
+                logger.warning(
+                    "Could not add this worker's last stats to the fleet's: %s",
+                    exc,
+                    extra={"spider": spider},
+                )
+        if self._endpoint is not None:
+            endpoint, self._endpoint = self._endpoint, None
+            await maybe_deferred_to_future(endpoint.stop())
+
+    # --- the periodic task -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Publish stats and heartbeat, refresh the fleet view, log progress when due."""
+        assert self.publisher is not None
+        now = time.monotonic()
+        stats = self._stats()
+        self._pages.add(now, stats.get("response_received_count", 0))
+        self._items.add(now, stats.get("item_scraped_count", 0))
+        if now < self._retry_at:
+            return
+        try:
+            self.fleet = self.publisher.publish(stats, self._heartbeat(stats))
+        except RedisError as exc:
+            self._outage(exc)
+            return
+        self._recovered()
+        if self.config.progress_interval and now >= self._next_progress:
+            self._next_progress = now + self.config.progress_interval
+            self._log_progress(stats)
+
+    def pace(self, stats: dict[str, Any]) -> WorkerPace:
+        return WorkerPace(
+            int(stats.get("response_received_count", 0)),
+            int(stats.get("item_scraped_count", 0)),
+            self._pages.per_minute(),
+            self._items.per_minute(),
+        )
+
+    def metrics_page(self) -> str:
+        assert self.info is not None
+        stats = self._stats()
+        return render(
+            self.info, Counters.from_stats(stats), self.fleet, self.pace(stats).pages_per_min
+        )
+
+    # --- per-domain counters -------------------------------------------------------------------
+
+    def request_reached_downloader(self, request: Request) -> None:
+        self._count(domain_stat(_host(request), "request_count"))
+
+    def response_downloaded(self, response: Response, request: Request) -> None:
+        self._count(domain_stat(_host(request), f"response_status_count/{response.status}"))
+
+    def item_scraped(self, item: Any, response: Any = None) -> None:
+        request = getattr(response, "request", None)
+        if request is not None:
+            self._count(domain_stat(_host(request), "item_scraped_count"))
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _stats(self) -> dict[str, Any]:
+        assert self.crawler.stats is not None
+        # A copy: pipelines count from their writer threads while this reads.
+        return self.crawler.stats.get_stats().copy()
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+    def _heartbeat(self, stats: dict[str, Any]) -> dict[str, Any]:
+        assert self.info is not None
+        pace = self.pace(stats)
+        return {
+            "worker": self.info.worker,
+            "spider": self.info.spider,
+            "host": self.info.host,
+            "pid": self.info.pid,
+            "started": round(self.info.started, 3),
+            "beat": round(time.time(), 3),
+            "ttl": self.config.heartbeat_ttl,
+            "pages": pace.pages,
+            "items": pace.items,
+            "pages_per_min": round(pace.pages_per_min, 1),
+            "items_per_min": round(pace.items_per_min, 1),
+            "metrics_port": self.metrics_port or "",
+        }
+
+    def _log_progress(self, stats: dict[str, Any]) -> None:
+        if self.fleet is not None and self.info is not None:
+            log_progress(self.info.spider, self.pace(stats), self.fleet, self._spider)
+
+    def _serve_metrics(self) -> None:
+        try:
+            self._endpoint = listen(
+                self.config.metrics_host, self.config.metrics_ports, self.metrics_page
+            )
+        except CannotListenError as exc:
+            logger.error(
+                "Metrics not served: no free port in METRICS_PORT on %s (%s)",
+                self.config.metrics_host,
+                exc,
+            )
+            return
+        self.metrics_port = self._endpoint.port
+        logger.info("Metrics at http://%s:%d/metrics", self.config.metrics_host, self.metrics_port)
+
+    def _stopped(self, failure: Failure, spider: Spider) -> None:
+        logger.error(
+            "Fleet monitor stopped: no more stats, heartbeats or progress from this worker",
+            exc_info=failure_to_exc_info(failure),
+            extra={"spider": spider},
+        )
+
+    def _outage(self, exc: RedisError) -> None:
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+            logger.warning("Fleet stats not published, Redis unavailable (%s); will retry", exc)
+        self._retry_at = now + min(30.0, 1.0 + (now - self._outage_since) / 2)
+
+    def _recovered(self) -> None:
+        if self._outage_since is not None:
+            logger.info("Fleet stats published again; nothing was lost")
+            self._outage_since = None
+            self._retry_at = 0.0
+
+
+def _worker_id(crawler: Crawler) -> str:
+    """The frontier scheduler's worker id (the owner of this worker's leases), or a new one."""
+    scheduler = frontier_scheduler(crawler)
+    if scheduler is not None:
+        return scheduler.worker
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _host(request: Request) -> str:
+    return urlparse_cached(request).hostname or ""

@@ -1,0 +1,263 @@
+"""The Redis side of a worker's fleet view: counters, per-minute buckets and heartbeat out,
+frontier sizes and the fleet's pace back, in one round trip per period.
+
+A worker adds the *deltas* of its numeric stats to the shared ``{spider}:stats`` hash. Each
+batch of deltas carries a sequence number kept in the worker's heartbeat, and the script
+applies a batch only once: a batch resent after a lost reply is not counted twice, and a batch
+that could not be sent waits for the next period, so Redis going away loses no counts. The
+script goes as EVAL (Redis caches it): no SCRIPT EXISTS round trip, and Cluster routes it by its
+keys' hash tag.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from crawler.observability.counters import numeric
+from crawler.observability.keys import MINUTE_BUCKET_TTL, FleetKeys
+from crawler.observability.rates import bucket_rate
+
+if TYPE_CHECKING:
+    from crawler.connection import RedisClient
+    from crawler.scheduling.frontier import FrontierKeys
+
+# Stats counted per minute for the fleet's pace: bucket field -> stats key.
+MINUTE_FIELDS = {
+    "requests": "downloader/request_count",
+    "pages": "response_received_count",
+    "items": "item_scraped_count",
+}
+# Minutes of buckets the fleet's pace is measured over.
+RATE_MINUTES = 5
+SIZE_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
+
+# KEYS: stats hash, minute bucket, heartbeat hash, workers index
+# ARGV: worker, seq, now, heartbeat ttl (0: the worker is leaving), bucket ttl,
+#       n, n x (stat, "i"|"f", delta), m, m x (bucket field, delta), heartbeat field/value pairs
+# Applies the deltas unless the heartbeat shows this seq applied already; returns 1 if applied.
+PUBLISH = r"""
+local worker, seq, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local ttl, bucket_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local fresh = seq > tonumber(redis.call('HGET', KEYS[3], 'seq') or '0')
+local i = 7
+for _ = 1, tonumber(ARGV[6]) do
+  if fresh then
+    local command = ARGV[i + 1] == 'f' and 'HINCRBYFLOAT' or 'HINCRBY'
+    redis.call(command, KEYS[1], ARGV[i], ARGV[i + 2])
+  end
+  i = i + 3
+end
+local buckets = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, buckets do
+  if fresh then redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  i = i + 2
+end
+if fresh and buckets > 0 then redis.call('EXPIRE', KEYS[2], bucket_ttl) end
+if ttl > 0 then
+  local beat = {'seq', ARGV[2]}
+  for j = i, #ARGV do beat[#beat + 1] = ARGV[j] end
+  redis.call('HSET', KEYS[3], unpack(beat))
+  redis.call('EXPIRE', KEYS[3], ttl)
+  redis.call('ZADD', KEYS[4], now + ttl, worker)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
+  if redis.call('TTL', KEYS[4]) < 2 * ttl then redis.call('EXPIRE', KEYS[4], 2 * ttl) end
+else
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[4], worker)
+end
+return fresh and 1 or 0
+"""
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """What one round trip read back: frontier sizes, seen count and the fleet's minutes."""
+
+    time: float
+    sizes: dict[str, int]
+    seen: int | None
+    minutes: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def per_minute(self, name: str) -> float:
+        """The fleet's pages (or requests, items) per minute over the last minutes."""
+        counts = {minute: bucket.get(name, 0) for minute, bucket in self.minutes.items()}
+        return bucket_rate(counts, self.time)
+
+    @property
+    def remaining(self) -> int:
+        """Work not done yet: see ``remaining``."""
+        return remaining(self.sizes)
+
+
+@dataclass
+class _Batch:
+    seq: int
+    deltas: dict[str, int | float]
+
+
+class StatsPublisher:
+    """Publishes one worker's stats and heartbeat, and reads the fleet back."""
+
+    def __init__(
+        self,
+        server: RedisClient,
+        keys: FleetKeys,
+        frontier: FrontierKeys,
+        dupefilter_mode: str,
+        worker: str,
+        heartbeat_ttl: int,
+    ) -> None:
+        self.server = server
+        self.keys = keys
+        self.frontier = frontier
+        self.dupefilter_mode = dupefilter_mode
+        self.worker = worker
+        self.heartbeat_ttl = heartbeat_ttl
+        self._sent: dict[str, int | float] = {}
+        self._unacked: list[_Batch] = []
+        self._seq = 0
+
+    def publish(self, stats: Mapping[str, Any], heartbeat: Mapping[str, Any]) -> FleetView:
+        """Send the stats' deltas and the heartbeat, read sizes and pace; raises RedisError.
+
+        Deltas that could not be sent are sent with the next call.
+        """
+        now = time.time()
+        self._batch(stats)
+        pipe = self.server.pipeline(transaction=False)
+        self._queue_batches(pipe, now, self.heartbeat_ttl, heartbeat)
+        minutes = _recent_minutes(now)
+        self._queue_reads(pipe, minutes)
+        results = pipe.execute()[len(self._unacked) :]
+        self._unacked.clear()
+        return self._view(now, minutes, results)
+
+    def close(self, stats: Mapping[str, Any], reason: str) -> None:
+        """Send the last deltas and the finish reason, and remove the heartbeat."""
+        self._batch(stats)
+        pipe = self.server.pipeline(transaction=False)
+        self._queue_batches(pipe, time.time(), 0, {})
+        pipe.hset(self.keys.stats, "finish_reason", reason)
+        pipe.execute()
+        self._unacked.clear()
+
+    def _batch(self, stats: Mapping[str, Any]) -> None:
+        current = numeric(stats)
+        deltas = {
+            name: value - self._sent.get(name, 0)
+            for name, value in current.items()
+            if value != self._sent.get(name, 0)
+        }
+        self._sent.update(current)
+        if deltas or not self._unacked:  # a batch without deltas still beats the heartbeat
+            self._seq += 1
+            self._unacked.append(_Batch(self._seq, deltas))
+
+    def _queue_batches(self, pipe: Any, now: float, ttl: int, heartbeat: Mapping[str, Any]) -> None:
+        minute = int(now // 60)
+        keys = [
+            self.keys.stats,
+            self.keys.minute(minute),
+            self.keys.worker(self.worker),
+            self.keys.workers,
+        ]
+        beat = [str(part) for pair in heartbeat.items() for part in pair]
+        for batch in self._unacked:
+            args: list[Any] = [self.worker, batch.seq, now, ttl, MINUTE_BUCKET_TTL]
+            args += _increments(batch.deltas) + _bucket(batch.deltas) + beat
+            pipe.execute_command("EVAL", PUBLISH, len(keys), *keys, *args)
+
+    def _queue_reads(self, pipe: Any, minutes: list[int]) -> None:
+        queue_sizes(pipe, self.frontier)
+        queue_seen(pipe, self.frontier, self.dupefilter_mode)
+        for minute in minutes:
+            pipe.hgetall(self.keys.minute(minute))
+
+    def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
+        sizes = dict(zip(SIZE_NAMES, (int(value) for value in results), strict=False))
+        seen = read_seen(results[len(SIZE_NAMES)], self.dupefilter_mode)
+        buckets = results[len(SIZE_NAMES) + 1 :]
+        return FleetView(
+            now,
+            sizes,
+            seen,
+            {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
+        )
+
+
+def remaining(sizes: Mapping[str, int]) -> int:
+    """Work not done yet: queued, leased and delayed requests, and start entries not yet turned
+    into requests (each makes at least one)."""
+    return sum(
+        sizes.get(name, 0) for name in ("queue", "leased", "delayed", "start", "start_leased")
+    )
+
+
+def queue_sizes(pipe: Any, keys: FrontierKeys) -> None:
+    """Queue the commands of ``Frontier.sizes`` on ``pipe`` (results in SIZE_NAMES order)."""
+    pipe.zcard(keys.queue)
+    pipe.zcard(keys.leases)
+    pipe.zcard(keys.delayed)
+    pipe.llen(keys.dead)
+    pipe.llen(keys.start)
+    pipe.zcard(keys.start_leases)
+
+
+def queue_seen(pipe: Any, keys: FrontierKeys, mode: str) -> None:
+    """Queue the command that tells how many requests the duplicate filter has seen."""
+    if mode == "bloom":
+        pipe.hgetall(keys.dupefilter + ":meta")
+    elif mode == "exact":
+        pipe.scard(keys.dupefilter)
+    else:  # RedisBloom's count needs BF.CARD (not on every server); "none" keeps no count
+        pipe.exists(keys.dupefilter)
+
+
+def read_seen(raw: Any, mode: str) -> int | None:
+    """The approximate count of requests seen, from what ``queue_seen`` read."""
+    if mode == "bloom":
+        counts = decode_counts(raw)
+        return sum(value for name, value in counts.items() if name.startswith("count:"))
+    if mode == "exact":
+        return int(raw)
+    return None
+
+
+def decode_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
+    """A Redis hash of integer counts as text -> int (values that are not integers skipped)."""
+    counts: dict[str, int] = {}
+    for name, value in raw.items():
+        try:
+            counts[_text(name)] = int(value)
+        except ValueError:
+            continue
+    return counts
+
+
+def _recent_minutes(now: float) -> list[int]:
+    current = int(now // 60)
+    return list(range(current - RATE_MINUTES + 1, current + 1))
+
+
+def _increments(deltas: Mapping[str, int | float]) -> list[Any]:
+    args: list[Any] = [len(deltas)]
+    for name, delta in deltas.items():
+        if isinstance(delta, int):
+            args += [name, "i", delta]
+        else:
+            args += [name, "f", repr(float(delta))]
+    return args
+
+
+def _bucket(deltas: Mapping[str, int | float]) -> list[Any]:
+    fields = [(name, int(deltas.get(stat, 0))) for name, stat in MINUTE_FIELDS.items()]
+    fields = [(name, delta) for name, delta in fields if delta]
+    return [len(fields), *(part for pair in fields for part in pair)]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,214 @@
+"""What ``scrapy status`` shows: a spider's frontier, fleet counters, pace, ETA and live workers,
+read from Redis in a few round trips, as JSON-ready data and as text."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from crawler.observability.counters import Counters
+from crawler.observability.keys import FleetKeys
+from crawler.observability.publisher import (
+    MINUTE_FIELDS,
+    decode_counts,
+    queue_seen,
+    read_seen,
+    remaining,
+)
+from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
+from crawler.scheduling.frontier import Frontier, FrontierKeys
+from crawler.scheduling.scheduler import FrontierSettings
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+
+APPROXIMATE_MODES = ("bloom", "redisbloom")
+WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items")
+WORKER_RATES = ("pages_per_min", "items_per_min")
+
+
+def spider_status(
+    server: RedisClient, settings: BaseSettings, spider: str, minutes: int = 5
+) -> dict[str, Any]:
+    """Everything ``scrapy status`` knows about ``spider``, JSON-ready."""
+    now = time.time()
+    config = FrontierSettings.from_settings(settings)
+    frontier_keys = FrontierKeys(spider, settings.get("REDIS_START_URLS_KEY") % {"name": spider})
+    keys = FleetKeys.for_spider(spider, settings.get("STATS_REDIS_KEY"))
+    sizes = Frontier(server, frontier_keys, config.dupefilter).sizes()
+    window = list(range(int(now // 60) - minutes + 1, int(now // 60) + 1))
+    pipe = server.pipeline(transaction=False)
+    pipe.hgetall(keys.stats)
+    queue_seen(pipe, frontier_keys, config.dupefilter.mode)
+    for minute in window:
+        pipe.hgetall(keys.minute(minute))
+    raw_stats, raw_seen, *raw_minutes = pipe.execute()
+    stats = _decode_stats(raw_stats)
+    per_minute = [
+        {"minute": minute * 60, **dict.fromkeys(MINUTE_FIELDS, 0), **decode_counts(raw)}
+        for minute, raw in zip(window, raw_minutes, strict=True)
+    ]
+    rates = {
+        f"{name}_per_min": round(
+            bucket_rate({row["minute"] // 60: row[name] for row in per_minute}, now), 1
+        )
+        for name in MINUTE_FIELDS
+    }
+    workers = live_workers(server, keys)
+    pace = {
+        f"workers_{name}": round(sum(beat.get(name, 0) for beat in workers), 1)
+        for name in WORKER_RATES
+    }
+    return {
+        "spider": spider,
+        "frontier": sizes,
+        "seen": {
+            "count": _seen(server, frontier_keys, config.dupefilter.mode, raw_seen),
+            "mode": config.dupefilter.mode,
+            "approximate": config.dupefilter.mode in APPROXIMATE_MODES,
+        },
+        "counters": Counters.from_stats(stats).to_json(),
+        "rates": {"minutes": minutes, **rates, **pace, "per_minute": per_minute},
+        "eta_seconds": eta_seconds(remaining(sizes), pace["workers_pages_per_min"]),
+        "workers": workers,
+        "finish_reason": stats.get("finish_reason"),
+        "stats": {name: value for name, value in stats.items() if name != "finish_reason"},
+    }
+
+
+def live_workers(server: RedisClient, keys: FleetKeys) -> list[dict[str, Any]]:
+    """Workers whose heartbeat has not expired, oldest first."""
+    members: Any = server.zrange(keys.workers, 0, -1)
+    ids = [_text(member) for member in members]
+    if not ids:
+        return []
+    pipe = server.pipeline(transaction=False)
+    for worker in ids:
+        pipe.hgetall(keys.worker(worker))
+    beats = [_decode_worker(raw) for raw in pipe.execute() if raw]
+    return sorted(beats, key=lambda beat: (beat.get("started", 0), beat.get("worker", "")))
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """The status of every spider in ``report`` as text for a terminal."""
+    lines = [
+        f"Redis {report['redis']}  at {time.strftime('%H:%M:%S', time.localtime(report['time']))}"
+    ]
+    for status in report["spiders"].values():
+        lines.append("")
+        lines.extend(_spider_lines(status, report["time"]))
+    return "\n".join(lines)
+
+
+def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
+    spider, sizes, counters = status["spider"], status["frontier"], status["counters"]
+    rates, seen = status["rates"], status["seen"]
+    seen_text = (
+        "-" if seen["count"] is None else f"{'~' if seen['approximate'] else ''}{seen['count']:,}"
+    )
+    lines = [
+        f"{spider}"
+        + (f"  (last finish: {status['finish_reason']})" if status["finish_reason"] else ""),
+        f"  frontier  {sizes['queue']:,} queued, {sizes['leased']:,} leased, "
+        f"{sizes['delayed']:,} delayed, {sizes['dead']:,} dead; start entries {sizes['start']:,} "
+        f"(+{sizes['start_leased']:,} leased); seen {seen_text} ({seen['mode']})",
+        f"  pace      now {rates['workers_pages_per_min']:,.0f} pages/min, "
+        f"{rates['workers_items_per_min']:,.0f} items/min; last {rates['minutes']} min "
+        f"{rates['pages_per_min']:,.0f} pages/min, {rates['items_per_min']:,.0f} items/min; "
+        f"ETA {format_duration(status['eta_seconds'])}",
+        f"  per min   items {_series(rates['per_minute'], 'items')}  "
+        f"pages {_series(rates['per_minute'], 'pages')}",
+        f"  requests  {counters['requests']:,}; responses {counters['responses']:,}"
+        f"{_breakdown(counters['responses_by_status'])}; download errors "
+        f"{counters['download_errors']:,}",
+        f"  items     {counters['items']:,} scraped{_breakdown(counters['items_by_collection'])}; "
+        f"{counters['items_dropped']:,} dropped",
+        f"  problems  {counters['retries']:,} retries; {counters['bans']:,} bans"
+        f"{_breakdown(counters['bans_by_rule'])}{_breakdown(counters['bans_by_domain'])}; "
+        f"{counters['dead_letters']:,} dead letters"
+        f"{_breakdown(counters['dead_letters_by_reason'])}; "
+        f"{counters['duplicates']:,} duplicates filtered",
+    ]
+    lines.extend(_domain_lines(counters["domains"]))
+    lines.extend(_worker_lines(status["workers"], now))
+    if sizes["dead"]:
+        lines.append(
+            f"  dead letters: scrapy frontier {spider} dead | scrapy frontier {spider} requeue"
+        )
+    return lines
+
+
+def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
+    ranked = sorted(domains.items(), key=lambda pair: -pair[1]["requests"])
+    return [
+        f"  domain    {name}: {numbers['requests']:,} requests, {numbers['responses']:,} "
+        f"responses{_breakdown(numbers['responses_by_status'])}, {numbers['items']:,} items"
+        for name, numbers in ranked[:10]
+    ]
+
+
+def _worker_lines(workers: list[dict[str, Any]], now: float) -> list[str]:
+    lines = [f"  workers   {len(workers)} live"]
+    for worker in workers:
+        port, started = worker.get("metrics_port"), worker.get("started", now)
+        lines.append(
+            f"    {worker.get('worker', '?')}  up {format_duration(now - started)}"
+            f"  {worker.get('pages_per_min', 0):,.0f} pages/min  "
+            f"{worker.get('items_per_min', 0):,.0f} items/min  "
+            f"beat {format_duration(max(0.0, now - worker.get('beat', now)))} ago"
+            + (f"  metrics :{port}" if port else "")
+        )
+    return lines
+
+
+def _breakdown(values: Mapping[str, int]) -> str:
+    if not values:
+        return ""
+    ranked = sorted(values.items(), key=lambda pair: -pair[1])
+    return " (" + ", ".join(f"{name} {count:,}" for name, count in ranked[:6]) + ")"
+
+
+def _series(per_minute: list[dict[str, int]], name: str) -> str:
+    return " ".join(f"{row[name]:,}" for row in per_minute)
+
+
+def _seen(server: RedisClient, keys: FrontierKeys, mode: str, raw: Any) -> int | None:
+    if mode != "redisbloom":
+        return read_seen(raw, mode)
+    try:
+        count: Any = server.execute_command("BF.CARD", keys.dupefilter)  # type: ignore[no-untyped-call]
+        return int(count)
+    except ResponseError:  # no RedisBloom, or one older than BF.CARD
+        return None
+
+
+def _decode_stats(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    return {_text(name): _number(_text(value)) for name, value in raw.items()}
+
+
+def _decode_worker(raw: Mapping[Any, Any]) -> dict[str, Any]:
+    beat: dict[str, Any] = {_text(name): _text(value) for name, value in raw.items()}
+    beat.pop("seq", None)
+    for name in (*WORKER_NUMBERS, *WORKER_RATES):
+        if name in beat:
+            beat[name] = _number(beat[name])
+    beat["metrics_port"] = int(beat["metrics_port"]) if beat.get("metrics_port") else None
+    return beat
+
+
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
