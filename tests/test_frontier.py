@@ -489,7 +489,15 @@ def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Red
     """A one-node Redis Cluster serving every slot: it refuses a command whose keys are in
     different slots, as a real cluster does."""
     port = free_port()
-    server = start_redis(port, tmp_path_factory.mktemp("cluster"), "--cluster-enabled", "yes")
+    # The bus port is explicit: the default (port + 10000) can be past 65535.
+    server = start_redis(
+        port,
+        tmp_path_factory.mktemp("cluster"),
+        "--cluster-enabled",
+        "yes",
+        "--cluster-port",
+        str(free_port()),
+    )
     client = redis.Redis(port=port)
     command: Any = client.execute_command
     try:
