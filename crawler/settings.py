@@ -223,3 +223,71 @@ METRICS_PORT = os.environ.get("METRICS_PORT", "0")
 # METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on; "127.0.0.1"
 # keeps it to the machine. Env METRICS_HOST overrides it.
 METRICS_HOST = os.environ.get("METRICS_HOST", "0.0.0.0")
+
+# --- Maps (crawler.spiders.maps, Google-Maps-like listings in a headless browser) -------------
+# Only the maps spider uses the browser: it sets DOWNLOAD_HANDLERS to its scrapy-playwright
+# handler in its custom_settings; other spiders keep Scrapy's HTTP handler.
+# MAPS_BASE_URL (str): scheme and host of map pages; point it at the sandbox to test.
+MAPS_BASE_URL = "https://www.google.com"
+# MAPS_LANGUAGE (str, default "en"): ``hl`` of search URLs; the end-of-list marker is English.
+MAPS_LANGUAGE = "en"
+# MAPS_REGION (str, default ""): ``gl`` of search URLs; EU regions get the consent page first.
+MAPS_REGION = ""
+# MAPS_CONSENT (str, default "reject"): the consent interstitial's answer, "reject" or "accept".
+MAPS_CONSENT = "reject"
+# MAPS_MAX_RESULTS (int, default 120): place links taken per search at most; 0 = no limit.
+MAPS_MAX_RESULTS = 120
+# MAPS_SCROLL_TIMEOUT (float seconds, default 5): how long one scroll waits for the feed to grow.
+# MAPS_SCROLL_MAX_STALLS (int, default 3): scrolls in a row that did not grow the feed before
+# the spider stops scrolling (the soft block, or a feed without an end marker).
+MAPS_SCROLL_TIMEOUT = 5.0
+MAPS_SCROLL_MAX_STALLS = 3
+# MAPS_PLACES_WITH_BROWSER (bool, default False): fetch place pages in the browser too. The
+# sandbox renders place pages on the server, so plain HTTP reads them; the real site fills them
+# with JavaScript and needs True.
+MAPS_PLACES_WITH_BROWSER = False
+# MAPS_BLOCKED_RESOURCE_TYPES (list, default image, font, media): Playwright resource types
+# aborted in the browser, to save bandwidth and memory; [] loads everything.
+MAPS_BLOCKED_RESOURCE_TYPES = ["image", "font", "media"]
+# MAPS_BROWSER_RESTART_PAGES (int, default 200): close the browser once this many pages were
+# closed and none is open (it is launched again at the next request), capping its memory; 0 never.
+MAPS_BROWSER_RESTART_PAGES = 200
+# PLAYWRIGHT_*: scrapy-playwright's settings. Debian's Chromium (apt-get install chromium),
+# env CHROMIUM_PATH overrides its path; `playwright install` is not needed.
+PLAYWRIGHT_BROWSER_TYPE = "chromium"
+PLAYWRIGHT_LAUNCH_OPTIONS = {
+    "executable_path": os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"),
+    "headless": True,
+    "args": [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ],
+}
+# PLAYWRIGHT_PROCESS_REQUEST_HEADERS (default None): the browser sends its own headers, a
+# consistent browser fingerprint; Scrapy's would also strip the consent form's Content-Type.
+PLAYWRIGHT_PROCESS_REQUEST_HEADERS = None
+# PLAYWRIGHT_MAX_CONTEXTS (int, default 2) and PLAYWRIGHT_MAX_PAGES_PER_CONTEXT (int, default 4):
+# browser contexts, and pages open in each, at most; requests wait for a free page.
+PLAYWRIGHT_MAX_CONTEXTS = 2
+PLAYWRIGHT_MAX_PAGES_PER_CONTEXT = 4
+# PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT (int milliseconds, default 30000).
+PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
+# --- End of maps -------------------------------------------------------------------------------
+
+# --- AWS fleet (scrapy fleet; read in crawler/fleet/config.py) ---------------------------------
+# FLEET_NAME (str, default "crawler"): value of the crawler:fleet tag marking the fleet's instances.
+# FLEET_REGION (str, default: boto3's, from AWS_REGION/AWS_DEFAULT_REGION/profile): EC2 region.
+# FLEET_AMI (str, default ""): image of new workers (Python 3.11+ with venv, pip, curl, aws CLI).
+# FLEET_INSTANCE_TYPE (str, default "t3.small"): type of new workers (--instance-type wins).
+# FLEET_INSTALL (str, default ""): what workers pip install: wheel URL, git+https://...@tag, spec.
+# FLEET_SECRETS (str, default "ssm"): "ssm": workers read REDIS_URL/MONGO_URI from the SSM
+# parameters FLEET_SSM_REDIS_URL / FLEET_SSM_MONGO_URI (default "/crawler/REDIS_URL",
+# "/crawler/MONGO_URI"); "env": the launching environment's values are written into user data.
+# FLEET_IAM_INSTANCE_PROFILE, FLEET_SUBNET_ID, FLEET_KEY_NAME (str, default ""),
+# FLEET_SECURITY_GROUP_IDS (list, default []): passed to RunInstances when set.
+# FLEET_CRAWL_SETTINGS (dict, default {"BAN_POLICY": "stop"}): -s settings of workers' scrapy crawl.
+# AWS_ENDPOINT_URL (Scrapy's; default None = boto3's, e.g. env AWS_ENDPOINT_URL): S3 feeds and
+# scrapy fleet talk to this endpoint (S3/EC2-compatible stores and APIs).

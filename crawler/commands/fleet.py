@@ -1,0 +1,204 @@
+"""``scrapy fleet launch|list|rotate|scale-to-zero``: worker instances on AWS EC2.
+
+scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--ami ami-...]
+    [--install 'git+https://github.com/org/crawler@v1.0'] [--secrets ssm|env]
+scrapy fleet list [SPIDER] [--json]
+scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
+scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
+
+A worker's user data installs the project with pip (FLEET_INSTALL or --install), reads REDIS_URL
+and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --secrets env copies
+this environment's values into the user data instead) and runs ``scrapy crawl SPIDER -s
+BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
+(``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
+of the same image, type and market. Settings: see crawler/fleet/config.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+
+from crawler.config import mask_uri
+from crawler.connection import redis_from_settings
+from crawler.fleet.aws import Fleet, Instance
+from crawler.fleet.config import SECRET_MODES, FleetConfig
+from crawler.fleet.report import banned_instances, clear_banned
+from crawler.scheduling.frontier import Frontier, FrontierKeys
+from crawler.scheduling.scheduler import FrontierSettings
+
+if TYPE_CHECKING:
+    import argparse
+
+ACTIONS = ("launch", "list", "rotate", "scale-to-zero")
+# Frontier sizes that must all be 0 before a spider's workers are terminated (dead letters are
+# not work: they wait for ``scrapy frontier SPIDER requeue``).
+PENDING = ("queue", "leased", "delayed", "start", "start_leased")
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "launch|list|rotate|scale-to-zero [spider] [options]"
+
+    def short_desc(self) -> str:
+        return "Launch, list, rotate and scale down worker instances on AWS EC2"
+
+    def long_desc(self) -> str:
+        return __doc__ or ""
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--count", type=int, default=1, help="instances to launch")
+        parser.add_argument("--spot", action="store_true", help="one-time spot instances")
+        parser.add_argument("--instance-type", default=None, help="default FLEET_INSTANCE_TYPE")
+        parser.add_argument("--ami", default=None, help="image id (default FLEET_AMI)")
+        parser.add_argument("--install", default=None, help="pip target (default FLEET_INSTALL)")
+        parser.add_argument(
+            "--secrets", choices=SECRET_MODES, default=None, help="default FLEET_SECRETS"
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        action, spider = self._parse(args)
+        assert self.settings is not None
+        config = FleetConfig.from_settings(self.settings)
+        fleet = Fleet(config)
+        if action == "list":
+            self._print(fleet.instances(spider), opts.json)
+        elif action == "launch":
+            assert spider is not None
+            self._launch(fleet, spider, opts)
+        elif action == "rotate":
+            assert spider is not None
+            self._rotate(fleet, spider, opts.json)
+        else:
+            assert spider is not None
+            self._scale_to_zero(fleet, spider, opts.json)
+
+    def _parse(self, args: list[str]) -> tuple[str, str | None]:
+        if not args or args[0] not in ACTIONS:
+            raise UsageError(f"give an action: {', '.join(ACTIONS)}")
+        action, rest = args[0], args[1:]
+        if len(rest) > 1 or (action != "list" and len(rest) != 1):
+            raise UsageError(f"{action} takes {'at most ' if action == 'list' else ''}one spider")
+        assert self.settings is not None
+        known = get_spider_loader(self.settings).list()
+        if rest and rest[0] not in known:
+            raise UsageError(f"no spider {rest[0]!r} in this project; spiders: {sorted(known)}")
+        return action, rest[0] if rest else None
+
+    def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
+        config = fleet.config
+        if opts.count < 1:
+            raise UsageError("--count must be at least 1")
+        install = opts.install or config.install
+        if not install:
+            raise UsageError("say what workers install: --install or FLEET_INSTALL")
+        if not (opts.ami or config.ami):
+            raise UsageError("give an image: --ami or FLEET_AMI")
+        secrets = opts.secrets or config.secrets
+        if secrets not in SECRET_MODES:
+            raise UsageError(f"FLEET_SECRETS must be one of {SECRET_MODES}, got {secrets!r}")
+        env = {}
+        if secrets == "env":
+            assert self.settings is not None
+            env = {
+                "REDIS_URL": os.environ.get("REDIS_URL") or self.settings.get("REDIS_URL"),
+                "MONGO_URI": os.environ.get("MONGO_URI") or self.settings.get("MONGO_URI"),
+            }
+        user_data = fleet.user_data(spider, install, secrets, env)
+        launched = fleet.launch(
+            spider,
+            opts.count,
+            user_data=user_data,
+            spot=opts.spot,
+            instance_type=opts.instance_type,
+            ami=opts.ami,
+        )
+        self._print(launched, opts.json, f"launched {len(launched)} workers of {spider}")
+
+    def _rotate(self, fleet: Fleet, spider: str, as_json: bool) -> None:
+        assert self.settings is not None
+        server = redis_from_settings(self.settings)
+        reported = banned_instances(server, spider)
+        live = {instance.id: instance for instance in fleet.instances(spider)}
+        banned = [live[instance_id] for instance_id in reported if instance_id in live]
+        replacements: list[Instance] = []
+        for instance in banned:
+            install = fleet.config.install
+            if not install:
+                raise UsageError("say what workers install: FLEET_INSTALL")
+            env = {
+                "REDIS_URL": str(self.settings.get("REDIS_URL")),
+                "MONGO_URI": str(self.settings.get("MONGO_URI")),
+            }
+            replacements += fleet.launch(
+                spider,
+                1,
+                user_data=fleet.user_data(spider, install, fleet.config.secrets, env),
+                spot=instance.market == "spot",
+                instance_type=instance.instance_type,
+                ami=instance.image,
+            )
+        fleet.terminate([instance.id for instance in banned])
+        # Reports of instances that are gone already (or were replaced now) are done with.
+        clear_banned(server, spider, list(reported))
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "terminated": [instance.id for instance in banned],
+                        "launched": [instance.to_json() for instance in replacements],
+                    }
+                )
+            )
+            return
+        print(f"{spider}: {len(banned)} banned workers replaced")
+        for old, new in zip(banned, replacements, strict=True):
+            print(f"  {old.id} ({old.public_ip or '-'}) -> {new.id} ({new.public_ip or '-'})")
+
+    def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
+        assert self.settings is not None
+        server = redis_from_settings(self.settings)
+        start = self.settings.get("REDIS_START_URLS_KEY") % {"name": spider}
+        config = FrontierSettings.from_settings(self.settings)
+        sizes = Frontier(server, FrontierKeys(spider, start), config.dupefilter).sizes()
+        pending = {name: sizes[name] for name in PENDING if sizes[name]}
+        terminated: list[str] = []
+        if not pending:
+            terminated = [instance.id for instance in fleet.instances(spider)]
+            fleet.terminate(terminated)
+        if as_json:
+            print(json.dumps({"spider": spider, "pending": pending, "terminated": terminated}))
+        elif pending:
+            work = ", ".join(f"{name} {value}" for name, value in pending.items())
+            url = mask_uri(self.settings.get("REDIS_URL") or "")
+            print(f"{spider} is not drained at {url} ({work}): nothing terminated")
+        else:
+            print(f"{spider} is drained: terminated {len(terminated)} workers")
+        if pending:
+            self.exitcode = 2
+
+    def _print(self, instances: list[Instance], as_json: bool, title: str = "") -> None:
+        if as_json:
+            print(json.dumps([instance.to_json() for instance in instances]))
+            return
+        if title:
+            print(title)
+        for i in instances:
+            print(
+                f"{i.id}  {i.spider:<10} {i.state:<10} {i.instance_type:<10} {i.market:<9} "
+                f"{i.public_ip or '-':<15} {i.private_ip or '-':<15} {i.launched}"
+            )
+        if not instances:
+            print("no workers", file=sys.stderr)

@@ -1,0 +1,212 @@
+"""AWS against moto in server mode over real HTTP: S3 feed export and ``scrapy fleet``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import redis
+
+from crawler.services import free_port, start_server
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl
+
+pytestmark = pytest.mark.integration
+
+DATASET = build_dataset()
+INSTALL = "git+https://git.example/crawler.git@v1.0"
+
+
+@pytest.fixture(scope="module")
+def aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A moto server on loopback and the environment that points boto3 (and Scrapy) at it."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    server = start_server("moto", command, port, log)
+    yield {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
+    server.stop()
+
+
+def _client(aws_env: dict[str, str], service: str) -> Any:
+    return boto3.session.Session(
+        aws_access_key_id=aws_env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=aws_env["AWS_SECRET_ACCESS_KEY"],
+        region_name=aws_env["AWS_DEFAULT_REGION"],
+    ).client(service, endpoint_url=aws_env["AWS_ENDPOINT_URL"])
+
+
+def test_crawl_exports_its_items_to_s3(crawl: Crawl, aws_env: dict[str, str]) -> None:
+    s3 = _client(aws_env, "s3")
+    s3.create_bucket(Bucket="exports")
+    users = [author.unique_id for author in DATASET.authors[:4]]
+    feeds = {"s3://exports/profiles-%(time)s.jsonl": {"format": "jsonlines"}}
+    result = subprocess.run(
+        crawl.command(
+            "profiles", "-a", f"users={','.join(users)}", settings={"FEEDS": json.dumps(feeds)}
+        ),
+        cwd=ROOT,
+        env={**crawl.env(), **aws_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    objects = s3.list_objects_v2(Bucket="exports").get("Contents", [])
+    assert len(objects) == 1, result.stderr[-3000:]
+    key = objects[0]["Key"]
+    assert key.startswith("profiles-")
+    assert key.endswith(".jsonl")
+    body = s3.get_object(Bucket="exports", Key=key)["Body"].read().decode()
+    items = [json.loads(line) for line in body.splitlines()]
+    assert sorted(item["unique_id"] for item in items) == sorted(users)
+    stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()}
+    assert stored == set(users)
+
+
+def _fleet(
+    env: dict[str, str], *args: str, settings: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "scrapy", "fleet", *args]
+    for name, value in {"FLEET_INSTALL": INSTALL, **(settings or {})}.items():
+        command += ["-s", f"{name}={value}"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode in (0, 2), result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def _user_data(ec2: Any, instance_id: str) -> str:
+    answer = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+    return base64.b64decode(answer["UserData"]["Value"]).decode()
+
+
+def test_fleet_launch_list_rotate_and_scale_to_zero(
+    crawl: Crawl, redis_client: redis.Redis, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    password = "hunter2-secret"
+    env = {
+        **crawl.env(),
+        **aws_env,
+        # What a worker would get: the launching side has credentials the user data must not carry.
+        "MONGO_URI": f"mongodb://crawler:{password}@mongo.internal/",
+    }
+    settings = {"FLEET_NAME": f"test-{tmp_path.name[-12:]}"}
+
+    launched = _json(
+        _fleet(env, "launch", "profiles", "--count", "2", "--ami", ami, "--json", settings=settings)
+    )
+    assert len(launched) == 2
+    assert {i["spider"] for i in launched} == {"profiles"}
+    assert {i["market"] for i in launched} == {"on-demand"}
+    script = _user_data(ec2, launched[0]["id"])
+    assert script.startswith("#!/bin/bash")
+    assert 'scrapy" crawl profiles -s BAN_POLICY=stop' in script
+    assert f'pip" install {INSTALL}' in script
+    assert "--name /crawler/REDIS_URL" in script
+    assert "--name /crawler/MONGO_URI" in script
+    assert password not in script
+    syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+
+    spot = _json(
+        _fleet(
+            env,
+            "launch",
+            "explore",
+            "--spot",
+            "--instance-type",
+            "t3.micro",
+            "--ami",
+            ami,
+            "--secrets",
+            "env",
+            "--json",
+            settings=settings,
+        )
+    )
+    assert [(i["spider"], i["market"], i["instance_type"]) for i in spot] == [
+        ("explore", "spot", "t3.micro")
+    ]
+    # --secrets env is the explicit opt-in to copy the launching environment into user data.
+    assert f"export MONGO_URI=mongodb://crawler:{password}@mongo.internal/" in _user_data(
+        ec2, spot[0]["id"]
+    )
+
+    listed = _json(_fleet(env, "list", "--json", settings=settings))
+    assert {i["id"] for i in listed} == {i["id"] for i in launched + spot}
+    assert {
+        i["id"] for i in _json(_fleet(env, "list", "profiles", "--json", settings=settings))
+    } == {i["id"] for i in launched}
+
+    # A worker stopped by a ban (exit status 3) runs this from its user data.
+    banned = launched[0]["id"]
+    report = subprocess.run(
+        [sys.executable, "-m", "crawler.fleet.report", "profiles", "--instance-id", banned],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert report.returncode == 0, report.stderr
+    assert redis_client.hexists("{profiles}:fleet:banned", banned)
+
+    rotated = _json(_fleet(env, "rotate", "profiles", "--json", settings=settings))
+    assert rotated["terminated"] == [banned]
+    (replacement,) = rotated["launched"]
+    assert replacement["id"] != banned
+    assert replacement["image"] == ami
+    assert replacement["public_ip"] != launched[0]["public_ip"]
+    assert not redis_client.exists("{profiles}:fleet:banned")
+    profiles = {
+        i["id"] for i in _json(_fleet(env, "list", "profiles", "--json", settings=settings))
+    }
+    assert profiles == {launched[1]["id"], replacement["id"]}
+    state = ec2.describe_instances(InstanceIds=[banned])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] in ("shutting-down", "terminated")
+
+    # Work left in the frontier: nothing is terminated.
+    redis_client.lpush("profiles:start_urls", "some.user")
+    waiting = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
+    assert waiting == {"spider": "profiles", "pending": {"start": 1}, "terminated": []}
+    redis_client.delete("profiles:start_urls")
+    drained = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
+    assert sorted(drained["terminated"]) == sorted(profiles)
+    assert drained["pending"] == {}
+    assert _json(_fleet(env, "list", "profiles", "--json", settings=settings)) == []
+    assert [i["id"] for i in _json(_fleet(env, "list", "--json", settings=settings))] == [
+        spot[0]["id"]
+    ]
+
+
+def test_fleet_launch_needs_an_install_target(aws_env: dict[str, str], crawl: Crawl) -> None:
+    result = _fleet(
+        {**crawl.env(), **aws_env},
+        "launch",
+        "profiles",
+        "--ami",
+        "ami-1",
+        settings={"FLEET_INSTALL": ""},
+    )
+    assert result.returncode != 0
+    assert "FLEET_INSTALL" in result.stderr + result.stdout

