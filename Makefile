@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench services-up services-down clean
+.PHONY: demo test lint typecheck unit bench services-up services-down clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) chromium
 	$(BIN)/python -m crawler.demo
 
 test: lint typecheck unit
@@ -24,11 +24,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) chromium
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+# Debian's Chromium, the maps spider's browser (installed with apt-get when missing).
+chromium:
+	scripts/ensure-chromium.sh
 
 services-up: $(STAMP)
 	$(BIN)/python -m crawler.services up

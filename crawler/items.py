@@ -61,5 +61,30 @@ class ProfileItem:
     friend_count: int | None = None
 
 
+@dataclass
+class PlaceItem:
+    """One place of a map listing; ``query`` is the search it was first found by. Fields the
+    place page does not show are None."""
+
+    collection: ClassVar[str] = "places"
+    unique_key: ClassVar[str] = "place_id"
+
+    place_id: str
+    name: str
+    url: str
+    query: str
+    rating: float | None = None
+    review_count: int | None = None
+    category: str | None = None
+    address: str | None = None
+    phone: str | None = None
+    phone_e164: str | None = None
+    website: str | None = None
+    plus_code: str | None = None
+    hours: str | None = None
+    latitude: float | None = None
+    longitude: float | None = None
+
+
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.
-STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (VideoItem, ProfileItem)
+STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (VideoItem, ProfileItem, PlaceItem)

@@ -14,6 +14,7 @@ from sandbox.bans import ChallengePages
 from sandbox.config import SandboxConfig
 from sandbox.data import DEFAULT_SEED, Dataset, build_dataset
 from sandbox.explore import ExploreApi
+from sandbox.maps import MapsPages
 from sandbox.profiles import ProfilePages
 from sandbox.stats import TrafficStats, traffic_middleware
 
@@ -32,6 +33,7 @@ def build_app(
     for part in (
         ExploreApi(dataset),
         ProfilePages(dataset),
+        MapsPages(),
         ChallengePages(),
         AdminApi(antibot, stats, dataset),
     ):

@@ -1,0 +1,350 @@
+"""Map listings (TARGETS.md §3): search pages scrolled in a headless Chromium, place pages.
+
+Start entries (``redis-cli lpush maps:start_urls ...`` or spider arguments):
+    ``{"query": "shop near 00501"}``          one search
+    ``shop near 00501``                         the same, as plain text
+    ``-a category=shop -a postal_codes=00501,00544`` (or a file, one code per line)
+                                                one search "<category> near <code>" per code
+
+A search page needs the browser: its feed is filled by JavaScript as it is scrolled. The spider
+drives the page itself (``playwright_include_page``): it accepts or rejects the consent
+interstitial, follows a single match's redirect, scrolls the feed until "You've reached the end
+of the list.", until scrolling stops growing it MAPS_SCROLL_MAX_STALLS times in a row, or until
+MAPS_MAX_RESULTS links, and closes the page on every path (callback, errback, and at once when
+the response is a block or an error, which the ban middleware turns into a retry).
+
+Place pages are fetched without the browser, once each (the duplicate filter): the sandbox
+renders them on the server, so plain HTTP reads them without a browser page. The real site renders
+place details with JavaScript; against it, set MAPS_PLACES_WITH_BROWSER = True.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Iterable
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote_plus
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
+from scrapy_playwright.page import PageMethod
+
+from crawler.config import setting_int, validate_base_url
+from crawler.extractors.maps import (
+    END_OF_LIST,
+    is_block_page,
+    is_consent_page,
+    is_place_url,
+    place_fields,
+)
+from crawler.items import PlaceItem
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
+from crawler.spiders.responses import BlockedPage, body_text
+
+if TYPE_CHECKING:
+    from playwright.async_api import Request as PlaywrightRequest
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
+
+POSTAL_CODE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z -]{1,9}$")
+_JSON_KEYS = {"query"}
+FEED_LINKS = 'div[role="feed"] a.hfpxzc'
+_COUNT_LINKS = f"() => document.querySelectorAll({FEED_LINKS!r}).length"
+_HAS_ENDED = f"() => document.body.innerText.includes({END_OF_LIST!r})"
+_GREW = (
+    f"n => document.querySelectorAll({FEED_LINKS!r}).length > n"
+    f" || document.body.innerText.includes({END_OF_LIST!r})"
+)
+_SCROLL = (
+    "() => { const feed = document.querySelector('div[role=\"feed\"]');"
+    " if (feed) feed.scrollTop = feed.scrollHeight; }"
+)
+_LINKS = "els => els.map(e => e.getAttribute('href'))"
+CONSENT_CHOICES = {"reject": "Reject all", "accept": "Accept all"}
+
+
+class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
+    """scrapy-playwright's handler with two bounds of its own.
+
+    Settings (crawler/settings.py): MAPS_BLOCKED_RESOURCE_TYPES (list of Playwright resource
+    types aborted in the browser, default image, font, media; [] loads everything) and
+    MAPS_BROWSER_RESTART_PAGES (int, default 200: the browser is closed, once no page is open,
+    after this many pages and launched again at the next request; 0 never). When the spider
+    closes it adds the pages still open to ``maps/pages/open_at_close`` (0 when every path
+    closed its page).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        super().__init__(crawler)
+        names = crawler.settings.getlist("MAPS_BLOCKED_RESOURCE_TYPES")
+        blocked = frozenset(name.strip() for name in names if name.strip())
+        if blocked and not crawler.settings.get("PLAYWRIGHT_ABORT_REQUEST"):
+            self.abort_request = ResourceBlocker(blocked)
+        self.restart_after = setting_int(crawler.settings, "MAPS_BROWSER_RESTART_PAGES", 0)
+        self._pages_since_launch = 0
+        self._restarting = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        crawler.signals.connect(self._count_open_pages, signal=signals.spider_closed)
+
+    def _make_close_page_callback(self, context_name: str) -> Any:
+        release = super()._make_close_page_callback(context_name)
+
+        def page_closed() -> None:
+            release()
+            self._pages_since_launch += 1
+            if self.restart_after and self._pages_since_launch >= self.restart_after:
+                task = asyncio.ensure_future(self._restart_browser())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+        return page_closed
+
+    async def _restart_browser(self) -> None:
+        async with self.browser_launch_lock:
+            if self._restarting or not hasattr(self, "browser"):
+                return
+            if self._get_total_page_count() or self._pages_since_launch < self.restart_after:
+                return
+            self._restarting = True
+            browser, self._pages_since_launch = self.browser, 0
+            del self.browser
+            try:
+                contexts = [wrapper.context for wrapper in self.context_wrappers.values()]
+                with suppress(PlaywrightError):
+                    await asyncio.gather(*(context.close() for context in contexts))
+                    await browser.close()
+            finally:
+                self._restarting = False
+            self.stats.inc_value("maps/browser/restarts")
+            logger.info("Browser restarted after %d pages", self.restart_after)
+
+    async def _browser_disconnected_callback(self) -> None:
+        if not self._restarting:
+            await super()._browser_disconnected_callback()
+
+    def _count_open_pages(self) -> None:
+        # Summed over the handlers (http, https), each with its own browser.
+        self.stats.inc_value("maps/pages/open_at_close", self._get_total_page_count())
+
+
+class ResourceBlocker:
+    """PLAYWRIGHT_ABORT_REQUEST predicate: abort requests of the given resource types."""
+
+    def __init__(self, resource_types: frozenset[str]) -> None:
+        self.resource_types = resource_types
+
+    def __call__(self, request: PlaywrightRequest) -> bool:
+        return request.resource_type in self.resource_types
+
+
+class MapsSpider(RedisFedSpider):
+    """Crawl map searches into ``places``.
+
+    Settings (crawler/settings.py): MAPS_BASE_URL, MAPS_LANGUAGE, MAPS_REGION, MAPS_CONSENT,
+    MAPS_MAX_RESULTS, MAPS_SCROLL_TIMEOUT, MAPS_SCROLL_MAX_STALLS, MAPS_PLACES_WITH_BROWSER,
+    MAPS_BLOCKED_RESOURCE_TYPES, MAPS_BROWSER_RESTART_PAGES and the PLAYWRIGHT_* settings.
+    Blocks are caught by ``ban_rule`` and the generic rules (302 to /sorry, 429).
+    """
+
+    name = "maps"
+    entry_kind = "maps start entry"
+    custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
+        "DOWNLOAD_HANDLERS": {
+            "http": "crawler.spiders.maps.BrowserHandler",
+            "https": "crawler.spiders.maps.BrowserHandler",
+        },
+    }
+    base_url: str
+    language: str
+    region: str
+    consent: str
+    max_results: int
+    scroll_timeout_ms: float
+    max_stalls: int
+    places_with_browser: bool
+
+    def __init__(self, category: str = "", postal_codes: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.queries = _argument_queries(category.strip(), postal_codes.strip())
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> MapsSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        assert isinstance(spider, MapsSpider)
+        settings = crawler.settings
+        spider.base_url = validate_base_url(settings, "MAPS_BASE_URL")
+        spider.language = str(settings.get("MAPS_LANGUAGE") or "")
+        spider.region = str(settings.get("MAPS_REGION") or "")
+        spider.consent = str(settings.get("MAPS_CONSENT"))
+        if spider.consent not in CONSENT_CHOICES:
+            raise NotConfigured(f"MAPS_CONSENT must be one of {sorted(CONSENT_CHOICES)}")
+        spider.max_results = setting_int(settings, "MAPS_MAX_RESULTS", 0)
+        spider.scroll_timeout_ms = settings.getfloat("MAPS_SCROLL_TIMEOUT") * 1000
+        spider.max_stalls = setting_int(settings, "MAPS_SCROLL_MAX_STALLS", 1)
+        spider.places_with_browser = settings.getbool("MAPS_PLACES_WITH_BROWSER")
+        crawler.signals.connect(spider.close_refused_page, signal=signals.response_downloaded)
+        return spider
+
+    # --- start entries ------------------------------------------------------------------------
+
+    def argument_entries(self) -> Iterable[dict[str, Any]]:
+        return [{"query": query} for query in self.queries]
+
+    def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
+        if isinstance(entry, dict):
+            check_keys(entry, _JSON_KEYS, _JSON_KEYS)
+            entry = str(entry["query"])
+        query = " ".join(entry.split())
+        if not query or len(query) > 200:
+            raise InvalidStartEntry("bad_query", "a query is 1 to 200 characters")
+        return [self.search_request(query)]
+
+    def search_request(self, query: str) -> Request:
+        params = "&".join(
+            f"{name}={value}"
+            for name, value in (("hl", self.language), ("gl", self.region))
+            if value
+        )
+        url = f"{self.base_url}/maps/search/{quote_plus(query)}" + (f"?{params}" if params else "")
+        return Request(
+            url,
+            callback=self.parse_search,
+            errback=self.close_page_on_error,
+            cb_kwargs={"query": query},
+            meta={
+                "playwright": True,
+                "playwright_include_page": True,
+                "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"},
+                "playwright_page_methods": [PageMethod("wait_for_load_state", "load")],
+            },
+        )
+
+    # --- search pages -------------------------------------------------------------------------
+
+    async def parse_search(self, response: Response, query: str) -> AsyncIterator[Request]:
+        page: Page = response.meta.pop("playwright_page")
+        try:
+            urls = await self._place_urls(page, query)
+        finally:
+            await self._close_page(page)
+        self.count("maps/searches")
+        assert self.crawler.stats is not None
+        self.crawler.stats.max_value("maps/feed/max_results", len(urls))
+        for url in urls:
+            yield self.place_request(response.urljoin(url), query)
+
+    async def _place_urls(self, page: Page, query: str) -> list[str]:
+        if is_consent_page(page.url, await page.content()):
+            await self._answer_consent(page)
+        if is_place_url(page.url):
+            self.count("maps/single_match")
+            return [page.url]
+        if is_block_page(page.url, await page.content()):
+            raise BlockedPage("maps_unusual_traffic")
+        return await self._scroll_feed(page, query)
+
+    async def _answer_consent(self, page: Page) -> None:
+        label = CONSENT_CHOICES[self.consent]
+        async with page.expect_navigation(wait_until="domcontentloaded"):
+            await page.click(f'form button[aria-label="{label}"]')
+        self.count(f"maps/consent/{self.consent}")
+
+    async def _scroll_feed(self, page: Page, query: str) -> list[str]:
+        stalls = 0
+        while True:
+            links = await page.eval_on_selector_all(FEED_LINKS, _LINKS)
+            if await page.evaluate(_HAS_ENDED):
+                self.count("maps/feed/ended")
+                break
+            if self.max_results and len(links) >= self.max_results:
+                self.count("maps/feed/max_results_reached")
+                break
+            await page.evaluate(_SCROLL)
+            try:
+                await page.wait_for_function(_GREW, arg=len(links), timeout=self.scroll_timeout_ms)
+                stalls = 0
+            except PlaywrightTimeoutError:
+                stalls += 1
+                if stalls >= self.max_stalls:
+                    self.count("maps/feed/stalled")
+                    logger.info("Feed of %r stopped growing at %d results", query, len(links))
+                    break
+        unique = list(dict.fromkeys(str(link) for link in links if link))
+        return unique[: self.max_results] if self.max_results else unique
+
+    # --- place pages --------------------------------------------------------------------------
+
+    def place_request(self, url: str, query: str) -> Request:
+        meta: dict[str, Any] = {}
+        if self.places_with_browser:
+            meta = {"playwright": True, "playwright_page_goto_kwargs": {"wait_until": "load"}}
+        return Request(url, callback=self.parse_place, cb_kwargs={"query": query}, meta=meta)
+
+    def parse_place(self, response: Response, query: str) -> Iterable[PlaceItem]:
+        fields = place_fields(body_text(response), response.url)
+        if fields["place_id"] and fields["name"]:
+            self.count("maps/places")
+            yield PlaceItem(**fields, query=query)
+        else:
+            self.count("maps/place/unreadable")
+            logger.warning("Unreadable place page %s", response.url, extra={"spider": self})
+
+    # --- bans and closing pages ----------------------------------------------------------------
+
+    def ban_rule(self, response: Response) -> str | None:
+        """The "unusual traffic" captcha page, whatever its status code."""
+        return "maps_unusual_traffic" if is_block_page(response.url, body_text(response)) else None
+
+    def close_refused_page(self, response: Response, request: Request) -> None:
+        """A browser response that will not reach the callback (a block, an error status, to
+        be retried or dropped by the middlewares) gives its page back at once."""
+        page = request.meta.get("playwright_page")
+        if page is None or (response.status == 200 and self.ban_rule(response) is None):
+            return
+        del request.meta["playwright_page"]
+        task = asyncio.ensure_future(self._close_page(page))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close_page_on_error(self, failure: Failure) -> None:
+        request = getattr(failure, "request", None)
+        page = request.meta.pop("playwright_page", None) if request is not None else None
+        if page is not None:
+            await self._close_page(page)
+        self.count("maps/errors")
+
+    async def _close_page(self, page: Page) -> None:
+        with suppress(PlaywrightError):
+            if not page.is_closed():
+                await page.close()
+        self.count("maps/pages/closed")
+
+    async def closed(self, reason: str) -> None:
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+def _argument_queries(category: str, postal_codes: str) -> list[str]:
+    if not category and not postal_codes:
+        return []
+    if not category or not postal_codes:
+        raise ValueError("give both -a category=<name> and -a postal_codes=<file or a,b,c>")
+    path = Path(postal_codes)
+    text = path.read_text(encoding="utf-8") if path.is_file() else postal_codes.replace(",", "\n")
+    codes = [line.strip() for line in text.splitlines() if line.strip()]
+    bad = [code for code in codes if not POSTAL_CODE.match(code)]
+    if bad or not codes:
+        raise ValueError(f"postal_codes: expected codes such as 00501, got {bad or 'none'}")
+    return [f"{category} near {code}" for code in dict.fromkeys(codes)]

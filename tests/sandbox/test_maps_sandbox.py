@@ -1,0 +1,109 @@
+"""The sandbox's map pages over HTTP: feed batches, single-match redirect, consent, block."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.error import HTTPError
+from urllib.parse import urlencode, urlsplit
+from urllib.request import HTTPRedirectHandler, Request, build_opener
+
+import pytest
+
+from crawler.extractors.maps import feed_has_ended, feed_place_urls, pin_from_url, place_fields
+from sandbox.maps import ASSET_SIZES, END_OF_LIST
+from sandbox.places import build_places
+from tests.harness import Sandbox
+
+PLACES = build_places()
+
+
+class _NoRedirect(HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _get(
+    url: str, data: bytes | None = None, cookie: str = ""
+) -> tuple[int, dict[str, str], bytes]:
+    request = Request(url, data=data, headers={"Cookie": cookie} if cookie else {})
+    try:
+        with build_opener(_NoRedirect).open(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_places_are_deterministic() -> None:
+    assert build_places() == PLACES
+    assert len(PLACES.search("shop near 00501")) == 23
+    assert len(PLACES.search("Pharmacy  near 00544")) == 1
+    assert PLACES.search("bakery near 01001") == ()
+
+
+def test_search_page_is_a_shell_with_heavy_resources(sandbox_server: Sandbox) -> None:
+    status, _, body = _get(f"{sandbox_server.url}/maps/search/shop+near+00501?hl=en")
+    text = body.decode()
+    assert status == 200
+    assert 'role="feed"' in text
+    assert "hfpxzc" not in text, "results come from JavaScript"
+    assert "/mapfiles/fonts/" in text
+    assert "/mapfiles/media/" in text
+    status, _, font = _get(f"{sandbox_server.url}/mapfiles/fonts/GoogleSans.woff2")
+    assert (status, len(font)) == (200, ASSET_SIZES["font"])
+
+
+def test_feed_batches_cover_every_place_once(sandbox_server: Sandbox) -> None:
+    query, offset, links, batches = "shop near 00501", 0, [], 0
+    while True:
+        params = urlencode({"q": query, "offset": offset})
+        status, _, body = _get(f"{sandbox_server.url}/maps/api/feed?{params}")
+        assert status == 200
+        data = json.loads(body)
+        batches += 1
+        html = f'<div role="feed">{data["html"]}</div>'
+        links += [place_fields("", link)["place_id"] for link in feed_place_urls(html)]
+        offset = data["next"]
+        if data["end"]:
+            assert feed_has_ended(html)
+            break
+        assert END_OF_LIST not in html
+    assert batches == 4
+    assert sorted(links) == sorted(place.place_id for place in PLACES.search(query))
+
+
+def test_single_match_redirects_to_its_place_page(sandbox_server: Sandbox) -> None:
+    (place,) = PLACES.search("pharmacy near 00544")
+    status, headers, _ = _get(f"{sandbox_server.url}/maps/search/pharmacy%20near%2000544")
+    assert status == 302
+    assert headers["Location"] == place.path
+    assert pin_from_url(headers["Location"]) == (place.latitude, place.longitude)
+    status, _, body = _get(f"{sandbox_server.url}{place.path}")
+    assert status == 200
+    assert place_fields(body.decode(), place.path)["name"] == place.name
+
+
+def test_consent_interstitial(sandbox_server: Sandbox) -> None:
+    url = f"{sandbox_server.url}/maps/search/shop+near+00501?hl=en&gl=de"
+    status, headers, _ = _get(url)
+    assert status == 302
+    assert urlsplit(headers["Location"]).path == "/consent/m"
+    status, _, body = _get(f"{sandbox_server.url}{headers['Location']}")
+    assert status == 200
+    assert b"Before you continue" in body
+    form = urlencode({"continue": url, "set_eom": "true"}).encode()
+    status, headers, _ = _get(f"{sandbox_server.url}/consent/save", data=form)
+    assert status == 302
+    assert headers["Location"] == url
+    assert "SOCS=rejected" in headers["Set-Cookie"]
+    assert _get(url, cookie="SOCS=rejected")[0] == 200
+
+
+@pytest.mark.parametrize("query", ["unusual+traffic+near+00501"])
+def test_unusual_traffic_block(sandbox_server: Sandbox, query: str) -> None:
+    status, headers, _ = _get(f"{sandbox_server.url}/maps/search/{query}")
+    assert status == 302
+    assert urlsplit(headers["Location"]).path == "/sorry/index"
+    status, _, body = _get(f"{sandbox_server.url}{headers['Location']}")
+    assert status == 429
+    assert b"unusual traffic" in body

@@ -1,0 +1,162 @@
+"""The maps spider in a real headless Chromium against the sandbox's map pages."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis
+from scrapy.utils.request import request_from_dict
+
+from crawler.extractors.maps import pin_from_url, place_fields, place_id_from_url
+from crawler.scheduling import serializer
+from crawler.spiders.base import InvalidStartEntry
+from crawler.spiders.maps import MapsSpider, _argument_queries
+from sandbox.maps import render_place
+from sandbox.places import build_places
+from tests.harness import Crawl, Sandbox
+
+PLACES = build_places()
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM} (make test installs it)"
+)
+
+
+def _log_stats(stderr: str) -> dict[str, Any]:
+    """The stats Scrapy dumps when the crawl ends, as a dict of numbers."""
+    return {
+        key: int(value) for key, value in re.findall(r"'([a-z_/.0-9]+)': (\d+)(?=[,}\n])", stderr)
+    }
+
+
+def _settings(sandbox: Sandbox, **extra: Any) -> dict[str, Any]:
+    return {"MAPS_BASE_URL": sandbox.url, "MAPS_SCROLL_TIMEOUT": 3, **extra}
+
+
+# --- extraction, without a crawler ---------------------------------------------------------------
+
+
+def test_place_page_fields_and_pin_from_url() -> None:
+    place = next(p for group in PLACES.by_query.values() for p in group if p.phone and p.hours)
+    url = f"https://www.google.com{place.path}?entry=ttu"
+    fields = place_fields(render_place(place), url)
+    assert fields["place_id"] == place.place_id == place_id_from_url(url)
+    assert (fields["latitude"], fields["longitude"]) == (place.latitude, place.longitude)
+    assert pin_from_url(url) != (place.latitude + 0.0021, place.longitude - 0.0034)
+    assert fields["name"] == place.name
+    assert fields["rating"] == place.rating
+    assert fields["review_count"] == place.review_count
+    assert fields["category"] == place.category_label
+    assert fields["address"] == place.address
+    assert fields["phone"] == place.phone
+    assert fields["website"] == place.website
+    assert fields["plus_code"] == place.plus_code
+    assert fields["hours"] == place.hours
+
+
+def test_postal_code_arguments(tmp_path: Path) -> None:
+    codes = tmp_path / "codes.txt"
+    codes.write_text("00501\n\n00544\n00501\n")
+    assert _argument_queries("shop", str(codes)) == ["shop near 00501", "shop near 00544"]
+    assert _argument_queries("cafe", "01001, 01002") == ["cafe near 01001", "cafe near 01002"]
+    with pytest.raises(ValueError, match="postal_codes"):
+        _argument_queries("shop", "00501,<script>")
+    with pytest.raises(ValueError, match="both"):
+        MapsSpider(category="shop")
+
+
+def test_search_requests_are_stored_as_json() -> None:
+    spider = MapsSpider()
+    spider.base_url, spider.language, spider.region = "https://www.google.com", "en", "de"
+    (request,) = spider.requests_from_entry({"query": "shop  near 00501"})
+    assert request.url == "https://www.google.com/maps/search/shop+near+00501?hl=en&gl=de"
+    stored = serializer.loads(serializer.dumps(request.to_dict(spider=spider)))
+    restored = request_from_dict(stored, spider=spider)
+    assert restored.callback == spider.parse_search
+    assert restored.errback == spider.close_page_on_error
+    assert restored.meta["playwright_include_page"] is True
+    (method,) = restored.meta["playwright_page_methods"]
+    assert (method.method, method.args) == ("wait_for_load_state", ("load",))
+    with pytest.raises(InvalidStartEntry):
+        spider.requests_from_entry({"query": "x", "extra": 1})
+
+
+# --- crawls in the browser -----------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_listing_consent_and_single_match(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    redis_client.lpush("maps:start_urls", json.dumps({"query": "shop near 00501"}))
+    result = crawl(
+        "maps",
+        "-a",
+        "category=pharmacy",
+        "-a",
+        "postal_codes=00544,01001",
+        settings=_settings(sandbox, MAPS_REGION="de", MAPS_BROWSER_RESTART_PAGES=2),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    expected = {
+        place.place_id: (query, place)
+        for query in ("shop near 00501", "pharmacy near 00544", "pharmacy near 01001")
+        for place in PLACES.search(query)
+    }
+    assert len(PLACES.search("shop near 00501")) > 3 * 7, "needs several scroll loads"
+    docs = list(crawl.mongo.db.places.find({}, {"_id": 0}))
+    assert sorted(doc["place_id"] for doc in docs) == sorted(expected)
+    for doc in docs:
+        query, place = expected[doc["place_id"]]
+        assert doc["query"] == query
+        assert doc["name"] == place.name
+        assert doc["rating"] == place.rating
+        assert doc["review_count"] == place.review_count
+        assert doc["category"] == place.category_label
+        assert doc["address"] == place.address
+        assert doc["phone"] == place.phone
+        assert doc["website"] == place.website
+        assert doc["plus_code"] == place.plus_code
+        assert doc["hours"] == place.hours
+        assert (doc["latitude"], doc["longitude"]) == (place.latitude, place.longitude)
+
+    served = sandbox.admin("stats")["by_path"]
+    place_paths = {path: n for path, n in served.items() if path.startswith("/maps/place/")}
+    # The single match's page is opened once by the browser (redirect) and once over HTTP.
+    assert sum(place_paths.values()) == len(expected) + 1
+    assert served.get("/consent/m", 0) >= 1
+
+    stats = _log_stats(result.stderr)
+    assert stats["maps/searches"] == 3
+    assert stats["maps/single_match"] == 1
+    assert stats["maps/consent/reject"] >= 1
+    assert stats["maps/feed/ended"] == 2
+    assert stats["maps/pages/open_at_close"] == 0
+    assert stats["maps/pages/closed"] == stats["playwright/page_count"] == 3
+    assert stats["playwright/request_count/aborted"] > 0
+    assert stats.get("maps/browser/restarts", 0) >= 1
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_block_page_is_a_ban_and_its_page_is_closed(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    redis_client.lpush("maps:start_urls", "unusual traffic near 00501")
+    result = crawl("maps", settings=_settings(sandbox, BAN_MAX_TIMES=1, BAN_COOLDOWN=1), timeout=90)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = _log_stats(result.stderr)
+    assert stats["ban/count"] >= 1
+    assert stats.get("ban/rule/http_429", 0) + stats.get("ban/rule/challenge_page", 0) >= 1
+    assert stats["maps/pages/open_at_close"] == 0
+    assert stats["maps/pages/closed"] == stats["playwright/page_count"]
+    assert crawl.mongo.db.places.count_documents({}) == 0
+    served = cast(dict[str, int], sandbox.admin("stats")["by_path"])
+    assert served.get("/sorry/index", 0) >= 1
