@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import redis
 
+from sandbox.bans import CONCRETE_MODES
 from sandbox.data import build_dataset
 from tests.harness import Crawl, Sandbox
 
@@ -48,20 +49,7 @@ def _assert_cooldowns_respected(sandbox: Sandbox, concurrency: int) -> None:
     assert bans["responses"] <= bans["issued"] * (concurrency + 1), bans
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [
-        "403",
-        "datadome",
-        "cloudflare",
-        "captcha_redirect",
-        "js_redirect",
-        "429",
-        "empty",
-        "json_error",
-        "no_data",
-    ],
-)
+@pytest.mark.parametrize("mode", CONCRETE_MODES)
 def test_every_ban_mode_ends_with_every_profile_stored(
     mode: str, crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
 ) -> None:
