@@ -7,14 +7,17 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.request import Request, urlopen
 
 import pymongo
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 # Where crawls started by tests spill MongoDB batches, away from the working tree.
 SPILL_DIR = Path(tempfile.gettempdir()) / "crawler-test-spill"
 
@@ -95,3 +98,20 @@ class Crawl:
             text=True,
             timeout=timeout,
         )
+
+
+def poll(
+    check: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    pause: float = 0.05,
+) -> T:
+    """Call ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(pause)

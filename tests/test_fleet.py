@@ -6,8 +6,7 @@ import json
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import redis
 
 from crawler.services import ServerProcess, free_port, start_redis
 from sandbox.data import build_dataset
-from tests.harness import ROOT, Crawl, Mongo, Sandbox
+from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -46,14 +45,6 @@ def _worker(crawl: Crawl, log: Path, **settings: object) -> subprocess.Popen[byt
         return subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
 
 
-def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def _assert_every_profile_once(mongo: Mongo) -> None:
     stored = [doc["unique_id"] for doc in mongo.db.profiles.find({}, {"unique_id": 1})]
     assert len(stored) == len(set(stored))
@@ -76,7 +67,7 @@ def test_a_killed_worker_loses_nothing(
     victim = _worker(crawl, tmp_path / "victim.log")
     survivor = _worker(crawl, tmp_path / "survivor.log")
     try:
-        _wait_until(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
         assert survivor.wait(180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
@@ -120,10 +111,10 @@ def test_redis_restart_mid_crawl_loses_nothing(
     client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     worker = _worker(crawl, tmp_path / "worker.log")
     try:
-        _wait_until(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
         own_redis.stop()
         log = tmp_path / "worker.log"
-        _wait_until(lambda: "Redis unavailable" in log.read_text(), 60, "the worker to notice")
+        poll(lambda: "Redis unavailable" in log.read_text(), 60, "the worker to notice")
         own_redis.start()
         assert worker.wait(180) == 0, log.read_text()[-3000:]
     finally:
@@ -141,7 +132,7 @@ def test_sigterm_releases_leases_at_once(
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     first = _worker(crawl, tmp_path / "first.log", FRONTIER_LEASE_SECONDS=600)
     try:
-        _wait_until(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress")
         first.send_signal(signal.SIGTERM)
         assert first.wait(60) == 0, (tmp_path / "first.log").read_text()[-3000:]
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 import redis
@@ -14,13 +14,12 @@ from redis.crc import key_slot
 
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending, Popped
 from crawler.services import free_port, start_redis
+from tests.harness import poll
 
 SPIDER = "shop"
 KEYS = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")
 LEASE = 30.0
 SHORT_LEASE = 0.2
-
-T = TypeVar("T")
 
 
 def fingerprint(url: str) -> bytes:
@@ -45,18 +44,6 @@ def urls(popped: Popped) -> list[str]:
 
 def ids(popped: Popped) -> list[str]:
     return [lease_id for lease_id, _ in popped.leased]
-
-
-def poll(check: Callable[[], T | None], timeout: float = 10.0) -> T:
-    """Call ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.02)
 
 
 def pop_until_leased(frontier: Frontier, count: int, worker: str) -> Popped:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.error import URLError
@@ -47,7 +47,7 @@ from crawler.scheduling.frontier import FrontierKeys
 from crawler.services import free_port
 from sandbox.data import build_dataset
 from tests.cluster import start_cluster
-from tests.harness import ROOT, Crawl, Sandbox
+from tests.harness import ROOT, Crawl, Sandbox, poll
 
 SPIDER = "shop"
 STATS = "{shop}:stats"
@@ -83,17 +83,6 @@ def _publisher(client: Any, worker: str = "w1", ttl: int = 30) -> StatsPublisher
 def _hash(client: redis.Redis, key: str) -> dict[str, str]:
     raw: Any = client.hgetall(key)
     return {name.decode(): value.decode() for name, value in raw.items()}
-
-
-def _poll(check: Callable[[], T | None], timeout: float, what: str, pause: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(pause)
 
 
 # --- publishing deltas (real Redis) ---------------------------------------------------------------
@@ -518,7 +507,7 @@ def test_a_killed_worker_leaves_status_within_its_heartbeat_ttl(
             workers: list[dict[str, Any]] = _status_json(crawl)["workers"]
             return [beat for beat in workers if beat.get("pid") == worker.pid]
 
-        beat = _poll(listed, 60, "the worker's heartbeat")[0]
+        beat = poll(listed, 60, "the worker's heartbeat")[0]
         assert beat["spider"] == "profiles"
         assert beat["host"]
         assert beat["started"] <= time.time()
@@ -526,7 +515,7 @@ def test_a_killed_worker_leaves_status_within_its_heartbeat_ttl(
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(10)
         killed = time.monotonic()
-        _poll(lambda: not listed(), ttl + 10, "the dead worker to disappear", pause=0)
+        poll(lambda: not listed(), ttl + 10, "the dead worker to disappear", pause=0)
         # Expired within the TTL of its last beat; the margin is one `scrapy status` run.
         assert time.monotonic() - killed <= ttl + 3
     finally:

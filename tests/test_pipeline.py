@@ -22,7 +22,7 @@ from crawler.pipelines import MongoPipeline, ValidationPipeline
 from crawler.pipelines.mongo import MongoSettings
 from crawler.services import ServerProcess, free_port, start_mongo
 from sandbox.data import build_dataset
-from tests.harness import Crawl, Mongo, Sandbox
+from tests.harness import Crawl, Mongo, Sandbox, poll
 
 
 def _video(video_id: str, likes: int = 1, **changes: Any) -> VideoItem:
@@ -47,13 +47,6 @@ def _settings(mongo_uri: str, database: str, spill: Path, **changes: Any) -> Mon
 def _pipeline(config: MongoSettings) -> tuple[MongoPipeline, Any]:
     stats = get_crawler().stats
     return MongoPipeline(config, stats, "videos-test"), stats
-
-
-def _wait_for(condition: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_a_full_batch_is_written_at_once(mongo: Mongo, tmp_path: Path) -> None:
@@ -251,9 +244,9 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
             stderr=out,
         )
     try:
-        _wait_for(lambda: _count(own_mongo.uri, "profiles") >= 30)
+        poll(lambda: _count(own_mongo.uri, "profiles") >= 30, 30, "progress")
         own_mongo.stop()
-        _wait_for(lambda: "spilling" in log.read_text())
+        poll(lambda: "spilling" in log.read_text(), 30, "the spill")
         own_mongo.start()
         assert worker.wait(180) == 0, log.read_text()[-3000:]
     finally:
