@@ -15,28 +15,30 @@ class StoredItem(Protocol):
 
 @dataclass
 class VideoItem:
-    """One video of an explore feed."""
+    """One video of an explore feed. A field whose value in the feed had the wrong type is
+    None (counted as ``extract/bad_field/<name>``); the video is stored all the same."""
 
     collection: ClassVar[str] = "videos"
     unique_key: ClassVar[str] = "video_id"
 
     video_id: str
-    description: str
-    created_at: int
-    author_id: str
-    author_unique_id: str
-    digg_count: int
-    play_count: int
-    share_count: int
-    comment_count: int
-    collect_count: int
+    description: str | None = None
+    created_at: int | None = None
+    author_id: str | None = None
+    author_unique_id: str | None = None
+    digg_count: int | None = None
+    play_count: int | None = None
+    share_count: int | None = None
+    comment_count: int | None = None
+    collect_count: int | None = None
     category: int | None = None  # None for feeds without one (the recommend feed)
 
 
 @dataclass
 class ProfileItem:
     """One profile page. ``status`` is "ok", "not_found", "private" or "banned"; the fields a
-    status does not reveal (a private user's counts, everything of a missing user) are None."""
+    status does not reveal (a private user's counts, everything of a missing user), and those
+    whose value had the wrong type (counted as ``extract/bad_field/<name>``), are None."""
 
     collection: ClassVar[str] = "profiles"
     unique_key: ClassVar[str] = "unique_id"

@@ -6,7 +6,10 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from crawler.extractors import jsondata
 from crawler.extractors.explore import (
     FeedBlocked,
     FeedError,
@@ -14,6 +17,7 @@ from crawler.extractors.explore import (
     popular_author,
     video_fields,
 )
+from crawler.extractors.jsondata import FieldReader, MalformedData, TooDeep
 from crawler.extractors.profiles import parse_profile_page, profile_fields
 from sandbox.data import build_dataset
 from sandbox.profiles import render_profile, render_shell
@@ -115,6 +119,8 @@ def test_popular_author_rules(likes: int, followers: int, popular: bool) -> None
     [
         ("", "empty_body"),
         ("<html><script>window.location.href='/sec'</script></html>", "not_json"),
+        ("[]", "not_json"),
+        ("null", "not_json"),
         (_feed(statusCode=8, status_code=8, status_msg="login required"), "login_required"),
         (_feed(statusCode=10000, status_code=10000, status_msg="verify"), "captcha"),
         (_feed(statusCode=1, status_code=1, status_msg="Please solve the captcha"), "captcha"),
@@ -256,3 +262,169 @@ def test_sandbox_page_of_a_missing_user() -> None:
 
 def test_sandbox_shell_without_data_is_a_block() -> None:
     assert parse_profile_page(render_shell("someone")).is_block
+
+
+# --- hostile data: one bad value costs that value, never the page ---------------------------
+
+INF = float("inf")
+
+
+def test_overflowing_numbers_cost_only_their_field() -> None:
+    item = _video()
+    item["createTime"] = INF
+    item["stats"]["diggCount"] = 2**70
+    item["stats"]["playCount"] = 1.5
+    item["stats"]["shareCount"] = True
+    reader = FieldReader()
+    fields = video_fields(item, 2, reader)
+    assert fields["created_at"] is None
+    assert fields["digg_count"] is None
+    assert fields["play_count"] is None
+    assert fields["share_count"] is None
+    assert fields["comment_count"] == 3
+    assert sorted(reader.bad) == ["created_at", "digg_count", "play_count", "share_count"]
+
+
+def test_feed_with_1e999_parses() -> None:
+    body = _feed(statusCode=1e999).replace("1700000000", "1e999")
+    page = parse_feed(body)
+    assert video_fields(page.items[0], None)["created_at"] is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _feed()[:-40],
+        '{"statusCode": 0, "itemList": [',
+        "[" * 50_000,
+        '{"itemList": ' + "[" * 50_000 + "]" * 50_000 + "}",
+        "oops",
+    ],
+)
+def test_malformed_feed_is_not_a_block(body: str) -> None:
+    with pytest.raises(MalformedData):
+        parse_feed(body)
+
+
+def test_feed_values_of_the_wrong_type() -> None:
+    items = [_video("1"), {"id": True}, {"id": INF}, {"id": ["x"]}, "junk", {"id": " 1"}]
+    page = parse_feed(_feed(itemList=items, cursor={"a": 1}, hasMore="false"))
+    assert [item["id"] for item in page.items] == ["1"]
+    assert page.cursor is None
+    assert page.has_more is False
+    assert sorted(page.bad_fields) == ["cursor", "hasMore", *["id"] * 5]
+    assert parse_feed(_feed(itemList={"id": "1"})).bad_fields == ("itemList",)
+
+
+@pytest.mark.parametrize("unique_id", [True, None, 12, "two words", "a\n", "x" * 25, ["a"]])
+def test_popular_author_needs_a_username(unique_id: Any) -> None:
+    item = _video(likes=10**9)
+    item["author"]["uniqueId"] = unique_id
+    assert popular_author(item, 1, 1) is None
+
+
+def test_profile_values_of_the_wrong_type() -> None:
+    user = {**USER, "uniqueId": None, "verified": "false", "createTime": 2**70, "nickname": 5}
+    stats = {**STATS, "followerCount": INF, "videoCount": "42"}
+    page = parse_profile_page(_universal(0, {"user": user, "stats": stats}))
+    reader = FieldReader()
+    fields = profile_fields(page, "cook.anna", reader)
+    assert fields["unique_id"] == "cook.anna"
+    assert (fields["verified"], fields["created_at"], fields["nickname"]) == (None, None, None)
+    assert fields["follower_count"] is None
+    assert fields["video_count"] == 42
+    assert fields["heart_count"] == 500
+    assert sorted(reader.bad) == ["created_at", "follower_count", "nickname", "verified"]
+
+
+@pytest.mark.parametrize("unique_id", [True, 7, "cook.anna\n", "none such", ""])
+def test_profile_unique_id_is_a_username_or_the_one_asked_for(unique_id: Any) -> None:
+    page = parse_profile_page(_universal(0, {"user": {**USER, "uniqueId": unique_id}}))
+    reader = FieldReader()
+    assert profile_fields(page, "asked.for", reader)["unique_id"] == "asked.for"
+    assert reader.bad == ["unique_id"]
+
+
+def test_sigi_layout_with_odd_keys() -> None:
+    data = {"UserModule": {"users": {"a.b": USER}}, "UserPage": {"uniqueId": ["a.b"]}}
+    page = parse_profile_page(_page("SIGI_STATE", data), "x.y")
+    assert (page.status, page.user["id"]) == ("ok", "6600")
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "[" * 50_000,
+        '{"__DEFAULT_SCOPE__": ' + '{"a": ' * 5000 + "1" + "}" * 5001,
+        '{"__DEFAULT_SCOPE__": {"webapp.user-detail": {"statusCode": 0',
+        '{"__DEFAULT_SCOPE__": {"webapp.user-detail": {"statusCode": 1e999',
+    ],
+)
+def test_malformed_data_script_is_not_a_block(script: str) -> None:
+    html = f'<html><script id="__UNIVERSAL_DATA_FOR_REHYDRATION__">{script}</script></html>'
+    with pytest.raises(MalformedData):
+        parse_profile_page(html)
+
+
+@pytest.mark.parametrize(("depth", "too_deep"), [(64, False), (65, True)])
+def test_response_depth_limit(depth: int, too_deep: bool) -> None:
+    text = '{"a": ' * depth + '"[{"' + "}" * depth
+    if too_deep:
+        with pytest.raises(TooDeep):
+            jsondata.loads(text)
+    else:
+        assert jsondata.loads(text)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.sampled_from([INF, -INF, 2**64, "1e999", "-5", "12"])
+    | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children)
+    ),
+    max_leaves=6,
+)
+VIDEO_KEYS = ("desc", "createTime", "author", "stats", "statsV2", "authorStats")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(VIDEO_KEYS), JSON_VALUES), st.sampled_from(list(_video())))
+def test_any_feed_item_gives_typed_fields(values: dict[str, Any], key: str) -> None:
+    item = {**_video(), **values}
+    body = json.dumps({"statusCode": 0, "itemList": [item], "cursor": values.get(key)})
+    for video in parse_feed(body).items:
+        fields = video_fields(video, 2)
+        assert all(isinstance(fields[name], str | None) for name in ("description", "author_id"))
+        counts = [value for name, value in fields.items() if name.endswith(("_count", "_at"))]
+        assert all(value is None or type(value) is int for value in counts)
+        popular_author(video, 0, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from([*USER, "bogus"]), JSON_VALUES),
+    st.dictionaries(st.sampled_from([*STATS, "bogus"]), JSON_VALUES),
+    st.sampled_from(["universal", "sigi"]),
+)
+def test_any_profile_gives_typed_fields(
+    user: dict[str, Any], stats: dict[str, Any], layout: str
+) -> None:
+    user, stats = {**USER, **user}, {**STATS, **stats}
+    if layout == "universal":
+        html = _universal(0, {"user": user, "stats": stats})
+    else:
+        module = {"users": {"cook.anna": user}, "stats": {"cook.anna": stats}}
+        html = _page("SIGI_STATE", {"UserModule": module})
+    fields = profile_fields(parse_profile_page(html, "cook.anna"), "cook.anna")
+    assert isinstance(fields["unique_id"], str)
+    for name, value in fields.items():
+        if name.endswith(("_count", "_at")):
+            assert value is None or type(value) is int
+        elif name in ("verified", "private"):
+            assert value is None or type(value) is bool
+        else:
+            assert value is None or isinstance(value, str)

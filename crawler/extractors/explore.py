@@ -1,11 +1,19 @@
-"""Explore-feed JSON (``/api/explore/item_list/``) to video fields and paging state."""
+"""Explore-feed JSON (``/api/explore/item_list/``) to video fields and paging state.
+
+The feed is untrusted: its nesting is bounded before parsing (``jsondata``), a value of the
+wrong type costs that value only, and an answer that is not JSON (truncated, nested too deep)
+is :class:`~crawler.extractors.jsondata.MalformedData` (retry it), not a block.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from crawler.extractors import jsondata
+from crawler.extractors.jsondata import FieldReader, as_id, as_int, as_text
+from crawler.extractors.profiles import UNIQUE_ID
 
 # Status codes and messages with which the feed says "this client is not allowed" (TARGETS.md §1).
 _BLOCK_CODES = {8: "login_required", 10000: "captcha"}
@@ -30,88 +38,105 @@ class FeedError(Exception):
 
 @dataclass(frozen=True)
 class FeedPage:
-    """One page of a feed: its videos and where the next page starts."""
+    """One page of a feed: its videos, where the next page starts, and the names of the
+    page-level values that were present but unusable (an item without a usable id is one)."""
 
     items: list[Mapping[str, Any]]
     cursor: str | None
     has_more: bool
+    bad_fields: tuple[str, ...] = ()
 
 
 def parse_feed(body: str) -> FeedPage:
-    """Parse a feed response body; raise FeedBlocked or FeedError when it holds no data."""
+    """Parse a feed response body; raise FeedBlocked or FeedError when it holds no data, and
+    MalformedData when it is not JSON at all (truncated, cut off, nested too deep)."""
     if not body.strip():
         raise FeedBlocked("empty_body")
-    try:
-        data = json.loads(body)
-    except ValueError:
-        raise FeedBlocked("not_json") from None
+    if body.lstrip().startswith("<"):
+        # An HTML page where JSON belongs: a challenge or a redirect page.
+        raise FeedBlocked("not_json")
+    data = jsondata.loads(body)
     if not isinstance(data, dict):
+        # Whole JSON, but not the feed's object: an answer meant for clients that are refused.
         raise FeedBlocked("not_json")
     _raise_for_status(data)
-    items = data.get("itemList") or []
-    cursor = data.get("cursor")
+    reader = FieldReader()
+    items = _items(data.get("itemList"), reader)
     return FeedPage(
-        items=[item for item in items if isinstance(item, dict) and item.get("id")],
-        cursor=None if cursor is None else str(cursor),
-        has_more=bool(data.get("hasMore")),
+        items=items,
+        cursor=reader.identifier("cursor", data.get("cursor")),
+        has_more=reader.flag("hasMore", data.get("hasMore")) or False,
+        bad_fields=tuple(reader.bad),
     )
+
+
+def _items(value: Any, reader: FieldReader) -> list[Mapping[str, Any]]:
+    if value is not None and not isinstance(value, list):
+        reader.bad.append("itemList")
+        return []
+    items: list[Mapping[str, Any]] = []
+    for item in value or []:
+        if isinstance(item, dict) and as_id(item.get("id")):
+            items.append(item)
+        else:
+            reader.bad.append("id")
+    return items
 
 
 def _raise_for_status(data: Mapping[str, Any]) -> None:
     code = _status_code(data)
     if code == 0:
         return
-    message = str(data.get("status_msg") or data.get("statusMsg") or "")
+    message = as_text(data.get("status_msg")) or as_text(data.get("statusMsg")) or ""
     if code in _BLOCK_CODES:
         raise FeedBlocked(_BLOCK_CODES[code])
     if any(word in message.lower() for word in _BLOCK_WORDS):
         raise FeedBlocked("captcha")
-    raise FeedError(code, message)
+    raise FeedError(code, message[:200])
 
 
 def _status_code(data: Mapping[str, Any]) -> int:
+    """The first non-zero status code; one that is not a number counts as 0 (data)."""
     for key in ("statusCode", "status_code"):
-        value = data.get(key)
-        if value not in (None, 0, "0"):
-            return _as_int(value)
+        code = as_int(data.get(key))
+        if code:
+            return code
     return 0
 
 
-def video_fields(item: Mapping[str, Any], category: int | None) -> dict[str, Any]:
-    """The stored fields of one feed item."""
+def video_fields(
+    item: Mapping[str, Any], category: int | None, reader: FieldReader | None = None
+) -> dict[str, Any]:
+    """The stored fields of one feed item (of a page from :func:`parse_feed`). An absent
+    value is "" or 0; a value of the wrong type is None and its name goes to ``reader.bad``."""
+    read = reader or FieldReader()
     author = _mapping(item.get("author"))
     stats = _mapping(item.get("stats")) or _mapping(item.get("statsV2"))
     return {
-        "video_id": str(item["id"]),
-        "description": str(item.get("desc") or ""),
-        "created_at": _as_int(item.get("createTime")),
-        "author_id": str(author.get("id") or ""),
-        "author_unique_id": str(author.get("uniqueId") or ""),
+        "video_id": as_id(item.get("id")) or "",
+        "description": read.text("description", item.get("desc"), ""),
+        "created_at": read.integer("created_at", item.get("createTime"), 0),
+        "author_id": read.identifier("author_id", author.get("id"), ""),
+        "author_unique_id": read.text("author_unique_id", author.get("uniqueId"), ""),
         "category": category,
-        "digg_count": _as_int(stats.get("diggCount")),
-        "play_count": _as_int(stats.get("playCount")),
-        "share_count": _as_int(stats.get("shareCount")),
-        "comment_count": _as_int(stats.get("commentCount")),
-        "collect_count": _as_int(stats.get("collectCount")),
+        "digg_count": read.integer("digg_count", stats.get("diggCount"), 0),
+        "play_count": read.integer("play_count", stats.get("playCount"), 0),
+        "share_count": read.integer("share_count", stats.get("shareCount"), 0),
+        "comment_count": read.integer("comment_count", stats.get("commentCount"), 0),
+        "collect_count": read.integer("collect_count", stats.get("collectCount"), 0),
     }
 
 
 def popular_author(item: Mapping[str, Any], min_likes: int, min_followers: int) -> str | None:
-    """The author's uniqueId if the video or its author is popular by the given thresholds."""
+    """The author's uniqueId if it is a valid one and the video or its author is popular by
+    the given thresholds."""
     unique_id = _mapping(item.get("author")).get("uniqueId")
-    if not unique_id:
+    if not isinstance(unique_id, str) or not UNIQUE_ID.fullmatch(unique_id):
         return None
-    likes = _as_int(_mapping(item.get("stats")).get("diggCount"))
-    followers = _as_int(_mapping(item.get("authorStats")).get("followerCount"))
-    return str(unique_id) if likes >= min_likes or followers >= min_followers else None
+    likes = as_int(_mapping(item.get("stats")).get("diggCount")) or 0
+    followers = as_int(_mapping(item.get("authorStats")).get("followerCount")) or 0
+    return unique_id if likes >= min_likes or followers >= min_followers else None
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def _as_int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0

@@ -3,17 +3,25 @@
 Layouts, newest first: the ``__UNIVERSAL_DATA_FOR_REHYDRATION__`` script, the older
 ``SIGI_STATE`` script and ``__NEXT_DATA__``. A page may also be a verdict rather than data: the
 user does not exist, is banned or private (stored as such), or the page is a captcha, a
-challenge or carries no data at all (a block: fetch it again later).
+challenge or carries no data at all (a block: fetch it again later). A data script that is
+not JSON (truncated, nested too deep) is MalformedData: fetch it again, not a ban.
+Values of the wrong type cost that value only (None, named in the FieldReader's ``bad``).
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from parsel import Selector
+
+from crawler.extractors import jsondata
+from crawler.extractors.jsondata import FieldReader, as_flag, as_int
+
+# TikTok usernames: letters, digits, underscores and periods, at most 24 characters.
+UNIQUE_ID = re.compile(r"[A-Za-z0-9_.]{1,24}")
 
 # statusCode inside a 200 page -> what it means (TARGETS.md §2).
 STATUS_BY_CODE = {
@@ -56,10 +64,7 @@ def parse_profile_page(html: str, unique_id: str | None = None) -> ProfilePage:
 
 
 def _load(text: str) -> Mapping[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return {}
+    data = jsondata.loads(text)
     return data if isinstance(data, Mapping) else {}
 
 
@@ -76,16 +81,16 @@ def _read_universal(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
 
 def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
     users = _path(data, "UserModule", "users")
-    key = unique_id if unique_id in users else _path(data, "UserPage").get("uniqueId")
-    if key not in users:
-        key = next(iter(users), None)
+    key = next(
+        (key for key in (unique_id, _path(data, "UserPage").get("uniqueId")) if _has(users, key)),
+        next(iter(users), None),
+    )
     if key is None:
         return ProfilePage(status="not_found", layout="sigi")
     user = _path(users, key)
+    private = as_flag(user.get("privateAccount")) and not _path(data, "UserModule", "stats")
     return ProfilePage(
-        status="private"
-        if user.get("privateAccount") and not _path(data, "UserModule", "stats")
-        else "ok",
+        status="private" if private else "ok",
         layout="sigi",
         user=user,
         stats=_path(data, "UserModule", "stats", key),
@@ -111,13 +116,15 @@ _READERS = (
 )
 
 
+def _has(users: Mapping[str, Any], key: Any) -> bool:
+    return isinstance(key, str) and key in users
+
+
 def _status(code: Any) -> str:
     if code is None:
         return "blocked"
-    try:
-        return STATUS_BY_CODE.get(int(code), "unknown_status")
-    except (TypeError, ValueError):
-        return "unknown_status"
+    number = as_int(code)
+    return "unknown_status" if number is None else STATUS_BY_CODE.get(number, "unknown_status")
 
 
 def _path(data: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
@@ -127,56 +134,57 @@ def _path(data: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
     return data
 
 
-def profile_fields(page: ProfilePage, unique_id: str) -> dict[str, Any]:
-    """The stored fields of a profile page that is not a block."""
+def profile_fields(
+    page: ProfilePage, unique_id: str, reader: FieldReader | None = None
+) -> dict[str, Any]:
+    """The stored fields of a profile page that is not a block. A value of the wrong type is
+    None and its name goes to ``reader.bad``; so does a uniqueId that is not a username (the
+    requested ``unique_id`` is kept then)."""
+    read = reader or FieldReader()
     user, stats = page.user, page.stats
-    fields: dict[str, Any] = {"unique_id": str(user.get("uniqueId") or unique_id)}
+    fields: dict[str, Any] = {"unique_id": _page_unique_id(user, read) or unique_id}
     fields["status"] = page.status
     fields["layout"] = page.layout
-    fields.update(_user_fields(user))
-    fields.update(_stats_fields(stats))
+    fields.update(_user_fields(user, read))
+    fields.update(_stats_fields(stats, read))
     return fields
 
 
-def _user_fields(user: Mapping[str, Any]) -> dict[str, Any]:
+def _page_unique_id(user: Mapping[str, Any], read: FieldReader) -> str | None:
+    value = user.get("uniqueId")
+    if value is None:
+        return None
+    if isinstance(value, str) and UNIQUE_ID.fullmatch(value):
+        return value
+    read.bad.append("unique_id")
+    return None
+
+
+def _user_fields(user: Mapping[str, Any], read: FieldReader) -> dict[str, Any]:
     if not user:
         return {}
     return {
-        "user_id": _opt_str(user.get("id")),
-        "nickname": _opt_str(user.get("nickname")),
-        "signature": _opt_str(user.get("signature")),
-        "verified": _opt_bool(user.get("verified")),
-        "private": _opt_bool(user.get("privateAccount")),
-        "region": _opt_str(user.get("region")),
-        "sec_uid": _opt_str(user.get("secUid")),
-        "avatar_url": _opt_str(user.get("avatarLarger")),
-        "created_at": _opt_int(user.get("createTime")),
+        "user_id": read.identifier("user_id", user.get("id")),
+        "nickname": read.text("nickname", user.get("nickname")),
+        "signature": read.text("signature", user.get("signature")),
+        "verified": read.flag("verified", user.get("verified")),
+        "private": read.flag("private", user.get("privateAccount")),
+        "region": read.text("region", user.get("region")),
+        "sec_uid": read.identifier("sec_uid", user.get("secUid")),
+        "avatar_url": read.text("avatar_url", user.get("avatarLarger")),
+        "created_at": read.integer("created_at", user.get("createTime")),
     }
 
 
-def _stats_fields(stats: Mapping[str, Any]) -> dict[str, Any]:
+def _stats_fields(stats: Mapping[str, Any], read: FieldReader) -> dict[str, Any]:
     if not stats:
         return {}
+    hearts = stats.get("heartCount", stats.get("heart"))
     return {
-        "follower_count": _opt_int(stats.get("followerCount")),
-        "following_count": _opt_int(stats.get("followingCount")),
-        "heart_count": _opt_int(stats.get("heartCount", stats.get("heart"))),
-        "video_count": _opt_int(stats.get("videoCount")),
-        "digg_count": _opt_int(stats.get("diggCount")),
-        "friend_count": _opt_int(stats.get("friendCount")),
+        "follower_count": read.integer("follower_count", stats.get("followerCount")),
+        "following_count": read.integer("following_count", stats.get("followingCount")),
+        "heart_count": read.integer("heart_count", hearts),
+        "video_count": read.integer("video_count", stats.get("videoCount")),
+        "digg_count": read.integer("digg_count", stats.get("diggCount")),
+        "friend_count": read.integer("friend_count", stats.get("friendCount")),
     }
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _opt_bool(value: Any) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def _opt_int(value: Any) -> int | None:
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None

@@ -3,18 +3,20 @@
 Start entries (``-a categories=1,2`` or ``redis-cli lpush explore:start_urls ...``):
     ``2``                                      a category id (see CATEGORIES)
     ``{"category": 2, "max_pages": 3}``        JSON; max_pages overrides EXPLORE_MAX_PAGES
-    ``https://host/api/explore/item_list/?...`` a full feed URL (explore or recommend API)
+    ``https://host/api/explore/item_list/?...`` a full feed URL (explore or recommend API) on
+                                               EXPLORE_BASE_URL (or ALLOWED_START_HOSTS)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from scrapy import Request
 
-from crawler.config import setting_int, validate_base_url
+from crawler.config import setting_int
 from crawler.extractors.explore import (
     FeedBlocked,
     FeedError,
@@ -23,10 +25,11 @@ from crawler.extractors.explore import (
     popular_author,
     video_fields,
 )
+from crawler.extractors.jsondata import FieldReader, MalformedData
 from crawler.handoff import Handoff
 from crawler.items import VideoItem
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
-from crawler.spiders.responses import BlockedPage, body_text
+from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -49,6 +52,8 @@ CATEGORIES = {
 }
 FEED_PATHS = ("/api/explore/item_list/", "/api/recommend/item_list/")
 _JSON_KEYS = {"category", "url", "max_pages"}
+_CATEGORY_TEXT = re.compile(r"[0-9]{1,4}")
+MAX_PAGES_LIMIT = 1_000_000
 
 
 class ExploreSpider(RedisFedSpider):
@@ -56,11 +61,13 @@ class ExploreSpider(RedisFedSpider):
 
     Settings: EXPLORE_BASE_URL, EXPLORE_PAGE_SIZE, EXPLORE_MAX_PAGES,
     EXPLORE_POPULAR_MIN_LIKES, EXPLORE_POPULAR_MIN_FOLLOWERS, EXPLORE_HANDOFF_SPIDER,
-    EXPLORE_HANDED_KEY (crawler/settings.py). Bans are caught by ``ban_rule``.
+    EXPLORE_HANDED_KEY (crawler/settings.py). Bans are caught by ``ban_rule``; a malformed
+    answer is retried with backoff.
     """
 
     name = "explore"
     entry_kind = "explore start entry"
+    base_url_setting = "EXPLORE_BASE_URL"
 
     def __init__(self, categories: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -75,7 +82,6 @@ class ExploreSpider(RedisFedSpider):
 
     def configure(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        self.base_url = validate_base_url(settings, "EXPLORE_BASE_URL")
         self.page_size = setting_int(settings, "EXPLORE_PAGE_SIZE", 1, 30)
         self.max_pages = setting_int(settings, "EXPLORE_MAX_PAGES", 0)
         self.min_likes = setting_int(settings, "EXPLORE_POPULAR_MIN_LIKES", 0)
@@ -98,7 +104,7 @@ class ExploreSpider(RedisFedSpider):
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         if isinstance(entry, dict):
             return [self._request_from_json(entry)]
-        if entry.isdigit():
+        if entry.isascii() and entry.isdigit():
             return [self.category_request(_category(entry), self.max_pages)]
         return [self._request_from_url(entry, self.max_pages)]
 
@@ -106,7 +112,7 @@ class ExploreSpider(RedisFedSpider):
         check_keys(entry, _JSON_KEYS, set())
         max_pages = _max_pages(entry.get("max_pages", self.max_pages))
         if "url" in entry:
-            return self._request_from_url(str(entry["url"]), max_pages)
+            return self._request_from_url(entry["url"], max_pages)
         if "category" not in entry:
             raise InvalidStartEntry("missing_keys", "give 'category' or 'url'")
         return self.category_request(_category(entry["category"]), max_pages)
@@ -116,15 +122,13 @@ class ExploreSpider(RedisFedSpider):
         url = f"{self.base_url}/api/explore/item_list/?{urlencode(query)}"
         return self._feed_request(url, category, 1, max_pages)
 
-    def _request_from_url(self, url: str, max_pages: int) -> Request:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidStartEntry("bad_url", "expected an http(s) URL or a category id")
+    def _request_from_url(self, url: Any, max_pages: int) -> Request:
+        parts = self.start_url(url)
         if parts.path not in FEED_PATHS:
             raise InvalidStartEntry("bad_url", f"path must be one of {FEED_PATHS}")
         query = dict(parse_qsl(parts.query))
         category = _category(query["categoryType"]) if "categoryType" in query else None
-        return self._feed_request(url, category, 1, max_pages)
+        return self._feed_request(parts.geturl(), category, 1, max_pages)
 
     def _feed_request(self, url: str, category: int | None, page: int, max_pages: int) -> Request:
         return Request(
@@ -139,12 +143,13 @@ class ExploreSpider(RedisFedSpider):
     # --- responses -------------------------------------------------------------------------
 
     def ban_rule(self, response: Response) -> str | None:
-        """The ban middleware's check for this target: a feed answer must be JSON data."""
+        """The ban middleware's check for this target: a block instead of the feed is a ban;
+        a malformed answer (truncated, not JSON) is not: the callback retries it."""
         try:
             parse_feed(body_text(response))
         except FeedBlocked as exc:
             return f"feed_{exc.reason}"
-        except FeedError:
+        except (FeedError, MalformedData):
             return None
         return None
 
@@ -159,9 +164,19 @@ class ExploreSpider(RedisFedSpider):
             self.count(f"explore/feed_error/{exc.status_code}")
             self.logger.error("Feed error on %s: %s", response.url, exc)
             return
+        except MalformedData as exc:
+            self.count("explore/malformed")
+            retry = retry_malformed(self.crawler, response, "feed_malformed", exc)
+            if retry is not None:
+                yield retry
+            return
         self.count("explore/pages")
+        self.count_bad_fields(feed.bad_fields)
         for item in feed.items:
-            yield VideoItem(**video_fields(item, category))
+            reader = FieldReader()
+            fields = video_fields(item, category, reader)
+            self.count_bad_fields(reader.bad)
+            yield VideoItem(**fields)
         self._hand_over_authors(feed)
         if feed.has_more and feed.cursor and (max_pages == 0 or page < max_pages):
             next_url = _with_cursor(response.url, feed.cursor)
@@ -180,18 +195,21 @@ class ExploreSpider(RedisFedSpider):
 
 
 def _category(value: Any) -> int:
-    try:
-        category = int(value)
-    except (TypeError, ValueError):
-        raise InvalidStartEntry("unknown_category", repr(value)) from None
-    if category not in CATEGORIES or isinstance(value, bool):
-        raise InvalidStartEntry("unknown_category", f"{value!r}; known: {sorted(CATEGORIES)}")
-    return category
+    """A known category id, given as a whole number or a string of digits."""
+    if isinstance(value, str) and _CATEGORY_TEXT.fullmatch(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in CATEGORIES:
+        shown = repr(value)[:80]
+        raise InvalidStartEntry("unknown_category", f"{shown}; known: {sorted(CATEGORIES)}")
+    return value
 
 
 def _max_pages(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidStartEntry("bad_max_pages", f"{value!r} is not a whole number >= 0")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PAGES_LIMIT:
+        shown = repr(value)[:80]
+        raise InvalidStartEntry(
+            "bad_max_pages", f"{shown} is not a whole number 0..{MAX_PAGES_LIMIT}"
+        )
     return value
 
 
