@@ -28,7 +28,6 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 from scrapy import Request, Spider
-from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
@@ -45,6 +44,7 @@ from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, fo
 from crawler.observability.report import render_text, spider_status
 from crawler.scheduling.frontier import FrontierKeys
 from crawler.services import free_port
+from crawler.settings_check import SettingsError
 from sandbox.data import build_dataset
 from tests.cluster import start_cluster
 from tests.harness import ROOT, Crawl, Sandbox, poll
@@ -259,14 +259,14 @@ def test_the_monitor_publishes_counts_per_domain_and_serves_them(
 
 def test_settings_are_checked(redis_url: str) -> None:
     for bad in ({"STATS_PUBLISH_INTERVAL": 0}, {"WORKER_HEARTBEAT_TTL": 0}, {"METRICS_PORT": "x"}):
-        with pytest.raises(NotConfigured, match=next(iter(bad))):
+        with pytest.raises(SettingsError, match=next(iter(bad))):
             FleetMonitor.from_crawler(
                 get_crawler(settings_dict=_project_settings(redis_url, **bad))
             )
     assert parse_ports("0") == parse_ports("") == parse_ports(None) == []
     assert parse_ports(9410) == [9410]
     assert parse_ports("9410-9412") == [9410, 9411, 9412]
-    with pytest.raises(NotConfigured, match="METRICS_PORT"):
+    with pytest.raises(SettingsError, match="METRICS_PORT = 70000: must be a port"):
         parse_ports("70000")
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import NotConfigured
 from twisted.internet import defer
 from twisted.internet.error import CannotListenError
 from twisted.web import http, resource, server
 
 from crawler.observability.metrics import CONTENT_TYPE
+from crawler.settings_check import RULES
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -52,18 +52,7 @@ class QuietSite(server.Site):
 def parse_ports(raw: object) -> list[int]:
     """``METRICS_PORT``: 0 or empty (off), a port ``9410``, or a range ``9410-9419`` (the first
     free one is used, so several workers of one machine can share the setting)."""
-    text = str(raw if raw is not None else "").strip()
-    if text in ("", "0"):
-        return []
-    first, _, last = text.partition("-")
-    try:
-        low, high = int(first), int(last or first)
-    except ValueError:
-        message = f"METRICS_PORT must be a port or a range like 9410-9419, got {raw!r}"
-        raise NotConfigured(message) from None
-    if not 0 < low <= high < 65536:
-        raise NotConfigured(f"METRICS_PORT must be ports between 1 and 65535, got {raw!r}")
-    return list(range(low, high + 1))
+    return list(RULES["METRICS_PORT"].read("METRICS_PORT", raw))
 
 
 class MetricsEndpoint:

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.log import failure_to_exc_info
 from twisted.internet import task
 from twisted.internet.error import CannotListenError
 
-from crawler.config import setting_int
+from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.observability.counters import Counters, domain_stat
 from crawler.observability.endpoint import MetricsEndpoint, listen, parse_ports
@@ -62,15 +61,8 @@ class MonitorSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MonitorSettings:
-        publish_interval = settings.getfloat("STATS_PUBLISH_INTERVAL")
-        if publish_interval <= 0:
-            raise NotConfigured(
-                f"STATS_PUBLISH_INTERVAL must be a positive number of seconds, "
-                f"got {publish_interval}"
-            )
-        progress_interval = settings.getfloat("PROGRESS_INTERVAL")
-        if progress_interval < 0:
-            raise NotConfigured(f"PROGRESS_INTERVAL must be >= 0, got {progress_interval}")
+        publish_interval = setting(settings, "STATS_PUBLISH_INTERVAL")
+        progress_interval = setting(settings, "PROGRESS_INTERVAL")
         return cls(
             stats_key=settings.get("STATS_REDIS_KEY"),
             publish_interval=publish_interval,

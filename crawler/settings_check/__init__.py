@@ -1,0 +1,170 @@
+"""Every project setting checked once before a crawl starts; a bad one stops it, named.
+
+:data:`RULES` (table.py) maps each setting to what it allows. :func:`check_settings` reads them
+all and raises one :class:`SettingsError` listing every bad value as
+``NAME = value: must be <allowed>``, then :data:`CROSS_CHECKS` compare settings with each other.
+``scrapy crawl`` (also what Scrapyd runs) checks before the crawler starts and exits with status
+2 after one ERROR line (crawler/commands/crawl.py); the :class:`SettingsCheck` extension checks
+under any other runner (``CrawlerProcess``) before the engine is built, so before any lease is
+taken. Components read their settings through the same rules (:func:`crawler.config.setting`)
+and raise the same error; none switches itself off (``NotConfigured``) for a bad value.
+
+What only the server can tell (:func:`check_frontier`: the start key's type, the RedisBloom
+module) is checked by ``scrapy crawl`` before the crawler starts, and by the frontier scheduler
+when it opens, before anything is leased; it raises the same error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError, ResponseError
+from scrapy.utils.misc import load_object
+
+from crawler.settings_check.rules import Rule, SettingsError, problem
+from crawler.settings_check.table import RULES
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+    from crawler.scheduling.frontier import FrontierKeys
+
+__all__ = [
+    "RULES",
+    "Rule",
+    "SettingsCheck",
+    "SettingsError",
+    "check_frontier",
+    "check_frontier_server",
+    "check_settings",
+    "problem",
+]
+
+
+def check_settings(settings: BaseSettings) -> None:
+    """Raise SettingsError listing every setting whose value its rule refuses."""
+    problems: list[str] = []
+    for name, rule in RULES.items():
+        try:
+            rule.read(name, settings.get(name))
+        except SettingsError as exc:
+            problems.extend(exc.problems)
+    if not problems:
+        problems = [line for check in CROSS_CHECKS for line in check(settings)]
+    if problems:
+        raise SettingsError(*problems)
+
+
+def _cooldown_problems(settings: BaseSettings) -> list[str]:
+    """A Retry-After is capped at BAN_COOLDOWN_MAX, which cannot be shorter than a ban."""
+    cooldown, longest = settings.getfloat("BAN_COOLDOWN"), settings.getfloat("BAN_COOLDOWN_MAX")
+    if longest >= cooldown:
+        return []
+    allowed = f"a number >= BAN_COOLDOWN ({cooldown:g})"
+    return [problem("BAN_COOLDOWN_MAX", settings.get("BAN_COOLDOWN_MAX"), allowed)]
+
+
+def _browser_problems(settings: BaseSettings) -> list[str]:
+    """A spider whose downloads go through Playwright needs the browser it launches."""
+    if not _uses_playwright(settings):
+        return []
+    path = settings.getdict("PLAYWRIGHT_LAUNCH_OPTIONS").get("executable_path")
+    if path is None or (
+        isinstance(path, str) and os.path.isfile(path) and os.access(path, os.X_OK)
+    ):
+        return []
+    name = "CHROMIUM_PATH (PLAYWRIGHT_LAUNCH_OPTIONS executable_path)"
+    return [problem(name, path, "an executable browser file (Debian: apt-get install chromium)")]
+
+
+def _uses_playwright(settings: BaseSettings) -> bool:
+    from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
+
+    for handler in settings.getdict("DOWNLOAD_HANDLERS").values():
+        handler_class = load_object(handler) if isinstance(handler, str) else handler
+        if isinstance(handler_class, type) and issubclass(
+            handler_class, ScrapyPlaywrightDownloadHandler
+        ):
+            return True
+    return False
+
+
+# Checks of settings against each other, once each passes its own rule.
+CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
+    _cooldown_problems,
+    _browser_problems,
+)
+
+
+# --- checks that need the server ----------------------------------------------------------------
+
+# Calls BF.EXISTS the way the frontier's scripts call BF.ADD, so a cluster routes it by its key.
+_PROBE_REDISBLOOM = "return redis.call('BF.EXISTS', KEYS[1], ARGV[1])"
+
+
+def check_frontier(server: RedisClient, keys: FrontierKeys, dupefilter_mode: str) -> None:
+    """Raise SettingsError when this Redis cannot hold the frontier: the start key holds another
+    type than a list, or DUPEFILTER_MODE is "redisbloom" without the RedisBloom module.
+    One round trip; an unreachable Redis raises its RedisError."""
+    pipe = server.pipeline(transaction=False)
+    pipe.type(keys.start)
+    if dupefilter_mode == "redisbloom":
+        pipe.execute_command("EVAL", _PROBE_REDISBLOOM, 1, keys.dupefilter, "probe")
+    results = pipe.execute(raise_on_error=False)
+    kind = results[0].decode() if isinstance(results[0], bytes) else str(results[0])
+    problems = []
+    if kind not in ("list", "none"):
+        problems.append(
+            f"REDIS_START_URLS_KEY: the Redis key {keys.start} holds a {kind}: must be a list "
+            "of start entries (push them with LPUSH; REDIS_START_URLS_AS_SET is not supported)"
+        )
+    if dupefilter_mode == "redisbloom" and isinstance(results[1], ResponseError):
+        refused = str(results[1]).splitlines()[0]
+        if "unknown command" in refused.lower():
+            refused = "this Redis has no RedisBloom module"
+        allowed = f"bloom, exact or none ({refused})"
+        problems.append(problem("DUPEFILTER_MODE", dupefilter_mode, allowed))
+    if problems:
+        raise SettingsError(*problems)
+
+
+def check_frontier_server(crawler: Crawler) -> None:
+    """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
+    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner)."""
+    from crawler.config import mask_uri
+    from crawler.connection import RedisUnavailable, redis_from_settings
+    from crawler.scheduling.frontier import FrontierKeys
+    from crawler.scheduling.scheduler import FrontierScheduler
+
+    settings = crawler.settings
+    # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
+    if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
+        return
+    name = crawler.spider.name if crawler.spider is not None else crawler.spidercls.name
+    keys = FrontierKeys(name, settings["REDIS_START_URLS_KEY"] % {"name": name})
+    server = redis_from_settings(settings)
+    try:
+        check_frontier(server, keys, settings["DUPEFILTER_MODE"])
+    except RedisError as exc:
+        url = mask_uri(settings.get("REDIS_URL") or "")
+        raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
+    finally:
+        server.close()
+
+
+class SettingsCheck:
+    """Extension, first in EXTENSIONS: a bad setting stops the crawl before the engine is built,
+    so before anything is leased, under any runner (``scrapy crawl`` checks even earlier, and
+    checks the frontier's Redis too, see crawler/commands/crawl.py)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SettingsCheck:
+        check_settings(crawler.settings)
+        return cls(crawler)

@@ -1,0 +1,261 @@
+"""The table of every project setting: its type and allowed range (see rules.py).
+
+Every UPPERCASE name of ``crawler/settings.py`` has a line here (a test checks it), as do the
+settings the project reads without a default there (``FLEET_*``, ``DOWNLOAD_HANDLERS``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import ipaddress
+import logging
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
+
+from crawler.settings_check.rules import (
+    Rule,
+    as_dict,
+    as_int,
+    as_text,
+    base_url,
+    choice,
+    flag,
+    hidden,
+    import_path,
+    integer,
+    items,
+    key_template,
+    mapping,
+    number,
+    text,
+    url,
+    within,
+)
+
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+RESOURCE_TYPES = (
+    *("document", "stylesheet", "image", "media", "font", "script", "texttrack", "xhr"),
+    *("fetch", "eventsource", "websocket", "manifest", "other"),
+)
+FLEET_TEXT = (
+    *("FLEET_NAME", "FLEET_REGION", "FLEET_AMI", "FLEET_INSTANCE_TYPE", "FLEET_INSTALL"),
+    *("FLEET_SSM_REDIS_URL", "FLEET_SSM_MONGO_URI", "FLEET_IAM_INSTANCE_PROFILE"),
+    *("FLEET_SUBNET_ID", "FLEET_KEY_NAME"),
+)
+
+
+def ip_address(value: Any) -> str:
+    return str(ipaddress.ip_address(as_text(value).strip()))
+
+
+def ports(value: Any) -> list[int]:
+    """``METRICS_PORT``: 0 or empty (off), a port ``9410``, or a range ``9410-9419``."""
+    raw = "" if value is None else str(value).strip()
+    if raw in ("", "0"):
+        return []
+    first, _, last = raw.partition("-")
+    low, high = int(first), int(last or first)
+    if not 0 < low <= high < 65536:
+        raise ValueError(value)
+    return list(range(low, high + 1))
+
+
+def start_host(value: Any) -> str:
+    """ALLOWED_START_HOSTS item: ``scheme://host[:port]`` (http or https) or ``host[:port]``."""
+    host = as_text(value).strip()
+    parts = urlsplit(host if "://" in host else f"http://{host}")
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        raise ValueError(value)
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError(value)
+    parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    return host
+
+
+def write_concern(value: Any) -> Any:
+    """MONGO_WRITE_CONCERN as the pipeline reads it (it raises SettingsError itself)."""
+    from crawler.pipelines.writes import write_concern as read  # imports this package
+
+    return read(BaseSettings({"MONGO_WRITE_CONCERN": value}))
+
+
+def directory(value: Any) -> Path:
+    path = Path(as_text(value))
+    if not str(value).strip() or (path.exists() and not path.is_dir()):
+        raise ValueError(value)
+    return path
+
+
+def log_level(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if as_text(value) not in logging.getLevelNamesMapping():
+        raise ValueError(value)
+    return value
+
+
+def components(value: Any) -> dict[Any, Any]:
+    """A component priority dict: import paths (or classes) to an order number or None."""
+    parsed = as_dict(value)
+    for path, order in parsed.items():
+        if order is None:
+            continue
+        as_int(order)
+        if isinstance(path, str):
+            load_object(path)
+    return parsed
+
+
+def handlers(value: Any) -> dict[Any, Any]:
+    """DOWNLOAD_HANDLERS: URL schemes to a handler's import path (or class), or None."""
+    parsed = as_dict(value)
+    for handler in parsed.values():
+        if isinstance(handler, str):
+            load_object(handler)
+    return parsed
+
+
+def resource_type(value: Any) -> str:
+    name = as_text(value).strip()
+    if name and name not in RESOURCE_TYPES:
+        raise ValueError(value)
+    return name
+
+
+def mongo_database(value: Any) -> str:
+    name = as_text(value)
+    if not name or len(name.encode()) > 63 or any(c in name for c in '/\\. "$\0'):
+        raise ValueError(value)
+    return name
+
+
+# --- the table: every setting of crawler/settings.py, and the others the project reads ----------
+
+HTTP_STATUS = Rule("an HTTP status", within(as_int, 100, 599, False, False))
+RATE = number(0)
+
+RULES: dict[str, Rule] = {
+    # Scrapy's, as the project sets them
+    "BOT_NAME": text(empty=False),
+    "SPIDER_MODULES": items(Rule("a module", as_text), "module names"),
+    "NEWSPIDER_MODULE": text(empty=False),
+    "COMMANDS_MODULE": text(empty=False),
+    "TWISTED_REACTOR": choice("twisted.internet.asyncioreactor.AsyncioSelectorReactor"),
+    "FEED_EXPORT_ENCODING": Rule("a text encoding such as utf-8", codecs.lookup),
+    "ROBOTSTXT_OBEY": flag(),
+    "LOG_LEVEL": Rule(f"one of {', '.join(LOG_LEVELS)}", log_level),
+    "TELNETCONSOLE_ENABLED": flag(),
+    "REMOTE_CONTROL_ENABLED": flag(),
+    "CONCURRENT_REQUESTS": integer(1),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": integer(1),
+    "DOWNLOAD_DELAY": number(0),
+    "DOWNLOAD_TIMEOUT": number(0, above=True),
+    "DOWNLOAD_MAXSIZE": integer(0),
+    "DOWNLOAD_WARNSIZE": integer(0),
+    "AUTOTHROTTLE_ENABLED": flag(),
+    "USER_AGENT": text(empty=False),
+    "DOWNLOADER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
+    "SPIDER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
+    "EXTENSIONS": Rule("a dict of loadable components to orders", components),
+    "ITEM_PIPELINES": Rule("a dict of loadable components to orders", components),
+    "DOWNLOAD_HANDLERS": Rule("a dict of URL schemes to loadable handlers", handlers),
+    "SCHEDULER": import_path(),
+    "RETRY_TIMES": integer(0),
+    "RETRY_HTTP_CODES": items(HTTP_STATUS, "HTTP status codes (100-599)"),
+    "AWS_ENDPOINT_URL": url("http", "https", optional=True),
+    # bans, retries and politeness
+    "RETRY_BACKOFF_BASE": number(1),
+    "RETRY_BACKOFF_MAX": number(0, above=True),
+    "RETRY_BACKOFF_JITTER": number(0, 1),
+    "BAN_POLICY": choice("pause", "rotate", "stop"),
+    "BAN_COOLDOWN": number(0),
+    "BAN_COOLDOWN_MAX": number(0),  # and at least BAN_COOLDOWN (checked with the others)
+    "BAN_MAX_TIMES": integer(0),
+    "BAN_RULES": items(import_path(), "importable rule functions"),
+    "POLITENESS_RATE": RATE,
+    "POLITENESS_BURST": number(1),
+    "POLITENESS_RECOVERY": number(0, above=True),
+    "POLITENESS_DOMAIN_RATES": mapping("domains to rates >= 0", value=RATE.parse),
+    "BIND_ADDRESSES": items(Rule("an IP address", ip_address), "IP addresses"),
+    "PROXY_POOL": items(url("http", "https"), "http(s):// proxy URLs"),
+    # Redis, the frontier and start entries
+    "REDIS_URL": url("redis", "rediss", "unix"),
+    "REDIS_CLUSTER": flag(),
+    "REDIS_PARAMS": mapping("redis-py client arguments", show=hidden),
+    "FRONTIER_BATCH_SIZE": integer(1, 1000),
+    "FRONTIER_LEASE_SECONDS": integer(5),
+    "FRONTIER_FLUSH_INTERVAL": number(0, above=True),
+    "DUPEFILTER_MODE": choice("bloom", "redisbloom", "exact", "none"),
+    "DUPEFILTER_CAPACITY": integer(1000),
+    "DUPEFILTER_ERROR_RATE": number(0, 1, above=True, below=True),
+    "DUPEFILTER_LOCAL_CACHE": integer(0),
+    "REDIS_START_URLS_KEY": key_template("name"),
+    "START_INVALID_KEY": key_template("name"),
+    "START_BATCH_SIZE": integer(1),
+    "START_ENTRY_MAX_BYTES": integer(1),
+    "START_ENTRY_MAX_DEPTH": integer(1, 100),
+    "ALLOWED_START_HOSTS": items(
+        Rule("a host", start_host), "hosts: scheme://host[:port] (http or https) or host[:port]"
+    ),
+    "MAX_IDLE_TIME_BEFORE_CLOSE": number(0),
+    "STATS_REDIS_KEY": key_template("spider"),
+    # MongoDB
+    "MONGO_URI": url("mongodb", "mongodb+srv"),
+    "MONGO_DATABASE": Rule('a MongoDB database name (no /\\. "$ or spaces)', mongo_database),
+    "MONGO_CONNECT_TIMEOUT_MS": integer(1),
+    "MONGO_BATCH_SIZE": integer(1, 100_000),
+    "MONGO_FLUSH_INTERVAL": number(0, above=True),
+    "MONGO_MAX_PENDING": integer(1),
+    "MONGO_RETRY_TIMES": integer(0),
+    "MONGO_SPILL_DIR": Rule("a directory path (created when missing)", directory),
+    "MONGO_WRITE_CONCERN": Rule(
+        "an acknowledged write concern such as {w: 1, j: true}", write_concern
+    ),
+    "MONGO_MAX_DOCUMENT_BYTES": integer(1024, 16 << 20),
+    # explore and profiles
+    "EXPLORE_BASE_URL": base_url(),
+    "EXPLORE_PAGE_SIZE": integer(1, 30),
+    "EXPLORE_MAX_PAGES": integer(0),
+    "EXPLORE_POPULAR_MIN_LIKES": integer(0),
+    "EXPLORE_POPULAR_MIN_FOLLOWERS": integer(0),
+    "EXPLORE_HANDOFF_SPIDER": text(),
+    "EXPLORE_HANDED_KEY": key_template("spider"),
+    "PROFILES_BASE_URL": base_url(),
+    # fleet observability
+    "STATS_PUBLISH_INTERVAL": number(0, above=True),
+    "WORKER_HEARTBEAT_TTL": integer(1),
+    "PROGRESS_INTERVAL": number(0),
+    "METRICS_PORT": Rule("a port 1-65535, a range like 9410-9419, or 0 (off)", ports),
+    "METRICS_HOST": text(empty=False),
+    # maps and the browser
+    "MAPS_BASE_URL": base_url(),
+    "MAPS_LANGUAGE": text(),
+    "MAPS_REGION": text(),
+    "MAPS_CONSENT": choice("reject", "accept"),
+    "MAPS_MAX_RESULTS": integer(0),
+    "MAPS_SCROLL_TIMEOUT": number(0, above=True),
+    "MAPS_SCROLL_MAX_STALLS": integer(1),
+    "MAPS_PLACES_WITH_BROWSER": flag(),
+    "MAPS_BLOCKED_RESOURCE_TYPES": items(
+        Rule("a resource type", resource_type),
+        f"Playwright resource types ({', '.join(RESOURCE_TYPES)})",
+    ),
+    "MAPS_BROWSER_RESTART_PAGES": integer(0),
+    "PLAYWRIGHT_BROWSER_TYPE": choice("chromium", "firefox", "webkit"),
+    "PLAYWRIGHT_LAUNCH_OPTIONS": mapping("Playwright launch options", show=hidden),
+    "PLAYWRIGHT_PROCESS_REQUEST_HEADERS": Rule(
+        "None or a function's import path", lambda v: v if callable(v) else load_object(v), True
+    ),
+    "PLAYWRIGHT_MAX_CONTEXTS": integer(1),
+    "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": integer(1),
+    "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": number(0),
+    # scrapy fleet (crawler/fleet/config.py); not set means its default
+    **dict.fromkeys(FLEET_TEXT, text(optional=True)),
+    "FLEET_SECRETS": choice("ssm", "env", optional=True),
+    "FLEET_SECURITY_GROUP_IDS": items(Rule("a group id", as_text), "group ids", optional=True),
+    "FLEET_CRAWL_SETTINGS": mapping("setting names to values", optional=True, show=hidden),
+}

@@ -1,0 +1,271 @@
+"""A bad setting stops the worker before it takes a lease: one ERROR line, exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+from scrapy.settings import Settings
+from scrapy.utils.project import get_project_settings
+from scrapy.utils.test import get_crawler
+
+from crawler import settings as project_settings
+from crawler.middlewares import BanMiddleware
+from crawler.observability.monitor import FleetMonitor
+from crawler.pipelines import MongoPipeline
+from crawler.scheduling.frontier import FrontierKeys
+from crawler.scheduling.scheduler import FrontierScheduler
+from crawler.settings_check import (
+    RULES,
+    SettingsCheck,
+    SettingsError,
+    check_frontier,
+    check_settings,
+)
+from crawler.settings_check.rules import shown
+from crawler.spiders.maps import MapsSpider
+from crawler.spiders.profiles import ProfilesSpider
+from tests.harness import ROOT, Crawl
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _settings(**overrides: Any) -> Settings:
+    settings = get_project_settings()
+    settings.setdict(overrides, priority="cmdline")
+    return settings
+
+
+def _project(**overrides: Any) -> dict[str, Any]:
+    """The project's settings for get_crawler, without the extensions it would build."""
+    project = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    settings = {k: v for k, v in project.items() if k.isupper() and k != "EXTENSIONS"}
+    return {**settings, **overrides}
+
+
+def _problems(**overrides: Any) -> tuple[str, ...]:
+    with pytest.raises(SettingsError) as raised:
+        check_settings(_settings(**overrides))
+    return raised.value.problems
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def test_every_setting_of_the_project_has_a_rule() -> None:
+    names = {name for name in dir(project_settings) if name.isupper()}
+    assert names - set(RULES) == set()
+
+
+def test_the_project_defaults_pass() -> None:
+    check_settings(get_project_settings())
+    check_settings(_settings(**MapsSpider.custom_settings))
+
+
+def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> None:
+    problems = _problems(MONGO_BATCH_SIZE="-1", BAN_POLICY="foo", POLITENESS_RATE="abc")
+    assert problems == (
+        "BAN_POLICY = foo: must be one of pause, rotate, stop",
+        "POLITENESS_RATE = abc: must be a number >= 0",
+        "MONGO_BATCH_SIZE = -1: must be an integer from 1 to 100000",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("METRICS_PORT", "abc", "a port 1-65535, a range like 9410-9419, or 0 (off)"),
+        ("DUPEFILTER_ERROR_RATE", "1", "a number > 0 and < 1"),
+        ("REDIS_CLUSTER", "maybe", "True or False"),
+        ("BIND_ADDRESSES", "127.0.0.2,localhost", "of IP addresses"),
+        ("RETRY_HTTP_CODES", "500,abc", "of HTTP status codes"),
+        ("BAN_RULES", "no.such.rule", "of importable rule functions"),
+        ("STATS_REDIS_KEY", "%(name)s:stats", "may use %(spider)s"),
+        ("MONGO_DATABASE", "a.b", "a MongoDB database name"),
+        ("ITEM_PIPELINES", '{"no.such.Pipeline": 1}', "loadable components"),
+        ("POLITENESS_DOMAIN_RATES", '{"a.example": -1}', "domains to rates >= 0"),
+        ("ALLOWED_START_HOSTS", "ftp://host", "scheme://host[:port]"),
+    ],
+)
+def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:
+    (line,) = _problems(**{name: value})
+    assert line.startswith(f"{name} = {shown(_settings(**{name: value})[name])}: must be ")
+    assert allowed in line
+
+
+def test_secrets_in_bad_values_are_not_shown() -> None:
+    (url_line,) = _problems(REDIS_URL="http://:s3cret@127.0.0.1:6379")
+    assert url_line.startswith("REDIS_URL = http://:***@127.0.0.1:6379: must be a redis://")
+    (params_line,) = _problems(REDIS_PARAMS='{"password": "s3cret"')
+    assert "s3cret" not in params_line
+    assert params_line.startswith("REDIS_PARAMS = (str, not shown): must be a dict")
+
+
+def test_settings_are_checked_against_each_other() -> None:
+    (line,) = _problems(BAN_COOLDOWN="100", BAN_COOLDOWN_MAX="10")
+    assert line == "BAN_COOLDOWN_MAX = 10: must be a number >= BAN_COOLDOWN (100)"
+
+
+def test_the_browser_must_be_an_executable_for_spiders_that_use_it() -> None:
+    maps = {"DOWNLOAD_HANDLERS": {"https": "crawler.spiders.maps.BrowserHandler"}}
+    options = {**project_settings.PLAYWRIGHT_LAUNCH_OPTIONS, "executable_path": "/nonexistent"}
+    (line,) = _problems(**maps, PLAYWRIGHT_LAUNCH_OPTIONS=options)
+    assert line.startswith("CHROMIUM_PATH (PLAYWRIGHT_LAUNCH_OPTIONS executable_path) = ")
+    assert "/nonexistent: must be an executable browser file" in line
+    check_settings(_settings(PLAYWRIGHT_LAUNCH_OPTIONS=options))  # no browser, no check
+
+
+# --- hypothesis over bad values ----------------------------------------------------------------
+
+_NOT_A_NUMBER = st.text().filter(lambda s: not _parses(float, s))
+
+
+def _parses(kind: Any, text: str) -> bool:
+    try:
+        kind(text)
+    except ValueError:
+        return False
+    return True
+
+
+@given(st.one_of(st.integers(max_value=0), st.integers(min_value=100_001), _NOT_A_NUMBER))
+def test_integers_outside_their_range_are_refused(value: Any) -> None:
+    with pytest.raises(SettingsError, match=r"^MONGO_BATCH_SIZE = .*: must be an integer from 1"):
+        RULES["MONGO_BATCH_SIZE"].read("MONGO_BATCH_SIZE", value)
+
+
+@given(st.integers(min_value=1, max_value=100_000))
+def test_integers_in_range_read_as_integers(value: int) -> None:
+    assert RULES["MONGO_BATCH_SIZE"].read("MONGO_BATCH_SIZE", str(value)) == value
+
+
+@given(
+    st.one_of(
+        st.floats(max_value=-1e-9),
+        st.sampled_from(["nan", "inf", "-inf"]),
+        _NOT_A_NUMBER,
+    )
+)
+def test_numbers_below_zero_or_not_numbers_are_refused(value: Any) -> None:
+    with pytest.raises(SettingsError, match=r"^POLITENESS_RATE = .*: must be a number >= 0$"):
+        RULES["POLITENESS_RATE"].read("POLITENESS_RATE", value)
+
+
+@given(st.text().filter(lambda s: s not in ("pause", "rotate", "stop")))
+def test_choices_outside_their_options_are_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match=r"must be one of pause, rotate, stop$"):
+        RULES["BAN_POLICY"].read("BAN_POLICY", value)
+
+
+@given(st.text().filter(lambda s: s not in ("True", "true", "False", "false")))
+def test_booleans_are_what_scrapy_reads_as_booleans(value: str) -> None:
+    rule = RULES["REDIS_CLUSTER"]
+    if _parses(int, value):
+        assert rule.read("REDIS_CLUSTER", value) is bool(int(value))
+    else:
+        with pytest.raises(SettingsError, match="must be True or False"):
+            rule.read("REDIS_CLUSTER", value)
+
+
+# --- components refuse bad values instead of switching themselves off --------------------------
+
+
+@pytest.mark.parametrize(
+    ("component", "name", "value"),
+    [
+        (MongoPipeline, "MONGO_BATCH_SIZE", -1),
+        (BanMiddleware, "BAN_POLICY", "foo"),
+        (BanMiddleware, "POLITENESS_RATE", "abc"),
+        (FleetMonitor, "METRICS_PORT", "abc"),
+        (FleetMonitor, "PROGRESS_INTERVAL", -1),
+        (SettingsCheck, "FRONTIER_LEASE_SECONDS", 1),
+    ],
+)
+def test_components_raise_settings_error(component: Any, name: str, value: Any) -> None:
+    crawler = get_crawler(ProfilesSpider, settings_dict=_project(**{name: value}))
+    with pytest.raises(SettingsError, match=f"^{name} = {value}: must be "):
+        component.from_crawler(crawler)
+
+
+def test_frontier_checks_need_a_list_at_the_start_key(redis_client: redis.Redis) -> None:
+    keys = FrontierKeys("profiles", "profiles:start_urls")
+    check_frontier(redis_client, keys, "bloom")
+    redis_client.sadd(keys.start, "someone")
+    with pytest.raises(SettingsError, match="profiles:start_urls holds a set: must be a list"):
+        check_frontier(redis_client, keys, "bloom")
+
+
+def test_the_scheduler_refuses_a_start_key_of_another_type_when_it_opens(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    redis_client.sadd("profiles:start_urls", "someone")
+    crawler = get_crawler(ProfilesSpider, settings_dict=_project(REDIS_URL=redis_url))
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    with pytest.raises(SettingsError, match="REDIS_START_URLS_KEY: the Redis key profiles:"):
+        scheduler.open(ProfilesSpider())
+    assert redis_client.smembers("profiles:start_urls") == {b"someone"}
+
+
+# --- `scrapy crawl` as a worker runs it ---------------------------------------------------------
+
+
+def _run(crawl: Crawl, spider: str, settings: dict[str, Any], **env: str) -> Any:
+    return subprocess.run(
+        crawl.command(spider, settings=settings),
+        cwd=ROOT,
+        env={**crawl.env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _assert_refused(result: Any, *expected: str) -> None:
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if " ERROR: " in line]
+    assert result.returncode == 2, output[-3000:]
+    assert len(errors) == 1, output[-3000:]
+    assert "Traceback" not in output
+    for part in expected:
+        assert part in errors[0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"MONGO_BATCH_SIZE": -1}, "MONGO_BATCH_SIZE = -1: must be an integer from 1 to 100000"),
+        ({"BAN_POLICY": "foo"}, "BAN_POLICY = foo: must be one of pause, rotate, stop"),
+        ({"METRICS_PORT": "abc"}, "METRICS_PORT = abc: must be a port 1-65535"),
+        ({"POLITENESS_RATE": "abc"}, "POLITENESS_RATE = abc: must be a number >= 0"),
+        ({"DUPEFILTER_MODE": "redisbloom"}, "DUPEFILTER_MODE = redisbloom: must be bloom"),
+    ],
+)
+def test_a_bad_setting_stops_the_crawl_before_any_lease(
+    crawl: Crawl, redis_client: redis.Redis, settings: dict[str, Any], expected: str
+) -> None:
+    redis_client.lpush("profiles:start_urls", "someone")
+    _assert_refused(_run(crawl, "profiles", settings), expected)
+    assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
+    assert redis_client.keys("*") == [b"profiles:start_urls"]
+    assert crawl.mongo.db.list_collection_names() == []
+
+
+def test_a_set_at_the_start_key_is_named_with_its_type(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    redis_client.sadd("profiles:start_urls", "someone")
+    result = _run(crawl, "profiles", {})
+    _assert_refused(result, "the Redis key profiles:start_urls holds a set: must be a list")
+    assert "unreachable" not in result.stderr
+    assert redis_client.smembers("profiles:start_urls") == {b"someone"}
+
+
+def test_maps_without_its_browser_does_not_start(crawl: Crawl, redis_client: redis.Redis) -> None:
+    redis_client.lpush("maps:start_urls", "shop near 00501")
+    result = _run(crawl, "maps", {"MAPS_BASE_URL": crawl.sandbox_url}, CHROMIUM_PATH="/nonexistent")
+    _assert_refused(result, "CHROMIUM_PATH", "= /nonexistent: must be an executable browser file")
+    assert redis_client.lrange("maps:start_urls", 0, -1) == [b"shop near 00501"]
