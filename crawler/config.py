@@ -2,41 +2,112 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
-from scrapy.exceptions import NotConfigured
+from crawler.settings_check import RULES
+from crawler.settings_check.rules import base_url, integer
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
+def setting(settings: BaseSettings, name: str) -> Any:
+    """A project setting read by its rule in crawler.settings_check (parsed, within range), or
+    SettingsError naming the setting, its value and what is allowed."""
+    return RULES[name].read(name, settings.get(name))
+
+
 def setting_int(settings: BaseSettings, name: str, minimum: int, maximum: int | None = None) -> int:
-    """An integer setting within bounds, or NotConfigured naming it."""
-    raw = settings.get(name)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise NotConfigured(f"{name} must be a whole number, got {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise NotConfigured(f"{name} must be {bounds}, got {value}")
-    return value
+    """An integer setting within bounds, or SettingsError naming it."""
+    return int(integer(minimum, maximum).read(name, settings.get(name)))
 
 
 def validate_base_url(settings: BaseSettings, name: str) -> str:
-    """An http(s) scheme-and-host setting without a trailing slash."""
-    raw = str(settings.get(name) or "")
-    parts = urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise NotConfigured(f"{name} must be an http(s) URL such as https://host, got {raw!r}")
-    return raw.rstrip("/")
+    """An http(s) scheme-and-host setting without a trailing slash, or SettingsError naming it."""
+    return str(base_url().read(name, settings.get(name)))
+
+
+MASK = "***"
+# Query parameters whose value is a secret: names containing one of these words, once
+# lower-cased without "-" and "_" (password, pass, pwd, token, secret, api_key, X-Amz-Signature,
+# X-Amz-Credential, ...), or named exactly key, sig, auth or authorization.
+SECRET_PARAM_WORDS = (
+    "pass",
+    "pwd",
+    "token",
+    "secret",
+    "apikey",
+    "accesskey",
+    "privatekey",
+    "signature",
+    "credential",
+)
+SECRET_PARAM_NAMES = frozenset({"key", "sig", "auth", "authorization"})
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def mask_uri(uri: str) -> str:
-    """The URI with any password replaced by ***, safe to log."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The URI with its secrets replaced by ``***``, safe to log and print.
+
+    Masks the password of the user info (``redis://:***@host``, ``mongodb://user:***@h1,h2``;
+    a user info without a password may be an API key and is masked whole) and the values of
+    secret query parameters (``?password=***``, ``&token=***``). Works for any scheme
+    (``rediss``, ``mongodb+srv``, proxies), several hosts, IPv6 and URIs without a scheme.
+    The URI is read as RFC 3986 and urllib.parse.urlsplit read it: the user info ends at the
+    last ``@`` of the authority, which ends at the first ``/``, ``?`` or ``#``, so an ``@`` in
+    the path (``https://host/@user``) is left alone.
+    """
+    match = _SCHEME.match(uri)
+    start = match.end() if match else (2 if uri.startswith("//") else 0)
+    authority_end = _first(uri, "/?#", start)
+    spans = _user_info_spans(uri, start, uri.rfind("@", start, authority_end))
+    query = _first(uri, "?#", authority_end)
+    return _replace(uri, spans + _query_spans(uri, query + 1))
+
+
+def _user_info_spans(uri: str, start: int, at: int) -> list[tuple[int, int]]:
+    """The password of the user info ``uri[start:at]``, or all of it when it has none."""
+    if at < 0:
+        return []
+    colon = uri.find(":", start, at)
+    return [(colon + 1, at) if start <= colon < at - 1 else (start, at)]
+
+
+def _query_spans(uri: str, position: int) -> list[tuple[int, int]]:
+    """Values of secret parameters in the query and fragment starting at ``position``."""
+    spans = []
+    while position <= len(uri):
+        end = _first(uri, "&;#", position)
+        name, equals, _ = uri[position:end].partition("=")
+        if equals and _secret_param(name):
+            spans.append((position + len(name) + 1, end))
+        position = end + 1
+    return spans
+
+
+def _secret_param(name: str) -> bool:
+    normal = unquote(name).lower().replace("-", "").replace("_", "")
+    return normal in SECRET_PARAM_NAMES or any(word in normal for word in SECRET_PARAM_WORDS)
+
+
+def _first(text: str, characters: str, start: int) -> int:
+    """Index of the first of ``characters`` in ``text`` from ``start``, else ``len(text)``."""
+    found = [index for char in characters if (index := text.find(char, start)) >= 0]
+    return min(found, default=len(text))
+
+
+def _replace(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each non-empty span (overlapping ones merged) replaced by MASK."""
+    merged: list[list[int]] = []
+    for start, end in sorted(span for span in spans if span[1] > span[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    pieces, position = [], 0
+    for start, end in merged:
+        pieces += [text[position:start], MASK]
+        position = end
+    return "".join(pieces) + text[position:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -11,16 +12,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import bson
 import pymongo
 import pytest
 import redis
 from scrapy.exceptions import DropItem
 from scrapy.utils.test import get_crawler
 
+import crawler.settings as project
 from crawler.items import ProfileItem, VideoItem
 from crawler.pipelines import MongoPipeline, ValidationPipeline
-from crawler.pipelines.mongo import MongoSettings
-from crawler.services import ServerProcess, free_port, start_mongo
+from crawler.pipelines.mongo import ItemNotStored, MongoSettings
+from crawler.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
+from crawler.settings_check import SettingsError
 from sandbox.data import build_dataset
 from tests.harness import Crawl, Mongo, Sandbox, poll
 
@@ -111,7 +115,7 @@ def test_duplicates_in_one_batch_and_recrawls_update(mongo: Mongo, tmp_path: Pat
 @pytest.mark.parametrize(
     ("item", "reason"),
     [
-        (_video("x", author_id=None), "missing_author_id"),
+        (VideoItem(video_id=None, author_id="a"), "missing_video_id"),  # type: ignore[arg-type]
         (_video(""), "missing_video_id"),
         (ProfileItem(unique_id="u", status=None), "missing_status"),  # type: ignore[arg-type]
     ],
@@ -257,3 +261,149 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
     client.close()
     assert sorted(stored) == sorted(users)
     assert "Replayed" in log.read_text()
+
+
+# --- items MongoDB cannot store --------------------------------------------------------------
+
+
+def _stored(pipeline: MongoPipeline, *items: Any) -> list[BaseException | None]:
+    """Run the items through the pipeline at once (it writes a batch 0.1 s after its first
+    item); each one's exception, or None if stored."""
+
+    async def scenario() -> list[BaseException | None]:
+        await pipeline.open_spider()
+        outcomes = await asyncio.gather(
+            *(pipeline.process_item(item) for item in items), return_exceptions=True
+        )
+        await pipeline.close_spider()
+        return [outcome if isinstance(outcome, BaseException) else None for outcome in outcomes]
+
+    return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_17_mb_bio_is_stored_trimmed_and_says_so(mongo: Mongo, tmp_path: Path) -> None:
+    bio = "ab" * (17 * 1024 * 1024 // 2)
+    pipeline, stats = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    item = ProfileItem(unique_id="big", status="ok", nickname="Big", signature=bio)
+    assert _stored(pipeline, item) == [None]
+    doc = mongo.db.profiles.find_one({"unique_id": "big"})
+    assert doc is not None, "the item was acknowledged but not stored"
+    assert doc["_truncated"] == {"signature": len(bio)}
+    assert bio.startswith(doc["signature"])
+    assert len(doc["signature"]) > 15_000_000
+    assert doc["nickname"] == "Big"
+    assert len(bson.encode(doc)) <= 16 * 1024 * 1024
+    assert stats.get_value("mongo/truncated") == 1
+
+    # Stored again whole, it loses the mark.
+    pipeline, _ = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    assert _stored(pipeline, ProfileItem(unique_id="big", status="ok", signature="short")) == [None]
+    doc = mongo.db.profiles.find_one({"unique_id": "big"})
+    assert doc is not None
+    assert doc["signature"] == "short"
+    assert "_truncated" not in doc
+
+
+def test_an_item_too_large_even_trimmed_fails_alone(mongo: Mongo, tmp_path: Path) -> None:
+    config = _settings(
+        mongo.uri, mongo.database, tmp_path, max_document_bytes=1024, flush_interval=0.1
+    )
+    pipeline, stats = _pipeline(config)
+    huge_key, fine = _video("k" * 2000), _video("fine", description="d" * 5000)
+    outcomes = _stored(pipeline, huge_key, fine)
+    assert isinstance(outcomes[0], ItemNotStored)
+    assert "MONGO_MAX_DOCUMENT_BYTES" in str(outcomes[0])
+    assert outcomes[1] is None
+    (doc,) = list(mongo.db.videos.find())
+    assert doc["video_id"] == "fine"
+    assert doc["_truncated"] == {"description": 5000}
+    assert stats.get_value("mongo/write_errors") == 1
+
+
+def test_a_document_mongodb_refuses_fails_its_item_only(mongo: Mongo, tmp_path: Path) -> None:
+    mongo.db.create_collection("videos", validator={"digg_count": {"$gte": 0}})
+    pipeline, stats = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    outcomes = _stored(pipeline, _video("good"), _video("bad", likes=-1), _video("also-good"))
+    assert outcomes[0] is None
+    assert outcomes[2] is None
+    assert isinstance(outcomes[1], ItemNotStored)
+    assert "121" in str(outcomes[1])  # DocumentValidationFailure
+    assert sorted(doc["video_id"] for doc in mongo.db.videos.find()) == ["also-good", "good"]
+    assert stats.get_value("mongo/write_errors") == 1
+    assert stats.get_value("mongo/items") == 2
+
+
+def test_an_unstorable_item_dead_letters_its_request(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    users = [author.unique_id for author in build_dataset().authors[:6]]
+    refused = users[2]
+    crawl.mongo.db.create_collection("profiles", validator={"unique_id": {"$ne": refused}})
+    result = crawl("profiles", "-a", f"users={','.join(users)}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()}
+    assert stored == set(users) - {refused}
+    letters = [json.loads(raw) for raw in redis_client.lrange("{profiles}:dead", 0, -1)]
+    assert [letter["failure"]["reason"] for letter in letters] == ["item_error:ItemNotStored"]
+    assert "failed validation" in letters[0]["failure"]["error"]
+    assert letters[0]["request"]["url"].endswith(f"/@{refused}")
+    assert redis_client.zcard("{profiles}:leases") == 0
+
+
+# --- durability --------------------------------------------------------------------------------
+
+
+def _kill(server: ServerProcess) -> None:
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(10)
+
+
+def test_acknowledged_items_survive_a_killed_mongodb(tmp_path: Path) -> None:
+    """Even a MongoDB that does not sync every commit keeps what the pipeline was told is
+    stored: the pipeline asks for journaled writes (MONGO_WRITE_CONCERN)."""
+    port, data = free_port(), tmp_path / "mongo"
+    command = [arg for arg in mongo_command(port, data) if arg != "--sync-on-commit"]
+    server = start_server("mongodb", command, port)
+    uri = f"mongodb://127.0.0.1:{port}"
+    try:
+        pipeline, _ = _pipeline(
+            _settings(uri, "crawler", tmp_path / "spill", batch_size=40, flush_interval=0.1)
+        )
+        assert _stored(pipeline, *(_video(str(n)) for n in range(200))) == [None] * 200
+        _kill(server)
+        server = start_server("mongodb", command, port)
+        assert _count(uri, "videos") == 200
+    finally:
+        server.stop()
+
+
+def test_the_local_mongodb_keeps_what_it_acknowledged(own_mongo: OwnMongo) -> None:
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
+    for first in range(0, 200, 40):
+        client.crawler.videos.insert_many([{"n": n} for n in range(first, first + 40)])
+    client.close()
+    assert own_mongo.server is not None
+    _kill(own_mongo.server)
+    own_mongo.start()
+    assert _count(own_mongo.uri, "videos") == 200
+
+
+def _from_project(**changes: Any) -> MongoSettings:
+    defaults = {name: getattr(project, name) for name in dir(project) if name.isupper()}
+    return MongoSettings.from_crawler(get_crawler(settings_dict={**defaults, **changes}))
+
+
+@pytest.mark.parametrize(
+    "concern", [{"w": 0}, {"w": 1, "j": "yes"}, {"journal": True}, "not a dict"]
+)
+def test_a_write_concern_that_confirms_nothing_is_refused(concern: Any) -> None:
+    with pytest.raises(SettingsError, match="MONGO_WRITE_CONCERN"):
+        _from_project(MONGO_WRITE_CONCERN=concern)
+
+
+def test_writes_are_journaled_by_default() -> None:
+    config = _from_project()
+    assert config.write_concern.document == {"w": 1, "j": True}
+    assert config.max_document_bytes == 16_000_000
+    custom = _from_project(MONGO_WRITE_CONCERN='{"w": "majority", "wtimeout": 5000}')
+    assert custom.write_concern.document == {"w": "majority", "wtimeout": 5000}

@@ -4,7 +4,9 @@ work for crawls and commands, and the password never shows in logs, stats or com
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
+import http.client
 import ipaddress
 import json
 import ssl
@@ -12,8 +14,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
+from urllib.error import URLError
+from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pymongo
 import pytest
@@ -29,12 +35,13 @@ from crawler.services import (
     start_server,
 )
 from sandbox.data import build_dataset
-from tests.harness import ROOT, Crawl, Mongo, Sandbox
+from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
 DATASET = build_dataset()
 PASSWORD = "s3cret-Pa55"
+DROPPED_USER = "dropped.by.proxy"
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +264,177 @@ def test_crawl_over_tls_with_a_password(
         mongo_client.close()
     finally:
         terminator.stop()
+
+
+class AuthProxy:
+    """An HTTP forward proxy that wants Basic credentials, as a paid proxy pool does; it
+    reaches the target from ``source`` (so the sandbox sees one address per proxy)."""
+
+    def __init__(self, user: str, password: str, source: str) -> None:
+        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.served = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.headers.get("Proxy-Authorization") != expected:
+                    self.send_response(407)
+                    self.send_header("Proxy-Authenticate", 'Basic realm="pool"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                proxy.served += 1
+                if DROPPED_USER in self.path:  # the upstream hangs up: a download error
+                    self.close_connection = True
+                    return
+                self._forward(urlsplit(self.path))
+
+            def _forward(self, target: Any) -> None:
+                upstream = http.client.HTTPConnection(
+                    target.hostname, target.port, timeout=30, source_address=(source, 0)
+                )
+                headers = {k: v for k, v in self.headers.items() if not k.startswith("Proxy-")}
+                path = target.path + (f"?{target.query}" if target.query else "")
+                upstream.request("GET", path, headers=headers)
+                answer = upstream.getresponse()
+                body = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                upstream.close()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, user: str, password: str) -> str:
+        return f"http://{user}:{password}@127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _redis_dump(client: redis.Redis) -> tuple[list[bytes], bytes]:
+    """Every key name, and every value of every key, of the database."""
+    names = sorted(cast(list[bytes], list(client.scan_iter(count=1000))))
+    values = []
+    for name in names:
+        kind = cast(bytes, client.type(name))
+        if kind == b"string":
+            values.append(cast(bytes, client.get(name)))
+        elif kind == b"hash":
+            values.extend(
+                b"%s=%s" % pair for pair in cast(dict[bytes, bytes], client.hgetall(name)).items()
+            )
+        elif kind == b"list":
+            values.extend(cast(list[bytes], client.lrange(name, 0, -1)))
+        elif kind == b"zset":
+            values.extend(cast(list[bytes], client.zrange(name, 0, -1)))
+        elif kind == b"set":
+            values.extend(cast(set[bytes], client.smembers(name)))
+    return names, b"\n".join(values)
+
+
+def _metrics(port: int) -> str | None:
+    try:
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text: str = response.read().decode()
+            return text if "crawler_bans_total{" in text else None
+    except (URLError, ConnectionError, TimeoutError):
+        return None
+
+
+def _exited(worker: subprocess.Popen[bytes]) -> str | None:
+    return "exited" if worker.poll() is not None else None
+
+
+def test_proxy_and_query_passwords_stay_hidden(
+    private_redis: int, private_mongo: str, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Proxies with credentials and a Redis password given as ``?password=``: the crawl works
+    through them, and no log, command output, metric, Redis key name or value shows them."""
+    proxies = [AuthProxy("puser", PASSWORD, "127.0.0.1"), AuthProxy("puser", PASSWORD, "127.0.0.2")]
+    url = f"redis://127.0.0.1:{private_redis}/0?password={PASSWORD}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    mongo_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(private_mongo)
+    crawl = Crawl(url, Mongo(private_mongo, "proxied", mongo_client), sandbox.url)
+    sandbox.admin(
+        "config",
+        {
+            "latency_ms": 30,
+            "rate_limit": {
+                "enabled": True,
+                "max_requests": 4,
+                "window_seconds": 60,
+                "ban_seconds": 2,
+                "ban_mode": "429",
+            },
+        },
+    )
+    users = [author.unique_id for author in DATASET.authors[5:17]] + [DROPPED_USER]
+    client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in users))
+    metrics_port, log = free_port(), tmp_path / "worker.log"
+    settings = {
+        "PROXY_POOL": ",".join(proxy.url("puser", PASSWORD) for proxy in proxies),
+        "BAN_POLICY": "rotate",
+        "BAN_COOLDOWN": 3,
+        "BAN_MAX_TIMES": 2,
+        "RETRY_TIMES": 0,
+        "POLITENESS_RATE": 50,
+        "CONCURRENT_REQUESTS": 2,
+        "METRICS_PORT": metrics_port,
+        "METRICS_HOST": "127.0.0.1",
+        "STATS_PUBLISH_INTERVAL": 0.5,
+    }
+    try:
+        with open(log, "wb") as out:
+            worker = subprocess.Popen(
+                crawl.command("profiles", settings=settings),
+                cwd=ROOT,
+                env=crawl.env(),
+                stdout=out,
+                stderr=out,
+            )
+        try:
+            metrics = poll(lambda: _metrics(metrics_port) or _exited(worker), 60, "a ban")
+            assert metrics != "exited", log.read_text()[-3000:]
+            assert worker.wait(120) == 0, log.read_text()[-3000:]
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        assert all(proxy.served for proxy in proxies), "a proxy was not used"
+        names = {f"proxy:127.0.0.1:{proxy.port}" for proxy in proxies}
+        text = log.read_text()
+        assert " via proxy:127.0.0.1:" in text, text[-3000:]
+        keys, values = _redis_dump(client)
+        assert any(name.encode() in key for key in keys for name in names), keys
+        outputs = [
+            _scrapy(crawl.env(), "status", "profiles", "--json"),
+            _scrapy(crawl.env(), "frontier", "profiles", "--json"),
+            _scrapy(crawl.env(), "frontier", "profiles", "dead", "--json"),
+            _scrapy(crawl.env(), "frontier", "profiles"),
+        ]
+        for output in outputs:
+            assert output.returncode == 0, output.stderr
+        assert json.loads(outputs[0].stdout)["redis"].endswith("/0?password=***")
+        assert json.loads(outputs[2].stdout), "no dead letter to look at"
+        shown = [text, metrics, *(output.stdout + output.stderr for output in outputs)]
+        for secret in (PASSWORD, base64.b64encode(f"puser:{PASSWORD}".encode()).decode()):
+            assert not any(secret in printed for printed in shown)
+            assert not any(secret.encode() in key for key in keys)
+        assert PASSWORD.encode() not in values
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        client.close()
+        mongo_client.close()

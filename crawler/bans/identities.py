@@ -1,36 +1,57 @@
-"""The identities a worker can send requests as: local bind addresses and proxies."""
+"""The identities a worker can send requests as: local bind addresses and proxies.
+
+An identity is known everywhere (Redis keys, logs, stats, request meta) by a name that holds no
+secret: ``bind:<address>`` or ``proxy:<host>:<port>``. Two proxies of the pool on the same host
+and port (several accounts of one provider) are told apart by a short hash of the user name,
+``proxy:<host>:<port>#<hash>``, and by a counter after that if the user is the same too. The
+proxy URL itself, with its credentials, stays in the :class:`Identity` and goes only into the
+``proxy`` meta key Scrapy's HttpProxyMiddleware reads.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
 
 DEFAULT = "default"
+DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
+# Meta keys an identity fills in; the proxy ones only when the identity is a proxy.
+PROXY_META = ("proxy", "_auth_proxy")
 
 
 @dataclass(frozen=True)
 class Identity:
-    """A bind address ("bind:127.0.0.2"), a proxy ("proxy:http://host:port") or the default."""
+    """A bind address ("bind:127.0.0.2"), a proxy ("proxy:host:3128") or the default.
+
+    ``proxy`` is the proxy's URL with its credentials: never logged, never stored in Redis.
+    """
 
     name: str
+    proxy: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def bind_address(self) -> str | None:
         return self.name.removeprefix("bind:") if self.name.startswith("bind:") else None
-
-    @property
-    def proxy(self) -> str | None:
-        return self.name.removeprefix("proxy:") if self.name.startswith("proxy:") else None
 
 
 class IdentityPool:
     """Round-robin over identities, skipping those cooling down on a domain."""
 
     def __init__(self, bind_addresses: list[str], proxies: list[str]) -> None:
-        names = [f"bind:{a}" for a in bind_addresses] + [f"proxy:{p}" for p in proxies]
-        self.identities = [Identity(name) for name in names] or [Identity(DEFAULT)]
+        binds = [Identity(f"bind:{address}") for address in bind_addresses]
+        proxied = [Identity(name, url) for name, url in proxy_names(proxies).items()]
+        self.identities = binds + proxied or [Identity(DEFAULT)]
+        self._by_name = {identity.name: identity for identity in self.identities}
         self._turn: Iterator[int] = itertools.cycle(range(len(self.identities)))
+
+    def get(self, name: str) -> Identity | None:
+        """The identity of this pool called ``name`` (as kept in request meta), if any."""
+        return self._by_name.get(name)
 
     def choose(self, cooling_until: Callable[[Identity], float]) -> Identity | float:
         """The next identity not cooling down, or the earliest end of the cool-downs."""
@@ -42,3 +63,55 @@ class IdentityPool:
                 return identity
             earliest = min(earliest, until)
         return earliest
+
+
+def proxy_names(proxies: list[str]) -> dict[str, str]:
+    """Each proxy URL of the pool by its secret-free name, in pool order."""
+    plain = [f"proxy:{host_port(url)}" for url in proxies]
+    shared = {name for name, count in Counter(plain).items() if count > 1}
+    names: dict[str, str] = {}
+    for plain_name, url in zip(plain, proxies, strict=True):
+        base = f"{plain_name}#{_short_hash(_user(url))}" if plain_name in shared else plain_name
+        name, turn = base, 1
+        while name in names:
+            turn += 1
+            name = f"{base}~{turn}"
+        names[name] = url
+    return names
+
+
+def host_port(url: str) -> str:
+    """``host:port`` of a URL (the scheme's default port when it names none), read after the
+    last ``@`` so no part of the credentials can end up in it."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url.removeprefix("//")
+    authority = rest.rsplit("@", 1)[-1]
+    for end in "/?#":
+        authority = authority.split(end, 1)[0]
+    host, colon, port = authority.rpartition(":")
+    if colon and port.isdigit() and (not host.startswith("[") or host.endswith("]")):
+        return authority.lower()
+    default = DEFAULT_PORTS.get(scheme.lower())
+    return f"{authority.lower()}:{default}" if default else authority.lower()
+
+
+def without_identity(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """A copy of ``meta`` without what an identity named in ``meta[key]`` put there (its name,
+    bind address and, for a proxy, the proxy and its credentials), so a request stored in Redis
+    for later carries no secret and gets an identity afresh."""
+    dropped = {key, "bindaddress"}
+    if str(meta.get(key, "")).startswith("proxy:"):
+        dropped.update(PROXY_META)
+    return {name: value for name, value in meta.items() if name not in dropped}
+
+
+def _user(url: str) -> str:
+    rest = url.partition("://")[2] or url
+    if "@" not in rest:
+        return ""
+    return unquote(rest.rsplit("@", 1)[0].split(":", 1)[0])
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]

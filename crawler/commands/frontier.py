@@ -17,7 +17,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from crawler.config import mask_uri
+from crawler.config import MASK, mask_uri
 from crawler.connection import redis_from_settings
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 ACTIONS = ("status", "dead", "requeue", "purge")
+# Request headers and meta keys of a dead letter that hold credentials or URLs that may.
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+URL_META = ("proxy", "_auth_proxy")
 
 
 class Command(ScrapyCommand):
@@ -95,7 +98,7 @@ class Command(ScrapyCommand):
             print(f"  {name:<13} {value:>10,}")
 
     def _dead(self, frontier: Frontier, limit: int, as_json: bool) -> None:
-        letters = frontier.dead_letters(limit)
+        letters = [_masked(letter) for letter in frontier.dead_letters(limit)]
         if as_json:
             print(json.dumps(letters))
             return
@@ -121,3 +124,23 @@ class Command(ScrapyCommand):
                 return
         keys = purge_spider(server, self.settings, spider)
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
+
+
+def _masked(letter: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter as shown: credentials in its request's URL, headers and proxy masked."""
+    request = dict(letter.get("request") or {})
+    if isinstance(request.get("url"), str):
+        request["url"] = mask_uri(request["url"])
+    headers = request.get("headers")
+    if isinstance(headers, dict):
+        request["headers"] = {
+            name: MASK if name.lower() in SECRET_HEADERS else value
+            for name, value in headers.items()
+        }
+    meta = request.get("meta")
+    if isinstance(meta, dict):
+        request["meta"] = {
+            name: mask_uri(value) if name in URL_META and isinstance(value, str) else value
+            for name, value in meta.items()
+        }
+    return {**letter, "request": request}

@@ -2,8 +2,12 @@
 
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
 on each item's unique key: ``$set`` the fields and ``last_seen``, ``$setOnInsert`` ``first_seen``.
-``process_item`` returns only once its item is written (or spilled to the local spill file), so
-the frontier acknowledges a request only after its items are durable.
+``process_item`` returns only once its item is written with the write concern
+MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
+acknowledges a request only after its items are durable. An item MongoDB does not store (too
+large even once trimmed, see ``documents.py``, or refused by the server) fails with
+:class:`ItemNotStored`: Scrapy sends ``item_error`` and its request is dead-lettered with the
+reason instead of acknowledged.
 """
 
 from __future__ import annotations
@@ -19,22 +23,23 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pymongo import MongoClient, UpdateOne
+from bson.errors import BSONError
+from pymongo import MongoClient, UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
-from crawler.config import mask_uri, setting_int
+from crawler.config import mask_uri, setting, setting_int
 from crawler.items import STORED_ITEM_CLASSES, StoredItem
+from crawler.pipelines.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
 from crawler.pipelines.spill import Record, SpillFile
+from crawler.pipelines.writes import Outcome, refused, transient, write_concern, written
 
 if TYPE_CHECKING:
     from pymongo.database import Database
-    from pymongo.results import BulkWriteResult
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
-DUPLICATE_KEY = 11000
 # Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
 # timers between groups instead of running every item's continuation in one turn.
 WAKE_CHUNK = 64
@@ -43,6 +48,10 @@ Upsert = tuple[dict[str, Any], dict[str, Any]]  # (filter, fields to $set)
 
 class MongoUnavailable(RuntimeError):
     """MongoDB could not be reached when the spider opened."""
+
+
+class ItemNotStored(RuntimeError):
+    """MongoDB did not store the item; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,9 @@ class MongoSettings:
     max_pending: int
     retry_times: int
     spill_dir: Path
+    # Defaults as in crawler/settings.py, for code that builds the settings by hand.
+    max_document_bytes: int = 16_000_000
+    write_concern: WriteConcern = field(default_factory=lambda: WriteConcern(w=1, j=True))
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MongoSettings:
@@ -66,10 +78,12 @@ class MongoSettings:
             database=settings.get("MONGO_DATABASE"),
             timeout_ms=setting_int(settings, "MONGO_CONNECT_TIMEOUT_MS", 1),
             batch_size=setting_int(settings, "MONGO_BATCH_SIZE", 1, 100_000),
-            flush_interval=settings.getfloat("MONGO_FLUSH_INTERVAL"),
+            flush_interval=setting(settings, "MONGO_FLUSH_INTERVAL"),
             max_pending=setting_int(settings, "MONGO_MAX_PENDING", 1),
             retry_times=setting_int(settings, "MONGO_RETRY_TIMES", 0),
             spill_dir=Path(settings.get("MONGO_SPILL_DIR")),
+            max_document_bytes=setting_int(settings, "MONGO_MAX_DOCUMENT_BYTES", 1024, 16 << 20),
+            write_concern=write_concern(settings),
         )
 
 
@@ -78,7 +92,7 @@ class Batch:
     """Upserts waiting for one collection; an item seen twice keeps its latest fields."""
 
     updates: dict[Any, Upsert] = field(default_factory=dict)
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -86,10 +100,12 @@ class MongoPipeline:
     """Buffer items per collection and upsert them in batches from a writer thread.
 
     A batch is written when it holds MONGO_BATCH_SIZE items, when its oldest item is older than
-    MONGO_FLUSH_INTERVAL, and when the spider closes. Transient errors are retried with backoff
-    MONGO_RETRY_TIMES times; after that the batch goes to the spill file in MONGO_SPILL_DIR and
-    is replayed when MongoDB answers again or on the next start. At most MONGO_MAX_PENDING items
-    wait at once: beyond that the crawl waits, so memory stays bounded.
+    MONGO_FLUSH_INTERVAL, and when the spider closes, with MONGO_WRITE_CONCERN. Transient errors
+    are retried with backoff MONGO_RETRY_TIMES times; after that the batch goes to the spill
+    file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start. At
+    most MONGO_MAX_PENDING items wait at once: beyond that the crawl waits, so memory stays
+    bounded. Documents over MONGO_MAX_DOCUMENT_BYTES are trimmed (``documents.py``); an item
+    still too large, or refused by MongoDB, raises :class:`ItemNotStored`.
     """
 
     def __init__(self, config: MongoSettings, stats: StatsCollector, spider_name: str) -> None:
@@ -156,7 +172,7 @@ class MongoPipeline:
         batch = self._batches.setdefault(item.collection, Batch())
         batch.updates[key] = ({item.unique_key: key}, document)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        batch.waiters.append(waiter)
+        batch.waiters.setdefault(key, []).append(waiter)
         self._pending += 1
         if len(batch.updates) >= self.config.batch_size:
             self._flush(item.collection)
@@ -181,22 +197,24 @@ class MongoPipeline:
                 await self._in_thread(self._replay_own)
 
     async def _write(self, collection: str, batch: Batch) -> None:
-        operations = list(batch.updates.values())
+        keys, operations = list(batch.updates), list(batch.updates.values())
+        waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
         try:
-            await self._in_thread(self._write_or_spill, collection, operations)
+            failed = await self._in_thread(self._write_or_spill, collection, operations)
         except Exception as exc:  # the spill file failed too: the items are not stored
             logger.exception(
                 "Could not write nor spill %d items of %s", len(operations), collection
             )
-            for waiter in batch.waiters:
-                waiter.set_exception(exc)
+            reasons = dict.fromkeys(keys, f"neither written nor spilled: {exc!r}")
         else:
-            for first in range(0, len(batch.waiters), WAKE_CHUNK):
-                for waiter in batch.waiters[first : first + WAKE_CHUNK]:
-                    waiter.set_result(None)
+            reasons = {keys[index]: reason for index, reason in failed.items()}
+        try:
+            for first in range(0, len(waiters), WAKE_CHUNK):
+                for key, waiter in waiters[first : first + WAKE_CHUNK]:
+                    _settle(waiter, collection, key, reasons.get(key))
                 await asyncio.sleep(0)
         finally:
-            self._pending -= len(batch.waiters)
+            self._pending -= len(waiters)
             self._room.set()
 
     async def _in_thread(self, function: Any, *args: Any) -> Any:
@@ -210,7 +228,9 @@ class MongoPipeline:
         )
         try:
             client.admin.command("ping")
-            database = client[self.config.database]
+            database = client.get_database(
+                self.config.database, write_concern=self.config.write_concern
+            )
             for item_class in STORED_ITEM_CLASSES:
                 database[item_class.collection].create_index(item_class.unique_key, unique=True)
         except PyMongoError as exc:
@@ -221,60 +241,97 @@ class MongoPipeline:
         self.client, self.database = client, database
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
 
-    def _write_or_spill(self, collection: str, upserts: list[Upsert]) -> None:
+    def _write_or_spill(self, collection: str, upserts: list[Upsert]) -> dict[int, str]:
+        """Write (or spill) the upserts; the ones not stored, by position: reason."""
         now = datetime.now(UTC)
-        updates = [
-            (selector, {"$set": {**fields, "last_seen": now}, "$setOnInsert": {"first_seen": now}})
-            for selector, fields in upserts
-        ]
-        operations = [UpdateOne(selector, update, upsert=True) for selector, update in updates]
+        failed: dict[int, str] = {}
+        updates: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+        for index, (selector, fields) in enumerate(upserts):
+            try:
+                updates.append((index, selector, self._update(collection, selector, fields, now)))
+            except (DocumentTooLarge, BSONError) as exc:
+                self.stats.inc_value("mongo/too_large")
+                failed[index] = str(exc)
+        if updates:
+            failed |= self._write_updates(collection, updates)
+        if failed:
+            self.stats.inc_value("mongo/write_errors", len(failed))
+            logger.error(
+                "MongoDB did not store %d of %d %s documents; their requests are dead-lettered. "
+                "First: %s",
+                len(failed),
+                len(upserts),
+                collection,
+                next(iter(failed.values())),
+            )
+        return failed
+
+    def _update(
+        self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
+    ) -> dict[str, Any]:
+        """The upsert of ``fields``, trimmed to MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
+        ((unique_key, key),) = selector.items()
+        document = fit(fields, self.config.max_document_bytes, unique_key)
+        update: dict[str, Any] = {
+            "$set": {**document, "last_seen": now},
+            "$setOnInsert": {"first_seen": now},
+        }
+        if TRUNCATED_FIELD in document:
+            self.stats.inc_value("mongo/truncated")
+            logger.warning(
+                "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
+                collection,
+                unique_key,
+                key,
+                ", ".join(
+                    f"{name} from {size:,} bytes"
+                    for name, size in document[TRUNCATED_FIELD].items()
+                ),
+            )
+        else:
+            update["$unset"] = {TRUNCATED_FIELD: ""}
+        return update
+
+    def _write_updates(
+        self, collection: str, updates: list[tuple[int, dict[str, Any], dict[str, Any]]]
+    ) -> dict[int, str]:
+        operations = [UpdateOne(selector, update, upsert=True) for _, selector, update in updates]
         try:
-            result = self._bulk_write_with_retries(collection, operations)
+            outcome = self._bulk_write_with_retries(collection, operations)
         except ConnectionFailure as exc:
-            logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(upserts))
+            logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(updates))
             assert self.spill is not None
             self.spill.append(
-                [{"collection": collection, "filter": s, "update": u} for s, u in updates]
+                [{"collection": collection, "filter": s, "update": u} for _, s, u in updates]
             )
-            self.stats.inc_value("mongo/spilled", len(upserts))
-            return
-        self._count(collection, len(operations), result)
+            self.stats.inc_value("mongo/spilled", len(updates))
+            return {}
+        self._count(collection, len(operations), outcome)
+        return {updates[index][0]: reason for index, reason in outcome.refused.items()}
 
-    def _bulk_write_with_retries(
-        self, collection: str, operations: list[UpdateOne]
-    ) -> BulkWriteResult | None:
+    def _bulk_write_with_retries(self, collection: str, operations: list[UpdateOne]) -> Outcome:
         assert self.database is not None
         for attempt in range(self.config.retry_times + 1):
+            last = attempt == self.config.retry_times
             try:
-                return self.database[collection].bulk_write(operations, ordered=False)
+                return written(self.database[collection].bulk_write(operations, ordered=False))
             except BulkWriteError as exc:
-                if not _only_duplicate_keys(exc) or attempt == self.config.retry_times:
-                    self._log_write_errors(collection, exc)
-                    return None
+                if last or not transient(exc):
+                    return refused(exc, len(operations))
             except ConnectionFailure:
-                if attempt == self.config.retry_times:
+                if last:
                     raise
             self.stats.inc_value("mongo/retries")
             time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on
-        return None
+        raise AssertionError("unreachable")
 
-    def _log_write_errors(self, collection: str, exc: BulkWriteError) -> None:
-        errors = exc.details.get("writeErrors", [])
-        self.stats.inc_value("mongo/write_errors", len(errors))
-        logger.error(
-            "MongoDB refused %d upserts into %s: %s",
-            len(errors),
-            collection,
-            errors[0].get("errmsg") if errors else exc,
-        )
-
-    def _count(self, collection: str, items: int, result: BulkWriteResult | None) -> None:
+    def _count(self, collection: str, operations: int, outcome: Outcome) -> None:
+        stored = operations - len(outcome.refused)
         self.stats.inc_value("mongo/batches")
-        self.stats.inc_value("mongo/items", items)
-        self.stats.inc_value(f"mongo/items/{collection}", items)
-        if result is not None:
-            self.stats.inc_value("mongo/upserted", result.upserted_count)
-            self.stats.inc_value("mongo/modified", result.modified_count)
+        self.stats.inc_value("mongo/items", stored)
+        self.stats.inc_value(f"mongo/items/{collection}", stored)
+        self.stats.inc_value("mongo/upserted", outcome.upserted)
+        self.stats.inc_value("mongo/modified", outcome.modified)
 
     def _replay_own(self) -> None:
         assert self.spill is not None
@@ -300,8 +357,10 @@ class MongoPipeline:
             by_collection.setdefault(record["collection"], []).append(operation)
         try:
             for collection, operations in by_collection.items():
-                result = self._bulk_write_with_retries(collection, operations)
-                self._count(collection, len(operations), result)
+                outcome = self._bulk_write_with_retries(collection, operations)
+                self._count(collection, len(operations), outcome)
+                for reason in outcome.refused.values():
+                    logger.error("MongoDB refused a spilled upsert into %s: %s", collection, reason)
         except ConnectionFailure:
             return False
         self.stats.inc_value("mongo/replayed", len(records))
@@ -319,7 +378,8 @@ def _field_names(item_class: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(item_class))
 
 
-def _only_duplicate_keys(exc: BulkWriteError) -> bool:
-    """Two workers upserting the same new key at once: the retry finds the document."""
-    errors = exc.details.get("writeErrors", [])
-    return bool(errors) and all(error.get("code") == DUPLICATE_KEY for error in errors)
+def _settle(waiter: asyncio.Future[None], collection: str, key: Any, reason: str | None) -> None:
+    if reason is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(ItemNotStored(f"{collection} {key!r:.80}: {reason}"))

@@ -1,0 +1,82 @@
+"""What became of each upsert of a bulk write, and the write concern that makes it durable.
+
+A ``bulk_write`` can store some documents of a batch and refuse others (a document over the
+size limit, a validation rule, a unique index). Each refusal is kept with the position of its
+upsert, so the pipeline fails exactly those items; a write concern error leaves every document
+of the batch unconfirmed, so none of them counts as stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pymongo import WriteConcern
+from pymongo.errors import BulkWriteError, ConfigurationError
+
+from crawler.settings_check import SettingsError, problem
+
+if TYPE_CHECKING:
+    from pymongo.results import BulkWriteResult
+    from scrapy.settings import BaseSettings
+
+DUPLICATE_KEY = 11000
+WRITE_CONCERN_KEYS = frozenset({"w", "j", "wtimeout", "fsync"})
+WRITE_CONCERN_ALLOWED = (
+    'a dict of w (int >= 1 or a tag such as "majority"), j (bool), wtimeout (ms) and fsync '
+    '(bool) for acknowledged writes, e.g. {"w": 1, "j": true}'
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Counts of one bulk write, and the refused upserts by position: reason."""
+
+    upserted: int = 0
+    modified: int = 0
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+def written(result: BulkWriteResult) -> Outcome:
+    return Outcome(result.upserted_count, result.modified_count)
+
+
+def refused(exc: BulkWriteError, count: int) -> Outcome:
+    """The outcome of a bulk write that raised: its write errors, and every upsert left
+    unconfirmed when the write concern was not met."""
+    details = exc.details
+    reasons = {int(error["index"]): describe(error) for error in details.get("writeErrors", [])}
+    concern = details.get("writeConcernErrors") or []
+    if concern:
+        unconfirmed = f"write concern not met: {describe(concern[0])}"
+        reasons = {index: reasons.get(index, unconfirmed) for index in range(count)}
+    return Outcome(int(details.get("nUpserted", 0)), int(details.get("nModified", 0)), reasons)
+
+
+def transient(exc: BulkWriteError) -> bool:
+    """Worth writing the batch again: only duplicate keys (two workers upserting one new key
+    at once; the retry finds the document) or only an unmet write concern (a timeout)."""
+    errors = exc.details.get("writeErrors", [])
+    if not errors:
+        return bool(exc.details.get("writeConcernErrors"))
+    return all(error.get("code") == DUPLICATE_KEY for error in errors)
+
+
+def describe(error: dict[str, Any]) -> str:
+    name = error.get("codeName") or f"code {error.get('code')}"
+    return f"{name}: {str(error.get('errmsg', ''))[:300]}"
+
+
+def write_concern(settings: BaseSettings) -> WriteConcern:
+    """MONGO_WRITE_CONCERN as a WriteConcern, or SettingsError naming it."""
+    raw = settings.get("MONGO_WRITE_CONCERN")
+    try:
+        values = settings.getdict("MONGO_WRITE_CONCERN")
+        if not set(values) <= WRITE_CONCERN_KEYS:
+            raise ValueError(f"unknown keys {sorted(set(values) - WRITE_CONCERN_KEYS)}")
+        concern = WriteConcern(**values)
+    except (TypeError, ValueError, ConfigurationError):
+        raise SettingsError(problem("MONGO_WRITE_CONCERN", raw, WRITE_CONCERN_ALLOWED)) from None
+    if not concern.acknowledged:
+        raise SettingsError(problem("MONGO_WRITE_CONCERN", raw, WRITE_CONCERN_ALLOWED))
+    return concern
