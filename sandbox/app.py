@@ -1,7 +1,7 @@
 """Assembles the sandbox aiohttp application from its parts.
 
-Each page module registers its own routes; the traffic counter wraps everything and the
-anti-bot guard wraps the target routes.
+Each page module registers its own routes; compression (on by default, as on real targets)
+wraps everything, then the traffic counter, and the anti-bot guard wraps the target routes.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from aiohttp import web
 from sandbox.admin import AdminApi
 from sandbox.antibot import AntiBot
 from sandbox.bans import ChallengePages
+from sandbox.compression import compression_middleware
 from sandbox.config import SandboxConfig
 from sandbox.data import DEFAULT_SEED, Dataset, build_dataset
 from sandbox.explore import ExploreApi
+from sandbox.hostile import HostilePages
 from sandbox.maps import MapsPages
 from sandbox.profiles import ProfilePages
 from sandbox.stats import TrafficStats, traffic_middleware
@@ -29,12 +31,18 @@ def build_app(
     dataset = dataset or build_dataset(seed)
     stats = TrafficStats()
     antibot = AntiBot(config, stats)
-    app = web.Application(middlewares=[traffic_middleware(stats), antibot.middleware()])
+    middlewares = [
+        compression_middleware(lambda: antibot.config.compression),
+        traffic_middleware(stats),
+        antibot.middleware(),
+    ]
+    app = web.Application(middlewares=middlewares)
     for part in (
         ExploreApi(dataset),
         ProfilePages(dataset),
         MapsPages(),
         ChallengePages(),
+        HostilePages(),
         AdminApi(antibot, stats, dataset),
     ):
         part.register(app.router)

@@ -72,11 +72,14 @@ class FaultConfig:
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """The whole configuration; ``latency_ms`` (int, 0) delays every target response."""
+    """The whole configuration; ``latency_ms`` (int, 0) delays every target response;
+    ``compression`` (bool, True) gzips answers (or deflates them) for clients that accept it,
+    as real targets do."""
 
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     latency_ms: int = 0
+    compression: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """Return the configuration as a JSON-ready dict."""

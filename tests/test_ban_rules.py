@@ -751,3 +751,17 @@ def test_rules_from_settings_come_first() -> None:
         request=Request("https://shop.example/item/1"),
     )
     assert middleware._classify(page) == Verdict("ban", "shop_block")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"statusCode": 0, "data": ' + b'{"a": ' * 100_000 + b"0" + b"}" * 100_001,
+        b'{"statusCode": 10000, "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b"{" * 1_000_000,
+    ],
+    ids=["deep-object", "deep-array-with-ban-code", "unclosed"],
+)
+def test_deeply_nested_json_is_judged_without_recursing(body: bytes) -> None:
+    page = Page(200, "https://www.tiktok.com/api/explore/item_list/", {}, body)
+    assert classify(page) == Verdict("ok")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -14,7 +17,7 @@ from redis.crc import key_slot
 
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending, Popped
 from crawler.services import free_port, start_redis
-from tests.harness import poll
+from tests.harness import ROOT, Crawl, Sandbox, poll
 
 SPIDER = "shop"
 KEYS = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")
@@ -531,3 +534,54 @@ def test_a_thousand_requests_in_one_call(redis_client: redis.Redis) -> None:
     assert frontier.settle([("a", lease_id, "") for lease_id in lease_ids], "w1", LEASE) == 1000
     assert frontier.sizes()["leased"] == 0
     assert frontier.schedule([pending(name) for name in names]) == [0] * 1000
+
+
+# --- closing -----------------------------------------------------------------------------------
+
+PLAIN_SPIDER = """
+import scrapy
+
+
+class PlainSpider(scrapy.Spider):
+    name = "plain"
+
+    async def start(self):
+        for number in range(3):
+            yield scrapy.Request(f"{self.base}/@plain.user{number}", dont_filter=True)
+
+    def parse(self, response):
+        yield {"url": response.url}
+"""
+
+
+def test_a_plain_spider_closes_only_once_the_delayed_set_is_empty(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A plain scrapy.Spider on the frontier scheduler, with politeness deferring requests to
+    the delayed set, fetches every page before it closes."""
+    spider = tmp_path / "plain.py"
+    spider.write_text(PLAIN_SPIDER)
+    settings = {"POLITENESS_RATE": 0.4, "POLITENESS_BURST": 1, "ITEM_PIPELINES": "{}"}
+    command = [
+        sys.executable,
+        "-m",
+        "scrapy",
+        "runspider",
+        str(spider),
+        "-a",
+        f"base={sandbox.url}",
+    ]
+    for name, value in settings.items():
+        command += ["-s", f"{name}={value}"]
+    done = subprocess.run(
+        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=90
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(finished)" in done.stderr
+    fetched = sandbox.admin("stats")["by_path"]
+    assert {path: fetched.get(path) for path in (f"/@plain.user{n}" for n in range(3))} == {
+        f"/@plain.user{n}": 1 for n in range(3)
+    }
+    assert int(redis_client.hget("{plain}:stats", "politeness/deferred/rate") or 0) >= 1
+    for name in ("queue", "leases", "delayed"):
+        assert not redis_client.exists("{plain}:" + name), name

@@ -24,6 +24,7 @@ from crawler import settings as project_settings
 from crawler.middlewares.bans import retry_after
 from crawler.middlewares.retry import BackoffRetryMiddleware
 from crawler.scheduling.scheduler import DUE_META, FrontierScheduler
+from crawler.settings_check.rules import SettingsError
 
 URL = "https://www.tiktok.com/@some.user"
 JITTER = project_settings.RETRY_BACKOFF_JITTER
@@ -154,6 +155,32 @@ def test_retry_after_wins_over_backoff(header: str | None, seconds: float) -> No
     assert isinstance(retry, Request)
     shortest, longest = _waits(retry, before, time.time())
     assert seconds - 2 <= shortest <= longest <= seconds + 0.01
+
+
+TEN_YEARS = 10 * 365 * 24 * 3600
+
+
+@pytest.mark.parametrize(
+    "header",
+    [str(TEN_YEARS), "9" * 400, "Fri, 31 Dec 9999 23:59:59 GMT"],
+    ids=["ten-years", "overflowing", "year-9999"],
+)
+def test_retry_after_is_capped_by_ban_cooldown_max(header: str) -> None:
+    mw = _middleware(BAN_COOLDOWN_MAX=7200)
+    request = Request(URL)
+    before = time.time()
+    retry = mw.process_response(request, _response(503, request, {"Retry-After": header}))
+    assert isinstance(retry, Request)
+    shortest, longest = _waits(retry, before, time.time())
+    assert 7200 - 0.01 <= shortest <= longest <= 7200 + 0.01
+
+
+@pytest.mark.parametrize(
+    "settings", [{"BAN_COOLDOWN_MAX": 60, "BAN_COOLDOWN": 120}, {"BAN_COOLDOWN_MAX": "inf"}]
+)
+def test_ban_cooldown_max_is_checked(settings: dict[str, Any]) -> None:
+    with pytest.raises(SettingsError, match="BAN_COOLDOWN_MAX"):
+        _middleware(**settings)
 
 
 def test_retry_after_in_the_past_falls_back_to_backoff() -> None:

@@ -99,8 +99,9 @@ class FleetPoliteness:
         """Start (or extend) a cool-down for every worker; returns its end time."""
         field_name = domain if identity is None else f"{domain}|{identity}"
         until = time.time() + seconds
-        self._extend(keys=[self.bans_key], args=[field_name, until])
+        # This worker pauses at once, even if Redis is away and the write has to wait.
         self._bans[field_name] = max(until, self._bans.get(field_name, 0.0))
+        self._extend(keys=[self.bans_key], args=[field_name, until])
         return until
 
     def _refresh_bans(self) -> None:

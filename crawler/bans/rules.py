@@ -7,11 +7,12 @@ profile whose bio says "captcha" is data, a 403 with ``Server: AkamaiGHost`` is 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from crawler.extractors import jsondata
 
 BAN = "ban"
 RETRY = "retry"
@@ -73,6 +74,8 @@ DATA_SCRIPT = re.compile(r"""\btype\s*=\s*["']?application/(ld\+)?json""", re.IG
 TAG = re.compile(r"<[^>]+>")
 # Feed and API status codes meaning "this client is not allowed" (TARGETS.md §1, §2).
 JSON_BAN_CODES = frozenset({8, 10000, 10113, 10114})
+# JSON bodies nested deeper than this are not read by the rules.
+JSON_MAX_DEPTH = jsondata.MAX_DEPTH
 
 
 def akamai(page: Page) -> Verdict | None:
@@ -149,8 +152,10 @@ def json_error(page: Page) -> Verdict | None:
     if page.status != 200 or not page.body.lstrip().startswith(b"{"):
         return None
     try:
-        data = json.loads(page.body)
-    except ValueError:
+        # Measured before it is parsed: an error object is flat, a body nested deeper than
+        # JSON_MAX_DEPTH is not one (and would take the parser's recursion to its limit).
+        data = jsondata.loads(page.body.decode("utf-8", "replace"), JSON_MAX_DEPTH)
+    except jsondata.MalformedData:
         return None
     if not isinstance(data, dict):
         return None

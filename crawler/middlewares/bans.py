@@ -9,34 +9,43 @@ After a response comes in, before any other middleware or the spider sees it: th
 ``crawler.bans.rules`` plus the spider's own ``ban_rule(response)`` classify it. A ban is never
 passed on as data: the domain (or identity) cools down for every worker, its rate is halved,
 and the request waits in the delayed set, or goes to the dead-letter list once it has been
-banned BAN_MAX_TIMES times.
+banned BAN_MAX_TIMES times. A Retry-After counts up to BAN_COOLDOWN_MAX.
+
+Redis being away is never a request's failure: a request whose check needs Redis waits in
+place (pauses doubling up to REDIS_PAUSES[1]) until Redis answers, and none goes out unchecked;
+only a closing engine gives it up, and its lease is then released untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
+from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from redis.exceptions import RedisError
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from crawler.bans.fleet import FleetPoliteness, RatePolicy
-from crawler.bans.identities import Identity, IdentityPool
+from crawler.bans.identities import Identity, IdentityPool, without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
-from crawler.config import setting_int
+from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
+from crawler.settings_check.rules import SettingsError, problem
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +54,14 @@ BAN_TIMES_META = "ban_times"
 POLICIES = ("pause", "rotate", "stop")
 # Waits up to this long happen in place; longer ones go back to the delayed set.
 LOCAL_WAIT = 2.0
+# While Redis is away: the first pause before a check is tried again, and the longest.
+REDIS_PAUSES = (0.5, 8.0)
+T = TypeVar("T")
 
 
 class BanMiddleware:
-    """Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_MAX_TIMES, BAN_RULES,
-    POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
+    """Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_COOLDOWN_MAX, BAN_MAX_TIMES,
+    BAN_RULES, POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
     BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification."""
 
     def __init__(self, crawler: Crawler, fleet: FleetPoliteness, pool: IdentityPool) -> None:
@@ -57,10 +69,10 @@ class BanMiddleware:
         self.crawler = crawler
         self.fleet = fleet
         self.pool = pool
-        self.policy = settings.get("BAN_POLICY")
-        if self.policy not in POLICIES:
-            raise NotConfigured(f"BAN_POLICY must be one of {POLICIES}, got {self.policy!r}")
-        self.cooldown = settings.getfloat("BAN_COOLDOWN")
+        self.policy: str = setting(settings, "BAN_POLICY")
+        self.cooldown: float = setting(settings, "BAN_COOLDOWN")
+        self.cooldown_max = cooldown_max(settings)
+        self.redis = RedisWait(crawler)
         self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
         extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
         self.rules: tuple[Rule, ...] = (*extra, *DEFAULT_RULES)
@@ -70,12 +82,10 @@ class BanMiddleware:
         settings = crawler.settings
         assert crawler.spidercls is not None
         policy = RatePolicy(
-            rate=settings.getfloat("POLITENESS_RATE"),
-            burst=settings.getfloat("POLITENESS_BURST"),
-            per_domain={
-                k: float(v) for k, v in settings.getdict("POLITENESS_DOMAIN_RATES").items()
-            },
-            recovery_seconds=settings.getfloat("POLITENESS_RECOVERY"),
+            rate=setting(settings, "POLITENESS_RATE"),
+            burst=setting(settings, "POLITENESS_BURST"),
+            per_domain=setting(settings, "POLITENESS_DOMAIN_RATES"),
+            recovery_seconds=setting(settings, "POLITENESS_RECOVERY"),
         )
         fleet = FleetPoliteness(redis_from_settings(settings), crawler.spidercls.name, policy)
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
@@ -84,6 +94,9 @@ class BanMiddleware:
     # --- before the download ------------------------------------------------------------------
 
     async def process_request(self, request: Request) -> Request | None:
+        return await self.redis.wait_for(lambda: self._admit(request))
+
+    async def _admit(self, request: Request) -> Request | None:
         domain = urlparse_cached(request).hostname or ""
         until = self.fleet.cooling_until(domain)
         if until:
@@ -95,9 +108,9 @@ class BanMiddleware:
         return await self._take_turn(request, domain, identity)
 
     def _identity(self, request: Request, domain: str) -> Identity | float:
-        name = request.meta.get(IDENTITY_META)
-        if name and not self.fleet.cooling_until(domain, name):
-            return Identity(name)
+        identity = self.pool.get(str(request.meta.get(IDENTITY_META, "")))
+        if identity is not None and not self.fleet.cooling_until(domain, identity.name):
+            return identity
         return self.pool.choose(lambda identity: self.fleet.cooling_until(domain, identity.name))
 
     def _apply(self, request: Request, identity: Identity) -> None:
@@ -118,19 +131,19 @@ class BanMiddleware:
 
     def _defer(self, request: Request, until: float, reason: str) -> Request:
         self._count(f"politeness/deferred/{reason}")
-        meta = {k: v for k, v in request.meta.items() if k not in (IDENTITY_META, "bindaddress")}
+        meta = without_identity(request.meta, IDENTITY_META)
         meta[DUE_META] = until + random.uniform(0, 1)
         return request.replace(meta=meta, dont_filter=True)
 
     # --- after the download -------------------------------------------------------------------
 
-    def process_response(self, request: Request, response: Response) -> Request | Response:
+    async def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_ban_check"):
             return response
         verdict = self._classify(response)
         if not verdict.is_ban:
             return response
-        return self._banned(request, response, verdict)
+        return await self._banned(request, response, verdict)
 
     def _classify(self, response: Response) -> Verdict:
         verdict = classify(_page(response), self.rules)
@@ -141,7 +154,7 @@ class BanMiddleware:
         rule = spider_rule(response) if spider_rule is not None else None
         return Verdict("ban", rule) if rule else verdict
 
-    def _banned(self, request: Request, response: Response, verdict: Verdict) -> Request:
+    async def _banned(self, request: Request, response: Response, verdict: Verdict) -> Request:
         domain = urlparse_cached(request).hostname or ""
         identity = str(request.meta.get(IDENTITY_META, "default"))
         self._count("ban/count")
@@ -156,13 +169,22 @@ class BanMiddleware:
             identity,
             extra={"spider": self.crawler.spider},
         )
-        self.fleet.penalize(domain, identity)
-        seconds = retry_after(response) or self.cooldown
+        seconds = retry_after(response, self.cooldown_max) or self.cooldown
         scope = identity if self.policy == "rotate" else None
-        until = self.fleet.ban(domain, scope, seconds)
+        until = await self.redis.wait_for(lambda: self._cool_down(domain, identity, scope, seconds))
         if self.policy == "stop":
             self._stop(domain)
         return self._again(request, verdict, until if scope is None else time.time())
+
+    async def _cool_down(
+        self, domain: str, identity: str, scope: str | None, seconds: float
+    ) -> float:
+        """Start the cool-down and halve the rate of (domain, identity); returns the cool-down's
+        end. Both may be done again when Redis goes away in between: a cool-down keeps the
+        later end."""
+        until = self.fleet.ban(domain, scope, seconds)
+        self.fleet.penalize(domain, identity)
+        return until
 
     def _again(self, request: Request, verdict: Verdict, due: float) -> Request:
         times = int(request.meta.get(BAN_TIMES_META, 0)) + 1
@@ -171,7 +193,7 @@ class BanMiddleware:
             if scheduler is not None:
                 scheduler.failed(request, f"banned:{verdict.rule}", f"banned {times - 1} times")
             raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
-        meta = {k: v for k, v in request.meta.items() if k not in (IDENTITY_META, "bindaddress")}
+        meta = without_identity(request.meta, IDENTITY_META)
         meta.update({BAN_TIMES_META: times, DUE_META: due + random.uniform(0, 1)})
         return request.replace(meta=meta, dont_filter=True)
 
@@ -186,6 +208,75 @@ class BanMiddleware:
             self.crawler.stats.inc_value(key)
 
 
+class RedisWait:
+    """Calls that need Redis, tried again while Redis is away, as long as the engine runs.
+
+    Waiting calls share one pause, so a worker tries Redis once per pause, not once per waiting
+    request. The first failure of an outage is logged once; the wait ends with RedisError only
+    when the engine closes (the request's lease is then released).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.retry_at = 0.0
+        self.pause = REDIS_PAUSES[0]
+        self.away_since: float | None = None
+
+    async def wait_for(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            wait = self.retry_at - time.monotonic()
+            if wait <= 0:
+                try:
+                    result = await attempt()
+                except RedisError as exc:
+                    self._failed(exc)
+                    continue
+                self._answered()
+                return result
+            if self._engine_closing():
+                raise RedisError("Redis unavailable and the engine is closing")
+            await asyncio.sleep(wait)
+
+    def _failed(self, exc: RedisError) -> None:
+        if self._engine_closing():
+            raise exc
+        now = time.monotonic()
+        if self.away_since is None:
+            self.away_since = now
+            self.pause = REDIS_PAUSES[0]
+            logger.warning("Ban-check waits for Redis (%s); no request goes out unchecked", exc)
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value("politeness/redis_errors")
+        self.retry_at = now + self.pause
+        self.pause = min(REDIS_PAUSES[1], self.pause * 2)
+
+    def _answered(self) -> None:
+        if self.away_since is not None:
+            logger.info(
+                "Ban-check reached Redis again after %.1fs", time.monotonic() - self.away_since
+            )
+            self.away_since = None
+            self.retry_at = 0.0
+
+    def _engine_closing(self) -> bool:
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        return engine is None or not engine.running or slot is None or slot.closing is not None
+
+
+def cooldown_max(settings: BaseSettings) -> float:
+    """BAN_COOLDOWN_MAX, the longest wait a Retry-After can ask for; at least BAN_COOLDOWN."""
+    raw = settings.get("BAN_COOLDOWN_MAX")
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value >= settings.getfloat("BAN_COOLDOWN") or math.isinf(value):
+        allowed = "a number of seconds, finite and at least BAN_COOLDOWN"
+        raise SettingsError(problem("BAN_COOLDOWN_MAX", raw, allowed))
+    return value
+
+
 def _page(response: Response) -> Page:
     headers = {
         name.decode("latin-1").lower(): b", ".join(values).decode("latin-1")
@@ -194,15 +285,16 @@ def _page(response: Response) -> Page:
     return Page(response.status, response.url, headers, response.body)
 
 
-def retry_after(response: Response) -> float:
-    """Seconds from a Retry-After header (seconds or HTTP date); 0 when absent or unreadable."""
+def retry_after(response: Response, maximum: float = math.inf) -> float:
+    """Seconds from a Retry-After header (seconds or HTTP date), at most ``maximum``; 0 when
+    absent or unreadable."""
     value = response.headers.get(b"Retry-After")
     if not value:
         return 0.0
     text = value.decode("latin-1").strip()
     if text.isdecimal() and text.isascii():
-        return float(text)
+        return min(maximum, float(text))
     try:
-        return max(0.0, parsedate_to_datetime(text).timestamp() - time.time())
-    except (TypeError, ValueError):
+        return min(maximum, max(0.0, parsedate_to_datetime(text).timestamp() - time.time()))
+    except (TypeError, ValueError, OverflowError):
         return 0.0

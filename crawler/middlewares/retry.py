@@ -2,9 +2,9 @@
 
 Replaces Scrapy's RetryMiddleware. Attempt n waits ``RETRY_BACKOFF_BASE ** n`` seconds (default
 base e: about 2.7 s, 7.4 s, 20 s, ...), with +-RETRY_BACKOFF_JITTER, at most RETRY_BACKOFF_MAX;
-a ``Retry-After`` header wins when present. The retry is a new request due at that time: it
-waits in Redis, so no worker sleeps and a worker dying does not lose it. A request out of
-attempts goes to the dead-letter list with its reason.
+a ``Retry-After`` header wins when present, counted up to BAN_COOLDOWN_MAX as for bans. The
+retry is a new request due at that time: it waits in Redis, so no worker sleeps and a worker
+dying does not lose it. A request out of attempts goes to the dead-letter list with its reason.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
-from crawler.middlewares.bans import retry_after
+from crawler.middlewares.bans import cooldown_max, retry_after
 from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 class BackoffRetryMiddleware:
     """Settings: RETRY_ENABLED, RETRY_TIMES, RETRY_HTTP_CODES, RETRY_EXCEPTIONS,
     RETRY_PRIORITY_ADJUST (Scrapy's names), RETRY_BACKOFF_BASE, RETRY_BACKOFF_MAX,
-    RETRY_BACKOFF_JITTER. Per request: meta ``dont_retry``, ``max_retry_times``."""
+    RETRY_BACKOFF_JITTER; BAN_COOLDOWN_MAX caps a Retry-After. Per request: meta
+    ``dont_retry``, ``max_retry_times``."""
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -43,6 +44,7 @@ class BackoffRetryMiddleware:
         self.base = settings.getfloat("RETRY_BACKOFF_BASE")
         self.maximum = settings.getfloat("RETRY_BACKOFF_MAX")
         self.jitter = settings.getfloat("RETRY_BACKOFF_JITTER")
+        self.retry_after_max = cooldown_max(settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:
@@ -52,7 +54,7 @@ class BackoffRetryMiddleware:
         if not self.enabled or request.meta.get("dont_retry") or response.status not in self.codes:
             return response
         reason = response_status_message(response.status)
-        retry = self._retry(request, reason, retry_after(response))
+        retry = self._retry(request, reason, retry_after(response, self.retry_after_max))
         if retry is None:
             self._dead(request, f"retries_exhausted:http_{response.status}", reason)
             return response
@@ -68,7 +70,7 @@ class BackoffRetryMiddleware:
     def delay(self, attempt: int, server_asked: float = 0.0) -> float:
         """Seconds before retry number ``attempt`` (1-based)."""
         if server_asked > 0:
-            return server_asked
+            return min(server_asked, self.retry_after_max)
         spread = 1 + random.uniform(-self.jitter, self.jitter)
         try:
             wait = min(self.maximum, self.base**attempt)

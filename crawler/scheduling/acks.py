@@ -7,6 +7,7 @@ Requests that fail for good go to the dead-letter list with the reason.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,9 @@ from crawler.scheduling.scheduler import frontier_scheduler
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
 
 
 class LeaseSpiderMiddleware:
@@ -30,8 +34,9 @@ class LeaseSpiderMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        for signal in (signals.item_scraped, signals.item_dropped, signals.item_error):
+        for signal in (signals.item_scraped, signals.item_dropped):
             crawler.signals.connect(self.item_left_pipelines, signal=signal)
+        crawler.signals.connect(self.item_failed, signal=signals.item_error)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> LeaseSpiderMiddleware:
@@ -73,12 +78,27 @@ class LeaseSpiderMiddleware:
         if scheduler is not None and response is not None and response.request is not None:
             scheduler.item_finished(response.request)
 
+    def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
+        """A pipeline failed on the item, so it is not stored: its request is a dead letter
+        with the reason, never acknowledged as done."""
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None and response is not None and response.request is not None:
+            error = failure.value
+            reason = f"item_error:{type(error).__name__}"
+            scheduler.failed(response.request, reason, str(error) or repr(error))
+
 
 class LeaseDownloaderMiddleware:
-    """Outermost downloader middleware: a download that failed for good is a dead letter.
+    """Outermost downloader middleware: every request leaves the downloader with its lease
+    settled or still followed.
 
-    Runs after every other middleware's ``process_exception`` (retries included), so what
-    reaches it is final. An ignored request (offsite, robots.txt) is acked, not dead-lettered.
+    ``process_exception`` runs after every other middleware's (retries included), so what
+    reaches it is final: an ignored request (offsite, robots.txt) is acked, a failed download
+    is a dead letter. An exception raised on the way back (a ``process_response``: a redirect
+    loop, a body over DOWNLOAD_MAXSIZE once decompressed, a failing ban rule) skips every
+    ``process_exception``; the request's errback, guarded here, settles it instead (see
+    :meth:`response_failed`). Redis being away is never the request's failure: its lease is
+    released untouched.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -88,12 +108,49 @@ class LeaseDownloaderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> LeaseDownloaderMiddleware:
         return cls(crawler)
 
+    def process_request(self, request: Request) -> None:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
+            scheduler.guard(request, self.response_failed)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
+            scheduler.downloaded(request)
+        return response
+
     def process_exception(self, request: Request, exception: Exception) -> None:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is None:
             return
-        if isinstance(exception, IgnoreRequest):
+        if isinstance(exception, RedisError):
+            scheduler.release(request)
+        elif isinstance(exception, IgnoreRequest):
             scheduler.finished(request)
         else:
             reason = f"download_error:{type(exception).__name__}"
             scheduler.failed(request, reason, str(exception) or repr(exception))
+
+    def response_failed(self, request: Request, exception: BaseException) -> None:
+        """A downloader middleware raised on the way back: the response is given up (dead
+        letter with the reason), or tried again later if Redis was away."""
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None:
+            return
+        if isinstance(exception, RedisError):
+            scheduler.release(request)
+            return
+        reason = (
+            "response_ignored"
+            if isinstance(exception, IgnoreRequest)
+            else f"response_error:{type(exception).__name__}"
+        )
+        error = str(exception) or repr(exception)
+        logger.warning(
+            "Gave up on %s (%s): %s",
+            request.url,
+            reason,
+            error[:300],
+            extra={"spider": self.crawler.spider},
+        )
+        scheduler.failed(request, reason, error)

@@ -19,17 +19,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
-from crawler.config import mask_uri, setting_int
-from crawler.connection import RedisUnavailable, redis_from_settings
+from crawler.config import setting, setting_int
+from crawler.connection import redis_from_settings
 from crawler.scheduling import serializer
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
+from crawler.scheduling.marker import FrontierMarker
+from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
+from crawler.scheduling.records import pending
+from crawler.settings_check import check_frontier
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -40,19 +48,7 @@ logger = logging.getLogger(__name__)
 
 LEASE_META = "frontier_lease"
 START_META = "frontier_start"
-# Meta key holding the epoch time before which a request must not be sent (retries, cool-downs):
-# it waits in the delayed set until then.
-DUE_META = "frontier_due"
 DUPEFILTER_MODES = ("bloom", "redisbloom", "exact", "none")
-
-
-@dataclass
-class Lease:
-    """A request this worker holds: where it is and what must finish before it is acked."""
-
-    phase: str = "ready"  # ready -> downloading -> scraping
-    pending_items: int = 0
-    output_done: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,16 +63,12 @@ class FrontierSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
-        mode = settings.get("DUPEFILTER_MODE")
-        if mode not in DUPEFILTER_MODES:
-            raise ValueError(f"DUPEFILTER_MODE must be one of {DUPEFILTER_MODES}, got {mode!r}")
-        error_rate = settings.getfloat("DUPEFILTER_ERROR_RATE")
-        if not 0 < error_rate < 1:
-            raise ValueError(f"DUPEFILTER_ERROR_RATE must be between 0 and 1, got {error_rate}")
+        mode = setting(settings, "DUPEFILTER_MODE")
+        error_rate = setting(settings, "DUPEFILTER_ERROR_RATE")
         return cls(
             batch_size=setting_int(settings, "FRONTIER_BATCH_SIZE", 1, 1000),
             lease_seconds=setting_int(settings, "FRONTIER_LEASE_SECONDS", 5),
-            flush_interval=settings.getfloat("FRONTIER_FLUSH_INTERVAL"),
+            flush_interval=setting(settings, "FRONTIER_FLUSH_INTERVAL"),
             dupefilter=DupefilterConfig(
                 mode, setting_int(settings, "DUPEFILTER_CAPACITY", 1000), error_rate
             ),
@@ -91,6 +83,10 @@ class FrontierScheduler(BaseScheduler):
     FRONTIER_FLUSH_INTERVAL, DUPEFILTER_MODE, DUPEFILTER_CAPACITY, DUPEFILTER_ERROR_RATE,
     DUPEFILTER_LOCAL_CACHE,
     REDIS_START_URLS_KEY. Closing never clears the frontier (see ``scrapy frontier purge``).
+
+    The crawl closes only when the fleet has no work left: queue, leases and delayed set empty
+    (the spider's own idle rule may keep it open longer). Redis being away is never a
+    request's failure: buffers wait and nothing is dropped.
     """
 
     def __init__(self, crawler: Crawler, server: RedisClient, config: FrontierSettings) -> None:
@@ -99,13 +95,12 @@ class FrontierScheduler(BaseScheduler):
         self.config = config
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.frontier: Frontier | None = None
+        self.leases = LeaseBook()
         self._ready: deque[Request] = deque()
-        self._held: dict[str, Lease] = {}
         self._pushes: list[Pending] = []
-        self._ops: list[tuple[str, str, str]] = []
-        self._start_held: dict[bytes, int] = {}
-        self._start_acks: list[bytes] = []
+        self.starts = StartLeases()
         self._seen_here: set[bytes] = set()
+        self._suspects: set[str] = set()
         self._queue_size = 0
         self._next_pop = 0.0
         self._backoff = 0.0
@@ -128,61 +123,57 @@ class FrontierScheduler(BaseScheduler):
             spider.name, settings.get("REDIS_START_URLS_KEY") % {"name": spider.name}
         )
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
+        self.marker = FrontierMarker(self.frontier, self.crawler.stats)
+        self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
         try:
+            check_frontier(self.server, keys, self.config.dupefilter.mode)
             sizes = self.frontier.sizes()
         except RedisError as exc:
-            url = mask_uri(settings.get("REDIS_URL") or "")
-            raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
-        self._queue_size = sizes["queue"] + sizes["delayed"]
-        if self._queue_size or sizes["leased"]:
-            logger.info(
-                "Resuming frontier of %s: %d queued, %d leased, %d delayed, %d dead",
-                spider.name,
-                sizes["queue"],
-                sizes["leased"],
-                sizes["delayed"],
-                sizes["dead"],
-                extra={"spider": spider},
-            )
-        self._start_loop(self.flush, self.config.flush_interval)
+            # Redis answered before the engine was built (crawler.settings_check): this is an
+            # outage, ridden out like one later in the crawl.
+            self._outage(exc)
+        else:
+            self._resume(spider, sizes)
+        self._start_loop(self._tick, self.config.flush_interval)
         self._start_loop(self.renew, self.config.lease_seconds / 3)
 
     def close(self, reason: str) -> None:
         for loop in self._loops:
             if loop.running:
                 loop.stop()
-        for request in self._ready:
-            self._ops.append(("r", request.meta.pop(LEASE_META), ""))
+        self.crawler.signals.disconnect(self.keep_open_while_work_left, signal=signals.spider_idle)
         self._ready.clear()
-        for lease_id in list(self._held):
-            self._ops.append(("r", lease_id, ""))
-        self._held.clear()
+        self.leases.release_all()
         self._backoff = 0.0
         if not self.flush():
             logger.error(
                 "Could not reach Redis at close: %d requests and %d lease updates not written; "
                 "their leases expire and other workers take them over",
                 len(self._pushes),
-                len(self._ops),
+                len(self.leases.ops),
             )
 
     def has_pending_requests(self) -> bool:
+        """Requests this worker can get now or at its next pop. Delayed requests and other
+        workers' leases keep the crawl open through :meth:`keep_open_while_work_left`, so an
+        idle spider still runs its idle handlers (new start entries) while they wait."""
         return bool(self._ready or self._pushes or self._queue_size > 0)
 
     def enqueue_request(self, request: Request) -> bool:
+        request.errback = unguarded(request.errback)
         lease_id = request.meta.pop(LEASE_META, None)
         start_member = request.meta.pop(START_META, None)
         assert self.crawler.request_fingerprinter is not None
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
         scheduled = request.dont_filter or self._first_time_here(fingerprint)
         if scheduled:
-            self._pushes.append(self._pending(request, fingerprint))
+            self._pushes.append(pending(request, fingerprint, self.crawler.spider))
             self._next_pop = 0.0  # the engine's next ask writes it and may get it straight back
             self._count("scheduler/enqueued/redis")
-        if lease_id is not None and self._replaces(lease_id):
-            self._ops.append(("a", lease_id, ""))
+        if lease_id is not None:
+            self.leases.replaces(lease_id)
         if start_member is not None:
-            self._start_pushed(start_member)
+            self.starts.pushed(start_member)
         if len(self._pushes) >= self.config.batch_size:
             self.flush()
         return scheduled
@@ -206,62 +197,84 @@ class FrontierScheduler(BaseScheduler):
         if not self._ready:
             return None
         request = self._ready.popleft()
-        self._held[request.meta[LEASE_META]].phase = "downloading"
+        self.leases.move(_lease_id(request), "downloading")
         self._count("scheduler/dequeued/redis")
         return request
 
+    def keep_open_while_work_left(self) -> None:
+        """spider_idle handler: the crawl does not close while the fleet has work left."""
+        if self._work_left():
+            raise DontCloseSpider
+
     # --- lease lifecycle, reported by crawler.scheduling.acks ----------------------------------
 
+    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
+        """Have ``settle`` called with a failure of the leased ``request`` that reaches the
+        spider while the request is still in the downloader's hands (see LeaseErrback)."""
+        if _lease_id(request) in self.leases.held and not isinstance(request.errback, LeaseErrback):
+            request.errback = LeaseErrback(self.in_downloader, settle, request.errback)
+
+    def in_downloader(self, request: Request) -> bool:
+        return self.leases.phase(_lease_id(request)) == "downloading"
+
+    def downloaded(self, request: Request) -> None:
+        """The response went through every downloader middleware."""
+        self.leases.move(_lease_id(request), "downloaded")
+
     def scraping(self, request: Request) -> None:
-        lease = self._lease(request)
-        if lease is not None:
-            lease.phase = "scraping"
+        self.leases.move(_lease_id(request), "scraping")
 
     def item_started(self, request: Request) -> None:
-        lease = self._lease(request)
-        if lease is not None:
-            lease.pending_items += 1
+        self.leases.item_started(_lease_id(request))
 
     def item_finished(self, request: Request) -> None:
-        lease = self._lease(request)
-        if lease is not None:
-            lease.pending_items -= 1
-            self._ack_if_done(request)
+        self.leases.item_finished(_lease_id(request))
 
     def output_finished(self, request: Request) -> None:
-        lease = self._lease(request)
-        if lease is not None:
-            lease.output_done = True
-            self._ack_if_done(request)
+        self.leases.output_finished(_lease_id(request))
 
     def finished(self, request: Request) -> None:
         """The request was handled without output to wait for (filtered, ignored)."""
-        lease_id = _lease_id(request)
-        if self._held.pop(lease_id, None) is not None:
-            self._ops.append(("a", lease_id, ""))
+        self.leases.ack(_lease_id(request))
 
     def release(self, request: Request) -> None:
         """Hand the request back to the queue untouched, for any worker to try again."""
-        lease_id = _lease_id(request)
-        if self._held.pop(lease_id, None) is not None:
-            self._ops.append(("r", lease_id, ""))
+        if self.leases.release(_lease_id(request)):
             self._count("frontier/released")
 
     def failed(self, request: Request, reason: str, error: str) -> None:
         """Give the request up: it goes to the dead-letter list with the reason."""
-        lease_id = _lease_id(request)
-        if self._held.pop(lease_id, None) is None:
-            return
+        attempts = int(request.meta.get("retry_times", 0)) + 1
+        self._dead(_lease_id(request), reason, error, attempts)
+
+    def _dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
         failure = {
             "reason": reason,
             "error": error[:2000],
             "time": time.time(),
             "worker": self.worker,
-            "attempts": int(request.meta.get("retry_times", 0)) + 1,
+            "attempts": attempts,
         }
-        self._ops.append(("d", lease_id, serializer.dumps(failure)))
-        self._count("frontier/dead")
-        self._count(f"frontier/dead/{reason}")
+        if self.leases.dead(lease_id, serializer.dumps(failure)):
+            self._count("frontier/dead")
+            self._count(f"frontier/dead/{reason}")
+
+    def _settle_orphans(self) -> None:
+        """Dead-letter leases whose request left the engine without anything settling them,
+        seen so at two checks in a row: no worker waits on a lease nothing will settle."""
+        in_engine = _engine_leases(self.crawler)
+        if in_engine is None:
+            return
+        orphans = dict(self.leases.orphans(in_engine))
+        for lease_id in self._suspects & orphans.keys():
+            lease = orphans[lease_id]
+            logger.error(
+                "%s left the engine without an outcome: dead-lettered (unsettled)",
+                lease.url,
+                extra={"spider": self.crawler.spider},
+            )
+            self._dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
+        self._suspects = set(orphans) - self._suspects
 
     # --- start entries ---------------------------------------------------------------------------
 
@@ -275,24 +288,22 @@ class FrontierScheduler(BaseScheduler):
         except RedisError as exc:
             self._outage(exc)
             return []
-        for member in members:
-            self._start_held[member] = 0
+        self.starts.leased(members)
         return members
 
     def expect_start_requests(self, member: bytes, count: int) -> None:
         """The entry ``member`` became ``count`` requests (tagged with START_META)."""
-        self._start_held[member] = count
-        if count == 0:
-            self._release_start(member)
+        self.starts.expect(member, count)
 
     # --- internals -------------------------------------------------------------------------------
 
     def flush(self) -> bool:
         """Write buffered requests, then lease updates they allow, in one round trip."""
-        if not (self._pushes or self._ops or self._start_acks) or self._in_backoff():
-            return not (self._pushes or self._ops or self._start_acks)
+        buffered = bool(self._pushes or self.leases.ops or self.starts.acks)
+        if not buffered or self._in_backoff():
+            return not buffered
         assert self.frontier is not None
-        pushes, ops, start_acks = self._pushes, self._ops, self._start_acks
+        pushes, ops, start_acks = self._pushes, self.leases.ops, self.starts.acks
         try:
             pipe = self.server.pipeline(transaction=False)
             for first in range(0, len(pushes), 500):
@@ -304,7 +315,7 @@ class FrontierScheduler(BaseScheduler):
         except RedisError as exc:
             self._outage(exc)
             return False
-        self._pushes, self._ops, self._start_acks = [], [], []
+        self._pushes, self.leases.ops, self.starts.acks = [], [], []
         self._recovered()
         self._count_filtered(results[: (len(pushes) + 499) // 500])
         if pushes:
@@ -316,15 +327,46 @@ class FrontierScheduler(BaseScheduler):
         """Extend the leases this worker holds, so only a dead worker's leases expire."""
         if self.frontier is None or self._in_backoff():
             return
-        ops = [("n", lease_id, "") for lease_id in self._held]
+        ops = self.leases.renewals()
         try:
             pipe = self.server.pipeline(transaction=False)
             if ops:
                 self.frontier.settle(ops, self.worker, self.config.lease_seconds, client=pipe)
-            self.frontier.renew_start(self._start_held, self.config.lease_seconds, pipe)
+            self.frontier.renew_start(self.starts.held, self.config.lease_seconds, pipe)
             pipe.execute()
         except RedisError as exc:
             self._outage(exc)
+
+    def _tick(self) -> None:
+        self._settle_orphans()
+        self.flush()
+
+    def _work_left(self) -> bool:
+        """Whether the fleet has work left: requests queued, leased or delayed in Redis, or
+        updates of this worker not written yet. While Redis is away, there may be."""
+        if self.frontier is None:
+            return False
+        if self._in_backoff() or not self.flush():
+            return True
+        try:
+            sizes = self.frontier.sizes()
+        except RedisError as exc:
+            self._outage(exc)
+            return True
+        return any(sizes[name] for name in ("queue", "leased", "delayed"))
+
+    def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
+        self._queue_size = sizes["queue"] + sizes["delayed"]
+        if self._queue_size or sizes["leased"]:
+            logger.info(
+                "Resuming frontier of %s: %d queued, %d leased, %d delayed, %d dead",
+                spider.name,
+                sizes["queue"],
+                sizes["leased"],
+                sizes["delayed"],
+                sizes["dead"],
+                extra={"spider": spider},
+            )
 
     def _refill(self) -> None:
         if not self.flush():
@@ -338,6 +380,7 @@ class FrontierScheduler(BaseScheduler):
             self._outage(exc)
             return
         self._recovered()
+        self.marker.check(len(self.leases.held))
         self._queue_size = popped.queue_size
         self._count("frontier/reclaimed", popped.reclaimed)
         self._count("frontier/promoted", popped.promoted)
@@ -350,48 +393,9 @@ class FrontierScheduler(BaseScheduler):
     def _request(self, lease_id: str, data: str) -> Request:
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)
         request.meta[LEASE_META] = lease_id
-        self._held[lease_id] = Lease()
+        attempts = int(request.meta.get("retry_times", 0)) + 1
+        self.leases.take(lease_id, attempts, request.url)
         return request
-
-    def _pending(self, request: Request, fingerprint: bytes) -> Pending:
-        return Pending(
-            json=serializer.dumps(_request_dict(request, self.crawler.spider)),
-            fingerprint=fingerprint,
-            priority=request.priority,
-            dont_filter=request.dont_filter,
-            due=float(request.meta.pop(DUE_META, 0.0)),
-        )
-
-    def _replaces(self, lease_id: str) -> bool:
-        """A request carrying a lease that is still downloading replaces it (redirect, retry)."""
-        lease = self._held.get(lease_id)
-        if lease is None or lease.phase == "scraping":
-            return False
-        del self._held[lease_id]
-        return True
-
-    def _lease(self, request: Request) -> Lease | None:
-        return self._held.get(_lease_id(request))
-
-    def _ack_if_done(self, request: Request) -> None:
-        lease_id = _lease_id(request)
-        lease = self._held[lease_id]
-        if lease.output_done and lease.pending_items <= 0:
-            del self._held[lease_id]
-            self._ops.append(("a", lease_id, ""))
-
-    def _start_pushed(self, member: bytes) -> None:
-        remaining = self._start_held.get(member)
-        if remaining is None:
-            return
-        if remaining <= 1:
-            self._release_start(member)
-        else:
-            self._start_held[member] = remaining - 1
-
-    def _release_start(self, member: bytes) -> None:
-        del self._start_held[member]
-        self._start_acks.append(member)
 
     def _count_filtered(self, results: list[Any]) -> None:
         filtered = sum(flag == 0 for batch in results for flag in batch)
@@ -432,6 +436,16 @@ def _lease_id(request: Request) -> str:
     return str(request.meta.get(LEASE_META, ""))
 
 
+def _engine_leases(crawler: Crawler) -> set[str] | None:
+    """Lease ids of the requests the engine is working on, from their download to the end of
+    their output; None when the engine cannot tell (not running)."""
+    slot = getattr(crawler.engine, "_slot", None)
+    requests = getattr(slot, "inprogress", None)
+    if requests is None:
+        return None
+    return {_lease_id(request) for request in requests}
+
+
 def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
     """The crawl's scheduler if it is a FrontierScheduler, else None (also before the engine
     exists). ``isinstance`` cannot tell: Scrapy's scheduler metaclass accepts any class that has
@@ -443,37 +457,3 @@ def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
     if FrontierScheduler in type(scheduler).__mro__:
         return cast(FrontierScheduler, scheduler)
     return None
-
-
-def _request_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
-    """``request.to_dict(spider=spider)``, without Scrapy's scan of every spider attribute to
-    name the callbacks when they are the spider's own methods (the usual case)."""
-    callback = _method_name(spider, request.callback)
-    errback = _method_name(spider, request.errback)
-    if type(request) is not Request or callback is False or errback is False:
-        return request.to_dict(spider=spider)
-    return {
-        "url": request.url,
-        "callback": callback,
-        "errback": errback,
-        "headers": dict(request.headers),
-        "body": request.body,
-        "cookies": request.cookies,
-        "meta": request.meta,
-        "encoding": request.encoding,
-        "flags": request.flags,
-        "cb_kwargs": request.cb_kwargs,
-        "dont_filter": request.dont_filter,
-        "method": request.method,
-        "priority": request.priority,
-    }
-
-
-def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
-    """The name of ``function`` on ``spider``, None without one, False when Scrapy must look."""
-    if function is None:
-        return None
-    name = getattr(function, "__name__", None)
-    if spider is None or name is None or getattr(spider, name, None) != function:
-        return False
-    return str(name)

@@ -1,0 +1,66 @@
+"""Scrapy requests as the frontier stores them: JSON records, and back.
+
+The scheduler turns each request it is given into a :class:`Pending` entry (its JSON, its
+fingerprint, priority and due time) and each popped record back into a Scrapy request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+
+from crawler.scheduling import serializer
+from crawler.scheduling.frontier import Pending
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+# Meta key holding the epoch time before which a request must not be sent (retries, cool-downs):
+# it waits in the delayed set until then.
+DUE_META = "frontier_due"
+
+
+def pending(request: Request, fingerprint: bytes, spider: Spider | None) -> Pending:
+    """The frontier entry of ``request``; its due time leaves its meta for the entry."""
+    return Pending(
+        json=serializer.dumps(request_record(request, spider)),
+        fingerprint=fingerprint,
+        priority=request.priority,
+        dont_filter=request.dont_filter,
+        due=float(request.meta.pop(DUE_META, 0.0)),
+    )
+
+
+def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, without Scrapy's scan of every spider attribute to
+    name the callbacks when they are the spider's own methods (the usual case)."""
+    callback = _method_name(spider, request.callback)
+    errback = _method_name(spider, request.errback)
+    if type(request) is not Request or callback is False or errback is False:
+        return request.to_dict(spider=spider)
+    return {
+        "url": request.url,
+        "callback": callback,
+        "errback": errback,
+        "headers": dict(request.headers),
+        "body": request.body,
+        "cookies": request.cookies,
+        "meta": request.meta,
+        "encoding": request.encoding,
+        "flags": request.flags,
+        "cb_kwargs": request.cb_kwargs,
+        "dont_filter": request.dont_filter,
+        "method": request.method,
+        "priority": request.priority,
+    }
+
+
+def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
+    """The name of ``function`` on ``spider``, None without one, False when Scrapy must look."""
+    if function is None:
+        return None
+    name = getattr(function, "__name__", None)
+    if spider is None or name is None or getattr(spider, name, None) != function:
+        return False
+    return str(name)

@@ -1,0 +1,289 @@
+"""Hostile answers never stall a worker or blow up its memory: compressed pages are read as
+pages, every lease is settled (retried, acked or dead-lettered with its reason) and the worker
+closes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest
+
+from crawler import settings as project_settings
+from crawler.bans.rules import Page, Verdict
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl, Sandbox
+
+pytestmark = pytest.mark.integration
+
+DATASET = build_dataset()
+OK_USERS = [author.unique_id for author in DATASET.authors if author.state == "ok"][:12]
+# Quick to give up: a stalled worker shows as a timeout, not as a slow test.
+QUICK = {"BAN_COOLDOWN": 1, "BAN_MAX_TIMES": 1, "RETRY_TIMES": 0, "EXPLORE_HANDOFF_SPIDER": ""}
+TIMEOUT = 60
+
+
+def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
+    raw = cast(dict[bytes, bytes], client.hgetall("{" + spider + "}:stats"))
+    return {key.decode(): value.decode() for key, value in raw.items()}
+
+
+def _dead(client: redis.Redis, spider: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in client.lrange("{" + spider + "}:dead", 0, -1)]
+
+
+def _assert_nothing_held(client: redis.Redis, spider: str) -> None:
+    for name in ("queue", "leases", "delayed"):
+        assert not client.exists("{" + spider + "}:" + name), f"{name} still holds work"
+
+
+def _run(
+    crawl: Crawl, spider: str, *args: str, settings: dict[str, Any], log: Path
+) -> tuple[int, int]:
+    """Run ``scrapy crawl`` to its end; (exit status, peak resident memory in MiB)."""
+    command = crawl.command(spider, *args, settings={**QUICK, **settings})
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
+    peak = 0
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while process.poll() is None:
+            peak = max(peak, _peak_rss_kib(process.pid))
+            assert time.monotonic() < deadline, "the worker did not close: " + _tail(log)
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, peak // 1024
+
+
+def _peak_rss_kib(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+# --- compressed answers --------------------------------------------------------------------
+
+
+def test_compressed_profile_pages_and_feeds_are_stored(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    assert sandbox.admin("config")["compression"] is True
+    status, _ = _run(
+        crawl,
+        "profiles",
+        "-a",
+        "users=" + ",".join(OK_USERS),
+        settings={},
+        log=tmp_path / "profiles.log",
+    )
+    assert status == 0, _tail(tmp_path / "profiles.log")
+    status, _ = _run(
+        crawl,
+        "explore",
+        "-a",
+        "categories=2",
+        settings={"EXPLORE_MAX_PAGES": 1},
+        log=tmp_path / "explore.log",
+    )
+    assert status == 0, _tail(tmp_path / "explore.log")
+
+    assert set(crawl.mongo.db.profiles.distinct("unique_id")) == set(OK_USERS)
+    assert crawl.mongo.db.videos.count_documents({}) > 0
+    for spider in ("profiles", "explore"):
+        stats = _stats(redis_client, spider)
+        assert int(stats["httpcompression/response_count"]) >= 1, "nothing came compressed"
+        assert "ban/count" not in stats
+        assert _dead(redis_client, spider) == []
+
+
+# --- answers that used to stall a worker ---------------------------------------------------
+
+
+def test_a_redirect_loop_is_a_dead_letter_and_the_worker_closes(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    status, _ = _run(
+        crawl,
+        "profiles",
+        "-a",
+        "users=loop.one,loop.two",
+        settings={"PROFILES_BASE_URL": f"{sandbox.url}/hostile/redirect-loop"},
+        log=log,
+    )
+    assert status == 0, _tail(log)
+    letters = _dead(redis_client, "profiles")
+    assert sorted(letter["request"]["url"].rsplit("/", 1)[1] for letter in letters) == [
+        "@loop.one",
+        "@loop.two",
+    ]
+    for letter in letters:
+        assert letter["failure"]["reason"] == "response_ignored"
+        assert "max redirections" in letter["failure"]["error"]
+    _assert_nothing_held(redis_client, "profiles")
+
+
+def test_deeply_nested_json_is_a_dead_letter_and_the_worker_closes(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    status, _ = _run(
+        crawl,
+        "explore",
+        "-a",
+        "categories=2",
+        settings={"EXPLORE_BASE_URL": f"{sandbox.url}/hostile/deep-json"},
+        log=log,
+    )
+    assert status == 0, _tail(log)
+    assert "RecursionError" not in log.read_text()
+    (letter,) = _dead(redis_client, "explore")
+    assert letter["failure"]["reason"] == "retries_exhausted:feed_malformed"
+    _assert_nothing_held(redis_client, "explore")
+
+
+def exploding_rule(page: Page) -> Verdict | None:
+    """A ban rule (BAN_RULES) that fails on every page."""
+    raise RuntimeError(f"rule failed on {page.url}")
+
+
+def test_a_failing_ban_rule_is_a_dead_letter_and_the_worker_closes(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    rules = f"{__name__}.exploding_rule"
+    status, _ = _run(
+        crawl, "profiles", "-a", "users=" + OK_USERS[0], settings={"BAN_RULES": rules}, log=log
+    )
+    assert status == 0, _tail(log)
+    (letter,) = _dead(redis_client, "profiles")
+    assert letter["failure"]["reason"] == "response_error:RuntimeError"
+    assert "rule failed on" in letter["failure"]["error"]
+    _assert_nothing_held(redis_client, "profiles")
+
+
+class DropRedirects:
+    """An extension whose request_scheduled handler drops redirected requests: the request
+    they stand for leaves the engine with nothing left to settle its lease."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DropRedirects:
+        extension = cls()
+        crawler.signals.connect(extension.scheduled, signal=signals.request_scheduled)
+        return extension
+
+    def scheduled(self, request: Request, spider: Spider) -> None:
+        if request.meta.get("redirect_times"):
+            raise IgnoreRequest("redirects are not followed here")
+
+
+def test_a_lease_nothing_settles_is_dead_lettered_and_the_worker_closes(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    extensions = {**project_settings.EXTENSIONS, f"{__name__}.DropRedirects": 0}
+    status, _ = _run(
+        crawl,
+        "profiles",
+        "-a",
+        "users=dropped.one",
+        settings={
+            "PROFILES_BASE_URL": f"{sandbox.url}/hostile/redirect-loop",
+            "EXTENSIONS": json.dumps(extensions),
+        },
+        log=log,
+    )
+    assert status == 0, _tail(log)
+    (letter,) = _dead(redis_client, "profiles")
+    assert letter["failure"]["reason"] == "unsettled"
+    _assert_nothing_held(redis_client, "profiles")
+
+
+# --- size bounds ---------------------------------------------------------------------------
+
+# A worker crawling a handful of small pages peaks at about 130 MiB; one holding a body of
+# 200 MiB, or 1 GiB decompressed, does not stay under this.
+PEAK_RSS_MIB = 250
+
+
+def test_a_gzip_bomb_is_refused_with_bounded_memory(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    status, peak = _run(
+        crawl,
+        "profiles",
+        "-a",
+        "users=bomb.one",
+        settings={"PROFILES_BASE_URL": f"{sandbox.url}/hostile/gzip-bomb"},
+        log=log,
+    )
+    assert status == 0, _tail(log)
+    (letter,) = _dead(redis_client, "profiles")
+    assert letter["failure"]["reason"] == "response_ignored"
+    assert "DOWNLOAD_MAXSIZE" in letter["failure"]["error"]
+    assert peak < PEAK_RSS_MIB
+    _assert_nothing_held(redis_client, "profiles")
+
+
+def test_a_huge_body_is_cancelled_with_bounded_memory(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    status, peak = _run(
+        crawl,
+        "profiles",
+        "-a",
+        "users=huge.one",
+        settings={"PROFILES_BASE_URL": f"{sandbox.url}/hostile/huge"},
+        log=log,
+    )
+    assert status == 0, _tail(log)
+    (letter,) = _dead(redis_client, "profiles")
+    assert letter["failure"]["reason"] == "download_error:DownloadCancelledError"
+    assert peak < PEAK_RSS_MIB
+    _assert_nothing_held(redis_client, "profiles")
+
+
+def test_a_retry_after_of_ten_years_is_capped(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    log = tmp_path / "crawl.log"
+    started = time.time()
+    status, _ = _run(
+        crawl,
+        "profiles",
+        "-a",
+        "users=patient.one",
+        settings={
+            "PROFILES_BASE_URL": f"{sandbox.url}/hostile/retry-after",
+            "BAN_COOLDOWN_MAX": 2,
+        },
+        log=log,
+    )
+    assert status == 0, _tail(log)
+    (letter,) = _dead(redis_client, "profiles")
+    assert letter["failure"]["reason"] == "banned:http_429"
+    bans = cast(dict[bytes, bytes], redis_client.hgetall("{profiles}:bans"))
+    assert bans, "no cool-down recorded"
+    assert all(float(until) <= time.time() + 2 for until in bans.values())
+    assert all(float(until) >= started for until in bans.values())

@@ -1,0 +1,101 @@
+"""A Redis outage is never a request's failure: Redis killed (-9) mid-crawl and restarted from
+its append-only file costs a pause, and the crawl ends with every profile stored once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler.services import ServerProcess, free_port, start_redis
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl, Sandbox, poll
+
+pytestmark = pytest.mark.integration
+
+USERS = [author.unique_id for author in build_dataset().authors]
+FRONTIER_KEYS = (
+    "{profiles}:queue",
+    "{profiles}:leases",
+    "{profiles}:delayed",
+    "profiles:start_urls",
+    "{profiles:start_urls}:leases",
+)
+NOT_IN_LOG = ("Scraper close failure", "Error caught on signal handler", "Traceback")
+
+
+@dataclass
+class KillableRedis:
+    """A private Redis with its append-only file, that a test kills and starts again."""
+
+    port: int
+    data: Path
+    server: ServerProcess
+
+    def kill(self) -> None:
+        os.kill(self.server.process.pid, signal.SIGKILL)
+        self.server.process.wait(10)
+
+    def start(self) -> None:
+        self.server = start_redis(self.port, self.data)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[KillableRedis]:
+    port, data = free_port(), tmp_path / "redis-data"
+    holder = KillableRedis(port, data, start_redis(port, data))
+    yield holder
+    holder.server.stop()
+
+
+def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: KillableRedis
+) -> None:
+    crawl.redis_url = f"redis://127.0.0.1:{own_redis.port}/0"
+    client = redis.Redis(port=own_redis.port)
+    sandbox.admin("config", {"latency_ms": 40})
+    client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    log = tmp_path / "worker.log"
+    # A fleet-wide rate: requests ask Redis for tokens before they go, so the outage finds
+    # some of them in the ban middleware.
+    settings = {
+        "FRONTIER_LEASE_SECONDS": 5,
+        "CONCURRENT_REQUESTS": 8,
+        "START_BATCH_SIZE": 20,
+        "POLITENESS_RATE": 20,
+        "POLITENESS_BURST": 20,
+    }
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            crawl.command("profiles", settings=settings),
+            cwd=ROOT,
+            env=crawl.env(),
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        own_redis.kill()
+        poll(lambda: log.read_text().count("Redis unavailable") >= 2, 30, "the outage noticed")
+        poll(lambda: "Ban-check waits for Redis" in log.read_text(), 30, "requests waiting")
+        poll(lambda: "Fleet stats not published" in log.read_text(), 30, "stats waiting")
+        own_redis.start()
+        assert worker.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    text = log.read_text()
+    for line in NOT_IN_LOG:
+        assert line not in text, text[text.find(line) - 200 :][:3000]
+    stored = [doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})]
+    assert sorted(stored) == sorted(USERS)
+    assert client.llen("{profiles}:dead") == 0, client.lrange("{profiles}:dead", 0, 2)
+    for key in FRONTIER_KEYS:
+        assert not client.exists(key), f"{key} still holds work"
