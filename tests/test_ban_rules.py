@@ -765,3 +765,12 @@ def test_rules_from_settings_come_first() -> None:
 def test_deeply_nested_json_is_judged_without_recursing(body: bytes) -> None:
     page = Page(200, "https://www.tiktok.com/api/explore/item_list/", {}, body)
     assert classify(page) == Verdict("ok")
+
+
+@pytest.mark.parametrize(
+    "code", [b"1e999", b"-1e999", b"1e308", b"10000.5", b"true", b"null", b'"1e999"']
+)
+def test_json_status_codes_of_any_value_are_judged(code: bytes) -> None:
+    body = b'{"statusCode": ' + code + b', "itemList": []}'
+    page = Page(200, "https://www.tiktok.com/api/explore/item_list/", {}, body)
+    assert classify(page) == Verdict("ok")

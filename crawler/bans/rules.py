@@ -160,7 +160,7 @@ def json_error(page: Page) -> Verdict | None:
     if not isinstance(data, dict):
         return None
     codes = {data.get("statusCode"), data.get("status_code")}
-    if any(_as_int(code) in JSON_BAN_CODES for code in codes):
+    if any(jsondata.as_int(code) in JSON_BAN_CODES for code in codes):
         return Verdict(BAN, "json_error")
     return None
 
@@ -195,10 +195,3 @@ def classify(page: Page, rules: Iterable[Rule] = DEFAULT_RULES) -> Verdict:
 def _challenge_url(url: str) -> bool:
     parts = urlsplit(url.strip())
     return parts.hostname in CHALLENGE_HOSTS or bool(CHALLENGE_PATH.search(parts.path))
-
-
-def _as_int(value: object) -> int | None:
-    try:
-        return int(value)  # type: ignore[call-overload, no-any-return]
-    except (TypeError, ValueError):
-        return None
