@@ -9,9 +9,12 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends chromium tini \
     && rm -rf /var/lib/apt/lists/*
 
+# SCRAPY_SETTINGS_MODULE makes the installed package the Scrapy project in any working directory
+# (a Kubernetes workingDir, `docker run -w`), without scrapy.cfg.
 ENV PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SCRAPY_SETTINGS_MODULE=crawler.settings \
     MONGO_SPILL_DIR=/var/lib/crawler/spill
 
 WORKDIR /app

@@ -75,7 +75,8 @@ def redis_command(port: int, data_dir: Path, *extra: str) -> list[str]:
 
 
 def mongo_command(port: int, data_dir: Path) -> list[str]:
-    """A foreground SecantusDB (MongoDB wire protocol) on loopback storing in ``data_dir``."""
+    """A foreground SecantusDB (MongoDB wire protocol) on loopback storing in ``data_dir``,
+    durably: every commit fsyncs its journal, so a write it acknowledged survives a kill."""
     return [
         sys.executable,
         "-m",
@@ -88,6 +89,7 @@ def mongo_command(port: int, data_dir: Path) -> list[str]:
         str(data_dir),
         "--log-level",
         "WARNING",
+        "--sync-on-commit",
     ]
 
 

@@ -22,12 +22,29 @@ ROBOTSTXT_OBEY = False
 LOG_LEVEL = "INFO"
 # A worker exposes no unauthenticated consoles.
 TELNETCONSOLE_ENABLED = False
+# REMOTE_CONTROL_ENABLED (bool, default False here; Scrapy's default is True): Scrapy's
+# RemoteControl extension, an HTTP server on a random localhost port that executes any Python
+# code it is sent inside the worker (bearer token, written to a job file in the user's home).
+# A worker exposes no code-execution console: turn it on for one debugging run only
+# (``scrapy crawl <spider> -s REMOTE_CONTROL_ENABLED=True``).
+REMOTE_CONTROL_ENABLED = False
 
 # --- Politeness -------------------------------------------------------------------------------
 CONCURRENT_REQUESTS = 16
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_DELAY = 0.0
 DOWNLOAD_TIMEOUT = 30
+# DOWNLOAD_MAXSIZE (int bytes, default 16 MiB; Scrapy's own default is 1 GiB): a larger body is
+# refused, both as it arrives (the download is cancelled: dead letter
+# "download_error:DownloadCancelledError") and while it is decompressed (a gzip bomb stops
+# there: dead letter "response_ignored"), so a worker's memory stays bounded.
+# DOWNLOAD_WARNSIZE (int bytes, default 4 MiB): a larger body is logged as a warning.
+# What the spiders fetch is far smaller: explore feed pages and profile pages are up to about
+# 1 MB on the real sites, map place pages about 2 MB (the maps spider's browser pages are not
+# bound by it). A spider that needs more raises both in its custom_settings, a request with meta
+# "download_maxsize"/"download_warnsize".
+DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
+DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
 AUTOTHROTTLE_ENABLED = False
 USER_AGENT = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -35,13 +52,33 @@ USER_AGENT = (
 )
 
 # --- Bans, retries and politeness (crawler.middlewares) ------------------------------------------
+# Downloader middlewares, among Scrapy's (DOWNLOADER_MIDDLEWARES_BASE). process_request runs in
+# ascending order, process_response in descending order: on the way back each one sees the
+# response as every higher-numbered one left it. Why each sits where it does:
+#   1  LeaseDownloaderMiddleware  outermost: its process_exception runs after every other one
+#      (retries included), so what reaches it is final; it also guards the request's errback, so
+#      an exception raised on the way back (which skips every process_exception) still settles
+#      the request's lease.
+#   50 Offsite, 100 RobotsTxt: drop requests before anything is spent on them (acked).
+#   300-500 HttpAuth, DownloadTimeout, DefaultHeaders, UserAgent: plain request settings.
+#   550 BackoffRetryMiddleware (Scrapy's RetryMiddleware off): gets a 5xx only once Ban has found
+#      it is no ban; a ban never reaches it (Ban answers it with a deferred request).
+#   580 MetaRefresh, 600 Redirect: follow a redirect only after Ban judged it, so a 302 to a
+#      captcha or login page is a ban, not a page to follow; MetaRefresh reads the decoded body.
+#   650 BanMiddleware: on the way in, waits out cool-downs and takes the fleet's rate, and picks
+#      the identity before HttpProxy (750) reads its proxy and before Cookies (700) adds a Cookie
+#      header, so a deferred request goes back to the frontier without one. On the way back, it
+#      judges the decoded body.
+#   680 HttpCompression (Scrapy puts it at 590): decodes gzip/deflate/br before Ban, so rules
+#      always read what the page says, and refuses a body over DOWNLOAD_MAXSIZE once decoded.
+#   700 Cookies: keeps the cookies of every answer, bans included, as a browser does.
+#   750 HttpProxy, 850 DownloaderStats, 900 HttpCache: the answer as it came over the wire.
 DOWNLOADER_MIDDLEWARES = {
-    # Outermost: sees what every other middleware gave up on, for the dead-letter list.
     "crawler.scheduling.acks.LeaseDownloaderMiddleware": 1,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
-    # After the redirect middleware on the way in, so it sees a 302 to a captcha page as such.
     "crawler.middlewares.BanMiddleware": 650,
+    "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
@@ -53,7 +90,8 @@ RETRY_TIMES = 3
 RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408]
 # RETRY_BACKOFF_BASE (float, default e): retry n waits BASE**n seconds (2.7 s, 7.4 s, 20 s, ...)
 # in the frontier's delayed set; RETRY_BACKOFF_MAX (float, default 600) caps it;
-# RETRY_BACKOFF_JITTER (float, default 0.2) spreads it by +-20%. Retry-After wins when present.
+# RETRY_BACKOFF_JITTER (float, default 0.2) spreads it by +-20%. Retry-After wins when present
+# (up to BAN_COOLDOWN_MAX, below).
 RETRY_BACKOFF_BASE = math.e
 RETRY_BACKOFF_MAX = 600.0
 RETRY_BACKOFF_JITTER = 0.2
@@ -64,6 +102,10 @@ RETRY_BACKOFF_JITTER = 0.2
 BAN_POLICY = "pause"
 # BAN_COOLDOWN (float seconds, default 1800): how long a ban pauses (Retry-After wins).
 BAN_COOLDOWN = 1800.0
+# BAN_COOLDOWN_MAX (float seconds, finite, >= BAN_COOLDOWN, default 21600 = 6 h): the longest
+# pause a Retry-After header can ask for, after a ban and before a retry alike; a longer one (a
+# date years ahead) counts as this long.
+BAN_COOLDOWN_MAX = 21600.0
 # BAN_MAX_TIMES (int, default 5): bans of one request before it is dead-lettered; 0 = no limit.
 BAN_MAX_TIMES = 5
 # BAN_RULES (list of import paths, default []): extra rules checked before the built-in ones, each
@@ -133,12 +175,26 @@ REDIS_START_URLS_KEY = "%(name)s:start_urls"
 START_INVALID_KEY = "%(name)s:start_urls:invalid"
 # START_BATCH_SIZE (int, default 16): start entries popped from Redis per round trip.
 START_BATCH_SIZE = 16
+# START_ENTRY_MAX_BYTES (int >= 1, default 16384): a start entry longer than this is set aside
+# ("too_large") without being decoded; the set-aside copy is cut to this many characters.
+START_ENTRY_MAX_BYTES = 16384
+# START_ENTRY_MAX_DEPTH (int 1..100, default 8): a JSON start entry whose arrays and objects
+# nest deeper than this is set aside ("too_deep") before it is parsed.
+START_ENTRY_MAX_DEPTH = 8
+# ALLOWED_START_HOSTS (list of str, default []): where URLs in start entries may point besides
+# the spider's base URL (EXPLORE_BASE_URL, PROFILES_BASE_URL); each "scheme://host[:port]", or
+# "host[:port]" for http and https. Scheme, host and port must match; a URL elsewhere
+# ("foreign_host") or with a user or password ("credentials") is set aside.
+ALLOWED_START_HOSTS: list[str] = []
 # MAX_IDLE_TIME_BEFORE_CLOSE (int seconds, default 0): close the spider after it has been idle
 # (nothing queued, nothing in flight, no new start entries) this long; 0 waits forever for new
 # start entries, as a long-running fleet worker should.
 MAX_IDLE_TIME_BEFORE_CLOSE = 0
 
+# SettingsCheck, before every other extension and the engine: a setting outside its allowed
+# values (crawler/settings_check/table.py) stops the crawl, naming it, before anything is leased.
 EXTENSIONS = {
+    "crawler.extensions.SettingsCheck": -1000,
     "crawler.extensions.FleetMonitor": 500,
 }
 # STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash each worker adds the deltas of its
@@ -170,6 +226,19 @@ MONGO_RETRY_TIMES = 3
 # retries are appended (fsynced JSON lines) and replayed from once MongoDB answers again, or at
 # the next start. Nothing is dropped; upserts make a replay harmless.
 MONGO_SPILL_DIR = os.environ.get("MONGO_SPILL_DIR", ".spill")
+# MONGO_WRITE_CONCERN (dict, default {"w": 1, "j": True}): write concern of the pipeline's
+# writes (keys w, j, wtimeout, fsync; acknowledged writes only, so w >= 1 or a tag such as
+# "majority"). A batch counts as stored, and its requests' leases are acknowledged, only once
+# MongoDB confirms it this way: journaled by default, so a MongoDB killed right after keeps it.
+# Overrides any write concern in MONGO_URI for the pipeline.
+MONGO_WRITE_CONCERN = {"w": 1, "j": True}
+# MONGO_MAX_DOCUMENT_BYTES (int 1024..16777216, default 16000000): largest BSON size of an
+# item's document (MongoDB refuses more than 16 MiB; the default leaves room for the
+# timestamps). A larger one is trimmed: its longest string field, then the next, is cut just
+# enough to fit, and the document's "_truncated" field maps each cut field to its size before
+# (bytes). A document still too large is not stored: its item fails and its request goes to
+# the dead-letter list with the reason (crawler/pipelines/documents.py).
+MONGO_MAX_DOCUMENT_BYTES = 16_000_000
 
 ITEM_PIPELINES = {
     "crawler.pipelines.ValidationPipeline": 100,

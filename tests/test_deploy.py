@@ -337,6 +337,35 @@ def test_dockerfile_installs_the_project_chromium_and_scrapyd() -> None:
     assert json.loads(entrypoint.group(1))[0] == "tini"
 
 
+def _dockerfile_env() -> dict[str, str]:
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    pairs = " ".join(re.findall(r"^ENV (.+)$", text, re.M))
+    return dict(pair.split("=", 1) for pair in pairs.split())
+
+
+def test_the_installed_package_is_the_scrapy_project_in_any_directory(tmp_path: Path) -> None:
+    """No scrapy.cfg where workers run: the image, the EC2 user data and the docs name the
+    settings module, the same one the egg's entry point names."""
+    from crawler.fleet.userdata import SETTINGS_MODULE
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["scrapy"]["settings"] == SETTINGS_MODULE
+    assert _dockerfile_env()["SCRAPY_SETTINGS_MODULE"] == SETTINGS_MODULE
+    for doc in ("README.md", "deploy/README.md"):
+        assert f"SCRAPY_SETTINGS_MODULE={SETTINGS_MODULE}" in (ROOT / doc).read_text(), doc
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRAPY_")}
+    listed = subprocess.run(
+        [sys.executable, "-m", "scrapy", "list"],
+        cwd=tmp_path,
+        env={**env, "SCRAPY_SETTINGS_MODULE": SETTINGS_MODULE},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert {"explore", "profiles"} <= set(listed.stdout.split())
+
+
 def _compose() -> dict[str, Any]:
     return dict(_load_yaml(ROOT / "docker-compose.yml"))
 
@@ -434,6 +463,11 @@ def _setting(name: str, env: dict[str, str], *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
+
+
+@pytest.mark.parametrize("console", ["TELNETCONSOLE_ENABLED", "REMOTE_CONTROL_ENABLED"])
+def test_workers_expose_no_console(console: str) -> None:
+    assert _setting(console, {}) == "False"
 
 
 @pytest.mark.parametrize(

@@ -1,19 +1,33 @@
 """``scrapy crawl``, with an exit status that tells a fleet manager why a worker stopped.
 
+Exit status 2: a setting is invalid (one ERROR line names it, its value and what is allowed);
+nothing was taken from Redis. The settings, and what the frontier needs from Redis (a list at
+the start key, the RedisBloom module for DUPEFILTER_MODE "redisbloom"), are checked before the
+crawler starts; a component refusing a value later ends the crawl with the same line and status.
+
 Exit status 3: the worker stopped because it was banned (``BAN_POLICY = "stop"``), so whoever
 runs it can replace the machine's IP address before starting it again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
+from crawler.settings_check import SettingsError, check_frontier_server, check_settings
+
 if TYPE_CHECKING:
     import argparse
 
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
+
+EXIT_BAD_SETTING = 2
 EXIT_BANNED = 3
 
 
@@ -23,9 +37,41 @@ class Command(ScrapyCrawlCommand):
             raise UsageError("give exactly one spider name")
         assert self.crawler_process is not None
         crawler = self._create_crawler(args[0])
-        self.crawler_process.crawl(crawler, **opts.spargs)
+        try:
+            check_settings(crawler.settings)
+            check_frontier_server(crawler)
+        except SettingsError as exc:
+            self._refuse(exc)
+            return
+        self._watch(self.crawler_process.crawl(crawler, **opts.spargs))
         self.crawler_process.start()
+        if self.exitcode:
+            return
         if self.crawler_process.bootstrap_failed:
             self.exitcode = 1
         elif crawler.stats is not None and crawler.stats.get_value("finish_reason") == "banned":
             self.exitcode = EXIT_BANNED
+
+    def _refuse(self, exc: SettingsError) -> None:
+        logger.error("Crawl not started: %s", exc)
+        self.exitcode = EXIT_BAD_SETTING
+
+    def _watch(self, crawl: Any) -> None:
+        """Report a SettingsError ending the crawl on one line, without its traceback."""
+        if isinstance(crawl, asyncio.Future):
+            crawl.add_done_callback(self._crawl_done)
+        else:
+            crawl.addErrback(self._crawl_failed)
+
+    def _crawl_done(self, crawl: asyncio.Future[None]) -> None:
+        error = None if crawl.cancelled() else crawl.exception()
+        if isinstance(error, SettingsError):
+            self._refuse(error)
+        elif error is not None:
+            logger.error("Crawl failed", exc_info=error)
+
+    def _crawl_failed(self, failure: Failure) -> Failure | None:
+        if isinstance(failure.value, SettingsError):
+            self._refuse(failure.value)
+            return None
+        return failure

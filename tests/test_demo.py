@@ -1,0 +1,123 @@
+"""`make demo` with a real fleet's settings exported: it never touches that fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from bson import json_util
+
+from crawler.services import port_open
+from tests.harness import ROOT, Mongo
+
+pytestmark = pytest.mark.integration
+
+FLEET_STATS = {"item_scraped_count": "326", "downloader/request_count": "400"}
+SPILLED = {
+    "collection": "videos",
+    "filter": {"video_id": "spilled-1"},
+    "update": {"$set": {"video_id": "spilled-1", "desc": "waits for MongoDB"}},
+}
+
+
+def _fill_fleet(client: redis.Redis, mongo: Mongo, spill_dir: Path) -> None:
+    """What a running fleet holds: frontier, start entries, stats, stored items, a spill file."""
+    client.lpush("explore:start_urls", json.dumps({"category": 5, "max_pages": 3}))
+    client.lpush("profiles:start_urls", "some.user", "@other.user")
+    for spider in ("explore", "profiles"):
+        for name, value in FLEET_STATS.items():
+            client.hset("{" + spider + "}:stats", name, value)
+    client.zadd("{profiles}:queue", {"request-1": 1.0})
+    client.hset("{profiles}:data", "request-1", json.dumps({"url": "https://example/@x"}))
+    client.sadd("{explore}:handed_authors", "some.user")
+    client.rpush("explore:start_urls:invalid", json.dumps({"entry": "x", "reason": "bad"}))
+    mongo.db.videos.insert_one({"video_id": "fleet-1", "desc": "stored by the fleet"})
+    mongo.db.profiles.insert_one({"unique_id": "some.user", "status": "ok"})
+    spill_dir.mkdir()
+    (spill_dir / "explore-999999.jsonl").write_text(json_util.dumps(SPILLED) + "\n")
+
+
+def _redis_snapshot(client: redis.Redis) -> dict[str, Any]:
+    keys = sorted(client.scan_iter(count=1000))
+    return {
+        "keyspace": client.info("keyspace"),
+        "keys": {key: (client.dump(key), client.pttl(key)) for key in keys},
+    }
+
+
+def _mongo_snapshot(mongo: Mongo) -> dict[str, Any]:
+    return {
+        "databases": sorted(mongo.client.list_database_names()),
+        "documents": {
+            name: list(mongo.db[name].find().sort("_id"))
+            for name in sorted(mongo.db.list_collection_names())
+        },
+    }
+
+
+def _fleet_environment(redis_url: str, mongo: Mongo, spill_dir: Path) -> dict[str, str]:
+    """A shell as the README's "Running it for real" leaves it."""
+    return {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "MONGO_URI": mongo.uri,
+        "MONGO_DATABASE": mongo.database,
+        "MONGO_SPILL_DIR": str(spill_dir),
+        "SCRAPY_SETTINGS_MODULE": "crawler.settings",
+    }
+
+
+def _demo(state_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crawler.demo", "--quick", "--state-dir", str(state_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_the_demo_leaves_an_exported_fleet_untouched(
+    redis_url: str, redis_client: redis.Redis, mongo: Mongo, tmp_path: Path
+) -> None:
+    spill_dir = tmp_path / "fleet-spill"
+    _fill_fleet(redis_client, mongo, spill_dir)
+    redis_before, mongo_before = _redis_snapshot(redis_client), _mongo_snapshot(mongo)
+    spilled_before = sorted(path.read_text() for path in spill_dir.iterdir())
+
+    result = _demo(tmp_path / "demo", _fleet_environment(redis_url, mongo, spill_dir))
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert _redis_snapshot(redis_client) == redis_before
+    assert _mongo_snapshot(mongo) == mongo_before
+    assert sorted(path.read_text() for path in spill_dir.iterdir()) == spilled_before
+    # The demo crawled on its own servers, and stopped them.
+    videos = re.search(r"videos\s+(\d+) documents", result.stdout)
+    assert videos is not None, result.stdout
+    assert int(videos.group(1)) > 0
+    assert "start entry set aside: 'not-a-category'" in result.stdout
+    ports = [int(port) for port in re.findall(r"started \(pid \d+\) on port (\d+)", result.stdout)]
+    assert len(ports) == 2
+    assert not any(port_open(port) for port in ports)
+    assert not list((tmp_path / "demo").glob("*.pid"))
+    assert any((tmp_path / "demo" / "mongodb-data").iterdir())
+
+
+def test_the_demo_refuses_while_a_server_runs_on_its_state_directory(tmp_path: Path) -> None:
+    state_dir = (tmp_path / "demo").resolve()
+    state_dir.mkdir()
+    # A live process recorded there, as `python -m crawler.services up --state-dir` leaves it.
+    (state_dir / "mongodb.pid").write_text(f"{os.getpid()} 27017\n")
+    result = _demo(state_dir, dict(os.environ))
+    assert result.returncode == 1
+    assert f"mongodb (pid {os.getpid()}, port 27017) runs on {state_dir}" in result.stderr
+    assert "python -m crawler.services down --state-dir" in result.stderr
+    assert not (state_dir / "mongodb-data").exists()
