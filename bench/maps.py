@@ -8,12 +8,14 @@ database and a new MongoDB database:
   blocked      the default: MAPS_BLOCKED_RESOURCE_TYPES = image, font, media
   unblocked    MAPS_BLOCKED_RESOURCE_TYPES empty (the browser loads everything)
 
-Printed per variant: places stored, wall time of the crawls, places per minute, peak memory of
+Printed per variant: places stored / the places of the searches (``/__admin__/maps/searches``
+of the sandbox), wall time of the crawls, places per minute, peak memory of
 the browser (the sum of its processes' PSS, sampled every 0.2 s), the bytes of the documents and
 feed batches the browser loaded (rendered again from the seeded data: the same in both
 variants), the bytes of images, fonts and media the sandbox served (fixed sizes,
 ``ASSET_SIZES``), their total, and the ratio of the totals, unblocked / blocked. Place pages
-are fetched over plain HTTP in both variants and are not counted.
+are fetched over plain HTTP in both variants and are not counted. Searches that lost places are
+listed, and the benchmark exits with 1 when a variant did not store exactly the sandbox's places.
 
 Usage: python bench/maps.py [--postal-codes 00501,00544,01001,01002,01003] [--timeout 300]
 """
@@ -49,6 +51,8 @@ ASSET_KINDS = {"/mapfiles/photo/": "photo", "/mapfiles/fonts/": "font", "/mapfil
 class Result:
     name: str
     places: int
+    expected: int
+    missing: dict[str, int]
     seconds: float
     peak_rss: int
     asset_bytes: int
@@ -151,12 +155,19 @@ def run(
                 raise SystemExit(
                     f"{name}: scrapy crawl exited with {process.returncode}, see {log}"
                 )
-        places = pymongo.MongoClient(mongo_uri)[database].places.count_documents({})
-        by_path = Sandbox(sandbox_url).admin("stats")["by_path"]
-        pages = MapsPages()
+        sandbox = Sandbox(sandbox_url)
         queries = [f"{c} near {code.strip()}" for c in CATEGORIES for code in codes.split(",")]
+        expected = {query: sandbox.admin("maps/searches")[query] for query in queries}
+        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(mongo_uri)
+        stored = {doc["place_id"] for doc in client[database].places.find({}, {"place_id": 1})}
+        missing = {q: len(set(ids) - stored) for q, ids in expected.items() if set(ids) - stored}
+        total = len({place_id for ids in expected.values() for place_id in ids})
+        by_path = sandbox.admin("stats")["by_path"]
+        pages = MapsPages()
         page_bytes = sum(pages.browser_bytes(query) for query in queries)
-        return Result(name, places, seconds, peak, asset_bytes(by_path), page_bytes)
+        return Result(
+            name, len(stored), total, missing, seconds, peak, asset_bytes(by_path), page_bytes
+        )
     finally:
         server.stop()
 
@@ -190,19 +201,22 @@ def main() -> int:
             mongo_server.stop()
             redis_server.stop()
     print(
-        f"{'variant':<10} {'places':>7} {'seconds':>8} {'places/min':>11} "
+        f"{'variant':<10} {'places':>9} {'seconds':>8} {'places/min':>11} "
         f"{'peak browser MiB':>17} {'page bytes':>11} {'resource bytes':>15} {'total bytes':>12}"
     )
     for r in results:
         print(
-            f"{r.name:<10} {r.places:>7} {r.seconds:>8.1f} {r.per_minute:>11.0f} "
+            f"{r.name:<10} {f'{r.places}/{r.expected}':>9} {r.seconds:>8.1f} {r.per_minute:>11.0f} "
             f"{r.peak_rss / 2**20:>17.0f} {r.page_bytes:>11,} {r.asset_bytes:>15,} "
             f"{r.total_bytes:>12,}"
         )
     blocked, unblocked = results
     ratio = unblocked.total_bytes / blocked.total_bytes
     print(f"bytes to the browser, unblocked / blocked: {ratio:.1f}x")
-    return 0
+    for r in results:
+        for query, count in r.missing.items():
+            print(f"{r.name}: {count} places of {query!r} not stored")
+    return 0 if all(r.places == r.expected and not r.missing for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ class names; its pin is in the URL (``!3d<lat>!4d<lng>``). With ``gl`` set to an
 no ``SOCS`` cookie, maps pages redirect to the consent interstitial ``/consent/m``. A query
 starting with "unusual traffic" gets Google's block: 302 to ``/sorry/index`` (a 429 captcha).
 Pages reference images, a font and a video under ``/mapfiles/`` (not guarded by the anti-bot
-layer), so blocking those resources shows in the bytes served.
+layer), so blocking those resources shows in the bytes served. ``/__admin__/maps/searches`` lists
+every search with the ids of its places, in feed order, so a crawl can be checked against it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ EU_REGIONS = frozenset({"de", "fr", "it", "es", "nl", "pl", "ie", "be", "at"})
 CONSENT_COOKIE = "SOCS"
 BLOCKED_QUERY_PREFIX = "unusual traffic"
 END_OF_LIST = "You've reached the end of the list."
+BATCH_SIZE = 7
 # Sizes of the static resources, in bytes (fixed, so a benchmark can count bytes served).
 ASSET_SIZES = {"photo": 24_000, "font": 48_000, "video": 180_000}
 
@@ -163,7 +165,9 @@ def render_consent(target: str) -> str:
 class MapsPages:
     """Serves the search pages, their feed API, place pages, consent and static resources."""
 
-    def __init__(self, places: Places | None = None, batch_size: int = 7, delay_ms: int = 150):
+    def __init__(
+        self, places: Places | None = None, batch_size: int = BATCH_SIZE, delay_ms: int = 150
+    ):
         self.places = places or build_places()
         self.batch_size = batch_size
         self.delay_ms = delay_ms
@@ -177,6 +181,7 @@ class MapsPages:
         router.add_get("/mapfiles/photo/{name}", self.asset("photo"))
         router.add_get("/mapfiles/fonts/{name}", self.asset("font"))
         router.add_get("/mapfiles/media/{name}", self.asset("video"))
+        router.add_get("/__admin__/maps/searches", self.searches)
 
     def _needs_consent(self, request: web.Request) -> bool:
         region = request.query.get("gl", "").lower()
@@ -224,6 +229,10 @@ class MapsPages:
             if batch["end"]:
                 return total
             offset = batch["next"]
+
+    async def searches(self, request: web.Request) -> web.Response:
+        """Every search of the seeded places: ``{query: [place id, ...]}``."""
+        return web.json_response(self.places.place_ids())
 
     async def place(self, request: web.Request) -> web.Response:
         tail = request.match_info["tail"]

@@ -73,6 +73,10 @@ class Places:
     def search(self, query: str) -> tuple[Place, ...]:
         return self.by_query.get(" ".join(query.lower().split()), ())
 
+    def place_ids(self) -> dict[str, list[str]]:
+        """The ids of each search's places, in feed order, by query."""
+        return {query: [p.place_id for p in group] for query, group in self.by_query.items()}
+
 
 def query_for(category: str, postal_code: str) -> str:
     return f"{category} near {postal_code}"

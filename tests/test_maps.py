@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import quote_plus
 
 import pytest
 import redis
+from playwright.async_api import Page, Route, async_playwright
+from scrapy.utils.project import get_project_settings
 from scrapy.utils.request import request_from_dict
+from scrapy.utils.test import get_crawler
 
-from crawler.extractors.maps import pin_from_url, place_fields, place_id_from_url
+from crawler.extractors.maps import END_OF_LIST, pin_from_url, place_fields, place_id_from_url
 from crawler.scheduling import serializer
 from crawler.spiders.base import InvalidStartEntry
 from crawler.spiders.maps import MapsSpider, _argument_queries
-from sandbox.maps import render_place
+from sandbox.maps import BATCH_SIZE, render_place
 from sandbox.places import build_places
 from tests.harness import Crawl, Sandbox
 
@@ -89,6 +95,61 @@ def test_search_requests_are_stored_as_json() -> None:
 # --- crawls in the browser -----------------------------------------------------------------------
 
 
+class _BatchLandsAfterFirstRead:
+    """A real page whose feed batch, held back until then, lands right after the first thing read
+    from the page, before the next read: what a slow network or a busy CPU can make happen."""
+
+    def __init__(self, page: Page, release: asyncio.Event) -> None:
+        self._page, self._release = page, release
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._page, name)
+        if not inspect.iscoroutinefunction(method):
+            return method
+
+        async def read_then_land(*args: Any, **kwargs: Any) -> Any:
+            result = await method(*args, **kwargs)
+            if not self._release.is_set():
+                self._release.set()
+                await self._page.get_by_text(END_OF_LIST).wait_for()
+            return result
+
+        return read_then_land
+
+
+async def _scroll_while_batch_lands(spider: MapsSpider, query: str) -> list[str]:
+    release = asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        await release.wait()
+        await route.continue_()
+
+    options = spider.settings.getdict("PLAYWRIGHT_LAUNCH_OPTIONS")
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(**options)
+        try:
+            page = await browser.new_page()
+            await page.route("**/maps/api/feed?*", hold)
+            await page.goto(f"{spider.base_url}/maps/search/{quote_plus(query)}")
+            watched = cast(Page, _BatchLandsAfterFirstRead(page, release))
+            return await spider._scroll_feed(watched, query)
+        finally:
+            await browser.close()
+
+
+@needs_chromium
+def test_feed_read_while_its_last_batch_lands(sandbox: Sandbox) -> None:
+    searches = sandbox.admin("maps/searches")
+    query = next(q for q, ids in searches.items() if 1 < len(ids) <= BATCH_SIZE)
+    settings = get_project_settings().copy_to_dict() | {
+        "MAPS_BASE_URL": sandbox.url,
+        "TWISTED_REACTOR_ENABLED": False,
+    }
+    spider = MapsSpider.from_crawler(get_crawler(MapsSpider, settings_dict=settings))
+    links = asyncio.run(_scroll_while_batch_lands(spider, query))
+    assert [place_id_from_url(link) for link in links] == searches[query]
+
+
 @pytest.mark.integration
 @needs_chromium
 def test_listing_consent_and_single_match(
@@ -142,6 +203,25 @@ def test_listing_consent_and_single_match(
     assert stats["maps/pages/closed"] == stats["playwright/page_count"] == 3
     assert stats["playwright/request_count/aborted"] > 0
     assert stats.get("maps/browser/restarts", 0) >= 1
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_one_batch_searches_store_every_place(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """A feed of one batch ends with its first batch, which lands about when the spider starts
+    reading the page (with images blocked, the load event does not wait for it)."""
+    searches = sandbox.admin("maps/searches")
+    one_batch = {query: ids for query, ids in searches.items() if 1 < len(ids) <= BATCH_SIZE}
+    assert len(one_batch) >= 5
+    for query in one_batch:
+        redis_client.lpush("maps:start_urls", json.dumps({"query": query}))
+    result = crawl("maps", settings={"MAPS_BASE_URL": sandbox.url})
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = {doc["place_id"] for doc in crawl.mongo.db.places.find({}, {"place_id": 1})}
+    assert stored == {place_id for ids in one_batch.values() for place_id in ids}
+    assert _log_stats(result.stderr)["maps/feed/ended"] == len(one_batch)
 
 
 @pytest.mark.integration

@@ -11,7 +11,11 @@ drives the page itself (``playwright_include_page``): it accepts or rejects the 
 interstitial, follows a single match's redirect, scrolls the feed until "You've reached the end
 of the list.", until scrolling stops growing it MAPS_SCROLL_MAX_STALLS times in a row, or until
 MAPS_MAX_RESULTS links, and closes the page on every path (callback, errback, and at once when
-the response is a block or an error, which the ban middleware turns into a retry).
+the response is a block or an error, which the ban middleware turns into a retry). The page adds
+batches whenever they arrive, also while the spider reads it (the first one is often still on its
+way when the load event fires, all the sooner when images are blocked), so the links and the end
+marker are read in one evaluation, and again after every wait: the end marker comes with the last
+batch, and a separate read could pair it with the links from before that batch.
 
 Place pages are fetched without the browser, once each (the duplicate filter): the sandbox
 renders them on the server, so plain HTTP reads them without a browser page. The real site renders
@@ -33,11 +37,10 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 from scrapy_playwright.page import PageMethod
 
-from crawler.config import setting_int, validate_base_url
+from crawler.config import setting, setting_int, validate_base_url
 from crawler.extractors.maps import (
     END_OF_LIST,
     is_block_page,
@@ -60,8 +63,12 @@ logger = logging.getLogger(__name__)
 POSTAL_CODE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z -]{1,9}$")
 _JSON_KEYS = {"query"}
 FEED_LINKS = 'div[role="feed"] a.hfpxzc'
-_COUNT_LINKS = f"() => document.querySelectorAll({FEED_LINKS!r}).length"
-_HAS_ENDED = f"() => document.body.innerText.includes({END_OF_LIST!r})"
+# The links and the end marker in one evaluation: the page cannot add a batch between the two.
+_FEED_STATE = (
+    f"() => ({{links: Array.from(document.querySelectorAll({FEED_LINKS!r}),"
+    " e => e.getAttribute('href')),"
+    f" ended: document.body.innerText.includes({END_OF_LIST!r})}})"
+)
 _GREW = (
     f"n => document.querySelectorAll({FEED_LINKS!r}).length > n"
     f" || document.body.innerText.includes({END_OF_LIST!r})"
@@ -70,7 +77,6 @@ _SCROLL = (
     "() => { const feed = document.querySelector('div[role=\"feed\"]');"
     " if (feed) feed.scrollTop = feed.scrollHeight; }"
 )
-_LINKS = "els => els.map(e => e.getAttribute('href'))"
 CONSENT_CHOICES = {"reject": "Reject all", "accept": "Accept all"}
 
 
@@ -187,11 +193,9 @@ class MapsSpider(RedisFedSpider):
         spider.base_url = validate_base_url(settings, "MAPS_BASE_URL")
         spider.language = str(settings.get("MAPS_LANGUAGE") or "")
         spider.region = str(settings.get("MAPS_REGION") or "")
-        spider.consent = str(settings.get("MAPS_CONSENT"))
-        if spider.consent not in CONSENT_CHOICES:
-            raise NotConfigured(f"MAPS_CONSENT must be one of {sorted(CONSENT_CHOICES)}")
+        spider.consent = setting(settings, "MAPS_CONSENT")
         spider.max_results = setting_int(settings, "MAPS_MAX_RESULTS", 0)
-        spider.scroll_timeout_ms = settings.getfloat("MAPS_SCROLL_TIMEOUT") * 1000
+        spider.scroll_timeout_ms = setting(settings, "MAPS_SCROLL_TIMEOUT") * 1000
         spider.max_stalls = setting_int(settings, "MAPS_SCROLL_MAX_STALLS", 1)
         spider.places_with_browser = settings.getbool("MAPS_PLACES_WITH_BROWSER")
         crawler.signals.connect(spider.close_refused_page, signal=signals.response_downloaded)
@@ -264,25 +268,33 @@ class MapsSpider(RedisFedSpider):
     async def _scroll_feed(self, page: Page, query: str) -> list[str]:
         stalls = 0
         while True:
-            links = await page.eval_on_selector_all(FEED_LINKS, _LINKS)
-            if await page.evaluate(_HAS_ENDED):
-                self.count("maps/feed/ended")
-                break
-            if self.max_results and len(links) >= self.max_results:
-                self.count("maps/feed/max_results_reached")
+            links, ended = await _feed_state(page)
+            outcome = self._feed_outcome(len(links), ended, stalls)
+            if outcome:
                 break
             await page.evaluate(_SCROLL)
-            try:
-                await page.wait_for_function(_GREW, arg=len(links), timeout=self.scroll_timeout_ms)
-                stalls = 0
-            except PlaywrightTimeoutError:
-                stalls += 1
-                if stalls >= self.max_stalls:
-                    self.count("maps/feed/stalled")
-                    logger.info("Feed of %r stopped growing at %d results", query, len(links))
-                    break
-        unique = list(dict.fromkeys(str(link) for link in links if link))
+            stalls = 0 if await self._feed_grew(page, len(links)) else stalls + 1
+        self.count(f"maps/feed/{outcome}")
+        if outcome == "stalled":
+            logger.info("Feed of %r stopped growing at %d results", query, len(links))
+        unique = list(dict.fromkeys(links))
         return unique[: self.max_results] if self.max_results else unique
+
+    def _feed_outcome(self, count: int, ended: bool, stalls: int) -> str | None:
+        """Why scrolling stops now ("ended", "max_results_reached", "stalled"), or None."""
+        if ended:
+            return "ended"
+        if self.max_results and count >= self.max_results:
+            return "max_results_reached"
+        return "stalled" if stalls >= self.max_stalls else None
+
+    async def _feed_grew(self, page: Page, count: int) -> bool:
+        """Whether the feed grew past ``count`` links or ended within MAPS_SCROLL_TIMEOUT."""
+        try:
+            await page.wait_for_function(_GREW, arg=count, timeout=self.scroll_timeout_ms)
+        except PlaywrightTimeoutError:
+            return False
+        return True
 
     # --- place pages --------------------------------------------------------------------------
 
@@ -334,6 +346,12 @@ class MapsSpider(RedisFedSpider):
     async def closed(self, reason: str) -> None:
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+async def _feed_state(page: Page) -> tuple[list[str], bool]:
+    """The feed's place links and whether it shows its end, read at one instant."""
+    state = await page.evaluate(_FEED_STATE)
+    return [str(link) for link in state["links"] if link], bool(state["ended"])
 
 
 def _argument_queries(category: str, postal_codes: str) -> list[str]:

@@ -41,6 +41,14 @@ def test_places_are_deterministic() -> None:
     assert PLACES.search("bakery near 01001") == ()
 
 
+def test_admin_lists_the_place_ids_of_every_search(sandbox_server: Sandbox) -> None:
+    searches = sandbox_server.admin("maps/searches")
+    assert searches["shop near 00501"] == [p.place_id for p in PLACES.search("shop near 00501")]
+    assert searches["bakery near 01001"] == []
+    assert len(searches) == 20
+    assert sum(len(ids) for ids in searches.values()) == len(PLACES.by_id) == 184
+
+
 def test_search_page_is_a_shell_with_heavy_resources(sandbox_server: Sandbox) -> None:
     status, _, body = _get(f"{sandbox_server.url}/maps/search/shop+near+00501?hl=en")
     text = body.decode()
