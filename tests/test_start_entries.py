@@ -15,6 +15,7 @@ from scrapy.utils.test import get_crawler
 from crawler import settings as project_settings
 from crawler.spiders.base import EntryLimits, InvalidStartEntry, decode_entry
 from crawler.spiders.explore import ExploreSpider
+from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
 
 BASE = {"EXPLORE_BASE_URL": "http://127.0.0.1:9", "PROFILES_BASE_URL": "http://127.0.0.1:9"}
@@ -301,3 +302,20 @@ def test_invalid_utf8_entry() -> None:
 def test_bad_settings_are_named(setting: str, value: Any) -> None:
     with pytest.raises(Exception, match=setting):
         _spider(ExploreSpider, **{setting: value})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"query": 1e999}', '{"query": null}', '{"query": ["shop"]}', '{"query": true}', "  "],
+)
+def test_bad_maps_entries(raw: str) -> None:
+    spider = _spider(MapsSpider, MAPS_BASE_URL="http://127.0.0.1:9")
+    with pytest.raises(InvalidStartEntry):
+        _entry_requests(spider, raw)
+
+
+def test_maps_requests_stay_on_the_base_origin() -> None:
+    spider = _spider(MapsSpider, MAPS_BASE_URL="http://127.0.0.1:9")
+    assert spider.start_origins
+    [request] = _entry_requests(spider, '{"query": "shop near 00501"}')
+    assert request.url.startswith("http://127.0.0.1:9/maps/search/shop+near+00501")

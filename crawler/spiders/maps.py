@@ -40,7 +40,7 @@ from scrapy import Request, signals
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 from scrapy_playwright.page import PageMethod
 
-from crawler.config import setting, setting_int, validate_base_url
+from crawler.config import setting, setting_int
 from crawler.extractors.maps import (
     END_OF_LIST,
     is_block_page,
@@ -171,7 +171,7 @@ class MapsSpider(RedisFedSpider):
             "https": "crawler.spiders.maps.BrowserHandler",
         },
     }
-    base_url: str
+    base_url_setting = "MAPS_BASE_URL"
     language: str
     region: str
     consent: str
@@ -190,7 +190,6 @@ class MapsSpider(RedisFedSpider):
         spider = super().from_crawler(crawler, *args, **kwargs)
         assert isinstance(spider, MapsSpider)
         settings = crawler.settings
-        spider.base_url = validate_base_url(settings, "MAPS_BASE_URL")
         spider.language = str(settings.get("MAPS_LANGUAGE") or "")
         spider.region = str(settings.get("MAPS_REGION") or "")
         spider.consent = setting(settings, "MAPS_CONSENT")
@@ -209,7 +208,9 @@ class MapsSpider(RedisFedSpider):
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         if isinstance(entry, dict):
             check_keys(entry, _JSON_KEYS, _JSON_KEYS)
-            entry = str(entry["query"])
+            if not isinstance(entry["query"], str):
+                raise InvalidStartEntry("bad_query", "a query is text")
+            entry = entry["query"]
         query = " ".join(entry.split())
         if not query or len(query) > 200:
             raise InvalidStartEntry("bad_query", "a query is 1 to 200 characters")
