@@ -24,7 +24,11 @@ from urllib.request import urlopen
 import pymongo
 import pytest
 import redis
+from scrapy import Request, Spider
+from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
+from scrapy.utils.test import get_crawler
 
+from crawler.scheduling.records import pending
 from crawler.services import (
     ServerProcess,
     ServiceError,
@@ -433,8 +437,22 @@ def test_proxy_and_query_passwords_stay_hidden(
             assert not any(secret in printed for printed in shown)
             assert not any(secret.encode() in key for key in keys)
         assert PASSWORD.encode() not in values
+        assert b"proxy-authorization" not in values.lower(), "a proxy's credentials were stored"
     finally:
         for proxy in proxies:
             proxy.stop()
         client.close()
         mongo_client.close()
+
+
+def test_a_stored_request_keeps_no_proxy_credentials() -> None:
+    crawler = get_crawler(Spider)
+    request = Request("http://127.0.0.1:9/@x", meta={"identity": "proxy:127.0.0.1:3128"})
+    request.meta["proxy"] = f"http://puser:{PASSWORD}@127.0.0.1:3128"
+    HttpProxyMiddleware.from_crawler(crawler).process_request(request)
+    assert request.headers.get("Proxy-Authorization")
+    stored = pending(request, b"f", None).json
+    assert PASSWORD not in stored
+    assert "Proxy-Authorization" not in stored
+    assert "_auth_proxy" not in stored
+    assert request.meta["identity"] == "proxy:127.0.0.1:3128"

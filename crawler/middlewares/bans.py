@@ -34,7 +34,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from crawler.bans.fleet import FleetPoliteness, RatePolicy
-from crawler.bans.identities import Identity, IdentityPool, without_identity
+from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-IDENTITY_META = "identity"
 BAN_TIMES_META = "ban_times"
 POLICIES = ("pause", "rotate", "stop")
 # Waits up to this long happen in place; longer ones go back to the delayed set.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from crawler.bans.identities import forget_proxy_secrets
 from crawler.scheduling import serializer
 from crawler.scheduling.frontier import Pending
 
@@ -22,7 +23,9 @@ DUE_META = "frontier_due"
 
 
 def pending(request: Request, fingerprint: bytes, spider: Spider | None) -> Pending:
-    """The frontier entry of ``request``; its due time leaves its meta for the entry."""
+    """The frontier entry of ``request``; its due time leaves its meta for the entry, and a
+    pool proxy's credentials stay out of Redis."""
+    forget_proxy_secrets(request)
     return Pending(
         json=serializer.dumps(request_record(request, spider)),
         fingerprint=fingerprint,
