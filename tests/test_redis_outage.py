@@ -63,12 +63,13 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
     sandbox.admin("config", {"latency_ms": 40})
     client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     log = tmp_path / "worker.log"
-    # A fleet-wide rate: requests ask Redis for tokens before they go, so the outage finds
-    # some of them in the ban middleware.
+    # Every entry is read at once, so the crawl never pauses between start batches, and a
+    # fleet-wide rate well under what eight slots could fetch: some requests always wait in the
+    # ban middleware for their next token from Redis, and the outage finds them there.
     settings = {
         "FRONTIER_LEASE_SECONDS": 5,
         "CONCURRENT_REQUESTS": 8,
-        "START_BATCH_SIZE": 20,
+        "START_BATCH_SIZE": len(USERS),
         "POLITENESS_RATE": 20,
         "POLITENESS_BURST": 20,
     }
