@@ -190,6 +190,9 @@ ALLOWED_START_HOSTS: list[str] = []
 # (nothing queued, nothing in flight, no new start entries) this long; 0 waits forever for new
 # start entries, as a long-running fleet worker should.
 MAX_IDLE_TIME_BEFORE_CLOSE = 0
+# IDLE_POLL_INTERVAL (float seconds > 0, default 1.0): how often an idle worker looks again for
+# new start entries and for the end of the fleet's work. Scrapy itself looks only every 5 s.
+IDLE_POLL_INTERVAL = 1.0
 
 # SettingsCheck, before every other extension and the engine: a setting outside its allowed
 # values (crawler/settings_check/table.py) stops the crawl, naming it, before anything is leased.

@@ -60,6 +60,7 @@ class FrontierSettings:
     flush_interval: float
     dupefilter: DupefilterConfig
     local_seen: int
+    idle_poll: float = 1.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
@@ -73,6 +74,7 @@ class FrontierSettings:
                 mode, setting_int(settings, "DUPEFILTER_CAPACITY", 1000), error_rate
             ),
             local_seen=setting_int(settings, "DUPEFILTER_LOCAL_CACHE", 0),
+            idle_poll=setting(settings, "IDLE_POLL_INTERVAL"),
         )
 
 
@@ -81,7 +83,7 @@ class FrontierScheduler(BaseScheduler):
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
     FRONTIER_FLUSH_INTERVAL, DUPEFILTER_MODE, DUPEFILTER_CAPACITY, DUPEFILTER_ERROR_RATE,
-    DUPEFILTER_LOCAL_CACHE,
+    DUPEFILTER_LOCAL_CACHE, IDLE_POLL_INTERVAL,
     REDIS_START_URLS_KEY. Closing never clears the frontier (see ``scrapy frontier purge``).
 
     The crawl closes only when the fleet has no work left: queue, leases and delayed set empty
@@ -203,8 +205,16 @@ class FrontierScheduler(BaseScheduler):
 
     def keep_open_while_work_left(self) -> None:
         """spider_idle handler: the crawl does not close while the fleet has work left."""
+        self._look_again_soon()
         if self._work_left():
             raise DontCloseSpider
+
+    def _look_again_soon(self) -> None:
+        """Have the engine look at the idle spider again after IDLE_POLL_INTERVAL, not only at
+        its 5-second heartbeat: new start entries and the fleet's end are noticed sooner."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None and slot.closing is None:
+            slot.nextcall.schedule(self.config.idle_poll)
 
     # --- lease lifecycle, reported by crawler.scheduling.acks ----------------------------------
 

@@ -202,6 +202,7 @@ RULES: dict[str, Rule] = {
         Rule("a host", start_host), "hosts: scheme://host[:port] (http or https) or host[:port]"
     ),
     "MAX_IDLE_TIME_BEFORE_CLOSE": number(0),
+    "IDLE_POLL_INTERVAL": number(0, above=True),
     "STATS_REDIS_KEY": key_template("spider"),
     # MongoDB
     "MONGO_URI": url("mongodb", "mongodb+srv"),
