@@ -88,5 +88,43 @@ class PlaceItem:
     longitude: float | None = None
 
 
+@dataclass
+class PageItem:
+    """One HTML page of the ``links`` spider, keyed by ``url``: the canonical URL of the page
+    fetched (after redirects; crawler/links/urls.py). ``final_url`` is that URL as the server
+    gave it, ``requested_url`` the canonical URL asked for when a redirect led elsewhere (else
+    None). ``content_hash`` is BLAKE2b-128 of the body as received (decompressed);
+    ``out_links`` counts the distinct http(s) links on the page; ``fetched_at`` is epoch
+    seconds. ``body`` (with LINKS_STORE_BODY) is the zlib-compressed body, cut to
+    LINKS_BODY_MAX_BYTES before compression (``content_length`` says whether it was). Fields
+    the page does not have (or that were unreadable, counted as ``extract/bad_field/<name>``)
+    are None."""
+
+    collection: ClassVar[str] = "pages"
+    unique_key: ClassVar[str] = "url"
+
+    url: str
+    host: str
+    status: int
+    final_url: str
+    depth: int
+    fetched_at: float
+    content_hash: str
+    content_length: int
+    out_links: int
+    content_type: str | None = None
+    requested_url: str | None = None
+    title: str | None = None
+    language: str | None = None
+    description: str | None = None
+    canonical: str | None = None
+    body: bytes | None = None
+
+
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.
-STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (VideoItem, ProfileItem, PlaceItem)
+STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (
+    VideoItem,
+    ProfileItem,
+    PlaceItem,
+    PageItem,
+)

@@ -363,3 +363,61 @@ PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # FLEET_CRAWL_SETTINGS (dict, default {"BAN_POLICY": "stop"}): -s settings of workers' scrapy crawl.
 # AWS_ENDPOINT_URL (Scrapy's; default None = boto3's, e.g. env AWS_ENDPOINT_URL): S3 feeds and
 # scrapy fleet talk to this endpoint (S3/EC2-compatible stores and APIs).
+
+# --- Links (crawler.spiders.links: breadth-first crawl of whole sites) -------------------------
+# LINKS_DEFAULT_SCHEME (str, "http" or "https", default "https"): scheme of a start entry given
+# as a bare host (``example.org`` -> https://example.org/).
+LINKS_DEFAULT_SCHEME = "https"
+# LINKS_MAX_DEPTH (int 0..1000, default 5): links followed from a start URL at most; a start
+# entry's "max_depth" overrides it. Pages listed in a host's sitemaps count as depth 1.
+LINKS_MAX_DEPTH = 5
+# LINKS_MAX_PAGES (int >= 0, default 10000): HTML pages stored per host per start entry (counted
+# fleet-wide in Redis); past it nothing of the host is stored or followed (pages queued before
+# are still fetched, not stored). 0 = no limit. A start entry's "max_pages" overrides it.
+LINKS_MAX_PAGES = 10_000
+# LINKS_SCOPE (str, default "host"): which links are followed: "host" (the start URL's host and
+# port), "domain" (its registered domain, by the public suffix list bundled with tldextract) or
+# "any". A start entry's "scope" overrides it.
+LINKS_SCOPE = "host"
+# LINKS_MAX_URL_LENGTH (int >= 16, default 2048): longer canonical URLs are not followed.
+LINKS_MAX_URL_LENGTH = 2048
+# LINKS_MAX_REPEATED_SEGMENTS (int >= 1, default 2): a URL whose path has one segment more often
+# than this (/a/b/a/b/a/) is a trap and is not followed.
+LINKS_MAX_REPEATED_SEGMENTS = 2
+# LINKS_MAX_CALENDAR_HOPS (int >= 0, default 12): calendar-like pages (a path with /2024/01,
+# /2024-01-31, ...) followed in a row from another calendar-like page; bounds infinite calendars.
+LINKS_MAX_CALENDAR_HOPS = 12
+# LINKS_SITEMAPS (bool, default True): the sitemaps robots.txt names (else /sitemap.xml), and
+# sitemap indexes, seed each host when its robots.txt is first fetched for the fleet (so only
+# with LINKS_ROBOTS_OBEY).
+LINKS_SITEMAPS = True
+# LINKS_SITEMAP_MAX_URLS (int >= 1, default 50000): locations read from one sitemap at most.
+LINKS_SITEMAP_MAX_URLS = 50_000
+# LINKS_STATE_TTL (int seconds >= 60, default 604800 = 7 days): per-host counters and page
+# budgets in Redis ({links}:host:<host>, {links}:pages:<start>:<host>) expire this long after
+# their last change, so per-host state stays bounded.
+LINKS_STATE_TTL = 7 * 24 * 3600
+# LINKS_ROBOTS_OBEY (bool, default True): obey robots.txt (crawler.links.robots, fetched once
+# per host per LINKS_ROBOTS_TTL for the fleet; Scrapy's ROBOTSTXT_OBEY stays off). A robots.txt
+# answering 4xx or 5xx, or failing to download, allows everything, as in Scrapy.
+LINKS_ROBOTS_OBEY = True
+# LINKS_ROBOTS_TTL (int seconds >= 1, default 86400): how long a host's robots.txt is kept in
+# Redis ({links}:robots:<origin>) and in each worker before it is fetched again.
+LINKS_ROBOTS_TTL = 86_400
+# LINKS_ROBOTS_CLAIM_SECONDS (int >= 1, default 30): how long the worker fetching a robots.txt
+# holds the claim; other workers' requests for that host wait in the delayed set meanwhile, and
+# if the claimant dies, another worker fetches it after this long.
+LINKS_ROBOTS_CLAIM_SECONDS = 30
+# LINKS_ROBOTS_MAX_BYTES (int >= 1, default 512000): a longer robots.txt is cut (as Google does).
+LINKS_ROBOTS_MAX_BYTES = 512_000
+# LINKS_STORE_BODY (bool, default False): store each page's body in ``pages`` (field "body",
+# zlib-compressed); LINKS_BODY_MAX_BYTES (int >= 1, default 1048576): bytes of a body kept at
+# most, cut before compression.
+LINKS_STORE_BODY = False
+LINKS_BODY_MAX_BYTES = 1024 * 1024
+# LINKS_RESOLVE (dict, default {}): host name or suffix -> IP address, answered by
+# crawler.links.resolver.MappedResolver when it is the TWISTED_DNS_RESOLVER (the sandbox's web:
+# -s TWISTED_DNS_RESOLVER=crawler.links.resolver.MappedResolver -s 'LINKS_RESOLVE={"test":
+# "127.0.0.1"}').
+LINKS_RESOLVE: dict[str, str] = {}
+# --- End of links ------------------------------------------------------------------------------

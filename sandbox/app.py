@@ -19,6 +19,7 @@ from sandbox.hostile import HostilePages
 from sandbox.maps import MapsPages
 from sandbox.profiles import ProfilePages
 from sandbox.stats import TrafficStats, traffic_middleware
+from sandbox.web import WebPages
 
 
 def build_app(
@@ -31,8 +32,12 @@ def build_app(
     dataset = dataset or build_dataset(seed)
     stats = TrafficStats()
     antibot = AntiBot(config, stats)
+    # The generated web of many sites (sandbox/web.py) answers requests whose Host header is
+    # one of its sites, before the target's routes, counters and anti-bot guard.
+    sites = WebPages()
     middlewares = [
         compression_middleware(lambda: antibot.config.compression),
+        sites.middleware(),
         traffic_middleware(stats),
         antibot.middleware(),
     ]
@@ -44,6 +49,7 @@ def build_app(
         ChallengePages(),
         HostilePages(),
         AdminApi(antibot, stats, dataset),
+        sites,
     ):
         part.register(app.router)
     return app

@@ -120,8 +120,12 @@ class FleetPoliteness:
 
     # --- rate ---------------------------------------------------------------------------------
 
-    def acquire(self, domain: str, identity: str) -> float:
-        """0 when a request may go now, else the seconds to wait for the next token."""
+    def acquire(self, domain: str, identity: str, delay: float = 0.0) -> float:
+        """0 when a request may go now, else the seconds to wait for the next token. A ``delay``
+        (a robots.txt Crawl-delay) caps the rate at one request per ``delay`` seconds with no
+        burst, for every worker alike."""
+        if delay > 0:
+            return self._acquire_spaced(domain, identity, delay)
         rate = self.policy.rate_for(domain)
         if rate <= 0:
             return 0.0
@@ -135,6 +139,13 @@ class FleetPoliteness:
             return 0.0
         return wait
 
+    def _acquire_spaced(self, domain: str, identity: str, delay: float) -> float:
+        configured = self.policy.rate_for(domain)
+        rate = min(1.0 / delay, configured) if configured > 0 else 1.0 / delay
+        key = self._bucket_key(domain, identity)
+        granted, wait, _ = self._take(key, rate, penalize=False, want=1, burst=1.0)
+        return 0.0 if granted else wait
+
     def penalize(self, domain: str, identity: str) -> float:
         """Halve the rate of (domain, identity) after a ban; returns the new rate factor."""
         rate = self.policy.rate_for(domain)
@@ -145,7 +156,12 @@ class FleetPoliteness:
         return self._take(key, rate, penalize=True, want=0)[2]
 
     def _take(
-        self, key: str, rate: float, penalize: bool, want: int | None = None
+        self,
+        key: str,
+        rate: float,
+        penalize: bool,
+        want: int | None = None,
+        burst: float | None = None,
     ) -> tuple[int, float, float]:
         # Take up to half a second's worth of tokens at once: one round trip serves several
         # requests at higher rates, and never more than the bucket allows.
@@ -156,7 +172,7 @@ class FleetPoliteness:
             args=[
                 time.time(),
                 rate,
-                max(1.0, policy.burst),
+                max(1.0, policy.burst) if burst is None else burst,
                 wanted,
                 (1 - policy.floor) / policy.recovery_seconds,
                 policy.floor,

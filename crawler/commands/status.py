@@ -90,15 +90,23 @@ class Command(ScrapyCommand):
             raise UsageError(f"no spider {args[0]!r} in this project; spiders: {known}")
         return args or known
 
+    def _status(self, server: RedisClient, spider: str, minutes: int) -> dict[str, Any]:
+        """The fleet's status of ``spider``, with the figures of its own ``fleet_report``
+        classmethod (per-host pages of ``links``, say) under ``report``."""
+        assert self.settings is not None
+        status = spider_status(server, self.settings, spider, minutes)
+        spidercls = get_spider_loader(self.settings).load(spider)
+        fleet_report = getattr(spidercls, "fleet_report", None)
+        if fleet_report is not None:
+            status["report"] = fleet_report(server, self.settings)
+        return status
+
     def _show(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
         report = {
             "redis": mask_uri(self.settings.get("REDIS_URL") or ""),
             "time": time.time(),
-            "spiders": {
-                spider: spider_status(server, self.settings, spider, opts.minutes)
-                for spider in spiders
-            },
+            "spiders": {spider: self._status(server, spider, opts.minutes) for spider in spiders},
         }
         if opts.json:
             print(json.dumps(report), flush=True)

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BAN_TIMES_META = "ban_times"
+CRAWL_DELAY_META = "crawl_delay"
 POLICIES = ("pause", "rotate", "stop")
 # Waits up to this long happen in place; longer ones go back to the delayed set.
 LOCAL_WAIT = 2.0
@@ -61,7 +62,9 @@ T = TypeVar("T")
 class BanMiddleware:
     """Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_COOLDOWN_MAX, BAN_MAX_TIMES,
     BAN_RULES, POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
-    BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification."""
+    BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification;
+    meta ``crawl_delay`` (seconds) spaces the domain's requests for the fleet, as a robots.txt
+    Crawl-delay asks."""
 
     def __init__(self, crawler: Crawler, fleet: FleetPoliteness, pool: IdentityPool) -> None:
         settings = crawler.settings
@@ -120,8 +123,8 @@ class BanMiddleware:
             request.meta["proxy"] = identity.proxy
 
     async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
-        waited = 0.0
-        while (wait := self.fleet.acquire(domain, identity.name)) > 0:
+        waited, delay = 0.0, crawl_delay(request)
+        while (wait := self.fleet.acquire(domain, identity.name, delay)) > 0:
             if waited + wait > LOCAL_WAIT:
                 return self._defer(request, time.time() + wait, "rate")
             await asyncio.sleep(wait)
@@ -274,6 +277,15 @@ def cooldown_max(settings: BaseSettings) -> float:
         allowed = "a number of seconds, finite and at least BAN_COOLDOWN"
         raise SettingsError(problem("BAN_COOLDOWN_MAX", raw, allowed))
     return value
+
+
+def crawl_delay(request: Request) -> float:
+    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
+    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
+    value = request.meta.get(CRAWL_DELAY_META)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0 < value < math.inf else 0.0
 
 
 def _page(response: Response) -> Page:

@@ -135,6 +135,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"{counters['duplicates']:,} duplicates filtered",
     ]
     lines.extend(_domain_lines(counters["domains"]))
+    lines.extend(_spider_report_lines(status.get("report") or {}))
     lines.extend(_worker_lines(status["workers"], now))
     if sizes["dead"]:
         lines.append(
@@ -150,6 +151,28 @@ def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
         f"responses{_breakdown(numbers['responses_by_status'])}, {numbers['items']:,} items"
         for name, numbers in ranked[:10]
     ]
+
+
+def _spider_report_lines(report: Mapping[str, Any]) -> list[str]:
+    """The spider's own figures (its ``fleet_report``): one line per entry, nested ones as
+    ``name value`` pairs."""
+    lines = []
+    for name, value in report.items():
+        if isinstance(value, Mapping):
+            lines.append(f"  {name:<9} " + _pairs(value))
+        else:
+            lines.append(f"  {name:<9} {value}")
+    return lines
+
+
+def _pairs(values: Mapping[str, Any]) -> str:
+    if not values:
+        return "-"
+    parts = []
+    for name, value in values.items():
+        shown = _pairs(value) if isinstance(value, Mapping) else value
+        parts.append(f"{name} ({shown})" if isinstance(value, Mapping) else f"{name} {shown}")
+    return "; ".join(parts)
 
 
 def _worker_lines(workers: list[dict[str, Any]], now: float) -> list[str]:

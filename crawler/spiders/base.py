@@ -213,6 +213,10 @@ class RedisFedSpider(Spider):
 
     entry_kind: ClassVar[str] = "start entry"
     base_url_setting: ClassVar[str] = ""
+    # A start entry is an explicit order: fetched even if its URL was seen before. A spider
+    # whose start URLs are pages of the crawl they seed (links) sets this to False, so a page
+    # linking back to its start URL does not fetch it twice.
+    refetch_start_urls: ClassVar[bool] = True
     start_entries: StartEntries
     max_idle_time: float
     base_url: str
@@ -303,8 +307,7 @@ class RedisFedSpider(Spider):
             origin = url_origin(request.url)
             if origin not in self.start_origins:
                 raise InvalidStartEntry("foreign_host", f"{request.url[:200]} is off the base URL")
-        # A start entry is an explicit order: fetch it even if its URL was seen before.
-        return request.replace(dont_filter=True)
+        return request.replace(dont_filter=True) if self.refetch_start_urls else request
 
     def fleet_idle(self) -> bool:
         """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""

@@ -1,0 +1,135 @@
+"""HTML pages to the fields the ``links`` spider stores, and the links it may follow.
+
+Pure functions, no I/O. Hostile HTML never raises: a field that cannot be read is None and
+named in ``bad_fields``; a document lxml cannot parse at all yields no fields and no links.
+Text fields are whitespace-collapsed and cut to :data:`MAX_TEXT`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+from parsel import Selector
+from w3lib.html import strip_html5_whitespace
+
+MAX_TEXT = 2000
+MAX_LINKS = 5000
+_SPACE = re.compile(r"\s+")
+_LANGUAGE = re.compile(r"[A-Za-z]{1,8}(?:[-_][A-Za-z0-9]{1,8})*")
+_LINK_SCHEMES = ("http", "https")
+
+
+@dataclass
+class PageFields:
+    """What an HTML page says about itself, and its out-links (absolute http(s) URLs, in
+    document order, each once)."""
+
+    title: str | None = None
+    language: str | None = None
+    description: str | None = None
+    canonical: str | None = None
+    links: list[str] = field(default_factory=list)
+    bad_fields: list[str] = field(default_factory=list)
+
+
+def content_hash(body: bytes) -> str:
+    """A hash of the body (BLAKE2b, 128 bits, hex): equal bodies, equal hashes."""
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+def parse_page(html: str, url: str) -> PageFields:
+    """The fields and out-links of the page ``html`` fetched from ``url``."""
+    page = PageFields()
+    try:
+        selector = Selector(text=html.replace("\x00", "") or "<html></html>", type="html")
+        base = _base_url(selector, url)
+    except Exception:
+        page.bad_fields.append("document")
+        return page
+    readers: dict[str, Callable[[Selector, str], str | None]] = {
+        "title": _title,
+        "language": _language,
+        "description": _description,
+        "canonical": _canonical,
+    }
+    for name, reader in readers.items():
+        try:
+            setattr(page, name, reader(selector, base))
+        except Exception:
+            page.bad_fields.append(name)
+    try:
+        page.links = out_links(selector, base)
+    except Exception:
+        page.bad_fields.append("links")
+    return page
+
+
+def out_links(selector: Selector, base: str) -> list[str]:
+    """Absolute http(s) URLs of ``<a href>`` and ``<area href>``, without fragments, each
+    once, at most MAX_LINKS."""
+    seen: dict[str, None] = {}
+    for href in selector.xpath("//a/@href | //area/@href").getall():
+        absolute = absolute_url(href, base)
+        if absolute is not None:
+            seen.setdefault(absolute, None)
+            if len(seen) >= MAX_LINKS:
+                break
+    return list(seen)
+
+
+def absolute_url(href: str, base: str) -> str | None:
+    """``href`` resolved against ``base``, without its fragment; None unless it is http(s)
+    with a host."""
+    href = strip_html5_whitespace(href)
+    if not href or href.startswith("#"):
+        return None
+    try:
+        joined = urljoin(base, href)
+        parts = urlsplit(joined)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in _LINK_SCHEMES or not parts.hostname:
+        return None
+    return joined.split("#", 1)[0]
+
+
+def _base_url(selector: Selector, url: str) -> str:
+    href = selector.xpath("//head/base/@href").get()
+    resolved = absolute_url(href, url) if href else None
+    return resolved or url
+
+
+def _text(value: str | None) -> str | None:
+    if value is None:
+        return None
+    text = _SPACE.sub(" ", value).strip()
+    return text[:MAX_TEXT] or None
+
+
+def _title(selector: Selector, base: str) -> str | None:
+    return _text(" ".join(selector.xpath("//title[1]//text()").getall()) or None)
+
+
+def _language(selector: Selector, base: str) -> str | None:
+    value = _text(selector.xpath("/html/@lang").get())
+    if value is None:
+        return None
+    if not _LANGUAGE.fullmatch(value):
+        raise ValueError(value)
+    return value.replace("_", "-").lower()
+
+
+def _description(selector: Selector, base: str) -> str | None:
+    query = "//meta[translate(@name,'DESCRIPTION','description')='description']/@content"
+    return _text(selector.xpath(query).get())
+
+
+def _canonical(selector: Selector, base: str) -> str | None:
+    query = "//link[contains(concat(' ', translate(@rel,'CANONICAL','canonical'), ' '), "
+    query += "' canonical ')]/@href"
+    href = selector.xpath(query).get()
+    return absolute_url(href, base) if href else None

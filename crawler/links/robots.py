@@ -1,0 +1,262 @@
+"""robots.txt for the ``links`` spider: fetched once per host per LINKS_ROBOTS_TTL for the whole
+fleet, cached in Redis, obeyed with Protego.
+
+A worker that needs the rules of an origin (``scheme://host[:port]``) reads them from its local
+cache, else from ``{links}:robots:<origin>``. When Redis has none, one worker of the fleet wins
+the claim ``{links}:robots:claim:<origin>`` (SET NX, LINKS_ROBOTS_CLAIM_SECONDS) and downloads
+robots.txt; requests of that origin in other workers go back to the frontier's delayed set
+until the rules are in Redis. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
+allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The worker that
+downloaded the rules asks the spider for the requests they seed (its sitemaps).
+
+Crawl-delay is put in the request's meta ``crawl_delay``: the ban middleware's fleet-wide
+politeness (crawler/middlewares/bans.py) spaces the host's requests by it for every worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from protego import Protego
+from scrapy import Request
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http.request import NO_CALLBACK
+
+from crawler.config import setting
+from crawler.connection import redis_from_settings
+from crawler.middlewares.bans import CRAWL_DELAY_META
+from crawler.scheduling.scheduler import DUE_META
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from crawler.connection import RedisClient
+
+logger = logging.getLogger(__name__)
+
+LINKS_META = "links"
+SKIP_META = "dont_obey_robotstxt"
+ROBOTS_META = "links_robots"
+LOCAL_CACHE_SIZE = 10_000
+
+
+class RobotsDeferred(IgnoreRequest):
+    """The robots.txt request itself was sent back to wait (its host cools down after a ban,
+    or has no token): Scrapy's engine.download would hand it straight back to the downloader,
+    so it is given up here and fetched again after ``until``."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__(f"robots.txt deferred until {until:.0f}")
+        self.until = until
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class FleetRobots:
+    """The Redis side: cached robots.txt bodies and the claim to download one."""
+
+    def __init__(self, server: RedisClient, spider: str, ttl: int, claim_seconds: int) -> None:
+        self.server = server
+        self.prefix = "{" + spider + "}:robots:"
+        self.ttl = ttl
+        self.claim_seconds = claim_seconds
+
+    def get(self, origin: str) -> bytes | None:
+        value: Any = self.server.get(self.prefix + origin)
+        return None if value is None else bytes(value)
+
+    def claim(self, origin: str) -> bool:
+        claimed = self.server.set(
+            self.prefix + "claim:" + origin, b"1", nx=True, ex=self.claim_seconds
+        )
+        return bool(claimed)
+
+    def release(self, origin: str) -> None:
+        self.server.delete(self.prefix + "claim:" + origin)
+
+    def store(self, origin: str, body: bytes) -> None:
+        pipe = self.server.pipeline(transaction=False)
+        pipe.set(self.prefix + origin, body, ex=self.ttl)
+        pipe.delete(self.prefix + "claim:" + origin)
+        pipe.execute()
+
+
+class RobotsCache:
+    """Parsed rules per origin in this worker, at most ``size``, each for ``ttl`` seconds."""
+
+    def __init__(self, size: int, ttl: float) -> None:
+        self.size = size
+        self.ttl = ttl
+        self._entries: OrderedDict[str, tuple[float, Protego]] = OrderedDict()
+
+    def get(self, origin: str) -> Protego | None:
+        entry = self._entries.get(origin)
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        self._entries.move_to_end(origin)
+        return entry[1]
+
+    def put(self, origin: str, rules: Protego) -> None:
+        self._entries[origin] = (time.monotonic() + self.ttl, rules)
+        self._entries.move_to_end(origin)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
+def parse_rules(body: bytes) -> Protego:
+    return Protego.parse(body.decode("utf-8", "replace"))
+
+
+class FleetRobotsMiddleware:
+    """Downloader middleware (in place of Scrapy's RobotsTxtMiddleware, order 100) for requests
+    of the ``links`` spider (those with meta ``links``); meta ``dont_obey_robotstxt`` skips it.
+
+    Settings: LINKS_ROBOTS_OBEY, LINKS_ROBOTS_TTL, LINKS_ROBOTS_CLAIM_SECONDS,
+    LINKS_ROBOTS_MAX_BYTES (crawler/settings.py); ROBOTSTXT_USER_AGENT or USER_AGENT.
+    """
+
+    def __init__(self, crawler: Crawler, fleet: FleetRobots, max_bytes: int) -> None:
+        self.crawler = crawler
+        self.fleet = fleet
+        self.max_bytes = max_bytes
+        self.cache = RobotsCache(LOCAL_CACHE_SIZE, fleet.ttl)
+        settings = crawler.settings
+        self.user_agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT")
+        self._pending: dict[str, asyncio.Future[Protego | None]] = {}
+        # Origins whose robots.txt waits (RobotsDeferred): not asked again before this time.
+        self._not_before: dict[str, float] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetRobotsMiddleware:
+        settings = crawler.settings
+        if not setting(settings, "LINKS_ROBOTS_OBEY"):
+            raise NotConfigured("LINKS_ROBOTS_OBEY is off")
+        assert crawler.spidercls is not None
+        fleet = FleetRobots(
+            redis_from_settings(settings),
+            crawler.spidercls.name,
+            setting(settings, "LINKS_ROBOTS_TTL"),
+            setting(settings, "LINKS_ROBOTS_CLAIM_SECONDS"),
+        )
+        return cls(crawler, fleet, setting(settings, "LINKS_ROBOTS_MAX_BYTES"))
+
+    async def process_request(self, request: Request) -> Request | None:
+        if request.meta.get(ROBOTS_META) and DUE_META in request.meta:
+            raise RobotsDeferred(float(request.meta[DUE_META]))
+        if LINKS_META not in request.meta or request.meta.get(SKIP_META):
+            return None
+        origin = origin_of(request.url)
+        rules = await self.rules_for(origin, request)
+        if rules is None:
+            return self._wait(request, self._not_before.get(origin, 0.0))
+        delay = rules.crawl_delay(self.user_agent)
+        if delay:
+            request.meta[CRAWL_DELAY_META] = float(delay)
+        if not rules.can_fetch(request.url, self.user_agent):
+            self._count("robotstxt/forbidden")
+            raise IgnoreRequest("Forbidden by robots.txt")
+        return None
+
+    async def rules_for(self, origin: str, request: Request) -> Protego | None:
+        """The rules of ``origin``; None while another worker downloads them."""
+        rules = self.cache.get(origin)
+        if rules is not None:
+            return rules
+        pending = self._pending.get(origin)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if self._not_before.get(origin, 0.0) > time.time():
+            return None
+        body = self.fleet.get(origin)
+        if body is not None:
+            rules = parse_rules(body)
+            self.cache.put(origin, rules)
+            return rules
+        if not self.fleet.claim(origin):
+            return None
+        return await self._fetch(origin, request)
+
+    async def _fetch(self, origin: str, request: Request) -> Protego | None:
+        future: asyncio.Future[Protego | None] = asyncio.get_running_loop().create_future()
+        self._pending[origin] = future
+        try:
+            body = await self._download(origin)
+            self.fleet.store(origin, body)
+            rules = parse_rules(body)
+            self.cache.put(origin, rules)
+            future.set_result(rules)
+        except RobotsDeferred as deferred:
+            self._defer_origin(origin, deferred.until)
+            future.set_result(None)
+            return None
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters get it through their await
+            raise
+        finally:
+            self._pending.pop(origin, None)
+        self._seed(request, rules)
+        return rules
+
+    async def _download(self, origin: str) -> bytes:
+        robots = Request(
+            f"{origin}/robots.txt",
+            priority=1000,
+            meta={SKIP_META: True, ROBOTS_META: True, "dont_retry": True, "dont_ban_check": True},
+            callback=NO_CALLBACK,
+        )
+        engine = self.crawler.engine
+        assert engine is not None
+        self._count("robotstxt/request_count")
+        try:
+            response: Response = await engine.download_async(robots)
+        except RobotsDeferred:
+            raise
+        except Exception as exc:
+            self._count(f"robotstxt/error/{type(exc).__name__}")
+            return b""
+        self._count(f"robotstxt/response_status_count/{response.status}")
+        return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
+
+    def _seed(self, request: Request, rules: Protego) -> None:
+        """Schedule what the spider makes of new rules (their sitemaps)."""
+        seed = getattr(self.crawler.spider, "robots_requests", None)
+        engine = self.crawler.engine
+        if seed is None or engine is None:
+            return
+        made: Iterable[Request] = seed(request, list(rules.sitemaps))
+        for follow in made:
+            engine.crawl(follow)
+
+    def _defer_origin(self, origin: str, until: float) -> None:
+        """Release the claim: any worker may fetch the rules once ``until`` has passed."""
+        self._count("robotstxt/request_deferred")
+        self.fleet.release(origin)
+        if len(self._not_before) >= LOCAL_CACHE_SIZE:
+            now = time.time()
+            self._not_before = {o: t for o, t in self._not_before.items() if t > now}
+        self._not_before[origin] = until
+
+    def _wait(self, request: Request, not_before: float = 0.0) -> Request:
+        """Back to the frontier until the worker holding the claim has stored the rules (or
+        until the robots.txt request of the origin may go again)."""
+        self._count("robotstxt/deferred")
+        meta = dict(request.meta)
+        meta[DUE_META] = max(time.time(), not_before) + random.uniform(0.5, 1.5)
+        return request.replace(meta=meta, dont_filter=True)
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)

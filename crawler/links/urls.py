@@ -1,0 +1,132 @@
+"""URL canonicalisation and the rules that decide which links the ``links`` spider follows.
+
+Pure functions, no I/O. A canonical URL (:func:`canonical_url`) has its scheme and host in
+lower case, no default port, no fragment, its query sorted (w3lib ``canonicalize_url``) and
+none of the tracking parameters of :data:`TRACKING_PARAMS`; the frontier's dupefilter sees
+only canonical URLs, so ``/a?utm_source=x#top`` and ``/a`` are one page.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import tldextract
+from scrapy.linkextractors import IGNORED_EXTENSIONS
+from w3lib.url import canonicalize_url
+
+SCHEMES = frozenset({"http", "https"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# Query parameters that only say where a visitor came from, removed from every URL: exact
+# names, and every name starting with one of TRACKING_PREFIXES (compared in lower case).
+TRACKING_PARAMS = frozenset(
+    {
+        *("gclid", "gclsrc", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid"),
+        *("mc_cid", "mc_eid", "_hsenc", "_hsmi", "igshid", "si", "ref_src", "spm"),
+        *("_ga", "_gl", "oly_anon_id", "oly_enc_id", "vero_id", "mkt_tok", "twclid"),
+    }
+)
+TRACKING_PREFIXES = ("utm_", "pk_", "mtm_")
+SCOPES = ("host", "domain", "any")
+# File extensions that are not HTML: links to them are never requested.
+SKIPPED_EXTENSIONS = frozenset(f".{ext}" for ext in IGNORED_EXTENSIONS) | {".gz", ".xml", ".json"}
+# A path step that looks like a calendar: /2024/01, /2024-01-31, /cal/202401.
+_CALENDAR = re.compile(r"(?:^|/)(?:19|20)\d\d(?:[/-]?(?:0[1-9]|1[0-2]))(?:[/-]?\d\d)?(?:/|$)")
+_EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+
+class BadUrl(ValueError):
+    """A URL the spider does not follow; ``reason`` is a short slug for stats."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def is_tracking(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in TRACKING_PARAMS or lowered.startswith(TRACKING_PREFIXES)
+
+
+def canonical_url(url: str) -> str:
+    """The canonical form of an absolute http(s) URL; BadUrl when it is not one, or carries a
+    user or password."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise BadUrl("malformed") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise BadUrl("scheme")
+    if not parts.hostname:
+        raise BadUrl("no_host")
+    if "@" in parts.netloc:
+        raise BadUrl("credentials")
+    host = parts.hostname.rstrip(".")
+    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    if ":" in host:
+        netloc = f"[{host}]" if port in (None, DEFAULT_PORTS[scheme]) else f"[{host}]:{port}"
+    query = parts.query
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(is_tracking(name) for name, _ in pairs):
+        query = urlencode([(name, value) for name, value in pairs if not is_tracking(name)])
+    rebuilt = urlunsplit((scheme, netloc, parts.path or "/", query, ""))
+    return canonicalize_url(rebuilt, keep_fragments=False)
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` of a canonical URL (the port only when it is not the default)."""
+    return urlsplit(url).netloc
+
+
+@lru_cache(maxsize=65536)
+def registered_domain(host: str) -> str:
+    """The registered domain of a host (``blog.example.co.uk`` -> ``example.co.uk``), from the
+    public suffix list bundled with tldextract (never fetched); for a suffix the list does not
+    know (``site1.test``), the last two labels."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    result = _EXTRACT(name)
+    if result.suffix and result.domain:
+        return f"{result.domain}.{result.suffix}"
+    return ".".join(name.split(".")[-2:])
+
+
+def scope_root(url: str, scope: str) -> str:
+    """What a followed link must share with its start URL: its host, its registered domain,
+    or nothing (``any``)."""
+    if scope == "host":
+        return host_of(url)
+    if scope == "domain":
+        return registered_domain(host_of(url))
+    return ""
+
+
+def in_scope(url: str, scope: str, root: str) -> bool:
+    return scope == "any" or scope_root(url, scope) == root
+
+
+def is_calendar(path: str) -> bool:
+    return bool(_CALENDAR.search(path))
+
+
+@dataclass(frozen=True)
+class UrlRules:
+    """Limits on URLs a crawl follows (LINKS_MAX_URL_LENGTH, LINKS_MAX_REPEATED_SEGMENTS)."""
+
+    max_length: int = 2048
+    max_repeats: int = 2
+
+    def check(self, url: str) -> None:
+        """BadUrl with the reason when a canonical URL is not worth a request."""
+        if len(url) > self.max_length:
+            raise BadUrl("too_long")
+        path = urlsplit(url).path
+        last = path.rsplit("/", 1)[-1].lower()
+        if "." in last and last[last.rindex(".") :] in SKIPPED_EXTENSIONS:
+            raise BadUrl("extension")
+        segments = [segment for segment in path.split("/") if segment]
+        if segments and max(segments.count(s) for s in set(segments)) > self.max_repeats:
+            raise BadUrl("repeated_segments")

@@ -1,0 +1,349 @@
+"""Whole sites, breadth first: every HTML page reachable from the start URLs, within limits.
+
+Start entries (``-a urls=a,b``, ``-a file=domains.txt`` or ``redis-cli lpush links:start_urls``):
+    ``https://example.org/``                   a URL on any http(s) host (no user or password)
+    ``example.org``                            a bare host: LINKS_DEFAULT_SCHEME://example.org/
+    ``{"url": "https://example.org/", "max_depth": 3, "max_pages": 10000, "scope": "domain"}``
+
+Links are canonicalised (crawler/links/urls.py) before they reach the frontier, so its
+dupefilter sees one URL per page. Priority falls with depth (same-host links slightly ahead).
+robots.txt is obeyed per host for the fleet (crawler/links/robots.py); the sitemaps it names,
+or ``/sitemap.xml``, seed the host. Pages go to ``pages`` (crawler/items.py PageItem), per-host
+counters to Redis (crawler/links/ledger.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.exceptions import StopDownload
+from scrapy.http import HtmlResponse
+
+from crawler.config import setting
+from crawler.extractors.links import content_hash, parse_page
+from crawler.items import PageItem
+from crawler.links.ledger import HostErrorsMiddleware, HostLedger
+from crawler.links.robots import LINKS_META, FleetRobotsMiddleware
+from crawler.links.sitemaps import sitemap_body, sitemap_urls
+from crawler.links.urls import (
+    SCOPES,
+    BadUrl,
+    UrlRules,
+    canonical_url,
+    host_of,
+    in_scope,
+    is_calendar,
+    scope_root,
+)
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
+from crawler.spiders.responses import body_text
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.http.headers import Headers
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+
+_JSON_KEYS = {"url", "max_depth", "max_pages", "scope"}
+MAX_DEPTH_LIMIT = 1000
+BACKLINK_STEPS = 2
+MAX_PAGES_LIMIT = 1_000_000_000
+# Statuses that reach the callback to be counted as the host's errors (others are dropped by
+# Scrapy's HttpErrorMiddleware; bans and 5xx are the ban and retry middlewares' job).
+COUNTED_ERRORS = [404, 410]
+# Content types parsed as pages; a page answering another one is not downloaded further.
+HTML_TYPES = (b"text/html", b"application/xhtml+xml")
+
+
+class LinksSpider(RedisFedSpider):
+    """Breadth-first crawl of whole sites into ``pages``.
+
+    Settings (crawler/settings.py): LINKS_DEFAULT_SCHEME, LINKS_MAX_DEPTH, LINKS_MAX_PAGES,
+    LINKS_SCOPE, LINKS_MAX_URL_LENGTH, LINKS_MAX_REPEATED_SEGMENTS, LINKS_MAX_CALENDAR_HOPS,
+    LINKS_SITEMAPS, LINKS_SITEMAP_MAX_URLS, LINKS_STATE_TTL, LINKS_STORE_BODY,
+    LINKS_BODY_MAX_BYTES, LINKS_ROBOTS_* (robots.txt), LINKS_RESOLVE (resolver).
+    """
+
+    name = "links"
+    entry_kind = "links start entry"
+    # Start URLs go through the fleet's dupefilter like every link: a site the fleet has
+    # crawled is not crawled again until ``scrapy frontier links purge``.
+    refetch_start_urls = False
+    custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
+        # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
+        "DOWNLOAD_MAXSIZE": 10 * 1024 * 1024,
+        "DOWNLOAD_WARNSIZE": 2 * 1024 * 1024,
+    }
+
+    @classmethod
+    def update_settings(cls, settings: BaseSettings) -> None:
+        """Add the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100)
+        and the per-host error counter (90), keeping every other downloader middleware of the
+        project (custom_settings would replace the whole dict). Set at spider priority, as
+        custom_settings are: ``-s DOWNLOADER_MIDDLEWARES=...`` wins."""
+        super().update_settings(settings)
+        name = "DOWNLOADER_MIDDLEWARES"
+        middlewares = dict(settings.getdict(name))
+        middlewares[HostErrorsMiddleware] = 90
+        middlewares[FleetRobotsMiddleware] = 100
+        settings.set(name, middlewares, priority="spider")
+
+    def __init__(self, urls: str = "", file: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.url_args = [part.strip() for part in urls.split(",") if part.strip()]
+        if file:
+            lines = Path(file).read_text(encoding="utf-8").splitlines()
+            self.url_args += [s for line in lines if (s := line.strip()) and s[0] != "#"]
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinksSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        assert isinstance(spider, LinksSpider)
+        spider.configure(crawler)
+        crawler.signals.connect(spider.on_headers, signal=signals.headers_received)
+        return spider
+
+    @classmethod
+    def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
+        """What ``scrapy status links`` adds: the fleet's totals over every host and the ten
+        hosts with most pages, with their counters."""
+        ledger = HostLedger(server, cls.name, setting(settings, "LINKS_STATE_TTL"))
+        summary = ledger.summary(top=10)
+        return {"hosts": summary["totals"], "top hosts": summary["hosts"]}
+
+    def configure(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.default_scheme: str = setting(settings, "LINKS_DEFAULT_SCHEME")
+        self.max_depth: int = setting(settings, "LINKS_MAX_DEPTH")
+        self.max_pages: int = setting(settings, "LINKS_MAX_PAGES")
+        self.scope: str = setting(settings, "LINKS_SCOPE")
+        self.rules = UrlRules(
+            setting(settings, "LINKS_MAX_URL_LENGTH"),
+            setting(settings, "LINKS_MAX_REPEATED_SEGMENTS"),
+        )
+        self.max_calendar_hops: int = setting(settings, "LINKS_MAX_CALENDAR_HOPS")
+        self.sitemaps: bool = setting(settings, "LINKS_SITEMAPS")
+        self.sitemap_max_urls: int = setting(settings, "LINKS_SITEMAP_MAX_URLS")
+        self.maxsize = settings.getint("DOWNLOAD_MAXSIZE")
+        self.store_body: bool = setting(settings, "LINKS_STORE_BODY")
+        self.body_max_bytes: int = setting(settings, "LINKS_BODY_MAX_BYTES")
+        self.ledger = HostLedger(
+            self.start_entries.server, self.name, setting(settings, "LINKS_STATE_TTL")
+        )
+
+    # --- start entries ---------------------------------------------------------------------
+
+    def argument_entries(self) -> Iterable[str]:
+        return self.url_args
+
+    def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
+        if isinstance(entry, str):
+            return [self.start_request(entry, self.max_depth, self.max_pages, self.scope)]
+        check_keys(entry, _JSON_KEYS, {"url"})
+        return [
+            self.start_request(
+                entry["url"],
+                _bounded(entry.get("max_depth", self.max_depth), "max_depth", MAX_DEPTH_LIMIT),
+                _bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT),
+                _scope(entry.get("scope", self.scope)),
+            )
+        ]
+
+    def start_request(self, value: Any, max_depth: int, max_pages: int, scope: str) -> Request:
+        if isinstance(value, str) and "://" not in value:
+            value = f"{self.default_scheme}://{value.strip()}"
+        check_start_url(value, frozenset())
+        try:
+            url = canonical_url(value)
+        except BadUrl as exc:
+            raise InvalidStartEntry("bad_url", exc.reason) from None
+        state = {
+            "depth": 0,
+            "max_depth": max_depth,
+            "max_pages": max_pages,
+            "scope": scope,
+            "root": scope_root(url, scope),
+            "start": hashlib.blake2b(url.encode(), digest_size=6).hexdigest(),
+            "hops": 0,
+        }
+        return self._page_request(url, state, priority=10)
+
+    def _page_request(self, url: str, state: dict[str, Any], priority: int) -> Request:
+        return Request(
+            url,
+            callback=self.parse_page,
+            priority=priority,
+            meta={LINKS_META: state, "handle_httpstatus_list": COUNTED_ERRORS},
+        )
+
+    # --- pages -----------------------------------------------------------------------------
+
+    def on_headers(self, headers: Headers, request: Request, **kwargs: Any) -> None:
+        """Stop downloading a page whose Content-Type says it is not HTML (a PDF behind an
+        extension-less URL): its callback gets the headers and counts it, never parses it."""
+        if LINKS_META not in request.meta or request.callback != self.parse_page:
+            return
+        if headers.get(b"Location"):
+            return  # a redirect: its own body does not matter, its target is checked in turn
+        content_type = (headers.get(b"Content-Type") or b"").split(b";")[0].strip().lower()
+        if content_type and content_type not in HTML_TYPES:
+            self.count("links/skipped/content_type")
+            # The cut answer has an empty body: not a ban (crawler/bans/rules.py "empty_body").
+            request.meta["dont_ban_check"] = True
+            raise StopDownload(fail=False)
+
+    def parse_page(self, response: Response) -> Iterator[Any]:
+        state: dict[str, Any] = response.meta[LINKS_META]
+        url = canonical_url(response.url)
+        host = host_of(url)
+        if state["depth"] == 0 and response.meta.get("redirect_urls"):
+            # A start URL that redirects (example.org -> www.example.org, http -> https): the
+            # crawl's scope is where it landed.
+            state = {**state, "root": scope_root(url, state["scope"])}
+        if response.status >= 400:
+            self.count(f"links/errors/http_{response.status}")
+            self.ledger.error(host, f"http_{response.status}")
+            return
+        if not isinstance(response, HtmlResponse):
+            self.count("links/not_html")
+            return
+        fields = parse_page(body_text(response), response.url)
+        self.count_bad_fields(fields.bad_fields)
+        links = self._canonical_links(fields.links)
+        external = Counter(h for link in links if (h := host_of(link)) != host)
+        fetched, backlinks = self.ledger.page(state["start"], host, len(response.body), external)
+        if state["max_pages"] and fetched > state["max_pages"]:
+            self.count("links/over_max_pages")
+            return
+        self.count("links/pages")
+        yield self._item(response, url, host, state, fields, len(links))
+        yield from self._follow(links, host, state, backlinks)
+
+    def _item(
+        self, response: Response, url: str, host: str, state: dict[str, Any], fields: Any, n: int
+    ) -> PageItem:
+        request = response.request
+        requested = canonical_url(request.meta.get("redirect_urls", [url])[0]) if request else url
+        content_type = response.headers.get(b"Content-Type")
+        return PageItem(
+            url=url,
+            host=host,
+            status=response.status,
+            final_url=response.url,
+            depth=int(state["depth"]),
+            fetched_at=time.time(),
+            content_hash=content_hash(response.body),
+            content_length=len(response.body),
+            out_links=n,
+            content_type=content_type.decode("latin-1") if content_type else None,
+            requested_url=requested if requested != url else None,
+            title=fields.title,
+            language=fields.language,
+            description=fields.description,
+            canonical=fields.canonical,
+            body=zlib.compress(response.body[: self.body_max_bytes]) if self.store_body else None,
+        )
+
+    def _canonical_links(self, links: Iterable[str]) -> list[str]:
+        canonical: dict[str, None] = {}
+        for link in links:
+            try:
+                canonical.setdefault(canonical_url(link), None)
+            except BadUrl as exc:
+                self.count(f"links/skipped/{exc.reason}")
+        return list(canonical)
+
+    def _follow(
+        self, links: list[str], host: str, state: dict[str, Any], backlinks: dict[str, int]
+    ) -> Iterator[Request]:
+        depth = int(state["depth"]) + 1
+        if depth > state["max_depth"]:
+            return
+        for link in links:
+            child = self._child_state(link, state, depth)
+            if child is not None:
+                target = host_of(link)
+                rank = link_priority(depth, target == host, backlinks.get(target, 0))
+                yield self._page_request(link, child, priority=rank)
+
+    def _child_state(self, link: str, state: dict[str, Any], depth: int) -> dict[str, Any] | None:
+        if not in_scope(link, state["scope"], state["root"]):
+            self.count("links/skipped/out_of_scope")
+            return None
+        try:
+            self.rules.check(link)
+        except BadUrl as exc:
+            self.count(f"links/skipped/{exc.reason}")
+            return None
+        hops = int(state["hops"]) + 1 if is_calendar(link.split("?", 1)[0]) else 0
+        if hops > self.max_calendar_hops:
+            self.count("links/skipped/calendar")
+            return None
+        return {**state, "depth": depth, "hops": hops}
+
+    # --- robots.txt and sitemaps -------------------------------------------------------------
+
+    def robots_requests(self, request: Request, sitemaps: list[str]) -> list[Request]:
+        """Requests seeded by the robots.txt of ``request``'s host, fetched by this worker
+        for the fleet: the sitemaps it names on that host, else ``/sitemap.xml``."""
+        state = request.meta.get(LINKS_META)
+        if not self.sitemaps or state is None:
+            return []
+        origin = request.url.split("/", 3)[:3]
+        base = "/".join(origin)
+        urls = [url for url in sitemaps if url.startswith(base + "/")] or [f"{base}/sitemap.xml"]
+        return [self._sitemap_request(url, state) for url in urls[:10]]
+
+    def _sitemap_request(self, url: str, state: dict[str, Any]) -> Request:
+        return Request(
+            url, callback=self.parse_sitemap, priority=5, meta={LINKS_META: {**state, "depth": 0}}
+        )
+
+    def parse_sitemap(self, response: Response) -> Iterator[Request]:
+        state: dict[str, Any] = response.meta[LINKS_META]
+        body = sitemap_body(response, self.maxsize)
+        kind, locations = sitemap_urls(body or b"", self.sitemap_max_urls)
+        self.count(f"links/sitemaps/{kind or 'unreadable'}")
+        host = host_of(canonical_url(response.url))
+        if state["max_depth"] < 1:
+            return
+        for link in self._canonical_links(locations):
+            if host_of(link) != host:
+                self.count("links/skipped/sitemap_foreign")
+            elif kind == "sitemapindex":
+                yield self._sitemap_request(link, state)
+            elif (child := self._child_state(link, state, 1)) is not None:
+                yield self._page_request(link, child, priority=-2 + 1)
+
+
+def link_priority(depth: int, same_host: bool, backlinks: int) -> int:
+    """Frontier priority of a link (higher goes first): breadth first, two steps per level of
+    depth; a link on its page's own host one step ahead; a link to another host one step ahead
+    from 10 backlinks, two from 100 (so with scope "any" well-linked hosts come first within
+    their level, and at best level with the next shallower one)."""
+    popularity = min(BACKLINK_STEPS, int(math.log10(backlinks))) if backlinks > 0 else 0
+    return -2 * depth + (1 if same_host else popularity)
+
+
+def _bounded(value: Any, name: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise InvalidStartEntry(
+            f"bad_{name}", f"{repr(value)[:80]} is not a whole number 0..{limit}"
+        )
+    return value
+
+
+def _scope(value: Any) -> str:
+    if value not in SCOPES:
+        raise InvalidStartEntry("bad_scope", f"{repr(value)[:80]}; one of {', '.join(SCOPES)}")
+    return str(value)

@@ -1,0 +1,294 @@
+"""The links spider crawling the sandbox's generated web of many hosts (sandbox/web.py), as
+users run it: `scrapy crawl links` processes against real Redis, MongoDB and the sandbox,
+compared with the sandbox's ground truth and its per-host request counts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from crawler.links.ledger import HostLedger
+from tests.harness import ROOT, Crawl, Sandbox, poll
+
+pytestmark = pytest.mark.integration
+
+RESOLVER = {
+    "TWISTED_DNS_RESOLVER": "crawler.links.resolver.MappedResolver",
+    "LINKS_RESOLVE": json.dumps({"test": "127.0.0.1"}),
+}
+
+
+@pytest.fixture
+def web(sandbox: Sandbox) -> Iterator[Sandbox]:
+    yield sandbox
+    sandbox.admin("web", {})  # the default web again
+
+
+def build_web(sandbox: Sandbox, **config: Any) -> dict[str, Any]:
+    sandbox.admin("web", config)
+    report: dict[str, Any] = sandbox.admin("web")
+    return report
+
+
+def home(sandbox: Sandbox, host: str) -> str:
+    return f"http://{host}:{urlsplit(sandbox.url).port}/"
+
+
+def stored(crawl: Crawl) -> dict[tuple[str, str], dict[str, Any]]:
+    """The stored pages by (host, path); no two of them share one."""
+    docs = list(crawl.mongo.db.pages.find({}, {"_id": 0}))
+    pages = {(str(urlsplit(doc["url"]).hostname), urlsplit(doc["url"]).path): doc for doc in docs}
+    assert len(pages) == len(docs), "a page was stored under two URLs"
+    return pages
+
+
+def truth(report: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(host, path) for host in report["hosts"] for path in report["truth"][host]}
+
+
+def requested(report: dict[str, Any], predicate: Any) -> list[tuple[str, str, int]]:
+    return [
+        (host, path, count)
+        for host, paths in report["counts"].items()
+        for path, count in paths.items()
+        if predicate(path)
+    ]
+
+
+def links_settings(**extra: Any) -> dict[str, Any]:
+    return {**RESOLVER, "LINKS_DEFAULT_SCHEME": "http", **extra}
+
+
+def test_every_allowed_page_stored_once_and_nothing_forbidden_requested(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    report = build_web(web, sites=20, pages=6)
+    hosts = report["hosts"]
+    urls = ",".join(home(web, host) for host in hosts)
+    result = crawl("links", "-a", f"urls={urls}", settings=links_settings())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    pages = stored(crawl)
+    assert {key for key in pages if not key[1].startswith(report["trap"])} == truth(report)
+    report = web.admin("web")
+    counts = report["counts"]
+    for host in hosts:
+        assert counts[host]["/robots.txt"] == 1, host
+        for path in report["truth"][host]:
+            # /p/2 is also reached through the /old redirect: still fetched once.
+            assert counts[host][path] == 1, (host, path)
+    assert not requested(report, lambda path: path.startswith(report["disallowed"]))
+    assert not requested(report, lambda path: path.endswith(".pdf") or path.startswith("/a/a"))
+    calendar = requested(report, lambda path: path.startswith(report["trap"]))
+    assert 0 < len(calendar) <= len(hosts) * 5  # LINKS_MAX_DEPTH=5 from the home
+
+    doc = pages[("site3.test", "/p/1")]
+    assert doc["title"] == "Page 1 of site3"
+    assert doc["language"] == "en-gb"
+    assert doc["description"] == "Page 1 of site3 of site3"
+    assert doc["status"] == 200
+    assert doc["depth"] == 1
+    assert doc["out_links"] == 4
+    assert len(doc["content_hash"]) == 32
+    assert doc["content_type"].startswith("text/html")
+    redirected = pages[("site3.test", "/p/2")]
+    assert redirected["requested_url"] in (None, home(web, "site3.test") + "old")
+
+    key = "{links}:host:" + urlsplit(home(web, "site3.test")).netloc
+    raw = cast(dict[bytes, bytes], redis_client.hgetall(key))
+    stats = {name.decode(): int(value) for name, value in raw.items()}
+    assert stats["pages"] == sum(host == "site3.test" for host, _ in pages)
+    assert stats["errors:http_404"] == counts["site3.test"]["/missing"] == 1
+    assert stats["external_links"] >= 1
+    assert stats["bytes"] > 0
+    assert 0 < redis_client.ttl(key) <= 7 * 24 * 3600
+    summary = HostLedger(redis_client, "links", 60).summary(top=3)
+    assert summary["totals"]["pages"] == len(pages)
+    assert summary["totals"]["errors:http_404"] == len(hosts)
+    assert len(summary["hosts"]) == 3
+    assert all(counters["pages"] >= 1 for counters in summary["hosts"].values())
+    fleet = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
+    # /download (4 MiB, application/octet-stream) was asked for, its body never downloaded.
+    assert int(fleet[b"links/skipped/content_type"]) == len(hosts)
+    assert int(fleet.get(b"response_received_count", 0)) < 20 * len(hosts)
+
+    shown = status(crawl)
+    assert shown["hosts"]["pages"] == len(pages)
+    assert shown["hosts"]["errors:http_404"] == len(hosts)
+    assert len(shown["top hosts"]) == 10
+    text = subprocess.run(
+        [*STATUS, "links"], cwd=ROOT, env=crawl.env(), capture_output=True, text=True, check=True
+    ).stdout
+    hosts_line = next(line for line in text.splitlines() if line.startswith("  hosts "))
+    assert f"pages {len(pages)}" in hosts_line
+
+
+STATUS = [sys.executable, "-m", "scrapy", "status"]
+
+
+def status(crawl: Crawl) -> dict[str, Any]:
+    """The links figures of ``scrapy status links --json``."""
+    out = subprocess.run(
+        [*STATUS, "links", "--json"], cwd=ROOT, env=crawl.env(), capture_output=True, check=True
+    ).stdout
+    report: dict[str, Any] = json.loads(out)["spiders"]["links"]["report"]
+    return report
+
+
+def test_two_workers_fetch_robots_once_per_host(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    report = build_web(web, sites=40, pages=4)
+    redis_client.lpush("links:start_urls", *[home(web, host) for host in report["hosts"]])
+    command = crawl.command("links", settings=links_settings(LINKS_MAX_CALENDAR_HOPS=2))
+    workers = [
+        subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for worker in workers:
+        _, stderr = worker.communicate(timeout=120)
+        assert worker.returncode == 0, stderr[-3000:]
+
+    pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
+    assert pages == truth(report)
+    counts = web.admin("web")["counts"]
+    assert {host: counts[host]["/robots.txt"] for host in report["hosts"]} == dict.fromkeys(
+        report["hosts"], 1
+    )
+
+
+def test_scope_any_spreads_over_hosts_and_traps_stay_bounded(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    report = build_web(web, sites=8, pages=4)
+    entry = {"url": home(web, "site0.test"), "scope": "any", "max_depth": 4}
+    redis_client.lpush("links:start_urls", json.dumps(entry))
+    settings = links_settings(LINKS_MAX_CALENDAR_HOPS=3, RETRY_TIMES=0)
+    result = crawl("links", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    pages = stored(crawl)
+    content = {key for key in pages if not key[1].startswith(report["trap"])}
+    assert content == truth(report)
+    months = sorted(key for key in pages if key[1].startswith(report["trap"]))
+    assert months == [(host, f"/cal/2024/0{m}") for host in report["hosts"] for m in (1, 2, 3)]
+    assert pages[("site5.test", "/")]["depth"] == 1
+    # site0 links to site0.test:1, where nothing listens: its home page and its sitemap (robots.txt
+    # failed: everything allowed, /sitemap.xml tried) are errors of that host, by class.
+    refused = HostLedger(redis_client, "links", 60).host("site0.test:1")
+    assert refused == {"errors:DownloadConnectionRefusedError": 2, "backlinks": 1}
+
+
+def test_scope_host_page_budget_and_bodies(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    build_web(web, sites=6, pages=3)
+    # site0 links to every site: none of them is followed. site3 may store 3 pages only.
+    budget = {"url": home(web, "site3.test"), "max_pages": 3}
+    redis_client.lpush("links:start_urls", json.dumps(budget))
+    settings = links_settings(LINKS_STORE_BODY=True, LINKS_BODY_MAX_BYTES=100)
+    result = crawl("links", "-a", f"urls={home(web, 'site0.test')}", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    pages = stored(crawl)
+    assert {host for host, _ in pages} == {"site0.test", "site3.test"}
+    assert sum(host == "site3.test" for host, _ in pages) == 3
+    doc = pages[("site0.test", "/p/1")]
+    body = zlib.decompress(doc["body"])
+    assert len(body) == 100
+    assert doc["content_length"] > 100
+    assert b"<title>Page 1 of site0</title>" in body
+
+
+def test_bad_start_entries_are_set_aside_with_a_reason(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    build_web(web, sites=2, pages=1)
+    good = home(web, "site1.test")
+    entries = {
+        "ftp://site1.test/": "bad_url",
+        "http://user:secret@site1.test/": "credentials",
+        json.dumps({"url": good, "scope": "galaxy"}): "bad_scope",
+        json.dumps({"url": good, "max_depth": -1}): "bad_max_depth",
+        json.dumps({"url": good, "colour": "red"}): "unknown_keys",
+        json.dumps({"url": good, "max_depth": 0}): None,
+    }
+    redis_client.lpush("links:start_urls", *entries)
+    result = crawl("links", settings=links_settings())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    invalid = [json.loads(raw) for raw in redis_client.lrange("links:start_urls:invalid", 0, -1)]
+    reasons = {record["entry"]: record["reason"].split(":")[0] for record in invalid}
+    assert reasons == {entry: reason for entry, reason in entries.items() if reason}
+    assert set(stored(crawl)) == {("site1.test", "/")}
+
+
+def test_crawl_delay_is_kept_per_host(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    report = build_web(web, sites=3, pages=2, crawl_delay_every=2, crawl_delay=0.3)
+    assert report["crawl_delays"] == {"site2.test": 0.3}
+    urls = ",".join(home(web, host) for host in report["hosts"])
+    settings = links_settings(LINKS_MAX_CALENDAR_HOPS=0)
+    result = crawl("links", "-a", f"urls={urls}", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    times = sorted(poll(lambda: web.admin("web")["times"].get("site2.test"), what="requests"))
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert len(times) >= 5
+    assert min(gaps) >= 0.3 * 0.9, gaps
+    undelayed = sorted(web.admin("web")["times"]["site1.test"])
+    assert min(b - a for a, b in itertools.pairwise(undelayed)) < 0.3 * 0.9
+
+
+def test_a_killed_worker_loses_nothing(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    report = build_web(web, sites=20, pages=6, latency_ms=40)
+    redis_client.lpush("links:start_urls", *[home(web, host) for host in report["hosts"]])
+    settings = links_settings(
+        FRONTIER_LEASE_SECONDS=5, LINKS_ROBOTS_CLAIM_SECONDS=2, LINKS_MAX_CALENDAR_HOPS=2
+    )
+    command = crawl.command("links", settings=settings)
+    victim = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.DEVNULL)
+    try:
+        poll(lambda: crawl.mongo.db.pages.count_documents({}) >= 10, timeout=60, what="pages")
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    result = crawl("links", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
+    assert pages == truth(report)
+    assert not requested(web.admin("web"), lambda path: path.startswith(report["disallowed"]))
+
+
+def test_a_host_cooling_down_waits_without_losing_its_robots(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    report = build_web(web, sites=2, pages=3)
+    # site1.test was banned a moment ago: the fleet leaves it alone for 3 more seconds.
+    until = float(cast(list[Any], redis_client.time())[0]) + 3
+    redis_client.hset("{links}:bans", "site1.test", str(until))
+    urls = ",".join(home(web, host) for host in report["hosts"])
+    result = crawl("links", "-a", f"urls={urls}", settings=links_settings())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
+    assert pages == truth(report)
+    report = web.admin("web")
+    assert report["counts"]["site1.test"]["/robots.txt"] == 1
+    assert min(report["times"]["site1.test"]) >= until
+    fleet = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
+    assert int(fleet[b"robotstxt/request_deferred"]) >= 1

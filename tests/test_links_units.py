@@ -1,0 +1,323 @@
+"""Unit tests of the links spider's pure parts: canonical URLs, URL rules, HTML extraction,
+sitemaps, the resolver's mapping and start entries; hypothesis where input comes from the web."""
+
+from __future__ import annotations
+
+import gzip
+from functools import cache
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scrapy.http import HtmlResponse, Response, TextResponse
+from scrapy.utils.test import get_crawler
+
+from crawler import settings as project_settings
+from crawler.extractors.links import content_hash, parse_page
+from crawler.links.resolver import mapped_address
+from crawler.links.robots import RobotsCache, parse_rules
+from crawler.links.sitemaps import sitemap_body, sitemap_urls
+from crawler.links.urls import (
+    BadUrl,
+    UrlRules,
+    canonical_url,
+    in_scope,
+    is_calendar,
+    registered_domain,
+    scope_root,
+)
+from crawler.spiders.base import InvalidStartEntry
+from crawler.spiders.links import LinksSpider, link_priority
+
+
+@pytest.mark.parametrize(
+    ("url", "canonical"),
+    [
+        ("HTTP://Example.ORG:80/a?b=2&a=1#frag", "http://example.org/a?a=1&b=2"),
+        ("https://example.org:443", "https://example.org/"),
+        ("https://example.org:8443/x", "https://example.org:8443/x"),
+        (
+            "http://example.org/p?utm_source=x&UTM_Medium=y&id=3&fbclid=z",
+            "http://example.org/p?id=3",
+        ),
+        ("http://example.org/p?gclid=1", "http://example.org/p"),
+        ("http://example.org/%7Euser/a%20b", "http://example.org/~user/a%20b"),
+        ("http://example.org./", "http://example.org/"),
+    ],
+)
+def test_canonical_url(url: str, canonical: str) -> None:
+    assert canonical_url(url) == canonical
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("ftp://example.org/", "scheme"),
+        ("javascript:alert(1)", "scheme"),
+        ("http:///path", "no_host"),
+        ("http://user:pw@example.org/", "credentials"),
+        ("http://example.org:99999/", "malformed"),
+    ],
+)
+def test_canonical_url_refuses(url: str, reason: str) -> None:
+    with pytest.raises(BadUrl) as error:
+        canonical_url(url)
+    assert error.value.reason == reason
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from(["http", "https", "HTTP"]),
+    st.from_regex(r"[a-z0-9]{1,10}(\.[a-z0-9]{1,10}){0,3}", fullmatch=True),
+    st.text(max_size=40),
+    st.text(max_size=40),
+)
+def test_canonical_url_is_stable(scheme: str, host: str, path: str, query: str) -> None:
+    """Canonicalising twice changes nothing, whatever a page puts in its path and query."""
+    try:
+        once = canonical_url(f"{scheme}://{host}/{path}?{query}")
+    except BadUrl:
+        return
+    assert canonical_url(once) == once
+    assert urlsplit(once).scheme in ("http", "https")
+    assert "#" not in once
+
+
+def test_url_rules() -> None:
+    rules = UrlRules(max_length=60, max_repeats=2)
+    rules.check("http://example.org/a/b/a/b")
+    for url, reason in [
+        ("http://example.org/" + "x" * 60, "too_long"),
+        ("http://example.org/report.PDF", "extension"),
+        ("http://example.org/a/a/a/", "repeated_segments"),
+    ]:
+        with pytest.raises(BadUrl, match=reason):
+            rules.check(url)
+
+
+def test_scopes_and_calendars() -> None:
+    url = "http://blog.example.co.uk/x"
+    assert registered_domain("blog.example.co.uk") == "example.co.uk"
+    assert registered_domain("www.site1.test:8080") == "site1.test"
+    assert scope_root(url, "host") == "blog.example.co.uk"
+    assert in_scope("http://shop.example.co.uk/", "domain", scope_root(url, "domain"))
+    assert not in_scope("http://shop.example.co.uk/", "host", scope_root(url, "host"))
+    assert in_scope("http://other.org/", "any", "")
+    assert is_calendar("/cal/2024/01")
+    assert is_calendar("/events/2024-12-31/")
+    assert not is_calendar("/p/2024")
+    assert not is_calendar("/id/123456")
+
+
+PAGE = """<!DOCTYPE html><html lang="fr_CA"><head><base href="/docs/">
+<title>  A
+ title </title><META NAME="Description" content=" Some  text "><link rel="alternate canonical"
+href="/canon"></head><body><a href="one">1</a><a href="https://other.org/x#y">2</a>
+<a href="mailto:a@b.c">m</a><a href="javascript:x()">j</a><a href="#top">t</a>
+<area href="//cdn.org/img"><a href="one">again</a><a href="http://[bad">b</a></body></html>"""
+
+
+def test_parse_page_fields_and_links() -> None:
+    page = parse_page(PAGE, "http://site.org/a/b")
+    assert page.title == "A title"
+    assert page.language == "fr-ca"
+    assert page.description == "Some text"
+    assert page.canonical == "http://site.org/canon"
+    assert page.links == ["http://site.org/docs/one", "https://other.org/x", "http://cdn.org/img"]
+    assert page.bad_fields == []
+
+
+def test_parse_page_costs_only_the_bad_field() -> None:
+    page = parse_page('<html lang="<script>"><title>t</title></html>', "http://s.org/")
+    assert page.title == "t"
+    assert page.language is None
+    assert page.bad_fields == ["language"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=3000))
+def test_parse_page_never_raises(html: str) -> None:
+    page = parse_page(html, "http://site.org/")
+    for link in page.links:
+        assert urlsplit(link).scheme in ("http", "https")
+        assert urlsplit(link).hostname
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.sampled_from(["<a href='", "'>", "<", "html", "http://", "x", "\x00", "#", " "]))
+)
+def test_parse_page_never_raises_on_tag_soup(parts: list[str]) -> None:
+    parse_page("".join(parts), "http://site.org/")
+
+
+def test_content_hash() -> None:
+    assert content_hash(b"a") == content_hash(b"a") != content_hash(b"b")
+    assert len(content_hash(b"")) == 32
+
+
+URLSET = (
+    b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+    b"<url><loc>http://s.org/a</loc></url><url><loc>http://s.org/b</loc></url></urlset>"
+)
+
+
+def test_sitemaps_plain_gzip_and_junk() -> None:
+    plain = Response("http://s.org/sitemap.xml", body=URLSET)
+    assert sitemap_urls(sitemap_body(plain, 10**6) or b"", 10) == (
+        "urlset",
+        ["http://s.org/a", "http://s.org/b"],
+    )
+    zipped = Response("http://s.org/s.gz", body=gzip.compress(URLSET))
+    assert sitemap_urls(sitemap_body(zipped, 10**6) or b"", 1) == ("urlset", ["http://s.org/a"])
+    html = HtmlResponse("http://s.org/s", body=b"<html></html>")
+    assert sitemap_body(html, 10**6) is None
+    assert sitemap_urls(b"\x00not xml", 10) == ("", [])
+
+
+def test_robots_rules_and_cache() -> None:
+    rules = parse_rules(b"User-agent: *\nDisallow: /private/\nCrawl-delay: 2\nSitemap: http://s/sm")
+    assert not rules.can_fetch("http://s/private/x", "bot")
+    assert rules.can_fetch("http://s/", "bot")
+    assert rules.crawl_delay("bot") == 2
+    assert list(rules.sitemaps) == ["http://s/sm"]
+    cache = RobotsCache(size=2, ttl=60)
+    for origin in ("a", "b", "c"):
+        cache.put(origin, rules)
+    assert cache.get("a") is None
+    assert cache.get("c") is rules
+
+
+def test_mapped_address() -> None:
+    mapping = {"test": "127.0.0.1", "exact.example": "127.0.0.2"}
+    assert mapped_address("Site1.TEST", mapping) == "127.0.0.1"
+    assert mapped_address("exact.example", mapping) == "127.0.0.2"
+    assert mapped_address("other.example", mapping) is None
+    assert mapped_address("test.org", mapping) is None
+
+
+def _spider(**settings: Any) -> LinksSpider:
+    defaults = {
+        name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()
+    }
+    crawler = get_crawler(LinksSpider, settings_dict={**defaults, **settings})
+    return LinksSpider.from_crawler(crawler)
+
+
+@cache
+def shared_spider() -> LinksSpider:
+    return _spider()
+
+
+def test_start_entries() -> None:
+    spider = _spider()
+    (bare,) = spider.requests_from_entry("Example.org")
+    assert bare.url == "https://example.org/"
+    (path,) = spider.requests_from_entry("example.org/a/b")
+    assert path.url == "https://example.org/a/b"
+    state = bare.meta["links"]
+    assert (state["depth"], state["scope"], state["root"]) == (0, "host", "example.org")
+    entry = {"url": "http://a.example.org/x", "max_depth": 2, "max_pages": 9, "scope": "domain"}
+    (request,) = spider.requests_from_entry(entry)
+    state = request.meta["links"]
+    assert (state["max_depth"], state["max_pages"], state["root"]) == (2, 9, "example.org")
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("ftp://example.org/", "bad_url"),
+        ("http://u:p@example.org/", "credentials"),
+        ("http://exa mple.org/", "bad_url"),
+        ({"url": "http://example.org/", "scope": "all"}, "bad_scope"),
+        ({"url": "http://example.org/", "max_pages": True}, "bad_max_pages"),
+        ({"url": "http://example.org/", "max_depth": 10**9}, "bad_max_depth"),
+        ({"max_depth": 1}, "missing_keys"),
+        ({"url": 5}, "bad_url"),
+    ],
+)
+def test_bad_start_entries(entry: str | dict[str, Any], reason: str) -> None:
+    with pytest.raises(InvalidStartEntry) as error:
+        list(_spider().requests_from_entry(entry))
+    assert error.value.reason == reason
+
+
+def test_not_html_is_not_parsed() -> None:
+    spider = _spider()
+    (request,) = spider.requests_from_entry("http://example.org/")
+    response = TextResponse(
+        "http://example.org/",
+        body=b"plain",
+        headers={"Content-Type": "text/plain"},
+        request=request,
+    )
+    assert list(spider.parse_page(response)) == []
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(), children),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=80),
+        st.dictionaries(
+            st.sampled_from(["url", "max_depth", "max_pages", "scope", "other"]), JSON_VALUES
+        ),
+        st.builds(lambda host, path: {"url": f"http://{host}/{path}"}, st.text(), st.text()),
+    )
+)
+def test_any_start_entry_makes_a_canonical_request_or_is_refused(
+    entry: str | dict[str, Any],
+) -> None:
+    try:
+        requests = list(shared_spider().requests_from_entry(entry))
+    except InvalidStartEntry:
+        return
+    for request in requests:
+        # Scrapy escapes some characters w3lib keeps (``[``): equal once canonical again.
+        once = canonical_url(request.url)
+        assert canonical_url(once) == once
+        parts = urlsplit(request.url)
+        assert parts.scheme in ("http", "https")
+        assert "@" not in parts.netloc
+
+
+def test_file_argument(tmp_path: Any) -> None:
+    listing = tmp_path / "domains.txt"
+    listing.write_text("# sites\nexample.org\n\n  https://example.net/a  \n")
+    spider = LinksSpider(file=str(listing), urls="example.com")
+    assert list(spider.argument_entries()) == [
+        "example.com",
+        "example.org",
+        "https://example.net/a",
+    ]
+
+
+def test_link_priority_is_breadth_first() -> None:
+    assert link_priority(1, True, 0) > link_priority(1, False, 0) > link_priority(2, True, 0)
+    assert link_priority(2, False, 10) == link_priority(2, True, 0)
+    assert link_priority(2, False, 10**6) == link_priority(1, False, 0)
+    assert link_priority(2, False, 10**6) < link_priority(1, True, 0)
+
+
+def test_a_start_url_that_redirects_moves_the_scope(redis_url: str) -> None:
+    spider = _spider(REDIS_URL=redis_url)
+    (start,) = spider.requests_from_entry("http://example.org/")
+    landed = start.replace(
+        url="https://www.example.org/",
+        meta={**start.meta, "redirect_urls": ["http://example.org/"]},
+    )
+    body = b'<a href="/a">a</a><a href="http://example.org/b">b</a>'
+    response = HtmlResponse(landed.url, body=body, request=landed)
+    output = list(spider.parse_page(response))
+    item, *requests = output
+    assert item.url == "https://www.example.org/"
+    assert item.requested_url == "http://example.org/"
+    assert [request.url for request in requests] == ["https://www.example.org/a"]
