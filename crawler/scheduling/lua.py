@@ -77,10 +77,19 @@ local function bloom_seen_or_add(base, h1, h2, capacity, error_rate)
   return false
 end
 
+local RESERVED = {}
 local function seen_or_add(mode, base, fp, h1, h2, capacity, error_rate)
   if mode == 'bloom' then
     return bloom_seen_or_add(base, tonumber(h1), tonumber(h2), capacity, error_rate)
   elseif mode == 'redisbloom' then
+    -- BF.ADD alone would create a filter of RedisBloom's defaults (100 items at 1%): reserve
+    -- it with the configured capacity and error rate first (it scales by 2 past capacity).
+    if not RESERVED[base] then
+      if redis.call('EXISTS', base) == 0 then
+        redis.call('BF.RESERVE', base, string.format('%.17g', error_rate), capacity)
+      end
+      RESERVED[base] = true
+    end
     return redis.call('BF.ADD', base, fp) == 0
   elseif mode == 'exact' then
     return redis.call('SADD', base, fp) == 0
