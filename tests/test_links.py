@@ -314,7 +314,7 @@ def test_a_crawl_on_the_redisbloom_duplicate_filter(
     assert {key for key in pages if not key[1].startswith(report["trap"])} == truth(report)
     counts = web.admin("web")["counts"]
     assert all(counts[host][path] == 1 for host, path in truth(report))
-    info = client.bf().info("{links}:dupefilter")
+    info = cast(Any, client.bf().info("{links}:dupefilter"))
     assert info.capacity == 5000
     assert info.insertedNum >= len(pages)
     client.close()
