@@ -121,10 +121,39 @@ class PageItem:
     body: bytes | None = None
 
 
+@dataclass
+class DomainItem:
+    """One domain of the ``domains`` sweep, keyed by ``domain`` (normalized: lower case, IDNA,
+    without ``www.``; crawler/domains/normalize.py). ``status`` is its class (alive, parked,
+    http_error, redirect_offsite, dns_not_found, dns_error, timeout, refused, tls_error,
+    connection_error) and ``code`` the seed's number (1000 DNS, 0 unreachable, else the HTTP
+    status); see crawler/domains/classify.py. ``scheme``, ``final_url`` (for redirect_offsite:
+    where it points), ``http_status``, ``server`` and ``title`` come from the answer and are None
+    after a failure, which ``error`` describes. ``response_time`` is seconds (download latency,
+    or time to the failure), ``checked_at`` epoch seconds, ``attempts`` the requests made."""
+
+    collection: ClassVar[str] = "domains"
+    unique_key: ClassVar[str] = "domain"
+
+    domain: str
+    status: str
+    code: int
+    checked_at: float
+    attempts: int = 1
+    scheme: str | None = None
+    final_url: str | None = None
+    http_status: int | None = None
+    response_time: float | None = None
+    server: str | None = None
+    title: str | None = None
+    error: str | None = None
+
+
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.
 STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (
     VideoItem,
     ProfileItem,
     PlaceItem,
     PageItem,
+    DomainItem,
 )

@@ -422,3 +422,36 @@ LINKS_BODY_MAX_BYTES = 1024 * 1024
 # "127.0.0.1"}').
 LINKS_RESOLVE: dict[str, str] = {}
 # --- End of links ------------------------------------------------------------------------------
+
+# --- Domains (crawler.spiders.domains: liveness sweep, one document per domain) ---------------
+# The spider turns off the ban middleware (a failure is its result) and sets CONCURRENT_REQUESTS
+# 200, FRONTIER_BATCH_SIZE and START_BATCH_SIZE 200 in its custom_settings (-s overrides them).
+# DOMAINS_NAMESERVERS (list of "host[:port]", default [] = those of /etc/resolv.conf): the
+# name servers the spider's resolver (crawler/domains/resolver.py) asks, in turn.
+DOMAINS_NAMESERVERS: list[str] = []
+# DOMAINS_DNS_TIMEOUT (float seconds > 0, default 2): how long one DNS query waits.
+DOMAINS_DNS_TIMEOUT = 2.0
+# DOMAINS_DNS_RETRIES (int 0..10, default 1): a query that timed out or got SERVFAIL/REFUSED is
+# asked again this many times, of the next name server. NXDOMAIN is never asked again.
+DOMAINS_DNS_RETRIES = 1
+# DOMAINS_DNS_CONCURRENCY (int >= 1, default 200): DNS queries in flight per name server.
+DOMAINS_DNS_CONCURRENCY = 200
+# DOMAINS_DOWNLOAD_TIMEOUT (float seconds > 0, default 10): a probe's download timeout.
+DOMAINS_DOWNLOAD_TIMEOUT = 10.0
+# DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a probe that timed out is sent again this
+# many times (at once, not with backoff); then the domain is "timeout" (code 0).
+DOMAINS_TIMEOUT_RETRIES = 1
+# DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (www. included)
+# followed at most; a redirect to another domain is never followed ("redirect_offsite").
+DOMAINS_MAX_REDIRECTS = 5
+# DOMAINS_HTTP_PORT (int 1..65535, default 80) and DOMAINS_HTTPS_PORT (default 443): the ports
+# probes go to; the sandbox's domains listen on high ports (tests and benchmarks set these).
+DOMAINS_HTTP_PORT = 80
+DOMAINS_HTTPS_PORT = 443
+# DOMAINS_RATE (float >= 0, default 0 = no cap): probes per second a worker sends at most,
+# spread evenly (the global cap; per-domain politeness does not apply to one request per domain).
+DOMAINS_RATE = 0.0
+# DOMAINS_BODY_BYTES (int >= 1024, default 65536): bytes of a page read at most; the title and
+# parking signatures are in the first ones, the rest is not downloaded.
+DOMAINS_BODY_BYTES = 65_536
+# --- End of domains ----------------------------------------------------------------------------

@@ -52,6 +52,13 @@ def ip_address(value: Any) -> str:
     return str(ipaddress.ip_address(as_text(value).strip()))
 
 
+def nameserver(value: Any) -> Any:
+    """DOMAINS_NAMESERVERS item: an IP address with an optional port (``host[:port]``)."""
+    from crawler.domains.resolver import NameServer
+
+    return NameServer.parse(as_text(value))
+
+
 def ports(value: Any) -> list[int]:
     """``METRICS_PORT``: 0 or empty (off), a port ``9410``, or a range ``9410-9419``."""
     raw = "" if value is None else str(value).strip()
@@ -272,6 +279,18 @@ RULES: dict[str, Rule] = {
     "LINKS_STORE_BODY": flag(),
     "LINKS_BODY_MAX_BYTES": integer(1),
     "LINKS_RESOLVE": mapping("host names or suffixes to IP addresses", value=ip_address),
+    # domains (crawler/spiders/domains.py, crawler/domains/)
+    "DOMAINS_NAMESERVERS": items(Rule("a name server", nameserver), "name servers host[:port]"),
+    "DOMAINS_DNS_TIMEOUT": number(0, above=True),
+    "DOMAINS_DNS_RETRIES": integer(0, 10),
+    "DOMAINS_DNS_CONCURRENCY": integer(1),
+    "DOMAINS_DOWNLOAD_TIMEOUT": number(0, above=True),
+    "DOMAINS_TIMEOUT_RETRIES": integer(0, 10),
+    "DOMAINS_MAX_REDIRECTS": integer(0, 20),
+    "DOMAINS_HTTP_PORT": integer(1, 65535),
+    "DOMAINS_HTTPS_PORT": integer(1, 65535),
+    "DOMAINS_RATE": number(0),
+    "DOMAINS_BODY_BYTES": integer(1024),
     # scrapy fleet (crawler/fleet/config.py); not set means its default
     **dict.fromkeys(FLEET_TEXT, text(optional=True)),
     "FLEET_SECRETS": choice("ssm", "env", optional=True),

@@ -1,0 +1,179 @@
+"""What one probe of a domain says about it: pure functions, no I/O.
+
+Classes (``status`` of a domain's document) and the seed's numeric ``code``:
+
+==================  =========  ===============================================================
+class               code       when
+==================  =========  ===============================================================
+alive               status     an answer below 400 that is not a parking page
+parked              status     a 200..399 page matching a parking signature (PARKING_SIGNATURES)
+http_error          status     an answer of 400 or more (404, 5xx, ...)
+redirect_offsite    status     a redirect to another domain (``www.`` of the same domain is
+                               on-site and followed)
+dns_not_found       1000       NXDOMAIN or no A record (definitive, never retried)
+dns_error           1000       SERVFAIL, REFUSED or DNS timeouts after the retries (the seed
+                               counts every failed resolution as 1000)
+timeout             0          no answer within DOMAINS_DOWNLOAD_TIMEOUT, after its retries
+refused             0          nothing listens on the HTTP nor the HTTPS port
+tls_error           0          HTTP failed and the HTTPS handshake failed
+connection_error    0          connected, but the connection closed or reset without an answer
+==================  =========  ===============================================================
+
+The seed's "accessible" rule (:func:`accessible`): a code other than 1000, 0, 404 and 5xx.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from OpenSSL import SSL
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+)
+from twisted.internet import error as net
+from twisted.internet.defer import TimeoutError as DeferredTimeout
+from twisted.python.failure import Failure
+from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
+
+from crawler.domains.resolver import DnsFailure
+
+DNS_NOT_FOUND_CODE = 1000
+TIMEOUT_CODE = 0
+# Failures of a probe over HTTP after which it is tried over HTTPS ("a protocol error").
+FALLBACK_KINDS = frozenset({"refused", "connection_error", "tls_error"})
+# Lower-cased text that marks a parking page, searched in the page's first bytes: the phrases
+# of parking templates and the names of parking services that host them.
+PARKING_SIGNATURES = (
+    "this domain is for sale",
+    "this domain may be for sale",
+    "buy this domain",
+    "domain is parked",
+    "this domain is parked",
+    "parked free, courtesy of",
+    "parkingcrew",
+    "sedoparking",
+    "bodis.com",
+    "parklogic",
+    "hugedomains.com",
+    "afternic.com",
+    "dan.com/buy-domain",
+)
+_KINDS: tuple[tuple[str, tuple[type[BaseException], ...]], ...] = (
+    ("dns_error", (net.DNSLookupError, CannotResolveHostError)),
+    (
+        "timeout",
+        (
+            net.TimeoutError,
+            net.TCPTimedOutError,
+            DeferredTimeout,
+            TimeoutError,
+            DownloadTimeoutError,
+        ),
+    ),
+    ("refused", (net.ConnectionRefusedError, DownloadConnectionRefusedError)),
+)
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+TITLE_MAX = 300
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A domain's class and the seed's code."""
+
+    status: str
+    code: int
+
+
+def failure_kind(exc: BaseException) -> str:
+    """The class a download failure gives (``refused``, ``timeout``, ``tls_error``, ...).
+
+    Scrapy wraps Twisted's errors in its own (``DownloadTimeoutError``, ...) with the original
+    as ``__cause__``: the whole chain is read."""
+    chain = _chain(exc)
+    for error in chain:
+        if isinstance(error, DnsFailure):
+            return error.outcome
+    for kind, types in _KINDS:
+        if any(isinstance(error, types) for error in chain):
+            return kind
+    if any(_is_tls(error) for error in chain):
+        return "tls_error"
+    return "connection_error"
+
+
+def refine_dns(kind: str, recorded: str | None, dns_pending: bool) -> str:
+    """``kind`` corrected by what the resolver knows of the host: the class of its recorded
+    DNS failure (the download only says "DNS lookup failed", or timed out as the resolver gave
+    up), or ``dns_error`` for a download that timed out while its name was being resolved."""
+    if kind in ("dns_error", "timeout") and recorded is not None:
+        return recorded
+    if kind == "timeout" and dns_pending:
+        return "dns_error"
+    return kind
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 10:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _is_tls(exc: BaseException) -> bool:
+    if isinstance(exc, SSL.Error):
+        return True
+    if isinstance(exc, ResponseFailed | ResponseNeverReceived):
+        return any(_reason_is_tls(reason) for reason in exc.reasons)
+    return False
+
+
+def _reason_is_tls(reason: Any) -> bool:
+    return isinstance(reason, Failure) and isinstance(reason.value, SSL.Error)
+
+
+def failure_outcome(kind: str) -> Outcome:
+    code = DNS_NOT_FOUND_CODE if kind in ("dns_not_found", "dns_error") else TIMEOUT_CODE
+    return Outcome(kind, code)
+
+
+def falls_back(kind: str, scheme: str) -> bool:
+    """True when a probe that failed this way over ``scheme`` is tried over HTTPS."""
+    return scheme == "http" and kind in FALLBACK_KINDS
+
+
+def response_outcome(status: int, body: bytes, offsite: bool = False) -> Outcome:
+    """The class of an answer (redirects within the domain already followed)."""
+    if offsite:
+        return Outcome("redirect_offsite", status)
+    if status >= 400:
+        return Outcome("http_error", status)
+    if is_parked(body):
+        return Outcome("parked", status)
+    return Outcome("alive", status)
+
+
+def is_parked(body: bytes) -> bool:
+    text = body.decode("utf-8", "replace").lower()
+    return any(signature in text for signature in PARKING_SIGNATURES)
+
+
+def page_title(body: bytes) -> str | None:
+    """The page's <title>, unescaped, whitespace collapsed, at most TITLE_MAX characters."""
+    match = _TITLE.search(body)
+    if match is None:
+        return None
+    text = html.unescape(match.group(1).decode("utf-8", "replace"))
+    title = " ".join(text.split())
+    return title[:TITLE_MAX] or None
+
+
+def accessible(code: int) -> bool:
+    """The seed's rule: reachable unless 1000 (DNS), 0 (timeout/unreachable), 404 or 5xx."""
+    return code not in (DNS_NOT_FOUND_CODE, TIMEOUT_CODE, 404) and not 500 <= code <= 599

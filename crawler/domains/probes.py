@@ -1,0 +1,144 @@
+"""The downloader middleware of the domains spider: a probe's failure is its result.
+
+Requests of the domains spider carry ``PROBE_META``. For them this middleware:
+
+- on the way out, takes a turn of the worker's rate cap (DOMAINS_RATE requests per second,
+  0 = no cap), awaiting it on the loop (never sleeping the reactor), and notes the send time;
+- turns a download failure (DNS, refused, timeout, TLS, ...) into a Response of status 0
+  flagged ``domains_failure``, with the failure's class in ``meta[FAILURE_META]``. The response
+  goes through the rest of the chain and to the spider's callback like any answer, so the
+  request's lease is acknowledged once the domain's document is stored: a dead domain is a
+  result, never a dead letter nor a retry with backoff;
+- stops reading a body after DOMAINS_BODY_BYTES bytes (the title and parking signatures are in
+  the first bytes), so a worker's memory stays small whatever the sites send.
+
+It sits at 560, above the retry middleware (550): its ``process_exception`` runs first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+from scrapy import signals
+from scrapy.exceptions import IgnoreRequest, StopDownload
+from scrapy.http import Response
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawler.config import setting
+from crawler.domains.classify import failure_kind, refine_dns
+from crawler.domains.resolver import AsyncResolver, install
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+PROBE_META = "domain_probe"
+FAILURE_META = "domain_failure"
+SENT_META = "domain_sent_at"
+RECEIVED_META = "domain_bytes"
+FAILURE_FLAG = "domains_failure"
+DNS_STATS_EVERY = 200
+
+
+class RateCap:
+    """At most ``rate`` turns per second, spread evenly (0 = no cap)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._next = 0.0
+
+    def reserve(self, now: float) -> float:
+        """Seconds to wait before the turn just reserved."""
+        if self.rate <= 0:
+            return 0.0
+        turn = max(now, self._next)
+        self._next = turn + 1.0 / self.rate
+        return turn - now
+
+
+class DomainProbeMiddleware:
+    """Settings: DOMAINS_RATE, DOMAINS_BODY_BYTES (crawler/settings.py)."""
+
+    def __init__(self, rate: float, body_bytes: int, resolver: AsyncResolver | None) -> None:
+        self.cap = RateCap(rate)
+        self.body_bytes = body_bytes
+        self.resolver = resolver
+        self.stats: StatsCollector | None = None
+        self._probes = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DomainProbeMiddleware:
+        settings = crawler.settings
+        middleware = cls(
+            setting(settings, "DOMAINS_RATE"),
+            setting(settings, "DOMAINS_BODY_BYTES"),
+            install(crawler),
+        )
+        crawler.signals.connect(middleware.bytes_received, signal=signals.bytes_received)
+        crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
+        middleware.stats = crawler.stats
+        return middleware
+
+    def spider_closed(self) -> None:
+        self.copy_dns_stats()
+
+    def copy_dns_stats(self) -> None:
+        """The resolver's counts as stats (``domains/dns/<count>``, ``domains/dns/ms``), every
+        DNS_STATS_EVERY probes and at the end, so the fleet's stats show them as a sweep goes."""
+        if self.resolver is None or self.stats is None:
+            return
+        for name, value in self.resolver.counts.items():
+            self.stats.set_value(f"domains/dns/{name}", value)
+        self.stats.set_value("domains/dns/ms", int(self.resolver.seconds * 1000))
+
+    async def process_request(self, request: Request) -> None:
+        if PROBE_META not in request.meta:
+            return
+        wait = self.cap.reserve(time.monotonic())
+        if wait > 0:
+            await asyncio.sleep(wait)
+        request.meta[SENT_META] = time.time()
+        self._probes += 1
+        if self._probes % DNS_STATS_EVERY == 0:
+            self.copy_dns_stats()
+
+    def process_exception(self, request: Request, exception: Exception) -> Response | None:
+        # An ignored request (a middleware's decision) and Redis being away are not results.
+        if PROBE_META not in request.meta or isinstance(exception, IgnoreRequest | RedisError):
+            return None
+        sent = request.meta.get(SENT_META)
+        kind, error = self._describe(request, exception)
+        request.meta[FAILURE_META] = {
+            "kind": kind,
+            "error": error[:300],
+            "elapsed": round(time.time() - sent, 3) if sent else None,
+        }
+        return Response(request.url, status=0, request=request, flags=[FAILURE_FLAG])
+
+    def _describe(self, request: Request, exception: Exception) -> tuple[str, str]:
+        kind = failure_kind(exception)
+        error = f"{type(exception).__name__}: {exception}"
+        if self.resolver is None:
+            return kind, error
+        host = urlparse_cached(request).hostname or ""
+        recorded = self.resolver.failure(host)
+        refined = refine_dns(
+            kind, recorded.outcome if recorded else None, self.resolver.pending(host)
+        )
+        if refined != kind:
+            error = (
+                f"{type(recorded).__name__}: {recorded}" if recorded else "DNS: no answer in time"
+            )
+        return refined, error
+
+    def bytes_received(self, data: bytes, request: Request) -> None:
+        if PROBE_META not in request.meta:
+            return
+        received = request.meta.get(RECEIVED_META, 0) + len(data)
+        request.meta[RECEIVED_META] = received
+        if received >= self.body_bytes:
+            raise StopDownload(fail=False)

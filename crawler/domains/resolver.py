@@ -1,0 +1,297 @@
+"""DNS for a domain sweep: asynchronous, spread over name servers, no thread pool.
+
+Scrapy's default resolver (``CachingThreadedResolver``) calls ``getaddrinfo`` in the reactor's
+thread pool (10 threads by default), so a sweep of many dead domains waits on threads.
+:class:`AsyncResolver` asks the name servers itself with dnspython's ``dns.asyncresolver`` on
+the asyncio loop the reactor runs on:
+
+- DOMAINS_NAMESERVERS (``host[:port]`` each; default: those of /etc/resolv.conf) are taken in
+  turn, so the load is spread over them; each has its own cap of DOMAINS_DNS_CONCURRENCY
+  queries in flight;
+- a query waits DOMAINS_DNS_TIMEOUT seconds at most; a timeout, SERVFAIL or REFUSED is asked
+  again DOMAINS_DNS_RETRIES times, of the next name server;
+- NXDOMAIN, or a name without an A record, is a definitive answer: never asked again, raised
+  as :class:`DomainNotFound`; what is still failing after the retries is :class:`DnsError`.
+  Both are Twisted ``DNSLookupError`` s, so Scrapy treats them as DNS failures; the spider tells
+  them apart by type (crawler/domains/classify.py).
+
+:class:`DomainsResolver` is the Twisted side (``IResolverSimple``, like Scrapy's resolvers): use
+it as ``TWISTED_DNS_RESOLVER = "crawler.domains.resolver.DomainsResolver"``. That setting is read
+once per process, before any spider's ``custom_settings``, so the domains spider also installs it
+itself when it starts (:func:`install`), unless TWISTED_DNS_RESOLVER names another resolver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import dns.asyncresolver
+import dns.exception
+import dns.nameserver
+import dns.resolver
+from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.abstract import isIPAddress
+from twisted.internet.error import DNSLookupError
+from twisted.internet.interfaces import IResolverSimple
+from zope.interface import implementer  # type: ignore[import-untyped]
+
+from crawler.config import setting
+from crawler.settings_check import SettingsError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from twisted.internet.defer import Deferred
+
+# Answers kept per worker (a fallback or redirect asks for the same name again soon).
+CACHE_SIZE = 10_000
+CACHE_SECONDS = 300.0
+
+
+class DnsFailure(DNSLookupError):
+    """A name that could not be resolved; ``outcome`` is the domain's class."""
+
+    outcome: ClassVar[str] = "dns_error"
+
+
+class DomainNotFound(DnsFailure):
+    """NXDOMAIN, or no A record: the name has no address. Definitive, never retried."""
+
+    outcome = "dns_not_found"
+
+
+class DnsError(DnsFailure):
+    """SERVFAIL, REFUSED or no answer in time, still so after the retries."""
+
+    outcome = "dns_error"
+
+
+class _Retryable(Exception):
+    """One query's transient failure (timeout, SERVFAIL, REFUSED)."""
+
+
+@dataclass(frozen=True)
+class NameServer:
+    host: str
+    port: int = 53
+
+    @classmethod
+    def parse(cls, text: str) -> NameServer:
+        """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``; ValueError otherwise."""
+        text = text.strip()
+        if text.startswith("["):
+            host, _, rest = text[1:].partition("]")
+            port = rest.removeprefix(":") if rest else ""
+        elif text.count(":") == 1:
+            host, _, port = text.partition(":")
+        else:
+            host, port = text, ""
+        if not isIPAddress(host) and ":" not in host:
+            raise ValueError(f"{text!r}: a name server is an IP address")
+        number = int(port) if port.isascii() and port.isdigit() else (53 if not port else -1)
+        if not 0 < number < 65536:
+            raise ValueError(f"{text!r}: port out of range")
+        return cls(host, number)
+
+
+def system_nameservers() -> list[NameServer]:
+    """The name servers of /etc/resolv.conf (read once, when the resolver is built)."""
+    try:
+        hosts = dns.resolver.Resolver().nameservers
+    except dns.resolver.NoResolverConfiguration:
+        hosts = []
+    if not hosts:
+        raise SettingsError("DOMAINS_NAMESERVERS is empty and /etc/resolv.conf names no server")
+    return [NameServer(str(host)) for host in hosts]
+
+
+class AsyncResolver:
+    """IPv4 addresses of names, from ``nameservers`` in turn (see the module's docstring).
+
+    ``counts`` holds what happened (queries, retries, timeouts, nxdomain, servfail, cached)
+    and ``seconds`` the time spent waiting for answers, for stats and benchmarks.
+    """
+
+    def __init__(
+        self, nameservers: Sequence[NameServer], timeout: float, retries: int, concurrency: int
+    ) -> None:
+        if not nameservers:
+            raise ValueError("no name servers")
+        self.nameservers = list(nameservers)
+        self.timeout = timeout
+        self.retries = retries
+        self.concurrency = concurrency
+        self._clients = [self._client(server) for server in self.nameservers]
+        self._slots: list[asyncio.Semaphore] | None = None
+        self._turn = itertools.count()
+        self._cache: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
+        self._failures: OrderedDict[str, DnsFailure] = OrderedDict()
+        self._pending: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+        self.seconds = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> AsyncResolver:
+        configured: list[NameServer] = setting(settings, "DOMAINS_NAMESERVERS")
+        return cls(
+            configured or system_nameservers(),
+            timeout=setting(settings, "DOMAINS_DNS_TIMEOUT"),
+            retries=setting(settings, "DOMAINS_DNS_RETRIES"),
+            concurrency=setting(settings, "DOMAINS_DNS_CONCURRENCY"),
+        )
+
+    def _client(self, server: NameServer) -> dns.asyncresolver.Resolver:
+        client = dns.asyncresolver.Resolver(configure=False)
+        client.nameservers = [dns.nameserver.Do53Nameserver(server.host, server.port)]
+        client.timeout = self.timeout
+        client.lifetime = self.timeout
+        client.retry_servfail = False
+        client.cache = None
+        return client
+
+    def failure(self, name: str) -> DnsFailure | None:
+        """The last failure of ``name`` (Twisted's name resolution reports every failure as a
+        plain DNSLookupError: the spider reads the reason here)."""
+        return self._failures.get(name.lower().rstrip("."))
+
+    def pending(self, name: str) -> bool:
+        """True while ``name`` is being resolved."""
+        return self._pending[name.lower().rstrip(".")] > 0
+
+    async def resolve(self, name: str) -> list[str]:
+        """The name's IPv4 addresses; DomainNotFound or DnsError when it has none."""
+        name = name.lower().rstrip(".")
+        cached = self._cached(name)
+        if cached is not None:
+            self.counts["cached"] += 1
+            return cached
+        self._pending[name] += 1
+        try:
+            return await self._resolve(name)
+        except DnsFailure as exc:
+            # A copy without traceback nor context: 10,000 of them stay small.
+            _bounded_put(self._failures, name, type(exc)(*exc.args))
+            raise
+        finally:
+            self._pending[name] -= 1
+            if self._pending[name] <= 0:
+                del self._pending[name]
+
+    async def _resolve(self, name: str) -> list[str]:
+        first = next(self._turn)
+        for attempt in range(self.retries + 1):
+            index = (first + attempt) % len(self.nameservers)
+            try:
+                addresses = await self._ask(index, name)
+            except _Retryable as exc:
+                if attempt < self.retries:
+                    self.counts["retries"] += 1
+                    continue
+                raise DnsError(f"{name}: {exc}") from None
+            self._remember(name, addresses)
+            return addresses
+        raise AssertionError("unreachable")
+
+    async def _ask(self, index: int, name: str) -> list[str]:
+        slots = self._semaphores()
+        async with slots[index]:
+            self.counts["queries"] += 1
+            started = time.monotonic()
+            try:
+                return await self._query(self._clients[index], name)
+            finally:
+                self.seconds += time.monotonic() - started
+
+    async def _query(self, client: dns.asyncresolver.Resolver, name: str) -> list[str]:
+        try:
+            answer = await client.resolve(name, "A", search=False)
+        except dns.resolver.NXDOMAIN:
+            self.counts["nxdomain"] += 1
+            raise DomainNotFound(f"{name}: NXDOMAIN") from None
+        except dns.resolver.NoAnswer:
+            self.counts["no_address"] += 1
+            raise DomainNotFound(f"{name}: no A record") from None
+        except dns.exception.Timeout:
+            self.counts["timeouts"] += 1
+            raise _Retryable(f"no answer within {self.timeout:g}s") from None
+        except (dns.resolver.NoNameservers, dns.resolver.YXDOMAIN) as exc:
+            self.counts["servfail"] += 1
+            raise _Retryable(_first_line(exc)) from None
+        except dns.exception.DNSException as exc:
+            raise DnsError(f"{name}: {_first_line(exc)}") from None
+        return [str(record.address) for record in answer]
+
+    def _semaphores(self) -> list[asyncio.Semaphore]:
+        # Created on first use, on the loop that runs the queries.
+        if self._slots is None:
+            self._slots = [asyncio.Semaphore(self.concurrency) for _ in self.nameservers]
+        return self._slots
+
+    def _cached(self, name: str) -> list[str] | None:
+        entry = self._cache.get(name)
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1]
+
+    def _remember(self, name: str, addresses: list[str]) -> None:
+        _bounded_put(self._cache, name, (time.monotonic() + CACHE_SECONDS, addresses))
+        self._failures.pop(name, None)
+
+
+def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
+@implementer(IResolverSimple)
+class DomainsResolver:
+    """Twisted's simple resolver interface over :class:`AsyncResolver` (first IPv4 address)."""
+
+    def __init__(self, reactor: Any, resolver: AsyncResolver) -> None:
+        self.reactor = reactor
+        self.resolver = resolver
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, reactor: Any) -> DomainsResolver:
+        return cls(reactor, AsyncResolver.from_settings(crawler.settings))
+
+    def install_on_reactor(self) -> None:
+        self.reactor.installResolver(self)
+
+    def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
+        return deferred_from_coro(self._first_address(name))
+
+    async def _first_address(self, name: str) -> str:
+        if isIPAddress(name):
+            return name
+        return (await self.resolver.resolve(name))[0]
+
+
+def install(crawler: Crawler) -> AsyncResolver | None:
+    """The AsyncResolver the reactor uses: the installed one, or a new one from the crawler's
+    settings. None when TWISTED_DNS_RESOLVER names another resolver (a choice to respect, e.g.
+    to compare with Scrapy's thread pool)."""
+    from twisted.internet import reactor
+
+    current = getattr(reactor, "resolver", None)
+    if isinstance(current, DomainsResolver):
+        return current.resolver
+    if (crawler.settings.getpriority("TWISTED_DNS_RESOLVER") or 0) > SETTINGS_PRIORITIES["default"]:
+        return None
+    installed = DomainsResolver.from_crawler(crawler, reactor)
+    installed.install_on_reactor()
+    return installed.resolver

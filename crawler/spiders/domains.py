@@ -1,0 +1,282 @@
+"""Liveness sweep: one document per domain in ``domains``, alive or how it is dead.
+
+Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
+    ``example.com``                  a domain (also ``www.example.com``, a URL, an IDN; see
+                                     crawler/domains/normalize.py for the one-domain rule)
+    ``{"domains": ["a.com", ...]}``  a batch; a bad name in it is set aside alone
+    ``-a domains=a.com,b.org``       spider arguments
+    ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line), read line by
+                                     line as the crawl goes, never whole; a header is skipped
+
+A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
+
+Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
+fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
+timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (``www.``
+included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result. The
+classes and codes are in crawler/domains/classify.py. Failures are results: no backoff retry,
+no ban check, no dead letter (crawler/domains/probes.py); per-domain politeness does not apply
+(one request per domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters
+are off (crawler/domains/monitor.py): the fleet's stats stay bounded however long the list.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
+
+from scrapy import Request
+
+from crawler import settings as project
+from crawler.config import setting
+from crawler.domains.classify import (
+    Outcome,
+    failure_outcome,
+    falls_back,
+    page_title,
+    response_outcome,
+)
+from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
+from crawler.domains.probes import FAILURE_META, PROBE_META
+from crawler.domains.resolver import install
+from crawler.domains.summary import summarize
+from crawler.items import DomainItem
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class DomainsSpider(RedisFedSpider):
+    """Probe domains into ``domains``.
+
+    Settings (crawler/settings.py): DOMAINS_DOWNLOAD_TIMEOUT, DOMAINS_TIMEOUT_RETRIES,
+    DOMAINS_MAX_REDIRECTS, DOMAINS_HTTP_PORT, DOMAINS_HTTPS_PORT, DOMAINS_RATE,
+    DOMAINS_BODY_BYTES and the resolver's DOMAINS_NAMESERVERS, DOMAINS_DNS_TIMEOUT,
+    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY.
+    """
+
+    name = "domains"
+    entry_kind = "domains start entry"
+    # A domain seen before is not probed again: the dupefilter keeps a long list from being
+    # swept twice (``scrapy frontier domains purge`` before sweeping it again).
+    refetch_start_urls = False
+    custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
+        # A spider's dict replaces the project's: start from the project's.
+        "DOWNLOADER_MIDDLEWARES": {
+            **project.DOWNLOADER_MIDDLEWARES,
+            "crawler.middlewares.BanMiddleware": None,
+            "crawler.domains.probes.DomainProbeMiddleware": 560,
+        },
+        "EXTENSIONS": {
+            **project.EXTENSIONS,
+            "crawler.extensions.FleetMonitor": None,
+            "crawler.domains.monitor.DomainsFleetMonitor": 500,
+        },
+        # One request per domain: many domains in flight, none twice at once.
+        "CONCURRENT_REQUESTS": 200,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+        # A callback yields one item or request: Scrapy's default (100) starts 100 tasks for it.
+        "CONCURRENT_ITEMS": 2,
+        "FRONTIER_BATCH_SIZE": 200,
+        "START_BATCH_SIZE": 200,
+        "COOKIES_ENABLED": False,
+        "REDIRECT_ENABLED": False,
+        "DOWNLOAD_MAXSIZE": 4 * 1024 * 1024,
+    }
+
+    def __init__(self, domains: str = "", file: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.domain_args = [part.strip() for part in domains.split(",") if part.strip()]
+        self.file = file
+        if file and not Path(file).is_file():
+            raise ValueError(f"-a file={file}: no such file")
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> DomainsSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        assert isinstance(spider, DomainsSpider)
+        spider.configure(crawler)
+        return spider
+
+    @classmethod
+    def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
+        """What ``scrapy status domains`` adds: domains checked, the dead share by the seed's
+        rule, and the count of each class, from the fleet's stats."""
+        key = settings.get("STATS_REDIS_KEY") % {"spider": cls.name}
+        summary = summarize(server.hgetall(key))
+        checked = f"{summary.total:,}, {summary.dead:,} dead ({summary.dead_share:.1%})"
+        return {"checked": checked, "classes": dict(sorted(summary.by_class.items()))}
+
+    def configure(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.timeout: float = setting(settings, "DOMAINS_DOWNLOAD_TIMEOUT")
+        self.timeout_retries: int = setting(settings, "DOMAINS_TIMEOUT_RETRIES")
+        self.max_redirects: int = setting(settings, "DOMAINS_MAX_REDIRECTS")
+        self.ports = {
+            "http": setting(settings, "DOMAINS_HTTP_PORT"),
+            "https": setting(settings, "DOMAINS_HTTPS_PORT"),
+        }
+        self.resolver = install(crawler)
+
+    # --- start entries ---------------------------------------------------------------------
+
+    def argument_entries(self) -> Iterator[str]:
+        yield from self.domain_args
+        if self.file:
+            yield from csv_domains(Path(self.file))
+
+    def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
+        if isinstance(entry, str):
+            return [self.probe(_domain(entry))]
+        check_keys(entry, {"domains"}, {"domains"})
+        names = entry["domains"]
+        if not isinstance(names, list):
+            raise InvalidStartEntry("bad_domains", '"domains" is a list of domain names')
+        requests = []
+        for name in names:
+            try:
+                requests.append(self.probe(_domain(name)))
+            except InvalidStartEntry as exc:
+                self._set_aside(str(name), exc)
+        return requests
+
+    # --- probes ------------------------------------------------------------------------------
+
+    def probe(self, domain: str, scheme: str = "http") -> Request:
+        port = self.ports[scheme]
+        netloc = domain if port == DEFAULT_PORTS[scheme] else f"{domain}:{port}"
+        state = {"domain": domain, "scheme": scheme, "timeouts": 0, "redirects": 0, "tries": 1}
+        return self._request(f"{scheme}://{netloc}/", state, dont_filter=False)
+
+    def _request(self, url: str, state: dict[str, Any], dont_filter: bool = True) -> Request:
+        meta = {
+            PROBE_META: state,
+            "dont_retry": True,
+            "dont_ban_check": True,
+            "dont_redirect": True,
+            "handle_httpstatus_all": True,
+            "download_timeout": self.timeout,
+        }
+        # Connection: close: a domain is asked once, so no connection is kept for it (Twisted's
+        # pool would hold each one open for minutes: thousands of sockets in a sweep).
+        return Request(
+            url,
+            callback=self.parse_probe,
+            meta=meta,
+            headers={"Connection": "close"},
+            dont_filter=dont_filter,
+        )
+
+    def parse_probe(self, response: Response) -> Iterator[Any]:
+        state: dict[str, Any] = response.meta[PROBE_META]
+        failure = response.meta.get(FAILURE_META)
+        if failure is not None:
+            yield from self._failed(response, state, failure)
+            return
+        location = _location(response)
+        if location is not None:
+            offsite = not same_site(urlsplit(location).hostname or "", state["domain"])
+            if not offsite and state["redirects"] < self.max_redirects:
+                yield self._again(location, state, redirects=state["redirects"] + 1)
+                return
+            yield self._item(state, response_outcome(response.status, b"", offsite), response)
+            return
+        yield self._item(state, response_outcome(response.status, response.body), response)
+
+    def _failed(
+        self, response: Response, state: dict[str, Any], failure: dict[str, Any]
+    ) -> Iterator[Any]:
+        kind = failure["kind"]
+        if kind == "timeout" and state["timeouts"] < self.timeout_retries:
+            self.count("domains/timeout_retries")
+            yield self._again(response.url, state, timeouts=state["timeouts"] + 1)
+        elif falls_back(kind, urlsplit(response.url).scheme):
+            self.count("domains/https_fallback")
+            port = self.ports["https"]
+            host = state["domain"] if port == 443 else f"{state['domain']}:{port}"
+            yield self._again(f"https://{host}/", state, scheme="https")
+        else:
+            yield self._item(state, failure_outcome(kind), response, failure)
+
+    def _again(self, url: str, state: dict[str, Any], **changes: Any) -> Request:
+        return self._request(url, {**state, **changes, "tries": state["tries"] + 1})
+
+    def _item(
+        self,
+        state: dict[str, Any],
+        outcome: Outcome,
+        response: Response,
+        failure: dict[str, Any] | None = None,
+    ) -> DomainItem:
+        self.count(f"domains/status/{outcome.status}")
+        self.count(f"domains/code/{outcome.code}")
+        item = DomainItem(
+            domain=state["domain"],
+            status=outcome.status,
+            code=outcome.code,
+            checked_at=time.time(),
+            attempts=state["tries"],
+        )
+        if failure is not None:
+            item.error = failure["error"]
+            item.response_time = failure["elapsed"]
+            return item
+        _describe(item, response, outcome)
+        if item.response_time is not None:
+            self.count("domains/response_ms", int(item.response_time * 1000))
+        return item
+
+
+def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
+    item.http_status = response.status
+    item.scheme = urlsplit(response.url).scheme
+    item.final_url = _location(response) if outcome.status == "redirect_offsite" else response.url
+    latency = response.meta.get("download_latency")
+    item.response_time = round(latency, 3) if isinstance(latency, float) else None
+    server = response.headers.get(b"Server")
+    item.server = server.decode("latin-1")[:200] if server else None
+    item.title = page_title(response.body)
+
+
+def _location(response: Response) -> str | None:
+    """The absolute target of a redirect answer, else None."""
+    if not 300 <= response.status < 400:
+        return None
+    location = response.headers.get(b"Location")
+    if not location:
+        return None
+    target = urljoin(response.url, location.decode("latin-1").strip())
+    return target if urlsplit(target).scheme in DEFAULT_PORTS else None
+
+
+def _domain(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidStartEntry("bad_domain", f"a domain is a string, not {type(value).__name__}")
+    try:
+        return normalize_domain(value)
+    except InvalidDomain as exc:
+        raise InvalidStartEntry(f"bad_domain:{exc.reason}", str(exc)) from None
+
+
+def csv_domains(path: Path) -> Iterator[str]:
+    """The domains of a ``rank,domain`` CSV (or one domain a line), one row at a time; a first
+    row whose rank is not a number is a header and skipped, blank rows too."""
+    with path.open(encoding="utf-8", errors="replace", newline="") as lines:
+        for number, row in enumerate(csv.reader(lines)):
+            cells = [cell.strip() for cell in row]
+            if not any(cells):
+                continue
+            if number == 0 and len(cells) > 1 and not cells[0].isdigit():
+                continue
+            yield cells[1] if len(cells) > 1 else cells[0]

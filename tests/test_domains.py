@@ -1,0 +1,212 @@
+"""The domains spider against the domains sandbox: a DNS server and web servers on loopback
+for a seeded population of fake domains, whose ground truth each sweep must match."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.request import urlopen
+
+import pytest
+import redis
+
+from crawler.domains.summary import summarize
+from crawler.services import free_port
+from sandbox.domains import DomainsSandbox, SandboxThread, page_title
+from sandbox.domains_population import FakeDomain, build_population
+from tests.harness import ROOT, Crawl, Mongo, poll
+
+POPULATION = 300
+DOWNLOAD_TIMEOUT = 1.0
+LOCAL = "127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def domains_sandbox() -> Iterator[DomainsSandbox]:
+    runner = SandboxThread(DomainsSandbox(build_population(POPULATION, seed=7), slow_seconds=15))
+    yield runner.start()
+    runner.stop()
+
+
+@pytest.fixture
+def sweep(redis_url: str, redis_client: redis.Redis, mongo: Mongo) -> Crawl:
+    # The web sandbox is not needed: its URL only sets the other spiders' base URLs.
+    return Crawl(redis_url, mongo, "http://127.0.0.1:9")
+
+
+def sweep_settings(sandbox: DomainsSandbox, **extra: Any) -> dict[str, Any]:
+    return {
+        "DOMAINS_NAMESERVERS": sandbox.nameserver,
+        "DOMAINS_HTTP_PORT": sandbox.http_port,
+        "DOMAINS_HTTPS_PORT": sandbox.https_port,
+        "DOMAINS_DNS_TIMEOUT": 0.3,
+        "DOMAINS_DOWNLOAD_TIMEOUT": DOWNLOAD_TIMEOUT,
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+def stored(mongo: Mongo) -> dict[str, dict[str, Any]]:
+    return {document["domain"]: document for document in mongo.db.domains.find()}
+
+
+def check_truth(documents: dict[str, dict[str, Any]], expected: list[FakeDomain]) -> None:
+    wrong = {
+        domain.name: (domain.behaviour, domain.status, domain.code, documents.get(domain.name))
+        for domain in expected
+        if (documents.get(domain.name) or {}).get("status") != domain.status
+        or documents[domain.name]["code"] != domain.code
+        or documents[domain.name]["scheme"] != domain.scheme
+    }
+    assert not wrong, f"{len(wrong)} misclassified, e.g. {list(wrong.items())[:3]}"
+    for domain in expected:
+        if domain.behaviour in ("alive", "tls_only", "redirect_www"):
+            assert documents[domain.name]["title"] == page_title(domain.name)
+
+
+def test_sweep_classifies_every_domain_as_the_sandbox_says(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    domains = list(domains_sandbox.domains.values())
+    entries = [domain.entry for domain in domains]
+    # Plain entries, JSON batches (with a bad name inside), junk, and a repeated domain.
+    redis_client.lpush("domains:start_urls", *entries[:50])
+    for start in range(50, len(entries), 100):
+        batch = {"domains": [*entries[start : start + 100], "bad name.com"]}
+        redis_client.lpush("domains:start_urls", json.dumps(batch))
+    redis_client.lpush("domains:start_urls", "localhost", "127.0.0.1", entries[0])
+
+    result = sweep("domains", settings=sweep_settings(domains_sandbox))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    assert len(documents) == len(domains)
+    check_truth(documents, domains)
+    assert redis_client.llen("domains:start_urls") == 0
+    invalid = [json.loads(raw) for raw in redis_client.lrange("domains:start_urls:invalid", 0, -1)]
+    reasons = sorted(record["reason"].split(":")[1] for record in invalid)
+    assert reasons == ["bad_label"] * 3 + ["ip_address", "single_label"]
+    assert {record["entry"] for record in invalid} == {"127.0.0.1", "localhost", "bad name.com"}
+    # Failures are results: nothing dead-lettered, nothing left leased.
+    assert redis_client.llen("{domains}:dead") == 0
+    assert redis_client.zcard("{domains}:leases") == 0
+    # Bounded state: no per-domain stats fields nor keys in Redis; results live in MongoDB.
+    stats: dict[Any, Any] = redis_client.hgetall("{domains}:stats")
+    fields = [name.decode() for name in stats]
+    assert not [name for name in fields if name.startswith("domain/")]
+    # Each domain was probed once, the repeated one too (the dupefilter).
+    assert summarize(stats).total == len(domains)
+    assert len(fields) < 200
+    assert not [key for key in redis_client.scan_iter() if b".test" in key]
+
+
+def test_redirects_and_fallbacks_are_described(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    by_behaviour: dict[str, FakeDomain] = {}
+    for domain in domains_sandbox.domains.values():
+        by_behaviour.setdefault(domain.behaviour, domain)
+    redis_client.lpush("domains:start_urls", *(domain.name for domain in by_behaviour.values()))
+
+    result = sweep("domains", settings=sweep_settings(domains_sandbox))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    port, tls_port = domains_sandbox.http_port, domains_sandbox.https_port
+    www = documents[by_behaviour["redirect_www"].name]
+    assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
+    assert www["attempts"] == 2
+    tls = documents[by_behaviour["tls_only"].name]
+    assert tls["final_url"] == f"https://{tls['domain']}:{tls_port}/"
+    assert tls["server"] == "sandbox-domains/1"
+    offsite = documents[by_behaviour["redirect_offsite"].name]
+    assert offsite["final_url"].startswith("http://moved-")
+    slow = documents[by_behaviour["slow"].name]
+    assert slow["attempts"] == 2  # one retry of a timeout
+    assert slow["response_time"] >= DOWNLOAD_TIMEOUT
+    for behaviour in ("nxdomain", "no_address", "refused"):
+        assert documents[by_behaviour[behaviour].name]["error"]
+    assert all(document["checked_at"] > 0 for document in documents.values())
+
+
+def test_csv_file_is_read_as_a_stream(
+    sweep: Crawl, mongo: Mongo, domains_sandbox: DomainsSandbox, tmp_path: Path
+) -> None:
+    sample = [d for d in domains_sandbox.domains.values() if d.behaviour in ("alive", "nxdomain")]
+    sample = sample[:20]
+    lines = ["rank,domain", *(f"{rank},{d.entry}" for rank, d in enumerate(sample, 1)), ""]
+    csv_file = tmp_path / "top.csv"
+    csv_file.write_text("\n".join(lines))
+
+    result = sweep("domains", "-a", f"file={csv_file}", settings=sweep_settings(domains_sandbox))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_truth(stored(mongo), sample)
+
+
+def test_a_worker_killed_mid_sweep_loses_nothing(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    domains = list(domains_sandbox.domains.values())[:150]
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [d.entry for d in domains]}))
+    settings = sweep_settings(domains_sandbox, FRONTIER_LEASE_SECONDS=5)
+    metrics_port = free_port()
+    # The first worker goes slowly (20 domains/s) and is killed once some are stored.
+    slow = {**settings, "DOMAINS_RATE": 20, "METRICS_PORT": metrics_port, "METRICS_HOST": LOCAL}
+    first = subprocess.Popen(
+        sweep.command("domains", settings=slow),
+        cwd=ROOT,
+        env=sweep.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        poll(lambda: mongo.db.domains.count_documents({}) >= 20, timeout=60, what="a start")
+        # Its Prometheus series do not grow with the domains (no per-domain labels).
+        with urlopen(f"http://{LOCAL}:{metrics_port}/metrics", timeout=10) as answer:
+            series = [line for line in answer.read().decode().splitlines() if line[:1] != "#"]
+        assert 0 < len(series) <= 2000
+        assert not [line for line in series if "domain=" in line]
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+    assert mongo.db.domains.count_documents({}) < len(domains)
+    assert redis_client.zcard("{domains}:leases") > 0  # the dead worker's requests
+
+    result = sweep("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_truth(stored(mongo), domains)
+    assert redis_client.zcard("{domains}:leases") == 0
+    assert redis_client.llen("{domains}:dead") == 0
+
+
+def test_status_shows_classes_and_the_dead_share(
+    sweep: Crawl, redis_client: redis.Redis, domains_sandbox: DomainsSandbox
+) -> None:
+    sample = list(domains_sandbox.domains.values())[:14]  # one of each behaviour
+    redis_client.lpush("domains:start_urls", *(domain.entry for domain in sample))
+    assert sweep("domains", settings=sweep_settings(domains_sandbox)).returncode == 0
+
+    status = subprocess.run(
+        [*sweep.command("domains")[:3], "status", "domains", "--json"],
+        cwd=ROOT,
+        env=sweep.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert status.returncode == 0, status.stderr[-2000:]
+    report = json.loads(status.stdout)["spiders"]["domains"]["report"]
+    dead = sum(1 for domain in sample if domain.code in (0, 404, 1000) or domain.code >= 500)
+    assert report["checked"] == f"14, {dead} dead ({dead / 14:.1%})"
+    expected: dict[str, int] = {}
+    for domain in sample:
+        expected[domain.status] = expected.get(domain.status, 0) + 1
+    assert report["classes"] == expected

@@ -1,0 +1,347 @@
+"""Domains spider parts without a crawl: names, classification, the CSV reader, and the
+resolver against the sandbox's DNS server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from OpenSSL import SSL
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+)
+from twisted.internet import error as net
+from twisted.python.failure import Failure
+from twisted.web._newclient import ResponseNeverReceived
+
+from crawler.domains.classify import (
+    Outcome,
+    accessible,
+    failure_kind,
+    failure_outcome,
+    falls_back,
+    is_parked,
+    page_title,
+    refine_dns,
+    response_outcome,
+)
+from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
+from crawler.domains.probes import RateCap
+from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound, NameServer
+from crawler.domains.summary import summarize
+from crawler.spiders.domains import csv_domains
+from sandbox.dns import Answer, start_dns
+
+# --- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "domain"),
+    [
+        ("example.com", "example.com"),
+        ("  Example.COM.  ", "example.com"),
+        ("www.example.com", "example.com"),
+        ("WWW.Example.com", "example.com"),
+        ("https://www.example.com:8443/path?q=1#x", "example.com"),
+        ("example.com/some/path", "example.com"),
+        ("example.com:8080", "example.com"),
+        ("bücher.de", "xn--bcher-kva.de"),
+        ("www.com", "www.com"),
+        ("sub.www.example.com", "sub.www.example.com"),
+    ],
+)
+def test_normalize_gives_one_spelling(raw: str, domain: str) -> None:
+    assert normalize_domain(raw) == domain
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("", "empty"),
+        ("localhost", "single_label"),
+        ("127.0.0.1", "ip_address"),
+        ("[::1]:80", "ip_address"),
+        ("bad name.com", "bad_label"),
+        ("-bad.com", "bad_label"),
+        ("a" * 64 + ".com", "bad_label"),
+        (("a" * 60 + ".") * 5 + "com", "too_long"),
+        ("http://user:pw@example.com/", "credentials"),
+        ("example.com:http", "bad_port"),
+    ],
+)
+def test_normalize_refuses_what_is_not_a_domain(raw: str, reason: str) -> None:
+    with pytest.raises(InvalidDomain) as caught:
+        normalize_domain(raw)
+    assert caught.value.reason == reason
+
+
+@given(st.text(max_size=300))
+def test_normalize_refuses_or_is_stable(raw: str) -> None:
+    try:
+        domain = normalize_domain(raw)
+    except InvalidDomain:
+        return
+    assert normalize_domain(domain) == domain
+    assert domain.isascii()
+    assert domain == domain.lower()
+    assert len(domain) <= 253
+
+
+LABEL = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True)
+
+
+@given(
+    st.lists(LABEL, min_size=1, max_size=4).filter(lambda labels: labels[0] != "www"),
+    st.from_regex(r"[a-z]{2,10}", fullmatch=True),
+)
+def test_www_and_bare_forms_are_one_domain(labels: list[str], top: str) -> None:
+    name = ".".join([*labels, top])
+    assert normalize_domain(f"www.{name}") == normalize_domain(name) == name
+    assert normalize_domain(f"http://WWW.{name}:80/x") == name
+    assert same_site(f"www.{name}", name)
+    assert same_site(name.upper(), name)
+
+
+# --- classification -------------------------------------------------------------------------
+
+
+def _caused(outer: Exception, cause: Exception) -> Exception:
+    outer.__cause__ = cause
+    return outer
+
+
+@pytest.mark.parametrize(
+    ("exception", "kind"),
+    [
+        (_caused(CannotResolveHostError("x"), DomainNotFound("x")), "dns_not_found"),
+        (_caused(CannotResolveHostError("x"), DnsError("x")), "dns_error"),
+        (CannotResolveHostError("no results"), "dns_error"),
+        (_caused(DownloadTimeoutError("took longer"), net.TimeoutError()), "timeout"),  # type: ignore[no-untyped-call]
+        (DownloadTimeoutError("took longer"), "timeout"),
+        (DownloadConnectionRefusedError("refused"), "refused"),
+        (ResponseNeverReceived([Failure(SSL.Error("wrong version"))]), "tls_error"),  # type: ignore[no-untyped-call]
+        (_caused(DownloadFailedError("x"), net.ConnectionLost()), "connection_error"),
+    ],
+)
+def test_failure_kinds(exception: Exception, kind: str) -> None:
+    assert failure_kind(exception) == kind
+
+
+def test_failure_codes_follow_the_seed() -> None:
+    assert failure_outcome("dns_not_found") == Outcome("dns_not_found", 1000)
+    assert failure_outcome("dns_error") == Outcome("dns_error", 1000)
+    for kind in ("timeout", "refused", "tls_error", "connection_error"):
+        assert failure_outcome(kind) == Outcome(kind, 0)
+
+
+def test_https_fallback_only_after_http_protocol_failures() -> None:
+    assert falls_back("refused", "http")
+    assert falls_back("connection_error", "http")
+    assert not falls_back("refused", "https")
+    for kind in ("dns_not_found", "dns_error", "timeout"):
+        assert not falls_back(kind, "http")
+
+
+def test_dns_failures_are_refined_by_what_the_resolver_knows() -> None:
+    assert refine_dns("dns_error", "dns_not_found", False) == "dns_not_found"
+    assert refine_dns("timeout", None, True) == "dns_error"
+    assert refine_dns("timeout", None, False) == "timeout"
+    assert refine_dns("timeout", "dns_error", False) == "dns_error"
+    assert refine_dns("refused", "dns_not_found", False) == "refused"
+
+
+def test_answers() -> None:
+    page = b"<html><title> Shop &amp;\n more </title></html>"
+    assert response_outcome(200, page) == Outcome("alive", 200)
+    assert response_outcome(404, page) == Outcome("http_error", 404)
+    assert response_outcome(503, b"") == Outcome("http_error", 503)
+    assert response_outcome(301, b"", offsite=True) == Outcome("redirect_offsite", 301)
+    assert response_outcome(200, b"<p>This domain is FOR SALE</p>") == Outcome("parked", 200)
+    assert response_outcome(404, b"buy this domain") == Outcome("http_error", 404)
+    assert page_title(page) == "Shop & more"
+    assert page_title(b"<p>no title</p>") is None
+    assert is_parked(b"<script src='//sedoparking.com/x.js'>")
+
+
+def test_accessible_is_the_seed_rule() -> None:
+    assert [code for code in (200, 301, 403, 404, 500, 599, 0, 1000) if accessible(code)] == [
+        200,
+        301,
+        403,
+    ]
+
+
+# --- the CSV reader -------------------------------------------------------------------------
+
+
+def test_csv_header_blank_lines_and_plain_lists(tmp_path: Path) -> None:
+    ranked = tmp_path / "top.csv"
+    ranked.write_text("rank,domain\n1,a.com\n\n2, b.org \n")
+    assert list(csv_domains(ranked)) == ["a.com", "b.org"]
+    plain = tmp_path / "list.txt"
+    plain.write_text("a.com\nb.org\n")
+    assert list(csv_domains(plain)) == ["a.com", "b.org"]
+
+
+def test_csv_is_read_as_it_comes(tmp_path: Path) -> None:
+    """A domain is handed on while the rest of the file is not even written yet."""
+    fifo = tmp_path / "top.csv"
+    os.mkfifo(fifo)
+    more = threading.Event()
+
+    def write() -> None:
+        with fifo.open("w") as pipe:
+            pipe.write("rank,domain\n1,first.com\n")
+            pipe.flush()
+            more.wait(10)
+            pipe.write("2,second.com\n")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    domains = csv_domains(fifo)
+    got: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: got.put(next(domains)), daemon=True).start()
+    try:
+        assert got.get(timeout=10) == "first.com"
+    finally:
+        more.set()
+    assert list(domains) == ["second.com"]
+    writer.join(10)
+
+
+# --- the resolver against a real DNS server -------------------------------------------------
+
+ANSWERS = {
+    "gone.test": Answer("nxdomain"),
+    "empty.test": Answer("no_address"),
+    "broken.test": Answer("servfail"),
+    "silent.test": Answer("silent"),
+}
+
+
+def lookup(name: str) -> Answer:
+    if name.startswith("silent"):
+        return Answer("silent")
+    return ANSWERS.get(name, Answer("address", "127.0.0.7"))
+
+
+def with_servers(
+    count: int, test: Callable[[list[Any], list[NameServer]], Awaitable[None]]
+) -> None:
+    async def run() -> None:
+        started = [await start_dns("127.0.0.1", 0, lookup) for _ in range(count)]
+        try:
+            await test(
+                [protocol for protocol, _ in started],
+                [NameServer("127.0.0.1", port) for _, port in started],
+            )
+        finally:
+            for protocol, _ in started:
+                if protocol.transport is not None:
+                    protocol.transport.close()
+
+    asyncio.run(run())
+
+
+def test_nxdomain_is_definitive_and_never_asked_again() -> None:
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        for name in ("gone.test", "empty.test"):
+            with pytest.raises(DomainNotFound):
+                await resolver.resolve(name)
+            assert sum(server.queries[name] for server in servers) == 1
+            assert resolver.failure(name) is not None
+            assert resolver.failure(name).outcome == "dns_not_found"  # type: ignore[union-attr]
+
+    with_servers(2, test)
+
+
+def test_timeouts_and_servfail_are_asked_once_more_of_the_next_server() -> None:
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        for name in ("silent.test", "broken.test"):
+            with pytest.raises(DnsError):
+                await resolver.resolve(name)
+            assert [server.queries[name] for server in servers] == [1, 1]
+        assert resolver.counts["timeouts"] == 2
+        assert resolver.counts["retries"] == 2
+
+    with_servers(2, test)
+
+
+def test_answers_are_spread_over_servers_and_cached() -> None:
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        for index in range(10):
+            assert await resolver.resolve(f"site{index}.test") == ["127.0.0.7"]
+        assert [sum(server.queries.values()) for server in servers] == [5, 5]
+        assert await resolver.resolve("SITE1.test.") == ["127.0.0.7"]
+        assert resolver.counts["cached"] == 1
+
+    with_servers(2, test)
+
+
+def test_each_server_has_its_own_cap_of_queries_in_flight() -> None:
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.2, retries=0, concurrency=2)
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(resolver.resolve(f"silent{index}.test") for index in range(6)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(result, DnsError) for result in results)
+        # Six silent names, two at a time: three rounds of the timeout.
+        assert time.monotonic() - started >= 3 * 0.2
+
+    with_servers(1, test)
+
+
+def test_name_servers_are_parsed() -> None:
+    assert NameServer.parse("10.0.0.1") == NameServer("10.0.0.1", 53)
+    assert NameServer.parse("127.0.0.1:5353") == NameServer("127.0.0.1", 5353)
+    assert NameServer.parse("[::1]:5300") == NameServer("::1", 5300)
+    for bad in ("dns.google", "1.2.3.4:0", "1.2.3.4:x"):
+        with pytest.raises(ValueError, match=r"name server|port"):
+            NameServer.parse(bad)
+
+
+# --- the summary ----------------------------------------------------------------------------
+
+
+def test_summary_counts_classes_and_the_dead_share_by_the_seed_rule() -> None:
+    stats = {
+        b"domains/status/alive": b"6",
+        b"domains/status/http_error": b"3",
+        b"domains/status/dns_not_found": b"1",
+        b"domains/code/200": b"6",
+        b"domains/code/403": b"1",
+        b"domains/code/404": b"1",
+        b"domains/code/503": b"1",
+        b"domains/code/1000": b"1",
+        b"response_received_count": b"12",
+    }
+    summary = summarize(stats)
+    assert summary.by_class == {"alive": 6, "http_error": 3, "dns_not_found": 1}
+    assert (summary.total, summary.dead, summary.dead_share) == (10, 3, 0.3)
+    assert summary.as_dict()["dead_share"] == 0.3
+    assert summary.lines()[0] == "domains: 10 checked, 3 dead (30.0%)"
+
+
+def test_rate_cap_spreads_turns_evenly() -> None:
+    cap = RateCap(10.0)
+    waits = [cap.reserve(100.0) for _ in range(4)]
+    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert cap.reserve(101.0) == 0.0
+    assert RateCap(0.0).reserve(5.0) == 0.0
