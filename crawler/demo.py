@@ -314,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         f"`python -m crawler.services up --state-dir {state_dir}` serves them again "
         f"(database {DATABASE!r}, collections videos and profiles)."
     )
+    say(
+        "more spiders, on your own targets (README, Spiders): `scrapy crawl links -a "
+        "urls=https://example.org/` crawls whole sites breadth first into `pages`; `scrapy crawl "
+        "domains -a file=top10m.csv` sweeps domains for liveness into `domains`; the sandbox "
+        "serves both (`POST /__admin__/web`, `python -m sandbox.domains`)."
+    )
     return 0
 
 
