@@ -222,3 +222,43 @@ def test_failed_downloads_become_dead_letters_that_can_be_requeued(
         revived.stop()
     assert result.returncode == 0, result.stderr[-3000:]
     assert crawl.mongo.db.profiles.count_documents({}) == 2
+
+
+def test_an_unknown_spider_argument_stops_the_start_naming_it(crawl: Crawl) -> None:
+    result = crawl("explore", "-a", "category=1")
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "category" in errors[0]
+    assert "categories" in errors[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_scrapyd_job_argument_is_accepted(crawl: Crawl) -> None:
+    result = crawl("profiles", "-a", "_job=abc123", "-a", "users=")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_an_idle_worker_says_once_where_it_waits(crawl: Crawl) -> None:
+    result = crawl("profiles", settings={"MAX_IDLE_TIME_BEFORE_CLOSE": 3})
+    assert result.returncode == 0, result.stderr[-3000:]
+    waiting = [line for line in result.stderr.splitlines() if "waiting for start entries" in line]
+    assert len(waiting) == 1, result.stderr[-3000:]
+    assert "profiles:start_urls" in waiting[0]
+    assert crawl.redis_url.rsplit("/", 1)[0] in waiting[0]
+
+
+@pytest.mark.parametrize("action", ["status", "dead", "requeue"])
+def test_frontier_command_with_redis_down_says_so_in_one_line(crawl: Crawl, action: str) -> None:
+    env = {**crawl.env(), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "frontier", "profiles", action],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("Redis at redis://127.0.0.1:")
+    assert "Traceback" not in result.stderr

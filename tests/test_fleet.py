@@ -125,15 +125,17 @@ def test_redis_restart_mid_crawl_loses_nothing(
     _assert_frontier_empty(client)
 
 
-def test_sigterm_releases_leases_at_once(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+# SIGTERM: Docker, Kubernetes; SIGINT: Scrapyd 1.6 cancelling a job, Ctrl-C.
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_releases_leases_at_once(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path, stop: signal.Signals
 ) -> None:
     sandbox.admin("config", {"latency_ms": 60})
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     first = _worker(crawl, tmp_path / "first.log", FRONTIER_LEASE_SECONDS=600)
     try:
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress")
-        first.send_signal(signal.SIGTERM)
+        first.send_signal(stop)
         assert first.wait(60) == 0, (tmp_path / "first.log").read_text()[-3000:]
     finally:
         if first.poll() is None:

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
@@ -56,6 +57,15 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spider, action = self._parse(args)
+        assert self.settings is not None
+        try:
+            self._act(spider, action, opts)
+        except RedisError as exc:
+            url = mask_uri(self.settings.get("REDIS_URL") or "")
+            print(f"Redis at {url} is unreachable: {exc}", file=sys.stderr)
+            self.exitcode = 1
+
+    def _act(self, spider: str, action: str, opts: argparse.Namespace) -> None:
         assert self.settings is not None
         server = redis_from_settings(self.settings)
         frontier = self._frontier(server, spider)

@@ -10,6 +10,7 @@ URL (or ALLOWED_START_HOSTS) and carry no user or password.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -23,7 +24,7 @@ from redis.exceptions import RedisError
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 
-from crawler.config import setting, setting_int, validate_base_url
+from crawler.config import mask_uri, setting, setting_int, validate_base_url
 from crawler.connection import redis_from_settings
 from crawler.extractors import jsondata
 from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
@@ -197,6 +198,24 @@ def start_origins(base_url: str, allowed: Iterable[str]) -> frozenset[Origin]:
         ) from None
 
 
+def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) -> None:
+    """SettingsError naming any ``-a`` argument the spider does not take (names starting with
+    ``_``, such as Scrapyd's ``_job``, pass): a misspelt argument must not be ignored."""
+    unknown = sorted(name for name in given if not name.startswith("_"))
+    if unknown:
+        takes = sorted(
+            name
+            for cls in spidercls.__mro__
+            if cls.__dict__.get("__init__") and issubclass(cls, RedisFedSpider)
+            for name, param in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and param.kind is param.POSITIONAL_OR_KEYWORD
+        )
+        raise SettingsError(
+            f"spider {spidercls.name!r} takes no argument {', '.join(unknown)} "
+            f"(-a NAME=VALUE); its arguments: {', '.join(takes) or 'none'}"
+        )
+
+
 class RedisFedSpider(Spider):
     """Base for spiders whose start entries come from Redis and from ``-a`` arguments.
 
@@ -222,8 +241,10 @@ class RedisFedSpider(Spider):
     base_url: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_spider_arguments(type(self), kwargs)
         super().__init__(*args, **kwargs)
         self._idle_since: float | None = None
+        self._said_waiting = False
         self.entry_limits = EntryLimits()
         self.start_origins: frozenset[Origin] = frozenset()
 
@@ -309,6 +330,20 @@ class RedisFedSpider(Spider):
                 raise InvalidStartEntry("foreign_host", f"{request.url[:200]} is off the base URL")
         return request.replace(dont_filter=True) if self.refetch_start_urls else request
 
+    def _say_waiting(self) -> None:
+        """Once per idle spell: where this worker waits for start entries."""
+        if self._said_waiting:
+            return
+        self._said_waiting = True
+        url = mask_uri(str(self.crawler.settings.get("REDIS_URL") or ""))
+        logger.info(
+            "Idle: waiting for start entries in %s on %s (redis-cli lpush %s ...)",
+            self.start_entries.key,
+            url,
+            self.start_entries.key,
+            extra={"spider": self},
+        )
+
     def fleet_idle(self) -> bool:
         """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
         scheduler = frontier_scheduler(self.crawler)
@@ -370,7 +405,9 @@ class RedisFedSpider(Spider):
             busy = True
         if busy:
             self._idle_since = None
+            self._said_waiting = False
             return False
+        self._say_waiting()
         now = time.monotonic()
         self._idle_since = self._idle_since or now
         return self.max_idle_time > 0 and now - self._idle_since >= self.max_idle_time
