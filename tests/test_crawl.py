@@ -262,3 +262,21 @@ def test_frontier_command_with_redis_down_says_so_in_one_line(crawl: Crawl, acti
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("Redis at redis://127.0.0.1:")
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "example"),
+    [
+        ("status", "scrapy status profiles --json        one spider, as JSON"),
+        ("frontier", "scrapy frontier profiles dead --limit 20     the newest dead letters"),
+    ],
+)
+def test_command_help_keeps_its_examples_one_per_line(command: str, example: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", command, "-h"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert any(line.startswith(example) for line in result.stdout.splitlines()), result.stdout

@@ -18,6 +18,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.commands import keep_description_layout
 from crawler.config import MASK, mask_uri
 from crawler.connection import redis_from_settings
 from crawler.scheduling.frontier import Frontier, FrontierKeys
@@ -51,6 +52,7 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        keep_description_layout(parser)
         parser.add_argument("--json", action="store_true", help="print JSON")
         parser.add_argument("--limit", type=int, default=None, help="how many dead letters")
         parser.add_argument("--yes", action="store_true", help="purge without asking")

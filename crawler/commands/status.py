@@ -25,6 +25,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
 from crawler.observability.report import render_text, spider_status
@@ -53,6 +54,7 @@ class Command(ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        keep_description_layout(parser)
         parser.add_argument("--json", action="store_true", help="print JSON")
         parser.add_argument(
             "--watch", type=float, default=0, metavar="SECONDS", help="refresh every SECONDS"
