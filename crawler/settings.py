@@ -236,6 +236,13 @@ MONGO_SPILL_DIR = os.environ.get("MONGO_SPILL_DIR", ".spill")
 # MongoDB confirms it this way: journaled by default, so a MongoDB killed right after keeps it.
 # Overrides any write concern in MONGO_URI for the pipeline.
 MONGO_WRITE_CONCERN = {"w": 1, "j": True}
+# MONGO_COLLECTIONS (dict, default {}): where items whose class does not say (no ``collection``
+# and ``unique_key`` class attributes: dicts, other item classes) are stored, by item class name
+# ("dict", "BookItem") or else by spider name: "<collection>:<unique key field>", or "" to pass
+# them on unstored. An item with no destination is an error: its request is dead-lettered
+# (item_error:UndeclaredItem) and can be requeued once this names it. See
+# crawler/pipelines/destinations.py.
+MONGO_COLLECTIONS: dict[str, str] = {}
 # MONGO_MAX_DOCUMENT_BYTES (int 1024..16777216, default 16000000): largest BSON size of an
 # item's document (MongoDB refuses more than 16 MiB; the default leaves room for the
 # timestamps). A larger one is trimmed: its longest string field, then the next, is cut just

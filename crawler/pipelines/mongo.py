@@ -13,13 +13,11 @@ reason instead of acknowledged.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +26,12 @@ from pymongo import MongoClient, UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import mask_uri, setting, setting_int
-from crawler.items import STORED_ITEM_CLASSES, StoredItem
+from crawler.pipelines.destinations import (
+    Destination,
+    Destinations,
+    UndeclaredItem,
+    document_of,
+)
 from crawler.pipelines.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
 from crawler.pipelines.spill import Record, SpillFile
 from crawler.pipelines.writes import Outcome, refused, transient, write_concern, written
@@ -108,10 +111,18 @@ class MongoPipeline:
     still too large, or refused by MongoDB, raises :class:`ItemNotStored`.
     """
 
-    def __init__(self, config: MongoSettings, stats: StatsCollector, spider_name: str) -> None:
+    def __init__(
+        self,
+        config: MongoSettings,
+        stats: StatsCollector,
+        spider_name: str,
+        destinations: Destinations | None = None,
+    ) -> None:
         self.config = config
         self.stats = stats
         self.spider_name = spider_name
+        self.destinations = destinations or Destinations({}, spider_name)
+        self._indexed: set[str] = set()
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
@@ -127,7 +138,11 @@ class MongoPipeline:
     def from_crawler(cls, crawler: Crawler) -> MongoPipeline:
         assert crawler.stats is not None
         assert crawler.spidercls is not None
-        return cls(MongoSettings.from_crawler(crawler), crawler.stats, crawler.spidercls.name)
+        name = crawler.spidercls.name
+        declared = setting(crawler.settings, "MONGO_COLLECTIONS")
+        return cls(
+            MongoSettings.from_crawler(crawler), crawler.stats, name, Destinations(declared, name)
+        )
 
     # --- Scrapy's pipeline interface --------------------------------------------------------------
 
@@ -140,15 +155,27 @@ class MongoPipeline:
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
     async def process_item(self, item: Any) -> Any:
-        if not isinstance(item, STORED_ITEM_CLASSES):
+        destination = self._destination(item)
+        if destination is None:
             return item
+        document = document_of(item, destination)
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
             await self._room.wait()
-        waiter = self._buffer(item)
+        waiter = self._buffer(destination, document)
         await waiter
         return item
+
+    def _destination(self, item: Any) -> Destination | None:
+        try:
+            return self.destinations.of(item)
+        except UndeclaredItem as exc:
+            name = type(item).__name__
+            if not self.stats.get_value(f"mongo/undeclared/{name}"):
+                logger.error("%s; their requests go to the dead letters", exc)
+            self.stats.inc_value(f"mongo/undeclared/{name}")
+            raise
 
     async def close_spider(self) -> None:
         if self._ticker is not None:
@@ -166,16 +193,15 @@ class MongoPipeline:
 
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
-    def _buffer(self, item: StoredItem) -> asyncio.Future[None]:
-        document = _fields(item)
-        key = document[item.unique_key]
-        batch = self._batches.setdefault(item.collection, Batch())
-        batch.updates[key] = ({item.unique_key: key}, document)
+    def _buffer(self, destination: Destination, document: dict[str, Any]) -> asyncio.Future[None]:
+        key = document[destination.unique_key]
+        batch = self._batches.setdefault(destination.collection, Batch())
+        batch.updates[_hashable(key)] = ({destination.unique_key: key}, document)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        batch.waiters.setdefault(key, []).append(waiter)
+        batch.waiters.setdefault(_hashable(key), []).append(waiter)
         self._pending += 1
         if len(batch.updates) >= self.config.batch_size:
-            self._flush(item.collection)
+            self._flush(destination.collection)
         return waiter
 
     def _flush(self, collection: str) -> None:
@@ -231,8 +257,9 @@ class MongoPipeline:
             database = client.get_database(
                 self.config.database, write_concern=self.config.write_concern
             )
-            for item_class in STORED_ITEM_CLASSES:
-                database[item_class.collection].create_index(item_class.unique_key, unique=True)
+            for destination in self.destinations.indexed():
+                database[destination.collection].create_index(destination.unique_key, unique=True)
+                self._indexed.add(destination.collection)
         except PyMongoError as exc:
             client.close()
             reason = str(exc).split(", Timeout:")[0]
@@ -246,6 +273,8 @@ class MongoPipeline:
         now = datetime.now(UTC)
         failed: dict[int, str] = {}
         updates: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+        if upserts:
+            self._index(collection, next(iter(upserts[0][0])))
         for index, (selector, fields) in enumerate(upserts):
             try:
                 updates.append((index, selector, self._update(collection, selector, fields, now)))
@@ -265,6 +294,18 @@ class MongoPipeline:
                 next(iter(failed.values())),
             )
         return failed
+
+    def _index(self, collection: str, unique_key: str) -> None:
+        """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
+        an item class of the user's); tried again with the next batch if MongoDB is away."""
+        if collection in self._indexed or self.database is None:
+            return
+        try:
+            self.database[collection].create_index(unique_key, unique=True)
+        except PyMongoError as exc:
+            logger.warning("No unique index on %s.%s yet: %s", collection, unique_key, exc)
+            return
+        self._indexed.add(collection)
 
     def _update(
         self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
@@ -368,14 +409,13 @@ class MongoPipeline:
         return True
 
 
-def _fields(item: StoredItem) -> dict[str, Any]:
-    """The item's fields as a flat dict (items hold plain values; no deep copy needed)."""
-    return {name: getattr(item, name) for name in _field_names(type(item))}
-
-
-@cache
-def _field_names(item_class: type) -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(item_class))
+def _hashable(key: Any) -> Any:
+    """A batch's dict key for an item's unique key (a list or dict key is keyed by its repr)."""
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key
 
 
 def _settle(waiter: asyncio.Future[None], collection: str, key: Any, reason: str | None) -> None:

@@ -52,6 +52,13 @@ def ip_address(value: Any) -> str:
     return str(ipaddress.ip_address(as_text(value).strip()))
 
 
+def destination(value: Any) -> Any:
+    """MONGO_COLLECTIONS value: ``"collection:unique key field"`` or ``""``."""
+    from crawler.pipelines.destinations import parse_destination
+
+    return parse_destination(value)
+
+
 def nameserver(value: Any) -> Any:
     """DOMAINS_NAMESERVERS item: an IP address with an optional port (``host[:port]``)."""
     from crawler.domains.resolver import NameServer
@@ -219,6 +226,10 @@ RULES: dict[str, Rule] = {
     "MONGO_FLUSH_INTERVAL": number(0, above=True),
     "MONGO_MAX_PENDING": integer(1),
     "MONGO_RETRY_TIMES": integer(0),
+    "MONGO_COLLECTIONS": mapping(
+        'item class or spider names to "collection:unique key field" (or "")',
+        value=destination,
+    ),
     "MONGO_SPILL_DIR": Rule("a directory path (created when missing)", directory),
     "MONGO_WRITE_CONCERN": Rule(
         "an acknowledged write concern such as {w: 1, j: true}", write_concern

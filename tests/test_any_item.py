@@ -1,0 +1,115 @@
+"""Any item a user's spider yields is stored: dicts and other item classes go where their class
+or MONGO_COLLECTIONS says; an item with no destination is a counted error whose request is
+dead-lettered, never a silent drop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.harness import ROOT, Crawl, Sandbox
+
+pytestmark = pytest.mark.integration
+
+USER_SPIDER = """
+import scrapy
+
+
+class Quote(scrapy.Item):
+    collection = "quotes_items"
+    unique_key = "url"
+    url = scrapy.Field()
+    size = scrapy.Field()
+
+
+class QuotesSpider(scrapy.Spider):
+    name = "quotes"
+
+    async def start(self):
+        for number in range(4):
+            yield scrapy.Request(f"{self.base}/@quote.user{number}", dont_filter=True)
+
+    def parse(self, response):
+        yield {"url": response.url, "size": len(response.body), "tags": ["a", "b"]}
+        yield Quote(url=response.url, size=len(response.body))
+"""
+
+
+def run_user_spider(crawl: Crawl, sandbox: Sandbox, tmp_path: Path, **settings: Any) -> Any:
+    spider = tmp_path / "quotes.py"
+    spider.write_text(USER_SPIDER)
+    command = [
+        sys.executable,
+        "-m",
+        "scrapy",
+        "runspider",
+        str(spider),
+        "-a",
+        f"base={sandbox.url}",
+    ]
+    for name, value in {"MAX_IDLE_TIME_BEFORE_CLOSE": 1, **settings}.items():
+        command += ["-s", f"{name}={value}"]
+    return subprocess.run(
+        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def test_dicts_and_item_classes_are_stored_where_declared(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    collections = json.dumps({"dict": "quotes:url"})
+    result = run_user_spider(crawl, sandbox, tmp_path, MONGO_COLLECTIONS=collections)
+    assert result.returncode == 0, result.stderr[-3000:]
+    urls = {f"{sandbox.url}/@quote.user{number}" for number in range(4)}
+    quotes = list(crawl.mongo.db.quotes.find({}, {"_id": 0, "url": 1, "tags": 1}))
+    assert sorted(doc["url"] for doc in quotes) == sorted(urls)
+    assert all(doc["tags"] == ["a", "b"] for doc in quotes)
+    items = {doc["url"] for doc in crawl.mongo.db.quotes_items.find({})}
+    assert items == urls
+    indexes = crawl.mongo.db.quotes.index_information()
+    assert any(index["key"] == [("url", 1)] and index.get("unique") for index in indexes.values())
+    assert redis_client.llen("{quotes}:dead") == 0
+
+
+def test_an_item_nobody_declared_is_a_counted_error_and_a_dead_letter(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    result = run_user_spider(crawl, sandbox, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [
+        line
+        for line in result.stderr.splitlines()
+        if "[crawler.pipelines.mongo] ERROR: no MongoDB collection for dict" in line
+    ]
+    assert len(said) == 1, result.stderr[-3000:]
+    assert "MONGO_COLLECTIONS" in said[0]
+    dead = [json.loads(raw) for raw in redis_client.lrange("{quotes}:dead", 0, -1)]
+    assert len(dead) == 4
+    assert {record["failure"]["reason"] for record in dead} == {"item_error:UndeclaredItem"}
+    stats = redis_client.hgetall("{quotes}:stats")
+    assert int(stats[b"mongo/undeclared/dict"]) == 4
+    # The declared item class of the same responses is stored all the same.
+    assert crawl.mongo.db.quotes_items.count_documents({}) == 4
+
+
+def test_items_declared_unstored_pass_through(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    collections = json.dumps({"quotes": ""})
+    result = run_user_spider(crawl, sandbox, tmp_path, MONGO_COLLECTIONS=collections)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "quotes" not in crawl.mongo.db.list_collection_names()
+    assert crawl.mongo.db.quotes_items.count_documents({}) == 4
+    assert redis_client.llen("{quotes}:dead") == 0
+
+
+def test_a_bad_destination_stops_the_start(crawl: Crawl) -> None:
+    result = crawl("profiles", settings={"MONGO_COLLECTIONS": json.dumps({"dict": "nokey"})})
+    assert result.returncode == 2
+    assert "MONGO_COLLECTIONS" in result.stderr
