@@ -59,6 +59,11 @@ class Redis(redis.Redis):
         return client
 
 
+def reply_text(value: bytes | str) -> str:
+    """A Redis reply as text (clients built with or without ``decode_responses``)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class RedisUnavailable(RuntimeError):
     """Redis could not be reached, even after retrying with backoff."""
 

@@ -38,6 +38,7 @@ import pymongo
 import redis
 from scrapy.settings import Settings
 
+from crawler.connection import reply_text
 from crawler.services import (
     DEFAULT_STATE_DIR,
     ServerProcess,
@@ -258,7 +259,7 @@ def summarize(settings: Settings) -> None:
         )
     for spider in SPIDERS:
         stats = {
-            _text(key): _text(value)
+            reply_text(key): reply_text(value)
             for key, value in server.hgetall("{" + spider + "}:stats").items()
         }
         shown = ", ".join(f"{key}={stats.get(key, 0)}" for key in SUMMARY_STATS)
@@ -269,10 +270,6 @@ def summarize(settings: Settings) -> None:
         print(f"  start entry set aside: {record['entry']!r} ({record['reason']})")
     client.close()
     server.close()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -23,7 +23,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.config import setting
-from crawler.connection import redis_from_settings
+from crawler.connection import redis_from_settings, reply_text
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -99,7 +99,7 @@ class HostLedger:
         pipe.hgetall(self.totals_key)
         pipe.zrevrange(self.top_key, 0, top - 1)
         raw_totals, names = pipe.execute()
-        hosts = [_text(name) for name in names]
+        hosts = [reply_text(name) for name in names]
         pipe = self.server.pipeline(transaction=False)
         for host in hosts:
             pipe.hgetall(self.host_key(host))
@@ -111,11 +111,7 @@ class HostLedger:
 
 
 def _ints(raw: Mapping[Any, Any]) -> dict[str, int]:
-    return {_text(name): int(value) for name, value in raw.items()}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return {reply_text(name): int(value) for name, value in raw.items()}
 
 
 class HostErrorsMiddleware:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crawler.connection import reply_text
 from crawler.observability.counters import numeric
 from crawler.observability.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.rates import bucket_rate
@@ -232,7 +233,7 @@ def decode_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name, value in raw.items():
         try:
-            counts[_text(name)] = int(value)
+            counts[reply_text(name)] = int(value)
         except ValueError:
             continue
     return counts
@@ -257,7 +258,3 @@ def _bucket(deltas: Mapping[str, int | float]) -> list[Any]:
     fields = [(name, int(deltas.get(stat, 0))) for name, stat in MINUTE_FIELDS.items()]
     fields = [(name, delta) for name, delta in fields if delta]
     return [len(fields), *(part for pair in fields for part in pair)]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

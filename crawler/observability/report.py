@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from crawler.connection import reply_text
 from crawler.observability.counters import Counters
 from crawler.observability.keys import FleetKeys
 from crawler.observability.publisher import (
@@ -84,7 +85,7 @@ def spider_status(
 def live_workers(server: RedisClient, keys: FleetKeys) -> list[dict[str, Any]]:
     """Workers whose heartbeat has not expired, oldest first."""
     members: Any = server.zrange(keys.workers, 0, -1)
-    ids = [_text(member) for member in members]
+    ids = [reply_text(member) for member in members]
     if not ids:
         return []
     pipe = server.pipeline(transaction=False)
@@ -211,11 +212,11 @@ def _seen(server: RedisClient, keys: FrontierKeys, mode: str, raw: Any) -> int |
 
 
 def _decode_stats(raw: Mapping[Any, Any]) -> dict[str, Any]:
-    return {_text(name): _number(_text(value)) for name, value in raw.items()}
+    return {reply_text(name): _number(reply_text(value)) for name, value in raw.items()}
 
 
 def _decode_worker(raw: Mapping[Any, Any]) -> dict[str, Any]:
-    beat: dict[str, Any] = {_text(name): _text(value) for name, value in raw.items()}
+    beat: dict[str, Any] = {reply_text(name): reply_text(value) for name, value in raw.items()}
     beat.pop("seq", None)
     for name in (*WORKER_NUMBERS, *WORKER_RATES):
         if name in beat:
@@ -231,7 +232,3 @@ def _number(text: str) -> int | float | str:
         except ValueError:
             continue
     return text
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

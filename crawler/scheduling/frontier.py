@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from crawler.connection import reply_text
 from crawler.scheduling import lua
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class Frontier:
             keys=[keys.queue, keys.leases, keys.owner, keys.delayed, keys.prio, keys.data],
             args=[now, count, now + lease_seconds, worker],
         )
-        pairs = [(_text(raw[i]), _text(raw[i + 1])) for i in range(3, len(raw), 2)]
+        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(3, len(raw), 2)]
         return Popped(pairs, int(raw[0]), int(raw[1]), int(raw[2]))
 
     def settle(
@@ -256,7 +257,3 @@ def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
         return script(keys=keys, args=args)
     queue: Callable[..., Any] = client.execute_command
     return queue("EVAL", script.script, len(keys), *keys, *args)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
