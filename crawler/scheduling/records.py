@@ -26,24 +26,44 @@ def pending(request: Request, fingerprint: bytes, spider: Spider | None) -> Pend
     """The frontier entry of ``request``; its due time leaves its meta for the entry, and a
     pool proxy's credentials stay out of Redis."""
     forget_proxy_secrets(request)
+    due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=serializer.dumps(request_record(request, spider)),
         fingerprint=fingerprint,
         priority=request.priority,
         dont_filter=request.dont_filter,
-        due=float(request.meta.pop(DUE_META, 0.0)),
+        due=due,
     )
 
 
+# What a plain GET request has unless told otherwise: left out of its record, since Scrapy's
+# request_from_dict gives a missing field its default (records with every field, as written
+# before, load the same).
+DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "dont_filter": False,
+    "method": "GET",
+    "priority": 0,
+}
+
+
 def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
-    """``request.to_dict(spider=spider)``, without Scrapy's scan of every spider attribute to
-    name the callbacks when they are the spider's own methods (the usual case)."""
+    """``request.to_dict(spider=spider)`` without the fields that have their default, and
+    without Scrapy's scan of every spider attribute to name the callbacks when they are the
+    spider's own methods (the usual case)."""
     callback = _method_name(spider, request.callback)
     errback = _method_name(spider, request.errback)
     if type(request) is not Request or callback is False or errback is False:
         return request.to_dict(spider=spider)
-    return {
-        "url": request.url,
+    fields = {
         "callback": callback,
         "errback": errback,
         "headers": dict(request.headers),
@@ -57,6 +77,9 @@ def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
         "method": request.method,
         "priority": request.priority,
     }
+    record: dict[str, Any] = {"url": request.url}
+    record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
+    return record
 
 
 def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
