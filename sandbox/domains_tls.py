@@ -1,9 +1,11 @@
-"""A self-signed certificate for the domains sandbox's TLS-only hosts (python ``cryptography``)."""
+"""Self-signed certificates for local TLS servers (python ``cryptography``): the domains
+sandbox's TLS-only hosts, and the TLS front end the tests put before Redis."""
 
 from __future__ import annotations
 
 import datetime
 import ssl
+from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
@@ -12,11 +14,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-def self_signed_context(directory: Path, name: str = "domains.test") -> ssl.SSLContext:
-    """A server SSL context with a fresh self-signed certificate for ``name`` (and ``*.test``),
-    its files written to ``directory``."""
+def write_self_signed(
+    directory: Path,
+    common_name: str,
+    alt_names: Sequence[x509.GeneralName],
+    stem: str = "cert",
+    days: float = 30,
+) -> tuple[Path, Path]:
+    """A fresh self-signed certificate (its own CA) for ``alt_names`` and its key, written to
+    ``directory`` as ``<stem>.pem`` and ``<stem>.key``; returns both paths."""
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
     certificate = (
         x509.CertificateBuilder()
@@ -24,12 +32,13 @@ def self_signed_context(directory: Path, name: str = "domains.test") -> ssl.SSLC
         .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("*.test")]), critical=False)
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(list(alt_names)), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}.key"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
         key.private_bytes(
@@ -38,6 +47,13 @@ def self_signed_context(directory: Path, name: str = "domains.test") -> ssl.SSLC
             serialization.NoEncryption(),
         )
     )
+    return cert_path, key_path
+
+
+def self_signed_context(directory: Path, name: str = "domains.test") -> ssl.SSLContext:
+    """A server SSL context with a fresh self-signed certificate for ``name`` (and ``*.test``),
+    its files written to ``directory``."""
+    cert_path, key_path = write_self_signed(directory, name, [x509.DNSName("*.test")])
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_path, key_path)
     return context

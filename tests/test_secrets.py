@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import http.client
 import ipaddress
 import json
@@ -39,6 +38,7 @@ from crawler.services import (
     start_server,
 )
 from sandbox.data import build_dataset
+from sandbox.domains_tls import write_self_signed
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration
@@ -141,38 +141,9 @@ def test_credentials_work_and_passwords_stay_hidden(
 def _self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 and its key, as PEM files."""
     from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = directory / "redis.crt", directory / "redis.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_file, key_file
+    address = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+    return write_self_signed(directory, "127.0.0.1", [address], stem="redis", days=1 / 24)
 
 
 class TlsTerminator:
