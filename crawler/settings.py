@@ -199,6 +199,9 @@ IDLE_POLL_INTERVAL = 1.0
 # values (crawler/settings_check/table.py) stops the crawl, naming it, before anything is leased.
 EXTENSIONS = {
     "crawler.extensions.SettingsCheck": -1000,
+    # A spider built on scrapy_redis.spiders.RedisSpider/RedisCrawlSpider gets leased start
+    # entries like the project's (crawler/spiders/redis.py); nothing for other spiders.
+    "crawler.extensions.ScrapyRedisSpiders": 0,
     "crawler.extensions.FleetMonitor": 500,
 }
 # STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): hash each worker adds the deltas of its

@@ -32,6 +32,7 @@ from crawler.fleet.config import SECRET_MODES, FleetConfig
 from crawler.fleet.report import banned_instances, clear_banned
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
+from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     import argparse
@@ -170,7 +171,7 @@ class Command(ScrapyCommand):
     def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None
         server = redis_from_settings(self.settings)
-        start = self.settings.get("REDIS_START_URLS_KEY") % {"name": spider}
+        start = start_key(self.settings, spider)
         config = FrontierSettings.from_settings(self.settings)
         sizes = Frontier(server, FrontierKeys(spider, start), config.dupefilter).sizes()
         pending = {name: sizes[name] for name in PENDING if sizes[name]}

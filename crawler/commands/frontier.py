@@ -23,7 +23,7 @@ from crawler.config import MASK, mask_uri
 from crawler.connection import redis_from_settings
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import purge_spider
+from crawler.scheduling.state import purge_spider, start_key
 
 if TYPE_CHECKING:
     import argparse
@@ -95,7 +95,7 @@ class Command(ScrapyCommand):
 
     def _frontier(self, server: RedisClient, spider: str) -> Frontier:
         assert self.settings is not None
-        start = self.settings.get("REDIS_START_URLS_KEY") % {"name": spider}
+        start = start_key(self.settings, spider)
         config = FrontierSettings.from_settings(self.settings)
         return Frontier(server, FrontierKeys(spider, start), config.dupefilter)
 

@@ -35,6 +35,7 @@ from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.scheduling.frontier import FrontierKeys
 from crawler.scheduling.scheduler import frontier_scheduler
+from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -136,11 +137,11 @@ class FleetMonitor:
     def open(self, spider: str, worker: str) -> None:
         """Set up the publisher for ``spider`` as ``worker`` (no I/O yet)."""
         settings = self.crawler.settings
-        start_key = settings.get("REDIS_START_URLS_KEY") % {"name": spider}
+        start = start_key(settings, self._spider or spider)
         self.publisher = StatsPublisher(
             self.server,
             FleetKeys.for_spider(spider, self.config.stats_key),
-            FrontierKeys(spider, start_key),
+            FrontierKeys(spider, start),
             str(settings.get("DUPEFILTER_MODE")),
             worker,
             self.config.heartbeat_ttl,

@@ -22,6 +22,7 @@ from crawler.observability.publisher import (
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
+from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -39,7 +40,7 @@ def spider_status(
     """Everything ``scrapy status`` knows about ``spider``, JSON-ready."""
     now = time.time()
     config = FrontierSettings.from_settings(settings)
-    frontier_keys = FrontierKeys(spider, settings.get("REDIS_START_URLS_KEY") % {"name": spider})
+    frontier_keys = FrontierKeys(spider, start_key(settings, spider))
     keys = FleetKeys.for_spider(spider, settings.get("STATS_REDIS_KEY"))
     sizes = Frontier(server, frontier_keys, config.dupefilter).sizes()
     window = list(range(int(now // 60) - minutes + 1, int(now // 60) + 1))

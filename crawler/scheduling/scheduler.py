@@ -33,6 +33,7 @@ from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, ungu
 from crawler.scheduling.marker import FrontierMarker
 from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
 from crawler.scheduling.records import pending
+from crawler.scheduling.state import start_key
 from crawler.settings_check import check_frontier
 
 if TYPE_CHECKING:
@@ -83,8 +84,8 @@ class FrontierScheduler(BaseScheduler):
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
     FRONTIER_FLUSH_INTERVAL, DUPEFILTER_MODE, DUPEFILTER_CAPACITY, DUPEFILTER_ERROR_RATE,
-    DUPEFILTER_LOCAL_CACHE, IDLE_POLL_INTERVAL,
-    REDIS_START_URLS_KEY. Closing never clears the frontier (see ``scrapy frontier purge``).
+    DUPEFILTER_LOCAL_CACHE, IDLE_POLL_INTERVAL, REDIS_START_URLS_KEY (or the spider's
+    ``redis_key``). Closing never clears the frontier (see ``scrapy frontier purge``).
 
     The crawl closes only when the fleet has no work left: queue, leases and delayed set empty
     (the spider's own idle rule may keep it open longer). Redis being away is never a
@@ -121,9 +122,7 @@ class FrontierScheduler(BaseScheduler):
 
     def open(self, spider: Spider) -> None:
         settings = self.crawler.settings
-        keys = FrontierKeys(
-            spider.name, settings.get("REDIS_START_URLS_KEY") % {"name": spider.name}
-        )
+        keys = FrontierKeys(spider.name, start_key(settings, spider))
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
         self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)

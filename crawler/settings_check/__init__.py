@@ -24,6 +24,7 @@ from redis.exceptions import RedisError, ResponseError
 from scrapy.utils.misc import load_object
 
 from crawler.settings_check.rules import Rule, SettingsError, problem
+from crawler.settings_check.scrapy_redis import scrapy_redis_problems
 from crawler.settings_check.table import RULES
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def _uses_playwright(settings: BaseSettings) -> bool:
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
     _cooldown_problems,
     _browser_problems,
+    scrapy_redis_problems,
 )
 
 
@@ -139,13 +141,14 @@ def check_frontier_server(crawler: Crawler) -> None:
     from crawler.connection import RedisUnavailable, redis_from_settings
     from crawler.scheduling.frontier import FrontierKeys
     from crawler.scheduling.scheduler import FrontierScheduler
+    from crawler.scheduling.state import start_key
 
     settings = crawler.settings
     # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
     if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
         return
-    name = crawler.spider.name if crawler.spider is not None else crawler.spidercls.name
-    keys = FrontierKeys(name, settings["REDIS_START_URLS_KEY"] % {"name": name})
+    spider = crawler.spider if crawler.spider is not None else crawler.spidercls
+    keys = FrontierKeys(spider.name, start_key(settings, spider))
     server = redis_from_settings(settings)
     try:
         check_frontier(server, keys, settings["DUPEFILTER_MODE"])

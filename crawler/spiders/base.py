@@ -11,32 +11,23 @@ URL (or ALLOWED_START_HOSTS) and carry no user or password.
 from __future__ import annotations
 
 import inspect
-import json
-import logging
 import re
-import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import SplitResult, urlsplit
 
-from redis.exceptions import RedisError
 from scrapy import Request, Spider, signals
-from scrapy.exceptions import DontCloseSpider
 
-from crawler.config import mask_uri, setting, setting_int, validate_base_url
-from crawler.connection import redis_from_settings
+from crawler.config import setting, validate_base_url
 from crawler.extractors import jsondata
-from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.settings_check import SettingsError
+from crawler.settings_check.rules import integer
+from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
-    from crawler.connection import RedisClient
-
-logger = logging.getLogger(__name__)
+__all__ = ["EntryLimits", "InvalidStartEntry", "RedisFedSpider", "StartEntries", "decode_entry"]
 
 # (scheme, host, port) a start URL may point at.
 Origin = tuple[str, str, int]
@@ -46,70 +37,6 @@ _PLAIN_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _JSON_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 # Characters browsers and URL parsers disagree about: refused anywhere in a start URL.
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f-\x9f\\]|\s")
-
-
-class InvalidStartEntry(ValueError):
-    """A start entry the spider cannot turn into requests; ``reason`` is a short slug."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class EntryLimits:
-    """What one start entry may cost: its size in bytes and the nesting of its JSON."""
-
-    max_bytes: int = 16384
-    max_depth: int = 8
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> EntryLimits:
-        return cls(
-            max_bytes=setting_int(settings, "START_ENTRY_MAX_BYTES", 1),
-            max_depth=setting_int(settings, "START_ENTRY_MAX_DEPTH", 1, 100),
-        )
-
-
-class StartEntries:
-    """The Redis lists a spider reads start entries from and sets bad ones aside in."""
-
-    def __init__(self, server: RedisClient, key: str, invalid_key: str, batch_size: int) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self.server = server
-        self.key = key
-        self.invalid_key = invalid_key
-        self.batch_size = batch_size
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings, spider_name: str) -> StartEntries:
-        names = {"name": spider_name}
-        return cls(
-            server=redis_from_settings(settings),
-            key=settings.get("REDIS_START_URLS_KEY") % names,
-            invalid_key=settings.get("START_INVALID_KEY") % names,
-            batch_size=setting(settings, "START_BATCH_SIZE"),
-        )
-
-    def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
-        """Up to a batch of (entry, lease) in the order they were pushed with LPUSH.
-
-        With the frontier scheduler each entry is leased, and comes back to the list if this
-        worker dies before the entry's requests are in the frontier; otherwise it is popped.
-        """
-        if scheduler is not None:
-            members = scheduler.lease_start_entries(self.batch_size)
-            return [(member.split(b"\n", 1)[1], member) for member in members]
-        entries: Any = self.server.rpop(self.key, self.batch_size)
-        return [(bytes(entry), None) for entry in entries or []]
-
-    def set_aside(self, entry: str, reason: str, size: int) -> None:
-        """Keep the entry (cut to ``size`` characters at most) with the reason it was refused."""
-        record: dict[str, Any] = {"entry": entry[:size], "reason": reason, "time": time.time()}
-        if len(entry) > size:
-            record["truncated_from"] = len(entry)
-        self.server.rpush(self.invalid_key, json.dumps(record))
 
 
 def decode_entry(raw: bytes | str, limits: EntryLimits | None = None) -> str | dict[str, Any]:
@@ -224,6 +151,10 @@ class RedisFedSpider(Spider):
     With ``base_url_setting`` set, every request an entry makes must be on that base URL's
     origin or one of ALLOWED_START_HOSTS (:meth:`start_url` checks a URL given in an entry).
 
+    As in scrapy-redis, a spider may name its own start list, ``redis_key`` (``%(name)s`` is
+    the spider's name; bad entries then go to ``<redis_key>:invalid``), and pop
+    ``redis_batch_size`` entries per round trip.
+
     Settings:
         REDIS_START_URLS_KEY, START_INVALID_KEY, START_BATCH_SIZE, START_ENTRY_MAX_BYTES,
         START_ENTRY_MAX_DEPTH, ALLOWED_START_HOSTS, MAX_IDLE_TIME_BEFORE_CLOSE:
@@ -236,32 +167,47 @@ class RedisFedSpider(Spider):
     # whose start URLs are pages of the crawl they seed (links) sets this to False, so a page
     # linking back to its start URL does not fetch it twice.
     refetch_start_urls: ClassVar[bool] = True
+    redis_key: ClassVar[str | None] = None
+    redis_batch_size: ClassVar[int | None] = None
     start_entries: StartEntries
+    feed: StartFeed
     max_idle_time: float
     base_url: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_spider_arguments(type(self), kwargs)
         super().__init__(*args, **kwargs)
-        self._idle_since: float | None = None
-        self._said_waiting = False
         self.entry_limits = EntryLimits()
         self.start_origins: frozenset[Origin] = frozenset()
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> RedisFedSpider:
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, RedisFedSpider)
         settings = crawler.settings
-        spider.start_entries = StartEntries.from_settings(settings, spider.name)
+        spider.start_entries = StartEntries.for_spider(settings, spider, cls._batch_size())
         spider.entry_limits = EntryLimits.from_settings(settings)
         spider.max_idle_time = setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE")
+        spider.feed = StartFeed(
+            crawler,
+            spider,
+            spider.start_entries,
+            spider.requests_from_raw,
+            spider.max_idle_time,
+            spider.entry_limits.max_bytes,
+            cls.entry_kind,
+        )
         if cls.base_url_setting:
             spider.base_url = validate_base_url(settings, cls.base_url_setting)
             allowed = setting(settings, "ALLOWED_START_HOSTS")
             spider.start_origins = start_origins(spider.base_url, allowed)
         crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
         return spider
+
+    @classmethod
+    def _batch_size(cls) -> int | None:
+        if cls.redis_batch_size is None:
+            return None
+        return int(integer(1).read(f"{cls.__name__}.redis_batch_size", cls.redis_batch_size))
 
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         raise NotImplementedError
@@ -283,45 +229,18 @@ class RedisFedSpider(Spider):
 
     def next_start_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, skipping invalid ones."""
-        requests: list[Request] = []
-        scheduler = frontier_scheduler(self.crawler)
-        while not requests:
-            batch = self._pop_batch(scheduler)
-            if not batch:
-                break
-            for raw, lease in batch:
-                made = self._requests_from_raw(raw)
-                if lease is not None and scheduler is not None:
-                    for request in made:
-                        request.meta[START_META] = lease
-                    # No requests (an entry set aside) acks the entry's lease at once.
-                    scheduler.expect_start_requests(lease, len(made))
-                requests.extend(made)
-        return requests
+        return self.feed.next_requests()
 
-    def _pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
-        try:
-            return self.start_entries.pop_batch(scheduler)
-        except RedisError as exc:
-            logger.error("Could not read start entries: %s", exc, extra={"spider": self})
-            return []
-
-    def _requests_from_raw(self, raw: bytes) -> list[Request]:
-        try:
-            entry = decode_entry(raw, self.entry_limits)
-        except Exception as exc:
-            self._set_aside(raw.decode("utf-8", "backslashreplace"), exc)
-            return []
-        return self._requests_or_set_aside(entry, raw.decode("utf-8", "backslashreplace"))
+    def requests_from_raw(self, raw: bytes) -> list[Request]:
+        """The requests of a start entry as Redis holds it: decoded within the entry limits,
+        then :meth:`requests_from_entry`; raises for an entry that cannot be used."""
+        entry = decode_entry(raw, self.entry_limits)
+        return [self._checked(request) for request in self.requests_from_entry(entry)]
 
     def _requests_or_set_aside(self, entry: str | dict[str, Any], shown: str) -> list[Request]:
-        try:
-            requests = [self._checked(request) for request in self.requests_from_entry(entry)]
-        except Exception as exc:
-            self._set_aside(shown, exc)
-            return []
-        self.count("start/entries")
-        return requests
+        return self.feed.requests_or_set_aside(
+            lambda: [self._checked(request) for request in self.requests_from_entry(entry)], shown
+        )
 
     def _checked(self, request: Request) -> Request:
         if self.start_origins:
@@ -330,53 +249,12 @@ class RedisFedSpider(Spider):
                 raise InvalidStartEntry("foreign_host", f"{request.url[:200]} is off the base URL")
         return request.replace(dont_filter=True) if self.refetch_start_urls else request
 
-    def _say_waiting(self) -> None:
-        """Once per idle spell: where this worker waits for start entries."""
-        if self._said_waiting:
-            return
-        self._said_waiting = True
-        url = mask_uri(str(self.crawler.settings.get("REDIS_URL") or ""))
-        logger.info(
-            "Idle: waiting for start entries in %s on %s (redis-cli lpush %s ...)",
-            self.start_entries.key,
-            url,
-            self.start_entries.key,
-            extra={"spider": self},
-        )
-
     def fleet_idle(self) -> bool:
         """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None or scheduler.frontier is None:
-            return True
-        if not scheduler.flush():
-            return False
-        try:
-            sizes = scheduler.frontier.sizes()
-        except RedisError:
-            return False
-        return not any(sizes[name] for name in ("queue", "leased", "delayed", "start_leased"))
+        return self.feed.fleet_idle()
 
     def _set_aside(self, shown: str, exc: Exception) -> None:
-        if isinstance(exc, InvalidStartEntry):
-            reason, message = exc.reason, str(exc)
-        else:
-            reason = f"error:{type(exc).__name__}"
-            message = f"{reason}: {str(exc)[:500]}"
-        logger.warning(
-            "Invalid %s %r (%s); set aside in %s",
-            self.entry_kind,
-            shown[:200],
-            message,
-            self.start_entries.invalid_key,
-            exc_info=None if isinstance(exc, InvalidStartEntry) else exc,
-            extra={"spider": self},
-        )
-        self.count(f"start/invalid/{reason}")
-        try:
-            self.start_entries.set_aside(shown, message, self.entry_limits.max_bytes)
-        except RedisError as error:
-            logger.error("Could not set the entry aside: %s", error, extra={"spider": self})
+        self.feed.set_aside(shown, exc)
 
     def count(self, key: str, value: int = 1) -> None:
         assert self.crawler.stats is not None
@@ -389,25 +267,5 @@ class RedisFedSpider(Spider):
 
     def on_idle(self) -> None:
         """Feed the next batch of start entries, or let the spider close once the whole fleet
-        has been idle long enough. Never raises anything but DontCloseSpider."""
-        if not self._may_close():
-            raise DontCloseSpider
-
-    def _may_close(self) -> bool:
-        try:
-            requests = self.next_start_requests()
-            assert self.crawler.engine is not None
-            for request in requests:
-                self.crawler.engine.crawl(request)
-            busy = bool(requests) or not self.fleet_idle()
-        except Exception:
-            logger.exception("Could not feed start entries; trying again", extra={"spider": self})
-            busy = True
-        if busy:
-            self._idle_since = None
-            self._said_waiting = False
-            return False
-        self._say_waiting()
-        now = time.monotonic()
-        self._idle_since = self._idle_since or now
-        return self.max_idle_time > 0 and now - self._idle_since >= self.max_idle_time
+        has been idle long enough (see StartFeed.on_idle)."""
+        self.feed.on_idle()

@@ -1,0 +1,155 @@
+"""scrapy-redis's settings, each honoured or refused at start with the project's equivalent.
+
+A project moved from scrapy-redis keeps its settings file; none of its settings is silently
+ignored. What the frontier does anyway passes (``SCHEDULER_PERSIST = True``, scrapy-redis's
+priority queue and duplicate filter); anything it would do differently is refused with a line
+naming what to use instead. The scheduling settings are checked only with the frontier
+scheduler (with ``SCHEDULER = "scrapy_redis.scheduler.Scheduler"`` scrapy-redis reads them
+itself); the connection and start-list settings always, as the project reads Redis and start
+entries its own way with any scheduler. REDIS_URL, REDIS_PARAMS, REDIS_START_URLS_KEY and
+MAX_IDLE_TIME_BEFORE_CLOSE mean what they mean in scrapy-redis and are checked in table.py.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import load_object
+
+from crawler.settings_check.rules import BAD_VALUE, as_bool, as_int, as_text, problem
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+PRIORITY_QUEUES = ("scrapy_redis.queue.PriorityQueue", "scrapy_redis.queue.SpiderPriorityQueue")
+DUPEFILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
+SERIALIZERS = ("crawler.scheduling.serializer",)
+KEYS = "the frontier's keys are {<spider>}:queue, {<spider>}:dupefilter, ... (README: Redis keys)"
+
+
+def unset(value: Any) -> bool:
+    return value is None or value == ""
+
+
+def is_false(value: Any) -> bool:
+    return unset(value) or not as_bool(value)
+
+
+def is_true(value: Any) -> bool:
+    return unset(value) or as_bool(value)
+
+
+def is_zero(value: Any) -> bool:
+    return unset(value) or as_int(value) == 0
+
+
+def is_utf8(value: Any) -> bool:
+    return unset(value) or codecs.lookup(as_text(value)).name == "utf-8"
+
+
+def one_of(*paths: str) -> Callable[[Any], bool]:
+    def allowed(value: Any) -> bool:
+        return unset(value) or value in paths or load_object(value) in map(load_object, paths)
+
+    return allowed
+
+
+# (setting, passes, what it must be: the project's equivalent)
+Check = tuple[str, Callable[[Any], bool], str]
+
+ALWAYS: tuple[Check, ...] = (
+    *(
+        (name, unset, f"unset: give the {part} in REDIS_URL (redis://HOST:PORT/DB), which wins")
+        for name, part in (("REDIS_HOST", "host"), ("REDIS_PORT", "port"), ("REDIS_DB", "db"))
+    ),
+    ("REDIS_DECODE_RESPONSES", is_false, "False or unset: the frontier reads replies as bytes"),
+    (
+        "REDIS_ENCODING",
+        is_utf8,
+        "utf-8 or unset: the frontier's JSON is UTF-8 (a spider whose start entries are in "
+        "another encoding sets its redis_encoding attribute)",
+    ),
+    *(
+        (name, is_false, "False or unset: start entries are a Redis list (redis-cli lpush KEY)")
+        for name in ("REDIS_START_URLS_AS_SET", "REDIS_START_URLS_AS_ZSET")
+    ),
+    (
+        "REDIS_START_URLS_BATCH_SIZE",
+        unset,
+        "unset: START_BATCH_SIZE is the start entries leased per round trip (or a spider's "
+        "redis_batch_size attribute)",
+    ),
+)
+
+WITH_THE_FRONTIER: tuple[Check, ...] = (
+    (
+        "SCHEDULER_PERSIST",
+        is_true,
+        "True or unset: the frontier always persists; `scrapy frontier <spider> purge` wipes it",
+    ),
+    (
+        "SCHEDULER_FLUSH_ON_START",
+        is_false,
+        "False or unset: nothing is flushed at start; run `scrapy frontier <spider> purge "
+        "--yes` before the crawl instead",
+    ),
+    (
+        "SCHEDULER_IDLE_BEFORE_CLOSE",
+        is_zero,
+        "0 or unset: a worker closes after MAX_IDLE_TIME_BEFORE_CLOSE seconds once the whole "
+        "fleet is idle, looking every IDLE_POLL_INTERVAL",
+    ),
+    (
+        "SCHEDULER_QUEUE_CLASS",
+        one_of(*PRIORITY_QUEUES),
+        f"{PRIORITY_QUEUES[0]} or unset: the frontier's order is request priority, then first "
+        "in first out (DEPTH_PRIORITY turns it depth- or breadth-first)",
+    ),
+    ("SCHEDULER_QUEUE_KEY", unset, f"unset: {KEYS}"),
+    ("SCHEDULER_DUPEFILTER_KEY", unset, f"unset: {KEYS}"),
+    (
+        "SCHEDULER_DUPEFILTER_CLASS",
+        unset,
+        "unset: the frontier filters duplicates itself (DUPEFILTER_MODE)",
+    ),
+    (
+        "DUPEFILTER_CLASS",
+        one_of(*DUPEFILTERS),
+        f"{DUPEFILTERS[1]} or unset: the frontier filters duplicates itself, as DUPEFILTER_MODE "
+        "says (bloom, redisbloom, exact or none)",
+    ),
+    (
+        "SCHEDULER_SERIALIZER",
+        one_of(*SERIALIZERS),
+        f"{SERIALIZERS[0]} or unset: the frontier stores requests as JSON",
+    ),
+)
+
+
+def scrapy_redis_problems(settings: BaseSettings) -> list[str]:
+    """A line for each scrapy-redis setting whose value the project would not honour."""
+    checks = ALWAYS + (WITH_THE_FRONTIER if _on_the_frontier(settings) else ())
+    return [
+        problem(name, settings.get(name), allowed)
+        for name, passes, allowed in checks
+        if not _passes(passes, settings.get(name))
+    ]
+
+
+def _on_the_frontier(settings: BaseSettings) -> bool:
+    from crawler.scheduling.scheduler import FrontierScheduler
+
+    try:
+        # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
+        return FrontierScheduler in load_object(settings.get("SCHEDULER")).__mro__
+    except BAD_VALUE:
+        return False
+
+
+def _passes(check: Callable[[Any], bool], value: Any) -> bool:
+    try:
+        return check(value)
+    except BAD_VALUE:
+        return False

@@ -1,0 +1,251 @@
+"""Start entries read from Redis in leased batches, bad ones set aside, the idle rule.
+
+A spider's :class:`StartFeed` pops a batch of entries from its start list (leased with the
+frontier scheduler: an entry comes back to the list if the worker dies before the entry's
+requests are in the frontier), turns each into requests with the spider's own function, and
+sets aside any entry that function refuses, whatever went wrong, in the invalid list with the
+reason, counted under ``start/invalid/<reason>``. The project's spiders (``base.py``) and
+scrapy-redis spiders (``redis.py``) are fed the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy.exceptions import DontCloseSpider
+
+from crawler.config import mask_uri, setting, setting_int
+from crawler.connection import redis_from_settings
+from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
+from crawler.scheduling.state import invalid_key, start_key
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+
+logger = logging.getLogger(__name__)
+
+# The requests of one start entry as Redis holds it; raises for an entry it cannot use.
+MakeRequests = Callable[[bytes], Iterable["Request"]]
+
+
+class InvalidStartEntry(ValueError):
+    """A start entry the spider cannot turn into requests; ``reason`` is a short slug."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class EntryLimits:
+    """What one start entry may cost: its size in bytes and the nesting of its JSON."""
+
+    max_bytes: int = 16384
+    max_depth: int = 8
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> EntryLimits:
+        return cls(
+            max_bytes=setting_int(settings, "START_ENTRY_MAX_BYTES", 1),
+            max_depth=setting_int(settings, "START_ENTRY_MAX_DEPTH", 1, 100),
+        )
+
+
+class StartEntries:
+    """The Redis lists a spider reads start entries from and sets bad ones aside in."""
+
+    def __init__(self, server: RedisClient, key: str, invalid_key: str, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.server = server
+        self.key = key
+        self.invalid_key = invalid_key
+        self.batch_size = batch_size
+
+    @classmethod
+    def for_spider(
+        cls, settings: BaseSettings, spider: Any, batch_size: int | None = None
+    ) -> StartEntries:
+        """The spider's lists (its ``redis_key`` or REDIS_START_URLS_KEY), popped
+        ``batch_size`` at a time (default START_BATCH_SIZE)."""
+        return cls(
+            server=redis_from_settings(settings),
+            key=start_key(settings, spider),
+            invalid_key=invalid_key(settings, spider),
+            batch_size=batch_size or setting(settings, "START_BATCH_SIZE"),
+        )
+
+    def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
+        """Up to a batch of (entry, lease) in the order they were pushed with LPUSH.
+
+        With the frontier scheduler each entry is leased, and comes back to the list if this
+        worker dies before the entry's requests are in the frontier; otherwise it is popped.
+        """
+        if scheduler is not None:
+            members = scheduler.lease_start_entries(self.batch_size)
+            return [(member.split(b"\n", 1)[1], member) for member in members]
+        entries: Any = self.server.rpop(self.key, self.batch_size)
+        return [(bytes(entry), None) for entry in entries or []]
+
+    def set_aside(self, entry: str, reason: str, size: int) -> None:
+        """Keep the entry (cut to ``size`` characters at most) with the reason it was refused."""
+        record: dict[str, Any] = {"entry": entry[:size], "reason": reason, "time": time.time()}
+        if len(entry) > size:
+            record["truncated_from"] = len(entry)
+        self.server.rpush(self.invalid_key, json.dumps(record))
+
+
+class StartFeed:
+    """Feeds one spider from its start list; ``make`` turns an entry into requests.
+
+    :meth:`on_idle` is the spider_idle handler: it feeds the next batch, and lets the spider
+    close only once the whole fleet has been idle ``max_idle_time`` seconds (0: never).
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        spider: Spider,
+        entries: StartEntries,
+        make: MakeRequests,
+        max_idle_time: float,
+        max_shown: int = EntryLimits.max_bytes,
+        kind: str = "start entry",
+    ) -> None:
+        self.crawler = crawler
+        self.spider = spider
+        self.entries = entries
+        self.make = make
+        self.max_idle_time = max_idle_time
+        self.max_shown = max_shown
+        self.kind = kind
+        self._idle_since: float | None = None
+        self._said_waiting = False
+
+    def next_requests(self) -> list[Request]:
+        """Requests from the next batches of start entries in Redis, skipping invalid ones."""
+        requests: list[Request] = []
+        scheduler = frontier_scheduler(self.crawler)
+        while not requests:
+            batch = self._pop_batch(scheduler)
+            if not batch:
+                break
+            for raw, lease in batch:
+                shown = raw.decode("utf-8", "backslashreplace")
+                made = self.requests_or_set_aside(partial(self.make, raw), shown)
+                if lease is not None and scheduler is not None:
+                    for request in made:
+                        request.meta[START_META] = lease
+                    # No requests (an entry set aside) acks the entry's lease at once.
+                    scheduler.expect_start_requests(lease, len(made))
+                requests.extend(made)
+        return requests
+
+    def requests_or_set_aside(
+        self, make: Callable[[], Iterable[Request]], shown: str
+    ) -> list[Request]:
+        """``make()``'s requests, or none when it raises: the entry is set aside."""
+        try:
+            requests = list(make())
+        except Exception as exc:
+            self.set_aside(shown, exc)
+            return []
+        self.count("start/entries")
+        return requests
+
+    def set_aside(self, shown: str, exc: Exception) -> None:
+        if isinstance(exc, InvalidStartEntry):
+            reason, message = exc.reason, str(exc)
+        else:
+            reason = f"error:{type(exc).__name__}"
+            message = f"{reason}: {str(exc)[:500]}"
+        logger.warning(
+            "Invalid %s %r (%s); set aside in %s",
+            self.kind,
+            shown[:200],
+            message,
+            self.entries.invalid_key,
+            exc_info=None if isinstance(exc, InvalidStartEntry) else exc,
+            extra={"spider": self.spider},
+        )
+        self.count(f"start/invalid/{reason}")
+        try:
+            self.entries.set_aside(shown, message, self.max_shown)
+        except RedisError as error:
+            logger.error("Could not set the entry aside: %s", error, extra={"spider": self.spider})
+
+    def count(self, key: str, value: int = 1) -> None:
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value(key, value)
+
+    def fleet_idle(self) -> bool:
+        """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None or scheduler.frontier is None:
+            return True
+        if not scheduler.flush():
+            return False
+        try:
+            sizes = scheduler.frontier.sizes()
+        except RedisError:
+            return False
+        return not any(sizes[name] for name in ("queue", "leased", "delayed", "start_leased"))
+
+    def on_idle(self) -> None:
+        """Feed the next batch of start entries, or let the spider close once the whole fleet
+        has been idle long enough. Never raises anything but DontCloseSpider."""
+        if not self._may_close():
+            raise DontCloseSpider
+
+    def _pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
+        try:
+            return self.entries.pop_batch(scheduler)
+        except RedisError as exc:
+            logger.error("Could not read start entries: %s", exc, extra={"spider": self.spider})
+            return []
+
+    def _may_close(self) -> bool:
+        try:
+            requests = self.next_requests()
+            assert self.crawler.engine is not None
+            for request in requests:
+                self.crawler.engine.crawl(request)
+            busy = bool(requests) or not self.fleet_idle()
+        except Exception:
+            logger.exception(
+                "Could not feed start entries; trying again", extra={"spider": self.spider}
+            )
+            busy = True
+        if busy:
+            self._idle_since = None
+            self._said_waiting = False
+            return False
+        self._say_waiting()
+        now = time.monotonic()
+        self._idle_since = self._idle_since or now
+        return self.max_idle_time > 0 and now - self._idle_since >= self.max_idle_time
+
+    def _say_waiting(self) -> None:
+        """Once per idle spell: where this worker waits for start entries."""
+        if self._said_waiting:
+            return
+        self._said_waiting = True
+        url = mask_uri(str(self.crawler.settings.get("REDIS_URL") or ""))
+        logger.info(
+            "Idle: waiting for start entries in %s on %s (redis-cli lpush %s ...)",
+            self.entries.key,
+            url,
+            self.entries.key,
+            extra={"spider": self.spider},
+        )

@@ -1,0 +1,179 @@
+"""scrapy-redis spiders on the frontier: same-named bases, and scrapy-redis's own classes.
+
+A spider written for scrapy-redis keeps its shape here. Its start entries are *leased* from
+its start list (``redis_key``, ``%(name)s`` allowed; else REDIS_START_URLS_KEY), so a worker
+killed mid-batch loses none of them, and an entry ``make_request_from_data`` cannot use
+(whatever it raises, or no request at all) is set aside in ``<redis_key>:invalid`` with the
+reason instead of vanishing. Two ways in, the same behaviour:
+
+* :class:`RedisSpider` and :class:`RedisCrawlSpider` here, with scrapy-redis's attributes
+  (``redis_key``, ``redis_batch_size``, ``redis_encoding``, ``make_request_from_data``) on the
+  project's base spider (``base.py``: entry limits, spider-argument checks, the fleet's idle
+  rule).
+* A subclass of ``scrapy_redis.spiders.RedisSpider``/``RedisCrawlSpider`` as it is: the
+  :class:`ScrapyRedisSpiders` extension replaces its ``next_requests`` (scrapy-redis's only way
+  to its start list) and its idle handler with the project's :class:`StartFeed`.
+
+An entry is scrapy-redis's: a URL, or JSON ``{"url": ..., "method": ..., "meta": {...}, ...}``
+whose other keys are form data. A request for a URL elsewhere than http(s), or carrying a
+user or password, is refused; so is ``meta`` that sets the frontier's own keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy import FormRequest, Request, signals
+from scrapy.exceptions import NotConfigured
+from scrapy.spiders import CrawlSpider
+
+from crawler.scheduling.records import DUE_META
+from crawler.scheduling.scheduler import LEASE_META, START_META
+from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
+from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+RESERVED_META = frozenset({LEASE_META, START_META, DUE_META})
+
+
+def request_from_data(data: bytes, encoding: str, limits: EntryLimits) -> Request:
+    """scrapy-redis's start entry as a request, or InvalidStartEntry with the reason: a URL, or
+    JSON with ``url`` and optional ``method``, ``meta`` (an object) and form fields (text)."""
+    if encoding.replace("-", "").replace("_", "").lower() == "utf8":
+        entry = decode_entry(data, limits)
+    else:
+        try:
+            entry = decode_entry(data.decode(encoding), limits)
+        except (UnicodeDecodeError, LookupError):
+            raise InvalidStartEntry("not_decodable", f"not {encoding}") from None
+    if isinstance(entry, str):
+        return Request(check_start_url(entry, frozenset()).geturl(), dont_filter=True)
+    fields = dict(entry)
+    if "url" not in fields:
+        raise InvalidStartEntry("missing_keys", "['url']")
+    url = check_start_url(fields.pop("url"), frozenset()).geturl()
+    method, meta = fields.pop("method", "GET"), fields.pop("meta", {})
+    if not isinstance(method, str) or not method.isalpha():
+        raise InvalidStartEntry("bad_value", "method is a word such as GET or POST")
+    if not isinstance(meta, dict) or RESERVED_META & meta.keys():
+        raise InvalidStartEntry("bad_value", f"meta is an object without {sorted(RESERVED_META)}")
+    for name, value in fields.items():
+        if not isinstance(value, str) and not (
+            isinstance(value, list) and all(isinstance(part, str) for part in value)
+        ):
+            raise InvalidStartEntry("bad_value", f"form field {name[:50]!r} is not text")
+    return FormRequest(url, method=method.upper(), formdata=fields, meta=meta, dont_filter=True)
+
+
+def as_requests(made: Any) -> list[Request]:
+    """What ``make_request_from_data`` returned, as a list of requests (at least one)."""
+    if isinstance(made, Request):
+        requests = [made]
+    elif made is None or isinstance(made, str | bytes | dict):
+        requests = []
+    else:
+        requests = list(made)
+    if not requests:
+        raise InvalidStartEntry("no_requests", "make_request_from_data made no request")
+    for request in requests:
+        if not isinstance(request, Request):
+            raise InvalidStartEntry("not_a_request", f"got {type(request).__name__}")
+    return requests
+
+
+def check_size(data: bytes, limits: EntryLimits) -> None:
+    if len(data) > limits.max_bytes:
+        raise InvalidStartEntry("too_large", f"{len(data)} bytes, at most {limits.max_bytes}")
+
+
+class RedisSpider(RedisFedSpider):
+    """scrapy-redis's ``RedisSpider`` on the frontier.
+
+    Attributes (scrapy-redis's):
+        redis_key (str, default REDIS_START_URLS_KEY): the start list; ``%(name)s`` is the
+            spider's name. Bad entries go to ``<redis_key>:invalid``.
+        redis_batch_size (int, default START_BATCH_SIZE): entries leased per round trip.
+        redis_encoding (str, default "utf-8"): how entries are decoded.
+
+    Override :meth:`make_request_from_data` to read entries another way; raise
+    ``InvalidStartEntry`` (or anything) for an entry to set aside.
+    """
+
+    redis_encoding: ClassVar[str] = "utf-8"
+
+    def make_request_from_data(self, data: bytes) -> Request | Iterable[Request]:
+        """The request of a start entry (see :func:`request_from_data`)."""
+        return request_from_data(data, self.redis_encoding, self.entry_limits)
+
+    def requests_from_raw(self, raw: bytes) -> list[Request]:
+        check_size(raw, self.entry_limits)
+        return [self._checked(request) for request in as_requests(self.make_request_from_data(raw))]
+
+
+class RedisCrawlSpider(RedisSpider, CrawlSpider):
+    """scrapy-redis's ``RedisCrawlSpider`` on the frontier: a CrawlSpider (``rules``) whose
+    start entries are leased from ``redis_key``, as :class:`RedisSpider`'s are."""
+
+
+def is_scrapy_redis_spider(spider: Any) -> bool:
+    """Whether ``spider`` is built on scrapy-redis's own RedisSpider or RedisCrawlSpider."""
+    from scrapy_redis.spiders import RedisMixin
+
+    return isinstance(spider, RedisMixin)
+
+
+def scrapy_redis_requests(spider: Any, limits: EntryLimits, raw: bytes) -> list[Request]:
+    """The requests of a scrapy-redis spider's entry: its own ``make_request_from_data``, or,
+    when it keeps scrapy-redis's, :func:`request_from_data` (which refuses what scrapy-redis
+    would drop with a warning)."""
+    from scrapy_redis.spiders import RedisMixin
+
+    check_size(raw, limits)
+    if type(spider).make_request_from_data is RedisMixin.make_request_from_data:
+        return [request_from_data(raw, spider.redis_encoding or "utf-8", limits)]
+    return as_requests(spider.make_request_from_data(raw))
+
+
+class ScrapyRedisSpiders:
+    """Extension: a spider built on scrapy-redis's RedisSpider or RedisCrawlSpider reads its
+    start entries through the project's :class:`StartFeed` (leased, bad ones set aside, the
+    fleet's idle rule) instead of scrapy-redis's pops. Not configured for other spiders."""
+
+    def __init__(self, crawler: Crawler, spider: Spider) -> None:
+        settings = crawler.settings
+        limits = EntryLimits.from_settings(settings)
+        own_batch = getattr(type(spider), "redis_batch_size", None)
+        entries = StartEntries.for_spider(settings, spider, int(own_batch) if own_batch else None)
+        max_idle = float(getattr(spider, "max_idle_time", 0) or 0)
+        make = partial(scrapy_redis_requests, spider, limits)
+        self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)
+        # scrapy-redis reads its start list only through next_requests (start_requests and its
+        # idle handler call it); the idle handler itself gives way to the feed's.
+        adopted: Any = spider
+        adopted.next_requests = self.feed.next_requests
+        crawler.signals.disconnect(adopted.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self.feed.on_idle, signal=signals.spider_idle)
+        logger.info(
+            "scrapy-redis spider %s: start entries leased from %s, %d at a time; bad ones set "
+            "aside in %s",
+            spider.name,
+            entries.key,
+            entries.batch_size,
+            entries.invalid_key,
+            extra={"spider": spider},
+        )
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ScrapyRedisSpiders:
+        if not is_scrapy_redis_spider(crawler.spider):
+            raise NotConfigured("not a scrapy-redis spider")
+        assert crawler.spider is not None
+        return cls(crawler, crawler.spider)
