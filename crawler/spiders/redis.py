@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import NotConfigured
@@ -89,6 +89,15 @@ def as_requests(made: Any) -> list[Request]:
     return requests
 
 
+def list_allowed_domains(spider: Any) -> None:
+    """Make a one-shot ``allowed_domains`` (scrapy-redis's example spiders set a ``filter``
+    object, a list in the Python 2 they were written for) a list: Scrapy reads it twice, and a
+    second read of a spent iterator would filter every request as offsite."""
+    domains = getattr(spider, "allowed_domains", None)
+    if domains is not None and not isinstance(domains, list | tuple | set | frozenset | str):
+        spider.allowed_domains = list(domains)
+
+
 def check_size(data: bytes, limits: EntryLimits) -> None:
     if len(data) > limits.max_bytes:
         raise InvalidStartEntry("too_large", f"{len(data)} bytes, at most {limits.max_bytes}")
@@ -108,6 +117,12 @@ class RedisSpider(RedisFedSpider):
     """
 
     redis_encoding: ClassVar[str] = "utf-8"
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        list_allowed_domains(spider)
+        return spider
 
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request]:
         """The request of a start entry (see :func:`request_from_data`)."""
@@ -149,6 +164,7 @@ class ScrapyRedisSpiders:
 
     def __init__(self, crawler: Crawler, spider: Spider) -> None:
         settings = crawler.settings
+        list_allowed_domains(spider)
         limits = EntryLimits.from_settings(settings)
         own_batch = getattr(type(spider), "redis_batch_size", None)
         entries = StartEntries.for_spider(settings, spider, int(own_batch) if own_batch else None)

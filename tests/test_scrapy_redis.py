@@ -1,0 +1,242 @@
+"""Spiders written for scrapy-redis run on the frontier as they are.
+
+The two spiders of scrapy-redis's example project (``example-project/example/spiders/``), copied
+as written, crawl the sandbox: their start entries are leased, so killing a worker mid-crawl
+loses nothing; bad entries are set aside; their dict items are stored through
+MONGO_COLLECTIONS; scrapy-redis settings the frontier would not honour stop the start.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.harness import ROOT, Crawl, Sandbox, poll
+
+pytestmark = pytest.mark.integration
+
+# scrapy-redis's example-project/example/spiders/myspider_redis.py, as written there.
+MYSPIDER_REDIS = """\
+from scrapy_redis.spiders import RedisSpider
+
+
+class MySpider(RedisSpider):
+    \"\"\"Spider that reads urls from redis queue (myspider:start_urls).\"\"\"
+    name = 'myspider_redis'
+    redis_key = 'myspider:start_urls'
+
+    def __init__(self, *args, **kwargs):
+        # Dynamically define the allowed domains list.
+        domain = kwargs.pop('domain', '')
+        self.allowed_domains = filter(None, domain.split(','))
+        super(MySpider, self).__init__(*args, **kwargs)
+
+    def parse(self, response):
+        return {
+            'name': response.css('title::text').extract_first(),
+            'url': response.url,
+        }
+"""
+
+# scrapy-redis's example-project/example/spiders/mycrawler_redis.py, as written there.
+MYCRAWLER_REDIS = """\
+from scrapy.spiders import Rule
+from scrapy.linkextractors import LinkExtractor
+
+from scrapy_redis.spiders import RedisCrawlSpider
+
+
+class MyCrawler(RedisCrawlSpider):
+    \"\"\"Spider that reads urls from redis queue (myspider:start_urls).\"\"\"
+    name = 'mycrawler_redis'
+    redis_key = 'mycrawler:start_urls'
+
+    rules = (
+        # follow all links
+        Rule(LinkExtractor(), callback='parse_page', follow=True),
+    )
+
+    def __init__(self, *args, **kwargs):
+        # Dynamically define the allowed domains list.
+        domain = kwargs.pop('domain', '')
+        self.allowed_domains = filter(None, domain.split(','))
+        super(MyCrawler, self).__init__(*args, **kwargs)
+
+    def parse_page(self, response):
+        return {
+            'name': response.css('title::text').extract_first(),
+            'url': response.url,
+        }
+"""
+
+# What crawling the sandbox takes: its web's *.test hosts resolve to loopback, items (dicts)
+# go to the "pages" collection keyed by URL, no rate limit, workers close when the fleet idles.
+SANDBOX_SETTINGS = {
+    "SPIDER_MODULES": "example.spiders",
+    "TWISTED_DNS_RESOLVER": "crawler.links.resolver.MappedResolver",
+    "LINKS_RESOLVE": json.dumps({"test": "127.0.0.1"}),
+    "MONGO_COLLECTIONS": json.dumps({"dict": "pages:url"}),
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+    "POLITENESS_RATE": 0,
+    "FRONTIER_LEASE_SECONDS": 5,
+}
+SITES, PAGES = 12, 6
+
+
+@pytest.fixture
+def example_project(tmp_path: Path) -> Path:
+    """scrapy-redis's example project's spiders package, importable as ``example.spiders``."""
+    spiders = tmp_path / "project" / "example" / "spiders"
+    spiders.mkdir(parents=True)
+    (spiders.parent / "__init__.py").write_text("")
+    (spiders / "__init__.py").write_text("")
+    (spiders / "myspider_redis.py").write_text(MYSPIDER_REDIS)
+    (spiders / "mycrawler_redis.py").write_text(MYCRAWLER_REDIS)
+    return tmp_path / "project"
+
+
+def example_command(spider: str, domain: str, **settings: Any) -> list[str]:
+    command = [sys.executable, "-m", "scrapy", "crawl", spider, "-a", f"domain={domain}"]
+    for name, value in {**SANDBOX_SETTINGS, **settings}.items():
+        command += ["-s", f"{name}={value}"]
+    return command
+
+
+def example_env(crawl: Crawl, project: Path) -> dict[str, str]:
+    return {**crawl.env(), "PYTHONPATH": f"{project}:{ROOT}"}
+
+
+def site_url(sandbox: Sandbox, site: int, path: str = "/") -> str:
+    port = sandbox.url.rsplit(":", 1)[1]
+    return f"http://site{site}.test:{port}{path}"
+
+
+def test_example_crawler_loses_nothing_when_a_worker_is_killed(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    example_project: Path,
+    tmp_path: Path,
+) -> None:
+    sandbox.admin("web", {"sites": SITES, "pages": PAGES, "extras": False, "latency_ms": 150})
+    homes = [site_url(sandbox, site) for site in range(SITES)]
+    redis_client.lpush("mycrawler:start_urls", *homes)
+    command = example_command("mycrawler_redis", "test", CONCURRENT_REQUESTS=2, START_BATCH_SIZE=2)
+    env = example_env(crawl, example_project)
+    logs = [tmp_path / f"worker{index}.log" for index in range(2)]
+    workers = []
+    for log in logs:
+        with open(log, "wb") as out:
+            workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out))
+    pages = crawl.mongo.db.pages
+    try:
+        poll(lambda: pages.count_documents({}) >= 10, 90, "10 pages stored")
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait(10)
+        assert workers[1].wait(240) == 0, logs[1].read_text()[-4000:]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
+    expected = {
+        site_url(sandbox, site, path)
+        for site in range(SITES)
+        for path in ["/", *(f"/p/{k}" for k in range(PAGES))]
+    }
+    stored = [doc["url"] for doc in pages.find({}, {"url": 1})]
+    assert len(stored) == len(set(stored))
+    assert set(stored) == expected, sorted(expected - set(stored))[:10]
+    assert all(doc["name"] for doc in pages.find({}, {"name": 1}))
+    for key in ("mycrawler:start_urls", "{mycrawler:start_urls}:leases", "{mycrawler_redis}:queue"):
+        assert not redis_client.exists(key), f"{key} still holds work"
+    assert not redis_client.exists("{mycrawler_redis}:leases")
+    assert redis_client.llen("{mycrawler_redis}:dead") == 0
+    # The killed worker's leases ran out and the survivor took them over.
+    stats = redis_client.hgetall("{mycrawler_redis}:stats")
+    assert int(stats.get(b"frontier/reclaimed", 0)) >= 1, stats
+    assert "scrapy-redis spider mycrawler_redis: start entries leased" in logs[1].read_text()
+
+
+def test_example_spider_sets_bad_entries_aside_and_stores_the_rest(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    example_project: Path,
+) -> None:
+    sandbox.admin("web", {"sites": 3, "pages": 2, "extras": False})
+    good = [site_url(sandbox, site) for site in range(3)]
+    posted = json.dumps({"url": site_url(sandbox, 0, "/p/1"), "meta": {"job": "7"}})
+    bad = [
+        "ftp://site0.test/",
+        json.dumps({"no_url": 1}),
+        json.dumps({"url": good[0], "meta": {"frontier_lease": "x"}}),
+        json.dumps({"url": good[0], "size": 3}),
+        "http://user:pw@site1.test/",
+    ]
+    redis_client.lpush("myspider:start_urls", *good, posted, *bad)
+    result = subprocess.run(
+        example_command("myspider_redis", "test"),
+        cwd=ROOT,
+        env=example_env(crawl, example_project),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    stored = {doc["url"] for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
+    assert stored == {*good, site_url(sandbox, 0, "/p/1")}
+    aside = [json.loads(raw) for raw in redis_client.lrange("myspider:start_urls:invalid", 0, -1)]
+    assert sorted(record["entry"] for record in aside) == sorted(bad)
+    reasons = {record["entry"]: record["reason"].split(":")[0] for record in aside}
+    assert reasons[bad[1]] == "missing_keys"
+    assert reasons[bad[4]] == "credentials"
+    assert not redis_client.exists("myspider:start_urls", "{myspider:start_urls}:leases")
+    assert redis_client.llen("{myspider_redis}:dead") == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "named"),
+    [
+        ("SCHEDULER_PERSIST", "False", "scrapy frontier <spider> purge"),
+        ("SCHEDULER_FLUSH_ON_START", "True", "purge --yes"),
+        ("SCHEDULER_IDLE_BEFORE_CLOSE", "10", "MAX_IDLE_TIME_BEFORE_CLOSE"),
+        ("SCHEDULER_QUEUE_CLASS", "scrapy_redis.queue.LifoQueue", "DEPTH_PRIORITY"),
+        ("DUPEFILTER_CLASS", "scrapy.dupefilters.BaseDupeFilter", "DUPEFILTER_MODE"),
+        ("REDIS_HOST", "redis.internal", "REDIS_URL"),
+        ("REDIS_PORT", "6380", "REDIS_URL"),
+        ("REDIS_START_URLS_AS_SET", "True", "lpush"),
+        ("REDIS_START_URLS_BATCH_SIZE", "10", "START_BATCH_SIZE"),
+        ("REDIS_ENCODING", "latin-1", "redis_encoding"),
+    ],
+)
+def test_a_scrapy_redis_setting_the_frontier_would_not_honour_stops_the_start(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    example_project: Path,
+    name: str,
+    value: str,
+    named: str,
+) -> None:
+    redis_client.lpush("myspider:start_urls", "http://site0.test/")
+    result = subprocess.run(
+        example_command("myspider_redis", "test", **{name: value}),
+        cwd=ROOT,
+        env=example_env(crawl, example_project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "Crawl not started" in line]
+    assert len(said) == 1, result.stderr[-3000:]
+    assert f"{name} = {value}" in said[0]
+    assert named in said[0]
+    assert redis_client.llen("myspider:start_urls") == 1
