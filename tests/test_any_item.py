@@ -89,6 +89,9 @@ def test_an_item_nobody_declared_is_a_counted_error_and_a_dead_letter(
     ]
     assert len(said) == 1, result.stderr[-3000:]
     assert "MONGO_COLLECTIONS" in said[0]
+    # One line for the item class, not Scrapy's error line and traceback for every item.
+    assert "Error processing" not in result.stderr
+    assert "Traceback" not in result.stderr
     dead = [json.loads(raw) for raw in redis_client.lrange("{quotes}:dead", 0, -1)]
     assert len(dead) == 4
     assert {record["failure"]["reason"] for record in dead} == {"item_error:UndeclaredItem"}

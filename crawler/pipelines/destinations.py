@@ -11,6 +11,7 @@ destination of ``""`` passes such items on unstored (another pipeline stores the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,21 @@ NOT_STORED = ""
 
 class UndeclaredItem(Exception):
     """No class attribute and no MONGO_COLLECTIONS entry says where the item goes."""
+
+
+class QuietUndeclared(logging.Filter):
+    """Drops Scrapy's own "Error processing <item>" line, and its traceback, for an item nobody
+    declared: the pipeline says so once per item class, counts every one
+    (``mongo/undeclared/<class>``) and its request is dead-lettered all the same."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, UndeclaredItem)
+
+
+# Where Scrapy logs an item a pipeline failed on (scrapy.core.scraper).
+SCRAPER_LOGGER = "scrapy.core.scraper"
+QUIET_UNDECLARED = QuietUndeclared()
 
 
 class InvalidKey(Exception):

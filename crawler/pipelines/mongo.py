@@ -27,6 +27,8 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import mask_uri, setting, setting_int
 from crawler.pipelines.destinations import (
+    QUIET_UNDECLARED,
+    SCRAPER_LOGGER,
     Destination,
     Destinations,
     UndeclaredItem,
@@ -147,6 +149,7 @@ class MongoPipeline:
     # --- Scrapy's pipeline interface --------------------------------------------------------------
 
     async def open_spider(self) -> None:
+        logging.getLogger(SCRAPER_LOGGER).addFilter(QUIET_UNDECLARED)
         await self._in_thread(self._connect)
         self.spill = SpillFile(self.config.spill_dir, self.spider_name)
         await self._in_thread(self._replay_orphans)
@@ -178,6 +181,7 @@ class MongoPipeline:
             raise
 
     async def close_spider(self) -> None:
+        logging.getLogger(SCRAPER_LOGGER).removeFilter(QUIET_UNDECLARED)
         if self._ticker is not None:
             self._ticker.cancel()
         for collection in list(self._batches):
