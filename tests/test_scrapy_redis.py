@@ -202,6 +202,38 @@ def test_example_spider_sets_bad_entries_aside_and_stores_the_rest(
     assert redis_client.llen("{myspider_redis}:dead") == 0
 
 
+def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    example_project: Path,
+) -> None:
+    ours = (
+        MYCRAWLER_REDIS.replace("scrapy_redis.spiders import", "crawler.spiders.redis import")
+        .replace("'mycrawler_redis'", "'ours'")
+        .replace("'mycrawler:start_urls'", "'%(name)s:seeds'")
+    )
+    (example_project / "example" / "spiders" / "ours.py").write_text(ours)
+    sandbox.admin("web", {"sites": 3, "pages": 2, "extras": False})
+    redis_client.lpush("ours:seeds", site_url(sandbox, 0), "not a url")
+    result = subprocess.run(
+        example_command("ours", "test"),
+        cwd=ROOT,
+        env=example_env(crawl, example_project),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    stored = {doc["url"] for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
+    assert stored == {
+        site_url(sandbox, site, path) for site in range(3) for path in ("/", "/p/0", "/p/1")
+    }
+    aside = [json.loads(raw) for raw in redis_client.lrange("ours:seeds:invalid", 0, -1)]
+    assert [record["entry"] for record in aside] == ["not a url"]
+    assert not redis_client.exists("ours:seeds", "{ours:seeds}:leases", "{ours}:dead")
+
+
 @pytest.mark.parametrize(
     ("name", "value", "named"),
     [

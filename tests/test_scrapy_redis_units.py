@@ -1,0 +1,137 @@
+"""scrapy-redis start entries and settings, without servers: what an entry becomes, what is
+refused, which scrapy-redis settings pass."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scrapy import FormRequest, Request
+from scrapy.settings import Settings
+
+from crawler.settings_check import SettingsError, check_settings
+from crawler.settings_check.scrapy_redis import scrapy_redis_problems
+from crawler.spiders.feed import EntryLimits, InvalidStartEntry
+from crawler.spiders.redis import RedisCrawlSpider, RedisSpider, as_requests, request_from_data
+
+LIMITS = EntryLimits()
+
+
+def project_settings(**values: Any) -> Settings:
+    settings = Settings()
+    settings.setmodule("crawler.settings")
+    settings.update(values)
+    return settings
+
+
+def test_a_url_is_a_get_request_fetched_even_if_seen() -> None:
+    request = request_from_data(b"https://example.org/a?b=1", "utf-8", LIMITS)
+    assert (request.url, request.method, request.dont_filter) == (
+        "https://example.org/a?b=1",
+        "GET",
+        True,
+    )
+
+
+def test_json_carries_method_meta_and_form_data_as_in_scrapy_redis() -> None:
+    data = {"url": "https://example.org/s", "method": "post", "meta": {"job": 7}, "q": "shoes"}
+    request = request_from_data(json.dumps(data).encode(), "utf-8", LIMITS)
+    assert isinstance(request, FormRequest)
+    assert (request.method, request.meta["job"], request.body) == ("POST", 7, b"q=shoes")
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b'{"method": "GET"}', "missing_keys"),
+        (b"ftp://example.org/", "bad_url"),
+        (b"https://user:secret@example.org/", "credentials"),
+        (b'{"url": "https://example.org/", "meta": {"frontier_lease": "x"}}', "bad_value"),
+        (b'{"url": "https://example.org/", "meta": []}', "bad_value"),
+        (b'{"url": "https://example.org/", "method": "GET /x"}', "bad_value"),
+        (b'{"url": "https://example.org/", "page": 2}', "bad_value"),
+        (b"[1, 2]", "not_an_object"),
+        (b"\xff\xfe", "not_utf8"),
+        (b"", "empty"),
+    ],
+)
+def test_entries_scrapy_redis_would_drop_are_refused_with_a_reason(
+    data: bytes, reason: str
+) -> None:
+    with pytest.raises(InvalidStartEntry) as refused:
+        request_from_data(data, "utf-8", LIMITS)
+    assert refused.value.reason == reason
+
+
+def test_another_encoding_decodes_entries() -> None:
+    request = request_from_data("https://example.org/caf\xe9".encode("latin-1"), "latin-1", LIMITS)
+    assert request.url == "https://example.org/caf%C3%A9"
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_make_a_request_or_a_refusal(data: bytes) -> None:
+    try:
+        request = request_from_data(data, "utf-8", LIMITS)
+    except InvalidStartEntry:
+        return
+    assert isinstance(request, Request)
+    assert request.url.startswith(("http://", "https://"))
+
+
+@pytest.mark.parametrize("made", [None, [], (), "https://example.org/", {"url": "x"}])
+def test_no_request_made_is_a_refusal(made: Any) -> None:
+    with pytest.raises(InvalidStartEntry) as refused:
+        as_requests(made)
+    assert refused.value.reason == "no_requests"
+
+
+def test_requests_made_one_or_many() -> None:
+    one = Request("https://example.org/")
+    assert as_requests(one) == [one]
+    assert as_requests(iter([one, one])) == [one, one]
+    with pytest.raises(InvalidStartEntry):
+        as_requests([one, "https://example.org/b"])
+
+
+def test_same_named_bases_carry_scrapy_redis_attributes() -> None:
+    for base in (RedisSpider, RedisCrawlSpider):
+        assert base.redis_key is None
+        assert base.redis_batch_size is None
+        assert base.redis_encoding == "utf-8"
+        assert callable(base.make_request_from_data)
+
+
+def test_scrapy_redis_example_settings_pass() -> None:
+    check_settings(
+        project_settings(
+            DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter",
+            SCHEDULER_PERSIST=True,
+            SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.PriorityQueue",
+            REDIS_ENCODING="UTF8",
+        )
+    )
+
+
+def test_every_refused_scrapy_redis_setting_is_listed() -> None:
+    settings = project_settings(SCHEDULER_PERSIST=False, REDIS_HOST="h", REDIS_DB=2)
+    with pytest.raises(SettingsError) as refused:
+        check_settings(settings)
+    assert [line.split(" = ")[0] for line in refused.value.problems] == [
+        "REDIS_HOST",
+        "REDIS_DB",
+        "SCHEDULER_PERSIST",
+    ]
+
+
+def test_scheduling_settings_are_scrapy_redis_own_under_its_scheduler() -> None:
+    stock = project_settings(
+        SCHEDULER="scrapy_redis.scheduler.Scheduler",
+        SCHEDULER_PERSIST=False,
+        SCHEDULER_SERIALIZER="scrapy_redis.picklecompat",
+    )
+    assert scrapy_redis_problems(stock) == []
+    stock.set("REDIS_PORT", 6380)
+    assert [line.split(" = ")[0] for line in scrapy_redis_problems(stock)] == ["REDIS_PORT"]
