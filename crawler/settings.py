@@ -169,7 +169,10 @@ DUPEFILTER_ERROR_RATE = 1e-7
 # DUPEFILTER_LOCAL_CACHE (int, default 100000): fingerprints a worker remembers having scheduled
 # itself; a repeat of one is dropped without a round trip to Redis. 0 turns the cache off.
 DUPEFILTER_LOCAL_CACHE = 100_000
-# REDIS_START_URLS_KEY (str): list users push start entries to, scrapy-redis convention.
+# REDIS_START_URLS_KEY (str): list users push start entries to, scrapy-redis convention. A
+# spider's own redis_key attribute (scrapy-redis's, "%(name)s" allowed) wins; its bad entries
+# then go to "<redis_key>:invalid". scrapy-redis's other settings are honoured or refused at
+# start, naming the equivalent (crawler/settings_check/scrapy_redis.py).
 REDIS_START_URLS_KEY = "%(name)s:start_urls"
 # START_INVALID_KEY (str, default "%(name)s:start_urls:invalid"): list where malformed start
 # entries are set aside as JSON {"entry", "reason", "time"} for a person to inspect.

@@ -22,12 +22,13 @@ from crawler.config import setting, validate_base_url
 from crawler.extractors import jsondata
 from crawler.settings_check import SettingsError
 from crawler.settings_check.rules import integer
-from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
+from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
+from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
+from crawler.spiders.feed import StartEntries, StartFeed
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-__all__ = ["EntryLimits", "InvalidStartEntry", "RedisFedSpider", "StartEntries", "decode_entry"]
 
 # (scheme, host, port) a start URL may point at.
 Origin = tuple[str, str, int]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -175,7 +176,8 @@ class ScrapyRedisSpiders:
         # idle handler call it); the idle handler itself gives way to the feed's.
         adopted: Any = spider
         adopted.next_requests = self.feed.next_requests
-        crawler.signals.disconnect(adopted.spider_idle, signal=signals.spider_idle)
+        with suppress(KeyError):  # not connected: a spider that skipped setup_redis()
+            crawler.signals.disconnect(adopted.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self.feed.on_idle, signal=signals.spider_idle)
         logger.info(
             "scrapy-redis spider %s: start entries leased from %s, %d at a time; bad ones set "
