@@ -21,7 +21,6 @@ from scrapy import Request, Spider, signals
 from crawler.config import setting, validate_base_url
 from crawler.extractors import jsondata
 from crawler.settings_check import SettingsError
-from crawler.settings_check.rules import integer
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
 from crawler.spiders.feed import StartEntries, StartFeed
@@ -185,7 +184,7 @@ class RedisFedSpider(Spider):
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         settings = crawler.settings
-        spider.start_entries = StartEntries.for_spider(settings, spider, cls._batch_size())
+        spider.start_entries = StartEntries.for_spider(settings, spider)
         spider.entry_limits = EntryLimits.from_settings(settings)
         spider.max_idle_time = setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE")
         spider.feed = StartFeed(
@@ -203,12 +202,6 @@ class RedisFedSpider(Spider):
             spider.start_origins = start_origins(spider.base_url, allowed)
         crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
         return spider
-
-    @classmethod
-    def _batch_size(cls) -> int | None:
-        if cls.redis_batch_size is None:
-            return None
-        return int(integer(1).read(f"{cls.__name__}.redis_batch_size", cls.redis_batch_size))
 
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         raise NotImplementedError

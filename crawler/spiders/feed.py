@@ -25,6 +25,7 @@ from crawler.config import mask_uri, setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.scheduling.state import invalid_key, start_key
+from crawler.settings_check.rules import integer
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -62,6 +63,15 @@ class EntryLimits:
         )
 
 
+def own_batch_size(spidercls: type) -> int | None:
+    """The class's ``redis_batch_size`` if it sets one (SettingsError if not an integer >= 1).
+    scrapy-redis's default is CONCURRENT_REQUESTS; here it is START_BATCH_SIZE."""
+    size = getattr(spidercls, "redis_batch_size", None)
+    if size is None:
+        return None
+    return int(integer(1).read(f"{spidercls.__name__}.redis_batch_size", size))
+
+
 class StartEntries:
     """The Redis lists a spider reads start entries from and sets bad ones aside in."""
 
@@ -74,16 +84,14 @@ class StartEntries:
         self.batch_size = batch_size
 
     @classmethod
-    def for_spider(
-        cls, settings: BaseSettings, spider: Any, batch_size: int | None = None
-    ) -> StartEntries:
-        """The spider's lists (its ``redis_key`` or REDIS_START_URLS_KEY), popped
-        ``batch_size`` at a time (default START_BATCH_SIZE)."""
+    def for_spider(cls, settings: BaseSettings, spider: Any) -> StartEntries:
+        """The spider's lists (its ``redis_key`` or REDIS_START_URLS_KEY), popped its
+        ``redis_batch_size`` (scrapy-redis's attribute) or START_BATCH_SIZE at a time."""
         return cls(
             server=redis_from_settings(settings),
             key=start_key(settings, spider),
             invalid_key=invalid_key(settings, spider),
-            batch_size=batch_size or setting(settings, "START_BATCH_SIZE"),
+            batch_size=own_batch_size(type(spider)) or setting(settings, "START_BATCH_SIZE"),
         )
 
     def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:

@@ -167,8 +167,7 @@ class ScrapyRedisSpiders:
         settings = crawler.settings
         list_allowed_domains(spider)
         limits = EntryLimits.from_settings(settings)
-        own_batch = getattr(type(spider), "redis_batch_size", None)
-        entries = StartEntries.for_spider(settings, spider, int(own_batch) if own_batch else None)
+        entries = StartEntries.for_spider(settings, spider)
         max_idle = float(getattr(spider, "max_idle_time", 0) or 0)
         make = partial(scrapy_redis_requests, spider, limits)
         self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)
