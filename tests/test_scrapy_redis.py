@@ -88,6 +88,7 @@ SANDBOX_SETTINGS = {
     "FRONTIER_LEASE_SECONDS": 5,
 }
 SITES, PAGES = 12, 6
+MODULES = "SPIDER_MODULES=example.spiders"
 
 
 @pytest.fixture
@@ -216,6 +217,15 @@ def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
     (example_project / "example" / "spiders" / "ours.py").write_text(ours)
     sandbox.admin("web", {"sites": 3, "pages": 2, "extras": False})
     redis_client.lpush("ours:seeds", site_url(sandbox, 0), "not a url")
+    shown = subprocess.run(
+        [sys.executable, "-m", "scrapy", "frontier", "ours", "--json", "-s", MODULES],
+        cwd=ROOT,
+        env=example_env(crawl, example_project),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(shown.stdout)["start"] == 2, shown.stderr[-2000:]
     result = subprocess.run(
         example_command("ours", "test"),
         cwd=ROOT,
