@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -162,9 +163,11 @@ def test_two_workers_fetch_robots_once_per_host(
         subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
+    fetched = []
     for worker in workers:
         _, stderr = worker.communicate(timeout=120)
         assert worker.returncode == 0, stderr[-3000:]
+        fetched += [int(n) for n in re.findall(r"'robotstxt/request_count': (\d+)", stderr)]
     print(f"1,000 hosts, two workers: {time.monotonic() - started:.1f} s")
 
     assert set(stored(crawl)) == {(host, "/") for host in report["hosts"]}
@@ -173,6 +176,8 @@ def test_two_workers_fetch_robots_once_per_host(
     assert robots == dict.fromkeys(report["hosts"], 1)
     fleet = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
     assert int(fleet[b"robotstxt/request_count"]) == 1000
+    assert len(fetched) == 2, "each worker dumps its stats"
+    assert min(fetched) > 0, fetched  # both workers fetched some
 
 
 def test_scope_any_spreads_over_hosts_and_traps_stay_bounded(
