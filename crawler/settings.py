@@ -69,6 +69,8 @@ USER_AGENT = (
 #      the identity before HttpProxy (750) reads its proxy and before Cookies (700) adds a Cookie
 #      header, so a deferred request goes back to the frontier without one. On the way back, it
 #      judges the decoded body.
+#   660 HostConcurrency (only with POLITENESS_CONCURRENCY): takes one of the domain's slots for
+#      the fleet once Ban admitted the request, before Cookies adds a header.
 #   680 HttpCompression (Scrapy puts it at 590): decodes gzip/deflate/br before Ban, so rules
 #      always read what the page says, and refuses a body over DOWNLOAD_MAXSIZE once decoded.
 #   700 Cookies: keeps the cookies of every answer, bans included, as a browser does.
@@ -78,6 +80,7 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
     "crawler.middlewares.BanMiddleware": 650,
+    "crawler.middlewares.concurrency.HostConcurrencyMiddleware": 660,
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
 }
 SPIDER_MIDDLEWARES = {
@@ -121,6 +124,10 @@ POLITENESS_RATE = 0.5
 POLITENESS_BURST = 5.0
 POLITENESS_RECOVERY = 600.0
 POLITENESS_DOMAIN_RATES: dict[str, float] = {}
+# POLITENESS_CONCURRENCY (int >= 0, default 0 = off): requests in flight per domain for the whole
+# fleet (leases in Redis that expire with the request's download timeout + 30 s, so a killed
+# worker's free themselves). Off, nothing is asked of Redis; on, two round trips per request.
+POLITENESS_CONCURRENCY = 0
 # BIND_ADDRESSES (list of str, default []) and PROXY_POOL (list of proxy URLs, default []): the
 # identities requests are sent as, round-robin, skipping those cooling down after a ban. A
 # comma-separated string is accepted (``-s BIND_ADDRESSES=127.0.0.2,127.0.0.3``).

@@ -17,11 +17,17 @@ Every site ``siteN.test`` has:
   ``/private/...``     pages robots.txt disallows (linked from the home)
   ``/cal/YYYY/MM``     a calendar whose every month links the next one, forever
 Site 0 links to every site's home, and to ``site0.test:1`` (nothing listens there).
+``slow_sites`` sites (picked by the seed, never site 0) wait ``slow_ms`` before every answer;
+``banning_sites`` others answer their first ``ban_after`` requests, then only a 429 ban page
+with ``Retry-After: 1`` (crawler/bans/rules.py "http_429").
 ``GET /__admin__/web`` answers the ground truth (the pages a polite crawl of each site must
-store) and the requests counted per host and path (with their times); ``POST /__admin__/web``
-with ``{"sites": 30, "pages": 6, "seed": 1, "crawl_delay_every": 0, "crawl_delay": 0.5,
-"latency_ms": 0, "extras": true}`` rebuilds the web and clears the counts (``extras`` false:
-homes link only pages and other sites).
+store; a banning site's are the pages it served before banning), the requests counted per host
+and path (with their times), the ban answers per host and path, the statuses answered per host,
+the HTML pages answered 200 per host with their bytes, and the most requests a host had in
+flight at once; ``POST /__admin__/web`` with ``{"sites": 30, "pages": 6, "seed": 1,
+"crawl_delay_every": 0, "crawl_delay": 0.5, "latency_ms": 0, "extras": true, "slow_sites": 0,
+"slow_ms": 2000, "banning_sites": 0, "ban_after": 3}`` rebuilds the web and clears the counts
+(``extras`` false: homes link only pages and other sites).
 """
 
 from __future__ import annotations
@@ -56,12 +62,20 @@ class WebConfig:
     crawl_delay: float = 0.5
     latency_ms: int = 0  # every answer of the web waits this long
     extras: bool = True  # False: homes link only pages and other sites (no traps; benchmarks)
+    slow_sites: int = 0  # sites whose every answer waits slow_ms (near a crawler's timeout)
+    slow_ms: int = 2000
+    banning_sites: int = 0  # sites that ban (429) every request after their first ban_after
+    ban_after: int = 3
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WebConfig:
         config = cls(**{key: data[key] for key in asdict(cls()) if key in data})
         if not (1 <= config.sites <= 100_000 and 1 <= config.pages <= 10_000):
             raise ValueError("sites 1..100000 and pages 1..10000")
+        if min(config.slow_sites, config.slow_ms, config.banning_sites, config.ban_after) < 0:
+            raise ValueError("slow_sites, slow_ms, banning_sites and ban_after are >= 0")
+        if config.slow_sites + config.banning_sites >= config.sites:
+            raise ValueError("slow_sites + banning_sites must leave site 0 an ordinary site")
         return config
 
 
@@ -72,8 +86,17 @@ class Web:
         self.config = config
         self.counts: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self.log: deque[tuple[str, str, float]] = deque(maxlen=LOG_SIZE)
+        self.answers: defaultdict[str, Counter[int]] = defaultdict(Counter)
+        self.bans: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self.html: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self.in_flight: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
         rng = random.Random(config.seed)
         self.cross = {i: rng.randrange(config.sites) for i in range(config.sites)}
+        special = config.slow_sites + config.banning_sites
+        chosen = rng.sample(range(1, config.sites), special) if special else []
+        self.slow = frozenset(chosen[: config.slow_sites])
+        self.banning = frozenset(chosen[config.slow_sites :])
 
     def hosts(self) -> list[str]:
         return [f"site{i}{SUFFIX}" for i in range(self.config.sites)]
@@ -89,14 +112,52 @@ class Web:
         every = self.config.crawl_delay_every
         return self.config.crawl_delay if every and index and index % every == 0 else 0.0
 
+    def names(self, indexes: frozenset[int]) -> list[str]:
+        return [f"site{i}{SUFFIX}" for i in sorted(indexes)]
+
     def truth(self) -> dict[str, list[str]]:
-        """Per host, the paths a polite crawl stores: home, pages and the sitemap's orphan."""
+        """Per host, the paths a polite crawl stores: home, pages and the sitemap's orphan; of
+        a banning host, those of them it answered before it banned."""
         paths = ["/", *(f"/p/{k}" for k in range(self.config.pages)), "/orphan"]
-        return dict.fromkeys(self.hosts(), paths)
+        truth = dict.fromkeys(self.hosts(), paths)
+        for host in self.names(self.banning):
+            served = self.counts[host] - self.bans[host]
+            truth[host] = [path for path in paths if served[path]]
+        return truth
 
     def record(self, host: str, path: str) -> None:
         self.counts[host][path] += 1
         self.log.append((host, path, time.time()))
+
+    async def serve(self, index: int, host: str, request: web.Request) -> web.StreamResponse:
+        """Answer ``request`` for site ``index`` (named ``host``), counting what it answered."""
+        self.record(host, request.path)
+        self.in_flight[host] += 1
+        self.peak[host] = max(self.peak[host], self.in_flight[host])
+        try:
+            wait = self.config.latency_ms + (self.config.slow_ms if index in self.slow else 0)
+            if wait:
+                await asyncio.sleep(wait / 1000)
+            response: web.StreamResponse
+            if index in self.banning and self.counts[host].total() > self.config.ban_after:
+                self.bans[host][request.path] += 1
+                response = ban_page()
+            else:
+                response = SitePage(self, index, request).answer()
+        except web.HTTPException as exc:
+            self.answers[host][exc.status] += 1
+            raise
+        finally:
+            self.in_flight[host] -= 1
+        self.tally(host, response)
+        return response
+
+    def tally(self, host: str, response: web.StreamResponse) -> None:
+        self.answers[host][response.status] += 1
+        body = response.body if isinstance(response, web.Response) else None
+        if response.status == 200 and response.content_type == "text/html":
+            self.html[host]["pages"] += 1
+            self.html[host]["bytes"] += len(body) if isinstance(body, bytes) else 0
 
     def report(self) -> dict[str, Any]:
         times: defaultdict[str, list[float]] = defaultdict(list)
@@ -112,8 +173,14 @@ class Web:
             "crawl_delays": {
                 host: delay for i, host in enumerate(self.hosts()) if (delay := self.crawl_delay(i))
             },
+            "slow": dict.fromkeys(self.names(self.slow), self.config.slow_ms),
+            "banning": dict.fromkeys(self.names(self.banning), self.config.ban_after),
             "counts": {host: dict(paths) for host, paths in self.counts.items()},
             "times": dict(times),
+            "bans": {host: dict(paths) for host, paths in self.bans.items()},
+            "statuses": {host: dict(codes) for host, codes in self.answers.items()},
+            "html": {host: dict(figures) for host, figures in self.html.items()},
+            "peak_in_flight": dict(self.peak),
         }
 
 
@@ -134,10 +201,7 @@ class WebPages:
             index = self.web.index(host)
             if index is None:
                 return await handler(request)
-            self.web.record(host, request.path)
-            if self.web.config.latency_ms:
-                await asyncio.sleep(self.web.config.latency_ms / 1000)
-            return SitePage(self.web, index, request).answer()
+            return await self.web.serve(index, host, request)
 
         return virtual_hosts
 
@@ -151,6 +215,13 @@ class WebPages:
             return web.json_response({"error": str(exc)}, status=400)
         self.web = Web(config)
         return web.json_response(asdict(config))
+
+
+def ban_page() -> web.Response:
+    """What a rate-limiting site answers: 429, a Retry-After, a page that is no content."""
+    body = "<html><head><title>Too Many Requests</title></head><body>Slow down.</body></html>"
+    headers = {"Retry-After": "1"}
+    return web.Response(status=429, text=body, content_type="text/html", headers=headers)
 
 
 class SitePage:
@@ -203,7 +274,7 @@ class SitePage:
         return web.Response(text=body, content_type="text/html")
 
     def home(self) -> web.Response:
-        own = ["/p/0", "/p/1"]
+        own = [f"/p/{k}" for k in (0, 1) if k < self.pages]
         if self.web.config.extras:
             own += ["/old", "/missing", "/files/report.pdf", DISALLOWED + "secret", "/download"]
             own += [f"{TRAP}2024/01", "/p/1?utm_source=home&fbclid=x#top", "/a/a/a/a/"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import signal
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from typing import Any, cast
@@ -148,23 +150,34 @@ def status(crawl: Crawl) -> dict[str, Any]:
 def test_two_workers_fetch_robots_once_per_host(
     crawl: Crawl, redis_client: redis.Redis, web: Sandbox
 ) -> None:
-    report = build_web(web, sites=40, pages=4)
-    redis_client.lpush("links:start_urls", *[home(web, host) for host in report["hosts"]])
-    command = crawl.command("links", settings=links_settings(LINKS_MAX_CALENDAR_HOPS=2))
+    """1,000 hosts, their home page each (no sitemaps), two workers: 1,000 robots.txt fetches.
+    (A page more per host doubles what the test costs, the teardown's MongoDB drop included.)"""
+    report = build_web(web, sites=1000, pages=1, extras=False)
+    entries = [json.dumps({"url": home(web, host), "max_depth": 0}) for host in report["hosts"]]
+    redis_client.lpush("links:start_urls", *entries)
+    # Start entries come 250 at a time (16 by default, each batch once the worker is idle).
+    settings = links_settings(LINKS_SITEMAPS=False, START_BATCH_SIZE=250)
+    command = crawl.command("links", settings=settings)
+    started = time.monotonic()
     workers = [
         subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
+    fetched = []
     for worker in workers:
         _, stderr = worker.communicate(timeout=120)
         assert worker.returncode == 0, stderr[-3000:]
+        fetched += [int(n) for n in re.findall(r"'robotstxt/request_count': (\d+)", stderr)]
+    print(f"1,000 hosts, two workers: {time.monotonic() - started:.1f} s")
 
-    pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
-    assert pages == truth(report)
+    assert set(stored(crawl)) == {(host, "/") for host in report["hosts"]}
     counts = web.admin("web")["counts"]
-    assert {host: counts[host]["/robots.txt"] for host in report["hosts"]} == dict.fromkeys(
-        report["hosts"], 1
-    )
+    robots = {host: counts[host].get("/robots.txt", 0) for host in report["hosts"]}
+    assert robots == dict.fromkeys(report["hosts"], 1)
+    fleet = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
+    assert int(fleet[b"robotstxt/request_count"]) == 1000
+    assert len(fetched) == 2, "each worker dumps its stats"
+    assert min(fetched) > 0, fetched  # both workers fetched some
 
 
 def test_scope_any_spreads_over_hosts_and_traps_stay_bounded(
@@ -319,3 +332,67 @@ def test_a_crawl_on_the_redisbloom_duplicate_filter(
     assert info.capacity == 5000
     assert info.insertedNum >= len(pages)
     client.close()
+
+
+def host_stats(redis_client: redis.Redis, sandbox: Sandbox, host: str) -> dict[str, int]:
+    return HostLedger(redis_client, "links", 60).host(urlsplit(home(sandbox, host)).netloc)
+
+
+def test_a_slow_host_and_a_banning_host_hold_up_nobody(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    """One host answers 2 s late (the download timeout is 4 s), one bans after 3 requests:
+    every other host is done before the slow one, every page the sandbox served is stored
+    once, no ban answer is stored, the banned pages are dead-lettered, not lost, and each
+    host's counters in Redis are what the sandbox counted."""
+    report = build_web(
+        web, sites=10, pages=4, slow_sites=1, slow_ms=2000, banning_sites=1, ban_after=3
+    )
+    (slow,), (banning,) = report["slow"], report["banning"]
+    urls = ",".join(home(web, host) for host in report["hosts"])
+    settings = links_settings(DOWNLOAD_TIMEOUT=4, BAN_MAX_TIMES=1, LINKS_MAX_CALENDAR_HOPS=1)
+    result = crawl("links", "-a", f"urls={urls}", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    report = web.admin("web")
+    pages = stored(crawl)
+    assert {key for key in pages if not key[1].startswith(report["trap"])} == truth(report)
+    counts = report["counts"]
+    assert all(counts[host][path] == 1 for host, path in truth(report) if host != banning)
+    assert all(doc["status"] == 200 for doc in pages.values())
+    assert not any("Too Many Requests" in str(doc.get("title")) for doc in pages.values())
+    banned = set(report["bans"][banning])
+    assert banned
+    assert not {(banning, path) for path in banned} & pages.keys()
+    dead = [json.loads(raw) for raw in redis_client.lrange("{links}:dead", 0, -1)]
+    assert {urlsplit(record["request"]["url"]).path for record in dead} == banned
+    assert {record["failure"]["reason"] for record in dead} == {"banned:http_429"}
+    times = report["times"]
+    others = [t for host, ts in times.items() if host not in (slow, banning) for t in ts]
+    assert max(others) < max(times[slow]), "the other hosts waited for the slow one"
+    assert_host_stats_match_the_sandbox(redis_client, web, report)
+
+
+def assert_host_stats_match_the_sandbox(
+    redis_client: redis.Redis, sandbox: Sandbox, report: dict[str, Any]
+) -> None:
+    """Each host's pages, bytes and HTTP errors in Redis are the HTML pages, their bytes and
+    the error answers the sandbox served it; its bans are the fleet's ban count of the host."""
+    ledger = HostLedger(redis_client, "links", 60)
+    port = urlsplit(sandbox.url).port
+    for host in report["hosts"]:
+        stats = ledger.host(f"{host}:{port}")
+        errors = {name: n for name, n in stats.items() if name.startswith("errors:")}
+        served = report["html"].get(host, {})
+        assert stats.get("pages", 0) == served.get("pages", 0), host
+        assert stats.get("bytes", 0) == served.get("bytes", 0), host
+        statuses = report["statuses"].get(host, {})
+        assert errors == {f"errors:http_{code}": n for code, n in statuses.items() if code == "404"}
+    fleet = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
+    bans = {host: sum(paths.values()) for host, paths in report["bans"].items()}
+    counted = {
+        name.decode().removeprefix("ban/domain/"): int(value)
+        for name, value in fleet.items()
+        if name.startswith(b"ban/domain/")
+    }
+    assert counted == bans

@@ -194,6 +194,7 @@ RULES: dict[str, Rule] = {
     "POLITENESS_BURST": number(1),
     "POLITENESS_RECOVERY": number(0, above=True),
     "POLITENESS_DOMAIN_RATES": mapping("domains to rates >= 0", value=RATE.parse),
+    "POLITENESS_CONCURRENCY": integer(0),
     "BIND_ADDRESSES": items(Rule("an IP address", ip_address), "IP addresses"),
     "PROXY_POOL": items(url("http", "https"), "http(s):// proxy URLs"),
     # Redis, the frontier and start entries

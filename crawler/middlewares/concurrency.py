@@ -1,0 +1,108 @@
+"""Requests in flight per domain for the whole fleet (POLITENESS_CONCURRENCY), not per worker.
+
+Off by default: with POLITENESS_CONCURRENCY = 0 the middleware is not loaded and costs nothing.
+On, each request takes a lease of its domain in Redis (crawler/bans/concurrency.py, one round
+trip) just after the ban middleware has admitted it, and gives it back (one more) as it leaves
+the downloader (Scrapy's request_left_downloader signal, whatever happens to its answer next),
+or when a later middleware answers or fails it before it got there. A request whose domain
+has every slot taken goes back to the frontier's delayed set for a moment instead of holding a
+download slot while it waits.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawler.bans.concurrency import LEASE_SLACK, HostSlots
+from crawler.bans.identities import IDENTITY_META, without_identity
+from crawler.config import setting
+from crawler.connection import redis_from_settings
+from crawler.middlewares.bans import RedisWait
+from crawler.scheduling.scheduler import DUE_META
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+SLOT_META = "fleet_slot"
+# A deferred request goes back with dont_filter (the fleet's filter has seen it); its own value
+# waits here and is put back once it has a slot, so a redirect it answers (which copies
+# dont_filter) is filtered as any other link.
+DONT_FILTER_META = "fleet_slot_dont_filter"
+# A request of a domain at its cap is due again after this many seconds (spread at random).
+RETRY_WINDOW = (0.2, 0.8)
+
+
+class HostConcurrencyMiddleware:
+    """Downloader middleware at 660: after BanMiddleware (650), so a request Ban defers never
+    held a lease, and before Cookies (700), so a request it defers carries no Cookie header into
+    the frontier. Nothing between it and the download hands a request back (to be scheduled
+    again with the lease on it); a lease whose give-back is lost expires by itself."""
+
+    def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
+        self.crawler = crawler
+        self.slots = slots
+        self.timeout = crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
+        self.redis = RedisWait(crawler)
+        crawler.signals.connect(self._give_back, signal=signals.request_left_downloader)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> HostConcurrencyMiddleware:
+        cap: int = setting(crawler.settings, "POLITENESS_CONCURRENCY")
+        if not cap:
+            raise NotConfigured("POLITENESS_CONCURRENCY is 0")
+        assert crawler.spidercls is not None
+        server = redis_from_settings(crawler.settings)
+        return cls(crawler, HostSlots(server, crawler.spidercls.name, cap))
+
+    async def process_request(self, request: Request) -> Request | None:
+        return await self.redis.wait_for(lambda: self._admit(request))
+
+    async def _admit(self, request: Request) -> Request | None:
+        timeout = float(request.meta.get("download_timeout", self.timeout))
+        token = self.slots.take(_domain(request), timeout + LEASE_SLACK)
+        if token is None:
+            return self._defer(request)
+        request.meta[SLOT_META] = token
+        if DONT_FILTER_META in request.meta:
+            request.dont_filter = bool(request.meta.pop(DONT_FILTER_META))
+        return None
+
+    def _defer(self, request: Request) -> Request:
+        self._count("politeness/deferred/concurrency")
+        meta = without_identity(request.meta, IDENTITY_META)
+        meta[DUE_META] = time.time() + random.uniform(*RETRY_WINDOW)
+        meta.setdefault(DONT_FILTER_META, request.dont_filter)
+        return request.replace(meta=meta, dont_filter=True)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self._give_back(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        self._give_back(request)
+
+    def _give_back(self, request: Request, **kwargs: object) -> None:
+        token = request.meta.pop(SLOT_META, None)
+        if token is None:
+            return
+        try:
+            self.slots.give_back(_domain(request), str(token))
+        except RedisError:
+            self._count("politeness/concurrency/unreleased")  # it expires by itself
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+
+def _domain(request: Request) -> str:
+    return urlparse_cached(request).hostname or ""

@@ -1,0 +1,71 @@
+"""POLITENESS_CONCURRENCY: requests in flight per domain for the whole fleet, not per worker.
+The leases in real Redis, then two `scrapy crawl links` workers on the sandbox's web, whose
+every host counts the most requests it had in flight at once."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from crawler.bans.concurrency import HostSlots
+from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.test_links import build_web, home, links_settings, stored, truth
+
+
+@pytest.fixture
+def web(sandbox: Sandbox) -> Iterator[Sandbox]:
+    yield sandbox
+    sandbox.admin("web", {})  # the default web again
+
+
+def test_a_domain_has_at_most_cap_leases_and_a_given_back_one_frees_a_slot(
+    redis_client: redis.Redis,
+) -> None:
+    slots = HostSlots(redis_client, "links", cap=2)
+    first, second = slots.take("a.test", 30), slots.take("a.test", 30)
+    assert first is not None
+    assert second is not None
+    assert slots.take("a.test", 30) is None
+    assert slots.take("b.test", 30) is not None  # another domain has its own slots
+    slots.give_back("a.test", first)
+    assert slots.take("a.test", 30) is not None
+    assert slots.in_flight("a.test") == 2
+
+
+def test_the_leases_of_a_worker_that_died_free_themselves(redis_client: redis.Redis) -> None:
+    dead = HostSlots(redis_client, "links", cap=1)
+    assert dead.take("a.test", 0.5) is not None  # never given back
+    alive = HostSlots(redis_client, "links", cap=1)
+    assert alive.take("a.test", 30) is None
+    poll(lambda: alive.take("a.test", 30), timeout=5, what="the expired lease to free its slot")
+    assert 0 < redis_client.ttl("{links}:inflight:a.test") <= 30
+
+
+@pytest.mark.integration
+def test_two_workers_share_each_hosts_slots(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    """Each worker alone could send 8 requests at once to a host; together they send 2."""
+    report = build_web(web, sites=3, pages=6, latency_ms=150)
+    redis_client.lpush("links:start_urls", *[home(web, host) for host in report["hosts"]])
+    settings = links_settings(POLITENESS_CONCURRENCY=2, LINKS_MAX_CALENDAR_HOPS=2)
+    command = crawl.command("links", settings=settings)
+    workers = [
+        subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for worker in workers:
+        _, stderr = worker.communicate(timeout=120)
+        assert worker.returncode == 0, stderr[-3000:]
+
+    pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
+    assert pages == truth(report)
+    report = web.admin("web")
+    counts = report["counts"]
+    # A request sent back to wait that then redirects (/old -> /p/2) is filtered as any link.
+    assert {counts[host][path] for host, path in truth(report)} == {1}
+    assert max(report["peak_in_flight"].values()) == 2, report["peak_in_flight"]
+    assert not redis_client.keys("{links}:inflight:*"), "every lease was given back"
