@@ -20,7 +20,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.error import HTTPError
 from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pytest
 import redis
@@ -142,6 +144,39 @@ def test_only_this_machine_sees_the_page_by_default() -> None:
     assert _is_loopback(SimpleNamespace(host="::ffff:127.0.0.1"))
     assert not _is_loopback(SimpleNamespace(host="10.0.0.7"))
     assert not _is_loopback(SimpleNamespace(host="unix-socket"))
+
+
+def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_only(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "REDIS_URL": f"redis://:s3cret@127.0.0.1:{free_port()}/0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[3]
+        with pytest.raises(HTTPError) as away:
+            urlopen(url, timeout=30)
+        assert away.value.code == 503
+        page = away.value.read().decode()
+        assert "Redis is unreachable" in page
+        assert "s3cret" not in page
+        assert '<meta http-equiv="refresh"' in page  # it keeps trying
+        with pytest.raises(HTTPError) as posted:
+            urlopen(url, data=b"x=1", timeout=30)
+        assert posted.value.code == 405
+        with pytest.raises(HTTPError) as elsewhere:
+            urlopen(url + "metrics", timeout=30)
+        assert elsewhere.value.code == 404
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
 
 
 # --- cool-downs and unban (real Redis) ------------------------------------------------------------
