@@ -1,4 +1,5 @@
-"""`make demo`: crawl the sandbox with explore, then profiles, through Redis into MongoDB.
+"""`make demo`: crawl the sandbox with explore, then profiles, then a short maps search, through
+Redis into MongoDB, with the fleet page to watch it.
 
     python -m crawler.demo [--quick] [--state-dir .services/demo]
 
@@ -12,10 +13,12 @@ in the state directory: the demo refuses to start while a server recorded there 
 killed; ``python -m crawler.services down --state-dir <state-dir>`` stops it), and refuses a
 second demo on the same state directory.
 
-It seeds explore start entries, runs ``scrapy crawl explore`` and ``scrapy crawl profiles`` as
-real processes, prints a summary and stops its servers. The stored documents stay in the state
-directory: ``python -m crawler.services up --state-dir <state-dir>`` serves them again.
-``--quick`` crawls one category for one page: a smoke run of a few seconds.
+It seeds explore and maps start entries, serves the fleet page (``scrapy status --serve``, on
+127.0.0.1: its URL is printed first), runs ``scrapy crawl explore``, ``scrapy crawl profiles`` and
+``scrapy crawl maps`` (a few places, in headless Chromium) as real processes, prints a summary and
+stops its servers. The stored documents stay in the state directory:
+``python -m crawler.services up --state-dir <state-dir>`` serves them again. ``--quick`` crawls
+one category for one page and one search: a smoke run of a few seconds.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from crawler.services import (
 )
 from crawler.spiders.explore import CATEGORIES
 
-SPIDERS = ("explore", "profiles")
+SPIDERS = ("explore", "profiles", "maps")
 DEMO_STATE_DIR = DEFAULT_STATE_DIR / "demo"
 DATABASE = "crawler"
 # Every category, two pages each, plus one entry that is not a category: it is set aside.
@@ -64,6 +67,9 @@ SEED_ENTRIES = [
     "not-a-category",
 ]
 QUICK_SEED_ENTRIES = [json.dumps({"category": 2, "max_pages": 1}), "not-a-category"]
+# Two searches of the sandbox's map listings with a few places each, at most MAPS_RESULTS each.
+MAPS_SEARCHES = ["pharmacy near 00544", "pharmacy near 01001"]
+MAPS_RESULTS = 6
 # A little weather: 3% of sandbox responses are 503s, which the crawl retries.
 SANDBOX_CONFIG = {"faults": {"error_rate": 0.03, "seed": 3}}
 # The demo sends from eight loopback addresses: eight identities, each within the default
@@ -90,6 +96,7 @@ SUMMARY_STATS = (
     "item_scraped_count",
     "start/entries",
     "explore/authors_handed",
+    "maps/searches",
 )
 
 
@@ -222,12 +229,39 @@ def demo_settings(servers: Servers) -> Settings:
     return settings
 
 
+@contextmanager
+def fleet_page(state_dir: Path, env: dict[str, str]) -> Iterator[str]:
+    """``scrapy status --serve`` on a free loopback port while the demo runs; yields its URL."""
+    log = open(state_dir / "demo-fleet-page.log", "w")  # noqa: SIM115 (closed below)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env=env,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        if not line.startswith("Fleet page at "):
+            raise SystemExit(f"the fleet page did not start; see {log.name}")
+        url = line.split()[3]
+        say(f"fleet page at {url} (refreshes itself; open it in a browser)")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
 def run_spider(name: str, sandbox_url: str, state_dir: Path, env: dict[str, str]) -> None:
     log_path = state_dir / f"demo-{name}.log"
     command = [sys.executable, "-m", "scrapy", "crawl", name]
     for setting, value in {
         "EXPLORE_BASE_URL": sandbox_url,
         "PROFILES_BASE_URL": sandbox_url,
+        "MAPS_BASE_URL": sandbox_url,
+        "MAPS_MAX_RESULTS": MAPS_RESULTS,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
         "BIND_ADDRESSES": ",".join(BIND_ADDRESSES),
     }.items():
@@ -247,7 +281,7 @@ def summarize(settings: Settings) -> None:
     database = client[settings.get("MONGO_DATABASE")]
     print()
     say("summary")
-    for collection in ("videos", "profiles"):
+    for collection in ("videos", "profiles", "places"):
         print(f"  {collection:<9} {database[collection].count_documents({}):>5} documents")
     by_status = database["profiles"].aggregate([{"$group": {"_id": "$status", "n": {"$sum": 1}}}])
     print("  profiles by status: " + ", ".join(f"{row['_id']} {row['n']}" for row in by_status))
@@ -257,6 +291,9 @@ def summarize(settings: Settings) -> None:
             f"    @{doc['unique_id']:<22} {doc['nickname']!s:<14} "
             f"{doc['follower_count']:>9,} followers  {doc['video_count']:>4} videos"
         )
+    print("  places:")
+    for doc in database["places"].find().sort("name", 1).limit(3):
+        print(f"    {doc['name']!s:<24} rated {doc.get('rating')!s:<4} found by {doc['query']!r}")
     for spider in SPIDERS:
         stats = {
             reply_text(key): reply_text(value)
@@ -293,23 +330,27 @@ def main(argv: list[str] | None = None) -> int:
     state_dir: Path = args.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     seeds = QUICK_SEED_ENTRIES if args.quick else SEED_ENTRIES
+    searches = MAPS_SEARCHES[:1] if args.quick else MAPS_SEARCHES
     started = time.monotonic()
     with ExitStack() as stack:
         stack.enter_context(demo_lock(state_dir))
         servers = stack.enter_context(own_servers(state_dir))
         sandbox_url = stack.enter_context(sandbox_site(state_dir / "demo-sandbox.log"))
         settings = demo_settings(servers)
+        start_key = settings.get("REDIS_START_URLS_KEY")
         with redis.Redis.from_url(servers.redis_url) as server:
-            server.lpush(settings.get("REDIS_START_URLS_KEY") % {"name": "explore"}, *seeds)
-        say(f"seeded {len(seeds)} entries into explore:start_urls")
+            server.lpush(start_key % {"name": "explore"}, *seeds)
+            server.lpush(start_key % {"name": "maps"}, *map(_search, searches))
+        say(f"seeded {len(seeds)} entries into explore:start_urls, {len(searches)} into maps")
         env = crawl_environment(servers, state_dir)
+        stack.enter_context(fleet_page(state_dir, env))
         for spider in SPIDERS:
             run_spider(spider, sandbox_url, state_dir, env)
         summarize(settings)
     say(
         f"done in {time.monotonic() - started:.0f}s. The documents stay in {state_dir}: "
         f"`python -m crawler.services up --state-dir {state_dir}` serves them again "
-        f"(database {DATABASE!r}, collections videos and profiles)."
+        f"(database {DATABASE!r}, collections videos, profiles and places)."
     )
     say(
         "more spiders, on your own targets (README, Spiders): `scrapy crawl links -a "
@@ -318,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         "serves both (`POST /__admin__/web`, `python -m sandbox.domains`)."
     )
     return 0
+
+
+def _search(query: str) -> str:
+    return json.dumps({"query": query})
 
 
 if __name__ == "__main__":

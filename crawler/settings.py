@@ -316,6 +316,11 @@ METRICS_PORT = os.environ.get("METRICS_PORT", "0")
 # METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on; "127.0.0.1"
 # keeps it to the machine. Env METRICS_HOST overrides it.
 METRICS_HOST = os.environ.get("METRICS_HOST", "0.0.0.0")
+# FLEET_PAGE ("local", "all" or "off", default "local"): the fleet page at / on the metrics
+# endpoint (README "Seeing the fleet"): "local" shows it to this machine only (127.0.0.0/8, ::1;
+# others get 403) even when METRICS_HOST lets Prometheus in from elsewhere; "all" to anyone who
+# reaches the endpoint (it is read-only, secrets masked); "off" serves /metrics only.
+FLEET_PAGE = "local"
 
 # --- Maps (crawler.spiders.maps, Google-Maps-like listings in a headless browser) -------------
 # Only the maps spider uses the browser: it sets DOWNLOAD_HANDLERS to its scrapy-playwright

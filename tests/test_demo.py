@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 import redis
@@ -85,6 +86,31 @@ def _demo(state_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[s
     )
 
 
+def _demo_watching_its_page(
+    state_dir: Path, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """The demo, and its fleet page as fetched while the demo ran."""
+    command = [sys.executable, "-m", "crawler.demo", "--quick", "--state-dir", str(state_dir)]
+    with subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        lines: list[str] = []
+        for line in process.stdout:
+            lines.append(line)
+            if "fleet page at " in line:
+                break
+        assert lines, process.stderr
+        assert "fleet page at " in lines[-1], "".join(lines)
+        url = lines[-1].split("fleet page at ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:"), url
+        with urlopen(url, timeout=30) as response:
+            page = response.read().decode()
+        out, err = process.communicate(timeout=180)
+    stdout = "".join(lines) + out
+    return subprocess.CompletedProcess(command, process.returncode, stdout, err), page
+
+
 def test_the_demo_leaves_an_exported_fleet_untouched(
     redis_url: str, redis_client: redis.Redis, mongo: Mongo, tmp_path: Path
 ) -> None:
@@ -93,7 +119,9 @@ def test_the_demo_leaves_an_exported_fleet_untouched(
     redis_before, mongo_before = _redis_snapshot(redis_client), _mongo_snapshot(mongo)
     spilled_before = sorted(path.read_text() for path in spill_dir.iterdir())
 
-    result = _demo(tmp_path / "demo", _fleet_environment(redis_url, mongo, spill_dir))
+    result, page = _demo_watching_its_page(
+        tmp_path / "demo", _fleet_environment(redis_url, mongo, spill_dir)
+    )
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert _redis_snapshot(redis_client) == redis_before
@@ -103,6 +131,14 @@ def test_the_demo_leaves_an_exported_fleet_untouched(
     videos = re.search(r"videos\s+(\d+) documents", result.stdout)
     assert videos is not None, result.stdout
     assert int(videos.group(1)) > 0
+    places = re.search(r"places\s+(\d+) documents", result.stdout)
+    assert places is not None, result.stdout
+    assert int(places.group(1)) > 0
+    # Its fleet page showed every spider while it ran, and is gone with it.
+    for spider in ("explore", "profiles", "maps"):
+        assert f'<section id="{spider}">' in page
+    page_port = int(re.findall(r"fleet page at http://127.0.0.1:(\d+)/", result.stdout)[0])
+    assert not port_open(page_port)
     assert "start entry set aside: 'not-a-category'" in result.stdout
     ports = [int(port) for port in re.findall(r"started \(pid \d+\) on port (\d+)", result.stdout)]
     assert len(ports) == 2

@@ -248,10 +248,14 @@ def test_the_monitor_publishes_counts_per_domain_and_serves_them(
     assert stats["domain/shop.example/item_scraped_count"] == "1"
     assert _hash(redis_client, "{shop}:workers:here:42:abc")["spider"] == "shop"
     page = monitor.metrics_page()
-    assert 'crawler_responses_total{spider="shop",status="404"} 1' in page
-    assert 'crawler_items_total{spider="shop",collection="things"} 1' in page
-    assert 'crawler_domain_requests_total{spider="shop",domain="shop.example"} 1' in page
-    assert 'crawler_queue_depth{spider="shop",state="queued"} 0' in page
+    assert 'crawler_responses_total{spider="shop",status="404"} 1.0' in page
+    # prometheus_client writes labels in name order.
+    assert 'crawler_items_total{collection="things",spider="shop"} 1.0' in page
+    assert 'crawler_domain_requests_total{domain="shop.example",spider="shop"} 1.0' in page
+    assert 'crawler_queue_depth{spider="shop",state="queued"} 0.0' in page
+    # The process's own, from prometheus_client's collectors.
+    assert "process_resident_memory_bytes " in page
+    assert "process_cpu_seconds_total " in page
 
     asyncio.run(monitor.spider_closed(Spider("shop"), "finished"))
     assert not redis_client.exists("{shop}:workers:here:42:abc")

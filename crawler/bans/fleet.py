@@ -3,15 +3,19 @@
 * Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``; an
   identity is a bind address or proxy. After a ban its rate is halved (down to a floor) and
   recovers linearly, so a fleet backs off together and creeps back.
-* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time; every
+* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time, and
+  ``{spider}:bans:why`` the same fields to what started it (the ban rule and HTTP status); every
   worker reads it at most every ``refresh`` seconds, so one ban pauses the whole fleet.
+  ``scrapy frontier SPIDER unban DOMAIN`` lifts them (``lift_cooldowns``).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from crawler.connection import reply_text
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -41,12 +45,78 @@ redis.call('EXPIRE', KEYS[1], 86400)
 return {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
 """
 
-# KEYS: bans hash. ARGV: field, until. Keeps the later end time.
+# KEYS: bans hash, reasons hash. ARGV: field, until, why. Keeps the later end time (and its why).
 EXTEND_BAN = r"""
 local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+if tonumber(ARGV[2]) > current then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
 return 1
 """
+
+
+def bans_key(spider: str) -> str:
+    """The hash of a spider's cool-downs: field -> end time (Unix seconds)."""
+    return "{" + spider + "}:bans"
+
+
+def reasons_key(spider: str) -> str:
+    """The hash of what started each cool-down: field -> ban rule and status."""
+    return bans_key(spider) + ":why"
+
+
+@dataclass(frozen=True)
+class Cooldown:
+    """One cool-down as the fleet sees it; ``identity`` is None for the whole domain."""
+
+    domain: str
+    identity: str | None
+    until: float
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "identity": self.identity,
+            "until": self.until,
+            "why": self.why,
+        }
+
+
+def active_cooldowns(server: RedisClient, spider: str, now: float | None = None) -> list[Cooldown]:
+    """The spider's cool-downs that have not ended, soonest end first."""
+    pipe = server.pipeline(transaction=False)
+    pipe.hgetall(bans_key(spider))
+    pipe.hgetall(reasons_key(spider))
+    raw_bans, raw_reasons = pipe.execute()
+    reasons = {reply_text(name): reply_text(value) for name, value in raw_reasons.items()}
+    wall = time.time() if now is None else now
+    found = []
+    for raw_name, raw_until in raw_bans.items():
+        name, until = reply_text(raw_name), float(raw_until)
+        if until > wall:
+            domain, _, identity = name.partition("|")
+            found.append(Cooldown(domain, identity or None, until, reasons.get(name, "")))
+    return sorted(found, key=lambda cooldown: (cooldown.until, cooldown.domain))
+
+
+def lift_cooldowns(server: RedisClient, spider: str, domain: str) -> list[Cooldown]:
+    """End every cool-down of ``domain`` (the domain's and its identities'), ended ones too;
+    returns the active ones it lifted. Workers see it within their refresh period."""
+    active = [c for c in active_cooldowns(server, spider) if c.domain == domain]
+    names: Any = server.hkeys(bans_key(spider))
+    fields = [
+        name
+        for name in (reply_text(raw) for raw in names)
+        if name == domain or name.startswith(domain + "|")
+    ]
+    if fields:
+        pipe = server.pipeline(transaction=False)
+        pipe.hdel(bans_key(spider), *fields)
+        pipe.hdel(reasons_key(spider), *fields)
+        pipe.execute()
+    return active
 
 
 @dataclass(frozen=True)
@@ -81,7 +151,7 @@ class FleetPoliteness:
 
     @property
     def bans_key(self) -> str:
-        return "{" + self.spider + "}:bans"
+        return bans_key(self.spider)
 
     def _bucket_key(self, domain: str, identity: str) -> str:
         return "{" + self.spider + "}:rate:" + domain + "|" + identity
@@ -95,13 +165,14 @@ class FleetPoliteness:
         until = self._bans.get(field_name, 0.0)
         return until if until > time.time() else 0.0
 
-    def ban(self, domain: str, identity: str | None, seconds: float) -> float:
-        """Start (or extend) a cool-down for every worker; returns its end time."""
+    def ban(self, domain: str, identity: str | None, seconds: float, why: str = "") -> float:
+        """Start (or extend) a cool-down for every worker; returns its end time. ``why`` (the
+        ban rule, say) is shown on the fleet page."""
         field_name = domain if identity is None else f"{domain}|{identity}"
         until = time.time() + seconds
         # This worker pauses at once, even if Redis is away and the write has to wait.
         self._bans[field_name] = max(until, self._bans.get(field_name, 0.0))
-        self._extend(keys=[self.bans_key], args=[field_name, until])
+        self._extend(keys=[self.bans_key, reasons_key(self.spider)], args=[field_name, until, why])
         return until
 
     def _refresh_bans(self) -> None:

@@ -1,9 +1,12 @@
-"""``scrapy frontier SPIDER [status|dead|requeue|purge]``: look at and manage a spider's frontier.
+"""``scrapy frontier SPIDER [status|dead|requeue|purge|unban DOMAIN]``: look at and manage a
+spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries
 scrapy frontier profiles dead --limit 20     the newest dead letters, with their reasons
 scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
+scrapy frontier profiles unban example.com   lift the domain's ban cool-downs (every identity);
+                                             its delayed requests become due at once
 """
 
 from __future__ import annotations
@@ -12,15 +15,18 @@ import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.bans.fleet import lift_cooldowns
 from crawler.commands import keep_description_layout
-from crawler.config import MASK, mask_uri
+from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
+from crawler.observability.report import masked_dead_letter
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
 from crawler.scheduling.state import purge_spider, start_key
@@ -30,10 +36,7 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
 
-ACTIONS = ("status", "dead", "requeue", "purge")
-# Request headers and meta keys of a dead letter that hold credentials or URLs that may.
-SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
-URL_META = ("proxy", "_auth_proxy")
+ACTIONS = ("status", "dead", "requeue", "purge", "unban")
 
 
 class Command(ScrapyCommand):
@@ -42,7 +45,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "<spider> [status|dead|requeue|purge] [options]"
+        return "<spider> [status|dead|requeue|purge|unban DOMAIN] [options]"
 
     def short_desc(self) -> str:
         return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
@@ -58,10 +61,13 @@ class Command(ScrapyCommand):
         parser.add_argument("--yes", action="store_true", help="purge without asking")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        spider, action = self._parse(args)
+        spider, action, domain = self._parse(args)
         assert self.settings is not None
         try:
-            self._act(spider, action, opts)
+            if action == "unban":
+                self._unban(spider, domain, opts.json)
+            else:
+                self._act(spider, action, opts)
         except RedisError as exc:
             url = mask_uri(self.settings.get("REDIS_URL") or "")
             print(f"Redis at {url} is unreachable: {exc}", file=sys.stderr)
@@ -81,17 +87,42 @@ class Command(ScrapyCommand):
         else:
             self._purge(server, spider, opts.yes)
 
-    def _parse(self, args: list[str]) -> tuple[str, str]:
-        if not 1 <= len(args) <= 2:
+    def _parse(self, args: list[str]) -> tuple[str, str, str]:
+        """Spider, action and the domain of ``unban`` ("" for the other actions)."""
+        if not 1 <= len(args) <= 3:
             raise UsageError("give a spider name and optionally an action")
-        spider, action = args[0], args[1] if len(args) == 2 else "status"
+        spider, action = args[0], args[1] if len(args) >= 2 else "status"
         if action not in ACTIONS:
             raise UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+        if (action == "unban") != (len(args) == 3):
+            raise UsageError("unban takes one domain: scrapy frontier SPIDER unban DOMAIN")
+        domain = args[2].strip().lower() if action == "unban" else ""
         assert self.settings is not None
         known = get_spider_loader(self.settings).list()
         if spider not in known:
             raise UsageError(f"no spider {spider!r} in this project; spiders: {sorted(known)}")
-        return spider, action
+        return spider, action, domain
+
+    def _unban(self, spider: str, domain: str, as_json: bool) -> None:
+        assert self.settings is not None
+        server = redis_from_settings(self.settings)
+        lifted = lift_cooldowns(server, spider, domain)
+        due = self._frontier(server, spider).make_due(
+            lambda url: (urlsplit(url).hostname or "") == domain, time.time()
+        )
+        if as_json:
+            print(json.dumps({"lifted": [c.to_json() for c in lifted], "made_due": due}))
+            return
+        for cooldown in lifted:
+            until = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(cooldown.until))
+            print(
+                f"lifted {cooldown.domain} via {cooldown.identity or 'every identity'} "
+                f"(until {until} UTC; {cooldown.why or 'no reason recorded'})"
+            )
+        print(
+            f"{len(lifted)} active cool-downs of {domain} lifted for {spider}; "
+            f"{due} delayed requests due now"
+        )
 
     def _frontier(self, server: RedisClient, spider: str) -> Frontier:
         assert self.settings is not None
@@ -110,7 +141,7 @@ class Command(ScrapyCommand):
             print(f"  {name:<13} {value:>10,}")
 
     def _dead(self, frontier: Frontier, limit: int, as_json: bool) -> None:
-        letters = [_masked(letter) for letter in frontier.dead_letters(limit)]
+        letters = [masked_dead_letter(letter) for letter in frontier.dead_letters(limit)]
         if as_json:
             print(json.dumps(letters))
             return
@@ -136,23 +167,3 @@ class Command(ScrapyCommand):
                 return
         keys = purge_spider(server, self.settings, spider)
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
-
-
-def _masked(letter: dict[str, Any]) -> dict[str, Any]:
-    """A dead letter as shown: credentials in its request's URL, headers and proxy masked."""
-    request = dict(letter.get("request") or {})
-    if isinstance(request.get("url"), str):
-        request["url"] = mask_uri(request["url"])
-    headers = request.get("headers")
-    if isinstance(headers, dict):
-        request["headers"] = {
-            name: MASK if name.lower() in SECRET_HEADERS else value
-            for name, value in headers.items()
-        }
-    meta = request.get("meta")
-    if isinstance(meta, dict):
-        request["meta"] = {
-            name: mask_uri(value) if name in URL_META and isinstance(value, str) else value
-            for name, value in meta.items()
-        }
-    return {**letter, "request": request}

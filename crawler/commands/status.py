@@ -1,4 +1,4 @@
-"""``scrapy status [SPIDER] [--json] [--watch SECONDS]``: the fleet at a glance.
+"""``scrapy status [SPIDER] [--json] [--watch SECONDS] [--serve PORT]``: the fleet at a glance.
 
 For each spider (every spider of the project without SPIDER): the frontier (queued, leased,
 delayed, dead, start entries), the approximate count of requests seen, pages and items per
@@ -8,6 +8,11 @@ dead-letter counts, per-domain counts and the live workers with their pace.
 scrapy status                        every spider, as text
 scrapy status profiles --json        one spider, as JSON
 scrapy status profiles --watch 5     refresh every 5 seconds (Ctrl-C to stop)
+scrapy status --serve 9400           the fleet page at http://127.0.0.1:9400/ (Ctrl-C to stop)
+
+The fleet page (no worker needed) shows the same figures with charts of the last hour, active
+ban cool-downs and the newest dead letters; it refreshes itself. It listens on 127.0.0.1 unless
+--host says otherwise (it is read-only and shows no secrets).
 
 Dead letters are listed and requeued with ``scrapy frontier SPIDER dead|requeue``; a spider's
 frontier is wiped with ``scrapy frontier SPIDER purge``.
@@ -24,11 +29,14 @@ from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
+from twisted.internet.error import CannotListenError
 
 from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
-from crawler.observability.report import render_text, spider_status
+from crawler.observability.endpoint import listen, site
+from crawler.observability.page import HISTORY_MINUTES, FleetPage
+from crawler.observability.report import fleet_report, render_text
 
 if TYPE_CHECKING:
     import argparse
@@ -44,7 +52,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "[spider] [--json] [--watch SECONDS] [--minutes N]"
+        return "[spider] [--json] [--watch SECONDS] [--minutes N] [--serve PORT [--host HOST]]"
 
     def short_desc(self) -> str:
         return "Show the fleet: frontier, counters, pace, ETA and live workers of each spider"
@@ -62,6 +70,16 @@ class Command(ScrapyCommand):
         parser.add_argument(
             "--minutes", type=int, default=5, help="minutes the pace is measured over (1-60)"
         )
+        parser.add_argument(
+            "--serve",
+            type=int,
+            default=None,
+            metavar="PORT",
+            help="serve the fleet page on PORT (0: any free port)",
+        )
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="address the fleet page listens on (127.0.0.1)"
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spiders = self._spiders(args)
@@ -69,8 +87,13 @@ class Command(ScrapyCommand):
             raise UsageError("--minutes must be between 1 and 60")
         if opts.watch < 0:
             raise UsageError("--watch must be a positive number of seconds")
+        if opts.serve is not None and not 0 <= opts.serve <= 65535:
+            raise UsageError("--serve takes a port (0-65535; 0 picks a free one)")
         assert self.settings is not None
         server = redis_from_settings(self.settings)
+        if opts.serve is not None:
+            self._serve(server, spiders, opts)
+            return
         try:
             self._show(server, spiders, opts)
             while opts.watch:
@@ -92,27 +115,40 @@ class Command(ScrapyCommand):
             raise UsageError(f"no spider {args[0]!r} in this project; spiders: {known}")
         return args or known
 
-    def _status(self, server: RedisClient, spider: str, minutes: int) -> dict[str, Any]:
-        """The fleet's status of ``spider``, with the figures of its own ``fleet_report``
-        classmethod (per-host pages of ``links``, say) under ``report``."""
+    def _classes(self, spiders: list[str]) -> dict[str, Any]:
         assert self.settings is not None
-        status = spider_status(server, self.settings, spider, minutes)
-        spidercls = get_spider_loader(self.settings).load(spider)
-        fleet_report = getattr(spidercls, "fleet_report", None)
-        if fleet_report is not None:
-            status["report"] = fleet_report(server, self.settings)
-        return status
+        loader = get_spider_loader(self.settings)
+        return {spider: loader.load(spider) for spider in spiders}
 
     def _show(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        report = {
-            "redis": mask_uri(self.settings.get("REDIS_URL") or ""),
-            "time": time.time(),
-            "spiders": {spider: self._status(server, spider, opts.minutes) for spider in spiders},
-        }
+        report = fleet_report(server, self.settings, self._classes(spiders), opts.minutes)
         if opts.json:
             print(json.dumps(report), flush=True)
             return
         if opts.watch and sys.stdout.isatty():
             print(CLEAR_SCREEN, end="")
         print(render_text(report), flush=True)
+
+    def _serve(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
+        """Serve the fleet page until Ctrl-C (or SIGTERM)."""
+        from twisted.internet import reactor as installed
+
+        assert self.settings is not None
+        reactor: Any = installed
+        settings, classes = self.settings, self._classes(spiders)
+        page = FleetPage(
+            lambda: fleet_report(server, settings, classes, opts.minutes, HISTORY_MINUTES),
+            local_only=False,
+        )
+        try:
+            listening = listen(opts.host, [opts.serve], site(None, page))
+        except CannotListenError as exc:
+            print(
+                f"Cannot serve the fleet page on {opts.host}:{opts.serve}: {exc}", file=sys.stderr
+            )
+            self.exitcode = 1
+            return
+        shown = f"[{opts.host}]" if ":" in opts.host else opts.host
+        print(f"Fleet page at http://{shown}:{listening.port}/ (Ctrl-C to stop)", flush=True)
+        reactor.run()

@@ -173,18 +173,21 @@ class BanMiddleware:
         )
         seconds = retry_after(response, self.cooldown_max) or self.cooldown
         scope = identity if self.policy == "rotate" else None
-        until = await self.redis.wait_for(lambda: self._cool_down(domain, identity, scope, seconds))
+        why = f"{verdict.rule} (HTTP {response.status})"
+        until = await self.redis.wait_for(
+            lambda: self._cool_down(domain, identity, scope, seconds, why)
+        )
         if self.policy == "stop":
             self._stop(domain)
         return self._again(request, verdict, until if scope is None else time.time())
 
     async def _cool_down(
-        self, domain: str, identity: str, scope: str | None, seconds: float
+        self, domain: str, identity: str, scope: str | None, seconds: float, why: str
     ) -> float:
         """Start the cool-down and halve the rate of (domain, identity); returns the cool-down's
         end. Both may be done again when Redis goes away in between: a cool-down keeps the
         later end."""
-        until = self.fleet.ban(domain, scope, seconds)
+        until = self.fleet.ban(domain, scope, seconds, why)
         self.fleet.penalize(domain, identity)
         return until
 

@@ -1,43 +1,25 @@
-"""The ``/metrics`` HTTP endpoint, served by twisted.web on the crawler's own reactor.
+"""The worker's HTTP endpoint, served by twisted.web on the crawler's own reactor.
 
-A scrape renders the page from the worker's in-memory stats and the fleet view the periodic
-task last read: it never waits on Redis. Requests are not logged, so Scrapy's log stays the
-crawl's.
+``/metrics`` is prometheus_client's Twisted resource: a scrape collects the worker's in-memory
+stats and the fleet view the periodic task last read (it never waits on Redis) on the reactor's
+thread pool. ``/`` is the fleet page (:mod:`crawler.observability.page`), read from Redis on
+the same thread pool, so neither blocks the crawl. Requests are not logged, so Scrapy's log
+stays the crawl's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet import defer
 from twisted.internet.error import CannotListenError
 from twisted.web import http, resource, server
 
-from crawler.observability.metrics import CONTENT_TYPE
 from crawler.settings_check import RULES
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
     from twisted.internet.defer import Deferred
-    from twisted.web.server import Request
-
-
-class MetricsResource(resource.Resource):
-    """``GET /metrics``: the page ``render_page`` returns; any other path is a 404."""
-
-    isLeaf = True
-
-    def __init__(self, render_page: Callable[[], str]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.render_page = render_page
-
-    def render_GET(self, request: Request) -> bytes:
-        if request.path != b"/metrics":
-            request.setResponseCode(404)
-            request.setHeader(b"content-type", b"text/plain; charset=utf-8")  # type: ignore[no-untyped-call]
-            return b"metrics are at /metrics\n"
-        request.setHeader(b"content-type", CONTENT_TYPE.encode())  # type: ignore[no-untyped-call]
-        return self.render_page().encode()
 
 
 class QuietSite(server.Site):
@@ -55,8 +37,22 @@ def parse_ports(raw: object) -> list[int]:
     return list(RULES["METRICS_PORT"].read("METRICS_PORT", raw))
 
 
-class MetricsEndpoint:
-    """A listening metrics endpoint: its port, and a way to stop it."""
+def site(registry: CollectorRegistry | None, page: resource.Resource | None) -> QuietSite:
+    """``/metrics`` from ``registry`` and the fleet page at ``/``, each when given."""
+    # Imported here: prometheus_client.twisted imports (so installs) the reactor at import time.
+    from prometheus_client.twisted import MetricsResource
+
+    root = resource.Resource()  # type: ignore[no-untyped-call]
+    if registry is not None:
+        metrics: Any = MetricsResource(registry)  # type: ignore[no-untyped-call]
+        root.putChild(b"metrics", metrics)
+    if page is not None:
+        root.putChild(b"", cast(Any, page))
+    return QuietSite(root)  # type: ignore[no-untyped-call]
+
+
+class Listening:
+    """A listening endpoint: its port, and a way to stop it."""
 
     def __init__(self, listening: Any) -> None:
         self._listening = listening
@@ -66,16 +62,15 @@ class MetricsEndpoint:
         return defer.maybeDeferred(self._listening.stopListening)
 
 
-def listen(host: str, ports: list[int], page: Callable[[], str]) -> MetricsEndpoint:
-    """Serve ``page`` at ``/metrics`` on the first of ``ports`` that is free."""
+def listen(host: str, ports: list[int], served: QuietSite) -> Listening:
+    """Serve ``served`` on the first of ``ports`` that is free."""
     from twisted.internet import reactor as installed
 
     reactor: Any = installed
-    site = QuietSite(MetricsResource(page))  # type: ignore[no-untyped-call]
     error: CannotListenError | None = None
     for port in ports:
         try:
-            return MetricsEndpoint(reactor.listenTCP(port, site, interface=host))
+            return Listening(reactor.listenTCP(port, served, interface=host))
         except CannotListenError as exc:
             error = exc
     assert error is not None

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one worker, in the text exposition format (version 0.0.4).
+"""Prometheus metrics of one worker, collected for ``prometheus_client``.
 
 Served on ``http://<METRICS_HOST>:<METRICS_PORT>/metrics`` when ``METRICS_PORT`` is set. Counters
 are this worker's since it started: sum them over the fleet's workers, e.g.
@@ -36,13 +36,24 @@ Gauges:
   start entries) at the fleet's pace, or this worker's if faster (absent while nothing moves).
 - ``crawler_worker_start_time_seconds{spider}``: when this worker started (Unix time).
 - ``crawler_worker_info{spider,worker,host,pid}``: always 1; names this worker.
+
+And prometheus_client's own: ``process_cpu_seconds_total``, ``process_resident_memory_bytes``,
+``process_open_fds`` and the rest of the ``process_*`` family, ``python_gc_*`` and
+``python_info``.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from crawler.observability.rates import eta_seconds
 
@@ -50,7 +61,6 @@ if TYPE_CHECKING:
     from crawler.observability.counters import Counters
     from crawler.observability.publisher import FleetView
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 QUEUE_STATES = {
     "queue": "queued",
     "leased": "leased",
@@ -62,64 +72,6 @@ QUEUE_STATES = {
 
 
 @dataclass(frozen=True)
-class Family:
-    name: str
-    kind: str
-    help: str
-
-
-REQUESTS = Family("crawler_requests_total", "counter", "Requests sent to the downloader.")
-RESPONSES = Family("crawler_responses_total", "counter", "Responses received, by HTTP status.")
-DOWNLOAD_ERRORS = Family(
-    "crawler_download_errors_total", "counter", "Downloads that failed without a response."
-)
-ITEMS_SCRAPED = Family(
-    "crawler_items_scraped_total", "counter", "Items that went through the item pipelines."
-)
-ITEMS = Family("crawler_items_total", "counter", "Items written to MongoDB, by collection.")
-ITEMS_DROPPED = Family(
-    "crawler_items_dropped_total", "counter", "Items dropped by an item pipeline."
-)
-RETRIES = Family("crawler_retries_total", "counter", "Retries scheduled.")
-BANS = Family("crawler_bans_total", "counter", "Responses classified as bans, by ban rule.")
-BANS_BY_DOMAIN = Family(
-    "crawler_bans_by_domain_total", "counter", "Responses classified as bans, by domain."
-)
-DEAD_LETTERS = Family(
-    "crawler_dead_letters_total", "counter", "Requests given up on (dead letters), by reason."
-)
-DUPLICATES = Family(
-    "crawler_duplicates_total", "counter", "Requests dropped by the duplicate filter."
-)
-DOMAIN_REQUESTS = Family(
-    "crawler_domain_requests_total", "counter", "Requests sent to the downloader, by domain."
-)
-DOMAIN_RESPONSES = Family(
-    "crawler_domain_responses_total", "counter", "Responses received, by domain and status."
-)
-DOMAIN_ITEMS = Family(
-    "crawler_domain_items_total", "counter", "Items scraped, by the domain of their page."
-)
-QUEUE_DEPTH = Family("crawler_queue_depth", "gauge", "Requests in the fleet's frontier, by state.")
-SEEN = Family(
-    "crawler_seen_requests", "gauge", "Requests the fleet's duplicate filter has seen (approx)."
-)
-FLEET_PAGES = Family(
-    "crawler_fleet_pages_per_minute", "gauge", "Pages per minute of the whole fleet, recently."
-)
-FLEET_ITEMS = Family(
-    "crawler_fleet_items_per_minute", "gauge", "Items per minute of the whole fleet, recently."
-)
-ETA = Family(
-    "crawler_eta_seconds", "gauge", "Seconds until the frontier is done at the fleet's pace."
-)
-START_TIME = Family(
-    "crawler_worker_start_time_seconds", "gauge", "When this worker started, in Unix time."
-)
-INFO = Family("crawler_worker_info", "gauge", "This worker: always 1.")
-
-
-@dataclass(frozen=True)
 class WorkerInfo:
     spider: str
     worker: str
@@ -128,107 +80,157 @@ class WorkerInfo:
     started: float
 
 
-class Exposition:
-    """Samples grouped by family, written in the text format."""
+@dataclass(frozen=True)
+class Snapshot:
+    """What one scrape shows: the worker, its counters, the fleet view and its own pace."""
 
-    def __init__(self) -> None:
-        self._samples: dict[Family, list[str]] = {}
+    info: WorkerInfo
+    counters: Counters
+    fleet: FleetView | None
+    own_pace: float = 0.0
 
-    def add(self, family: Family, value: float, **labels: str) -> None:
-        self._samples.setdefault(family, []).append(
-            f"{family.name}{_labels(labels)} {_number(value)}"
-        )
 
-    def declare(self, family: Family) -> None:
-        self._samples.setdefault(family, [])
+class WorkerCollector(Collector):
+    """Metric families of the snapshot ``sample()`` returns at each scrape."""
 
-    def text(self) -> str:
-        lines: list[str] = []
-        for family, samples in self._samples.items():
-            lines.append(f"# HELP {family.name} {family.help}")
-            lines.append(f"# TYPE {family.name} {family.kind}")
-            lines.extend(samples)
-        return "\n".join(lines) + "\n"
+    def __init__(self, sample: Callable[[], Snapshot]) -> None:
+        self.sample = sample
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.sample()
+        spider = snapshot.info.spider
+        yield from _counters(spider, snapshot.counters)
+        yield from _domains(spider, snapshot.counters)
+        yield from _fleet(spider, snapshot.fleet, snapshot.own_pace)
+        yield from _worker(snapshot.info)
+
+
+def registry_for(sample: Callable[[], Snapshot]) -> CollectorRegistry:
+    """A registry of this worker's metrics and the process, platform and GC collectors."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(sample))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
 
 
 def render(
     info: WorkerInfo, counters: Counters, fleet: FleetView | None, own_pace: float = 0.0
 ) -> str:
-    """The worker's metrics page; ``own_pace`` is this worker's pages per minute."""
-    out = Exposition()
-    _counters(out, info.spider, counters)
-    _domains(out, info.spider, counters)
-    _fleet(out, info.spider, fleet, own_pace)
-    out.add(START_TIME, info.started, spider=info.spider)
-    out.add(INFO, 1, spider=info.spider, worker=info.worker, host=info.host, pid=str(info.pid))
-    return out.text()
+    """The worker's metrics page in the text format; ``own_pace`` is its pages per minute."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(lambda: Snapshot(info, counters, fleet, own_pace)))
+    return generate_latest(registry).decode()
 
 
-def _counters(out: Exposition, spider: str, counters: Counters) -> None:
-    out.add(REQUESTS, counters.requests, spider=spider)
-    _labelled(out, RESPONSES, spider, "status", counters.responses_by_status)
-    out.add(DOWNLOAD_ERRORS, counters.download_errors, spider=spider)
-    out.add(ITEMS_SCRAPED, counters.items, spider=spider)
-    _labelled(out, ITEMS, spider, "collection", counters.items_by_collection)
-    out.add(ITEMS_DROPPED, counters.items_dropped, spider=spider)
-    out.add(RETRIES, counters.retries, spider=spider)
-    _labelled(out, BANS, spider, "rule", counters.bans_by_rule)
-    _labelled(out, BANS_BY_DOMAIN, spider, "domain", counters.bans_by_domain)
-    _labelled(out, DEAD_LETTERS, spider, "reason", counters.dead_letters_by_reason)
-    out.add(DUPLICATES, counters.duplicates, spider=spider)
+def _counter(name: str, documentation: str, labels: tuple[str, ...]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, labels=("spider", *labels))
 
 
-def _domains(out: Exposition, spider: str, counters: Counters) -> None:
-    for family in (DOMAIN_REQUESTS, DOMAIN_RESPONSES, DOMAIN_ITEMS):
-        out.declare(family)
+def _gauge(name: str, documentation: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=("spider", *labels))
+
+
+def _counters(spider: str, counters: Counters) -> Iterator[Metric]:
+    plain = (
+        ("crawler_requests_total", "Requests sent to the downloader.", counters.requests),
+        (
+            "crawler_download_errors_total",
+            "Downloads that failed without a response.",
+            counters.download_errors,
+        ),
+        (
+            "crawler_items_scraped_total",
+            "Items that went through the item pipelines.",
+            counters.items,
+        ),
+        (
+            "crawler_items_dropped_total",
+            "Items dropped by an item pipeline.",
+            counters.items_dropped,
+        ),
+        ("crawler_retries_total", "Retries scheduled.", counters.retries),
+        (
+            "crawler_duplicates_total",
+            "Requests dropped by the duplicate filter.",
+            counters.duplicates,
+        ),
+    )
+    for name, documentation, value in plain:
+        family = _counter(name, documentation, ())
+        family.add_metric([spider], value)
+        yield family
+    labelled = (
+        ("crawler_responses_total", "Responses received, by HTTP status.", "status",
+         counters.responses_by_status),
+        ("crawler_items_total", "Items written to MongoDB, by collection.", "collection",
+         counters.items_by_collection),
+        ("crawler_bans_total", "Responses classified as bans, by ban rule.", "rule",
+         counters.bans_by_rule),
+        ("crawler_bans_by_domain_total", "Responses classified as bans, by domain.", "domain",
+         counters.bans_by_domain),
+        ("crawler_dead_letters_total", "Requests given up on (dead letters), by reason.",
+         "reason", counters.dead_letters_by_reason),
+    )  # fmt: skip
+    for name, documentation, label, values in labelled:
+        family = _counter(name, documentation, (label,))
+        for value_label, value in values.items():
+            family.add_metric([spider, value_label], value)
+        yield family
+
+
+def _domains(spider: str, counters: Counters) -> Iterator[Metric]:
+    requests = _counter(
+        "crawler_domain_requests_total", "Requests sent to the downloader, by domain.", ("domain",)
+    )
+    responses = _counter(
+        "crawler_domain_responses_total",
+        "Responses received, by domain and status.",
+        ("domain", "status"),
+    )
+    items = _counter(
+        "crawler_domain_items_total", "Items scraped, by the domain of their page.", ("domain",)
+    )
     for domain, numbers in counters.domains.items():
-        out.add(DOMAIN_REQUESTS, numbers.requests, spider=spider, domain=domain)
+        requests.add_metric([spider, domain], numbers.requests)
         for status, count in numbers.responses_by_status.items():
-            out.add(DOMAIN_RESPONSES, count, spider=spider, domain=domain, status=status)
-        out.add(DOMAIN_ITEMS, numbers.items, spider=spider, domain=domain)
+            responses.add_metric([spider, domain, status], count)
+        items.add_metric([spider, domain], numbers.items)
+    yield from (requests, responses, items)
 
 
-def _fleet(out: Exposition, spider: str, fleet: FleetView | None, own_pace: float) -> None:
-    for family in (QUEUE_DEPTH, SEEN, FLEET_PAGES, FLEET_ITEMS, ETA):
-        out.declare(family)
-    if fleet is None:
-        return
-    for name, state in QUEUE_STATES.items():
-        out.add(QUEUE_DEPTH, fleet.sizes.get(name, 0), spider=spider, state=state)
-    if fleet.seen is not None:
-        out.add(SEEN, fleet.seen, spider=spider)
-    pages = fleet.per_minute("pages")
-    out.add(FLEET_PAGES, pages, spider=spider)
-    out.add(FLEET_ITEMS, fleet.per_minute("items"), spider=spider)
-    eta = eta_seconds(fleet.remaining, max(pages, own_pace))
-    if eta is not None:
-        out.add(ETA, eta, spider=spider)
+def _fleet(spider: str, fleet: FleetView | None, own_pace: float) -> Iterator[Metric]:
+    depth = _gauge("crawler_queue_depth", "Requests in the fleet's frontier, by state.", ("state",))
+    seen = _gauge(
+        "crawler_seen_requests", "Requests the fleet's duplicate filter has seen (approx)."
+    )
+    pages = _gauge(
+        "crawler_fleet_pages_per_minute", "Pages per minute of the whole fleet, recently."
+    )
+    items = _gauge(
+        "crawler_fleet_items_per_minute", "Items per minute of the whole fleet, recently."
+    )
+    eta = _gauge("crawler_eta_seconds", "Seconds until the frontier is done at the fleet's pace.")
+    if fleet is not None:
+        for name, state in QUEUE_STATES.items():
+            depth.add_metric([spider, state], fleet.sizes.get(name, 0))
+        if fleet.seen is not None:
+            seen.add_metric([spider], fleet.seen)
+        fleet_pages = fleet.per_minute("pages")
+        pages.add_metric([spider], fleet_pages)
+        items.add_metric([spider], fleet.per_minute("items"))
+        left = eta_seconds(fleet.remaining, max(fleet_pages, own_pace))
+        if left is not None:
+            eta.add_metric([spider], left)
+    yield from (depth, seen, pages, items, eta)
 
 
-def _labelled(
-    out: Exposition, family: Family, spider: str, label: str, values: dict[str, int]
-) -> None:
-    out.declare(family)
-    for name, value in values.items():
-        out.add(family, value, spider=spider, **{label: name})
-
-
-def _labels(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{name}="{_escape(value)}"' for name, value in labels.items())
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+def _worker(info: WorkerInfo) -> Iterator[Metric]:
+    started = _gauge("crawler_worker_start_time_seconds", "When this worker started, in Unix time.")
+    started.add_metric([info.spider], info.started)
+    worker = GaugeMetricFamily(
+        "crawler_worker_info", "This worker: always 1.", labels=("spider", "worker", "host", "pid")
+    )
+    worker.add_metric([info.spider, info.worker, info.host, str(info.pid)], 1)
+    yield from (started, worker)

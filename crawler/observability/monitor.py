@@ -1,9 +1,11 @@
-"""The fleet monitor: a worker's shared stats, heartbeat, metrics endpoint and progress line.
+"""The fleet monitor: a worker's shared stats, heartbeat, metrics endpoint, fleet page and
+progress line.
 
 Every period (``STATS_PUBLISH_INTERVAL``, and at least three times per heartbeat TTL) one Redis
 round trip adds the worker's stats deltas to ``{spider}:stats`` and to the current minute's
 bucket, refreshes the worker's heartbeat and reads the frontier's sizes and the fleet's pace
-back; ``/metrics`` and the progress line use what it read.
+back; ``/metrics`` and the progress line use what it read. ``/`` on the same port is the fleet
+page (``FLEET_PAGE``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import generate_latest
 from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -27,12 +30,14 @@ from twisted.internet.error import CannotListenError
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.observability.counters import Counters, domain_stat
-from crawler.observability.endpoint import MetricsEndpoint, listen, parse_ports
+from crawler.observability.endpoint import Listening, listen, parse_ports, site
 from crawler.observability.keys import FleetKeys
-from crawler.observability.metrics import WorkerInfo, render
+from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
+from crawler.observability.page import HISTORY_MINUTES, FleetPage
 from crawler.observability.progress import WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
+from crawler.observability.report import fleet_report
 from crawler.scheduling.frontier import FrontierKeys
 from crawler.scheduling.scheduler import frontier_scheduler
 from crawler.scheduling.state import start_key
@@ -59,6 +64,7 @@ class MonitorSettings:
     progress_interval: float
     metrics_ports: list[int]
     metrics_host: str
+    fleet_page: str
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MonitorSettings:
@@ -71,6 +77,7 @@ class MonitorSettings:
             progress_interval=progress_interval,
             metrics_ports=parse_ports(settings.get("METRICS_PORT")),
             metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
+            fleet_page=setting(settings, "FLEET_PAGE"),
         )
 
     @property
@@ -90,6 +97,7 @@ class FleetMonitor:
         PROGRESS_INTERVAL (float, default 60): seconds between progress lines; 0 = none.
         METRICS_PORT (int or "low-high", default 0 = off): port(s) for ``/metrics``.
         METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on.
+        FLEET_PAGE ("local", "all" or "off", default "local"): who sees the page at ``/``.
     """
 
     def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
@@ -103,7 +111,7 @@ class FleetMonitor:
         self._pages = RateWindow()
         self._items = RateWindow()
         self._loop: task.LoopingCall | None = None
-        self._endpoint: MetricsEndpoint | None = None
+        self._endpoint: Listening | None = None
         self._spider: Spider | None = None
         self._next_progress = 0.0
         self._retry_at = 0.0
@@ -147,6 +155,7 @@ class FleetMonitor:
             self.config.heartbeat_ttl,
         )
         self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())
+        self.registry = registry_for(self.snapshot)
         self._next_progress = time.monotonic() + self.config.progress_interval
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
@@ -194,12 +203,23 @@ class FleetMonitor:
             self._items.per_minute(),
         )
 
-    def metrics_page(self) -> str:
+    def snapshot(self) -> Snapshot:
+        """What a scrape of ``/metrics`` shows (called on the reactor's thread pool)."""
         assert self.info is not None
         stats = self._stats()
-        return render(
-            self.info, Counters.from_stats(stats), self.fleet, self.pace(stats).pages_per_min
-        )
+        counters = Counters.from_stats(stats)
+        return Snapshot(self.info, counters, self.fleet, self.pace(stats).pages_per_min)
+
+    def metrics_page(self) -> str:
+        """``/metrics`` as text."""
+        return generate_latest(self.registry).decode()
+
+    def fleet_page(self) -> dict[str, Any]:
+        """The fleet page's report of this worker's spider, read from Redis (blocking: the page
+        calls it on the reactor's thread pool)."""
+        assert self.info is not None
+        spiders = {self.info.spider: self.crawler.spidercls}
+        return fleet_report(self.server, self.crawler.settings, spiders, history=HISTORY_MINUTES)
 
     # --- per-domain counters -------------------------------------------------------------------
 
@@ -248,9 +268,11 @@ class FleetMonitor:
             log_progress(self.info.spider, self.pace(stats), self.fleet, self._spider)
 
     def _serve_metrics(self) -> None:
+        mode = self.config.fleet_page
+        page = None if mode == "off" else FleetPage(self.fleet_page, local_only=mode == "local")
         try:
             self._endpoint = listen(
-                self.config.metrics_host, self.config.metrics_ports, self.metrics_page
+                self.config.metrics_host, self.config.metrics_ports, site(self.registry, page)
             )
         except CannotListenError as exc:
             logger.error(
@@ -261,6 +283,8 @@ class FleetMonitor:
             return
         self.metrics_port = self._endpoint.port
         logger.info("Metrics at http://%s:%d/metrics", self.config.metrics_host, self.metrics_port)
+        if page is not None:
+            logger.info("Fleet page at http://%s:%d/", _shown_host(self.config), self.metrics_port)
 
     def _stopped(self, failure: Failure, spider: Spider) -> None:
         logger.error(
@@ -289,6 +313,11 @@ def _worker_id(crawler: Crawler) -> str:
     if scheduler is not None:
         return scheduler.worker
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _shown_host(config: MonitorSettings) -> str:
+    """Where a browser on this machine finds the endpoint."""
+    return "127.0.0.1" if config.metrics_host in ("0.0.0.0", "::", "") else config.metrics_host
 
 
 def _host(request: Request) -> str:

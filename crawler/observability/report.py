@@ -1,5 +1,7 @@
-"""What ``scrapy status`` shows: a spider's frontier, fleet counters, pace, ETA and live workers,
-read from Redis in a few round trips, as JSON-ready data and as text."""
+"""What ``scrapy status`` and the fleet page show: a spider's frontier, fleet counters, pace, ETA,
+active cool-downs, newest dead letters and live workers, read from Redis in a few round trips,
+as JSON-ready data and as text. Nothing shown carries a secret: the Redis URL and dead letters'
+URLs, credential headers and proxies are masked."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from crawler.bans.fleet import active_cooldowns
+from crawler.config import MASK, mask_uri
 from crawler.connection import reply_text
 from crawler.observability.counters import Counters
 from crawler.observability.keys import FleetKeys
@@ -32,18 +36,49 @@ if TYPE_CHECKING:
 APPROXIMATE_MODES = ("bloom", "redisbloom")
 WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items")
 WORKER_RATES = ("pages_per_min", "items_per_min")
+# Request headers and meta keys of a dead letter that hold credentials or URLs that may.
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+URL_META = ("proxy", "_auth_proxy")
+# How many of the newest dead letters a report carries.
+DEAD_LETTERS_SHOWN = 10
+
+
+def fleet_report(
+    server: RedisClient,
+    settings: BaseSettings,
+    spiders: Mapping[str, Any],
+    minutes: int = 5,
+    history: int = 0,
+) -> dict[str, Any]:
+    """The status of each spider of ``spiders`` (name -> spider class), with the figures of its
+    class's own ``fleet_report`` (per-host pages of ``links``, say) under ``report``."""
+    report: dict[str, Any] = {
+        "redis": mask_uri(settings.get("REDIS_URL") or ""),
+        "time": time.time(),
+        "spiders": {},
+    }
+    for name, spidercls in spiders.items():
+        status = spider_status(server, settings, name, minutes, history)
+        own = getattr(spidercls, "fleet_report", None)
+        if own is not None:
+            status["report"] = own(server, settings)
+        report["spiders"][name] = status
+    return report
 
 
 def spider_status(
-    server: RedisClient, settings: BaseSettings, spider: str, minutes: int = 5
+    server: RedisClient, settings: BaseSettings, spider: str, minutes: int = 5, history: int = 0
 ) -> dict[str, Any]:
-    """Everything ``scrapy status`` knows about ``spider``, JSON-ready."""
+    """Everything ``scrapy status`` knows about ``spider``, JSON-ready; with ``history``, also
+    that many minutes of per-minute counts under ``rates.history``."""
     now = time.time()
     config = FrontierSettings.from_settings(settings)
     frontier_keys = FrontierKeys(spider, start_key(settings, spider))
     keys = FleetKeys.for_spider(spider, settings.get("STATS_REDIS_KEY"))
-    sizes = Frontier(server, frontier_keys, config.dupefilter).sizes()
-    window = list(range(int(now // 60) - minutes + 1, int(now // 60) + 1))
+    frontier = Frontier(server, frontier_keys, config.dupefilter)
+    sizes = frontier.sizes()
+    span = max(minutes, history)
+    window = list(range(int(now // 60) - span + 1, int(now // 60) + 1))
     pipe = server.pipeline(transaction=False)
     pipe.hgetall(keys.stats)
     queue_seen(pipe, frontier_keys, config.dupefilter.mode)
@@ -51,10 +86,11 @@ def spider_status(
         pipe.hgetall(keys.minute(minute))
     raw_stats, raw_seen, *raw_minutes = pipe.execute()
     stats = _decode_stats(raw_stats)
-    per_minute = [
+    all_minutes = [
         {"minute": minute * 60, **dict.fromkeys(MINUTE_FIELDS, 0), **decode_counts(raw)}
         for minute, raw in zip(window, raw_minutes, strict=True)
     ]
+    per_minute = all_minutes[-minutes:]
     rates = {
         f"{name}_per_min": round(
             bucket_rate({row["minute"] // 60: row[name] for row in per_minute}, now), 1
@@ -75,8 +111,18 @@ def spider_status(
             "approximate": config.dupefilter.mode in APPROXIMATE_MODES,
         },
         "counters": Counters.from_stats(stats).to_json(),
-        "rates": {"minutes": minutes, **rates, **pace, "per_minute": per_minute},
+        "rates": {
+            "minutes": minutes,
+            **rates,
+            **pace,
+            "per_minute": per_minute,
+            **({"history": all_minutes[-history:]} if history else {}),
+        },
         "eta_seconds": eta_seconds(remaining(sizes), pace["workers_pages_per_min"]),
+        "cooldowns": [cooldown.to_json() for cooldown in active_cooldowns(server, spider, now)],
+        "dead_letters": [
+            masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
+        ],
         "workers": workers,
         "finish_reason": stats.get("finish_reason"),
         "stats": {name: value for name, value in stats.items() if name != "finish_reason"},
@@ -94,6 +140,26 @@ def live_workers(server: RedisClient, keys: FleetKeys) -> list[dict[str, Any]]:
         pipe.hgetall(keys.worker(worker))
     beats = [_decode_worker(raw) for raw in pipe.execute() if raw]
     return sorted(beats, key=lambda beat: (beat.get("started", 0), beat.get("worker", "")))
+
+
+def masked_dead_letter(letter: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter as shown: credentials in its request's URL, headers and proxy masked."""
+    request = dict(letter.get("request") or {})
+    if isinstance(request.get("url"), str):
+        request["url"] = mask_uri(request["url"])
+    headers = request.get("headers")
+    if isinstance(headers, dict):
+        request["headers"] = {
+            name: MASK if name.lower() in SECRET_HEADERS else value
+            for name, value in headers.items()
+        }
+    meta = request.get("meta")
+    if isinstance(meta, dict):
+        request["meta"] = {
+            name: mask_uri(value) if name in URL_META and isinstance(value, str) else value
+            for name, value in meta.items()
+        }
+    return {**letter, "request": request}
 
 
 def render_text(report: Mapping[str, Any]) -> str:

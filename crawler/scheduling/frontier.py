@@ -6,6 +6,7 @@ scheduler (``scheduler.py``) turns Scrapy requests into :class:`Pending` entries
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -227,6 +228,22 @@ class Frontier:
     def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest dead letters, each {"request": {...}, "failure": {...}}."""
         return [json.loads(raw) for raw in self.server.lrange(self.keys.dead, 0, limit - 1)]
+
+    def make_due(self, wanted: Callable[[str], bool], now: float, chunk: int = 500) -> int:
+        """Delayed requests whose URL ``wanted`` accepts become due at ``now`` (lifting a ban's
+        cool-down, say); returns how many. One taken meanwhile is left alone (ZADD XX)."""
+        moved, members = 0, self.server.zscan_iter(self.keys.delayed, count=chunk)
+        while batch := [member for member, _ in itertools.islice(members, chunk)]:
+            records: Any = self.server.hmget(self.keys.data, batch)
+            due = {
+                member: now
+                for member, raw in zip(batch, records, strict=True)
+                if raw and wanted(str(json.loads(raw).get("url", "")))
+            }
+            if due:
+                changed: Any = self.server.zadd(self.keys.delayed, due, xx=True, ch=True)
+                moved += int(changed)
+        return moved
 
     def requeue_dead(self, limit: int) -> int:
         """Move up to ``limit`` dead letters back to the queue (oldest first); returns how many."""

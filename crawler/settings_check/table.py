@@ -251,6 +251,7 @@ RULES: dict[str, Rule] = {
     "PROGRESS_INTERVAL": number(0),
     "METRICS_PORT": Rule("a port 1-65535, a range like 9410-9419, or 0 (off)", ports),
     "METRICS_HOST": text(empty=False),
+    "FLEET_PAGE": choice("local", "all", "off"),
     # maps and the browser
     "MAPS_BASE_URL": base_url(),
     "MAPS_LANGUAGE": text(),

@@ -1,0 +1,386 @@
+"""The fleet page and lifting cool-downs: a page people look at, in a real Chromium.
+
+Unit tests render the page from reports and drive cool-downs against a real Redis; the
+integration test crawls a sandbox that bans, loads the page from ``scrapy status --serve`` and
+from the worker's metrics port in headless Chromium while the worker waits out a cool-down, and
+compares every number on it with ``scrapy status --json``; then ``scrapy frontier profiles unban``
+lets the crawl finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.error import HTTPError
+from urllib.parse import urlsplit
+from urllib.request import urlopen
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from playwright.sync_api import sync_playwright
+
+import crawler.settings as project_settings
+from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns
+from crawler.observability.page import _is_loopback, render_page
+from crawler.observability.rates import format_duration
+from crawler.services import free_port
+from sandbox.data import build_dataset
+from tests.harness import ROOT, Crawl, Sandbox, poll
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK), reason=f"no Chromium at {CHROMIUM} (make test installs it)"
+)
+USERS = sorted(build_dataset().popular_authors(categories=[1, 2]))[:24]
+FRONTIER = ("queue", "leased", "delayed", "dead", "start", "start_leased")
+
+
+def _scrapy(crawl: Crawl, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *args],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _report(**status: Any) -> dict[str, Any]:
+    counters = {
+        "responses": 0,
+        "items": 0,
+        "bans": 0,
+        "dead_letters": 0,
+        "bans_by_rule": {},
+        "bans_by_domain": {},
+        "dead_letters_by_reason": {},
+    }
+    spider = {
+        "spider": "profiles",
+        "frontier": dict.fromkeys(FRONTIER, 0),
+        "seen": {"count": None, "mode": "bloom", "approximate": True},
+        "counters": counters,
+        "rates": {"workers_pages_per_min": 0, "workers_items_per_min": 0, "per_minute": []},
+        "eta_seconds": 0,
+        "cooldowns": [],
+        "dead_letters": [],
+        "workers": [],
+        **status,
+    }
+    return {"redis": "redis://:***@h/0", "time": 1000.0, "spiders": {"profiles": spider}}
+
+
+PAGE_TAGS = {
+    *("html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "small", "section"),
+    *("div", "b", "p", "figure", "figcaption", "svg", "rect", "table", "tr", "th", "td"),
+}
+
+
+class _Parsed(HTMLParser):
+    """The tags of a page and its text, as a browser's parser sees them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.chunks: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+
+    def handle_data(self, data: str) -> None:
+        self.chunks.append(data)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+
+# --- the page, from reports -----------------------------------------------------------------------
+
+
+text_from_outside = st.text(min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(domain=text_from_outside, why=text_from_outside, url=text_from_outside)
+def test_whatever_a_site_sends_is_shown_as_text(domain: str, why: str, url: str) -> None:
+    page = render_page(
+        _report(
+            cooldowns=[{"domain": domain, "identity": None, "until": 1100.0, "why": why}],
+            dead_letters=[{"request": {"url": url}, "failure": {"reason": why, "time": 990}}],
+        )
+    )
+    parsed = _Parsed()
+    parsed.feed(page)
+    assert parsed.tags <= PAGE_TAGS, parsed.tags - PAGE_TAGS
+    for shown in (domain, why, url):
+        assert shown in parsed.text
+    assert "redis://:***@h/0" in parsed.text
+
+
+def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself() -> None:
+    page = render_page(_report())
+    assert '<meta http-equiv="refresh"' in page
+    assert "src=" not in page
+    assert "href=" not in page
+    assert "<svg" in page
+
+
+def test_only_this_machine_sees_the_page_by_default() -> None:
+    assert _is_loopback(SimpleNamespace(host="127.0.0.1"))
+    assert _is_loopback(SimpleNamespace(host="::1"))
+    assert _is_loopback(SimpleNamespace(host="::ffff:127.0.0.1"))
+    assert not _is_loopback(SimpleNamespace(host="10.0.0.7"))
+    assert not _is_loopback(SimpleNamespace(host="unix-socket"))
+
+
+def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_only(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "REDIS_URL": f"redis://:s3cret@127.0.0.1:{free_port()}/0"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[3]
+        with pytest.raises(HTTPError) as away:
+            urlopen(url, timeout=30)
+        assert away.value.code == 503
+        page = away.value.read().decode()
+        assert "Redis is unreachable" in page
+        assert "s3cret" not in page
+        assert '<meta http-equiv="refresh"' in page  # it keeps trying
+        with pytest.raises(HTTPError) as posted:
+            urlopen(url, data=b"x=1", timeout=30)
+        assert posted.value.code == 405
+        with pytest.raises(HTTPError) as elsewhere:
+            urlopen(url + "metrics", timeout=30)
+        assert elsewhere.value.code == 404
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+
+
+# --- cool-downs and unban (real Redis) ------------------------------------------------------------
+
+
+def test_a_cooldown_says_why_and_unban_lifts_it_for_every_worker(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    policy = RatePolicy(rate=0, burst=1)
+    first = FleetPoliteness(redis_client, "profiles", policy, refresh=0)
+    other = FleetPoliteness(redis_client, "profiles", policy, refresh=0)
+    until = first.ban("a.example", None, 600, "akamai (HTTP 403)")
+    first.ban("a.example", "bind:127.0.0.2", 600, "429 (HTTP 429)")
+    first.ban("b.example", None, 600, "captcha (HTTP 200)")
+    first.ban("a.example", None, 5, "shorter: not kept")
+    assert other.cooling_until("a.example") == until
+
+    shown = {(c.domain, c.identity): c.why for c in active_cooldowns(redis_client, "profiles")}
+    assert shown == {
+        ("a.example", None): "akamai (HTTP 403)",
+        ("a.example", "bind:127.0.0.2"): "429 (HTTP 429)",
+        ("b.example", None): "captcha (HTTP 200)",
+    }
+
+    result = _scrapy(crawl, "frontier", "profiles", "unban", "A.example", "--json")
+    assert result.returncode == 0, result.stderr
+    lifted = json.loads(result.stdout)["lifted"]
+    assert {(c["domain"], c["identity"]) for c in lifted} == {
+        ("a.example", None),
+        ("a.example", "bind:127.0.0.2"),
+    }
+    assert other.cooling_until("a.example") == 0
+    assert other.cooling_until("a.example", "bind:127.0.0.2") == 0
+    assert other.cooling_until("b.example") > time.time()
+
+    wrong = _scrapy(crawl, "frontier", "profiles", "unban")
+    assert wrong.returncode != 0
+    assert "unban takes one domain" in wrong.stderr
+
+
+# --- the page in Chromium during a crawl ----------------------------------------------------------
+
+
+def _read_page(url: str, screenshot: Path) -> dict[str, str]:
+    """Every ``data-k`` number of the page and its text, as Chromium shows them."""
+    options: dict[str, Any] = dict(project_settings.PLAYWRIGHT_LAUNCH_OPTIONS)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(**options)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            requests: list[str] = []
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(url)
+            values: dict[str, str] = page.eval_on_selector_all(
+                "[data-k]",
+                "nodes => Object.fromEntries(nodes.map(n => [n.dataset.k, n.textContent]))",
+            )
+            values["__text__"] = page.inner_text("body")
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    assert all(request.startswith(url) for request in requests), requests
+    return values
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _assert_page_matches(values: dict[str, str], status: dict[str, Any]) -> None:
+    counters, frontier = status["counters"], status["frontier"]
+    for name in FRONTIER:
+        assert _number(values[f"profiles.frontier.{name}"]) == frontier[name], name
+    assert _number(values["profiles.pages"]) == counters["responses"]
+    assert _number(values["profiles.items"]) == counters["items"]
+    assert _number(values["profiles.bans"]) == counters["bans"]
+    assert _number(values["profiles.dead_letters"]) == counters["dead_letters"]
+    for rule, count in counters["bans_by_rule"].items():
+        assert _number(values[f"profiles.bans.rule.{rule}"]) == count
+    for domain, count in counters["bans_by_domain"].items():
+        assert _number(values[f"profiles.bans.domain.{domain}"]) == count
+    assert _number(values["profiles.workers"]) == len(status["workers"])
+    assert _number(values["profiles.pages_per_min"]) == status["rates"]["workers_pages_per_min"]
+    assert values["profiles.eta"] == format_duration(status["eta_seconds"])
+    pages = status["stats"].get("response_received_count", 0)
+    assert _number(values["profiles.history.pages"]) == pages
+    text = values["__text__"]
+    assert f"Active cool-downs ({len(status['cooldowns'])})" in text
+    for cooldown in status["cooldowns"]:
+        assert cooldown["why"] in text
+    for reason in counters["dead_letters_by_reason"]:
+        assert reason in text
+
+
+@pytest.fixture
+def served_page(crawl: Crawl) -> Iterator[str]:
+    """``scrapy status profiles --serve 0``: the page's URL; stopped with SIGINT afterwards."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "profiles", "--serve", "0"],
+        cwd=ROOT,
+        env=crawl.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("Fleet page at http://127.0.0.1:"), line
+    try:
+        yield line.split()[3]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+
+
+def _steady(crawl: Crawl) -> dict[str, Any]:
+    """``scrapy status --json`` once the worker waits out its cool-down and nothing moves."""
+    last: list[tuple[Any, ...]] = []
+
+    def settled() -> dict[str, Any] | None:
+        result = _scrapy(crawl, "status", "profiles", "--json")
+        assert result.returncode == 0, result.stderr
+        status: dict[str, Any] = json.loads(result.stdout)["spiders"]["profiles"]
+        moving = (status["frontier"], status["counters"], len(status["workers"]))
+        # Once the workers' own pace (a minute's window) is 0 too, the ETA stands still.
+        ready = (
+            status["cooldowns"]
+            and status["frontier"]["leased"] == 0
+            and status["workers"]
+            and status["rates"]["workers_pages_per_min"] == 0
+        )
+        same = bool(last) and last[-1] == moving
+        last.append(moving)
+        return status if ready and same else None
+
+    return poll(settled, timeout=180, what="a crawl waiting out its cool-down", pause=1)
+
+
+@needs_chromium
+@pytest.mark.integration
+def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    served_page: str,
+    tmp_path: Path,
+) -> None:
+    sandbox.admin(
+        "config",
+        {
+            "rate_limit": {
+                "enabled": True,
+                "max_requests": 10,
+                "window_seconds": 60,
+                "ban_seconds": 2,
+                "ban_mode": "403",
+            },
+            "faults": {"error_rate": 0.2, "seed": 5},
+        },
+    )
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    port = free_port()
+    log = tmp_path / "worker.log"
+    command = crawl.command(
+        "profiles",
+        settings={
+            "CONCURRENT_REQUESTS": 2,
+            "BAN_COOLDOWN": 600,
+            "RETRY_TIMES": 0,
+            "METRICS_PORT": port,
+            "METRICS_HOST": "127.0.0.1",
+            "STATS_PUBLISH_INTERVAL": 0.5,
+            "MONGO_SPILL_DIR": tmp_path / "spill",
+        },
+    )
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
+    try:
+        status = _steady(crawl)
+        assert status["counters"]["bans"] >= 1
+        assert status["counters"]["dead_letters"] >= 1
+        on_worker = _read_page(f"http://127.0.0.1:{port}/", tmp_path / "worker-page.png")
+        served = _read_page(served_page, tmp_path / "fleet-page.png")
+        again = json.loads(_scrapy(crawl, "status", "profiles", "--json").stdout)
+        assert again["spiders"]["profiles"]["counters"] == status["counters"]
+        _assert_page_matches(served, status)
+        _assert_page_matches(on_worker, status)
+
+        sandbox.admin("config", {"rate_limit": {"enabled": False}, "faults": {"error_rate": 0}})
+        domain = urlsplit(crawl.sandbox_url).hostname or ""
+        result = _scrapy(crawl, "frontier", "profiles", "unban", domain, "--json")
+        assert result.returncode == 0, result.stderr
+        unbanned = json.loads(result.stdout)
+        (rule,) = status["counters"]["bans_by_rule"]  # the sandbox's 403 page: one rule
+        assert [c["why"] for c in unbanned["lifted"]] == [f"{rule} (HTTP 403)"]
+        assert unbanned["made_due"] >= 1
+        assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()}
+    dead = status["counters"]["dead_letters"]
+    assert len(stored) + dead >= len(USERS)
+    after = _read_page(served_page, tmp_path / "fleet-page-after.png")
+    assert "Active cool-downs (0)" in after["__text__"]
+    assert (tmp_path / "fleet-page.png").stat().st_size > 10_000
