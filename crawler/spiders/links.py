@@ -83,6 +83,11 @@ class LinksSpider(RedisFedSpider):
         # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
         "DOWNLOAD_MAXSIZE": 10 * 1024 * 1024,
         "DOWNLOAD_WARNSIZE": 2 * 1024 * 1024,
+        # Pages are revisited after a day, then as often as they change (1 hour..30 days).
+        "RECRAWL_ENABLED": True,
+        "RECRAWL_INITIAL_INTERVAL": 86_400.0,
+        "RECRAWL_MIN_INTERVAL": 3_600.0,
+        "RECRAWL_MAX_INTERVAL": 30 * 86_400.0,
     }
 
     @classmethod

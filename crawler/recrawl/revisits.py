@@ -1,0 +1,106 @@
+"""A page's next visit, built from the request that fetched it and what its items say."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from itemadapter import ItemAdapter
+
+from crawler.recrawl.policy import RecrawlPolicy, content_hash
+from crawler.recrawl.store import Revisit
+from crawler.scheduling import serializer
+from crawler.scheduling.leases import unguarded
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+# Meta key of a revisit: {"interval": seconds waited before it, "hash": the content then}.
+RECRAWL_META = "recrawl"
+# A request with this meta key set is never revisited.
+DONT_RECRAWL_META = "dont_recrawl"
+# Meta filled in while a request is fetched (download details, retries, redirects, leases,
+# identities, the browser page): a revisit starts without it.
+TRANSIENT_META = frozenset(
+    {
+        "download_slot",
+        "download_latency",
+        "retry_times",
+        "redirect_urls",
+        "redirect_times",
+        "redirect_ttl",
+        "redirect_reasons",
+        "frontier_lease",
+        "frontier_start",
+        "frontier_due",
+        "playwright_page",
+        "identity",
+        "proxy",
+        "bindaddress",
+        "ban_times",
+        "crawl_delay",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Visit:
+    """What one visit found: the revisit to schedule and whether the content changed (None on
+    a first visit)."""
+
+    revisit: Revisit
+    interval: float
+    changed: bool | None
+
+
+def items_hash(items: Sequence[Any]) -> str:
+    """The content hash of a response's items, each without its class's volatile fields."""
+    documents: list[Mapping[str, Any]] = []
+    volatile: set[str] = set()
+    for item in items:
+        documents.append(ItemAdapter(item).asdict())
+        volatile.update(getattr(type(item), "volatile_fields", ()))
+    return content_hash(documents, volatile)
+
+
+def plan_visit(
+    request: Request, items: Sequence[Any], policy: RecrawlPolicy, crawler: Crawler
+) -> Visit:
+    """The next visit of the page ``request`` fetched, whose callback gave ``items``."""
+    state: Any = request.meta.get(RECRAWL_META)
+    previous = _interval(state)
+    digest = items_hash(items)
+    changed = None if previous is None else digest != state.get("hash")
+    interval = policy.next_interval(previous, changed)
+    revisit = revisit_request(request, {"interval": interval, "hash": digest})
+    assert crawler.request_fingerprinter is not None
+    fingerprint = crawler.request_fingerprinter.fingerprint(revisit).hex()
+    record = serializer.dumps(revisit.to_dict(spider=crawler.spider))
+    due = time.time() + interval
+    return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
+
+
+def revisit_request(request: Request, state: dict[str, Any]) -> Request:
+    """``request`` again, past the duplicate filter, without what its fetch added to it."""
+    meta = {
+        key: value
+        for key, value in request.meta.items()
+        if key not in TRANSIENT_META and not key.startswith("_")
+    }
+    meta[RECRAWL_META] = state
+    return request.replace(meta=meta, dont_filter=True, errback=unguarded(request.errback))
+
+
+def wants_revisit(request: Request, spider: Spider | None) -> bool:
+    return not request.meta.get(DONT_RECRAWL_META) and spider is not None
+
+
+def _interval(state: Any) -> float | None:
+    """The interval a revisit's state holds; None for anything else."""
+    if not isinstance(state, dict):
+        return None
+    value = state.get("interval")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
