@@ -164,6 +164,9 @@ RECRAWL_ENABLED = False
 RECRAWL_INITIAL_INTERVAL = 86_400.0
 RECRAWL_MIN_INTERVAL = 3_600.0
 RECRAWL_MAX_INTERVAL = 30 * 86_400.0
+# RECRAWL_JITTER (float 0..1, default 0.1): a revisit is due up to this share of its interval
+# later, at random, so pages first crawled together spread out instead of all coming due at once.
+RECRAWL_JITTER = 0.1
 # RECRAWL_POLL_INTERVAL (float seconds, default 1): how often a worker hands due revisits to
 # the frontier, at most RECRAWL_BATCH_SIZE (int, default 100) at a time.
 RECRAWL_POLL_INTERVAL = 1.0

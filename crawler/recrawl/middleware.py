@@ -49,6 +49,7 @@ class RecrawlSettings:
                 initial=setting(settings, "RECRAWL_INITIAL_INTERVAL"),
                 minimum=setting(settings, "RECRAWL_MIN_INTERVAL"),
                 maximum=setting(settings, "RECRAWL_MAX_INTERVAL"),
+                jitter=setting(settings, "RECRAWL_JITTER"),
             ),
             poll_interval=setting(settings, "RECRAWL_POLL_INTERVAL"),
             batch_size=setting(settings, "RECRAWL_BATCH_SIZE"),
@@ -63,8 +64,8 @@ class RecrawlMiddleware:
 
     Settings: RECRAWL_ENABLED (off unless the spider turns it on in its custom_settings),
     RECRAWL_INITIAL_INTERVAL, RECRAWL_MIN_INTERVAL, RECRAWL_MAX_INTERVAL (seconds),
-    RECRAWL_POLL_INTERVAL, RECRAWL_BATCH_SIZE. A request with meta ``dont_recrawl`` is not
-    revisited.
+    RECRAWL_JITTER, RECRAWL_POLL_INTERVAL, RECRAWL_BATCH_SIZE. A request with meta
+    ``dont_recrawl`` is not revisited.
 
     The revisit is written to Redis before the page's lease is acknowledged (it holds the
     lease like an item in the pipelines), so a worker that dies loses no revisit: the page is

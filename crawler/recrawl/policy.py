@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,16 +18,20 @@ from typing import Any
 # Fields that differ on every fetch (when it was fetched, how long it took) and never count as
 # a change, unless an item class names its own with a ``volatile_fields`` attribute.
 VOLATILE_FIELDS = frozenset({"fetched_at", "checked_at", "scraped_at", "response_time"})
+# The most priority steps a revisit gains for changing often (see RecrawlPolicy.urgency).
+MAX_URGENCY = 20
 
 
 @dataclass(frozen=True)
 class RecrawlPolicy:
-    """Interval bounds in seconds: ``minimum <= initial <= maximum``; ``factor`` > 1."""
+    """Interval bounds in seconds: ``minimum <= initial <= maximum``; ``factor`` > 1;
+    ``jitter`` in [0, 1]."""
 
     initial: float
     minimum: float
     maximum: float
     factor: float = 2.0
+    jitter: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.minimum <= self.initial <= self.maximum:
@@ -36,6 +41,13 @@ class RecrawlPolicy:
             )
         if self.factor <= 1:
             raise ValueError(f"factor must be > 1, not {self.factor:g}")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"jitter must be from 0 to 1, not {self.jitter:g}")
+
+    def delay(self, interval: float, draw: float) -> float:
+        """When the visit is due: ``interval`` plus up to ``jitter`` of it (``draw`` in
+        [0, 1)), so pages first seen together do not all come due together forever."""
+        return interval * (1 + self.jitter * draw)
 
     def next_interval(self, previous: float | None, changed: bool | None) -> float:
         """The wait before the next visit. ``previous`` is the wait that led to this visit
@@ -48,6 +60,14 @@ class RecrawlPolicy:
 
     def clamp(self, interval: float) -> float:
         return min(self.maximum, max(self.minimum, interval))
+
+    def urgency(self, interval: float) -> int:
+        """How far ahead of other requests a revisit at ``interval`` goes: one priority step
+        per halving below the maximum (0 at the maximum, at most MAX_URGENCY), so pages that
+        change often are not kept waiting behind a crowd of slow ones that came due at once."""
+        if interval >= self.maximum:
+            return 0
+        return min(MAX_URGENCY, round(math.log2(self.maximum / self.clamp(interval))))
 
 
 def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str] = ()) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
-# Meta key of a revisit: {"interval": seconds waited before it, "hash": the content then}.
+# Meta key of a revisit: {"interval": seconds waited before it, "hash": the content then,
+# "priority": the priority of the page's first request}.
 RECRAWL_META = "recrawl"
 # A request with this meta key set is never revisited.
 DONT_RECRAWL_META = "dont_recrawl"
@@ -75,15 +77,17 @@ def plan_visit(
     digest = items_hash(items)
     changed = None if previous is None else digest != state.get("hash")
     interval = policy.next_interval(previous, changed)
-    revisit = revisit_request(request, {"interval": interval, "hash": digest})
+    base = _base_priority(state, request)
+    state = {"interval": interval, "hash": digest, "priority": base}
+    revisit = revisit_request(request, state, base + policy.urgency(interval))
     assert crawler.request_fingerprinter is not None
     fingerprint = crawler.request_fingerprinter.fingerprint(revisit).hex()
     record = serializer.dumps(revisit.to_dict(spider=crawler.spider))
-    due = time.time() + interval
+    due = time.time() + policy.delay(interval, random.random())
     return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
 
 
-def revisit_request(request: Request, state: dict[str, Any]) -> Request:
+def revisit_request(request: Request, state: dict[str, Any], priority: int) -> Request:
     """``request`` again, past the duplicate filter, without what its fetch added to it."""
     meta = {
         key: value
@@ -91,11 +95,20 @@ def revisit_request(request: Request, state: dict[str, Any]) -> Request:
         if key not in TRANSIENT_META and not key.startswith("_")
     }
     meta[RECRAWL_META] = state
-    return request.replace(meta=meta, dont_filter=True, errback=unguarded(request.errback))
+    return request.replace(
+        meta=meta, dont_filter=True, errback=unguarded(request.errback), priority=priority
+    )
 
 
 def wants_revisit(request: Request, spider: Spider | None) -> bool:
     return not request.meta.get(DONT_RECRAWL_META) and spider is not None
+
+
+def _base_priority(state: Any, request: Request) -> int:
+    """The priority the page's first request had (a revisit's own is raised by urgency)."""
+    if isinstance(state, dict) and isinstance(state.get("priority"), int):
+        return int(state["priority"])
+    return request.priority
 
 
 def _interval(state: Any) -> float | None:

@@ -223,6 +223,7 @@ RULES: dict[str, Rule] = {
     "RECRAWL_INITIAL_INTERVAL": number(0, above=True),
     "RECRAWL_MIN_INTERVAL": number(0, above=True),
     "RECRAWL_MAX_INTERVAL": number(0, above=True),
+    "RECRAWL_JITTER": number(0, 1),
     "RECRAWL_POLL_INTERVAL": number(0, above=True),
     "RECRAWL_BATCH_SIZE": integer(1, 10_000),
     # MongoDB
