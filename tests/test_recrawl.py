@@ -10,12 +10,14 @@ tolerance is three minimum intervals.
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ HOT, COLD = 20, 180
 HOT_PERIOD = 0.75
 TOLERANCE = 4 * HOT_PERIOD
 WARM_UP = 8.0
-RUN = 38.0
+RUN = 44.0
 RECRAWL = {
     "RECRAWL_INITIAL_INTERVAL": 2,
     "RECRAWL_MIN_INTERVAL": HOT_PERIOD,
@@ -48,8 +50,8 @@ class Workers:
     logs: Path
     running: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        command = self.crawl.command("profiles", *args, settings=RECRAWL)
+    def start(self, *args: str, **settings: Any) -> subprocess.Popen[bytes]:
+        command = self.crawl.command("profiles", *args, settings={**RECRAWL, **settings})
         with open(self.logs / f"worker{len(self.running)}.log", "wb") as out:
             worker = subprocess.Popen(
                 command, cwd=ROOT, env=self.crawl.env(), stdout=out, stderr=out
@@ -117,6 +119,15 @@ def _strict_share(mongo: Mongo, churn: dict[str, Any], hot: list[str]) -> float:
     return sum(stored.get(uid) == live[uid] for uid in hot) / len(hot)
 
 
+def _intervals(redis_client: Any) -> dict[str, float]:
+    """The interval of each waiting revisit, by user."""
+    found = {}
+    for raw in redis_client.hvals("{profiles}:revisit:data"):
+        request = json.loads(raw)
+        found[request["url"].rsplit("@", 1)[1]] = request["meta"]["recrawl"]["interval"]
+    return found
+
+
 def _fetches(sandbox: Sandbox) -> dict[str, int]:
     documents = sandbox.admin("churn")["documents"]
     return {uid: document["fetches"] for uid, document in documents.items()}
@@ -160,7 +171,7 @@ def test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely(
     workers.start("-a", "users=" + ",".join(hot + cold))
     poll(
         lambda: mongo.db.profiles.count_documents({}) == HOT + COLD,
-        timeout=30,
+        timeout=90,
         what="every profile stored once",
     )
     started = time.monotonic()
@@ -198,4 +209,44 @@ def test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely(
     assert min(checks) >= 0.95, checks
     assert adaptive <= 0.4 * fixed
     assert mongo.db.profiles.count_documents({}) == HOT + COLD  # no duplicates
+    # Changed pages wait the minimum; unchanged ones have doubled their wait several times.
+    intervals = _intervals(redis_client)
+    assert all(intervals[uid] <= 2 * HOT_PERIOD for uid in hot if uid in intervals)
+    assert all(intervals[uid] >= 8 for uid in cold if uid in intervals)
+    assert len(intervals) >= (HOT + COLD) * 0.9  # the others are in the frontier right now
+    history = {doc["unique_id"]: doc for doc in mongo.db.profiles.find()}
+    assert all(history[uid]["change_count"] >= 10 for uid in hot)
+    # Cold pages change once an hour: the few whose change fell within the run count one.
+    assert all(history[uid]["change_count"] <= 1 for uid in cold)
+    unchanged = [uid for uid in cold if history[uid]["change_count"] == 0]
+    assert len(unchanged) >= 0.9 * COLD
+    assert all(history[uid]["last_changed"] == history[uid]["first_seen"] for uid in unchanged)
     assert workers.running[0].poll() is None, workers.log(0)[-3000:]
+
+
+def test_revisits_survive_a_killed_worker(
+    workers: Workers, sandbox: Sandbox, mongo: Mongo, redis_client: Any
+) -> None:
+    """A worker killed with SIGKILL mid-crawl loses no revisit: the next worker revisits
+    every page (claimed revisits and leased pages come back after the lease), and no page
+    is stored twice."""
+    churn = sandbox.admin("churn", {"hot": 5, "cold": 15, "hot_period": HOT_PERIOD})
+    users = sorted(churn["documents"])
+    fast = {"RECRAWL_INITIAL_INTERVAL": 1, "RECRAWL_MAX_INTERVAL": 4}
+    first = workers.start("-a", "users=" + ",".join(users), **fast)
+    poll(
+        lambda: mongo.db.profiles.count_documents({"change_count": {"$gte": 2}}) >= 5,
+        timeout=40,
+        what="hot profiles revisited",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    killed_at = datetime.now(UTC).replace(tzinfo=None)
+    workers.start(**fast)  # no start entries: everything comes from Redis
+    poll(
+        lambda: mongo.db.profiles.count_documents({"last_seen": {"$gt": killed_at}}) == 20,
+        timeout=60,
+        what="every profile revisited after the kill",
+    )
+    assert mongo.db.profiles.count_documents({}) == 20
+    assert set(_intervals(redis_client)) <= set(users)
