@@ -43,6 +43,7 @@ from crawler.links.urls import (
     is_calendar,
     scope_root,
 )
+from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
 from crawler.spiders.responses import body_text
 
@@ -227,7 +228,9 @@ class LinksSpider(RedisFedSpider):
         links = self._canonical_links(fields.links)
         external = Counter(h for link in links if (h := host_of(link)) != host)
         fetched, backlinks = self.ledger.page(state["start"], host, len(response.body), external)
-        if state["max_pages"] and fetched > state["max_pages"]:
+        # A revisit (crawler/recrawl/) refreshes a page inside the budget, never spends it.
+        revisit = RECRAWL_META in response.meta
+        if state["max_pages"] and fetched > state["max_pages"] and not revisit:
             self.count("links/over_max_pages")
             return
         self.count("links/pages")
