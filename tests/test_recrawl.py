@@ -211,6 +211,11 @@ def test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely(
     assert mongo.db.profiles.count_documents({}) == HOT + COLD  # no duplicates
     # Changed pages wait the minimum; unchanged ones have doubled their wait several times.
     intervals = _intervals(redis_client)
+    revisit_bytes = sum(
+        int(redis_client.memory_usage(key, samples=0))
+        for key in ("{profiles}:revisit", "{profiles}:revisit:data")
+    )
+    print(f"Redis: {revisit_bytes / len(intervals):.0f} bytes per waiting revisit")
     assert all(intervals[uid] <= 2 * HOT_PERIOD for uid in hot if uid in intervals)
     assert all(intervals[uid] >= 8 for uid in cold if uid in intervals)
     assert len(intervals) >= (HOT + COLD) * 0.9  # the others are in the frontier right now

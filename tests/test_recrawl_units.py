@@ -247,6 +247,7 @@ def test_a_page_with_items_gets_its_next_visit_adapted_to_its_changes(
     assert middleware.flush()
     first = _waiting(redis_client)
     state = first["meta"][RECRAWL_META]
+    assert {"headers", "method", "body"}.isdisjoint(first)  # defaults are left out
     assert (state["interval"], first["dont_filter"], first["meta"].keys()) == (
         100,
         True,

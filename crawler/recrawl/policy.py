@@ -78,7 +78,7 @@ def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str]
         {name: value for name, value in item.items() if name not in ignored} for item in items
     ]
     text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def item_hash(item: Mapping[str, Any], volatile: Collection[str] = ()) -> str:

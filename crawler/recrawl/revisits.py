@@ -48,6 +48,23 @@ TRANSIENT_META = frozenset(
 )
 
 
+# What a request's dict has unless told otherwise (Request.to_dict).
+RECORD_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "method": "GET",
+    "priority": 0,
+}
+_MISSING = object()
+
+
 @dataclass(frozen=True)
 class Visit:
     """What one visit found: the revisit to schedule and whether the content changed (None on
@@ -81,10 +98,20 @@ def plan_visit(
     state = {"interval": interval, "hash": digest, "priority": base}
     revisit = revisit_request(request, state, base + policy.urgency(interval))
     assert crawler.request_fingerprinter is not None
-    fingerprint = crawler.request_fingerprinter.fingerprint(revisit).hex()
-    record = serializer.dumps(revisit.to_dict(spider=crawler.spider))
+    fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
+    record = serializer.dumps(compact(revisit.to_dict(spider=crawler.spider)))
     due = time.time() + policy.delay(interval, random.random())
     return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
+
+
+def compact(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without the fields that have their default (Scrapy's request_from_dict
+    gives a missing field its default), to keep each waiting revisit small in Redis."""
+    return {
+        name: value
+        for name, value in record.items()
+        if name == "url" or value != RECORD_DEFAULTS.get(name, _MISSING)
+    }
 
 
 def revisit_request(request: Request, state: dict[str, Any], priority: int) -> Request:
