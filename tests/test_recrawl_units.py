@@ -241,13 +241,17 @@ def test_a_page_with_items_gets_its_next_visit_adapted_to_its_changes(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     middleware = _middleware(redis_url)
-    request = Request("https://www.tiktok.com/@a", meta={"download_latency": 1}, priority=3)
+    settings = middleware.crawler.settings
+    headers = {"User-Agent": settings["USER_AGENT"], "X-Token": "kept"}
+    meta = {"download_latency": 1, "download_timeout": settings.getfloat("DOWNLOAD_TIMEOUT")}
+    request = Request("https://www.tiktok.com/@a", headers=headers, meta=meta, priority=3)
     item = ProfileItem("a", "ok", follower_count=1)
     assert _visit(middleware, request, item) == [item]
     assert middleware.flush()
     first = _waiting(redis_client)
     state = first["meta"][RECRAWL_META]
-    assert {"headers", "method", "body"}.isdisjoint(first)  # defaults are left out
+    assert {"method", "body"}.isdisjoint(first)  # defaults are left out
+    assert first["headers"] == {"X-Token": [{"__bytes__": "a2VwdA=="}]}
     assert (state["interval"], first["dont_filter"], first["meta"].keys()) == (
         100,
         True,

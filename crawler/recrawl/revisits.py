@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter
+from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 
 from crawler.recrawl.policy import RecrawlPolicy, content_hash
 from crawler.recrawl.store import Revisit
@@ -18,6 +19,7 @@ from crawler.scheduling.leases import unguarded
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 # Meta key of a revisit: {"interval": seconds waited before it, "hash": the content then,
 # "priority": the priority of the page's first request}.
@@ -44,6 +46,7 @@ TRANSIENT_META = frozenset(
         "bindaddress",
         "ban_times",
         "crawl_delay",
+        "is_start_request",
     }
 )
 
@@ -97,11 +100,31 @@ def plan_visit(
     base = _base_priority(state, request)
     state = {"interval": interval, "hash": digest, "priority": base}
     revisit = revisit_request(request, state, base + policy.urgency(interval))
+    _forget_default_headers(revisit, crawler.settings)
     assert crawler.request_fingerprinter is not None
     fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
     record = serializer.dumps(compact(revisit.to_dict(spider=crawler.spider)))
     due = time.time() + policy.delay(interval, random.random())
     return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
+
+
+def _forget_default_headers(request: Request, settings: BaseSettings) -> None:
+    """Take off the headers the downloader middlewares gave the request (the default headers,
+    the user agent, the accepted encodings) and its default download timeout, where they
+    still have those values: the revisit gets them again, as the settings are then, and
+    Redis does not hold them."""
+    defaults = dict(settings.getdict("DEFAULT_REQUEST_HEADERS"))
+    defaults["User-Agent"] = settings.get("USER_AGENT")
+    defaults["Accept-Encoding"] = b", ".join(ACCEPTED_ENCODINGS)
+    for name, value in defaults.items():
+        if value is not None and request.headers.getlist(name) == [_as_bytes(value)]:
+            del request.headers[name]
+    if request.meta.get("download_timeout") == settings.getfloat("DOWNLOAD_TIMEOUT"):
+        del request.meta["download_timeout"]
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def compact(record: dict[str, Any]) -> dict[str, Any]:
