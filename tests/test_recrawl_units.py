@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -31,7 +34,7 @@ from crawler.recrawl.revisits import RECRAWL_META
 from crawler.recrawl.store import Revisit
 from crawler.settings_check import SettingsError, check_settings
 from crawler.spiders.profiles import ProfilesSpider
-from tests.harness import Mongo, poll
+from tests.harness import ROOT, Mongo, poll
 
 intervals = st.floats(min_value=0.01, max_value=1e7, allow_nan=False)
 
@@ -283,3 +286,28 @@ def test_pages_without_items_or_with_dont_recrawl_are_not_revisited(
     _visit(middleware, Request("https://www.tiktok.com/@b"), Request("https://www.tiktok.com/@c"))
     middleware.flush()
     assert redis_client.zcard("{profiles}:revisit") == 0
+
+
+def test_waiting_revisits_show_in_scrapy_frontier_and_scrapy_status(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    now = time.time()
+    due = {"a": now - 1, "b": now + 60, "c": now + 120, "d": now + 7200}
+    RevisitStore(redis_client, "profiles").add([Revisit(k, v, "{}") for k, v in due.items()])
+    env = {**os.environ, "REDIS_URL": redis_url}
+
+    def command(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "scrapy", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    frontier = json.loads(command("frontier", "profiles", "--json"))
+    assert frontier["revisits"] == {"due": 1, "next_hour": 2, "later": 1}
+    assert "revisits  1 due now, 2 in the next hour, 1 later" in command("status", "profiles")
