@@ -104,7 +104,7 @@ class RecrawlMiddleware:
         if items and request is not None and wants_revisit(request, self.crawler.spider):
             try:
                 visit = plan_visit(request, items, self.config.policy, self.crawler)
-            except ValueError as exc:  # a meta value JSON cannot hold (RequestNotSerializable)
+            except (TypeError, ValueError) as exc:  # not an item; meta JSON cannot hold
                 self._not_revisited(request, exc)
             else:
                 self._schedule(visit, request)
