@@ -311,3 +311,16 @@ def test_waiting_revisits_show_in_scrapy_frontier_and_scrapy_status(
     frontier = json.loads(command("frontier", "profiles", "--json"))
     assert frontier["revisits"] == {"due": 1, "next_hour": 2, "later": 1}
     assert "revisits  1 due now, 2 in the next hour, 1 later" in command("status", "profiles")
+
+
+def test_output_that_cannot_be_revisited_is_counted_and_passed_on(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    middleware = _middleware(redis_url)
+    unserializable = Request("https://www.tiktok.com/@a", meta={"when": object()})
+    assert _visit(middleware, unserializable, {"x": 1}) == [{"x": 1}]
+    assert _visit(middleware, Request("https://www.tiktok.com/@b"), 5) == [5]
+    middleware.flush()
+    assert middleware.crawler.stats is not None
+    assert middleware.crawler.stats.get_value("recrawl/not_revisited") == 2
+    assert redis_client.zcard("{profiles}:revisit") == 0
