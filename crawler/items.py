@@ -102,6 +102,8 @@ class PageItem:
 
     collection: ClassVar[str] = "pages"
     unique_key: ClassVar[str] = "url"
+    # Differ between fetches of an unchanged page: not a change (crawler/recrawl/policy.py).
+    volatile_fields: ClassVar[frozenset[str]] = frozenset({"fetched_at", "depth"})
 
     url: str
     host: str
@@ -134,6 +136,9 @@ class DomainItem:
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"
+    volatile_fields: ClassVar[frozenset[str]] = frozenset(
+        {"checked_at", "response_time", "attempts"}
+    )
 
     domain: str
     status: str

@@ -86,6 +86,8 @@ DOWNLOADER_MIDDLEWARES = {
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
     "crawler.scheduling.acks.LeaseSpiderMiddleware": 1,
+    # Gives every page with items its next visit (only with RECRAWL_ENABLED; see below).
+    "crawler.recrawl.RecrawlMiddleware": 50,
 }
 # RETRY_TIMES (int, default 3), RETRY_HTTP_CODES, RETRY_EXCEPTIONS: Scrapy's settings, used by
 # crawler.middlewares.BackoffRetryMiddleware. 429 is not here: it is a ban (see below).
@@ -158,6 +160,24 @@ FRONTIER_BATCH_SIZE = 16
 # its worker this long; live workers renew their leases every third of it, so only a dead
 # worker's leases run out and go back to the queue for others.
 FRONTIER_LEASE_SECONDS = 60
+# RECRAWL_ENABLED (bool, default False): revisit every page whose callback gives items, after
+# an interval that adapts to the page: x2 when its items are unchanged, /2 when they changed,
+# within RECRAWL_MIN_INTERVAL..RECRAWL_MAX_INTERVAL, starting at RECRAWL_INITIAL_INTERVAL
+# (float seconds). Revisits wait in {<spider>}:revisit. Off for explore and domains; the
+# profiles, links and maps spiders turn it on with their own intervals (custom_settings):
+# profiles 1 day (1 hour..30 days), links pages 1 day (1 hour..30 days), maps places 7 days
+# (1 day..90 days). ``-s RECRAWL_ENABLED=False`` turns it off for any of them.
+RECRAWL_ENABLED = False
+RECRAWL_INITIAL_INTERVAL = 86_400.0
+RECRAWL_MIN_INTERVAL = 3_600.0
+RECRAWL_MAX_INTERVAL = 30 * 86_400.0
+# RECRAWL_JITTER (float 0..1, default 0.1): a revisit is due up to this share of its interval
+# later, at random, so pages first crawled together spread out instead of all coming due at once.
+RECRAWL_JITTER = 0.1
+# RECRAWL_POLL_INTERVAL (float seconds, default 1): how often a worker hands due revisits to
+# the frontier, at most RECRAWL_BATCH_SIZE (int, default 100) at a time.
+RECRAWL_POLL_INTERVAL = 1.0
+RECRAWL_BATCH_SIZE = 100
 # FRONTIER_FLUSH_INTERVAL (float seconds, default 0.25): buffered requests and acknowledgements
 # are written at least this often.
 FRONTIER_FLUSH_INTERVAL = 0.25
@@ -284,8 +304,12 @@ EXPLORE_POPULAR_MIN_FOLLOWERS = 10_000
 # EXPLORE_HANDOFF_SPIDER (str, default "profiles"): spider whose start key receives authors;
 # empty disables the hand-off.
 EXPLORE_HANDOFF_SPIDER = "profiles"
-# EXPLORE_HANDED_KEY (str): set of authors already handed over, so each is handed over once.
-EXPLORE_HANDED_KEY = "{%(spider)s}:handed_authors"
+# EXPLORE_HANDED_KEY (str): sorted set of authors handed over, by the time until which they are
+# not handed again. EXPLORE_HANDOFF_TTL (float seconds, default 86400, the profiles' first
+# revisit interval): an author seen again after that is handed over again, so its profile is
+# fetched again and the set holds only the authors of the last TTL.
+EXPLORE_HANDED_KEY = "{%(spider)s}:handed_until"
+EXPLORE_HANDOFF_TTL = 86_400.0
 
 # --- Profiles (TikTok-style profile pages) -----------------------------------------------------
 # PROFILES_BASE_URL (str): scheme and host of profile pages (`<base>/@<uniqueId>`).

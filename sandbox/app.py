@@ -11,6 +11,7 @@ from aiohttp import web
 from sandbox.admin import AdminApi
 from sandbox.antibot import AntiBot
 from sandbox.bans import ChallengePages
+from sandbox.churn import Churn
 from sandbox.compression import compression_middleware
 from sandbox.config import SandboxConfig
 from sandbox.data import DEFAULT_SEED, Dataset, build_dataset
@@ -35,6 +36,7 @@ def build_app(
     # The generated web of many sites (sandbox/web.py) answers requests whose Host header is
     # one of its sites, before the target's routes, counters and anti-bot guard.
     sites = WebPages()
+    churn = Churn()
     middlewares = [
         compression_middleware(lambda: antibot.config.compression),
         sites.middleware(),
@@ -44,7 +46,8 @@ def build_app(
     app = web.Application(middlewares=middlewares)
     for part in (
         ExploreApi(dataset),
-        ProfilePages(dataset),
+        ProfilePages(dataset, churn),
+        churn,
         MapsPages(),
         ChallengePages(),
         HostilePages(),

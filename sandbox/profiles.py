@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from sandbox import markup
+from sandbox.churn import Churn
 from sandbox.data import LAYOUT_SIGI, STATE_BANNED, STATE_OK, STATE_PRIVATE, Author, Dataset
 
 STATUS_NOT_FOUND = 10202
@@ -90,8 +91,9 @@ def avatar_png(seed_text: str) -> bytes:
 class ProfilePages:
     """Serves ``/@<uniqueId>`` and the avatars the profiles link to."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, churn: Churn | None = None) -> None:
         self.dataset = dataset
+        self.churn = churn or Churn()
         self._author_ids = {author.id for author in dataset.authors}
 
     def register(self, router: web.UrlDispatcher) -> None:
@@ -102,7 +104,7 @@ class ProfilePages:
     async def profile(self, request: web.Request) -> web.Response:
         """Answer one profile page."""
         unique_id = request.match_info["unique_id"]
-        author = self.dataset.authors_by_unique_id.get(unique_id)
+        author = self.dataset.authors_by_unique_id.get(unique_id) or self.churn.author(unique_id)
         text = render_profile(unique_id, author)
         return web.Response(text=text, content_type=markup.HTML_CONTENT_TYPE)
 

@@ -1,7 +1,8 @@
 """``scrapy frontier SPIDER [status|dead|requeue|purge|unban DOMAIN]``: look at and manage a
 spider's frontier.
 
-scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries
+scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
+                                             revisits due now, in the next hour and later
 scrapy frontier profiles dead --limit 20     the newest dead letters, with their reasons
 scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
@@ -27,6 +28,7 @@ from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
 from crawler.observability.report import masked_dead_letter
+from crawler.recrawl.store import RevisitStore
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
 from crawler.scheduling.state import purge_spider, start_key
@@ -132,13 +134,16 @@ class Command(ScrapyCommand):
 
     def _status(self, frontier: Frontier, as_json: bool) -> None:
         sizes = frontier.sizes()
+        revisits = RevisitStore(frontier.server, frontier.keys.spider).counts()
         if as_json:
-            print(json.dumps({"spider": frontier.keys.spider, **sizes}))
+            print(json.dumps({"spider": frontier.keys.spider, **sizes, "revisits": revisits}))
             return
         assert self.settings is not None
         print(f"{frontier.keys.spider} @ {mask_uri(self.settings.get('REDIS_URL') or '')}")
         for name, value in sizes.items():
             print(f"  {name:<13} {value:>10,}")
+        for name, value in revisits.items():
+            print(f"  {'revisits ' + name:<20} {value:>10,}")
 
     def _dead(self, frontier: Frontier, limit: int, as_json: bool) -> None:
         letters = [masked_dead_letter(letter) for letter in frontier.dead_letters(limit)]

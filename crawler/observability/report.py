@@ -24,6 +24,7 @@ from crawler.observability.publisher import (
     remaining,
 )
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
+from crawler.recrawl.store import RevisitStore
 from crawler.scheduling.frontier import Frontier, FrontierKeys
 from crawler.scheduling.scheduler import FrontierSettings
 from crawler.scheduling.state import start_key
@@ -105,6 +106,7 @@ def spider_status(
     return {
         "spider": spider,
         "frontier": sizes,
+        "revisits": RevisitStore(server, spider).counts(now),
         "seen": {
             "count": _seen(server, frontier_keys, config.dupefilter.mode, raw_seen),
             "mode": config.dupefilter.mode,
@@ -173,6 +175,14 @@ def render_text(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def revisit_line(counts: Mapping[str, int]) -> str:
+    """The revisits waiting (crawler/recrawl/), by when they are due."""
+    return (
+        f"  revisits  {counts.get('due', 0):,} due now, {counts.get('next_hour', 0):,} "
+        f"in the next hour, {counts.get('later', 0):,} later"
+    )
+
+
 def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
     spider, sizes, counters = status["spider"], status["frontier"], status["counters"]
     rates, seen = status["rates"], status["seen"]
@@ -185,6 +195,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"  frontier  {sizes['queue']:,} queued, {sizes['leased']:,} leased, "
         f"{sizes['delayed']:,} delayed, {sizes['dead']:,} dead; start entries {sizes['start']:,} "
         f"(+{sizes['start_leased']:,} leased); seen {seen_text} ({seen['mode']})",
+        revisit_line(status.get("revisits") or {}),
         f"  pace      now {rates['workers_pages_per_min']:,.0f} pages/min, "
         f"{rates['workers_items_per_min']:,.0f} items/min; last {rates['minutes']} min "
         f"{rates['pages_per_min']:,.0f} pages/min, {rates['items_per_min']:,.0f} items/min; "

@@ -1,7 +1,8 @@
 """Batched MongoDB upserts, written off the reactor, that lose nothing when MongoDB goes away.
 
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
-on each item's unique key: ``$set`` the fields and ``last_seen``, ``$setOnInsert`` ``first_seen``.
+on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
+``last_changed``/``change_count`` when the content changed (``changes.py``).
 ``process_item`` returns only once its item is written with the write concern
 MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
 acknowledges a request only after its items are durable. An item MongoDB does not store (too
@@ -26,6 +27,7 @@ from pymongo import MongoClient, UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import mask_uri, setting, setting_int
+from crawler.pipelines.changes import history_update, with_change_hash
 from crawler.pipelines.destinations import (
     QUIET_UNDECLARED,
     SCRAPER_LOGGER,
@@ -161,7 +163,8 @@ class MongoPipeline:
         destination = self._destination(item)
         if destination is None:
             return item
-        document = document_of(item, destination)
+        volatile = getattr(type(item), "volatile_fields", ())
+        document = with_change_hash(document_of(item, destination), volatile)
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
@@ -276,7 +279,7 @@ class MongoPipeline:
         """Write (or spill) the upserts; the ones not stored, by position: reason."""
         now = datetime.now(UTC)
         failed: dict[int, str] = {}
-        updates: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+        updates: list[tuple[int, dict[str, Any], Any]] = []
         if upserts:
             self._index(collection, next(iter(upserts[0][0])))
         for index, (selector, fields) in enumerate(upserts):
@@ -313,14 +316,10 @@ class MongoPipeline:
 
     def _update(
         self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
-    ) -> dict[str, Any]:
+    ) -> list[dict[str, Any]]:
         """The upsert of ``fields``, trimmed to MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
         ((unique_key, key),) = selector.items()
         document = fit(fields, self.config.max_document_bytes, unique_key)
-        update: dict[str, Any] = {
-            "$set": {**document, "last_seen": now},
-            "$setOnInsert": {"first_seen": now},
-        }
         if TRUNCATED_FIELD in document:
             self.stats.inc_value("mongo/truncated")
             logger.warning(
@@ -333,12 +332,11 @@ class MongoPipeline:
                     for name, size in document[TRUNCATED_FIELD].items()
                 ),
             )
-        else:
-            update["$unset"] = {TRUNCATED_FIELD: ""}
-        return update
+            return history_update(document, now)
+        return history_update(document, now, unset=(TRUNCATED_FIELD,))
 
     def _write_updates(
-        self, collection: str, updates: list[tuple[int, dict[str, Any], dict[str, Any]]]
+        self, collection: str, updates: list[tuple[int, dict[str, Any], Any]]
     ) -> dict[int, str]:
         operations = [UpdateOne(selector, update, upsert=True) for _, selector, update in updates]
         try:

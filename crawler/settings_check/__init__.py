@@ -69,6 +69,16 @@ def _cooldown_problems(settings: BaseSettings) -> list[str]:
     return [problem("BAN_COOLDOWN_MAX", settings.get("BAN_COOLDOWN_MAX"), allowed)]
 
 
+def _recrawl_problems(settings: BaseSettings) -> list[str]:
+    """A revisit interval starts within its bounds."""
+    low, high = settings.getfloat("RECRAWL_MIN_INTERVAL"), settings.getfloat("RECRAWL_MAX_INTERVAL")
+    initial = settings.getfloat("RECRAWL_INITIAL_INTERVAL")
+    if low <= initial <= high:
+        return []
+    allowed = f"a number from RECRAWL_MIN_INTERVAL ({low:g}) to RECRAWL_MAX_INTERVAL ({high:g})"
+    return [problem("RECRAWL_INITIAL_INTERVAL", settings.get("RECRAWL_INITIAL_INTERVAL"), allowed)]
+
+
 def _browser_problems(settings: BaseSettings) -> list[str]:
     """A spider whose downloads go through Playwright needs the browser it launches."""
     if not _uses_playwright(settings):
@@ -97,6 +107,7 @@ def _uses_playwright(settings: BaseSettings) -> bool:
 # Checks of settings against each other, once each passes its own rule.
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
     _cooldown_problems,
+    _recrawl_problems,
     _browser_problems,
     scrapy_redis_problems,
 )

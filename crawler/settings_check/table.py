@@ -219,6 +219,14 @@ RULES: dict[str, Rule] = {
     "MAX_IDLE_TIME_BEFORE_CLOSE": number(0),
     "IDLE_POLL_INTERVAL": number(0, above=True),
     "STATS_REDIS_KEY": key_template("spider"),
+    # recrawl (crawler/recrawl/); MIN <= INITIAL <= MAX is checked with the others
+    "RECRAWL_ENABLED": flag(),
+    "RECRAWL_INITIAL_INTERVAL": number(0, above=True),
+    "RECRAWL_MIN_INTERVAL": number(0, above=True),
+    "RECRAWL_MAX_INTERVAL": number(0, above=True),
+    "RECRAWL_JITTER": number(0, 1),
+    "RECRAWL_POLL_INTERVAL": number(0, above=True),
+    "RECRAWL_BATCH_SIZE": integer(1, 10_000),
     # MongoDB
     "MONGO_URI": url("mongodb", "mongodb+srv"),
     "MONGO_DATABASE": Rule('a MongoDB database name (no /\\. "$ or spaces)', mongo_database),
@@ -244,6 +252,7 @@ RULES: dict[str, Rule] = {
     "EXPLORE_POPULAR_MIN_FOLLOWERS": integer(0),
     "EXPLORE_HANDOFF_SPIDER": text(),
     "EXPLORE_HANDED_KEY": key_template("spider"),
+    "EXPLORE_HANDOFF_TTL": number(0, above=True),
     "PROFILES_BASE_URL": base_url(),
     # fleet observability
     "STATS_PUBLISH_INTERVAL": number(0, above=True),

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from scrapy import Request
 
-from crawler.config import setting_int
+from crawler.config import setting, setting_int
 from crawler.extractors.explore import (
     FeedBlocked,
     FeedError,
@@ -61,8 +61,8 @@ class ExploreSpider(RedisFedSpider):
 
     Settings: EXPLORE_BASE_URL, EXPLORE_PAGE_SIZE, EXPLORE_MAX_PAGES,
     EXPLORE_POPULAR_MIN_LIKES, EXPLORE_POPULAR_MIN_FOLLOWERS, EXPLORE_HANDOFF_SPIDER,
-    EXPLORE_HANDED_KEY (crawler/settings.py). Bans are caught by ``ban_rule``; a malformed
-    answer is retried with backoff.
+    EXPLORE_HANDED_KEY, EXPLORE_HANDOFF_TTL (crawler/settings.py). Bans are caught by
+    ``ban_rule``; a malformed answer is retried with backoff.
     """
 
     name = "explore"
@@ -94,7 +94,8 @@ class ExploreSpider(RedisFedSpider):
             return None
         start_key = crawler.settings.get("REDIS_START_URLS_KEY") % {"name": target}
         handed_key = crawler.settings.get("EXPLORE_HANDED_KEY") % {"spider": self.name}
-        return Handoff(self.start_entries.server, start_key, handed_key)
+        ttl = setting(crawler.settings, "EXPLORE_HANDOFF_TTL")
+        return Handoff(self.start_entries.server, start_key, handed_key, ttl)
 
     # --- start entries ---------------------------------------------------------------------
 

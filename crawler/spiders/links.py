@@ -43,6 +43,7 @@ from crawler.links.urls import (
     is_calendar,
     scope_root,
 )
+from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
 from crawler.spiders.responses import body_text
 
@@ -83,6 +84,11 @@ class LinksSpider(RedisFedSpider):
         # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
         "DOWNLOAD_MAXSIZE": 10 * 1024 * 1024,
         "DOWNLOAD_WARNSIZE": 2 * 1024 * 1024,
+        # Pages are revisited after a day, then as often as they change (1 hour..30 days).
+        "RECRAWL_ENABLED": True,
+        "RECRAWL_INITIAL_INTERVAL": 86_400.0,
+        "RECRAWL_MIN_INTERVAL": 3_600.0,
+        "RECRAWL_MAX_INTERVAL": 30 * 86_400.0,
     }
 
     @classmethod
@@ -222,7 +228,9 @@ class LinksSpider(RedisFedSpider):
         links = self._canonical_links(fields.links)
         external = Counter(h for link in links if (h := host_of(link)) != host)
         fetched, backlinks = self.ledger.page(state["start"], host, len(response.body), external)
-        if state["max_pages"] and fetched > state["max_pages"]:
+        # A revisit (crawler/recrawl/) refreshes a page inside the budget, never spends it.
+        revisit = RECRAWL_META in response.meta
+        if state["max_pages"] and fetched > state["max_pages"] and not revisit:
             self.count("links/over_max_pages")
             return
         self.count("links/pages")

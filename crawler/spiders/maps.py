@@ -170,6 +170,11 @@ class MapsSpider(RedisFedSpider):
             "http": "crawler.spiders.maps.BrowserHandler",
             "https": "crawler.spiders.maps.BrowserHandler",
         },
+        # Places change slowly: revisited after a week, then 1 day..90 days.
+        "RECRAWL_ENABLED": True,
+        "RECRAWL_INITIAL_INTERVAL": 7 * 86_400.0,
+        "RECRAWL_MIN_INTERVAL": 86_400.0,
+        "RECRAWL_MAX_INTERVAL": 90 * 86_400.0,
     }
     base_url_setting = "MAPS_BASE_URL"
     language: str

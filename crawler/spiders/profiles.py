@@ -35,6 +35,13 @@ class ProfilesSpider(RedisFedSpider):
     """
 
     name = "profiles"
+    # Profiles change: revisited after a day, then as often as they change (1 hour..30 days).
+    custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
+        "RECRAWL_ENABLED": True,
+        "RECRAWL_INITIAL_INTERVAL": 86_400.0,
+        "RECRAWL_MIN_INTERVAL": 3_600.0,
+        "RECRAWL_MAX_INTERVAL": 30 * 86_400.0,
+    }
     entry_kind = "profiles start entry"
     base_url_setting = "PROFILES_BASE_URL"
 

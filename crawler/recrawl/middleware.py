@@ -1,0 +1,194 @@
+"""The spider middleware that gives every page with items its next visit, and hands due
+revisits to the frontier."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.request import request_from_dict
+from twisted.internet import task
+
+from crawler.config import setting
+from crawler.connection import redis_from_settings
+from crawler.recrawl.policy import RecrawlPolicy
+from crawler.recrawl.revisits import plan_visit, wants_revisit
+from crawler.recrawl.store import Claim, Revisit, RevisitStore
+from crawler.scheduling import serializer
+from crawler.scheduling.scheduler import frontier_scheduler
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from crawler.recrawl.revisits import Visit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecrawlSettings:
+    """RECRAWL_* settings, read and checked once (crawler/settings.py documents them)."""
+
+    policy: RecrawlPolicy
+    poll_interval: float
+    batch_size: int
+    flush_interval: float
+    claim_seconds: float
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RecrawlSettings:
+        settings = crawler.settings
+        return cls(
+            policy=RecrawlPolicy(
+                initial=setting(settings, "RECRAWL_INITIAL_INTERVAL"),
+                minimum=setting(settings, "RECRAWL_MIN_INTERVAL"),
+                maximum=setting(settings, "RECRAWL_MAX_INTERVAL"),
+                jitter=setting(settings, "RECRAWL_JITTER"),
+            ),
+            poll_interval=setting(settings, "RECRAWL_POLL_INTERVAL"),
+            batch_size=setting(settings, "RECRAWL_BATCH_SIZE"),
+            flush_interval=setting(settings, "FRONTIER_FLUSH_INTERVAL"),
+            claim_seconds=setting(settings, "FRONTIER_LEASE_SECONDS"),
+        )
+
+
+class RecrawlMiddleware:
+    """Schedule a revisit of every page whose callback gives items, and hand revisits that
+    are due to the frontier.
+
+    Settings: RECRAWL_ENABLED (off unless the spider turns it on in its custom_settings),
+    RECRAWL_INITIAL_INTERVAL, RECRAWL_MIN_INTERVAL, RECRAWL_MAX_INTERVAL (seconds),
+    RECRAWL_JITTER, RECRAWL_POLL_INTERVAL, RECRAWL_BATCH_SIZE. A request with meta
+    ``dont_recrawl`` is not revisited.
+
+    The revisit is written to Redis before the page's lease is acknowledged (it holds the
+    lease like an item in the pipelines), so a worker that dies loses no revisit: the page is
+    fetched again and its revisit written then.
+    """
+
+    def __init__(self, crawler: Crawler, store: RevisitStore, config: RecrawlSettings) -> None:
+        self.crawler = crawler
+        self.store = store
+        self.config = config
+        self._buffer: list[tuple[Revisit, Request]] = []
+        self._loops: list[task.LoopingCall] = []
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
+        if not setting(crawler.settings, "RECRAWL_ENABLED"):
+            raise NotConfigured("RECRAWL_ENABLED is off")
+        assert crawler.spidercls is not None
+        config = RecrawlSettings.from_crawler(crawler)
+        store = RevisitStore(redis_from_settings(crawler.settings), crawler.spidercls.name)
+        return cls(crawler, store, config)
+
+    # --- pages and their next visit --------------------------------------------------------------
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        items: list[Any] = []
+        async for output in result:
+            if not isinstance(output, Request):
+                items.append(output)
+            yield output
+        request = response.request
+        if items and request is not None and wants_revisit(request, self.crawler.spider):
+            try:
+                visit = plan_visit(request, items, self.config.policy, self.crawler)
+            except (TypeError, ValueError) as exc:  # not an item; meta JSON cannot hold
+                self._not_revisited(request, exc)
+            else:
+                self._schedule(visit, request)
+
+    def _schedule(self, visit: Visit, request: Request) -> None:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
+            scheduler.item_started(request)  # the lease waits for the revisit to be written
+        self._buffer.append((visit.revisit, request))
+        self._count("recrawl/scheduled")
+        if visit.changed is not None:
+            self._count("recrawl/changed" if visit.changed else "recrawl/unchanged")
+
+    def _not_revisited(self, request: Request, exc: Exception) -> None:
+        if not self.crawler.stats or not self.crawler.stats.get_value("recrawl/not_revisited"):
+            logger.error("%s will not be revisited: %s", request.url, exc)
+        self._count("recrawl/not_revisited")
+
+    def flush(self) -> bool:
+        """Write the buffered revisits, then let their pages' leases be acknowledged."""
+        if not self._buffer:
+            return True
+        buffered, self._buffer = self._buffer, []
+        try:
+            self.store.add([revisit for revisit, _ in buffered])
+        except RedisError as exc:
+            logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
+            self._buffer = buffered + self._buffer
+            return False
+        scheduler = frontier_scheduler(self.crawler)
+        for _, request in buffered:
+            if scheduler is not None:
+                scheduler.item_finished(request)
+        return True
+
+    # --- due revisits to the frontier --------------------------------------------------------
+
+    def promote(self) -> None:
+        """Claim due revisits and put their requests in the frontier; they leave the revisit
+        set only once the frontier has them."""
+        scheduler = frontier_scheduler(self.crawler)
+        engine = self.crawler.engine
+        if scheduler is None or engine is None or engine.spider is None:
+            return
+        try:
+            claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
+            if not claim.revisits:
+                return
+            for _, record in claim.revisits:
+                engine.crawl(self._request(record))
+            if scheduler.flush():
+                self._completed(claim)
+        except RedisError as exc:
+            logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
+
+    def _request(self, record: str) -> Request:
+        return request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+
+    def _completed(self, claim: Claim) -> None:
+        self.store.complete(claim)
+        self._count("recrawl/promoted", len(claim.revisits))
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def spider_opened(self) -> None:
+        self._start_loop(self.flush, self.config.flush_interval)
+        self._start_loop(self.promote, self.config.poll_interval)
+
+    def spider_closed(self) -> None:
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        if not self.flush():
+            logger.error(
+                "Could not reach Redis at close: %d revisits not written; their pages' leases "
+                "expire and the pages are fetched again",
+                len(self._buffer),
+            )
+
+    def _start_loop(self, function: Any, interval: float) -> None:
+        loop = task.LoopingCall(function)
+        loop.start(interval, now=False)
+        self._loops.append(loop)
+
+    def _count(self, key: str, value: int = 1) -> None:
+        if value and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key, value)

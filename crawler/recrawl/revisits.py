@@ -1,0 +1,169 @@
+"""A page's next visit, built from the request that fetched it and what its items say."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from itemadapter import ItemAdapter
+from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
+
+from crawler.recrawl.policy import RecrawlPolicy, content_hash
+from crawler.recrawl.store import Revisit
+from crawler.scheduling import serializer
+from crawler.scheduling.leases import unguarded
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+# Meta key of a revisit: {"interval": seconds waited before it, "hash": the content then,
+# "priority": the priority of the page's first request}.
+RECRAWL_META = "recrawl"
+# A request with this meta key set is never revisited.
+DONT_RECRAWL_META = "dont_recrawl"
+# Meta filled in while a request is fetched (download details, retries, redirects, leases,
+# identities, the browser page): a revisit starts without it.
+TRANSIENT_META = frozenset(
+    {
+        "download_slot",
+        "download_latency",
+        "retry_times",
+        "redirect_urls",
+        "redirect_times",
+        "redirect_ttl",
+        "redirect_reasons",
+        "frontier_lease",
+        "frontier_start",
+        "frontier_due",
+        "playwright_page",
+        "identity",
+        "proxy",
+        "bindaddress",
+        "ban_times",
+        "crawl_delay",
+        "is_start_request",
+    }
+)
+
+
+# What a request's dict has unless told otherwise (Request.to_dict).
+RECORD_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "method": "GET",
+    "priority": 0,
+}
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Visit:
+    """What one visit found: the revisit to schedule and whether the content changed (None on
+    a first visit)."""
+
+    revisit: Revisit
+    interval: float
+    changed: bool | None
+
+
+def items_hash(items: Sequence[Any]) -> str:
+    """The content hash of a response's items, each without its class's volatile fields."""
+    documents: list[Mapping[str, Any]] = []
+    volatile: set[str] = set()
+    for item in items:
+        documents.append(ItemAdapter(item).asdict())
+        volatile.update(getattr(type(item), "volatile_fields", ()))
+    return content_hash(documents, volatile)
+
+
+def plan_visit(
+    request: Request, items: Sequence[Any], policy: RecrawlPolicy, crawler: Crawler
+) -> Visit:
+    """The next visit of the page ``request`` fetched, whose callback gave ``items``."""
+    state: Any = request.meta.get(RECRAWL_META)
+    previous = _interval(state)
+    digest = items_hash(items)
+    changed = None if previous is None else digest != state.get("hash")
+    interval = policy.next_interval(previous, changed)
+    base = _base_priority(state, request)
+    state = {"interval": interval, "hash": digest, "priority": base}
+    revisit = revisit_request(request, state, base + policy.urgency(interval))
+    _forget_default_headers(revisit, crawler.settings)
+    assert crawler.request_fingerprinter is not None
+    fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
+    record = serializer.dumps(compact(revisit.to_dict(spider=crawler.spider)))
+    due = time.time() + policy.delay(interval, random.random())
+    return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
+
+
+def _forget_default_headers(request: Request, settings: BaseSettings) -> None:
+    """Take off the headers the downloader middlewares gave the request (the default headers,
+    the user agent, the accepted encodings) and its default download timeout, where they
+    still have those values: the revisit gets them again, as the settings are then, and
+    Redis does not hold them."""
+    defaults = dict(settings.getdict("DEFAULT_REQUEST_HEADERS"))
+    defaults["User-Agent"] = settings.get("USER_AGENT")
+    defaults["Accept-Encoding"] = b", ".join(ACCEPTED_ENCODINGS)
+    for name, value in defaults.items():
+        if value is not None and request.headers.getlist(name) == [_as_bytes(value)]:
+            del request.headers[name]
+    if request.meta.get("download_timeout") == settings.getfloat("DOWNLOAD_TIMEOUT"):
+        del request.meta["download_timeout"]
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def compact(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without the fields that have their default (Scrapy's request_from_dict
+    gives a missing field its default), to keep each waiting revisit small in Redis."""
+    return {
+        name: value
+        for name, value in record.items()
+        if name == "url" or value != RECORD_DEFAULTS.get(name, _MISSING)
+    }
+
+
+def revisit_request(request: Request, state: dict[str, Any], priority: int) -> Request:
+    """``request`` again, past the duplicate filter, without what its fetch added to it."""
+    meta = {
+        key: value
+        for key, value in request.meta.items()
+        if key not in TRANSIENT_META and not key.startswith("_")
+    }
+    meta[RECRAWL_META] = state
+    return request.replace(
+        meta=meta, dont_filter=True, errback=unguarded(request.errback), priority=priority
+    )
+
+
+def wants_revisit(request: Request, spider: Spider | None) -> bool:
+    return not request.meta.get(DONT_RECRAWL_META) and spider is not None
+
+
+def _base_priority(state: Any, request: Request) -> int:
+    """The priority the page's first request had (a revisit's own is raised by urgency)."""
+    if isinstance(state, dict) and isinstance(state.get("priority"), int):
+        return int(state["priority"])
+    return request.priority
+
+
+def _interval(state: Any) -> float | None:
+    """The interval a revisit's state holds; None for anything else."""
+    if not isinstance(state, dict):
+        return None
+    value = state.get("interval")
+    return float(value) if isinstance(value, int | float) and value > 0 else None

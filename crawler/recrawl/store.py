@@ -1,0 +1,143 @@
+"""Revisits waiting in Redis: one entry per page, due at its next visit.
+
+``{<spider>}:revisit`` is a sorted set of request fingerprints by due time (epoch seconds) and
+``{<spider>}:revisit:data`` their requests (JSON, with the interval and content hash of the
+last visit in their meta). Both share the spider's hash tag, so every script runs on Redis
+Cluster. A page has at most one waiting revisit: writing one again replaces it, so a page
+fetched twice (a worker died before its lease was acked) still has one. Nothing else is kept
+per page, so the memory is that of the waiting revisits.
+
+A due revisit is *claimed* before it is handed to the frontier: its due time moves a lease
+ahead instead of leaving the set, and it is removed only once the frontier holds its request.
+A worker that dies in between leaves it to come due again for another worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawler.connection import reply_text
+
+if TYPE_CHECKING:
+    from crawler.connection import RedisClient
+
+# KEYS: revisit, data. ARGV: per revisit 4 values (fingerprint, due, json, mode): mode "r"
+# replaces a waiting revisit, "n" adds one only where none waits (a page fetched outside its
+# revisits keeps the schedule it has). Returns how many were written.
+ADD = """
+local written = 0
+for a = 1, #ARGV, 4 do
+  local fp, due, json, mode = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  if mode == 'r' or not redis.call('ZSCORE', KEYS[1], fp) then
+    redis.call('ZADD', KEYS[1], due, fp)
+    redis.call('HSET', KEYS[2], fp, json)
+    written = written + 1
+  end
+end
+return written
+"""
+
+# KEYS: revisit, data. ARGV: now, count, claim deadline. Claims up to ``count`` due revisits:
+# their score becomes the deadline. Returns fingerprint, json pairs.
+CLAIM = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local result = {}
+for _, id in ipairs(ids) do
+  local json = redis.call('HGET', KEYS[2], id)
+  if json then
+    redis.call('ZADD', KEYS[1], ARGV[3], id)
+    result[#result + 1] = id
+    result[#result + 1] = json
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return result
+"""
+
+# KEYS: revisit, data. ARGV: claim deadline, fingerprints. Removes the claimed revisits that
+# were not written again since they were claimed (their score is still the deadline).
+COMPLETE = """
+local deadline, removed = tonumber(ARGV[1]), 0
+for a = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[a])
+  if score and tonumber(score) == deadline then
+    redis.call('ZREM', KEYS[1], ARGV[a])
+    redis.call('HDEL', KEYS[2], ARGV[a])
+    removed = removed + 1
+  end
+end
+return removed
+"""
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Revisit:
+    """A page's next visit: its request fingerprint (hex), due time and request JSON."""
+
+    fingerprint: str
+    due: float
+    json: str
+    replace: bool = True
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Revisits claimed until ``deadline``: (fingerprint, request JSON) pairs."""
+
+    deadline: float
+    revisits: list[tuple[str, str]]
+
+
+class RevisitStore:
+    """The waiting revisits of one spider."""
+
+    def __init__(self, server: RedisClient, spider: str) -> None:
+        self.server = server
+        self.keys = ["{" + spider + "}:revisit", "{" + spider + "}:revisit:data"]
+        self._add = server.register_script(ADD)
+        self._claim = server.register_script(CLAIM)
+        self._complete = server.register_script(COMPLETE)
+
+    def add(self, revisits: Sequence[Revisit]) -> int:
+        """Write revisits in one round trip; returns how many were written."""
+        args: list[Any] = []
+        for revisit in revisits:
+            mode = "r" if revisit.replace else "n"
+            args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode))
+        return int(self._add(keys=self.keys, args=args)) if args else 0
+
+    def claim(self, count: int, hold: float, now: float | None = None) -> Claim:
+        """Claim up to ``count`` due revisits for ``hold`` seconds."""
+        now = time.time() if now is None else now
+        deadline = round(now + hold, 3)
+        raw = self._claim(keys=self.keys, args=[repr(now), count, repr(deadline)])
+        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(0, len(raw), 2)]
+        return Claim(deadline, pairs)
+
+    def complete(self, claim: Claim) -> int:
+        """Remove claimed revisits now held by the frontier (unless written again since)."""
+        if not claim.revisits:
+            return 0
+        fingerprints = [fingerprint for fingerprint, _ in claim.revisits]
+        return int(self._complete(keys=self.keys, args=[repr(claim.deadline), *fingerprints]))
+
+    def counts(self, now: float | None = None) -> dict[str, int]:
+        """Waiting revisits due now, within the next hour, and later, in one round trip."""
+        now = time.time() if now is None else now
+        pipe = self.server.pipeline(transaction=False)
+        pipe.zcount(self.keys[0], "-inf", now)
+        pipe.zcount(self.keys[0], f"({now!r}", now + HOUR)
+        pipe.zcount(self.keys[0], f"({now + HOUR!r}", "+inf")
+        names = ("due", "next_hour", "later")
+        return dict(zip(names, (int(value) for value in pipe.execute()), strict=True))
+
+    def due_times(self) -> dict[str, float]:
+        """Every waiting revisit's due time by fingerprint (for tests and small spiders)."""
+        raw: Any = self.server.zrange(self.keys[0], 0, -1, withscores=True)
+        return {reply_text(member): float(score) for member, score in raw}
