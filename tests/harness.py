@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -131,3 +133,14 @@ def on_free_port(start: Callable[[int], T], attempts: int = 3) -> T:
             if attempt == attempts:
                 raise
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs and that no free_port()
+    (of any test process) hands out meanwhile: it is bound, not listening. A server started on
+    it (Redis, aiohttp, Twisted: all bind with SO_REUSEADDR) can still listen there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        yield int(holder.getsockname()[1])
