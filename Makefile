@@ -24,8 +24,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The tests run in PYTEST_WORKERS processes (pytest-xdist), each with its own Redis, MongoDB and
+# sandbox: most of a test's time is spent waiting on real crawls, so more workers than cores
+# pay. PYTEST_WORKERS=0 runs them in one process; PYTEST_ARGS adds pytest arguments.
+PYTEST_WORKERS ?= 4
 unit: $(STAMP) chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: $(STAMP) chromium
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,39 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether the socket listening on loopback ``port`` is process ``pid``'s (Linux /proc);
+    True where /proc cannot tell."""
+    inodes = _listening_inodes(port)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    if inodes is None:
+        return True
+    for fd in fds:
+        with suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[")[:-1] in inodes:
+                return True
+    return False
+
+
+def _listening_inodes(port: int) -> set[str] | None:
+    """Inodes of the TCP sockets in state LISTEN on ``port``; None without /proc/net/tcp."""
+    try:
+        rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    with suppress(OSError):
+        rows += Path("/proc/net/tcp6").read_text().splitlines()[1:]
+    found = set()
+    for row in rows:
+        fields = row.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            found.add(fields[9])
+    return found
+
+
 @dataclass
 class ServerProcess:
     """A server process started by this module, with its port."""
@@ -115,8 +149,11 @@ class ServerProcess:
     port: int
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        """Return once this process listens on its port. Another process already listening
+        there (the port was taken between ``free_port`` and the start) is not taken for it:
+        this process then exits on its failed bind and the start fails."""
         deadline = time.monotonic() + timeout
-        while not port_open(self.port):
+        while not (port_open(self.port) and listens_on(self.process.pid, self.port)):
             if self.process.poll() is not None:
                 raise ServiceError(f"{self.name} exited with {self.process.returncode}")
             if time.monotonic() > deadline:

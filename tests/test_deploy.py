@@ -97,12 +97,12 @@ class Scrapyd:
         self.url = url
 
     def get(self, endpoint: str, **params: str) -> Any:
-        with urlopen(f"{self.url}{endpoint}?{urlencode(params)}", timeout=10) as response:
+        with urlopen(f"{self.url}{endpoint}?{urlencode(params)}", timeout=30) as response:
             return json.loads(response.read())
 
     def post(self, endpoint: str, data: list[tuple[str, str]]) -> Any:
         request = Request(f"{self.url}{endpoint}", data=urlencode(data).encode(), method="POST")
-        with urlopen(request, timeout=10) as response:
+        with urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
 
