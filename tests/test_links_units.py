@@ -57,6 +57,8 @@ def test_canonical_url(url: str, canonical: str) -> None:
         ("ftp://example.org/", "scheme"),
         ("javascript:alert(1)", "scheme"),
         ("http:///path", "no_host"),
+        ("https://./", "no_host"),
+        ("http://...:8080/a", "no_host"),
         ("http://user:pw@example.org/", "credentials"),
         ("http://example.org:99999/", "malformed"),
     ],

@@ -61,11 +61,11 @@ def canonical_url(url: str) -> str:
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise BadUrl("scheme")
-    if not parts.hostname:
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
         raise BadUrl("no_host")
     if "@" in parts.netloc:
         raise BadUrl("credentials")
-    host = parts.hostname.rstrip(".")
     netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
     if ":" in host:
         netloc = f"[{host}]" if port in (None, DEFAULT_PORTS[scheme]) else f"[{host}]:{port}"

@@ -171,6 +171,7 @@ class LinksSpider(RedisFedSpider):
         check_start_url(value, frozenset())
         try:
             url = canonical_url(value)
+            root = scope_root(url, scope)
         except BadUrl as exc:
             raise InvalidStartEntry("bad_url", exc.reason) from None
         state = {
@@ -178,7 +179,7 @@ class LinksSpider(RedisFedSpider):
             "max_depth": max_depth,
             "max_pages": max_pages,
             "scope": scope,
-            "root": scope_root(url, scope),
+            "root": root,
             "start": hashlib.blake2b(url.encode(), digest_size=6).hexdigest(),
             "hops": 0,
         }
