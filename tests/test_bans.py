@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import redis
 
+from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
 from sandbox.bans import CONCRETE_MODES
 from sandbox.data import build_dataset
 from tests.harness import Crawl, Sandbox
@@ -85,7 +86,8 @@ def test_stop_policy_exits_with_status_3_and_keeps_the_work(
     assert result.returncode == 3, result.stderr[-3000:]
     assert "stopping this worker" in result.stderr
     stored = crawl.mongo.db.profiles.count_documents({})
-    queued = redis_client.zcard("{profiles}:queue") + redis_client.zcard("{profiles}:delayed")
+    sizes = Frontier(redis_client, FrontierKeys("profiles", ""), DupefilterConfig()).sizes()
+    queued = sizes["queue"] + sizes["delayed"]
     left = redis_client.llen("profiles:start_urls")
     assert stored < len(USERS)
     assert stored + queued + left >= len(USERS), "work was lost when the worker stopped"
