@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
+
 from crawler.connection import reply_text
 from crawler.scheduling import lua, serializer
 
@@ -231,19 +233,24 @@ class Frontier:
     # --- inspection ----------------------------------------------------------------------------
 
     def sizes(self) -> dict[str, int]:
-        """Queue, leased, delayed, dead and start sizes in two round trips (the queue's is a
-        script, which a cluster pipeline would first ask a node to parse)."""
+        """Queue, leased, delayed, dead and start sizes in one round trip (two on a cluster,
+        whose pipeline would first ask a node to parse the queue's script)."""
         keys = self.keys
-        queued = self.queued()
+        on_cluster = isinstance(self.server, RedisCluster)
+        queued = self.queued() if on_cluster else 0
         pipe = self.server.pipeline(transaction=False)
+        if not on_cluster:
+            self.queued(pipe)
         pipe.zcard(keys.leases)
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
         pipe.llen(keys.start)
         pipe.zcard(keys.start_leases)
         names = ("leased", "delayed", "dead", "start", "start_leased")
-        sizes = dict(zip(names, (int(value) for value in pipe.execute()), strict=True))
-        return {"queue": queued, **sizes}
+        values = [int(value) for value in pipe.execute()]
+        if not on_cluster:
+            queued, *values = values
+        return {"queue": queued, **dict(zip(names, values, strict=True))}
 
     def queued(self, client: Any = None) -> int:
         """How many requests are queued (or queue the question on the pipeline ``client``)."""
