@@ -12,7 +12,9 @@ given.
 A probe in the crawl process counts each round trip (a command, or a pipeline, sent and its
 reply awaited) and each command, and names its path by the keys it touches: frontier (queue,
 leases, duplicate filter, start entries), politeness (token buckets, cool-downs), stats (the
-fleet's counters, heartbeats) or other. Target: <= 0.3 round trips per page at the defaults.
+fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline
+is named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
+defaults.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from sandbox.data import build_dataset  # noqa: E402
 
 TARGET = 0.3
 MODULE = "bench.redis_round_trips"
-PATHS = ("frontier", "politeness", "stats", "other")
 _COUNTS: Counter[str] = Counter()
 _pending_path = ["other"]
 
@@ -51,6 +52,8 @@ def path_of(args: tuple[Any, ...]) -> str:
     text = " ".join(str(arg) for arg in args[1:6] if isinstance(arg, str | bytes))
     if ":rate:" in text or "}:bans" in text:
         return "politeness"
+    if "handed_authors" in text:
+        return "hand-off"
     if "}:stats" in text or "}:workers" in text:
         return "stats"
     if "}:" in text or "start_urls" in text:
@@ -102,8 +105,10 @@ class RoundTripProbe:
         return cls(crawler)
 
     def engine_stopped(self) -> None:
-        pages = self.crawler.stats.get_value("response_received_count", 0)
-        result = {"pages": pages, "counts": dict(_COUNTS)}
+        stats = self.crawler.stats
+        pages = stats.get_value("response_received_count", 0)
+        deferred = stats.get_value("politeness/deferred/rate", 0)
+        result = {"pages": pages, "deferred": deferred, "counts": dict(_COUNTS)}
         Path(self.crawler.settings.get("ROUND_TRIP_FILE")).write_text(json.dumps(result))
 
 
@@ -154,7 +159,8 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
     paths = ", ".join(f"{name} {value / pages:.2f}" for name, value in by_path)
     print(
         f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips / pages:6.2f} round trips/page "
-        f"({paths})  {commands / pages:6.2f} commands/page"
+        f"({paths})  {commands / pages:6.2f} commands/page, "
+        f"{int(result.get('deferred', 0)) / pages:.1f} deferrals/page (rate)"
     )
     if os.environ.get("BENCH_VERBOSE"):
         names = {k: v for k, v in counts.items() if k.startswith("name:")}
