@@ -20,6 +20,7 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from crawler.middlewares.bans import BAN_TIMES_META, BanMiddleware
+from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
 from crawler.scheduling.scheduler import DUE_META
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES
@@ -137,7 +138,8 @@ def test_stop_policy_exits_with_status_3_and_keeps_the_work(
     assert result.returncode == 3, result.stderr[-3000:]
     assert "stopping this worker" in result.stderr
     stored = crawl.mongo.db.profiles.count_documents({})
-    queued = redis_client.zcard("{profiles}:queue") + redis_client.zcard("{profiles}:delayed")
+    sizes = Frontier(redis_client, FrontierKeys("profiles", ""), DupefilterConfig()).sizes()
+    queued = sizes["queue"] + sizes["delayed"]
     left = redis_client.llen("profiles:start_urls")
     assert stored < len(USERS)
     assert stored + queued + left >= len(USERS), "work was lost when the worker stopped"

@@ -54,6 +54,7 @@ HOSTILE: list[bytes] = [
 ]
 FRONTIER_KEYS = (
     "{profiles}:queue",
+    "{profiles}:queues",
     "{profiles}:leases",
     "{profiles}:delayed",
     "{profiles}:data",

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 import redis
 
+from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
 from crawler.services import free_port, start_sandbox
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, closed_port
@@ -129,14 +130,15 @@ def test_closing_worker_keeps_the_shared_queue(
         settings={"CLOSESPIDER_PAGECOUNT": 2, "CONCURRENT_REQUESTS": 1},
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    assert redis_client.zcard("{explore}:queue") >= 3, "the closing worker emptied the queue"
+    queued = Frontier(redis_client, FrontierKeys("explore", ""), DupefilterConfig()).queued()
+    assert queued >= 3, "the closing worker emptied the queue"
     assert redis_client.zcard("{explore}:leases") == 0, "the closing worker kept its leases"
 
     second = crawl("explore")
     assert second.returncode == 0, second.stderr[-3000:]
     stored = set(crawl.mongo.db.videos.distinct("video_id"))
     assert stored == _expected_videos(*categories)
-    for key in ("{explore}:queue", "{explore}:leases", "{explore}:data", "{explore}:delayed"):
+    for key in ("{explore}:queues", "{explore}:leases", "{explore}:data", "{explore}:delayed"):
         assert not redis_client.exists(key), key
 
 

@@ -26,6 +26,7 @@ MISSING = [f"missing.user{index}" for index in range(60)]
 USERS = [author.unique_id for author in DATASET.authors[::2]] + MISSING
 FRONTIER_KEYS = (
     "{profiles}:queue",
+    "{profiles}:queues",
     "{profiles}:leases",
     "{profiles}:delayed",
     "{profiles}:data",

@@ -15,6 +15,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from crawler.scheduling import serializer
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending, Popped
 from crawler.services import free_port, start_redis
 from tests.harness import ROOT, Crawl, Sandbox, poll
@@ -78,7 +79,6 @@ def records(server: redis.Redis, lease_id: str) -> dict[str, bool]:
     """Which per-request records exist for ``lease_id``."""
     return {
         "data": bool(server.hexists(KEYS.data, lease_id)),
-        "prio": bool(server.hexists(KEYS.prio, lease_id)),
         "owner": bool(server.hexists(KEYS.owner, lease_id)),
         "lease": lease_deadline(server, lease_id) is not None,
     }
@@ -122,6 +122,16 @@ def test_order_holds_after_a_long_run(frontier: Frontier, redis_client: redis.Re
     assert urls(frontier.pop(100, LEASE, "w1")) == expected
 
 
+def test_any_integer_priority_orders_exactly(frontier: Frontier) -> None:
+    # Each priority has its own list; the index of priorities is scored -priority, exact for
+    # every integer up to 2**53, where priorities are clamped.
+    big = 2**53
+    frontier.schedule([pending("a", 10**6 - 1), pending("b", big - 1), pending("c", 10**6)])
+    frontier.schedule([pending("d", 2**70), pending("e", -(2**70)), pending("f", -big + 1)])
+    frontier.schedule([pending("g", big), pending("h", 10**6)])
+    assert urls(frontier.pop(100, LEASE, "w1")) == ["d", "g", "b", "c", "h", "a", "f", "e"]
+
+
 # --- leases ----------------------------------------------------------------------------------
 
 
@@ -136,16 +146,12 @@ def test_pop_leases_and_owner_ack_deletes(frontier: Frontier, redis_client: redi
     deadline = lease_deadline(redis_client, lease_id)
     assert deadline is not None
     assert before + LEASE <= deadline <= time.time() + LEASE
-    assert records(redis_client, lease_id) == dict.fromkeys(
-        ("data", "prio", "owner", "lease"), True
-    )
+    assert records(redis_client, lease_id) == dict.fromkeys(("data", "owner", "lease"), True)
     assert frontier.sizes()["leased"] == 1
     assert frontier.pop(10, LEASE, "w2").leased == []
 
     assert frontier.settle([("a", lease_id, "")], "w1", LEASE) == 1
-    assert records(redis_client, lease_id) == dict.fromkeys(
-        ("data", "prio", "owner", "lease"), False
-    )
+    assert records(redis_client, lease_id) == dict.fromkeys(("data", "owner", "lease"), False)
     assert frontier.sizes()["leased"] == 0
     assert frontier.settle([("a", lease_id, "")], "w1", LEASE) == 0  # acked once only
 
@@ -163,9 +169,7 @@ def test_ops_of_another_worker_are_ignored(
 
     assert owner(redis_client, lease_id) == b"w1"
     assert lease_deadline(redis_client, lease_id) == deadline
-    assert records(redis_client, lease_id) == dict.fromkeys(
-        ("data", "prio", "owner", "lease"), True
-    )
+    assert records(redis_client, lease_id) == dict.fromkeys(("data", "owner", "lease"), True)
     assert frontier.sizes() == {
         "queue": 0, "leased": 1, "delayed": 0, "dead": 0, "start": 0, "start_leased": 0,
     }  # fmt: skip
@@ -181,16 +185,15 @@ def test_release_returns_to_the_original_place(
 
     released = [("r", lease_id, "") for lease_id in ids(first)]
     assert frontier.settle(released, "w1", LEASE) == 2
-    for lease_id in ids(first):
-        assert records(redis_client, lease_id) == {
-            "data": True, "prio": True, "owner": False, "lease": False,
-        }  # fmt: skip
-    assert frontier.sizes()["leased"] == 0
+    for lease_id in ids(first):  # back in the queue: nothing of the lease is left
+        assert records(redis_client, lease_id) == dict.fromkeys(("data", "owner", "lease"), False)
+    assert frontier.sizes() == {
+        "queue": 4, "leased": 0, "delayed": 0, "dead": 0, "start": 0, "start_leased": 0,
+    }  # fmt: skip
 
     again = frontier.pop(10, LEASE, "w2")
     assert urls(again) == ["x", "a", "b", "c"]
-    assert ids(again)[:2] == ids(first)
-    assert owner(redis_client, ids(first)[0]) == b"w2"
+    assert all(owner(redis_client, lease_id) == b"w2" for lease_id in ids(again))
 
 
 def test_expired_leases_come_back_to_another_worker(
@@ -202,13 +205,14 @@ def test_expired_leases_come_back_to_another_worker(
 
     retaken = pop_until_leased(frontier, 10, "w2")
     assert retaken.reclaimed == 3
-    assert retaken.leased == first.leased  # same ids, same JSON, same order
-    assert all(owner(redis_client, lease_id) == b"w2" for lease_id in ids(first))
+    assert urls(retaken) == ["b", "a", "c"]  # same order, under new lease ids
+    assert [data for _, data in retaken.leased] == [data for _, data in first.leased]
+    assert all(owner(redis_client, lease_id) == b"w2" for lease_id in ids(retaken))
 
     # The first worker lost its leases: what it does with them now is ignored.
     assert frontier.settle([("a", lease_id, "") for lease_id in ids(first)], "w1", LEASE) == 0
     assert frontier.sizes()["leased"] == 3
-    assert frontier.settle([("a", lease_id, "") for lease_id in ids(first)], "w2", LEASE) == 3
+    assert frontier.settle([("a", lease_id, "") for lease_id in ids(retaken)], "w2", LEASE) == 3
     assert frontier.sizes()["leased"] == 0
 
 
@@ -283,9 +287,7 @@ def test_dead_letters_keep_request_and_failure(
     assert frontier.settle(ops, "w1", LEASE) == 2
 
     for lease_id in ids(leased):
-        assert records(redis_client, lease_id) == dict.fromkeys(
-            ("data", "prio", "owner", "lease"), False
-        )
+        assert records(redis_client, lease_id) == dict.fromkeys(("data", "owner", "lease"), False)
     assert frontier.sizes()["dead"] == 2
     assert frontier.dead_letters() == [  # newest first
         {"request": second, "failure": failures[1]},
@@ -298,13 +300,13 @@ def test_dead_letters_keep_request_and_failure(
     assert frontier.requeue_dead(1) == 1
     assert frontier.dead_letters() == [{"request": second, "failure": failures[1]}]
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
-    assert json.loads(data) == {**first, "dont_filter": True, "meta": {"category": 5}}
+    assert serializer.loads(data) == {**first, "dont_filter": True, "meta": {"category": 5}}
 
     assert frontier.requeue_dead(10) == 1
     assert frontier.requeue_dead(10) == 0
     assert frontier.sizes()["dead"] == 0
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
-    assert json.loads(data) == {**second, "dont_filter": True}
+    assert serializer.loads(data) == {**second, "dont_filter": True}
 
 
 # --- duplicate filter ------------------------------------------------------------------------
@@ -451,7 +453,8 @@ def test_sizes(frontier: Frontier, redis_client: redis.Redis) -> None:
 
 
 EVERY_KEY = (
-    KEYS.queue, KEYS.leases, KEYS.owner, KEYS.data, KEYS.prio, KEYS.seq, KEYS.delayed, KEYS.dead,
+    KEYS.queues, f"{KEYS.queue_prefix}0", KEYS.leases, KEYS.owner, KEYS.data, KEYS.seq,
+    KEYS.delayed, KEYS.dead,
     KEYS.dupefilter, f"{KEYS.dupefilter}:meta", f"{KEYS.dupefilter}:0", KEYS.start,
     KEYS.start_leases,
 )  # fmt: skip

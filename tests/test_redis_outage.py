@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 USERS = [author.unique_id for author in build_dataset().authors]
 FRONTIER_KEYS = (
     "{profiles}:queue",
+    "{profiles}:queues",
     "{profiles}:leases",
     "{profiles}:delayed",
     "profiles:start_urls",

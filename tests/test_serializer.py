@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scrapy import Request, Spider
+from scrapy import FormRequest, Request, Spider
 from scrapy.utils.request import request_from_dict
 from scrapy_playwright.page import PageMethod
 
@@ -147,7 +147,7 @@ def _same(one: Request, other: Request) -> bool:
 def test_a_plain_get_is_stored_without_its_defaults() -> None:
     request = Request("https://example.org/@user", callback=SPIDER.parse_item)
     record = serializer.dumps(request_record(request, SPIDER))
-    assert record == '{"url":"https://example.org/@user","callback":"parse_item"}'
+    assert record == '{"u":"https://example.org/@user","c":"parse_item"}'
     assert _same(request_from_dict(serializer.loads(record), spider=SPIDER), request)
 
 
@@ -170,8 +170,68 @@ def test_compact_records_round_trip_what_is_not_default(**fields: Any) -> None:
         cb_kwargs={"n": 1},
         **fields,
     )
-    record = serializer.dumps(request_record(request, SPIDER))
-    assert _same(request_from_dict(serializer.loads(record), spider=SPIDER), request)
-    # A record written whole, as before, loads to the same request.
-    whole = serializer.dumps(request.to_dict(spider=SPIDER))
-    assert _same(request_from_dict(serializer.loads(whole), spider=SPIDER), request)
+    _assert_every_format_round_trips(request)
+
+
+def _assert_every_format_round_trips(request: Request) -> None:
+    """Format 2 (short names, defaults left out) and both format 1 records older workers
+    wrote (every field; defaults left out) load to the same request."""
+    record = request_record(request, SPIDER)
+    formats = {
+        "2": record,
+        "1 compact": serializer.expand(record) if "u" in record else record,
+        "1 whole": request.to_dict(spider=SPIDER),
+    }
+    assert "url" in formats["1 compact"]
+    for name, fields in formats.items():
+        loaded = request_from_dict(serializer.loads(serializer.dumps(fields)), spider=SPIDER)
+        assert _same(loaded, request), name
+
+
+_header_text = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 ;=/-", max_size=12)
+
+
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT"]),
+    headers=st.dictionaries(
+        st.sampled_from(["X-A", "Accept", "Referer"]),
+        st.lists(_header_text, min_size=1, max_size=2),
+    ),
+    body=st.binary(max_size=32),
+    cookies=st.dictionaries(st.text("abc", min_size=1, max_size=4), st.text(max_size=6)),
+    meta=st.dictionaries(st.text(min_size=1, max_size=6), json_values, max_size=3),
+    cb_kwargs=st.dictionaries(st.text(min_size=1, max_size=6), json_values, max_size=2),
+    priority=st.integers(-(2**53), 2**53),
+    dont_filter=st.booleans(),
+    flags=st.lists(st.text(max_size=4), max_size=2),
+    callback=st.sampled_from([None, SPIDER.parse_item]),
+    errback=st.sampled_from([None, SPIDER.on_error]),
+    page_methods=st.lists(st.sampled_from(["wait_for_timeout", "evaluate"]), max_size=2),
+)
+def test_format_2_records_round_trip_everything_not_default(
+    page_methods: list[str], meta: dict[str, Any], **fields: Any
+) -> None:
+    if page_methods:
+        meta = {**meta, "playwright_page_methods": [PageMethod(name, 1) for name in page_methods]}
+    request = Request("https://example.org/x?q=1", meta=meta, **fields)
+    record = request_record(request, SPIDER)
+    assert "url" not in record
+    assert record["u"] == request.url
+    stored = request_from_dict(serializer.loads(serializer.dumps(record)), spider=SPIDER)
+    for name in FIELDS:
+        if name != "meta":
+            assert getattr(stored, name) == getattr(request, name), name
+    methods = stored.meta.pop("playwright_page_methods", [])
+    assert [(m.method, m.args) for m in methods] == [(name, (1,)) for name in page_methods]
+    assert stored.meta == {k: v for k, v in meta.items() if k != "playwright_page_methods"}
+    if not page_methods:
+        _assert_every_format_round_trips(request)
+
+
+def test_a_request_subclass_is_stored_in_format_2_and_loads() -> None:
+    request = FormRequest("https://example.org/f", formdata={"a": "1"}, callback=SPIDER.parse_item)
+    record = request_record(request, SPIDER)
+    assert record["_class"] == "scrapy.http.request.form.FormRequest"
+    stored = request_from_dict(serializer.loads(serializer.dumps(record)), spider=SPIDER)
+    assert type(stored) is FormRequest
+    assert _same(stored, request)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 # KEYS: bucket. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery (factor/s),
-# floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds, factor}.
+# floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds, factor}: the
+# wait is until the bucket's next token (0 while one is left), also after a grant.
 TOKEN_BUCKET = r"""
 local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -36,9 +37,8 @@ local granted, wait = 0, 0
 if tokens >= 1 then
   granted = math.min(want, math.floor(tokens))
   tokens = tokens - granted
-else
-  wait = (1 - tokens) / current
 end
+if tokens < 1 then wait = (1 - tokens) / current end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts',
            string.format('%.6f', now), 'factor', string.format('%.6f', factor))
 redis.call('EXPIRE', KEYS[1], 86400)
@@ -148,6 +148,11 @@ class FleetPoliteness:
         self._bans: dict[str, float] = {}
         self._bans_read = 0.0
         self._tokens: dict[str, int] = {}
+        # When the bucket said its next token comes (monotonic time), per bucket: requests
+        # waiting for it wait that long without asking Redis again, so one round trip serves
+        # all of them. Tokens only come with time and other workers only take them, so
+        # Redis would not grant one sooner (but for the rate's slow recovery after a ban).
+        self._next_token: dict[str, float] = {}
 
     @property
     def bans_key(self) -> str:
@@ -204,7 +209,15 @@ class FleetPoliteness:
         if self._tokens.get(key, 0) > 0:
             self._tokens[key] -= 1
             return 0.0
-        granted, wait, _ = self._take(key, rate, penalize=False)
+        if (wait := self._known_wait(key)) > 0:
+            return wait
+        granted, wait, factor = self._take(key, rate, penalize=False)
+        if wait > 0:
+            # Wait for as many tokens as one call takes (half a second's worth, within the
+            # burst), so that one round trip serves that many requests.
+            batch = min(_tokens_per_call(rate), max(1, int(self.policy.burst)))
+            wait += (batch - 1) / (rate * factor)
+        self._wait_for_token(key, wait)
         if granted:
             self._tokens[key] = granted - 1
             return 0.0
@@ -214,8 +227,18 @@ class FleetPoliteness:
         configured = self.policy.rate_for(domain)
         rate = min(1.0 / delay, configured) if configured > 0 else 1.0 / delay
         key = self._bucket_key(domain, identity)
+        if (wait := self._known_wait(key)) > 0:
+            return wait
         granted, wait, _ = self._take(key, rate, penalize=False, want=1, burst=1.0)
+        self._wait_for_token(key, wait)
         return 0.0 if granted else wait
+
+    def _known_wait(self, key: str) -> float:
+        """Seconds until the bucket's next token, as it last said; 0 when it may have one."""
+        return max(0.0, self._next_token.get(key, 0.0) - time.monotonic())
+
+    def _wait_for_token(self, key: str, wait: float) -> None:
+        self._next_token[key] = time.monotonic() + wait
 
     def penalize(self, domain: str, identity: str) -> float:
         """Halve the rate of (domain, identity) after a ban; returns the new rate factor."""
@@ -224,6 +247,7 @@ class FleetPoliteness:
             return 1.0
         key = self._bucket_key(domain, identity)
         self._tokens.pop(key, None)
+        self._next_token.pop(key, None)
         return self._take(key, rate, penalize=True, want=0)[2]
 
     def _take(
@@ -236,7 +260,7 @@ class FleetPoliteness:
     ) -> tuple[int, float, float]:
         # Take up to half a second's worth of tokens at once: one round trip serves several
         # requests at higher rates, and never more than the bucket allows.
-        wanted = max(1, int(rate / 2)) if want is None else want
+        wanted = _tokens_per_call(rate) if want is None else want
         policy = self.policy
         granted, wait, factor = self._bucket(
             keys=[key],
@@ -251,3 +275,7 @@ class FleetPoliteness:
             ],
         )
         return int(granted), float(wait), float(factor)
+
+
+def _tokens_per_call(rate: float) -> int:
+    return max(1, int(rate / 2))

@@ -20,6 +20,7 @@ from crawler.connection import reply_text
 from crawler.observability.counters import numeric
 from crawler.observability.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.rates import bucket_rate
+from crawler.scheduling.frontier import queue_queued
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -200,7 +201,7 @@ def remaining(sizes: Mapping[str, int]) -> int:
 
 def queue_sizes(pipe: Any, keys: FrontierKeys) -> None:
     """Queue the commands of ``Frontier.sizes`` on ``pipe`` (results in SIZE_NAMES order)."""
-    pipe.zcard(keys.queue)
+    queue_queued(pipe, keys)
     pipe.zcard(keys.leases)
     pipe.zcard(keys.delayed)
     pipe.llen(keys.dead)

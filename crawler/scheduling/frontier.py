@@ -1,7 +1,8 @@
 """A spider's frontier in Redis: what is queued, leased, delayed, dead, and already seen.
 
-This module speaks Redis and nothing else: requests are opaque JSON strings here. The
-scheduler (``scheduler.py``) turns Scrapy requests into :class:`Pending` entries and back.
+This module speaks Redis: requests are opaque JSON strings here, but for dead letters, shown
+and requeued with their fields named in full (``serializer.expand``). The scheduler
+(``scheduler.py``) turns Scrapy requests into :class:`Pending` entries and back.
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
+
 from crawler.connection import reply_text
-from crawler.scheduling import lua
+from crawler.scheduling import lua, serializer
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
 
     from crawler.connection import RedisClient
 
-# Queue score = priority part + sequence: higher Scrapy priority first, FIFO within one
-# priority. Priorities are clamped to +-PRIORITY_LIMIT so scores stay exact doubles.
-PRIORITY_STEP = 1e13
-PRIORITY_LIMIT = 400
+# Higher Scrapy priority first, FIFO within one priority (one list per priority, see
+# lua._QUEUE). The priorities index is a sorted set scored -priority, and a double holds every
+# integer up to 2**53 exactly: priorities beyond +-PRIORITY_LIMIT are clamped to it.
+PRIORITY_LIMIT = 2**53
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,18 @@ class FrontierKeys:
         return "{" + self.spider + "}:" + name
 
     @property
+    def queues(self) -> str:
+        """The priorities that have queued requests (a sorted set, highest first)."""
+        return self._key("queues")
+
+    @property
+    def queue_prefix(self) -> str:
+        """Prefix of the list of queued requests of one priority (``<prefix><priority>``)."""
+        return self._key("queue:")
+
+    @property
     def queue(self) -> str:
+        """The queue as older versions kept it (ids in a sorted set); drained on pop."""
         return self._key("queue")
 
     @property
@@ -56,7 +70,12 @@ class FrontierKeys:
 
     @property
     def prio(self) -> str:
+        """Queue scores of requests written by older versions; read while any is left."""
         return self._key("prio")
+
+    def script_keys(self, *more: str) -> list[str]:
+        """The keys every frontier script starts with (see ``lua._PRELUDE``), then ``more``."""
+        return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
 
     @property
     def seq(self) -> str:
@@ -98,7 +117,7 @@ class Pending:
             h1,
             h2,
             int(self.dont_filter),
-            -clamped * PRIORITY_STEP,
+            str(clamped),
             self.due,
             self.json,
         ]
@@ -136,6 +155,7 @@ class Frontier:
         self._pop = server.register_script(lua.POP)
         self._settle = server.register_script(lua.SETTLE)
         self._pop_start = server.register_script(lua.POP_START)
+        self._queued = server.register_script(lua.QUEUED)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -143,6 +163,7 @@ class Frontier:
         """Add requests not seen before (1) and report duplicates (0), atomically per batch."""
         keys = self.keys
         args: list[Any] = [
+            keys.queue_prefix,
             self.dupefilter.mode,
             self.dupefilter.capacity,
             self.dupefilter.error_rate,
@@ -151,7 +172,7 @@ class Frontier:
             args.extend(pending.script_args())
         result = _run(
             self._schedule,
-            [keys.queue, keys.data, keys.prio, keys.seq, keys.delayed, keys.dupefilter],
+            keys.script_keys(keys.delayed, keys.dupefilter),
             args,
             client,
         )
@@ -162,8 +183,8 @@ class Frontier:
         now = time.time()
         keys = self.keys
         raw = self._pop(
-            keys=[keys.queue, keys.leases, keys.owner, keys.delayed, keys.prio, keys.data],
-            args=[now, count, now + lease_seconds, worker],
+            keys=keys.script_keys(keys.delayed, keys.leases, keys.owner),
+            args=[keys.queue_prefix, now, count, now + lease_seconds, worker],
         )
         pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(3, len(raw), 2)]
         return Popped(pairs, int(raw[0]), int(raw[1]), int(raw[2]))
@@ -177,12 +198,12 @@ class Frontier:
     ) -> int:
         """Apply ack/release/renew/dead ops (op, id, payload) to leases ``worker`` still holds."""
         keys = self.keys
-        args: list[Any] = [worker, time.time() + lease_seconds]
+        args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
         for op in ops:
             args.extend(op)
         result = _run(
             self._settle,
-            [keys.queue, keys.leases, keys.owner, keys.data, keys.prio, keys.dead],
+            keys.script_keys(keys.leases, keys.owner, keys.dead),
             args,
             client,
         )
@@ -213,21 +234,36 @@ class Frontier:
     # --- inspection ----------------------------------------------------------------------------
 
     def sizes(self) -> dict[str, int]:
-        """Queue, leased, delayed, dead and start sizes in one round trip."""
+        """Queue, leased, delayed, dead and start sizes in one round trip (two on a cluster,
+        whose pipeline would first ask a node to parse the queue's script)."""
         keys = self.keys
+        on_cluster = isinstance(self.server, RedisCluster)
+        queued = self.queued() if on_cluster else 0
         pipe = self.server.pipeline(transaction=False)
-        pipe.zcard(keys.queue)
+        if not on_cluster:
+            self.queued(pipe)
         pipe.zcard(keys.leases)
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
         pipe.llen(keys.start)
         pipe.zcard(keys.start_leases)
-        names = ("queue", "leased", "delayed", "dead", "start", "start_leased")
-        return dict(zip(names, (int(value) for value in pipe.execute()), strict=True))
+        names = ("leased", "delayed", "dead", "start", "start_leased")
+        values = [int(value) for value in pipe.execute()]
+        if not on_cluster:
+            queued, *values = values
+        return {"queue": queued, **dict(zip(names, values, strict=True))}
+
+    def queued(self, client: Any = None) -> int:
+        """How many requests are queued (or queue the question on the pipeline ``client``)."""
+        keys = self.keys
+        result = _run(self._queued, keys.script_keys(), [keys.queue_prefix], client)
+        return int(result) if client is None else 0
 
     def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest dead letters, each {"request": {...}, "failure": {...}}."""
-        return [json.loads(raw) for raw in self.server.lrange(self.keys.dead, 0, limit - 1)]
+        """The newest dead letters, each {"request": {...}, "failure": {...}}, the request with
+        its whole field names (``Request.to_dict()``)."""
+        raws = self.server.lrange(self.keys.dead, 0, limit - 1)
+        return [_dead_letter(raw) for raw in raws]
 
     def make_due(self, wanted: Callable[[str], bool], now: float, chunk: int = 500) -> int:
         """Delayed requests whose URL ``wanted`` accepts become due at ``now`` (lifting a ban's
@@ -238,7 +274,7 @@ class Frontier:
             due = {
                 member: now
                 for member, raw in zip(batch, records, strict=True)
-                if raw and wanted(str(json.loads(raw).get("url", "")))
+                if raw and wanted(str(serializer.expand(json.loads(raw)).get("url", "")))
             }
             if due:
                 changed: Any = self.server.zadd(self.keys.delayed, due, xx=True, ch=True)
@@ -252,14 +288,22 @@ class Frontier:
             raw: Any = self.server.lindex(self.keys.dead, -1)
             if raw is None:
                 break
-            request = json.loads(raw)["request"]
+            request = _dead_letter(raw)["request"]
             request["dont_filter"] = True
             (request.get("meta") or {}).pop("retry_times", None)
-            pending = Pending(json.dumps(request), b"\0" * 8, request.get("priority", 0), True)
+            record = json.dumps(serializer.shorten(request), separators=(",", ":"))
+            pending = Pending(record, b"\0" * 8, request.get("priority", 0), True)
             self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
             self.server.lrem(self.keys.dead, -1, raw)
             moved += 1
         return moved
+
+
+def _dead_letter(raw: bytes | str) -> dict[str, Any]:
+    letter: dict[str, Any] = json.loads(raw)
+    if isinstance(letter.get("request"), dict):
+        letter["request"] = serializer.expand(letter["request"])
+    return letter
 
 
 def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
@@ -274,3 +318,8 @@ def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
         return script(keys=keys, args=args)
     queue: Callable[..., Any] = client.execute_command
     return queue("EVAL", script.script, len(keys), *keys, *args)
+
+
+def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
+    """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
+    pipe.execute_command("EVAL", lua.QUEUED, 5, *keys.script_keys(), keys.queue_prefix)

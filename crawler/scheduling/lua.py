@@ -1,8 +1,8 @@
 """Lua scripts of the frontier: every multi-key change is one atomic script, one round trip.
 
 All keys a script touches share the spider's hash tag, so the scripts run on Redis Cluster.
-Request records live in three hashes keyed by request id: ``data`` (the JSON), ``prio`` (its
-queue score) and ``owner`` (the worker holding its lease, while leased).
+Queued requests wait in one list per priority (see ``_QUEUE``); a leased or delayed one has its
+record in the ``data`` hash under its id, and a leased one its worker in the ``owner`` hash.
 """
 
 from __future__ import annotations
@@ -98,37 +98,131 @@ local function seen_or_add(mode, base, fp, h1, h2, capacity, error_rate)
 end
 """
 
-# KEYS: queue, data, prio, seq, delayed, dupefilter base
-# ARGV: mode, capacity, error_rate, then per request 7 values:
-#       fingerprint hex, h1, h2, dont_filter (0/1), priority score part, due (0 = now), json
+# The queue: one list per priority, ``{spider}:queue:<priority>``, holding the records
+# themselves (a list packs its elements a few bytes apart), and the sorted set
+# ``{spider}:queues`` of the priorities with a list, scored -priority so the highest comes
+# first. A request gets its id when it leaves the queue (leased) or is delayed; its priority
+# rides in the id ("<n>" for priority 0, "<n>:<priority>" otherwise), so it finds its list
+# again. A record outside the queue (leased, delayed) waits in the ``data`` hash under its id.
+#
+# Older frontiers kept every request in the ``queue`` sorted set (score -priority * 1e13 + n)
+# with its score in the ``prio`` hash and its record in ``data``: POP moves such entries to the
+# lists (up to 1000 per call), and a leased or delayed entry of theirs finds its priority in
+# ``prio``, so a fleet can upgrade while a crawl runs.
+#
+# Every script sets Q (keys and list prefix) before calling these.
+_QUEUE = r"""
+local Q = {}
+local LISTED = {}
+local function push(priority, record, head)
+  local list = Q.prefix .. priority
+  redis.call(head and 'LPUSH' or 'RPUSH', list, record)
+  if not LISTED[priority] then
+    redis.call('ZADD', Q.queues, -tonumber(priority), priority)
+    LISTED[priority] = true
+  end
+end
+
+local OLD_STEP = 1e13
+local function legacy_priority(score)
+  return string.format('%d', -math.floor(tonumber(score) / OLD_STEP))
+end
+
+local function priority_of(id)
+  local score = redis.call('HGET', Q.legacy_prio, id)
+  if score then
+    redis.call('HDEL', Q.legacy_prio, id)
+    return legacy_priority(score)
+  end
+  return string.match(id, '^%d+:(-?%d+)$') or '0'
+end
+
+local function seq_of(id)
+  return tonumber(string.match(id, '^%d+')) or 0
+end
+
+-- Records of ``ids`` (leased or delayed) back at the head of their priority's list, the
+-- earliest id first: where they were when they left.
+local function requeue(ids)
+  local sorted = {unpack(ids)}
+  table.sort(sorted, function(a, b) return seq_of(a) < seq_of(b) end)
+  for i = #sorted, 1, -1 do
+    local id = sorted[i]
+    local priority = priority_of(id)
+    local record = redis.call('HGET', Q.data, id)
+    if record then
+      redis.call('HDEL', Q.data, id)
+      push(priority, record, true)
+    end
+  end
+end
+
+local function migrate_legacy()
+  if redis.call('EXISTS', Q.legacy_queue) == 0 then return end
+  local old = redis.call('ZRANGE', Q.legacy_queue, 0, 999, 'WITHSCORES')
+  local ids = {}
+  for i = 1, #old, 2 do
+    local id = old[i]
+    ids[#ids + 1] = id
+    local record = redis.call('HGET', Q.data, id)
+    redis.call('HDEL', Q.data, id)
+    redis.call('HDEL', Q.legacy_prio, id)
+    if record then push(legacy_priority(old[i + 1]), record, false) end
+  end
+  redis.call('ZREM', Q.legacy_queue, unpack(ids))
+end
+
+local function queued()
+  local total = redis.call('ZCARD', Q.legacy_queue)
+  for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
+    total = total + redis.call('LLEN', Q.prefix .. priority)
+  end
+  return total
+end
+"""
+
+
+# Every frontier script begins with the same five keys and the queue lists' prefix:
+# KEYS: queues, data, legacy queue, legacy prio, seq; ARGV[1]: "{spider}:queue:".
+_PRELUDE = (
+    _QUEUE
+    + r"""
+Q.queues, Q.data, Q.legacy_queue, Q.legacy_prio, Q.seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+  KEYS[5]
+Q.prefix = ARGV[1]
+local function new_id(n, priority)
+  if priority == '0' then return string.format('%d', n) end
+  return string.format('%d', n) .. ':' .. priority
+end
+"""
+)
+
+# KEYS: (prelude), delayed, dupefilter base
+# ARGV: (prefix), mode, capacity, error_rate, then per request 7 values:
+#       fingerprint hex, h1, h2, dont_filter (0/1), priority (integer), due (0 = now), json
 # Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate.
 SCHEDULE = (
     _DUPEFILTER
+    + _PRELUDE
     + r"""
-local mode, capacity, error_rate = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local mode, capacity, error_rate = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local results = {}
-local n = (#ARGV - 3) / 7
-local seq = redis.call('INCRBY', KEYS[4], n) - n
-for r = 0, n - 1 do
-  local a = 3 + r * 7
-  local fp, h1, h2, dont_filter = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local priority, due, json = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), ARGV[a + 7]
+for a = 5, #ARGV, 7 do
+  local fp, h1, h2, dont_filter = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local priority, due, json = ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
   local seen = false
   if dont_filter ~= '1' then
-    seen = seen_or_add(mode, KEYS[6], fp, h1, h2, capacity, error_rate)
+    seen = seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate)
   end
   if seen then
     results[#results + 1] = 0
   else
-    seq = seq + 1
-    local id = string.format('%d', seq)
-    local score = priority + seq
-    redis.call('HSET', KEYS[2], id, json)
-    redis.call('HSET', KEYS[3], id, string.format('%.17g', score))
     if due > 0 then
-      redis.call('ZADD', KEYS[5], due, id)
+      local id = new_id(redis.call('INCR', Q.seq), priority)
+      redis.call('HSET', Q.data, id, json)
+      redis.call('ZADD', KEYS[6], due, id)
     else
-      redis.call('ZADD', KEYS[1], score, id)
+      push(priority, json, false)
     end
     results[#results + 1] = 1
   end
@@ -137,81 +231,100 @@ return results
 """
 )
 
-# KEYS: queue, leases, owner, delayed, prio, data
-# ARGV: now, count, lease deadline, worker
+# KEYS: (prelude), delayed, leases, owner
+# ARGV: (prefix), now, count, lease deadline, worker
 # Moves due delayed requests and expired leases back to the queue, then leases up to ``count``
 # requests to ``worker``. Returns {promoted, reclaimed, queue size, id1, json1, id2, json2, ...}.
-POP = r"""
-local now, count, deadline, worker = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local function requeue(ids)
-  for _, id in ipairs(ids) do
-    local score = redis.call('HGET', KEYS[5], id)
-    if score then redis.call('ZADD', KEYS[1], score, id) end
-  end
-end
-local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1000)
+POP = (
+    _PRELUDE
+    + r"""
+local now, count, deadline, worker = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+migrate_legacy()
+local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
 if #due > 0 then
   requeue(due)
-  redis.call('ZREM', KEYS[4], unpack(due))
+  redis.call('ZREM', KEYS[6], unpack(due))
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, 1000)
 if #expired > 0 then
   requeue(expired)
-  redis.call('ZREM', KEYS[2], unpack(expired))
-  redis.call('HDEL', KEYS[3], unpack(expired))
+  redis.call('ZREM', KEYS[7], unpack(expired))
+  redis.call('HDEL', KEYS[8], unpack(expired))
 end
 local result = {#due, #expired, 0}
-if count > 0 then
-  local ids = redis.call('ZRANGE', KEYS[1], 0, count - 1)
-  if #ids > 0 then
-    redis.call('ZREM', KEYS[1], unpack(ids))
-    for _, id in ipairs(ids) do
-      redis.call('ZADD', KEYS[2], deadline, id)
-      redis.call('HSET', KEYS[3], id, worker)
+while count > 0 do
+  local top = redis.call('ZRANGE', Q.queues, 0, 0)
+  if #top == 0 then break end
+  local priority = top[1]
+  local list = Q.prefix .. priority
+  local records = redis.call('LPOP', list, count)
+  if records then
+    local n = redis.call('INCRBY', Q.seq, #records) - #records
+    for i, record in ipairs(records) do
+      local id = new_id(n + i, priority)
+      redis.call('ZADD', KEYS[7], deadline, id)
+      redis.call('HSET', KEYS[8], id, worker)
+      redis.call('HSET', Q.data, id, record)
       result[#result + 1] = id
-      result[#result + 1] = redis.call('HGET', KEYS[6], id) or ''
+      result[#result + 1] = record
     end
+    count = count - #records
   end
+  if redis.call('EXISTS', list) == 0 then redis.call('ZREM', Q.queues, priority) end
 end
-result[3] = redis.call('ZCARD', KEYS[1])
+result[3] = queued()
 return result
 """
+)
 
-# KEYS: queue, leases, owner, data, prio, dead
-# ARGV: worker, lease deadline (for renewals), then ops as triples (op, id, payload):
+# KEYS: (prelude), leases, owner, dead
+# ARGV: (prefix), worker, lease deadline (for renewals), then ops as triples (op, id, payload):
 #   a = ack (done), r = release (back to the queue), n = renew the lease,
 #   d = dead letter (payload: JSON object describing why, stored with the request).
 # An op applies only while ``worker`` still owns the lease. Returns the number of leases owned
 # (an unknown op changes nothing).
-SETTLE = r"""
-local worker, deadline = ARGV[1], ARGV[2]
+SETTLE = (
+    _PRELUDE
+    + r"""
+local worker, deadline = ARGV[2], ARGV[3]
 local applied = 0
+local released = {}
 local function forget(id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], id)
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
 end
-for a = 3, #ARGV, 3 do
+for a = 4, #ARGV, 3 do
   local op, id, payload = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  if redis.call('HGET', KEYS[3], id) == worker then
+  if redis.call('HGET', KEYS[7], id) == worker then
     applied = applied + 1
     if op == 'n' then
-      redis.call('ZADD', KEYS[2], 'XX', deadline, id)
+      redis.call('ZADD', KEYS[6], 'XX', deadline, id)
     elseif op == 'r' then
       forget(id)
-      redis.call('ZADD', KEYS[1], redis.call('HGET', KEYS[5], id), id)
+      released[#released + 1] = id
     elseif op == 'a' or op == 'd' then
       if op == 'd' then
-        local request = redis.call('HGET', KEYS[4], id) or 'null'
-        redis.call('LPUSH', KEYS[6], '{"request":' .. request .. ',"failure":' .. payload .. '}')
+        local request = redis.call('HGET', Q.data, id) or 'null'
+        redis.call('LPUSH', KEYS[8], '{"request":' .. request .. ',"failure":' .. payload .. '}')
       end
       forget(id)
-      redis.call('HDEL', KEYS[4], id)
-      redis.call('HDEL', KEYS[5], id)
+      redis.call('HDEL', Q.data, id)
+      redis.call('HDEL', Q.legacy_prio, id)
     end
   end
 end
+requeue(released)
 return applied
 """
+)
+
+# KEYS, ARGV: (prelude). Returns how many requests are queued.
+QUEUED = (
+    _PRELUDE
+    + r"""
+return queued()
+"""
+)
 
 # KEYS: start list (``<spider>:start_urls``), its leases (``{<spider>:start_urls}:leases``)
 # ARGV: now, count, lease deadline, worker

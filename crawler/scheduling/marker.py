@@ -72,7 +72,7 @@ class FrontierMarker:
         keys = self.frontier.keys
         pipe = self.frontier.server.pipeline(transaction=False)
         pipe.get(self.key)
-        pipe.zcard(keys.queue)
+        self.frontier.queued(pipe)
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.leases)
         pipe.llen(keys.start)

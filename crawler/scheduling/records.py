@@ -56,13 +56,14 @@ DEFAULTS: dict[str, Any] = {
 
 
 def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
-    """``request.to_dict(spider=spider)`` without the fields that have their default, and
-    without Scrapy's scan of every spider attribute to name the callbacks when they are the
-    spider's own methods (the usual case)."""
+    """``request.to_dict(spider=spider)`` in format 2 (short field names, see
+    ``serializer.SHORT_NAMES``) without the fields that have their default, and without
+    Scrapy's scan of every spider attribute to name the callbacks when they are the spider's
+    own methods (the usual case)."""
     callback = _method_name(spider, request.callback)
     errback = _method_name(spider, request.errback)
     if type(request) is not Request or callback is False or errback is False:
-        return request.to_dict(spider=spider)
+        return serializer.shorten(request.to_dict(spider=spider))
     fields = {
         "callback": callback,
         "errback": errback,
@@ -79,7 +80,7 @@ def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
     }
     record: dict[str, Any] = {"url": request.url}
     record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
-    return record
+    return serializer.shorten(record)
 
 
 def _method_name(spider: Spider | None, function: Any) -> str | bool | None:

@@ -6,6 +6,12 @@ a tagged base64 object, and so do scrapy-playwright ``PageMethod``s named by a s
 given as a Python callable cannot be stored). As in any JSON, dict keys become strings. Any
 other value JSON cannot hold is rejected when the request is scheduled, with an error naming
 where it sits (``meta['page']['when']``).
+
+Records are stored in format 2: ``Request.to_dict()`` with its field names shortened (``url`` is
+``u``, see ``SHORT_NAMES``) and, as written by ``records.request_record``, without the fields
+that have their default. The URL's key tells the format: a record with ``url`` is of format 1
+(every field, or the defaults left out) and loads as it is, so requests queued by older
+workers load the same.
 """
 
 from __future__ import annotations
@@ -16,6 +22,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from scrapy_playwright.page import PageMethod
+
+# Format 2 names of the fields of Request.to_dict(); others (a Request subclass's own) keep
+# their name.
+SHORT_NAMES = {
+    "url": "u",
+    "callback": "c",
+    "errback": "e",
+    "method": "v",
+    "headers": "h",
+    "body": "b",
+    "cookies": "k",
+    "meta": "m",
+    "encoding": "n",
+    "priority": "p",
+    "dont_filter": "d",
+    "flags": "f",
+    "cb_kwargs": "a",
+}
+LONG_NAMES = {short: name for name, short in SHORT_NAMES.items()}
 
 _BYTES_TAG = "__bytes__"
 _PAGE_METHOD_TAG = "__page_method__"
@@ -48,11 +73,24 @@ def _tagged(value: Any) -> Any:
 
 
 def loads(data: str | bytes) -> dict[str, Any]:
-    """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping."""
+    """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping (a
+    format 2 record with its field names made whole again)."""
     decoded = json.loads(data, object_hook=_decode_tagged)
     if not isinstance(decoded, dict):
         raise ValueError(f"stored request is not a JSON object: {decoded!r:.80}")
-    return decoded
+    return expand(decoded)
+
+
+def shorten(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``Request.to_dict()`` mapping with the format 2 field names."""
+    return {SHORT_NAMES.get(name, name): value for name, value in record.items()}
+
+
+def expand(record: dict[str, Any]) -> dict[str, Any]:
+    """The ``Request.to_dict()`` mapping of a stored record of either format."""
+    if "url" in record or "u" not in record:
+        return record
+    return {LONG_NAMES.get(name, name): value for name, value in record.items()}
 
 
 def _encode(value: Any, path: str) -> Any:

@@ -1,0 +1,213 @@
+"""Redis round trips and commands per page, per spider and per path, end to end.
+
+    python bench/redis_round_trips.py [--profiles 120] [--rates default,20]
+
+Each spider (``profiles`` on sandbox users, ``explore`` on the sandbox's largest category)
+runs as a real ``scrapy crawl`` process against the sandbox, a fresh Redis and the MongoDB
+wire-protocol server, with the project's settings: frontier, ban detection and fleet-wide
+politeness on. Only POLITENESS_RATE differs between runs: its default (0.5 requests/s per
+domain and identity: the sandbox is one domain, so the crawl takes ~2 s a page) and the rates
+given.
+
+A probe in the crawl process counts each round trip (a command, or a pipeline, sent and its
+reply awaited) and each command, and names its path by the keys it touches: frontier (queue,
+leases, duplicate filter, start entries), politeness (token buckets, cool-downs), stats (the
+fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline
+is named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
+defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+from scrapy import signals  # noqa: E402
+
+from crawler import settings as project  # noqa: E402
+from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from sandbox.data import build_dataset  # noqa: E402
+
+TARGET = 0.3
+MODULE = "bench.redis_round_trips"
+_COUNTS: Counter[str] = Counter()
+_pending_path = ["other"]
+
+
+def path_of(args: tuple[Any, ...]) -> str:
+    """The path a command belongs to, from the names of the keys it carries."""
+    text = " ".join(str(arg) for arg in args[1:6] if isinstance(arg, str | bytes))
+    if ":rate:" in text or "}:bans" in text:
+        return "politeness"
+    if "handed_authors" in text:
+        return "hand-off"
+    if "}:stats" in text or "}:workers" in text:
+        return "stats"
+    if "}:" in text or "start_urls" in text:
+        return "frontier"
+    return "other"
+
+
+def install_counters() -> None:
+    """Count round trips and commands per path in this process (wraps redis-py's connection)."""
+    from redis.connection import AbstractConnection
+
+    send_packed: Callable[..., Any] = AbstractConnection.send_packed_command
+    send_command: Callable[..., Any] = AbstractConnection.send_command
+    pack_commands: Callable[..., Any] = AbstractConnection.pack_commands
+
+    def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> Any:
+        _COUNTS["rt:" + _pending_path[0]] += 1
+        return send_packed(self, command, check_health)
+
+    def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _pending_path[0] = path_of(args)
+        _COUNTS["cmd:" + _pending_path[0]] += 1
+        _COUNTS[f"name:{_pending_path[0]}:{args[0]}"] += 1
+        return send_command(self, *args, **kwargs)
+
+    def counted_pack_commands(self: Any, commands: Any) -> Any:
+        commands = list(commands)
+        paths = sorted({path_of(tuple(command)) for command in commands})
+        _COUNTS.update("cmd:" + path_of(tuple(command)) for command in commands)
+        _COUNTS.update(f"name:{path_of(tuple(c))}:{c[0]}" for c in commands)
+        _pending_path[0] = "+".join(paths) if paths else "other"
+        return pack_commands(self, commands)
+
+    setattr(AbstractConnection, "send_packed_command", counted_send_packed)  # noqa: B010
+    setattr(AbstractConnection, "send_command", counted_send_command)  # noqa: B010
+    setattr(AbstractConnection, "pack_commands", counted_pack_commands)  # noqa: B010
+
+
+class RoundTripProbe:
+    """Extension: counts Redis traffic of the crawl, writes it and the page count to a file."""
+
+    def __init__(self, crawler: Any) -> None:
+        install_counters()
+        self.crawler = crawler
+        crawler.signals.connect(self.engine_stopped, signal=signals.engine_stopped)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RoundTripProbe:
+        return cls(crawler)
+
+    def engine_stopped(self) -> None:
+        stats = self.crawler.stats
+        pages = stats.get_value("response_received_count", 0)
+        deferred = stats.get_value("politeness/deferred/rate", 0)
+        result = {"pages": pages, "deferred": deferred, "counts": dict(_COUNTS)}
+        Path(self.crawler.settings.get("ROUND_TRIP_FILE")).write_text(json.dumps(result))
+
+
+def crawl(
+    spider: str, args: list[str], rate: str, servers: dict[str, str], tmp: Path
+) -> dict[str, Any]:
+    out = tmp / f"{spider}-{rate}.json"
+    settings = {
+        "EXPLORE_BASE_URL": servers["sandbox"],
+        "PROFILES_BASE_URL": servers["sandbox"],
+        "MAX_IDLE_TIME_BEFORE_CLOSE": "1",
+        # The project's extensions (the stats publisher among them) and the probe.
+        "EXTENSIONS": json.dumps({**project.EXTENSIONS, f"{MODULE}.RoundTripProbe": 1000}),
+        "ROUND_TRIP_FILE": str(out),
+        "LOG_LEVEL": "WARNING",
+    }
+    if rate != "default":
+        settings["POLITENESS_RATE"] = rate
+    command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
+    for name, value in settings.items():
+        command += ["-s", f"{name}={value}"]
+    env = {
+        **os.environ,
+        "REDIS_URL": servers["redis"],
+        "MONGO_URI": servers["mongo"],
+        "MONGO_DATABASE": f"bench_{spider}_{rate}".replace(".", "_"),
+        "MONGO_SPILL_DIR": str(tmp / "spill"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False
+    )
+    if done.returncode != 0 or not out.exists():
+        raise SystemExit(f"{spider} at rate {rate}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def report(spider: str, rate: str, result: dict[str, Any]) -> float:
+    pages = max(1, int(result["pages"]))
+    counts: dict[str, int] = result["counts"]
+    trips = sum(value for key, value in counts.items() if key.startswith("rt:"))
+    commands = sum(value for key, value in counts.items() if key.startswith("cmd:"))
+    by_path = sorted(
+        ((key[3:], value) for key, value in counts.items() if key.startswith("rt:")),
+        key=lambda item: -item[1],
+    )
+    paths = ", ".join(f"{name} {value / pages:.2f}" for name, value in by_path)
+    print(
+        f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips / pages:6.2f} round trips/page "
+        f"({paths})  {commands / pages:6.2f} commands/page, "
+        f"{int(result.get('deferred', 0)) / pages:.1f} deferrals/page (rate)"
+    )
+    if os.environ.get("BENCH_VERBOSE"):
+        names = {k: v for k, v in counts.items() if k.startswith("name:")}
+        print("   ", sorted(names.items(), key=lambda item: -item[1])[:14])
+    return trips / pages
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profiles", type=int, default=120)
+    parser.add_argument("--category", type=int, default=120)
+    parser.add_argument("--rates", default="default,20")
+    args = parser.parse_args()
+    users = [author.unique_id for author in build_dataset().authors][: args.profiles]
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        redis_server = start_redis(free_port(), tmp / "redis")
+        mongo_server = start_mongo(free_port(), tmp / "mongo")
+        sandbox, sandbox_url = start_sandbox()
+        servers = {
+            "redis": f"redis://127.0.0.1:{redis_server.port}/0",
+            "mongo": f"mongodb://127.0.0.1:{mongo_server.port}",
+            "sandbox": sandbox_url,
+        }
+        client = redis.Redis(port=redis_server.port)
+        default_trips: list[float] = []
+        try:
+            for rate in args.rates.split(","):
+                client.flushall()
+                client.lpush("profiles:start_urls", *users)
+                result = crawl("profiles", [], rate, servers, tmp)
+                trips = [report("profiles", rate, result)]
+                client.flushall()
+                explore_args = ["-a", f"categories={args.category}"]
+                result = crawl("explore", explore_args, rate, servers, tmp)
+                trips.append(report("explore", rate, result))
+                if rate == "default":
+                    default_trips = trips
+        finally:
+            client.close()
+            for server in (sandbox, mongo_server, redis_server):
+                server.stop()
+    if default_trips:
+        verdict = "met" if max(default_trips) <= TARGET else "MISSED"
+        print(f"Target <= {TARGET} round trips per page at the default settings: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""A frontier written by the previous version (one sorted set of ids, scores in ``prio``) is
+taken over by this one while the crawl runs: nothing lost, order and priorities kept."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+
+from bench import _legacy_frontier as frontier_legacy
+from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
+from tests.test_frontier import LEASE, pending, urls
+
+KEYS = FrontierKeys("shop", "shop:start_urls")
+
+
+def record(url: str) -> str:
+    return json.dumps({"url": url})
+
+
+def test_queued_delayed_and_leased_entries_of_the_old_layout_load(
+    redis_client: redis.Redis,
+) -> None:
+    now = time.time()
+    frontier_legacy.schedule(
+        redis_client,
+        KEYS,
+        [
+            (0, 0.0, record("a0")),
+            (5, 0.0, record("b5")),  # id 2: leased below by an old worker that died
+            (0, 0.0, record("c0")),
+            (-3, 0.0, record("d-3")),
+            (400, 0.0, record("e400")),
+            (7, now - 1, record("late7")),  # delayed, due
+            (9, now + 3600, record("later9")),  # delayed, not due
+        ],
+    )
+    frontier_legacy.lease(redis_client, KEYS, "2", "old-worker", now - 1)
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig("exact"))
+    assert frontier.sizes()["queue"] == 4
+    assert frontier.sizes()["delayed"] == 2
+
+    popped = frontier.pop(100, LEASE, "new-worker")
+    assert (popped.promoted, popped.reclaimed, popped.queue_size) == (1, 1, 0)
+    assert urls(popped) == ["e400", "late7", "b5", "a0", "c0", "d-3"]
+    assert not redis_client.exists(KEYS.queue)  # moved to the new layout
+
+    acks = [("a", lease_id, "") for lease_id, _ in popped.leased]
+    assert frontier.settle(acks, "new-worker", LEASE) == 6
+    assert redis_client.hkeys(KEYS.prio) == [b"7"]  # only the delayed one not due yet
+    assert redis_client.hkeys(KEYS.data) == [b"7"]
+
+    # The old delayed entry keeps its priority when it comes due, ahead of newer requests.
+    frontier.schedule([pending("new0"), pending("new9", 9)])
+    redis_client.zadd(KEYS.delayed, {"7": now - 1})
+    assert urls(frontier.pop(100, LEASE, "new-worker")) == ["later9", "new9", "new0"]
+    assert not redis_client.exists(KEYS.prio)
