@@ -21,6 +21,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.middlewares.bans import BAN_TIMES_META, BanMiddleware
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
+from crawler.scheduling.records import passes_again
 from crawler.scheduling.scheduler import DUE_META
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES
@@ -89,7 +90,8 @@ def test_every_ban_mode_cools_the_fleet_down_and_keeps_the_request(
     again = asyncio.run(banned.process_response(request, answer))
     # Not passed on as data, not dropped: the request waits out the cool-down in the frontier.
     assert isinstance(again, Request)
-    assert (again.url, again.dont_filter) == (request.url, True)
+    assert (again.url, again.dont_filter) == (request.url, False)
+    assert passes_again(again)  # past the duplicate filter once, for its own URL only
     assert again.meta[BAN_TIMES_META] == 1
     assert again.meta[DUE_META] >= before + COOLDOWN
     stats = banned.crawler.stats

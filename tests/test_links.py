@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from crawler.links.ledger import HostLedger
+from crawler.scheduling.serializer import expand
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration
@@ -369,7 +370,7 @@ def test_a_slow_host_and_a_banning_host_hold_up_nobody(
     assert banned
     assert not {(banning, path) for path in banned} & pages.keys()
     dead = [json.loads(raw) for raw in redis_client.lrange("{links}:dead", 0, -1)]
-    assert {urlsplit(record["request"]["url"]).path for record in dead} == banned
+    assert {urlsplit(expand(record["request"])["url"]).path for record in dead} == banned
     assert {record["failure"]["reason"] for record in dead} == {"banned:http_429"}
     times = report["times"]
     others = [t for host, ts in times.items() if host not in (slow, banning) for t in ts]

@@ -31,6 +31,7 @@ from scrapy.http.request import NO_CALLBACK
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.middlewares.bans import CRAWL_DELAY_META
+from crawler.scheduling.records import sent_back
 from crawler.scheduling.scheduler import DUE_META
 
 if TYPE_CHECKING:
@@ -253,9 +254,8 @@ class FleetRobotsMiddleware:
         """Back to the frontier until the worker holding the claim has stored the rules (or
         until the robots.txt request of the origin may go again)."""
         self._count("robotstxt/deferred")
-        meta = dict(request.meta)
-        meta[DUE_META] = max(time.time(), not_before) + random.uniform(0.5, 1.5)
-        return request.replace(meta=meta, dont_filter=True)
+        due = max(time.time(), not_before) + random.uniform(0.5, 1.5)
+        return sent_back(request, dict(request.meta), due)
 
     def _count(self, key: str) -> None:
         if self.crawler.stats is not None:

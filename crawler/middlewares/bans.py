@@ -38,7 +38,8 @@ from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, witho
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
-from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
+from crawler.scheduling.records import sent_back
+from crawler.scheduling.scheduler import frontier_scheduler
 from crawler.settings_check.rules import SettingsError, problem
 
 if TYPE_CHECKING:
@@ -134,8 +135,7 @@ class BanMiddleware:
     def _defer(self, request: Request, until: float, reason: str) -> Request:
         self._count(f"politeness/deferred/{reason}")
         meta = without_identity(request.meta, IDENTITY_META)
-        meta[DUE_META] = until + random.uniform(0, 1)
-        return request.replace(meta=meta, dont_filter=True)
+        return sent_back(request, meta, until + random.uniform(0, 1))
 
     # --- after the download -------------------------------------------------------------------
 
@@ -199,8 +199,8 @@ class BanMiddleware:
                 scheduler.failed(request, f"banned:{verdict.rule}", f"banned {times - 1} times")
             raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
         meta = without_identity(request.meta, IDENTITY_META)
-        meta.update({BAN_TIMES_META: times, DUE_META: due + random.uniform(0, 1)})
-        return request.replace(meta=meta, dont_filter=True)
+        meta[BAN_TIMES_META] = times
+        return sent_back(request, meta, due + random.uniform(0, 1))
 
     def _stop(self, domain: str) -> None:
         engine = self.crawler.engine

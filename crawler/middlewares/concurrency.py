@@ -25,7 +25,7 @@ from crawler.bans.identities import IDENTITY_META, without_identity
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.middlewares.bans import RedisWait
-from crawler.scheduling.scheduler import DUE_META
+from crawler.scheduling.records import sent_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -36,7 +36,6 @@ SLOT_META = "fleet_slot"
 # A deferred request goes back with dont_filter (the fleet's filter has seen it); its own value
 # waits here and is put back once it has a slot, so a redirect it answers (which copies
 # dont_filter) is filtered as any other link.
-DONT_FILTER_META = "fleet_slot_dont_filter"
 # A request of a domain at its cap is due again after this many seconds (spread at random).
 RETRY_WINDOW = (0.2, 0.8)
 
@@ -72,16 +71,12 @@ class HostConcurrencyMiddleware:
         if token is None:
             return self._defer(request)
         request.meta[SLOT_META] = token
-        if DONT_FILTER_META in request.meta:
-            request.dont_filter = bool(request.meta.pop(DONT_FILTER_META))
         return None
 
     def _defer(self, request: Request) -> Request:
         self._count("politeness/deferred/concurrency")
         meta = without_identity(request.meta, IDENTITY_META)
-        meta[DUE_META] = time.time() + random.uniform(*RETRY_WINDOW)
-        meta.setdefault(DONT_FILTER_META, request.dont_filter)
-        return request.replace(meta=meta, dont_filter=True)
+        return sent_back(request, meta, time.time() + random.uniform(*RETRY_WINDOW))
 
     def process_response(self, request: Request, response: Response) -> Response:
         self._give_back(request)

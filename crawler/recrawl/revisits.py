@@ -15,6 +15,7 @@ from crawler.recrawl.policy import RecrawlPolicy, content_hash
 from crawler.recrawl.store import Revisit
 from crawler.scheduling import serializer
 from crawler.scheduling.leases import unguarded
+from crawler.scheduling.records import SENT_BACK_META
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -145,9 +146,8 @@ def revisit_request(request: Request, state: dict[str, Any], priority: int) -> R
         if key not in TRANSIENT_META and not key.startswith("_")
     }
     meta[RECRAWL_META] = state
-    return request.replace(
-        meta=meta, dont_filter=True, errback=unguarded(request.errback), priority=priority
-    )
+    meta[SENT_BACK_META] = request.url
+    return request.replace(meta=meta, errback=unguarded(request.errback), priority=priority)
 
 
 def wants_revisit(request: Request, spider: Spider | None) -> bool:

@@ -20,18 +20,37 @@ if TYPE_CHECKING:
 # Meta key holding the epoch time before which a request must not be sent (retries, cool-downs):
 # it waits in the delayed set until then.
 DUE_META = "frontier_due"
+# Meta key of a request sent back to the frontier (a cool-down, a politeness turn, robots.txt not
+# known yet): its URL, which the duplicate filter lets through once. A redirect or a link made
+# from the answer has another URL and is filtered as usual, which ``dont_filter`` would not do.
+SENT_BACK_META = "frontier_sent_back"
 
 
-def pending(request: Request, fingerprint: bytes, spider: Spider | None) -> Pending:
+def sent_back(request: Request, meta: dict[str, Any], due: float) -> Request:
+    """``request`` with ``meta``, going back to the frontier until ``due`` (epoch seconds)."""
+    meta[DUE_META] = due
+    meta[SENT_BACK_META] = request.url
+    return request.replace(meta=meta)
+
+
+def passes_again(request: Request) -> bool:
+    """Whether ``request`` was sent back for its own URL (the mark is used up)."""
+    return bool(request.meta.pop(SENT_BACK_META, None) == request.url)
+
+
+def pending(
+    request: Request, fingerprint: bytes, spider: Spider | None, again: bool = False
+) -> Pending:
     """The frontier entry of ``request``; its due time leaves its meta for the entry, and a
-    pool proxy's credentials stay out of Redis."""
+    pool proxy's credentials stay out of Redis. ``again``: past the duplicate filter this once
+    (sent back), while its record keeps the request's own ``dont_filter``."""
     forget_proxy_secrets(request)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=serializer.dumps(request_record(request, spider)),
         fingerprint=fingerprint,
         priority=request.priority,
-        dont_filter=request.dont_filter,
+        dont_filter=request.dont_filter or again,
         due=due,
     )
 

@@ -32,7 +32,7 @@ from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
 from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.scheduling.marker import FrontierMarker
 from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
-from crawler.scheduling.records import pending
+from crawler.scheduling.records import passes_again, pending
 from crawler.scheduling.state import start_key
 from crawler.settings_check import check_frontier
 
@@ -166,9 +166,10 @@ class FrontierScheduler(BaseScheduler):
         start_member = request.meta.pop(START_META, None)
         assert self.crawler.request_fingerprinter is not None
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
-        scheduled = request.dont_filter or self._first_time_here(fingerprint)
+        again = passes_again(request)
+        scheduled = request.dont_filter or again or self._first_time_here(fingerprint)
         if scheduled:
-            self._pushes.append(pending(request, fingerprint, self.crawler.spider))
+            self._pushes.append(pending(request, fingerprint, self.crawler.spider, again))
             self._next_pop = 0.0  # the engine's next ask writes it and may get it straight back
             self._count("scheduler/enqueued/redis")
         if lease_id is not None:
