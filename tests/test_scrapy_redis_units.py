@@ -49,8 +49,8 @@ def test_json_carries_method_meta_and_form_data_as_in_scrapy_redis() -> None:
         (b'{"method": "GET"}', "missing_keys"),
         (b"ftp://example.org/", "bad_url"),
         (b"https://user:secret@example.org/", "credentials"),
-        (b'{"url": "https://example.org/", "meta": {"frontier_lease": "x"}}', "bad_value"),
-        (b'{"url": "https://example.org/", "meta": []}', "bad_value"),
+        (b'{"url": "https://example.org/", "meta": {"frontier_lease": "x"}}', "bad_meta"),
+        (b'{"url": "https://example.org/", "meta": []}', "bad_meta"),
         (b'{"url": "https://example.org/", "method": "GET /x"}', "bad_value"),
         (b'{"url": "https://example.org/", "page": 2}', "bad_value"),
         (b"[1, 2]", "not_an_object"),
@@ -135,3 +135,41 @@ def test_scheduling_settings_are_scrapy_redis_own_under_its_scheduler() -> None:
     assert scrapy_redis_problems(stock) == []
     stock.set("REDIS_PORT", 6380)
     assert [line.split(" = ")[0] for line in scrapy_redis_problems(stock)] == ["REDIS_PORT"]
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"dont_obey_robotstxt": True},
+        {"dont_ban_check": True},
+        {"proxy": "http://evil.example:8080"},
+        {"bindaddress": ["127.0.0.1", 0]},
+        {"identity": "x"},
+        {"crawl_delay": 0},
+        {"download_slot": "other"},
+        {"retry_times": "x"},
+        {"_private": 1},
+        {"max_retry_times": "3"},
+        {"download_timeout": -1},
+        {"handle_httpstatus_list": [404, "x"]},
+        {"dont_redirect": "yes"},
+    ],
+)
+def test_meta_that_steers_the_crawl_or_has_the_wrong_type_is_refused(meta: dict[str, Any]) -> None:
+    data = json.dumps({"url": "https://example.org/", "meta": meta}).encode()
+    with pytest.raises(InvalidStartEntry) as refused:
+        request_from_data(data, "utf-8", LIMITS)
+    assert refused.value.reason == "bad_meta"
+
+
+def test_meta_of_the_spider_and_typed_instructions_pass() -> None:
+    meta = {"job": {"id": [1, "a"]}, "max_retry_times": 1, "dont_redirect": True}
+    data = json.dumps({"url": "https://example.org/", "meta": meta}).encode()
+    assert request_from_data(data, "utf-8", LIMITS).meta == meta
+
+
+def test_a_method_in_other_scripts_letters_is_refused() -> None:
+    data = json.dumps({"url": "https://example.org/", "method": "\uff27ET"}).encode()
+    with pytest.raises(InvalidStartEntry) as refused:
+        request_from_data(data, "utf-8", LIMITS)
+    assert refused.value.reason == "bad_value"

@@ -16,7 +16,7 @@ reason instead of vanishing. Two ways in, the same behaviour:
 
 An entry is scrapy-redis's: a URL, or JSON ``{"url": ..., "method": ..., "meta": {...}, ...}``
 whose other keys are form data. A request for a URL elsewhere than http(s), or carrying a
-user or password, is refused; so is ``meta`` that sets the frontier's own keys.
+user or password, is refused; so is ``meta`` that sets the crawl's own keys (``entry_meta.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spiders import CrawlSpider
 
-from crawler.scheduling.records import DUE_META
-from crawler.scheduling.scheduler import LEASE_META, START_META
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
+from crawler.spiders.entry_meta import check_meta
 from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
 
 if TYPE_CHECKING:
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-RESERVED_META = frozenset({LEASE_META, START_META, DUE_META})
 
 
 def request_from_data(data: bytes, encoding: str, limits: EntryLimits) -> Request:
@@ -62,10 +59,9 @@ def request_from_data(data: bytes, encoding: str, limits: EntryLimits) -> Reques
         raise InvalidStartEntry("missing_keys", "['url']")
     url = check_start_url(fields.pop("url"), frozenset()).geturl()
     method, meta = fields.pop("method", "GET"), fields.pop("meta", {})
-    if not isinstance(method, str) or not method.isalpha():
+    if not isinstance(method, str) or not (method.isascii() and method.isalpha()):
         raise InvalidStartEntry("bad_value", "method is a word such as GET or POST")
-    if not isinstance(meta, dict) or RESERVED_META & meta.keys():
-        raise InvalidStartEntry("bad_value", f"meta is an object without {sorted(RESERVED_META)}")
+    meta = check_meta(meta)
     for name, value in fields.items():
         if not isinstance(value, str) and not (
             isinstance(value, list) and all(isinstance(part, str) for part in value)
@@ -191,6 +187,6 @@ class ScrapyRedisSpiders:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ScrapyRedisSpiders:
         if not is_scrapy_redis_spider(crawler.spider):
-            raise NotConfigured("not a scrapy-redis spider")
+            raise NotConfigured
         assert crawler.spider is not None
         return cls(crawler, crawler.spider)

@@ -1,0 +1,233 @@
+"""Start entries fed through a real FrontierScheduler on a real Redis, in process: bad entries
+never hold the reactor, never wedge the scheduler, are set aside once with a reason, and an
+entry is never lost (not set aside: it comes back)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scrapy import Request
+from scrapy.crawler import Crawler
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.reactor import install_reactor, is_reactor_installed
+from scrapy.utils.test import get_crawler
+
+import crawler.settings as project_settings
+from crawler.scheduling.frontier import Pending
+from crawler.scheduling.scheduler import FrontierScheduler
+from crawler.spiders.feed import InvalidStartEntry, MakeRequests, StartFeed
+from crawler.spiders.redis import RedisSpider
+from tests.harness import poll
+
+START = "fed:start_urls"
+INVALID = START + ":invalid"
+LEASES = "{" + START + "}:leases"
+GOOD = "https://example.org/"
+
+
+class Fed(RedisSpider):
+    name = "fed"
+    redis_batch_size = 2
+
+    def parse(self, response: Any) -> None:
+        return None
+
+
+def make_crawler(redis_url: str) -> Crawler:
+    values = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    values = {name: value for name, value in values.items() if name.isupper()}
+    values.update(REDIS_URL=redis_url, FRONTIER_LEASE_SECONDS=5, URLLENGTH_LIMIT=200)
+    if not is_reactor_installed():  # never run: the scheduler's loops are only set up
+        install_reactor(values["TWISTED_REACTOR"])
+    return get_crawler(Fed, values)
+
+
+@pytest.fixture
+def fed(redis_url: str, redis_client: redis.Redis) -> Iterator[tuple[Crawler, FrontierScheduler]]:
+    crawler = make_crawler(redis_url)
+    spider = Fed.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    # The engine's two parts the feed uses: its scheduler, and crawl() that enqueues.
+    engine: Any = SimpleNamespace(scheduler=scheduler, crawl=scheduler.enqueue_request)
+    crawler.engine = engine
+    yield crawler, scheduler
+    scheduler.close("finished")
+
+
+def feed_of(crawler: Crawler, make: MakeRequests | None = None) -> StartFeed:
+    spider: Any = crawler.spider
+    feed: StartFeed = spider.feed
+    if make is not None:
+        feed = StartFeed(crawler, spider, feed.entries, make, 0.0)
+    return feed
+
+
+def aside(server: redis.Redis) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in server.lrange(INVALID, 0, -1)]
+
+
+def slow_refusal(raw: bytes) -> Iterable[Request]:
+    time.sleep(0.03)  # an expensive make_request_from_data
+    raise InvalidStartEntry("bad_url", raw.decode())
+
+
+def test_a_run_of_bad_entries_is_read_a_little_at_a_time_and_set_aside_once(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis
+) -> None:
+    crawler, _ = fed
+    bad = [f"ftp://bad{number}.example/" for number in range(40)]
+    redis_client.lpush(START, *bad)
+    feed = feed_of(crawler, slow_refusal)
+    started = time.monotonic()
+    assert feed.next_requests() == []
+    assert time.monotonic() - started < 1.0
+    assert feed.fed
+    assert redis_client.llen(START) > 0, "one call read every batch"
+    # Each batch read is acked at once: no lease waits for a later write.
+    assert redis_client.zcard(LEASES) == 0
+    while feed.fed:
+        feed.next_requests()
+    assert sorted(record["entry"] for record in aside(redis_client)) == sorted(bad)
+    assert not redis_client.exists(START, LEASES)
+
+
+def test_an_entry_that_cannot_be_set_aside_is_not_acked_and_comes_back(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis
+) -> None:
+    crawler, scheduler = fed
+    redis_client.set(INVALID, "not a list")  # RPUSH answers WRONGTYPE
+    redis_client.lpush(START, "ftp://bad.example/")
+    feed = feed_of(crawler)
+    assert feed.next_requests() == []
+    assert scheduler.flush()
+    assert redis_client.zcard(LEASES) == 1, "the entry was acked without being set aside"
+    assert not scheduler.starts.held  # not renewed: its lease runs out
+    redis_client.delete(INVALID)
+
+    def set_aside_at_last() -> bool:
+        feed.next_requests()
+        return redis_client.llen(INVALID) == 1
+
+    poll(set_aside_at_last, 15, "the entry back and set aside", pause=0.2)
+    assert aside(redis_client)[0]["entry"] == "ftp://bad.example/"
+    scheduler.flush()
+    assert not redis_client.exists(START, LEASES)
+
+
+def when_made(raw: bytes) -> Iterable[Request]:
+    return [Request(GOOD, meta={"when": datetime.now()}, dont_filter=True)]
+
+
+def too_long(raw: bytes) -> Iterable[Request]:
+    return [Request(GOOD + "a" * 300, dont_filter=True)]
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"), [(when_made, "not_serializable"), (too_long, "url_too_long")]
+)
+def test_requests_the_frontier_could_not_take_set_their_entry_aside(
+    fed: tuple[Crawler, FrontierScheduler],
+    redis_client: redis.Redis,
+    make: MakeRequests,
+    reason: str,
+) -> None:
+    crawler, scheduler = fed
+    redis_client.lpush(START, "entry")
+    assert feed_of(crawler, make).next_requests() == []
+    assert [record["reason"].split(":")[0] for record in aside(redis_client)] == [reason]
+    assert not scheduler.starts.held
+    assert not redis_client.exists(START, LEASES)
+
+
+def test_the_same_request_twice_is_one_request_and_its_entry_is_acked(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis
+) -> None:
+    crawler, scheduler = fed
+    request = Request(GOOD, dont_filter=True)
+    redis_client.lpush(START, "entry")
+    made = feed_of(crawler, lambda raw: [request, request]).next_requests()
+    assert made == [request]
+    scheduler.enqueue_request(request)
+    assert scheduler.flush()
+    assert not scheduler.starts.held
+    assert not redis_client.exists(START, LEASES)
+
+
+def test_an_entry_whose_requests_never_reach_the_scheduler_is_set_aside_at_idle(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis
+) -> None:
+    crawler, scheduler = fed
+    redis_client.lpush(START, GOOD)
+    feed = feed_of(crawler)
+    assert len(feed.next_requests()) == 1  # and a middleware drops it
+    assert scheduler.starts.held
+    with pytest.raises(DontCloseSpider):
+        feed.on_idle()
+    assert [record["reason"].split(":")[0] for record in aside(redis_client)] == [
+        "requests_dropped"
+    ]
+    assert not scheduler.starts.held
+    assert scheduler.flush()
+    assert not redis_client.exists(START, LEASES)
+
+
+def test_a_stored_record_that_cannot_be_rebuilt_is_dead_lettered_not_raised(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis
+) -> None:
+    _, scheduler = fed
+    assert scheduler.frontier is not None
+    bad = {"url": GOOD + "bad", "meta": {"retry_times": "x"}, "dont_filter": True}
+    good = {"url": GOOD + "good", "dont_filter": True}
+    scheduler.frontier.schedule(
+        [Pending(json.dumps(record), b"f" * 20, 0, True, 0.0) for record in (bad, good)]
+    )
+    scheduler._queue_size = 2
+    request = poll(scheduler.next_request, 5, "the good request")
+    assert request.url == GOOD + "good"
+    assert scheduler.flush()
+    dead = [json.loads(raw) for raw in redis_client.lrange("{fed}:dead", 0, -1)]
+    assert len(dead) == 1
+    assert "unreadable" in json.dumps(dead[0])
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=6,
+)
+META_KEYS = st.sampled_from(["retry_times", "max_retry_times", "download_timeout", "proxy", "job"])
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.dictionaries(META_KEYS | st.text(max_size=12), JSON, max_size=3))
+def test_any_json_meta_is_refused_or_crawled_never_wedging_the_worker(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis, meta: dict[str, Any]
+) -> None:
+    crawler, scheduler = fed
+    redis_client.delete(START, INVALID, LEASES)
+    redis_client.lpush(START, json.dumps({"url": GOOD, "meta": meta}))
+    feed = feed_of(crawler)
+    made = feed.next_requests()
+    if not made:
+        assert [record["reason"].split(":")[0] for record in aside(redis_client)] == ["bad_meta"]
+        return
+    for request in made:
+        scheduler.enqueue_request(request)
+    request = poll(scheduler.next_request, 5, "the entry's request back from the frontier")
+    assert request.url == GOOD
+    scheduler.finished(request)
+    assert scheduler.flush()
+    assert not scheduler.starts.held
