@@ -173,3 +173,23 @@ def test_a_method_in_other_scripts_letters_is_refused() -> None:
     with pytest.raises(InvalidStartEntry) as refused:
         request_from_data(data, "utf-8", LIMITS)
     assert refused.value.reason == "bad_value"
+
+
+def test_pipelines_without_mongodb_storage_are_refused_while_collections_are_named() -> None:
+    pipelines = {"scrapy_redis.pipelines.RedisPipeline": 400}
+    with pytest.raises(SettingsError) as refused:
+        check_settings(
+            project_settings(MONGO_COLLECTIONS={"dict": "pages:url"}, ITEM_PIPELINES=pipelines)
+        )
+    assert "ITEM_PIPELINES" in str(refused.value)
+    assert "MongoPipeline" in str(refused.value)
+
+
+def test_the_readme_migration_keeps_mongodb_storage() -> None:
+    from crawler.settings import ITEM_PIPELINES
+
+    pipelines = {**ITEM_PIPELINES, "scrapy_redis.pipelines.RedisPipeline": 400}
+    check_settings(
+        project_settings(MONGO_COLLECTIONS={"dict": "pages:url"}, ITEM_PIPELINES=pipelines)
+    )
+    check_settings(project_settings(ITEM_PIPELINES={}))
