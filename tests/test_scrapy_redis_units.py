@@ -193,3 +193,19 @@ def test_the_readme_migration_keeps_mongodb_storage() -> None:
         project_settings(MONGO_COLLECTIONS={"dict": "pages:url"}, ITEM_PIPELINES=pipelines)
     )
     check_settings(project_settings(ITEM_PIPELINES={}))
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [({"decode_responses": True}, "decode_responses"), ({"encoding": "latin-1"}, "encoding")],
+)
+def test_redis_params_cannot_do_what_the_refused_settings_do(
+    params: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        check_settings(project_settings(REDIS_PARAMS=params))
+    assert f"REDIS_PARAMS[{key!r}]" in str(refused.value)
+
+
+def test_redis_params_that_agree_pass() -> None:
+    check_settings(project_settings(REDIS_PARAMS={"decode_responses": False, "encoding": "utf8"}))
