@@ -5,6 +5,7 @@ entry is never lost (not set aside: it comes back)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -42,13 +43,13 @@ class Fed(RedisSpider):
         return None
 
 
-def make_crawler(redis_url: str) -> Crawler:
+def make_crawler(redis_url: str, spidercls: type = Fed, **extra: Any) -> Crawler:
     values = {name: getattr(project_settings, name) for name in dir(project_settings)}
     values = {name: value for name, value in values.items() if name.isupper()}
-    values.update(REDIS_URL=redis_url, FRONTIER_LEASE_SECONDS=5, URLLENGTH_LIMIT=200)
+    values.update(REDIS_URL=redis_url, FRONTIER_LEASE_SECONDS=5, URLLENGTH_LIMIT=200, **extra)
     if not is_reactor_installed():  # never run: the scheduler's loops are only set up
         install_reactor(values["TWISTED_REACTOR"])
-    return get_crawler(Fed, values)
+    return get_crawler(spidercls, values)
 
 
 @pytest.fixture
@@ -231,3 +232,20 @@ def test_any_json_meta_is_refused_or_crawled_never_wedging_the_worker(
     scheduler.finished(request)
     assert scheduler.flush()
     assert not scheduler.starts.held
+
+
+def test_an_adopted_spider_under_scrapy_redis_scheduler_is_told_entries_are_not_leased(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
+
+    from crawler.spiders.redis import ScrapyRedisSpiders
+
+    class Adopted(ScrapyRedisSpider):  # type: ignore[misc]
+        name = "adopted"
+
+    crawler = make_crawler(redis_url, Adopted, SCHEDULER="scrapy_redis.scheduler.Scheduler")
+    crawler.spider = Adopted.from_crawler(crawler)
+    with caplog.at_level(logging.INFO, "crawler.spiders.redis"):
+        ScrapyRedisSpiders(crawler, crawler.spider)
+    assert "start entries popped (not leased" in caplog.text

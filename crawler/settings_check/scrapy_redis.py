@@ -137,7 +137,7 @@ PARAMS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
 
 def scrapy_redis_problems(settings: BaseSettings) -> list[str]:
     """A line for each scrapy-redis setting whose value the project would not honour."""
-    checks = ALWAYS + (WITH_THE_FRONTIER if _on_the_frontier(settings) else ())
+    checks = ALWAYS + (WITH_THE_FRONTIER if on_the_frontier(settings) else ())
     return [
         problem(name, settings.get(name), allowed)
         for name, passes, allowed in checks
@@ -159,7 +159,8 @@ def _params_problems(settings: BaseSettings) -> list[str]:
     return lines
 
 
-def _on_the_frontier(settings: BaseSettings) -> bool:
+def on_the_frontier(settings: BaseSettings) -> bool:
+    """Whether SCHEDULER is the frontier scheduler (or a subclass)."""
     from crawler.scheduling.scheduler import FrontierScheduler
 
     try:

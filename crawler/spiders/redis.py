@@ -31,6 +31,7 @@ from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spiders import CrawlSpider
 
+from crawler.settings_check.scrapy_redis import on_the_frontier
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
 from crawler.spiders.entry_meta import check_meta
 from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
@@ -175,9 +176,13 @@ class ScrapyRedisSpiders:
             crawler.signals.disconnect(adopted.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self.feed.on_idle, signal=signals.spider_idle)
         logger.info(
-            "scrapy-redis spider %s: start entries leased from %s, %d at a time; bad ones set "
+            "scrapy-redis spider %s: start entries %s from %s, %d at a time; bad ones set "
             "aside in %s",
             spider.name,
+            "leased"
+            if on_the_frontier(settings)
+            else "popped (not leased: SCHEDULER is not "
+            "the frontier's, a worker that dies loses the entries it holds)",
             entries.key,
             entries.batch_size,
             entries.invalid_key,
