@@ -25,6 +25,7 @@ from scrapy.utils.test import get_crawler
 import crawler.settings as project_settings
 from crawler.scheduling.frontier import Pending
 from crawler.scheduling.scheduler import FrontierScheduler
+from crawler.settings_check import SettingsError
 from crawler.spiders.feed import InvalidStartEntry, MakeRequests, StartFeed
 from crawler.spiders.redis import RedisSpider
 from tests.harness import poll
@@ -249,3 +250,36 @@ def test_an_adopted_spider_under_scrapy_redis_scheduler_is_told_entries_are_not_
     with caplog.at_level(logging.INFO, "crawler.spiders.redis"):
         ScrapyRedisSpiders(crawler, crawler.spider)
     assert "start entries popped (not leased" in caplog.text
+
+
+def test_a_class_max_idle_time_wins_over_the_setting(redis_url: str) -> None:
+    class Patient(Fed):
+        max_idle_time = 7
+
+    crawler = make_crawler(redis_url, Patient, MAX_IDLE_TIME_BEFORE_CLOSE=2)
+    assert Patient.from_crawler(crawler).feed.max_idle_time == 7
+    assert (
+        Fed.from_crawler(make_crawler(redis_url, MAX_IDLE_TIME_BEFORE_CLOSE=2)).feed.max_idle_time
+        == 2
+    )
+
+
+def test_a_bad_max_idle_time_is_named(redis_url: str) -> None:
+    class Impatient(Fed):
+        max_idle_time = -1
+
+    with pytest.raises(SettingsError, match=r"Impatient\.max_idle_time"):
+        Impatient.from_crawler(make_crawler(redis_url, Impatient))
+
+
+def test_an_argument_redis_batch_size_of_an_adopted_spider_is_used(redis_url: str) -> None:
+    from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
+
+    from crawler.spiders.redis import ScrapyRedisSpiders
+
+    class Adopted(ScrapyRedisSpider):  # type: ignore[misc]
+        name = "adopted"
+
+    crawler = make_crawler(redis_url, Adopted, START_BATCH_SIZE=16)
+    crawler.spider = Adopted.from_crawler(crawler, redis_batch_size="3")
+    assert ScrapyRedisSpiders(crawler, crawler.spider).feed.entries.batch_size == 3

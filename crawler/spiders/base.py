@@ -23,7 +23,7 @@ from crawler.extractors import jsondata
 from crawler.settings_check import SettingsError
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
-from crawler.spiders.feed import StartEntries, StartFeed
+from crawler.spiders.feed import StartEntries, StartFeed, own_idle_time
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -186,7 +186,7 @@ class RedisFedSpider(Spider):
         settings = crawler.settings
         spider.start_entries = StartEntries.for_spider(settings, spider)
         spider.entry_limits = EntryLimits.from_settings(settings)
-        spider.max_idle_time = setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE")
+        spider.max_idle_time = own_idle_time(spider, settings)
         spider.feed = StartFeed(
             crawler,
             spider,

@@ -26,7 +26,7 @@ from crawler.scheduling import serializer
 from crawler.scheduling.records import request_record
 from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.scheduling.state import invalid_key, start_key
-from crawler.settings_check.rules import integer
+from crawler.settings_check.rules import integer, number
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -67,13 +67,23 @@ class EntryLimits:
         )
 
 
-def own_batch_size(spidercls: type) -> int | None:
-    """The class's ``redis_batch_size`` if it sets one (SettingsError if not an integer >= 1).
-    scrapy-redis's default is CONCURRENT_REQUESTS; here it is START_BATCH_SIZE."""
-    size = getattr(spidercls, "redis_batch_size", None)
+def own_batch_size(spider: Any) -> int | None:
+    """The spider's ``redis_batch_size`` if it sets one, on its class, in ``__init__`` or with
+    ``-a`` (SettingsError if not an integer >= 1). scrapy-redis's default is
+    CONCURRENT_REQUESTS; here it is START_BATCH_SIZE."""
+    size = getattr(spider, "redis_batch_size", None)
     if size is None:
         return None
-    return int(integer(1).read(f"{spidercls.__name__}.redis_batch_size", size))
+    return int(integer(1).read(f"{type(spider).__name__}.redis_batch_size", size))
+
+
+def own_idle_time(spider: Any, settings: BaseSettings) -> float:
+    """The spider's ``max_idle_time`` (seconds >= 0) if it sets one, as scrapy-redis reads it,
+    else MAX_IDLE_TIME_BEFORE_CLOSE."""
+    value = getattr(spider, "max_idle_time", None)
+    if value is None:
+        return float(setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE"))
+    return float(number(0).read(f"{type(spider).__name__}.max_idle_time", value))
 
 
 class StartEntries:
@@ -95,7 +105,7 @@ class StartEntries:
             server=redis_from_settings(settings),
             key=start_key(settings, spider),
             invalid_key=invalid_key(settings, spider),
-            batch_size=own_batch_size(type(spider)) or setting(settings, "START_BATCH_SIZE"),
+            batch_size=own_batch_size(spider) or setting(settings, "START_BATCH_SIZE"),
         )
 
     def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:

@@ -34,7 +34,13 @@ from scrapy.spiders import CrawlSpider
 from crawler.settings_check.scrapy_redis import on_the_frontier
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
 from crawler.spiders.entry_meta import check_meta
-from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
+from crawler.spiders.feed import (
+    EntryLimits,
+    InvalidStartEntry,
+    StartEntries,
+    StartFeed,
+    own_idle_time,
+)
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -165,7 +171,7 @@ class ScrapyRedisSpiders:
         list_allowed_domains(spider)
         limits = EntryLimits.from_settings(settings)
         entries = StartEntries.for_spider(settings, spider)
-        max_idle = float(getattr(spider, "max_idle_time", 0) or 0)
+        max_idle = own_idle_time(spider, settings)
         make = partial(scrapy_redis_requests, spider, limits)
         self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)
         # scrapy-redis reads its start list only through next_requests (start_requests and its
