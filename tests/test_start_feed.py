@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 from scrapy.crawler import Crawler
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import DontCloseSpider, NotConfigured
 from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 
@@ -283,3 +283,34 @@ def test_an_argument_redis_batch_size_of_an_adopted_spider_is_used(redis_url: st
     crawler = make_crawler(redis_url, Adopted, START_BATCH_SIZE=16)
     crawler.spider = Adopted.from_crawler(crawler, redis_batch_size="3")
     assert ScrapyRedisSpiders(crawler, crawler.spider).feed.entries.batch_size == 3
+
+
+def test_a_misspelt_redis_encoding_stops_the_start(redis_url: str) -> None:
+    from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
+
+    from crawler.spiders.redis import ScrapyRedisSpiders
+
+    class Latin(Fed):
+        redis_encoding = "latin-one"
+
+    with pytest.raises(SettingsError, match="latin-one"):
+        Latin.from_crawler(make_crawler(redis_url, Latin))
+
+    class Adopted(ScrapyRedisSpider):  # type: ignore[misc]
+        name = "adopted"
+        redis_encoding = "utf-88"
+
+    crawler = make_crawler(redis_url, Adopted)
+    crawler.spider = Adopted.from_crawler(crawler)
+    with pytest.raises(SettingsError, match="utf-88"):
+        ScrapyRedisSpiders(crawler, crawler.spider)
+
+
+def test_other_spiders_disable_the_adopter_without_a_warning(redis_url: str) -> None:
+    from crawler.spiders.redis import ScrapyRedisSpiders
+
+    crawler = make_crawler(redis_url)
+    crawler.spider = Fed.from_crawler(crawler)
+    with pytest.raises(NotConfigured) as disabled:
+        ScrapyRedisSpiders.from_crawler(crawler)
+    assert disabled.value.args == ()  # Scrapy logs a WARNING for a NotConfigured with a message

@@ -21,6 +21,7 @@ user or password, is refused; so is ``meta`` that sets the crawl's own keys (``e
 
 from __future__ import annotations
 
+import codecs
 import logging
 from collections.abc import Iterable
 from contextlib import suppress
@@ -31,6 +32,7 @@ from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spiders import CrawlSpider
 
+from crawler.settings_check.rules import SettingsError, problem
 from crawler.settings_check.scrapy_redis import on_the_frontier
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
 from crawler.spiders.entry_meta import check_meta
@@ -102,6 +104,19 @@ def list_allowed_domains(spider: Any) -> None:
         spider.allowed_domains = list(domains)
 
 
+def check_encoding(spider: Any) -> None:
+    """SettingsError for a ``redis_encoding`` Python has no codec for: a misspelt encoding
+    would set every entry aside as not_decodable."""
+    encoding = getattr(spider, "redis_encoding", None) or "utf-8"
+    try:
+        codecs.lookup(encoding)
+    except (LookupError, TypeError):
+        allowed = "an encoding Python knows, such as utf-8 or latin-1"
+        raise SettingsError(
+            problem(f"{type(spider).__name__}.redis_encoding", encoding, allowed)
+        ) from None
+
+
 def check_size(data: bytes, limits: EntryLimits) -> None:
     if len(data) > limits.max_bytes:
         raise InvalidStartEntry("too_large", f"{len(data)} bytes, at most {limits.max_bytes}")
@@ -126,6 +141,7 @@ class RedisSpider(RedisFedSpider):
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         list_allowed_domains(spider)
+        check_encoding(spider)
         return spider
 
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request]:
@@ -169,6 +185,7 @@ class ScrapyRedisSpiders:
     def __init__(self, crawler: Crawler, spider: Spider) -> None:
         settings = crawler.settings
         list_allowed_domains(spider)
+        check_encoding(spider)
         limits = EntryLimits.from_settings(settings)
         entries = StartEntries.for_spider(settings, spider)
         max_idle = own_idle_time(spider, settings)
