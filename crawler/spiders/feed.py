@@ -69,8 +69,9 @@ class EntryLimits:
 
 def own_batch_size(spider: Any) -> int | None:
     """The spider's ``redis_batch_size`` if it sets one, on its class, in ``__init__`` or with
-    ``-a`` (SettingsError if not an integer >= 1). scrapy-redis's default is
-    CONCURRENT_REQUESTS; here it is START_BATCH_SIZE."""
+    ``-a`` (SettingsError if not an integer >= 1). A scrapy-redis spider has one from its
+    setup_redis (CONCURRENT_REQUESTS unless set); the project's bases default to
+    START_BATCH_SIZE."""
     size = getattr(spider, "redis_batch_size", None)
     if size is None:
         return None
