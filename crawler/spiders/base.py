@@ -23,7 +23,7 @@ from crawler.extractors import jsondata
 from crawler.settings_check import SettingsError
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
-from crawler.spiders.feed import StartEntries, StartFeed, own_idle_time
+from crawler.spiders.feed import StartEntries, StartFeed, own_idle_time, refuse_skipped_hooks
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -176,6 +176,7 @@ class RedisFedSpider(Spider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_spider_arguments(type(self), kwargs)
+        refuse_skipped_hooks(type(self), RedisFedSpider, own_start=True)
         super().__init__(*args, **kwargs)
         self.entry_limits = EntryLimits()
         self.start_origins: frozenset[Origin] = frozenset()

@@ -26,7 +26,7 @@ from crawler.scheduling import serializer
 from crawler.scheduling.records import request_record
 from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.scheduling.state import invalid_key, start_key
-from crawler.settings_check.rules import integer, number
+from crawler.settings_check.rules import SettingsError, integer, number
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -85,6 +85,49 @@ def own_idle_time(spider: Any, settings: BaseSettings) -> float:
     if value is None:
         return float(setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE"))
     return float(number(0).read(f"{type(spider).__name__}.max_idle_time", value))
+
+
+# scrapy-redis's hooks to its start list: the feed reads the list itself and would skip them.
+START_LIST_HOOKS = (
+    "next_requests",
+    "schedule_next_requests",
+    "spider_idle",
+    "fetch_data",
+    "pop_list_queue",
+    "pop_priority_queue",
+)
+
+
+def refuse_skipped_hooks(spidercls: type, base: type, own_start: bool = False) -> None:
+    """SettingsError naming each start-list hook ``spidercls`` defines over ``base``'s and,
+    with ``own_start`` (``base.start()`` never calls ``start_requests``), a ``start_requests``
+    without a ``start``: a silently skipped override is a crawl that does something else than
+    its code says."""
+    skipped = [
+        name
+        for name in START_LIST_HOOKS
+        if getattr(spidercls, name, None) is not getattr(base, name, None)
+    ]
+    defined = _defined_below(spidercls, base)
+    if own_start and "start_requests" in defined and "start" not in defined:
+        skipped.append("start_requests")
+    if skipped:
+        raise SettingsError(
+            f"spider {spidercls.__name__} overrides {', '.join(skipped)}, which the project's "
+            "start-entry feed never calls: turn an entry into requests in "
+            "make_request_from_data (or requests_from_entry on the project's bases; raise to "
+            "set it aside), or yield your own requests from start()"
+        )
+
+
+def _defined_below(spidercls: type, base: type) -> set[str]:
+    """Names defined by the classes of ``spidercls``'s MRO before ``base``."""
+    names: set[str] = set()
+    for cls in spidercls.__mro__:
+        if cls is base:
+            break
+        names.update(vars(cls))
+    return names
 
 
 class StartEntries:

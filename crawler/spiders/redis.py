@@ -42,6 +42,7 @@ from crawler.spiders.feed import (
     StartEntries,
     StartFeed,
     own_idle_time,
+    refuse_skipped_hooks,
 )
 
 if TYPE_CHECKING:
@@ -183,7 +184,10 @@ class ScrapyRedisSpiders:
     fleet's idle rule) instead of scrapy-redis's pops. Not configured for other spiders."""
 
     def __init__(self, crawler: Crawler, spider: Spider) -> None:
+        from scrapy_redis.spiders import RedisMixin
+
         settings = crawler.settings
+        refuse_skipped_hooks(type(spider), RedisMixin)
         list_allowed_domains(spider)
         check_encoding(spider)
         limits = EntryLimits.from_settings(settings)
