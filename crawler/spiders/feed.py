@@ -362,6 +362,8 @@ class StartFeed:
             self.set_aside_stranded()
             requests = self.next_requests()
             self._crawl(requests)
+            if self.fed and not requests:
+                self._look_again_at_once()
             busy = bool(requests) or self.fed or not self.fleet_idle()
         except Exception:
             logger.exception(
@@ -376,6 +378,13 @@ class StartFeed:
         now = time.monotonic()
         self._idle_since = self._idle_since or now
         return self.max_idle_time > 0 and now - self._idle_since >= self.max_idle_time
+
+    def _look_again_at_once(self) -> None:
+        """Entries were read but all set aside: read on at the engine's next turn (after what
+        else waits on the reactor) rather than after IDLE_POLL_INTERVAL."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None and slot.closing is None:
+            slot.nextcall.schedule(0)
 
     def _crawl(self, requests: list[Request]) -> None:
         """Hand each request to the engine; one that fails does not keep back the others (its
