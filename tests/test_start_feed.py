@@ -348,3 +348,20 @@ def test_a_project_spider_with_its_own_start_may_keep_start_requests(redis_url: 
 
     spidercls: Any = type("Own", (Fed,), {"start": start, "start_requests": lambda self: []})
     assert spidercls.from_crawler(make_crawler(redis_url, spidercls)).name == "fed"
+
+
+def test_an_adopted_spider_without_its_own_key_sets_entries_aside_where_purge_looks(
+    redis_url: str,
+) -> None:
+    from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
+
+    from crawler.scheduling.state import invalid_key
+
+    class Adopted(ScrapyRedisSpider):  # type: ignore[misc]
+        name = "adopted"
+
+    crawler = make_crawler(redis_url, Adopted, START_INVALID_KEY="bad:%(name)s")
+    spider = Adopted.from_crawler(crawler)
+    assert spider.redis_key == "adopted:start_urls"  # set by scrapy-redis's setup_redis
+    assert invalid_key(crawler.settings, spider) == "bad:adopted"
+    assert invalid_key(crawler.settings, "adopted") == "bad:adopted"
