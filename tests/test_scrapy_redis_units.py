@@ -209,3 +209,10 @@ def test_redis_params_cannot_do_what_the_refused_settings_do(
 
 def test_redis_params_that_agree_pass() -> None:
     check_settings(project_settings(REDIS_PARAMS={"decode_responses": False, "encoding": "utf8"}))
+
+
+def test_scrapy_redis_default_filter_passes_under_either_name() -> None:
+    default = "scrapy_redis.dupefilter.RFPDupeFilter"
+    check_settings(project_settings(SCHEDULER_DUPEFILTER_CLASS=default))
+    with pytest.raises(SettingsError, match="SCHEDULER_DUPEFILTER_CLASS"):
+        check_settings(project_settings(SCHEDULER_DUPEFILTER_CLASS="scrapy.Spider"))

@@ -111,8 +111,8 @@ WITH_THE_FRONTIER: tuple[Check, ...] = (
     ("SCHEDULER_DUPEFILTER_KEY", unset, f"unset: {KEYS}"),
     (
         "SCHEDULER_DUPEFILTER_CLASS",
-        unset,
-        "unset: the frontier filters duplicates itself (DUPEFILTER_MODE)",
+        one_of(*DUPEFILTERS),
+        f"{DUPEFILTERS[1]} or unset: the frontier filters duplicates itself (DUPEFILTER_MODE)",
     ),
     (
         "DUPEFILTER_CLASS",
