@@ -4,6 +4,7 @@ entry is never lost (not set aside: it comes back)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -365,3 +366,25 @@ def test_an_adopted_spider_without_its_own_key_sets_entries_aside_where_purge_lo
     assert spider.redis_key == "adopted:start_urls"  # set by scrapy-redis's setup_redis
     assert invalid_key(crawler.settings, spider) == "bad:adopted"
     assert invalid_key(crawler.settings, "adopted") == "bad:adopted"
+
+
+@given(st.binary(min_size=1, max_size=64))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_set_aside_entry_can_be_pushed_back_byte_for_byte(
+    fed: tuple[Crawler, FrontierScheduler], redis_client: redis.Redis, raw: bytes
+) -> None:
+    crawler, _ = fed
+    redis_client.delete(START, INVALID, LEASES)
+    redis_client.lpush(START, raw)
+
+    def refuse(data: bytes) -> Iterable[Request]:
+        raise InvalidStartEntry("bad_url")
+
+    feed_of(crawler, refuse).next_requests()
+    (record,) = aside(redis_client)
+    kept = record["entry"].encode()
+    if "entry_base64" in record:
+        kept = base64.b64decode(record["entry_base64"])
+    assert kept == raw

@@ -10,6 +10,7 @@ scrapy-redis spiders (``redis.py``) are fed the same way.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
@@ -164,12 +165,24 @@ class StartEntries:
         entries: Any = self.server.rpop(self.key, self.batch_size)
         return [(bytes(entry), None) for entry in entries or []]
 
-    def set_aside(self, entry: str, reason: str, size: int) -> None:
-        """Keep the entry (cut to ``size`` characters at most) with the reason it was refused."""
+    def set_aside(self, entry: str, reason: str, size: int, raw: bytes | None = None) -> None:
+        """Keep the entry (cut to ``size`` characters at most) with the reason it was refused;
+        an entry that is not UTF-8 (``raw``, shown with backslash escapes) is also kept byte
+        for byte in ``entry_base64``, so it can be pushed back as it was."""
         record: dict[str, Any] = {"entry": entry[:size], "reason": reason, "time": time.time()}
         if len(entry) > size:
             record["truncated_from"] = len(entry)
+        if raw is not None and len(raw) <= size and not _is_utf8(raw):
+            record["entry_base64"] = base64.b64encode(raw).decode("ascii")
         self.server.rpush(self.invalid_key, json.dumps(record))
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class StartFeed:
@@ -230,7 +243,7 @@ class StartFeed:
         try:
             made = self.usable(list(self.make(raw)))
         except Exception as exc:
-            self._settled(scheduler, lease, self.set_aside(shown, exc), raw)
+            self._settled(scheduler, lease, self.set_aside(shown, exc, raw), raw)
             return []
         self.count("start/entries")
         if lease is not None and scheduler is not None:
@@ -296,10 +309,10 @@ class StartFeed:
             exc = InvalidStartEntry(
                 "requests_dropped", f"{remaining} of its requests never reached the scheduler"
             )
-            kept = self.set_aside(raw.decode("utf-8", "backslashreplace"), exc)
+            kept = self.set_aside(raw.decode("utf-8", "backslashreplace"), exc, raw)
             self._settled(scheduler, member, kept, raw)
 
-    def set_aside(self, shown: str, exc: Exception) -> bool:
+    def set_aside(self, shown: str, exc: Exception, raw: bytes | None = None) -> bool:
         """Keep the entry in the invalid list with the reason; False if Redis refused."""
         if isinstance(exc, InvalidStartEntry):
             reason, message = exc.reason, str(exc)
@@ -317,7 +330,7 @@ class StartFeed:
         )
         self.count(f"start/invalid/{reason}")
         try:
-            self.entries.set_aside(shown, message, self.max_shown)
+            self.entries.set_aside(shown, message, self.max_shown, raw)
         except RedisError as error:
             logger.error(
                 "Could not set the entry aside (%s); it comes back to the start list",
