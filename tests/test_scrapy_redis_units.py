@@ -149,6 +149,8 @@ def test_scheduling_settings_are_scrapy_redis_own_under_its_scheduler() -> None:
         {"download_slot": "other"},
         {"retry_times": "x"},
         {"_private": 1},
+        {"playwright": True},
+        {"playwright_page_methods": [{"method": "evaluate"}]},
         {"max_retry_times": "3"},
         {"download_timeout": -1},
         {"handle_httpstatus_list": [404, "x"]},

@@ -2,8 +2,8 @@
 
 Anyone who can push to the start list writes it, so keys the frontier, Scrapy or the project's
 middlewares read as instructions are refused unless listed in :data:`TYPED` (then their value
-must have the type the reader expects); keys starting with ``_`` are refused too. Any other key
-is the spider's own data and passes as it is.
+must have the type the reader expects); keys starting with ``_`` or ``playwright`` are refused
+too. Any other key is the spider's own data and passes as it is.
 """
 
 from __future__ import annotations
@@ -86,10 +86,11 @@ REFUSED = frozenset(
         "is_start_request",
         "ftp_user",
         "ftp_password",
-        "playwright",
-        "playwright_page",
     }
 )
+# Key prefixes refused as a whole: private state, and scrapy-playwright's (a browser fetch, its
+# context and the page methods it runs).
+REFUSED_PREFIXES = ("_", "playwright")
 
 
 def check_meta(meta: Any) -> dict[str, Any]:
@@ -100,6 +101,6 @@ def check_meta(meta: Any) -> dict[str, Any]:
         check = TYPED.get(key)
         if check is not None and not check(value):
             raise InvalidStartEntry("bad_meta", f"meta {key!r} has the wrong type or range")
-        if check is None and (key in REFUSED or key.startswith("_")):
+        if check is None and (key in REFUSED or key.startswith(REFUSED_PREFIXES)):
             raise InvalidStartEntry("bad_meta", f"meta {key[:50]!r} is the crawl's own key")
     return meta
