@@ -21,9 +21,10 @@ from scrapy import Request, Spider, signals
 from crawler.config import setting, validate_base_url
 from crawler.extractors import jsondata
 from crawler.settings_check import SettingsError
+from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
-from crawler.spiders.feed import StartEntries, StartFeed, own_idle_time, refuse_skipped_hooks
+from crawler.spiders.feed import StartEntries, StartFeed
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -27,7 +27,7 @@ from crawler.scheduling import serializer
 from crawler.scheduling.records import request_record
 from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.scheduling.state import invalid_key, start_key
-from crawler.settings_check.rules import SettingsError, integer, number
+from crawler.spiders.attributes import own_batch_size
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -66,69 +66,6 @@ class EntryLimits:
             max_bytes=setting_int(settings, "START_ENTRY_MAX_BYTES", 1),
             max_depth=setting_int(settings, "START_ENTRY_MAX_DEPTH", 1, 100),
         )
-
-
-def own_batch_size(spider: Any) -> int | None:
-    """The spider's ``redis_batch_size`` if it sets one, on its class, in ``__init__`` or with
-    ``-a`` (SettingsError if not an integer >= 1). A scrapy-redis spider has one from its
-    setup_redis (CONCURRENT_REQUESTS unless set); the project's bases default to
-    START_BATCH_SIZE."""
-    size = getattr(spider, "redis_batch_size", None)
-    if size is None:
-        return None
-    return int(integer(1).read(f"{type(spider).__name__}.redis_batch_size", size))
-
-
-def own_idle_time(spider: Any, settings: BaseSettings) -> float:
-    """The spider's ``max_idle_time`` (seconds >= 0) if it sets one, as scrapy-redis reads it,
-    else MAX_IDLE_TIME_BEFORE_CLOSE."""
-    value = getattr(spider, "max_idle_time", None)
-    if value is None:
-        return float(setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE"))
-    return float(number(0).read(f"{type(spider).__name__}.max_idle_time", value))
-
-
-# scrapy-redis's hooks to its start list: the feed reads the list itself and would skip them.
-START_LIST_HOOKS = (
-    "next_requests",
-    "schedule_next_requests",
-    "spider_idle",
-    "fetch_data",
-    "pop_list_queue",
-    "pop_priority_queue",
-)
-
-
-def refuse_skipped_hooks(spidercls: type, base: type, own_start: bool = False) -> None:
-    """SettingsError naming each start-list hook ``spidercls`` defines over ``base``'s and,
-    with ``own_start`` (``base.start()`` never calls ``start_requests``), a ``start_requests``
-    without a ``start``: a silently skipped override is a crawl that does something else than
-    its code says."""
-    skipped = [
-        name
-        for name in START_LIST_HOOKS
-        if getattr(spidercls, name, None) is not getattr(base, name, None)
-    ]
-    defined = _defined_below(spidercls, base)
-    if own_start and "start_requests" in defined and "start" not in defined:
-        skipped.append("start_requests")
-    if skipped:
-        raise SettingsError(
-            f"spider {spidercls.__name__} overrides {', '.join(skipped)}, which the project's "
-            "start-entry feed never calls: turn an entry into requests in "
-            "make_request_from_data (or requests_from_entry on the project's bases; raise to "
-            "set it aside), or yield your own requests from start()"
-        )
-
-
-def _defined_below(spidercls: type, base: type) -> set[str]:
-    """Names defined by the classes of ``spidercls``'s MRO before ``base``."""
-    names: set[str] = set()
-    for cls in spidercls.__mro__:
-        if cls is base:
-            break
-        names.update(vars(cls))
-    return names
 
 
 class StartEntries:
@@ -175,6 +112,14 @@ class StartEntries:
         if raw is not None and len(raw) <= size and not _is_utf8(raw):
             record["entry_base64"] = base64.b64encode(raw).decode("ascii")
         self.server.rpush(self.invalid_key, json.dumps(record))
+
+
+def url_length_limit(settings: BaseSettings) -> int:
+    """URLLENGTH_LIMIT while Scrapy's UrlLengthMiddleware (which drops longer URLs) is on."""
+    middlewares = settings.getwithbase("SPIDER_MIDDLEWARES")
+    if middlewares.get("scrapy.spidermiddlewares.urllength.UrlLengthMiddleware") is None:
+        return 0
+    return settings.getint("URLLENGTH_LIMIT")
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -274,7 +219,7 @@ class StartFeed:
         """The requests (each object once), or InvalidStartEntry for one the frontier could
         not hold or Scrapy would drop before the scheduler (URL over URLLENGTH_LIMIT)."""
         unique = list({id(request): request for request in requests}.values())
-        limit = self.crawler.settings.getint("URLLENGTH_LIMIT")
+        limit = url_length_limit(self.crawler.settings)
         for request in unique:
             if limit and len(request.url) > limit:
                 detail = f"{len(request.url)} characters, URLLENGTH_LIMIT is {limit}"
@@ -332,11 +277,7 @@ class StartFeed:
         try:
             self.entries.set_aside(shown, message, self.max_shown, raw)
         except RedisError as error:
-            logger.error(
-                "Could not set the entry aside (%s); it comes back to the start list",
-                error,
-                extra={"spider": self.spider},
-            )
+            logger.error("Could not set the entry aside: %s", error, extra={"spider": self.spider})
             return False
         return True
 

@@ -34,6 +34,7 @@ from scrapy.spiders import CrawlSpider
 
 from crawler.settings_check.rules import SettingsError, problem
 from crawler.settings_check.scrapy_redis import on_the_frontier
+from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
 from crawler.spiders.entry_meta import check_meta
 from crawler.spiders.feed import (
@@ -41,8 +42,6 @@ from crawler.spiders.feed import (
     InvalidStartEntry,
     StartEntries,
     StartFeed,
-    own_idle_time,
-    refuse_skipped_hooks,
 )
 
 if TYPE_CHECKING:
