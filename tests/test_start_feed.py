@@ -388,3 +388,11 @@ def test_a_set_aside_entry_can_be_pushed_back_byte_for_byte(
     if "entry_base64" in record:
         kept = base64.b64decode(record["entry_base64"])
     assert kept == raw
+
+
+def test_long_urls_are_kept_while_url_length_middleware_is_off(redis_url: str) -> None:
+    from crawler.spiders.feed import url_length_limit
+
+    off = {"scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None}
+    assert url_length_limit(make_crawler(redis_url, SPIDER_MIDDLEWARES=off).settings) == 0
+    assert url_length_limit(make_crawler(redis_url).settings) == 200
