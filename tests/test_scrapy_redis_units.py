@@ -49,8 +49,8 @@ def test_json_carries_method_meta_and_form_data_as_in_scrapy_redis() -> None:
         (b'{"method": "GET"}', "missing_keys"),
         (b"ftp://example.org/", "bad_url"),
         (b"https://user:secret@example.org/", "credentials"),
-        (b'{"url": "https://example.org/", "meta": {"frontier_lease": "x"}}', "bad_value"),
-        (b'{"url": "https://example.org/", "meta": []}', "bad_value"),
+        (b'{"url": "https://example.org/", "meta": {"frontier_lease": "x"}}', "bad_meta"),
+        (b'{"url": "https://example.org/", "meta": []}', "bad_meta"),
         (b'{"url": "https://example.org/", "method": "GET /x"}', "bad_value"),
         (b'{"url": "https://example.org/", "page": 2}', "bad_value"),
         (b"[1, 2]", "not_an_object"),
@@ -135,3 +135,86 @@ def test_scheduling_settings_are_scrapy_redis_own_under_its_scheduler() -> None:
     assert scrapy_redis_problems(stock) == []
     stock.set("REDIS_PORT", 6380)
     assert [line.split(" = ")[0] for line in scrapy_redis_problems(stock)] == ["REDIS_PORT"]
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"dont_obey_robotstxt": True},
+        {"dont_ban_check": True},
+        {"proxy": "http://evil.example:8080"},
+        {"bindaddress": ["127.0.0.1", 0]},
+        {"identity": "x"},
+        {"crawl_delay": 0},
+        {"download_slot": "other"},
+        {"retry_times": "x"},
+        {"_private": 1},
+        {"playwright": True},
+        {"playwright_page_methods": [{"method": "evaluate"}]},
+        {"max_retry_times": "3"},
+        {"download_timeout": -1},
+        {"handle_httpstatus_list": [404, "x"]},
+        {"dont_redirect": "yes"},
+    ],
+)
+def test_meta_that_steers_the_crawl_or_has_the_wrong_type_is_refused(meta: dict[str, Any]) -> None:
+    data = json.dumps({"url": "https://example.org/", "meta": meta}).encode()
+    with pytest.raises(InvalidStartEntry) as refused:
+        request_from_data(data, "utf-8", LIMITS)
+    assert refused.value.reason == "bad_meta"
+
+
+def test_meta_of_the_spider_and_typed_instructions_pass() -> None:
+    meta = {"job": {"id": [1, "a"]}, "max_retry_times": 1, "dont_redirect": True}
+    data = json.dumps({"url": "https://example.org/", "meta": meta}).encode()
+    assert request_from_data(data, "utf-8", LIMITS).meta == meta
+
+
+def test_a_method_in_other_scripts_letters_is_refused() -> None:
+    data = json.dumps({"url": "https://example.org/", "method": "\uff27ET"}).encode()
+    with pytest.raises(InvalidStartEntry) as refused:
+        request_from_data(data, "utf-8", LIMITS)
+    assert refused.value.reason == "bad_value"
+
+
+def test_pipelines_without_mongodb_storage_are_refused_while_collections_are_named() -> None:
+    pipelines = {"scrapy_redis.pipelines.RedisPipeline": 400}
+    with pytest.raises(SettingsError) as refused:
+        check_settings(
+            project_settings(MONGO_COLLECTIONS={"dict": "pages:url"}, ITEM_PIPELINES=pipelines)
+        )
+    assert "ITEM_PIPELINES" in str(refused.value)
+    assert "MongoPipeline" in str(refused.value)
+
+
+def test_the_readme_migration_keeps_mongodb_storage() -> None:
+    from crawler.settings import ITEM_PIPELINES
+
+    pipelines = {**ITEM_PIPELINES, "scrapy_redis.pipelines.RedisPipeline": 400}
+    check_settings(
+        project_settings(MONGO_COLLECTIONS={"dict": "pages:url"}, ITEM_PIPELINES=pipelines)
+    )
+    check_settings(project_settings(ITEM_PIPELINES={}))
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [({"decode_responses": True}, "decode_responses"), ({"encoding": "latin-1"}, "encoding")],
+)
+def test_redis_params_cannot_do_what_the_refused_settings_do(
+    params: dict[str, Any], key: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        check_settings(project_settings(REDIS_PARAMS=params))
+    assert f"REDIS_PARAMS[{key!r}]" in str(refused.value)
+
+
+def test_redis_params_that_agree_pass() -> None:
+    check_settings(project_settings(REDIS_PARAMS={"decode_responses": False, "encoding": "utf8"}))
+
+
+def test_scrapy_redis_default_filter_passes_under_either_name() -> None:
+    default = "scrapy_redis.dupefilter.RFPDupeFilter"
+    check_settings(project_settings(SCHEDULER_DUPEFILTER_CLASS=default))
+    with pytest.raises(SettingsError, match="SCHEDULER_DUPEFILTER_CLASS"):
+        check_settings(project_settings(SCHEDULER_DUPEFILTER_CLASS="scrapy.Spider"))

@@ -139,6 +139,15 @@ class StartLeases:
         else:
             self.held[member] = remaining - 1
 
+    def forget(self, member: bytes) -> None:
+        """Stop renewing the entry without acking it: its lease expires and it comes back."""
+        self.held.pop(member, None)
+
+    def finish(self, member: bytes) -> None:
+        """Ack the entry whatever its count (it was set aside)."""
+        if member in self.held:
+            self._done(member)
+
     def _done(self, member: bytes) -> None:
         del self.held[member]
         self.acks.append(member)

@@ -395,10 +395,26 @@ class FrontierScheduler(BaseScheduler):
         self._count("frontier/reclaimed", popped.reclaimed)
         self._count("frontier/promoted", popped.promoted)
         for lease_id, data in popped.leased:
-            self._ready.append(self._request(lease_id, data))
+            self._take(lease_id, data)
         if not popped.leased:
             # Nothing ready: look again after a short pause instead of once per engine loop.
             self._next_pop = time.monotonic() + min(1.0, self.config.flush_interval * 4)
+
+    def _take(self, lease_id: str, data: str) -> None:
+        """Ready the leased request, or dead-letter a record it cannot be rebuilt from: one bad
+        record never stops the others."""
+        try:
+            self._ready.append(self._request(lease_id, data))
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            logger.error(
+                "Request record %s cannot be rebuilt (%s): dead-lettered (unreadable)",
+                lease_id,
+                error[:300],
+                extra={"spider": self.crawler.spider},
+            )
+            self.leases.take(lease_id, 1, "")
+            self._dead(lease_id, "unreadable", error, 1)
 
     def _request(self, lease_id: str, data: str) -> Request:
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)

@@ -42,10 +42,20 @@ def _name_and_key(settings: BaseSettings, spider: SpiderRef) -> tuple[str, str |
     if isinstance(spider, str):
         return spider, None
     own = getattr(spider, "redis_key", None)
-    if own is None:
+    if own is None or _setup_default(settings, spider, own):
         return str(spider.name), None
     label = f"{getattr(spider, '__name__', type(spider).__name__)}.redis_key"
     return str(spider.name), str(key_template("name").read(label, own))
+
+
+def _setup_default(settings: BaseSettings, spider: SpiderRef, own: Any) -> bool:
+    """Whether ``own`` is what scrapy-redis's setup_redis gives a spider instance whose class
+    names no redis_key (REDIS_START_URLS_KEY, formatted): not the spider's own key, so its
+    bad entries go to START_INVALID_KEY, where ``scrapy frontier`` looks for them."""
+    if isinstance(spider, type) or getattr(type(spider), "redis_key", None) is not None:
+        return False
+    default = str(settings.get("REDIS_START_URLS_KEY")) % {"name": spider.name}
+    return bool(own == default)
 
 
 def _spider_class(settings: BaseSettings, name: str) -> type | None:

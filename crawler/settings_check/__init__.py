@@ -104,10 +104,30 @@ def _uses_playwright(settings: BaseSettings) -> bool:
     return False
 
 
+def _storage_problems(settings: BaseSettings) -> list[str]:
+    """MONGO_COLLECTIONS names where items go: the pipeline that stores them must be on (an
+    ITEM_PIPELINES that replaces the project's would otherwise store nothing, silently)."""
+    from crawler.pipelines import MongoPipeline
+
+    if not settings.getdict("MONGO_COLLECTIONS"):
+        return []
+    for path, order in settings.getwithbase("ITEM_PIPELINES").items():
+        component = load_object(path) if isinstance(path, str) else path
+        stores = isinstance(component, type) and issubclass(component, MongoPipeline)
+        if order is not None and stores:
+            return []
+    allowed = (
+        "a dict with crawler.pipelines.MongoPipeline when MONGO_COLLECTIONS is set: "
+        "ITEM_PIPELINES = {**ITEM_PIPELINES, ...} keeps the project's pipelines"
+    )
+    return [problem("ITEM_PIPELINES", settings.get("ITEM_PIPELINES"), allowed)]
+
+
 # Checks of settings against each other, once each passes its own rule.
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
     _cooldown_problems,
     _recrawl_problems,
+    _storage_problems,
     _browser_problems,
     scrapy_redis_problems,
 )

@@ -111,8 +111,8 @@ WITH_THE_FRONTIER: tuple[Check, ...] = (
     ("SCHEDULER_DUPEFILTER_KEY", unset, f"unset: {KEYS}"),
     (
         "SCHEDULER_DUPEFILTER_CLASS",
-        unset,
-        "unset: the frontier filters duplicates itself (DUPEFILTER_MODE)",
+        one_of(*DUPEFILTERS),
+        f"{DUPEFILTERS[1]} or unset: the frontier filters duplicates itself (DUPEFILTER_MODE)",
     ),
     (
         "DUPEFILTER_CLASS",
@@ -128,17 +128,39 @@ WITH_THE_FRONTIER: tuple[Check, ...] = (
 )
 
 
+# REDIS_PARAMS keys that redis-py reads as REDIS_DECODE_RESPONSES and REDIS_ENCODING.
+PARAMS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
+    ("decode_responses", "REDIS_DECODE_RESPONSES", is_false),
+    ("encoding", "REDIS_ENCODING", is_utf8),
+)
+
+
 def scrapy_redis_problems(settings: BaseSettings) -> list[str]:
     """A line for each scrapy-redis setting whose value the project would not honour."""
-    checks = ALWAYS + (WITH_THE_FRONTIER if _on_the_frontier(settings) else ())
+    checks = ALWAYS + (WITH_THE_FRONTIER if on_the_frontier(settings) else ())
     return [
         problem(name, settings.get(name), allowed)
         for name, passes, allowed in checks
         if not _passes(passes, settings.get(name))
-    ]
+    ] + _params_problems(settings)
 
 
-def _on_the_frontier(settings: BaseSettings) -> bool:
+def _params_problems(settings: BaseSettings) -> list[str]:
+    """REDIS_PARAMS may not do what REDIS_DECODE_RESPONSES or REDIS_ENCODING may not."""
+    try:
+        params = settings.getdict("REDIS_PARAMS")
+    except BAD_VALUE:
+        return []  # table.py names it
+    lines = []
+    for key, same_as, passes in PARAMS:
+        if key in params and not _passes(passes, params[key]):
+            allowed = next(allowed for name, _, allowed in ALWAYS if name == same_as)
+            lines.append(problem(f"REDIS_PARAMS[{key!r}]", params[key], allowed))
+    return lines
+
+
+def on_the_frontier(settings: BaseSettings) -> bool:
+    """Whether SCHEDULER is the frontier scheduler (or a subclass)."""
     from crawler.scheduling.scheduler import FrontierScheduler
 
     try:

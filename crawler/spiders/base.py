@@ -21,6 +21,7 @@ from scrapy import Request, Spider, signals
 from crawler.config import setting, validate_base_url
 from crawler.extractors import jsondata
 from crawler.settings_check import SettingsError
+from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
 from crawler.spiders.feed import StartEntries, StartFeed
@@ -176,6 +177,7 @@ class RedisFedSpider(Spider):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_spider_arguments(type(self), kwargs)
+        refuse_skipped_hooks(type(self), RedisFedSpider, own_start=True)
         super().__init__(*args, **kwargs)
         self.entry_limits = EntryLimits()
         self.start_origins: frozenset[Origin] = frozenset()
@@ -186,7 +188,7 @@ class RedisFedSpider(Spider):
         settings = crawler.settings
         spider.start_entries = StartEntries.for_spider(settings, spider)
         spider.entry_limits = EntryLimits.from_settings(settings)
-        spider.max_idle_time = setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE")
+        spider.max_idle_time = own_idle_time(spider, settings)
         spider.feed = StartFeed(
             crawler,
             spider,

@@ -10,12 +10,12 @@ scrapy-redis spiders (``redis.py``) are fed the same way.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -23,9 +23,11 @@ from scrapy.exceptions import DontCloseSpider
 
 from crawler.config import mask_uri, setting, setting_int
 from crawler.connection import redis_from_settings
+from crawler.scheduling import serializer
+from crawler.scheduling.records import request_record
 from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.scheduling.state import invalid_key, start_key
-from crawler.settings_check.rules import integer
+from crawler.spiders.attributes import own_batch_size
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 logger = logging.getLogger(__name__)
+
+# Seconds one call of StartFeed.next_requests may spend reading batches that make no request.
+FEED_BUDGET = 0.2
 
 # The requests of one start entry as Redis holds it; raises for an entry it cannot use.
 MakeRequests = Callable[[bytes], Iterable["Request"]]
@@ -63,15 +68,6 @@ class EntryLimits:
         )
 
 
-def own_batch_size(spidercls: type) -> int | None:
-    """The class's ``redis_batch_size`` if it sets one (SettingsError if not an integer >= 1).
-    scrapy-redis's default is CONCURRENT_REQUESTS; here it is START_BATCH_SIZE."""
-    size = getattr(spidercls, "redis_batch_size", None)
-    if size is None:
-        return None
-    return int(integer(1).read(f"{spidercls.__name__}.redis_batch_size", size))
-
-
 class StartEntries:
     """The Redis lists a spider reads start entries from and sets bad ones aside in."""
 
@@ -91,7 +87,7 @@ class StartEntries:
             server=redis_from_settings(settings),
             key=start_key(settings, spider),
             invalid_key=invalid_key(settings, spider),
-            batch_size=own_batch_size(type(spider)) or setting(settings, "START_BATCH_SIZE"),
+            batch_size=own_batch_size(spider) or setting(settings, "START_BATCH_SIZE"),
         )
 
     def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
@@ -106,12 +102,32 @@ class StartEntries:
         entries: Any = self.server.rpop(self.key, self.batch_size)
         return [(bytes(entry), None) for entry in entries or []]
 
-    def set_aside(self, entry: str, reason: str, size: int) -> None:
-        """Keep the entry (cut to ``size`` characters at most) with the reason it was refused."""
+    def set_aside(self, entry: str, reason: str, size: int, raw: bytes | None = None) -> None:
+        """Keep the entry (cut to ``size`` characters at most) with the reason it was refused;
+        an entry that is not UTF-8 (``raw``, shown with backslash escapes) is also kept byte
+        for byte in ``entry_base64``, so it can be pushed back as it was."""
         record: dict[str, Any] = {"entry": entry[:size], "reason": reason, "time": time.time()}
         if len(entry) > size:
             record["truncated_from"] = len(entry)
+        if raw is not None and len(raw) <= size and not _is_utf8(raw):
+            record["entry_base64"] = base64.b64encode(raw).decode("ascii")
         self.server.rpush(self.invalid_key, json.dumps(record))
+
+
+def url_length_limit(settings: BaseSettings) -> int:
+    """URLLENGTH_LIMIT while Scrapy's UrlLengthMiddleware (which drops longer URLs) is on."""
+    middlewares = settings.getwithbase("SPIDER_MIDDLEWARES")
+    if middlewares.get("scrapy.spidermiddlewares.urllength.UrlLengthMiddleware") is None:
+        return 0
+    return settings.getint("URLLENGTH_LIMIT")
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class StartFeed:
@@ -140,39 +156,109 @@ class StartFeed:
         self.kind = kind
         self._idle_since: float | None = None
         self._said_waiting = False
+        self.fed = False  # whether the last next_requests() read any entry
 
     def next_requests(self) -> list[Request]:
-        """Requests from the next batches of start entries in Redis, skipping invalid ones."""
+        """Requests from the next batches of start entries in Redis, bad ones set aside.
+
+        Batches are read until one makes requests or FEED_BUDGET seconds have passed, so a
+        long run of bad entries never holds the reactor (lease renewals, writes): the idle
+        poll asks again. The acks of entries set aside are written after each batch."""
         requests: list[Request] = []
         scheduler = frontier_scheduler(self.crawler)
-        while not requests:
+        self.fed = False
+        deadline = time.monotonic() + FEED_BUDGET
+        while not requests and time.monotonic() < deadline:
             batch = self._pop_batch(scheduler)
             if not batch:
                 break
+            self.fed = True
             for raw, lease in batch:
-                shown = raw.decode("utf-8", "backslashreplace")
-                made = self.requests_or_set_aside(partial(self.make, raw), shown)
-                if lease is not None and scheduler is not None:
-                    for request in made:
-                        request.meta[START_META] = lease
-                    # No requests (an entry set aside) acks the entry's lease at once.
-                    scheduler.expect_start_requests(lease, len(made))
-                requests.extend(made)
+                requests.extend(self._entry_requests(raw, lease, scheduler))
+            if scheduler is not None:
+                scheduler.flush()
         return requests
+
+    def _entry_requests(
+        self, raw: bytes, lease: bytes | None, scheduler: FrontierScheduler | None
+    ) -> list[Request]:
+        """The entry's requests tagged with its lease, or none: the entry is set aside (and
+        its lease acked), or, if it could not be, left to come back when its lease expires."""
+        shown = raw.decode("utf-8", "backslashreplace")
+        try:
+            made = self.usable(list(self.make(raw)))
+        except Exception as exc:
+            self._settled(scheduler, lease, self.set_aside(shown, exc, raw), raw)
+            return []
+        self.count("start/entries")
+        if lease is not None and scheduler is not None:
+            for request in made:
+                request.meta[START_META] = lease
+            scheduler.expect_start_requests(lease, len(made))
+        return made
+
+    def _settled(
+        self, scheduler: FrontierScheduler | None, lease: bytes | None, kept: bool, raw: bytes
+    ) -> None:
+        if lease is not None and scheduler is not None:
+            if kept:
+                scheduler.starts.finish(lease)
+            else:
+                scheduler.starts.forget(lease)
+        elif not kept:
+            self._give_back(raw)
+
+    def _give_back(self, raw: bytes) -> None:
+        """Popped without a lease and not set aside: back to the list's popping end."""
+        try:
+            self.entries.server.rpush(self.entries.key, raw)
+        except RedisError as exc:
+            logger.error("Start entry %r lost: %s", raw[:2000], exc, extra={"spider": self.spider})
+
+    def usable(self, requests: list[Request]) -> list[Request]:
+        """The requests (each object once), or InvalidStartEntry for one the frontier could
+        not hold or Scrapy would drop before the scheduler (URL over URLLENGTH_LIMIT)."""
+        unique = list({id(request): request for request in requests}.values())
+        limit = url_length_limit(self.crawler.settings)
+        for request in unique:
+            if limit and len(request.url) > limit:
+                detail = f"{len(request.url)} characters, URLLENGTH_LIMIT is {limit}"
+                raise InvalidStartEntry("url_too_long", detail)
+            try:
+                serializer.dumps(request_record(request, self.spider))
+            except Exception as exc:
+                detail = f"{type(exc).__name__}: {str(exc)[:300]}"
+                raise InvalidStartEntry("not_serializable", detail) from None
+        return unique
 
     def requests_or_set_aside(
         self, make: Callable[[], Iterable[Request]], shown: str
     ) -> list[Request]:
         """``make()``'s requests, or none when it raises: the entry is set aside."""
         try:
-            requests = list(make())
+            requests = self.usable(list(make()))
         except Exception as exc:
             self.set_aside(shown, exc)
             return []
         self.count("start/entries")
         return requests
 
-    def set_aside(self, shown: str, exc: Exception) -> None:
+    def set_aside_stranded(self) -> None:
+        """At idle every request of a leased entry reached the scheduler or never will (a
+        middleware dropped it, scheduling it failed): an entry still waiting is set aside."""
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None:
+            return
+        for member, remaining in list(scheduler.starts.held.items()):
+            raw = member.split(b"\n", 1)[1]
+            exc = InvalidStartEntry(
+                "requests_dropped", f"{remaining} of its requests never reached the scheduler"
+            )
+            kept = self.set_aside(raw.decode("utf-8", "backslashreplace"), exc, raw)
+            self._settled(scheduler, member, kept, raw)
+
+    def set_aside(self, shown: str, exc: Exception, raw: bytes | None = None) -> bool:
+        """Keep the entry in the invalid list with the reason; False if Redis refused."""
         if isinstance(exc, InvalidStartEntry):
             reason, message = exc.reason, str(exc)
         else:
@@ -189,9 +275,11 @@ class StartFeed:
         )
         self.count(f"start/invalid/{reason}")
         try:
-            self.entries.set_aside(shown, message, self.max_shown)
+            self.entries.set_aside(shown, message, self.max_shown, raw)
         except RedisError as error:
             logger.error("Could not set the entry aside: %s", error, extra={"spider": self.spider})
+            return False
+        return True
 
     def count(self, key: str, value: int = 1) -> None:
         assert self.crawler.stats is not None
@@ -225,11 +313,12 @@ class StartFeed:
 
     def _may_close(self) -> bool:
         try:
+            self.set_aside_stranded()
             requests = self.next_requests()
-            assert self.crawler.engine is not None
-            for request in requests:
-                self.crawler.engine.crawl(request)
-            busy = bool(requests) or not self.fleet_idle()
+            self._crawl(requests)
+            if self.fed and not requests:
+                self._look_again_at_once()
+            busy = bool(requests) or self.fed or not self.fleet_idle()
         except Exception:
             logger.exception(
                 "Could not feed start entries; trying again", extra={"spider": self.spider}
@@ -243,6 +332,25 @@ class StartFeed:
         now = time.monotonic()
         self._idle_since = self._idle_since or now
         return self.max_idle_time > 0 and now - self._idle_since >= self.max_idle_time
+
+    def _look_again_at_once(self) -> None:
+        """Entries were read but all set aside: read on at the engine's next turn (after what
+        else waits on the reactor) rather than after IDLE_POLL_INTERVAL."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None and slot.closing is None:
+            slot.nextcall.schedule(0)
+
+    def _crawl(self, requests: list[Request]) -> None:
+        """Hand each request to the engine; one that fails does not keep back the others (its
+        entry is set aside at the next idle check)."""
+        assert self.crawler.engine is not None
+        for request in requests:
+            try:
+                self.crawler.engine.crawl(request)
+            except Exception:
+                logger.exception(
+                    "Could not schedule %s", request.url[:200], extra={"spider": self.spider}
+                )
 
     def _say_waiting(self) -> None:
         """Once per idle spell: where this worker waits for start entries."""

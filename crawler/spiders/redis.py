@@ -16,11 +16,12 @@ reason instead of vanishing. Two ways in, the same behaviour:
 
 An entry is scrapy-redis's: a URL, or JSON ``{"url": ..., "method": ..., "meta": {...}, ...}``
 whose other keys are form data. A request for a URL elsewhere than http(s), or carrying a
-user or password, is refused; so is ``meta`` that sets the frontier's own keys.
+user or password, is refused; so is ``meta`` that sets the crawl's own keys (``entry_meta.py``).
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 from collections.abc import Iterable
 from contextlib import suppress
@@ -31,18 +32,23 @@ from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spiders import CrawlSpider
 
-from crawler.scheduling.records import DUE_META
-from crawler.scheduling.scheduler import LEASE_META, START_META
+from crawler.settings_check.rules import SettingsError, problem
+from crawler.settings_check.scrapy_redis import on_the_frontier
+from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
-from crawler.spiders.feed import EntryLimits, InvalidStartEntry, StartEntries, StartFeed
+from crawler.spiders.entry_meta import check_meta
+from crawler.spiders.feed import (
+    EntryLimits,
+    InvalidStartEntry,
+    StartEntries,
+    StartFeed,
+)
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-RESERVED_META = frozenset({LEASE_META, START_META, DUE_META})
 
 
 def request_from_data(data: bytes, encoding: str, limits: EntryLimits) -> Request:
@@ -62,10 +68,9 @@ def request_from_data(data: bytes, encoding: str, limits: EntryLimits) -> Reques
         raise InvalidStartEntry("missing_keys", "['url']")
     url = check_start_url(fields.pop("url"), frozenset()).geturl()
     method, meta = fields.pop("method", "GET"), fields.pop("meta", {})
-    if not isinstance(method, str) or not method.isalpha():
+    if not isinstance(method, str) or not (method.isascii() and method.isalpha()):
         raise InvalidStartEntry("bad_value", "method is a word such as GET or POST")
-    if not isinstance(meta, dict) or RESERVED_META & meta.keys():
-        raise InvalidStartEntry("bad_value", f"meta is an object without {sorted(RESERVED_META)}")
+    meta = check_meta(meta)
     for name, value in fields.items():
         if not isinstance(value, str) and not (
             isinstance(value, list) and all(isinstance(part, str) for part in value)
@@ -99,6 +104,19 @@ def list_allowed_domains(spider: Any) -> None:
         spider.allowed_domains = list(domains)
 
 
+def check_encoding(spider: Any) -> None:
+    """SettingsError for a ``redis_encoding`` Python has no codec for: a misspelt encoding
+    would set every entry aside as not_decodable."""
+    encoding = getattr(spider, "redis_encoding", None) or "utf-8"
+    try:
+        codecs.lookup(encoding)
+    except (LookupError, TypeError):
+        allowed = "an encoding Python knows, such as utf-8 or latin-1"
+        raise SettingsError(
+            problem(f"{type(spider).__name__}.redis_encoding", encoding, allowed)
+        ) from None
+
+
 def check_size(data: bytes, limits: EntryLimits) -> None:
     if len(data) > limits.max_bytes:
         raise InvalidStartEntry("too_large", f"{len(data)} bytes, at most {limits.max_bytes}")
@@ -123,6 +141,7 @@ class RedisSpider(RedisFedSpider):
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         list_allowed_domains(spider)
+        check_encoding(spider)
         return spider
 
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request]:
@@ -164,11 +183,15 @@ class ScrapyRedisSpiders:
     fleet's idle rule) instead of scrapy-redis's pops. Not configured for other spiders."""
 
     def __init__(self, crawler: Crawler, spider: Spider) -> None:
+        from scrapy_redis.spiders import RedisMixin
+
         settings = crawler.settings
+        refuse_skipped_hooks(type(spider), RedisMixin)
         list_allowed_domains(spider)
+        check_encoding(spider)
         limits = EntryLimits.from_settings(settings)
         entries = StartEntries.for_spider(settings, spider)
-        max_idle = float(getattr(spider, "max_idle_time", 0) or 0)
+        max_idle = own_idle_time(spider, settings)
         make = partial(scrapy_redis_requests, spider, limits)
         self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)
         # scrapy-redis reads its start list only through next_requests (start_requests and its
@@ -179,9 +202,13 @@ class ScrapyRedisSpiders:
             crawler.signals.disconnect(adopted.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self.feed.on_idle, signal=signals.spider_idle)
         logger.info(
-            "scrapy-redis spider %s: start entries leased from %s, %d at a time; bad ones set "
+            "scrapy-redis spider %s: start entries %s from %s, %d at a time; bad ones set "
             "aside in %s",
             spider.name,
+            "leased"
+            if on_the_frontier(settings)
+            else "popped (not leased: SCHEDULER is not "
+            "the frontier's, a worker that dies loses the entries it holds)",
             entries.key,
             entries.batch_size,
             entries.invalid_key,
@@ -191,6 +218,6 @@ class ScrapyRedisSpiders:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ScrapyRedisSpiders:
         if not is_scrapy_redis_spider(crawler.spider):
-            raise NotConfigured("not a scrapy-redis spider")
+            raise NotConfigured
         assert crawler.spider is not None
         return cls(crawler, crawler.spider)

@@ -1,0 +1,76 @@
+"""scrapy-redis's spider attributes, read as scrapy-redis reads them (class, ``__init__`` or
+``-a``) and checked, and its start-list hooks, refused when the project's feed would skip them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from crawler.config import setting
+from crawler.settings_check.rules import SettingsError, integer, number
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+def own_batch_size(spider: Any) -> int | None:
+    """The spider's ``redis_batch_size`` if it sets one, on its class, in ``__init__`` or with
+    ``-a`` (SettingsError if not an integer >= 1). A scrapy-redis spider has one from its
+    setup_redis (CONCURRENT_REQUESTS unless set); the project's bases default to
+    START_BATCH_SIZE."""
+    size = getattr(spider, "redis_batch_size", None)
+    if size is None:
+        return None
+    return int(integer(1).read(f"{type(spider).__name__}.redis_batch_size", size))
+
+
+def own_idle_time(spider: Any, settings: BaseSettings) -> float:
+    """The spider's ``max_idle_time`` (seconds >= 0) if it sets one, as scrapy-redis reads it,
+    else MAX_IDLE_TIME_BEFORE_CLOSE."""
+    value = getattr(spider, "max_idle_time", None)
+    if value is None:
+        return float(setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE"))
+    return float(number(0).read(f"{type(spider).__name__}.max_idle_time", value))
+
+
+# scrapy-redis's hooks to its start list: the feed reads the list itself and would skip them.
+START_LIST_HOOKS = (
+    "next_requests",
+    "schedule_next_requests",
+    "spider_idle",
+    "fetch_data",
+    "pop_list_queue",
+    "pop_priority_queue",
+)
+
+
+def refuse_skipped_hooks(spidercls: type, base: type, own_start: bool = False) -> None:
+    """SettingsError naming each start-list hook ``spidercls`` defines over ``base``'s and,
+    with ``own_start`` (``base.start()`` never calls ``start_requests``), a ``start_requests``
+    without a ``start``: a silently skipped override is a crawl that does something else than
+    its code says."""
+    skipped = [
+        name
+        for name in START_LIST_HOOKS
+        if getattr(spidercls, name, None) is not getattr(base, name, None)
+    ]
+    defined = _defined_below(spidercls, base)
+    if own_start and "start_requests" in defined and "start" not in defined:
+        skipped.append("start_requests")
+    if skipped:
+        raise SettingsError(
+            f"spider {spidercls.__name__} overrides {', '.join(skipped)}, which the project's "
+            "start-entry feed never calls: turn an entry into requests in "
+            "make_request_from_data (or requests_from_entry on the project's bases; raise to "
+            "set it aside), or yield your own requests from start()"
+        )
+
+
+def _defined_below(spidercls: type, base: type) -> set[str]:
+    """Names defined by the classes of ``spidercls``'s MRO before ``base``."""
+    names: set[str] = set()
+    for cls in spidercls.__mro__:
+        if cls is base:
+            break
+        names.update(vars(cls))
+    return names
