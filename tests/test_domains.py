@@ -17,6 +17,7 @@ import redis
 
 from crawler.domains.summary import summarize
 from crawler.services import free_port
+from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
 from sandbox.domains_population import FakeDomain, build_population
 from tests.harness import ROOT, Crawl, Mongo, poll
@@ -210,3 +211,52 @@ def test_status_shows_classes_and_the_dead_share(
     for domain in sample:
         expected[domain.status] = expected.get(domain.status, 0) + 1
     assert report["classes"] == expected
+
+
+def test_a_100k_line_csv_is_read_as_the_sweep_goes(
+    sweep: Crawl,
+    redis_client: redis.Redis,
+    mongo: Mongo,
+    domains_sandbox: DomainsSandbox,
+    tmp_path: Path,
+) -> None:
+    """The file is read a batch at a time as the queue empties: Redis never holds more than
+    FILE_AHEAD_BATCHES batches of it, yet the sweep goes on past several such fills. (Read
+    whole, all 100,000 domains land in Redis within seconds.)"""
+    csv_file = tmp_path / "top100k.csv"
+    with csv_file.open("w") as out:
+        out.write("rank,domain\n")
+        out.writelines(f"{rank},site-{rank}.test\n" for rank in range(1, 100_001))
+    batch = 20
+    most = (FILE_AHEAD_BATCHES + 1) * batch
+    # The rate cap keeps the downloader full, as slow sites do in a real sweep: then Scrapy's
+    # engine reads start requests without pause.
+    settings = sweep_settings(
+        domains_sandbox,
+        FRONTIER_BATCH_SIZE=batch,
+        CONCURRENT_REQUESTS=50,
+        DOMAINS_RATE=100,
+        MAX_IDLE_TIME_BEFORE_CLOSE=60,
+    )
+    worker = subprocess.Popen(
+        sweep.command("domains", "-a", f"file={csv_file}", settings=settings),
+        cwd=ROOT,
+        env=sweep.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    queued: list[int] = []
+
+    def swept_past_three_fills() -> bool:
+        queued.append(int(redis_client.zcard("{domains}:queue")))
+        return int(mongo.db.domains.count_documents({})) > 3 * most
+
+    try:
+        poll(swept_past_three_fills, timeout=120, what="the sweep to go on", pause=0.02)
+    finally:
+        worker.kill()
+        worker.wait(10)
+    assert 0 < max(queued) <= most
+    # In file order: what is stored is the file's first lines (ranks 1, 2, ...).
+    ranks = sorted(int(d["domain"][5:-5]) for d in mongo.db.domains.find({}, {"domain": 1}))
+    assert ranks[-1] < len(ranks) + 2 * most

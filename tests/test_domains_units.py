@@ -8,6 +8,7 @@ import os
 import queue
 import threading
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.probes import RateCap
 from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound, NameServer
 from crawler.domains.summary import summarize
-from crawler.spiders.domains import csv_domains
+from crawler.spiders.domains import DomainsSpider, csv_domains
 from sandbox.dns import Answer, start_dns
 
 # --- names ----------------------------------------------------------------------------------
@@ -219,6 +220,28 @@ def test_csv_is_read_as_it_comes(tmp_path: Path) -> None:
         more.set()
     assert list(domains) == ["second.com"]
     writer.join(10)
+
+
+def test_a_100k_line_csv_goes_through_the_spider_in_little_memory(tmp_path: Path) -> None:
+    """The spider's ``-a file=`` entries, all 100,000, normalized one by one: the peak of
+    memory allocated is a small part of the file's size (read whole, it is several times it)."""
+    ranked = tmp_path / "top100k.csv"
+    with ranked.open("w") as out:
+        out.write("rank,domain\n")
+        out.writelines(f"{rank},WWW.Site-{rank}.example.com\n" for rank in range(1, 100_001))
+    size = ranked.stat().st_size
+    spider = DomainsSpider(file=str(ranked))
+    tracemalloc.start()
+    try:
+        last = ""
+        count = 0
+        for count, entry in enumerate(spider.argument_entries(), 1):  # noqa: B007
+            last = normalize_domain(entry)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (count, last) == (100_000, "site-100000.example.com")
+    assert peak < size / 10, f"{peak:,} bytes at the peak for a {size:,}-byte file"
 
 
 # --- the resolver against a real DNS server -------------------------------------------------
