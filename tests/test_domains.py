@@ -260,3 +260,60 @@ def test_a_100k_line_csv_is_read_as_the_sweep_goes(
     # In file order: what is stored is the file's first lines (ranks 1, 2, ...).
     ranks = sorted(int(d["domain"][5:-5]) for d in mongo.db.domains.find({}, {"domain": 1}))
     assert ranks[-1] < len(ranks) + 2 * most
+
+
+def test_state_does_not_grow_with_the_domains_swept(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    """Bounded state: 3x the domains, the same Redis keys, stats fields and Prometheus series
+    (bench/domains.py prints them after 20,000 domains)."""
+    population = list(domains_sandbox.domains.values())
+    small = sweep_and_count(sweep, redis_client, mongo, domains_sandbox, population[:100])
+    large = sweep_and_count(sweep, redis_client, mongo, domains_sandbox, population)
+
+    assert len(population) == 3 * 100
+    assert large == small, f"{small} for 100 domains, {large} for 300"
+    assert large["series"] <= 2000
+
+
+def sweep_and_count(
+    sweep: Crawl,
+    redis_client: redis.Redis,
+    mongo: Mongo,
+    sandbox: DomainsSandbox,
+    domains: list[FakeDomain],
+) -> dict[str, int]:
+    """Sweep ``domains`` from an empty Redis and MongoDB; the Prometheus series the worker
+    exports once all are stored, then the Redis keys and stats fields left when it is done."""
+    redis_client.flushdb()
+    mongo.db.domains.delete_many({})
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [d.entry for d in domains]}))
+    port = free_port()
+    settings = {"METRICS_PORT": port, "METRICS_HOST": LOCAL, "MAX_IDLE_TIME_BEFORE_CLOSE": 10}
+    worker = subprocess.Popen(
+        sweep.command("domains", settings={**sweep_settings(sandbox), **settings}),
+        cwd=ROOT,
+        env=sweep.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        poll(
+            lambda: mongo.db.domains.count_documents({}) == len(domains),
+            timeout=120,
+            what="the sweep",
+        )
+        with urlopen(f"http://{LOCAL}:{port}/metrics", timeout=10) as answer:
+            series = [line for line in answer.read().decode().splitlines() if line[:1] != "#"]
+        assert worker.wait(60) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    check_truth(stored(mongo), domains)
+    assert not [line for line in series if "domain=" in line]
+    return {
+        "series": len(series),
+        "keys": int(redis_client.dbsize()),
+        "stats_fields": int(redis_client.hlen("{domains}:stats")),
+    }

@@ -41,7 +41,7 @@ FAILURE_META = "domain_failure"
 SENT_META = "domain_sent_at"
 RECEIVED_META = "domain_bytes"
 FAILURE_FLAG = "domains_failure"
-DNS_STATS_EVERY = 200
+DNS_STATS_SECONDS = 1.0
 
 
 class RateCap:
@@ -68,7 +68,7 @@ class DomainProbeMiddleware:
         self.body_bytes = body_bytes
         self.resolver = resolver
         self.stats: StatsCollector | None = None
-        self._probes = 0
+        self._next_copy = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DomainProbeMiddleware:
@@ -79,6 +79,8 @@ class DomainProbeMiddleware:
             install(crawler),
         )
         crawler.signals.connect(middleware.bytes_received, signal=signals.bytes_received)
+        # Idle: before the fleet's stats are written a last time (the spider closes when idle).
+        crawler.signals.connect(middleware.copy_dns_stats, signal=signals.spider_idle)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         middleware.stats = crawler.stats
         return middleware
@@ -88,7 +90,8 @@ class DomainProbeMiddleware:
 
     def copy_dns_stats(self) -> None:
         """The resolver's counts as stats (``domains/dns/<count>``, ``domains/dns/ms``), every
-        DNS_STATS_EVERY probes and at the end, so the fleet's stats show them as a sweep goes."""
+        DNS_STATS_SECONDS while probes go out, when idle and at the end, so the fleet's stats
+        show them as a sweep goes, a short one too."""
         if self.resolver is None or self.stats is None:
             return
         for name, value in self.resolver.counts.items():
@@ -102,8 +105,9 @@ class DomainProbeMiddleware:
         if wait > 0:
             await asyncio.sleep(wait)
         request.meta[SENT_META] = time.time()
-        self._probes += 1
-        if self._probes % DNS_STATS_EVERY == 0:
+        now = time.monotonic()
+        if now >= self._next_copy:
+            self._next_copy = now + DNS_STATS_SECONDS
             self.copy_dns_stats()
 
     def process_exception(self, request: Request, exception: Exception) -> Response | None:
