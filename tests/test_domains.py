@@ -317,3 +317,35 @@ def sweep_and_count(
         "keys": int(redis_client.dbsize()),
         "stats_fields": int(redis_client.hlen("{domains}:stats")),
     }
+
+
+def test_two_workers_share_the_fleet_rate(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    """DOMAINS_FLEET_RATE caps the fleet, not each worker: two workers at 15 probes/s for the
+    fleet take as long as one would (two caps of their own: about half as long)."""
+    quick = ("alive", "nxdomain", "not_found", "parked")
+    domains = [d for d in domains_sandbox.domains.values() if d.behaviour in quick][:100]
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [d.entry for d in domains]}))
+    rate = 15
+    settings = sweep_settings(domains_sandbox, DOMAINS_FLEET_RATE=rate, FRONTIER_BATCH_SIZE=10)
+    workers = [
+        subprocess.Popen(
+            sweep.command("domains", settings=settings),
+            cwd=ROOT,
+            env=sweep.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        _, errors = worker.communicate(timeout=120)
+        assert worker.returncode == 0, errors[-3000:]
+
+    documents = stored(mongo)
+    check_truth(documents, domains)
+    stamps = sorted(document["checked_at"] for document in documents.values())
+    # Each worker holds at most a tenth of a second's tokens ahead: a few turns of slack.
+    assert stamps[-1] - stamps[0] >= (len(domains) - 10) / rate
+    assert redis_client.exists("{domains}:rate:fleet")  # the one bucket they shared

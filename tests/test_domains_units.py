@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from OpenSSL import SSL
@@ -39,7 +40,7 @@ from crawler.domains.classify import (
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
-from crawler.domains.probes import RateCap
+from crawler.domains.probes import FleetCap, RateCap
 from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound, NameServer
 from crawler.domains.summary import summarize
 from crawler.spiders.domains import DomainsSpider, csv_domains
@@ -368,3 +369,28 @@ def test_rate_cap_spreads_turns_evenly() -> None:
     assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3])
     assert cap.reserve(101.0) == 0.0
     assert RateCap(0.0).reserve(5.0) == 0.0
+
+
+def test_fleet_cap_is_shared_by_the_workers(redis_client: redis.Redis) -> None:
+    """Two workers' caps on one Redis bucket: together at most the fleet's rate (plus the
+    tokens each holds), and each gets turns."""
+    rate, seconds = 100.0, 1.5
+    caps = [FleetCap(redis_client, "{domains}:rate:fleet", rate) for _ in range(2)]
+    turns = [0, 0]
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        waits = [cap.wait() for cap in caps]
+        for worker, wait in enumerate(waits):
+            turns[worker] += wait == 0
+        if all(waits):
+            time.sleep(min(*waits, 0.05))  # what a worker does: await its turn
+    elapsed = time.monotonic() - started
+    assert sum(turns) <= rate * elapsed + 3 * 10
+    assert sum(turns) >= rate * elapsed / 2
+    assert min(turns) > 0
+    assert redis_client.keys("*") == [b"{domains}:rate:fleet"]
+
+
+def test_no_fleet_cap_asks_nothing_of_redis() -> None:
+    cap = FleetCap(None, "", 0)
+    assert [cap.wait() for _ in range(1000)] == [0.0] * 1000
