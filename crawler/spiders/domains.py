@@ -146,13 +146,19 @@ class DomainsSpider(RedisFedSpider):
             yield from csv_domains(Path(self.file))
 
     async def start(self) -> AsyncIterator[Any]:
-        """The arguments' domains, a batch at a time as the queue empties, then Redis's."""
+        """The arguments' domains, a batch at a time as the queue empties, then Redis's.
+
+        The arguments' requests go to the engine with ``crawl``, not one by one through this
+        generator: for each request it yields, Scrapy's engine asks the scheduler for the next
+        one at once, which writes and pops it alone (two Redis round trips per domain)."""
+        assert self.crawler.engine is not None
         batch: int = setting(self.crawler.settings, "FRONTIER_BATCH_SIZE")
         for number, entry in enumerate(self.argument_entries(), 1):
             for request in self._requests_or_set_aside(entry, entry):
-                yield request
+                self.crawler.engine.crawl(request)
             if number % batch == 0:
                 await self._room_in_queue(FILE_AHEAD_BATCHES * batch)
+                await asyncio.sleep(0)  # the reactor's turn
         for request in self.next_start_requests():
             yield request
 
