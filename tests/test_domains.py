@@ -272,7 +272,10 @@ def test_state_does_not_grow_with_the_domains_swept(
     large = sweep_and_count(sweep, redis_client, mongo, domains_sandbox, population)
 
     assert len(population) == 3 * 100
-    assert large == small, f"{small} for 100 domains, {large} for 300"
+    # The same, but for a rare outcome that adds a counter (an exception's type) in one run.
+    assert large["keys"] == small["keys"], f"{small} for 100 domains, {large} for 300"
+    for name in ("series", "stats_fields"):
+        assert large[name] <= small[name] + 3, f"{small} for 100 domains, {large} for 300"
     assert large["series"] <= 2000
 
 
