@@ -260,6 +260,12 @@ def where_the_time_goes(figures: dict[str, float], documents: int) -> None:
         f" {figures.get('redis_calls', 0):.0f} calls ({redis_s / max(wall, 0.001):.0%} of the"
         f" worker's {wall:.0f} s)"
     )
+    calls = sorted(
+        ((name[6:], count) for name, count in figures.items() if name.startswith("redis/")),
+        key=lambda item: -item[1],
+    )
+    shown = ", ".join(f"{name} {count / max(1, documents):.2f}" for name, count in calls[:4])
+    print(f"time: Redis calls   per domain: {shown}")
     sweeping = cpu - figures.get("cpu_before", 0.0)
     print(
         f"time: CPU           {cpu:.1f} s of the worker ({cpu / max(wall, 0.001):.0%} of a core),"

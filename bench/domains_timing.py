@@ -14,7 +14,8 @@
   which block it;
 - ``cpu``: the worker's user + system CPU time; ``cpu_before``: of which before its first DNS
   lookup (start-up: imports, settings, connections); ``wall``: from the hooks' install to exit;
-- ``lookups``, ``dns_failed``, ``connections``, ``connect_failed``, ``redis_calls``: counts.
+- ``lookups``, ``dns_failed``, ``connections``, ``connect_failed``, ``redis_calls``: counts;
+  ``redis/<command>`` and ``redis/<command>+<command>...`` (a pipeline): calls by what they ran.
 
 The hooks wrap Twisted's resolver adapter (``SimpleResolverComplexifier``, through which the
 agent's ``HostnameEndpoint`` reaches the installed ``IResolverSimple``), its TCP client and
@@ -107,6 +108,9 @@ def _lost(original: Callable[..., Any], client: Any, reason: Any) -> Any:
 
 
 def _timed_redis(original: Callable[..., Any], client: Any, *args: Any, **kwargs: Any) -> Any:
+    # What is called: a command's name, or a pipeline's commands (``redis/<names>``).
+    names = args[:1] if args else [c[0][0] for c in getattr(client, "command_stack", [])]
+    TOTALS["redis/" + "+".join(sorted({str(name).lower() for name in names}))[:60]] += 1
     started = time.monotonic()
     try:
         return original(client, *args, **kwargs)
