@@ -11,6 +11,9 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
                                      FILE_AHEAD_BATCHES x FRONTIER_BATCH_SIZE requests: neither
                                      the worker nor Redis ever holds the whole list
 
+Start entries in Redis are leased START_BATCH_SIZE at a time whenever the queue has room, as
+the file is read (see :meth:`DomainsSpider.start`).
+
 A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
 
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
@@ -148,19 +151,29 @@ class DomainsSpider(RedisFedSpider):
     async def start(self) -> AsyncIterator[Any]:
         """The arguments' domains, a batch at a time as the queue empties, then Redis's.
 
-        The arguments' requests go to the engine with ``crawl``, not one by one through this
-        generator: for each request it yields, Scrapy's engine asks the scheduler for the next
-        one at once, which writes and pops it alone (two Redis round trips per domain)."""
-        assert self.crawler.engine is not None
+        Requests go to the engine with ``crawl``, not one by one through this generator: for
+        each request it yields, Scrapy's engine asks the scheduler for the next one at once,
+        which writes and pops it alone (two Redis round trips per domain). Batches of start
+        entries in Redis are leased as the queue empties too, not only when the worker is idle
+        (a batch would wait for its slowest domain's timeouts before the next is read); once
+        there are none, later ones are read when idle, as for every spider."""
+        engine = self.crawler.engine
+        assert engine is not None
         batch: int = setting(self.crawler.settings, "FRONTIER_BATCH_SIZE")
+        most = FILE_AHEAD_BATCHES * batch
         for number, entry in enumerate(self.argument_entries(), 1):
             for request in self._requests_or_set_aside(entry, entry):
-                self.crawler.engine.crawl(request)
+                engine.crawl(request)
             if number % batch == 0:
-                await self._room_in_queue(FILE_AHEAD_BATCHES * batch)
+                await self._room_in_queue(most)
                 await asyncio.sleep(0)  # the reactor's turn
-        for request in self.next_start_requests():
-            yield request
+        while requests := self.next_start_requests():
+            for request in requests:
+                engine.crawl(request)
+            await self._room_in_queue(most)
+            await asyncio.sleep(0)
+        return
+        yield  # an async generator, as Scrapy's start() is
 
     async def _room_in_queue(self, most: int) -> None:
         """Return once the fleet's queue holds fewer than ``most`` requests (at once without
