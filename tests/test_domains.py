@@ -352,3 +352,24 @@ def test_two_workers_share_the_fleet_rate(
     # Each worker holds at most a tenth of a second's tokens ahead: a few turns of slack.
     assert stamps[-1] - stamps[0] >= (len(domains) - 10) / rate
     assert redis_client.exists("{domains}:rate:fleet")  # the one bucket they shared
+
+
+def test_start_entries_are_read_while_a_slow_domain_waits(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    """Entries in Redis are leased as the queue has room, not when the worker is idle: the
+    domains listed after a slow one are done while it still waits out its timeouts."""
+    population = list(domains_sandbox.domains.values())
+    slow = next(domain for domain in population if domain.behaviour == "slow")
+    quick = [domain for domain in population if domain.behaviour == "alive"][:20]
+    # One entry a batch; the list is read oldest first, so the slow domain's batch is first.
+    redis_client.lpush("domains:start_urls", slow.entry, *(domain.entry for domain in quick))
+    settings = sweep_settings(domains_sandbox, START_BATCH_SIZE=1, DOMAINS_DOWNLOAD_TIMEOUT=3)
+
+    result = sweep("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    check_truth(documents, [slow, *quick])
+    last_quick = max(documents[domain.name]["checked_at"] for domain in quick)
+    assert last_quick < documents[slow.name]["checked_at"] - 3  # before its second try
