@@ -12,25 +12,39 @@ the same ``rank,domain`` CSV (``-a file=``) with one worker process each:
       CachingThreadedResolver asking the sandbox's DNS server from the reactor's 10 threads,
       with glibc's default 5 s x 2 attempts), DOWNLOAD_TIMEOUT 180 s.
 
-Printed per sweep: domains/s (domains stored / time from the first to the last stored),
-classification accuracy against the ground truth, peak RSS of the worker, and where the time
-goes (DNS seconds and queries, mean response time, Redis commands per domain).
+The worker runs pinned to CPU 0 and everything else (this process: the sandbox's DNS and web
+servers; Redis; MongoDB) to CPU 1, so a worker's rate is one core's (``--no-pin`` to share).
+Other programs on the machine still share the cores: the worker's own CPU time is printed too,
+and domains per CPU-second of the worker is the rate of a core it would have to itself.
 
-Usage: python bench/domains.py [--domains 2000] [--slow 15] [--only ours|defaults]
+Printed per sweep: domains/s (domains stored / time from the first to the last stored),
+classification accuracy against the ground truth, peak RSS of the worker, where the time goes
+(bench/domains_timing.py, measured in the worker: DNS lookups, TCP connects, open connections,
+Redis calls blocking the reactor, CPU), Redis commands per domain and the Redis server's CPU
+per domain (hence the domains/s one Redis core serves), the Redis keys and stats fields left
+afterwards and the most Prometheus series the worker exported; then the ratio of the two
+sweeps.
+
+Usage: python bench/domains.py [--domains 2000] [--slow 15] [--only ours|defaults] [--no-pin]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.error import URLError
+from urllib.request import urlopen
 
 import dns.exception
 import dns.nameserver
@@ -47,6 +61,7 @@ from sandbox.domains_population import build_population
 ROOT = Path(__file__).resolve().parents[1]
 SEED_BAR = 167.0  # the seed's planned domains/s per worker
 GLIBC_TIMEOUT, GLIBC_ATTEMPTS = 5.0, 2
+WORKER_CORE, SERVERS_CORE = 0, 1
 
 
 class ThreadedSandboxResolver(CachingThreadedResolver):
@@ -79,13 +94,17 @@ class ThreadedSandboxResolver(CachingThreadedResolver):
             raise DNSLookupError(name) from exc
 
 
-def sweep_command(csv_file: Path, sandbox: DomainsSandbox, defaults: bool) -> list[str]:
+def sweep_command(
+    csv_file: Path, sandbox: DomainsSandbox, defaults: bool, core: int, metrics_port: int
+) -> list[str]:
     settings: dict[str, Any] = {
         "DOMAINS_NAMESERVERS": sandbox.nameserver,
         "DOMAINS_HTTP_PORT": sandbox.http_port,
         "DOMAINS_HTTPS_PORT": sandbox.https_port,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
         "LOG_LEVEL": "INFO",
+        "METRICS_PORT": metrics_port,
+        "METRICS_HOST": "127.0.0.1",
     }
     if defaults:
         settings["TWISTED_DNS_RESOLVER"] = "bench.domains.ThreadedSandboxResolver"
@@ -100,7 +119,8 @@ def sweep_command(csv_file: Path, sandbox: DomainsSandbox, defaults: bool) -> li
         sys.executable,
         *profile,
         "-m",
-        "scrapy",
+        "bench.domains_timing",
+        str(core),
         "crawl",
         "domains",
         "-a",
@@ -120,10 +140,30 @@ def peak_rss_mib(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else 0.0
 
 
-def run_sweep(command: list[str], env: dict[str, str]) -> tuple[str, float]:
+def count_series(port: int) -> int:
+    """The worker's Prometheus series (sample lines) now; 0 when it does not answer."""
+    try:
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            lines = answer.read().decode().splitlines()
+    except (OSError, URLError):
+        return 0
+    return sum(1 for line in lines if line and not line.startswith("#"))
+
+
+def run_sweep(command: list[str], env: dict[str, str], metrics_port: int) -> tuple[str, float, int]:
+    """The worker's last log lines, its peak RSS (MiB) and the most series it exported."""
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
+    series = [0]
+    done = threading.Event()
+
+    def watch_series() -> None:
+        while not done.wait(2.0):
+            series.append(count_series(metrics_port))
+
+    watcher = threading.Thread(target=watch_series, daemon=True)
+    watcher.start()
     peak = 0.0
     log: list[str] = []
     assert process.stderr is not None
@@ -131,7 +171,9 @@ def run_sweep(command: list[str], env: dict[str, str]) -> tuple[str, float]:
         log.append(line)
         peak = max(peak, peak_rss_mib(process.pid))
     process.wait()
-    return "".join(log[-400:]), peak
+    done.set()
+    watcher.join(10)
+    return "".join(log[-400:]), peak, max(series)
 
 
 def stat(log: str, name: str) -> float:
@@ -139,26 +181,97 @@ def stat(log: str, name: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def measure(label: str, defaults: bool, args: argparse.Namespace, world: dict[str, Any]) -> None:
+def measure(label: str, defaults: bool, args: argparse.Namespace, world: dict[str, Any]) -> float:
+    """Run one sweep and print its figures; returns its domains/s over the first 90%."""
     client: redis.Redis = world["redis"]
     client.flushdb()
     client.config_resetstat()
+    redis_cpu = redis_cpu_seconds(client)
     database = f"bench_{label}_{int(time.time())}"
     env = {**world["env"], "MONGO_DATABASE": database}
-    command = sweep_command(world["csv"], world["sandbox"], defaults)
+    metrics_port = free_port()
+    core = WORKER_CORE if args.pin else -1
+    command = sweep_command(world["csv"], world["sandbox"], defaults, core, metrics_port)
     started = time.monotonic()
-    log, peak = run_sweep(command, env)
+    log, peak, series = run_sweep(command, env, metrics_port)
     elapsed = time.monotonic() - started
     documents = list(world["mongo"][database].domains.find())
     world["mongo"].drop_database(database)
-    commands = sum(
-        value["calls"]
+    stats = {
+        key.removeprefix("cmdstat_"): value
         for key, value in client.info("commandstats").items()
         if key != "cmdstat_info"
+    }
+    commands = sum(value["calls"] for value in stats.values())
+    rate = report(label, documents, world["truth"], elapsed, peak, log, commands)
+    per_domain = (redis_cpu_seconds(client) - redis_cpu) / max(1, len(documents))
+    print(
+        f"Redis CPU           {1e6 * per_domain:.0f} us per domain: one Redis core serves"
+        f" {1 / max(per_domain, 1e-9):,.0f} domains/s"
     )
-    report(label, documents, world["truth"], elapsed, peak, log, commands)
+    busiest = sorted(stats.items(), key=lambda item: -item[1]["usec"])[:6]
+    shown = ", ".join(
+        f"{name} {value['calls']} ({value['usec'] / 1e6:.1f} s)" for name, value in busiest
+    )
+    print(f"Redis commands      {shown}")
     fields = client.hlen("{domains}:stats")
     print(f"Redis state after   {client.dbsize()} keys, {fields} fields in {{domains}}:stats")
+    print(f"Prometheus          {series} series at most (bounded: <= 2,000)")
+    return rate
+
+
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """CPU time the Redis server has used (user + system, all its threads)."""
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def timing(log: str) -> dict[str, float]:
+    """The worker's own figures (bench/domains_timing.py), or {} when it printed none."""
+    match = re.search(r"^domains-timing (\{.*\})$", log, re.MULTILINE)
+    return json.loads(match.group(1)) if match else {}
+
+
+def where_the_time_goes(figures: dict[str, float], documents: int) -> None:
+    """Seconds summed over the requests in flight (they overlap: sums exceed the wall time),
+    except Redis and CPU, which take the worker's one thread."""
+    if not figures:
+        print("time                (the worker printed no timings)")
+        return
+    lookups, connections = figures.get("lookups", 0), figures.get("connections", 0)
+    connects = connections + figures.get("connect_failed", 0)
+    wall, cpu, redis_s = figures["wall"], figures["cpu"], figures.get("redis", 0.0)
+    print(
+        f"time: DNS           {figures.get('dns', 0):.1f} s over {lookups:.0f} lookups"
+        f" ({1000 * figures.get('dns', 0) / max(1, lookups):.0f} ms each,"
+        f" {figures.get('dns_failed', 0):.0f} failed)"
+    )
+    print(
+        f"time: TCP connect   {figures.get('connect', 0):.1f} s over {connects:.0f} attempts"
+        f" ({1000 * figures.get('connect', 0) / max(1, connects):.1f} ms each,"
+        f" {figures.get('connect_failed', 0):.0f} refused or cut at the timeout)"
+    )
+    print(
+        f"time: connection    {figures.get('open', 0):.1f} s open (TLS, request, answer;"
+        f" {1000 * figures.get('open', 0) / max(1, connections):.0f} ms each)"
+    )
+    print(
+        f"time: Redis         {redis_s:.1f} s blocking the reactor in"
+        f" {figures.get('redis_calls', 0):.0f} calls ({redis_s / max(wall, 0.001):.0%} of the"
+        f" worker's {wall:.0f} s)"
+    )
+    calls = sorted(
+        ((name[6:], count) for name, count in figures.items() if name.startswith("redis/")),
+        key=lambda item: -item[1],
+    )
+    shown = ", ".join(f"{name} {count / max(1, documents):.2f}" for name, count in calls[:4])
+    print(f"time: Redis calls   per domain: {shown}")
+    sweeping = cpu - figures.get("cpu_before", 0.0)
+    print(
+        f"time: CPU           {cpu:.1f} s of the worker ({cpu / max(wall, 0.001):.0%} of a core),"
+        f" {sweeping:.1f} s after start-up: {documents / max(sweeping, 0.001):.0f} domains per"
+        " CPU-second (the rate of a core of its own)"
+    )
 
 
 def report(
@@ -169,7 +282,7 @@ def report(
     peak: float,
     log: str,
     redis_commands: int,
-) -> None:
+) -> float:
     stamps = sorted(document["checked_at"] for document in documents)
     span = (stamps[-1] - stamps[0]) if len(stamps) > 1 else elapsed
     right = sum(
@@ -178,23 +291,32 @@ def report(
         if (truth.get(document["domain"]) or {}).get("status") == document["status"]
     )
     count = max(1, len(documents))
+    wrong = Counter(
+        (document["status"], (truth.get(document["domain"]) or {}).get("status"))
+        for document in documents
+        if (truth.get(document["domain"]) or {}).get("status") != document["status"]
+    )
     print(f"\n== {label}")
     print(f"domains stored      {len(documents)} of {len(truth)}, {right / count:.1%} as expected")
+    if wrong:
+        shown = ", ".join(f"{n} {got} (truth: {want})" for (got, want), n in wrong.most_common(4))
+        print(f"misclassified       {shown}")
     print(f"sweep               {span:.1f} s first-to-last, {elapsed:.1f} s with start/stop")
     print(
         f"domains/s           {len(documents) / max(span, 0.001):.0f} (seed's bar {SEED_BAR:.0f})"
     )
+    rate = len(documents) / max(span, 0.001)
     if len(stamps) > 20:
         ninety = stamps[int(len(stamps) * 0.9)] - stamps[0]
-        print(f"domains/s, first 90% {0.9 * len(stamps) / max(ninety, 0.001):.0f}")
+        rate = 0.9 * len(stamps) / max(ninety, 0.001)
+        print(f"domains/s, first 90% {rate:.0f}")
     print(f"peak RSS            {peak:.0f} MiB")
     dns_ms, queries = stat(log, "domains/dns/ms"), stat(log, "domains/dns/queries")
     if queries:
-        print(f"DNS                 {queries:.0f} queries, {dns_ms / 1000:.1f} s waited in total")
-    response_ms = stat(log, "domains/response_ms")
-    answers = max(1.0, stat(log, "downloader/response_count"))
-    print(f"HTTP                mean response time {response_ms / answers:.0f} ms")
-    print(f"Redis               {redis_commands / count:.1f} commands per domain")
+        print(f"resolver            {queries:.0f} queries, {dns_ms / 1000:.1f} s waited in total")
+    where_the_time_goes(timing(log), len(documents))
+    print(f"Redis               {redis_commands / count:.1f} commands per domain (server side)")
+    return rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--slow", type=float, default=15.0, help="seconds slow domains wait")
     parser.add_argument("--only", choices=("ours", "defaults"))
+    parser.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin to CPUs")
     args = parser.parse_args(argv)
+    if args.pin and not {WORKER_CORE, SERVERS_CORE} <= os.sched_getaffinity(0):
+        print("fewer than 2 CPUs to pin to: not pinning")
+        args.pin = False
+    if args.pin:
+        # This process, the sandbox's threads and the Redis and MongoDB servers it starts.
+        os.sched_setaffinity(0, {SERVERS_CORE})
     with tempfile.TemporaryDirectory(prefix="bench-domains-") as tmp:
         work = Path(tmp)
         redis_port, mongo_port = free_port(), free_port()
@@ -229,10 +358,16 @@ def main(argv: list[str] | None = None) -> int:
                 },
             }
             print(f"sandbox: {sandbox.describe()}")
+            pinned = f"worker on CPU {WORKER_CORE}, the rest on CPU {SERVERS_CORE}"
+            print(f"pinning: {pinned if args.pin else 'none'}")
+            rates = {}
             if args.only in (None, "ours"):
-                measure("ours", False, args, world)
+                rates["ours"] = measure("ours", False, args, world)
             if args.only in (None, "defaults"):
-                measure("scrapy-defaults", True, args, world)
+                rates["defaults"] = measure("scrapy-defaults", True, args, world)
+            if len(rates) == 2:
+                ratio = rates["ours"] / max(rates["defaults"], 0.001)
+                print(f"\nours / Scrapy's defaults: {ratio:.2f}x domains/s (first 90%)")
         finally:
             runner.stop()
             redis_server.stop()

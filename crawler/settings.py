@@ -500,6 +500,9 @@ DOMAINS_HTTPS_PORT = 443
 # DOMAINS_RATE (float >= 0, default 0 = no cap): probes per second a worker sends at most,
 # spread evenly (the global cap; per-domain politeness does not apply to one request per domain).
 DOMAINS_RATE = 0.0
+# DOMAINS_FLEET_RATE (float >= 0, default 0 = no cap): probes per second the whole fleet of the
+# spider sends at most (a token bucket in Redis, "{domains}:rate:fleet"), e.g. for an upstream.
+DOMAINS_FLEET_RATE = 0.0
 # DOMAINS_BODY_BYTES (int >= 1024, default 65536): bytes of a page read at most; the title and
 # parking signatures are in the first ones, the rest is not downloaded.
 DOMAINS_BODY_BYTES = 65_536

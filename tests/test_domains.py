@@ -17,6 +17,7 @@ import redis
 
 from crawler.domains.summary import summarize
 from crawler.services import free_port
+from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
 from sandbox.domains_population import FakeDomain, build_population
 from tests.harness import ROOT, Crawl, Mongo, poll
@@ -210,3 +211,165 @@ def test_status_shows_classes_and_the_dead_share(
     for domain in sample:
         expected[domain.status] = expected.get(domain.status, 0) + 1
     assert report["classes"] == expected
+
+
+def test_a_100k_line_csv_is_read_as_the_sweep_goes(
+    sweep: Crawl,
+    redis_client: redis.Redis,
+    mongo: Mongo,
+    domains_sandbox: DomainsSandbox,
+    tmp_path: Path,
+) -> None:
+    """The file is read a batch at a time as the queue empties: Redis never holds more than
+    FILE_AHEAD_BATCHES batches of it, yet the sweep goes on past several such fills. (Read
+    whole, all 100,000 domains land in Redis within seconds.)"""
+    csv_file = tmp_path / "top100k.csv"
+    with csv_file.open("w") as out:
+        out.write("rank,domain\n")
+        out.writelines(f"{rank},site-{rank}.test\n" for rank in range(1, 100_001))
+    batch = 20
+    most = (FILE_AHEAD_BATCHES + 1) * batch
+    # The rate cap keeps the downloader full, as slow sites do in a real sweep: then Scrapy's
+    # engine reads start requests without pause.
+    settings = sweep_settings(
+        domains_sandbox,
+        FRONTIER_BATCH_SIZE=batch,
+        CONCURRENT_REQUESTS=50,
+        DOMAINS_RATE=100,
+        MAX_IDLE_TIME_BEFORE_CLOSE=60,
+    )
+    worker = subprocess.Popen(
+        sweep.command("domains", "-a", f"file={csv_file}", settings=settings),
+        cwd=ROOT,
+        env=sweep.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    queued: list[int] = []
+
+    def swept_past_three_fills() -> bool:
+        queued.append(int(redis_client.zcard("{domains}:queue")))
+        return int(mongo.db.domains.count_documents({})) > 3 * most
+
+    try:
+        poll(swept_past_three_fills, timeout=120, what="the sweep to go on", pause=0.02)
+    finally:
+        worker.kill()
+        worker.wait(10)
+    assert 0 < max(queued) <= most
+    # In file order: what is stored is the file's first lines (ranks 1, 2, ...).
+    ranks = sorted(int(d["domain"][5:-5]) for d in mongo.db.domains.find({}, {"domain": 1}))
+    assert ranks[-1] < len(ranks) + 2 * most
+
+
+def test_state_does_not_grow_with_the_domains_swept(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    """Bounded state: 3x the domains, the same Redis keys, stats fields and Prometheus series
+    (bench/domains.py prints them after 20,000 domains)."""
+    population = list(domains_sandbox.domains.values())
+    small = sweep_and_count(sweep, redis_client, mongo, domains_sandbox, population[:100])
+    large = sweep_and_count(sweep, redis_client, mongo, domains_sandbox, population)
+
+    assert len(population) == 3 * 100
+    # The same, but for a rare outcome that adds a counter (an exception's type) in one run.
+    assert large["keys"] == small["keys"], f"{small} for 100 domains, {large} for 300"
+    for name in ("series", "stats_fields"):
+        assert large[name] <= small[name] + 3, f"{small} for 100 domains, {large} for 300"
+    assert large["series"] <= 2000
+
+
+def sweep_and_count(
+    sweep: Crawl,
+    redis_client: redis.Redis,
+    mongo: Mongo,
+    sandbox: DomainsSandbox,
+    domains: list[FakeDomain],
+) -> dict[str, int]:
+    """Sweep ``domains`` from an empty Redis and MongoDB; the Prometheus series the worker
+    exports once all are stored, then the Redis keys and stats fields left when it is done."""
+    redis_client.flushdb()
+    mongo.db.domains.delete_many({})
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [d.entry for d in domains]}))
+    port = free_port()
+    settings = {"METRICS_PORT": port, "METRICS_HOST": LOCAL, "MAX_IDLE_TIME_BEFORE_CLOSE": 10}
+    worker = subprocess.Popen(
+        sweep.command("domains", settings={**sweep_settings(sandbox), **settings}),
+        cwd=ROOT,
+        env=sweep.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        poll(
+            lambda: mongo.db.domains.count_documents({}) == len(domains),
+            timeout=120,
+            what="the sweep",
+        )
+        with urlopen(f"http://{LOCAL}:{port}/metrics", timeout=10) as answer:
+            series = [line for line in answer.read().decode().splitlines() if line[:1] != "#"]
+        assert worker.wait(60) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)
+    check_truth(stored(mongo), domains)
+    assert not [line for line in series if "domain=" in line]
+    return {
+        "series": len(series),
+        "keys": int(redis_client.dbsize()),
+        "stats_fields": int(redis_client.hlen("{domains}:stats")),
+    }
+
+
+def test_two_workers_share_the_fleet_rate(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    """DOMAINS_FLEET_RATE caps the fleet, not each worker: two workers at 15 probes/s for the
+    fleet take as long as one would (two caps of their own: about half as long)."""
+    quick = ("alive", "nxdomain", "not_found", "parked")
+    domains = [d for d in domains_sandbox.domains.values() if d.behaviour in quick][:100]
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [d.entry for d in domains]}))
+    rate = 15
+    settings = sweep_settings(domains_sandbox, DOMAINS_FLEET_RATE=rate, FRONTIER_BATCH_SIZE=10)
+    workers = [
+        subprocess.Popen(
+            sweep.command("domains", settings=settings),
+            cwd=ROOT,
+            env=sweep.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        _, errors = worker.communicate(timeout=120)
+        assert worker.returncode == 0, errors[-3000:]
+
+    documents = stored(mongo)
+    check_truth(documents, domains)
+    stamps = sorted(document["checked_at"] for document in documents.values())
+    # Each worker holds at most a tenth of a second's tokens ahead: a few turns of slack.
+    assert stamps[-1] - stamps[0] >= (len(domains) - 10) / rate
+    assert redis_client.exists("{domains}:rate:fleet")  # the one bucket they shared
+
+
+def test_start_entries_are_read_while_a_slow_domain_waits(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, domains_sandbox: DomainsSandbox
+) -> None:
+    """Entries in Redis are leased as the queue has room, not when the worker is idle: the
+    domains listed after a slow one are done while it still waits out its timeouts."""
+    population = list(domains_sandbox.domains.values())
+    slow = next(domain for domain in population if domain.behaviour == "slow")
+    quick = [domain for domain in population if domain.behaviour == "alive"][:20]
+    # One entry a batch; the list is read oldest first, so the slow domain's batch is first.
+    redis_client.lpush("domains:start_urls", slow.entry, *(domain.entry for domain in quick))
+    settings = sweep_settings(domains_sandbox, START_BATCH_SIZE=1, DOMAINS_DOWNLOAD_TIMEOUT=3)
+
+    result = sweep("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    check_truth(documents, [slow, *quick])
+    last_quick = max(documents[domain.name]["checked_at"] for domain in quick)
+    assert last_quick < documents[slow.name]["checked_at"] - 3  # before its second try

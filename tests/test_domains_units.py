@@ -8,11 +8,13 @@ import os
 import queue
 import threading
 import time
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from OpenSSL import SSL
@@ -38,10 +40,10 @@ from crawler.domains.classify import (
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
-from crawler.domains.probes import RateCap
+from crawler.domains.probes import FleetCap, RateCap
 from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound, NameServer
 from crawler.domains.summary import summarize
-from crawler.spiders.domains import csv_domains
+from crawler.spiders.domains import DomainsSpider, csv_domains
 from sandbox.dns import Answer, start_dns
 
 # --- names ----------------------------------------------------------------------------------
@@ -221,6 +223,28 @@ def test_csv_is_read_as_it_comes(tmp_path: Path) -> None:
     writer.join(10)
 
 
+def test_a_100k_line_csv_goes_through_the_spider_in_little_memory(tmp_path: Path) -> None:
+    """The spider's ``-a file=`` entries, all 100,000, normalized one by one: the peak of
+    memory allocated is a small part of the file's size (read whole, it is several times it)."""
+    ranked = tmp_path / "top100k.csv"
+    with ranked.open("w") as out:
+        out.write("rank,domain\n")
+        out.writelines(f"{rank},WWW.Site-{rank}.example.com\n" for rank in range(1, 100_001))
+    size = ranked.stat().st_size
+    spider = DomainsSpider(file=str(ranked))
+    tracemalloc.start()
+    try:
+        last = ""
+        count = 0
+        for count, entry in enumerate(spider.argument_entries(), 1):  # noqa: B007
+            last = normalize_domain(entry)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (count, last) == (100_000, "site-100000.example.com")
+    assert peak < size / 10, f"{peak:,} bytes at the peak for a {size:,}-byte file"
+
+
 # --- the resolver against a real DNS server -------------------------------------------------
 
 ANSWERS = {
@@ -345,3 +369,31 @@ def test_rate_cap_spreads_turns_evenly() -> None:
     assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3])
     assert cap.reserve(101.0) == 0.0
     assert RateCap(0.0).reserve(5.0) == 0.0
+
+
+def test_fleet_cap_is_shared_by_the_workers(redis_client: redis.Redis) -> None:
+    """Two workers' caps on one Redis bucket: together at most the fleet's rate (plus the
+    tokens each holds), and each gets turns."""
+    rate, seconds = 100.0, 1.5
+    caps = [FleetCap(redis_client, "{domains}:rate:fleet", rate) for _ in range(2)]
+    turns = [0, 0]
+    started = time.monotonic()
+    rounds = 0
+    while time.monotonic() - started < seconds:
+        rounds += 1
+        order = [0, 1] if rounds % 2 else [1, 0]  # neither always asks first
+        waits = {worker: caps[worker].wait() for worker in order}
+        for worker, wait in waits.items():
+            turns[worker] += wait == 0
+        if all(waits.values()):
+            time.sleep(min(*waits.values(), 0.05))  # what a worker does: await its turn
+    elapsed = time.monotonic() - started
+    assert sum(turns) <= rate * elapsed + 3 * 10
+    assert sum(turns) >= rate * elapsed / 2
+    assert min(turns) > 0
+    assert redis_client.keys("*") == [b"{domains}:rate:fleet"]
+
+
+def test_no_fleet_cap_asks_nothing_of_redis() -> None:
+    cap = FleetCap(None, "", 0)
+    assert [cap.wait() for _ in range(1000)] == [0.0] * 1000

@@ -3,7 +3,9 @@
 Requests of the domains spider carry ``PROBE_META``. For them this middleware:
 
 - on the way out, takes a turn of the worker's rate cap (DOMAINS_RATE requests per second,
-  0 = no cap), awaiting it on the loop (never sleeping the reactor), and notes the send time;
+  0 = no cap) and a token of the fleet's (DOMAINS_FLEET_RATE, shared by every worker of the
+  spider through Redis), awaiting them on the loop (never sleeping the reactor), and notes the
+  send time;
 - turns a download failure (DNS, refused, timeout, TLS, ...) into a Response of status 0
   flagged ``domains_failure``, with the failure's class in ``meta[FAILURE_META]``. The response
   goes through the rest of the chain and to the spider's callback like any answer, so the
@@ -27,7 +29,9 @@ from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
+from crawler.bans.fleet import TOKEN_BUCKET
 from crawler.config import setting
+from crawler.connection import redis_from_settings
 from crawler.domains.classify import failure_kind, refine_dns
 from crawler.domains.resolver import AsyncResolver, install
 
@@ -36,12 +40,14 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from crawler.connection import RedisClient
+
 PROBE_META = "domain_probe"
 FAILURE_META = "domain_failure"
 SENT_META = "domain_sent_at"
 RECEIVED_META = "domain_bytes"
 FAILURE_FLAG = "domains_failure"
-DNS_STATS_EVERY = 200
+DNS_STATS_SECONDS = 1.0
 
 
 class RateCap:
@@ -60,25 +66,73 @@ class RateCap:
         return turn - now
 
 
-class DomainProbeMiddleware:
-    """Settings: DOMAINS_RATE, DOMAINS_BODY_BYTES (crawler/settings.py)."""
+class FleetCap:
+    """At most ``rate`` turns per second for the whole fleet: a token bucket in Redis at ``key``
+    (the fleet politeness's script), from which a worker takes a tenth of a second's worth at
+    a time (at most 50), so one worker never hoards the fleet's turns. 0 = no cap."""
 
-    def __init__(self, rate: float, body_bytes: int, resolver: AsyncResolver | None) -> None:
+    def __init__(self, server: RedisClient | None, key: str, rate: float) -> None:
+        self.rate = rate
+        self.key = key
+        self._bucket = server.register_script(TOKEN_BUCKET) if server and rate > 0 else None
+        self._tokens = 0
+        self._take = max(1, min(50, int(rate / 10)))
+
+    def wait(self) -> float:
+        """0 when a turn is taken, else the seconds to wait before asking again."""
+        if self._bucket is None:
+            return 0.0
+        if self._tokens <= 0:
+            try:
+                granted, wait, _ = self._bucket(
+                    keys=[self.key],
+                    args=[time.time(), self.rate, self._take, self._take, 1, 1, 0],
+                )
+            except RedisError:
+                return 1.0  # the frontier reports the outage; no turn without Redis
+            self._tokens = int(granted)
+            if not self._tokens:
+                return max(0.001, float(wait))
+        self._tokens -= 1
+        return 0.0
+
+
+class DomainProbeMiddleware:
+    """Settings: DOMAINS_RATE, DOMAINS_FLEET_RATE, DOMAINS_BODY_BYTES (crawler/settings.py)."""
+
+    def __init__(
+        self,
+        rate: float,
+        body_bytes: int,
+        resolver: AsyncResolver | None,
+        fleet: FleetCap | None = None,
+    ) -> None:
         self.cap = RateCap(rate)
+        self.fleet = fleet or FleetCap(None, "", 0)
         self.body_bytes = body_bytes
         self.resolver = resolver
         self.stats: StatsCollector | None = None
-        self._probes = 0
+        self._next_copy = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DomainProbeMiddleware:
         settings = crawler.settings
+        fleet_rate: float = setting(settings, "DOMAINS_FLEET_RATE")
+        assert crawler.spidercls is not None
+        fleet = FleetCap(
+            redis_from_settings(settings) if fleet_rate > 0 else None,
+            "{" + crawler.spidercls.name + "}:rate:fleet",
+            fleet_rate,
+        )
         middleware = cls(
             setting(settings, "DOMAINS_RATE"),
             setting(settings, "DOMAINS_BODY_BYTES"),
             install(crawler),
+            fleet,
         )
         crawler.signals.connect(middleware.bytes_received, signal=signals.bytes_received)
+        # Idle: before the fleet's stats are written a last time (the spider closes when idle).
+        crawler.signals.connect(middleware.copy_dns_stats, signal=signals.spider_idle)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         middleware.stats = crawler.stats
         return middleware
@@ -88,7 +142,8 @@ class DomainProbeMiddleware:
 
     def copy_dns_stats(self) -> None:
         """The resolver's counts as stats (``domains/dns/<count>``, ``domains/dns/ms``), every
-        DNS_STATS_EVERY probes and at the end, so the fleet's stats show them as a sweep goes."""
+        DNS_STATS_SECONDS while probes go out, when idle and at the end, so the fleet's stats
+        show them as a sweep goes, a short one too."""
         if self.resolver is None or self.stats is None:
             return
         for name, value in self.resolver.counts.items():
@@ -101,9 +156,12 @@ class DomainProbeMiddleware:
         wait = self.cap.reserve(time.monotonic())
         if wait > 0:
             await asyncio.sleep(wait)
+        while (wait := self.fleet.wait()) > 0:
+            await asyncio.sleep(wait)
         request.meta[SENT_META] = time.time()
-        self._probes += 1
-        if self._probes % DNS_STATS_EVERY == 0:
+        now = time.monotonic()
+        if now >= self._next_copy:
+            self._next_copy = now + DNS_STATS_SECONDS
             self.copy_dns_stats()
 
     def process_exception(self, request: Request, exception: Exception) -> Response | None:

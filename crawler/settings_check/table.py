@@ -312,6 +312,7 @@ RULES: dict[str, Rule] = {
     "DOMAINS_HTTP_PORT": integer(1, 65535),
     "DOMAINS_HTTPS_PORT": integer(1, 65535),
     "DOMAINS_RATE": number(0),
+    "DOMAINS_FLEET_RATE": number(0),
     "DOMAINS_BODY_BYTES": integer(1024),
     # scrapy fleet (crawler/fleet/config.py); not set means its default
     **dict.fromkeys(FLEET_TEXT, text(optional=True)),

@@ -6,7 +6,13 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
     ``{"domains": ["a.com", ...]}``  a batch; a bad name in it is set aside alone
     ``-a domains=a.com,b.org``       spider arguments
     ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line), read line by
-                                     line as the crawl goes, never whole; a header is skipped
+                                     line as the crawl goes, never whole; a header is skipped.
+                                     Reading pauses while the fleet's queue holds
+                                     FILE_AHEAD_BATCHES x FRONTIER_BATCH_SIZE requests: neither
+                                     the worker nor Redis ever holds the whole list
+
+Start entries in Redis are leased START_BATCH_SIZE at a time whenever the queue has room, as
+the file is read (see :meth:`DomainsSpider.start`).
 
 A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
 
@@ -22,13 +28,15 @@ are off (crawler/domains/monitor.py): the fleet's stats stay bounded however lon
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
+from redis.exceptions import RedisError
 from scrapy import Request
 
 from crawler import settings as project
@@ -45,6 +53,7 @@ from crawler.domains.probes import FAILURE_META, PROBE_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
 from crawler.items import DomainItem
+from crawler.scheduling.scheduler import frontier_scheduler
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
 
 if TYPE_CHECKING:
@@ -55,6 +64,9 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# A file's domains are read while the fleet's queue holds fewer than this many batches.
+FILE_AHEAD_BATCHES = 10
+FILE_POLL_SECONDS = 0.1
 
 
 class DomainsSpider(RedisFedSpider):
@@ -135,6 +147,48 @@ class DomainsSpider(RedisFedSpider):
         yield from self.domain_args
         if self.file:
             yield from csv_domains(Path(self.file))
+
+    async def start(self) -> AsyncIterator[Any]:
+        """The arguments' domains, a batch at a time as the queue empties, then Redis's.
+
+        Requests go to the engine with ``crawl``, not one by one through this generator: for
+        each request it yields, Scrapy's engine asks the scheduler for the next one at once,
+        which writes and pops it alone (two Redis round trips per domain). Batches of start
+        entries in Redis are leased as the queue empties too, not only when the worker is idle
+        (a batch would wait for its slowest domain's timeouts before the next is read); once
+        there are none, later ones are read when idle, as for every spider."""
+        engine = self.crawler.engine
+        assert engine is not None
+        batch: int = setting(self.crawler.settings, "FRONTIER_BATCH_SIZE")
+        most = FILE_AHEAD_BATCHES * batch
+        for number, entry in enumerate(self.argument_entries(), 1):
+            for request in self._requests_or_set_aside(entry, entry):
+                engine.crawl(request)
+            if number % batch == 0:
+                await self._room_in_queue(most)
+                await asyncio.sleep(0)  # the reactor's turn
+        while requests := self.next_start_requests():
+            for request in requests:
+                engine.crawl(request)
+            await self._room_in_queue(most)
+            await asyncio.sleep(0)
+        return
+        yield  # an async generator, as Scrapy's start() is
+
+    async def _room_in_queue(self, most: int) -> None:
+        """Return once the fleet's queue holds fewer than ``most`` requests (at once without
+        the Redis frontier). Scrapy's engine reads start requests as fast as they come and the
+        scheduler writes them all to Redis: this is what keeps a 10M list in the file."""
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None or scheduler.frontier is None:
+            return
+        while True:
+            try:
+                if scheduler.flush() and scheduler.frontier.sizes()["queue"] < most:
+                    return
+            except RedisError:
+                pass  # the scheduler reports the outage and backs off; wait for it
+            await asyncio.sleep(FILE_POLL_SECONDS)
 
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         if isinstance(entry, str):
