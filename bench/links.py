@@ -266,10 +266,16 @@ def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
         ("per-host counters", "{links}:host:*", hosts, "host"),
         ("page budgets", "{links}:pages:*", hosts, "host"),
         ("robots.txt cache", "{links}:robots:*", hosts, "host"),
-        ("dupefilter", "{links}:dupefilter*", pages, "seen URL"),
     ):
         size = bench.redis_bytes(pattern)
         print(f"    Redis bytes for {label:18} {size / per:9.1f} per {unit}")
+    from crawler import settings as project
+
+    size, capacity = bench.redis_bytes("{links}:dupefilter*"), project.DUPEFILTER_CAPACITY
+    print(
+        f"    Redis bytes for {'dupefilter':18} {size / pages:9.1f} per page fetched (a Bloom "
+        f"filter sized up front: {size / capacity:.1f} per URL at its {capacity:,} URLs)"
+    )
 
 
 def polite(bench: Bench) -> list[tuple[str, float, float]]:
