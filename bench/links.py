@@ -1,6 +1,6 @@
 """The links spider against vanilla Scrapy and stock scrapy-redis, side by side in one run.
 
-The web: bench/static_web.py, HOSTS hosts (``siteN.test``, name-based virtual hosts on one
+The web: bench/_static_web.py, HOSTS hosts (``siteN.test``, name-based virtual hosts on one
 loopback port, resolved to 127.0.0.1 by crawler.links.resolver.MappedResolver in every crawl)
 of PAGES pages each (default 400 x 50 = 20,000 pages), served from memory. Every crawl starts
 from every home page, follows links on the same host only and obeys robots.txt:
@@ -316,7 +316,7 @@ def main() -> None:
     parser.add_argument("-s", dest="extra", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from bench.static_web import start_static_web
+    from bench._static_web import start_static_web
 
     if args.py_spy:
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ depth <= 3 for up to 400 pages a host), each also linking its home, three seeded
 pages of its host (duplicates for the dupefilter) and one page of another host; ``/robots.txt``
 (``Disallow: /private/``); anything else a 404. Every answer is rendered once, at start.
 
-Run as ``python bench/static_web.py --port P --hosts H --pages N`` (SO_REUSEPORT: start several
+Run as ``python bench/_static_web.py --port P --hosts H --pages N`` (SO_REUSEPORT: start several
 processes on one port to spread the load).
 """
 
