@@ -3,11 +3,13 @@ fleet-wide (exact with one worker, bounded overshoot with several), nothing lost
 
 from __future__ import annotations
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler.links.ledger import HostLedger
+from crawler.services import free_port
 
 
 def test_counts_wait_for_a_batch_then_all_arrive(redis_client: redis.Redis) -> None:
@@ -64,3 +66,17 @@ def test_workers_overshoot_a_budget_by_less_than_their_unsent_pages(
     for ledger in ledgers:
         ledger.flush()
     assert int(redis_client.get(ledgers[0].budget_key("s", "a.test")) or 0) == len(order)
+
+
+def test_counts_kept_while_redis_is_away_arrive_with_the_next_flush(
+    redis_client: redis.Redis,
+) -> None:
+    away = redis.Redis(port=free_port(), socket_connect_timeout=1)
+    ledger = HostLedger(away, "links", 60, flush_pages=2, flush_seconds=3600)
+    ledger.page("s", "a.test", 10, {})
+    with pytest.raises(redis.ConnectionError):
+        ledger.page("s", "a.test", 10, {})
+    ledger.server = redis_client
+    ledger.page("s", "a.test", 10, {})
+    ledger.flush()
+    assert ledger.host("a.test") == {"pages": 3, "bytes": 30, "external_links": 0}

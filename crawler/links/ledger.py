@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -62,6 +63,13 @@ class _Pending:
     budgets: Counter[tuple[str, str]] = field(default_factory=Counter)
     hosts: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     backlinks: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: _Pending) -> None:
+        self.pages += other.pages
+        self.budgets.update(other.budgets)
+        for host, counters in other.hosts.items():
+            self.hosts[host].update(counters)
+        self.backlinks.update(other.backlinks)
 
 
 class HostLedger:
@@ -162,8 +170,12 @@ class HostLedger:
             pipe.hincrby(self.totals_key, name, value)
         if self._counted // TRIM_EVERY != (self._counted + pending.pages) // TRIM_EVERY:
             pipe.zremrangebyrank(self.top_key, 0, -TOP_HOSTS - 1)
+        try:
+            results: list[Any] = pipe.execute()
+        except RedisError:
+            self._pending.merge(pending)  # sent again with the next flush
+            raise
         self._counted += pending.pages
-        results: list[Any] = pipe.execute()
         self._remember(self._budgets, budgets, results[0 : 2 * len(budgets) : 2])
         offset = 2 * len(budgets)
         self._remember(
