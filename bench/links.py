@@ -18,7 +18,8 @@ and 0.5 req/s per host (POLITENESS_BURST 1) vs vanilla with DOWNLOAD_DELAY 1 and
 request per host slot (target >= 0.9x). pages/s = HTML pages received / time from the first to
 the last, counted in the crawl process (BENCH_PROBE_FILE). Also printed: Redis round trips per
 page (counted in the crawl process) and commands per page (INFO, server side, scripts' commands
-included), Redis bytes per host and per seen URL after the unlimited links crawl.
+included), Redis bytes per host (counters, page budgets, robots.txt) and of the dupefilter
+per page fetched and per URL at its capacity, after the unlimited links crawl.
 
 Usage: python bench/links.py [--hosts 400] [--pages 50] [--concurrency 64] [--window 30]
        [--crawl-window 0] [--only unlimited|polite|links] [--py-spy DIR] [-s NAME=VALUE]...
