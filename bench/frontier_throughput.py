@@ -110,10 +110,10 @@ def render_page(index: int, pages: int, seed: int) -> bytes:
         f"<!doctype html><html><head><title>Page {index}</title></head>\n"
         f"<body><h1>Page {index}</h1><ul>{items}</ul></body></html>\n"
     ).encode()
-    return _http_response(b"200 OK", body)
+    return http_response(b"200 OK", body)
 
 
-def _http_response(status: bytes, body: bytes) -> bytes:
+def http_response(status: bytes, body: bytes) -> bytes:
     head = (
         b"HTTP/1.1 " + status + b"\r\n"
         b"Content-Type: text/html; charset=utf-8\r\n"
@@ -123,7 +123,7 @@ def _http_response(status: bytes, body: bytes) -> bytes:
     return head + body
 
 
-NOT_FOUND = _http_response(b"404 Not Found", b"not found\n")
+NOT_FOUND = http_response(b"404 Not Found", b"not found\n")
 
 
 class PageProtocol(asyncio.Protocol):

@@ -1,47 +1,58 @@
-"""The links spider against vanilla Scrapy on the sandbox's web of many hosts, side by side.
+"""The links spider against vanilla Scrapy and stock scrapy-redis, side by side in one run.
 
-The sandbox serves SITES hosts (``siteN.test``, name-based virtual hosts on one loopback port,
-resolved to 127.0.0.1 by crawler.links.resolver.MappedResolver in both crawls) of PAGES pages
-each, without traps (``extras`` off). Both crawls start from every home page, follow links on
-the same host only, obey robots.txt and fetch as fast as they may (no politeness limit):
+The web: bench/_static_web.py, HOSTS hosts (``siteN.test``, name-based virtual hosts on one
+loopback port, resolved to 127.0.0.1 by crawler.links.resolver.MappedResolver in every crawl)
+of PAGES pages each (default 400 x 50 = 20,000 pages), served from memory. Every crawl starts
+from every home page, follows links on the same host only and obeys robots.txt:
 
-  (a) vanilla Scrapy: a minimal CrawlSpider (this module, run with ``scrapy runspider`` outside
-      the project, so with Scrapy's own settings: in-memory scheduler, RobotsTxtMiddleware);
-  (b) ``scrapy crawl links`` with the project's settings (Redis frontier, Bloom dupefilter,
-      leases, fleet robots.txt, MongoDB pipeline), POLITENESS_RATE=0.
+  vanilla Scrapy     a minimal CrawlSpider (this module, run with ``scrapy runspider`` outside
+                     the project, so with Scrapy's own settings: in-memory scheduler);
+  scrapy-redis       the same spider on stock scrapy-redis (its scheduler, priority queue,
+                     pickle and set-of-SHA1 dupefilter, on a private Redis);
+  links              ``scrapy crawl links`` with the project's settings (Redis frontier, Bloom
+                     dupefilter, leases, fleet robots.txt, sitemaps, MongoDB pipeline).
 
-Printed: pages/s of each (HTML pages the sandbox served / time between its first and last
-request), the ratio (target >= 0.9x), Redis commands per page and Redis bytes per host
-(per-host counters, robots.txt cache) and per seen URL (dupefilter). Not measured here (issue
-13): stock scrapy-redis, politeness at 1 and 0.5 req/s per host, webs of >= 20,000 pages.
+Unlimited (politeness off, whole crawl): links vs vanilla (target >= 0.9x) and vs scrapy-redis
+(target >= 1.3x). Polite (a fixed window of WINDOW seconds each): links at POLITENESS_RATE 1
+and 0.5 req/s per host (POLITENESS_BURST 1) vs vanilla with DOWNLOAD_DELAY 1 and 2 and one
+request per host slot (target >= 0.9x). pages/s = HTML pages received / time from the first to
+the last, counted in the crawl process (BENCH_PROBE_FILE). Also printed: Redis round trips per
+page (counted in the crawl process) and commands per page (INFO, server side, scripts' commands
+included), Redis bytes per host (counters, page budgets, robots.txt) and of the dupefilter
+per page fetched and per URL at its capacity, after the unlimited links crawl.
 
-Usage: python bench/links.py [--sites 200] [--pages 20] [--concurrency 64] [-s NAME=VALUE]...
-(``-s`` settings go to the links crawl only.)
+Usage: python bench/links.py [--hosts 400] [--pages 50] [--concurrency 64] [--window 30]
+       [--crawl-window 0] [--only unlimited|polite|links] [--py-spy DIR] [-s NAME=VALUE]...
+(-s: the links crawls only; --crawl-window S: the unlimited crawls too stop after S seconds.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.request import Request as UrlRequest
-from urllib.request import urlopen
 
+from scrapy import signals
 from scrapy.http import Response
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import CrawlSpider, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = 0.9
-RESOLVE = {
-    "TWISTED_DNS_RESOLVER": "crawler.links.resolver.MappedResolver",
-    "LINKS_RESOLVE": json.dumps({"test": "127.0.0.1"}),
+TARGET_VS_VANILLA = 0.9
+TARGET_VS_STOCK = 1.3
+CRAWL_TIMEOUT = 900.0
+PROBE = "bench.links.LinksProbe"
+STOCK_REDIS = {
+    "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+    "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+    "SCHEDULER_PERSIST": True,
 }
 
 
@@ -54,133 +65,282 @@ class VanillaLinks(CrawlSpider):
     def __init__(self, file: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_urls = Path(file).read_text().split()
+        self.hosts = {url.split("/")[2] for url in self.start_urls}
 
     def same_host(self, links: list[Any]) -> list[Any]:
         return [link for link in links if link.url.split("/")[2] in self.hosts]
-
-    @property
-    def hosts(self) -> set[str]:
-        return {url.split("/")[2] for url in self.start_urls}
 
     def parse_page(self, response: Response) -> dict[str, Any]:
         return {"url": response.url}
 
 
-def admin(base: str, path: str, payload: dict[str, Any] | None = None) -> Any:
-    data = None if payload is None else json.dumps(payload).encode()
-    request = UrlRequest(f"{base}/__admin__/{path}", data=data, method="POST" if data else "GET")
-    with urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+class LinksProbe:
+    """Extension: notes the time of each HTML page received (``/`` and ``/p/...``, status 200,
+    each URL once: vanilla Scrapy fetches a start URL twice), counts Redis round trips and CPU;
+    writes them to BENCH_PROBE_FILE when the spider closes."""
 
+    def __init__(self, crawler: Any) -> None:
+        from bench.frontier_throughput import install_redis_counters
 
-def pages_per_second(base: str) -> tuple[int, float]:
-    report = admin(base, "web")
-    times = [t for host_times in report["times"].values() for t in host_times]
-    pages = sum(
-        count
-        for paths in report["counts"].values()
-        for path, count in paths.items()
-        if path == "/" or path.startswith("/p/") or path == "/orphan"
-    )
-    return pages, pages / max(1e-9, max(times) - min(times))
+        install_redis_counters()
+        self.crawler = crawler
+        self.seen: set[str] = set()
+        self.times: list[float] = []
+        crawler.signals.connect(self.response_received, signal=signals.response_received)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> LinksProbe:
+        return cls(crawler)
 
-def run(command: list[str], cwd: Path, env: dict[str, str]) -> None:
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"{command[3]} failed:\n{result.stderr[-3000:]}")
+    def response_received(self, response: Response) -> None:
+        path = "/" + response.url.split("/", 3)[-1] if response.url.count("/") >= 3 else "/"
+        if response.status != 200 or not (path == "/" or path.startswith("/p/")):
+            return
+        if response.url not in self.seen:
+            self.seen.add(response.url)
+            self.times.append(time.perf_counter())
+
+    def spider_closed(self, reason: str) -> None:
+        from bench.frontier_throughput import _REDIS_COUNTS
+
+        result = {
+            "reason": reason,
+            "times": self.times,
+            "cpu": time.process_time(),
+            "redis": dict(_REDIS_COUNTS),
+        }
+        Path(self.crawler.settings.get("BENCH_PROBE_FILE")).write_text(json.dumps(result))
 
 
 def settings_args(settings: dict[str, Any]) -> list[str]:
     return [arg for name, value in settings.items() for arg in ("-s", f"{name}={value}")]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sites", type=int, default=200)
-    parser.add_argument("--pages", type=int, default=20)
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument(
-        "-s", dest="extra", action="append", default=[], help="NAME=VALUE for the links crawl"
+class Bench:
+    """The servers of one benchmark run and the crawls it runs against them."""
+
+    def __init__(self, args: argparse.Namespace, tmp: Path, web_port: int) -> None:
+        import redis
+
+        from crawler.services import free_port, start_mongo, start_redis
+
+        self.args = args
+        self.tmp = tmp
+        self.redis_port, self.mongo_port = free_port(), free_port()
+        self.servers = [
+            start_redis(self.redis_port, tmp / "redis"),
+            start_mongo(self.mongo_port, tmp / "mongo"),
+        ]
+        self.redis = redis.Redis(port=self.redis_port)
+        self.starts = tmp / "starts.txt"
+        self.starts.write_text(
+            "".join(f"http://site{i}.test:{web_port}/\n" for i in range(args.hosts))
+        )
+        self.runs = 0
+
+    def common(self) -> dict[str, Any]:
+        return {
+            "TWISTED_DNS_RESOLVER": "crawler.links.resolver.MappedResolver",
+            "LINKS_RESOLVE": json.dumps({"test": "127.0.0.1"}),
+            "CONCURRENT_REQUESTS": self.args.concurrency,
+            "LOG_LEVEL": "WARNING",
+        }
+
+    def vanilla(self, settings: dict[str, Any], label: str) -> dict[str, Any]:
+        command = ["runspider", str(ROOT / "bench" / "links.py"), "-a", f"file={self.starts}"]
+        settings = {
+            **self.common(),
+            "ROBOTSTXT_OBEY": True,
+            "EXTENSIONS": json.dumps({PROBE: 1000}),
+            **settings,
+        }
+        return self.crawl(command, settings, self.tmp, label)
+
+    def stock(self, settings: dict[str, Any]) -> dict[str, Any]:
+        url = f"redis://127.0.0.1:{self.redis_port}/0"
+        return self.vanilla({**STOCK_REDIS, "REDIS_URL": url, **settings}, "scrapy-redis")
+
+    def links(self, settings: dict[str, Any], label: str) -> dict[str, Any]:
+        from crawler import settings as project
+
+        command = ["crawl", "links", "-a", f"file={self.starts}"]
+        settings = {
+            **self.common(),
+            "EXTENSIONS": json.dumps({**project.EXTENSIONS, PROBE: 1000}),
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+            **settings,
+            **dict(item.split("=", 1) for item in self.args.extra),
+        }
+        return self.crawl(command, settings, ROOT, label)
+
+    def crawl(
+        self, command: list[str], settings: dict[str, Any], cwd: Path, label: str
+    ) -> dict[str, Any]:
+        """Run one crawl; its pages and pages/s (over the first CLOSESPIDER_TIMEOUT seconds
+        when set, else from the first page to the last)."""
+        window = int(settings.get("CLOSESPIDER_TIMEOUT", 0))
+        self.runs += 1
+        self.redis.flushall()
+        probe_file = self.tmp / f"probe-{self.runs}.json"
+        settings = {**settings, "BENCH_PROBE_FILE": probe_file}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": str(ROOT),
+            "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "MONGO_URI": f"mongodb://127.0.0.1:{self.mongo_port}",
+            "MONGO_DATABASE": f"bench{self.runs}",
+            "MONGO_SPILL_DIR": str(self.tmp / "spill"),
+        }
+        prefix = [sys.executable]
+        if self.args.py_spy:
+            py_spy = Path(sys.executable).with_name("py-spy")
+            out = Path(self.args.py_spy) / f"{self.runs}-{label.split()[0]}.txt"
+            prefix = [str(py_spy), "record", "--format", "raw", "--rate", "200", "--nonblocking"]
+            prefix += ["-o", str(out), "--", sys.executable]
+        commands_before = self.commands()
+        full = [*prefix, "-m", "scrapy", *command, *settings_args(settings)]
+        result = subprocess.run(
+            full, cwd=cwd, env=env, capture_output=True, text=True, timeout=CRAWL_TIMEOUT
+        )
+        if result.returncode != 0 or not probe_file.exists():
+            sys.exit(f"{label} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+        probe: dict[str, Any] = json.loads(probe_file.read_text())
+        probe["server_commands"] = self.commands() - commands_before - 1
+        times = probe.pop("times")
+        if window:  # the pages of the first ``window`` seconds
+            times = [t for t in times if t <= times[0] + window]
+            probe["seconds"] = float(window)
+        else:
+            probe["seconds"] = times[-1] - times[0]
+        probe["pages"] = len(times)
+        probe["rate"] = probe["pages"] / max(1e-9, probe["seconds"])
+        half = times[0] + probe["seconds"] / 2
+        probe["late_rate"] = sum(1 for t in times if t > half) / max(1e-9, probe["seconds"] / 2)
+        probe["label"] = label
+        print(
+            f"  {label:34} {probe['pages']:7d} pages in {probe['seconds']:6.1f}s "
+            f"= {probe['rate']:6.1f} pages/s ({probe['late_rate']:.1f} in the second half; "
+            f"CPU {1000 * probe['cpu'] / probe['pages']:.2f} ms/page; {probe['reason']})",
+            flush=True,
+        )
+        return probe
+
+    def commands(self) -> int:
+        info: Any = self.redis.info("stats")
+        return int(info["total_commands_processed"])
+
+    def redis_bytes(self, pattern: str) -> int:
+        keys = self.redis.scan_iter(pattern, count=1000)
+        return sum(int(self.redis.memory_usage(key) or 0) for key in keys)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+def unlimited(bench: Bench) -> list[tuple[str, float, float]]:
+    window = bench.args.crawl_window
+    print("Politeness off, " + (f"{window}s window:" if window else "whole crawl:"))
+    limit = {"CLOSESPIDER_TIMEOUT": window} if window else {}
+    vanilla = bench.vanilla(limit, "vanilla Scrapy")
+    ours = bench.links({"POLITENESS_RATE": 0, **limit}, "links")
+    redis_report(bench, ours)
+    stock = bench.stock(limit)
+    return [
+        ("links / vanilla Scrapy", ours["rate"] / vanilla["rate"], TARGET_VS_VANILLA),
+        ("links / stock scrapy-redis", ours["rate"] / stock["rate"], TARGET_VS_STOCK),
+    ]
+
+
+def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
+    pages, hosts = ours["pages"], bench.args.hosts
+    round_trips = ours["redis"].get("round_trips", 0)
+    print(
+        f"    Redis per page: {round_trips / pages:.2f} round trips from the crawl, "
+        f"{ours['server_commands'] / pages:.2f} commands run by the server"
     )
+    kinds = {k[3:]: v for k, v in ours["redis"].items() if k.startswith("rt:")}
+    top = sorted(kinds.items(), key=lambda item: -item[1])[:6]
+    print("    round trips by kind: " + ", ".join(f"{k} {v / pages:.3f}" for k, v in top))
+    for label, pattern, per, unit in (
+        ("per-host counters", "{links}:host:*", hosts, "host"),
+        ("page budgets", "{links}:pages:*", hosts, "host"),
+        ("robots.txt cache", "{links}:robots:*", hosts, "host"),
+    ):
+        size = bench.redis_bytes(pattern)
+        print(f"    Redis bytes for {label:18} {size / per:9.1f} per {unit}")
+    from crawler import settings as project
+
+    size, capacity = bench.redis_bytes("{links}:dupefilter*"), project.DUPEFILTER_CAPACITY
+    print(
+        f"    Redis bytes for {'dupefilter':18} {size / pages:9.1f} per page fetched (a Bloom "
+        f"filter sized up front: {size / capacity:.1f} per URL at its {capacity:,} URLs)"
+    )
+
+
+def polite(bench: Bench) -> list[tuple[str, float, float]]:
+    window = bench.args.window
+    ratios = []
+    for rate in (1.0, 0.5):
+        print(f"Politeness {rate} req/s per host, {window}s window:")
+        vanilla = bench.vanilla(
+            {
+                "DOWNLOAD_DELAY": 1 / rate,
+                "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+                "CLOSESPIDER_TIMEOUT": window,
+            },
+            f"vanilla Scrapy DOWNLOAD_DELAY={1 / rate:g}",
+        )
+        ours = bench.links(
+            {"POLITENESS_RATE": rate, "POLITENESS_BURST": 1, "CLOSESPIDER_TIMEOUT": window},
+            f"links POLITENESS_RATE={rate:g}",
+        )
+        ratios.append((f"links / vanilla at {rate:g} req/s", ours["rate"] / vanilla["rate"], 0.9))
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hosts", type=int, default=400)
+    parser.add_argument("--pages", type=int, default=50, help="pages per host")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--window", type=int, default=30, help="seconds of each polite crawl")
+    parser.add_argument(
+        "--crawl-window", type=int, default=0, help="seconds of each unlimited crawl (0: whole)"
+    )
+    parser.add_argument("--server-processes", type=int, default=1)
+    parser.add_argument("--only", choices=["unlimited", "polite", "links"])
+    parser.add_argument("--py-spy", metavar="DIR", help="sample each crawl with py-spy into DIR")
+    parser.add_argument("-s", dest="extra", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    import redis
+    from bench._static_web import start_static_web
 
-    from crawler.services import free_port, start_mongo, start_redis, start_sandbox
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-links-"))
-    redis_port, mongo_port = free_port(), free_port()
-    servers = [start_redis(redis_port, tmp / "redis"), start_mongo(mongo_port, tmp / "mongo")]
-    sandbox, base = start_sandbox()
-    servers.append(sandbox)
-    try:
-        results = bench(args, base, tmp, redis_port, mongo_port)
-        client = redis.Redis(port=redis_port)
-        report(results, client, args.sites)
-    finally:
-        for server in servers:
-            server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def bench(
-    args: argparse.Namespace, base: str, tmp: Path, redis_port: int, mongo_port: int
-) -> dict[str, tuple[int, float]]:
-    port = base.rsplit(":", 1)[1]
-    starts = tmp / "starts.txt"
-    starts.write_text("".join(f"http://site{i}.test:{port}/\n" for i in range(args.sites)))
-    common = {**RESOLVE, "CONCURRENT_REQUESTS": args.concurrency, "LOG_LEVEL": "WARNING"}
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    results = {}
-    admin(base, "web", {"sites": args.sites, "pages": args.pages, "extras": False})
-    vanilla = [sys.executable, "-m", "scrapy", "runspider", str(ROOT / "bench" / "links.py")]
-    vanilla += ["-a", f"file={starts}", *settings_args({**common, "ROBOTSTXT_OBEY": True})]
-    run(vanilla, tmp, env)
-    results["vanilla Scrapy"] = pages_per_second(base)
-    admin(base, "web", {"sites": args.sites, "pages": args.pages, "extras": False})
-    ours = [sys.executable, "-m", "scrapy", "crawl", "links", "-a", f"file={starts}"]
-    ours += settings_args(
-        {
-            **common,
-            "POLITENESS_RATE": 0,
-            "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
-            "LINKS_DEFAULT_SCHEME": "http",
-        }
-    )
-    env_ours = {
-        **env,
-        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "MONGO_URI": f"mongodb://127.0.0.1:{mongo_port}",
-        "MONGO_SPILL_DIR": str(tmp / "spill"),
-    }
-    started = time.monotonic()
-    run(ours, ROOT, env_ours)
-    print(f"links crawl process: {time.monotonic() - started:.1f}s wall")
-    results["links (ours)"] = pages_per_second(base)
-    return results
-
-
-def report(results: dict[str, tuple[int, float]], client: Any, sites: int) -> None:
-    for name, (pages, rate) in results.items():
-        print(f"{name:16} {pages:7d} pages {rate:8.1f} pages/s")
-    ratio = results["links (ours)"][1] / results["vanilla Scrapy"][1]
-    verdict = "meets" if ratio >= TARGET else "MISSES"
-    print(f"links / vanilla Scrapy: {ratio:.2f}x ({verdict} the target >= {TARGET}x)")
-    pages = results["links (ours)"][0]
-    commands = int(client.info("stats")["total_commands_processed"])
-    print(
-        f"Redis commands per page (server side, scripts' commands included): {commands / pages:.1f}"
-    )
-    for label, pattern, per in (
-        ("per-host counters", "{links}:host:*", sites),
-        ("robots.txt cache", "{links}:robots:*", sites),
-        ("page budgets", "{links}:pages:*", sites),
-        ("dupefilter", "{links}:dupefilter*", pages),
-    ):
-        size = sum(client.memory_usage(key) or 0 for key in client.scan_iter(pattern, count=1000))
-        unit = "host" if per == sites else "page"
-        print(f"Redis bytes for {label}: {size / per:.0f} per {unit}")
+    if args.py_spy:
+        Path(args.py_spy).mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    web, port = start_static_web(args.hosts, args.pages, 7, args.server_processes)
+    print(f"static web: {args.hosts} hosts x {args.pages} pages on port {port}")
+    with tempfile.TemporaryDirectory(prefix="bench-links-") as tmp:
+        bench = Bench(args, Path(tmp), port)
+        try:
+            if args.only == "links":  # for profiling: the unlimited links crawl alone
+                window = {"CLOSESPIDER_TIMEOUT": args.crawl_window} if args.crawl_window else {}
+                redis_report(bench, bench.links({"POLITENESS_RATE": 0, **window}, "links"))
+            ratios = [] if args.only in ("polite", "links") else unlimited(bench)
+            ratios += [] if args.only in ("unlimited", "links") else polite(bench)
+        finally:
+            bench.stop()
+            for server in web:
+                server.stop()
+    print()
+    for label, ratio, target in ratios:
+        verdict = "meets" if ratio >= target else "MISSES"
+        print(f"{label:34} {ratio:5.2f}x  ({verdict} the target >= {target}x)")
+    print(f"benchmark wall time {time.perf_counter() - started:.0f}s")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
+from lxml import etree
 from parsel import Selector
 from w3lib.html import strip_html5_whitespace
 
@@ -21,6 +22,19 @@ MAX_LINKS = 5000
 _SPACE = re.compile(r"\s+")
 _LANGUAGE = re.compile(r"[A-Za-z]{1,8}(?:[-_][A-Za-z0-9]{1,8})*")
 _LINK_SCHEMES = ("http", "https")
+# The queries, compiled once and run on the lxml tree itself (several times faster than
+# parsel's Selector.xpath, which compiles each query and wraps every result).
+_HREFS = etree.XPath("//a/@href | //area/@href")
+_BASE = etree.XPath("//head/base/@href")
+_TITLE = etree.XPath("//title[1]//text()")
+_LANG = etree.XPath("/html/@lang")
+_DESCRIPTION = etree.XPath(
+    "//meta[translate(@name,'DESCRIPTION','description')='description']/@content"
+)
+_CANONICAL = etree.XPath(
+    "//link[contains(concat(' ', translate(@rel,'CANONICAL','canonical'), ' '), ' canonical ')]"
+    "/@href"
+)
 
 
 @dataclass
@@ -72,7 +86,7 @@ def out_links(selector: Selector, base: str) -> list[str]:
     """Absolute http(s) URLs of ``<a href>`` and ``<area href>``, without fragments, each
     once, at most MAX_LINKS."""
     seen: dict[str, None] = {}
-    for href in selector.xpath("//a/@href | //area/@href").getall():
+    for href in _strings(_HREFS, selector):
         absolute = absolute_url(href, base)
         if absolute is not None:
             seen.setdefault(absolute, None)
@@ -97,8 +111,19 @@ def absolute_url(href: str, base: str) -> str | None:
     return joined.split("#", 1)[0]
 
 
+def _strings(query: etree.XPath, selector: Selector) -> list[str]:
+    """The string results of ``query`` on the document, in document order."""
+    result = query(selector.root)
+    return [str(value) for value in result] if isinstance(result, list) else []
+
+
+def _first(query: etree.XPath, selector: Selector) -> str | None:
+    values = _strings(query, selector)
+    return values[0] if values else None
+
+
 def _base_url(selector: Selector, url: str) -> str:
-    href = selector.xpath("//head/base/@href").get()
+    href = _first(_BASE, selector)
     resolved = absolute_url(href, url) if href else None
     return resolved or url
 
@@ -111,11 +136,11 @@ def _text(value: str | None) -> str | None:
 
 
 def _title(selector: Selector, base: str) -> str | None:
-    return _text(" ".join(selector.xpath("//title[1]//text()").getall()) or None)
+    return _text(" ".join(_strings(_TITLE, selector)) or None)
 
 
 def _language(selector: Selector, base: str) -> str | None:
-    value = _text(selector.xpath("/html/@lang").get())
+    value = _text(_first(_LANG, selector))
     if value is None:
         return None
     if not _LANGUAGE.fullmatch(value):
@@ -124,12 +149,9 @@ def _language(selector: Selector, base: str) -> str | None:
 
 
 def _description(selector: Selector, base: str) -> str | None:
-    query = "//meta[translate(@name,'DESCRIPTION','description')='description']/@content"
-    return _text(selector.xpath(query).get())
+    return _text(_first(_DESCRIPTION, selector))
 
 
 def _canonical(selector: Selector, base: str) -> str | None:
-    query = "//link[contains(concat(' ', translate(@rel,'CANONICAL','canonical'), ' '), "
-    query += "' canonical ')]/@href"
-    href = selector.xpath(query).get()
+    href = _first(_CANONICAL, selector)
     return absolute_url(href, base) if href else None

@@ -12,13 +12,27 @@ TOP_HOSTS every TRIM_EVERY pages a worker counts (approximate: a trimmed host st
 from its next page). :meth:`HostLedger.summary` reads both, for ``scrapy status``.
 State per host is a hash and a counter per start, both expiring: it stays bounded whatever the
 number of hosts a fleet has met over time.
+
+A worker adds up its counts in memory and sends them in one pipeline every FLUSH_PAGES pages
+or FLUSH_SECONDS (and when the spider goes idle or closes): one Redis round trip per 100 pages
+instead of one per page. Page budgets stay fleet-wide: a worker counts its own unsent pages,
+and sends each page at once when its host is within FLUSH_PAGES of the budget, so with one
+worker a budget is exact, and with W workers a host gets at most (W - 1) x FLUSH_PAGES pages
+beyond its budget (what the others may count without sending; fewer when they fetch fewer
+of its pages in FLUSH_SECONDS). A worker killed with SIGKILL loses its unsent counters (at
+most FLUSH_PAGES pages' or FLUSH_SECONDS' worth; its pages are not lost).
+Backlinks used for link priority are the fleet's at the last flush plus the worker's own.
 """
 
 from __future__ import annotations
 
+import time
+from collections import Counter, defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -34,16 +48,52 @@ if TYPE_CHECKING:
 MAX_BACKLINK_HOSTS = 50
 TOP_HOSTS = 1000
 TRIM_EVERY = 1000
+# A worker sends its counts every FLUSH_PAGES pages or FLUSH_SECONDS, whichever comes first.
+FLUSH_PAGES = 100
+FLUSH_SECONDS = 1.0
+# Fleet-wide page budgets and backlinks a worker remembers from its flushes, at most.
+KNOWN_LIMIT = 100_000
+
+
+@dataclass
+class _Pending:
+    """Counts of a worker not sent to Redis yet."""
+
+    pages: int = 0
+    budgets: Counter[tuple[str, str]] = field(default_factory=Counter)
+    hosts: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    backlinks: Counter[str] = field(default_factory=Counter)
+
+    def merge(self, other: _Pending) -> None:
+        self.pages += other.pages
+        self.budgets.update(other.budgets)
+        for host, counters in other.hosts.items():
+            self.hosts[host].update(counters)
+        self.backlinks.update(other.backlinks)
 
 
 class HostLedger:
-    def __init__(self, server: RedisClient, spider: str, ttl: int) -> None:
+    def __init__(
+        self,
+        server: RedisClient,
+        spider: str,
+        ttl: int,
+        flush_pages: int = FLUSH_PAGES,
+        flush_seconds: float = FLUSH_SECONDS,
+    ) -> None:
         self.server = server
         self.prefix = "{" + spider + "}:"
         self.ttl = ttl
         self.top_key = self.prefix + "hosts:top"
         self.totals_key = self.prefix + "hosts:totals"
+        self.flush_pages = flush_pages
+        self.flush_seconds = flush_seconds
         self._counted = 0
+        self._pending = _Pending()
+        self._flushed_at = time.monotonic()
+        # Fleet-wide values read at the last flushes (bounded: cleared past KNOWN_LIMIT).
+        self._budgets: dict[tuple[str, str], int] = {}
+        self._backlinks: dict[str, int] = {}
 
     def host_key(self, host: str) -> str:
         return f"{self.prefix}host:{host}"
@@ -52,33 +102,95 @@ class HostLedger:
         return f"{self.prefix}pages:{start}:{host}"
 
     def page(
-        self, start: str, host: str, size: int, external: Mapping[str, int]
+        self,
+        start: str,
+        host: str,
+        size: int,
+        external: Mapping[str, int],
+        max_pages: int = 0,
+        revisit: bool = False,
     ) -> tuple[int, dict[str, int]]:
-        """Count one HTML page of ``host`` and its links to other hosts, in one round trip.
-        Returns the pages of ``host`` fetched for ``start`` so far (this one included) and
-        the backlinks each linked host has now (the first MAX_BACKLINK_HOSTS of them)."""
-        pipe = self.server.pipeline(transaction=False)
-        pipe.incr(self.budget_key(start, host))
-        pipe.expire(self.budget_key(start, host), self.ttl)
-        key = self.host_key(host)
-        pipe.hincrby(key, "pages", 1)
-        pipe.hincrby(key, "bytes", size)
-        pipe.hincrby(key, "external_links", sum(external.values()))
-        pipe.expire(key, self.ttl)
+        """Count one HTML page of ``host`` and its links to other hosts. Returns the pages of
+        ``host`` fetched for ``start`` so far, fleet-wide (this one included), and the
+        backlinks each linked host has (the first MAX_BACKLINK_HOSTS of them).
+
+        Counts are sent every ``flush_pages`` pages or ``flush_seconds``, in one pipeline; a
+        page whose host is within ``flush_pages`` of ``max_pages`` (0: no budget) is sent at
+        once, so a worker sees the fleet's count near a budget. A ``revisit`` of a page counts
+        its fetch and bytes only: neither the budget nor links already counted."""
+        pending = self._pending
+        budget = (start, host)
+        counters = pending.hosts[host]
+        counters["pages"] += 1
+        counters["bytes"] += size
         targets = list(external.items())[:MAX_BACKLINK_HOSTS]
-        for target, count in targets:
+        if not revisit:
+            pending.budgets[budget] += 1
+            counters["external_links"] += sum(external.values())
+            for target, count in targets:
+                pending.backlinks[target] += count
+        pending.pages += 1
+        fetched = self._budgets.get(budget, 0) + pending.budgets[budget]
+        near = bool(max_pages) and fetched + self.flush_pages > max_pages
+        if near or self.due():
+            self.flush()
+            fetched = self._budgets.get(budget, 0)
+        backlinks = {
+            target: self._backlinks.get(target, 0) + pending.backlinks.get(target, 0)
+            for target, _ in targets
+        }
+        return fetched, backlinks
+
+    def due(self) -> bool:
+        return self._pending.pages >= self.flush_pages or (
+            self._pending.pages > 0 and time.monotonic() - self._flushed_at >= self.flush_seconds
+        )
+
+    def flush(self) -> None:
+        """Send the counts kept since the last flush, in one round trip."""
+        pending, self._pending = self._pending, _Pending()
+        self._flushed_at = time.monotonic()
+        if not pending.pages:
+            return
+        pipe = self.server.pipeline(transaction=False)
+        budgets = list(pending.budgets.items())
+        for (start, host), count in budgets:
+            pipe.incrby(self.budget_key(start, host), count)
+            pipe.expire(self.budget_key(start, host), self.ttl)
+        backlinks = list(pending.backlinks.items())
+        for target, count in backlinks:
             pipe.hincrby(self.host_key(target), "backlinks", count)
             pipe.expire(self.host_key(target), self.ttl)
-        pipe.zincrby(self.top_key, 1, host)
-        pipe.hincrby(self.totals_key, "pages", 1)
-        pipe.hincrby(self.totals_key, "bytes", size)
-        pipe.hincrby(self.totals_key, "external_links", sum(external.values()))
-        self._counted += 1
-        if self._counted % TRIM_EVERY == 0:
+        totals: Counter[str] = Counter()
+        for host, counters in pending.hosts.items():
+            key = self.host_key(host)
+            for name, value in counters.items():
+                pipe.hincrby(key, name, value)
+            pipe.expire(key, self.ttl)
+            pipe.zincrby(self.top_key, counters["pages"], host)
+            totals.update(counters)
+        for name, value in totals.items():
+            pipe.hincrby(self.totals_key, name, value)
+        if self._counted // TRIM_EVERY != (self._counted + pending.pages) // TRIM_EVERY:
             pipe.zremrangebyrank(self.top_key, 0, -TOP_HOSTS - 1)
-        results: list[Any] = pipe.execute()
-        backlinks = {target: int(results[6 + 2 * i]) for i, (target, _) in enumerate(targets)}
-        return int(results[0]), backlinks
+        try:
+            results: list[Any] = pipe.execute()
+        except RedisError:
+            self._pending.merge(pending)  # sent again with the next flush
+            raise
+        self._counted += pending.pages
+        self._remember(self._budgets, budgets, results[0 : 2 * len(budgets) : 2])
+        offset = 2 * len(budgets)
+        self._remember(
+            self._backlinks, backlinks, results[offset : offset + 2 * len(backlinks) : 2]
+        )
+
+    @staticmethod
+    def _remember(known: dict[Any, int], sent: list[tuple[Any, int]], values: list[Any]) -> None:
+        if len(known) + len(sent) > KNOWN_LIMIT:
+            known.clear()
+        for (name, _), value in zip(sent, values, strict=True):
+            known[name] = int(value)
 
     def error(self, host: str, kind: str) -> None:
         pipe = self.server.pipeline(transaction=False)

@@ -50,9 +50,10 @@ def is_tracking(name: str) -> bool:
     return lowered in TRACKING_PARAMS or lowered.startswith(TRACKING_PREFIXES)
 
 
+@lru_cache(maxsize=65536)
 def canonical_url(url: str) -> str:
     """The canonical form of an absolute http(s) URL; BadUrl when it is not one, or carries a
-    user or password."""
+    user or password. Cached: a site links its home and menu from every page."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port

@@ -89,20 +89,29 @@ class LinksSpider(RedisFedSpider):
         "RECRAWL_INITIAL_INTERVAL": 86_400.0,
         "RECRAWL_MIN_INTERVAL": 3_600.0,
         "RECRAWL_MAX_INTERVAL": 30 * 86_400.0,
+        # Scrapy hands each response's output to CONCURRENT_ITEMS (default 100) asyncio tasks
+        # at once, made anew per response; a page yields one item and its links, so a few do.
+        "CONCURRENT_ITEMS": 8,
     }
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
         """Add the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100)
         and the per-host error counter (90), keeping every other downloader middleware of the
-        project (custom_settings would replace the whole dict). Set at spider priority, as
-        custom_settings are: ``-s DOWNLOADER_MIDDLEWARES=...`` wins."""
+        project (custom_settings would replace the whole dict). Turn off Scrapy's Depth and
+        UrlLength spider middlewares, two passes over every link the spider already bounds
+        itself (LINKS_MAX_DEPTH, LINKS_MAX_URL_LENGTH; DEPTH_LIMIT and URLLENGTH_LIMIT do not
+        apply). Set at spider priority, as custom_settings are: ``-s ..._MIDDLEWARES=...`` wins."""
         super().update_settings(settings)
         name = "DOWNLOADER_MIDDLEWARES"
         middlewares = dict(settings.getdict(name))
         middlewares[HostErrorsMiddleware] = 90
         middlewares[FleetRobotsMiddleware] = 100
         settings.set(name, middlewares, priority="spider")
+        spider_middlewares = dict(settings.getdict("SPIDER_MIDDLEWARES"))
+        for redundant in ("depth.DepthMiddleware", "urllength.UrlLengthMiddleware"):
+            spider_middlewares[f"scrapy.spidermiddlewares.{redundant}"] = None
+        settings.set("SPIDER_MIDDLEWARES", spider_middlewares, priority="spider")
 
     def __init__(self, urls: str = "", file: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -117,6 +126,9 @@ class LinksSpider(RedisFedSpider):
         assert isinstance(spider, LinksSpider)
         spider.configure(crawler)
         crawler.signals.connect(spider.on_headers, signal=signals.headers_received)
+        # The ledger sends its counts in batches: the rest when the crawl pauses or ends.
+        crawler.signals.connect(spider.ledger.flush, signal=signals.spider_idle)
+        crawler.signals.connect(spider.ledger.flush, signal=signals.spider_closed)
         return spider
 
     @classmethod
@@ -146,6 +158,12 @@ class LinksSpider(RedisFedSpider):
         self.ledger = HostLedger(
             self.start_entries.server, self.name, setting(settings, "LINKS_STATE_TTL")
         )
+        # Links this worker has asked for already: the frontier's dupefilter drops them anyway
+        # (its local cache, DUPEFILTER_LOCAL_CACHE, remembers as many), so no request is made.
+        self.asked: set[str] = set()
+        self.asked_limit = 0
+        if settings.get("DUPEFILTER_MODE") != "none":
+            self.asked_limit = settings.getint("DUPEFILTER_LOCAL_CACHE")
 
     # --- start entries ---------------------------------------------------------------------
 
@@ -228,9 +246,12 @@ class LinksSpider(RedisFedSpider):
         self.count_bad_fields(fields.bad_fields)
         links = self._canonical_links(fields.links)
         external = Counter(h for link in links if (h := host_of(link)) != host)
-        fetched, backlinks = self.ledger.page(state["start"], host, len(response.body), external)
-        # A revisit (crawler/recrawl/) refreshes a page inside the budget, never spends it.
+        # A revisit (crawler/recrawl/) refreshes a page inside the budget, never spends it, and
+        # its links were counted as backlinks when the page was first fetched.
         revisit = RECRAWL_META in response.meta
+        fetched, backlinks = self.ledger.page(
+            state["start"], host, len(response.body), external, state["max_pages"], revisit
+        )
         if state["max_pages"] and fetched > state["max_pages"] and not revisit:
             self.count("links/over_max_pages")
             return
@@ -280,10 +301,23 @@ class LinksSpider(RedisFedSpider):
             return
         for link in links:
             child = self._child_state(link, state, depth)
-            if child is not None:
+            if child is not None and self._first_ask(link):
                 target = host_of(link)
                 rank = link_priority(depth, target == host, backlinks.get(target, 0))
                 yield self._page_request(link, child, priority=rank)
+
+    def _first_ask(self, link: str) -> bool:
+        """False for a link this worker has followed before (counted as
+        ``links/skipped/asked_before``)."""
+        if not self.asked_limit:
+            return True
+        if link in self.asked:
+            self.count("links/skipped/asked_before")
+            return False
+        if len(self.asked) >= self.asked_limit:
+            self.asked.clear()
+        self.asked.add(link)
+        return True
 
     def _child_state(self, link: str, state: dict[str, Any], depth: int) -> dict[str, Any] | None:
         if not in_scope(link, state["scope"], state["root"]):
@@ -331,7 +365,7 @@ class LinksSpider(RedisFedSpider):
                 self.count("links/skipped/sitemap_foreign")
             elif kind == "sitemapindex":
                 yield self._sitemap_request(link, state)
-            elif (child := self._child_state(link, state, 1)) is not None:
+            elif (child := self._child_state(link, state, 1)) is not None and self._first_ask(link):
                 yield self._page_request(link, child, priority=-2 + 1)
 
 
