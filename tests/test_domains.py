@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from crawler.domains.summary import summarize
+from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
 from crawler.services import free_port
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
@@ -25,6 +26,8 @@ from tests.harness import ROOT, Crawl, Mongo, poll
 POPULATION = 300
 DOWNLOAD_TIMEOUT = 1.0
 LOCAL = "127.0.0.1"
+
+NO_FILTER = DupefilterConfig("none")
 
 
 @pytest.fixture(scope="module")
@@ -246,9 +249,10 @@ def test_a_100k_line_csv_is_read_as_the_sweep_goes(
         stderr=subprocess.DEVNULL,
     )
     queued: list[int] = []
+    frontier = Frontier(redis_client, FrontierKeys("domains", "domains:start_urls"), NO_FILTER)
 
     def swept_past_three_fills() -> bool:
-        queued.append(int(redis_client.zcard("{domains}:queue")))
+        queued.append(frontier.queued())
         return int(mongo.db.domains.count_documents({})) > 3 * most
 
     try:

@@ -97,7 +97,7 @@ def test_a_redis_restarted_empty_mid_crawl_is_reported(
             )
         try:
             poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 3, 30, "progress")
-            held = client.zcard("{profiles}:queue") + client.zcard("{profiles}:leases")
+            held = client.zcard("{profiles}:queues") + client.zcard("{profiles}:leases")
             assert held, "nothing queued or leased to lose"
             os.kill(server.process.pid, signal.SIGKILL)
             server.process.wait(10)

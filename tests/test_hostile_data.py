@@ -22,6 +22,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
 from crawler.scheduling.scheduler import DUE_META
+from crawler.scheduling.serializer import expand
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl
@@ -218,7 +219,7 @@ def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
 
 def _dead(client: redis.Redis, spider: str) -> dict[str, dict[str, Any]]:
     letters = [json.loads(raw) for raw in client.lrange("{" + spider + "}:dead", 0, -1)]
-    return {letter["request"]["url"]: letter["failure"] for letter in letters}
+    return {expand(letter["request"])["url"]: letter["failure"] for letter in letters}
 
 
 def _frontier_empty(client: redis.Redis, spider: str) -> bool:

@@ -18,6 +18,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from crawler import settings as project_settings
 from crawler.bans.rules import Page, Verdict
+from crawler.scheduling.serializer import expand
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox
 
@@ -36,12 +37,14 @@ def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
 
 
 def _dead(client: redis.Redis, spider: str) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in client.lrange("{" + spider + "}:dead", 0, -1)]
+    letters = [json.loads(raw) for raw in client.lrange("{" + spider + "}:dead", 0, -1)]
+    return [{**letter, "request": expand(letter["request"])} for letter in letters]
 
 
 def _assert_nothing_held(client: redis.Redis, spider: str) -> None:
-    for name in ("queue", "leases", "delayed"):
+    for name in ("queues", "leases", "delayed"):
         assert not client.exists("{" + spider + "}:" + name), f"{name} still holds work"
+    assert not client.keys("{" + spider + "}:queue:*"), "a priority's list still holds work"
 
 
 def _run(

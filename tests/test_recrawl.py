@@ -40,6 +40,8 @@ RECRAWL = {
     "FRONTIER_LEASE_SECONDS": 5,
     "MONGO_FLUSH_INTERVAL": 0.1,
     "MAX_IDLE_TIME_BEFORE_CLOSE": 0,
+    # The shipped idle poll (the test harness looks every 0.2 s to close crawls sooner).
+    "IDLE_POLL_INTERVAL": 1,
     "LOG_LEVEL": "INFO",
 }
 

@@ -102,6 +102,8 @@ def plan_visit(
     state = {"interval": interval, "hash": digest, "priority": base}
     revisit = revisit_request(request, state, base + policy.urgency(interval))
     _forget_default_headers(revisit, crawler.settings)
+    # Made again from the proxy by the downloader before the next fetch; never kept in Redis.
+    revisit.headers.pop(b"Proxy-Authorization", None)
     assert crawler.request_fingerprinter is not None
     fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
     record = serializer.dumps(compact(revisit.to_dict(spider=crawler.spider)))
