@@ -26,7 +26,7 @@ from urllib.request import urlopen
 
 import pytest
 import redis
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import sync_playwright
 
@@ -34,6 +34,7 @@ import crawler.settings as project_settings
 from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns
 from crawler.observability.page import _is_loopback, render_page
 from crawler.observability.rates import format_duration
+from crawler.observability.report import masked_dead_letter
 from crawler.services import free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
@@ -128,6 +129,25 @@ def test_whatever_a_site_sends_is_shown_as_text(domain: str, why: str, url: str)
     for shown in (domain, why, url):
         assert shown in parsed.text
     assert "redis://:***@h/0" in parsed.text
+
+
+secret_values = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=8, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(secret=secret_values, other=secret_values, why=text_from_outside)
+def test_secrets_in_a_dead_letters_error_text_are_masked(secret: str, other: str, why: str) -> None:
+    assume(secret not in why and other not in why)
+    url = f"https://api.example/v1?api_key={secret}&q=1"
+    error = f"{why} Getting {url} took longer than 180.0 seconds; via http://u:{other}@proxy:8080"
+    letter = {"request": {"url": url}, "failure": {"reason": "x", "time": 990, "error": error}}
+    shown = masked_dead_letter(letter)
+    page = _Parsed()
+    page.feed(render_page(_report(dead_letters=[shown])))
+    assert "api_key=***" in shown["failure"]["error"]
+    for leaked in (secret, other):
+        assert leaked not in page.text
+        assert leaked not in json.dumps(shown)
 
 
 def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself() -> None:
