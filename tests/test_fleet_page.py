@@ -158,6 +158,56 @@ def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself() -> None:
     assert "<svg" in page
 
 
+SLOW_REDIS_PAGE = """
+import json, sys, threading, time, urllib.request
+from twisted.internet import reactor, threads
+from crawler.observability.endpoint import listen, site
+from crawler.observability.page import FleetPage
+from tests.test_fleet_page import _report
+reactor.suggestThreadPoolSize(10)  # Scrapy's REACTOR_THREADPOOL_MAXSIZE
+builds, started = [], threading.Event()
+def build():
+    builds.append(1)
+    started.set()
+    time.sleep(1.5)  # a slow Redis
+    return _report()
+port = listen("127.0.0.1", [0], site(None, FleetPage(build))).port
+codes = []
+def load():
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as response:
+        codes.append(response.status)
+def fire():
+    loads = [threading.Thread(target=load) for _ in range(10)]
+    for thread in loads:
+        thread.start()
+    started.wait(10)
+    before = time.monotonic()
+    threads.blockingCallFromThread(reactor, lambda: reactor.resolve("localhost"))
+    resolve = time.monotonic() - before
+    for thread in loads:
+        thread.join()
+    print(json.dumps({"builds": len(builds), "codes": codes, "resolve": resolve}))
+    reactor.callFromThread(reactor.stop)
+threading.Thread(target=fire, daemon=True).start()
+reactor.run()
+"""
+
+
+def test_page_loads_share_one_build_and_leave_the_reactors_threads_to_the_crawl() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", SLOW_REDIS_PAGE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    shown = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert shown["codes"] == [200] * 10
+    assert shown["builds"] == 1
+    assert shown["resolve"] < 1.0  # not queued behind page builds
+
+
 def test_only_this_machine_sees_the_page_by_default() -> None:
     assert _is_loopback(SimpleNamespace(host="127.0.0.1"))
     assert _is_loopback(SimpleNamespace(host="::1"))
