@@ -252,6 +252,35 @@ def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_onl
 # --- cool-downs and unban (real Redis) ------------------------------------------------------------
 
 
+def test_ended_cooldowns_are_pruned_as_new_bans_come(redis_client: redis.Redis) -> None:
+    fleet = FleetPoliteness(redis_client, "pruned", RatePolicy(rate=0, burst=1), refresh=0)
+    for n in range(200):
+        fleet.ban(f"old{n}.example", None, 0.2, "ended soon")
+    poll(lambda: not active_cooldowns(redis_client, "pruned"), timeout=10)
+    for n in range(200):
+        fleet.ban(f"new{n}.example", None, 600, "active")
+    assert len(active_cooldowns(redis_client, "pruned")) == 200
+    assert redis_client.hlen("{pruned}:bans") < 210
+    assert redis_client.hlen("{pruned}:bans:why") < 210
+
+
+def test_the_page_shows_the_first_rows_and_how_many_more() -> None:
+    cooldowns = [
+        {"domain": f"d{n}.example", "identity": None, "until": 1100.0 + n, "why": "x"}
+        for n in range(120)
+    ]
+    by_domain = {f"d{n}.example": 1000 - n for n in range(130)}
+    report = _report(cooldowns=cooldowns)
+    report["spiders"]["profiles"]["counters"]["bans_by_domain"] = by_domain
+    page = render_page(report)
+    assert "Active cool-downs (120)" in page
+    assert "and 70 more" in page
+    assert "Bans by domain (130)" in page
+    assert "and 80 more" in page
+    assert "d49.example" in page
+    assert "d50.example" not in page
+
+
 def test_a_cooldown_says_why_and_unban_lifts_it_for_every_worker(
     crawl: Crawl, redis_client: redis.Redis
 ) -> None:

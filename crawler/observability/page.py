@@ -150,12 +150,21 @@ def _chart(rows: list[Mapping[str, Any]], field: str, data: str) -> str:
     )
 
 
-def _table(title: str, headers: Iterable[str], rows: list[list[str]]) -> str:
+def _table(
+    title: str, headers: Iterable[str], rows: list[list[str]], total: int | None = None
+) -> str:
+    """A table of the first ``ROWS_SHOWN`` rows, saying how many of ``total`` it leaves out."""
     if not rows:
         return f'<h3>{escape(title)}</h3><p class="none">none</p>'
     head = "".join(f"<th>{escape(header)}</th>" for header in headers)
-    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
-    return f"<h3>{escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
+    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows[:ROWS_SHOWN])
+    more = (len(rows) if total is None else total) - min(len(rows), ROWS_SHOWN)
+    tail = f'<p class="none">and {_number(more)} more</p>' if more > 0 else ""
+    return f"<h3>{escape(title)}</h3><table><tr>{head}</tr>{body}</table>{tail}"
+
+
+# A table shows its first rows (the most banned domains, the soonest-ending cool-downs) only.
+ROWS_SHOWN = 50
 
 
 def _cell(value: Any) -> str:
@@ -176,12 +185,13 @@ def _bans(counters: Report, key: Callable[[str], str]) -> str:
         [_cell(rule), _count(count, key(f"bans.rule.{rule}"))]
         for rule, count in _ranked(counters["bans_by_rule"])
     ]
+    domains = counters["bans_by_domain"]
     by_domain = [
         [_cell(domain), _count(count, key(f"bans.domain.{domain}"))]
-        for domain, count in _ranked(counters["bans_by_domain"])
+        for domain, count in _ranked(domains)[:ROWS_SHOWN]
     ]
     return _table("Bans by rule", ("rule", "bans"), by_rule) + _table(
-        "Bans by domain", ("domain", "bans"), by_domain
+        f"Bans by domain ({len(domains)})", ("domain", "bans"), by_domain, len(domains)
     )
 
 
@@ -194,11 +204,10 @@ def _cooldowns(cooldowns: list[Mapping[str, Any]], now: float) -> str:
             _cell(f"in {format_duration(max(0.0, cooldown['until'] - now))}"),
             _cell(cooldown["why"] or "-"),
         ]
-        for cooldown in cooldowns
+        for cooldown in cooldowns[:ROWS_SHOWN]
     ]
-    return _table(
-        f"Active cool-downs ({len(rows)})", ("domain", "identity", "until", "ends", "why"), rows
-    )
+    headers = ("domain", "identity", "until", "ends", "why")
+    return _table(f"Active cool-downs ({len(cooldowns)})", headers, rows, len(cooldowns))
 
 
 def _dead_letters(counters: Report, letters: list[Mapping[str, Any]]) -> str:
