@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.error import HTTPError
 from urllib.parse import urlsplit
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 import pytest
 import redis
@@ -247,6 +247,44 @@ def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_onl
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
+
+
+def _serve(*settings: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    command = [sys.executable, "-m", "scrapy", "status", "--serve", "0", "--host", "0.0.0.0"]
+    for setting in settings:
+        command += ["-s", setting]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _status_with_host(url: str, host: str) -> int:
+    request = Request(url, headers={"Host": host})
+    try:
+        with urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except HTTPError as error:
+        return error.code
+
+
+def test_the_served_page_follows_fleet_page_and_answers_only_its_own_name() -> None:
+    process = _serve()  # FLEET_PAGE=local by default
+    try:
+        assert process.stdout is not None
+        port = urlsplit(process.stdout.readline().split()[3]).port
+        url = f"http://127.0.0.1:{port}/"
+        assert _status_with_host(url, "attacker.example") == 403
+        assert _status_with_host(url, f"attacker.example:{port}") == 403
+        for name in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST."):
+            assert _status_with_host(url, name) == 503  # shown: Redis is away
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    off = _serve("FLEET_PAGE=off")
+    _, errors = off.communicate(timeout=60)
+    assert off.returncode != 0
+    assert "FLEET_PAGE is off" in errors
 
 
 # --- cool-downs and unban (real Redis) ------------------------------------------------------------

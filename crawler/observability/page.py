@@ -335,7 +335,8 @@ class FleetPage(resource.Resource):
             request.setResponseCode(404)
             return render_error("Nothing here: the fleet page is at /").encode()
         client = request.getClientAddress()  # type: ignore[no-untyped-call]
-        if self.local_only and not _is_loopback(client):
+        host = request.getHeader(b"host")
+        if self.local_only and not (_is_loopback(client) and _is_local_name(host)):
             request.setResponseCode(403)
             return render_error("The fleet page is shown on this machine only.").encode()
         finished: list[object] = []
@@ -363,6 +364,22 @@ class FleetPage(resource.Resource):
             return
         request.write(page.encode())  # type: ignore[no-untyped-call]
         request.finish()  # type: ignore[no-untyped-call]
+
+
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def _is_local_name(host: bytes | None) -> bool:
+    """Whether a Host header names this machine (a page of another site that a DNS rebinding
+    points at 127.0.0.1 sends its own name). No header (HTTP/1.0) is the client's address."""
+    if host is None:
+        return True
+    name = host.decode("latin-1").strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    return name.rstrip(".") in LOCAL_NAMES
 
 
 def _is_loopback(address: Any) -> bool:
