@@ -129,6 +129,7 @@ POLITENESS_DOMAIN_RATES: dict[str, float] = {}
 # POLITENESS_CONCURRENCY (int >= 0, default 0 = off): requests in flight per domain for the whole
 # fleet (leases in Redis that expire with the request's download timeout + 30 s, so a killed
 # worker's free themselves). Off, nothing is asked of Redis; on, two round trips per request.
+# At most CONCURRENT_REQUESTS_PER_DOMAIN, and with DOWNLOAD_DELAY at most 30 s / (1.5 x delay).
 POLITENESS_CONCURRENCY = 0
 # BIND_ADDRESSES (list of str, default []) and PROXY_POOL (list of proxy URLs, default []): the
 # identities requests are sent as, round-robin, skipping those cooling down after a ban. A
