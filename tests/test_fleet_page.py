@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from playwright.sync_api import sync_playwright
 
 import crawler.settings as project_settings
-from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns
+from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
+from crawler.commands.frontier import unban_host
 from crawler.observability.page import _is_loopback, render_page
 from crawler.observability.rates import format_duration
 from crawler.observability.report import masked_dead_letter
@@ -317,6 +318,17 @@ def test_the_page_shows_the_first_rows_and_how_many_more() -> None:
     assert "and 80 more" in page
     assert "d49.example" in page
     assert "d50.example" not in page
+
+
+def test_unban_finds_the_host_however_it_is_written(redis_client: redis.Redis) -> None:
+    fleet = FleetPoliteness(redis_client, "idna", RatePolicy(rate=0, burst=1), refresh=0)
+    fleet.ban("xn--bcher-kva.example", None, 600, "akamai (HTTP 403)")
+    fleet.ban("example.com", None, 600, "429 (HTTP 429)")
+    assert unban_host(" Bücher.Example. ") == "xn--bcher-kva.example"
+    assert unban_host("EXAMPLE.com.") == "example.com"
+    lifted = lift_cooldowns(redis_client, "idna", unban_host("BÜCHER.example."))
+    assert [c.domain for c in lifted] == ["xn--bcher-kva.example"]
+    assert [c.domain for c in active_cooldowns(redis_client, "idna")] == ["example.com"]
 
 
 def test_a_cooldown_says_why_and_unban_lifts_it_for_every_worker(
