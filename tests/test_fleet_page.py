@@ -33,6 +33,7 @@ from playwright.sync_api import sync_playwright
 import crawler.settings as project_settings
 from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
+from crawler.observability.monitor import _shown_host
 from crawler.observability.page import _is_loopback, render_page
 from crawler.observability.rates import format_duration
 from crawler.observability.report import masked_dead_letter
@@ -207,6 +208,28 @@ def test_page_loads_share_one_build_and_leave_the_reactors_threads_to_the_crawl(
     assert shown["codes"] == [200] * 10
     assert shown["builds"] == 1
     assert shown["resolve"] < 1.0  # not queued behind page builds
+
+
+def test_the_seen_tile_says_when_it_is_an_estimate() -> None:
+    approximate = render_page(_report(seen={"count": 1234, "mode": "bloom", "approximate": True}))
+    exact = render_page(_report(seen={"count": 1234, "mode": "set", "approximate": False}))
+    assert "seen (approx.)" in approximate
+    assert "seen (approx.)" not in exact
+    assert ">seen<" in exact
+
+
+def test_the_logged_page_url_names_an_address_a_browser_here_reaches() -> None:
+    shown = {
+        host: _shown_host(SimpleNamespace(metrics_host=host))  # type: ignore[arg-type]
+        for host in ("0.0.0.0", "::", "::1", "10.0.0.7", "localhost")
+    }
+    assert shown == {
+        "0.0.0.0": "127.0.0.1",
+        "::": "[::1]",
+        "::1": "[::1]",
+        "10.0.0.7": "10.0.0.7",
+        "localhost": "localhost",
+    }
 
 
 def test_only_this_machine_sees_the_page_by_default() -> None:

@@ -73,6 +73,11 @@ def _document(body: str) -> str:
     )
 
 
+def _seen_label(seen: Mapping[str, Any]) -> str:
+    """A bloom filter's count is an estimate, and the tile says so (the text view prints ~)."""
+    return "seen (approx.)" if seen.get("approximate") else "seen"
+
+
 def _spider(status: Report, now: float) -> str:
     name, counters, rates = status["spider"], status["counters"], status["rates"]
     key = _keyer(name)
@@ -80,7 +85,7 @@ def _spider(status: Report, now: float) -> str:
     seen = status["seen"]["count"]
     tiles = [(label, key(f"frontier.{label}"), value) for label, value in sizes.items()]
     tiles += [
-        ("seen", key("seen"), "-" if seen is None else seen),
+        (_seen_label(status["seen"]), key("seen"), "-" if seen is None else seen),
         ("pages/min", key("pages_per_min"), rates["workers_pages_per_min"]),
         ("items/min", key("items_per_min"), rates["workers_items_per_min"]),
         ("ETA", key("eta"), format_duration(status["eta_seconds"])),
