@@ -123,6 +123,8 @@ def test_whatever_a_site_sends_is_shown_as_text(domain: str, why: str, url: str)
         _report(
             cooldowns=[{"domain": domain, "identity": None, "until": 1100.0, "why": why}],
             dead_letters=[{"request": {"url": url}, "failure": {"reason": why, "time": 990}}],
+            revisits={"due": 3, "next_hour": 4, "later": 5},
+            report={"links": {"top hosts": {domain: 7}}, "note": why},
         )
     )
     parsed = _Parsed()
@@ -131,6 +133,8 @@ def test_whatever_a_site_sends_is_shown_as_text(domain: str, why: str, url: str)
     for shown in (domain, why, url):
         assert shown in parsed.text
     assert "redis://:***@h/0" in parsed.text
+    assert "3 due now, 4 in the next hour, 5 later" in parsed.text  # the spider's figures too
+    assert f"top hosts ({domain} 7)" in parsed.text
 
 
 secret_values = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=8, max_size=20)

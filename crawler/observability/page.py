@@ -24,6 +24,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.web import resource, server
 
 from crawler.observability.rates import format_duration
+from crawler.observability.report import pairs_text, revisit_line
 
 if TYPE_CHECKING:
     from twisted.web.server import Request
@@ -108,6 +109,7 @@ def _spider(status: Report, now: float) -> str:
             _chart(history, "pages", key("history.pages")),
             _chart(history, "items", key("history.items")),
             "</div>",
+            _figures(status),
             _bans(counters, key),
             _cooldowns(status["cooldowns"], now),
             _dead_letters(counters, status["dead_letters"]),
@@ -115,6 +117,17 @@ def _spider(status: Report, now: float) -> str:
             "</section>",
         ]
     )
+
+
+def _figures(status: Report) -> str:
+    """Revisits waiting and the spider's own figures (its ``fleet_report``), as the text view."""
+    rows = [
+        [_cell("revisits"), _cell(revisit_line(status.get("revisits") or {}).split(None, 1)[1])]
+    ]
+    for name, value in (status.get("report") or {}).items():
+        shown = pairs_text(value) if isinstance(value, Mapping) else value
+        rows.append([_cell(name), _cell(shown)])
+    return _table("Spider figures", ("figure", "value"), rows)
 
 
 def _keyer(spider: str) -> Callable[[str], str]:

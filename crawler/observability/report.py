@@ -254,18 +254,19 @@ def _spider_report_lines(report: Mapping[str, Any]) -> list[str]:
     lines = []
     for name, value in report.items():
         if isinstance(value, Mapping):
-            lines.append(f"  {name:<9} " + _pairs(value))
+            lines.append(f"  {name:<9} " + pairs_text(value))
         else:
             lines.append(f"  {name:<9} {value}")
     return lines
 
 
-def _pairs(values: Mapping[str, Any]) -> str:
+def pairs_text(values: Mapping[str, Any]) -> str:
+    """``name value; name (nested pairs)`` for a spider's own figures."""
     if not values:
         return "-"
     parts = []
     for name, value in values.items():
-        shown = _pairs(value) if isinstance(value, Mapping) else value
+        shown = pairs_text(value) if isinstance(value, Mapping) else value
         parts.append(f"{name} ({shown})" if isinstance(value, Mapping) else f"{name} {shown}")
     return "; ".join(parts)
 
