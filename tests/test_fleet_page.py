@@ -236,6 +236,41 @@ def test_the_logged_page_url_names_an_address_a_browser_here_reaches() -> None:
     }
 
 
+PAGE_PAST_ITS_DEADLINE = """
+import threading, time, urllib.error, urllib.request
+from twisted.internet import reactor
+import crawler.observability.page as page
+from crawler.observability.endpoint import listen, site
+from tests.test_fleet_page import _report
+page.PAGE_DEADLINE_SECONDS = 0.3
+def build():
+    time.sleep(1.5)  # a slow Redis
+    return _report()
+port = listen("127.0.0.1", [0], site(None, page.FleetPage(build))).port
+def load():
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+    except urllib.error.HTTPError as error:
+        print(error.code, error.read().decode())
+    reactor.callFromThread(reactor.stop)
+threading.Thread(target=load, daemon=True).start()
+reactor.run()
+"""
+
+
+def test_a_page_that_takes_too_long_says_so() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", PAGE_PAST_ITS_DEADLINE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("503 ")
+    assert "took too long" in ran.stdout
+
+
 def test_only_this_machine_sees_the_page_by_default() -> None:
     assert _is_loopback(SimpleNamespace(host="127.0.0.1"))
     assert _is_loopback(SimpleNamespace(host="::1"))
