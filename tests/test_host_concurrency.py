@@ -16,7 +16,7 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from crawler.bans.concurrency import HostSlots
-from crawler.middlewares.concurrency import HostConcurrencyMiddleware
+from crawler.middlewares.concurrency import HostConcurrencyMiddleware, HostFullMiddleware
 from crawler.scheduling.records import DUE_META
 from tests.harness import ROOT, Crawl, Sandbox, poll
 from tests.test_links import build_web, home, links_settings, stored, truth
@@ -81,6 +81,12 @@ def test_a_worker_remembers_a_full_host_and_backs_off_without_asking_redis(
     later = admit(200)
     assert later is not None
     assert later.meta[DUE_META] - time.time() > 1.5  # 0.2-0.8 s doubled three times
+    assert _script_calls(redis_client) - calls == 4
+    before_ban = HostFullMiddleware.from_crawler(crawler)  # 640: before a rate token is taken
+    held = before_ban.process_request(Request("https://full.test/300"))
+    assert held is not None
+    assert held.meta[DUE_META] - time.time() > 1.5
+    assert before_ban.process_request(Request("https://free.test/")) is None
     assert _script_calls(redis_client) - calls == 4
 
 

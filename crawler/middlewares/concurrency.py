@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import time
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from redis.exceptions import RedisError
 from scrapy import signals
@@ -38,6 +39,35 @@ SLOT_META = "fleet_slot"
 # takes the domain as full and sends its requests back without asking Redis.
 RETRY_WINDOW = (0.2, 0.8)
 FULL_WAIT_MAX = 10.0
+# Per crawler: domain -> monotonic time until which this worker takes the domain as full.
+_FULL_UNTIL: WeakKeyDictionary[Crawler, dict[str, float]] = WeakKeyDictionary()
+
+
+def full_hosts(crawler: Crawler) -> dict[str, float]:
+    """The full domains this worker knows of, shared by HostFull (640) and HostConcurrency."""
+    return _FULL_UNTIL.setdefault(crawler, {})
+
+
+class HostFullMiddleware:
+    """Downloader middleware at 640, before BanMiddleware (650) takes a rate token: a request
+    of a domain this worker has just found full goes back at once, spending neither a token of
+    the fleet's rate nor a round trip to Redis."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.full_until = full_hosts(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> HostFullMiddleware:
+        if not setting(crawler.settings, "POLITENESS_CONCURRENCY"):
+            raise NotConfigured("POLITENESS_CONCURRENCY is 0")
+        return cls(crawler)
+
+    def process_request(self, request: Request) -> Request | None:
+        full = self.full_until.get(_domain(request), 0.0) - time.monotonic()
+        if full <= 0:
+            return None
+        return _send_back(self.crawler, request, full + random.uniform(*RETRY_WINDOW))
 
 
 class HostConcurrencyMiddleware:
@@ -51,7 +81,7 @@ class HostConcurrencyMiddleware:
         self.slots = slots
         self.timeout = crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
         self.redis = RedisWait(crawler)
-        self._full_until: dict[str, float] = {}  # domain -> monotonic time
+        self._full_until = full_hosts(crawler)
         self._refusals: dict[str, int] = {}
         crawler.signals.connect(self._give_back, signal=signals.request_left_downloader)
 
@@ -89,9 +119,7 @@ class HostConcurrencyMiddleware:
         return wait
 
     def _defer(self, request: Request, wait: float) -> Request:
-        self._count("politeness/deferred/concurrency")
-        meta = without_identity(request.meta, IDENTITY_META)
-        return sent_back(request, meta, time.time() + wait)
+        return _send_back(self.crawler, request, wait)
 
     def process_response(self, request: Request, response: Response) -> Response:
         self._give_back(request)
@@ -113,6 +141,14 @@ class HostConcurrencyMiddleware:
     def _count(self, key: str) -> None:
         if self.crawler.stats is not None:
             self.crawler.stats.inc_value(key)
+
+
+def _send_back(crawler: Crawler, request: Request, wait: float) -> Request:
+    """``request`` going back to the frontier for ``wait`` seconds, without its identity."""
+    if crawler.stats is not None:
+        crawler.stats.inc_value("politeness/deferred/concurrency")
+    meta = without_identity(request.meta, IDENTITY_META)
+    return sent_back(request, meta, time.time() + wait)
 
 
 def _domain(request: Request) -> str:
