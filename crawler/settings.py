@@ -65,6 +65,8 @@ USER_AGENT = (
 #      it is no ban; a ban never reaches it (Ban answers it with a deferred request).
 #   580 MetaRefresh, 600 Redirect: follow a redirect only after Ban judged it, so a 302 to a
 #      captcha or login page is a ban, not a page to follow; MetaRefresh reads the decoded body.
+#   640 HostFull (only with POLITENESS_CONCURRENCY): sends back a request of a domain this
+#      worker just found full (at 660) before Ban takes a rate token for it.
 #   650 BanMiddleware: on the way in, waits out cool-downs and takes the fleet's rate, and picks
 #      the identity before HttpProxy (750) reads its proxy and before Cookies (700) adds a Cookie
 #      header, so a deferred request goes back to the frontier without one. On the way back, it
@@ -79,6 +81,7 @@ DOWNLOADER_MIDDLEWARES = {
     "crawler.scheduling.acks.LeaseDownloaderMiddleware": 1,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
+    "crawler.middlewares.concurrency.HostFullMiddleware": 640,
     "crawler.middlewares.BanMiddleware": 650,
     "crawler.middlewares.concurrency.HostConcurrencyMiddleware": 660,
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
@@ -129,6 +132,7 @@ POLITENESS_DOMAIN_RATES: dict[str, float] = {}
 # POLITENESS_CONCURRENCY (int >= 0, default 0 = off): requests in flight per domain for the whole
 # fleet (leases in Redis that expire with the request's download timeout + 30 s, so a killed
 # worker's free themselves). Off, nothing is asked of Redis; on, two round trips per request.
+# At most CONCURRENT_REQUESTS_PER_DOMAIN, and with DOWNLOAD_DELAY at most 30 s / (1.5 x delay).
 POLITENESS_CONCURRENCY = 0
 # BIND_ADDRESSES (list of str, default []) and PROXY_POOL (list of proxy URLs, default []): the
 # identities requests are sent as, round-robin, skipping those cooling down after a ban. A

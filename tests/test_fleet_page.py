@@ -22,18 +22,21 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.error import HTTPError
 from urllib.parse import urlsplit
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 import pytest
 import redis
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import sync_playwright
 
 import crawler.settings as project_settings
-from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns
+from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
+from crawler.commands.frontier import unban_host
+from crawler.observability.monitor import _shown_host
 from crawler.observability.page import _is_loopback, render_page
 from crawler.observability.rates import format_duration
+from crawler.observability.report import masked_dead_letter
 from crawler.services import free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
@@ -120,6 +123,8 @@ def test_whatever_a_site_sends_is_shown_as_text(domain: str, why: str, url: str)
         _report(
             cooldowns=[{"domain": domain, "identity": None, "until": 1100.0, "why": why}],
             dead_letters=[{"request": {"url": url}, "failure": {"reason": why, "time": 990}}],
+            revisits={"due": 3, "next_hour": 4, "later": 5},
+            report={"links": {"top hosts": {domain: 7}}, "note": why},
         )
     )
     parsed = _Parsed()
@@ -128,6 +133,27 @@ def test_whatever_a_site_sends_is_shown_as_text(domain: str, why: str, url: str)
     for shown in (domain, why, url):
         assert shown in parsed.text
     assert "redis://:***@h/0" in parsed.text
+    assert "3 due now, 4 in the next hour, 5 later" in parsed.text  # the spider's figures too
+    assert f"top hosts ({domain} 7)" in parsed.text
+
+
+secret_values = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=8, max_size=20)
+
+
+@settings(max_examples=60, deadline=None)
+@given(secret=secret_values, other=secret_values, why=text_from_outside)
+def test_secrets_in_a_dead_letters_error_text_are_masked(secret: str, other: str, why: str) -> None:
+    assume(secret not in why and other not in why)
+    url = f"https://api.example/v1?api_key={secret}&q=1"
+    error = f"{why} Getting {url} took longer than 180.0 seconds; via http://u:{other}@proxy:8080"
+    letter = {"request": {"url": url}, "failure": {"reason": "x", "time": 990, "error": error}}
+    shown = masked_dead_letter(letter)
+    page = _Parsed()
+    page.feed(render_page(_report(dead_letters=[shown])))
+    assert "api_key=***" in shown["failure"]["error"]
+    for leaked in (secret, other):
+        assert leaked not in page.text
+        assert leaked not in json.dumps(shown)
 
 
 def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself() -> None:
@@ -136,6 +162,113 @@ def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself() -> None:
     assert "src=" not in page
     assert "href=" not in page
     assert "<svg" in page
+
+
+SLOW_REDIS_PAGE = """
+import json, sys, threading, time, urllib.request
+from twisted.internet import reactor, threads
+from crawler.observability.endpoint import listen, site
+from crawler.observability.page import FleetPage
+from tests.test_fleet_page import _report
+reactor.suggestThreadPoolSize(10)  # Scrapy's REACTOR_THREADPOOL_MAXSIZE
+builds, started = [], threading.Event()
+def build():
+    builds.append(1)
+    started.set()
+    time.sleep(1.5)  # a slow Redis
+    return _report()
+port = listen("127.0.0.1", [0], site(None, FleetPage(build))).port
+codes = []
+def load():
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as response:
+        codes.append(response.status)
+def fire():
+    loads = [threading.Thread(target=load) for _ in range(10)]
+    for thread in loads:
+        thread.start()
+    started.wait(10)
+    before = time.monotonic()
+    threads.blockingCallFromThread(reactor, lambda: reactor.resolve("localhost"))
+    resolve = time.monotonic() - before
+    for thread in loads:
+        thread.join()
+    print(json.dumps({"builds": len(builds), "codes": codes, "resolve": resolve}))
+    reactor.callFromThread(reactor.stop)
+threading.Thread(target=fire, daemon=True).start()
+reactor.run()
+"""
+
+
+def test_page_loads_share_one_build_and_leave_the_reactors_threads_to_the_crawl() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", SLOW_REDIS_PAGE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    shown = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert shown["codes"] == [200] * 10
+    assert shown["builds"] == 1
+    assert shown["resolve"] < 1.0  # not queued behind page builds
+
+
+def test_the_seen_tile_says_when_it_is_an_estimate() -> None:
+    approximate = render_page(_report(seen={"count": 1234, "mode": "bloom", "approximate": True}))
+    exact = render_page(_report(seen={"count": 1234, "mode": "set", "approximate": False}))
+    assert "seen (approx.)" in approximate
+    assert "seen (approx.)" not in exact
+    assert ">seen<" in exact
+
+
+def test_the_logged_page_url_names_an_address_a_browser_here_reaches() -> None:
+    shown = {
+        host: _shown_host(SimpleNamespace(metrics_host=host))  # type: ignore[arg-type]
+        for host in ("0.0.0.0", "::", "::1", "10.0.0.7", "localhost")
+    }
+    assert shown == {
+        "0.0.0.0": "127.0.0.1",
+        "::": "[::1]",
+        "::1": "[::1]",
+        "10.0.0.7": "10.0.0.7",
+        "localhost": "localhost",
+    }
+
+
+PAGE_PAST_ITS_DEADLINE = """
+import threading, time, urllib.error, urllib.request
+from twisted.internet import reactor
+import crawler.observability.page as page
+from crawler.observability.endpoint import listen, site
+from tests.test_fleet_page import _report
+page.PAGE_DEADLINE_SECONDS = 0.3
+def build():
+    time.sleep(1.5)  # a slow Redis
+    return _report()
+port = listen("127.0.0.1", [0], site(None, page.FleetPage(build))).port
+def load():
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+    except urllib.error.HTTPError as error:
+        print(error.code, error.read().decode())
+    reactor.callFromThread(reactor.stop)
+threading.Thread(target=load, daemon=True).start()
+reactor.run()
+"""
+
+
+def test_a_page_that_takes_too_long_says_so() -> None:
+    ran = subprocess.run(
+        [sys.executable, "-c", PAGE_PAST_ITS_DEADLINE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("503 ")
+    assert "took too long" in ran.stdout
 
 
 def test_only_this_machine_sees_the_page_by_default() -> None:
@@ -179,7 +312,85 @@ def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_onl
         assert process.wait(timeout=30) == 0
 
 
+def _serve(*settings: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    command = [sys.executable, "-m", "scrapy", "status", "--serve", "0", "--host", "0.0.0.0"]
+    for setting in settings:
+        command += ["-s", setting]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _status_with_host(url: str, host: str) -> int:
+    request = Request(url, headers={"Host": host})
+    try:
+        with urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except HTTPError as error:
+        return error.code
+
+
+def test_the_served_page_follows_fleet_page_and_answers_only_its_own_name() -> None:
+    process = _serve()  # FLEET_PAGE=local by default
+    try:
+        assert process.stdout is not None
+        port = urlsplit(process.stdout.readline().split()[3]).port
+        url = f"http://127.0.0.1:{port}/"
+        assert _status_with_host(url, "attacker.example") == 403
+        assert _status_with_host(url, f"attacker.example:{port}") == 403
+        for name in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST."):
+            assert _status_with_host(url, name) == 503  # shown: Redis is away
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    off = _serve("FLEET_PAGE=off")
+    _, errors = off.communicate(timeout=60)
+    assert off.returncode != 0
+    assert "FLEET_PAGE is off" in errors
+
+
 # --- cool-downs and unban (real Redis) ------------------------------------------------------------
+
+
+def test_ended_cooldowns_are_pruned_as_new_bans_come(redis_client: redis.Redis) -> None:
+    fleet = FleetPoliteness(redis_client, "pruned", RatePolicy(rate=0, burst=1), refresh=0)
+    for n in range(200):
+        fleet.ban(f"old{n}.example", None, 0.2, "ended soon")
+    poll(lambda: not active_cooldowns(redis_client, "pruned"), timeout=10)
+    for n in range(200):
+        fleet.ban(f"new{n}.example", None, 600, "active")
+    assert len(active_cooldowns(redis_client, "pruned")) == 200
+    assert redis_client.hlen("{pruned}:bans") < 210
+    assert redis_client.hlen("{pruned}:bans:why") < 210
+
+
+def test_the_page_shows_the_first_rows_and_how_many_more() -> None:
+    cooldowns = [
+        {"domain": f"d{n}.example", "identity": None, "until": 1100.0 + n, "why": "x"}
+        for n in range(120)
+    ]
+    by_domain = {f"d{n}.example": 1000 - n for n in range(130)}
+    report = _report(cooldowns=cooldowns)
+    report["spiders"]["profiles"]["counters"]["bans_by_domain"] = by_domain
+    page = render_page(report)
+    assert "Active cool-downs (120)" in page
+    assert "and 70 more" in page
+    assert "Bans by domain (130)" in page
+    assert "and 80 more" in page
+    assert "d49.example" in page
+    assert "d50.example" not in page
+
+
+def test_unban_finds_the_host_however_it_is_written(redis_client: redis.Redis) -> None:
+    fleet = FleetPoliteness(redis_client, "idna", RatePolicy(rate=0, burst=1), refresh=0)
+    fleet.ban("xn--bcher-kva.example", None, 600, "akamai (HTTP 403)")
+    fleet.ban("example.com", None, 600, "429 (HTTP 429)")
+    assert unban_host(" Bücher.Example. ") == "xn--bcher-kva.example"
+    assert unban_host("EXAMPLE.com.") == "example.com"
+    lifted = lift_cooldowns(redis_client, "idna", unban_host("BÜCHER.example."))
+    assert [c.domain for c in lifted] == ["xn--bcher-kva.example"]
+    assert [c.domain for c in active_cooldowns(redis_client, "idna")] == ["example.com"]
 
 
 def test_a_cooldown_says_why_and_unban_lifts_it_for_every_worker(

@@ -4,13 +4,20 @@ every host counts the most requests it had in flight at once."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
 
 from crawler.bans.concurrency import HostSlots
+from crawler.middlewares.concurrency import HostConcurrencyMiddleware, HostFullMiddleware
+from crawler.scheduling.records import DUE_META
 from tests.harness import ROOT, Crawl, Sandbox, poll
 from tests.test_links import build_web, home, links_settings, stored, truth
 
@@ -42,6 +49,52 @@ def test_the_leases_of_a_worker_that_died_free_themselves(redis_client: redis.Re
     assert alive.take("a.test", 30) is None
     poll(lambda: alive.take("a.test", 30), timeout=5, what="the expired lease to free its slot")
     assert 0 < redis_client.ttl("{links}:inflight:a.test") <= 30
+
+
+class _Links(Spider):
+    name = "links"
+
+
+def test_a_worker_remembers_a_full_host_and_backs_off_without_asking_redis(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    crawler = get_crawler(_Links, {"REDIS_URL": redis_url, "POLITENESS_CONCURRENCY": 1})
+    middleware = HostConcurrencyMiddleware.from_crawler(crawler)
+    other = HostSlots(redis_client, "links", cap=1)
+    assert other.take("full.test", 30) is not None  # another worker holds the only slot
+
+    def admit(n: int) -> Request | None:
+        return asyncio.run(middleware._admit(Request(f"https://full.test/{n}")))
+
+    calls = _script_calls(redis_client)
+    dues = []
+    for n in range(20):
+        back = admit(n)
+        assert back is not None
+        dues.append(back.meta[DUE_META] - time.time())
+    assert _script_calls(redis_client) - calls == 1  # asked once, then the worker knew
+    assert dues[0] <= 1.0
+    assert all(due >= dues[0] - 0.1 for due in dues)
+    for n in range(3):  # three more refusals in a row (as if each window had ended)
+        middleware._full_until["full.test"] = 0.0
+        assert admit(100 + n) is not None
+    later = admit(200)
+    assert later is not None
+    assert later.meta[DUE_META] - time.time() > 1.5  # 0.2-0.8 s doubled three times
+    assert _script_calls(redis_client) - calls == 4
+    before_ban = HostFullMiddleware.from_crawler(crawler)  # 640: before a rate token is taken
+    held = before_ban.process_request(Request("https://full.test/300"))
+    assert held is not None
+    assert held.meta[DUE_META] - time.time() > 1.5
+    assert before_ban.process_request(Request("https://free.test/")) is None
+    assert _script_calls(redis_client) - calls == 4
+
+
+def _script_calls(server: redis.Redis) -> int:
+    stats: dict[str, Any] = server.info("commandstats")
+    return sum(
+        int(stats.get(name, {}).get("calls", 0)) for name in ("cmdstat_evalsha", "cmdstat_eval")
+    )
 
 
 @pytest.mark.integration

@@ -110,6 +110,15 @@ def test_settings_are_checked_against_each_other() -> None:
     assert line == "BAN_COOLDOWN_MAX = 10: must be a number >= BAN_COOLDOWN (100)"
 
 
+def test_the_fleet_concurrency_cap_fits_what_one_worker_downloads_before_its_lease_ends() -> None:
+    check_settings(_settings(POLITENESS_CONCURRENCY="8", CONCURRENT_REQUESTS_PER_DOMAIN="8"))
+    (line,) = _problems(POLITENESS_CONCURRENCY="9", CONCURRENT_REQUESTS_PER_DOMAIN="8")
+    assert line.startswith("POLITENESS_CONCURRENCY = 9: must be 0 or at most 8")
+    (delayed,) = _problems(POLITENESS_CONCURRENCY="8", DOWNLOAD_DELAY="5")
+    assert delayed.startswith("POLITENESS_CONCURRENCY = 8: must be 0 or at most 4")
+    check_settings(_settings(POLITENESS_CONCURRENCY="0", DOWNLOAD_DELAY="60"))
+
+
 def test_the_browser_must_be_an_executable_for_spiders_that_use_it() -> None:
     maps = {"DOWNLOAD_HANDLERS": {"https": "crawler.spiders.maps.BrowserHandler"}}
     options = {**project_settings.PLAYWRIGHT_LAUNCH_OPTIONS, "executable_path": "/nonexistent"}

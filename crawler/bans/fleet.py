@@ -45,12 +45,21 @@ redis.call('EXPIRE', KEYS[1], 86400)
 return {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
 """
 
-# KEYS: bans hash, reasons hash. ARGV: field, until, why. Keeps the later end time (and its why).
+# KEYS: bans hash, reasons hash. ARGV: field, until, why, now. Keeps the later end time (and its
+# why), and deletes the ended cool-downs among a few sampled ones, so the hashes hold about the
+# active cool-downs rather than every domain ever banned.
 EXTEND_BAN = r"""
 local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if tonumber(ARGV[2]) > current then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
+local sampled = redis.call('HRANDFIELD', KEYS[1], 20, 'WITHVALUES')
+for i = 1, #sampled, 2 do
+  if tonumber(sampled[i + 1]) <= tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[1], sampled[i])
+    redis.call('HDEL', KEYS[2], sampled[i])
+  end
 end
 return 1
 """
@@ -177,7 +186,8 @@ class FleetPoliteness:
         until = time.time() + seconds
         # This worker pauses at once, even if Redis is away and the write has to wait.
         self._bans[field_name] = max(until, self._bans.get(field_name, 0.0))
-        self._extend(keys=[self.bans_key, reasons_key(self.spider)], args=[field_name, until, why])
+        keys = [self.bans_key, reasons_key(self.spider)]
+        self._extend(keys=keys, args=[field_name, until, why, until - seconds])
         return until
 
     def _refresh_bans(self) -> None:

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
+import idna
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -98,7 +99,7 @@ class Command(ScrapyCommand):
             raise UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
         if (action == "unban") != (len(args) == 3):
             raise UsageError("unban takes one domain: scrapy frontier SPIDER unban DOMAIN")
-        domain = args[2].strip().lower() if action == "unban" else ""
+        domain = unban_host(args[2]) if action == "unban" else ""
         assert self.settings is not None
         known = get_spider_loader(self.settings).list()
         if spider not in known:
@@ -172,3 +173,14 @@ class Command(ScrapyCommand):
                 return
         keys = purge_spider(server, self.settings, spider)
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
+
+
+def unban_host(raw: str) -> str:
+    """The host name as bans and URLs carry it: lower case, no final dot, IDNA (punycode)."""
+    host = raw.strip().lower().rstrip(".")
+    if host.isascii():
+        return host
+    try:
+        return str(idna.encode(host, uts46=True).decode("ascii"))
+    except idna.IDNAError as exc:
+        raise UsageError(f"unban: {raw!r} is not a host name ({exc})") from None

@@ -78,7 +78,9 @@ class Command(ScrapyCommand):
             help="serve the fleet page on PORT (0: any free port)",
         )
         parser.add_argument(
-            "--host", default="127.0.0.1", help="address the fleet page listens on (127.0.0.1)"
+            "--host",
+            default="127.0.0.1",
+            help="address the fleet page listens on (127.0.0.1; FLEET_PAGE=all lets others in)",
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -137,9 +139,12 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         reactor: Any = installed
         settings, classes = self.settings, self._classes(spiders)
+        mode = settings.get("FLEET_PAGE", "local")
+        if mode == "off":
+            raise UsageError("FLEET_PAGE is off: the fleet page is not served")
         page = FleetPage(
             lambda: fleet_report(server, settings, classes, opts.minutes, HISTORY_MINUTES),
-            local_only=False,
+            local_only=mode == "local",
         )
         try:
             listening = listen(opts.host, [opts.serve], site(None, page))

@@ -317,7 +317,12 @@ def _worker_id(crawler: Crawler) -> str:
 
 def _shown_host(config: MonitorSettings) -> str:
     """Where a browser on this machine finds the endpoint."""
-    return "127.0.0.1" if config.metrics_host in ("0.0.0.0", "::", "") else config.metrics_host
+    host = config.metrics_host
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _host(request: Request) -> str:

@@ -18,13 +18,15 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
-from twisted.internet import threads
+from twisted.internet import defer, threads
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 from twisted.web import resource, server
 
 from crawler.observability.rates import format_duration
+from crawler.observability.report import pairs_text, revisit_line
 
 if TYPE_CHECKING:
-    from twisted.python.failure import Failure
     from twisted.web.server import Request
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,11 @@ def _document(body: str) -> str:
     )
 
 
+def _seen_label(seen: Mapping[str, Any]) -> str:
+    """A bloom filter's count is an estimate, and the tile says so (the text view prints ~)."""
+    return "seen (approx.)" if seen.get("approximate") else "seen"
+
+
 def _spider(status: Report, now: float) -> str:
     name, counters, rates = status["spider"], status["counters"], status["rates"]
     key = _keyer(name)
@@ -79,7 +86,7 @@ def _spider(status: Report, now: float) -> str:
     seen = status["seen"]["count"]
     tiles = [(label, key(f"frontier.{label}"), value) for label, value in sizes.items()]
     tiles += [
-        ("seen", key("seen"), "-" if seen is None else seen),
+        (_seen_label(status["seen"]), key("seen"), "-" if seen is None else seen),
         ("pages/min", key("pages_per_min"), rates["workers_pages_per_min"]),
         ("items/min", key("items_per_min"), rates["workers_items_per_min"]),
         ("ETA", key("eta"), format_duration(status["eta_seconds"])),
@@ -102,6 +109,7 @@ def _spider(status: Report, now: float) -> str:
             _chart(history, "pages", key("history.pages")),
             _chart(history, "items", key("history.items")),
             "</div>",
+            _figures(status),
             _bans(counters, key),
             _cooldowns(status["cooldowns"], now),
             _dead_letters(counters, status["dead_letters"]),
@@ -109,6 +117,17 @@ def _spider(status: Report, now: float) -> str:
             "</section>",
         ]
     )
+
+
+def _figures(status: Report) -> str:
+    """Revisits waiting and the spider's own figures (its ``fleet_report``), as the text view."""
+    rows = [
+        [_cell("revisits"), _cell(revisit_line(status.get("revisits") or {}).split(None, 1)[1])]
+    ]
+    for name, value in (status.get("report") or {}).items():
+        shown = pairs_text(value) if isinstance(value, Mapping) else value
+        rows.append([_cell(name), _cell(shown)])
+    return _table("Spider figures", ("figure", "value"), rows)
 
 
 def _keyer(spider: str) -> Callable[[str], str]:
@@ -149,12 +168,21 @@ def _chart(rows: list[Mapping[str, Any]], field: str, data: str) -> str:
     )
 
 
-def _table(title: str, headers: Iterable[str], rows: list[list[str]]) -> str:
+def _table(
+    title: str, headers: Iterable[str], rows: list[list[str]], total: int | None = None
+) -> str:
+    """A table of the first ``ROWS_SHOWN`` rows, saying how many of ``total`` it leaves out."""
     if not rows:
         return f'<h3>{escape(title)}</h3><p class="none">none</p>'
     head = "".join(f"<th>{escape(header)}</th>" for header in headers)
-    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
-    return f"<h3>{escape(title)}</h3><table><tr>{head}</tr>{body}</table>"
+    body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows[:ROWS_SHOWN])
+    more = (len(rows) if total is None else total) - min(len(rows), ROWS_SHOWN)
+    tail = f'<p class="none">and {_number(more)} more</p>' if more > 0 else ""
+    return f"<h3>{escape(title)}</h3><table><tr>{head}</tr>{body}</table>{tail}"
+
+
+# A table shows its first rows (the most banned domains, the soonest-ending cool-downs) only.
+ROWS_SHOWN = 50
 
 
 def _cell(value: Any) -> str:
@@ -175,12 +203,13 @@ def _bans(counters: Report, key: Callable[[str], str]) -> str:
         [_cell(rule), _count(count, key(f"bans.rule.{rule}"))]
         for rule, count in _ranked(counters["bans_by_rule"])
     ]
+    domains = counters["bans_by_domain"]
     by_domain = [
         [_cell(domain), _count(count, key(f"bans.domain.{domain}"))]
-        for domain, count in _ranked(counters["bans_by_domain"])
+        for domain, count in _ranked(domains)[:ROWS_SHOWN]
     ]
     return _table("Bans by rule", ("rule", "bans"), by_rule) + _table(
-        "Bans by domain", ("domain", "bans"), by_domain
+        f"Bans by domain ({len(domains)})", ("domain", "bans"), by_domain, len(domains)
     )
 
 
@@ -193,11 +222,10 @@ def _cooldowns(cooldowns: list[Mapping[str, Any]], now: float) -> str:
             _cell(f"in {format_duration(max(0.0, cooldown['until'] - now))}"),
             _cell(cooldown["why"] or "-"),
         ]
-        for cooldown in cooldowns
+        for cooldown in cooldowns[:ROWS_SHOWN]
     ]
-    return _table(
-        f"Active cool-downs ({len(rows)})", ("domain", "identity", "until", "ends", "why"), rows
-    )
+    headers = ("domain", "identity", "until", "ends", "why")
+    return _table(f"Active cool-downs ({len(cooldowns)})", headers, rows, len(cooldowns))
 
 
 def _dead_letters(counters: Report, letters: list[Mapping[str, Any]]) -> str:
@@ -244,8 +272,69 @@ def _workers(workers: list[Mapping[str, Any]], now: float) -> str:
     )
 
 
+# A built page is shown to every load within this many seconds; a load waits at most the deadline.
+PAGE_CACHE_SECONDS = 2.0
+PAGE_DEADLINE_SECONDS = 15.0
+
+
+class PageBuilds:
+    """Builds the page on one thread of its own, never the reactor's pool (DNS lookups use it).
+
+    Loads while a build runs share it (single flight), a build is reused for
+    ``PAGE_CACHE_SECONDS``, and a load that waits ``PAGE_DEADLINE_SECONDS`` gets a timeout."""
+
+    def __init__(self, build: Callable[[], Report]) -> None:
+        self.build = build
+        self._pool: ThreadPool | None = None
+        self._building = False
+        self._waiters: list[defer.Deferred[str]] = []
+        self._cached: tuple[float, str] | None = None
+
+    def page(self) -> defer.Deferred[str]:
+        """The page, built now or shared with the build under way or just done."""
+        from twisted.internet import reactor
+
+        if self._cached and time.monotonic() - self._cached[0] < PAGE_CACHE_SECONDS:
+            return defer.succeed(self._cached[1])
+        waiter: defer.Deferred[str] = defer.Deferred()
+        self._waiters.append(waiter)
+        waiter.addTimeout(PAGE_DEADLINE_SECONDS, reactor)
+        if not self._building:
+            self._building = True
+            built = threads.deferToThreadPool(
+                reactor,
+                self._threads(),
+                lambda: render_page(self.build()),
+            )
+            built.addBoth(self._done)
+        return waiter
+
+    def _threads(self) -> ThreadPool:
+        from twisted.internet import reactor as installed
+
+        reactor: Any = installed
+        if self._pool is None:
+            self._pool = ThreadPool(minthreads=0, maxthreads=1, name="fleet-page")
+            self._pool.start()
+            reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)
+        return self._pool
+
+    def _done(self, result: str | Failure) -> None:
+        self._building = False
+        if not isinstance(result, Failure):
+            self._cached = (time.monotonic(), result)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if waiter.called:  # timed out
+                continue
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
+
+
 class FleetPage(resource.Resource):
-    """``GET /``: the page of the report ``build`` reads (on the reactor's thread pool).
+    """``GET /``: the page of the report ``build`` reads (see PageBuilds).
 
     With ``local_only``, only clients on this machine (loopback addresses) see it; others get
     403."""
@@ -254,7 +343,7 @@ class FleetPage(resource.Resource):
 
     def __init__(self, build: Callable[[], Report], local_only: bool = True) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.build = build
+        self.builds = PageBuilds(build)
         self.local_only = local_only
 
     def render_GET(self, request: Request) -> bytes | int:
@@ -264,28 +353,51 @@ class FleetPage(resource.Resource):
             request.setResponseCode(404)
             return render_error("Nothing here: the fleet page is at /").encode()
         client = request.getClientAddress()  # type: ignore[no-untyped-call]
-        if self.local_only and not _is_loopback(client):
+        host = request.getHeader(b"host")
+        if self.local_only and not (_is_loopback(client) and _is_local_name(host)):
             request.setResponseCode(403)
             return render_error("The fleet page is shown on this machine only.").encode()
         finished: list[object] = []
         request.notifyFinish().addBoth(finished.append)
-        deferred = threads.deferToThread(lambda: render_page(self.build()))
+        deferred = self.builds.page()
         deferred.addErrback(self._failed, request)
         deferred.addCallback(self._write, request, finished)
+        deferred.addErrback(self._unwritten)
         return server.NOT_DONE_YET
 
     def _failed(self, failure: Failure, request: Request) -> str:
         request.setResponseCode(503)
         if failure.check(RedisError):  # type: ignore[no-untyped-call]
             return render_error(f"Redis is unreachable: {failure.value}")
+        if failure.check(defer.TimeoutError):  # type: ignore[no-untyped-call]
+            return render_error("Redis is slow: the page took too long to build; try again soon.")
         logger.error("Fleet page failed: %s", failure.getTraceback())
         return render_error("The fleet page failed; the worker's log has the details.")
+
+    def _unwritten(self, failure: Failure) -> None:
+        logger.error("Fleet page could not be sent: %s", failure.getTraceback())
 
     def _write(self, page: str, request: Request, finished: list[object]) -> None:
         if finished:  # the client went away
             return
         request.write(page.encode())  # type: ignore[no-untyped-call]
         request.finish()  # type: ignore[no-untyped-call]
+
+
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def _is_local_name(host: bytes | None) -> bool:
+    """Whether a Host header names this machine (a page of another site that a DNS rebinding
+    points at 127.0.0.1 sends its own name). No header (HTTP/1.0) is the client's address."""
+    if host is None:
+        return True
+    name = host.decode("latin-1").strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    return name.rstrip(".") in LOCAL_NAMES
 
 
 def _is_loopback(address: Any) -> bool:

@@ -5,6 +5,7 @@ URLs, credential headers and proxies are masked."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -161,7 +162,22 @@ def masked_dead_letter(letter: dict[str, Any]) -> dict[str, Any]:
             name: mask_uri(value) if name in URL_META and isinstance(value, str) else value
             for name, value in meta.items()
         }
+    failure = letter.get("failure")
+    if isinstance(failure, dict) and isinstance(failure.get("error"), str):
+        failure = {**failure, "error": masked_text(failure["error"], letter.get("request"))}
+        return {**letter, "request": request, "failure": failure}
     return {**letter, "request": request}
+
+
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s<>\"']+")
+
+
+def masked_text(text: str, request: object = None) -> str:
+    """Free text (an error message) with its request's URL and every ``scheme://`` URI masked."""
+    url = request.get("url") if isinstance(request, dict) else None
+    if isinstance(url, str) and url:
+        text = text.replace(url, mask_uri(url))
+    return _URI_IN_TEXT.sub(lambda match: mask_uri(match.group()), text)
 
 
 def render_text(report: Mapping[str, Any]) -> str:
@@ -238,18 +254,19 @@ def _spider_report_lines(report: Mapping[str, Any]) -> list[str]:
     lines = []
     for name, value in report.items():
         if isinstance(value, Mapping):
-            lines.append(f"  {name:<9} " + _pairs(value))
+            lines.append(f"  {name:<9} " + pairs_text(value))
         else:
             lines.append(f"  {name:<9} {value}")
     return lines
 
 
-def _pairs(values: Mapping[str, Any]) -> str:
+def pairs_text(values: Mapping[str, Any]) -> str:
+    """``name value; name (nested pairs)`` for a spider's own figures."""
     if not values:
         return "-"
     parts = []
     for name, value in values.items():
-        shown = _pairs(value) if isinstance(value, Mapping) else value
+        shown = pairs_text(value) if isinstance(value, Mapping) else value
         parts.append(f"{name} ({shown})" if isinstance(value, Mapping) else f"{name} {shown}")
     return "; ".join(parts)
 

@@ -69,6 +69,28 @@ def _cooldown_problems(settings: BaseSettings) -> list[str]:
     return [problem("BAN_COOLDOWN_MAX", settings.get("BAN_COOLDOWN_MAX"), allowed)]
 
 
+def _concurrency_problems(settings: BaseSettings) -> list[str]:
+    """A fleet lease (download timeout + LEASE_SLACK) must outlast the wait in Scrapy's own
+    per-domain slot: no more leases than the slot downloads at once, and with DOWNLOAD_DELAY
+    the last one must start within LEASE_SLACK (else another worker takes its slot)."""
+    from crawler.bans.concurrency import LEASE_SLACK
+
+    cap = settings.getint("POLITENESS_CONCURRENCY")
+    per_domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True):
+        delay *= 1.5
+    most = min(per_domain, int(LEASE_SLACK // delay) if delay > 0 else per_domain)
+    if cap <= most:
+        return []
+    allowed = (
+        f"0 or at most {most} (CONCURRENT_REQUESTS_PER_DOMAIN = {per_domain}, and a queued"
+        f" request must start within {LEASE_SLACK:g} s at DOWNLOAD_DELAY"
+        f" = {settings.getfloat('DOWNLOAD_DELAY'):g})"
+    )
+    return [problem("POLITENESS_CONCURRENCY", settings.get("POLITENESS_CONCURRENCY"), allowed)]
+
+
 def _recrawl_problems(settings: BaseSettings) -> list[str]:
     """A revisit interval starts within its bounds."""
     low, high = settings.getfloat("RECRAWL_MIN_INTERVAL"), settings.getfloat("RECRAWL_MAX_INTERVAL")
@@ -126,6 +148,7 @@ def _storage_problems(settings: BaseSettings) -> list[str]:
 # Checks of settings against each other, once each passes its own rule.
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
     _cooldown_problems,
+    _concurrency_problems,
     _recrawl_problems,
     _storage_problems,
     _browser_problems,
