@@ -34,7 +34,8 @@ import crawler.settings as project_settings
 from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
 from crawler.observability.monitor import _shown_host
-from crawler.observability.page import _is_loopback, render_page
+from crawler.observability.page import render_page
+from crawler.observability.page_server import _is_loopback
 from crawler.observability.rates import format_duration
 from crawler.observability.report import masked_dead_letter
 from crawler.services import free_port
@@ -168,7 +169,7 @@ SLOW_REDIS_PAGE = """
 import json, sys, threading, time, urllib.request
 from twisted.internet import reactor, threads
 from crawler.observability.endpoint import listen, site
-from crawler.observability.page import FleetPage
+from crawler.observability.page_server import FleetPage
 from tests.test_fleet_page import _report
 reactor.suggestThreadPoolSize(10)  # Scrapy's REACTOR_THREADPOOL_MAXSIZE
 builds, started = [], threading.Event()
@@ -239,7 +240,7 @@ def test_the_logged_page_url_names_an_address_a_browser_here_reaches() -> None:
 PAGE_PAST_ITS_DEADLINE = """
 import threading, time, urllib.error, urllib.request
 from twisted.internet import reactor
-import crawler.observability.page as page
+import crawler.observability.page_server as page
 from crawler.observability.endpoint import listen, site
 from tests.test_fleet_page import _report
 page.PAGE_DEADLINE_SECONDS = 0.3

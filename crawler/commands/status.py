@@ -35,7 +35,8 @@ from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
 from crawler.observability.endpoint import listen, site
-from crawler.observability.page import HISTORY_MINUTES, FleetPage
+from crawler.observability.page import HISTORY_MINUTES
+from crawler.observability.page_server import FleetPage
 from crawler.observability.report import fleet_report, render_text
 
 if TYPE_CHECKING:

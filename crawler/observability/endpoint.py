@@ -2,8 +2,8 @@
 
 ``/metrics`` is prometheus_client's Twisted resource: a scrape collects the worker's in-memory
 stats and the fleet view the periodic task last read (it never waits on Redis) on the reactor's
-thread pool. ``/`` is the fleet page (:mod:`crawler.observability.page`), read from Redis on
-the same thread pool, so neither blocks the crawl. Requests are not logged, so Scrapy's log
+thread pool. ``/`` is the fleet page (:mod:`crawler.observability.page_server`), read from Redis
+on a thread of its own, so neither blocks the crawl. Requests are not logged, so Scrapy's log
 stays the crawl's.
 """
 

@@ -33,7 +33,8 @@ from crawler.observability.counters import Counters, domain_stat
 from crawler.observability.endpoint import Listening, listen, parse_ports, site
 from crawler.observability.keys import FleetKeys
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
-from crawler.observability.page import HISTORY_MINUTES, FleetPage
+from crawler.observability.page import HISTORY_MINUTES
+from crawler.observability.page_server import FleetPage
 from crawler.observability.progress import WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
