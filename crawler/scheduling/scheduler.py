@@ -106,6 +106,7 @@ class FrontierScheduler(BaseScheduler):
         self._suspects: set[str] = set()
         self._queue_size = 0
         self._next_pop = 0.0
+        self._empty_pops = 0
         self._backoff = 0.0
         self._outage_since: float | None = None
         self._loops: list[task.LoopingCall] = []
@@ -396,8 +397,13 @@ class FrontierScheduler(BaseScheduler):
         for lease_id, data in popped.leased:
             self._ready.append(self._request(lease_id, data))
         if not popped.leased:
-            # Nothing ready: look again after a short pause instead of once per engine loop.
-            self._next_pop = time.monotonic() + min(1.0, self.config.flush_interval * 4)
+            # Nothing ready: look again after a short pause instead of once per engine loop,
+            # twice as long after each empty pop in a row, up to four times the first.
+            self._empty_pops = min(self._empty_pops + 1, 3)
+            pause = min(1.0, self.config.flush_interval * 4) * 2 ** (self._empty_pops - 1)
+            self._next_pop = time.monotonic() + pause
+        else:
+            self._empty_pops = 0
 
     def _request(self, lease_id: str, data: str) -> Request:
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)
