@@ -3,10 +3,11 @@
 Before a request goes out: its domain must not be cooling down after a ban, it gets an identity
 (bind address or proxy) that is not cooling down, and it takes a token from the fleet's shared
 rate for (domain, identity). Requests waiting for a token wait in this worker, in one line per
-(domain, identity), while their turn comes within LOCAL_WAIT seconds and the line holds fewer
-than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains keep their slots); any other goes
-back to the frontier's delayed set, due when its turn is expected (one token interval after the
-previous one sent back), so it is not sent back again and again.
+(domain, identity), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
+seconds and the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains
+keep their slots); any other goes back to the frontier's delayed set, due about when its turn
+is expected (one token interval after the previous one sent back), so it is not sent back
+again and again.
 
 After a response comes in, before any other middleware or the spider sees it: the rules of
 ``crawler.bans.rules`` plus the spider's own ``ban_rule(response)`` classify it. A ban is never
@@ -59,8 +60,10 @@ CRAWL_DELAY_META = "crawl_delay"
 POLICIES = ("pause", "rotate", "stop")
 # Waits for a token up to this long happen in place; longer ones go back to the delayed set.
 LOCAL_WAIT = 10.0
-# A domain's line of requests waiting in place holds at most CONCURRENT_REQUESTS / LINE_SHARE.
+# A domain's line of requests waiting in place holds at most CONCURRENT_REQUESTS / LINE_SHARE,
+# but for those whose turn comes within SHORT_WAIT seconds.
 LINE_SHARE = 4
+SHORT_WAIT = 2.0
 # While Redis is away: the first pause before a check is tried again, and the longest.
 REDIS_PAUSES = (0.5, 8.0)
 T = TypeVar("T")
@@ -138,22 +141,23 @@ class BanMiddleware:
             return None
         interval = self.fleet.interval(domain, delay)
         turn = self.lines.turn_in(key, wait, interval)
-        if self.lines.full(key) or turn > LOCAL_WAIT:
-            return self._defer(request, self.lines.book(key, time.time() + turn, interval), "rate")
+        if turn > LOCAL_WAIT or (turn > SHORT_WAIT and self.lines.full(key)):
+            due = self.lines.book(key, time.time() + turn, interval)
+            return self._defer(request, due, "rate", jitter=0.0)
         async with self.lines.place(key):
             while (wait := self.fleet.acquire(domain, identity.name, delay)) > 0:
                 if wait > LOCAL_WAIT:
                     due = self.lines.book(key, time.time() + wait, interval)
-                    return self._defer(request, due, "rate")
+                    return self._defer(request, due, "rate", jitter=0.0)
                 if self.redis.engine_closing():
                     raise RedisError("the engine is closing: the request goes back untouched")
                 await asyncio.sleep(wait)
         return None
 
-    def _defer(self, request: Request, until: float, reason: str) -> Request:
+    def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         self._count(f"politeness/deferred/{reason}")
         meta = without_identity(request.meta, IDENTITY_META)
-        meta[DUE_META] = until + random.uniform(0, 1)
+        meta[DUE_META] = until + random.uniform(0, jitter)
         return request.replace(meta=meta, dont_filter=True)
 
     # --- after the download -------------------------------------------------------------------
@@ -297,6 +301,7 @@ class TokenLines:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._waiting: Counter[tuple[str, str]] = Counter()
         self._booked: dict[tuple[str, str], float] = {}
+        self._groups: dict[tuple[str, str], tuple[float, int]] = {}
 
     def waiting(self, key: tuple[str, str]) -> int:
         return self._waiting[key]
@@ -324,14 +329,22 @@ class TokenLines:
                 self._locks.pop(key, None)
 
     def book(self, key: tuple[str, str], earliest: float, interval: float) -> float:
-        """When a request sent back now should be due (Unix time): at ``earliest``, and one
-        ``interval`` after the previous one of its line sent back."""
+        """When a request sent back now should be due (Unix time). Its turn is at ``earliest``,
+        and one ``interval`` after the previous one of its line sent back; such turns come back
+        in groups of a line's worth less one, due together a turn before the first of them, so
+        one pop brings a group back to a line that is not empty yet."""
         now = time.time()
         if len(self._booked) > 10_000:
             self._booked = {k: t for k, t in self._booked.items() if t > now}
-        due = max(earliest, self._booked.get(key, 0.0))
-        self._booked[key] = due + interval
-        return due
+            self._groups = {k: g for k, g in self._groups.items() if k in self._booked}
+        turn = max(earliest, self._booked.get(key, 0.0))
+        self._booked[key] = turn + interval
+        first, size = self._groups.get(key, (0.0, self.capacity))
+        if size >= max(1, self.capacity - 1) or turn > first + size * interval + interval / 2:
+            first, size = turn, 0
+        self._groups[key] = (first, size + 1)
+        early = interval if self.capacity > 1 else 0.0
+        return max(now, first - early)
 
 
 def cooldown_max(settings: BaseSettings) -> float:

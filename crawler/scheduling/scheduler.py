@@ -28,7 +28,13 @@ from twisted.internet import task
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.scheduling import serializer
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.scheduling.frontier import (
+    DupefilterConfig,
+    Frontier,
+    FrontierKeys,
+    Pending,
+    Popped,
+)
 from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.scheduling.marker import FrontierMarker
 from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
@@ -396,14 +402,19 @@ class FrontierScheduler(BaseScheduler):
         self._count("frontier/promoted", popped.promoted)
         for lease_id, data in popped.leased:
             self._ready.append(self._request(lease_id, data))
-        if not popped.leased:
-            # Nothing ready: look again after a short pause instead of once per engine loop,
-            # twice as long after each empty pop in a row, up to four times the first.
-            self._empty_pops = min(self._empty_pops + 1, 3)
-            pause = min(1.0, self.config.flush_interval * 4) * 2 ** (self._empty_pops - 1)
-            self._next_pop = time.monotonic() + pause
-        else:
-            self._empty_pops = 0
+        if popped.queue_size == 0 and len(popped.leased) < self.config.batch_size:
+            self._next_pop = time.monotonic() + self._pause(popped)
+
+    def _pause(self, popped: Popped) -> float:
+        """Seconds before the next pop once the queue is empty: until the delayed set's first
+        request is due, at most 4 s (other workers' new work is seen that soon); with nothing
+        delayed, after empty pops in a row 1, 2, then 4 s (and at once after a pop that found
+        work)."""
+        base = min(1.0, self.config.flush_interval * 4)
+        self._empty_pops = 0 if popped.leased else min(self._empty_pops + 1, 3)
+        if popped.next_due:
+            return min(4 * base, max(0.0, popped.next_due - time.time()))
+        return 0.0 if popped.leased else base * 2 ** (self._empty_pops - 1)
 
     def _request(self, lease_id: str, data: str) -> Request:
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)
