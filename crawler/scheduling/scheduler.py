@@ -217,10 +217,13 @@ class FrontierScheduler(BaseScheduler):
 
     def _look_again_soon(self) -> None:
         """Have the engine look at the idle spider again after IDLE_POLL_INTERVAL, not only at
-        its 5-second heartbeat: new start entries and the fleet's end are noticed sooner."""
+        its 5-second heartbeat: new start entries and the fleet's end are noticed sooner. While
+        the next pop waits (for a delayed request's due time, or after empty pops), it looks
+        again when that pop is due, at most four IDLE_POLL_INTERVALs later."""
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None and slot.closing is None:
-            slot.nextcall.schedule(self.config.idle_poll)
+            poll = self.config.idle_poll
+            slot.nextcall.schedule(min(4 * poll, max(poll, self._next_pop - time.monotonic())))
 
     # --- lease lifecycle, reported by crawler.scheduling.acks ----------------------------------
 
