@@ -98,17 +98,22 @@ class RoundTripProbe:
     def __init__(self, crawler: Any) -> None:
         install_counters()
         self.crawler = crawler
+        self.idle = 0
         crawler.signals.connect(self.engine_stopped, signal=signals.engine_stopped)
+        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> RoundTripProbe:
         return cls(crawler)
 
+    def spider_idle(self) -> None:
+        self.idle += 1
+
     def engine_stopped(self) -> None:
         stats = self.crawler.stats
         pages = stats.get_value("response_received_count", 0)
         deferred = stats.get_value("politeness/deferred/rate", 0)
-        result = {"pages": pages, "deferred": deferred, "counts": dict(_COUNTS)}
+        result = {"pages": pages, "deferred": deferred, "idle": self.idle, "counts": dict(_COUNTS)}
         Path(self.crawler.settings.get("ROUND_TRIP_FILE")).write_text(json.dumps(result))
 
 
@@ -160,7 +165,8 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
     print(
         f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips / pages:6.2f} round trips/page "
         f"({paths})  {commands / pages:6.2f} commands/page, "
-        f"{int(result.get('deferred', 0)) / pages:.1f} deferrals/page (rate)"
+        f"{int(result.get('deferred', 0)) / pages:.1f} deferrals/page (rate), "
+        f"{int(result.get('idle', 0)) / pages:.1f} idle checks/page"
     )
     if os.environ.get("BENCH_VERBOSE"):
         names = {k: v for k, v in counts.items() if k.startswith("name:")}

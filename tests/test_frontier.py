@@ -569,7 +569,13 @@ def test_a_plain_spider_closes_only_once_the_delayed_set_is_empty(
     the delayed set, fetches every page before it closes."""
     spider = tmp_path / "plain.py"
     spider.write_text(PLAIN_SPIDER)
-    settings = {"POLITENESS_RATE": 0.4, "POLITENESS_BURST": 1, "ITEM_PIPELINES": "{}"}
+    # Four slots: one request may wait for its token in place, the third goes to the delayed set.
+    settings = {
+        "POLITENESS_RATE": 0.4,
+        "POLITENESS_BURST": 1,
+        "CONCURRENT_REQUESTS": 4,
+        "ITEM_PIPELINES": "{}",
+    }
     command = [
         sys.executable,
         "-m",
@@ -590,6 +596,7 @@ def test_a_plain_spider_closes_only_once_the_delayed_set_is_empty(
     assert {path: fetched.get(path) for path in (f"/@plain.user{n}" for n in range(3))} == {
         f"/@plain.user{n}": 1 for n in range(3)
     }
-    assert int(redis_client.hget("{plain}:stats", "politeness/deferred/rate") or 0) >= 1
+    # Sent back due at its turn in the domain's line, the third request is not sent back again.
+    assert 1 <= int(redis_client.hget("{plain}:stats", "politeness/deferred/rate") or 0) <= 2
     for name in ("queue", "leases", "delayed"):
         assert not redis_client.exists("{plain}:" + name), name

@@ -20,9 +20,11 @@ from crawler.connection import reply_text
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
-# KEYS: bucket. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery (factor/s),
-# floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds, factor}: the
-# wait is until the bucket's next token (0 while one is left), also after a grant.
+# KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
+# (factor/s), floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds,
+# factor [, the bans hash as a flat list]}: the wait is until the bucket's next token (0 while one
+# is left), also after a grant. The bans hash rides along so the cool-downs cost no call of their
+# own while tokens are taken.
 TOKEN_BUCKET = r"""
 local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -42,7 +44,9 @@ if tokens < 1 then wait = (1 - tokens) / current end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts',
            string.format('%.6f', now), 'factor', string.format('%.6f', factor))
 redis.call('EXPIRE', KEYS[1], 86400)
-return {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
+local reply = {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
+if KEYS[2] then reply[4] = redis.call('HGETALL', KEYS[2]) end
+return reply
 """
 
 # KEYS: bans hash, reasons hash. ARGV: field, until, why, now. Keeps the later end time (and its
@@ -195,10 +199,13 @@ class FleetPoliteness:
         if now - self._bans_read < self.refresh:
             return
         self._bans_read = now
-        raw = self.server.hgetall(self.bans_key)
+        raw: Any = self.server.hgetall(self.bans_key)
+        self._set_bans(list(raw.items()))
+
+    def _set_bans(self, pairs: list[tuple[Any, Any]]) -> None:
         wall = time.time()
         self._bans = {}
-        for name, value in raw.items():
+        for name, value in pairs:
             until = float(value)
             key = name.decode() if isinstance(name, bytes) else str(name)
             if until > wall:
@@ -243,6 +250,20 @@ class FleetPoliteness:
         self._wait_for_token(key, wait)
         return 0.0 if granted else wait
 
+    def next_token_in(self, domain: str, identity: str) -> float:
+        """Seconds until the bucket of (domain, identity) has a token, as Redis last said; 0
+        when it may have one now. Asks nothing of Redis."""
+        key = self._bucket_key(domain, identity)
+        return 0.0 if self._tokens.get(key, 0) > 0 else self._known_wait(key)
+
+    def interval(self, domain: str, delay: float = 0.0) -> float:
+        """Seconds between two tokens of the domain's bucket at its full rate (a Crawl-delay
+        ``delay`` included); 0 when the rate is unlimited."""
+        rate = self.policy.rate_for(domain)
+        if delay > 0:
+            return max(delay, 1.0 / rate) if rate > 0 else delay
+        return 1.0 / rate if rate > 0 else 0.0
+
     def _known_wait(self, key: str) -> float:
         """Seconds until the bucket's next token, as it last said; 0 when it may have one."""
         return max(0.0, self._next_token.get(key, 0.0) - time.monotonic())
@@ -272,8 +293,11 @@ class FleetPoliteness:
         # requests at higher rates, and never more than the bucket allows.
         wanted = _tokens_per_call(rate) if want is None else want
         policy = self.policy
-        granted, wait, factor = self._bucket(
-            keys=[key],
+        # The cool-downs come along when this worker's view of them is half their refresh old.
+        started = time.monotonic()
+        with_bans = started - self._bans_read >= self.refresh / 2
+        reply = self._bucket(
+            keys=[key, self.bans_key] if with_bans else [key],
             args=[
                 time.time(),
                 rate,
@@ -284,6 +308,11 @@ class FleetPoliteness:
                 int(penalize),
             ],
         )
+        granted, wait, factor = reply[:3]
+        if with_bans:
+            flat = reply[3]
+            self._bans_read = started
+            self._set_bans(list(zip(flat[::2], flat[1::2], strict=True)))
         return int(granted), float(wait), float(factor)
 
 

@@ -2,8 +2,12 @@
 
 Before a request goes out: its domain must not be cooling down after a ban, it gets an identity
 (bind address or proxy) that is not cooling down, and it takes a token from the fleet's shared
-rate for (domain, identity). A request that has to wait longer than a moment goes back to the
-frontier's delayed set instead of holding a download slot.
+rate for (domain, identity). Requests waiting for a token wait in this worker, in one line per
+(domain, identity), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
+seconds and the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains
+keep their slots); any other goes back to the frontier's delayed set, due about when its turn
+is expected (one token interval after the previous one sent back), so it is not sent back
+again and again.
 
 After a response comes in, before any other middleware or the spider sees it: the rules of
 ``crawler.bans.rules`` plus the spider's own ``ban_rule(response)`` classify it. A ban is never
@@ -23,7 +27,9 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -53,8 +59,12 @@ logger = logging.getLogger(__name__)
 BAN_TIMES_META = "ban_times"
 CRAWL_DELAY_META = "crawl_delay"
 POLICIES = ("pause", "rotate", "stop")
-# Waits up to this long happen in place; longer ones go back to the delayed set.
-LOCAL_WAIT = 2.0
+# Waits for a token up to this long happen in place; longer ones go back to the delayed set.
+LOCAL_WAIT = 10.0
+# A domain's line of requests waiting in place holds at most CONCURRENT_REQUESTS / LINE_SHARE,
+# but for those whose turn comes within SHORT_WAIT seconds.
+LINE_SHARE = 4
+SHORT_WAIT = 2.0
 # While Redis is away: the first pause before a check is tried again, and the longest.
 REDIS_PAUSES = (0.5, 8.0)
 T = TypeVar("T")
@@ -76,6 +86,7 @@ class BanMiddleware:
         self.cooldown: float = setting(settings, "BAN_COOLDOWN")
         self.cooldown_max = cooldown_max(settings)
         self.redis = RedisWait(crawler)
+        self.lines = TokenLines(max(1, settings.getint("CONCURRENT_REQUESTS") // LINE_SHARE))
         self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
         extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
         self.rules: tuple[Rule, ...] = (*extra, *DEFAULT_RULES)
@@ -124,18 +135,30 @@ class BanMiddleware:
             request.meta["proxy"] = identity.proxy
 
     async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
-        waited, delay = 0.0, crawl_delay(request)
-        while (wait := self.fleet.acquire(domain, identity.name, delay)) > 0:
-            if waited + wait > LOCAL_WAIT:
-                return self._defer(request, time.time() + wait, "rate")
-            await asyncio.sleep(wait)
-            waited += wait
+        delay, key = crawl_delay(request), (domain, identity.name)
+        if self.lines.waiting(key):
+            wait = self.fleet.next_token_in(domain, identity.name)
+        elif (wait := self.fleet.acquire(domain, identity.name, delay)) <= 0:
+            return None
+        interval = self.fleet.interval(domain, delay)
+        turn = self.lines.turn_in(key, wait, interval)
+        if turn > LOCAL_WAIT or (turn > SHORT_WAIT and self.lines.full(key)):
+            due = self.lines.book(key, time.time() + turn, interval)
+            return self._defer(request, due, "rate", jitter=0.0)
+        async with self.lines.place(key):
+            while (wait := self.fleet.acquire(domain, identity.name, delay)) > 0:
+                if wait > LOCAL_WAIT:
+                    due = self.lines.book(key, time.time() + wait, interval)
+                    return self._defer(request, due, "rate", jitter=0.0)
+                if self.redis.engine_closing():
+                    raise RedisError("the engine is closing: the request goes back untouched")
+                await asyncio.sleep(wait)
         return None
 
-    def _defer(self, request: Request, until: float, reason: str) -> Request:
+    def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         self._count(f"politeness/deferred/{reason}")
         meta = without_identity(request.meta, IDENTITY_META)
-        return sent_back(request, meta, until + random.uniform(0, 1))
+        return sent_back(request, meta, until + random.uniform(0, jitter))
 
     # --- after the download -------------------------------------------------------------------
 
@@ -238,12 +261,12 @@ class RedisWait:
                     continue
                 self._answered()
                 return result
-            if self._engine_closing():
+            if self.engine_closing():
                 raise RedisError("Redis unavailable and the engine is closing")
             await asyncio.sleep(wait)
 
     def _failed(self, exc: RedisError) -> None:
-        if self._engine_closing():
+        if self.engine_closing():
             raise exc
         now = time.monotonic()
         if self.away_since is None:
@@ -263,10 +286,65 @@ class RedisWait:
             self.away_since = None
             self.retry_at = 0.0
 
-    def _engine_closing(self) -> bool:
+    def engine_closing(self) -> bool:
         engine = self.crawler.engine
         slot = getattr(engine, "_slot", None)
         return engine is None or not engine.running or slot is None or slot.closing is not None
+
+
+class TokenLines:
+    """This worker's requests waiting for a token: one first-come line per (domain, identity),
+    and per line the time up to which requests sent back to the delayed set are booked."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._waiting: Counter[tuple[str, str]] = Counter()
+        self._booked: dict[tuple[str, str], float] = {}
+        self._groups: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def waiting(self, key: tuple[str, str]) -> int:
+        return self._waiting[key]
+
+    def full(self, key: tuple[str, str]) -> bool:
+        return self._waiting[key] >= self.capacity
+
+    def turn_in(self, key: tuple[str, str], first: float, interval: float) -> float:
+        """Seconds until a request joining the line now gets its token: the first token in
+        ``first`` seconds, then one each ``interval``."""
+        return first + self._waiting[key] * interval
+
+    @asynccontextmanager
+    async def place(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        """Wait for the front of the line (asyncio's lock wakes waiters in order)."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._waiting[key] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                self._locks.pop(key, None)
+
+    def book(self, key: tuple[str, str], earliest: float, interval: float) -> float:
+        """When a request sent back now should be due (Unix time). Its turn is at ``earliest``,
+        and one ``interval`` after the previous one of its line sent back; such turns come back
+        in groups of a line's worth less one, due together a turn before the first of them, so
+        one pop brings a group back to a line that is not empty yet."""
+        now = time.time()
+        if len(self._booked) > 10_000:
+            self._booked = {k: t for k, t in self._booked.items() if t > now}
+            self._groups = {k: g for k, g in self._groups.items() if k in self._booked}
+        turn = max(earliest, self._booked.get(key, 0.0))
+        self._booked[key] = turn + interval
+        first, size = self._groups.get(key, (0.0, self.capacity))
+        if size >= max(1, self.capacity - 1) or turn > first + size * interval + interval / 2:
+            first, size = turn, 0
+        self._groups[key] = (first, size + 1)
+        early = interval if self.capacity > 1 else 0.0
+        return max(now, first - early)
 
 
 def cooldown_max(settings: BaseSettings) -> float:

@@ -131,6 +131,7 @@ class Popped:
     promoted: int
     reclaimed: int
     queue_size: int
+    next_due: float = 0.0  # earliest due time (Unix) left in the delayed set; 0 when empty
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,8 @@ class Frontier:
             keys=keys.script_keys(keys.delayed, keys.leases, keys.owner),
             args=[keys.queue_prefix, now, count, now + lease_seconds, worker],
         )
-        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(3, len(raw), 2)]
-        return Popped(pairs, int(raw[0]), int(raw[1]), int(raw[2]))
+        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(4, len(raw), 2)]
+        return Popped(pairs, int(raw[0]), int(raw[1]), int(raw[2]), float(raw[3]))
 
     def settle(
         self,

@@ -234,7 +234,8 @@ return results
 # KEYS: (prelude), delayed, leases, owner
 # ARGV: (prefix), now, count, lease deadline, worker
 # Moves due delayed requests and expired leases back to the queue, then leases up to ``count``
-# requests to ``worker``. Returns {promoted, reclaimed, queue size, id1, json1, id2, json2, ...}.
+# requests to ``worker``. Returns {promoted, reclaimed, queue size, next due (the earliest due
+# time left in the delayed set, "0" when it is empty), id1, json1, id2, json2, ...}.
 POP = (
     _PRELUDE
     + r"""
@@ -251,7 +252,7 @@ if #expired > 0 then
   redis.call('ZREM', KEYS[7], unpack(expired))
   redis.call('HDEL', KEYS[8], unpack(expired))
 end
-local result = {#due, #expired, 0}
+local result = {#due, #expired, 0, '0'}
 while count > 0 do
   local top = redis.call('ZRANGE', Q.queues, 0, 0)
   if #top == 0 then break end
@@ -273,6 +274,8 @@ while count > 0 do
   if redis.call('EXISTS', list) == 0 then redis.call('ZREM', Q.queues, priority) end
 end
 result[3] = queued()
+local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+if #first > 0 then result[4] = first[2] end
 return result
 """
 )

@@ -28,7 +28,13 @@ from twisted.internet import task
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.scheduling import serializer
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.scheduling.frontier import (
+    DupefilterConfig,
+    Frontier,
+    FrontierKeys,
+    Pending,
+    Popped,
+)
 from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.scheduling.marker import FrontierMarker
 from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
@@ -106,6 +112,7 @@ class FrontierScheduler(BaseScheduler):
         self._suspects: set[str] = set()
         self._queue_size = 0
         self._next_pop = 0.0
+        self._empty_pops = 0
         self._backoff = 0.0
         self._outage_since: float | None = None
         self._loops: list[task.LoopingCall] = []
@@ -211,10 +218,13 @@ class FrontierScheduler(BaseScheduler):
 
     def _look_again_soon(self) -> None:
         """Have the engine look at the idle spider again after IDLE_POLL_INTERVAL, not only at
-        its 5-second heartbeat: new start entries and the fleet's end are noticed sooner."""
+        its 5-second heartbeat: new start entries and the fleet's end are noticed sooner. While
+        the next pop waits (for a delayed request's due time, or after empty pops), it looks
+        again when that pop is due, at most four IDLE_POLL_INTERVALs later."""
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None and slot.closing is None:
-            slot.nextcall.schedule(self.config.idle_poll)
+            poll = self.config.idle_poll
+            slot.nextcall.schedule(min(4 * poll, max(poll, self._next_pop - time.monotonic())))
 
     # --- lease lifecycle, reported by crawler.scheduling.acks ----------------------------------
 
@@ -396,9 +406,19 @@ class FrontierScheduler(BaseScheduler):
         self._count("frontier/promoted", popped.promoted)
         for lease_id, data in popped.leased:
             self._take(lease_id, data)
-        if not popped.leased:
-            # Nothing ready: look again after a short pause instead of once per engine loop.
-            self._next_pop = time.monotonic() + min(1.0, self.config.flush_interval * 4)
+        if popped.queue_size == 0 and len(popped.leased) < self.config.batch_size:
+            self._next_pop = time.monotonic() + self._pause(popped)
+
+    def _pause(self, popped: Popped) -> float:
+        """Seconds before the next pop once the queue is empty: until the delayed set's first
+        request is due, at most 4 s (other workers' new work is seen that soon); with nothing
+        delayed, after empty pops in a row 1, 2, then 4 s (and at once after a pop that found
+        work)."""
+        base = min(1.0, self.config.flush_interval * 4)
+        self._empty_pops = 0 if popped.leased else min(self._empty_pops + 1, 3)
+        if popped.next_due:
+            return min(4 * base, max(0.0, popped.next_due - time.time()))
+        return 0.0 if popped.leased else base * 2 ** (self._empty_pops - 1)
 
     def _take(self, lease_id: str, data: str) -> None:
         """Ready the leased request, or dead-letter a record it cannot be rebuilt from: one bad
