@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.log import failure_to_exc_info
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
@@ -25,6 +26,7 @@ from crawler.scheduling.scheduler import frontier_scheduler
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from twisted.python.failure import Failure
 
     from crawler.recrawl.revisits import Visit
 
@@ -140,6 +142,11 @@ class RecrawlMiddleware:
                 scheduler.item_finished(request)
         return True
 
+    def _flush_unless_down(self) -> None:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None or not scheduler.in_backoff():  # else a call blocks the reactor
+            self.flush()
+
     # --- due revisits to the frontier --------------------------------------------------------
 
     def promote(self) -> None:
@@ -149,28 +156,38 @@ class RecrawlMiddleware:
         engine = self.crawler.engine
         if scheduler is None or engine is None or engine.spider is None:
             return
+        if scheduler.in_backoff():  # Redis is down: a call would block the reactor
+            return
         try:
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             if not claim.revisits:
                 return
-            for _, record in claim.revisits:
-                engine.crawl(self._request(record))
+            handed = sum(self._hand_over(engine, *revisit) for revisit in claim.revisits)
             if scheduler.flush():
-                self._completed(claim)
+                self._completed(claim, handed)
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
-    def _request(self, record: str) -> Request:
-        return request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+    def _hand_over(self, engine: Any, fingerprint: str, record: str) -> bool:
+        """Give one revisit's request to the engine; one that cannot be loaded (its callback
+        renamed since, its JSON damaged) is logged, counted and left to be completed."""
+        try:
+            request = request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.error("Revisit %s dropped, its request cannot be loaded: %s", fingerprint, exc)
+            self._count("recrawl/unreadable")
+            return False
+        engine.crawl(request)
+        return True
 
-    def _completed(self, claim: Claim) -> None:
+    def _completed(self, claim: Claim, handed: int) -> None:
         self.store.complete(claim)
-        self._count("recrawl/promoted", len(claim.revisits))
+        self._count("recrawl/promoted", handed)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def spider_opened(self) -> None:
-        self._start_loop(self.flush, self.config.flush_interval)
+        self._start_loop(self._flush_unless_down, self.config.flush_interval)
         self._start_loop(self.promote, self.config.poll_interval)
 
     def spider_closed(self) -> None:
@@ -186,8 +203,18 @@ class RecrawlMiddleware:
 
     def _start_loop(self, function: Any, interval: float) -> None:
         loop = task.LoopingCall(function)
-        loop.start(interval, now=False)
         self._loops.append(loop)
+        self._run(loop, interval)
+
+    def _run(self, loop: task.LoopingCall, interval: float) -> None:
+        loop.start(interval, now=False).addErrback(self._loop_failed, loop, interval)
+
+    def _loop_failed(self, failure: Failure, loop: task.LoopingCall, interval: float) -> None:
+        """An unexpected error must not stop revisits for the rest of the crawl: log, go on."""
+        logger.error(
+            "Revisit loop failed, restarted", exc_info=failure_to_exc_info(failure) or None
+        )
+        self._run(loop, interval)
 
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler.stats is not None:
