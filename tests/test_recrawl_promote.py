@@ -14,6 +14,7 @@ from scrapy import Request
 
 from crawler.recrawl import RecrawlMiddleware
 from crawler.recrawl import middleware as recrawl_middleware
+from crawler.recrawl.revisits import RECRAWL_META
 from crawler.recrawl.store import Revisit, RevisitStore
 from tests.test_recrawl_units import _middleware
 
@@ -68,7 +69,7 @@ def test_a_revisit_that_cannot_be_loaded_does_not_stop_the_others(
     )
     middleware.promote()  # raises nothing
     assert [request.url for request in engine.crawled] == ["https://www.tiktok.com/@good"]
-    assert redis_client.zcard("{profiles}:revisit") == 0
+    assert list(RevisitStore(redis_client, "profiles").due_times()) == ["cc"]
     stats = middleware.crawler.stats
     assert stats is not None
     assert stats.get_value("recrawl/unreadable") == 2
@@ -87,3 +88,19 @@ def test_no_revisit_is_claimed_while_redis_is_in_backoff(
     scheduler.down = False
     middleware.promote()
     assert [request.url for request in engine.crawled] == ["https://x.test/a"]
+
+
+def test_a_handed_over_revisit_waits_one_interval_until_its_visit_writes_the_next(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revisit that fails, 404s or yields no items writes no next revisit: the page is not
+    dropped from its revisits, it comes due again one interval (its own) later."""
+    middleware, engine = _promoting(redis_url, monkeypatch, _Scheduler())
+    store = RevisitStore(redis_client, "profiles")
+    record = {"url": "https://x.test/a", "meta": {RECRAWL_META: {"interval": 300}}}
+    store.add([Revisit("aa", time.time() - 1, json.dumps(record))])
+    middleware.promote()
+    assert len(engine.crawled) == 1
+    assert store.due_times()["aa"] == pytest.approx(time.time() + 300, abs=30)
+    assert store.claim(10, hold=5).revisits == []  # not due again meanwhile
+    assert json.loads(redis_client.hget("{profiles}:revisit:data", "aa") or "") == record

@@ -4,6 +4,7 @@ revisits to the frontier."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from twisted.internet import task
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.recrawl.policy import RecrawlPolicy
-from crawler.recrawl.revisits import plan_visit, wants_revisit
+from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore
 from crawler.scheduling import serializer
 from crawler.scheduling.scheduler import frontier_scheduler
@@ -150,8 +151,8 @@ class RecrawlMiddleware:
     # --- due revisits to the frontier --------------------------------------------------------
 
     def promote(self) -> None:
-        """Claim due revisits and put their requests in the frontier; they leave the revisit
-        set only once the frontier has them."""
+        """Claim due revisits and put their requests in the frontier. Once the frontier has
+        them they wait again one interval ahead, until their visit writes the next one."""
         scheduler = frontier_scheduler(self.crawler)
         engine = self.crawler.engine
         if scheduler is None or engine is None or engine.spider is None:
@@ -162,27 +163,32 @@ class RecrawlMiddleware:
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             if not claim.revisits:
                 return
-            handed = sum(self._hand_over(engine, *revisit) for revisit in claim.revisits)
+            next_due: dict[str, float] = {}
+            for fingerprint, record in claim.revisits:
+                due = self._hand_over(engine, fingerprint, record)
+                if due is not None:
+                    next_due[fingerprint] = due
             if scheduler.flush():
-                self._completed(claim, handed)
+                self._completed(claim, next_due)
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
-    def _hand_over(self, engine: Any, fingerprint: str, record: str) -> bool:
-        """Give one revisit's request to the engine; one that cannot be loaded (its callback
-        renamed since, its JSON damaged) is logged, counted and left to be completed."""
+    def _hand_over(self, engine: Any, fingerprint: str, record: str) -> float | None:
+        """Give one revisit's request to the engine and return when it comes due again unless
+        its visit writes a new one. One that cannot be loaded (its callback renamed since, its
+        JSON damaged) is logged, counted and dropped: None."""
         try:
             request = request_from_dict(serializer.loads(record), spider=self.crawler.spider)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             logger.error("Revisit %s dropped, its request cannot be loaded: %s", fingerprint, exc)
             self._count("recrawl/unreadable")
-            return False
+            return None
         engine.crawl(request)
-        return True
+        return fallback_due(request, self.config.policy, time.time())
 
-    def _completed(self, claim: Claim, handed: int) -> None:
-        self.store.complete(claim)
-        self._count("recrawl/promoted", handed)
+    def _completed(self, claim: Claim, next_due: dict[str, float]) -> None:
+        self.store.complete(claim, next_due)
+        self._count("recrawl/promoted", len(next_due))
 
     # --- lifecycle ---------------------------------------------------------------------------
 

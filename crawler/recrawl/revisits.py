@@ -150,6 +150,13 @@ def revisit_request(request: Request, state: dict[str, Any], priority: int) -> R
     return request.replace(meta=meta, errback=unguarded(request.errback), priority=priority)
 
 
+def fallback_due(request: Request, policy: RecrawlPolicy, now: float) -> float:
+    """When a revisit handed to the frontier comes due again should its visit write none
+    (the fetch failed, the page is gone or yielded no items): one interval of its own later."""
+    interval = _interval(request.meta.get(RECRAWL_META))
+    return now + policy.clamp(policy.initial if interval is None else interval)
+
+
 def wants_revisit(request: Request, spider: Spider | None) -> bool:
     return not request.meta.get(DONT_RECRAWL_META) and spider is not None
 
