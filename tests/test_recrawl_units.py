@@ -30,7 +30,7 @@ from crawler.items import PageItem, ProfileItem
 from crawler.pipelines.changes import history_update, with_change_hash
 from crawler.recrawl import RecrawlMiddleware, RecrawlPolicy, RevisitStore
 from crawler.recrawl.policy import MAX_URGENCY, content_hash, item_hash
-from crawler.recrawl.revisits import RECRAWL_META
+from crawler.recrawl.revisits import RECRAWL_META, items_hash
 from crawler.recrawl.store import Revisit
 from crawler.scheduling.records import SENT_BACK_META
 from crawler.settings_check import SettingsError, check_settings
@@ -324,3 +324,11 @@ def test_output_that_cannot_be_revisited_is_counted_and_passed_on(
     assert middleware.crawler.stats is not None
     assert middleware.crawler.stats.get_value("recrawl/not_revisited") == 2
     assert redis_client.zcard("{profiles}:revisit") == 0
+
+
+def test_a_new_signature_of_the_same_avatar_is_not_a_change() -> None:
+    avatar = "https://p16.tiktokcdn.com/a.jpeg?x-expires={}&x-signature={}"
+    first = ProfileItem("a", "ok", avatar_url=avatar.format(1, "x"), follower_count=1)
+    resigned = ProfileItem("a", "ok", avatar_url=avatar.format(2, "y"), follower_count=1)
+    more = ProfileItem("a", "ok", avatar_url=avatar.format(2, "y"), follower_count=2)
+    assert items_hash([first]) == items_hash([resigned]) != items_hash([more])
