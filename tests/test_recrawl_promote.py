@@ -90,17 +90,18 @@ def test_no_revisit_is_claimed_while_redis_is_in_backoff(
     assert [request.url for request in engine.crawled] == ["https://x.test/a"]
 
 
-def test_a_handed_over_revisit_waits_one_interval_until_its_visit_writes_the_next(
+def test_a_handed_over_revisit_waits_again_until_its_visit_writes_the_next(
     redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A revisit that fails, 404s or yields no items writes no next revisit: the page is not
-    dropped from its revisits, it comes due again one interval (its own) later."""
+    dropped from its revisits, it comes due again later."""
     middleware, engine = _promoting(redis_url, monkeypatch, _Scheduler())
     store = RevisitStore(redis_client, "profiles")
     record = {"url": "https://x.test/a", "meta": {RECRAWL_META: {"interval": 300}}}
     store.add([Revisit("aa", time.time() - 1, json.dumps(record))])
     middleware.promote()
     assert len(engine.crawled) == 1
-    assert store.due_times()["aa"] == pytest.approx(time.time() + 300, abs=30)
+    # As if unchanged: twice its interval (the visit, once done, writes its own).
+    assert store.due_times()["aa"] == pytest.approx(time.time() + 600, abs=30)
     assert store.claim(10, hold=5).revisits == []  # not due again meanwhile
     assert json.loads(redis_client.hget("{profiles}:revisit:data", "aa") or "") == record

@@ -184,7 +184,7 @@ class RecrawlMiddleware:
             self._count("recrawl/unreadable")
             return None
         engine.crawl(request)
-        return fallback_due(request, self.config.policy, time.time())
+        return fallback_due(request, self.config.policy, time.time(), self.config.claim_seconds)
 
     def _completed(self, claim: Claim, next_due: dict[str, float]) -> None:
         self.store.complete(claim, next_due)
