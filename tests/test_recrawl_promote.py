@@ -24,12 +24,13 @@ class _Scheduler:
     """The part of the frontier scheduler promotion uses: Redis up or in backoff."""
 
     down: bool = False
+    flushes: bool = True
 
     def in_backoff(self) -> bool:
         return self.down
 
     def flush(self) -> bool:
-        return True
+        return self.flushes
 
 
 @dataclass
@@ -105,3 +106,23 @@ def test_a_handed_over_revisit_waits_again_until_its_visit_writes_the_next(
     assert store.due_times()["aa"] == pytest.approx(time.time() + 600, abs=30)
     assert store.claim(10, hold=5).revisits == []  # not due again meanwhile
     assert json.loads(redis_client.hget("{profiles}:revisit:data", "aa") or "") == record
+
+
+def test_a_claim_the_frontier_did_not_take_yet_is_completed_once_it_does(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontier could not write the handed-over requests (they wait in the worker): the
+    revisit stays claimed, and is completed at the next promotion that writes them, not
+    handed over a second time."""
+    scheduler = _Scheduler(flushes=False)
+    middleware, engine = _promoting(redis_url, monkeypatch, scheduler)
+    store = RevisitStore(redis_client, "profiles")
+    store.add([Revisit("aa", time.time() - 1, _record("https://x.test/a"))])
+    middleware.promote()
+    claimed_until = store.due_times()["aa"]
+    middleware.promote()
+    assert store.due_times()["aa"] == claimed_until  # still claimed, not completed
+    scheduler.flushes = True
+    middleware.promote()
+    assert len(engine.crawled) == 1
+    assert store.due_times()["aa"] > claimed_until  # completed: its fallback due time

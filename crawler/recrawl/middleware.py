@@ -81,6 +81,9 @@ class RecrawlMiddleware:
         self.config = config
         self._buffer: list[tuple[Revisit, Request]] = []
         self._loops: list[task.LoopingCall] = []
+        # Claims handed to the engine whose requests the frontier did not take yet: completed
+        # once it has, so the claim is not handed over again when it expires meanwhile.
+        self._unsettled: list[tuple[Claim, dict[str, float]]] = []
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -160,6 +163,8 @@ class RecrawlMiddleware:
         if scheduler.in_backoff():  # Redis is down: a call would block the reactor
             return
         try:
+            if self._unsettled and not self._settle(scheduler):
+                return
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             if not claim.revisits:
                 return
@@ -168,8 +173,8 @@ class RecrawlMiddleware:
                 due = self._hand_over(engine, fingerprint, record)
                 if due is not None:
                     next_due[fingerprint] = due
-            if scheduler.flush():
-                self._completed(claim, next_due)
+            self._unsettled.append((claim, next_due))
+            self._settle(scheduler)
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
@@ -186,9 +191,16 @@ class RecrawlMiddleware:
         engine.crawl(request)
         return fallback_due(request, self.config.policy, time.time(), self.config.claim_seconds)
 
-    def _completed(self, claim: Claim, next_due: dict[str, float]) -> None:
-        self.store.complete(claim, next_due)
-        self._count("recrawl/promoted", len(next_due))
+    def _settle(self, scheduler: Any) -> bool:
+        """Complete the claims handed over once the frontier holds their requests."""
+        if not scheduler.flush():
+            return False
+        while self._unsettled:
+            claim, next_due = self._unsettled[0]
+            self.store.complete(claim, next_due)
+            self._unsettled.pop(0)
+            self._count("recrawl/promoted", len(next_due))
+        return True
 
     # --- lifecycle ---------------------------------------------------------------------------
 
