@@ -172,6 +172,18 @@ def test_an_author_is_handed_over_again_once_the_record_expires(
     assert sorted(entry["unique_id"] for entry in pushed) == ["a", "a", "b"]
 
 
+def test_an_author_whose_profile_has_a_revisit_waiting_is_not_handed_over(
+    redis_client: redis.Redis,
+) -> None:
+    """Its revisits keep it fresh at its own interval: handing it over again (past the TTL)
+    would fetch it once more whatever that interval."""
+    revisits = ("{profiles}:revisit", lambda key: f"fp-{key}")
+    handoff = Handoff(redis_client, "profiles:start_urls", "{explore}:handed", revisits=revisits)
+    RevisitStore(redis_client, "profiles").add([Revisit("fp-a", time.time() + 9e5, "{}")])
+    entries: dict[str, dict[str, object]] = {"a": {"unique_id": "a"}, "b": {"unique_id": "b"}}
+    assert handoff.hand_over(entries) == ["b"]
+
+
 # --- the history upsert on the MongoDB-wire server -------------------------------------------
 
 
@@ -332,3 +344,22 @@ def test_a_new_signature_of_the_same_avatar_is_not_a_change() -> None:
     resigned = ProfileItem("a", "ok", avatar_url=avatar.format(2, "y"), follower_count=1)
     more = ProfileItem("a", "ok", avatar_url=avatar.format(2, "y"), follower_count=2)
     assert items_hash([first]) == items_hash([resigned]) != items_hash([more])
+
+
+def test_explore_looks_for_the_revisit_under_the_profiles_spiders_fingerprint(
+    redis_url: str,
+) -> None:
+    from crawler.spiders.explore import ExploreSpider
+
+    profiles = _middleware(redis_url).crawler
+    settings = {**profiles.settings.copy_to_dict(), "EXPLORE_HANDOFF_SPIDER": "profiles"}
+    explore = get_crawler(ExploreSpider, settings_dict=settings)
+    spider = explore._create_spider()
+    assert isinstance(spider, ExploreSpider)
+    assert spider.handoff is not None
+    assert spider.handoff.revisits is not None
+    key, fingerprint = spider.handoff.revisits
+    assert isinstance(profiles.spider, ProfilesSpider)
+    page = profiles.spider._user_request("some.user")
+    expected = profiles.request_fingerprinter.fingerprint(page)[:16].hex()
+    assert (key, fingerprint("some.user")) == ("{profiles}:revisit", expected)
