@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,21 +26,34 @@ class Handoff:
     """
 
     def __init__(
-        self, server: RedisClient, start_key: str, handed_key: str, ttl: float = DAY
+        self,
+        server: RedisClient,
+        start_key: str,
+        handed_key: str,
+        ttl: float = DAY,
+        revisits: tuple[str, Callable[[str], str]] | None = None,
     ) -> None:
         self.server = server
         self.start_key = start_key
         self.handed_key = handed_key
         self.ttl = ttl
+        # The receiving spider's revisit set and the fingerprint of a key's page there: a key
+        # whose page has a revisit waiting is not handed over (its revisits keep it fresh).
+        self.revisits = revisits
 
     def hand_over(self, entries: dict[str, dict[str, object]]) -> list[str]:
-        """Push the entries whose key was not handed over within the TTL; return those keys."""
+        """Push the entries whose key was not handed over within the TTL and whose page has no
+        revisit waiting; return those keys."""
         keys = sorted(entries)
         if not keys:
             return []
         now = time.time()
         until = self.server.zmscore(self.handed_key, keys)
         new = [key for key, end in zip(keys, until, strict=True) if end is None or end <= now]
+        if new and self.revisits is not None:
+            revisit_key, fingerprint = self.revisits
+            waiting = self.server.zmscore(revisit_key, [fingerprint(key) for key in new])
+            new = [key for key, due in zip(new, waiting, strict=True) if due is None]
         if new:
             self._push(new, (json.dumps(entries[key], sort_keys=True) for key in new), now)
         return new

@@ -42,6 +42,9 @@ class ProfileItem:
 
     collection: ClassVar[str] = "profiles"
     unique_key: ClassVar[str] = "unique_id"
+    # The avatar URL is signed and expires (x-expires, x-signature query parameters): it
+    # differs between fetches of an unchanged profile, so it is not a change.
+    volatile_fields: ClassVar[frozenset[str]] = frozenset({"avatar_url"})
 
     unique_id: str
     status: str

@@ -27,6 +27,7 @@ from sandbox.data import Author, AuthorStats
 
 FIELDS = {"hot": int, "cold": int, "hot_period": float, "cold_period": float, "seed": int}
 MAX_DOCUMENTS = 100_000
+MIN_PERIOD = 0.001  # seconds; a shorter one makes versions overflow
 
 
 class ChurnError(ValueError):
@@ -119,13 +120,15 @@ def _config(payload: Any) -> dict[str, Any]:
     config["seed"] = 7
     for name, value in payload.items():
         kind = FIELDS[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ChurnError(f"{name}: must be a number >= 0")
+        if not math.isfinite(value) or value < 0:  # NaN, Infinity: JSON that json.loads takes
             raise ChurnError(f"{name}: must be a number >= 0")
         config[name] = kind(value)
     if config["hot"] + config["cold"] > MAX_DOCUMENTS:
         raise ChurnError(f"hot + cold: at most {MAX_DOCUMENTS}")
-    if config["hot_period"] <= 0 or config["cold_period"] <= 0:
-        raise ChurnError("hot_period and cold_period: must be > 0")
+    if min(config["hot_period"], config["cold_period"]) < MIN_PERIOD:
+        raise ChurnError(f"hot_period and cold_period: must be >= {MIN_PERIOD}")
     return config
 
 

@@ -10,7 +10,7 @@ import redis
 
 from bench import _legacy_frontier as frontier_legacy
 from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
-from tests.test_frontier import LEASE, pending, urls
+from tests.test_frontier import LEASE, ids, pending, urls
 
 KEYS = FrontierKeys("shop", "shop:start_urls")
 
@@ -54,5 +54,31 @@ def test_queued_delayed_and_leased_entries_of_the_old_layout_load(
     # The old delayed entry keeps its priority when it comes due, ahead of newer requests.
     frontier.schedule([pending("new0"), pending("new9", 9)])
     redis_client.zadd(KEYS.delayed, {"7": now - 1})
-    assert urls(frontier.pop(100, LEASE, "new-worker")) == ["later9", "new9", "new0"]
+    last = frontier.pop(100, LEASE, "new-worker")
+    assert urls(last) == ["later9", "new9", "new0"]
+    # Only the new leases have a score there, for workers still running the old POP.
+    assert sorted(redis_client.hkeys(KEYS.prio)) == sorted(i.encode() for i in ids(last))
+
+
+def test_an_old_worker_requeues_delayed_and_leased_requests_of_new_workers(
+    redis_client: redis.Redis,
+) -> None:
+    """Rolling upgrade: an old worker promoting due ids and reclaiming expired leases that new
+    workers wrote puts them back (in its queue, which new workers take over), loses none."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig("exact"))
+    now = time.time()
+    frontier.schedule([pending("a0"), pending("b5", 5), pending("late-3", -3, due=now + 5)])
+    leased = frontier.pop(1, LEASE, "new-worker")
+    assert urls(leased) == ["b5"]
+
+    later = now + LEASE + 10  # the delayed one is due and the lease expired
+    old = frontier_legacy.pop(redis_client, KEYS, later, 0, later + LEASE, "old-worker")
+    assert old[:2] == [1, 1]
+    assert redis_client.zcard(KEYS.queue) == 2
+
+    popped = frontier.pop(100, LEASE, "new-worker")
+    assert urls(popped) == ["b5", "a0", "late-3"]
+    assert frontier.settle([("a", i, "") for i in ids(popped)], "new-worker", LEASE) == 3
+    assert frontier.sizes()["queue"] == 0
+    assert not redis_client.exists(KEYS.data)
     assert not redis_client.exists(KEYS.prio)

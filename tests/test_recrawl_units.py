@@ -30,7 +30,7 @@ from crawler.items import PageItem, ProfileItem
 from crawler.pipelines.changes import history_update, with_change_hash
 from crawler.recrawl import RecrawlMiddleware, RecrawlPolicy, RevisitStore
 from crawler.recrawl.policy import MAX_URGENCY, content_hash, item_hash
-from crawler.recrawl.revisits import RECRAWL_META
+from crawler.recrawl.revisits import RECRAWL_META, items_hash
 from crawler.recrawl.store import Revisit
 from crawler.scheduling.records import SENT_BACK_META
 from crawler.settings_check import SettingsError, check_settings
@@ -170,6 +170,18 @@ def test_an_author_is_handed_over_again_once_the_record_expires(
     assert redis_client.zrange("{explore}:handed_until", 0, -1) == [b"a"]
     pushed = [json.loads(raw) for raw in redis_client.lrange("profiles:start_urls", 0, -1)]
     assert sorted(entry["unique_id"] for entry in pushed) == ["a", "a", "b"]
+
+
+def test_an_author_whose_profile_has_a_revisit_waiting_is_not_handed_over(
+    redis_client: redis.Redis,
+) -> None:
+    """Its revisits keep it fresh at its own interval: handing it over again (past the TTL)
+    would fetch it once more whatever that interval."""
+    revisits = ("{profiles}:revisit", lambda key: f"fp-{key}")
+    handoff = Handoff(redis_client, "profiles:start_urls", "{explore}:handed", revisits=revisits)
+    RevisitStore(redis_client, "profiles").add([Revisit("fp-a", time.time() + 9e5, "{}")])
+    entries: dict[str, dict[str, object]] = {"a": {"unique_id": "a"}, "b": {"unique_id": "b"}}
+    assert handoff.hand_over(entries) == ["b"]
 
 
 # --- the history upsert on the MongoDB-wire server -------------------------------------------
@@ -324,3 +336,30 @@ def test_output_that_cannot_be_revisited_is_counted_and_passed_on(
     assert middleware.crawler.stats is not None
     assert middleware.crawler.stats.get_value("recrawl/not_revisited") == 2
     assert redis_client.zcard("{profiles}:revisit") == 0
+
+
+def test_a_new_signature_of_the_same_avatar_is_not_a_change() -> None:
+    avatar = "https://p16.tiktokcdn.com/a.jpeg?x-expires={}&x-signature={}"
+    first = ProfileItem("a", "ok", avatar_url=avatar.format(1, "x"), follower_count=1)
+    resigned = ProfileItem("a", "ok", avatar_url=avatar.format(2, "y"), follower_count=1)
+    more = ProfileItem("a", "ok", avatar_url=avatar.format(2, "y"), follower_count=2)
+    assert items_hash([first]) == items_hash([resigned]) != items_hash([more])
+
+
+def test_explore_looks_for_the_revisit_under_the_profiles_spiders_fingerprint(
+    redis_url: str,
+) -> None:
+    from crawler.spiders.explore import ExploreSpider
+
+    profiles = _middleware(redis_url).crawler
+    settings = {**profiles.settings.copy_to_dict(), "EXPLORE_HANDOFF_SPIDER": "profiles"}
+    explore = get_crawler(ExploreSpider, settings_dict=settings)
+    spider = explore._create_spider()
+    assert isinstance(spider, ExploreSpider)
+    assert spider.handoff is not None
+    assert spider.handoff.revisits is not None
+    key, fingerprint = spider.handoff.revisits
+    assert isinstance(profiles.spider, ProfilesSpider)
+    page = profiles.spider._user_request("some.user")
+    expected = profiles.request_fingerprinter.fingerprint(page)[:16].hex()
+    assert (key, fingerprint("some.user")) == ("{profiles}:revisit", expected)

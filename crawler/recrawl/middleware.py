@@ -4,6 +4,7 @@ revisits to the frontier."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.log import failure_to_exc_info
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.recrawl.policy import RecrawlPolicy
-from crawler.recrawl.revisits import plan_visit, wants_revisit
+from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore
 from crawler.scheduling import serializer
 from crawler.scheduling.scheduler import frontier_scheduler
@@ -25,6 +27,7 @@ from crawler.scheduling.scheduler import frontier_scheduler
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from twisted.python.failure import Failure
 
     from crawler.recrawl.revisits import Visit
 
@@ -78,6 +81,9 @@ class RecrawlMiddleware:
         self.config = config
         self._buffer: list[tuple[Revisit, Request]] = []
         self._loops: list[task.LoopingCall] = []
+        # Claims handed to the engine whose requests the frontier did not take yet: completed
+        # once it has, so the claim is not handed over again when it expires meanwhile.
+        self._unsettled: list[tuple[Claim, dict[str, float]]] = []
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -140,37 +146,66 @@ class RecrawlMiddleware:
                 scheduler.item_finished(request)
         return True
 
+    def _flush_unless_down(self) -> None:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None or not scheduler.in_backoff():  # else a call blocks the reactor
+            self.flush()
+
     # --- due revisits to the frontier --------------------------------------------------------
 
     def promote(self) -> None:
-        """Claim due revisits and put their requests in the frontier; they leave the revisit
-        set only once the frontier has them."""
+        """Claim due revisits and put their requests in the frontier. Once the frontier has
+        them they wait again one interval ahead, until their visit writes the next one."""
         scheduler = frontier_scheduler(self.crawler)
         engine = self.crawler.engine
         if scheduler is None or engine is None or engine.spider is None:
             return
+        if scheduler.in_backoff():  # Redis is down: a call would block the reactor
+            return
         try:
+            if self._unsettled and not self._settle(scheduler):
+                return
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             if not claim.revisits:
                 return
-            for _, record in claim.revisits:
-                engine.crawl(self._request(record))
-            if scheduler.flush():
-                self._completed(claim)
+            next_due: dict[str, float] = {}
+            for fingerprint, record in claim.revisits:
+                due = self._hand_over(engine, fingerprint, record)
+                if due is not None:
+                    next_due[fingerprint] = due
+            self._unsettled.append((claim, next_due))
+            self._settle(scheduler)
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
-    def _request(self, record: str) -> Request:
-        return request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+    def _hand_over(self, engine: Any, fingerprint: str, record: str) -> float | None:
+        """Give one revisit's request to the engine and return when it comes due again unless
+        its visit writes a new one. One that cannot be loaded (its callback renamed since, its
+        JSON damaged) is logged, counted and dropped: None."""
+        try:
+            request = request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.error("Revisit %s dropped, its request cannot be loaded: %s", fingerprint, exc)
+            self._count("recrawl/unreadable")
+            return None
+        engine.crawl(request)
+        return fallback_due(request, self.config.policy, time.time(), self.config.claim_seconds)
 
-    def _completed(self, claim: Claim) -> None:
-        self.store.complete(claim)
-        self._count("recrawl/promoted", len(claim.revisits))
+    def _settle(self, scheduler: Any) -> bool:
+        """Complete the claims handed over once the frontier holds their requests."""
+        if not scheduler.flush():
+            return False
+        while self._unsettled:
+            claim, next_due = self._unsettled[0]
+            self.store.complete(claim, next_due)
+            self._unsettled.pop(0)
+            self._count("recrawl/promoted", len(next_due))
+        return True
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     def spider_opened(self) -> None:
-        self._start_loop(self.flush, self.config.flush_interval)
+        self._start_loop(self._flush_unless_down, self.config.flush_interval)
         self._start_loop(self.promote, self.config.poll_interval)
 
     def spider_closed(self) -> None:
@@ -186,8 +221,18 @@ class RecrawlMiddleware:
 
     def _start_loop(self, function: Any, interval: float) -> None:
         loop = task.LoopingCall(function)
-        loop.start(interval, now=False)
         self._loops.append(loop)
+        self._run(loop, interval)
+
+    def _run(self, loop: task.LoopingCall, interval: float) -> None:
+        loop.start(interval, now=False).addErrback(self._loop_failed, loop, interval)
+
+    def _loop_failed(self, failure: Failure, loop: task.LoopingCall, interval: float) -> None:
+        """An unexpected error must not stop revisits for the rest of the crawl: log, go on."""
+        logger.error(
+            "Revisit loop failed, restarted", exc_info=failure_to_exc_info(failure) or None
+        )
+        self._run(loop, interval)
 
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler.stats is not None:

@@ -152,6 +152,16 @@ def revisit_request(request: Request, state: dict[str, Any], priority: int) -> R
     return request.replace(meta=meta, errback=unguarded(request.errback), priority=priority)
 
 
+def fallback_due(request: Request, policy: RecrawlPolicy, now: float, least: float) -> float:
+    """When a revisit handed to the frontier comes due again should its visit write none
+    (the fetch failed, the page is gone or yielded no items): as if it found the page
+    unchanged (twice its interval), and not before ``least`` seconds (a lease), so a visit
+    that is only slow is not handed over twice."""
+    interval = _interval(request.meta.get(RECRAWL_META))
+    doubled = policy.clamp(policy.factor * (policy.initial if interval is None else interval))
+    return now + max(doubled, least)
+
+
 def wants_revisit(request: Request, spider: Spider | None) -> bool:
     return not request.meta.get(DONT_RECRAWL_META) and spider is not None
 

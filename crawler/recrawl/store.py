@@ -15,7 +15,7 @@ A worker that dies in between leaves it to come due again for another worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,19 +58,26 @@ end
 return result
 """
 
-# KEYS: revisit, data. ARGV: claim deadline, fingerprints. Removes the claimed revisits that
-# were not written again since they were claimed (their score is still the deadline).
+# KEYS: revisit, data. ARGV: claim deadline, then pairs (fingerprint, next due or ""). Of the
+# claimed revisits not written again since they were claimed (their score is still the
+# deadline), one with a next due waits again until then, one without is removed. Returns how
+# many changed.
 COMPLETE = """
-local deadline, removed = tonumber(ARGV[1]), 0
-for a = 2, #ARGV do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[a])
+local deadline, changed = tonumber(ARGV[1]), 0
+for a = 2, #ARGV, 2 do
+  local fp, due = ARGV[a], ARGV[a + 1]
+  local score = redis.call('ZSCORE', KEYS[1], fp)
   if score and tonumber(score) == deadline then
-    redis.call('ZREM', KEYS[1], ARGV[a])
-    redis.call('HDEL', KEYS[2], ARGV[a])
-    removed = removed + 1
+    if due == '' then
+      redis.call('ZREM', KEYS[1], fp)
+      redis.call('HDEL', KEYS[2], fp)
+    else
+      redis.call('ZADD', KEYS[1], due, fp)
+    end
+    changed = changed + 1
   end
 end
-return removed
+return changed
 """
 
 HOUR = 3600.0
@@ -120,12 +127,17 @@ class RevisitStore:
         pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(0, len(raw), 2)]
         return Claim(deadline, pairs)
 
-    def complete(self, claim: Claim) -> int:
-        """Remove claimed revisits now held by the frontier (unless written again since)."""
+    def complete(self, claim: Claim, next_due: Mapping[str, float] | None = None) -> int:
+        """Settle claimed revisits now held by the frontier (unless written again since): one
+        in ``next_due`` waits again until then, as a fallback should its visit write no new
+        revisit (failed, gone, no items); the others are removed."""
         if not claim.revisits:
             return 0
-        fingerprints = [fingerprint for fingerprint, _ in claim.revisits]
-        return int(self._complete(keys=self.keys, args=[repr(claim.deadline), *fingerprints]))
+        args: list[Any] = [repr(claim.deadline)]
+        for fingerprint, _ in claim.revisits:
+            due = (next_due or {}).get(fingerprint)
+            args.extend((fingerprint, "" if due is None else repr(due)))
+        return int(self._complete(keys=self.keys, args=args))
 
     def counts(self, now: float | None = None) -> dict[str, int]:
         """Waiting revisits due now, within the next hour, and later, in one round trip."""

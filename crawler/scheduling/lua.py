@@ -130,11 +130,20 @@ end
 
 local function priority_of(id)
   local score = redis.call('HGET', Q.legacy_prio, id)
-  if score then
-    redis.call('HDEL', Q.legacy_prio, id)
-    return legacy_priority(score)
-  end
-  return string.match(id, '^%d+:(-?%d+)$') or '0'
+  if score then redis.call('HDEL', Q.legacy_prio, id) end
+  local own = string.match(id, '^%d+:(-?%d+)$')
+  if own then return own end
+  if score then return legacy_priority(score) end
+  return '0'
+end
+
+-- A delayed or leased id also gets its score of the older layout in ``prio``: a worker still
+-- running the older POP requeues a due or expired id only when it finds it there (and drops it
+-- from ``delayed``/``leases`` either way), so without it a rolling upgrade loses requests.
+-- Whoever settles or requeues the id deletes the entry.
+local function mark_legacy(id, n, priority)
+  local clamped = math.max(-400, math.min(400, tonumber(priority)))
+  redis.call('HSET', Q.legacy_prio, id, string.format('%d', -clamped * OLD_STEP + n))
 end
 
 local function seq_of(id)
@@ -221,6 +230,7 @@ for a = 5, #ARGV, 7 do
       local id = new_id(redis.call('INCR', Q.seq), priority)
       redis.call('HSET', Q.data, id, json)
       redis.call('ZADD', KEYS[6], due, id)
+      mark_legacy(id, seq_of(id), priority)
     else
       push(priority, json, false)
     end
@@ -266,6 +276,7 @@ while count > 0 do
       redis.call('ZADD', KEYS[7], deadline, id)
       redis.call('HSET', KEYS[8], id, worker)
       redis.call('HSET', Q.data, id, record)
+      mark_legacy(id, n + i, priority)
       result[#result + 1] = id
       result[#result + 1] = record
     end

@@ -460,6 +460,10 @@ class FrontierScheduler(BaseScheduler):
     def _in_backoff(self) -> bool:
         return time.monotonic() < self._backoff
 
+    def in_backoff(self) -> bool:
+        """Whether Redis was found down lately: callers skip their calls until it is over."""
+        return self._in_backoff()
+
     def _outage(self, exc: RedisError) -> None:
         now = time.monotonic()
         if self._outage_since is None:

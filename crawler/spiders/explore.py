@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from scrapy import Request
 
-from crawler.config import setting, setting_int
+from crawler.config import setting, setting_int, validate_base_url
 from crawler.extractors.explore import (
     FeedBlocked,
     FeedError,
@@ -95,7 +95,15 @@ class ExploreSpider(RedisFedSpider):
         start_key = crawler.settings.get("REDIS_START_URLS_KEY") % {"name": target}
         handed_key = crawler.settings.get("EXPLORE_HANDED_KEY") % {"spider": self.name}
         ttl = setting(crawler.settings, "EXPLORE_HANDOFF_TTL")
-        return Handoff(self.start_entries.server, start_key, handed_key, ttl)
+        profiles_url = validate_base_url(crawler.settings, "PROFILES_BASE_URL")
+
+        def revisit_fingerprint(author: str) -> str:
+            """The fingerprint a revisit of the author's profile page waits under."""
+            request = Request(f"{profiles_url}/@{author}")
+            return bytes(crawler.request_fingerprinter.fingerprint(request))[:16].hex()
+
+        revisits = ("{" + target + "}:revisit", revisit_fingerprint)
+        return Handoff(self.start_entries.server, start_key, handed_key, ttl, revisits)
 
     # --- start entries ---------------------------------------------------------------------
 
