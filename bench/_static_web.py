@@ -14,7 +14,6 @@ processes on one port to spread the load).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import sys
 import time
@@ -24,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.frontier_throughput import NOT_FOUND, http_response  # noqa: E402
+from bench.frontier_throughput import (  # noqa: E402
+    PageProtocol,
+    http_response,
+    serve_forever,
+)
 from crawler.services import ServerProcess, free_port, start_server  # noqa: E402
 
 SUFFIX = ".test"
@@ -77,30 +80,11 @@ def responses(hosts: int, pages: int, port: int, seed: int) -> dict[bytes, bytes
     return table
 
 
-class StaticWebProtocol(asyncio.Protocol):
+class StaticWebProtocol(PageProtocol):
     """One server connection: GET only, keep-alive, pipelining, the Host header picks the site."""
 
-    def __init__(self, table: dict[bytes, bytes]) -> None:
-        self.table = table
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        buffer = self.buffer + data if self.buffer else data
-        out: list[bytes] = []
-        while (end := buffer.find(b"\r\n\r\n")) >= 0:
-            head, buffer = buffer[:end].lower(), buffer[end + 4 :]
-            parts = head.split(b"\r\n", 1)[0].split(b" ")
-            path = parts[1].split(b"?", 1)[0] if len(parts) > 2 else b""
-            out.append(self.table.get(_host(head) + path, NOT_FOUND))
-        self.buffer = buffer
-        if out:
-            self.transport.write(b"".join(out))
+    def key(self, head: bytes, path: bytes) -> bytes:
+        return _host(head.lower()) + path.split(b"?", 1)[0]
 
 
 def _host(head: bytes) -> bytes:
@@ -113,16 +97,7 @@ def _host(head: bytes) -> bytes:
 
 def serve(port: int, hosts: int, pages: int, seed: int) -> None:
     table = responses(hosts, pages, port, seed)
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: StaticWebProtocol(table), "127.0.0.1", port, reuse_port=True, backlog=1024
-        )
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(main())
+    serve_forever(port, lambda: StaticWebProtocol(table))
 
 
 def start_static_web(

@@ -138,6 +138,10 @@ class PageProtocol(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
+    def key(self, head: bytes, path: bytes) -> bytes:
+        """What a request is looked up by among the responses: its path."""
+        return path
+
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
         buffer = self.buffer + data if self.buffer else data
@@ -151,7 +155,7 @@ class PageProtocol(asyncio.Protocol):
             line_end = head.find(b"\r\n")
             parts = (head if line_end < 0 else head[:line_end]).split(b" ")
             path = parts[1] if len(parts) > 2 else b""
-            out.append(self.responses.get(path, NOT_FOUND))
+            out.append(self.responses.get(self.key(head, path), NOT_FOUND))
             if b"close" in head and b"connection: close" in head.lower():
                 close = True
                 break
@@ -165,11 +169,16 @@ class PageProtocol(asyncio.Protocol):
 def serve(port: int, pages: int, seed: int) -> None:
     """Serve the link graph on 127.0.0.1:port until terminated (SO_REUSEPORT: run several)."""
     responses = {f"/p/{i}".encode(): render_page(i, pages, seed) for i in range(pages)}
+    serve_forever(port, lambda: PageProtocol(responses))
+
+
+def serve_forever(port: int, protocol: Callable[[], asyncio.Protocol]) -> None:
+    """Serve ``protocol`` on 127.0.0.1:port until terminated (SO_REUSEPORT: run several)."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: PageProtocol(responses), "127.0.0.1", port, reuse_port=True, backlog=1024
+            protocol, "127.0.0.1", port, reuse_port=True, backlog=1024
         )
         async with server:
             await server.serve_forever()
