@@ -15,7 +15,7 @@ from crawler.recrawl.policy import RecrawlPolicy, content_hash
 from crawler.recrawl.store import Revisit
 from crawler.scheduling import serializer
 from crawler.scheduling.leases import unguarded
-from crawler.scheduling.records import SENT_BACK_META
+from crawler.scheduling.records import DEFAULTS, SENT_BACK_META
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -52,20 +52,6 @@ TRANSIENT_META = frozenset(
 )
 
 
-# What a request's dict has unless told otherwise (Request.to_dict).
-RECORD_DEFAULTS: dict[str, Any] = {
-    "callback": None,
-    "errback": None,
-    "headers": {},
-    "body": b"",
-    "cookies": {},
-    "meta": {},
-    "encoding": "utf-8",
-    "flags": [],
-    "cb_kwargs": {},
-    "method": "GET",
-    "priority": 0,
-}
 _MISSING = object()
 
 
@@ -136,7 +122,7 @@ def compact(record: dict[str, Any]) -> dict[str, Any]:
     return {
         name: value
         for name, value in record.items()
-        if name == "url" or value != RECORD_DEFAULTS.get(name, _MISSING)
+        if name == "url" or value != DEFAULTS.get(name, _MISSING)
     }
 
 
