@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 
+from crawler.bans import fleet
 from crawler.bans.fleet import FleetPoliteness, RatePolicy
 
 
@@ -50,3 +51,16 @@ def test_at_higher_rates_one_round_trip_serves_several_requests(
     assert rate * seconds / 2 <= granted <= rate * seconds + burst
     # Tokens come half a second's worth (10) at a time, at most the burst (5) per call.
     assert calls <= granted / 4 + 2, (calls, granted)
+
+
+def test_a_broad_crawl_leaves_a_bounded_memory_of_buckets(
+    redis_client: redis.Redis, monkeypatch: Any
+) -> None:
+    """Many domains each asked once: the worker keeps when the waiting buckets have their next
+    token, and forgets those whose time has passed, so its memory does not grow with the web."""
+    monkeypatch.setattr(fleet, "KNOWN_BUCKETS", 50)
+    worker = FleetPoliteness(redis_client, "shop", RatePolicy(rate=1000.0, burst=1.0))
+    for n in range(400):
+        assert worker.acquire(f"site{n}.example", "direct") == 0  # one token each, then none left
+    assert len(worker._tokens) == 0  # no empty counts kept
+    assert len(worker._next_token) <= 50 + 1

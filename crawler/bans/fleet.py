@@ -20,6 +20,9 @@ from crawler.connection import reply_text
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
+# Buckets whose next token time a worker keeps before it forgets those that have passed.
+KNOWN_BUCKETS = 10_000
+
 # KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
 # (factor/s), floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds,
 # factor [, the bans hash as a flat list]}: the wait is until the bucket's next token (0 while one
@@ -225,6 +228,8 @@ class FleetPoliteness:
         key = self._bucket_key(domain, identity)
         if self._tokens.get(key, 0) > 0:
             self._tokens[key] -= 1
+            if not self._tokens[key]:
+                del self._tokens[key]
             return 0.0
         if (wait := self._known_wait(key)) > 0:
             return wait
@@ -236,7 +241,8 @@ class FleetPoliteness:
             wait += (batch - 1) / (rate * factor)
         self._wait_for_token(key, wait)
         if granted:
-            self._tokens[key] = granted - 1
+            if granted > 1:
+                self._tokens[key] = granted - 1
             return 0.0
         return wait
 
@@ -269,7 +275,15 @@ class FleetPoliteness:
         return max(0.0, self._next_token.get(key, 0.0) - time.monotonic())
 
     def _wait_for_token(self, key: str, wait: float) -> None:
-        self._next_token[key] = time.monotonic() + wait
+        """Remember when the bucket has its next token (a broad crawl meets many buckets: the
+        ones whose time has passed are forgotten once there are many)."""
+        now = time.monotonic()
+        if wait <= 0:
+            self._next_token.pop(key, None)
+            return
+        if len(self._next_token) >= KNOWN_BUCKETS:
+            self._next_token = {k: t for k, t in self._next_token.items() if t > now}
+        self._next_token[key] = now + wait
 
     def penalize(self, domain: str, identity: str) -> float:
         """Halve the rate of (domain, identity) after a ban; returns the new rate factor."""
