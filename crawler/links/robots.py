@@ -31,7 +31,7 @@ from scrapy.http.request import NO_CALLBACK
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.middlewares.bans import CRAWL_DELAY_META
-from crawler.scheduling.records import sent_back
+from crawler.scheduling.records import PACED_META, sent_back
 from crawler.scheduling.scheduler import DUE_META
 
 if TYPE_CHECKING:
@@ -159,6 +159,7 @@ class FleetRobotsMiddleware:
         if LINKS_META not in request.meta or request.meta.get(SKIP_META):
             return None
         origin = origin_of(request.url)
+        paced = bool(request.meta.get(PACED_META))
         rules = await self.rules_for(origin, request)
         if rules is None:
             return self._wait(request, self._not_before.get(origin, 0.0))
@@ -168,6 +169,10 @@ class FleetRobotsMiddleware:
         if not rules.can_fetch(request.url, self.user_agent):
             self._count("robotstxt/forbidden")
             raise IgnoreRequest("Forbidden by robots.txt")
+        if paced and PACED_META not in request.meta:
+            # Its host's turn went to robots.txt: back to the frontier for the next turn, rather
+            # than holding a download slot while it waits for a token.
+            return sent_back(request, dict(request.meta), time.time())
         return None
 
     async def rules_for(self, origin: str, request: Request) -> Protego | None:
@@ -193,7 +198,7 @@ class FleetRobotsMiddleware:
         future: asyncio.Future[Protego | None] = asyncio.get_running_loop().create_future()
         self._pending[origin] = future
         try:
-            body = await self._download(origin)
+            body = await self._download(origin, bool(request.meta.pop(PACED_META, False)))
             self.fleet.store(origin, body)
             rules = parse_rules(body)
             self.cache.put(origin, rules)
@@ -211,13 +216,13 @@ class FleetRobotsMiddleware:
         self._seed(request, rules)
         return rules
 
-    async def _download(self, origin: str) -> bytes:
-        robots = Request(
-            f"{origin}/robots.txt",
-            priority=1000,
-            meta={SKIP_META: True, ROBOTS_META: True, "dont_retry": True, "dont_ban_check": True},
-            callback=NO_CALLBACK,
-        )
+    async def _download(self, origin: str, paced: bool) -> bytes:
+        """robots.txt of ``origin``; ``paced``: it goes on the turn of the request that needs it
+        (a turn the frontier gave that request; see ``PACED_META``)."""
+        meta = {SKIP_META: True, ROBOTS_META: True, "dont_retry": True, "dont_ban_check": True}
+        if paced:
+            meta[PACED_META] = True
+        robots = Request(f"{origin}/robots.txt", priority=1000, meta=meta, callback=NO_CALLBACK)
         engine = self.crawler.engine
         assert engine is not None
         self._count("robotstxt/request_count")

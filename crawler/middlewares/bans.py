@@ -44,7 +44,8 @@ from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, witho
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
-from crawler.scheduling.records import sent_back
+from crawler.scheduling.frontier import Pacing
+from crawler.scheduling.records import PACED_META, sent_back
 from crawler.scheduling.scheduler import frontier_scheduler
 from crawler.settings_check.rules import SettingsError, problem
 
@@ -105,6 +106,21 @@ class BanMiddleware:
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
 
+    def frontier_pacing(self) -> Pacing | None:
+        """The politeness the frontier's pop takes for this middleware (see ``Pacing``): each
+        request leaves the frontier with its host's token, so none waits for one here. With
+        several identities tokens stay per identity, taken here."""
+        if len(self.pool.identities) != 1:
+            return None
+        policy = self.fleet.policy
+        return Pacing(
+            identity=self.pool.identities[0].name,
+            rate=policy.rate,
+            burst=policy.burst,
+            recovery=(1 - policy.floor) / policy.recovery_seconds,
+            per_domain=dict(policy.per_domain),
+        )
+
     # --- before the download ------------------------------------------------------------------
 
     async def process_request(self, request: Request) -> Request | None:
@@ -119,6 +135,8 @@ class BanMiddleware:
         if isinstance(identity, float):
             return self._defer(request, identity, "identities_cooling")
         self._apply(request, identity)
+        if request.meta.pop(PACED_META, False):
+            return None  # the frontier's pop took the host's token
         return await self._take_turn(request, domain, identity)
 
     def _identity(self, request: Request, domain: str) -> Identity | float:

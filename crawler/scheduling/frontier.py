@@ -11,7 +11,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
@@ -97,6 +97,12 @@ class FrontierKeys:
     def start_leases(self) -> str:
         return "{" + self.start + "}:leases"
 
+    @property
+    def buckets(self) -> str:
+        """Prefix of the politeness token buckets, ``<prefix><domain>|<identity>`` (hashes of
+        tokens, ts and rate factor, shared with ``crawler.bans.fleet``)."""
+        return self._key("rate:")
+
 
 @dataclass(frozen=True)
 class Pending:
@@ -132,6 +138,35 @@ class Popped:
     reclaimed: int
     queue_size: int
     next_due: float = 0.0  # earliest due time (Unix) left in the delayed set; 0 when empty
+    paced: frozenset[str] = frozenset()  # leased ids whose host's token the pop took
+    unscanned: bool = False  # paced, the pop looked at as many as it may and more are queued
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """Politeness taken in the pop (see ``lua._PACE``): one token bucket per host for
+    ``identity``, at ``rate`` requests per second (0: unlimited; ``per_domain`` overrides),
+    ``burst`` at once after a quiet spell, rate factor recovering by ``recovery`` per second
+    after a ban. A request whose host's turn is over ``horizon`` seconds away stays queued;
+    one pop looks at ``budget`` queued requests at most."""
+
+    identity: str
+    rate: float
+    burst: float
+    recovery: float
+    per_domain: dict[str, float] = field(default_factory=dict)
+    horizon: float = 60.0
+    budget: int = 1000
+
+    def script_args(self, buckets: str) -> list[Any]:
+        args: list[Any] = [buckets, self.identity, self.rate, max(1.0, self.burst)]
+        args += [self.recovery, self.horizon, self.budget]
+        for domain, rate in self.per_domain.items():
+            args += [domain, rate]
+        return args
+
+
+NO_PACING: list[Any] = ["", "", 0, 1, 1, 0, 0]
 
 
 @dataclass(frozen=True)
@@ -179,16 +214,23 @@ class Frontier:
         )
         return [int(flag) for flag in result] if client is None else []
 
-    def pop(self, count: int, lease_seconds: float, worker: str) -> Popped:
-        """Lease up to ``count`` requests to ``worker`` (after requeueing due and expired ones)."""
+    def pop(
+        self, count: int, lease_seconds: float, worker: str, pacing: Pacing | None = None
+    ) -> Popped:
+        """Lease up to ``count`` requests to ``worker`` (after requeueing due and expired ones);
+        with ``pacing``, only requests whose host has a token now."""
         now = time.time()
         keys = self.keys
+        paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
         raw = self._pop(
             keys=keys.script_keys(keys.delayed, keys.leases, keys.owner),
-            args=[keys.queue_prefix, now, count, now + lease_seconds, worker],
+            args=[keys.queue_prefix, now, count, now + lease_seconds, worker, *paced],
         )
-        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(4, len(raw), 2)]
-        return Popped(pairs, int(raw[0]), int(raw[1]), int(raw[2]), float(raw[3]))
+        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(6, len(raw), 2)]
+        flags = reply_text(raw[4])
+        taken = frozenset(pair[0] for pair, flag in zip(pairs, flags, strict=True) if flag == "1")
+        counts = int(raw[0]), int(raw[1]), int(raw[2])
+        return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])))
 
     def settle(
         self,

@@ -131,7 +131,7 @@ end
 local function priority_of(id)
   local score = redis.call('HGET', Q.legacy_prio, id)
   if score then redis.call('HDEL', Q.legacy_prio, id) end
-  local own = string.match(id, '^%d+:(-?%d+)$')
+  local own = string.match(id, '^%d+:(-?%d+)')
   if own then return own end
   if score then return legacy_priority(score) end
   return '0'
@@ -241,52 +241,197 @@ return results
 """
 )
 
+# Politeness in the pop (``Frontier.pop`` with a ``Pacing``): each queued request takes its
+# host's token from the host's bucket, ``<buckets><host>|<identity>`` (the hash the ban
+# middleware's token bucket keeps: tokens, ts, factor; its rate halved after a ban). A request
+# whose host has a token is leased; one whose host has none is given the host's next free turn
+# in the delayed set (its id ends in "|s", its token taken: the bucket runs into debt), and is
+# leased as soon as that turn comes; one whose turn lies beyond the horizon goes to the back of
+# its list. So a worker is handed only requests it may send now, and a host without tokens is
+# skipped, not waited on. A request's host is read from its record's URL, its Crawl-delay from
+# meta ``crawl_delay`` (one request per delay, no burst); a record whose host cannot be read
+# (older formats) is leased unpaced.
+_PACE = r"""
+local P = {}
+local function fmt(x) return string.format('%.6f', x) end
+
+local function host_of(record)
+  local url = string.match(record, '^{"u":"([^"]*)"') or string.match(record, '^{"url":"([^"]*)"')
+  if not url then return nil end
+  local authority = string.match(url, '^[hH][tT][tT][pP][sS]?://([^/?#\\]+)')
+  if not authority then return nil end
+  authority = string.match(authority, '([^@]*)$')
+  local host = string.match(authority, '^%[([^%]]*)%]') or string.match(authority, '^([^:]*)')
+  if host == nil or host == '' then return nil end
+  return string.lower(host)
+end
+
+-- Requests per second for a record of ``host`` and the bucket's burst (0: unlimited).
+local function rate_of(host, record)
+  local rate = P.rates[host] or P.rate
+  local delay = tonumber(string.match(record, '"crawl_delay":(%d[%d%.eE+-]*)'))
+  if delay and delay > 0 then
+    if rate > 0 then return math.min(rate, 1 / delay), 1 end
+    return 1 / delay, 1
+  end
+  return rate, P.burst
+end
+
+-- Takes a token of ``host``'s bucket; returns when the request may go (``now`` when a token
+-- was left), or nil, taking nothing, when that is more than the horizon away.
+local function reserve(host, rate, burst, now)
+  local key = P.buckets .. host .. '|' .. P.identity
+  local state = redis.call('HMGET', key, 'tokens', 'ts', 'factor')
+  local ts = tonumber(state[2]) or now
+  local elapsed = math.max(0, now - ts)
+  local factor = math.min(1, (tonumber(state[3]) or 1) + elapsed * P.recovery)
+  local current = rate * factor
+  local tokens = math.min(burst, (tonumber(state[1]) or burst) + elapsed * current)
+  local at = now
+  if tokens < 1 then at = now + (1 - tokens) / current end
+  if at - now > P.horizon then return nil end
+  tokens = tokens - 1
+  redis.call('HSET', key, 'tokens', fmt(tokens), 'ts', fmt(now), 'factor', fmt(factor))
+  -- The bucket is forgotten once it is full again at its full rate: absent means just that.
+  local full = math.max((burst - tokens) / current, (1 - factor) / P.recovery)
+  redis.call('EXPIRE', key, math.ceil(full) + 1)
+  return at
+end
+
+local function read_pacing(a)
+  P.buckets, P.identity = ARGV[a], ARGV[a + 1]
+  P.rate, P.burst = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  P.recovery, P.horizon = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  P.budget = tonumber(ARGV[a + 6])
+  P.rates = {}
+  for i = a + 7, #ARGV, 2 do P.rates[ARGV[i]] = tonumber(ARGV[i + 1]) end
+  return P.buckets ~= ''
+end
+"""
+
 # KEYS: (prelude), delayed, leases, owner
-# ARGV: (prefix), now, count, lease deadline, worker
-# Moves due delayed requests and expired leases back to the queue, then leases up to ``count``
-# requests to ``worker``. Returns {promoted, reclaimed, queue size, next due (the earliest due
-# time left in the delayed set, "0" when it is empty), id1, json1, id2, json2, ...}.
+# ARGV: (prefix), now, count, lease deadline, worker, then pacing: bucket key prefix ("" for
+# none), identity, rate (0 = unlimited), burst, recovery (factor/s), horizon (s), scan budget,
+# then (domain, rate) pairs.
+# Moves due delayed requests and expired leases back to the queue (paced ones whose turn has
+# come are leased as they are), then leases up to ``count`` requests to ``worker``. Returns
+# {promoted, reclaimed, queue size, next due (the earliest due time left in the delayed set,
+# "0" when it is empty), paced flags (one "1"/"0" per leased request: its token taken here),
+# 1 when the scan budget ran out before the queue (else 0), id1, json1, id2, json2, ...}.
 POP = (
     _PRELUDE
+    + _PACE
     + r"""
-local now, count, deadline, worker = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local now, count, deadline, worker = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local pacing = read_pacing(6)
 migrate_legacy()
-local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
-if #due > 0 then
-  requeue(due)
-  redis.call('ZREM', KEYS[6], unpack(due))
+local result, flags = {0, 0, 0, '0', '', 0}, {}
+
+local function lease(id, record, paced)
+  redis.call('ZADD', KEYS[7], deadline, id)
+  redis.call('HSET', KEYS[8], id, worker)
+  result[#result + 1] = id
+  result[#result + 1] = record
+  flags[#flags + 1] = paced and '1' or '0'
+  count = count - 1
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, 1000)
+
+
+-- One queued record: leased now, given its host's next turn, or (nil) left for later.
+local function place(n, priority, record)
+  local id = new_id(n, priority)
+  local host = pacing and host_of(record)
+  if not host then
+    redis.call('HSET', Q.data, id, record)
+    mark_legacy(id, n, priority)
+    lease(id, record, false)
+    return true
+  end
+  local rate, burst = rate_of(host, record)
+  local at = now
+  if rate > 0 then at = reserve(host, rate, burst, now) end
+  if at == nil then return false end
+  if at > now then id = id .. '|s' end
+  redis.call('HSET', Q.data, id, record)
+  mark_legacy(id, n, priority)
+  if at > now then
+    redis.call('ZADD', KEYS[6], at, id)
+  else
+    lease(id, record, true)
+  end
+  return true
+end
+
+-- A turn taken more than one interval late is gone (sent now, it would bunch with the next
+-- turns): the request takes a new one.
+local function late(record, at)
+  local host = host_of(record)
+  if not host then return false end
+  local rate = rate_of(host, record)
+  return rate > 0 and now - at > 1 / rate
+end
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, 1000)
+local back, turns, missed = {}, {}, {}
+for i = 1, #due, 2 do
+  local id = due[i]
+  if string.sub(id, -2) ~= '|s' then back[#back + 1] = id
+  elseif count > 0 then
+    turns[#turns + 1] = id
+    local record = redis.call('HGET', Q.data, id)
+    if record and late(record, tonumber(due[i + 1])) then
+      missed[#missed + 1] = id
+    elseif record then
+      lease(id, record, true)
+    end
+  end
+end
+if #back > 0 then
+  requeue(back)
+  redis.call('ZREM', KEYS[6], unpack(back))
+end
+if #turns > 0 then redis.call('ZREM', KEYS[6], unpack(turns)) end
+for _, id in ipairs(missed) do
+  local priority, record = priority_of(id), redis.call('HGET', Q.data, id)
+  redis.call('HDEL', Q.data, id)
+  if not place(redis.call('INCR', Q.seq), priority, record) then push(priority, record, true) end
+end
+result[1] = #back
+local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[2], 'LIMIT', 0, 1000)
 if #expired > 0 then
   requeue(expired)
   redis.call('ZREM', KEYS[7], unpack(expired))
   redis.call('HDEL', KEYS[8], unpack(expired))
 end
-local result = {#due, #expired, 0, '0'}
-while count > 0 do
-  local top = redis.call('ZRANGE', Q.queues, 0, 0)
+result[2] = #expired
+
+local budget, index = pacing and P.budget or math.huge, 0
+while count > 0 and budget > 0 do
+  local top = redis.call('ZRANGE', Q.queues, index, index)
   if #top == 0 then break end
   local priority = top[1]
   local list = Q.prefix .. priority
-  local records = redis.call('LPOP', list, count)
-  if records then
+  local unseen, later = redis.call('LLEN', list), {}
+  while count > 0 and budget > 0 and unseen > 0 do
+    local records = redis.call('LPOP', list, math.min(count, budget, unseen))
+    unseen, budget = unseen - #records, budget - #records
     local n = redis.call('INCRBY', Q.seq, #records) - #records
     for i, record in ipairs(records) do
-      local id = new_id(n + i, priority)
-      redis.call('ZADD', KEYS[7], deadline, id)
-      redis.call('HSET', KEYS[8], id, worker)
-      redis.call('HSET', Q.data, id, record)
-      mark_legacy(id, n + i, priority)
-      result[#result + 1] = id
-      result[#result + 1] = record
+      if not place(n + i, priority, record) then later[#later + 1] = record end
     end
-    count = count - #records
   end
-  if redis.call('EXISTS', list) == 0 then redis.call('ZREM', Q.queues, priority) end
+  if #later > 0 then redis.call('RPUSH', list, unpack(later)) end
+  if redis.call('EXISTS', list) == 0 then
+    redis.call('ZREM', Q.queues, priority)
+  else
+    index = index + 1
+  end
 end
 result[3] = queued()
 local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 if #first > 0 then result[4] = first[2] end
+result[5] = table.concat(flags)
+if budget <= 0 then result[6] = 1 end
 return result
 """
 )

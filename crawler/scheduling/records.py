@@ -24,6 +24,9 @@ DUE_META = "frontier_due"
 # known yet): its URL, which the duplicate filter lets through once. A redirect or a link made
 # from the answer has another URL and is filtered as usual, which ``dont_filter`` would not do.
 SENT_BACK_META = "frontier_sent_back"
+# Meta key set on a request whose host's politeness token the frontier's pop took (see
+# ``Pacing``): the ban middleware sends it without taking one. Never stored.
+PACED_META = "frontier_paced"
 
 
 def sent_back(request: Request, meta: dict[str, Any], due: float) -> Request:
@@ -45,6 +48,7 @@ def pending(
     pool proxy's credentials stay out of Redis. ``again``: past the duplicate filter this once
     (sent back), while its record keeps the request's own ``dont_filter``."""
     forget_proxy_secrets(request)
+    request.meta.pop(PACED_META, None)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=serializer.dumps(request_record(request, spider)),

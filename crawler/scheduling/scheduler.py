@@ -24,6 +24,7 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
+from twisted.internet.base import DelayedCall
 
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
@@ -32,13 +33,14 @@ from crawler.scheduling.frontier import (
     DupefilterConfig,
     Frontier,
     FrontierKeys,
+    Pacing,
     Pending,
     Popped,
 )
 from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.scheduling.marker import FrontierMarker
 from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
-from crawler.scheduling.records import passes_again, pending
+from crawler.scheduling.records import PACED_META, passes_again, pending
 from crawler.scheduling.state import start_key
 from crawler.settings_check import check_frontier
 
@@ -104,6 +106,7 @@ class FrontierScheduler(BaseScheduler):
         self.config = config
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.frontier: Frontier | None = None
+        self.pacing: Pacing | None = None
         self.leases = LeaseBook()
         self._ready: deque[Request] = deque()
         self._pushes: list[Pending] = []
@@ -116,6 +119,8 @@ class FrontierScheduler(BaseScheduler):
         self._backoff = 0.0
         self._outage_since: float | None = None
         self._loops: list[task.LoopingCall] = []
+        self._wake: DelayedCall | None = None
+        self._wake_at = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -132,6 +137,7 @@ class FrontierScheduler(BaseScheduler):
         keys = FrontierKeys(spider.name, start_key(settings, spider))
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
+        self.pacing = downloader_pacing(self.crawler)
         self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
         try:
             check_frontier(self.server, keys, self.config.dupefilter.mode)
@@ -149,6 +155,8 @@ class FrontierScheduler(BaseScheduler):
         for loop in self._loops:
             if loop.running:
                 loop.stop()
+        if self._wake is not None and self._wake.active():
+            self._wake.cancel()
         self.crawler.signals.disconnect(self.keep_open_while_work_left, signal=signals.spider_idle)
         self._ready.clear()
         self.leases.release_all()
@@ -394,7 +402,7 @@ class FrontierScheduler(BaseScheduler):
         assert self.frontier is not None
         try:
             popped = self.frontier.pop(
-                self.config.batch_size, self.config.lease_seconds, self.worker
+                self.config.batch_size, self.config.lease_seconds, self.worker, self.pacing
             )
         except RedisError as exc:
             self._outage(exc)
@@ -404,27 +412,57 @@ class FrontierScheduler(BaseScheduler):
         self._queue_size = popped.queue_size
         self._count("frontier/reclaimed", popped.reclaimed)
         self._count("frontier/promoted", popped.promoted)
+        self._count("politeness/paced", len(popped.paced))
         for lease_id, data in popped.leased:
-            self._take(lease_id, data)
-        if popped.queue_size == 0 and len(popped.leased) < self.config.batch_size:
-            self._next_pop = time.monotonic() + self._pause(popped)
+            self._take(lease_id, data, lease_id in popped.paced)
+        if len(popped.leased) < self.config.batch_size and (
+            popped.queue_size == 0 or self.pacing is not None
+        ):
+            pause = self._pause(popped)
+            self._next_pop = time.monotonic() + pause
+            if popped.next_due or popped.unscanned:
+                self._wake_engine_in(pause)
 
     def _pause(self, popped: Popped) -> float:
-        """Seconds before the next pop once the queue is empty: until the delayed set's first
-        request is due, at most 4 s (other workers' new work is seen that soon); with nothing
-        delayed, after empty pops in a row 1, 2, then 4 s (and at once after a pop that found
-        work)."""
+        """Seconds before the next pop once the queue is empty (or, paced, has nothing to send
+        now): until the delayed set's first request is due, at most 4 s (other workers' new
+        work is seen that soon); with nothing delayed, after empty pops in a row 1, 2, then 4 s
+        (and at once after a pop that found work, but for a paced queue); at once while a paced
+        pop leaves requests it did not look at."""
         base = min(1.0, self.config.flush_interval * 4)
         self._empty_pops = 0 if popped.leased else min(self._empty_pops + 1, 3)
+        if popped.unscanned:
+            return 0.0
         if popped.next_due:
             return min(4 * base, max(0.0, popped.next_due - time.time()))
+        if popped.queue_size and self.pacing is not None:
+            return base / 4
         return 0.0 if popped.leased else base * 2 ** (self._empty_pops - 1)
 
-    def _take(self, lease_id: str, data: str) -> None:
+    def _wake_engine_in(self, seconds: float) -> None:
+        """Have the engine ask for requests again in ``seconds`` (when the next delayed request
+        is due), not only when a download ends or the spider idles: a host's turn is taken on
+        time, so turns do not bunch up."""
+        when = time.monotonic() + seconds
+        if self._wake is not None and self._wake.active():
+            if self._wake_at <= when:
+                return
+            self._wake.cancel()
+        from twisted.internet import reactor  # the one Scrapy installed, imported once running
+
+        self._wake_at = when
+        self._wake = cast(Any, reactor).callLater(seconds, self._engine_next_call)
+
+    def _engine_next_call(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None and slot.closing is None:
+            slot.nextcall.schedule()
+
+    def _take(self, lease_id: str, data: str, paced: bool = False) -> None:
         """Ready the leased request, or dead-letter a record it cannot be rebuilt from: one bad
         record never stops the others."""
         try:
-            self._ready.append(self._request(lease_id, data))
+            self._ready.append(self._request(lease_id, data, paced))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             logger.error(
@@ -436,9 +474,13 @@ class FrontierScheduler(BaseScheduler):
             self.leases.take(lease_id, 1, "")
             self._dead(lease_id, "unreadable", error, 1)
 
-    def _request(self, lease_id: str, data: str) -> Request:
+    def _request(self, lease_id: str, data: str, paced: bool) -> Request:
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)
         request.meta[LEASE_META] = lease_id
+        if paced:
+            request.meta[PACED_META] = True
+        else:
+            request.meta.pop(PACED_META, None)
         attempts = int(request.meta.get("retry_times", 0)) + 1
         self.leases.take(lease_id, attempts, request.url)
         return request
@@ -494,6 +536,17 @@ def _engine_leases(crawler: Crawler) -> set[str] | None:
     if requests is None:
         return None
     return {_lease_id(request) for request in requests}
+
+
+def downloader_pacing(crawler: Crawler) -> Pacing | None:
+    """The politeness the pop is to take for the downloader: asked of the downloader
+    middlewares that offer ``frontier_pacing()`` (the ban middleware), None when none does."""
+    downloader = getattr(crawler.engine, "downloader", None)
+    for middleware in getattr(getattr(downloader, "middleware", None), "middlewares", ()):
+        offer = getattr(middleware, "frontier_pacing", None)
+        if callable(offer) and isinstance(pacing := offer(), Pacing):
+            return pacing
+    return None
 
 
 def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
