@@ -253,8 +253,9 @@ def unlimited(bench: Bench) -> list[tuple[str, float, float]]:
     ]
 
 
-def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
-    pages, hosts = ours["pages"], bench.args.hosts
+def trips_report(ours: dict[str, Any]) -> None:
+    """Redis round trips and commands per page of one of our crawls."""
+    pages = max(1, ours["pages"])
     round_trips = ours["redis"].get("round_trips", 0)
     print(
         f"    Redis per page: {round_trips / pages:.2f} round trips from the crawl, "
@@ -263,6 +264,11 @@ def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
     kinds = {k[3:]: v for k, v in ours["redis"].items() if k.startswith("rt:")}
     top = sorted(kinds.items(), key=lambda item: -item[1])[:6]
     print("    round trips by kind: " + ", ".join(f"{k} {v / pages:.3f}" for k, v in top))
+
+
+def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
+    pages, hosts = ours["pages"], bench.args.hosts
+    trips_report(ours)
     for label, pattern, per, unit in (
         ("per-host counters", "{links}:host:*", hosts, "host"),
         ("page budgets", "{links}:pages:*", hosts, "host"),
@@ -296,6 +302,7 @@ def polite(bench: Bench) -> list[tuple[str, float, float]]:
             {"POLITENESS_RATE": rate, "POLITENESS_BURST": 1, "CLOSESPIDER_TIMEOUT": window},
             f"links POLITENESS_RATE={rate:g}",
         )
+        trips_report(ours)
         ratios.append((f"links / vanilla at {rate:g} req/s", ours["rate"] / vanilla["rate"], 0.9))
     return ratios
 

@@ -278,8 +278,11 @@ local function rate_of(host, record)
 end
 
 -- Takes a token of ``host``'s bucket; returns when the request may go (``now`` when a token
--- was left), or nil, taking nothing, when that is more than the horizon away.
+-- was left), or nil, taking nothing, when that is more than the horizon away (the host is then
+-- not asked again in this call).
+local BEYOND = {}
 local function reserve(host, rate, burst, now)
+  if BEYOND[host] then return nil end
   local key = P.buckets .. host .. '|' .. P.identity
   local state = redis.call('HMGET', key, 'tokens', 'ts', 'factor')
   local ts = tonumber(state[2]) or now
@@ -289,7 +292,10 @@ local function reserve(host, rate, burst, now)
   local tokens = math.min(burst, (tonumber(state[1]) or burst) + elapsed * current)
   local at = now
   if tokens < 1 then at = now + (1 - tokens) / current end
-  if at - now > P.horizon then return nil end
+  if at - now > P.horizon then
+    BEYOND[host] = true
+    return nil
+  end
   tokens = tokens - 1
   redis.call('HSET', key, 'tokens', fmt(tokens), 'ts', fmt(now), 'factor', fmt(factor))
   -- The bucket is forgotten once it is full again at its full rate: absent means just that.
@@ -317,7 +323,8 @@ end
 # come are leased as they are), then leases up to ``count`` requests to ``worker``. Returns
 # {promoted, reclaimed, queue size, next due (the earliest due time left in the delayed set,
 # "0" when it is empty), paced flags (one "1"/"0" per leased request: its token taken here),
-# 1 when the scan budget ran out before the queue (else 0), id1, json1, id2, json2, ...}.
+# 1 when the scan budget ran out before the queue while requests were still being placed (else
+# 0), id1, json1, id2, json2, ...}.
 POP = (
     _PRELUDE
     + _PACE
@@ -405,7 +412,7 @@ if #expired > 0 then
 end
 result[2] = #expired
 
-local budget, index = pacing and P.budget or math.huge, 0
+local budget, index, placed = pacing and P.budget or math.huge, 0, 0
 while count > 0 and budget > 0 do
   local top = redis.call('ZRANGE', Q.queues, index, index)
   if #top == 0 then break end
@@ -417,7 +424,11 @@ while count > 0 and budget > 0 do
     unseen, budget = unseen - #records, budget - #records
     local n = redis.call('INCRBY', Q.seq, #records) - #records
     for i, record in ipairs(records) do
-      if not place(n + i, priority, record) then later[#later + 1] = record end
+      if place(n + i, priority, record) then
+        placed = placed + 1
+      else
+        later[#later + 1] = record
+      end
     end
   end
   if #later > 0 then redis.call('RPUSH', list, unpack(later)) end
@@ -431,7 +442,7 @@ result[3] = queued()
 local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 if #first > 0 then result[4] = first[2] end
 result[5] = table.concat(flags)
-if budget <= 0 then result[6] = 1 end
+if budget <= 0 and placed > 0 then result[6] = 1 end
 return result
 """
 )

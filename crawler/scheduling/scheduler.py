@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 LEASE_META = "frontier_lease"
 START_META = "frontier_start"
+# Seconds between two pops that wait for paced turns: turns due meanwhile go out together, this
+# much late at most (a turn is given up only when a whole interval late).
+PACED_GATHER = 0.05
 DUPEFILTER_MODES = ("bloom", "redisbloom", "exact", "none")
 
 
@@ -185,7 +188,7 @@ class FrontierScheduler(BaseScheduler):
         scheduled = request.dont_filter or again or self._first_time_here(fingerprint)
         if scheduled:
             self._pushes.append(pending(request, fingerprint, self.crawler.spider, again))
-            self._next_pop = 0.0  # the engine's next ask writes it and may get it straight back
+            self._pop_soon()  # the engine's next ask writes it and may get it straight back
             self._count("scheduler/enqueued/redis")
         if lease_id is not None:
             self.leases.replaces(lease_id)
@@ -348,8 +351,17 @@ class FrontierScheduler(BaseScheduler):
         self._count_filtered(results[: (len(pushes) + 499) // 500])
         if pushes:
             self._queue_size += len(pushes)
-            self._next_pop = 0.0
+            self._pop_soon()
         return True
+
+    def _pop_soon(self) -> None:
+        """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
+        new request rarely has its host's turn now, and the requests of several pages go in
+        one flush and are looked at in one pop)."""
+        if self.pacing is None:
+            self._next_pop = 0.0
+        else:
+            self._next_pop = min(self._next_pop, time.monotonic() + PACED_GATHER)
 
     def renew(self) -> None:
         """Extend the leases this worker holds, so only a dead worker's leases expire."""
@@ -434,7 +446,9 @@ class FrontierScheduler(BaseScheduler):
         if popped.unscanned:
             return 0.0
         if popped.next_due:
-            return min(4 * base, max(0.0, popped.next_due - time.time()))
+            # Paced, turns due within PACED_GATHER are taken together: one pop, one flush.
+            least = PACED_GATHER if self.pacing is not None else 0.0
+            return min(4 * base, max(least, popped.next_due - time.time()))
         if popped.queue_size and self.pacing is not None:
             return base / 4
         return 0.0 if popped.leased else base * 2 ** (self._empty_pops - 1)
