@@ -117,7 +117,11 @@ def test_redis_restart_mid_crawl_loses_nothing(
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
         own_redis.stop()
         log = tmp_path / "worker.log"
-        poll(lambda: "Redis unavailable" in log.read_text(), 60, "the worker to notice")
+        poll(
+            lambda: "backing off, nothing is dropped" in log.read_text(),
+            60,
+            "the scheduler to notice",
+        )
         own_redis.start()
         assert worker.wait(180) == 0, log.read_text()[-3000:]
     finally:

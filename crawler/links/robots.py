@@ -9,8 +9,10 @@ until the rules are in Redis. A robots.txt that answers 4xx or 5xx, or cannot be
 allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The worker that
 downloaded the rules asks the spider for the requests they seed (its sitemaps).
 
-Crawl-delay is put in the request's meta ``crawl_delay``: the ban middleware's fleet-wide
-politeness (crawler/middlewares/bans.py) spaces the host's requests by it for every worker.
+Crawl-delay is put in the request's meta ``crawl_delay``: the fleet-wide politeness (the
+frontier's pop, or crawler/middlewares/bans.py) spaces the host's requests by it for every
+worker. robots.txt goes out on the turn of the request that needed it, which goes back to the
+frontier for the host's next turn.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class FleetRobotsMiddleware:
         if LINKS_META not in request.meta or request.meta.get(SKIP_META):
             return None
         origin = origin_of(request.url)
-        paced = bool(request.meta.get(PACED_META))
+        paced = PACED_META in request.meta
         rules = await self.rules_for(origin, request)
         if rules is None:
             return self._wait(request, self._not_before.get(origin, 0.0))
@@ -198,7 +200,7 @@ class FleetRobotsMiddleware:
         future: asyncio.Future[Protego | None] = asyncio.get_running_loop().create_future()
         self._pending[origin] = future
         try:
-            body = await self._download(origin, bool(request.meta.pop(PACED_META, False)))
+            body = await self._download(origin, request.meta.pop(PACED_META, None) is not None)
             self.fleet.store(origin, body)
             rules = parse_rules(body)
             self.cache.put(origin, rules)
@@ -219,9 +221,10 @@ class FleetRobotsMiddleware:
     async def _download(self, origin: str, paced: bool) -> bytes:
         """robots.txt of ``origin``; ``paced``: it goes on the turn of the request that needs it
         (a turn the frontier gave that request; see ``PACED_META``)."""
-        meta = {SKIP_META: True, ROBOTS_META: True, "dont_retry": True, "dont_ban_check": True}
+        meta: dict[str, Any] = {SKIP_META: True, ROBOTS_META: True, "dont_retry": True}
+        meta["dont_ban_check"] = True
         if paced:
-            meta[PACED_META] = True
+            meta[PACED_META] = 0.0
         robots = Request(f"{origin}/robots.txt", priority=1000, meta=meta, callback=NO_CALLBACK)
         engine = self.crawler.engine
         assert engine is not None

@@ -2,7 +2,9 @@
 
 Before a request goes out: its domain must not be cooling down after a ban, it gets an identity
 (bind address or proxy) that is not cooling down, and it takes a token from the fleet's shared
-rate for (domain, identity). Requests waiting for a token wait in this worker, in one line per
+rate for (domain, identity). With one identity the frontier's pop has taken the token already
+(``frontier_pacing``; meta ``frontier_paced``): the request goes at once. Otherwise requests
+waiting for a token wait in this worker, in one line per
 (domain, identity), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
 seconds and the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains
 keep their slots); any other goes back to the frontier's delayed set, due about when its turn
@@ -45,7 +47,8 @@ from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.scheduling.frontier import Pacing
-from crawler.scheduling.records import PACED_META, sent_back
+from crawler.scheduling.records import CRAWL_DELAY_META as CRAWL_DELAY_META
+from crawler.scheduling.records import PACED_META, crawl_delay_of, sent_back
 from crawler.scheduling.scheduler import frontier_scheduler
 from crawler.settings_check.rules import SettingsError, problem
 
@@ -58,7 +61,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BAN_TIMES_META = "ban_times"
-CRAWL_DELAY_META = "crawl_delay"
 POLICIES = ("pause", "rotate", "stop")
 # Waits for a token up to this long happen in place; longer ones go back to the delayed set.
 LOCAL_WAIT = 10.0
@@ -135,7 +137,8 @@ class BanMiddleware:
         if isinstance(identity, float):
             return self._defer(request, identity, "identities_cooling")
         self._apply(request, identity)
-        if request.meta.pop(PACED_META, False):
+        paced = request.meta.pop(PACED_META, None)
+        if isinstance(paced, float) and crawl_delay(request) <= paced:
             return None  # the frontier's pop took the host's token
         return await self._take_turn(request, domain, identity)
 
@@ -379,12 +382,8 @@ def cooldown_max(settings: BaseSettings) -> float:
 
 
 def crawl_delay(request: Request) -> float:
-    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
-    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
-    value = request.meta.get(CRAWL_DELAY_META)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0.0
-    return float(value) if 0 < value < math.inf else 0.0
+    """Meta ``crawl_delay`` of ``request`` (see ``records.crawl_delay_of``)."""
+    return crawl_delay_of(request.meta)
 
 
 def _page(response: Response) -> Page:

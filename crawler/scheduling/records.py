@@ -6,6 +6,7 @@ fingerprint, priority and due time) and each popped record back into a Scrapy re
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -25,8 +26,19 @@ DUE_META = "frontier_due"
 # from the answer has another URL and is filtered as usual, which ``dont_filter`` would not do.
 SENT_BACK_META = "frontier_sent_back"
 # Meta key set on a request whose host's politeness token the frontier's pop took (see
-# ``Pacing``): the ban middleware sends it without taking one. Never stored.
+# ``Pacing``), to the Crawl-delay (meta ``crawl_delay``) it was spaced by: the ban middleware
+# sends it without taking a token unless a longer delay was learnt since. Never stored.
 PACED_META = "frontier_paced"
+CRAWL_DELAY_META = "crawl_delay"
+
+
+def crawl_delay_of(meta: dict[str, Any]) -> float:
+    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
+    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
+    value = meta.get(CRAWL_DELAY_META)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0 < value < math.inf else 0.0
 
 
 def sent_back(request: Request, meta: dict[str, Any], due: float) -> Request:

@@ -40,7 +40,7 @@ from crawler.scheduling.frontier import (
 from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.scheduling.marker import FrontierMarker
 from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
-from crawler.scheduling.records import PACED_META, passes_again, pending
+from crawler.scheduling.records import PACED_META, crawl_delay_of, passes_again, pending
 from crawler.scheduling.state import start_key
 from crawler.settings_check import check_frontier
 
@@ -212,9 +212,12 @@ class FrontierScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        if not self._ready and time.monotonic() >= self._next_pop:
+        now = time.monotonic()
+        if not self._ready and now >= self._next_pop:
             self._refill()
         if not self._ready:
+            if self.pacing is not None and self._next_pop > now and self.has_pending_requests():
+                self._wake_engine_in(self._next_pop - now)  # not only at the 5 s heartbeat
             return None
         request = self._ready.popleft()
         self.leases.move(_lease_id(request), "downloading")
@@ -492,7 +495,8 @@ class FrontierScheduler(BaseScheduler):
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)
         request.meta[LEASE_META] = lease_id
         if paced:
-            request.meta[PACED_META] = True
+            # The Crawl-delay the pop spaced it by: one learnt later is the worker's to apply.
+            request.meta[PACED_META] = crawl_delay_of(request.meta)
         else:
             request.meta.pop(PACED_META, None)
         attempts = int(request.meta.get("retry_times", 0)) + 1
@@ -555,7 +559,10 @@ def _engine_leases(crawler: Crawler) -> set[str] | None:
 def downloader_pacing(crawler: Crawler) -> Pacing | None:
     """The politeness the pop is to take for the downloader: asked of the downloader
     middlewares that offer ``frontier_pacing()`` (the ban middleware), None when none does."""
-    downloader = getattr(crawler.engine, "downloader", None)
+    try:
+        downloader = getattr(crawler.engine, "downloader", None)
+    except RuntimeError:  # no engine yet (a scheduler opened on its own)
+        return None
     for middleware in getattr(getattr(downloader, "middleware", None), "middlewares", ()):
         offer = getattr(middleware, "frontier_pacing", None)
         if callable(offer) and isinstance(pacing := offer(), Pacing):

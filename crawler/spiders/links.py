@@ -43,6 +43,7 @@ from crawler.links.urls import (
     is_calendar,
     scope_root,
 )
+from crawler.middlewares.bans import CRAWL_DELAY_META
 from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
 from crawler.spiders.responses import body_text
@@ -203,13 +204,15 @@ class LinksSpider(RedisFedSpider):
         }
         return self._page_request(url, state, priority=10)
 
-    def _page_request(self, url: str, state: dict[str, Any], priority: int) -> Request:
-        return Request(
-            url,
-            callback=self.parse_page,
-            priority=priority,
-            meta={LINKS_META: state, "handle_httpstatus_list": COUNTED_ERRORS},
-        )
+    def _page_request(
+        self, url: str, state: dict[str, Any], priority: int, delay: Any = None
+    ) -> Request:
+        meta = {LINKS_META: state, "handle_httpstatus_list": COUNTED_ERRORS}
+        if delay:
+            # The host's robots.txt Crawl-delay, known from the page linking here: the
+            # frontier spaces the request by it from the start.
+            meta[CRAWL_DELAY_META] = delay
+        return Request(url, callback=self.parse_page, priority=priority, meta=meta)
 
     # --- pages -----------------------------------------------------------------------------
 
@@ -257,7 +260,8 @@ class LinksSpider(RedisFedSpider):
             return
         self.count("links/pages")
         yield self._item(response, url, host, state, fields, len(links))
-        yield from self._follow(links, host, state, backlinks)
+        delay = response.meta.get(CRAWL_DELAY_META)
+        yield from self._follow(links, host, state, backlinks, delay)
 
     def _item(
         self, response: Response, url: str, host: str, state: dict[str, Any], fields: Any, n: int
@@ -294,7 +298,12 @@ class LinksSpider(RedisFedSpider):
         return list(canonical)
 
     def _follow(
-        self, links: list[str], host: str, state: dict[str, Any], backlinks: dict[str, int]
+        self,
+        links: list[str],
+        host: str,
+        state: dict[str, Any],
+        backlinks: dict[str, int],
+        delay: Any = None,
     ) -> Iterator[Request]:
         depth = int(state["depth"]) + 1
         if depth > state["max_depth"]:
@@ -304,7 +313,8 @@ class LinksSpider(RedisFedSpider):
             if child is not None and self._first_ask(link):
                 target = host_of(link)
                 rank = link_priority(depth, target == host, backlinks.get(target, 0))
-                yield self._page_request(link, child, priority=rank)
+                same = target == host
+                yield self._page_request(link, child, rank, delay if same else None)
 
     def _first_ask(self, link: str) -> bool:
         """False for a link this worker has followed before (counted as
