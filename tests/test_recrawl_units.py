@@ -137,7 +137,9 @@ def test_a_claimed_revisit_leaves_only_once_the_frontier_has_it(
     store.add([Revisit("aa", 10.0, "A"), Revisit("bb", 20.0, "B"), Revisit("cc", 99.0, "C")])
     claim = store.claim(10, hold=5.0, now=30.0)
     assert claim.revisits == [("aa", "A"), ("bb", "B")]
-    assert store.claim(10, hold=5.0, now=31.0).revisits == []  # held for the claimer
+    assert claim.next_due == 35.0  # the claimed ones, should their claimer die
+    held = store.claim(10, hold=5.0, now=31.0)
+    assert (held.revisits, held.next_due) == ([], 35.0)  # held for the claimer
     # A worker that died with the claim: the revisits come due again after the hold.
     assert [fp for fp, _ in store.claim(10, hold=5.0, now=36.0).revisits] == ["aa", "bb"]
     # "bb" was fetched and written again meanwhile: completing the claim keeps it.

@@ -24,6 +24,10 @@ from crawler.recrawl.store import Claim, Revisit, RevisitStore
 from crawler.scheduling import serializer
 from crawler.scheduling.scheduler import frontier_scheduler
 
+# With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
+# (other workers write revisits too).
+QUIET_POLLS = 10
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -80,6 +84,7 @@ class RecrawlMiddleware:
         self.store = store
         self.config = config
         self._buffer: list[tuple[Revisit, Request]] = []
+        self._next_claim = 0.0
         self._loops: list[task.LoopingCall] = []
         # Claims handed to the engine whose requests the frontier did not take yet: completed
         # once it has, so the claim is not handed over again when it expires meanwhile.
@@ -136,6 +141,7 @@ class RecrawlMiddleware:
         buffered, self._buffer = self._buffer, []
         try:
             self.store.add([revisit for revisit, _ in buffered])
+            self._next_claim = min(self._next_claim, *(r.due for r, _ in buffered))
         except RedisError as exc:
             logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
             self._buffer = buffered + self._buffer
@@ -162,10 +168,13 @@ class RecrawlMiddleware:
             return
         if scheduler.in_backoff():  # Redis is down: a call would block the reactor
             return
+        if not self._unsettled and time.time() < self._next_claim:
+            return  # nothing due yet, as far as this worker knows
         try:
             if self._unsettled and not self._settle(scheduler):
                 return
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
+            self._claim_again(claim)
             if not claim.revisits:
                 return
             next_due: dict[str, float] = {}
@@ -177,6 +186,17 @@ class RecrawlMiddleware:
             self._settle(scheduler)
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
+
+    def _claim_again(self, claim: Claim) -> None:
+        """When to ask for due revisits again: at once while a full batch came, else when the
+        earliest one left is due, looking at least every QUIET_POLLS polls (other workers'
+        new revisits)."""
+        now = time.time()
+        if len(claim.revisits) >= self.config.batch_size:
+            self._next_claim = now
+            return
+        latest = now + QUIET_POLLS * self.config.poll_interval
+        self._next_claim = min(claim.next_due, latest) if claim.next_due else latest
 
     def _hand_over(self, engine: Any, fingerprint: str, record: str) -> float | None:
         """Give one revisit's request to the engine and return when it comes due again unless

@@ -41,10 +41,11 @@ return written
 """
 
 # KEYS: revisit, data. ARGV: now, count, claim deadline. Claims up to ``count`` due revisits:
-# their score becomes the deadline. Returns fingerprint, json pairs.
+# their score becomes the deadline. Returns the earliest due time left ("0" for none), then
+# fingerprint, json pairs.
 CLAIM = """
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local result = {}
+local result = {'0'}
 for _, id in ipairs(ids) do
   local json = redis.call('HGET', KEYS[2], id)
   if json then
@@ -55,6 +56,8 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
   end
 end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #first > 0 then result[1] = first[2] end
 return result
 """
 
@@ -95,10 +98,12 @@ class Revisit:
 
 @dataclass(frozen=True)
 class Claim:
-    """Revisits claimed until ``deadline``: (fingerprint, request JSON) pairs."""
+    """Revisits claimed until ``deadline``: (fingerprint, request JSON) pairs, and the
+    earliest due time of the revisits left waiting (0 when none is)."""
 
     deadline: float
     revisits: list[tuple[str, str]]
+    next_due: float = 0.0
 
 
 class RevisitStore:
@@ -124,8 +129,8 @@ class RevisitStore:
         now = time.time() if now is None else now
         deadline = round(now + hold, 3)
         raw = self._claim(keys=self.keys, args=[repr(now), count, repr(deadline)])
-        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(0, len(raw), 2)]
-        return Claim(deadline, pairs)
+        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(1, len(raw), 2)]
+        return Claim(deadline, pairs, float(raw[0]))
 
     def complete(self, claim: Claim, next_due: Mapping[str, float] | None = None) -> int:
         """Settle claimed revisits now held by the frontier (unless written again since): one
