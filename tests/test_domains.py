@@ -353,8 +353,9 @@ def test_two_workers_share_the_fleet_rate(
     documents = stored(mongo)
     check_truth(documents, domains)
     stamps = sorted(document["checked_at"] for document in documents.values())
-    # Each worker holds at most a tenth of a second's tokens ahead: a few turns of slack.
-    assert stamps[-1] - stamps[0] >= (len(domains) - 10) / rate
+    # Each worker holds at most a tenth of a second's tokens ahead: a few turns of slack; a
+    # stamp is taken when the answer is handled, up to a few tenths after its probe went.
+    assert stamps[-1] - stamps[0] >= (len(domains) - 10) / rate - 0.3
     assert redis_client.exists("{domains}:rate:fleet")  # the one bucket they shared
 
 

@@ -86,7 +86,8 @@ def test_turns_are_handed_out_when_they_come(frontier: Frontier) -> None:
 
     poll(more, timeout=10, pause=0.01)
     assert got == urls  # the host's requests keep their order
-    assert min(gaps(sent)) >= 0.09
+    # Handed out at its turn or after (what the worker sees carries the pops' own latency).
+    assert min(gaps(sent)) >= 0.1 - 0.03
     sizes = frontier.sizes()
     assert (sizes["queue"], sizes["delayed"]) == (0, 0)
 
