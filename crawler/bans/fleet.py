@@ -46,7 +46,10 @@ end
 if tokens < 1 then wait = (1 - tokens) / current end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts',
            string.format('%.6f', now), 'factor', string.format('%.6f', factor))
-redis.call('EXPIRE', KEYS[1], 86400)
+-- Forgotten once full again at the full rate: an absent bucket means just that.
+local full = (burst - tokens) / current
+if recovery > 0 then full = math.max(full, (1 - factor) / recovery) else full = 86400 end
+redis.call('EXPIRE', KEYS[1], math.ceil(math.min(full, 86400)) + 1)
 local reply = {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
 if KEYS[2] then reply[4] = redis.call('HGETALL', KEYS[2]) end
 return reply

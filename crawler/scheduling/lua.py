@@ -299,8 +299,9 @@ local function reserve(host, rate, burst, now)
   tokens = tokens - 1
   redis.call('HSET', key, 'tokens', fmt(tokens), 'ts', fmt(now), 'factor', fmt(factor))
   -- The bucket is forgotten once it is full again at its full rate: absent means just that.
-  local full = math.max((burst - tokens) / current, (1 - factor) / P.recovery)
-  redis.call('EXPIRE', key, math.ceil(full) + 1)
+  local full = (burst - tokens) / current
+  if P.recovery > 0 then full = math.max(full, (1 - factor) / P.recovery) end
+  redis.call('EXPIRE', key, math.ceil(math.min(full, 86400)) + 1)
   return at
 end
 
