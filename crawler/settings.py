@@ -157,8 +157,8 @@ REDIS_PARAMS = {
     "socket_connect_timeout": 2,
 }
 SCHEDULER = "crawler.scheduling.scheduler.FrontierScheduler"
-# FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop, and requests buffered
-# before they are written to Redis in one script call.
+# FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop; new requests are
+# written to Redis every FRONTIER_FLUSH_INTERVAL, before a pop, or once 8 batches of them wait.
 FRONTIER_BATCH_SIZE = 16
 # FRONTIER_LEASE_SECONDS (int >= 5, default 60): a popped request (or start entry) is leased to
 # its worker this long; live workers renew their leases every third of it, so only a dead

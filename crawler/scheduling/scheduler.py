@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 LEASE_META = "frontier_lease"
 START_META = "frontier_start"
+# New requests are written to Redis every FRONTIER_FLUSH_INTERVAL, before each pop, or once this
+# many FRONTIER_BATCH_SIZEs of them wait (the page whose links they are is acknowledged after).
+PUSH_BATCHES = 8
 # Seconds between two pops that wait for paced turns: turns due meanwhile go out together, this
 # much late at most (a turn is given up only when a whole interval late).
 PACED_GATHER = 0.05
@@ -194,7 +197,7 @@ class FrontierScheduler(BaseScheduler):
             self.leases.replaces(lease_id)
         if start_member is not None:
             self.starts.pushed(start_member)
-        if len(self._pushes) >= self.config.batch_size:
+        if len(self._pushes) >= PUSH_BATCHES * self.config.batch_size:
             self.flush()
         return scheduled
 
