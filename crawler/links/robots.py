@@ -67,6 +67,16 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+# KEYS: the origin's cached body, its claim. ARGV: claim seconds. The body when cached, else 1
+# when this caller won the claim to download it, else 0: one round trip either way.
+GET_OR_CLAIM = """
+local body = redis.call('GET', KEYS[1])
+if body then return body end
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[1])) then return 1 end
+return 0
+"""
+
+
 class FleetRobots:
     """The Redis side: cached robots.txt bodies and the claim to download one."""
 
@@ -75,16 +85,20 @@ class FleetRobots:
         self.prefix = "{" + spider + "}:robots:"
         self.ttl = ttl
         self.claim_seconds = claim_seconds
+        self._get_or_claim = server.register_script(GET_OR_CLAIM)
 
     def get(self, origin: str) -> bytes | None:
         value: Any = self.server.get(self.prefix + origin)
         return None if value is None else bytes(value)
 
-    def claim(self, origin: str) -> bool:
-        claimed = self.server.set(
-            self.prefix + "claim:" + origin, b"1", nx=True, ex=self.claim_seconds
-        )
-        return bool(claimed)
+    def get_or_claim(self, origin: str) -> bytes | bool:
+        """The cached body of ``origin``'s robots.txt, else whether this worker won the claim
+        to download it (another worker holds it otherwise)."""
+        keys = [self.prefix + origin, self.prefix + "claim:" + origin]
+        value: Any = self._get_or_claim(keys=keys, args=[self.claim_seconds])
+        if isinstance(value, str):  # a client that decodes replies
+            return value.encode("utf-8", "surrogateescape")
+        return value if isinstance(value, bytes) else bool(value)
 
     def release(self, origin: str) -> None:
         self.server.delete(self.prefix + "claim:" + origin)
@@ -187,12 +201,12 @@ class FleetRobotsMiddleware:
             return await asyncio.shield(pending)
         if self._not_before.get(origin, 0.0) > time.time():
             return None
-        body = self.fleet.get(origin)
-        if body is not None:
-            rules = parse_rules(body)
+        found = self.fleet.get_or_claim(origin)
+        if isinstance(found, bytes):
+            rules = parse_rules(found)
             self.cache.put(origin, rules)
             return rules
-        if not self.fleet.claim(origin):
+        if not found:
             return None
         return await self._fetch(origin, request)
 
