@@ -15,14 +15,16 @@ from every home page, follows links on the same host only and obeys robots.txt:
 Unlimited (politeness off, whole crawl): links vs vanilla (target >= 0.9x) and vs scrapy-redis
 (target >= 1.3x). Polite (a fixed window of WINDOW seconds each): links at POLITENESS_RATE 1
 and 0.5 req/s per host (POLITENESS_BURST 1) vs vanilla with DOWNLOAD_DELAY 1 and 2 and one
-request per host slot (target >= 0.9x). pages/s = HTML pages received / time from the first to
+request per host slot (target >= 0.9x), and the whole web at 1 req/s (the frontier must be
+empty at close). pages/s = HTML pages received / time from the first to
 the last, counted in the crawl process (BENCH_PROBE_FILE). Also printed: Redis round trips per
 page (counted in the crawl process) and commands per page (INFO, server side, scripts' commands
 included), Redis bytes per host (counters, page budgets, robots.txt) and of the dupefilter
 per page fetched and per URL at its capacity, after the unlimited links crawl.
 
 Usage: python bench/links.py [--hosts 400] [--pages 50] [--concurrency 64] [--window 30]
-       [--crawl-window 0] [--only unlimited|polite|links] [--py-spy DIR] [-s NAME=VALUE]...
+       [--crawl-window 0] [--only unlimited|polite|polite-whole|links] [--py-spy DIR]
+       [-s NAME=VALUE]...
 (-s: the links crawls only; --crawl-window S: the unlimited crawls too stop after S seconds.)
 """
 
@@ -307,6 +309,22 @@ def polite(bench: Bench) -> list[tuple[str, float, float]]:
     return ratios
 
 
+def polite_whole(bench: Bench) -> list[tuple[str, float, float]]:
+    """The whole web at 1 req/s per host, to the end: the same ratio, and the frontier empty at
+    close (no turn left in the delayed set)."""
+    print("Politeness 1 req/s per host, whole crawl:")
+    vanilla = bench.vanilla(
+        {"DOWNLOAD_DELAY": 1, "CONCURRENT_REQUESTS_PER_DOMAIN": 1},
+        "vanilla Scrapy DOWNLOAD_DELAY=1",
+    )
+    ours = bench.links({"POLITENESS_RATE": 1, "POLITENESS_BURST": 1}, "links POLITENESS_RATE=1")
+    trips_report(ours)
+    left = {name: int(bench.redis.zcard("{links}:" + name)) for name in ("delayed", "leases")}
+    queued = len(list(bench.redis.scan_iter("{links}:queue:*")))
+    print(f"    at close: {left['delayed']} delayed, {left['leases']} leased, {queued} queue lists")
+    return [("links / vanilla at 1 req/s, whole", ours["rate"] / vanilla["rate"], 0.9)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -319,7 +337,7 @@ def main() -> None:
         "--crawl-window", type=int, default=0, help="seconds of each unlimited crawl (0: whole)"
     )
     parser.add_argument("--server-processes", type=int, default=1)
-    parser.add_argument("--only", choices=["unlimited", "polite", "links"])
+    parser.add_argument("--only", choices=["unlimited", "polite", "polite-whole", "links"])
     parser.add_argument("--py-spy", metavar="DIR", help="sample each crawl with py-spy into DIR")
     parser.add_argument("-s", dest="extra", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
@@ -337,8 +355,9 @@ def main() -> None:
             if args.only == "links":  # for profiling: the unlimited links crawl alone
                 window = {"CLOSESPIDER_TIMEOUT": args.crawl_window} if args.crawl_window else {}
                 redis_report(bench, bench.links({"POLITENESS_RATE": 0, **window}, "links"))
-            ratios = [] if args.only in ("polite", "links") else unlimited(bench)
-            ratios += [] if args.only in ("unlimited", "links") else polite(bench)
+            ratios = unlimited(bench) if args.only in (None, "unlimited") else []
+            ratios += polite(bench) if args.only in (None, "polite") else []
+            ratios += polite_whole(bench) if args.only in (None, "polite-whole") else []
         finally:
             bench.stop()
             for server in web:
