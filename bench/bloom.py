@@ -32,7 +32,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from crawler.scheduling.frontier import (  # noqa: E402
+from crawler.frontier.queue import (  # noqa: E402
     DupefilterConfig,
     Frontier,
     FrontierKeys,

@@ -284,7 +284,7 @@ class GraphSpider(Spider):
 
 
 class PassThroughSpiderMiddleware:
-    """What crawler.scheduling.acks.LeaseSpiderMiddleware does without a frontier scheduler."""
+    """What crawler.frontier.acks.LeaseSpiderMiddleware does without a frontier scheduler."""
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
@@ -297,14 +297,14 @@ class PassThroughSpiderMiddleware:
 
 
 class PassThroughDownloaderMiddleware:
-    """What crawler.scheduling.acks.LeaseDownloaderMiddleware does without a frontier scheduler."""
+    """What crawler.frontier.acks.LeaseDownloaderMiddleware does without a frontier scheduler."""
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         return None
 
 
-LEASE_SPIDER_MW = "crawler.scheduling.acks.LeaseSpiderMiddleware"
-LEASE_DOWNLOADER_MW = "crawler.scheduling.acks.LeaseDownloaderMiddleware"
+LEASE_SPIDER_MW = "crawler.frontier.acks.LeaseSpiderMiddleware"
+LEASE_DOWNLOADER_MW = "crawler.frontier.acks.LeaseDownloaderMiddleware"
 
 
 def lease_middlewares_misfire() -> bool:
@@ -315,7 +315,7 @@ def lease_middlewares_misfire() -> bool:
     """
     from scrapy.core.scheduler import Scheduler
 
-    from crawler.scheduling.scheduler import FrontierScheduler
+    from crawler.frontier.scheduler import FrontierScheduler
 
     return isinstance(Scheduler.__new__(Scheduler), FrontierScheduler)
 
@@ -748,7 +748,7 @@ def main() -> int:
     args.pass_through = lease_middlewares_misfire()
     if args.pass_through:
         print(
-            "note: crawler.scheduling.acks takes any scheduler for a FrontierScheduler "
+            "note: crawler.frontier.acks takes any scheduler for a FrontierScheduler "
             "(isinstance is duck-typed by\n  Scrapy's BaseSchedulerMeta) and would fail the "
             "other variants; for (a) and (b) its two middlewares\n  are replaced by "
             "pass-throughs at the same order, doing what they do without our scheduler."

@@ -78,7 +78,7 @@ USER_AGENT = (
 #   700 Cookies: keeps the cookies of every answer, bans included, as a browser does.
 #   750 HttpProxy, 850 DownloaderStats, 900 HttpCache: the answer as it came over the wire.
 DOWNLOADER_MIDDLEWARES = {
-    "crawler.scheduling.acks.LeaseDownloaderMiddleware": 1,
+    "crawler.frontier.acks.LeaseDownloaderMiddleware": 1,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
     "crawler.middlewares.concurrency.HostFullMiddleware": 640,
@@ -88,7 +88,7 @@ DOWNLOADER_MIDDLEWARES = {
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
-    "crawler.scheduling.acks.LeaseSpiderMiddleware": 1,
+    "crawler.frontier.acks.LeaseSpiderMiddleware": 1,
     # Gives every page with items its next visit (only with RECRAWL_ENABLED; see below).
     "crawler.recrawl.RecrawlMiddleware": 50,
 }
@@ -156,7 +156,7 @@ REDIS_PARAMS = {
     "socket_timeout": 5,
     "socket_connect_timeout": 2,
 }
-SCHEDULER = "crawler.scheduling.scheduler.FrontierScheduler"
+SCHEDULER = "crawler.frontier.scheduler.FrontierScheduler"
 # FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop, and requests buffered
 # before they are written to Redis in one script call.
 FRONTIER_BATCH_SIZE = 16

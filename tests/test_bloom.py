@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys, Pending
 
 SPIDER = "shop"
 KEYS = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")

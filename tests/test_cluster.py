@@ -24,8 +24,8 @@ from crawler.connection import (
     RedisUnavailable,
     redis_from_settings,
 )
-from crawler.scheduling import serializer
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.frontier import codec
+from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys, Pending
 from crawler.services import free_port
 from sandbox.data import build_dataset
 from tests.cluster import LocalCluster, start_cluster
@@ -155,7 +155,7 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
 
     assert frontier.requeue_dead(10) == 1
     leased = frontier.pop(10, 60, "w2").leased
-    assert sorted(serializer.loads(data)["url"] for _, data in leased) == [
+    assert sorted(codec.loads(data)["url"] for _, data in leased) == [
         "https://x/1",
         "https://x/2",
         "https://x/new",

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from crawler.domains.summary import summarize
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
+from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys
 from crawler.services import free_port
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title

@@ -34,6 +34,7 @@ from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.connection import redis_from_settings
+from crawler.frontier.queue import FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.endpoint import parse_ports
 from crawler.observability.keys import FleetKeys
@@ -42,7 +43,6 @@ from crawler.observability.monitor import FleetMonitor
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, format_duration
 from crawler.observability.report import render_text, spider_status
-from crawler.scheduling.frontier import FrontierKeys
 from crawler.services import free_port
 from crawler.settings_check import SettingsError
 from sandbox.data import build_dataset

@@ -20,10 +20,10 @@ from scrapy.exceptions import DropItem
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project
+from crawler.frontier.codec import expand
 from crawler.items import ProfileItem, VideoItem
 from crawler.pipelines import MongoPipeline, ValidationPipeline
 from crawler.pipelines.mongo import ItemNotStored, MongoSettings
-from crawler.scheduling.serializer import expand
 from crawler.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
 from crawler.settings_check import SettingsError
 from sandbox.data import build_dataset

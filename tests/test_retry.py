@@ -21,9 +21,9 @@ from twisted.internet.error import ConnectionLost, ConnectionRefusedError
 from twisted.internet.error import TimeoutError as TwistedTimeoutError
 
 from crawler import settings as project_settings
+from crawler.frontier.scheduler import DUE_META, FrontierScheduler
 from crawler.middlewares.bans import retry_after
 from crawler.middlewares.retry import BackoffRetryMiddleware
-from crawler.scheduling.scheduler import DUE_META, FrontierScheduler
 from crawler.settings_check.rules import SettingsError
 
 URL = "https://www.tiktok.com/@some.user"

@@ -27,7 +27,7 @@ from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.utils.test import get_crawler
 
-from crawler.scheduling.records import pending
+from crawler.frontier.records import pending
 from crawler.services import (
     ServerProcess,
     ServiceError,

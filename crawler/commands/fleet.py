@@ -30,9 +30,9 @@ from crawler.connection import redis_from_settings
 from crawler.fleet.aws import Fleet, Instance
 from crawler.fleet.config import SECRET_MODES, FleetConfig
 from crawler.fleet.report import banned_instances, clear_banned
-from crawler.scheduling.frontier import Frontier, FrontierKeys
-from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import start_key
+from crawler.frontier.purge import start_key
+from crawler.frontier.queue import Frontier, FrontierKeys
+from crawler.frontier.scheduler import FrontierSettings
 
 if TYPE_CHECKING:
     import argparse

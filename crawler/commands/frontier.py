@@ -28,11 +28,11 @@ from crawler.bans.fleet import lift_cooldowns
 from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
+from crawler.frontier.purge import purge_spider, start_key
+from crawler.frontier.queue import Frontier, FrontierKeys
+from crawler.frontier.scheduler import FrontierSettings
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
-from crawler.scheduling.frontier import Frontier, FrontierKeys
-from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import purge_spider, start_key
 
 if TYPE_CHECKING:
     import argparse

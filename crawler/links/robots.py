@@ -30,9 +30,9 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.config import setting
 from crawler.connection import redis_from_settings
+from crawler.frontier.records import sent_back
+from crawler.frontier.scheduler import DUE_META
 from crawler.middlewares.bans import CRAWL_DELAY_META
-from crawler.scheduling.records import sent_back
-from crawler.scheduling.scheduler import DUE_META
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -44,8 +44,8 @@ from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, witho
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
-from crawler.scheduling.records import sent_back
-from crawler.scheduling.scheduler import frontier_scheduler
+from crawler.frontier.records import sent_back
+from crawler.frontier.scheduler import frontier_scheduler
 from crawler.settings_check.rules import SettingsError, problem
 
 if TYPE_CHECKING:

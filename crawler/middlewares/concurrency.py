@@ -25,8 +25,8 @@ from crawler.bans.concurrency import LEASE_SLACK, HostSlots
 from crawler.bans.identities import IDENTITY_META, without_identity
 from crawler.config import setting
 from crawler.connection import redis_from_settings
+from crawler.frontier.records import sent_back
 from crawler.middlewares.bans import RedisWait
-from crawler.scheduling.records import sent_back
 
 if TYPE_CHECKING:
     from scrapy import Request

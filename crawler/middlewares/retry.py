@@ -17,8 +17,8 @@ from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
+from crawler.frontier.scheduler import DUE_META, frontier_scheduler
 from crawler.middlewares.bans import cooldown_max, retry_after
-from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy import Request

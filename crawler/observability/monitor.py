@@ -29,6 +29,9 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
+from crawler.frontier.purge import start_key
+from crawler.frontier.queue import FrontierKeys
+from crawler.frontier.scheduler import frontier_scheduler
 from crawler.observability.counters import Counters, domain_stat
 from crawler.observability.endpoint import Listening, listen, parse_ports, site
 from crawler.observability.keys import FleetKeys
@@ -39,9 +42,6 @@ from crawler.observability.progress import WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
-from crawler.scheduling.frontier import FrontierKeys
-from crawler.scheduling.scheduler import frontier_scheduler
-from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
+from crawler.frontier.queue import queue_queued
 from crawler.observability.counters import numeric
 from crawler.observability.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.rates import bucket_rate
-from crawler.scheduling.frontier import queue_queued
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
-    from crawler.scheduling.frontier import FrontierKeys
+    from crawler.frontier.queue import FrontierKeys
 
 # Stats counted per minute for the fleet's pace: bucket field -> stats key.
 MINUTE_FIELDS = {

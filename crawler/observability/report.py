@@ -15,6 +15,9 @@ from redis.exceptions import ResponseError
 from crawler.bans.fleet import active_cooldowns
 from crawler.config import MASK, mask_uri
 from crawler.connection import reply_text
+from crawler.frontier.purge import start_key
+from crawler.frontier.queue import Frontier, FrontierKeys
+from crawler.frontier.scheduler import FrontierSettings
 from crawler.observability.counters import Counters
 from crawler.observability.keys import FleetKeys
 from crawler.observability.publisher import (
@@ -26,9 +29,6 @@ from crawler.observability.publisher import (
 )
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
 from crawler.recrawl.store import RevisitStore
-from crawler.scheduling.frontier import Frontier, FrontierKeys
-from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

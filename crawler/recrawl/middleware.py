@@ -18,11 +18,11 @@ from twisted.internet import task
 
 from crawler.config import setting
 from crawler.connection import redis_from_settings
+from crawler.frontier import codec
+from crawler.frontier.scheduler import frontier_scheduler
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore
-from crawler.scheduling import serializer
-from crawler.scheduling.scheduler import frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -183,7 +183,7 @@ class RecrawlMiddleware:
         its visit writes a new one. One that cannot be loaded (its callback renamed since, its
         JSON damaged) is logged, counted and dropped: None."""
         try:
-            request = request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+            request = request_from_dict(codec.loads(record), spider=self.crawler.spider)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             logger.error("Revisit %s dropped, its request cannot be loaded: %s", fingerprint, exc)
             self._count("recrawl/unreadable")

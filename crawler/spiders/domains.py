@@ -52,8 +52,8 @@ from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.probes import FAILURE_META, PROBE_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
+from crawler.frontier.scheduler import frontier_scheduler
 from crawler.items import DomainItem
-from crawler.scheduling.scheduler import frontier_scheduler
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
 
 if TYPE_CHECKING:

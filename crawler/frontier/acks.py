@@ -16,7 +16,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 
-from crawler.scheduling.scheduler import frontier_scheduler
+from crawler.frontier.scheduler import frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

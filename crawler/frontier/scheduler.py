@@ -27,19 +27,19 @@ from twisted.internet import task
 
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
-from crawler.scheduling import serializer
-from crawler.scheduling.frontier import (
+from crawler.frontier import codec as serializer
+from crawler.frontier.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
+from crawler.frontier.marker import FrontierMarker
+from crawler.frontier.purge import start_key
+from crawler.frontier.queue import (
     DupefilterConfig,
     Frontier,
     FrontierKeys,
     Pending,
     Popped,
 )
-from crawler.scheduling.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
-from crawler.scheduling.marker import FrontierMarker
-from crawler.scheduling.records import DUE_META as DUE_META  # where callers import it from
-from crawler.scheduling.records import passes_again, pending
-from crawler.scheduling.state import start_key
+from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
+from crawler.frontier.records import passes_again, pending
 from crawler.settings_check import check_frontier
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class FrontierScheduler(BaseScheduler):
             poll = self.config.idle_poll
             slot.nextcall.schedule(min(4 * poll, max(poll, self._next_pop - time.monotonic())))
 
-    # --- lease lifecycle, reported by crawler.scheduling.acks ----------------------------------
+    # --- lease lifecycle, reported by crawler.frontier.acks ----------------------------------
 
     def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
         """Have ``settle`` called with a failure of the leased ``request`` that reaches the

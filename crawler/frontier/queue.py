@@ -1,7 +1,7 @@
 """A spider's frontier in Redis: what is queued, leased, delayed, dead, and already seen.
 
 This module speaks Redis: requests are opaque JSON strings here, but for dead letters, shown
-and requeued with their fields named in full (``serializer.expand``). The scheduler
+and requeued with their fields named in full (``codec.expand``). The scheduler
 (``scheduler.py``) turns Scrapy requests into :class:`Pending` entries and back.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis.cluster import RedisCluster
 
 from crawler.connection import reply_text
-from crawler.scheduling import lua, serializer
+from crawler.frontier import codec, lua
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
@@ -275,7 +275,7 @@ class Frontier:
             due = {
                 member: now
                 for member, raw in zip(batch, records, strict=True)
-                if raw and wanted(str(serializer.expand(json.loads(raw)).get("url", "")))
+                if raw and wanted(str(codec.expand(json.loads(raw)).get("url", "")))
             }
             if due:
                 changed: Any = self.server.zadd(self.keys.delayed, due, xx=True, ch=True)
@@ -292,7 +292,7 @@ class Frontier:
             request = _dead_letter(raw)["request"]
             request["dont_filter"] = True
             (request.get("meta") or {}).pop("retry_times", None)
-            record = json.dumps(serializer.shorten(request), separators=(",", ":"))
+            record = json.dumps(codec.shorten(request), separators=(",", ":"))
             pending = Pending(record, b"\0" * 8, request.get("priority", 0), True)
             self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
             self.server.lrem(self.keys.dead, -1, raw)
@@ -303,7 +303,7 @@ class Frontier:
 def _dead_letter(raw: bytes | str) -> dict[str, Any]:
     letter: dict[str, Any] = json.loads(raw)
     if isinstance(letter.get("request"), dict):
-        letter["request"] = serializer.expand(letter["request"])
+        letter["request"] = codec.expand(letter["request"])
     return letter
 
 

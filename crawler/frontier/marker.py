@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
-    from crawler.scheduling.frontier import Frontier
+    from crawler.frontier.queue import Frontier
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from crawler.bans.identities import forget_proxy_secrets
-from crawler.scheduling import serializer
-from crawler.scheduling.frontier import Pending
+from crawler.frontier import codec
+from crawler.frontier.queue import Pending
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -47,7 +47,7 @@ def pending(
     forget_proxy_secrets(request)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
-        json=serializer.dumps(request_record(request, spider)),
+        json=codec.dumps(request_record(request, spider)),
         fingerprint=fingerprint,
         priority=request.priority,
         dont_filter=request.dont_filter or again,
@@ -76,13 +76,13 @@ DEFAULTS: dict[str, Any] = {
 
 def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
     """``request.to_dict(spider=spider)`` in format 2 (short field names, see
-    ``serializer.SHORT_NAMES``) without the fields that have their default, and without
+    ``codec.SHORT_NAMES``) without the fields that have their default, and without
     Scrapy's scan of every spider attribute to name the callbacks when they are the spider's
     own methods (the usual case)."""
     callback = _method_name(spider, request.callback)
     errback = _method_name(spider, request.errback)
     if type(request) is not Request or callback is False or errback is False:
-        return serializer.shorten(request.to_dict(spider=spider))
+        return codec.shorten(request.to_dict(spider=spider))
     fields = {
         "callback": callback,
         "errback": errback,
@@ -99,7 +99,7 @@ def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
     }
     record: dict[str, Any] = {"url": request.url}
     record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
-    return serializer.shorten(record)
+    return codec.shorten(record)
 
 
 def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
