@@ -403,7 +403,7 @@ PLAYWRIGHT_MAX_PAGES_PER_CONTEXT = 4
 PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # --- End of maps -------------------------------------------------------------------------------
 
-# --- AWS fleet (scrapy fleet; read in crawler/fleet/config.py) ---------------------------------
+# --- AWS fleet (scrapy fleet; read in crawler/aws/config.py) ---------------------------------
 # FLEET_NAME (str, default "crawler"): value of the crawler:fleet tag marking the fleet's instances.
 # FLEET_REGION (str, default: boto3's, from AWS_REGION/AWS_DEFAULT_REGION/profile): EC2 region.
 # FLEET_AMI (str, default ""): image of new workers (Python 3.11+ with venv, pip, curl, aws CLI).

@@ -346,7 +346,7 @@ def _dockerfile_env() -> dict[str, str]:
 def test_the_installed_package_is_the_scrapy_project_in_any_directory(tmp_path: Path) -> None:
     """No scrapy.cfg where workers run: the image, the EC2 user data and the docs name the
     settings module, the same one the egg's entry point names."""
-    from crawler.fleet.userdata import SETTINGS_MODULE
+    from crawler.aws.userdata import SETTINGS_MODULE
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["scrapy"]["settings"] == SETTINGS_MODULE

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from playwright.sync_api import sync_playwright
 
 import crawler.settings as project_settings
-from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
+from crawler.bans.politeness import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page

@@ -11,7 +11,7 @@ and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --s
 this environment's values into the user data instead) and runs ``scrapy crawl SPIDER -s
 BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
 (``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
-of the same image, type and market. Settings: see crawler/fleet/config.py.
+of the same image, type and market. Settings: see crawler/aws/config.py.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.aws.config import SECRET_MODES, FleetConfig
+from crawler.aws.instances import Fleet, Instance
+from crawler.aws.report import banned_instances, clear_banned
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
-from crawler.fleet.aws import Fleet, Instance
-from crawler.fleet.config import SECRET_MODES, FleetConfig
-from crawler.fleet.report import banned_instances, clear_banned
 from crawler.frontier.purge import start_key
 from crawler.frontier.queue import Frontier, FrontierKeys
 from crawler.frontier.scheduler import FrontierSettings

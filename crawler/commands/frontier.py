@@ -24,7 +24,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from crawler.bans.fleet import lift_cooldowns
+from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings

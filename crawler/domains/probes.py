@@ -29,7 +29,7 @@ from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.bans.fleet import TOKEN_BUCKET
+from crawler.bans.politeness import TOKEN_BUCKET
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.domains.classify import failure_kind, refine_dns

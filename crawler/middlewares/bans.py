@@ -39,8 +39,8 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
-from crawler.bans.fleet import FleetPoliteness, RatePolicy
 from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, without_identity
+from crawler.bans.politeness import FleetPoliteness, RatePolicy
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings

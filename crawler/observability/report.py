@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from crawler.bans.fleet import active_cooldowns
+from crawler.bans.politeness import active_cooldowns
 from crawler.config import MASK, mask_uri
 from crawler.connection import reply_text
 from crawler.frontier.purge import start_key

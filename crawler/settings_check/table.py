@@ -314,7 +314,7 @@ RULES: dict[str, Rule] = {
     "DOMAINS_RATE": number(0),
     "DOMAINS_FLEET_RATE": number(0),
     "DOMAINS_BODY_BYTES": integer(1024),
-    # scrapy fleet (crawler/fleet/config.py); not set means its default
+    # scrapy fleet (crawler/aws/config.py); not set means its default
     **dict.fromkeys(FLEET_TEXT, text(optional=True)),
     "FLEET_SECRETS": choice("ssm", "env", optional=True),
     "FLEET_SECURITY_GROUP_IDS": items(Rule("a group id", as_text), "group ids", optional=True),

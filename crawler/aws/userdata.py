@@ -6,7 +6,7 @@ directory, with no checkout and no ``scrapy.cfg``.
 
 Secrets stay out of the script by default: it reads REDIS_URL and MONGO_URI from SSM parameters
 (SecureString) with the instance's role. The crawl runs as a loop: exit status 3 (banned, with
-BAN_POLICY=stop) is written to Redis by ``python -m crawler.fleet.report`` and the worker waits
+BAN_POLICY=stop) is written to Redis by ``python -m crawler.aws.report`` and the worker waits
 for ``scrapy fleet rotate`` to replace it; status 0 (the spider's work is done, with
 MAX_IDLE_TIME_BEFORE_CLOSE) powers the instance off, which terminates it; status 2 (a usage
 error or an invalid setting: running again cannot help) stops the worker with a message in its
@@ -59,7 +59,7 @@ while true; do
   "$VENV/bin/scrapy" crawl {spider}{settings}
   status=$?
   if [ "$status" -eq {banned} ]; then
-    "$VENV/bin/python" -m crawler.fleet.report {spider} --instance-id "$INSTANCE_ID"
+    "$VENV/bin/python" -m crawler.aws.report {spider} --instance-id "$INSTANCE_ID"
     exit 0
   elif [ "$status" -eq 0 ]; then
     poweroff

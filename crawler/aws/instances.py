@@ -12,8 +12,8 @@ from typing import Any
 
 import boto3
 
-from crawler.fleet.config import FleetConfig
-from crawler.fleet.userdata import render
+from crawler.aws.config import FleetConfig
+from crawler.aws.userdata import render
 
 FLEET_TAG = "crawler:fleet"
 SPIDER_TAG = "crawler:spider"

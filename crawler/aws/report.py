@@ -1,4 +1,4 @@
-"""``python -m crawler.fleet.report SPIDER --instance-id ID``: a worker reports that it was banned.
+"""``python -m crawler.aws.report SPIDER --instance-id ID``: a worker reports that it was banned.
 
 The worker's user data runs it when ``scrapy crawl`` exits with status 3 (BAN_POLICY=stop). It
 adds the instance to the spider's hash ``{<spider>}:fleet:banned`` (instance id -> JSON with the
