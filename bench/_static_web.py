@@ -28,7 +28,7 @@ from bench.frontier_throughput import (  # noqa: E402
     http_response,
     serve_forever,
 )
-from crawler.services import ServerProcess, free_port, start_server  # noqa: E402
+from devtools.services import ServerProcess, free_port, start_server  # noqa: E402
 
 SUFFIX = ".test"
 BRANCHES = 7

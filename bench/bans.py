@@ -50,7 +50,7 @@ import pymongo  # noqa: E402
 import redis  # noqa: E402
 
 from crawler import settings as project_settings  # noqa: E402
-from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from devtools.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
 from sandbox.config import BAN_MODES  # noqa: E402
 from sandbox.data import build_dataset  # noqa: E402
 

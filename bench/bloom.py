@@ -38,7 +38,7 @@ from crawler.frontier.queue import (  # noqa: E402
     FrontierKeys,
     Pending,
 )
-from crawler.services import free_port, start_redis  # noqa: E402
+from devtools.services import free_port, start_redis  # noqa: E402
 
 MODES = ("bloom", "redisbloom", "exact")
 BATCH = 500

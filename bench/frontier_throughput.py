@@ -51,7 +51,7 @@ import redis  # noqa: E402
 from scrapy import Request, Spider, signals  # noqa: E402
 from scrapy.http import Response, TextResponse  # noqa: E402
 
-from crawler.services import (  # noqa: E402
+from devtools.services import (  # noqa: E402
     ServerProcess,
     free_port,
     start_redis,

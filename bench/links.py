@@ -123,7 +123,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, tmp: Path, web_port: int) -> None:
         import redis
 
-        from crawler.services import free_port, start_mongo, start_redis
+        from devtools.services import free_port, start_mongo, start_redis
 
         self.args = args
         self.tmp = tmp

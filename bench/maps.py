@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 import pymongo  # noqa: E402
 import redis  # noqa: E402
 
-from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from devtools.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
 from sandbox.maps import ASSET_SIZES, MapsPages  # noqa: E402
 from sandbox.places import CATEGORIES, POSTAL_CODES  # noqa: E402
 from tests.harness import Sandbox  # noqa: E402

@@ -18,7 +18,7 @@ from urllib.request import Request, urlopen
 
 import pymongo
 
-from crawler.services import ServiceError, free_port
+from devtools.services import ServiceError, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

@@ -14,7 +14,7 @@ import boto3
 import pytest
 import redis
 
-from crawler.services import ServerProcess, start_server
+from devtools.services import ServerProcess, start_server
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, on_free_port
 

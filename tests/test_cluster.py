@@ -26,7 +26,7 @@ from crawler.connection import (
 )
 from crawler.frontier import codec
 from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys, Pending
-from crawler.services import free_port
+from devtools.services import free_port
 from sandbox.data import build_dataset
 from tests.cluster import LocalCluster, start_cluster
 from tests.harness import ROOT, Crawl, Mongo, Sandbox

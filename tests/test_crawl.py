@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys
-from crawler.services import free_port, start_sandbox
+from devtools.services import free_port, start_sandbox
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, closed_port
 

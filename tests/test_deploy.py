@@ -26,7 +26,7 @@ from urllib.request import Request, urlopen
 import pytest
 import yaml
 
-from crawler.services import free_port
+from devtools.services import free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox
 

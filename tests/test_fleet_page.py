@@ -38,7 +38,7 @@ from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback
 from crawler.observability.rates import format_duration
 from crawler.observability.report import masked_dead_letter
-from crawler.services import free_port
+from devtools.services import free_port
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 

@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from crawler.frontier import codec
 from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys, Pending, Popped
-from crawler.services import free_port, start_redis
+from devtools.services import free_port, start_redis
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 SPIDER = "shop"

@@ -16,7 +16,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys
-from crawler.services import free_port, start_redis
+from devtools.services import free_port, start_redis
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 

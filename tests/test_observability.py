@@ -43,8 +43,8 @@ from crawler.observability.monitor import FleetMonitor
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, format_duration
 from crawler.observability.report import render_text, spider_status
-from crawler.services import free_port
 from crawler.settings_check import SettingsError
+from devtools.services import free_port
 from sandbox.data import build_dataset
 from tests.cluster import start_cluster
 from tests.harness import ROOT, Crawl, Sandbox, poll

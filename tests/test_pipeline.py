@@ -24,8 +24,8 @@ from crawler.frontier.codec import expand
 from crawler.items import ProfileItem, VideoItem
 from crawler.pipelines import MongoPipeline, ValidationPipeline
 from crawler.pipelines.mongo import ItemNotStored, MongoSettings
-from crawler.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
 from crawler.settings_check import SettingsError
+from devtools.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
 from sandbox.data import build_dataset
 from tests.harness import Crawl, Mongo, Sandbox, poll
 

@@ -28,7 +28,7 @@ from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.utils.test import get_crawler
 
 from crawler.frontier.records import pending
-from crawler.services import (
+from devtools.services import (
     ServerProcess,
     ServiceError,
     free_port,

@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from crawler.aws.userdata import render
-from crawler.services import free_port, start_server
+from devtools.services import free_port, start_server
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Mongo, Sandbox
 

@@ -1,7 +1,7 @@
 """Private local Redis and MongoDB-compatible servers, from pip packages, for demos and tests.
 
-    python -m crawler.services up [--redis-port 6379] [--mongo-port 27017] [--state-dir DIR]
-    python -m crawler.services status | down [--state-dir DIR]
+    python -m devtools.services up [--redis-port 6379] [--mongo-port 27017] [--state-dir DIR]
+    python -m devtools.services status | down [--state-dir DIR]
 
 ``up`` is idempotent and returns once both servers answer; they keep running in the background
 (pid files and logs in the state directory, default ``.services/``) until ``down``. Data persists
@@ -327,7 +327,7 @@ def status(service: Service) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m crawler.services",
+        prog="python -m devtools.services",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,7 +1,7 @@
 """`make demo`: crawl the sandbox with explore, then profiles, then a short maps search, through
 Redis into MongoDB, with the fleet page to watch it.
 
-    python -m crawler.demo [--quick] [--state-dir .services/demo]
+    python -m devtools.demo [--quick] [--state-dir .services/demo]
 
 Every server the demo talks to is one it starts itself, on free loopback ports: a Redis held in
 memory for the demo's run only (so every run starts from an empty frontier and nothing is ever
@@ -9,15 +9,15 @@ purged), a MongoDB-wire server storing in ``<state-dir>/mongodb-data`` and the s
 A real fleet's environment (``REDIS_URL``, ``MONGO_URI``, ``MONGO_DATABASE``,
 ``MONGO_SPILL_DIR``, ``SCRAPY_*`` ...) is ignored. While they run, the two servers have pid files
 in the state directory: the demo refuses to start while a server recorded there runs (one that
-``python -m crawler.services up --state-dir <state-dir>`` started, or one left by a demo that was
-killed; ``python -m crawler.services down --state-dir <state-dir>`` stops it), and refuses a
+``python -m devtools.services up --state-dir <state-dir>`` started, or one left by a demo that was
+killed; ``python -m devtools.services down --state-dir <state-dir>`` stops it), and refuses a
 second demo on the same state directory.
 
 It seeds explore and maps start entries, serves the fleet page (``scrapy status --serve``, on
 127.0.0.1: its URL is printed first), runs ``scrapy crawl explore``, ``scrapy crawl profiles`` and
 ``scrapy crawl maps`` (a few places, in headless Chromium) as real processes, prints a summary and
 stops its servers. The stored documents stay in the state directory:
-``python -m crawler.services up --state-dir <state-dir>`` serves them again. ``--quick`` crawls
+``python -m devtools.services up --state-dir <state-dir>`` serves them again. ``--quick`` crawls
 one category for one page and one search: a smoke run of a few seconds.
 """
 
@@ -42,7 +42,8 @@ import redis
 from scrapy.settings import Settings
 
 from crawler.connection import reply_text
-from crawler.services import (
+from crawler.spiders.explore import CATEGORIES
+from devtools.services import (
     DEFAULT_STATE_DIR,
     ServerProcess,
     ServiceError,
@@ -52,7 +53,6 @@ from crawler.services import (
     start_redis,
     start_sandbox,
 )
-from crawler.spiders.explore import CATEGORIES
 
 SPIDERS = ("explore", "profiles", "maps")
 DEMO_STATE_DIR = DEFAULT_STATE_DIR / "demo"
@@ -130,7 +130,7 @@ def refuse_if_served(state_dir: Path) -> None:
         if running:
             raise SystemExit(
                 f"{service.name} (pid {running[0]}, port {running[1]}) runs on {state_dir}: "
-                f"stop it first with `python -m crawler.services down --state-dir {state_dir}`"
+                f"stop it first with `python -m devtools.services down --state-dir {state_dir}`"
             )
 
 
@@ -163,7 +163,7 @@ def own_servers(state_dir: Path) -> Iterator[Servers]:
 def _start(
     stack: ExitStack, state_dir: Path, name: str, starter: Callable[[int], ServerProcess]
 ) -> ServerProcess:
-    """Start a server, record it in its pid file (as ``crawler.services`` does) until stopped."""
+    """Start a server, record it in its pid file (as ``devtools.services`` does) until stopped."""
     try:
         server = starter(free_port())
     except ServiceError as exc:
@@ -311,7 +311,7 @@ def summarize(settings: Settings) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m crawler.demo",
+        prog="python -m devtools.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         summarize(settings)
     say(
         f"done in {time.monotonic() - started:.0f}s. The documents stay in {state_dir}: "
-        f"`python -m crawler.services up --state-dir {state_dir}` serves them again "
+        f"`python -m devtools.services up --state-dir {state_dir}` serves them again "
         f"(database {DATABASE!r}, collections videos, profiles and places)."
     )
     say(
