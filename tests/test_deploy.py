@@ -33,7 +33,7 @@ from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox
 BIN = Path(sys.executable).parent
 # What an egg build needs from the working tree (setup.py reads pyproject.toml and README.md).
 PROJECT_FILES = ("scrapy.cfg", "setup.py", "pyproject.toml", "README.md", "scrapinghub.yml")
-PROJECT_DIRS = ("crawler", "sandbox", "deploy/zyte")
+PROJECT_DIRS = ("crawler", "sandbox", "devtools", "deploy/zyte")
 SETTINGS_ENV = re.compile(r"""os\.environ\.get\(\s*["']([A-Z_]+)["']""")
 
 
@@ -85,7 +85,9 @@ def _assert_egg_holds_the_project(egg: Path) -> None:
     modules = ("settings.py", "spiders/explore.py", "spiders/profiles.py", "pipelines/mongo.py")
     for module in modules:
         assert f"crawler/{module}" in names
-    assert not any(name.startswith("tests/") for name in names)
+    # Only the crawler ships: the sandbox, the dev tools, the benchmarks and the tests stay home.
+    for home in ("tests/", "sandbox/", "devtools/", "bench/"):
+        assert not any(name.startswith(home) for name in names), home
     assert _egg_entry_points(egg)["scrapy"]["settings"] == "crawler.settings"
 
 
@@ -307,8 +309,8 @@ def test_scrapinghub_yml_names_stack_and_requirements_and_no_secrets() -> None:
         re.split(r"[<>=!~\[ ]", dep, maxsplit=1)[0].lower()
         for dep in pyproject["project"]["dependencies"]
     }
-    # Scrapy comes with the stack; shub is the deploy tool itself.
-    assert listed == runtime - {"scrapy", "shub"}
+    # Scrapy comes with the stack.
+    assert listed == runtime - {"scrapy"}
     stack_scrapy = config["stacks"]["default"].split(":")[1]
     scrapy_spec = next(d for d in pyproject["project"]["dependencies"] if d.startswith("scrapy>"))
     minimum = re.search(r">=\s*([\d.]+)", scrapy_spec)
