@@ -51,6 +51,8 @@ import redis  # noqa: E402
 from scrapy import Request, Spider, signals  # noqa: E402
 from scrapy.http import Response, TextResponse  # noqa: E402
 
+from crawler.frontier.queue import DupefilterConfig, Frontier  # noqa: E402
+from crawler.keys import FrontierKeys, tagged  # noqa: E402
 from devtools.services import (  # noqa: E402
     ServerProcess,
     free_port,
@@ -85,7 +87,7 @@ VARIANTS: dict[str, dict[str, str]] = {
 DUPEFILTER_KEYS = {
     MEMORY: [],
     STOCK: [f"{SPIDER_NAME}:dupefilter"],
-    OURS: ["{" + SPIDER_NAME + "}:dupefilter", "{" + SPIDER_NAME + "}:dupefilter:*"],
+    OURS: [tagged(SPIDER_NAME, "dupefilter"), tagged(SPIDER_NAME, "dupefilter:*")],
 }
 
 
@@ -587,12 +589,12 @@ def _leftovers(client: redis.Redis, variant: str) -> dict[str, int]:
     if variant == STOCK:
         return {"queue": int(client.zcard(f"{SPIDER_NAME}:requests"))}
     if variant == OURS:
-        tag = "{" + SPIDER_NAME + "}"
+        sizes = Frontier(client, FrontierKeys(SPIDER_NAME, ""), DupefilterConfig()).sizes()
         return {
-            "queue": int(client.zcard(f"{tag}:queue")),
-            "leases": int(client.zcard(f"{tag}:leases")),
-            "delayed": int(client.zcard(f"{tag}:delayed")),
-            "dead": int(client.llen(f"{tag}:dead")),
+            "queue": sizes["queue"],
+            "leases": sizes["leased"],
+            "delayed": sizes["delayed"],
+            "dead": sizes["dead"],
         }
     return {}
 

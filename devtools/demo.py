@@ -42,6 +42,7 @@ import redis
 from scrapy.settings import Settings
 
 from crawler.connection import reply_text
+from crawler.keys import invalid_key, start_key, stats_key
 from crawler.spiders.explore import CATEGORIES
 from devtools.services import (
     DEFAULT_STATE_DIR,
@@ -297,11 +298,11 @@ def summarize(settings: Settings) -> None:
     for spider in SPIDERS:
         stats = {
             reply_text(key): reply_text(value)
-            for key, value in server.hgetall("{" + spider + "}:stats").items()
+            for key, value in server.hgetall(stats_key(settings, spider)).items()
         }
         shown = ", ".join(f"{key}={stats.get(key, 0)}" for key in SUMMARY_STATS)
         print(f"  {spider} stats: {shown}")
-    invalid = settings.get("START_INVALID_KEY") % {"name": "explore"}
+    invalid = invalid_key(settings, "explore")
     for raw in server.lrange(invalid, 0, -1):
         record = json.loads(raw)
         print(f"  start entry set aside: {record['entry']!r} ({record['reason']})")
@@ -337,10 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         servers = stack.enter_context(own_servers(state_dir))
         sandbox_url = stack.enter_context(sandbox_site(state_dir / "demo-sandbox.log"))
         settings = demo_settings(servers)
-        start_key = settings.get("REDIS_START_URLS_KEY")
         with redis.Redis.from_url(servers.redis_url) as server:
-            server.lpush(start_key % {"name": "explore"}, *seeds)
-            server.lpush(start_key % {"name": "maps"}, *map(_search, searches))
+            server.lpush(start_key(settings, "explore"), *seeds)
+            server.lpush(start_key(settings, "maps"), *map(_search, searches))
         say(f"seeded {len(seeds)} entries into explore:start_urls, {len(searches)} into maps")
         env = crawl_environment(servers, state_dir)
         stack.enter_context(fleet_page(state_dir, env))

@@ -19,9 +19,10 @@ import redis
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys
+from crawler.frontier.queue import DupefilterConfig, Frontier
 from crawler.frontier.records import passes_again
 from crawler.frontier.scheduler import DUE_META
+from crawler.keys import FrontierKeys
 from crawler.middlewares.bans import BAN_TIMES_META, BanMiddleware
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES

@@ -13,7 +13,8 @@ from typing import Any
 
 import redis
 
-from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.frontier.queue import DupefilterConfig, Frontier, Pending
+from crawler.keys import FrontierKeys
 
 SPIDER = "shop"
 KEYS = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")

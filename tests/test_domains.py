@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from crawler.domains.summary import summarize
-from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys
+from crawler.frontier.queue import DupefilterConfig, Frontier
+from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title

@@ -15,7 +15,8 @@ import redis
 from scrapy.utils.test import get_crawler
 
 from crawler.frontier.marker import FrontierMarker
-from crawler.frontier.queue import DupefilterConfig, Frontier, FrontierKeys
+from crawler.frontier.queue import DupefilterConfig, Frontier
+from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
 from sandbox.data import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll

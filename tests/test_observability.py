@@ -34,10 +34,9 @@ from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.connection import redis_from_settings
-from crawler.frontier.queue import FrontierKeys
+from crawler.keys import FleetKeys, FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.endpoint import parse_ports
-from crawler.observability.keys import FleetKeys
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.monitor import FleetMonitor
 from crawler.observability.publisher import FleetView, StatsPublisher

@@ -356,7 +356,7 @@ def test_an_adopted_spider_without_its_own_key_sets_entries_aside_where_purge_lo
 ) -> None:
     from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
 
-    from crawler.frontier.purge import invalid_key
+    from crawler.keys import invalid_key
 
     class Adopted(ScrapyRedisSpider):  # type: ignore[misc]
         name = "adopted"

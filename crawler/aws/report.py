@@ -16,14 +16,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.project import get_project_settings
 
 from crawler.connection import redis_from_settings
+from crawler.keys import banned_key
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
-
-
-def banned_key(spider: str) -> str:
-    """The hash of instances of ``spider`` that reported a ban and wait to be replaced."""
-    return "{" + spider + "}:fleet:banned"
 
 
 def report_banned(server: RedisClient, spider: str, instance_id: str) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
+from crawler.keys import inflight_prefix
+
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
@@ -37,7 +39,7 @@ class HostSlots:
 
     def __init__(self, server: RedisClient, spider: str, cap: int) -> None:
         self.server = server
-        self.prefix = "{" + spider + "}:inflight:"
+        self.prefix = inflight_prefix(spider)
         self.cap = cap
         self._take = server.register_script(TAKE)
 

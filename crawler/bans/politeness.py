@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
+from crawler.keys import bans_key, rate_key, reasons_key
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -70,16 +71,6 @@ for i = 1, #sampled, 2 do
 end
 return 1
 """
-
-
-def bans_key(spider: str) -> str:
-    """The hash of a spider's cool-downs: field -> end time (Unix seconds)."""
-    return "{" + spider + "}:bans"
-
-
-def reasons_key(spider: str) -> str:
-    """The hash of what started each cool-down: field -> ban rule and status."""
-    return bans_key(spider) + ":why"
 
 
 @dataclass(frozen=True)
@@ -175,7 +166,7 @@ class FleetPoliteness:
         return bans_key(self.spider)
 
     def _bucket_key(self, domain: str, identity: str) -> str:
-        return "{" + self.spider + "}:rate:" + domain + "|" + identity
+        return rate_key(self.spider, domain, identity)
 
     # --- cool-downs ---------------------------------------------------------------------------
 

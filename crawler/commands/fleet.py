@@ -30,17 +30,14 @@ from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
-from crawler.frontier.purge import start_key
-from crawler.frontier.queue import Frontier, FrontierKeys
+from crawler.frontier.queue import WORK_LEFT, Frontier
 from crawler.frontier.scheduler import FrontierSettings
+from crawler.keys import FrontierKeys, start_key
 
 if TYPE_CHECKING:
     import argparse
 
 ACTIONS = ("launch", "list", "rotate", "scale-to-zero")
-# Frontier sizes that must all be 0 before a spider's workers are terminated (dead letters are
-# not work: they wait for ``scrapy frontier SPIDER requeue``).
-PENDING = ("queue", "leased", "delayed", "start", "start_leased")
 
 
 class Command(ScrapyCommand):
@@ -174,7 +171,7 @@ class Command(ScrapyCommand):
         start = start_key(self.settings, spider)
         config = FrontierSettings.from_settings(self.settings)
         sizes = Frontier(server, FrontierKeys(spider, start), config.dupefilter).sizes()
-        pending = {name: sizes[name] for name in PENDING if sizes[name]}
+        pending = {name: sizes[name] for name in WORK_LEFT if sizes[name]}
         terminated: list[str] = []
         if not pending:
             terminated = [instance.id for instance in fleet.instances(spider)]

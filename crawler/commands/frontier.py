@@ -28,9 +28,10 @@ from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import keep_description_layout
 from crawler.config import mask_uri
 from crawler.connection import redis_from_settings
-from crawler.frontier.purge import purge_spider, start_key
-from crawler.frontier.queue import Frontier, FrontierKeys
+from crawler.frontier.purge import purge_spider
+from crawler.frontier.queue import Frontier
 from crawler.frontier.scheduler import FrontierSettings
+from crawler.keys import FrontierKeys, start_key
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
 

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from crawler.keys import frontier_marker_key
+
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
@@ -44,7 +46,7 @@ class FrontierMarker:
         self.frontier = frontier
         self.stats = stats
         self.interval = interval
-        self.key = "{" + frontier.keys.spider + "}:frontier"
+        self.key = frontier_marker_key(frontier.keys.spider)
         self.token: bytes | None = None
         self.seen: dict[str, int] = dict.fromkeys(SIZES, 0)
         self._seen_at = 0.0

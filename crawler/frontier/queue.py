@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,79 +23,37 @@ if TYPE_CHECKING:
     from redis.commands.core import Script
 
     from crawler.connection import RedisClient
+    from crawler.keys import FrontierKeys
 
 # Higher Scrapy priority first, FIFO within one priority (one list per priority, see
 # lua._QUEUE). The priorities index is a sorted set scored -priority, and a double holds every
 # integer up to 2**53 exactly: priorities beyond +-PRIORITY_LIMIT are clamped to it.
 PRIORITY_LIMIT = 2**53
 
+# What Frontier.sizes reads, in this order. What work is left is answered here only:
+# REQUESTS_LEFT are requests queued, leased or waiting for their due time (the scheduler keeps
+# a worker open while any is left); WORK_LEFT adds start entries not yet turned into requests
+# (each makes at least one), for the ETA and for `scrapy fleet` deciding the work is done. Dead
+# letters are not work: they wait for `scrapy frontier SPIDER requeue`.
+SIZE_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
+REQUESTS_LEFT = ("queue", "leased", "delayed")
+WORK_LEFT = (*REQUESTS_LEFT, "start", "start_leased")
 
-@dataclass(frozen=True)
-class FrontierKeys:
-    """Every key of one spider's frontier. Internal keys share the ``{spider}`` hash tag; the
-    start list keeps the scrapy-redis name and its leases take that name as their hash tag."""
 
-    spider: str
-    start: str
+def requests_left(sizes: Mapping[str, int]) -> bool:
+    """Whether requests are queued, leased or delayed."""
+    return any(sizes.get(name, 0) for name in REQUESTS_LEFT)
 
-    def _key(self, name: str) -> str:
-        return "{" + self.spider + "}:" + name
 
-    @property
-    def queues(self) -> str:
-        """The priorities that have queued requests (a sorted set, highest first)."""
-        return self._key("queues")
+def fleet_busy(sizes: Mapping[str, int]) -> bool:
+    """Whether a worker of the fleet still holds or may get work: requests left, or start
+    entries leased. The start list itself is not asked: the idle spider asking pops it first."""
+    return requests_left(sizes) or bool(sizes.get("start_leased", 0))
 
-    @property
-    def queue_prefix(self) -> str:
-        """Prefix of the list of queued requests of one priority (``<prefix><priority>``)."""
-        return self._key("queue:")
 
-    @property
-    def queue(self) -> str:
-        """The queue as older versions kept it (ids in a sorted set); drained on pop."""
-        return self._key("queue")
-
-    @property
-    def leases(self) -> str:
-        return self._key("leases")
-
-    @property
-    def owner(self) -> str:
-        return self._key("owner")
-
-    @property
-    def data(self) -> str:
-        return self._key("data")
-
-    @property
-    def prio(self) -> str:
-        """Queue scores of requests written by older versions; read while any is left."""
-        return self._key("prio")
-
-    def script_keys(self, *more: str) -> list[str]:
-        """The keys every frontier script starts with (see ``lua._PRELUDE``), then ``more``."""
-        return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
-
-    @property
-    def seq(self) -> str:
-        return self._key("seq")
-
-    @property
-    def delayed(self) -> str:
-        return self._key("delayed")
-
-    @property
-    def dead(self) -> str:
-        return self._key("dead")
-
-    @property
-    def dupefilter(self) -> str:
-        return self._key("dupefilter")
-
-    @property
-    def start_leases(self) -> str:
-        return "{" + self.start + "}:leases"
+def work_left(sizes: Mapping[str, int]) -> int:
+    """Work not done yet: requests left and start entries not yet turned into requests."""
+    return sum(sizes.get(name, 0) for name in WORK_LEFT)
 
 
 @dataclass(frozen=True)
@@ -237,22 +195,12 @@ class Frontier:
     def sizes(self) -> dict[str, int]:
         """Queue, leased, delayed, dead and start sizes in one round trip (two on a cluster,
         whose pipeline would first ask a node to parse the queue's script)."""
-        keys = self.keys
         on_cluster = isinstance(self.server, RedisCluster)
-        queued = self.queued() if on_cluster else 0
+        queued = [self.queued()] if on_cluster else []
         pipe = self.server.pipeline(transaction=False)
-        if not on_cluster:
-            self.queued(pipe)
-        pipe.zcard(keys.leases)
-        pipe.zcard(keys.delayed)
-        pipe.llen(keys.dead)
-        pipe.llen(keys.start)
-        pipe.zcard(keys.start_leases)
-        names = ("leased", "delayed", "dead", "start", "start_leased")
-        values = [int(value) for value in pipe.execute()]
-        if not on_cluster:
-            queued, *values = values
-        return {"queue": queued, **dict(zip(names, values, strict=True))}
+        queue_sizes(pipe, self.keys, with_queued=not on_cluster)
+        values = queued + [int(value) for value in pipe.execute()]
+        return dict(zip(SIZE_NAMES, values, strict=True))
 
     def queued(self, client: Any = None) -> int:
         """How many requests are queued (or queue the question on the pipeline ``client``)."""
@@ -324,3 +272,15 @@ def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
 def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
     """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
     pipe.execute_command("EVAL", lua.QUEUED, 5, *keys.script_keys(), keys.queue_prefix)
+
+
+def queue_sizes(pipe: Any, keys: FrontierKeys, with_queued: bool = True) -> None:
+    """Queue the commands of ``Frontier.sizes`` on ``pipe`` (results in SIZE_NAMES order;
+    without the queue's, the first, when not ``with_queued``)."""
+    if with_queued:
+        queue_queued(pipe, keys)
+    pipe.zcard(keys.leases)
+    pipe.zcard(keys.delayed)
+    pipe.llen(keys.dead)
+    pipe.llen(keys.start)
+    pipe.zcard(keys.start_leases)

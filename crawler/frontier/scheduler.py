@@ -30,16 +30,10 @@ from crawler.connection import redis_from_settings
 from crawler.frontier import codec as serializer
 from crawler.frontier.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.frontier.marker import FrontierMarker
-from crawler.frontier.purge import start_key
-from crawler.frontier.queue import (
-    DupefilterConfig,
-    Frontier,
-    FrontierKeys,
-    Pending,
-    Popped,
-)
+from crawler.frontier.queue import DupefilterConfig, Frontier, Pending, Popped, requests_left
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
 from crawler.frontier.records import passes_again, pending
+from crawler.keys import FrontierKeys, start_key
 from crawler.settings_check import check_frontier
 
 if TYPE_CHECKING:
@@ -373,7 +367,7 @@ class FrontierScheduler(BaseScheduler):
         except RedisError as exc:
             self._outage(exc)
             return True
-        return any(sizes[name] for name in ("queue", "leased", "delayed"))
+        return requests_left(sizes)
 
     def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
         self._queue_size = sizes["queue"] + sizes["delayed"]

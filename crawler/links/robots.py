@@ -32,6 +32,7 @@ from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier.records import sent_back
 from crawler.frontier.scheduler import DUE_META
+from crawler.keys import robots_claim_key, robots_key
 from crawler.middlewares.bans import CRAWL_DELAY_META
 
 if TYPE_CHECKING:
@@ -70,27 +71,27 @@ class FleetRobots:
 
     def __init__(self, server: RedisClient, spider: str, ttl: int, claim_seconds: int) -> None:
         self.server = server
-        self.prefix = "{" + spider + "}:robots:"
+        self.spider = spider
         self.ttl = ttl
         self.claim_seconds = claim_seconds
 
     def get(self, origin: str) -> bytes | None:
-        value: Any = self.server.get(self.prefix + origin)
+        value: Any = self.server.get(robots_key(self.spider, origin))
         return None if value is None else bytes(value)
 
     def claim(self, origin: str) -> bool:
         claimed = self.server.set(
-            self.prefix + "claim:" + origin, b"1", nx=True, ex=self.claim_seconds
+            robots_claim_key(self.spider, origin), b"1", nx=True, ex=self.claim_seconds
         )
         return bool(claimed)
 
     def release(self, origin: str) -> None:
-        self.server.delete(self.prefix + "claim:" + origin)
+        self.server.delete(robots_claim_key(self.spider, origin))
 
     def store(self, origin: str, body: bytes) -> None:
         pipe = self.server.pipeline(transaction=False)
-        pipe.set(self.prefix + origin, body, ex=self.ttl)
-        pipe.delete(self.prefix + "claim:" + origin)
+        pipe.set(robots_key(self.spider, origin), body, ex=self.ttl)
+        pipe.delete(robots_claim_key(self.spider, origin))
         pipe.execute()
 
 

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
-from crawler.frontier.queue import queue_queued
+from crawler.frontier.queue import SIZE_NAMES, queue_sizes, work_left
+from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
-from crawler.observability.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.rates import bucket_rate
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
-    from crawler.frontier.queue import FrontierKeys
+    from crawler.keys import FrontierKeys
 
 # Stats counted per minute for the fleet's pace: bucket field -> stats key.
 MINUTE_FIELDS = {
@@ -34,7 +34,6 @@ MINUTE_FIELDS = {
 }
 # Minutes of buckets the fleet's pace is measured over.
 RATE_MINUTES = 5
-SIZE_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
 
 # KEYS: stats hash, minute bucket, heartbeat hash, workers index
 # ARGV: worker, seq, now, heartbeat ttl (0: the worker is leaving), bucket ttl,
@@ -91,8 +90,8 @@ class FleetView:
 
     @property
     def remaining(self) -> int:
-        """Work not done yet: see ``remaining``."""
-        return remaining(self.sizes)
+        """Work not done yet (``crawler.frontier.queue.work_left``)."""
+        return work_left(self.sizes)
 
 
 @dataclass
@@ -189,24 +188,6 @@ class StatsPublisher:
             seen,
             {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
         )
-
-
-def remaining(sizes: Mapping[str, int]) -> int:
-    """Work not done yet: queued, leased and delayed requests, and start entries not yet turned
-    into requests (each makes at least one)."""
-    return sum(
-        sizes.get(name, 0) for name in ("queue", "leased", "delayed", "start", "start_leased")
-    )
-
-
-def queue_sizes(pipe: Any, keys: FrontierKeys) -> None:
-    """Queue the commands of ``Frontier.sizes`` on ``pipe`` (results in SIZE_NAMES order)."""
-    queue_queued(pipe, keys)
-    pipe.zcard(keys.leases)
-    pipe.zcard(keys.delayed)
-    pipe.llen(keys.dead)
-    pipe.llen(keys.start)
-    pipe.zcard(keys.start_leases)
 
 
 def queue_seen(pipe: Any, keys: FrontierKeys, mode: str) -> None:

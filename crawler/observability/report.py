@@ -15,17 +15,15 @@ from redis.exceptions import ResponseError
 from crawler.bans.politeness import active_cooldowns
 from crawler.config import MASK, mask_uri
 from crawler.connection import reply_text
-from crawler.frontier.purge import start_key
-from crawler.frontier.queue import Frontier, FrontierKeys
+from crawler.frontier.queue import Frontier, work_left
 from crawler.frontier.scheduler import FrontierSettings
+from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters
-from crawler.observability.keys import FleetKeys
 from crawler.observability.publisher import (
     MINUTE_FIELDS,
     decode_counts,
     queue_seen,
     read_seen,
-    remaining,
 )
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
 from crawler.recrawl.store import RevisitStore
@@ -121,7 +119,7 @@ def spider_status(
             "per_minute": per_minute,
             **({"history": all_minutes[-history:]} if history else {}),
         },
-        "eta_seconds": eta_seconds(remaining(sizes), pace["workers_pages_per_min"]),
+        "eta_seconds": eta_seconds(work_left(sizes), pace["workers_pages_per_min"]),
         "cooldowns": [cooldown.to_json() for cooldown in active_cooldowns(server, spider, now)],
         "dead_letters": [
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)

@@ -24,9 +24,10 @@ from scrapy.exceptions import DontCloseSpider
 from crawler.config import mask_uri, setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec
-from crawler.frontier.purge import invalid_key, start_key
+from crawler.frontier.queue import fleet_busy
 from crawler.frontier.records import request_record
 from crawler.frontier.scheduler import START_META, FrontierScheduler, frontier_scheduler
+from crawler.keys import invalid_key, start_key
 from crawler.spiders.attributes import own_batch_size
 
 if TYPE_CHECKING:
@@ -296,7 +297,7 @@ class StartFeed:
             sizes = scheduler.frontier.sizes()
         except RedisError:
             return False
-        return not any(sizes[name] for name in ("queue", "leased", "delayed", "start_leased"))
+        return not fleet_busy(sizes)
 
     def on_idle(self) -> None:
         """Feed the next batch of start entries, or let the spider close once the whole fleet
