@@ -12,8 +12,7 @@ from scrapy.utils.request import request_from_dict
 from scrapy_playwright.page import PageMethod
 
 from crawler.frontier import codec
-from crawler.frontier.codec import RequestNotSerializable
-from crawler.frontier.records import request_record
+from crawler.frontier.codec import RequestNotSerializable, request_record
 
 
 class _Spider(Spider):

@@ -1,4 +1,4 @@
-"""JSON serializer for requests stored in Redis, used as scrapy-redis ``SCHEDULER_SERIALIZER``.
+"""Request <-> JSON: the one codec of requests stored in Redis (frontier, dead letters, revisits).
 
 Pickle in a shared Redis turns write access to Redis into code execution on every worker, so
 requests are stored as JSON. Bytes (bodies, header values, bytes inside meta) round-trip through
@@ -8,7 +8,7 @@ other value JSON cannot hold is rejected when the request is scheduled, with an 
 where it sits (``meta['page']['when']``).
 
 Records are stored in format 2: ``Request.to_dict()`` with its field names shortened (``url`` is
-``u``, see ``SHORT_NAMES``) and, as written by ``records.request_record``, without the fields
+``u``, see ``SHORT_NAMES``) and, as written by :func:`request_record`, without the fields
 that have their default. The URL's key tells the format: a record with ``url`` is of format 1
 (every field, or the defaults left out) and loads as it is, so requests queued by older
 workers load the same.
@@ -19,9 +19,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
 from scrapy_playwright.page import PageMethod
+
+if TYPE_CHECKING:
+    from scrapy import Spider
 
 # Format 2 names of the fields of Request.to_dict(); others (a Request subclass's own) keep
 # their name.
@@ -147,3 +151,60 @@ def _decode_tagged(obj: dict[str, Any]) -> Any:
         stored = obj[_PAGE_METHOD_TAG]
         return PageMethod(stored["method"], *stored["args"], **stored["kwargs"])
     return obj
+
+
+# What a plain GET request has unless told otherwise: left out of its record, since Scrapy's
+# request_from_dict gives a missing field its default (records with every field, as written
+# before, load the same).
+DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "dont_filter": False,
+    "method": "GET",
+    "priority": 0,
+}
+
+
+def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)`` in format 2 (short field names, see
+    ``SHORT_NAMES``) without the fields that have their default, and without
+    Scrapy's scan of every spider attribute to name the callbacks when they are the spider's
+    own methods (the usual case)."""
+    callback = _method_name(spider, request.callback)
+    errback = _method_name(spider, request.errback)
+    if type(request) is not Request or callback is False or errback is False:
+        return shorten(request.to_dict(spider=spider))
+    fields = {
+        "callback": callback,
+        "errback": errback,
+        "headers": dict(request.headers),
+        "body": request.body,
+        "cookies": request.cookies,
+        "meta": request.meta,
+        "encoding": request.encoding,
+        "flags": request.flags,
+        "cb_kwargs": request.cb_kwargs,
+        "dont_filter": request.dont_filter,
+        "method": request.method,
+        "priority": request.priority,
+    }
+    record: dict[str, Any] = {"url": request.url}
+    record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
+    return shorten(record)
+
+
+def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
+    """The name of ``function`` on ``spider``, None without one, False when Scrapy must look."""
+    if function is None:
+        return None
+    name = getattr(function, "__name__", None)
+    if spider is None or name is None or getattr(spider, name, None) != function:
+        return False
+    return str(name)

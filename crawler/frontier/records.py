@@ -1,7 +1,6 @@
-"""Scrapy requests as the frontier stores them: JSON records, and back.
-
-The scheduler turns each request it is given into a :class:`Pending` entry (its JSON, its
-fingerprint, priority and due time) and each popped record back into a Scrapy request.
+"""A request's frontier entry: its due time, the sent-back mark, and the :class:`Pending` entry
+the scheduler turns each request it is given into (its JSON record from :mod:`codec`, its
+fingerprint, priority and due time).
 """
 
 from __future__ import annotations
@@ -47,66 +46,9 @@ def pending(
     forget_proxy_secrets(request)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
-        json=codec.dumps(request_record(request, spider)),
+        json=codec.dumps(codec.request_record(request, spider)),
         fingerprint=fingerprint,
         priority=request.priority,
         dont_filter=request.dont_filter or again,
         due=due,
     )
-
-
-# What a plain GET request has unless told otherwise: left out of its record, since Scrapy's
-# request_from_dict gives a missing field its default (records with every field, as written
-# before, load the same).
-DEFAULTS: dict[str, Any] = {
-    "callback": None,
-    "errback": None,
-    "headers": {},
-    "body": b"",
-    "cookies": {},
-    "meta": {},
-    "encoding": "utf-8",
-    "flags": [],
-    "cb_kwargs": {},
-    "dont_filter": False,
-    "method": "GET",
-    "priority": 0,
-}
-
-
-def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
-    """``request.to_dict(spider=spider)`` in format 2 (short field names, see
-    ``codec.SHORT_NAMES``) without the fields that have their default, and without
-    Scrapy's scan of every spider attribute to name the callbacks when they are the spider's
-    own methods (the usual case)."""
-    callback = _method_name(spider, request.callback)
-    errback = _method_name(spider, request.errback)
-    if type(request) is not Request or callback is False or errback is False:
-        return codec.shorten(request.to_dict(spider=spider))
-    fields = {
-        "callback": callback,
-        "errback": errback,
-        "headers": dict(request.headers),
-        "body": request.body,
-        "cookies": request.cookies,
-        "meta": request.meta,
-        "encoding": request.encoding,
-        "flags": request.flags,
-        "cb_kwargs": request.cb_kwargs,
-        "dont_filter": request.dont_filter,
-        "method": request.method,
-        "priority": request.priority,
-    }
-    record: dict[str, Any] = {"url": request.url}
-    record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
-    return codec.shorten(record)
-
-
-def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
-    """The name of ``function`` on ``spider``, None without one, False when Scrapy must look."""
-    if function is None:
-        return None
-    name = getattr(function, "__name__", None)
-    if spider is None or name is None or getattr(spider, name, None) != function:
-        return False
-    return str(name)

@@ -12,8 +12,9 @@ from itemadapter import ItemAdapter
 from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 
 from crawler.frontier import codec
+from crawler.frontier.codec import DEFAULTS
 from crawler.frontier.leases import unguarded
-from crawler.frontier.records import DEFAULTS, SENT_BACK_META
+from crawler.frontier.records import SENT_BACK_META
 from crawler.recrawl.policy import RecrawlPolicy, content_hash
 from crawler.recrawl.store import Revisit
 

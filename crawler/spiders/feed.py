@@ -25,7 +25,6 @@ from crawler.config import mask_uri, setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec
 from crawler.frontier.queue import fleet_busy
-from crawler.frontier.records import request_record
 from crawler.frontier.scheduler import START_META, FrontierScheduler, frontier_scheduler
 from crawler.keys import invalid_key, start_key
 from crawler.spiders.attributes import own_batch_size
@@ -226,7 +225,7 @@ class StartFeed:
                 detail = f"{len(request.url)} characters, URLLENGTH_LIMIT is {limit}"
                 raise InvalidStartEntry("url_too_long", detail)
             try:
-                codec.dumps(request_record(request, self.spider))
+                codec.dumps(codec.request_record(request, self.spider))
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {str(exc)[:300]}"
                 raise InvalidStartEntry("not_serializable", detail) from None
