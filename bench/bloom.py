@@ -32,7 +32,8 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from crawler.frontier.queue import DupefilterConfig, Frontier, Pending  # noqa: E402
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier, Pending  # noqa: E402
 from crawler.keys import FrontierKeys  # noqa: E402
 from devtools.services import free_port, start_redis  # noqa: E402
 

@@ -33,7 +33,8 @@ from scrapy_redis.queue import PriorityQueue  # noqa: E402
 
 from bench import _legacy_frontier as frontier_legacy  # noqa: E402
 from crawler.frontier import codec  # noqa: E402
-from crawler.frontier.queue import DupefilterConfig, Frontier, Pending  # noqa: E402
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier, Pending  # noqa: E402
 from crawler.frontier.records import pending  # noqa: E402
 from crawler.keys import FrontierKeys  # noqa: E402
 from devtools.services import free_port, start_redis  # noqa: E402

@@ -51,7 +51,8 @@ import redis  # noqa: E402
 from scrapy import Request, Spider, signals  # noqa: E402
 from scrapy.http import Response, TextResponse  # noqa: E402
 
-from crawler.frontier.queue import DupefilterConfig, Frontier  # noqa: E402
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier  # noqa: E402
 from crawler.keys import FrontierKeys, tagged  # noqa: E402
 from devtools.services import (  # noqa: E402
     ServerProcess,

@@ -243,7 +243,15 @@ class FrontierKeys:
 
     @property
     def dupefilter(self) -> str:
+        """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the
+        scalable Bloom filter's layers (``<base>:<n>``, built in ``lua._DUPEFILTER``)."""
         return self._key("dupefilter")
+
+    @property
+    def dupefilter_meta(self) -> str:
+        """The scalable Bloom filter's shape and per-layer counts (``<base>:meta``; the Lua
+        builds the same name)."""
+        return self.dupefilter + ":meta"
 
     @property
     def start_leases(self) -> str:

@@ -19,7 +19,8 @@ import redis
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-from crawler.frontier.queue import DupefilterConfig, Frontier
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
 from crawler.frontier.records import passes_again
 from crawler.frontier.scheduler import DUE_META
 from crawler.keys import FrontierKeys

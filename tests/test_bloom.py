@@ -13,7 +13,8 @@ from typing import Any
 
 import redis
 
-from crawler.frontier.queue import DupefilterConfig, Frontier, Pending
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys
 
 SPIDER = "shop"

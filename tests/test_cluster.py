@@ -25,7 +25,8 @@ from crawler.connection import (
     redis_from_settings,
 )
 from crawler.frontier import codec
-from crawler.frontier.queue import DupefilterConfig, Frontier, Pending
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys
 from devtools.services import free_port
 from sandbox.data import build_dataset

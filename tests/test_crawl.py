@@ -11,7 +11,8 @@ from typing import Any, cast
 import pytest
 import redis
 
-from crawler.frontier.queue import DupefilterConfig, Frontier
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_sandbox
 from sandbox.data import build_dataset

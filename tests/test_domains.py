@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from crawler.domains.summary import summarize
-from crawler.frontier.queue import DupefilterConfig, Frontier
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port

@@ -16,7 +16,8 @@ import redis
 from redis.crc import key_slot
 
 from crawler.frontier import codec
-from crawler.frontier.queue import DupefilterConfig, Frontier, Pending, Popped
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending, Popped
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
 from tests.harness import ROOT, Crawl, Sandbox, poll

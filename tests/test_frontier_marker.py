@@ -14,8 +14,9 @@ import pytest
 import redis
 from scrapy.utils.test import get_crawler
 
+from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.marker import FrontierMarker
-from crawler.frontier.queue import DupefilterConfig, Frontier
+from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
 from sandbox.data import build_dataset

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from redis.commands.core import Script
 
     from crawler.connection import RedisClient
+    from crawler.frontier.dupefilter import DupefilterConfig
     from crawler.keys import FrontierKeys
 
 # Higher Scrapy priority first, FIFO within one priority (one list per priority, see
@@ -90,15 +91,6 @@ class Popped:
     reclaimed: int
     queue_size: int
     next_due: float = 0.0  # earliest due time (Unix) left in the delayed set; 0 when empty
-
-
-@dataclass(frozen=True)
-class DupefilterConfig:
-    """How requests are recognised as seen: mode "bloom", "redisbloom", "exact" or "none"."""
-
-    mode: str = "bloom"
-    capacity: int = 1_000_000
-    error_rate: float = 1e-7
 
 
 class Frontier:

@@ -28,9 +28,10 @@ from twisted.internet import task
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec as serializer
+from crawler.frontier.dupefilter import DupefilterConfig, RecentlySeen
 from crawler.frontier.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
 from crawler.frontier.marker import FrontierMarker
-from crawler.frontier.queue import DupefilterConfig, Frontier, Pending, Popped, requests_left
+from crawler.frontier.queue import Frontier, Pending, Popped, requests_left
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
 from crawler.frontier.records import passes_again, pending
 from crawler.keys import FrontierKeys, start_key
@@ -49,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 LEASE_META = "frontier_lease"
 START_META = "frontier_start"
-DUPEFILTER_MODES = ("bloom", "redisbloom", "exact", "none")
 
 
 @dataclass(frozen=True)
@@ -65,15 +65,11 @@ class FrontierSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
-        mode = setting(settings, "DUPEFILTER_MODE")
-        error_rate = setting(settings, "DUPEFILTER_ERROR_RATE")
         return cls(
             batch_size=setting_int(settings, "FRONTIER_BATCH_SIZE", 1, 1000),
             lease_seconds=setting_int(settings, "FRONTIER_LEASE_SECONDS", 5),
             flush_interval=setting(settings, "FRONTIER_FLUSH_INTERVAL"),
-            dupefilter=DupefilterConfig(
-                mode, setting_int(settings, "DUPEFILTER_CAPACITY", 1000), error_rate
-            ),
+            dupefilter=DupefilterConfig.from_settings(settings),
             local_seen=setting_int(settings, "DUPEFILTER_LOCAL_CACHE", 0),
             idle_poll=setting(settings, "IDLE_POLL_INTERVAL"),
         )
@@ -102,7 +98,7 @@ class FrontierScheduler(BaseScheduler):
         self._ready: deque[Request] = deque()
         self._pushes: list[Pending] = []
         self.starts = StartLeases()
-        self._seen_here: set[bytes] = set()
+        self._seen_here = RecentlySeen(config.local_seen)
         self._suspects: set[str] = set()
         self._queue_size = 0
         self._next_pop = 0.0
@@ -184,15 +180,10 @@ class FrontierScheduler(BaseScheduler):
     def _first_time_here(self, fingerprint: bytes) -> bool:
         """False for a fingerprint this worker scheduled before: the fleet's filter has it, so
         it is dropped here without serializing it or asking Redis."""
-        if not self.config.local_seen or self.config.dupefilter.mode == "none":
+        if self.config.dupefilter.mode == "none" or self._seen_here.first_time(fingerprint):
             return True
-        if fingerprint in self._seen_here:
-            self._count("dupefilter/filtered")
-            return False
-        if len(self._seen_here) >= self.config.local_seen:
-            self._seen_here.clear()
-        self._seen_here.add(fingerprint)
-        return True
+        self._count("dupefilter/filtered")
+        return False
 
     def next_request(self) -> Request | None:
         if not self._ready and time.monotonic() >= self._next_pop:

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawler.connection import reply_text
+from crawler.connection import decode_counts
+from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.queue import SIZE_NAMES, queue_sizes, work_left
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
@@ -188,37 +189,6 @@ class StatsPublisher:
             seen,
             {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
         )
-
-
-def queue_seen(pipe: Any, keys: FrontierKeys, mode: str) -> None:
-    """Queue the command that tells how many requests the duplicate filter has seen."""
-    if mode == "bloom":
-        pipe.hgetall(keys.dupefilter + ":meta")
-    elif mode == "exact":
-        pipe.scard(keys.dupefilter)
-    else:  # RedisBloom's count needs BF.CARD (not on every server); "none" keeps no count
-        pipe.exists(keys.dupefilter)
-
-
-def read_seen(raw: Any, mode: str) -> int | None:
-    """The approximate count of requests seen, from what ``queue_seen`` read."""
-    if mode == "bloom":
-        counts = decode_counts(raw)
-        return sum(value for name, value in counts.items() if name.startswith("count:"))
-    if mode == "exact":
-        return int(raw)
-    return None
-
-
-def decode_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
-    """A Redis hash of integer counts as text -> int (values that are not integers skipped)."""
-    counts: dict[str, int] = {}
-    for name, value in raw.items():
-        try:
-            counts[reply_text(name)] = int(value)
-        except ValueError:
-            continue
-    return counts
 
 
 def _recent_minutes(now: float) -> list[int]:

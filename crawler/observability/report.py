@@ -10,21 +10,15 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
-
 from crawler.bans.politeness import active_cooldowns
 from crawler.config import MASK, mask_uri
-from crawler.connection import reply_text
+from crawler.connection import decode_counts, reply_text
+from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
 from crawler.frontier.queue import Frontier, work_left
 from crawler.frontier.scheduler import FrontierSettings
 from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters
-from crawler.observability.publisher import (
-    MINUTE_FIELDS,
-    decode_counts,
-    queue_seen,
-    read_seen,
-)
+from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
 from crawler.recrawl.store import RevisitStore
 
@@ -33,7 +27,6 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
 
-APPROXIMATE_MODES = ("bloom", "redisbloom")
 WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items")
 WORKER_RATES = ("pages_per_min", "items_per_min")
 # Request headers and meta keys of a dead letter that hold credentials or URLs that may.
@@ -107,7 +100,7 @@ def spider_status(
         "frontier": sizes,
         "revisits": RevisitStore(server, spider).counts(now),
         "seen": {
-            "count": _seen(server, frontier_keys, config.dupefilter.mode, raw_seen),
+            "count": seen_count(server, frontier_keys, config.dupefilter.mode, raw_seen),
             "mode": config.dupefilter.mode,
             "approximate": config.dupefilter.mode in APPROXIMATE_MODES,
         },
@@ -292,16 +285,6 @@ def _breakdown(values: Mapping[str, int]) -> str:
 
 def _series(per_minute: list[dict[str, int]], name: str) -> str:
     return " ".join(f"{row[name]:,}" for row in per_minute)
-
-
-def _seen(server: RedisClient, keys: FrontierKeys, mode: str, raw: Any) -> int | None:
-    if mode != "redisbloom":
-        return read_seen(raw, mode)
-    try:
-        count: Any = server.execute_command("BF.CARD", keys.dupefilter)  # type: ignore[no-untyped-call]
-        return int(count)
-    except ResponseError:  # no RedisBloom, or one older than BF.CARD
-        return None
 
 
 def _decode_stats(raw: Mapping[Any, Any]) -> dict[str, Any]:
