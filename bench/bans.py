@@ -62,7 +62,7 @@ IDLE_CLOSE_SECONDS = 2
 SCRAPY_RETRY_TIMES = 2
 SCRAPY_RETRY_HTTP_CODES = "500,502,503,504,522,524,408,429"
 # Acknowledges frontier leases; there are none under Scrapy's scheduler.
-LEASE_SPIDER_MIDDLEWARE = "crawler.frontier.acks.LeaseSpiderMiddleware"
+LEASE_SPIDER_MIDDLEWARE = "crawler.middlewares.LeaseSpiderMiddleware"
 
 
 @dataclass(frozen=True)

@@ -287,7 +287,7 @@ class GraphSpider(Spider):
 
 
 class PassThroughSpiderMiddleware:
-    """What crawler.frontier.acks.LeaseSpiderMiddleware does without a frontier scheduler."""
+    """What crawler.middlewares.LeaseSpiderMiddleware does without a frontier scheduler."""
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
@@ -300,14 +300,14 @@ class PassThroughSpiderMiddleware:
 
 
 class PassThroughDownloaderMiddleware:
-    """What crawler.frontier.acks.LeaseDownloaderMiddleware does without a frontier scheduler."""
+    """What crawler.middlewares.LeaseDownloaderMiddleware does without a frontier scheduler."""
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         return None
 
 
-LEASE_SPIDER_MW = "crawler.frontier.acks.LeaseSpiderMiddleware"
-LEASE_DOWNLOADER_MW = "crawler.frontier.acks.LeaseDownloaderMiddleware"
+LEASE_SPIDER_MW = "crawler.middlewares.LeaseSpiderMiddleware"
+LEASE_DOWNLOADER_MW = "crawler.middlewares.LeaseDownloaderMiddleware"
 
 
 def lease_middlewares_misfire() -> bool:

@@ -78,17 +78,17 @@ USER_AGENT = (
 #   700 Cookies: keeps the cookies of every answer, bans included, as a browser does.
 #   750 HttpProxy, 850 DownloaderStats, 900 HttpCache: the answer as it came over the wire.
 DOWNLOADER_MIDDLEWARES = {
-    "crawler.frontier.acks.LeaseDownloaderMiddleware": 1,
+    "crawler.middlewares.LeaseDownloaderMiddleware": 1,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
-    "crawler.middlewares.concurrency.HostFullMiddleware": 640,
+    "crawler.middlewares.HostFullMiddleware": 640,
     "crawler.middlewares.BanMiddleware": 650,
-    "crawler.middlewares.concurrency.HostConcurrencyMiddleware": 660,
+    "crawler.middlewares.HostConcurrencyMiddleware": 660,
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
-    "crawler.frontier.acks.LeaseSpiderMiddleware": 1,
+    "crawler.middlewares.LeaseSpiderMiddleware": 1,
     # Gives every page with items its next visit (only with RECRAWL_ENABLED; see below).
     "crawler.recrawl.RecrawlMiddleware": 50,
 }

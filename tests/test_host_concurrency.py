@@ -17,7 +17,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.bans.concurrency import HostSlots
 from crawler.frontier.records import DUE_META
-from crawler.middlewares.concurrency import HostConcurrencyMiddleware, HostFullMiddleware
+from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
 from tests.harness import ROOT, Crawl, Sandbox, poll
 from tests.test_links import build_web, home, links_settings, stored, truth
 

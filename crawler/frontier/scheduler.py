@@ -1,10 +1,11 @@
 """The Scrapy scheduler on the Redis frontier: leased batches, JSON, nothing lost.
 
 A popped request is leased to this worker, not deleted. The lease is acknowledged once the
-response is handled: the callback's output consumed, its items through the pipelines and its
-new requests in Redis (see ``acks.py``). Requests a worker schedules are buffered and written in
-one script call per batch, together with the acknowledgements they allow, so a worker that
-dies at any point leaves its leases to expire and come back to the queue for another worker.
+response is handled: the callback's output consumed, its items through the pipelines and its new
+requests in Redis (see the lease middlewares in ``crawler/middlewares.py``). Requests a worker
+schedules are buffered and written in one script call per batch, together with the
+acknowledgements they allow, so a worker that dies at any point leaves its leases to expire and
+come back to the queue for another worker.
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ class FrontierScheduler(BaseScheduler):
             poll = self.config.idle_poll
             slot.nextcall.schedule(min(4 * poll, max(poll, self._next_pop - time.monotonic())))
 
-    # --- lease lifecycle, reported by crawler.frontier.acks ----------------------------------
+    # --- lease lifecycle, reported by crawler.middlewares.Lease*Middleware -------------------
 
     def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
         """Have ``settle`` called with a failure of the leased ``request`` that reaches the

@@ -10,7 +10,8 @@ allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The 
 downloaded the rules asks the spider for the requests they seed (its sitemaps).
 
 Crawl-delay is put in the request's meta ``crawl_delay``: the ban middleware's fleet-wide
-politeness (crawler/middlewares/bans.py) spaces the host's requests by it for every worker.
+politeness (BanMiddleware, crawler/middlewares.py) spaces the host's requests by it for every
+worker.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
+from crawler.bans.policy import CRAWL_DELAY_META
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier.records import sent_back
 from crawler.frontier.scheduler import DUE_META
 from crawler.keys import robots_claim_key, robots_key
-from crawler.middlewares.bans import CRAWL_DELAY_META
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -10,7 +10,7 @@ from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.http import TextResponse
 
 from crawler.frontier.scheduler import DUE_META, frontier_scheduler
-from crawler.middlewares.retry import BackoffRetryMiddleware
+from crawler.middlewares import BackoffRetryMiddleware
 
 if TYPE_CHECKING:
     from scrapy import Request
