@@ -278,14 +278,14 @@ MONGO_WRITE_CONCERN = {"w": 1, "j": True}
 # ("dict", "BookItem") or else by spider name: "<collection>:<unique key field>", or "" to pass
 # them on unstored. An item with no destination is an error: its request is dead-lettered
 # (item_error:UndeclaredItem) and can be requeued once this names it. See
-# crawler/pipelines/destinations.py.
+# crawler/storage/destinations.py.
 MONGO_COLLECTIONS: dict[str, str] = {}
 # MONGO_MAX_DOCUMENT_BYTES (int 1024..16777216, default 16000000): largest BSON size of an
 # item's document (MongoDB refuses more than 16 MiB; the default leaves room for the
 # timestamps). A larger one is trimmed: its longest string field, then the next, is cut just
 # enough to fit, and the document's "_truncated" field maps each cut field to its size before
 # (bytes). A document still too large is not stored: its item fails and its request goes to
-# the dead-letter list with the reason (crawler/pipelines/documents.py).
+# the dead-letter list with the reason (crawler/storage/documents.py).
 MONGO_MAX_DOCUMENT_BYTES = 16_000_000
 
 ITEM_PIPELINES = {

@@ -82,7 +82,13 @@ def _egg_entry_points(egg: Path) -> configparser.ConfigParser:
 def _assert_egg_holds_the_project(egg: Path) -> None:
     with zipfile.ZipFile(egg) as archive:
         names = set(archive.namelist())
-    modules = ("settings.py", "spiders/explore.py", "spiders/profiles.py", "pipelines/mongo.py")
+    modules = (
+        "settings.py",
+        "spiders/explore.py",
+        "pipelines.py",
+        "middlewares.py",
+        "storage/mongo.py",
+    )
     for module in modules:
         assert f"crawler/{module}" in names
     # Only the crawler ships: the sandbox, the dev tools, the benchmarks and the tests stay home.

@@ -54,7 +54,7 @@ def ip_address(value: Any) -> str:
 
 def destination(value: Any) -> Any:
     """MONGO_COLLECTIONS value: ``"collection:unique key field"`` or ``""``."""
-    from crawler.pipelines.destinations import parse_destination
+    from crawler.storage.destinations import parse_destination
 
     return parse_destination(value)
 
@@ -92,7 +92,7 @@ def start_host(value: Any) -> str:
 
 def write_concern(value: Any) -> Any:
     """MONGO_WRITE_CONCERN as the pipeline reads it (it raises SettingsError itself)."""
-    from crawler.pipelines.writes import write_concern as read  # imports this package
+    from crawler.storage.writes import write_concern as read  # imports this package
 
     return read(BaseSettings({"MONGO_WRITE_CONCERN": value}))
 

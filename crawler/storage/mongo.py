@@ -3,7 +3,8 @@
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
 on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
 ``last_changed``/``change_count`` when the content changed (``changes.py``).
-``process_item`` returns only once its item is written with the write concern
+``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
+only once its item is written with the write concern
 MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
 acknowledges a request only after its items are durable. An item MongoDB does not store (too
 large even once trimmed, see ``documents.py``, or refused by the server) fails with
@@ -27,18 +28,11 @@ from pymongo import MongoClient, UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import mask_uri, setting, setting_int
-from crawler.pipelines.changes import history_update, with_change_hash
-from crawler.pipelines.destinations import (
-    QUIET_UNDECLARED,
-    SCRAPER_LOGGER,
-    Destination,
-    Destinations,
-    UndeclaredItem,
-    document_of,
-)
-from crawler.pipelines.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
-from crawler.pipelines.spill import Record, SpillFile
-from crawler.pipelines.writes import Outcome, refused, transient, write_concern, written
+from crawler.storage.changes import history_update
+from crawler.storage.destinations import Destination, Destinations
+from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
+from crawler.storage.spill import Record, SpillFile
+from crawler.storage.writes import Outcome, refused, transient, write_concern, written
 
 if TYPE_CHECKING:
     from pymongo.database import Database
@@ -103,11 +97,11 @@ class Batch:
     started: float = field(default_factory=time.monotonic)
 
 
-class MongoPipeline:
-    """Buffer items per collection and upsert them in batches from a writer thread.
+class MongoWriter:
+    """Buffer documents per collection and upsert them in batches from a writer thread.
 
     A batch is written when it holds MONGO_BATCH_SIZE items, when its oldest item is older than
-    MONGO_FLUSH_INTERVAL, and when the spider closes, with MONGO_WRITE_CONCERN. Transient errors
+    MONGO_FLUSH_INTERVAL, and when the writer closes, with MONGO_WRITE_CONCERN. Transient errors
     are retried with backoff MONGO_RETRY_TIMES times; after that the batch goes to the spill
     file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start. At
     most MONGO_MAX_PENDING items wait at once: beyond that the crawl waits, so memory stays
@@ -120,12 +114,12 @@ class MongoPipeline:
         config: MongoSettings,
         stats: StatsCollector,
         spider_name: str,
-        destinations: Destinations | None = None,
+        destinations: Destinations,
     ) -> None:
         self.config = config
         self.stats = stats
         self.spider_name = spider_name
-        self.destinations = destinations or Destinations({}, spider_name)
+        self.destinations = destinations
         self._indexed: set[str] = set()
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
@@ -138,20 +132,8 @@ class MongoPipeline:
         # One writer thread: batches are written in order, one at a time.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-writer")
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> MongoPipeline:
-        assert crawler.stats is not None
-        assert crawler.spidercls is not None
-        name = crawler.spidercls.name
-        declared = setting(crawler.settings, "MONGO_COLLECTIONS")
-        return cls(
-            MongoSettings.from_crawler(crawler), crawler.stats, name, Destinations(declared, name)
-        )
-
-    # --- Scrapy's pipeline interface --------------------------------------------------------------
-
-    async def open_spider(self) -> None:
-        logging.getLogger(SCRAPER_LOGGER).addFilter(QUIET_UNDECLARED)
+    async def open(self) -> None:
+        """Connect, replay what earlier runs spilled, start flushing old batches."""
         await self._in_thread(self._connect)
         self.spill = SpillFile(self.config.spill_dir, self.spider_name)
         await self._in_thread(self._replay_orphans)
@@ -159,32 +141,18 @@ class MongoPipeline:
         self._room.set()
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
-    async def process_item(self, item: Any) -> Any:
-        destination = self._destination(item)
-        if destination is None:
-            return item
-        volatile = getattr(type(item), "volatile_fields", ())
-        document = with_change_hash(document_of(item, destination), volatile)
+    async def store(self, destination: Destination, document: dict[str, Any]) -> None:
+        """Return once ``document`` is written to its collection or spilled; raises
+        :class:`ItemNotStored` when MongoDB does not store it."""
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
             await self._room.wait()
         waiter = self._buffer(destination, document)
         await waiter
-        return item
 
-    def _destination(self, item: Any) -> Destination | None:
-        try:
-            return self.destinations.of(item)
-        except UndeclaredItem as exc:
-            name = type(item).__name__
-            if not self.stats.get_value(f"mongo/undeclared/{name}"):
-                logger.error("%s; their requests go to the dead letters", exc)
-            self.stats.inc_value(f"mongo/undeclared/{name}")
-            raise
-
-    async def close_spider(self) -> None:
-        logging.getLogger(SCRAPER_LOGGER).removeFilter(QUIET_UNDECLARED)
+    async def close(self) -> None:
+        """Write every batch, replay the spill file once more, disconnect."""
         if self._ticker is not None:
             self._ticker.cancel()
         for collection in list(self._batches):
