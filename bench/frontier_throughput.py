@@ -11,15 +11,13 @@ against the same server and each time a fresh private Redis, with:
   (b) stock scrapy-redis (priority queue, pickle, its set-of-SHA1 duplicate filter),
   (c) this project's scheduler (FrontierScheduler, Bloom duplicate filter), project defaults.
 
-The project's spider and downloader middlewares stay on for all three (while its lease
-middlewares mistake any scheduler for ours, (a) and (b) get pass-throughs in their place,
-doing what they do without our scheduler). Printed per variant:
-pages/s (pages crawled / time from spider open to the last response), ratios, Redis round
-trips and commands per page (counted in the crawl process by wrapping redis-py's connection,
-and on the server with INFO's total_commands_processed, which includes commands run inside
-Lua scripts), CPU per page of the crawl process, Redis and the page server, and the duplicate
-filter's size (MEMORY USAGE of its keys) per URL. Targets: ours >= 0.9x Scrapy's memory
-scheduler and >= 1.25x stock scrapy-redis.
+The project's spider and downloader middlewares stay on for all three (the lease middlewares do
+nothing without our scheduler). Printed per variant: pages/s (pages crawled / time from spider
+open to the last response), ratios, Redis round trips and commands per page (counted in the
+crawl process by wrapping redis-py's connection, and on the server with INFO's
+total_commands_processed, which includes commands run inside Lua scripts), CPU per page of the
+crawl process, Redis and the page server, and the duplicate filter's size (MEMORY USAGE of its
+keys) per URL. Targets: ours >= 0.9x Scrapy's memory scheduler and >= 1.25x stock scrapy-redis.
 
 Usage: python bench/frontier_throughput.py [--pages 20000] [--concurrency 32] [--repeat 1]
 """
@@ -286,63 +284,6 @@ class GraphSpider(Spider):
             yield response.follow(href, callback=self.parse)
 
 
-class PassThroughSpiderMiddleware:
-    """What crawler.middlewares.LeaseSpiderMiddleware does without a frontier scheduler."""
-
-    async def process_spider_output(
-        self, response: Response, result: AsyncIterator[Any]
-    ) -> AsyncIterator[Any]:
-        async for output in result:
-            yield output
-
-    def process_spider_exception(self, response: Response, exception: Exception) -> None:
-        return None
-
-
-class PassThroughDownloaderMiddleware:
-    """What crawler.middlewares.LeaseDownloaderMiddleware does without a frontier scheduler."""
-
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        return None
-
-
-LEASE_SPIDER_MW = "crawler.middlewares.LeaseSpiderMiddleware"
-LEASE_DOWNLOADER_MW = "crawler.middlewares.LeaseDownloaderMiddleware"
-
-
-def lease_middlewares_misfire() -> bool:
-    """True when the lease middlewares take any scheduler for a FrontierScheduler.
-
-    They recognise it with isinstance(), which Scrapy's BaseSchedulerMeta answers by duck
-    typing, so they would call frontier-only methods on Scrapy's and scrapy-redis' schedulers.
-    """
-    from scrapy.core.scheduler import Scheduler
-
-    from crawler.frontier.scheduler import FrontierScheduler
-
-    return isinstance(Scheduler.__new__(Scheduler), FrontierScheduler)
-
-
-def pass_through_middlewares() -> dict[str, str]:
-    """The project's middleware settings with the lease middlewares swapped for pass-throughs
-    at the same order (everything else unchanged)."""
-    from crawler import settings as project
-
-    spider = {**project.SPIDER_MIDDLEWARES, LEASE_SPIDER_MW: None}
-    spider[f"{MODULE}.PassThroughSpiderMiddleware"] = project.SPIDER_MIDDLEWARES[LEASE_SPIDER_MW]
-    downloader: dict[str, int | None] = {
-        **project.DOWNLOADER_MIDDLEWARES,
-        LEASE_DOWNLOADER_MW: None,
-    }
-    downloader[f"{MODULE}.PassThroughDownloaderMiddleware"] = project.DOWNLOADER_MIDDLEWARES[
-        LEASE_DOWNLOADER_MW
-    ]
-    return {
-        "SPIDER_MIDDLEWARES": json.dumps(spider),
-        "DOWNLOADER_MIDDLEWARES": json.dumps(downloader),
-    }
-
-
 _REDIS_COUNTS: Counter[str] = Counter()
 _next_kind = ["?"]
 
@@ -499,8 +440,6 @@ def run_variant(
                 "POLITENESS_RATE": "0",
                 **settings,
             }
-            if variant != OURS and args.pass_through:
-                overrides.update(pass_through_middlewares())
             if variant == OURS:
                 overrides.update(args.ours_settings)
             command = [sys.executable]
@@ -748,14 +687,6 @@ def main() -> int:
     for directory in (args.profile, args.py_spy):
         if directory:
             Path(directory).mkdir(parents=True, exist_ok=True)
-    args.pass_through = lease_middlewares_misfire()
-    if args.pass_through:
-        print(
-            "note: crawler.frontier.acks takes any scheduler for a FrontierScheduler "
-            "(isinstance is duck-typed by\n  Scrapy's BaseSchedulerMeta) and would fail the "
-            "other variants; for (a) and (b) its two middlewares\n  are replaced by "
-            "pass-throughs at the same order, doing what they do without our scheduler."
-        )
 
     started = time.perf_counter()
     servers, graph_url = start_graph_server(args.pages, args.seed, args.server_processes)

@@ -419,22 +419,22 @@ NOT_BANS = [
         "",
         id="404-on-login-path",
     ),
-    pytest.param(response(500, "<h1>Internal Server Error</h1>"), "retry", "http_500", id="500"),
+    pytest.param(response(500, "<h1>Internal Server Error</h1>"), "ok", "", id="500"),
     pytest.param(
         response(502, "<html><body>Bad Gateway</body></html>", headers={"Server": "nginx"}),
-        "retry",
-        "http_502",
+        "ok",
+        "",
         id="502",
     ),
-    pytest.param(response(503, b"", cls=Response), "retry", "http_503", id="503-empty"),
+    pytest.param(response(503, b"", cls=Response), "ok", "", id="503-empty"),
     pytest.param(
         response(
             503,
             f"<html><body><h1>Down for maintenance</h1>{CLOUDFLARE_DETECTION_SCRIPT}</body></html>",
             headers={"Server": "cloudflare", "CF-RAY": "8a1b2c3d4e5f6a7b-AMS"},
         ),
-        "retry",
-        "http_503",
+        "ok",
+        "",
         id="503-behind-cloudflare-bot-detection",
     ),
     pytest.param(
@@ -583,7 +583,7 @@ SPIDER_CASES = [
         "",
         id="compact-profile",
     ),
-    pytest.param("profiles", response(503, b"", cls=Response), "retry", "http_503", id="503"),
+    pytest.param("profiles", response(503, b"", cls=Response), "ok", "", id="503"),
     pytest.param(
         "explore",
         response(200, "<html><body>Please wait</body></html>", FEED),
