@@ -40,7 +40,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -51,6 +50,7 @@ import redis  # noqa: E402
 
 from crawler import settings as project_settings  # noqa: E402
 from devtools.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from sandbox.client import SandboxClient  # noqa: E402
 from sandbox.config import BAN_MODES  # noqa: E402
 from sandbox.data import build_dataset  # noqa: E402
 
@@ -88,24 +88,10 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Sandbox:
-    url: str
-
-    def admin(self, path: str, payload: dict[str, Any] | None = None) -> Any:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = Request(
-            f"{self.url}/__admin__/{path}", data=data, method="GET" if data is None else "POST"
-        )
-        request.add_header("Content-Type", "application/json")
-        with urlopen(request, timeout=10) as response:
-            return json.loads(response.read() or b"null")
-
-
-@dataclass(frozen=True)
 class Bench:
     redis_url: str
     mongo_uri: str
-    sandbox: Sandbox
+    sandbox: SandboxClient
     users: list[str]
     expected_status: dict[str, str]
     timeout: float
@@ -117,10 +103,10 @@ class Bench:
 
 
 @contextmanager
-def sandbox_server() -> Iterator[Sandbox]:
+def sandbox_server() -> Iterator[SandboxClient]:
     server, url = start_sandbox()
     try:
-        yield Sandbox(url)
+        yield SandboxClient(url)
     finally:
         server.stop()
 

@@ -35,7 +35,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.request import Request, urlopen
 
 import pymongo
 import redis
@@ -54,6 +53,7 @@ from devtools.services import (
     start_redis,
     start_sandbox,
 )
+from sandbox.client import SandboxClient
 
 SPIDERS = ("explore", "profiles", "maps")
 DEMO_STATE_DIR = DEFAULT_STATE_DIR / "demo"
@@ -185,22 +185,11 @@ def sandbox_site(log_path: Path) -> Iterator[str]:
     except ServiceError as exc:
         raise SystemExit(str(exc)) from exc
     try:
-        _post_json(f"{url}/__admin__/config", SANDBOX_CONFIG)
+        SandboxClient(url).admin("config", SANDBOX_CONFIG)
         say(f"sandbox site at {url}")
         yield url
     finally:
         server.stop()
-
-
-def _post_json(url: str, payload: dict[str, Any]) -> None:
-    request = Request(
-        url,
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urlopen(request, timeout=10):
-        pass
 
 
 def crawl_environment(servers: Servers, state_dir: Path) -> dict[str, str]:
