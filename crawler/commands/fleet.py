@@ -19,20 +19,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 
 from crawler.aws.config import SECRET_MODES, FleetConfig
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
+from crawler.commands import ProjectCommand
 from crawler.config import mask_uri
-from crawler.connection import redis_from_settings
-from crawler.frontier.queue import WORK_LEFT, Frontier
-from crawler.frontier.scheduler import FrontierSettings
-from crawler.keys import FrontierKeys, start_key
+from crawler.frontier.queue import WORK_LEFT
 
 if TYPE_CHECKING:
     import argparse
@@ -40,11 +37,7 @@ if TYPE_CHECKING:
 ACTIONS = ("launch", "list", "rotate", "scale-to-zero")
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
-
+class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return "launch|list|rotate|scale-to-zero [spider] [options]"
 
@@ -89,11 +82,7 @@ class Command(ScrapyCommand):
         action, rest = args[0], args[1:]
         if len(rest) > 1 or (action != "list" and len(rest) != 1):
             raise UsageError(f"{action} takes {'at most ' if action == 'list' else ''}one spider")
-        assert self.settings is not None
-        known = get_spider_loader(self.settings).list()
-        if rest and rest[0] not in known:
-            raise UsageError(f"no spider {rest[0]!r} in this project; spiders: {sorted(known)}")
-        return action, rest[0] if rest else None
+        return action, self.known_spider(rest[0]) if rest else None
 
     def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
         config = fleet.config
@@ -127,7 +116,7 @@ class Command(ScrapyCommand):
 
     def _rotate(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
+        server = self.redis()
         reported = banned_instances(server, spider)
         live = {instance.id: instance for instance in fleet.instances(spider)}
         banned = [live[instance_id] for instance_id in reported if instance_id in live]
@@ -167,10 +156,7 @@ class Command(ScrapyCommand):
 
     def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
-        start = start_key(self.settings, spider)
-        config = FrontierSettings.from_settings(self.settings)
-        sizes = Frontier(server, FrontierKeys(spider, start), config.dupefilter).sizes()
+        sizes = self.frontier(self.redis(), spider).sizes()
         pending = {name: sizes[name] for name in WORK_LEFT if sizes[name]}
         terminated: list[str] = []
         if not pending:

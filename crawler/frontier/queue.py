@@ -21,6 +21,7 @@ from crawler.frontier import codec, lua
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
+    from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
     from crawler.frontier.dupefilter import DupefilterConfig
@@ -276,3 +277,13 @@ def queue_sizes(pipe: Any, keys: FrontierKeys, with_queued: bool = True) -> None
     pipe.llen(keys.dead)
     pipe.llen(keys.start)
     pipe.zcard(keys.start_leases)
+
+
+def spider_frontier(server: RedisClient, settings: BaseSettings, spider: str) -> Frontier:
+    """The frontier of the spider named ``spider`` as the project's settings lay it out (its
+    start list, its duplicate filter): what the commands and ``scrapy status`` read."""
+    from crawler.frontier.dupefilter import DupefilterConfig
+    from crawler.keys import FrontierKeys, start_key
+
+    keys = FrontierKeys(spider, start_key(settings, spider))
+    return Frontier(server, keys, DupefilterConfig.from_settings(settings))

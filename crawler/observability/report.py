@@ -14,9 +14,8 @@ from crawler.bans.politeness import active_cooldowns
 from crawler.config import MASK, mask_uri
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
-from crawler.frontier.queue import Frontier, work_left
-from crawler.frontier.scheduler import FrontierSettings
-from crawler.keys import FleetKeys, FrontierKeys, start_key
+from crawler.frontier.queue import spider_frontier, work_left
+from crawler.keys import FleetKeys
 from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
@@ -65,16 +64,15 @@ def spider_status(
     """Everything ``scrapy status`` knows about ``spider``, JSON-ready; with ``history``, also
     that many minutes of per-minute counts under ``rates.history``."""
     now = time.time()
-    config = FrontierSettings.from_settings(settings)
-    frontier_keys = FrontierKeys(spider, start_key(settings, spider))
-    keys = FleetKeys.for_spider(spider, settings.get("STATS_REDIS_KEY"))
-    frontier = Frontier(server, frontier_keys, config.dupefilter)
+    frontier = spider_frontier(server, settings, spider)
+    frontier_keys, mode = frontier.keys, frontier.dupefilter.mode
+    keys = FleetKeys.from_settings(settings, spider)
     sizes = frontier.sizes()
     span = max(minutes, history)
     window = list(range(int(now // 60) - span + 1, int(now // 60) + 1))
     pipe = server.pipeline(transaction=False)
     pipe.hgetall(keys.stats)
-    queue_seen(pipe, frontier_keys, config.dupefilter.mode)
+    queue_seen(pipe, frontier_keys, mode)
     for minute in window:
         pipe.hgetall(keys.minute(minute))
     raw_stats, raw_seen, *raw_minutes = pipe.execute()
@@ -100,9 +98,9 @@ def spider_status(
         "frontier": sizes,
         "revisits": RevisitStore(server, spider).counts(now),
         "seen": {
-            "count": seen_count(server, frontier_keys, config.dupefilter.mode, raw_seen),
-            "mode": config.dupefilter.mode,
-            "approximate": config.dupefilter.mode in APPROXIMATE_MODES,
+            "count": seen_count(server, frontier_keys, mode, raw_seen),
+            "mode": mode,
+            "approximate": mode in APPROXIMATE_MODES,
         },
         "counters": Counters.from_stats(stats).to_json(),
         "rates": {
