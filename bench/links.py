@@ -80,7 +80,7 @@ class LinksProbe:
     writes them to BENCH_PROBE_FILE when the spider closes."""
 
     def __init__(self, crawler: Any) -> None:
-        from bench.frontier_throughput import install_redis_counters
+        from bench._probes import install_redis_counters
 
         install_redis_counters()
         self.crawler = crawler
@@ -102,7 +102,7 @@ class LinksProbe:
             self.times.append(time.perf_counter())
 
     def spider_closed(self, reason: str) -> None:
-        from bench.frontier_throughput import _REDIS_COUNTS
+        from bench._probes import _REDIS_COUNTS
 
         result = {
             "reason": reason,
