@@ -12,13 +12,22 @@ and ``scraping`` (the callback's output is being consumed).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from crawler.frontier import codec
+
 if TYPE_CHECKING:
     from scrapy import Request
+    from scrapy.crawler import Crawler
     from twisted.python.failure import Failure
+
+# Meta key holding the lease id of a request popped from the frontier.
+LEASE_META = "frontier_lease"
+logger = logging.getLogger(__name__)
 
 Op = tuple[str, str, str]  # (op, lease id, payload), see lua.SETTLE
 PHASES = ("ready", "downloading", "downloaded", "scraping")
@@ -153,6 +162,90 @@ class StartLeases:
         self.acks.append(member)
 
 
+class LeaseReports:
+    """Where each lease of a FrontierScheduler stands, as the lease middlewares
+    (``crawler.middlewares.Lease*Middleware``) and the middlewares that give requests up report
+    it; mixed into the scheduler, whose ``leases`` book records each decision."""
+
+    crawler: Crawler
+    leases: LeaseBook
+    worker: str
+    _suspects: set[str]
+
+    def _count(self, key: str, value: int = 1) -> None:
+        raise NotImplementedError  # the scheduler's stats counter
+
+    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
+        """Have ``settle`` called with a failure of the leased ``request`` that reaches the
+        spider while the request is still in the downloader's hands (see LeaseErrback)."""
+        if lease_id_of(request) in self.leases.held and not isinstance(
+            request.errback, LeaseErrback
+        ):
+            request.errback = LeaseErrback(self.in_downloader, settle, request.errback)
+
+    def in_downloader(self, request: Request) -> bool:
+        return self.leases.phase(lease_id_of(request)) == "downloading"
+
+    def downloaded(self, request: Request) -> None:
+        """The response went through every downloader middleware."""
+        self.leases.move(lease_id_of(request), "downloaded")
+
+    def scraping(self, request: Request) -> None:
+        self.leases.move(lease_id_of(request), "scraping")
+
+    def item_started(self, request: Request) -> None:
+        self.leases.item_started(lease_id_of(request))
+
+    def item_finished(self, request: Request) -> None:
+        self.leases.item_finished(lease_id_of(request))
+
+    def output_finished(self, request: Request) -> None:
+        self.leases.output_finished(lease_id_of(request))
+
+    def finished(self, request: Request) -> None:
+        """The request was handled without output to wait for (filtered, ignored)."""
+        self.leases.ack(lease_id_of(request))
+
+    def release(self, request: Request) -> None:
+        """Hand the request back to the queue untouched, for any worker to try again."""
+        if self.leases.release(lease_id_of(request)):
+            self._count("frontier/released")
+
+    def failed(self, request: Request, reason: str, error: str) -> None:
+        """Give the request up: it goes to the dead-letter list with the reason."""
+        attempts = int(request.meta.get("retry_times", 0)) + 1
+        self._dead(lease_id_of(request), reason, error, attempts)
+
+    def _dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
+        failure = {
+            "reason": reason,
+            "error": error[:2000],
+            "time": time.time(),
+            "worker": self.worker,
+            "attempts": attempts,
+        }
+        if self.leases.dead(lease_id, codec.dumps(failure)):
+            self._count("frontier/dead")
+            self._count(f"frontier/dead/{reason}")
+
+    def _settle_orphans(self) -> None:
+        """Dead-letter leases whose request left the engine without anything settling them,
+        seen so at two checks in a row: no worker waits on a lease nothing will settle."""
+        in_engine = engine_leases(self.crawler)
+        if in_engine is None:
+            return
+        orphans = dict(self.leases.orphans(in_engine))
+        for lease_id in self._suspects & orphans.keys():
+            lease = orphans[lease_id]
+            logger.error(
+                "%s left the engine without an outcome: dead-lettered (unsettled)",
+                lease.url,
+                extra={"spider": self.crawler.spider},
+            )
+            self._dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
+        self._suspects = set(orphans) - self._suspects
+
+
 class LeaseErrback:
     """The errback of a leased request in the engine: a failure that reaches it while the
     request is still in the downloader's hands (raised by a ``process_response``, which skips
@@ -185,3 +278,18 @@ def unguarded(errback: Callable[..., Any] | None) -> Callable[..., Any] | None:
     while isinstance(errback, LeaseErrback):
         errback = errback.errback
     return errback
+
+
+def lease_id_of(request: Request) -> str:
+    """The lease a request popped from the frontier carries ("" for one not leased)."""
+    return str(request.meta.get(LEASE_META, ""))
+
+
+def engine_leases(crawler: Crawler) -> set[str] | None:
+    """Lease ids of the requests the engine is working on, from their download to the end of
+    their output; None when the engine cannot tell (not running)."""
+    slot = getattr(crawler.engine, "_slot", None)
+    requests = getattr(slot, "inprogress", None)
+    if requests is None:
+        return None
+    return {lease_id_of(request) for request in requests}

@@ -30,7 +30,14 @@ from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec as serializer
 from crawler.frontier.dupefilter import DupefilterConfig, RecentlySeen
-from crawler.frontier.leases import LeaseBook, LeaseErrback, StartLeases, unguarded
+from crawler.frontier.leases import (
+    LEASE_META,
+    LeaseBook,
+    LeaseReports,
+    StartLeases,
+    lease_id_of,
+    unguarded,
+)
 from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.queue import Frontier, Pending, Popped, requests_left
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
@@ -39,8 +46,6 @@ from crawler.keys import FrontierKeys, start_key
 from crawler.settings_check import check_frontier
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -49,7 +54,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LEASE_META = "frontier_lease"
 START_META = "frontier_start"
 
 
@@ -76,7 +80,7 @@ class FrontierSettings:
         )
 
 
-class FrontierScheduler(BaseScheduler):
+class FrontierScheduler(LeaseReports, BaseScheduler):
     """Scheduler whose queue, leases, delayed set, dead letters and duplicate filter are in Redis.
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
@@ -192,7 +196,7 @@ class FrontierScheduler(BaseScheduler):
         if not self._ready:
             return None
         request = self._ready.popleft()
-        self.leases.move(_lease_id(request), "downloading")
+        self.leases.move(lease_id_of(request), "downloading")
         self._count("scheduler/dequeued/redis")
         return request
 
@@ -211,76 +215,6 @@ class FrontierScheduler(BaseScheduler):
         if slot is not None and slot.closing is None:
             poll = self.config.idle_poll
             slot.nextcall.schedule(min(4 * poll, max(poll, self._next_pop - time.monotonic())))
-
-    # --- lease lifecycle, reported by crawler.middlewares.Lease*Middleware -------------------
-
-    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
-        """Have ``settle`` called with a failure of the leased ``request`` that reaches the
-        spider while the request is still in the downloader's hands (see LeaseErrback)."""
-        if _lease_id(request) in self.leases.held and not isinstance(request.errback, LeaseErrback):
-            request.errback = LeaseErrback(self.in_downloader, settle, request.errback)
-
-    def in_downloader(self, request: Request) -> bool:
-        return self.leases.phase(_lease_id(request)) == "downloading"
-
-    def downloaded(self, request: Request) -> None:
-        """The response went through every downloader middleware."""
-        self.leases.move(_lease_id(request), "downloaded")
-
-    def scraping(self, request: Request) -> None:
-        self.leases.move(_lease_id(request), "scraping")
-
-    def item_started(self, request: Request) -> None:
-        self.leases.item_started(_lease_id(request))
-
-    def item_finished(self, request: Request) -> None:
-        self.leases.item_finished(_lease_id(request))
-
-    def output_finished(self, request: Request) -> None:
-        self.leases.output_finished(_lease_id(request))
-
-    def finished(self, request: Request) -> None:
-        """The request was handled without output to wait for (filtered, ignored)."""
-        self.leases.ack(_lease_id(request))
-
-    def release(self, request: Request) -> None:
-        """Hand the request back to the queue untouched, for any worker to try again."""
-        if self.leases.release(_lease_id(request)):
-            self._count("frontier/released")
-
-    def failed(self, request: Request, reason: str, error: str) -> None:
-        """Give the request up: it goes to the dead-letter list with the reason."""
-        attempts = int(request.meta.get("retry_times", 0)) + 1
-        self._dead(_lease_id(request), reason, error, attempts)
-
-    def _dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
-        failure = {
-            "reason": reason,
-            "error": error[:2000],
-            "time": time.time(),
-            "worker": self.worker,
-            "attempts": attempts,
-        }
-        if self.leases.dead(lease_id, serializer.dumps(failure)):
-            self._count("frontier/dead")
-            self._count(f"frontier/dead/{reason}")
-
-    def _settle_orphans(self) -> None:
-        """Dead-letter leases whose request left the engine without anything settling them,
-        seen so at two checks in a row: no worker waits on a lease nothing will settle."""
-        in_engine = _engine_leases(self.crawler)
-        if in_engine is None:
-            return
-        orphans = dict(self.leases.orphans(in_engine))
-        for lease_id in self._suspects & orphans.keys():
-            lease = orphans[lease_id]
-            logger.error(
-                "%s left the engine without an outcome: dead-lettered (unsettled)",
-                lease.url,
-                extra={"spider": self.crawler.spider},
-            )
-            self._dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
-        self._suspects = set(orphans) - self._suspects
 
     # --- start entries ---------------------------------------------------------------------------
 
@@ -466,20 +400,6 @@ class FrontierScheduler(BaseScheduler):
             )
             self._outage_since = None
             self._backoff = 0.0
-
-
-def _lease_id(request: Request) -> str:
-    return str(request.meta.get(LEASE_META, ""))
-
-
-def _engine_leases(crawler: Crawler) -> set[str] | None:
-    """Lease ids of the requests the engine is working on, from their download to the end of
-    their output; None when the engine cannot tell (not running)."""
-    slot = getattr(crawler.engine, "_slot", None)
-    requests = getattr(slot, "inprogress", None)
-    if requests is None:
-        return None
-    return {_lease_id(request) for request in requests}
 
 
 def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
