@@ -52,7 +52,7 @@ from crawler import settings as project_settings  # noqa: E402
 from devtools.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
 from sandbox.client import SandboxClient  # noqa: E402
 from sandbox.config import BAN_MODES  # noqa: E402
-from sandbox.data import build_dataset  # noqa: E402
+from sandbox.seed import build_dataset  # noqa: E402
 
 SPIDER = "profiles"
 MAX_REQUESTS = 40

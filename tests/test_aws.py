@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from devtools.services import ServerProcess, start_server
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, on_free_port
 
 pytestmark = pytest.mark.integration

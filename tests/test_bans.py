@@ -28,7 +28,7 @@ from crawler.keys import FrontierKeys
 from crawler.middlewares import BanMiddleware
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox
 from tests.test_ban_rules import _sandbox_answer, _settings
 

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from devtools.services import ServerProcess, free_port, start_mongo, start_redis
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration

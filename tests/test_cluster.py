@@ -29,7 +29,7 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys
 from devtools.services import free_port
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.cluster import LocalCluster, start_cluster
 from tests.harness import ROOT, Crawl, Mongo, Sandbox
 

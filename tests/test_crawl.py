@@ -15,7 +15,7 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_sandbox
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, closed_port
 
 pytestmark = pytest.mark.integration

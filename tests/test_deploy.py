@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from devtools.services import free_port
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox
 
 BIN = Path(sys.executable).parent

@@ -39,7 +39,7 @@ from crawler.observability.page_server import _is_loopback
 from crawler.observability.rates import format_duration
 from crawler.observability.report import masked_dead_letter
 from devtools.services import free_port
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")

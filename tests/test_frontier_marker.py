@@ -19,7 +19,7 @@ from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 USERS = [author.unique_id for author in build_dataset().authors]

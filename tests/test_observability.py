@@ -44,7 +44,7 @@ from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, fo
 from crawler.observability.report import render_text, spider_status
 from crawler.settings_check import SettingsError
 from devtools.services import free_port
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.cluster import start_cluster
 from tests.harness import ROOT, Crawl, Sandbox, poll
 

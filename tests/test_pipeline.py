@@ -26,7 +26,7 @@ from crawler.pipelines import ItemNotStored, MongoPipeline, ValidationPipeline
 from crawler.settings_check import SettingsError
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import Crawl, Mongo, Sandbox, poll
 
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from devtools.services import ServerProcess, free_port, start_redis
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 pytestmark = pytest.mark.integration

@@ -37,8 +37,8 @@ from devtools.services import (
     start_redis,
     start_server,
 )
-from sandbox.data import build_dataset
 from sandbox.domains_tls import write_self_signed
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration

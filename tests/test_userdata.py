@@ -29,7 +29,7 @@ import redis
 
 from crawler.aws.userdata import render
 from devtools.services import free_port, start_server
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Mongo, Sandbox
 
 pytestmark = pytest.mark.integration
