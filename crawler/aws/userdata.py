@@ -24,7 +24,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-from crawler.commands.crawl import EXIT_BAD_SETTING, EXIT_BANNED
+from crawler.bans.policy import EXIT_BANNED
+from crawler.settings_check.rules import EXIT_BAD_SETTING
 
 SETTINGS_MODULE = "crawler.settings"
 

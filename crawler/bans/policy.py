@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 BAN_TIMES_META = "ban_times"
 CRAWL_DELAY_META = "crawl_delay"
 POLICIES = ("pause", "rotate", "stop")
+# The exit status of `scrapy crawl` when BAN_POLICY=stop stopped the worker (crawler/aws reads it).
+EXIT_BANNED = 3
 
 
 class BanPolicy:
