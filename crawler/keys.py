@@ -226,7 +226,8 @@ class FrontierKeys:
         return self._key("prio")
 
     def script_keys(self, *more: str) -> list[str]:
-        """The keys every frontier script starts with (see ``lua._PRELUDE``), then ``more``."""
+        """The keys every frontier script starts with (see ``frontier/scripts/prelude.lua``),
+        then ``more``."""
         return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
 
     @property
@@ -244,7 +245,8 @@ class FrontierKeys:
     @property
     def dupefilter(self) -> str:
         """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the
-        scalable Bloom filter's layers (``<base>:<n>``, built in ``lua._DUPEFILTER``)."""
+        scalable Bloom filter's layers (``<base>:<n>``, built in
+        ``frontier/scripts/dupefilter.lua``)."""
         return self._key("dupefilter")
 
     @property

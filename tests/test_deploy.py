@@ -88,6 +88,7 @@ def _assert_egg_holds_the_project(egg: Path) -> None:
         "pipelines.py",
         "middlewares.py",
         "storage/mongo.py",
+        "frontier/scripts/pop.lua",
     )
     for module in modules:
         assert f"crawler/{module}" in names

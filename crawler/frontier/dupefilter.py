@@ -1,7 +1,7 @@
 """The duplicate filter of a spider's frontier: its modes and settings, this worker's cache of
 fingerprints it scheduled lately, and how many requests the fleet's filter has seen.
 
-The filter itself runs inside the frontier's scheduling script (``lua._DUPEFILTER``, the
+The filter itself runs inside the frontier's scheduling script (``scripts/dupefilter.lua``, the
 scalable Bloom filter; a set for "exact"; RedisBloom's BF.ADD), so a request is checked and
 queued atomically; :class:`~crawler.frontier.queue.Pending` carries the fingerprint's hash
 arguments to it.

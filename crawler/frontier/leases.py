@@ -3,7 +3,7 @@
 A request popped from the frontier is leased to this worker. Its lease ends exactly once: acked
 when its response is handled (output consumed, items through the pipelines), released back to
 the queue untouched (Redis away, the worker closing), or dead-lettered with a reason. The book
-records each decision as an op (see ``lua.SETTLE``); the scheduler writes them in batches.
+records each decision as an op (see ``scripts/settle.lua``); the scheduler writes them in batches.
 
 Where a lease is: ``ready`` (popped, not yet given to the engine), ``downloading`` (in the
 downloader and its middlewares), ``downloaded`` (the response left the downloader middlewares)
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 LEASE_META = "frontier_lease"
 logger = logging.getLogger(__name__)
 
-Op = tuple[str, str, str]  # (op, lease id, payload), see lua.SETTLE
+Op = tuple[str, str, str]  # (op, lease id, payload), see scripts/settle.lua
 PHASES = ("ready", "downloading", "downloaded", "scraping")
 
 

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from crawler.keys import FrontierKeys
 
 # Higher Scrapy priority first, FIFO within one priority (one list per priority, see
-# lua._QUEUE). The priorities index is a sorted set scored -priority, and a double holds every
-# integer up to 2**53 exactly: priorities beyond +-PRIORITY_LIMIT are clamped to it.
+# scripts/queue.lua). The priorities index is a sorted set scored -priority, and a double holds
+# every integer up to 2**53 exactly: priorities beyond +-PRIORITY_LIMIT are clamped to it.
 PRIORITY_LIMIT = 2**53
 
 # What Frontier.sizes reads, in this order. What work is left is answered here only:
