@@ -49,7 +49,7 @@ import pymongo  # noqa: E402
 import redis  # noqa: E402
 
 from crawler import settings as project_settings  # noqa: E402
-from devtools.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from devtools.services import private_servers, start_sandbox  # noqa: E402
 from sandbox.client import SandboxClient  # noqa: E402
 from sandbox.config import BAN_MODES  # noqa: E402
 from sandbox.seed import build_dataset  # noqa: E402
@@ -109,21 +109,6 @@ def sandbox_server() -> Iterator[SandboxClient]:
         yield SandboxClient(url)
     finally:
         server.stop()
-
-
-@contextmanager
-def backing_servers(work_dir: Path) -> Iterator[tuple[str, str]]:
-    """A private Redis and MongoDB-wire server; yields their URLs."""
-    redis_port, mongo_port = free_port(), free_port()
-    redis_server = start_redis(redis_port, work_dir / "redis")
-    try:
-        mongo_server = start_mongo(mongo_port, work_dir / "mongo")
-        try:
-            yield f"redis://127.0.0.1:{redis_port}/0", f"mongodb://127.0.0.1:{mongo_port}"
-        finally:
-            mongo_server.stop()
-    finally:
-        redis_server.stop()
 
 
 def shop_config(ban_seconds: float, ban_mode: str) -> dict[str, Any]:
@@ -388,7 +373,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         logs = args.logs or Path(tmp) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with backing_servers(Path(tmp)) as (redis_url, mongo_uri), sandbox_server() as sandbox:
+        with private_servers(Path(tmp)) as (redis_url, mongo_uri), sandbox_server() as sandbox:
             sandbox.admin("config", shop_config(args.ban_seconds, args.ban_mode))
             bench = Bench(
                 redis_url=redis_url,

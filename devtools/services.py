@@ -23,7 +23,8 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,22 @@ def start_sandbox(port: int = 0, log: Path | None = None) -> tuple[ServerProcess
             f"the sandbox did not start: {line!r}" + (f" (see {log})" if log else "")
         )
     return server, line.removeprefix("sandbox listening on ")
+
+
+@contextmanager
+def private_servers(work_dir: Path) -> Iterator[tuple[str, str]]:
+    """A private Redis and MongoDB-wire server with their data under ``work_dir``, for one
+    benchmark or script; yields their URLs and stops both after."""
+    redis_port, mongo_port = free_port(), free_port()
+    redis_server = start_redis(redis_port, work_dir / "redis")
+    try:
+        mongo_server = start_mongo(mongo_port, work_dir / "mongo")
+        try:
+            yield f"redis://127.0.0.1:{redis_port}/0", f"mongodb://127.0.0.1:{mongo_port}"
+        finally:
+            mongo_server.stop()
+    finally:
+        redis_server.stop()
 
 
 def pid_alive(pid: int) -> bool:
