@@ -47,7 +47,8 @@ from crawler.bans.waits import LINE_SHARE, LOCAL_WAIT, SHORT_WAIT, RedisWait, To
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier.records import sent_back
-from crawler.frontier.scheduler import DUE_META, frontier_scheduler
+from crawler.frontier.reports import FrontierReports
+from crawler.frontier.scheduler import DUE_META
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -196,6 +197,7 @@ class BackoffRetryMiddleware:
         self.maximum = settings.getfloat("RETRY_BACKOFF_MAX")
         self.jitter = settings.getfloat("RETRY_BACKOFF_JITTER")
         self.retry_after_max = cooldown_max(settings)
+        self.frontier = FrontierReports(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:
@@ -242,9 +244,7 @@ class BackoffRetryMiddleware:
         return retry
 
     def _dead(self, request: Request, reason: str, error: str) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.failed(request, reason, error)
+        self.frontier.failed(request, reason, error)
 
 
 # --- requests in flight per domain (POLITENESS_CONCURRENCY) -------------------------------------
@@ -368,6 +368,7 @@ class LeaseSpiderMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self.frontier = FrontierReports(crawler)
         for signal in (signals.item_scraped, signals.item_dropped):
             crawler.signals.connect(self.item_left_pipelines, signal=signal)
         crawler.signals.connect(self.item_failed, signal=signals.item_error)
@@ -379,47 +380,43 @@ class LeaseSpiderMiddleware:
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any]
     ) -> AsyncIterator[Any]:
-        scheduler = frontier_scheduler(self.crawler)
         request = response.request
-        if scheduler is None or request is None:
+        if self.frontier.scheduler is None or request is None:
             async for output in result:
                 yield output
             return
-        scheduler.scraping(request)
+        self.frontier.scraping(request)
         try:
             async for output in result:
                 if not isinstance(output, Request):
-                    scheduler.item_started(request)
+                    self.frontier.item_started(request)
                 yield output
         finally:
-            scheduler.output_finished(request)
+            self.frontier.output_finished(request)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None or response.request is None:
+        if response.request is None:
             return
         if isinstance(exception, HttpError | IgnoreRequest):
-            scheduler.finished(response.request)
+            self.frontier.finished(response.request)
         elif isinstance(exception, RedisError):
             # Redis was away while the callback handed work on: try the response again later.
-            scheduler.release(response.request)
+            self.frontier.release(response.request)
         else:
             reason = f"spider_error:{type(exception).__name__}"
-            scheduler.failed(response.request, reason, repr(exception))
+            self.frontier.failed(response.request, reason, repr(exception))
 
     def item_left_pipelines(self, item: Any, response: Response | None = None) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None and response is not None and response.request is not None:
-            scheduler.item_finished(response.request)
+        if response is not None and response.request is not None:
+            self.frontier.item_finished(response.request)
 
     def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
         """A pipeline failed on the item, so it is not stored: its request is a dead letter
         with the reason, never acknowledged as done."""
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None and response is not None and response.request is not None:
+        if response is not None and response.request is not None:
             error = failure.value
             reason = f"item_error:{type(error).__name__}"
-            scheduler.failed(response.request, reason, str(error) or repr(error))
+            self.frontier.failed(response.request, reason, str(error) or repr(error))
 
 
 class LeaseDownloaderMiddleware:
@@ -437,42 +434,35 @@ class LeaseDownloaderMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self.frontier = FrontierReports(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> LeaseDownloaderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.guard(request, self.response_failed)
+        self.frontier.guard(request, self.response_failed)
 
     def process_response(self, request: Request, response: Response) -> Response:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.downloaded(request)
+        self.frontier.downloaded(request)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None:
-            return
         if isinstance(exception, RedisError):
-            scheduler.release(request)
+            self.frontier.release(request)
         elif isinstance(exception, IgnoreRequest):
-            scheduler.finished(request)
+            self.frontier.finished(request)
         else:
             reason = f"download_error:{type(exception).__name__}"
-            scheduler.failed(request, reason, str(exception) or repr(exception))
+            self.frontier.failed(request, reason, str(exception) or repr(exception))
 
     def response_failed(self, request: Request, exception: BaseException) -> None:
         """A downloader middleware raised on the way back: the response is given up (dead
         letter with the reason), or tried again later if Redis was away."""
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None:
+        if self.frontier.scheduler is None:
             return
         if isinstance(exception, RedisError):
-            scheduler.release(request)
+            self.frontier.release(request)
             return
         reason = (
             "response_ignored"
@@ -487,4 +477,4 @@ class LeaseDownloaderMiddleware:
             error[:300],
             extra={"spider": self.crawler.spider},
         )
-        scheduler.failed(request, reason, error)
+        self.frontier.failed(request, reason, error)

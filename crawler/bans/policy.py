@@ -28,7 +28,7 @@ from crawler.bans.identities import IDENTITY_META, without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
 from crawler.frontier.records import sent_back
-from crawler.frontier.scheduler import frontier_scheduler
+from crawler.frontier.reports import FrontierReports
 from crawler.settings_check.rules import SettingsError, problem
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class BanPolicy:
         self.crawler = crawler
         self.fleet = fleet
         self.redis = redis
+        self.frontier = FrontierReports(crawler)
         self.policy: str = setting(settings, "BAN_POLICY")
         self.cooldown: float = setting(settings, "BAN_COOLDOWN")
         self.cooldown_max = cooldown_max(settings)
@@ -114,9 +115,8 @@ class BanPolicy:
     def _again(self, request: Request, verdict: Verdict, due: float) -> Request:
         times = int(request.meta.get(BAN_TIMES_META, 0)) + 1
         if self.max_times and times > self.max_times:
-            scheduler = frontier_scheduler(self.crawler)
-            if scheduler is not None:
-                scheduler.failed(request, f"banned:{verdict.rule}", f"banned {times - 1} times")
+            reason, error = f"banned:{verdict.rule}", f"banned {times - 1} times"
+            self.frontier.failed(request, reason, error)
             raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
         meta = without_identity(request.meta, IDENTITY_META)
         meta[BAN_TIMES_META] = times
