@@ -19,6 +19,7 @@ from twisted.internet import task
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec
+from crawler.frontier.reports import FrontierReports
 from crawler.frontier.scheduler import frontier_scheduler
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
@@ -79,6 +80,7 @@ class RecrawlMiddleware:
         self.crawler = crawler
         self.store = store
         self.config = config
+        self.frontier = FrontierReports(crawler)
         self._buffer: list[tuple[Revisit, Request]] = []
         self._loops: list[task.LoopingCall] = []
         # Claims handed to the engine whose requests the frontier did not take yet: completed
@@ -116,9 +118,7 @@ class RecrawlMiddleware:
                 self._schedule(visit, request)
 
     def _schedule(self, visit: Visit, request: Request) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.item_started(request)  # the lease waits for the revisit to be written
+        self.frontier.item_started(request)  # the lease waits for the revisit to be written
         self._buffer.append((visit.revisit, request))
         self._count("recrawl/scheduled")
         if visit.changed is not None:
@@ -140,10 +140,8 @@ class RecrawlMiddleware:
             logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
             self._buffer = buffered + self._buffer
             return False
-        scheduler = frontier_scheduler(self.crawler)
         for _, request in buffered:
-            if scheduler is not None:
-                scheduler.item_finished(request)
+            self.frontier.item_finished(request)
         return True
 
     def _flush_unless_down(self) -> None:
