@@ -20,7 +20,6 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 COPY pyproject.toml setup.py README.md scrapy.cfg ./
 COPY crawler ./crawler
-COPY sandbox ./sandbox
 RUN pip install . "scrapyd>=1.6"
 COPY deploy/scrapyd/scrapyd.conf /etc/scrapyd/scrapyd.conf
 

@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP) chromium
-	$(BIN)/python -m crawler.demo
+	$(BIN)/python -m devtools.demo
 
 test: lint typecheck unit
 
@@ -39,10 +39,10 @@ chromium:
 	scripts/ensure-chromium.sh
 
 services-up: $(STAMP)
-	$(BIN)/python -m crawler.services up
+	$(BIN)/python -m devtools.services up
 
 services-down: $(STAMP)
-	$(BIN)/python -m crawler.services down
+	$(BIN)/python -m devtools.services down
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

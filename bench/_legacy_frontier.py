@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
-    from crawler.scheduling.frontier import FrontierKeys
+    from crawler.keys import FrontierKeys
 
 STEP = 10**13
 

@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.frontier_throughput import (  # noqa: E402
+from bench._graph_site import (  # noqa: E402
     PageProtocol,
     http_response,
     serve_forever,
 )
-from crawler.services import ServerProcess, free_port, start_server  # noqa: E402
+from devtools.services import ServerProcess, free_port, start_server  # noqa: E402
 
 SUFFIX = ".test"
 BRANCHES = 7

@@ -40,7 +40,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.request import Request, urlopen
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -50,9 +49,10 @@ import pymongo  # noqa: E402
 import redis  # noqa: E402
 
 from crawler import settings as project_settings  # noqa: E402
-from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from devtools.services import private_servers, start_sandbox  # noqa: E402
+from sandbox.client import SandboxClient  # noqa: E402
 from sandbox.config import BAN_MODES  # noqa: E402
-from sandbox.data import build_dataset  # noqa: E402
+from sandbox.seed import build_dataset  # noqa: E402
 
 SPIDER = "profiles"
 MAX_REQUESTS = 40
@@ -62,7 +62,7 @@ IDLE_CLOSE_SECONDS = 2
 SCRAPY_RETRY_TIMES = 2
 SCRAPY_RETRY_HTTP_CODES = "500,502,503,504,522,524,408,429"
 # Acknowledges frontier leases; there are none under Scrapy's scheduler.
-LEASE_SPIDER_MIDDLEWARE = "crawler.scheduling.acks.LeaseSpiderMiddleware"
+LEASE_SPIDER_MIDDLEWARE = "crawler.middlewares.LeaseSpiderMiddleware"
 
 
 @dataclass(frozen=True)
@@ -88,24 +88,10 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Sandbox:
-    url: str
-
-    def admin(self, path: str, payload: dict[str, Any] | None = None) -> Any:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = Request(
-            f"{self.url}/__admin__/{path}", data=data, method="GET" if data is None else "POST"
-        )
-        request.add_header("Content-Type", "application/json")
-        with urlopen(request, timeout=10) as response:
-            return json.loads(response.read() or b"null")
-
-
-@dataclass(frozen=True)
 class Bench:
     redis_url: str
     mongo_uri: str
-    sandbox: Sandbox
+    sandbox: SandboxClient
     users: list[str]
     expected_status: dict[str, str]
     timeout: float
@@ -117,27 +103,12 @@ class Bench:
 
 
 @contextmanager
-def sandbox_server() -> Iterator[Sandbox]:
+def sandbox_server() -> Iterator[SandboxClient]:
     server, url = start_sandbox()
     try:
-        yield Sandbox(url)
+        yield SandboxClient(url)
     finally:
         server.stop()
-
-
-@contextmanager
-def backing_servers(work_dir: Path) -> Iterator[tuple[str, str]]:
-    """A private Redis and MongoDB-wire server; yields their URLs."""
-    redis_port, mongo_port = free_port(), free_port()
-    redis_server = start_redis(redis_port, work_dir / "redis")
-    try:
-        mongo_server = start_mongo(mongo_port, work_dir / "mongo")
-        try:
-            yield f"redis://127.0.0.1:{redis_port}/0", f"mongodb://127.0.0.1:{mongo_port}"
-        finally:
-            mongo_server.stop()
-    finally:
-        redis_server.stop()
 
 
 def shop_config(ban_seconds: float, ban_mode: str) -> dict[str, Any]:
@@ -402,7 +373,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         logs = args.logs or Path(tmp) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with backing_servers(Path(tmp)) as (redis_url, mongo_uri), sandbox_server() as sandbox:
+        with private_servers(Path(tmp)) as (redis_url, mongo_uri), sandbox_server() as sandbox:
             sandbox.admin("config", shop_config(args.ban_seconds, args.ban_mode))
             bench = Bench(
                 redis_url=redis_url,

@@ -32,13 +32,10 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from crawler.scheduling.frontier import (  # noqa: E402
-    DupefilterConfig,
-    Frontier,
-    FrontierKeys,
-    Pending,
-)
-from crawler.services import free_port, start_redis  # noqa: E402
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier, Pending  # noqa: E402
+from crawler.keys import FrontierKeys  # noqa: E402
+from devtools.services import free_port, start_redis  # noqa: E402
 
 MODES = ("bloom", "redisbloom", "exact")
 BATCH = 500

@@ -54,7 +54,7 @@ import redis
 from scrapy.resolver import CachingThreadedResolver
 from twisted.internet.threads import deferToThreadPool
 
-from crawler.services import free_port, start_mongo, start_redis
+from devtools.services import free_port, start_mongo, start_redis
 from sandbox.domains import DomainsSandbox, SandboxThread
 from sandbox.domains_population import build_population
 

@@ -32,10 +32,12 @@ from scrapy_redis.dupefilter import RFPDupeFilter  # noqa: E402
 from scrapy_redis.queue import PriorityQueue  # noqa: E402
 
 from bench import _legacy_frontier as frontier_legacy  # noqa: E402
-from crawler.scheduling import serializer  # noqa: E402
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending  # noqa: E402
-from crawler.scheduling.records import pending  # noqa: E402
-from crawler.services import free_port, start_redis  # noqa: E402
+from crawler.frontier import codec  # noqa: E402
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier, Pending  # noqa: E402
+from crawler.frontier.records import pending  # noqa: E402
+from crawler.keys import FrontierKeys  # noqa: E402
+from devtools.services import free_port, start_redis  # noqa: E402
 
 TARGET_BYTES = 150
 TARGET_VS_STOCK = 0.4
@@ -101,14 +103,14 @@ def project_queue(server: redis.Redis, requests: list[Request]) -> None:
 
 def previous_queue(server: redis.Redis, requests: list[Request], whole: bool) -> None:
     records = [
-        (0, 0.0, serializer.dumps(request.to_dict(spider=SPIDER) if whole else _json(request)))
+        (0, 0.0, codec.dumps(request.to_dict(spider=SPIDER) if whole else _json(request)))
         for request in requests
     ]
     frontier_legacy.schedule(server, KEYS, records)
 
 
 def _json(request: Request) -> dict[str, Any]:
-    return serializer.loads(pending(request, fingerprint(request), SPIDER).json)
+    return codec.loads(pending(request, fingerprint(request), SPIDER).json)
 
 
 def scrapy_redis_queue(server: redis.Redis, requests: list[Request]) -> None:

@@ -44,11 +44,13 @@ from bench.frontier_memory import (  # noqa: E402
     profile_requests,
     scrapy_redis_queue,
 )
-from crawler.bans.fleet import FleetPoliteness, RatePolicy  # noqa: E402
+from crawler.bans.politeness import FleetPoliteness, RatePolicy  # noqa: E402
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier, Pending  # noqa: E402
+from crawler.frontier.records import pending  # noqa: E402
+from crawler.keys import FrontierKeys  # noqa: E402
 from crawler.recrawl.store import Revisit, RevisitStore  # noqa: E402
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending  # noqa: E402
-from crawler.scheduling.records import pending  # noqa: E402
-from crawler.services import free_port, start_redis  # noqa: E402
+from devtools.services import free_port, start_redis  # noqa: E402
 
 KEYS = FrontierKeys("profiles", "profiles:start_urls")
 BATCH = 1000

@@ -3,7 +3,7 @@
 A local server serves N pages ``/p/<i>`` (default 20,000), each a small HTML page with 8-10
 links: to ``/p/<i+1>`` (so every page is reachable from ``/p/0``) and to seeded pseudo-random
 pages (so most extracted links are duplicates and the duplicate filter works hard). The
-``graph`` spider of this module starts at ``/p/0`` and follows every link with
+``graph`` spider (bench/_graph_site.py) starts at ``/p/0`` and follows every link with
 ``response.follow``; storage is off. The same crawl runs as a real ``scrapy crawl`` process,
 against the same server and each time a fresh private Redis, with:
 
@@ -11,15 +11,13 @@ against the same server and each time a fresh private Redis, with:
   (b) stock scrapy-redis (priority queue, pickle, its set-of-SHA1 duplicate filter),
   (c) this project's scheduler (FrontierScheduler, Bloom duplicate filter), project defaults.
 
-The project's spider and downloader middlewares stay on for all three (while its lease
-middlewares mistake any scheduler for ours, (a) and (b) get pass-throughs in their place,
-doing what they do without our scheduler). Printed per variant:
-pages/s (pages crawled / time from spider open to the last response), ratios, Redis round
-trips and commands per page (counted in the crawl process by wrapping redis-py's connection,
-and on the server with INFO's total_commands_processed, which includes commands run inside
-Lua scripts), CPU per page of the crawl process, Redis and the page server, and the duplicate
-filter's size (MEMORY USAGE of its keys) per URL. Targets: ours >= 0.9x Scrapy's memory
-scheduler and >= 1.25x stock scrapy-redis.
+The project's spider and downloader middlewares stay on for all three (the lease middlewares do
+nothing without our scheduler). Printed per variant: pages/s (pages crawled / time from spider
+open to the last response), ratios, Redis round trips and commands per page (counted in the
+crawl process by wrapping redis-py's connection, and on the server with INFO's
+total_commands_processed, which includes commands run inside Lua scripts), CPU per page of the
+crawl process, Redis and the page server, and the duplicate filter's size (MEMORY USAGE of its
+keys) per URL. Targets: ours >= 0.9x Scrapy's memory scheduler and >= 1.25x stock scrapy-redis.
 
 Usage: python bench/frontier_throughput.py [--pages 20000] [--concurrency 32] [--repeat 1]
 """
@@ -27,18 +25,13 @@ Usage: python bench/frontier_throughput.py [--pages 20000] [--concurrency 32] [-
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,18 +41,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
-from scrapy import Request, Spider, signals  # noqa: E402
-from scrapy.http import Response, TextResponse  # noqa: E402
 
-from crawler.services import (  # noqa: E402
-    ServerProcess,
-    free_port,
-    start_redis,
-    start_server,
+from bench import _graph_site, _probes  # noqa: E402
+from bench._graph_site import (  # noqa: E402
+    SPIDER_NAME,
+    cpu_seconds,
+    measure_server,
+    page_links,
+    render_page,
+    start_graph_server,
 )
+from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.queue import Frontier  # noqa: E402
+from crawler.keys import FrontierKeys, tagged  # noqa: E402
+from devtools.services import free_port, start_redis  # noqa: E402
 
-SPIDER_NAME = "graph"
-MODULE = "bench.frontier_throughput"
 CRAWL_TIMEOUT = 900.0
 TARGET_VS_MEMORY = 0.9
 TARGET_VS_STOCK = 1.25
@@ -85,360 +81,8 @@ VARIANTS: dict[str, dict[str, str]] = {
 DUPEFILTER_KEYS = {
     MEMORY: [],
     STOCK: [f"{SPIDER_NAME}:dupefilter"],
-    OURS: ["{" + SPIDER_NAME + "}:dupefilter", "{" + SPIDER_NAME + "}:dupefilter:*"],
+    OURS: [tagged(SPIDER_NAME, "dupefilter"), tagged(SPIDER_NAME, "dupefilter:*")],
 }
-
-
-# --- the link graph and its server ---------------------------------------------------------------
-
-
-def page_links(index: int, pages: int, seed: int) -> list[int]:
-    """Targets of page ``index``: the next page, then 7-9 seeded pseudo-random pages."""
-    rng = random.Random(seed * 1_000_003 + index)
-    links = [(index + 1) % pages]
-    links += [rng.randrange(pages) for _ in range(rng.randint(7, 9))]
-    return links
-
-
-def render_page(index: int, pages: int, seed: int) -> bytes:
-    """The whole HTTP/1.1 response for ``/p/<index>``. The body holds no CR LF."""
-    items = "".join(
-        f'<li><a href="/p/{target}">page {target}</a></li>'
-        for target in page_links(index, pages, seed)
-    )
-    body = (
-        f"<!doctype html><html><head><title>Page {index}</title></head>\n"
-        f"<body><h1>Page {index}</h1><ul>{items}</ul></body></html>\n"
-    ).encode()
-    return http_response(b"200 OK", body)
-
-
-def http_response(status: bytes, body: bytes) -> bytes:
-    head = (
-        b"HTTP/1.1 " + status + b"\r\n"
-        b"Content-Type: text/html; charset=utf-8\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n"
-        b"Connection: keep-alive\r\n\r\n"
-    )
-    return head + body
-
-
-NOT_FOUND = http_response(b"404 Not Found", b"not found\n")
-
-
-class PageProtocol(asyncio.Protocol):
-    """A minimal HTTP/1.1 server connection: GET only, keep-alive, pipelining, no bodies."""
-
-    def __init__(self, responses: dict[bytes, bytes]) -> None:
-        self.responses = responses
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def key(self, head: bytes, path: bytes) -> bytes:
-        """What a request is looked up by among the responses: its path."""
-        return path
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        buffer = self.buffer + data if self.buffer else data
-        out: list[bytes] = []
-        close = False
-        while True:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                break
-            head, buffer = buffer[:end], buffer[end + 4 :]
-            line_end = head.find(b"\r\n")
-            parts = (head if line_end < 0 else head[:line_end]).split(b" ")
-            path = parts[1] if len(parts) > 2 else b""
-            out.append(self.responses.get(self.key(head, path), NOT_FOUND))
-            if b"close" in head and b"connection: close" in head.lower():
-                close = True
-                break
-        self.buffer = buffer
-        if out:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-        if close:
-            self.transport.close()
-
-
-def serve(port: int, pages: int, seed: int) -> None:
-    """Serve the link graph on 127.0.0.1:port until terminated (SO_REUSEPORT: run several)."""
-    responses = {f"/p/{i}".encode(): render_page(i, pages, seed) for i in range(pages)}
-    serve_forever(port, lambda: PageProtocol(responses))
-
-
-def serve_forever(port: int, protocol: Callable[[], asyncio.Protocol]) -> None:
-    """Serve ``protocol`` on 127.0.0.1:port until terminated (SO_REUSEPORT: run several)."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            protocol, "127.0.0.1", port, reuse_port=True, backlog=1024
-        )
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(main())
-
-
-def start_graph_server(pages: int, seed: int, processes: int) -> tuple[list[ServerProcess], str]:
-    port = free_port()
-    command = [sys.executable, str(Path(__file__).resolve()), "--serve", "--port", str(port)]
-    command += ["--pages", str(pages), "--seed", str(seed)]
-    servers = [start_server("graph-server", command, port) for _ in range(processes)]
-    if processes > 1:
-        time.sleep(1.0)  # the first one listening does not mean all are
-    return servers, f"http://127.0.0.1:{port}"
-
-
-class _LoadClient(asyncio.Protocol):
-    """Keeps one GET in flight on a keep-alive connection, counting complete responses."""
-
-    def __init__(self, sizes: list[int], deadline: float, done: asyncio.Future[int]) -> None:
-        self.sizes = sizes
-        self.deadline = deadline
-        self.done = done
-        self.rng = random.Random(len(sizes))
-        self.remaining = 0
-        self.count = 0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self._send()
-
-    def _send(self) -> None:
-        assert self.transport is not None
-        index = self.rng.randrange(len(self.sizes))
-        self.remaining = self.sizes[index]
-        self.transport.write(b"GET /p/%d HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % index)
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.remaining -= len(data)
-        if self.remaining > 0:
-            return
-        self.count += 1
-        if time.perf_counter() < self.deadline:
-            self._send()
-        else:
-            self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_result(self.count)
-
-
-def measure_server(url: str, sizes: list[int], connections: int, seconds: float) -> float:
-    """Requests per second the server answers alone (Python client: a lower bound)."""
-    port = int(url.rsplit(":", 1)[1])
-
-    async def main() -> float:
-        loop = asyncio.get_running_loop()
-        start = time.perf_counter()
-        deadline = start + seconds
-        futures: list[asyncio.Future[int]] = []
-        for _ in range(connections):
-            done: asyncio.Future[int] = loop.create_future()
-            futures.append(done)
-            client = functools.partial(_LoadClient, sizes, deadline, done)
-            await loop.create_connection(client, "127.0.0.1", port)
-        counts = await asyncio.gather(*futures)
-        return sum(counts) / (time.perf_counter() - start)
-
-    return asyncio.run(main())
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc (0.0 where /proc is missing)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-# --- inside the crawl process: the spider and the probe ----------------------------------------
-
-
-class GraphSpider(Spider):
-    """Starts at /p/0 of BENCH_GRAPH_URL and follows every link; yields no items."""
-
-    name = SPIDER_NAME
-    pages_parsed = 0
-
-    async def start(self) -> AsyncIterator[Any]:
-        yield Request(self.settings.get("BENCH_GRAPH_URL") + "/p/0", callback=self.parse)
-
-    def parse(self, response: Response, **kwargs: Any) -> Iterator[Request]:
-        assert isinstance(response, TextResponse)
-        self.pages_parsed += 1
-        for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
-
-
-class PassThroughSpiderMiddleware:
-    """What crawler.scheduling.acks.LeaseSpiderMiddleware does without a frontier scheduler."""
-
-    async def process_spider_output(
-        self, response: Response, result: AsyncIterator[Any]
-    ) -> AsyncIterator[Any]:
-        async for output in result:
-            yield output
-
-    def process_spider_exception(self, response: Response, exception: Exception) -> None:
-        return None
-
-
-class PassThroughDownloaderMiddleware:
-    """What crawler.scheduling.acks.LeaseDownloaderMiddleware does without a frontier scheduler."""
-
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        return None
-
-
-LEASE_SPIDER_MW = "crawler.scheduling.acks.LeaseSpiderMiddleware"
-LEASE_DOWNLOADER_MW = "crawler.scheduling.acks.LeaseDownloaderMiddleware"
-
-
-def lease_middlewares_misfire() -> bool:
-    """True when the lease middlewares take any scheduler for a FrontierScheduler.
-
-    They recognise it with isinstance(), which Scrapy's BaseSchedulerMeta answers by duck
-    typing, so they would call frontier-only methods on Scrapy's and scrapy-redis' schedulers.
-    """
-    from scrapy.core.scheduler import Scheduler
-
-    from crawler.scheduling.scheduler import FrontierScheduler
-
-    return isinstance(Scheduler.__new__(Scheduler), FrontierScheduler)
-
-
-def pass_through_middlewares() -> dict[str, str]:
-    """The project's middleware settings with the lease middlewares swapped for pass-throughs
-    at the same order (everything else unchanged)."""
-    from crawler import settings as project
-
-    spider = {**project.SPIDER_MIDDLEWARES, LEASE_SPIDER_MW: None}
-    spider[f"{MODULE}.PassThroughSpiderMiddleware"] = project.SPIDER_MIDDLEWARES[LEASE_SPIDER_MW]
-    downloader: dict[str, int | None] = {
-        **project.DOWNLOADER_MIDDLEWARES,
-        LEASE_DOWNLOADER_MW: None,
-    }
-    downloader[f"{MODULE}.PassThroughDownloaderMiddleware"] = project.DOWNLOADER_MIDDLEWARES[
-        LEASE_DOWNLOADER_MW
-    ]
-    return {
-        "SPIDER_MIDDLEWARES": json.dumps(spider),
-        "DOWNLOADER_MIDDLEWARES": json.dumps(downloader),
-    }
-
-
-_REDIS_COUNTS: Counter[str] = Counter()
-_next_kind = ["?"]
-
-
-def install_redis_counters() -> None:
-    """Count round trips (socket writes a reply is waited for) and commands, per kind."""
-    from redis.connection import AbstractConnection
-
-    if getattr(AbstractConnection, "_bench_counted", False):
-        return
-    send_packed: Callable[..., Any] = AbstractConnection.send_packed_command
-    send_command: Callable[..., Any] = AbstractConnection.send_command
-    pack_commands: Callable[..., Any] = AbstractConnection.pack_commands
-    counts = _REDIS_COUNTS
-
-    def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> Any:
-        counts["round_trips"] += 1
-        counts["rt:" + _next_kind[0]] += 1
-        _next_kind[0] = "?"
-        return send_packed(self, command, check_health)
-
-    def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
-        name = str(args[0]).upper() if args else "?"
-        counts["commands"] += 1
-        counts["cmd:" + name] += 1
-        _next_kind[0] = name
-        return send_command(self, *args, **kwargs)
-
-    def counted_pack_commands(self: Any, commands: Any) -> Any:
-        commands = list(commands)
-        names = [str(command[0]).upper() for command in commands]
-        counts["commands"] += len(names)
-        counts.update("cmd:" + name for name in names)
-        _next_kind[0] = "pipeline[" + ",".join(sorted(set(names))) + "]"
-        return pack_commands(self, commands)
-
-    setattr(AbstractConnection, "send_packed_command", counted_send_packed)  # noqa: B010
-    setattr(AbstractConnection, "send_command", counted_send_command)  # noqa: B010
-    setattr(AbstractConnection, "pack_commands", counted_pack_commands)  # noqa: B010
-    setattr(AbstractConnection, "_bench_counted", True)  # noqa: B010
-
-
-class BenchProbe:
-    """Extension: times the crawl, counts Redis traffic, writes it all to BENCH_PROBE_FILE."""
-
-    def __init__(self, crawler: Any) -> None:
-        install_redis_counters()
-        self.crawler = crawler
-        self.opened = 0.0
-        self.first = 0.0
-        self.last = 0.0
-        self.responses = 0
-        self.cpu_opened = 0.0
-        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(self.response_received, signal=signals.response_received)
-        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
-
-    @classmethod
-    def from_crawler(cls, crawler: Any) -> BenchProbe:
-        return cls(crawler)
-
-    def spider_opened(self) -> None:
-        self.opened = time.perf_counter()
-        self.cpu_opened = time.process_time()
-
-    def response_received(self) -> None:
-        now = time.perf_counter()
-        if not self.responses:
-            self.first = now
-        self.last = now
-        self.responses += 1
-
-    def spider_closed(self, spider: Spider, reason: str) -> None:
-        stats = {
-            key: value
-            for key, value in self.crawler.stats.get_stats().items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
-        }
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-        result = {
-            "reason": reason,
-            "stats": stats,
-            "pages_parsed": getattr(spider, "pages_parsed", 0),
-            "responses": self.responses,
-            "crawl_seconds": self.last - self.opened,
-            "first_to_last_seconds": self.last - self.first,
-            "cpu_seconds": time.process_time() - self.cpu_opened,
-            "redis": dict(_REDIS_COUNTS),
-            "process_dupefilter_bytes": _memory_dupefilter_bytes(scheduler),
-        }
-        Path(self.crawler.settings.get("BENCH_PROBE_FILE")).write_text(json.dumps(result))
-
-
-def _memory_dupefilter_bytes(scheduler: Any) -> int:
-    """Size of Scrapy's in-memory fingerprint set (the set and its bytes objects)."""
-    fingerprints = getattr(getattr(scheduler, "df", None), "_fingerprints", None)
-    if not isinstance(fingerprints, set):
-        return 0
-    return sys.getsizeof(fingerprints) + sum(sys.getsizeof(fp) for fp in fingerprints)
 
 
 # --- running the variants ------------------------------------------------------------------------
@@ -484,10 +128,10 @@ def run_variant(
             server_cpu_before = sum(cpu_seconds(pid) for pid in graph_pids)
             probe_file = Path(tmp) / "probe.json"
             overrides = {
-                "SPIDER_MODULES": MODULE,
+                "SPIDER_MODULES": _graph_site.MODULE,
                 "BENCH_GRAPH_URL": graph_url,
                 "BENCH_PROBE_FILE": str(probe_file),
-                "EXTENSIONS": json.dumps({f"{MODULE}.BenchProbe": 1000}),
+                "EXTENSIONS": json.dumps({f"{_probes.MODULE}.BenchProbe": 1000}),
                 "ITEM_PIPELINES": "{}",
                 "LOG_LEVEL": "WARNING",
                 "CONCURRENT_REQUESTS": str(args.concurrency),
@@ -496,8 +140,6 @@ def run_variant(
                 "POLITENESS_RATE": "0",
                 **settings,
             }
-            if variant != OURS and args.pass_through:
-                overrides.update(pass_through_middlewares())
             if variant == OURS:
                 overrides.update(args.ours_settings)
             command = [sys.executable]
@@ -587,12 +229,12 @@ def _leftovers(client: redis.Redis, variant: str) -> dict[str, int]:
     if variant == STOCK:
         return {"queue": int(client.zcard(f"{SPIDER_NAME}:requests"))}
     if variant == OURS:
-        tag = "{" + SPIDER_NAME + "}"
+        sizes = Frontier(client, FrontierKeys(SPIDER_NAME, ""), DupefilterConfig()).sizes()
         return {
-            "queue": int(client.zcard(f"{tag}:queue")),
-            "leases": int(client.zcard(f"{tag}:leases")),
-            "delayed": int(client.zcard(f"{tag}:delayed")),
-            "dead": int(client.llen(f"{tag}:dead")),
+            "queue": sizes["queue"],
+            "leases": sizes["leased"],
+            "delayed": sizes["delayed"],
+            "dead": sizes["dead"],
         }
     return {}
 
@@ -723,12 +365,7 @@ def main() -> int:
         help="sample each crawl with py-spy (next to this Python), collapsed stacks in DIR/*.txt",
     )
     parser.add_argument("--verbose", action="store_true", help="crawl output, round trip kinds")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        serve(args.port, args.pages, args.seed)
-        return 0
     if args.pages < 2 or args.concurrency < 1 or args.repeat < 1:
         parser.error("--pages must be at least 2, --concurrency and --repeat at least 1")
     if any("=" not in item for item in args.set):
@@ -745,14 +382,6 @@ def main() -> int:
     for directory in (args.profile, args.py_spy):
         if directory:
             Path(directory).mkdir(parents=True, exist_ok=True)
-    args.pass_through = lease_middlewares_misfire()
-    if args.pass_through:
-        print(
-            "note: crawler.scheduling.acks takes any scheduler for a FrontierScheduler "
-            "(isinstance is duck-typed by\n  Scrapy's BaseSchedulerMeta) and would fail the "
-            "other variants; for (a) and (b) its two middlewares\n  are replaced by "
-            "pass-throughs at the same order, doing what they do without our scheduler."
-        )
 
     started = time.perf_counter()
     servers, graph_url = start_graph_server(args.pages, args.seed, args.server_processes)

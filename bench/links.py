@@ -82,7 +82,7 @@ class LinksProbe:
     writes them to BENCH_PROBE_FILE when the spider closes."""
 
     def __init__(self, crawler: Any) -> None:
-        from bench.frontier_throughput import install_redis_counters
+        from bench._probes import install_redis_counters
 
         install_redis_counters()
         self.crawler = crawler
@@ -104,7 +104,7 @@ class LinksProbe:
             self.times.append(time.perf_counter())
 
     def spider_closed(self, reason: str) -> None:
-        from bench.frontier_throughput import _REDIS_COUNTS
+        from bench._probes import _REDIS_COUNTS
 
         result = {
             "reason": reason,
@@ -125,7 +125,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, tmp: Path, web_port: int) -> None:
         import redis
 
-        from crawler.services import free_port, start_mongo, start_redis
+        from devtools.services import free_port, start_mongo, start_redis
 
         self.args = args
         self.tmp = tmp

@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 import pymongo  # noqa: E402
 import redis  # noqa: E402
 
-from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from devtools.services import private_servers, start_sandbox  # noqa: E402
 from sandbox.maps import ASSET_SIZES, MapsPages  # noqa: E402
 from sandbox.places import CATEGORIES, POSTAL_CODES  # noqa: E402
 from tests.harness import Sandbox  # noqa: E402
@@ -178,28 +178,20 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--logs", type=Path, default=None, help="keep the crawl logs here")
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        redis_port, mongo_port = free_port(), free_port()
-        redis_server = start_redis(redis_port, Path(tmp) / "redis")
-        mongo_server = start_mongo(mongo_port, Path(tmp) / "mongo")
-        servers = (f"redis://127.0.0.1:{redis_port}/0", f"mongodb://127.0.0.1:{mongo_port}")
+    with tempfile.TemporaryDirectory() as tmp, private_servers(Path(tmp)) as servers:
         logs = options.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        try:
-            results = [
-                run("blocked", options.postal_codes, {}, servers, options.timeout, logs),
-                run(
-                    "unblocked",
-                    options.postal_codes,
-                    {"MAPS_BLOCKED_RESOURCE_TYPES": ""},
-                    servers,
-                    options.timeout,
-                    logs,
-                ),
-            ]
-        finally:
-            mongo_server.stop()
-            redis_server.stop()
+        results = [
+            run("blocked", options.postal_codes, {}, servers, options.timeout, logs),
+            run(
+                "unblocked",
+                options.postal_codes,
+                {"MAPS_BLOCKED_RESOURCE_TYPES": ""},
+                servers,
+                options.timeout,
+                logs,
+            ),
+        ]
     print(
         f"{'variant':<10} {'places':>9} {'seconds':>8} {'places/min':>11} "
         f"{'peak browser MiB':>17} {'page bytes':>11} {'resource bytes':>15} {'total bytes':>12}"

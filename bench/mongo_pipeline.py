@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from crawler.items import VideoItem  # noqa: E402
 from crawler.pipelines import MongoPipeline  # noqa: E402
-from crawler.pipelines.mongo import MongoSettings  # noqa: E402
-from crawler.services import free_port, start_mongo  # noqa: E402
+from crawler.storage.mongo import MongoSettings  # noqa: E402
+from devtools.services import free_port, start_mongo  # noqa: E402
 
 BATCH = 500
 IN_FLIGHT = 1000  # items Scrapy keeps in the pipelines at once (responses x CONCURRENT_ITEMS)

@@ -38,8 +38,8 @@ import redis  # noqa: E402
 from scrapy import signals  # noqa: E402
 
 from crawler import settings as project  # noqa: E402
-from crawler.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
-from sandbox.data import build_dataset  # noqa: E402
+from devtools.services import free_port, start_mongo, start_redis, start_sandbox  # noqa: E402
+from sandbox.seed import build_dataset  # noqa: E402
 
 TARGET = 0.3
 MODULE = "bench.redis_round_trips"

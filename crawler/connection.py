@@ -11,7 +11,7 @@ hash tag, so each frontier script touches a single slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import redis
@@ -70,6 +70,17 @@ class RedisUnavailable(RuntimeError):
 
 class ClusterUnavailable(RedisConnectionError):
     """No node of the cluster answered, or some slots have no node serving them."""
+
+
+def decode_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
+    """A Redis hash of integer counts as text -> int (values that are not integers skipped)."""
+    counts: dict[str, int] = {}
+    for name, value in raw.items():
+        try:
+            counts[reply_text(name)] = int(value)
+        except ValueError:
+            continue
+    return counts
 
 
 def _unreachable(exc: RedisClusterException) -> bool:

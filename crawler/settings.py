@@ -78,17 +78,17 @@ USER_AGENT = (
 #   700 Cookies: keeps the cookies of every answer, bans included, as a browser does.
 #   750 HttpProxy, 850 DownloaderStats, 900 HttpCache: the answer as it came over the wire.
 DOWNLOADER_MIDDLEWARES = {
-    "crawler.scheduling.acks.LeaseDownloaderMiddleware": 1,
+    "crawler.middlewares.LeaseDownloaderMiddleware": 1,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
-    "crawler.middlewares.concurrency.HostFullMiddleware": 640,
+    "crawler.middlewares.HostFullMiddleware": 640,
     "crawler.middlewares.BanMiddleware": 650,
-    "crawler.middlewares.concurrency.HostConcurrencyMiddleware": 660,
+    "crawler.middlewares.HostConcurrencyMiddleware": 660,
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
-    "crawler.scheduling.acks.LeaseSpiderMiddleware": 1,
+    "crawler.middlewares.LeaseSpiderMiddleware": 1,
     # Gives every page with items its next visit (only with RECRAWL_ENABLED; see below).
     "crawler.recrawl.RecrawlMiddleware": 50,
 }
@@ -156,7 +156,7 @@ REDIS_PARAMS = {
     "socket_timeout": 5,
     "socket_connect_timeout": 2,
 }
-SCHEDULER = "crawler.scheduling.scheduler.FrontierScheduler"
+SCHEDULER = "crawler.frontier.scheduler.FrontierScheduler"
 # FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop; new requests are
 # written to Redis every FRONTIER_FLUSH_INTERVAL, before a pop, or once 8 batches of them wait.
 FRONTIER_BATCH_SIZE = 16
@@ -278,14 +278,14 @@ MONGO_WRITE_CONCERN = {"w": 1, "j": True}
 # ("dict", "BookItem") or else by spider name: "<collection>:<unique key field>", or "" to pass
 # them on unstored. An item with no destination is an error: its request is dead-lettered
 # (item_error:UndeclaredItem) and can be requeued once this names it. See
-# crawler/pipelines/destinations.py.
+# crawler/storage/destinations.py.
 MONGO_COLLECTIONS: dict[str, str] = {}
 # MONGO_MAX_DOCUMENT_BYTES (int 1024..16777216, default 16000000): largest BSON size of an
 # item's document (MongoDB refuses more than 16 MiB; the default leaves room for the
 # timestamps). A larger one is trimmed: its longest string field, then the next, is cut just
 # enough to fit, and the document's "_truncated" field maps each cut field to its size before
 # (bytes). A document still too large is not stored: its item fails and its request goes to
-# the dead-letter list with the reason (crawler/pipelines/documents.py).
+# the dead-letter list with the reason (crawler/storage/documents.py).
 MONGO_MAX_DOCUMENT_BYTES = 16_000_000
 
 ITEM_PIPELINES = {
@@ -403,7 +403,7 @@ PLAYWRIGHT_MAX_PAGES_PER_CONTEXT = 4
 PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # --- End of maps -------------------------------------------------------------------------------
 
-# --- AWS fleet (scrapy fleet; read in crawler/fleet/config.py) ---------------------------------
+# --- AWS fleet (scrapy fleet; read in crawler/aws/config.py) ---------------------------------
 # FLEET_NAME (str, default "crawler"): value of the crawler:fleet tag marking the fleet's instances.
 # FLEET_REGION (str, default: boto3's, from AWS_REGION/AWS_DEFAULT_REGION/profile): EC2 region.
 # FLEET_AMI (str, default ""): image of new workers (Python 3.11+ with venv, pip, curl, aws CLI).

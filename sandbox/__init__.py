@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from sandbox.app import build_app
 from sandbox.config import ConfigError, SandboxConfig, load_config, merge_config
-from sandbox.data import Dataset, build_dataset
+from sandbox.data import Dataset
+from sandbox.seed import build_dataset
 
 __all__ = [
     "ConfigError",

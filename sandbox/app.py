@@ -14,11 +14,12 @@ from sandbox.bans import ChallengePages
 from sandbox.churn import Churn
 from sandbox.compression import compression_middleware
 from sandbox.config import SandboxConfig
-from sandbox.data import DEFAULT_SEED, Dataset, build_dataset
+from sandbox.data import DEFAULT_SEED, Dataset
 from sandbox.explore import ExploreApi
 from sandbox.hostile import HostilePages
 from sandbox.maps import MapsPages
 from sandbox.profiles import ProfilePages
+from sandbox.seed import build_dataset
 from sandbox.stats import TrafficStats, traffic_middleware
 from sandbox.web import WebPages
 

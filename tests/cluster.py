@@ -1,4 +1,4 @@
-"""A real Redis Cluster on loopback for tests: masters started by crawler.services, joined by
+"""A real Redis Cluster on loopback for tests: masters started by devtools.services, joined by
 ``valkey-cli --cluster create`` (or ``redis-cli`` next to ``REDIS_SERVER_BIN``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from crawler.services import ServerProcess, free_port, redis_server_binary, start_redis
+from devtools.services import ServerProcess, free_port, redis_server_binary, start_redis
 
 READY_TIMEOUT = 30.0
 CREATE_OPTIONS = ("--cluster-replicas", "0", "--cluster-yes")

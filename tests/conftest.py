@@ -20,7 +20,7 @@ import pymongo
 import pytest
 import redis
 
-from crawler.services import start_mongo, start_redis, start_sandbox
+from devtools.services import start_mongo, start_redis, start_sandbox
 from tests.harness import SPILL_DIR, Crawl, Mongo, Sandbox, on_free_port
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -14,11 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.request import Request, urlopen
 
 import pymongo
 
-from crawler.services import ServiceError, free_port
+from devtools.services import ServiceError, free_port
+from sandbox.client import SandboxClient
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -38,23 +37,8 @@ class Mongo:
         return self.client[self.database]
 
 
-@dataclass
-class Sandbox:
-    url: str
-
-    def admin(self, path: str, payload: dict[str, Any] | None = None) -> Any:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = Request(
-            f"{self.url}/__admin__/{path}", data=data, method="POST" if data else "GET"
-        )
-        if data:
-            request.add_header("Content-Type", "application/json")
-        with urlopen(request, timeout=10) as response:
-            return json.loads(response.read() or b"null")
-
-    def get(self, path: str) -> tuple[int, str]:
-        with urlopen(f"{self.url}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
+# The sandbox a test crawls, driven through its admin API.
+Sandbox = SandboxClient
 
 
 @dataclass

@@ -85,7 +85,7 @@ def test_an_item_nobody_declared_is_a_counted_error_and_a_dead_letter(
     said = [
         line
         for line in result.stderr.splitlines()
-        if "[crawler.pipelines.mongo] ERROR: no MongoDB collection for dict" in line
+        if "[crawler.pipelines] ERROR: no MongoDB collection for dict" in line
     ]
     assert len(said) == 1, result.stderr[-3000:]
     assert "MONGO_COLLECTIONS" in said[0]

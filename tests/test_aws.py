@@ -14,8 +14,8 @@ import boto3
 import pytest
 import redis
 
-from crawler.services import ServerProcess, start_server
-from sandbox.data import build_dataset
+from devtools.services import ServerProcess, start_server
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, on_free_port
 
 pytestmark = pytest.mark.integration
@@ -164,7 +164,7 @@ def test_fleet_launch_list_rotate_and_scale_to_zero(
     # A worker stopped by a ban (exit status 3) runs this from its user data.
     banned = launched[0]["id"]
     report = subprocess.run(
-        [sys.executable, "-m", "crawler.fleet.report", "profiles", "--instance-id", banned],
+        [sys.executable, "-m", "crawler.aws.report", "profiles", "--instance-id", banned],
         cwd=ROOT,
         env=env,
         capture_output=True,

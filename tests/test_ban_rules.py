@@ -22,8 +22,9 @@ from scrapy.responsetypes import responsetypes
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
+from crawler.bans.policy import page_of
 from crawler.bans.rules import Page, Verdict, classify
-from crawler.middlewares.bans import BanMiddleware, _page
+from crawler.middlewares import BanMiddleware
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox import markup
@@ -418,22 +419,22 @@ NOT_BANS = [
         "",
         id="404-on-login-path",
     ),
-    pytest.param(response(500, "<h1>Internal Server Error</h1>"), "retry", "http_500", id="500"),
+    pytest.param(response(500, "<h1>Internal Server Error</h1>"), "ok", "", id="500"),
     pytest.param(
         response(502, "<html><body>Bad Gateway</body></html>", headers={"Server": "nginx"}),
-        "retry",
-        "http_502",
+        "ok",
+        "",
         id="502",
     ),
-    pytest.param(response(503, b"", cls=Response), "retry", "http_503", id="503-empty"),
+    pytest.param(response(503, b"", cls=Response), "ok", "", id="503-empty"),
     pytest.param(
         response(
             503,
             f"<html><body><h1>Down for maintenance</h1>{CLOUDFLARE_DETECTION_SCRIPT}</body></html>",
             headers={"Server": "cloudflare", "CF-RAY": "8a1b2c3d4e5f6a7b-AMS"},
         ),
-        "retry",
-        "http_503",
+        "ok",
+        "",
         id="503-behind-cloudflare-bot-detection",
     ),
     pytest.param(
@@ -474,13 +475,13 @@ NOT_BANS = [
 
 @pytest.mark.parametrize(("page", "rule"), BANS)
 def test_bans_are_caught_by_the_right_rule(page: Response, rule: str) -> None:
-    verdict = classify(_page(page))
+    verdict = classify(page_of(page))
     assert (verdict.kind, verdict.rule) == ("ban", rule)
 
 
 @pytest.mark.parametrize(("page", "kind", "rule"), NOT_BANS)
 def test_lookalikes_are_not_bans(page: Response, kind: str, rule: str) -> None:
-    verdict = classify(_page(page))
+    verdict = classify(page_of(page))
     assert (verdict.kind, verdict.rule) == (kind, rule)
 
 
@@ -512,7 +513,7 @@ def middlewares() -> dict[str, BanMiddleware]:
 @pytest.fixture(scope="module")
 def verdict(middlewares: dict[str, BanMiddleware]) -> Callable[[str, Response], tuple[str, str]]:
     def check(spider: str, page: Response) -> tuple[str, str]:
-        found = middlewares[spider]._classify(page)
+        found = middlewares[spider].bans.classify(page)
         return found.kind, found.rule
 
     return check
@@ -582,7 +583,7 @@ SPIDER_CASES = [
         "",
         id="compact-profile",
     ),
-    pytest.param("profiles", response(503, b"", cls=Response), "retry", "http_503", id="503"),
+    pytest.param("profiles", response(503, b"", cls=Response), "ok", "", id="503"),
     pytest.param(
         "explore",
         response(200, "<html><body>Please wait</body></html>", FEED),
@@ -731,7 +732,7 @@ def test_sandbox_challenge_pages(path: str, handler: str, status: int, rule: str
     answer = asyncio.run(getattr(ChallengePages(), handler)(request))
     page = _from_sandbox(answer, f"https://www.tiktok.com{path}")
     assert page.status == status
-    verdict = classify(_page(page))
+    verdict = classify(page_of(page))
     assert (verdict.kind, verdict.rule) == ("ban", rule)
 
 
@@ -750,7 +751,7 @@ def test_rules_from_settings_come_first() -> None:
         body=b"<p>Temporarily unavailable for you</p>",
         request=Request("https://shop.example/item/1"),
     )
-    assert middleware._classify(page) == Verdict("ban", "shop_block")
+    assert middleware.bans.classify(page) == Verdict("ban", "shop_block")
 
 
 @pytest.mark.parametrize(

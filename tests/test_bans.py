@@ -19,13 +19,16 @@ import redis
 from scrapy import Request
 from scrapy.utils.test import get_crawler
 
-from crawler.middlewares.bans import BAN_TIMES_META, BanMiddleware
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
-from crawler.scheduling.records import passes_again
-from crawler.scheduling.scheduler import DUE_META
+from crawler.bans.policy import BAN_TIMES_META
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
+from crawler.frontier.records import passes_again
+from crawler.frontier.scheduler import DUE_META
+from crawler.keys import FrontierKeys
+from crawler.middlewares import BanMiddleware
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES
-from sandbox.data import build_dataset
+from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox
 from tests.test_ban_rules import _sandbox_answer, _settings
 

@@ -13,7 +13,9 @@ from typing import Any
 
 import redis
 
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending
+from crawler.keys import FrontierKeys
 
 SPIDER = "shop"
 KEYS = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")

@@ -21,8 +21,8 @@ import pymongo
 import pytest
 import redis
 
-from crawler.services import ServerProcess, free_port, start_mongo, start_redis
-from sandbox.data import build_dataset
+from devtools.services import ServerProcess, free_port, start_mongo, start_redis
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration

@@ -24,10 +24,12 @@ from crawler.connection import (
     RedisUnavailable,
     redis_from_settings,
 )
-from crawler.scheduling import serializer
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
-from crawler.services import free_port
-from sandbox.data import build_dataset
+from crawler.frontier import codec
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending
+from crawler.keys import FrontierKeys
+from devtools.services import free_port
+from sandbox.seed import build_dataset
 from tests.cluster import LocalCluster, start_cluster
 from tests.harness import ROOT, Crawl, Mongo, Sandbox
 
@@ -155,7 +157,7 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
 
     assert frontier.requeue_dead(10) == 1
     leased = frontier.pop(10, 60, "w2").leased
-    assert sorted(serializer.loads(data)["url"] for _, data in leased) == [
+    assert sorted(codec.loads(data)["url"] for _, data in leased) == [
         "https://x/1",
         "https://x/2",
         "https://x/new",

@@ -11,9 +11,11 @@ from typing import Any, cast
 import pytest
 import redis
 
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
-from crawler.services import free_port, start_sandbox
-from sandbox.data import build_dataset
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
+from crawler.keys import FrontierKeys
+from devtools.services import free_port, start_sandbox
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, closed_port
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 import redis
 from bson import json_util
 
-from crawler.services import pid_alive
+from devtools.services import pid_alive
 from tests.harness import ROOT, Mongo
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def _fleet_environment(redis_url: str, mongo: Mongo, spill_dir: Path) -> dict[st
 
 def _demo(state_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "crawler.demo", "--quick", "--state-dir", str(state_dir)],
+        [sys.executable, "-m", "devtools.demo", "--quick", "--state-dir", str(state_dir)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -90,7 +90,7 @@ def _demo_watching_its_page(
     state_dir: Path, env: dict[str, str]
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     """The demo, and its fleet page as fetched while the demo ran."""
-    command = [sys.executable, "-m", "crawler.demo", "--quick", "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "devtools.demo", "--quick", "--state-dir", str(state_dir)]
     with subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as process:
@@ -150,10 +150,10 @@ def test_the_demo_leaves_an_exported_fleet_untouched(
 def test_the_demo_refuses_while_a_server_runs_on_its_state_directory(tmp_path: Path) -> None:
     state_dir = (tmp_path / "demo").resolve()
     state_dir.mkdir()
-    # A live process recorded there, as `python -m crawler.services up --state-dir` leaves it.
+    # A live process recorded there, as `python -m devtools.services up --state-dir` leaves it.
     (state_dir / "mongodb.pid").write_text(f"{os.getpid()} 27017\n")
     result = _demo(state_dir, dict(os.environ))
     assert result.returncode == 1
     assert f"mongodb (pid {os.getpid()}, port 27017) runs on {state_dir}" in result.stderr
-    assert "python -m crawler.services down --state-dir" in result.stderr
+    assert "python -m devtools.services down --state-dir" in result.stderr
     assert not (state_dir / "mongodb-data").exists()

@@ -26,14 +26,14 @@ from urllib.request import Request, urlopen
 import pytest
 import yaml
 
-from crawler.services import free_port
-from sandbox.data import build_dataset
+from devtools.services import free_port
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox
 
 BIN = Path(sys.executable).parent
 # What an egg build needs from the working tree (setup.py reads pyproject.toml and README.md).
 PROJECT_FILES = ("scrapy.cfg", "setup.py", "pyproject.toml", "README.md", "scrapinghub.yml")
-PROJECT_DIRS = ("crawler", "sandbox", "deploy/zyte")
+PROJECT_DIRS = ("crawler", "sandbox", "devtools", "deploy/zyte")
 SETTINGS_ENV = re.compile(r"""os\.environ\.get\(\s*["']([A-Z_]+)["']""")
 
 
@@ -82,10 +82,19 @@ def _egg_entry_points(egg: Path) -> configparser.ConfigParser:
 def _assert_egg_holds_the_project(egg: Path) -> None:
     with zipfile.ZipFile(egg) as archive:
         names = set(archive.namelist())
-    modules = ("settings.py", "spiders/explore.py", "spiders/profiles.py", "pipelines/mongo.py")
+    modules = (
+        "settings.py",
+        "spiders/explore.py",
+        "pipelines.py",
+        "middlewares.py",
+        "storage/mongo.py",
+        "frontier/scripts/pop.lua",
+    )
     for module in modules:
         assert f"crawler/{module}" in names
-    assert not any(name.startswith("tests/") for name in names)
+    # Only the crawler ships: the sandbox, the dev tools, the benchmarks and the tests stay home.
+    for home in ("tests/", "sandbox/", "devtools/", "bench/"):
+        assert not any(name.startswith(home) for name in names), home
     assert _egg_entry_points(egg)["scrapy"]["settings"] == "crawler.settings"
 
 
@@ -307,8 +316,8 @@ def test_scrapinghub_yml_names_stack_and_requirements_and_no_secrets() -> None:
         re.split(r"[<>=!~\[ ]", dep, maxsplit=1)[0].lower()
         for dep in pyproject["project"]["dependencies"]
     }
-    # Scrapy comes with the stack; shub is the deploy tool itself.
-    assert listed == runtime - {"scrapy", "shub"}
+    # Scrapy comes with the stack.
+    assert listed == runtime - {"scrapy"}
     stack_scrapy = config["stacks"]["default"].split(":")[1]
     scrapy_spec = next(d for d in pyproject["project"]["dependencies"] if d.startswith("scrapy>"))
     minimum = re.search(r">=\s*([\d.]+)", scrapy_spec)
@@ -346,7 +355,7 @@ def _dockerfile_env() -> dict[str, str]:
 def test_the_installed_package_is_the_scrapy_project_in_any_directory(tmp_path: Path) -> None:
     """No scrapy.cfg where workers run: the image, the EC2 user data and the docs name the
     settings module, the same one the egg's entry point names."""
-    from crawler.fleet.userdata import SETTINGS_MODULE
+    from crawler.aws.userdata import SETTINGS_MODULE
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["scrapy"]["settings"] == SETTINGS_MODULE

@@ -16,9 +16,11 @@ import pytest
 import redis
 
 from crawler.domains.summary import summarize
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
-from crawler.services import free_port
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
+from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
+from devtools.services import free_port
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
 from sandbox.domains_population import FakeDomain, build_population
 from tests.harness import ROOT, Crawl, Mongo, poll

@@ -17,7 +17,8 @@ import pytest
 import redis
 
 from crawler import settings as project_settings
-from sandbox.data import ALL_CATEGORY, build_dataset
+from sandbox.data import ALL_CATEGORY
+from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox
 from tests.test_hostile_data import LoopbackServer
 

@@ -19,8 +19,8 @@ from crawler.extractors.explore import (
 )
 from crawler.extractors.jsondata import FieldReader, MalformedData, TooDeep
 from crawler.extractors.profiles import parse_profile_page, profile_fields
-from sandbox.data import build_dataset
 from sandbox.profiles import render_profile, render_shell
+from sandbox.seed import build_dataset
 
 
 def _video(video_id: str = "7301", likes: int = 10, followers: int = 5) -> dict[str, Any]:

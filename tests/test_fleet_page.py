@@ -31,15 +31,15 @@ from hypothesis import strategies as st
 from playwright.sync_api import sync_playwright
 
 import crawler.settings as project_settings
-from crawler.bans.fleet import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
+from crawler.bans.politeness import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback
 from crawler.observability.rates import format_duration
 from crawler.observability.report import masked_dead_letter
-from crawler.services import free_port
-from sandbox.data import build_dataset
+from devtools.services import free_port
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")

@@ -16,9 +16,11 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from crawler.scheduling import serializer
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending, Popped
-from crawler.services import free_port, start_redis
+from crawler.frontier import codec
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending, Popped
+from crawler.keys import FrontierKeys
+from devtools.services import free_port, start_redis
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 SPIDER = "shop"
@@ -301,13 +303,13 @@ def test_dead_letters_keep_request_and_failure(
     assert frontier.requeue_dead(1) == 1
     assert frontier.dead_letters() == [{"request": second, "failure": failures[1]}]
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
-    assert serializer.loads(data) == {**first, "dont_filter": True, "meta": {"category": 5}}
+    assert codec.loads(data) == {**first, "dont_filter": True, "meta": {"category": 5}}
 
     assert frontier.requeue_dead(10) == 1
     assert frontier.requeue_dead(10) == 0
     assert frontier.sizes()["dead"] == 0
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
-    assert serializer.loads(data) == {**second, "dont_filter": True}
+    assert codec.loads(data) == {**second, "dont_filter": True}
 
 
 # --- duplicate filter ------------------------------------------------------------------------

@@ -14,10 +14,12 @@ import pytest
 import redis
 from scrapy.utils.test import get_crawler
 
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
-from crawler.scheduling.marker import FrontierMarker
-from crawler.services import free_port, start_redis
-from sandbox.data import build_dataset
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.marker import FrontierMarker
+from crawler.frontier.queue import Frontier
+from crawler.keys import FrontierKeys
+from devtools.services import free_port, start_redis
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 USERS = [author.unique_id for author in build_dataset().authors]
@@ -44,7 +46,7 @@ def test_a_flushed_frontier_is_reported_once_by_every_worker(
     assert not caplog.records, "an untouched frontier was reported"
 
     redis_client.flushdb()
-    with caplog.at_level(logging.WARNING, logger="crawler.scheduling.marker"):
+    with caplog.at_level(logging.WARNING, logger="crawler.frontier.marker"):
         first.check(4)  # writes a new marker...
         second.check(0)  # ...that the second worker does not take for its own
         first.check(4)
@@ -67,7 +69,7 @@ def test_an_empty_frontier_reset_is_only_a_warning(
     marker, stats = _marker(redis_client)
     marker.check(0)
     redis_client.flushdb()
-    with caplog.at_level(logging.WARNING, logger="crawler.scheduling.marker"):
+    with caplog.at_level(logging.WARNING, logger="crawler.frontier.marker"):
         marker.check(0)
     assert [record.levelname for record in caplog.records] == ["WARNING"]
     assert stats["frontier/lost"] == 1

@@ -9,7 +9,9 @@ import time
 import redis
 
 from bench import _legacy_frontier as frontier_legacy
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
+from crawler.keys import FrontierKeys
 from tests.test_frontier import LEASE, ids, pending, urls
 
 KEYS = FrontierKeys("shop", "shop:start_urls")

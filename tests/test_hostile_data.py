@@ -21,8 +21,8 @@ from scrapy.http import HtmlResponse, TextResponse
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
-from crawler.scheduling.scheduler import DUE_META
-from crawler.scheduling.serializer import expand
+from crawler.frontier.codec import expand
+from crawler.frontier.scheduler import DUE_META
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl

@@ -18,8 +18,8 @@ from scrapy.exceptions import IgnoreRequest
 
 from crawler import settings as project_settings
 from crawler.bans.rules import Page, Verdict
-from crawler.scheduling.serializer import expand
-from sandbox.data import build_dataset
+from crawler.frontier.codec import expand
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from crawler.frontier.codec import expand
 from crawler.links.ledger import HostLedger
-from crawler.scheduling.serializer import expand
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler.links.ledger import HostLedger
-from crawler.services import free_port
+from devtools.services import free_port
 
 
 def test_counts_wait_for_a_batch_then_all_arrive(redis_client: redis.Redis) -> None:

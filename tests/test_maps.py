@@ -19,7 +19,7 @@ from scrapy.utils.request import request_from_dict
 from scrapy.utils.test import get_crawler
 
 from crawler.extractors.maps import END_OF_LIST, pin_from_url, place_fields, place_id_from_url
-from crawler.scheduling import serializer
+from crawler.frontier import codec
 from crawler.spiders.base import InvalidStartEntry
 from crawler.spiders.maps import MapsSpider, _argument_queries
 from sandbox.maps import BATCH_SIZE, render_place
@@ -81,7 +81,7 @@ def test_search_requests_are_stored_as_json() -> None:
     spider.base_url, spider.language, spider.region = "https://www.google.com", "en", "de"
     (request,) = spider.requests_from_entry({"query": "shop  near 00501"})
     assert request.url == "https://www.google.com/maps/search/shop+near+00501?hl=en&gl=de"
-    stored = serializer.loads(serializer.dumps(request.to_dict(spider=spider)))
+    stored = codec.loads(codec.dumps(request.to_dict(spider=spider)))
     restored = request_from_dict(stored, spider=spider)
     assert restored.callback == spider.parse_search
     assert restored.errback == spider.close_page_on_error

@@ -34,18 +34,17 @@ from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.connection import redis_from_settings
+from crawler.keys import FleetKeys, FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.endpoint import parse_ports
-from crawler.observability.keys import FleetKeys
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.monitor import FleetMonitor
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, format_duration
 from crawler.observability.report import render_text, spider_status
-from crawler.scheduling.frontier import FrontierKeys
-from crawler.services import free_port
 from crawler.settings_check import SettingsError
-from sandbox.data import build_dataset
+from devtools.services import free_port
+from sandbox.seed import build_dataset
 from tests.cluster import start_cluster
 from tests.harness import ROOT, Crawl, Sandbox, poll
 

@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pacing, Pending
-from crawler.scheduling.records import pending as record_of
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pacing, Pending
+from crawler.frontier.records import pending as record_of
+from crawler.keys import FrontierKeys
 from tests.harness import poll
 
 KEYS = FrontierKeys("paced", "paced:start_urls")

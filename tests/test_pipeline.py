@@ -20,13 +20,13 @@ from scrapy.exceptions import DropItem
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project
+from crawler.frontier.codec import expand
 from crawler.items import ProfileItem, VideoItem
-from crawler.pipelines import MongoPipeline, ValidationPipeline
-from crawler.pipelines.mongo import ItemNotStored, MongoSettings
-from crawler.scheduling.serializer import expand
-from crawler.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
+from crawler.pipelines import ItemNotStored, MongoPipeline, ValidationPipeline
 from crawler.settings_check import SettingsError
-from sandbox.data import build_dataset
+from crawler.storage.mongo import MongoSettings
+from devtools.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
+from sandbox.seed import build_dataset
 from tests.harness import Crawl, Mongo, Sandbox, poll
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import redis
 
-from crawler.bans import fleet
-from crawler.bans.fleet import FleetPoliteness, RatePolicy
+from crawler.bans import politeness
+from crawler.bans.politeness import FleetPoliteness, RatePolicy
 
 
 def script_calls(server: redis.Redis) -> int:
@@ -58,7 +58,7 @@ def test_a_broad_crawl_leaves_a_bounded_memory_of_buckets(
 ) -> None:
     """Many domains each asked once: the worker keeps when the waiting buckets have their next
     token, and forgets those whose time has passed, so its memory does not grow with the web."""
-    monkeypatch.setattr(fleet, "KNOWN_BUCKETS", 50)
+    monkeypatch.setattr(politeness, "KNOWN_BUCKETS", 50)
     worker = FleetPoliteness(redis_client, "shop", RatePolicy(rate=1000.0, burst=1.0))
     for n in range(400):
         assert worker.acquire(f"site{n}.example", "direct") == 0  # one token each, then none left

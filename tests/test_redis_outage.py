@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler.services import ServerProcess, free_port, start_redis
-from sandbox.data import build_dataset
+from devtools.services import ServerProcess, free_port, start_redis
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 pytestmark = pytest.mark.integration

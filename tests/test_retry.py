@@ -21,14 +21,14 @@ from twisted.internet.error import ConnectionLost, ConnectionRefusedError
 from twisted.internet.error import TimeoutError as TwistedTimeoutError
 
 from crawler import settings as project_settings
-from crawler.middlewares.bans import retry_after
-from crawler.middlewares.retry import BackoffRetryMiddleware
-from crawler.scheduling.scheduler import DUE_META, FrontierScheduler
+from crawler.bans.policy import retry_after
+from crawler.frontier.scheduler import DUE_META, FrontierScheduler
+from crawler.middlewares import BackoffRetryMiddleware
 from crawler.settings_check.rules import SettingsError
 
 URL = "https://www.tiktok.com/@some.user"
 JITTER = project_settings.RETRY_BACKOFF_JITTER
-UNIFORM = "crawler.middlewares.retry.random.uniform"
+UNIFORM = "crawler.middlewares.random.uniform"
 
 
 def _refused() -> Exception:

@@ -21,8 +21,10 @@ import pytest
 import redis
 from scrapy import Request, Spider
 
-from crawler.scheduling.frontier import DupefilterConfig, Frontier, FrontierKeys, Pending
-from crawler.scheduling.records import pending
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier, Pending
+from crawler.frontier.records import pending
+from crawler.keys import FrontierKeys
 
 pytestmark = pytest.mark.scaling
 

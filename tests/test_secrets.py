@@ -27,8 +27,8 @@ from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.utils.test import get_crawler
 
-from crawler.scheduling.records import pending
-from crawler.services import (
+from crawler.frontier.records import pending
+from devtools.services import (
     ServerProcess,
     ServiceError,
     free_port,
@@ -37,8 +37,8 @@ from crawler.services import (
     start_redis,
     start_server,
 )
-from sandbox.data import build_dataset
 from sandbox.domains_tls import write_self_signed
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration

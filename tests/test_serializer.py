@@ -11,9 +11,8 @@ from scrapy import FormRequest, Request, Spider
 from scrapy.utils.request import request_from_dict
 from scrapy_playwright.page import PageMethod
 
-from crawler.scheduling import serializer
-from crawler.scheduling.records import request_record
-from crawler.scheduling.serializer import RequestNotSerializable
+from crawler.frontier import codec
+from crawler.frontier.codec import RequestNotSerializable, request_record
 
 
 class _Spider(Spider):
@@ -42,9 +41,9 @@ json_values = st.recursive(
 
 
 def _round_trip(request: Request, spider: Spider | None = None) -> Request:
-    encoded = serializer.dumps(request.to_dict(spider=spider))
+    encoded = codec.dumps(request.to_dict(spider=spider))
     assert isinstance(encoded, str)
-    return request_from_dict(serializer.loads(encoded), spider=spider)
+    return request_from_dict(codec.loads(encoded), spider=spider)
 
 
 @given(
@@ -96,16 +95,16 @@ def test_everything_a_request_carries_round_trips(
 def test_a_value_json_cannot_hold_is_refused_naming_its_key() -> None:
     request = Request("https://example.com", meta={"page": {"when": object()}})
     with pytest.raises(RequestNotSerializable, match=r"meta\['page'\]\['when'\]"):
-        serializer.dumps(request.to_dict())
+        codec.dumps(request.to_dict())
 
 
 def test_nan_is_refused() -> None:
     with pytest.raises(RequestNotSerializable, match="nan"):
-        serializer.dumps(Request("https://example.com", meta={"score": float("nan")}).to_dict())
+        codec.dumps(Request("https://example.com", meta={"score": float("nan")}).to_dict())
 
 
 def test_stored_requests_are_plain_json_not_pickle() -> None:
-    encoded = serializer.dumps(Request("https://example.com", body=b"\x80\x04").to_dict())
+    encoded = codec.dumps(Request("https://example.com", body=b"\x80\x04").to_dict())
     assert encoded.startswith("{")
     assert '"__bytes__":"gAQ="' in encoded
 
@@ -128,7 +127,7 @@ def test_playwright_page_methods_round_trip() -> None:
 def test_a_page_method_calling_python_is_refused() -> None:
     request = Request("https://example.com", meta={"playwright_page_methods": [PageMethod(print)]})
     with pytest.raises(RequestNotSerializable, match=r"meta\['playwright_page_methods'\]\[0\]"):
-        serializer.dumps(request.to_dict())
+        codec.dumps(request.to_dict())
 
 
 # --- compact records -------------------------------------------------------------------------
@@ -146,9 +145,9 @@ def _same(one: Request, other: Request) -> bool:
 
 def test_a_plain_get_is_stored_without_its_defaults() -> None:
     request = Request("https://example.org/@user", callback=SPIDER.parse_item)
-    record = serializer.dumps(request_record(request, SPIDER))
+    record = codec.dumps(request_record(request, SPIDER))
     assert record == '{"u":"https://example.org/@user","c":"parse_item"}'
-    assert _same(request_from_dict(serializer.loads(record), spider=SPIDER), request)
+    assert _same(request_from_dict(codec.loads(record), spider=SPIDER), request)
 
 
 @given(
@@ -179,12 +178,12 @@ def _assert_every_format_round_trips(request: Request) -> None:
     record = request_record(request, SPIDER)
     formats = {
         "2": record,
-        "1 compact": serializer.expand(record) if "u" in record else record,
+        "1 compact": codec.expand(record) if "u" in record else record,
         "1 whole": request.to_dict(spider=SPIDER),
     }
     assert "url" in formats["1 compact"]
     for name, fields in formats.items():
-        loaded = request_from_dict(serializer.loads(serializer.dumps(fields)), spider=SPIDER)
+        loaded = request_from_dict(codec.loads(codec.dumps(fields)), spider=SPIDER)
         assert _same(loaded, request), name
 
 
@@ -217,7 +216,7 @@ def test_format_2_records_round_trip_everything_not_default(
     record = request_record(request, SPIDER)
     assert "url" not in record
     assert record["u"] == request.url
-    stored = request_from_dict(serializer.loads(serializer.dumps(record)), spider=SPIDER)
+    stored = request_from_dict(codec.loads(codec.dumps(record)), spider=SPIDER)
     for name in FIELDS:
         if name != "meta":
             assert getattr(stored, name) == getattr(request, name), name
@@ -232,6 +231,6 @@ def test_a_request_subclass_is_stored_in_format_2_and_loads() -> None:
     request = FormRequest("https://example.org/f", formdata={"a": "1"}, callback=SPIDER.parse_item)
     record = request_record(request, SPIDER)
     assert record["_class"] == "scrapy.http.request.form.FormRequest"
-    stored = request_from_dict(serializer.loads(serializer.dumps(record)), spider=SPIDER)
+    stored = request_from_dict(codec.loads(codec.dumps(record)), spider=SPIDER)
     assert type(stored) is FormRequest
     assert _same(stored, request)

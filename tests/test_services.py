@@ -1,4 +1,4 @@
-"""`python -m crawler.services` starts private servers once, reports them and stops them."""
+"""`python -m devtools.services` starts private servers once, reports them and stops them."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pymongo
 import pytest
 import redis
 
-from crawler.services import free_port, port_open
+from devtools.services import free_port, port_open
 from tests.harness import ROOT
 
 
 def _services(
     action: str, state_dir: Path, *ports: int, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "crawler.services", action, "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "devtools.services", action, "--state-dir", str(state_dir)]
     if ports:
         command += ["--redis-port", str(ports[0]), "--mongo-port", str(ports[1])]
     environment = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "MONGO_URI")}

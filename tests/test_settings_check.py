@@ -14,11 +14,11 @@ from scrapy.utils.project import get_project_settings
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
+from crawler.frontier.scheduler import FrontierScheduler
+from crawler.keys import FrontierKeys
 from crawler.middlewares import BanMiddleware
 from crawler.observability.monitor import FleetMonitor
 from crawler.pipelines import MongoPipeline
-from crawler.scheduling.frontier import FrontierKeys
-from crawler.scheduling.scheduler import FrontierScheduler
 from crawler.settings_check import (
     RULES,
     SettingsCheck,

@@ -24,8 +24,8 @@ from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
-from crawler.scheduling.frontier import Pending
-from crawler.scheduling.scheduler import FrontierScheduler
+from crawler.frontier.queue import Pending
+from crawler.frontier.scheduler import FrontierScheduler
 from crawler.settings_check import SettingsError
 from crawler.spiders.feed import InvalidStartEntry, MakeRequests, StartFeed
 from crawler.spiders.redis import RedisSpider
@@ -356,7 +356,7 @@ def test_an_adopted_spider_without_its_own_key_sets_entries_aside_where_purge_lo
 ) -> None:
     from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
 
-    from crawler.scheduling.state import invalid_key
+    from crawler.keys import invalid_key
 
     class Adopted(ScrapyRedisSpider):  # type: ignore[misc]
         name = "adopted"

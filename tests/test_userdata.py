@@ -27,9 +27,9 @@ import boto3
 import pytest
 import redis
 
-from crawler.fleet.userdata import render
-from crawler.services import free_port, start_server
-from sandbox.data import build_dataset
+from crawler.aws.userdata import render
+from devtools.services import free_port, start_server
+from sandbox.seed import build_dataset
 from tests.harness import ROOT, Mongo, Sandbox
 
 pytestmark = pytest.mark.integration

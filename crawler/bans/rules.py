@@ -1,4 +1,4 @@
-"""Classify a response before the spider sees it: a ban, worth retrying, or fine.
+"""Classify a response before the spider sees it: a ban, or fine.
 
 Pure functions on status, headers, URL and body (TARGETS.md §4): no I/O, no crawler. The rules
 look for what protection systems actually send, never for words a real page may contain: a
@@ -15,13 +15,13 @@ from urllib.parse import urlsplit
 from crawler.extractors import jsondata
 
 BAN = "ban"
-RETRY = "retry"
 OK = "ok"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """``kind`` is "ban", "retry" or "ok"; ``rule`` names the rule that decided."""
+    """``kind`` is "ban" or "ok"; ``rule`` names the rule that decided. A 5xx is not a ban:
+    it is retried with backoff (RETRY_HTTP_CODES, ``BackoffRetryMiddleware``)."""
 
     kind: str
     rule: str = ""
@@ -165,10 +165,6 @@ def json_error(page: Page) -> Verdict | None:
     return None
 
 
-def server_error(page: Page) -> Verdict | None:
-    return Verdict(RETRY, f"http_{page.status}") if page.status >= 500 else None
-
-
 # In order: the first rule that decides wins.
 DEFAULT_RULES: tuple[Rule, ...] = (
     akamai,
@@ -180,7 +176,6 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     empty_body,
     javascript_redirect,
     json_error,
-    server_error,
 )
 
 

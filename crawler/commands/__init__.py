@@ -1,11 +1,24 @@
-"""Custom scrapy commands: `scrapy frontier` (queue, dead letters, requeue, purge) and
-`scrapy status` (the fleet at a glance)."""
+"""Custom scrapy commands: `scrapy frontier` (queue, dead letters, requeue, purge),
+`scrapy status` (the fleet at a glance) and `scrapy fleet` (EC2 workers); `scrapy crawl` exits
+with a status that says why it stopped."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.commands import ScrapyHelpFormatter
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+
+from crawler.connection import redis_from_settings
+from crawler.frontier.queue import spider_frontier
+
+if TYPE_CHECKING:
+    from scrapy.settings import Settings
+
+    from crawler.connection import RedisClient
+    from crawler.frontier.queue import Frontier
 
 
 class LayoutKeepingFormatter(argparse.RawDescriptionHelpFormatter, ScrapyHelpFormatter):
@@ -17,3 +30,33 @@ def keep_description_layout(parser: argparse.ArgumentParser) -> None:
     """Called from a command's ``add_options``: Scrapy built the parser, this sets how its
     description is printed."""
     parser.formatter_class = LayoutKeepingFormatter
+
+
+class ProjectCommand:
+    """What the project's commands share (mixed in before ScrapyCommand; not a command itself,
+    so Scrapy does not list it): the project's settings, quiet logs, the spider-name check, a
+    Redis client and a spider's frontier."""
+
+    requires_project = True
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+    settings: Settings | None
+
+    def spider_names(self) -> list[str]:
+        assert self.settings is not None
+        return sorted(get_spider_loader(self.settings).list())
+
+    def known_spider(self, name: str) -> str:
+        """``name``, or UsageError when the project has no such spider."""
+        known = self.spider_names()
+        if name not in known:
+            raise UsageError(f"no spider {name!r} in this project; spiders: {known}")
+        return name
+
+    def redis(self) -> RedisClient:
+        assert self.settings is not None
+        return redis_from_settings(self.settings)
+
+    def frontier(self, server: RedisClient, spider: str) -> Frontier:
+        assert self.settings is not None
+        return spider_frontier(server, self.settings, spider)

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
+from crawler.bans.policy import EXIT_BANNED
 from crawler.settings_check import SettingsError, check_frontier_server, check_settings
+from crawler.settings_check.rules import EXIT_BAD_SETTING
 
 if TYPE_CHECKING:
     import argparse
@@ -26,9 +28,6 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
-
-EXIT_BAD_SETTING = 2
-EXIT_BANNED = 3
 
 
 class Command(ScrapyCrawlCommand):

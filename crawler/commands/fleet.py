@@ -11,7 +11,7 @@ and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --s
 this environment's values into the user data instead) and runs ``scrapy crawl SPIDER -s
 BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
 (``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
-of the same image, type and market. Settings: see crawler/fleet/config.py.
+of the same image, type and market. Settings: see crawler/aws/config.py.
 """
 
 from __future__ import annotations
@@ -19,35 +19,25 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 
+from crawler.aws.config import SECRET_MODES, FleetConfig
+from crawler.aws.instances import Fleet, Instance
+from crawler.aws.report import banned_instances, clear_banned
+from crawler.commands import ProjectCommand
 from crawler.config import mask_uri
-from crawler.connection import redis_from_settings
-from crawler.fleet.aws import Fleet, Instance
-from crawler.fleet.config import SECRET_MODES, FleetConfig
-from crawler.fleet.report import banned_instances, clear_banned
-from crawler.scheduling.frontier import Frontier, FrontierKeys
-from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import start_key
+from crawler.frontier.queue import WORK_LEFT
 
 if TYPE_CHECKING:
     import argparse
 
 ACTIONS = ("launch", "list", "rotate", "scale-to-zero")
-# Frontier sizes that must all be 0 before a spider's workers are terminated (dead letters are
-# not work: they wait for ``scrapy frontier SPIDER requeue``).
-PENDING = ("queue", "leased", "delayed", "start", "start_leased")
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
-
+class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return "launch|list|rotate|scale-to-zero [spider] [options]"
 
@@ -92,11 +82,7 @@ class Command(ScrapyCommand):
         action, rest = args[0], args[1:]
         if len(rest) > 1 or (action != "list" and len(rest) != 1):
             raise UsageError(f"{action} takes {'at most ' if action == 'list' else ''}one spider")
-        assert self.settings is not None
-        known = get_spider_loader(self.settings).list()
-        if rest and rest[0] not in known:
-            raise UsageError(f"no spider {rest[0]!r} in this project; spiders: {sorted(known)}")
-        return action, rest[0] if rest else None
+        return action, self.known_spider(rest[0]) if rest else None
 
     def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
         config = fleet.config
@@ -130,7 +116,7 @@ class Command(ScrapyCommand):
 
     def _rotate(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
+        server = self.redis()
         reported = banned_instances(server, spider)
         live = {instance.id: instance for instance in fleet.instances(spider)}
         banned = [live[instance_id] for instance_id in reported if instance_id in live]
@@ -170,11 +156,8 @@ class Command(ScrapyCommand):
 
     def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
-        start = start_key(self.settings, spider)
-        config = FrontierSettings.from_settings(self.settings)
-        sizes = Frontier(server, FrontierKeys(spider, start), config.dupefilter).sizes()
-        pending = {name: sizes[name] for name in PENDING if sizes[name]}
+        sizes = self.frontier(self.redis(), spider).sizes()
+        pending = {name: sizes[name] for name in WORK_LEFT if sizes[name]}
         terminated: list[str] = []
         if not pending:
             terminated = [instance.id for instance in fleet.instances(spider)]

@@ -15,24 +15,21 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import idna
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 
-from crawler.bans.fleet import lift_cooldowns
-from crawler.commands import keep_description_layout
+from crawler.bans.politeness import lift_cooldowns
+from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.config import mask_uri
-from crawler.connection import redis_from_settings
+from crawler.frontier.purge import purge_spider
+from crawler.frontier.queue import Frontier
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
-from crawler.scheduling.frontier import Frontier, FrontierKeys
-from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import purge_spider, start_key
 
 if TYPE_CHECKING:
     import argparse
@@ -42,11 +39,7 @@ if TYPE_CHECKING:
 ACTIONS = ("status", "dead", "requeue", "purge", "unban")
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
-
+class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return "<spider> [status|dead|requeue|purge|unban DOMAIN] [options]"
 
@@ -78,8 +71,8 @@ class Command(ScrapyCommand):
 
     def _act(self, spider: str, action: str, opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
-        frontier = self._frontier(server, spider)
+        server = self.redis()
+        frontier = self.frontier(server, spider)
         if action == "status":
             self._status(frontier, opts.json)
         elif action == "dead":
@@ -100,17 +93,13 @@ class Command(ScrapyCommand):
         if (action == "unban") != (len(args) == 3):
             raise UsageError("unban takes one domain: scrapy frontier SPIDER unban DOMAIN")
         domain = unban_host(args[2]) if action == "unban" else ""
-        assert self.settings is not None
-        known = get_spider_loader(self.settings).list()
-        if spider not in known:
-            raise UsageError(f"no spider {spider!r} in this project; spiders: {sorted(known)}")
-        return spider, action, domain
+        return self.known_spider(spider), action, domain
 
     def _unban(self, spider: str, domain: str, as_json: bool) -> None:
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
+        server = self.redis()
         lifted = lift_cooldowns(server, spider, domain)
-        due = self._frontier(server, spider).make_due(
+        due = self.frontier(server, spider).make_due(
             lambda url: (urlsplit(url).hostname or "") == domain, time.time()
         )
         if as_json:
@@ -126,12 +115,6 @@ class Command(ScrapyCommand):
             f"{len(lifted)} active cool-downs of {domain} lifted for {spider}; "
             f"{due} delayed requests due now"
         )
-
-    def _frontier(self, server: RedisClient, spider: str) -> Frontier:
-        assert self.settings is not None
-        start = start_key(self.settings, spider)
-        config = FrontierSettings.from_settings(self.settings)
-        return Frontier(server, FrontierKeys(spider, start), config.dupefilter)
 
     def _status(self, frontier: Frontier, as_json: bool) -> None:
         sizes = frontier.sizes()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
@@ -31,9 +31,8 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from twisted.internet.error import CannotListenError
 
-from crawler.commands import keep_description_layout
+from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.config import mask_uri
-from crawler.connection import redis_from_settings
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
@@ -47,11 +46,7 @@ if TYPE_CHECKING:
 CLEAR_SCREEN = "\033[H\033[2J"
 
 
-class Command(ScrapyCommand):
-    requires_project = True
-    requires_crawler_process = False
-    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
-
+class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return "[spider] [--json] [--watch SECONDS] [--minutes N] [--serve PORT [--host HOST]]"
 
@@ -93,7 +88,7 @@ class Command(ScrapyCommand):
         if opts.serve is not None and not 0 <= opts.serve <= 65535:
             raise UsageError("--serve takes a port (0-65535; 0 picks a free one)")
         assert self.settings is not None
-        server = redis_from_settings(self.settings)
+        server = self.redis()
         if opts.serve is not None:
             self._serve(server, spiders, opts)
             return
@@ -112,11 +107,7 @@ class Command(ScrapyCommand):
     def _spiders(self, args: list[str]) -> list[str]:
         if len(args) > 1:
             raise UsageError("give at most one spider name")
-        assert self.settings is not None
-        known = sorted(get_spider_loader(self.settings).list())
-        if args and args[0] not in known:
-            raise UsageError(f"no spider {args[0]!r} in this project; spiders: {known}")
-        return args or known
+        return [self.known_spider(args[0])] if args else self.spider_names()
 
     def _classes(self, spiders: list[str]) -> dict[str, Any]:
         assert self.settings is not None

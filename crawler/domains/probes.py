@@ -29,11 +29,12 @@ from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.bans.fleet import TOKEN_BUCKET
+from crawler.bans.politeness import TOKEN_BUCKET
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.domains.classify import failure_kind, refine_dns
 from crawler.domains.resolver import AsyncResolver, install
+from crawler.keys import fleet_rate_key
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -121,7 +122,7 @@ class DomainProbeMiddleware:
         assert crawler.spidercls is not None
         fleet = FleetCap(
             redis_from_settings(settings) if fleet_rate > 0 else None,
-            "{" + crawler.spidercls.name + "}:rate:fleet",
+            fleet_rate_key(crawler.spidercls.name),
             fleet_rate,
         )
         middleware = cls(

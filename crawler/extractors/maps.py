@@ -50,15 +50,6 @@ def is_block_page(url: str, html: str) -> bool:
     return urlsplit(url).path.startswith("/sorry/") or UNUSUAL_TRAFFIC in html
 
 
-def feed_place_urls(html: str) -> list[str]:
-    """The place links (``a.hfpxzc``) of a rendered results feed, in order."""
-    return Selector(text=html).css('div[role="feed"] a.hfpxzc::attr(href)').getall()
-
-
-def feed_has_ended(html: str) -> bool:
-    return END_OF_LIST in html
-
-
 def parse_count(text: str | None) -> int | None:
     """ "(1,234)" -> 1234."""
     digits = "".join(DIGITS.findall(text or ""))

@@ -38,6 +38,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.config import setting
 from crawler.connection import redis_from_settings, reply_text
+from crawler.keys import LedgerKeys
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -82,10 +83,10 @@ class HostLedger:
         flush_seconds: float = FLUSH_SECONDS,
     ) -> None:
         self.server = server
-        self.prefix = "{" + spider + "}:"
+        self.keys = LedgerKeys(spider)
         self.ttl = ttl
-        self.top_key = self.prefix + "hosts:top"
-        self.totals_key = self.prefix + "hosts:totals"
+        self.top_key = self.keys.top
+        self.totals_key = self.keys.totals
         self.flush_pages = flush_pages
         self.flush_seconds = flush_seconds
         self._counted = 0
@@ -96,10 +97,10 @@ class HostLedger:
         self._backlinks: dict[str, int] = {}
 
     def host_key(self, host: str) -> str:
-        return f"{self.prefix}host:{host}"
+        return self.keys.host(host)
 
     def budget_key(self, start: str, host: str) -> str:
-        return f"{self.prefix}pages:{start}:{host}"
+        return self.keys.budget(start, host)
 
     def page(
         self,

@@ -10,9 +10,9 @@ allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The 
 downloaded the rules asks the spider for the requests they seed (its sitemaps).
 
 Crawl-delay is put in the request's meta ``crawl_delay``: the fleet-wide politeness (the
-frontier's pop, or crawler/middlewares/bans.py) spaces the host's requests by it for every
-worker. robots.txt goes out on the turn of the request that needed it, which goes back to the
-frontier for the host's next turn.
+frontier's pop, or BanMiddleware in crawler/middlewares.py) spaces the host's requests by it for
+every worker. robots.txt goes out on the turn of the request that needed it, which goes back to
+the frontier for the host's next turn.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
+from crawler.bans.policy import CRAWL_DELAY_META
 from crawler.config import setting
 from crawler.connection import redis_from_settings
-from crawler.middlewares.bans import CRAWL_DELAY_META
-from crawler.scheduling.records import PACED_META, sent_back
-from crawler.scheduling.scheduler import DUE_META
+from crawler.frontier.records import PACED_META, sent_back
+from crawler.frontier.scheduler import DUE_META
+from crawler.keys import robots_claim_key, robots_key
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -82,31 +83,31 @@ class FleetRobots:
 
     def __init__(self, server: RedisClient, spider: str, ttl: int, claim_seconds: int) -> None:
         self.server = server
-        self.prefix = "{" + spider + "}:robots:"
+        self.spider = spider
         self.ttl = ttl
         self.claim_seconds = claim_seconds
         self._get_or_claim = server.register_script(GET_OR_CLAIM)
 
     def get(self, origin: str) -> bytes | None:
-        value: Any = self.server.get(self.prefix + origin)
+        value: Any = self.server.get(robots_key(self.spider, origin))
         return None if value is None else bytes(value)
 
     def get_or_claim(self, origin: str) -> bytes | bool:
         """The cached body of ``origin``'s robots.txt, else whether this worker won the claim
         to download it (another worker holds it otherwise)."""
-        keys = [self.prefix + origin, self.prefix + "claim:" + origin]
+        keys = [robots_key(self.spider, origin), robots_claim_key(self.spider, origin)]
         value: Any = self._get_or_claim(keys=keys, args=[self.claim_seconds])
         if isinstance(value, str):  # a client that decodes replies
             return value.encode("utf-8", "surrogateescape")
         return value if isinstance(value, bytes) else bool(value)
 
     def release(self, origin: str) -> None:
-        self.server.delete(self.prefix + "claim:" + origin)
+        self.server.delete(robots_claim_key(self.spider, origin))
 
     def store(self, origin: str, body: bytes) -> None:
         pipe = self.server.pipeline(transaction=False)
-        pipe.set(self.prefix + origin, body, ex=self.ttl)
-        pipe.delete(self.prefix + "claim:" + origin)
+        pipe.set(robots_key(self.spider, origin), body, ex=self.ttl)
+        pipe.delete(robots_claim_key(self.spider, origin))
         pipe.execute()
 
 

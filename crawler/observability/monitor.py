@@ -29,9 +29,10 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
+from crawler.frontier.scheduler import frontier_scheduler
+from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters, domain_stat
 from crawler.observability.endpoint import Listening, listen, parse_ports, site
-from crawler.observability.keys import FleetKeys
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
@@ -39,9 +40,6 @@ from crawler.observability.progress import WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
-from crawler.scheduling.frontier import FrontierKeys
-from crawler.scheduling.scheduler import frontier_scheduler
-from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from crawler.frontier.queue import SIZE_NAMES
 from crawler.observability.rates import format_duration
 from crawler.observability.report import pairs_text, revisit_line
 
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60
-FRONTIER_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
+FRONTIER_NAMES = SIZE_NAMES
 CHART = (600, 110)  # width, height of a per-minute chart
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}

@@ -16,15 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawler.connection import reply_text
+from crawler.connection import decode_counts
+from crawler.frontier.dupefilter import queue_seen, read_seen
+from crawler.frontier.queue import SIZE_NAMES, queue_sizes, work_left
+from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
-from crawler.observability.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.rates import bucket_rate
-from crawler.scheduling.frontier import queue_queued
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
-    from crawler.scheduling.frontier import FrontierKeys
+    from crawler.keys import FrontierKeys
 
 # Stats counted per minute for the fleet's pace: bucket field -> stats key.
 MINUTE_FIELDS = {
@@ -34,7 +35,6 @@ MINUTE_FIELDS = {
 }
 # Minutes of buckets the fleet's pace is measured over.
 RATE_MINUTES = 5
-SIZE_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
 
 # KEYS: stats hash, minute bucket, heartbeat hash, workers index
 # ARGV: worker, seq, now, heartbeat ttl (0: the worker is leaving), bucket ttl,
@@ -91,8 +91,8 @@ class FleetView:
 
     @property
     def remaining(self) -> int:
-        """Work not done yet: see ``remaining``."""
-        return remaining(self.sizes)
+        """Work not done yet (``crawler.frontier.queue.work_left``)."""
+        return work_left(self.sizes)
 
 
 @dataclass
@@ -189,55 +189,6 @@ class StatsPublisher:
             seen,
             {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
         )
-
-
-def remaining(sizes: Mapping[str, int]) -> int:
-    """Work not done yet: queued, leased and delayed requests, and start entries not yet turned
-    into requests (each makes at least one)."""
-    return sum(
-        sizes.get(name, 0) for name in ("queue", "leased", "delayed", "start", "start_leased")
-    )
-
-
-def queue_sizes(pipe: Any, keys: FrontierKeys) -> None:
-    """Queue the commands of ``Frontier.sizes`` on ``pipe`` (results in SIZE_NAMES order)."""
-    queue_queued(pipe, keys)
-    pipe.zcard(keys.leases)
-    pipe.zcard(keys.delayed)
-    pipe.llen(keys.dead)
-    pipe.llen(keys.start)
-    pipe.zcard(keys.start_leases)
-
-
-def queue_seen(pipe: Any, keys: FrontierKeys, mode: str) -> None:
-    """Queue the command that tells how many requests the duplicate filter has seen."""
-    if mode == "bloom":
-        pipe.hgetall(keys.dupefilter + ":meta")
-    elif mode == "exact":
-        pipe.scard(keys.dupefilter)
-    else:  # RedisBloom's count needs BF.CARD (not on every server); "none" keeps no count
-        pipe.exists(keys.dupefilter)
-
-
-def read_seen(raw: Any, mode: str) -> int | None:
-    """The approximate count of requests seen, from what ``queue_seen`` read."""
-    if mode == "bloom":
-        counts = decode_counts(raw)
-        return sum(value for name, value in counts.items() if name.startswith("count:"))
-    if mode == "exact":
-        return int(raw)
-    return None
-
-
-def decode_counts(raw: Mapping[Any, Any]) -> dict[str, int]:
-    """A Redis hash of integer counts as text -> int (values that are not integers skipped)."""
-    counts: dict[str, int] = {}
-    for name, value in raw.items():
-        try:
-            counts[reply_text(name)] = int(value)
-        except ValueError:
-            continue
-    return counts
 
 
 def _recent_minutes(now: float) -> list[int]:

@@ -10,32 +10,22 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
-
-from crawler.bans.fleet import active_cooldowns
+from crawler.bans.politeness import active_cooldowns
 from crawler.config import MASK, mask_uri
-from crawler.connection import reply_text
+from crawler.connection import decode_counts, reply_text
+from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
+from crawler.frontier.queue import spider_frontier, work_left
+from crawler.keys import FleetKeys
 from crawler.observability.counters import Counters
-from crawler.observability.keys import FleetKeys
-from crawler.observability.publisher import (
-    MINUTE_FIELDS,
-    decode_counts,
-    queue_seen,
-    read_seen,
-    remaining,
-)
+from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
 from crawler.recrawl.store import RevisitStore
-from crawler.scheduling.frontier import Frontier, FrontierKeys
-from crawler.scheduling.scheduler import FrontierSettings
-from crawler.scheduling.state import start_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
 
-APPROXIMATE_MODES = ("bloom", "redisbloom")
 WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items")
 WORKER_RATES = ("pages_per_min", "items_per_min")
 # Request headers and meta keys of a dead letter that hold credentials or URLs that may.
@@ -74,16 +64,15 @@ def spider_status(
     """Everything ``scrapy status`` knows about ``spider``, JSON-ready; with ``history``, also
     that many minutes of per-minute counts under ``rates.history``."""
     now = time.time()
-    config = FrontierSettings.from_settings(settings)
-    frontier_keys = FrontierKeys(spider, start_key(settings, spider))
-    keys = FleetKeys.for_spider(spider, settings.get("STATS_REDIS_KEY"))
-    frontier = Frontier(server, frontier_keys, config.dupefilter)
+    frontier = spider_frontier(server, settings, spider)
+    frontier_keys, mode = frontier.keys, frontier.dupefilter.mode
+    keys = FleetKeys.from_settings(settings, spider)
     sizes = frontier.sizes()
     span = max(minutes, history)
     window = list(range(int(now // 60) - span + 1, int(now // 60) + 1))
     pipe = server.pipeline(transaction=False)
     pipe.hgetall(keys.stats)
-    queue_seen(pipe, frontier_keys, config.dupefilter.mode)
+    queue_seen(pipe, frontier_keys, mode)
     for minute in window:
         pipe.hgetall(keys.minute(minute))
     raw_stats, raw_seen, *raw_minutes = pipe.execute()
@@ -109,9 +98,9 @@ def spider_status(
         "frontier": sizes,
         "revisits": RevisitStore(server, spider).counts(now),
         "seen": {
-            "count": _seen(server, frontier_keys, config.dupefilter.mode, raw_seen),
-            "mode": config.dupefilter.mode,
-            "approximate": config.dupefilter.mode in APPROXIMATE_MODES,
+            "count": seen_count(server, frontier_keys, mode, raw_seen),
+            "mode": mode,
+            "approximate": mode in APPROXIMATE_MODES,
         },
         "counters": Counters.from_stats(stats).to_json(),
         "rates": {
@@ -121,7 +110,7 @@ def spider_status(
             "per_minute": per_minute,
             **({"history": all_minutes[-history:]} if history else {}),
         },
-        "eta_seconds": eta_seconds(remaining(sizes), pace["workers_pages_per_min"]),
+        "eta_seconds": eta_seconds(work_left(sizes), pace["workers_pages_per_min"]),
         "cooldowns": [cooldown.to_json() for cooldown in active_cooldowns(server, spider, now)],
         "dead_letters": [
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
@@ -294,16 +283,6 @@ def _breakdown(values: Mapping[str, int]) -> str:
 
 def _series(per_minute: list[dict[str, int]], name: str) -> str:
     return " ".join(f"{row[name]:,}" for row in per_minute)
-
-
-def _seen(server: RedisClient, keys: FrontierKeys, mode: str, raw: Any) -> int | None:
-    if mode != "redisbloom":
-        return read_seen(raw, mode)
-    try:
-        count: Any = server.execute_command("BF.CARD", keys.dupefilter)  # type: ignore[no-untyped-call]
-        return int(count)
-    except ResponseError:  # no RedisBloom, or one older than BF.CARD
-        return None
 
 
 def _decode_stats(raw: Mapping[Any, Any]) -> dict[str, Any]:

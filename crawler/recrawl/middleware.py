@@ -18,11 +18,12 @@ from twisted.internet import task
 
 from crawler.config import setting
 from crawler.connection import redis_from_settings
+from crawler.frontier import codec
+from crawler.frontier.reports import FrontierReports
+from crawler.frontier.scheduler import frontier_scheduler
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore
-from crawler.scheduling import serializer
-from crawler.scheduling.scheduler import frontier_scheduler
 
 # With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
 # (other workers write revisits too).
@@ -83,6 +84,7 @@ class RecrawlMiddleware:
         self.crawler = crawler
         self.store = store
         self.config = config
+        self.frontier = FrontierReports(crawler)
         self._buffer: list[tuple[Revisit, Request]] = []
         self._next_claim = 0.0
         self._loops: list[task.LoopingCall] = []
@@ -121,9 +123,7 @@ class RecrawlMiddleware:
                 self._schedule(visit, request)
 
     def _schedule(self, visit: Visit, request: Request) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.item_started(request)  # the lease waits for the revisit to be written
+        self.frontier.item_started(request)  # the lease waits for the revisit to be written
         self._buffer.append((visit.revisit, request))
         self._count("recrawl/scheduled")
         if visit.changed is not None:
@@ -146,10 +146,8 @@ class RecrawlMiddleware:
             logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
             self._buffer = buffered + self._buffer
             return False
-        scheduler = frontier_scheduler(self.crawler)
         for _, request in buffered:
-            if scheduler is not None:
-                scheduler.item_finished(request)
+            self.frontier.item_finished(request)
         return True
 
     def _flush_unless_down(self) -> None:
@@ -203,7 +201,7 @@ class RecrawlMiddleware:
         its visit writes a new one. One that cannot be loaded (its callback renamed since, its
         JSON damaged) is logged, counted and dropped: None."""
         try:
-            request = request_from_dict(serializer.loads(record), spider=self.crawler.spider)
+            request = request_from_dict(codec.loads(record), spider=self.crawler.spider)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             logger.error("Revisit %s dropped, its request cannot be loaded: %s", fingerprint, exc)
             self._count("recrawl/unreadable")

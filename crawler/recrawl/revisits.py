@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import ItemAdapter
 from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 
+from crawler.frontier import codec
+from crawler.frontier.codec import DEFAULTS
+from crawler.frontier.leases import unguarded
+from crawler.frontier.records import SENT_BACK_META
 from crawler.recrawl.policy import RecrawlPolicy, content_hash
 from crawler.recrawl.store import Revisit
-from crawler.scheduling import serializer
-from crawler.scheduling.leases import unguarded
-from crawler.scheduling.records import DEFAULTS, SENT_BACK_META
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -92,7 +93,7 @@ def plan_visit(
     revisit.headers.pop(b"Proxy-Authorization", None)
     assert crawler.request_fingerprinter is not None
     fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
-    record = serializer.dumps(compact(revisit.to_dict(spider=crawler.spider)))
+    record = codec.dumps(compact(revisit.to_dict(spider=crawler.spider)))
     due = time.time() + policy.delay(interval, random.random())
     return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
 

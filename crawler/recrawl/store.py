@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
+from crawler.keys import revisit_keys
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -111,7 +112,7 @@ class RevisitStore:
 
     def __init__(self, server: RedisClient, spider: str) -> None:
         self.server = server
-        self.keys = ["{" + spider + "}:revisit", "{" + spider + "}:revisit:data"]
+        self.keys = revisit_keys(spider)
         self._add = server.register_script(ADD)
         self._claim = server.register_script(CLAIM)
         self._complete = server.register_script(COMPLETE)

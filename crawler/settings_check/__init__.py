@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
-    from crawler.scheduling.frontier import FrontierKeys
+    from crawler.keys import FrontierKeys
 
 __all__ = [
     "RULES",
@@ -193,9 +193,8 @@ def check_frontier_server(crawler: Crawler) -> None:
     (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner)."""
     from crawler.config import mask_uri
     from crawler.connection import RedisUnavailable, redis_from_settings
-    from crawler.scheduling.frontier import FrontierKeys
-    from crawler.scheduling.scheduler import FrontierScheduler
-    from crawler.scheduling.state import start_key
+    from crawler.frontier.scheduler import FrontierScheduler
+    from crawler.keys import FrontierKeys, start_key
 
     settings = crawler.settings
     # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.

@@ -17,6 +17,9 @@ from urllib.parse import urlsplit
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+# The exit status of `scrapy crawl` when a setting is invalid: running again cannot help.
+EXIT_BAD_SETTING = 2
+
 # What a parser raises for a value it cannot take (LookupError: unknown encoding or key name;
 # ImportError, NameError, AttributeError: an import path that does not load).
 BAD_VALUE = (ValueError, TypeError, LookupError, ImportError, NameError, AttributeError)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 PRIORITY_QUEUES = ("scrapy_redis.queue.PriorityQueue", "scrapy_redis.queue.SpiderPriorityQueue")
 DUPEFILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
-SERIALIZERS = ("crawler.scheduling.serializer",)
+SERIALIZERS = ("crawler.frontier.codec", "crawler.scheduling.serializer")
 KEYS = "the frontier's keys are {<spider>}:queue, {<spider>}:dupefilter, ... (README: Redis keys)"
 
 
@@ -161,7 +161,7 @@ def _params_problems(settings: BaseSettings) -> list[str]:
 
 def on_the_frontier(settings: BaseSettings) -> bool:
     """Whether SCHEDULER is the frontier scheduler (or a subclass)."""
-    from crawler.scheduling.scheduler import FrontierScheduler
+    from crawler.frontier.scheduler import FrontierScheduler
 
     try:
         # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.

@@ -54,7 +54,7 @@ def ip_address(value: Any) -> str:
 
 def destination(value: Any) -> Any:
     """MONGO_COLLECTIONS value: ``"collection:unique key field"`` or ``""``."""
-    from crawler.pipelines.destinations import parse_destination
+    from crawler.storage.destinations import parse_destination
 
     return parse_destination(value)
 
@@ -92,7 +92,7 @@ def start_host(value: Any) -> str:
 
 def write_concern(value: Any) -> Any:
     """MONGO_WRITE_CONCERN as the pipeline reads it (it raises SettingsError itself)."""
-    from crawler.pipelines.writes import write_concern as read  # imports this package
+    from crawler.storage.writes import write_concern as read  # imports this package
 
     return read(BaseSettings({"MONGO_WRITE_CONCERN": value}))
 
@@ -314,7 +314,7 @@ RULES: dict[str, Rule] = {
     "DOMAINS_RATE": number(0),
     "DOMAINS_FLEET_RATE": number(0),
     "DOMAINS_BODY_BYTES": integer(1024),
-    # scrapy fleet (crawler/fleet/config.py); not set means its default
+    # scrapy fleet (crawler/aws/config.py); not set means its default
     **dict.fromkeys(FLEET_TEXT, text(optional=True)),
     "FLEET_SECRETS": choice("ssm", "env", optional=True),
     "FLEET_SECURITY_GROUP_IDS": items(Rule("a group id", as_text), "group ids", optional=True),

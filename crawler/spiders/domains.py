@@ -52,8 +52,9 @@ from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.probes import FAILURE_META, PROBE_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
+from crawler.frontier.scheduler import frontier_scheduler
 from crawler.items import DomainItem
-from crawler.scheduling.scheduler import frontier_scheduler
+from crawler.keys import stats_key
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
 
 if TYPE_CHECKING:
@@ -125,8 +126,7 @@ class DomainsSpider(RedisFedSpider):
     def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
         """What ``scrapy status domains`` adds: domains checked, the dead share by the seed's
         rule, and the count of each class, from the fleet's stats."""
-        key = settings.get("STATS_REDIS_KEY") % {"spider": cls.name}
-        summary = summarize(server.hgetall(key))
+        summary = summarize(server.hgetall(stats_key(settings, cls.name)))
         checked = f"{summary.total:,}, {summary.dead:,} dead ({summary.dead_share:.1%})"
         return {"checked": checked, "classes": dict(sorted(summary.by_class.items()))}
 

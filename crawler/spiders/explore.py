@@ -28,6 +28,7 @@ from crawler.extractors.explore import (
 from crawler.extractors.jsondata import FieldReader, MalformedData
 from crawler.handoff import Handoff
 from crawler.items import VideoItem
+from crawler.keys import handed_key, revisit_keys, start_key
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
 from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
 
@@ -92,8 +93,8 @@ class ExploreSpider(RedisFedSpider):
         target = crawler.settings.get("EXPLORE_HANDOFF_SPIDER")
         if not target:
             return None
-        start_key = crawler.settings.get("REDIS_START_URLS_KEY") % {"name": target}
-        handed_key = crawler.settings.get("EXPLORE_HANDED_KEY") % {"spider": self.name}
+        start = start_key(crawler.settings, target)
+        handed = handed_key(crawler.settings, self.name)
         ttl = setting(crawler.settings, "EXPLORE_HANDOFF_TTL")
         profiles_url = validate_base_url(crawler.settings, "PROFILES_BASE_URL")
 
@@ -102,8 +103,8 @@ class ExploreSpider(RedisFedSpider):
             request = Request(f"{profiles_url}/@{author}")
             return bytes(crawler.request_fingerprinter.fingerprint(request))[:16].hex()
 
-        revisits = ("{" + target + "}:revisit", revisit_fingerprint)
-        return Handoff(self.start_entries.server, start_key, handed_key, ttl, revisits)
+        revisits = (revisit_keys(target)[0], revisit_fingerprint)
+        return Handoff(self.start_entries.server, start, handed, ttl, revisits)
 
     # --- start entries ---------------------------------------------------------------------
 

@@ -23,10 +23,10 @@ from scrapy.exceptions import DontCloseSpider
 
 from crawler.config import mask_uri, setting, setting_int
 from crawler.connection import redis_from_settings
-from crawler.scheduling import serializer
-from crawler.scheduling.records import request_record
-from crawler.scheduling.scheduler import START_META, FrontierScheduler, frontier_scheduler
-from crawler.scheduling.state import invalid_key, start_key
+from crawler.frontier import codec
+from crawler.frontier.queue import fleet_busy
+from crawler.frontier.scheduler import START_META, FrontierScheduler, frontier_scheduler
+from crawler.keys import invalid_key, start_key
 from crawler.spiders.attributes import own_batch_size
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class StartFeed:
                 detail = f"{len(request.url)} characters, URLLENGTH_LIMIT is {limit}"
                 raise InvalidStartEntry("url_too_long", detail)
             try:
-                serializer.dumps(request_record(request, self.spider))
+                codec.dumps(codec.request_record(request, self.spider))
             except Exception as exc:
                 detail = f"{type(exc).__name__}: {str(exc)[:300]}"
                 raise InvalidStartEntry("not_serializable", detail) from None
@@ -296,7 +296,7 @@ class StartFeed:
             sizes = scheduler.frontier.sizes()
         except RedisError:
             return False
-        return not any(sizes[name] for name in ("queue", "leased", "delayed", "start_leased"))
+        return not fleet_busy(sizes)
 
     def on_idle(self) -> None:
         """Feed the next batch of start entries, or let the spider close once the whole fleet

@@ -27,6 +27,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import StopDownload
 from scrapy.http import HtmlResponse
 
+from crawler.bans.policy import CRAWL_DELAY_META
 from crawler.config import setting
 from crawler.extractors.links import content_hash, parse_page
 from crawler.items import PageItem
@@ -43,7 +44,6 @@ from crawler.links.urls import (
     is_calendar,
     scope_root,
 )
-from crawler.middlewares.bans import CRAWL_DELAY_META
 from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
 from crawler.spiders.responses import body_text

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.http import TextResponse
 
-from crawler.middlewares.retry import BackoffRetryMiddleware
-from crawler.scheduling.scheduler import DUE_META, frontier_scheduler
+from crawler.frontier.scheduler import DUE_META, frontier_scheduler
+from crawler.middlewares import BackoffRetryMiddleware
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -9,8 +9,11 @@ from urllib.parse import urlencode, urlsplit
 from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 import pytest
+from parsel import Selector
 
-from crawler.extractors.maps import feed_has_ended, feed_place_urls, pin_from_url, place_fields
+from crawler.extractors.maps import END_OF_LIST as SPIDER_END_OF_LIST
+from crawler.extractors.maps import pin_from_url, place_fields
+from crawler.spiders.maps import FEED_LINKS
 from sandbox.maps import ASSET_SIZES, END_OF_LIST
 from sandbox.places import build_places
 from tests.harness import Sandbox
@@ -70,10 +73,12 @@ def test_feed_batches_cover_every_place_once(sandbox_server: Sandbox) -> None:
         data = json.loads(body)
         batches += 1
         html = f'<div role="feed">{data["html"]}</div>'
-        links += [place_fields("", link)["place_id"] for link in feed_place_urls(html)]
+        # The links the spider's script reads (FEED_LINKS), in order.
+        feed = Selector(text=html).css(f"{FEED_LINKS}::attr(href)").getall()
+        links += [place_fields("", link)["place_id"] for link in feed]
         offset = data["next"]
         if data["end"]:
-            assert feed_has_ended(html)
+            assert SPIDER_END_OF_LIST in html  # what the spider waits for
             break
         assert END_OF_LIST not in html
     assert batches == 4

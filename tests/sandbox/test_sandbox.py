@@ -26,8 +26,9 @@ from sandbox.config import (
     config_from_dict,
     merge_config,
 )
-from sandbox.data import ALL_CATEGORY, CATEGORIES, build_dataset
+from sandbox.data import ALL_CATEGORY, CATEGORIES
 from sandbox.ratelimit import RateLimiter, Verdict
+from sandbox.seed import build_dataset
 from sandbox.stats import path_key
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,121 @@
+"""The cloud-init script a worker boots with: install the project, run one spider, report bans.
+
+The installed package is the Scrapy project: the script exports
+``SCRAPY_SETTINGS_MODULE=crawler.settings``, so ``scrapy crawl`` works from the worker's home
+directory, with no checkout and no ``scrapy.cfg``.
+
+Secrets stay out of the script by default: it reads REDIS_URL and MONGO_URI from SSM parameters
+(SecureString) with the instance's role. The crawl runs as a loop: exit status 3 (banned, with
+BAN_POLICY=stop) is written to Redis by ``python -m crawler.aws.report`` and the worker waits
+for ``scrapy fleet rotate`` to replace it; status 0 (the spider's work is done, with
+MAX_IDLE_TIME_BEFORE_CLOSE) powers the instance off, which terminates it; status 2 (a usage
+error or an invalid setting: running again cannot help) stops the worker with a message in its
+log, and so does a failed install or a secret that cannot be read; anything else starts the
+crawl again after a pause.
+
+Outside EC2 (a plain machine, a test) these variables, when set before the script runs, say
+where it lives: WORKER_HOME (default /opt/crawler: the virtualenv, the crawl's working
+directory), WORKER_LOG (default /var/log/crawler-worker.log) and METADATA_URL (default
+http://169.254.169.254, the instance metadata service).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from crawler.bans.policy import EXIT_BANNED
+from crawler.settings_check.rules import EXIT_BAD_SETTING
+
+SETTINGS_MODULE = "crawler.settings"
+
+TEMPLATE = """#!/bin/bash
+set -u
+WORKER_HOME=${{WORKER_HOME:-/opt/crawler}}
+WORKER_LOG=${{WORKER_LOG:-/var/log/crawler-worker.log}}
+METADATA_URL=${{METADATA_URL:-http://169.254.169.254}}
+exec >>"$WORKER_LOG" 2>&1
+stop() {{
+  echo "crawler worker stopped: $1" >&2
+  exit "$2"
+}}
+export HOME="$WORKER_HOME"
+mkdir -p "$HOME" && cd "$HOME" || stop "cannot use $HOME" 1
+export SCRAPY_SETTINGS_MODULE={settings_module}
+TOKEN=$(curl -sS -X PUT "$METADATA_URL/latest/api/token" \\
+  -H 'X-aws-ec2-metadata-token-ttl-seconds: 300')
+metadata() {{
+  curl -sS -H "X-aws-ec2-metadata-token: $TOKEN" "$METADATA_URL/latest/meta-data/$1"
+}}
+INSTANCE_ID=$(metadata instance-id)
+AWS_DEFAULT_REGION=$(metadata placement/region)
+export AWS_DEFAULT_REGION
+VENV="$HOME/venv"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || stop "python3 -m venv failed" 1
+"$VENV/bin/pip" install --upgrade pip
+"$VENV/bin/pip" install {install} || stop "pip install failed" 1
+{secrets}
+export MONGO_DATABASE={database}
+while true; do
+  "$VENV/bin/scrapy" crawl {spider}{settings}
+  status=$?
+  if [ "$status" -eq {banned} ]; then
+    "$VENV/bin/python" -m crawler.aws.report {spider} --instance-id "$INSTANCE_ID"
+    exit 0
+  elif [ "$status" -eq 0 ]; then
+    poweroff
+    exit 0
+  elif [ "$status" -eq {bad_setting} ]; then
+    stop "scrapy crawl exited with status {bad_setting}: a usage error or an invalid \\
+setting (see the error above); running it again cannot help" {bad_setting}
+  fi
+  echo "scrapy crawl exited with status $status; starting again in 10 s"
+  sleep 10
+done
+"""
+
+
+def _ssm(variable: str, parameter: str) -> str:
+    return (
+        f"{variable}=$(aws ssm get-parameter --with-decryption --name {shlex.quote(parameter)} "
+        f"--query Parameter.Value --output text) \\\n"
+        f"  || stop {shlex.quote(f'cannot read {variable} from SSM parameter {parameter}')} 1\n"
+        f"export {variable}"
+    )
+
+
+def render(
+    spider: str,
+    install: str,
+    *,
+    secrets: str,
+    ssm_names: Mapping[str, str],
+    env_values: Mapping[str, str],
+    database: str,
+    crawl_settings: Mapping[str, str],
+) -> str:
+    """The user-data script of a worker of ``spider``.
+
+    ``secrets`` "ssm": REDIS_URL and MONGO_URI come from the SSM parameters named in
+    ``ssm_names``; "env": ``env_values`` are written into the script as they are.
+    """
+    if secrets == "ssm":
+        lines = [_ssm(variable, ssm_names[variable]) for variable in ("REDIS_URL", "MONGO_URI")]
+    else:
+        lines = [
+            f"export {variable}={shlex.quote(env_values[variable])}"
+            for variable in ("REDIS_URL", "MONGO_URI")
+        ]
+    settings = "".join(
+        f" -s {shlex.quote(f'{name}={value}')}" for name, value in crawl_settings.items()
+    )
+    return TEMPLATE.format(
+        settings_module=SETTINGS_MODULE,
+        install=shlex.quote(install),
+        secrets="\n".join(lines),
+        database=shlex.quote(database),
+        spider=shlex.quote(spider),
+        settings=settings,
+        banned=EXIT_BANNED,
+        bad_setting=EXIT_BAD_SETTING,
+    )

@@ -1,0 +1,176 @@
+"""What a ban does, and the values the ban and retry middlewares share.
+
+After a response comes in, before any other middleware or the spider sees it, the rules of
+:mod:`crawler.bans.rules` plus the spider's own ``ban_rule(response)`` classify it
+(``crawler.middlewares.BanMiddleware``). A ban is never passed on as data: the domain (or
+identity) cools down for every worker (:mod:`crawler.bans.politeness`), its rate is halved,
+and the request waits in the delayed set, or goes to the dead-letter list once it has been
+banned BAN_MAX_TIMES times. A Retry-After counts up to BAN_COOLDOWN_MAX. BAN_POLICY says what
+else a ban does: ``pause`` (the domain cools down), ``rotate`` (only the identity does) or
+``stop`` (this worker stops, exit status EXIT_BANNED from ``scrapy crawl``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
+
+from crawler.bans.identities import IDENTITY_META, without_identity
+from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
+from crawler.config import setting, setting_int
+from crawler.frontier.records import CRAWL_DELAY_META as CRAWL_DELAY_META
+from crawler.frontier.records import crawl_delay_of, sent_back
+from crawler.frontier.reports import FrontierReports
+from crawler.settings_check.rules import SettingsError, problem
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+    from crawler.bans.politeness import FleetPoliteness
+    from crawler.bans.waits import RedisWait
+
+logger = logging.getLogger(__name__)
+
+BAN_TIMES_META = "ban_times"
+POLICIES = ("pause", "rotate", "stop")
+# The exit status of `scrapy crawl` when BAN_POLICY=stop stopped the worker (crawler/aws reads it).
+EXIT_BANNED = 3
+
+
+class BanPolicy:
+    """What a ban does: classify a response (the rules, then the spider's ``ban_rule``), cool
+    the domain (or, with BAN_POLICY=rotate, the identity) down for the fleet and halve its rate,
+    send the request back to wait or dead-letter it after BAN_MAX_TIMES, stop the worker with
+    BAN_POLICY=stop. Settings are read once, here."""
+
+    def __init__(self, crawler: Crawler, fleet: FleetPoliteness, redis: RedisWait) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.fleet = fleet
+        self.redis = redis
+        self.frontier = FrontierReports(crawler)
+        self.policy: str = setting(settings, "BAN_POLICY")
+        self.cooldown: float = setting(settings, "BAN_COOLDOWN")
+        self.cooldown_max = cooldown_max(settings)
+        self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
+        extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
+        self.rules: tuple[Rule, ...] = (*extra, *DEFAULT_RULES)
+
+    def classify(self, response: Response) -> Verdict:
+        verdict = classify(page_of(response), self.rules)
+        if verdict.is_ban or response.status != 200:
+            # A spider's rule judges pages; redirects, 404s and 5xx are the generic rules' job.
+            return verdict
+        spider_rule = getattr(self.crawler.spider, "ban_rule", None)
+        rule = spider_rule(response) if spider_rule is not None else None
+        return Verdict("ban", rule) if rule else verdict
+
+    async def banned(self, request: Request, response: Response, verdict: Verdict) -> Request:
+        domain = urlparse_cached(request).hostname or ""
+        identity = str(request.meta.get(IDENTITY_META, "default"))
+        self._count("ban/count")
+        self._count(f"ban/rule/{verdict.rule}")
+        self._count(f"ban/domain/{domain}")
+        logger.warning(
+            "Ban (%s) on %s <%d %s> via %s",
+            verdict.rule,
+            domain,
+            response.status,
+            response.url,
+            identity,
+            extra={"spider": self.crawler.spider},
+        )
+        seconds = retry_after(response, self.cooldown_max) or self.cooldown
+        scope = identity if self.policy == "rotate" else None
+        why = f"{verdict.rule} (HTTP {response.status})"
+        until = await self.redis.wait_for(
+            lambda: self._cool_down(domain, identity, scope, seconds, why)
+        )
+        if self.policy == "stop":
+            self._stop(domain)
+        return self._again(request, verdict, until if scope is None else time.time())
+
+    async def _cool_down(
+        self, domain: str, identity: str, scope: str | None, seconds: float, why: str
+    ) -> float:
+        """Start the cool-down and halve the rate of (domain, identity); returns the cool-down's
+        end. Both may be done again when Redis goes away in between: a cool-down keeps the
+        later end."""
+        until = self.fleet.ban(domain, scope, seconds, why)
+        self.fleet.penalize(domain, identity)
+        return until
+
+    def _again(self, request: Request, verdict: Verdict, due: float) -> Request:
+        times = int(request.meta.get(BAN_TIMES_META, 0)) + 1
+        if self.max_times and times > self.max_times:
+            reason, error = f"banned:{verdict.rule}", f"banned {times - 1} times"
+            self.frontier.failed(request, reason, error)
+            raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
+        meta = without_identity(request.meta, IDENTITY_META)
+        meta[BAN_TIMES_META] = times
+        return sent_back(request, meta, due + random.uniform(0, 1))
+
+    def _stop(self, domain: str) -> None:
+        engine = self.crawler.engine
+        if engine is not None and engine.spider is not None:
+            logger.error("Banned on %s: stopping this worker (BAN_POLICY=stop)", domain)
+            deferred_from_coro(engine.close_spider_async(reason="banned"))
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+
+def cooldown_max(settings: BaseSettings) -> float:
+    """BAN_COOLDOWN_MAX, the longest wait a Retry-After can ask for; at least BAN_COOLDOWN."""
+    raw = settings.get("BAN_COOLDOWN_MAX")
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value >= settings.getfloat("BAN_COOLDOWN") or math.isinf(value):
+        allowed = "a number of seconds, finite and at least BAN_COOLDOWN"
+        raise SettingsError(problem("BAN_COOLDOWN_MAX", raw, allowed))
+    return value
+
+
+def crawl_delay(request: Request) -> float:
+    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
+    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
+    return crawl_delay_of(request.meta)
+
+
+def page_of(response: Response) -> Page:
+    """The response as the ban rules read it."""
+    headers = {
+        name.decode("latin-1").lower(): b", ".join(values).decode("latin-1")
+        for name, values in response.headers.items()
+    }
+    return Page(response.status, response.url, headers, response.body)
+
+
+def retry_after(response: Response, maximum: float = math.inf) -> float:
+    """Seconds from a Retry-After header (seconds or HTTP date), at most ``maximum``; 0 when
+    absent or unreadable."""
+    value = response.headers.get(b"Retry-After")
+    if not value:
+        return 0.0
+    text = value.decode("latin-1").strip()
+    if text.isdecimal() and text.isascii():
+        return min(maximum, float(text))
+    try:
+        return min(maximum, max(0.0, parsedate_to_datetime(text).timestamp() - time.time()))
+    except (TypeError, ValueError, OverflowError):
+        return 0.0

@@ -1,0 +1,328 @@
+"""Politeness shared by a fleet through Redis: per-domain rates, ban cool-downs, identities.
+
+* Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``; an
+  identity is a bind address or proxy. After a ban its rate is halved (down to a floor) and
+  recovers linearly, so a fleet backs off together and creeps back.
+* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time, and
+  ``{spider}:bans:why`` the same fields to what started it (the ban rule and HTTP status); every
+  worker reads it at most every ``refresh`` seconds, so one ban pauses the whole fleet.
+  ``scrapy frontier SPIDER unban DOMAIN`` lifts them (``lift_cooldowns``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from crawler.connection import reply_text
+from crawler.keys import bans_key, rate_key, reasons_key
+
+if TYPE_CHECKING:
+    from crawler.connection import RedisClient
+
+# Buckets whose next token time a worker keeps before it forgets those that have passed.
+KNOWN_BUCKETS = 10_000
+
+# KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
+# (factor/s), floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds,
+# factor [, the bans hash as a flat list]}: the wait is until the bucket's next token (0 while one
+# is left), also after a grant. The bans hash rides along so the cool-downs cost no call of their
+# own while tokens are taken.
+TOKEN_BUCKET = r"""
+local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
+local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
+local recovery, floor, penalize = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'factor')
+local ts = tonumber(state[2]) or now
+local factor = math.min(1, (tonumber(state[3]) or 1) + math.max(0, now - ts) * recovery)
+if penalize then factor = math.max(floor, factor / 2) end
+local current = rate * factor
+local tokens = math.min(burst, (tonumber(state[1]) or burst) + math.max(0, now - ts) * current)
+local granted, wait = 0, 0
+if tokens >= 1 then
+  granted = math.min(want, math.floor(tokens))
+  tokens = tokens - granted
+end
+if tokens < 1 then wait = (1 - tokens) / current end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts',
+           string.format('%.6f', now), 'factor', string.format('%.6f', factor))
+-- Forgotten once full again at the full rate: an absent bucket means just that.
+local full = (burst - tokens) / current
+if recovery > 0 then full = math.max(full, (1 - factor) / recovery) else full = 86400 end
+redis.call('EXPIRE', KEYS[1], math.ceil(math.min(full, 86400)) + 1)
+local reply = {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
+if KEYS[2] then reply[4] = redis.call('HGETALL', KEYS[2]) end
+return reply
+"""
+
+# KEYS: bans hash, reasons hash. ARGV: field, until, why, now. Keeps the later end time (and its
+# why), and deletes the ended cool-downs among a few sampled ones, so the hashes hold about the
+# active cool-downs rather than every domain ever banned.
+EXTEND_BAN = r"""
+local current = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if tonumber(ARGV[2]) > current then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+end
+local sampled = redis.call('HRANDFIELD', KEYS[1], 20, 'WITHVALUES')
+for i = 1, #sampled, 2 do
+  if tonumber(sampled[i + 1]) <= tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[1], sampled[i])
+    redis.call('HDEL', KEYS[2], sampled[i])
+  end
+end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Cooldown:
+    """One cool-down as the fleet sees it; ``identity`` is None for the whole domain."""
+
+    domain: str
+    identity: str | None
+    until: float
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "identity": self.identity,
+            "until": self.until,
+            "why": self.why,
+        }
+
+
+def active_cooldowns(server: RedisClient, spider: str, now: float | None = None) -> list[Cooldown]:
+    """The spider's cool-downs that have not ended, soonest end first."""
+    pipe = server.pipeline(transaction=False)
+    pipe.hgetall(bans_key(spider))
+    pipe.hgetall(reasons_key(spider))
+    raw_bans, raw_reasons = pipe.execute()
+    reasons = {reply_text(name): reply_text(value) for name, value in raw_reasons.items()}
+    wall = time.time() if now is None else now
+    found = []
+    for raw_name, raw_until in raw_bans.items():
+        name, until = reply_text(raw_name), float(raw_until)
+        if until > wall:
+            domain, _, identity = name.partition("|")
+            found.append(Cooldown(domain, identity or None, until, reasons.get(name, "")))
+    return sorted(found, key=lambda cooldown: (cooldown.until, cooldown.domain))
+
+
+def lift_cooldowns(server: RedisClient, spider: str, domain: str) -> list[Cooldown]:
+    """End every cool-down of ``domain`` (the domain's and its identities'), ended ones too;
+    returns the active ones it lifted. Workers see it within their refresh period."""
+    active = [c for c in active_cooldowns(server, spider) if c.domain == domain]
+    names: Any = server.hkeys(bans_key(spider))
+    fields = [
+        name
+        for name in (reply_text(raw) for raw in names)
+        if name == domain or name.startswith(domain + "|")
+    ]
+    if fields:
+        pipe = server.pipeline(transaction=False)
+        pipe.hdel(bans_key(spider), *fields)
+        pipe.hdel(reasons_key(spider), *fields)
+        pipe.execute()
+    return active
+
+
+@dataclass(frozen=True)
+class RatePolicy:
+    """Requests per second per (domain, identity); 0 means unlimited."""
+
+    rate: float
+    burst: float
+    per_domain: dict[str, float] = field(default_factory=dict)
+    recovery_seconds: float = 600.0  # from the floor back to the full rate
+    floor: float = 0.05
+
+    def rate_for(self, domain: str) -> float:
+        return self.per_domain.get(domain, self.rate)
+
+
+class FleetPoliteness:
+    """The Redis side of politeness for one spider, with a short-lived local view of bans."""
+
+    def __init__(
+        self, server: RedisClient, spider: str, policy: RatePolicy, refresh: float = 2.0
+    ) -> None:
+        self.server = server
+        self.spider = spider
+        self.policy = policy
+        self.refresh = refresh
+        self._bucket = server.register_script(TOKEN_BUCKET)
+        self._extend = server.register_script(EXTEND_BAN)
+        self._bans: dict[str, float] = {}
+        self._bans_read = 0.0
+        self._tokens: dict[str, int] = {}
+        # When the bucket said its next token comes (monotonic time), per bucket: requests
+        # waiting for it wait that long without asking Redis again, so one round trip serves
+        # all of them. Tokens only come with time and other workers only take them, so
+        # Redis would not grant one sooner (but for the rate's slow recovery after a ban).
+        self._next_token: dict[str, float] = {}
+
+    @property
+    def bans_key(self) -> str:
+        return bans_key(self.spider)
+
+    def _bucket_key(self, domain: str, identity: str) -> str:
+        return rate_key(self.spider, domain, identity)
+
+    # --- cool-downs ---------------------------------------------------------------------------
+
+    def cooling_until(self, domain: str, identity: str | None = None) -> float:
+        """End of the cool-down of the domain (or of the identity on it); 0 when none."""
+        self._refresh_bans()
+        field_name = domain if identity is None else f"{domain}|{identity}"
+        until = self._bans.get(field_name, 0.0)
+        return until if until > time.time() else 0.0
+
+    def ban(self, domain: str, identity: str | None, seconds: float, why: str = "") -> float:
+        """Start (or extend) a cool-down for every worker; returns its end time. ``why`` (the
+        ban rule, say) is shown on the fleet page."""
+        field_name = domain if identity is None else f"{domain}|{identity}"
+        until = time.time() + seconds
+        # This worker pauses at once, even if Redis is away and the write has to wait.
+        self._bans[field_name] = max(until, self._bans.get(field_name, 0.0))
+        keys = [self.bans_key, reasons_key(self.spider)]
+        self._extend(keys=keys, args=[field_name, until, why, until - seconds])
+        return until
+
+    def _refresh_bans(self) -> None:
+        now = time.monotonic()
+        if now - self._bans_read < self.refresh:
+            return
+        self._bans_read = now
+        raw: Any = self.server.hgetall(self.bans_key)
+        self._set_bans(list(raw.items()))
+
+    def _set_bans(self, pairs: list[tuple[Any, Any]]) -> None:
+        wall = time.time()
+        self._bans = {}
+        for name, value in pairs:
+            until = float(value)
+            key = name.decode() if isinstance(name, bytes) else str(name)
+            if until > wall:
+                self._bans[key] = until
+
+    # --- rate ---------------------------------------------------------------------------------
+
+    def acquire(self, domain: str, identity: str, delay: float = 0.0) -> float:
+        """0 when a request may go now, else the seconds to wait for the next token. A ``delay``
+        (a robots.txt Crawl-delay) caps the rate at one request per ``delay`` seconds with no
+        burst, for every worker alike."""
+        if delay > 0:
+            return self._acquire_spaced(domain, identity, delay)
+        rate = self.policy.rate_for(domain)
+        if rate <= 0:
+            return 0.0
+        key = self._bucket_key(domain, identity)
+        if self._tokens.get(key, 0) > 0:
+            self._tokens[key] -= 1
+            if not self._tokens[key]:
+                del self._tokens[key]
+            return 0.0
+        if (wait := self._known_wait(key)) > 0:
+            return wait
+        granted, wait, factor = self._take(key, rate, penalize=False)
+        if wait > 0:
+            # Wait for as many tokens as one call takes (half a second's worth, within the
+            # burst), so that one round trip serves that many requests.
+            batch = min(_tokens_per_call(rate), max(1, int(self.policy.burst)))
+            wait += (batch - 1) / (rate * factor)
+        self._wait_for_token(key, wait)
+        if granted:
+            if granted > 1:
+                self._tokens[key] = granted - 1
+            return 0.0
+        return wait
+
+    def _acquire_spaced(self, domain: str, identity: str, delay: float) -> float:
+        configured = self.policy.rate_for(domain)
+        rate = min(1.0 / delay, configured) if configured > 0 else 1.0 / delay
+        key = self._bucket_key(domain, identity)
+        if (wait := self._known_wait(key)) > 0:
+            return wait
+        granted, wait, _ = self._take(key, rate, penalize=False, want=1, burst=1.0)
+        self._wait_for_token(key, wait)
+        return 0.0 if granted else wait
+
+    def next_token_in(self, domain: str, identity: str) -> float:
+        """Seconds until the bucket of (domain, identity) has a token, as Redis last said; 0
+        when it may have one now. Asks nothing of Redis."""
+        key = self._bucket_key(domain, identity)
+        return 0.0 if self._tokens.get(key, 0) > 0 else self._known_wait(key)
+
+    def interval(self, domain: str, delay: float = 0.0) -> float:
+        """Seconds between two tokens of the domain's bucket at its full rate (a Crawl-delay
+        ``delay`` included); 0 when the rate is unlimited."""
+        rate = self.policy.rate_for(domain)
+        if delay > 0:
+            return max(delay, 1.0 / rate) if rate > 0 else delay
+        return 1.0 / rate if rate > 0 else 0.0
+
+    def _known_wait(self, key: str) -> float:
+        """Seconds until the bucket's next token, as it last said; 0 when it may have one."""
+        return max(0.0, self._next_token.get(key, 0.0) - time.monotonic())
+
+    def _wait_for_token(self, key: str, wait: float) -> None:
+        """Remember when the bucket has its next token (a broad crawl meets many buckets: the
+        ones whose time has passed are forgotten once there are many)."""
+        now = time.monotonic()
+        if wait <= 0:
+            self._next_token.pop(key, None)
+            return
+        if len(self._next_token) >= KNOWN_BUCKETS:
+            self._next_token = {k: t for k, t in self._next_token.items() if t > now}
+        self._next_token[key] = now + wait
+
+    def penalize(self, domain: str, identity: str) -> float:
+        """Halve the rate of (domain, identity) after a ban; returns the new rate factor."""
+        rate = self.policy.rate_for(domain)
+        if rate <= 0:
+            return 1.0
+        key = self._bucket_key(domain, identity)
+        self._tokens.pop(key, None)
+        self._next_token.pop(key, None)
+        return self._take(key, rate, penalize=True, want=0)[2]
+
+    def _take(
+        self,
+        key: str,
+        rate: float,
+        penalize: bool,
+        want: int | None = None,
+        burst: float | None = None,
+    ) -> tuple[int, float, float]:
+        # Take up to half a second's worth of tokens at once: one round trip serves several
+        # requests at higher rates, and never more than the bucket allows.
+        wanted = _tokens_per_call(rate) if want is None else want
+        policy = self.policy
+        # The cool-downs come along when this worker's view of them is half their refresh old.
+        started = time.monotonic()
+        with_bans = started - self._bans_read >= self.refresh / 2
+        reply = self._bucket(
+            keys=[key, self.bans_key] if with_bans else [key],
+            args=[
+                time.time(),
+                rate,
+                max(1.0, policy.burst) if burst is None else burst,
+                wanted,
+                (1 - policy.floor) / policy.recovery_seconds,
+                policy.floor,
+                int(penalize),
+            ],
+        )
+        granted, wait, factor = reply[:3]
+        if with_bans:
+            flat = reply[3]
+            self._bans_read = started
+            self._set_bans(list(zip(flat[::2], flat[1::2], strict=True)))
+        return int(granted), float(wait), float(factor)
+
+
+def _tokens_per_call(rate: float) -> int:
+    return max(1, int(rate / 2))

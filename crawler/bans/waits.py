@@ -1,0 +1,151 @@
+"""Waits of the ban middleware: for Redis while it is away, and for a token in line.
+
+Requests waiting for a token wait in this worker, in one line per (domain, identity)
+(:class:`TokenLines`), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
+seconds and the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains
+keep their slots); any other goes back to the frontier's delayed set, due about when its turn
+is expected (one token interval after the previous one sent back), so it is not sent back
+again and again.
+
+Redis being away is never a request's failure: a request whose check needs Redis waits in
+place (:class:`RedisWait`, pauses doubling up to REDIS_PAUSES[1]) until Redis answers, and none
+goes out unchecked; only a closing engine gives it up, and its lease is then released untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from redis.exceptions import RedisError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+# Waits for a token up to this long happen in place; longer ones go back to the delayed set.
+LOCAL_WAIT = 10.0
+# A domain's line of requests waiting in place holds at most CONCURRENT_REQUESTS / LINE_SHARE,
+# but for those whose turn comes within SHORT_WAIT seconds.
+LINE_SHARE = 4
+SHORT_WAIT = 2.0
+# While Redis is away: the first pause before a check is tried again, and the longest.
+REDIS_PAUSES = (0.5, 8.0)
+T = TypeVar("T")
+
+
+class RedisWait:
+    """Calls that need Redis, tried again while Redis is away, as long as the engine runs.
+
+    Waiting calls share one pause, so a worker tries Redis once per pause, not once per waiting
+    request. The first failure of an outage is logged once; the wait ends with RedisError only
+    when the engine closes (the request's lease is then released).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.retry_at = 0.0
+        self.pause = REDIS_PAUSES[0]
+        self.away_since: float | None = None
+
+    async def wait_for(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            wait = self.retry_at - time.monotonic()
+            if wait <= 0:
+                try:
+                    result = await attempt()
+                except RedisError as exc:
+                    self._failed(exc)
+                    continue
+                self._answered()
+                return result
+            if self.engine_closing():
+                raise RedisError("Redis unavailable and the engine is closing")
+            await asyncio.sleep(wait)
+
+    def _failed(self, exc: RedisError) -> None:
+        if self.engine_closing():
+            raise exc
+        now = time.monotonic()
+        if self.away_since is None:
+            self.away_since = now
+            self.pause = REDIS_PAUSES[0]
+            logger.warning("Ban-check waits for Redis (%s); no request goes out unchecked", exc)
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value("politeness/redis_errors")
+        self.retry_at = now + self.pause
+        self.pause = min(REDIS_PAUSES[1], self.pause * 2)
+
+    def _answered(self) -> None:
+        if self.away_since is not None:
+            logger.info(
+                "Ban-check reached Redis again after %.1fs", time.monotonic() - self.away_since
+            )
+            self.away_since = None
+            self.retry_at = 0.0
+
+    def engine_closing(self) -> bool:
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        return engine is None or not engine.running or slot is None or slot.closing is not None
+
+
+class TokenLines:
+    """This worker's requests waiting for a token: one first-come line per (domain, identity),
+    and per line the time up to which requests sent back to the delayed set are booked."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._waiting: Counter[tuple[str, str]] = Counter()
+        self._booked: dict[tuple[str, str], float] = {}
+        self._groups: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def waiting(self, key: tuple[str, str]) -> int:
+        return self._waiting[key]
+
+    def full(self, key: tuple[str, str]) -> bool:
+        return self._waiting[key] >= self.capacity
+
+    def turn_in(self, key: tuple[str, str], first: float, interval: float) -> float:
+        """Seconds until a request joining the line now gets its token: the first token in
+        ``first`` seconds, then one each ``interval``."""
+        return first + self._waiting[key] * interval
+
+    @asynccontextmanager
+    async def place(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        """Wait for the front of the line (asyncio's lock wakes waiters in order)."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._waiting[key] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                self._locks.pop(key, None)
+
+    def book(self, key: tuple[str, str], earliest: float, interval: float) -> float:
+        """When a request sent back now should be due (Unix time). Its turn is at ``earliest``,
+        and one ``interval`` after the previous one of its line sent back; such turns come back
+        in groups of a line's worth less one, due together a turn before the first of them, so
+        one pop brings a group back to a line that is not empty yet."""
+        now = time.time()
+        if len(self._booked) > 10_000:
+            self._booked = {k: t for k, t in self._booked.items() if t > now}
+            self._groups = {k: g for k, g in self._groups.items() if k in self._booked}
+        turn = max(earliest, self._booked.get(key, 0.0))
+        self._booked[key] = turn + interval
+        first, size = self._groups.get(key, (0.0, self.capacity))
+        if size >= max(1, self.capacity - 1) or turn > first + size * interval + interval / 2:
+            first, size = turn, 0
+        self._groups[key] = (first, size + 1)
+        early = interval if self.capacity > 1 else 0.0
+        return max(now, first - early)

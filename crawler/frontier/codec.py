@@ -1,0 +1,210 @@
+"""Request <-> JSON: the one codec of requests stored in Redis (frontier, dead letters, revisits).
+
+Pickle in a shared Redis turns write access to Redis into code execution on every worker, so
+requests are stored as JSON. Bytes (bodies, header values, bytes inside meta) round-trip through
+a tagged base64 object, and so do scrapy-playwright ``PageMethod``s named by a string (a method
+given as a Python callable cannot be stored). As in any JSON, dict keys become strings. Any
+other value JSON cannot hold is rejected when the request is scheduled, with an error naming
+where it sits (``meta['page']['when']``).
+
+Records are stored in format 2: ``Request.to_dict()`` with its field names shortened (``url`` is
+``u``, see ``SHORT_NAMES``) and, as written by :func:`request_record`, without the fields
+that have their default. The URL's key tells the format: a record with ``url`` is of format 1
+(every field, or the defaults left out) and loads as it is, so requests queued by older
+workers load the same.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy_playwright.page import PageMethod
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+# Format 2 names of the fields of Request.to_dict(); others (a Request subclass's own) keep
+# their name.
+SHORT_NAMES = {
+    "url": "u",
+    "callback": "c",
+    "errback": "e",
+    "method": "v",
+    "headers": "h",
+    "body": "b",
+    "cookies": "k",
+    "meta": "m",
+    "encoding": "n",
+    "priority": "p",
+    "dont_filter": "d",
+    "flags": "f",
+    "cb_kwargs": "a",
+}
+LONG_NAMES = {short: name for name, short in SHORT_NAMES.items()}
+
+_BYTES_TAG = "__bytes__"
+_PAGE_METHOD_TAG = "__page_method__"
+
+
+class RequestNotSerializable(ValueError):
+    """A request holds a value that cannot be stored in Redis as JSON."""
+
+
+def dumps(obj: Mapping[str, Any]) -> str:
+    """Encode a ``Request.to_dict()`` mapping as a JSON string."""
+    fields = dict(obj)
+    headers = fields.get("headers")
+    if headers:
+        fields["headers"] = {_encode_key(key, "headers"): value for key, value in headers.items()}
+    try:
+        return json.dumps(fields, default=_tagged, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        # Walk the request to name the value at fault (or to encode keys JSON refused).
+        return json.dumps(_encode(fields, ""), separators=(",", ":"), allow_nan=False)
+
+
+def _tagged(value: Any) -> Any:
+    """What ``json.dumps`` cannot encode by itself: bytes and page methods, else TypeError."""
+    if isinstance(value, bytes):
+        return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
+    if isinstance(value, PageMethod):
+        return _encode_page_method(value, "")
+    raise TypeError(type(value).__name__)
+
+
+def loads(data: str | bytes) -> dict[str, Any]:
+    """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping (a
+    format 2 record with its field names made whole again)."""
+    decoded = json.loads(data, object_hook=_decode_tagged)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"stored request is not a JSON object: {decoded!r:.80}")
+    return expand(decoded)
+
+
+def shorten(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``Request.to_dict()`` mapping with the format 2 field names."""
+    return {SHORT_NAMES.get(name, name): value for name, value in record.items()}
+
+
+def expand(record: dict[str, Any]) -> dict[str, Any]:
+    """The ``Request.to_dict()`` mapping of a stored record of either format."""
+    if "url" in record or "u" not in record:
+        return record
+    return {LONG_NAMES.get(name, name): value for name, value in record.items()}
+
+
+def _encode(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return _encode_float(value, path)
+    if isinstance(value, bytes):
+        return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
+    if isinstance(value, list | tuple):
+        return [_encode(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, PageMethod):
+        return _encode_page_method(value, path)
+    if isinstance(value, Mapping):
+        return {
+            _encode_key(key, path): _encode(item, f"{path}[{key!r}]" if path else str(key))
+            for key, item in value.items()
+        }
+    raise RequestNotSerializable(
+        f"{path}: a {type(value).__name__} cannot be stored in Redis as JSON; "
+        "use str, int, float, bool, None, bytes, list or dict values"
+    )
+
+
+def _encode_page_method(method: PageMethod, path: str) -> dict[str, Any]:
+    if not isinstance(method.method, str):
+        raise RequestNotSerializable(
+            f"{path}: a PageMethod calling a Python function cannot be stored in Redis; "
+            "name a Playwright page method instead"
+        )
+    stored = {"method": method.method, "args": list(method.args), "kwargs": method.kwargs}
+    return {_PAGE_METHOD_TAG: _encode(stored, f"{path}.PageMethod")}
+
+
+def _encode_float(value: float, path: str) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise RequestNotSerializable(f"{path}: {value} cannot be stored in Redis as JSON")
+    return value
+
+
+def _encode_key(key: Any, path: str) -> str:
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bytes):
+        # Header names are bytes; HTTP header names are ASCII/latin-1 by definition.
+        return key.decode("latin-1")
+    raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
+
+
+def _decode_tagged(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and _BYTES_TAG in obj:
+        return base64.b64decode(obj[_BYTES_TAG])
+    if len(obj) == 1 and _PAGE_METHOD_TAG in obj:
+        stored = obj[_PAGE_METHOD_TAG]
+        return PageMethod(stored["method"], *stored["args"], **stored["kwargs"])
+    return obj
+
+
+# What a plain GET request has unless told otherwise: left out of its record, since Scrapy's
+# request_from_dict gives a missing field its default (records with every field, as written
+# before, load the same).
+DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "flags": [],
+    "cb_kwargs": {},
+    "dont_filter": False,
+    "method": "GET",
+    "priority": 0,
+}
+
+
+def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)`` in format 2 (short field names, see
+    ``SHORT_NAMES``) without the fields that have their default, and without
+    Scrapy's scan of every spider attribute to name the callbacks when they are the spider's
+    own methods (the usual case)."""
+    callback = _method_name(spider, request.callback)
+    errback = _method_name(spider, request.errback)
+    if type(request) is not Request or callback is False or errback is False:
+        return shorten(request.to_dict(spider=spider))
+    fields = {
+        "callback": callback,
+        "errback": errback,
+        "headers": dict(request.headers),
+        "body": request.body,
+        "cookies": request.cookies,
+        "meta": request.meta,
+        "encoding": request.encoding,
+        "flags": request.flags,
+        "cb_kwargs": request.cb_kwargs,
+        "dont_filter": request.dont_filter,
+        "method": request.method,
+        "priority": request.priority,
+    }
+    record: dict[str, Any] = {"url": request.url}
+    record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
+    return shorten(record)
+
+
+def _method_name(spider: Spider | None, function: Any) -> str | bool | None:
+    """The name of ``function`` on ``spider``, None without one, False when Scrapy must look."""
+    if function is None:
+        return None
+    name = getattr(function, "__name__", None)
+    if spider is None or name is None or getattr(spider, name, None) != function:
+        return False
+    return str(name)

@@ -1,0 +1,295 @@
+"""The leases one worker holds, and the one way each of them ends.
+
+A request popped from the frontier is leased to this worker. Its lease ends exactly once: acked
+when its response is handled (output consumed, items through the pipelines), released back to
+the queue untouched (Redis away, the worker closing), or dead-lettered with a reason. The book
+records each decision as an op (see ``scripts/settle.lua``); the scheduler writes them in batches.
+
+Where a lease is: ``ready`` (popped, not yet given to the engine), ``downloading`` (in the
+downloader and its middlewares), ``downloaded`` (the response left the downloader middlewares)
+and ``scraping`` (the callback's output is being consumed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawler.frontier import codec
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from twisted.python.failure import Failure
+
+# Meta key holding the lease id of a request popped from the frontier.
+LEASE_META = "frontier_lease"
+logger = logging.getLogger(__name__)
+
+Op = tuple[str, str, str]  # (op, lease id, payload), see scripts/settle.lua
+PHASES = ("ready", "downloading", "downloaded", "scraping")
+
+
+@dataclass
+class Lease:
+    """A request this worker holds: where it is and what must finish before it is acked."""
+
+    phase: str = "ready"
+    pending_items: int = 0
+    output_done: bool = False
+    attempts: int = 1
+    url: str = ""
+
+
+class LeaseBook:
+    """The leases this worker holds and the ops that settled leases wait in until written."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, Lease] = {}
+        self.ops: list[Op] = []
+
+    def take(self, lease_id: str, attempts: int, url: str) -> None:
+        self.held[lease_id] = Lease(attempts=attempts, url=url)
+
+    def move(self, lease_id: str, phase: str) -> None:
+        lease = self.held.get(lease_id)
+        if lease is not None:
+            lease.phase = phase
+
+    def phase(self, lease_id: str) -> str | None:
+        lease = self.held.get(lease_id)
+        return lease.phase if lease is not None else None
+
+    def item_started(self, lease_id: str) -> None:
+        lease = self.held.get(lease_id)
+        if lease is not None:
+            lease.pending_items += 1
+
+    def item_finished(self, lease_id: str) -> None:
+        lease = self.held.get(lease_id)
+        if lease is not None:
+            lease.pending_items -= 1
+            self._ack_if_done(lease_id, lease)
+
+    def output_finished(self, lease_id: str) -> None:
+        lease = self.held.get(lease_id)
+        if lease is not None:
+            lease.output_done = True
+            self._ack_if_done(lease_id, lease)
+
+    def ack(self, lease_id: str) -> bool:
+        return self._end(lease_id, "a")
+
+    def release(self, lease_id: str) -> bool:
+        return self._end(lease_id, "r")
+
+    def dead(self, lease_id: str, failure: str) -> bool:
+        """Dead-letter the lease; ``failure`` is the JSON object stored with the request."""
+        return self._end(lease_id, "d", failure)
+
+    def replaces(self, lease_id: str) -> bool:
+        """A request carrying the lease of one still in the downloader replaces it (redirect,
+        retry, deferral): the lease is acked in the same write that schedules the new one."""
+        lease = self.held.get(lease_id)
+        return lease is not None and lease.phase == "downloading" and self.ack(lease_id)
+
+    def release_all(self) -> None:
+        for lease_id in list(self.held):
+            self.release(lease_id)
+
+    def renewals(self) -> list[Op]:
+        return [("n", lease_id, "") for lease_id in self.held]
+
+    def orphans(self, in_engine: Collection[str]) -> list[tuple[str, Lease]]:
+        """Leases given to the engine whose request the engine no longer has, with nothing
+        left to report on them (no item in the pipelines): nothing else will settle them."""
+        return [
+            (lease_id, lease)
+            for lease_id, lease in self.held.items()
+            if lease.phase != "ready" and lease.pending_items <= 0 and lease_id not in in_engine
+        ]
+
+    def _ack_if_done(self, lease_id: str, lease: Lease) -> None:
+        if lease.output_done and lease.pending_items <= 0:
+            self.ack(lease_id)
+
+    def _end(self, lease_id: str, op: str, payload: str = "") -> bool:
+        if self.held.pop(lease_id, None) is None:
+            return False
+        self.ops.append((op, lease_id, payload))
+        return True
+
+
+class StartLeases:
+    """Start entries this worker leased, each with the number of its requests not yet in the
+    frontier; an entry whose requests are all there waits in ``acks`` to be acked."""
+
+    def __init__(self) -> None:
+        self.held: dict[bytes, int] = {}
+        self.acks: list[bytes] = []
+
+    def leased(self, members: list[bytes]) -> None:
+        self.held.update(dict.fromkeys(members, 0))
+
+    def expect(self, member: bytes, count: int) -> None:
+        self.held[member] = count
+        if count == 0:
+            self._done(member)
+
+    def pushed(self, member: bytes) -> None:
+        remaining = self.held.get(member)
+        if remaining is None:
+            return
+        if remaining <= 1:
+            self._done(member)
+        else:
+            self.held[member] = remaining - 1
+
+    def forget(self, member: bytes) -> None:
+        """Stop renewing the entry without acking it: its lease expires and it comes back."""
+        self.held.pop(member, None)
+
+    def finish(self, member: bytes) -> None:
+        """Ack the entry whatever its count (it was set aside)."""
+        if member in self.held:
+            self._done(member)
+
+    def _done(self, member: bytes) -> None:
+        del self.held[member]
+        self.acks.append(member)
+
+
+class LeaseReports:
+    """Where each lease of a FrontierScheduler stands, as the lease middlewares
+    (``crawler.middlewares.Lease*Middleware``) and the middlewares that give requests up report
+    it; mixed into the scheduler, whose ``leases`` book records each decision."""
+
+    crawler: Crawler
+    leases: LeaseBook
+    worker: str
+    _suspects: set[str]
+
+    def _count(self, key: str, value: int = 1) -> None:
+        raise NotImplementedError  # the scheduler's stats counter
+
+    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
+        """Have ``settle`` called with a failure of the leased ``request`` that reaches the
+        spider while the request is still in the downloader's hands (see LeaseErrback)."""
+        if lease_id_of(request) in self.leases.held and not isinstance(
+            request.errback, LeaseErrback
+        ):
+            request.errback = LeaseErrback(self.in_downloader, settle, request.errback)
+
+    def in_downloader(self, request: Request) -> bool:
+        return self.leases.phase(lease_id_of(request)) == "downloading"
+
+    def downloaded(self, request: Request) -> None:
+        """The response went through every downloader middleware."""
+        self.leases.move(lease_id_of(request), "downloaded")
+
+    def scraping(self, request: Request) -> None:
+        self.leases.move(lease_id_of(request), "scraping")
+
+    def item_started(self, request: Request) -> None:
+        self.leases.item_started(lease_id_of(request))
+
+    def item_finished(self, request: Request) -> None:
+        self.leases.item_finished(lease_id_of(request))
+
+    def output_finished(self, request: Request) -> None:
+        self.leases.output_finished(lease_id_of(request))
+
+    def finished(self, request: Request) -> None:
+        """The request was handled without output to wait for (filtered, ignored)."""
+        self.leases.ack(lease_id_of(request))
+
+    def release(self, request: Request) -> None:
+        """Hand the request back to the queue untouched, for any worker to try again."""
+        if self.leases.release(lease_id_of(request)):
+            self._count("frontier/released")
+
+    def failed(self, request: Request, reason: str, error: str) -> None:
+        """Give the request up: it goes to the dead-letter list with the reason."""
+        attempts = int(request.meta.get("retry_times", 0)) + 1
+        self._dead(lease_id_of(request), reason, error, attempts)
+
+    def _dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
+        failure = {
+            "reason": reason,
+            "error": error[:2000],
+            "time": time.time(),
+            "worker": self.worker,
+            "attempts": attempts,
+        }
+        if self.leases.dead(lease_id, codec.dumps(failure)):
+            self._count("frontier/dead")
+            self._count(f"frontier/dead/{reason}")
+
+    def _settle_orphans(self) -> None:
+        """Dead-letter leases whose request left the engine without anything settling them,
+        seen so at two checks in a row: no worker waits on a lease nothing will settle."""
+        in_engine = engine_leases(self.crawler)
+        if in_engine is None:
+            return
+        orphans = dict(self.leases.orphans(in_engine))
+        for lease_id in self._suspects & orphans.keys():
+            lease = orphans[lease_id]
+            logger.error(
+                "%s left the engine without an outcome: dead-lettered (unsettled)",
+                lease.url,
+                extra={"spider": self.crawler.spider},
+            )
+            self._dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
+        self._suspects = set(orphans) - self._suspects
+
+
+class LeaseErrback:
+    """The errback of a leased request in the engine: a failure that reaches it while the
+    request is still in the downloader's hands (raised by a ``process_response``, which skips
+    every ``process_exception``) is handed to ``settle`` first; then the request's own errback
+    runs, or the failure goes on as if there were none.
+
+    The scheduler takes it off again before a request is written to Redis.
+    """
+
+    def __init__(
+        self,
+        in_downloader: Callable[[Request], bool],
+        settle: Callable[[Request, BaseException], None],
+        errback: Callable[..., Any] | None,
+    ) -> None:
+        self.in_downloader = in_downloader
+        self.settle = settle
+        self.errback = errback
+        self.__name__ = getattr(errback, "__name__", "lease_errback")
+
+    def __call__(self, failure: Failure) -> Any:
+        request = getattr(failure, "request", None)
+        if request is not None and failure.value is not None and self.in_downloader(request):
+            self.settle(request, failure.value)
+        return self.errback(failure) if self.errback is not None else failure
+
+
+def unguarded(errback: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """The request's own errback, without the LeaseErrback around it."""
+    while isinstance(errback, LeaseErrback):
+        errback = errback.errback
+    return errback
+
+
+def lease_id_of(request: Request) -> str:
+    """The lease a request popped from the frontier carries ("" for one not leased)."""
+    return str(request.meta.get(LEASE_META, ""))
+
+
+def engine_leases(crawler: Crawler) -> set[str] | None:
+    """Lease ids of the requests the engine is working on, from their download to the end of
+    their output; None when the engine cannot tell (not running)."""
+    slot = getattr(crawler.engine, "_slot", None)
+    requests = getattr(slot, "inprogress", None)
+    if requests is None:
+        return None
+    return {lease_id_of(request) for request in requests}

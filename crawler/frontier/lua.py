@@ -1,0 +1,35 @@
+"""Lua scripts of the frontier: every multi-key change is one atomic script, one round trip.
+
+All keys a script touches share the spider's hash tag, so the scripts run on Redis Cluster.
+Queued requests wait in one list per priority (see ``scripts/queue.lua``); a leased or delayed
+one has its record in the ``data`` hash under its id, and a leased one its worker in the
+``owner`` hash.
+
+The scripts are the ``.lua`` files in ``crawler/frontier/scripts/`` (package data); each opens
+with comments saying what it does and its KEYS and ARGV, which are left out of the text sent to
+Redis. Shared pieces are prepended here: the duplicate filter (``dupefilter.lua``, for
+SCHEDULE) and the queue functions with the prelude every frontier script begins with
+(``queue.lua``, ``prelude.lua``).
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+
+def _script(name: str) -> str:
+    """``scripts/<name>.lua`` without its opening comment lines: the text Redis runs."""
+    text = files("crawler.frontier").joinpath("scripts", f"{name}.lua").read_text("utf-8")
+    lines = text.split("\n")
+    first = next(n for n, line in enumerate(lines) if not line.startswith("--"))
+    return "\n".join(lines[first:])
+
+
+_DUPEFILTER = _script("dupefilter")
+_QUEUE = _script("queue")
+_PRELUDE = _QUEUE + _script("prelude")
+SCHEDULE = _DUPEFILTER + _PRELUDE + _script("schedule")
+POP = _PRELUDE + _script("pace") + _script("pop")
+SETTLE = _PRELUDE + _script("settle")
+QUEUED = _PRELUDE + _script("queued")
+POP_START = _script("pop_start")

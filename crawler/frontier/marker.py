@@ -1,0 +1,127 @@
+"""Noticing a frontier that vanished under a running worker.
+
+A Redis without persistence that restarts comes back empty, and so does one that is flushed:
+the queue, the leases, the delayed set, the start entries, the dead letters and the duplicate
+filter are gone, and the workers would carry on as if the crawl had simply finished. So the
+frontier carries a marker, ``{spider}:frontier``, holding a random token written when the
+frontier is created (by the first worker that finds none). Each worker remembers the token it
+found and, when it pops requests, reads it back together with the frontier's sizes, at most
+every CHECK_INTERVAL seconds (one round trip). A marker gone, or holding another token, means
+the frontier is gone. If it held work when last seen, or this worker holds leases, the worker
+logs one ERROR naming what was lost (the sizes it last saw) and counts it (``frontier/lost``,
+``frontier/lost/<queued|delayed|leased|start>``); a frontier that was empty anyway is only a
+WARNING. The worker then writes a new marker (or takes the one another worker wrote first), so
+the crawl goes on with whatever is pushed next, and a later loss is noticed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from crawler.keys import frontier_marker_key
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.frontier.queue import Frontier
+
+logger = logging.getLogger(__name__)
+
+# Seconds between two reads of the marker by one worker.
+CHECK_INTERVAL = 2.0
+SIZES = ("queue", "delayed", "leased", "start", "start_leased")
+
+
+class FrontierMarker:
+    """The marker of one spider's frontier, as one worker sees it."""
+
+    def __init__(
+        self, frontier: Frontier, stats: StatsCollector | None, interval: float = CHECK_INTERVAL
+    ) -> None:
+        self.frontier = frontier
+        self.stats = stats
+        self.interval = interval
+        self.key = frontier_marker_key(frontier.keys.spider)
+        self.token: bytes | None = None
+        self.seen: dict[str, int] = dict.fromkeys(SIZES, 0)
+        self._seen_at = 0.0
+        self._next_check = 0.0
+
+    def check(self, leased_here: int) -> None:
+        """Compare the marker with the one this worker found, at most every ``interval``
+        seconds; ``leased_here`` is how many leases this worker holds."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.interval
+        try:
+            current, sizes = self._read()
+            if self.token is not None and current != self.token:
+                self._lost(leased_here, now)
+            if current is None or current != self.token:
+                self.token = self._adopt()
+        except RedisError:
+            self._next_check = 0.0  # the scheduler reports outages; look again once it is back
+            return
+        self.seen, self._seen_at = sizes, now
+
+    def _read(self) -> tuple[bytes | None, dict[str, int]]:
+        keys = self.frontier.keys
+        pipe = self.frontier.server.pipeline(transaction=False)
+        pipe.get(self.key)
+        self.frontier.queued(pipe)
+        pipe.zcard(keys.delayed)
+        pipe.zcard(keys.leases)
+        pipe.llen(keys.start)
+        pipe.zcard(keys.start_leases)
+        token, *sizes = pipe.execute()
+        return _bytes(token), dict(zip(SIZES, (int(size) for size in sizes), strict=True))
+
+    def _adopt(self) -> bytes | None:
+        """The frontier's marker, written first when there is none."""
+        server: Any = self.frontier.server
+        server.set(self.key, f"{time.time():.0f}:{uuid.uuid4().hex}", nx=True)
+        return _bytes(server.get(self.key))
+
+    def _lost(self, leased_here: int, now: float) -> None:
+        spider, seen = self.frontier.keys.spider, self.seen
+        self._count("frontier/lost", 1)
+        if not (leased_here or any(seen.values())):
+            logger.warning(
+                "Frontier of %s was reset in Redis (restarted without persistence, flushed or "
+                "purged); it held no requests when last seen. Its duplicate filter and dead "
+                "letters are gone.",
+                spider,
+            )
+            return
+        for name, stat in (("queue", "queued"), ("delayed", "delayed"), ("leased", "leased")):
+            self._count(f"frontier/lost/{stat}", seen[name])
+        self._count("frontier/lost/start", seen["start"] + seen["start_leased"])
+        logger.error(
+            "Frontier of %s vanished from Redis (restarted without persistence, flushed or "
+            "purged). Lost, as last seen %.0f s before: %d queued, %d delayed and %d leased "
+            "requests, %d start entries (+%d leased), the duplicate filter and the dead letters. "
+            "The %d requests leased by this worker are finished here; push the start entries "
+            "again to crawl the rest.",
+            spider,
+            now - self._seen_at,
+            seen["queue"],
+            seen["delayed"],
+            seen["leased"],
+            seen["start"],
+            seen["start_leased"],
+            leased_here,
+        )
+
+    def _count(self, key: str, value: int) -> None:
+        if value and self.stats is not None:
+            self.stats.inc_value(key, value)
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)

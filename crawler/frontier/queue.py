@@ -1,0 +1,325 @@
+"""A spider's frontier in Redis: what is queued, leased, delayed, dead, and already seen.
+
+This module speaks Redis: requests are opaque JSON strings here, but for dead letters, shown
+and requeued with their fields named in full (``codec.expand``). The scheduler
+(``scheduler.py``) turns Scrapy requests into :class:`Pending` entries and back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from redis.cluster import RedisCluster
+
+from crawler.connection import reply_text
+from crawler.frontier import codec, lua
+
+if TYPE_CHECKING:
+    from redis.commands.core import Script
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+    from crawler.frontier.dupefilter import DupefilterConfig
+    from crawler.keys import FrontierKeys
+
+# Higher Scrapy priority first, FIFO within one priority (one list per priority, see
+# scripts/queue.lua). The priorities index is a sorted set scored -priority, and a double holds
+# every integer up to 2**53 exactly: priorities beyond +-PRIORITY_LIMIT are clamped to it.
+PRIORITY_LIMIT = 2**53
+
+# What Frontier.sizes reads, in this order. What work is left is answered here only:
+# REQUESTS_LEFT are requests queued, leased or waiting for their due time (the scheduler keeps
+# a worker open while any is left); WORK_LEFT adds start entries not yet turned into requests
+# (each makes at least one), for the ETA and for `scrapy fleet` deciding the work is done. Dead
+# letters are not work: they wait for `scrapy frontier SPIDER requeue`.
+SIZE_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
+REQUESTS_LEFT = ("queue", "leased", "delayed")
+WORK_LEFT = (*REQUESTS_LEFT, "start", "start_leased")
+
+
+def requests_left(sizes: Mapping[str, int]) -> bool:
+    """Whether requests are queued, leased or delayed."""
+    return any(sizes.get(name, 0) for name in REQUESTS_LEFT)
+
+
+def fleet_busy(sizes: Mapping[str, int]) -> bool:
+    """Whether a worker of the fleet still holds or may get work: requests left, or start
+    entries leased. The start list itself is not asked: the idle spider asking pops it first."""
+    return requests_left(sizes) or bool(sizes.get("start_leased", 0))
+
+
+def work_left(sizes: Mapping[str, int]) -> int:
+    """Work not done yet: requests left and start entries not yet turned into requests."""
+    return sum(sizes.get(name, 0) for name in WORK_LEFT)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A request ready to be scheduled: its JSON and what the duplicate filter needs."""
+
+    json: str
+    fingerprint: bytes
+    priority: int = 0
+    dont_filter: bool = False
+    due: float = 0.0
+
+    def script_args(self) -> list[Any]:
+        h1 = int.from_bytes(self.fingerprint[0:4], "big")
+        h2 = int.from_bytes(self.fingerprint[4:8], "big") | 1
+        clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, self.priority))
+        return [
+            self.fingerprint.hex(),
+            h1,
+            h2,
+            int(self.dont_filter),
+            str(clamped),
+            self.due,
+            self.json,
+        ]
+
+
+@dataclass(frozen=True)
+class Popped:
+    """The outcome of one pop: leased (id, json) pairs and housekeeping counts."""
+
+    leased: list[tuple[str, str]]
+    promoted: int
+    reclaimed: int
+    queue_size: int
+    next_due: float = 0.0  # earliest due time (Unix) left in the delayed set; 0 when empty
+    paced: frozenset[str] = frozenset()  # leased ids whose host's token the pop took
+    unscanned: bool = False  # paced, the pop looked at as many as it may and more are queued
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """Politeness taken in the pop (see ``lua._PACE``): one token bucket per host for
+    ``identity``, at ``rate`` requests per second (0: unlimited; ``per_domain`` overrides),
+    ``burst`` at once after a quiet spell, rate factor recovering by ``recovery`` per second
+    after a ban. A request whose host's turn is over ``horizon`` seconds away stays queued;
+    one pop looks at ``budget`` queued requests at most."""
+
+    identity: str
+    rate: float
+    burst: float
+    recovery: float
+    per_domain: dict[str, float] = field(default_factory=dict)
+    horizon: float = 60.0
+    budget: int = 1000
+
+    def script_args(self, buckets: str) -> list[Any]:
+        args: list[Any] = [buckets, self.identity, self.rate, max(1.0, self.burst)]
+        args += [self.recovery, self.horizon, self.budget]
+        for domain, rate in self.per_domain.items():
+            args += [domain, rate]
+        return args
+
+
+NO_PACING: list[Any] = ["", "", 0, 1, 1, 0, 0]
+
+
+class Frontier:
+    """The Redis side of one spider's frontier, shared by every worker of the fleet."""
+
+    def __init__(
+        self, server: RedisClient, keys: FrontierKeys, dupefilter: DupefilterConfig
+    ) -> None:
+        self.server = server
+        self.keys = keys
+        self.dupefilter = dupefilter
+        self._schedule = server.register_script(lua.SCHEDULE)
+        self._pop = server.register_script(lua.POP)
+        self._settle = server.register_script(lua.SETTLE)
+        self._pop_start = server.register_script(lua.POP_START)
+        self._queued = server.register_script(lua.QUEUED)
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def schedule(self, batch: Sequence[Pending], client: Any = None) -> list[int]:
+        """Add requests not seen before (1) and report duplicates (0), atomically per batch."""
+        keys = self.keys
+        args: list[Any] = [
+            keys.queue_prefix,
+            self.dupefilter.mode,
+            self.dupefilter.capacity,
+            self.dupefilter.error_rate,
+        ]
+        for pending in batch:
+            args.extend(pending.script_args())
+        result = _run(
+            self._schedule,
+            keys.script_keys(keys.delayed, keys.dupefilter),
+            args,
+            client,
+        )
+        return [int(flag) for flag in result] if client is None else []
+
+    def pop(
+        self, count: int, lease_seconds: float, worker: str, pacing: Pacing | None = None
+    ) -> Popped:
+        """Lease up to ``count`` requests to ``worker`` (after requeueing due and expired ones);
+        with ``pacing``, only requests whose host has a token now."""
+        now = time.time()
+        keys = self.keys
+        paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
+        raw = self._pop(
+            keys=keys.script_keys(keys.delayed, keys.leases, keys.owner),
+            args=[keys.queue_prefix, now, count, now + lease_seconds, worker, *paced],
+        )
+        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(6, len(raw), 2)]
+        flags = reply_text(raw[4])
+        taken = frozenset(pair[0] for pair, flag in zip(pairs, flags, strict=True) if flag == "1")
+        counts = int(raw[0]), int(raw[1]), int(raw[2])
+        return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])))
+
+    def settle(
+        self,
+        ops: Sequence[tuple[str, str, str]],
+        worker: str,
+        lease_seconds: float,
+        client: Any = None,
+    ) -> int:
+        """Apply ack/release/renew/dead ops (op, id, payload) to leases ``worker`` still holds."""
+        keys = self.keys
+        args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
+        for op in ops:
+            args.extend(op)
+        result = _run(
+            self._settle,
+            keys.script_keys(keys.leases, keys.owner, keys.dead),
+            args,
+            client,
+        )
+        return int(result) if client is None else 0
+
+    # --- start entries -------------------------------------------------------------------------
+
+    def pop_start(self, count: int, lease_seconds: float, worker: str) -> list[bytes]:
+        """Lease up to ``count`` start entries; each comes back if not acked in time."""
+        now = time.time()
+        members = self._pop_start(
+            keys=[self.keys.start, self.keys.start_leases],
+            args=[now, count, now + lease_seconds, worker],
+        )
+        return [bytes(member) for member in members]
+
+    def ack_start(self, members: Iterable[bytes], client: Any = None) -> None:
+        members = list(members)
+        if members:
+            (client or self.server).zrem(self.keys.start_leases, *members)
+
+    def renew_start(self, members: Iterable[bytes], lease_seconds: float, client: Any) -> None:
+        deadline = time.time() + lease_seconds
+        mapping = dict.fromkeys(members, deadline)
+        if mapping:
+            client.zadd(self.keys.start_leases, mapping, xx=True)
+
+    # --- inspection ----------------------------------------------------------------------------
+
+    def sizes(self) -> dict[str, int]:
+        """Queue, leased, delayed, dead and start sizes in one round trip (two on a cluster,
+        whose pipeline would first ask a node to parse the queue's script)."""
+        on_cluster = isinstance(self.server, RedisCluster)
+        queued = [self.queued()] if on_cluster else []
+        pipe = self.server.pipeline(transaction=False)
+        queue_sizes(pipe, self.keys, with_queued=not on_cluster)
+        values = queued + [int(value) for value in pipe.execute()]
+        return dict(zip(SIZE_NAMES, values, strict=True))
+
+    def queued(self, client: Any = None) -> int:
+        """How many requests are queued (or queue the question on the pipeline ``client``)."""
+        keys = self.keys
+        result = _run(self._queued, keys.script_keys(), [keys.queue_prefix], client)
+        return int(result) if client is None else 0
+
+    def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest dead letters, each {"request": {...}, "failure": {...}}, the request with
+        its whole field names (``Request.to_dict()``)."""
+        raws = self.server.lrange(self.keys.dead, 0, limit - 1)
+        return [_dead_letter(raw) for raw in raws]
+
+    def make_due(self, wanted: Callable[[str], bool], now: float, chunk: int = 500) -> int:
+        """Delayed requests whose URL ``wanted`` accepts become due at ``now`` (lifting a ban's
+        cool-down, say); returns how many. One taken meanwhile is left alone (ZADD XX)."""
+        moved, members = 0, self.server.zscan_iter(self.keys.delayed, count=chunk)
+        while batch := [member for member, _ in itertools.islice(members, chunk)]:
+            records: Any = self.server.hmget(self.keys.data, batch)
+            due = {
+                member: now
+                for member, raw in zip(batch, records, strict=True)
+                if raw and wanted(str(codec.expand(json.loads(raw)).get("url", "")))
+            }
+            if due:
+                changed: Any = self.server.zadd(self.keys.delayed, due, xx=True, ch=True)
+                moved += int(changed)
+        return moved
+
+    def requeue_dead(self, limit: int) -> int:
+        """Move up to ``limit`` dead letters back to the queue (oldest first); returns how many."""
+        moved = 0
+        while moved < limit:
+            raw: Any = self.server.lindex(self.keys.dead, -1)
+            if raw is None:
+                break
+            request = _dead_letter(raw)["request"]
+            request["dont_filter"] = True
+            (request.get("meta") or {}).pop("retry_times", None)
+            record = json.dumps(codec.shorten(request), separators=(",", ":"))
+            pending = Pending(record, b"\0" * 8, request.get("priority", 0), True)
+            self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
+            self.server.lrem(self.keys.dead, -1, raw)
+            moved += 1
+        return moved
+
+
+def _dead_letter(raw: bytes | str) -> dict[str, Any]:
+    letter: dict[str, Any] = json.loads(raw)
+    if isinstance(letter.get("request"), dict):
+        letter["request"] = codec.expand(letter["request"])
+    return letter
+
+
+def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
+    """Call ``script``, or queue it when ``client`` is a pipeline.
+
+    In a pipeline the script goes as EVAL: Redis finds it in its script cache by digest, no
+    node can answer NOSCRIPT (after a restart), no SCRIPT EXISTS round trip precedes each
+    pipeline as redis-py does for registered scripts, and a cluster pipeline, which refuses
+    EVALSHA, routes it by its keys' slot like any other command.
+    """
+    if client is None:
+        return script(keys=keys, args=args)
+    queue: Callable[..., Any] = client.execute_command
+    return queue("EVAL", script.script, len(keys), *keys, *args)
+
+
+def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
+    """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
+    pipe.execute_command("EVAL", lua.QUEUED, 5, *keys.script_keys(), keys.queue_prefix)
+
+
+def queue_sizes(pipe: Any, keys: FrontierKeys, with_queued: bool = True) -> None:
+    """Queue the commands of ``Frontier.sizes`` on ``pipe`` (results in SIZE_NAMES order;
+    without the queue's, the first, when not ``with_queued``)."""
+    if with_queued:
+        queue_queued(pipe, keys)
+    pipe.zcard(keys.leases)
+    pipe.zcard(keys.delayed)
+    pipe.llen(keys.dead)
+    pipe.llen(keys.start)
+    pipe.zcard(keys.start_leases)
+
+
+def spider_frontier(server: RedisClient, settings: BaseSettings, spider: str) -> Frontier:
+    """The frontier of the spider named ``spider`` as the project's settings lay it out (its
+    start list, its duplicate filter): what the commands and ``scrapy status`` read."""
+    from crawler.frontier.dupefilter import DupefilterConfig
+    from crawler.keys import FrontierKeys, start_key
+
+    keys = FrontierKeys(spider, start_key(settings, spider))
+    return Frontier(server, keys, DupefilterConfig.from_settings(settings))

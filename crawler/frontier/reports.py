@@ -1,0 +1,68 @@
+"""The frontier as the middlewares report to it: one object, whatever scheduler the crawl runs.
+
+Middlewares are built before the engine's scheduler, and a crawl may run another scheduler (a
+benchmark's, Scrapy's): :class:`FrontierReports` tells the crawl's FrontierScheduler what
+happened to a request (see ``LeaseReports`` in ``leases.py``) and does nothing without one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from crawler.frontier.scheduler import frontier_scheduler
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from crawler.frontier.scheduler import FrontierScheduler
+
+
+class FrontierReports:
+    """What happened to a leased request, for the crawl's FrontierScheduler if it has one."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @property
+    def scheduler(self) -> FrontierScheduler | None:
+        return frontier_scheduler(self.crawler)
+
+    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.guard(request, settle)
+
+    def downloaded(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.downloaded(request)
+
+    def scraping(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.scraping(request)
+
+    def item_started(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.item_started(request)
+
+    def item_finished(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.item_finished(request)
+
+    def output_finished(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.output_finished(request)
+
+    def finished(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.finished(request)
+
+    def release(self, request: Request) -> None:
+        if (scheduler := self.scheduler) is not None:
+            scheduler.release(request)
+
+    def failed(self, request: Request, reason: str, error: str) -> None:
+        """The request is given up: a dead letter with the reason."""
+        if (scheduler := self.scheduler) is not None:
+            scheduler.failed(request, reason, error)

@@ -1,0 +1,90 @@
+-- The queue: one list per priority, ``{spider}:queue:<priority>``, holding the records
+-- themselves (a list packs its elements a few bytes apart), and the sorted set
+-- ``{spider}:queues`` of the priorities with a list, scored -priority so the highest comes
+-- first. A request gets its id when it leaves the queue (leased) or is delayed; its priority
+-- rides in the id ("<n>" for priority 0, "<n>:<priority>" otherwise), so it finds its list
+-- again. A record outside the queue (leased, delayed) waits in the ``data`` hash under its id.
+--
+-- Older frontiers kept every request in the ``queue`` sorted set (score -priority * 1e13 + n)
+-- with its score in the ``prio`` hash and its record in ``data``: POP moves such entries to the
+-- lists (up to 1000 per call), and a leased or delayed entry of theirs finds its priority in
+-- ``prio``, so a fleet can upgrade while a crawl runs.
+--
+-- Every script sets Q (keys and list prefix) before calling these.
+
+local Q = {}
+local LISTED = {}
+local function push(priority, record, head)
+  local list = Q.prefix .. priority
+  redis.call(head and 'LPUSH' or 'RPUSH', list, record)
+  if not LISTED[priority] then
+    redis.call('ZADD', Q.queues, -tonumber(priority), priority)
+    LISTED[priority] = true
+  end
+end
+
+local OLD_STEP = 1e13
+local function legacy_priority(score)
+  return string.format('%d', -math.floor(tonumber(score) / OLD_STEP))
+end
+
+local function priority_of(id)
+  local score = redis.call('HGET', Q.legacy_prio, id)
+  if score then redis.call('HDEL', Q.legacy_prio, id) end
+  local own = string.match(id, '^%d+:(-?%d+)')
+  if own then return own end
+  if score then return legacy_priority(score) end
+  return '0'
+end
+
+-- A delayed or leased id also gets its score of the older layout in ``prio``: a worker still
+-- running the older POP requeues a due or expired id only when it finds it there (and drops it
+-- from ``delayed``/``leases`` either way), so without it a rolling upgrade loses requests.
+-- Whoever settles or requeues the id deletes the entry.
+local function mark_legacy(id, n, priority)
+  local clamped = math.max(-400, math.min(400, tonumber(priority)))
+  redis.call('HSET', Q.legacy_prio, id, string.format('%d', -clamped * OLD_STEP + n))
+end
+
+local function seq_of(id)
+  return tonumber(string.match(id, '^%d+')) or 0
+end
+
+-- Records of ``ids`` (leased or delayed) back at the head of their priority's list, the
+-- earliest id first: where they were when they left.
+local function requeue(ids)
+  local sorted = {unpack(ids)}
+  table.sort(sorted, function(a, b) return seq_of(a) < seq_of(b) end)
+  for i = #sorted, 1, -1 do
+    local id = sorted[i]
+    local priority = priority_of(id)
+    local record = redis.call('HGET', Q.data, id)
+    if record then
+      redis.call('HDEL', Q.data, id)
+      push(priority, record, true)
+    end
+  end
+end
+
+local function migrate_legacy()
+  if redis.call('EXISTS', Q.legacy_queue) == 0 then return end
+  local old = redis.call('ZRANGE', Q.legacy_queue, 0, 999, 'WITHSCORES')
+  local ids = {}
+  for i = 1, #old, 2 do
+    local id = old[i]
+    ids[#ids + 1] = id
+    local record = redis.call('HGET', Q.data, id)
+    redis.call('HDEL', Q.data, id)
+    redis.call('HDEL', Q.legacy_prio, id)
+    if record then push(legacy_priority(old[i + 1]), record, false) end
+  end
+  redis.call('ZREM', Q.legacy_queue, unpack(ids))
+end
+
+local function queued()
+  local total = redis.call('ZCARD', Q.legacy_queue)
+  for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
+    total = total + redis.call('LLEN', Q.prefix .. priority)
+  end
+  return total
+end

@@ -1,0 +1,3 @@
+-- KEYS, ARGV: (prelude). Returns how many requests are queued.
+
+return queued()

@@ -1,0 +1,29 @@
+-- KEYS: (prelude), delayed, dupefilter base
+-- ARGV: (prefix), mode, capacity, error_rate, then per request 7 values:
+--       fingerprint hex, h1, h2, dont_filter (0/1), priority (integer), due (0 = now), json
+-- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate.
+
+local mode, capacity, error_rate = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local results = {}
+for a = 5, #ARGV, 7 do
+  local fp, h1, h2, dont_filter = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local priority, due, json = ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
+  local seen = false
+  if dont_filter ~= '1' then
+    seen = seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate)
+  end
+  if seen then
+    results[#results + 1] = 0
+  else
+    if due > 0 then
+      local id = new_id(redis.call('INCR', Q.seq), priority)
+      redis.call('HSET', Q.data, id, json)
+      redis.call('ZADD', KEYS[6], due, id)
+      mark_legacy(id, seq_of(id), priority)
+    else
+      push(priority, json, false)
+    end
+    results[#results + 1] = 1
+  end
+end
+return results

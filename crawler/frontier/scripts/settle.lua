@@ -1,0 +1,36 @@
+-- KEYS: (prelude), leases, owner, dead
+-- ARGV: (prefix), worker, lease deadline (for renewals), then ops as triples (op, id, payload):
+--   a = ack (done), r = release (back to the queue), n = renew the lease,
+--   d = dead letter (payload: JSON object describing why, stored with the request).
+-- An op applies only while ``worker`` still owns the lease. Returns the number of leases owned
+-- (an unknown op changes nothing).
+
+local worker, deadline = ARGV[2], ARGV[3]
+local applied = 0
+local released = {}
+local function forget(id)
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
+end
+for a = 4, #ARGV, 3 do
+  local op, id, payload = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  if redis.call('HGET', KEYS[7], id) == worker then
+    applied = applied + 1
+    if op == 'n' then
+      redis.call('ZADD', KEYS[6], 'XX', deadline, id)
+    elseif op == 'r' then
+      forget(id)
+      released[#released + 1] = id
+    elseif op == 'a' or op == 'd' then
+      if op == 'd' then
+        local request = redis.call('HGET', Q.data, id) or 'null'
+        redis.call('LPUSH', KEYS[8], '{"request":' .. request .. ',"failure":' .. payload .. '}')
+      end
+      forget(id)
+      redis.call('HDEL', Q.data, id)
+      redis.call('HDEL', Q.legacy_prio, id)
+    end
+  end
+end
+requeue(released)
+return applied

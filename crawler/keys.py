@@ -1,0 +1,295 @@
+"""Every Redis key of a spider, named in this one module.
+
+A spider's own keys share its ``{spider}`` hash tag (:func:`tagged`), so every script that
+touches several of them runs on Redis Cluster. The names:
+
+- the frontier (:class:`FrontierKeys`): ``queues``, ``queue:<priority>``, ``data``, ``owner``,
+  ``seq``, ``leases``, ``delayed``, ``dead``, ``dupefilter``, the lost-frontier ``frontier``
+  marker, and the ``queue``/``prio`` of older versions, drained on pop;
+- start entries: the start list keeps the scrapy-redis name (``REDIS_START_URLS_KEY``,
+  ``<spider>:start_urls``, or the spider's ``redis_key``) and its leases take that name as their
+  hash tag (``{<start list>}:leases``); bad entries go to ``START_INVALID_KEY``;
+- the fleet's view (:class:`FleetKeys`): ``STATS_REDIS_KEY`` (``{spider}:stats``), its
+  ``:minute:<n>`` buckets, ``workers`` and ``workers:<id>`` heartbeats;
+- politeness (:mod:`crawler.bans.politeness`): ``bans`` (cool-downs), ``bans:why``,
+  ``rate:<domain>|<identity>`` token buckets, ``rate:fleet`` (the domains spider's fleet cap),
+  ``inflight:<domain>`` host slots;
+- ``fleet:banned`` (AWS instances that reported a ban), ``handed_until`` (``EXPLORE_HANDED_KEY``),
+  ``revisit`` and ``revisit:data`` (recrawls), ``robots:<origin>`` and the links ledger's
+  ``hosts:*`` keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawler.settings_check.rules import key_template
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+# How long a per-minute bucket is kept: an hour of history, and a margin.
+MINUTE_BUCKET_TTL = 3900
+
+
+def tagged(spider: str, name: str) -> str:
+    """The spider's own key ``name``, under its hash tag: ``{spider}:name``."""
+    return "{" + spider + "}:" + name
+
+
+def spider_pattern(spider: str) -> str:
+    """A SCAN pattern for every key under the spider's hash tag."""
+    return tagged(spider, "*")
+
+
+def start_leases_key(start: str) -> str:
+    """The leases of the start list ``start`` (hash-tagged by the list's own name)."""
+    return "{" + start + "}:leases"
+
+
+def stats_key(settings: BaseSettings, spider: str) -> str:
+    """The fleet's stats hash of the spider (``STATS_REDIS_KEY``)."""
+    return str(settings.get("STATS_REDIS_KEY")) % {"spider": spider}
+
+
+def handed_key(settings: BaseSettings, spider: str) -> str:
+    """The authors ``spider`` handed to another spider, and until when (``EXPLORE_HANDED_KEY``)."""
+    return str(settings.get("EXPLORE_HANDED_KEY")) % {"spider": spider}
+
+
+def bans_key(spider: str) -> str:
+    """The hash of a spider's cool-downs: field -> end time (Unix seconds)."""
+    return tagged(spider, "bans")
+
+
+def reasons_key(spider: str) -> str:
+    """The hash of what started each cool-down: field -> ban rule and status."""
+    return bans_key(spider) + ":why"
+
+
+def rate_key(spider: str, domain: str, identity: str) -> str:
+    """The token bucket of one domain seen from one identity (bind address or proxy)."""
+    return tagged(spider, "rate:") + domain + "|" + identity
+
+
+def fleet_rate_key(spider: str) -> str:
+    """The one token bucket every worker of the spider shares (DOMAINS_FLEET_RATE)."""
+    return tagged(spider, "rate:fleet")
+
+
+def inflight_prefix(spider: str) -> str:
+    """Prefix of the per-domain counters of leases in flight (``<prefix><domain>``)."""
+    return tagged(spider, "inflight:")
+
+
+def banned_key(spider: str) -> str:
+    """The hash of instances of ``spider`` that reported a ban and wait to be replaced."""
+    return tagged(spider, "fleet:banned")
+
+
+def revisit_keys(spider: str) -> list[str]:
+    """The waiting revisits of the spider (a sorted set) and their requests (a hash)."""
+    return [tagged(spider, "revisit"), tagged(spider, "revisit:data")]
+
+
+def robots_key(spider: str, origin: str) -> str:
+    """The cached robots.txt body of one origin."""
+    return tagged(spider, "robots:") + origin
+
+
+def robots_claim_key(spider: str, origin: str) -> str:
+    """The claim of one worker to download an origin's robots.txt."""
+    return tagged(spider, "robots:claim:") + origin
+
+
+@dataclass(frozen=True)
+class LedgerKeys:
+    """The links spider's host ledger: pages per host, the top hosts and their totals."""
+
+    spider: str
+
+    @property
+    def top(self) -> str:
+        return tagged(self.spider, "hosts:top")
+
+    @property
+    def totals(self) -> str:
+        return tagged(self.spider, "hosts:totals")
+
+    def host(self, host: str) -> str:
+        return tagged(self.spider, "host:") + host
+
+    def budget(self, start: str, host: str) -> str:
+        """Pages of ``host`` crawled from the start entry ``start``."""
+        return tagged(self.spider, "pages:") + start + ":" + host
+
+
+def frontier_marker_key(spider: str) -> str:
+    """The token that tells a worker its frontier is still the one it wrote to."""
+    return tagged(spider, "frontier")
+
+
+# A spider class or instance (anything with ``name`` and maybe ``redis_key``), or a name.
+SpiderRef = Any
+
+
+def start_key(settings: BaseSettings, spider: SpiderRef) -> str:
+    """The list the spider reads its start entries from."""
+    name, own = _name_and_key(settings, spider)
+    return (own or str(settings.get("REDIS_START_URLS_KEY"))) % {"name": name}
+
+
+def invalid_key(settings: BaseSettings, spider: SpiderRef) -> str:
+    """The list the spider sets bad start entries aside in."""
+    name, own = _name_and_key(settings, spider)
+    if own:
+        return f"{own % {'name': name}}:invalid"
+    return str(settings.get("START_INVALID_KEY")) % {"name": name}
+
+
+def _name_and_key(settings: BaseSettings, spider: SpiderRef) -> tuple[str, str | None]:
+    """The spider's name and its own ``redis_key`` (checked: SettingsError when it is not a
+    key name), if it has one. A name is looked up among the project's spiders."""
+    if isinstance(spider, str):
+        spider = _spider_class(settings, spider) or spider
+    if isinstance(spider, str):
+        return spider, None
+    own = getattr(spider, "redis_key", None)
+    if own is None or _setup_default(settings, spider, own):
+        return str(spider.name), None
+    label = f"{getattr(spider, '__name__', type(spider).__name__)}.redis_key"
+    return str(spider.name), str(key_template("name").read(label, own))
+
+
+def _setup_default(settings: BaseSettings, spider: SpiderRef, own: Any) -> bool:
+    """Whether ``own`` is what scrapy-redis's setup_redis gives a spider instance whose class
+    names no redis_key (REDIS_START_URLS_KEY, formatted): not the spider's own key, so its
+    bad entries go to START_INVALID_KEY, where ``scrapy frontier`` looks for them."""
+    if isinstance(spider, type) or getattr(type(spider), "redis_key", None) is not None:
+        return False
+    default = str(settings.get("REDIS_START_URLS_KEY")) % {"name": spider.name}
+    return bool(own == default)
+
+
+def _spider_class(settings: BaseSettings, name: str) -> type | None:
+    from scrapy.spiderloader import get_spider_loader
+
+    try:
+        found: type = get_spider_loader(settings).load(name)
+    except KeyError:
+        return None
+    return found
+
+
+@dataclass(frozen=True)
+class FrontierKeys:
+    """Every key of one spider's frontier. Internal keys share the ``{spider}`` hash tag; the
+    start list keeps the scrapy-redis name and its leases take that name as their hash tag."""
+
+    spider: str
+    start: str
+
+    def _key(self, name: str) -> str:
+        return tagged(self.spider, name)
+
+    @property
+    def queues(self) -> str:
+        """The priorities that have queued requests (a sorted set, highest first)."""
+        return self._key("queues")
+
+    @property
+    def queue_prefix(self) -> str:
+        """Prefix of the list of queued requests of one priority (``<prefix><priority>``)."""
+        return self._key("queue:")
+
+    @property
+    def queue(self) -> str:
+        """The queue as older versions kept it (ids in a sorted set); drained on pop."""
+        return self._key("queue")
+
+    @property
+    def leases(self) -> str:
+        return self._key("leases")
+
+    @property
+    def owner(self) -> str:
+        return self._key("owner")
+
+    @property
+    def data(self) -> str:
+        return self._key("data")
+
+    @property
+    def prio(self) -> str:
+        """Queue scores of requests written by older versions; read while any is left."""
+        return self._key("prio")
+
+    def script_keys(self, *more: str) -> list[str]:
+        """The keys every frontier script starts with (see ``frontier/scripts/prelude.lua``),
+        then ``more``."""
+        return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
+
+    @property
+    def seq(self) -> str:
+        return self._key("seq")
+
+    @property
+    def delayed(self) -> str:
+        return self._key("delayed")
+
+    @property
+    def dead(self) -> str:
+        return self._key("dead")
+
+    @property
+    def dupefilter(self) -> str:
+        """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the
+        scalable Bloom filter's layers (``<base>:<n>``, built in
+        ``frontier/scripts/dupefilter.lua``)."""
+        return self._key("dupefilter")
+
+    @property
+    def dupefilter_meta(self) -> str:
+        """The scalable Bloom filter's shape and per-layer counts (``<base>:meta``; the Lua
+        builds the same name)."""
+        return self.dupefilter + ":meta"
+
+    @property
+    def start_leases(self) -> str:
+        return start_leases_key(self.start)
+
+    @property
+    def buckets(self) -> str:
+        """Prefix of the politeness token buckets, ``<prefix><domain>|<identity>`` (see
+        ``rate_key``): the frontier's pop takes tokens from them (``Pacing``)."""
+        return self._key("rate:")
+
+
+@dataclass(frozen=True)
+class FleetKeys:
+    """Keys of one spider's fleet stats; ``stats`` is ``STATS_REDIS_KEY`` filled in."""
+
+    spider: str
+    stats: str
+
+    @classmethod
+    def for_spider(cls, spider: str, stats_key_template: str) -> FleetKeys:
+        return cls(spider, stats_key_template % {"spider": spider})
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, spider: str) -> FleetKeys:
+        return cls(spider, stats_key(settings, spider))
+
+    def minute(self, epoch_minute: int) -> str:
+        """Hash of the requests, pages and items the fleet counted during one minute."""
+        return f"{self.stats}:minute:{epoch_minute}"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of worker ids, scored by heartbeat deadline (an index, pruned lazily)."""
+        return tagged(self.spider, "workers")
+
+    def worker(self, worker_id: str) -> str:
+        """Hash of one worker's heartbeat; it expires when the worker stops beating."""
+        return f"{self.workers}:{worker_id}"

@@ -1,0 +1,500 @@
+"""The middlewares Scrapy loads (``DOWNLOADER_MIDDLEWARES``/``SPIDER_MIDDLEWARES`` in
+crawler/settings.py name them here), as ``scrapy startproject`` lays them out. Each is a thin
+adapter; the machinery it drives lives in its own room:
+
+- :class:`BanMiddleware` (650): cool-downs and the fleet's shared rate
+  (:mod:`crawler.bans.politeness`), ban rules (:mod:`crawler.bans.rules`), identities
+  (:mod:`crawler.bans.identities`), what a ban does (:mod:`crawler.bans.policy`), the waits for
+  Redis and for a token (:mod:`crawler.bans.waits`).
+- :class:`BackoffRetryMiddleware` (550): retries that wait in the frontier's delayed set.
+- :class:`HostFullMiddleware` (640) and :class:`HostConcurrencyMiddleware` (660): requests in
+  flight per domain for the whole fleet (:mod:`crawler.bans.concurrency`).
+- :class:`LeaseDownloaderMiddleware` and :class:`LeaseSpiderMiddleware` (outermost): tell the
+  frontier when a leased request is fully handled (the lease book:
+  :mod:`crawler.frontier.leases`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy import Request, signals
+from scrapy.downloadermiddlewares.retry import get_retry_request
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
+from scrapy.utils.response import response_status_message
+
+from crawler.bans.concurrency import (
+    FULL_WAIT_MAX,
+    LEASE_SLACK,
+    RETRY_WINDOW,
+    SLOT_META,
+    HostSlots,
+    full_hosts,
+)
+from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, without_identity
+from crawler.bans.policy import BanPolicy, cooldown_max, crawl_delay, retry_after
+from crawler.bans.politeness import FleetPoliteness, RatePolicy
+from crawler.bans.waits import LINE_SHARE, LOCAL_WAIT, SHORT_WAIT, RedisWait, TokenLines
+from crawler.config import setting
+from crawler.connection import redis_from_settings
+from crawler.frontier.queue import Pacing
+from crawler.frontier.records import PACED_META, sent_back
+from crawler.frontier.reports import FrontierReports
+from crawler.frontier.scheduler import DUE_META
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
+
+
+# --- bans and politeness ---------------------------------------------------------------------
+
+
+class BanMiddleware:
+    """Before a request goes out: its domain must not be cooling down after a ban, it gets an
+    identity (bind address or proxy) that is not cooling down, and it takes a token from the
+    fleet's shared rate for (domain, identity): with one identity the frontier's pop has taken
+    it already (``frontier_pacing``; meta ``frontier_paced``) and the request goes at once;
+    otherwise it waits in this worker or in the delayed set (:mod:`crawler.bans.waits`). After
+    the response: a ban is classified and handled as :mod:`crawler.bans.policy` says.
+
+    Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_COOLDOWN_MAX, BAN_MAX_TIMES,
+    BAN_RULES, POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
+    BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification;
+    meta ``crawl_delay`` (seconds) spaces the domain's requests for the fleet, as a robots.txt
+    Crawl-delay asks."""
+
+    def __init__(self, crawler: Crawler, fleet: FleetPoliteness, pool: IdentityPool) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.fleet = fleet
+        self.pool = pool
+        self.redis = RedisWait(crawler)
+        self.lines = TokenLines(max(1, settings.getint("CONCURRENT_REQUESTS") // LINE_SHARE))
+        self.bans = BanPolicy(crawler, fleet, self.redis)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BanMiddleware:
+        settings = crawler.settings
+        assert crawler.spidercls is not None
+        policy = RatePolicy(
+            rate=setting(settings, "POLITENESS_RATE"),
+            burst=setting(settings, "POLITENESS_BURST"),
+            per_domain=setting(settings, "POLITENESS_DOMAIN_RATES"),
+            recovery_seconds=setting(settings, "POLITENESS_RECOVERY"),
+        )
+        fleet = FleetPoliteness(redis_from_settings(settings), crawler.spidercls.name, policy)
+        pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
+        return cls(crawler, fleet, pool)
+
+    def frontier_pacing(self) -> Pacing | None:
+        """The politeness the frontier's pop takes for this middleware (see ``Pacing``): each
+        request leaves the frontier with its host's token, so none waits for one here. With
+        several identities tokens stay per identity, taken here."""
+        if len(self.pool.identities) != 1:
+            return None
+        policy = self.fleet.policy
+        return Pacing(
+            identity=self.pool.identities[0].name,
+            rate=policy.rate,
+            burst=policy.burst,
+            recovery=(1 - policy.floor) / policy.recovery_seconds,
+            per_domain=dict(policy.per_domain),
+        )
+
+    # --- before the download ------------------------------------------------------------------
+
+    async def process_request(self, request: Request) -> Request | None:
+        return await self.redis.wait_for(lambda: self._admit(request))
+
+    async def _admit(self, request: Request) -> Request | None:
+        domain = urlparse_cached(request).hostname or ""
+        until = self.fleet.cooling_until(domain)
+        if until:
+            return self._defer(request, until, "domain_cooling")
+        identity = self._identity(request, domain)
+        if isinstance(identity, float):
+            return self._defer(request, identity, "identities_cooling")
+        self._apply(request, identity)
+        paced = request.meta.pop(PACED_META, None)
+        if isinstance(paced, float) and crawl_delay(request) <= paced:
+            return None  # the frontier's pop took the host's token
+        return await self._take_turn(request, domain, identity)
+
+    def _identity(self, request: Request, domain: str) -> Identity | float:
+        identity = self.pool.get(str(request.meta.get(IDENTITY_META, "")))
+        if identity is not None and not self.fleet.cooling_until(domain, identity.name):
+            return identity
+        return self.pool.choose(lambda identity: self.fleet.cooling_until(domain, identity.name))
+
+    def _apply(self, request: Request, identity: Identity) -> None:
+        request.meta[IDENTITY_META] = identity.name
+        if identity.bind_address:
+            request.meta["bindaddress"] = (identity.bind_address, 0)
+        if identity.proxy:
+            request.meta["proxy"] = identity.proxy
+
+    async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
+        delay, key = crawl_delay(request), (domain, identity.name)
+        if self.lines.waiting(key):
+            wait = self.fleet.next_token_in(domain, identity.name)
+        elif (wait := self.fleet.acquire(domain, identity.name, delay)) <= 0:
+            return None
+        interval = self.fleet.interval(domain, delay)
+        turn = self.lines.turn_in(key, wait, interval)
+        if turn > LOCAL_WAIT or (turn > SHORT_WAIT and self.lines.full(key)):
+            due = self.lines.book(key, time.time() + turn, interval)
+            return self._defer(request, due, "rate", jitter=0.0)
+        async with self.lines.place(key):
+            while (wait := self.fleet.acquire(domain, identity.name, delay)) > 0:
+                if wait > LOCAL_WAIT:
+                    due = self.lines.book(key, time.time() + wait, interval)
+                    return self._defer(request, due, "rate", jitter=0.0)
+                if self.redis.engine_closing():
+                    raise RedisError("the engine is closing: the request goes back untouched")
+                await asyncio.sleep(wait)
+        return None
+
+    def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
+        self._count(f"politeness/deferred/{reason}")
+        meta = without_identity(request.meta, IDENTITY_META)
+        return sent_back(request, meta, until + random.uniform(0, jitter))
+
+    # --- after the download -------------------------------------------------------------------
+
+    async def process_response(self, request: Request, response: Response) -> Request | Response:
+        if request.meta.get("dont_ban_check"):
+            return response
+        verdict = self.bans.classify(response)
+        if not verdict.is_ban:
+            return response
+        return await self.bans.banned(request, response, verdict)
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+
+# --- retries ---------------------------------------------------------------------------------
+
+
+class BackoffRetryMiddleware:
+    """Retries that wait with exponential backoff in the frontier's delayed set, not in a worker.
+
+    Replaces Scrapy's RetryMiddleware. Attempt n waits ``RETRY_BACKOFF_BASE ** n`` seconds (default
+    base e: about 2.7 s, 7.4 s, 20 s, ...), with +-RETRY_BACKOFF_JITTER, at most RETRY_BACKOFF_MAX;
+    a ``Retry-After`` header wins when present, counted up to BAN_COOLDOWN_MAX as for bans. The
+    retry is a new request due at that time: it waits in Redis, so no worker sleeps and a worker
+    dying does not lose it. A request out of attempts goes to the dead-letter list with its reason.
+
+        Settings: RETRY_ENABLED, RETRY_TIMES, RETRY_HTTP_CODES, RETRY_EXCEPTIONS,
+        RETRY_PRIORITY_ADJUST (Scrapy's names), RETRY_BACKOFF_BASE, RETRY_BACKOFF_MAX,
+        RETRY_BACKOFF_JITTER; BAN_COOLDOWN_MAX caps a Retry-After. Per request: meta
+        ``dont_retry``, ``max_retry_times``."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.enabled = settings.getbool("RETRY_ENABLED")
+        self.codes = {int(code) for code in settings.getlist("RETRY_HTTP_CODES")}
+        self.exceptions = tuple(
+            load_object(path) if isinstance(path, str) else path
+            for path in settings.getlist("RETRY_EXCEPTIONS")
+        )
+        self.base = settings.getfloat("RETRY_BACKOFF_BASE")
+        self.maximum = settings.getfloat("RETRY_BACKOFF_MAX")
+        self.jitter = settings.getfloat("RETRY_BACKOFF_JITTER")
+        self.retry_after_max = cooldown_max(settings)
+        self.frontier = FrontierReports(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:
+        return cls(crawler)
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        if not self.enabled or request.meta.get("dont_retry") or response.status not in self.codes:
+            return response
+        reason = response_status_message(response.status)
+        retry = self._retry(request, reason, retry_after(response, self.retry_after_max))
+        if retry is None:
+            self._dead(request, f"retries_exhausted:http_{response.status}", reason)
+            return response
+        return retry
+
+    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        if not self.enabled or request.meta.get("dont_retry"):
+            return None
+        if not isinstance(exception, self.exceptions):
+            return None
+        return self._retry(request, exception.__class__.__name__, 0.0)
+
+    def delay(self, attempt: int, server_asked: float = 0.0) -> float:
+        """Seconds before retry number ``attempt`` (1-based)."""
+        if server_asked > 0:
+            return min(server_asked, self.retry_after_max)
+        spread = 1 + random.uniform(-self.jitter, self.jitter)
+        try:
+            wait = min(self.maximum, self.base**attempt)
+        except OverflowError:
+            wait = self.maximum
+        return min(self.maximum, wait * spread)
+
+    def _retry(self, request: Request, reason: str, server_asked: float) -> Request | None:
+        assert self.crawler.spider is not None
+        retry = get_retry_request(
+            request,
+            spider=self.crawler.spider,
+            reason=reason,
+            priority_adjust=self.crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
+        )
+        if retry is not None:
+            retry.meta[DUE_META] = time.time() + self.delay(retry.meta["retry_times"], server_asked)
+        return retry
+
+    def _dead(self, request: Request, reason: str, error: str) -> None:
+        self.frontier.failed(request, reason, error)
+
+
+# --- requests in flight per domain (POLITENESS_CONCURRENCY) -------------------------------------
+
+
+class HostFullMiddleware:
+    """Downloader middleware at 640, before BanMiddleware (650) takes a rate token: a request
+    of a domain this worker has just found full goes back at once, spending neither a token of
+    the fleet's rate nor a round trip to Redis."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.full_until = full_hosts(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> HostFullMiddleware:
+        if not setting(crawler.settings, "POLITENESS_CONCURRENCY"):
+            raise NotConfigured("POLITENESS_CONCURRENCY is 0")
+        return cls(crawler)
+
+    def process_request(self, request: Request) -> Request | None:
+        full = self.full_until.get(_domain(request), 0.0) - time.monotonic()
+        if full <= 0:
+            return None
+        return _send_back(self.crawler, request, full + random.uniform(*RETRY_WINDOW))
+
+
+class HostConcurrencyMiddleware:
+    """Downloader middleware at 660: after BanMiddleware (650), so a request Ban defers never
+    held a lease, and before Cookies (700), so a request it defers carries no Cookie header into
+    the frontier. Nothing between it and the download hands a request back (to be scheduled
+    again with the lease on it); a lease whose give-back is lost expires by itself."""
+
+    def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
+        self.crawler = crawler
+        self.slots = slots
+        self.timeout = crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
+        self.redis = RedisWait(crawler)
+        self._full_until = full_hosts(crawler)
+        self._refusals: dict[str, int] = {}
+        crawler.signals.connect(self._give_back, signal=signals.request_left_downloader)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> HostConcurrencyMiddleware:
+        cap: int = setting(crawler.settings, "POLITENESS_CONCURRENCY")
+        if not cap:
+            raise NotConfigured("POLITENESS_CONCURRENCY is 0")
+        assert crawler.spidercls is not None
+        server = redis_from_settings(crawler.settings)
+        return cls(crawler, HostSlots(server, crawler.spidercls.name, cap))
+
+    async def process_request(self, request: Request) -> Request | None:
+        return await self.redis.wait_for(lambda: self._admit(request))
+
+    async def _admit(self, request: Request) -> Request | None:
+        domain = _domain(request)
+        full = self._full_until.get(domain, 0.0) - time.monotonic()
+        if full > 0:
+            return self._defer(request, full + random.uniform(*RETRY_WINDOW))
+        timeout = float(request.meta.get("download_timeout", self.timeout))
+        token = self.slots.take(domain, timeout + LEASE_SLACK)
+        if token is None:
+            return self._defer(request, self._refused(domain))
+        self._refusals.pop(domain, None)
+        request.meta[SLOT_META] = token
+        return None
+
+    def _refused(self, domain: str) -> float:
+        """Seconds this worker takes ``domain`` as full, doubling with each refusal in a row."""
+        refusals = self._refusals.get(domain, 0) + 1
+        self._refusals[domain] = refusals
+        wait = min(FULL_WAIT_MAX, random.uniform(*RETRY_WINDOW) * 2.0 ** min(refusals - 1, 16))
+        self._full_until[domain] = time.monotonic() + wait
+        return wait
+
+    def _defer(self, request: Request, wait: float) -> Request:
+        return _send_back(self.crawler, request, wait)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self._give_back(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        self._give_back(request)
+
+    def _give_back(self, request: Request, **kwargs: object) -> None:
+        token = request.meta.pop(SLOT_META, None)
+        if token is None:
+            return
+        self._full_until.pop(_domain(request), None)  # a slot is free: worth asking again
+        try:
+            self.slots.give_back(_domain(request), str(token))
+        except RedisError:
+            self._count("politeness/concurrency/unreleased")  # it expires by itself
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
+
+
+def _send_back(crawler: Crawler, request: Request, wait: float) -> Request:
+    """``request`` going back to the frontier for ``wait`` seconds, without its identity."""
+    if crawler.stats is not None:
+        crawler.stats.inc_value("politeness/deferred/concurrency")
+    meta = without_identity(request.meta, IDENTITY_META)
+    return sent_back(request, meta, time.time() + wait)
+
+
+def _domain(request: Request) -> str:
+    return urlparse_cached(request).hostname or ""
+
+
+# --- leases ----------------------------------------------------------------------------------
+
+
+class LeaseSpiderMiddleware:
+    """Outermost spider middleware: follows a response's output to its end.
+
+    Also connects the item signals, which fire once an item has left the pipelines.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.frontier = FrontierReports(crawler)
+        for signal in (signals.item_scraped, signals.item_dropped):
+            crawler.signals.connect(self.item_left_pipelines, signal=signal)
+        crawler.signals.connect(self.item_failed, signal=signals.item_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> LeaseSpiderMiddleware:
+        return cls(crawler)
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        request = response.request
+        if self.frontier.scheduler is None or request is None:
+            async for output in result:
+                yield output
+            return
+        self.frontier.scraping(request)
+        try:
+            async for output in result:
+                if not isinstance(output, Request):
+                    self.frontier.item_started(request)
+                yield output
+        finally:
+            self.frontier.output_finished(request)
+
+    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+        if response.request is None:
+            return
+        if isinstance(exception, HttpError | IgnoreRequest):
+            self.frontier.finished(response.request)
+        elif isinstance(exception, RedisError):
+            # Redis was away while the callback handed work on: try the response again later.
+            self.frontier.release(response.request)
+        else:
+            reason = f"spider_error:{type(exception).__name__}"
+            self.frontier.failed(response.request, reason, repr(exception))
+
+    def item_left_pipelines(self, item: Any, response: Response | None = None) -> None:
+        if response is not None and response.request is not None:
+            self.frontier.item_finished(response.request)
+
+    def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
+        """A pipeline failed on the item, so it is not stored: its request is a dead letter
+        with the reason, never acknowledged as done."""
+        if response is not None and response.request is not None:
+            error = failure.value
+            reason = f"item_error:{type(error).__name__}"
+            self.frontier.failed(response.request, reason, str(error) or repr(error))
+
+
+class LeaseDownloaderMiddleware:
+    """Outermost downloader middleware: every request leaves the downloader with its lease
+    settled or still followed.
+
+    ``process_exception`` runs after every other middleware's (retries included), so what
+    reaches it is final: an ignored request (offsite, robots.txt) is acked, a failed download
+    is a dead letter. An exception raised on the way back (a ``process_response``: a redirect
+    loop, a body over DOWNLOAD_MAXSIZE once decompressed, a failing ban rule) skips every
+    ``process_exception``; the request's errback, guarded here, settles it instead (see
+    :meth:`response_failed`). Redis being away is never the request's failure: its lease is
+    released untouched.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.frontier = FrontierReports(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> LeaseDownloaderMiddleware:
+        return cls(crawler)
+
+    def process_request(self, request: Request) -> None:
+        self.frontier.guard(request, self.response_failed)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self.frontier.downloaded(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        if isinstance(exception, RedisError):
+            self.frontier.release(request)
+        elif isinstance(exception, IgnoreRequest):
+            self.frontier.finished(request)
+        else:
+            reason = f"download_error:{type(exception).__name__}"
+            self.frontier.failed(request, reason, str(exception) or repr(exception))
+
+    def response_failed(self, request: Request, exception: BaseException) -> None:
+        """A downloader middleware raised on the way back: the response is given up (dead
+        letter with the reason), or tried again later if Redis was away."""
+        if self.frontier.scheduler is None:
+            return
+        if isinstance(exception, RedisError):
+            self.frontier.release(request)
+            return
+        reason = (
+            "response_ignored"
+            if isinstance(exception, IgnoreRequest)
+            else f"response_error:{type(exception).__name__}"
+        )
+        error = str(exception) or repr(exception)
+        logger.warning(
+            "Gave up on %s (%s): %s",
+            request.url,
+            reason,
+            error[:300],
+            extra={"spider": self.crawler.spider},
+        )
+        self.frontier.failed(request, reason, error)

@@ -1,0 +1,395 @@
+"""Batched MongoDB upserts, written off the reactor, that lose nothing when MongoDB goes away.
+
+Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
+on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
+``last_changed``/``change_count`` when the content changed (``changes.py``).
+``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
+only once its item is written with the write concern
+MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
+acknowledges a request only after its items are durable. An item MongoDB does not store (too
+large even once trimmed, see ``documents.py``, or refused by the server) fails with
+:class:`ItemNotStored`: Scrapy sends ``item_error`` and its request is dead-lettered with the
+reason instead of acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bson.errors import BSONError
+from pymongo import MongoClient, UpdateOne, WriteConcern
+from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+
+from crawler.config import mask_uri, setting, setting_int
+from crawler.storage.changes import history_update
+from crawler.storage.destinations import Destination, Destinations
+from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
+from crawler.storage.spill import Record, SpillFile
+from crawler.storage.writes import Outcome, refused, transient, write_concern, written
+
+if TYPE_CHECKING:
+    from pymongo.database import Database
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+# Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
+# timers between groups instead of running every item's continuation in one turn.
+WAKE_CHUNK = 64
+Upsert = tuple[dict[str, Any], dict[str, Any]]  # (filter, fields to $set)
+
+
+class MongoUnavailable(RuntimeError):
+    """MongoDB could not be reached when the spider opened."""
+
+
+class ItemNotStored(RuntimeError):
+    """MongoDB did not store the item; the message says why."""
+
+
+@dataclass(frozen=True)
+class MongoSettings:
+    """The pipeline's settings, read and checked once (documented in crawler/settings.py)."""
+
+    uri: str
+    database: str
+    timeout_ms: int
+    batch_size: int
+    flush_interval: float
+    max_pending: int
+    retry_times: int
+    spill_dir: Path
+    # Defaults as in crawler/settings.py, for code that builds the settings by hand.
+    max_document_bytes: int = 16_000_000
+    write_concern: WriteConcern = field(default_factory=lambda: WriteConcern(w=1, j=True))
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> MongoSettings:
+        settings = crawler.settings
+        return cls(
+            uri=settings.get("MONGO_URI"),
+            database=settings.get("MONGO_DATABASE"),
+            timeout_ms=setting_int(settings, "MONGO_CONNECT_TIMEOUT_MS", 1),
+            batch_size=setting_int(settings, "MONGO_BATCH_SIZE", 1, 100_000),
+            flush_interval=setting(settings, "MONGO_FLUSH_INTERVAL"),
+            max_pending=setting_int(settings, "MONGO_MAX_PENDING", 1),
+            retry_times=setting_int(settings, "MONGO_RETRY_TIMES", 0),
+            spill_dir=Path(settings.get("MONGO_SPILL_DIR")),
+            max_document_bytes=setting_int(settings, "MONGO_MAX_DOCUMENT_BYTES", 1024, 16 << 20),
+            write_concern=write_concern(settings),
+        )
+
+
+@dataclass
+class Batch:
+    """Upserts waiting for one collection; an item seen twice keeps its latest fields."""
+
+    updates: dict[Any, Upsert] = field(default_factory=dict)
+    waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+
+class MongoWriter:
+    """Buffer documents per collection and upsert them in batches from a writer thread.
+
+    A batch is written when it holds MONGO_BATCH_SIZE items, when its oldest item is older than
+    MONGO_FLUSH_INTERVAL, and when the writer closes, with MONGO_WRITE_CONCERN. Transient errors
+    are retried with backoff MONGO_RETRY_TIMES times; after that the batch goes to the spill
+    file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start. At
+    most MONGO_MAX_PENDING items wait at once: beyond that the crawl waits, so memory stays
+    bounded. Documents over MONGO_MAX_DOCUMENT_BYTES are trimmed (``documents.py``); an item
+    still too large, or refused by MongoDB, raises :class:`ItemNotStored`.
+    """
+
+    def __init__(
+        self,
+        config: MongoSettings,
+        stats: StatsCollector,
+        spider_name: str,
+        destinations: Destinations,
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.spider_name = spider_name
+        self.destinations = destinations
+        self._indexed: set[str] = set()
+        self.client: MongoClient[dict[str, Any]] | None = None
+        self.database: Database[dict[str, Any]] | None = None
+        self.spill: SpillFile | None = None
+        self._batches: dict[str, Batch] = {}
+        self._pending = 0
+        self._room = asyncio.Event()
+        self._writes: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        # One writer thread: batches are written in order, one at a time.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-writer")
+
+    async def open(self) -> None:
+        """Connect, replay what earlier runs spilled, start flushing old batches."""
+        await self._in_thread(self._connect)
+        self.spill = SpillFile(self.config.spill_dir, self.spider_name)
+        await self._in_thread(self._replay_orphans)
+        await self._in_thread(self._replay_own)
+        self._room.set()
+        self._ticker = asyncio.create_task(self._flush_old_batches())
+
+    async def store(self, destination: Destination, document: dict[str, Any]) -> None:
+        """Return once ``document`` is written to its collection or spilled; raises
+        :class:`ItemNotStored` when MongoDB does not store it."""
+        while self._pending >= self.config.max_pending:
+            self._room.clear()
+            self.stats.inc_value("mongo/backpressure_waits")
+            await self._room.wait()
+        waiter = self._buffer(destination, document)
+        await waiter
+
+    async def close(self) -> None:
+        """Write every batch, replay the spill file once more, disconnect."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for collection in list(self._batches):
+            self._flush(collection)
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+        if self.spill is not None:
+            await self._in_thread(self._replay_own)
+            self.spill.close()
+        if self.client is not None:
+            await self._in_thread(self.client.close)
+        self._executor.shutdown(wait=True)
+
+    # --- buffering (reactor thread) ---------------------------------------------------------------
+
+    def _buffer(self, destination: Destination, document: dict[str, Any]) -> asyncio.Future[None]:
+        key = document[destination.unique_key]
+        batch = self._batches.setdefault(destination.collection, Batch())
+        batch.updates[_hashable(key)] = ({destination.unique_key: key}, document)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        batch.waiters.setdefault(_hashable(key), []).append(waiter)
+        self._pending += 1
+        if len(batch.updates) >= self.config.batch_size:
+            self._flush(destination.collection)
+        return waiter
+
+    def _flush(self, collection: str) -> None:
+        batch = self._batches.pop(collection, None)
+        if batch is None:
+            return
+        write = asyncio.create_task(self._write(collection, batch))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+
+    async def _flush_old_batches(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval / 2)
+            oldest = time.monotonic() - self.config.flush_interval
+            for collection, batch in list(self._batches.items()):
+                if batch.started <= oldest:
+                    self._flush(collection)
+            if self.spill is not None and self.spill.pending() and not self._writes:
+                await self._in_thread(self._replay_own)
+
+    async def _write(self, collection: str, batch: Batch) -> None:
+        keys, operations = list(batch.updates), list(batch.updates.values())
+        waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
+        try:
+            failed = await self._in_thread(self._write_or_spill, collection, operations)
+        except Exception as exc:  # the spill file failed too: the items are not stored
+            logger.exception(
+                "Could not write nor spill %d items of %s", len(operations), collection
+            )
+            reasons = dict.fromkeys(keys, f"neither written nor spilled: {exc!r}")
+        else:
+            reasons = {keys[index]: reason for index, reason in failed.items()}
+        try:
+            for first in range(0, len(waiters), WAKE_CHUNK):
+                for key, waiter in waiters[first : first + WAKE_CHUNK]:
+                    _settle(waiter, collection, key, reasons.get(key))
+                await asyncio.sleep(0)
+        finally:
+            self._pending -= len(waiters)
+            self._room.set()
+
+    async def _in_thread(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    # --- writing (writer thread) ---------------------------------------------------------------
+
+    def _connect(self) -> None:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            self.config.uri, serverSelectionTimeoutMS=self.config.timeout_ms, tz_aware=True
+        )
+        try:
+            client.admin.command("ping")
+            database = client.get_database(
+                self.config.database, write_concern=self.config.write_concern
+            )
+            for destination in self.destinations.indexed():
+                database[destination.collection].create_index(destination.unique_key, unique=True)
+                self._indexed.add(destination.collection)
+        except PyMongoError as exc:
+            client.close()
+            reason = str(exc).split(", Timeout:")[0]
+            message = f"MongoDB at {mask_uri(self.config.uri)} is unavailable: {reason}"
+            raise MongoUnavailable(message) from exc
+        self.client, self.database = client, database
+        logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
+
+    def _write_or_spill(self, collection: str, upserts: list[Upsert]) -> dict[int, str]:
+        """Write (or spill) the upserts; the ones not stored, by position: reason."""
+        now = datetime.now(UTC)
+        failed: dict[int, str] = {}
+        updates: list[tuple[int, dict[str, Any], Any]] = []
+        if upserts:
+            self._index(collection, next(iter(upserts[0][0])))
+        for index, (selector, fields) in enumerate(upserts):
+            try:
+                updates.append((index, selector, self._update(collection, selector, fields, now)))
+            except (DocumentTooLarge, BSONError) as exc:
+                self.stats.inc_value("mongo/too_large")
+                failed[index] = str(exc)
+        if updates:
+            failed |= self._write_updates(collection, updates)
+        if failed:
+            self.stats.inc_value("mongo/write_errors", len(failed))
+            logger.error(
+                "MongoDB did not store %d of %d %s documents; their requests are dead-lettered. "
+                "First: %s",
+                len(failed),
+                len(upserts),
+                collection,
+                next(iter(failed.values())),
+            )
+        return failed
+
+    def _index(self, collection: str, unique_key: str) -> None:
+        """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
+        an item class of the user's); tried again with the next batch if MongoDB is away."""
+        if collection in self._indexed or self.database is None:
+            return
+        try:
+            self.database[collection].create_index(unique_key, unique=True)
+        except PyMongoError as exc:
+            logger.warning("No unique index on %s.%s yet: %s", collection, unique_key, exc)
+            return
+        self._indexed.add(collection)
+
+    def _update(
+        self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
+    ) -> list[dict[str, Any]]:
+        """The upsert of ``fields``, trimmed to MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
+        ((unique_key, key),) = selector.items()
+        document = fit(fields, self.config.max_document_bytes, unique_key)
+        if TRUNCATED_FIELD in document:
+            self.stats.inc_value("mongo/truncated")
+            logger.warning(
+                "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
+                collection,
+                unique_key,
+                key,
+                ", ".join(
+                    f"{name} from {size:,} bytes"
+                    for name, size in document[TRUNCATED_FIELD].items()
+                ),
+            )
+            return history_update(document, now)
+        return history_update(document, now, unset=(TRUNCATED_FIELD,))
+
+    def _write_updates(
+        self, collection: str, updates: list[tuple[int, dict[str, Any], Any]]
+    ) -> dict[int, str]:
+        operations = [UpdateOne(selector, update, upsert=True) for _, selector, update in updates]
+        try:
+            outcome = self._bulk_write_with_retries(collection, operations)
+        except ConnectionFailure as exc:
+            logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(updates))
+            assert self.spill is not None
+            self.spill.append(
+                [{"collection": collection, "filter": s, "update": u} for _, s, u in updates]
+            )
+            self.stats.inc_value("mongo/spilled", len(updates))
+            return {}
+        self._count(collection, len(operations), outcome)
+        return {updates[index][0]: reason for index, reason in outcome.refused.items()}
+
+    def _bulk_write_with_retries(self, collection: str, operations: list[UpdateOne]) -> Outcome:
+        assert self.database is not None
+        for attempt in range(self.config.retry_times + 1):
+            last = attempt == self.config.retry_times
+            try:
+                return written(self.database[collection].bulk_write(operations, ordered=False))
+            except BulkWriteError as exc:
+                if last or not transient(exc):
+                    return refused(exc, len(operations))
+            except ConnectionFailure:
+                if last:
+                    raise
+            self.stats.inc_value("mongo/retries")
+            time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on
+        raise AssertionError("unreachable")
+
+    def _count(self, collection: str, operations: int, outcome: Outcome) -> None:
+        stored = operations - len(outcome.refused)
+        self.stats.inc_value("mongo/batches")
+        self.stats.inc_value("mongo/items", stored)
+        self.stats.inc_value(f"mongo/items/{collection}", stored)
+        self.stats.inc_value("mongo/upserted", outcome.upserted)
+        self.stats.inc_value("mongo/modified", outcome.modified)
+
+    def _replay_own(self) -> None:
+        assert self.spill is not None
+        assert self.client is not None
+        try:
+            self.client.admin.command("ping")
+        except PyMongoError:
+            return
+        records = self.spill.read_own()
+        if records and self._replay(records):
+            self.spill.clear_own()
+
+    def _replay_orphans(self) -> None:
+        assert self.spill is not None
+        for path, records in self.spill.orphans():
+            if self._replay(records):
+                path.unlink(missing_ok=True)
+
+    def _replay(self, records: list[Record]) -> bool:
+        by_collection: dict[str, list[UpdateOne]] = {}
+        for record in records:
+            operation = UpdateOne(record["filter"], record["update"], upsert=True)
+            by_collection.setdefault(record["collection"], []).append(operation)
+        try:
+            for collection, operations in by_collection.items():
+                outcome = self._bulk_write_with_retries(collection, operations)
+                self._count(collection, len(operations), outcome)
+                for reason in outcome.refused.values():
+                    logger.error("MongoDB refused a spilled upsert into %s: %s", collection, reason)
+        except ConnectionFailure:
+            return False
+        self.stats.inc_value("mongo/replayed", len(records))
+        logger.info("Replayed %d spilled upserts into MongoDB", len(records))
+        return True
+
+
+def _hashable(key: Any) -> Any:
+    """A batch's dict key for an item's unique key (a list or dict key is keyed by its repr)."""
+    try:
+        hash(key)
+    except TypeError:
+        return repr(key)
+    return key
+
+
+def _settle(waiter: asyncio.Future[None], collection: str, key: Any, reason: str | None) -> None:
+    if reason is None:
+        waiter.set_result(None)
+    else:
+        waiter.set_exception(ItemNotStored(f"{collection} {key!r:.80}: {reason}"))
