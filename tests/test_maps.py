@@ -15,6 +15,7 @@ import pytest
 import redis
 from playwright.async_api import Page, Route, async_playwright
 from scrapy.utils.project import get_project_settings
+from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.request import request_from_dict
 from scrapy.utils.test import get_crawler
 
@@ -143,7 +144,9 @@ def test_feed_read_while_its_last_batch_lands(sandbox: Sandbox) -> None:
     query = next(q for q, ids in searches.items() if 1 < len(ids) <= BATCH_SIZE)
     settings = get_project_settings().copy_to_dict() | {
         "MAPS_BASE_URL": sandbox.url,
-        "TWISTED_REACTOR_ENABLED": False,
+        # No reactor is needed here; one installed by an earlier test in this process is
+        # accepted as it is (get_crawler refuses to switch it off).
+        "TWISTED_REACTOR_ENABLED": is_reactor_installed(),
     }
     spider = MapsSpider.from_crawler(get_crawler(MapsSpider, settings_dict=settings))
     links = asyncio.run(_scroll_while_batch_lands(spider, query))
