@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from devtools.services import start_mongo, start_redis, start_sandbox
+from tests import slowest_first
 from tests.harness import SPILL_DIR, Crawl, Mongo, Sandbox, on_free_port
 
 
@@ -99,3 +100,7 @@ def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
 @pytest.fixture
 def crawl(redis_url: str, redis_client: redis.Redis, mongo: Mongo, sandbox: Sandbox) -> Crawl:
     return Crawl(redis_url, mongo, sandbox.url)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slowest_first.reorder(config, items)

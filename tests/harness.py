@@ -63,13 +63,15 @@ class Crawl:
 
     def command(self, spider: str, *args: str, settings: dict[str, Any] | None = None) -> list[str]:
         """``scrapy crawl`` aimed at the sandbox, closing once the fleet is idle for 1 s (looked
-        at every 0.2 s), with no rate limit (tests of politeness set one)."""
+        at every 0.2 s), with no rate limit (tests of politeness set one) and items written to
+        MongoDB 0.1 s after they are scraped (an item's request waits for its write)."""
         merged = {
             "EXPLORE_BASE_URL": self.sandbox_url,
             "PROFILES_BASE_URL": self.sandbox_url,
             "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
             "IDLE_POLL_INTERVAL": 0.2,
             "POLITENESS_RATE": 0,
+            "MONGO_FLUSH_INTERVAL": 0.1,
             **(settings or {}),
         }
         command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]

@@ -527,6 +527,15 @@ def _steady(crawl: Crawl) -> dict[str, Any]:
     return poll(settled, timeout=180, what="a crawl waiting out its cool-down", pause=1)
 
 
+def _paused(client: redis.Redis) -> bool:
+    """Whether the fleet has banned and every worker's heartbeat says its pace fell to 0: read
+    in Redis, not with a ``scrapy status`` process a second through the minute this takes."""
+    if not int(client.hget("{profiles}:stats", "ban/count") or 0):
+        return False
+    beats = [client.hget(key, "pages_per_min") for key in client.scan_iter("{profiles}:workers:*")]
+    return bool(beats) and all(beat is not None and float(beat) == 0 for beat in beats)
+
+
 @needs_chromium
 @pytest.mark.integration
 def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
@@ -567,6 +576,7 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
     with open(log, "wb") as out:
         worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
     try:
+        poll(lambda: _paused(redis_client), 180, "the worker's pace to fall to 0", pause=0.5)
         status = _steady(crawl)
         assert status["counters"]["bans"] >= 1
         assert status["counters"]["dead_letters"] >= 1

@@ -516,7 +516,8 @@ def test_a_killed_worker_leaves_status_within_its_heartbeat_ttl(
             workers: list[dict[str, Any]] = _status_json(crawl)["workers"]
             return [beat for beat in workers if beat.get("pid") == worker.pid]
 
-        beat = poll(listed, 60, "the worker's heartbeat")[0]
+        poll(lambda: _beating(redis_client, worker.pid), 60, "the worker's heartbeat")
+        beat = poll(listed, 30, "the worker in status")[0]
         assert beat["spider"] == "profiles"
         assert beat["host"]
         assert beat["started"] <= time.time()
