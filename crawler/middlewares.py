@@ -16,7 +16,6 @@ adapter; the machinery it drives lives in its own room:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -43,7 +42,7 @@ from crawler.bans.concurrency import (
 from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, without_identity
 from crawler.bans.policy import BanPolicy, cooldown_max, crawl_delay, retry_after
 from crawler.bans.politeness import FleetPoliteness, RatePolicy
-from crawler.bans.waits import LINE_SHARE, LOCAL_WAIT, SHORT_WAIT, RedisWait, TokenLines
+from crawler.bans.waits import LINE_SHARE, RedisWait, TokenLines, TokenTurns
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier.queue import Pacing
@@ -82,7 +81,8 @@ class BanMiddleware:
         self.fleet = fleet
         self.pool = pool
         self.redis = RedisWait(crawler)
-        self.lines = TokenLines(max(1, settings.getint("CONCURRENT_REQUESTS") // LINE_SHARE))
+        lines = TokenLines(max(1, settings.getint("CONCURRENT_REQUESTS") // LINE_SHARE))
+        self.turns = TokenTurns(fleet, lines, self.redis)
         self.bans = BanPolicy(crawler, fleet, self.redis)
 
     @classmethod
@@ -147,25 +147,8 @@ class BanMiddleware:
             request.meta["proxy"] = identity.proxy
 
     async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
-        delay, key = crawl_delay(request), (domain, identity.name)
-        if self.lines.waiting(key):
-            wait = self.fleet.next_token_in(domain, identity.name)
-        elif (wait := self.fleet.acquire(domain, identity.name, delay)) <= 0:
-            return None
-        interval = self.fleet.interval(domain, delay)
-        turn = self.lines.turn_in(key, wait, interval)
-        if turn > LOCAL_WAIT or (turn > SHORT_WAIT and self.lines.full(key)):
-            due = self.lines.book(key, time.time() + turn, interval)
-            return self._defer(request, due, "rate", jitter=0.0)
-        async with self.lines.place(key):
-            while (wait := self.fleet.acquire(domain, identity.name, delay)) > 0:
-                if wait > LOCAL_WAIT:
-                    due = self.lines.book(key, time.time() + wait, interval)
-                    return self._defer(request, due, "rate", jitter=0.0)
-                if self.redis.engine_closing():
-                    raise RedisError("the engine is closing: the request goes back untouched")
-                await asyncio.sleep(wait)
-        return None
+        due = await self.turns.wait(domain, identity.name, crawl_delay(request))
+        return None if due is None else self._defer(request, due, "rate", jitter=0.0)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         self._count(f"politeness/deferred/{reason}")

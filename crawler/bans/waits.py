@@ -27,6 +27,8 @@ from redis.exceptions import RedisError
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from crawler.bans.politeness import FleetPoliteness
+
 logger = logging.getLogger(__name__)
 
 # Waits for a token up to this long happen in place; longer ones go back to the delayed set.
@@ -149,3 +151,35 @@ class TokenLines:
         self._groups[key] = (first, size + 1)
         early = interval if self.capacity > 1 else 0.0
         return max(now, first - early)
+
+
+class TokenTurns:
+    """A request's turn for a token of (domain, identity) taken in this worker (several
+    identities; with one, the frontier's pop takes it): it waits in its line, or is told when
+    to come back (see the module's docstring)."""
+
+    def __init__(self, fleet: FleetPoliteness, lines: TokenLines, redis: RedisWait) -> None:
+        self.fleet = fleet
+        self.lines = lines
+        self.redis = redis
+
+    async def wait(self, domain: str, identity: str, delay: float) -> float | None:
+        """None once the request may go; else the Unix time it should come back at (from the
+        frontier's delayed set). ``delay``: a Crawl-delay."""
+        key = (domain, identity)
+        if self.lines.waiting(key):
+            wait = self.fleet.next_token_in(domain, identity)
+        elif (wait := self.fleet.acquire(domain, identity, delay)) <= 0:
+            return None
+        interval = self.fleet.interval(domain, delay)
+        turn = self.lines.turn_in(key, wait, interval)
+        if turn > LOCAL_WAIT or (turn > SHORT_WAIT and self.lines.full(key)):
+            return self.lines.book(key, time.time() + turn, interval)
+        async with self.lines.place(key):
+            while (wait := self.fleet.acquire(domain, identity, delay)) > 0:
+                if wait > LOCAL_WAIT:
+                    return self.lines.book(key, time.time() + wait, interval)
+                if self.redis.engine_closing():
+                    raise RedisError("the engine is closing: the request goes back untouched")
+                await asyncio.sleep(wait)
+        return None
