@@ -13,6 +13,7 @@ import sys
 import time
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -149,7 +150,7 @@ def status(crawl: Crawl) -> dict[str, Any]:
 
 
 def test_two_workers_fetch_robots_once_per_host(
-    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox, tmp_path: Path
 ) -> None:
     """400 hosts, their home page each (no sitemaps), two workers: 400 robots.txt fetches.
     (A page more per host doubles what the test costs, the teardown's MongoDB drop included.)"""
@@ -160,13 +161,19 @@ def test_two_workers_fetch_robots_once_per_host(
     settings = links_settings(LINKS_SITEMAPS=False, START_BATCH_SIZE=100)
     command = crawl.command("links", settings=settings)
     started = time.monotonic()
-    workers = [
-        subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
+    # Each worker logs to a file: a pipe read only after the other worker ends could fill up
+    # and block its worker, which the other waits for (the fleet closes together).
+    logs = [tmp_path / f"worker{n}.log" for n in range(2)]
+    workers = []
+    for log in logs:
+        with open(log, "wb") as out:
+            workers.append(
+                subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
+            )
     fetched = []
-    for worker in workers:
-        _, stderr = worker.communicate(timeout=120)
+    for worker, log in zip(workers, logs, strict=True):
+        worker.wait(timeout=120)
+        stderr = log.read_text(errors="replace")
         assert worker.returncode == 0, stderr[-3000:]
         fetched += [int(n) for n in re.findall(r"'robotstxt/request_count': (\d+)", stderr)]
     print(f"400 hosts, two workers: {time.monotonic() - started:.1f} s")
