@@ -88,10 +88,6 @@ class FleetRobots:
         self.claim_seconds = claim_seconds
         self._get_or_claim = server.register_script(GET_OR_CLAIM)
 
-    def get(self, origin: str) -> bytes | None:
-        value: Any = self.server.get(robots_key(self.spider, origin))
-        return None if value is None else bytes(value)
-
     def get_or_claim(self, origin: str) -> bytes | bool:
         """The cached body of ``origin``'s robots.txt, else whether this worker won the claim
         to download it (another worker holds it otherwise)."""
