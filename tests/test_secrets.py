@@ -13,10 +13,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from http.client import HTTPException
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
-from urllib.error import URLError
 from urllib.parse import urlsplit
 from urllib.request import urlopen
 
@@ -324,7 +324,7 @@ def _metrics(port: int) -> str | None:
         with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
             text: str = response.read().decode()
             return text if "crawler_bans_total{" in text else None
-    except (URLError, ConnectionError, TimeoutError):
+    except (OSError, HTTPException):
         return None
 
 
