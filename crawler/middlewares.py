@@ -6,7 +6,8 @@ adapter; the machinery it drives lives in its own room:
   (:mod:`crawler.bans.politeness`), ban rules (:mod:`crawler.bans.rules`), identities
   (:mod:`crawler.bans.identities`), what a ban does (:mod:`crawler.bans.policy`), the waits for
   Redis and for a token (:mod:`crawler.bans.waits`).
-- :class:`BackoffRetryMiddleware` (550): retries that wait in the frontier's delayed set.
+- :class:`BackoffRetryMiddleware` (550): retries that wait in the frontier's delayed set, for
+  a backoff (:class:`crawler.bans.waits.RetryBackoff`).
 - :class:`HostFullMiddleware` (640) and :class:`HostConcurrencyMiddleware` (660): requests in
   flight per domain for the whole fleet (:mod:`crawler.bans.concurrency`).
 - :class:`LeaseDownloaderMiddleware` and :class:`LeaseSpiderMiddleware` (outermost): tell the
@@ -31,22 +32,15 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
-from crawler.bans.concurrency import (
-    FULL_WAIT_MAX,
-    LEASE_SLACK,
-    RETRY_WINDOW,
-    SLOT_META,
-    HostSlots,
-    full_hosts,
-)
-from crawler.bans.identities import IDENTITY_META, Identity, IdentityPool, without_identity
-from crawler.bans.policy import BanPolicy, cooldown_max, crawl_delay, retry_after
+from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, held_back
+from crawler.bans.identities import Identity, IdentityPool
+from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
 from crawler.bans.politeness import FleetPoliteness, RatePolicy
-from crawler.bans.waits import LINE_SHARE, RedisWait, TokenLines, TokenTurns
+from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, deferred
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier.queue import Pacing
-from crawler.frontier.records import PACED_META, sent_back
+from crawler.frontier.records import PACED_META
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.scheduler import DUE_META
 
@@ -81,7 +75,7 @@ class BanMiddleware:
         self.fleet = fleet
         self.pool = pool
         self.redis = RedisWait(crawler)
-        lines = TokenLines(max(1, settings.getint("CONCURRENT_REQUESTS") // LINE_SHARE))
+        lines = TokenLines.sharing(settings.getint("CONCURRENT_REQUESTS"))
         self.turns = TokenTurns(fleet, lines, self.redis)
         self.bans = BanPolicy(crawler, fleet, self.redis)
 
@@ -89,12 +83,7 @@ class BanMiddleware:
     def from_crawler(cls, crawler: Crawler) -> BanMiddleware:
         settings = crawler.settings
         assert crawler.spidercls is not None
-        policy = RatePolicy(
-            rate=setting(settings, "POLITENESS_RATE"),
-            burst=setting(settings, "POLITENESS_BURST"),
-            per_domain=setting(settings, "POLITENESS_DOMAIN_RATES"),
-            recovery_seconds=setting(settings, "POLITENESS_RECOVERY"),
-        )
+        policy = RatePolicy.from_settings(settings)
         fleet = FleetPoliteness(redis_from_settings(settings), crawler.spidercls.name, policy)
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
@@ -105,14 +94,7 @@ class BanMiddleware:
         several identities tokens stay per identity, taken here."""
         if len(self.pool.identities) != 1:
             return None
-        policy = self.fleet.policy
-        return Pacing(
-            identity=self.pool.identities[0].name,
-            rate=policy.rate,
-            burst=policy.burst,
-            recovery=(1 - policy.floor) / policy.recovery_seconds,
-            per_domain=dict(policy.per_domain),
-        )
+        return self.fleet.policy.pacing(self.pool.identities[0].name)
 
     # --- before the download ------------------------------------------------------------------
 
@@ -124,36 +106,23 @@ class BanMiddleware:
         until = self.fleet.cooling_until(domain)
         if until:
             return self._defer(request, until, "domain_cooling")
-        identity = self._identity(request, domain)
+        identity = self.pool.keep_or_choose(
+            request.meta, lambda identity: self.fleet.cooling_until(domain, identity.name)
+        )
         if isinstance(identity, float):
             return self._defer(request, identity, "identities_cooling")
-        self._apply(request, identity)
+        identity.apply(request.meta)
         paced = request.meta.pop(PACED_META, None)
         if isinstance(paced, float) and crawl_delay(request) <= paced:
             return None  # the frontier's pop took the host's token
         return await self._take_turn(request, domain, identity)
-
-    def _identity(self, request: Request, domain: str) -> Identity | float:
-        identity = self.pool.get(str(request.meta.get(IDENTITY_META, "")))
-        if identity is not None and not self.fleet.cooling_until(domain, identity.name):
-            return identity
-        return self.pool.choose(lambda identity: self.fleet.cooling_until(domain, identity.name))
-
-    def _apply(self, request: Request, identity: Identity) -> None:
-        request.meta[IDENTITY_META] = identity.name
-        if identity.bind_address:
-            request.meta["bindaddress"] = (identity.bind_address, 0)
-        if identity.proxy:
-            request.meta["proxy"] = identity.proxy
 
     async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
         due = await self.turns.wait(domain, identity.name, crawl_delay(request))
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
-        self._count(f"politeness/deferred/{reason}")
-        meta = without_identity(request.meta, IDENTITY_META)
-        return sent_back(request, meta, until + random.uniform(0, jitter))
+        return deferred(self.crawler, request, until + random.uniform(0, jitter), reason)
 
     # --- after the download -------------------------------------------------------------------
 
@@ -165,10 +134,6 @@ class BanMiddleware:
             return response
         return await self.bans.banned(request, response, verdict)
 
-    def _count(self, key: str) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
-
 
 # --- retries ---------------------------------------------------------------------------------
 
@@ -176,11 +141,10 @@ class BanMiddleware:
 class BackoffRetryMiddleware:
     """Retries that wait with exponential backoff in the frontier's delayed set, not in a worker.
 
-    Replaces Scrapy's RetryMiddleware. Attempt n waits ``RETRY_BACKOFF_BASE ** n`` seconds (default
-    base e: about 2.7 s, 7.4 s, 20 s, ...), with +-RETRY_BACKOFF_JITTER, at most RETRY_BACKOFF_MAX;
-    a ``Retry-After`` header wins when present, counted up to BAN_COOLDOWN_MAX as for bans. The
-    retry is a new request due at that time: it waits in Redis, so no worker sleeps and a worker
-    dying does not lose it. A request out of attempts goes to the dead-letter list with its reason.
+    Replaces Scrapy's RetryMiddleware. The retry is a new request due after the backoff
+    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` header wins): it waits in
+    Redis, so no worker sleeps and a worker dying does not lose it. A request out of attempts
+    goes to the dead-letter list with its reason.
 
         Settings: RETRY_ENABLED, RETRY_TIMES, RETRY_HTTP_CODES, RETRY_EXCEPTIONS,
         RETRY_PRIORITY_ADJUST (Scrapy's names), RETRY_BACKOFF_BASE, RETRY_BACKOFF_MAX,
@@ -196,10 +160,7 @@ class BackoffRetryMiddleware:
             load_object(path) if isinstance(path, str) else path
             for path in settings.getlist("RETRY_EXCEPTIONS")
         )
-        self.base = settings.getfloat("RETRY_BACKOFF_BASE")
-        self.maximum = settings.getfloat("RETRY_BACKOFF_MAX")
-        self.jitter = settings.getfloat("RETRY_BACKOFF_JITTER")
-        self.retry_after_max = cooldown_max(settings)
+        self.backoff = RetryBackoff.from_settings(settings)
         self.frontier = FrontierReports(crawler)
 
     @classmethod
@@ -210,7 +171,7 @@ class BackoffRetryMiddleware:
         if not self.enabled or request.meta.get("dont_retry") or response.status not in self.codes:
             return response
         reason = response_status_message(response.status)
-        retry = self._retry(request, reason, retry_after(response, self.retry_after_max))
+        retry = self._retry(request, reason, retry_after(response, self.backoff.retry_after_max))
         if retry is None:
             self._dead(request, f"retries_exhausted:http_{response.status}", reason)
             return response
@@ -225,14 +186,7 @@ class BackoffRetryMiddleware:
 
     def delay(self, attempt: int, server_asked: float = 0.0) -> float:
         """Seconds before retry number ``attempt`` (1-based)."""
-        if server_asked > 0:
-            return min(server_asked, self.retry_after_max)
-        spread = 1 + random.uniform(-self.jitter, self.jitter)
-        try:
-            wait = min(self.maximum, self.base**attempt)
-        except OverflowError:
-            wait = self.maximum
-        return min(self.maximum, wait * spread)
+        return self.backoff.delay(attempt, server_asked)
 
     def _retry(self, request: Request, reason: str, server_asked: float) -> Request | None:
         assert self.crawler.spider is not None
@@ -269,10 +223,7 @@ class HostFullMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> Request | None:
-        full = self.full_until.get(_domain(request), 0.0) - time.monotonic()
-        if full <= 0:
-            return None
-        return _send_back(self.crawler, request, full + random.uniform(*RETRY_WINDOW))
+        return held_back(self.crawler, request, self.full_until)
 
 
 class HostConcurrencyMiddleware:
@@ -283,11 +234,8 @@ class HostConcurrencyMiddleware:
 
     def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
         self.crawler = crawler
-        self.slots = slots
-        self.timeout = crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
+        self.admission = HostAdmission(crawler, slots)
         self.redis = RedisWait(crawler)
-        self._full_until = full_hosts(crawler)
-        self._refusals: dict[str, int] = {}
         crawler.signals.connect(self._give_back, signal=signals.request_left_downloader)
 
     @classmethod
@@ -303,28 +251,7 @@ class HostConcurrencyMiddleware:
         return await self.redis.wait_for(lambda: self._admit(request))
 
     async def _admit(self, request: Request) -> Request | None:
-        domain = _domain(request)
-        full = self._full_until.get(domain, 0.0) - time.monotonic()
-        if full > 0:
-            return self._defer(request, full + random.uniform(*RETRY_WINDOW))
-        timeout = float(request.meta.get("download_timeout", self.timeout))
-        token = self.slots.take(domain, timeout + LEASE_SLACK)
-        if token is None:
-            return self._defer(request, self._refused(domain))
-        self._refusals.pop(domain, None)
-        request.meta[SLOT_META] = token
-        return None
-
-    def _refused(self, domain: str) -> float:
-        """Seconds this worker takes ``domain`` as full, doubling with each refusal in a row."""
-        refusals = self._refusals.get(domain, 0) + 1
-        self._refusals[domain] = refusals
-        wait = min(FULL_WAIT_MAX, random.uniform(*RETRY_WINDOW) * 2.0 ** min(refusals - 1, 16))
-        self._full_until[domain] = time.monotonic() + wait
-        return wait
-
-    def _defer(self, request: Request, wait: float) -> Request:
-        return _send_back(self.crawler, request, wait)
+        return self.admission.admit(request)
 
     def process_response(self, request: Request, response: Response) -> Response:
         self._give_back(request)
@@ -334,30 +261,8 @@ class HostConcurrencyMiddleware:
         self._give_back(request)
 
     def _give_back(self, request: Request, **kwargs: object) -> None:
-        token = request.meta.pop(SLOT_META, None)
-        if token is None:
-            return
-        self._full_until.pop(_domain(request), None)  # a slot is free: worth asking again
-        try:
-            self.slots.give_back(_domain(request), str(token))
-        except RedisError:
-            self._count("politeness/concurrency/unreleased")  # it expires by itself
-
-    def _count(self, key: str) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
-
-
-def _send_back(crawler: Crawler, request: Request, wait: float) -> Request:
-    """``request`` going back to the frontier for ``wait`` seconds, without its identity."""
-    if crawler.stats is not None:
-        crawler.stats.inc_value("politeness/deferred/concurrency")
-    meta = without_identity(request.meta, IDENTITY_META)
-    return sent_back(request, meta, time.time() + wait)
-
-
-def _domain(request: Request) -> str:
-    return urlparse_cached(request).hostname or ""
+        if not self.admission.give_back(request) and self.crawler.stats is not None:
+            self.crawler.stats.inc_value("politeness/concurrency/unreleased")  # it expires
 
 
 # --- leases ----------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_a_worker_remembers_a_full_host_and_backs_off_without_asking_redis(
     assert dues[0] <= 1.0
     assert all(due >= dues[0] - 0.1 for due in dues)
     for n in range(3):  # three more refusals in a row (as if each window had ended)
-        middleware._full_until["full.test"] = 0.0
+        middleware.admission.full_until["full.test"] = 0.0
         assert admit(100 + n) is not None
     later = admit(200)
     assert later is not None

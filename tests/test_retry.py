@@ -28,7 +28,7 @@ from crawler.settings_check.rules import SettingsError
 
 URL = "https://www.tiktok.com/@some.user"
 JITTER = project_settings.RETRY_BACKOFF_JITTER
-UNIFORM = "crawler.middlewares.random.uniform"
+UNIFORM = "crawler.bans.waits.random.uniform"
 
 
 def _refused() -> Exception:

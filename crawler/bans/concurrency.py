@@ -8,7 +8,8 @@ after the ban middleware has admitted it, and gives it back (one more) as it lea
 downloader (Scrapy's request_left_downloader signal, whatever happens to its answer next), or
 when a later middleware answers or fails it before it got there. A request whose domain has
 every slot taken goes back to the frontier's delayed set for a moment instead of holding a
-download slot while it waits.
+download slot while it waits. This worker's side of it (:class:`HostAdmission`) remembers the
+domains it found full and sends their requests back without asking Redis for a while.
 
 ``{spider}:inflight:<domain>`` is a sorted set of leases (a random token scored by the time it
 expires, on the Redis server's clock). A request may go out when the set, its expired leases
@@ -19,13 +20,20 @@ expire (the request's download timeout plus LEASE_SLACK seconds) and the key wit
 
 from __future__ import annotations
 
+import random
 import secrets
+import time
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
+from redis.exceptions import RedisError
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawler.bans.waits import deferred
 from crawler.keys import inflight_prefix
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
 
     from crawler.connection import RedisClient
@@ -87,3 +95,76 @@ class HostSlots:
     def in_flight(self, domain: str) -> int:
         """Leases of ``domain`` (expired ones included until the next take)."""
         return int(self.server.zcard(self.key(domain)))
+
+
+class HostAdmission:
+    """One worker's side of the host slots (HostConcurrencyMiddleware): a lease per request
+    going out, and the domains found full remembered (:func:`full_hosts`), so their requests go
+    back without asking Redis, for a wait that doubles with each refusal in a row."""
+
+    def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
+        self.crawler = crawler
+        self.slots = slots
+        self.timeout = crawler.settings.getfloat("DOWNLOAD_TIMEOUT")
+        self.full_until = full_hosts(crawler)
+        self.refusals: dict[str, int] = {}
+
+    def admit(self, request: Request) -> Request | None:
+        """None once ``request`` holds a lease of its domain (meta SLOT_META); else the request
+        going back to the frontier for a while."""
+        domain = request_domain(request)
+        full = full_wait(self.full_until, domain)
+        if full is not None:
+            return send_back(self.crawler, request, full)
+        timeout = float(request.meta.get("download_timeout", self.timeout))
+        token = self.slots.take(domain, timeout + LEASE_SLACK)
+        if token is None:
+            return send_back(self.crawler, request, self._refused(domain))
+        self.refusals.pop(domain, None)
+        request.meta[SLOT_META] = token
+        return None
+
+    def _refused(self, domain: str) -> float:
+        """Seconds this worker takes ``domain`` as full, doubling with each refusal in a row."""
+        refusals = self.refusals.get(domain, 0) + 1
+        self.refusals[domain] = refusals
+        wait = min(FULL_WAIT_MAX, random.uniform(*RETRY_WINDOW) * 2.0 ** min(refusals - 1, 16))
+        self.full_until[domain] = time.monotonic() + wait
+        return wait
+
+    def give_back(self, request: Request) -> bool:
+        """Gives back ``request``'s lease if it holds one; False when Redis did not answer (the
+        lease then expires by itself)."""
+        token = request.meta.pop(SLOT_META, None)
+        if token is None:
+            return True
+        domain = request_domain(request)
+        self.full_until.pop(domain, None)  # a slot is free: worth asking again
+        try:
+            self.slots.give_back(domain, str(token))
+        except RedisError:
+            return False
+        return True
+
+
+def held_back(crawler: Crawler, request: Request, full_until: dict[str, float]) -> Request | None:
+    """``request`` going back to the frontier while this worker takes its domain as full
+    (``full_until``: :func:`full_hosts`); None when it does not."""
+    wait = full_wait(full_until, request_domain(request))
+    return None if wait is None else send_back(crawler, request, wait)
+
+
+def full_wait(full_until: dict[str, float], domain: str) -> float | None:
+    """Seconds a request of ``domain`` should wait while this worker takes the domain as full
+    (spread over RETRY_WINDOW); None when it does not."""
+    full = full_until.get(domain, 0.0) - time.monotonic()
+    return full + random.uniform(*RETRY_WINDOW) if full > 0 else None
+
+
+def send_back(crawler: Crawler, request: Request, wait: float) -> Request:
+    """``request`` going back to the frontier for ``wait`` seconds, without its identity."""
+    return deferred(crawler, request, time.time() + wait, "concurrency")
+
+
+def request_domain(request: Request) -> str:
+    return urlparse_cached(request).hostname or ""

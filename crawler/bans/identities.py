@@ -43,6 +43,14 @@ class Identity:
     def bind_address(self) -> str | None:
         return self.name.removeprefix("bind:") if self.name.startswith("bind:") else None
 
+    def apply(self, meta: dict[str, Any]) -> None:
+        """Send the request of ``meta`` as this identity (its name, bind address or proxy)."""
+        meta[IDENTITY_META] = self.name
+        if self.bind_address:
+            meta["bindaddress"] = (self.bind_address, 0)
+        if self.proxy:
+            meta["proxy"] = self.proxy
+
 
 class IdentityPool:
     """Round-robin over identities, skipping those cooling down on a domain."""
@@ -57,6 +65,16 @@ class IdentityPool:
     def get(self, name: str) -> Identity | None:
         """The identity of this pool called ``name`` (as kept in request meta), if any."""
         return self._by_name.get(name)
+
+    def keep_or_choose(
+        self, meta: Mapping[str, Any], cooling_until: Callable[[Identity], float]
+    ) -> Identity | float:
+        """The identity a request's ``meta`` names, unless it is cooling down; else as
+        :meth:`choose`."""
+        identity = self.get(str(meta.get(IDENTITY_META, "")))
+        if identity is not None and not cooling_until(identity):
+            return identity
+        return self.choose(cooling_until)
 
     def choose(self, cooling_until: Callable[[Identity], float]) -> Identity | float:
         """The next identity not cooling down, or the earliest end of the cool-downs."""

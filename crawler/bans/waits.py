@@ -1,4 +1,5 @@
-"""Waits of the ban middleware: for Redis while it is away, and for a token in line.
+"""Waits of the ban and retry middlewares: for Redis while it is away, for a token in line,
+and a retry's backoff (:class:`RetryBackoff`).
 
 Requests waiting for a token wait in this worker, in one line per (domain, identity)
 (:class:`TokenLines`), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
@@ -16,16 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from redis.exceptions import RedisError
 
+from crawler.bans.identities import IDENTITY_META, without_identity
+from crawler.bans.policy import cooldown_max
+from crawler.frontier.records import sent_back
+
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
     from crawler.bans.politeness import FleetPoliteness
 
@@ -98,6 +107,14 @@ class RedisWait:
         return engine is None or not engine.running or slot is None or slot.closing is not None
 
 
+def deferred(crawler: Crawler, request: Request, due: float, reason: str) -> Request:
+    """``request`` going back to the frontier's delayed set until ``due`` (Unix time), without
+    its identity, counted as ``politeness/deferred/<reason>``."""
+    if crawler.stats is not None:
+        crawler.stats.inc_value(f"politeness/deferred/{reason}")
+    return sent_back(request, without_identity(request.meta, IDENTITY_META), due)
+
+
 class TokenLines:
     """This worker's requests waiting for a token: one first-come line per (domain, identity),
     and per line the time up to which requests sent back to the delayed set are booked."""
@@ -108,6 +125,11 @@ class TokenLines:
         self._waiting: Counter[tuple[str, str]] = Counter()
         self._booked: dict[tuple[str, str], float] = {}
         self._groups: dict[tuple[str, str], tuple[float, int]] = {}
+
+    @classmethod
+    def sharing(cls, concurrent_requests: int) -> TokenLines:
+        """Lines of at most a LINE_SHARE-th of CONCURRENT_REQUESTS each."""
+        return cls(max(1, concurrent_requests // LINE_SHARE))
 
     def waiting(self, key: tuple[str, str]) -> int:
         return self._waiting[key]
@@ -183,3 +205,37 @@ class TokenTurns:
                     raise RedisError("the engine is closing: the request goes back untouched")
                 await asyncio.sleep(wait)
         return None
+
+
+@dataclass(frozen=True)
+class RetryBackoff:
+    """How long a retry waits in the frontier's delayed set (BackoffRetryMiddleware): attempt n
+    waits ``base ** n`` seconds (RETRY_BACKOFF_BASE, default e: about 2.7 s, 7.4 s, 20 s, ...),
+    with +-``jitter`` (RETRY_BACKOFF_JITTER), at most ``maximum`` (RETRY_BACKOFF_MAX); a
+    ``Retry-After`` header wins when present, counted up to ``retry_after_max``
+    (BAN_COOLDOWN_MAX, as for bans)."""
+
+    base: float
+    maximum: float
+    jitter: float
+    retry_after_max: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> RetryBackoff:
+        return cls(
+            base=settings.getfloat("RETRY_BACKOFF_BASE"),
+            maximum=settings.getfloat("RETRY_BACKOFF_MAX"),
+            jitter=settings.getfloat("RETRY_BACKOFF_JITTER"),
+            retry_after_max=cooldown_max(settings),
+        )
+
+    def delay(self, attempt: int, server_asked: float = 0.0) -> float:
+        """Seconds before retry number ``attempt`` (1-based); ``server_asked``: a Retry-After."""
+        if server_asked > 0:
+            return min(server_asked, self.retry_after_max)
+        spread = 1 + random.uniform(-self.jitter, self.jitter)
+        try:
+            wait = min(self.maximum, self.base**attempt)
+        except OverflowError:
+            wait = self.maximum
+        return min(self.maximum, wait * spread)

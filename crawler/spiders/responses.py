@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.http import TextResponse
 
+from crawler.bans.waits import RetryBackoff
 from crawler.frontier.scheduler import DUE_META, frontier_scheduler
-from crawler.middlewares import BackoffRetryMiddleware
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -61,6 +61,6 @@ def retry_malformed(
         if scheduler is not None:
             scheduler.failed(request, f"retries_exhausted:{reason}", str(error))
         return None
-    delay = BackoffRetryMiddleware(crawler).delay(retry.meta["retry_times"])
+    delay = RetryBackoff.from_settings(crawler.settings).delay(retry.meta["retry_times"])
     retry.meta[DUE_META] = time.time() + delay
     return retry
