@@ -42,6 +42,7 @@ from crawler.connection import redis_from_settings
 from crawler.frontier.queue import Pacing
 from crawler.frontier.records import PACED_META
 from crawler.frontier.reports import FrontierReports
+from crawler.frontier.riders import Riders
 from crawler.frontier.scheduler import DUE_META
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ class BanMiddleware:
         settings = crawler.settings
         assert crawler.spidercls is not None
         policy = RatePolicy.from_settings(settings)
-        fleet = FleetPoliteness(redis_from_settings(settings), crawler.spidercls.name, policy)
+        server, riders = redis_from_settings(settings), Riders.of(crawler)
+        fleet = FleetPoliteness(server, crawler.spidercls.name, policy, riders=riders)
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
 

@@ -359,8 +359,8 @@ def test_explore_looks_for_the_revisit_under_the_profiles_spiders_fingerprint(
     spider = explore._create_spider()
     assert isinstance(spider, ExploreSpider)
     assert spider.handoff is not None
-    assert spider.handoff.revisits is not None
-    key, fingerprint = spider.handoff.revisits
+    assert spider.handoff.handoff.revisits is not None
+    key, fingerprint = spider.handoff.handoff.revisits
     assert isinstance(profiles.spider, ProfilesSpider)
     page = profiles.spider._user_request("some.user")
     expected = profiles.request_fingerprinter.fingerprint(page)[:16].hex()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from crawler.config import setting
 from crawler.connection import reply_text
 from crawler.frontier.queue import Pacing
+from crawler.frontier.riders import Rider, Riders
 from crawler.keys import bans_key, rate_key, reasons_key
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 # Buckets whose next token time a worker keeps before it forgets those that have passed.
 KNOWN_BUCKETS = 10_000
+BANS_RIDER = "cool-downs"
 
 # KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
 # (factor/s), floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds,
@@ -171,9 +173,15 @@ class FleetPoliteness:
     """The Redis side of politeness for one spider, with a short-lived local view of bans."""
 
     def __init__(
-        self, server: RedisClient, spider: str, policy: RatePolicy, refresh: float = 2.0
+        self,
+        server: RedisClient,
+        spider: str,
+        policy: RatePolicy,
+        refresh: float = 2.0,
+        riders: Riders | None = None,
     ) -> None:
         self.server = server
+        self.riders = riders
         self.spider = spider
         self.policy = policy
         self.refresh = refresh
@@ -216,12 +224,30 @@ class FleetPoliteness:
         return until
 
     def _refresh_bans(self) -> None:
+        """Read the cool-downs again once ``refresh`` old: with the frontier's next round
+        trip when it carries riders (at most another ``refresh`` later), else at once."""
         now = time.monotonic()
-        if now - self._bans_read < self.refresh:
+        age = now - self._bans_read
+        if age < self.refresh:
+            return
+        riders = self.riders
+        if riders is not None and riders.carried and age < 3 * self.refresh:
+            if not riders.waiting(BANS_RIDER):
+                rider = Rider(self._queue_bans_read, self._bans_arrived)
+                riders.add(BANS_RIDER, rider, self.refresh)
             return
         self._bans_read = now
         raw: Any = self.server.hgetall(self.bans_key)
         self._set_bans(list(raw.items()))
+
+    def _queue_bans_read(self, pipe: Any) -> int:
+        pipe.hgetall(self.bans_key)
+        return 1
+
+    def _bans_arrived(self, replies: list[Any]) -> None:
+        if isinstance(replies[0], dict):
+            self._bans_read = time.monotonic()
+            self._set_bans(list(replies[0].items()))
 
     def _set_bans(self, pairs: list[tuple[Any, Any]]) -> None:
         wall = time.time()

@@ -6,12 +6,13 @@ filter are gone, and the workers would carry on as if the crawl had simply finis
 frontier carries a marker, ``{spider}:frontier``, holding a random token written when the
 frontier is created (by the first worker that finds none). Each worker remembers the token it
 found and, when it pops requests, reads it back together with the frontier's sizes, at most
-every CHECK_INTERVAL seconds (one round trip). A marker gone, or holding another token, means
-the frontier is gone. If it held work when last seen, or this worker holds leases, the worker
-logs one ERROR naming what was lost (the sizes it last saw) and counts it (``frontier/lost``,
-``frontier/lost/<queued|delayed|leased|start>``); a frontier that was empty anyway is only a
-WARNING. The worker then writes a new marker (or takes the one another worker wrote first), so
-the crawl goes on with whatever is pushed next, and a later loss is noticed again.
+every CHECK_INTERVAL seconds, in the pop's round trip (see ``riders.py``). A marker gone, or
+holding another token, means the frontier is gone. If it held work when last seen, or this
+worker holds leases, the worker logs one ERROR naming what was lost (the sizes it last saw) and
+counts it (``frontier/lost``, ``frontier/lost/<queued|delayed|leased|start>``); a frontier that
+was empty anyway is only a WARNING. The worker then writes a new marker (or takes the one
+another worker wrote first), so the crawl goes on with whatever is pushed next, and a later loss
+is noticed again.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.keys import frontier_marker_key
 
 if TYPE_CHECKING:
@@ -35,6 +38,7 @@ logger = logging.getLogger(__name__)
 # Seconds between two reads of the marker by one worker.
 CHECK_INTERVAL = 2.0
 SIZES = ("queue", "delayed", "leased", "start", "start_leased")
+RIDER = "frontier-marker"
 
 
 class FrontierMarker:
@@ -54,33 +58,67 @@ class FrontierMarker:
 
     def check(self, leased_here: int) -> None:
         """Compare the marker with the one this worker found, at most every ``interval``
-        seconds; ``leased_here`` is how many leases this worker holds."""
+        seconds (a round trip of its own); ``leased_here`` is how many leases this worker
+        holds."""
         now = time.monotonic()
         if now < self._next_check:
             return
         self._next_check = now + self.interval
+        pipe = self.frontier.server.pipeline(transaction=False)
+        self._queue_read(pipe)
         try:
-            current, sizes = self._read()
-            if self.token is not None and current != self.token:
-                self._lost(leased_here, now)
-            if current is None or current != self.token:
-                self.token = self._adopt()
+            replies = pipe.execute()
         except RedisError:
             self._next_check = 0.0  # the scheduler reports outages; look again once it is back
             return
+        self._compare(replies, leased_here)
+
+    def ride(self, riders: Riders, leased_here: Callable[[], int]) -> None:
+        """Have the marker read with the next round trip (a pop), at most every ``interval``
+        seconds, and no later than four intervals from now."""
+        now = time.monotonic()
+        if now < self._next_check or riders.waiting(RIDER):
+            return
+        self._next_check = now + self.interval
+
+        def read(replies: list[Any]) -> None:
+            if first_error(replies) is not None:
+                self._next_check = 0.0
+            else:
+                self._compare(replies, leased_here())
+
+        riders.add(RIDER, Rider(self._queue_read, read, self._failed), 4 * self.interval)
+
+    def saw_no_start_entries(self, within: float) -> bool:
+        """Whether the start list was empty at a read less than ``within`` seconds ago."""
+        return self.seen["start"] == 0 and time.monotonic() - self._seen_at < within
+
+    def _failed(self, exc: RedisError) -> None:
+        self._next_check = 0.0
+
+    def _compare(self, replies: list[Any], leased_here: int) -> None:
+        now = time.monotonic()
+        token = _bytes(replies[0])
+        sizes = dict(zip(SIZES, (int(size) for size in replies[1:]), strict=True))
+        try:
+            if self.token is not None and token != self.token:
+                self._lost(leased_here, now)
+            if token is None or token != self.token:
+                self.token = self._adopt()
+        except RedisError:
+            self._next_check = 0.0
+            return
         self.seen, self._seen_at = sizes, now
 
-    def _read(self) -> tuple[bytes | None, dict[str, int]]:
+    def _queue_read(self, pipe: Any) -> int:
         keys = self.frontier.keys
-        pipe = self.frontier.server.pipeline(transaction=False)
         pipe.get(self.key)
         self.frontier.queued(pipe)
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.leases)
         pipe.llen(keys.start)
         pipe.zcard(keys.start_leases)
-        token, *sizes = pipe.execute()
-        return _bytes(token), dict(zip(SIZES, (int(size) for size in sizes), strict=True))
+        return 1 + len(SIZES)
 
     def _adopt(self) -> bytes | None:
         """The frontier's marker, written first when there is none."""

@@ -164,18 +164,27 @@ class Frontier:
     ) -> Popped:
         """Lease up to ``count`` requests to ``worker`` (after requeueing due and expired ones);
         with ``pacing``, only requests whose host has a token now."""
+        return popped(self.queue_pop(self.server, count, lease_seconds, worker, pacing))
+
+    def queue_pop(
+        self,
+        client: Any,
+        count: int,
+        lease_seconds: float,
+        worker: str,
+        pacing: Pacing | None = None,
+    ) -> Any:
+        """The pop of :meth:`pop`, run now (``client`` the server: its raw reply) or queued on
+        the pipeline ``client`` (its reply read with :func:`popped`)."""
         now = time.time()
         keys = self.keys
         paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
-        raw = self._pop(
-            keys=keys.script_keys(keys.delayed, keys.leases, keys.owner),
-            args=[keys.queue_prefix, now, count, now + lease_seconds, worker, *paced],
+        return _run(
+            self._pop,
+            keys.script_keys(keys.delayed, keys.leases, keys.owner),
+            [keys.queue_prefix, now, count, now + lease_seconds, worker, *paced],
+            None if client is self.server else client,
         )
-        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(6, len(raw), 2)]
-        flags = reply_text(raw[4])
-        taken = frozenset(pair[0] for pair, flag in zip(pairs, flags, strict=True) if flag == "1")
-        counts = int(raw[0]), int(raw[1]), int(raw[2])
-        return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])))
 
     def settle(
         self,
@@ -275,6 +284,15 @@ class Frontier:
             self.server.lrem(self.keys.dead, -1, raw)
             moved += 1
         return moved
+
+
+def popped(raw: Any) -> Popped:
+    """A pop's reply (see scripts/pop.lua) read."""
+    pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(6, len(raw), 2)]
+    flags = reply_text(raw[4])
+    taken = frozenset(pair[0] for pair, flag in zip(pairs, flags, strict=True) if flag == "1")
+    counts = int(raw[0]), int(raw[1]), int(raw[2])
+    return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])))
 
 
 def _dead_letter(raw: bytes | str) -> dict[str, Any]:

@@ -35,14 +35,16 @@ from crawler.frontier.leases import (
     LEASE_META,
     LeaseBook,
     LeaseReports,
+    Op,
     StartLeases,
     lease_id_of,
     unguarded,
 )
 from crawler.frontier.marker import FrontierMarker
-from crawler.frontier.queue import Frontier, Pacing, Pending, Popped, requests_left
+from crawler.frontier.queue import Frontier, Pacing, Pending, Popped, popped, requests_left
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
 from crawler.frontier.records import PACED_META, crawl_delay_of, passes_again, pending
+from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.keys import FrontierKeys, start_key
 from crawler.settings_check import check_frontier
 
@@ -62,6 +64,9 @@ PUSH_BATCHES = 8
 # Seconds between two pops that wait for paced turns: turns due meanwhile go out together, this
 # much late at most (a turn is given up only when a whole interval late).
 PACED_GATHER = 0.05
+# Seconds acknowledgements (and other lease updates) may wait for a round trip that goes anyway
+# (a pop, new requests), at most a sixth of FRONTIER_LEASE_SECONDS.
+HOLD_ACKS = 5.0
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,9 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self._loops: list[task.LoopingCall] = []
         self._wake: DelayedCall | None = None
         self._wake_at = 0.0
+        self._next_due = 0.0
+        self._held_since: float | None = None
+        self.riders = Riders.of(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -138,6 +146,7 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
         self.pacing = downloader_pacing(self.crawler)
+        self.riders.carried = True
         self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
         try:
             check_frontier(self.server, keys, self.config.dupefilter.mode)
@@ -161,7 +170,8 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self._ready.clear()
         self.leases.release_all()
         self._backoff = 0.0
-        if not self.flush():
+        # Twice: riders of the first round trip (revisits) may let more leases be settled.
+        if not (self.flush() and self.flush()):
             logger.error(
                 "Could not reach Redis at close: %d requests and %d lease updates not written; "
                 "their leases expire and other workers take them over",
@@ -254,30 +264,59 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
     # --- internals -------------------------------------------------------------------------------
 
     def flush(self) -> bool:
-        """Write buffered requests, then lease updates they allow, in one round trip."""
+        """Write buffered requests, then the lease updates they allow, and whatever rides
+        along (see ``riders.py``), in one round trip; False if Redis is away."""
+        return self._trip(pop=False)[0]
+
+    def _trip(self, pop: bool) -> tuple[bool, Popped | None]:
+        """One round trip: buffered requests, lease and start-entry updates, then the pop if
+        ``pop``, then the riders waiting. Returns whether it went, and what the pop leased."""
         buffered = bool(self._pushes or self.leases.ops or self.starts.acks)
-        if not buffered or self._in_backoff():
-            return not buffered
+        if self._in_backoff():
+            return not buffered, None
+        if not (buffered or pop or self.riders.due()):
+            return True, None
         assert self.frontier is not None
         pushes, ops, start_acks = self._pushes, self.leases.ops, self.starts.acks
-        try:
-            pipe = self.server.pipeline(transaction=False)
-            for first in range(0, len(pushes), 500):
-                self.frontier.schedule(pushes[first : first + 500], client=pipe)
-            if ops:
-                self.frontier.settle(ops, self.worker, self.config.lease_seconds, client=pipe)
-            self.frontier.ack_start(start_acks, client=pipe)
-            results = pipe.execute()
-        except RedisError as exc:
-            self._outage(exc)
-            return False
+        pipe = self.server.pipeline(transaction=False)
+        for first in range(0, len(pushes), 500):
+            self.frontier.schedule(pushes[first : first + 500], client=pipe)
+        if ops:
+            self.frontier.settle(ops, self.worker, self.config.lease_seconds, client=pipe)
+        self.frontier.ack_start(start_acks, client=pipe)
+        if pop:
+            config = self.config
+            args = (config.batch_size, config.lease_seconds, self.worker, self.pacing)
+            self.frontier.queue_pop(pipe, *args)
+        own = len(pipe)
+        boarded = self.riders.board(pipe)
+        # Riders' replies may add to the buffers (a revisit written lets its page be acked).
         self._pushes, self.leases.ops, self.starts.acks = [], [], []
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            self._unsent(pushes, ops, start_acks)
+            boarded.lost(exc)
+            self._outage(exc)
+            return False, None
+        boarded.arrived(replies)
+        if (error := first_error(replies[:own])) is not None:
+            self._unsent(pushes, ops, start_acks)
+            self._outage(error)
+            return False, None
+        self._held_since = None
         self._recovered()
-        self._count_filtered(results[: (len(pushes) + 499) // 500])
+        self._count_filtered(replies[: (len(pushes) + 499) // 500])
         if pushes:
             self._queue_size += len(pushes)
             self._pop_soon()
-        return True
+        return True, popped(replies[own - 1]) if pop else None
+
+    def _unsent(self, pushes: list[Pending], ops: list[Op], start_acks: list[bytes]) -> None:
+        """Put back what a failed round trip did not write, ahead of what came since."""
+        self._pushes = pushes + self._pushes
+        self.leases.ops = ops + self.leases.ops
+        self.starts.acks = start_acks + self.starts.acks
 
     def _pop_soon(self) -> None:
         """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
@@ -289,28 +328,46 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
             self._next_pop = min(self._next_pop, time.monotonic() + PACED_GATHER)
 
     def renew(self) -> None:
-        """Extend the leases this worker holds, so only a dead worker's leases expire."""
-        if self.frontier is None or self._in_backoff():
-            return
+        """Extend the leases this worker holds, so only a dead worker's leases expire: with
+        the next round trip, at the latest a sixth of a lease from now."""
+        if self.frontier is not None:
+            rider = Rider(self._queue_renewals, self._renewed, self._outage)
+            self.riders.add("renew", rider, self.config.lease_seconds / 6)
+
+    def _queue_renewals(self, pipe: Any) -> int:
+        assert self.frontier is not None
+        before = len(pipe)
         ops = self.leases.renewals()
-        try:
-            pipe = self.server.pipeline(transaction=False)
-            if ops:
-                self.frontier.settle(ops, self.worker, self.config.lease_seconds, client=pipe)
-            self.frontier.renew_start(self.starts.held, self.config.lease_seconds, pipe)
-            pipe.execute()
-        except RedisError as exc:
-            self._outage(exc)
+        if ops:
+            self.frontier.settle(ops, self.worker, self.config.lease_seconds, client=pipe)
+        self.frontier.renew_start(self.starts.held, self.config.lease_seconds, pipe)
+        return len(pipe) - before
+
+    def _renewed(self, replies: list[Any]) -> None:
+        if (error := first_error(replies)) is not None:
+            self._outage(error)
 
     def _tick(self) -> None:
+        """Every FRONTIER_FLUSH_INTERVAL: new requests go to Redis; acknowledgements alone
+        wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
         self._settle_orphans()
-        self.flush()
+        now = time.monotonic()
+        if self.leases.ops or self.starts.acks:
+            self._held_since = self._held_since or now
+        held = self._held_since is not None and now - self._held_since >= self._hold_acks()
+        if self._pushes or held or self.riders.due():
+            self.flush()
+
+    def _hold_acks(self) -> float:
+        return min(HOLD_ACKS, self.config.lease_seconds / 6)
 
     def _work_left(self) -> bool:
         """Whether the fleet has work left: requests queued, leased or delayed in Redis, or
         updates of this worker not written yet. While Redis is away, there may be."""
         if self.frontier is None:
             return False
+        if self.known_busy():
+            return True
         if self._in_backoff() or not self.flush():
             return True
         try:
@@ -319,6 +376,19 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
             self._outage(exc)
             return True
         return requests_left(sizes)
+
+    def known_busy(self) -> bool:
+        """Whether this worker knows of work left without asking Redis: requests in hand or
+        buffered, requests queued at its last pop, or a delayed request due later (the pop
+        due then looks again)."""
+        if self._ready or self._pushes or self._queue_size > 0:
+            return True
+        return self._next_due > 0
+
+    def no_start_entries_known(self) -> bool:
+        """Whether this worker, busy with work it knows of, saw the start list empty lately
+        (the marker's read rides its pops): the idle spider need not ask for entries."""
+        return self.known_busy() and self.marker.saw_no_start_entries(2 * self.marker.interval)
 
     def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
         self._queue_size = sizes["queue"] + sizes["delayed"]
@@ -334,19 +404,12 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
             )
 
     def _refill(self) -> None:
-        if not self.flush():
+        self.marker.ride(self.riders, lambda: len(self.leases.held))
+        sent, popped = self._trip(pop=True)
+        if not sent or popped is None:
             return
-        assert self.frontier is not None
-        try:
-            popped = self.frontier.pop(
-                self.config.batch_size, self.config.lease_seconds, self.worker, self.pacing
-            )
-        except RedisError as exc:
-            self._outage(exc)
-            return
-        self._recovered()
-        self.marker.check(len(self.leases.held))
         self._queue_size = popped.queue_size
+        self._next_due = popped.next_due
         self._count("frontier/reclaimed", popped.reclaimed)
         self._count("frontier/promoted", popped.promoted)
         self._count("politeness/paced", len(popped.paced))

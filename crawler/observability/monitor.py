@@ -15,6 +15,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
+from crawler.frontier.riders import Rider, Riders
 from crawler.frontier.scheduler import frontier_scheduler
 from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters, domain_stat
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 logger = logging.getLogger(__name__)
+
+RIDER = "fleet-stats"
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class FleetMonitor:
         self._next_progress = 0.0
         self._retry_at = 0.0
         self._outage_since: float | None = None
+        self._read: Callable[[list[Any]], FleetView] = _nothing_read
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
@@ -176,7 +181,8 @@ class FleetMonitor:
     # --- the periodic task -----------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Publish stats and heartbeat, refresh the fleet view, log progress when due."""
+        """Publish stats and heartbeat, refresh the fleet view, log progress when due: in the
+        frontier's next round trip (within one period), or at once without a frontier."""
         assert self.publisher is not None
         now = time.monotonic()
         stats = self._stats()
@@ -184,15 +190,31 @@ class FleetMonitor:
         self._items.add(now, stats.get("item_scraped_count", 0))
         if now < self._retry_at:
             return
+        riders = Riders.of(self.crawler)
+        rider = Rider(self._queue_publish, self._published, self._outage)
+        if riders.carried:
+            riders.add(RIDER, rider, self.config.period)
+        else:
+            riders.add(RIDER, rider, 0)
+            riders.send(self.server)
+
+    def _queue_publish(self, pipe: Any) -> int:
+        assert self.publisher is not None
+        before = len(pipe)
+        stats = self._stats()
+        self._read = self.publisher.queue_publish(pipe, stats, self._heartbeat(stats))
+        return len(pipe) - before
+
+    def _published(self, replies: list[Any]) -> None:
         try:
-            self.fleet = self.publisher.publish(stats, self._heartbeat(stats))
+            self.fleet = self._read(replies)
         except RedisError as exc:
             self._outage(exc)
             return
         self._recovered()
-        if self.config.progress_interval and now >= self._next_progress:
-            self._next_progress = now + self.config.progress_interval
-            self._log_progress(stats)
+        if self.config.progress_interval and time.monotonic() >= self._next_progress:
+            self._next_progress = time.monotonic() + self.config.progress_interval
+            self._log_progress(self._stats())
 
     def pace(self, stats: dict[str, Any]) -> WorkerPace:
         return WorkerPace(
@@ -304,6 +326,10 @@ class FleetMonitor:
             logger.info("Fleet stats published again; nothing was lost")
             self._outage_since = None
             self._retry_at = 0.0
+
+
+def _nothing_read(replies: list[Any]) -> FleetView:
+    raise RedisError("nothing was published")
 
 
 def _worker_id(crawler: Crawler) -> str:

@@ -12,13 +12,14 @@ keys' hash tag.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.queue import SIZE_NAMES, queue_sizes, work_left
+from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
 from crawler.observability.rates import bucket_rate
@@ -128,15 +129,29 @@ class StatsPublisher:
 
         Deltas that could not be sent are sent with the next call.
         """
+        pipe = self.server.pipeline(transaction=False)
+        read = self.queue_publish(pipe, stats, heartbeat)
+        return read(pipe.execute(raise_on_error=False))
+
+    def queue_publish(
+        self, pipe: Any, stats: Mapping[str, Any], heartbeat: Mapping[str, Any]
+    ) -> Callable[[list[Any]], FleetView]:
+        """Queue :meth:`publish`'s commands on ``pipe``; returns what reads their replies (and
+        raises the first error among them)."""
         now = time.time()
         self._batch(stats)
-        pipe = self.server.pipeline(transaction=False)
         self._queue_batches(pipe, now, self.heartbeat_ttl, heartbeat)
         minutes = _recent_minutes(now)
         self._queue_reads(pipe, minutes)
-        results = pipe.execute()[len(self._unacked) :]
-        self._unacked.clear()
-        return self._view(now, minutes, results)
+        sent = len(self._unacked)
+
+        def read(replies: list[Any]) -> FleetView:
+            if (error := first_error(replies)) is not None:
+                raise error
+            del self._unacked[:sent]
+            return self._view(now, minutes, replies[sent:])
+
+        return read
 
     def close(self, stats: Mapping[str, Any], reason: str) -> None:
         """Send the last deltas and the finish reason, and remove the heartbeat."""

@@ -20,7 +20,8 @@ from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec
 from crawler.frontier.reports import FrontierReports
-from crawler.frontier.scheduler import frontier_scheduler
+from crawler.frontier.riders import Rider, Riders, first_error
+from crawler.frontier.scheduler import HOLD_ACKS, frontier_scheduler
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from crawler.recrawl.revisits import Visit
 
 logger = logging.getLogger(__name__)
+
+RIDER = "revisits"
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ class RecrawlMiddleware:
         self.config = config
         self.frontier = FrontierReports(crawler)
         self._buffer: list[tuple[Revisit, Request]] = []
+        self._boarded: list[tuple[Revisit, Request]] = []
         self._next_claim = 0.0
         self._loops: list[task.LoopingCall] = []
         # Claims handed to the engine whose requests the frontier did not take yet: completed
@@ -151,9 +155,46 @@ class RecrawlMiddleware:
         return True
 
     def _flush_unless_down(self) -> None:
+        """Have the buffered revisits written: with the frontier's next round trip (within
+        :meth:`_hold`), or at once without a frontier."""
+        riders = Riders.of(self.crawler)
+        if self._buffer and riders.carried:
+            rider = Rider(self._queue_revisits, self._revisits_written, self._revisits_lost)
+            riders.add(RIDER, rider, self._hold())
+            return
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is None or not scheduler.in_backoff():  # else a call blocks the reactor
             self.flush()
+
+    def _hold(self) -> float:
+        """How long a revisit may wait for a round trip: well within the shortest interval (a
+        claimed revisit comes due again one interval after its claim unless rewritten) and
+        a sixth of a lease (its page's acknowledgement waits for it)."""
+        config = self.config
+        hold = min(HOLD_ACKS, config.claim_seconds / 6, config.policy.minimum / 8)
+        return max(config.flush_interval, hold)
+
+    def _queue_revisits(self, pipe: Any) -> int:
+        self._boarded, self._buffer = self._buffer, []
+        return self.store.queue_add(pipe, [revisit for revisit, _ in self._boarded])
+
+    def _revisits_written(self, replies: list[Any]) -> None:
+        boarded, self._boarded = self._boarded, []
+        if (error := first_error(replies)) is not None:
+            self._revisits_lost(error, boarded)
+            return
+        if boarded:
+            self._next_claim = min(self._next_claim, *(r.due for r, _ in boarded))
+        for _, request in boarded:
+            self.frontier.item_finished(request)
+
+    def _revisits_lost(
+        self, exc: RedisError, boarded: list[tuple[Revisit, Request]] | None = None
+    ) -> None:
+        if boarded is None:
+            boarded, self._boarded = self._boarded, []
+        logger.warning("Could not write %d revisits yet: %s", len(boarded), exc)
+        self._buffer = boarded + self._buffer
 
     # --- due revisits to the frontier --------------------------------------------------------
 

@@ -119,11 +119,15 @@ class RevisitStore:
 
     def add(self, revisits: Sequence[Revisit]) -> int:
         """Write revisits in one round trip; returns how many were written."""
-        args: list[Any] = []
-        for revisit in revisits:
-            mode = "r" if revisit.replace else "n"
-            args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode))
+        args = _add_args(revisits)
         return int(self._add(keys=self.keys, args=args)) if args else 0
+
+    def queue_add(self, pipe: Any, revisits: Sequence[Revisit]) -> int:
+        """Queue :meth:`add` on the pipeline ``pipe``; returns how many commands (0 or 1)."""
+        args = _add_args(revisits)
+        if args:
+            pipe.execute_command("EVAL", self._add.script, len(self.keys), *self.keys, *args)
+        return int(bool(args))
 
     def claim(self, count: int, hold: float, now: float | None = None) -> Claim:
         """Claim up to ``count`` due revisits for ``hold`` seconds."""
@@ -159,3 +163,11 @@ class RevisitStore:
         """Every waiting revisit's due time by fingerprint (for tests and small spiders)."""
         raw: Any = self.server.zrange(self.keys[0], 0, -1, withscores=True)
         return {reply_text(member): float(score) for member, score in raw}
+
+
+def _add_args(revisits: Sequence[Revisit]) -> list[Any]:
+    args: list[Any] = []
+    for revisit in revisits:
+        mode = "r" if revisit.replace else "n"
+        args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode))
+    return args

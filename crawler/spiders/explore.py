@@ -26,7 +26,10 @@ from crawler.extractors.explore import (
     video_fields,
 )
 from crawler.extractors.jsondata import FieldReader, MalformedData
-from crawler.handoff import Handoff
+from crawler.frontier.reports import FrontierReports
+from crawler.frontier.riders import Riders
+from crawler.frontier.scheduler import HOLD_ACKS
+from crawler.handoff import Handoff, RidingHandoff
 from crawler.items import VideoItem
 from crawler.keys import handed_key, revisit_keys, start_key
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
@@ -89,7 +92,7 @@ class ExploreSpider(RedisFedSpider):
         self.min_followers = setting_int(settings, "EXPLORE_POPULAR_MIN_FOLLOWERS", 0)
         self.handoff = self._build_handoff(crawler)
 
-    def _build_handoff(self, crawler: Crawler) -> Handoff | None:
+    def _build_handoff(self, crawler: Crawler) -> RidingHandoff | None:
         target = crawler.settings.get("EXPLORE_HANDOFF_SPIDER")
         if not target:
             return None
@@ -104,7 +107,14 @@ class ExploreSpider(RedisFedSpider):
             return bytes(crawler.request_fingerprinter.fingerprint(request))[:16].hex()
 
         revisits = (revisit_keys(target)[0], revisit_fingerprint)
-        return Handoff(self.start_entries.server, start, handed, ttl, revisits)
+        handoff = Handoff(self.start_entries.server, start, handed, ttl, revisits)
+        hold = min(HOLD_ACKS, setting(crawler.settings, "FRONTIER_LEASE_SECONDS") / 6)
+
+        def count(handed: int) -> None:
+            self.count("explore/authors_handed", handed)
+
+        reports = FrontierReports(crawler)
+        return RidingHandoff(handoff, Riders.of(crawler), reports, hold, count)
 
     # --- start entries ---------------------------------------------------------------------
 
@@ -187,12 +197,12 @@ class ExploreSpider(RedisFedSpider):
             fields = video_fields(item, category, reader)
             self.count_bad_fields(reader.bad)
             yield VideoItem(**fields)
-        self._hand_over_authors(feed)
+        self._hand_over_authors(feed, response.request)
         if feed.has_more and feed.cursor and (max_pages == 0 or page < max_pages):
             next_url = _with_cursor(response.url, feed.cursor)
             yield self._feed_request(next_url, category, page + 1, max_pages)
 
-    def _hand_over_authors(self, feed: FeedPage) -> None:
+    def _hand_over_authors(self, feed: FeedPage, request: Request | None) -> None:
         if self.handoff is None:
             return
         entries: dict[str, dict[str, object]] = {}
@@ -200,8 +210,7 @@ class ExploreSpider(RedisFedSpider):
             author = popular_author(item, self.min_likes, self.min_followers)
             if author:
                 entries[author] = {"unique_id": author}
-        handed = self.handoff.hand_over(entries)
-        self.count("explore/authors_handed", len(handed))
+        self.handoff.hand_over(entries, request)
 
 
 def _category(value: Any) -> int:

@@ -167,6 +167,8 @@ class StartFeed:
         requests: list[Request] = []
         scheduler = frontier_scheduler(self.crawler)
         self.fed = False
+        if scheduler is not None and scheduler.no_start_entries_known():
+            return requests
         deadline = time.monotonic() + FEED_BUDGET
         while not requests and time.monotonic() < deadline:
             batch = self._pop_batch(scheduler)
@@ -290,7 +292,7 @@ class StartFeed:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             return True
-        if not scheduler.flush():
+        if scheduler.known_busy() or not scheduler.flush():
             return False
         try:
             sizes = scheduler.frontier.sizes()

@@ -1,0 +1,132 @@
+"""Redis work that need not go out at once rides in the frontier's next round trip.
+
+At a polite pace a worker fetches a page every few seconds, and each component that talks to
+Redis on its own clock (the fleet's stats, the cool-downs the ban middleware reads, the
+frontier's marker, revisits, lease renewals) would cost a round trip of its own. Instead each
+hands a :class:`Rider` to the crawl's :class:`Riders`: its commands are queued on the pipeline
+of the scheduler's next flush or pop, and its replies handed back. A rider that found no trip
+by its latest time goes on its own (the scheduler's tick, every FRONTIER_FLUSH_INTERVAL, sends
+the waiting ones), so nothing waits longer than its owner allows, whatever the scheduler is.
+
+A rider's replies may hold a :class:`~redis.exceptions.RedisError` (the pipeline runs with
+``raise_on_error=False``); when the whole trip fails, each rider's ``failed`` is called and the
+rider is dropped: its owner asks again on its own clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from crawler.connection import RedisClient
+
+logger = logging.getLogger(__name__)
+
+ATTRIBUTE = "_frontier_riders"
+
+
+@dataclass
+class Rider:
+    """Commands to queue on a pipeline, and what to do with their replies."""
+
+    write: Callable[[Any], int]  # queues its commands on the pipeline, returns how many
+    read: Callable[[list[Any]], None]  # their replies, in order
+    failed: Callable[[RedisError], None] | None = None
+
+
+@dataclass
+class Boarded:
+    """The riders queued on one pipeline, each with the slice of replies that is theirs."""
+
+    riders: list[tuple[Rider, int, int]]
+
+    def __len__(self) -> int:
+        return self.riders[-1][2] if self.riders else 0
+
+    def arrived(self, replies: list[Any]) -> None:
+        for rider, first, end in self.riders:
+            try:
+                rider.read(replies[first:end])
+            except Exception:
+                logger.exception("A Redis reply could not be read")
+
+    def lost(self, exc: RedisError) -> None:
+        for rider, _, _ in self.riders:
+            if rider.failed is not None:
+                try:
+                    rider.failed(exc)
+                except Exception:
+                    logger.exception("A failed Redis write could not be handled")
+
+
+class Riders:
+    """The crawl's riders waiting for a round trip, each with the latest time it may leave."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, tuple[float, Rider]] = {}
+        # Whether a scheduler carries riders (and sends the due ones); else owners send theirs.
+        self.carried = False
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> Riders:
+        """The crawl's riders (one per crawler, made on first use)."""
+        riders = getattr(crawler, ATTRIBUTE, None)
+        if not isinstance(riders, Riders):
+            riders = cls()
+            setattr(crawler, ATTRIBUTE, riders)
+        return riders
+
+    def add(self, name: str, rider: Rider, within: float) -> None:
+        """Have ``rider`` go within ``within`` seconds; a rider of the same ``name`` waiting
+        already is replaced (its time kept if earlier)."""
+        latest = time.monotonic() + within
+        if name in self._waiting:
+            latest = min(latest, self._waiting[name][0])
+        self._waiting[name] = (latest, rider)
+
+    def waiting(self, name: str) -> bool:
+        return name in self._waiting
+
+    def due(self) -> bool:
+        """Whether a rider's latest time has come."""
+        now = time.monotonic()
+        return any(latest <= now for latest, _ in self._waiting.values())
+
+    def board(self, pipe: Any) -> Boarded:
+        """Queue every waiting rider's commands on ``pipe``, from its first command on."""
+        waiting, self._waiting = self._waiting, {}
+        boarded: list[tuple[Rider, int, int]] = []
+        start = len(pipe)
+        for _, rider in waiting.values():
+            end = start + rider.write(pipe)
+            boarded.append((rider, start, end))
+            start = end
+        return Boarded(boarded)
+
+    def send(self, server: RedisClient) -> bool:
+        """Send the waiting riders on their own round trip; False if Redis failed it."""
+        pipe = server.pipeline(transaction=False)
+        boarded = self.board(pipe)
+        if not len(boarded):
+            boarded.arrived([])
+            return True
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            boarded.lost(exc)
+            return False
+        boarded.arrived(replies)
+        return True
+
+
+def first_error(replies: list[Any]) -> RedisError | None:
+    """The first error among pipeline replies, if any."""
+    return next((reply for reply in replies if isinstance(reply, RedisError)), None)
