@@ -94,6 +94,7 @@ class Popped:
     next_due: float = 0.0  # earliest due time (Unix) left in the delayed set; 0 when empty
     paced: frozenset[str] = frozenset()  # leased ids whose host's token the pop took
     unscanned: bool = False  # paced, the pop looked at as many as it may and more are queued
+    dues: dict[str, float] = field(default_factory=dict)  # leased ids whose turn is to come
 
 
 @dataclass(frozen=True)
@@ -111,16 +112,17 @@ class Pacing:
     per_domain: dict[str, float] = field(default_factory=dict)
     horizon: float = 60.0
     budget: int = 1000
+    ahead: float = 0.0  # a turn due within this many seconds is leased at once, held till due
 
     def script_args(self, buckets: str) -> list[Any]:
         args: list[Any] = [buckets, self.identity, self.rate, max(1.0, self.burst)]
-        args += [self.recovery, self.horizon, self.budget]
+        args += [self.recovery, self.horizon, self.budget, self.ahead]
         for domain, rate in self.per_domain.items():
             args += [domain, rate]
         return args
 
 
-NO_PACING: list[Any] = ["", "", 0, 1, 1, 0, 0]
+NO_PACING: list[Any] = ["", "", 0, 1, 1, 0, 0, 0]
 
 
 class Frontier:
@@ -288,11 +290,13 @@ class Frontier:
 
 def popped(raw: Any) -> Popped:
     """A pop's reply (see scripts/pop.lua) read."""
-    pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(6, len(raw), 2)]
+    pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(7, len(raw), 2)]
     flags = reply_text(raw[4])
     taken = frozenset(pair[0] for pair, flag in zip(pairs, flags, strict=True) if flag == "1")
+    times = reply_text(raw[6]).split(",") if pairs else []
+    dues = {pair[0]: float(at) for pair, at in zip(pairs, times, strict=True) if at != "0"}
     counts = int(raw[0]), int(raw[1]), int(raw[2])
-    return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])))
+    return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])), dues)
 
 
 def _dead_letter(raw: bytes | str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ come back to the queue for another worker.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -45,6 +46,7 @@ from crawler.frontier.queue import Frontier, Pacing, Pending, Popped, popped, re
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
 from crawler.frontier.records import PACED_META, crawl_delay_of, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
+from crawler.frontier.turns import PACED_GATHER, HeldTurns, lookahead, paced_pause
 from crawler.keys import FrontierKeys, start_key
 from crawler.settings_check import check_frontier
 
@@ -61,9 +63,6 @@ START_META = "frontier_start"
 # New requests are written to Redis every FRONTIER_FLUSH_INTERVAL, before each pop, or once this
 # many FRONTIER_BATCH_SIZEs of them wait (the page whose links they are is acknowledged after).
 PUSH_BATCHES = 8
-# Seconds between two pops that wait for paced turns: turns due meanwhile go out together, this
-# much late at most (a turn is given up only when a whole interval late).
-PACED_GATHER = 0.05
 # Seconds acknowledgements (and other lease updates) may wait for a round trip that goes anyway
 # (a pop, new requests), at most a sixth of FRONTIER_LEASE_SECONDS.
 HOLD_ACKS = 5.0
@@ -114,6 +113,7 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self.pacing: Pacing | None = None
         self.leases = LeaseBook()
         self._ready: deque[Request] = deque()
+        self._held = HeldTurns()
         self._pushes: list[Pending] = []
         self.starts = StartLeases()
         self._seen_here = RecentlySeen(config.local_seen)
@@ -145,7 +145,9 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         keys = FrontierKeys(spider.name, start_key(settings, spider))
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
-        self.pacing = downloader_pacing(self.crawler)
+        pacing = downloader_pacing(self.crawler)
+        ahead = lookahead(self.config.lease_seconds)
+        self.pacing = None if pacing is None else dataclasses.replace(pacing, ahead=ahead)
         self.riders.carried = True
         self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
         try:
@@ -168,6 +170,7 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
             self._wake.cancel()
         self.crawler.signals.disconnect(self.keep_open_while_work_left, signal=signals.spider_idle)
         self._ready.clear()
+        self._held.clear()
         self.leases.release_all()
         self._backoff = 0.0
         # Twice: riders of the first round trip (revisits) may let more leases be settled.
@@ -183,7 +186,7 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         """Requests this worker can get now or at its next pop. Delayed requests and other
         workers' leases keep the crawl open through :meth:`keep_open_while_work_left`, so an
         idle spider still runs its idle handlers (new start entries) while they wait."""
-        return bool(self._ready or self._pushes or self._queue_size > 0)
+        return bool(self._ready or self._held or self._pushes or self._queue_size > 0)
 
     def enqueue_request(self, request: Request) -> bool:
         request.errback = unguarded(request.errback)
@@ -215,11 +218,15 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
 
     def next_request(self) -> Request | None:
         now = time.monotonic()
+        self._ready.extend(self._held.come())
         if not self._ready and now >= self._next_pop:
             self._refill()
+            self._ready.extend(self._held.come())
         if not self._ready:
             if self.pacing is not None and self._next_pop > now and self.has_pending_requests():
                 self._wake_engine_in(self._next_pop - now)  # not only at the 5 s heartbeat
+            if (held := self._held.next_in()) is not None:
+                self._wake_engine_in(held)
             return None
         request = self._ready.popleft()
         self.leases.move(lease_id_of(request), "downloading")
@@ -381,7 +388,7 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         """Whether this worker knows of work left without asking Redis: requests in hand or
         buffered, requests queued at its last pop, or a delayed request due later (the pop
         due then looks again)."""
-        if self._ready or self._pushes or self._queue_size > 0:
+        if self._ready or self._held or self._pushes or self._queue_size > 0:
             return True
         return self._next_due > 0
 
@@ -414,8 +421,8 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self._count("frontier/promoted", popped.promoted)
         self._count("politeness/paced", len(popped.paced))
         for lease_id, data in popped.leased:
-            self._take(lease_id, data, lease_id in popped.paced)
-        if len(popped.leased) < self.config.batch_size and (
+            self._take(lease_id, data, lease_id in popped.paced, popped.dues.get(lease_id))
+        if len(popped.leased) - len(popped.dues) < self.config.batch_size and (
             popped.queue_size == 0 or self.pacing is not None
         ):
             pause = self._pause(popped)
@@ -427,18 +434,21 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         """Seconds before the next pop once the queue is empty (or, paced, has nothing to send
         now): until the delayed set's first request is due, at most 4 s (other workers' new
         work is seen that soon); with nothing delayed, after empty pops in a row 1, 2, then 4 s
-        (and at once after a pop that found work, but for a paced queue); at once while a paced
-        pop leaves requests it did not look at."""
+        (and at once after a pop that found work, but for a paced queue, and 4 s while turns are
+        held); at once while a paced pop leaves requests it did not look at. Paced, see
+        :func:`~crawler.frontier.turns.paced_pause`."""
         base = min(1.0, self.config.flush_interval * 4)
         self._empty_pops = 0 if popped.leased else min(self._empty_pops + 1, 3)
         if popped.unscanned:
             return 0.0
+        if popped.next_due and self.pacing is not None:
+            return paced_pause(popped, base, self.pacing.ahead, bool(self._held))
         if popped.next_due:
-            # Paced, turns due within PACED_GATHER are taken together: one pop, one flush.
-            least = PACED_GATHER if self.pacing is not None else 0.0
-            return min(4 * base, max(least, popped.next_due - time.time()))
+            return min(4 * base, max(0.0, popped.next_due - time.time()))
         if popped.queue_size and self.pacing is not None:
             return base / 4
+        if self._held:
+            return 4 * base  # its turns come without a pop; new work of its own pops sooner
         return 0.0 if popped.leased else base * 2 ** (self._empty_pops - 1)
 
     def _wake_engine_in(self, seconds: float) -> None:
@@ -460,11 +470,13 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         if slot is not None and slot.closing is None:
             slot.nextcall.schedule()
 
-    def _take(self, lease_id: str, data: str, paced: bool = False) -> None:
-        """Ready the leased request, or dead-letter a record it cannot be rebuilt from: one bad
-        record never stops the others."""
+    def _take(
+        self, lease_id: str, data: str, paced: bool = False, due: float | None = None
+    ) -> None:
+        """Ready the leased request (or hold it until its turn is ``due``), or dead-letter a
+        record it cannot be rebuilt from: one bad record never stops the others."""
         try:
-            self._ready.append(self._request(lease_id, data, paced))
+            request = self._request(lease_id, data, paced)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             logger.error(
@@ -475,6 +487,12 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
             )
             self.leases.take(lease_id, 1, "")
             self._dead(lease_id, "unreadable", error, 1)
+            return
+        if due is None:
+            self._ready.append(request)
+        else:
+            self._held.hold(request, due)
+            self._wake_engine_in(max(0.0, due - time.time()))
 
     def _request(self, lease_id: str, data: str, paced: bool) -> Request:
         request = request_from_dict(serializer.loads(data), spider=self.crawler.spider)

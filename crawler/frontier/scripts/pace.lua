@@ -65,8 +65,8 @@ local function read_pacing(a)
   P.buckets, P.identity = ARGV[a], ARGV[a + 1]
   P.rate, P.burst = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   P.recovery, P.horizon = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  P.budget = tonumber(ARGV[a + 6])
+  P.budget, P.ahead = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   P.rates = {}
-  for i = a + 7, #ARGV, 2 do P.rates[ARGV[i]] = tonumber(ARGV[i + 1]) end
+  for i = a + 8, #ARGV, 2 do P.rates[ARGV[i]] = tonumber(ARGV[i + 1]) end
   return P.buckets ~= ''
 end

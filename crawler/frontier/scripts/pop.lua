@@ -1,25 +1,33 @@
 -- KEYS: (prelude), delayed, leases, owner
 -- ARGV: (prefix), now, count, lease deadline, worker, then pacing: bucket key prefix ("" for
 -- none), identity, rate (0 = unlimited), burst, recovery (factor/s), horizon (s), scan budget,
--- then (domain, rate) pairs.
+-- look-ahead (s), then (domain, rate) pairs.
 -- Moves due delayed requests and expired leases back to the queue (paced ones whose turn has
 -- come are leased as they are), then leases up to ``count`` requests to ``worker``. Returns
 -- {promoted, reclaimed, queue size, next due (the earliest due time left in the delayed set,
 -- "0" when it is empty), paced flags (one "1"/"0" per leased request: its token taken here),
 -- 1 when the scan budget ran out before the queue while requests were still being placed (else
--- 0), id1, json1, id2, json2, ...}.
+-- 0), due times (one per leased request, comma-separated: "0" to send now, else the Unix time of
+-- its turn), id1, json1, id2, json2, ...}.
+-- Paced, a turn due within the look-ahead is leased at once (up to ``count`` of them besides
+-- the ``count`` sent now) until its time plus the lease: the worker holds it and sends it on
+-- time, and needs no pop to get it.
 local now, count, deadline, worker = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local pacing = read_pacing(6)
 migrate_legacy()
-local result, flags = {0, 0, 0, '0', '', 0}, {}
+local result, flags, dues = {0, 0, 0, '0', '', 0, ''}, {}, {}
+local ahead_left = pacing and P.ahead > 0 and count or 0
+local lease_seconds = tonumber(deadline) - now
 
-local function lease(id, record, paced)
-  redis.call('ZADD', KEYS[7], deadline, id)
+-- Leases the request to the worker; ``at``, when given, is its turn within the look-ahead.
+local function lease(id, record, paced, at)
+  redis.call('ZADD', KEYS[7], at and fmt(at + lease_seconds) or deadline, id)
   redis.call('HSET', KEYS[8], id, worker)
   result[#result + 1] = id
   result[#result + 1] = record
   flags[#flags + 1] = paced and '1' or '0'
-  count = count - 1
+  dues[#dues + 1] = at and fmt(at) or '0'
+  if at then ahead_left = ahead_left - 1 else count = count - 1 end
 end
 
 
@@ -37,10 +45,13 @@ local function place(n, priority, record)
   local at = now
   if rate > 0 then at = reserve(host, rate, burst, now) end
   if at == nil then return false end
-  if at > now then id = id .. '|s' end
+  local ahead = at > now and at <= now + P.ahead and ahead_left > 0
+  if at > now and not ahead then id = id .. '|s' end
   redis.call('HSET', Q.data, id, record)
   mark_legacy(id, n, priority)
-  if at > now then
+  if ahead then
+    lease(id, record, true, at)
+  elseif at > now then
     redis.call('ZADD', KEYS[6], at, id)
   else
     lease(id, record, true)
@@ -57,19 +68,27 @@ local function late(record, at)
   return rate > 0 and now - at > 1 / rate
 end
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, 1000)
+local horizon = now + (ahead_left > 0 and P.ahead or 0)
+local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', fmt(horizon), 'WITHSCORES', 'LIMIT', 0,
+  1000)
 local back, turns, missed = {}, {}, {}
 for i = 1, #due, 2 do
-  local id = due[i]
-  if string.sub(id, -2) ~= '|s' then back[#back + 1] = id
-  elseif count > 0 then
+  local id, at = due[i], tonumber(due[i + 1])
+  local slotted = string.sub(id, -2) == '|s'
+  if not slotted then
+    if at <= now then back[#back + 1] = id end
+  elseif at <= now and count > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record and late(record, tonumber(due[i + 1])) then
+    if record and late(record, at) then
       missed[#missed + 1] = id
     elseif record then
       lease(id, record, true)
     end
+  elseif at > now and ahead_left > 0 then
+    turns[#turns + 1] = id
+    local record = redis.call('HGET', Q.data, id)
+    if record then lease(id, record, true, at) end
   end
 end
 if #back > 0 then
@@ -122,4 +141,5 @@ local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 if #first > 0 then result[4] = first[2] end
 result[5] = table.concat(flags)
 if budget <= 0 and placed > 0 then result[6] = 1 end
+result[7] = table.concat(dues, ',')
 return result
