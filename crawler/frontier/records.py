@@ -9,6 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.utils.request import request_from_dict
 
 from crawler.bans.identities import forget_proxy_secrets
 from crawler.frontier import codec
@@ -68,3 +69,14 @@ def pending(
         dont_filter=request.dont_filter or again,
         due=due,
     )
+
+
+def leased_request(data: str, spider: Spider | None, paced: bool) -> Request:
+    """The request a popped record holds; ``paced`` when the pop took its host's token."""
+    request = request_from_dict(codec.loads(data), spider=spider)
+    if paced:
+        # The Crawl-delay the pop spaced it by: one learnt later is the worker's to apply.
+        request.meta[PACED_META] = crawl_delay_of(request.meta)
+    else:
+        request.meta.pop(PACED_META, None)
+    return request

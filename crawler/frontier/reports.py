@@ -7,9 +7,7 @@ happened to a request (see ``LeaseReports`` in ``leases.py``) and does nothing w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from crawler.frontier.scheduler import frontier_scheduler
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,3 +64,18 @@ class FrontierReports:
         """The request is given up: a dead letter with the reason."""
         if (scheduler := self.scheduler) is not None:
             scheduler.failed(request, reason, error)
+
+
+def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
+    """The crawl's scheduler if it is a FrontierScheduler, else None (also before the engine
+    exists). ``isinstance`` cannot tell: Scrapy's scheduler metaclass accepts any class that has
+    the scheduler methods."""
+    try:
+        scheduler = crawler.engine.scheduler if crawler.engine is not None else None
+    except RuntimeError:
+        return None
+    from crawler.frontier.scheduler import FrontierScheduler
+
+    if FrontierScheduler in type(scheduler).__mro__:
+        return cast(FrontierScheduler, scheduler)
+    return None

@@ -12,10 +12,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
+
+from crawler.frontier.queue import Pacing
 
 if TYPE_CHECKING:
     from scrapy import Request
+    from scrapy.crawler import Crawler
+    from twisted.internet.base import DelayedCall
 
     from crawler.frontier.queue import Popped
 
@@ -60,6 +64,28 @@ class HeldTurns:
         self._heap.clear()
 
 
+def pause_after(
+    popped: Popped, base: float, pacing: Pacing | None, empty_pops: int, holding: bool
+) -> float:
+    """Seconds before the next pop once the queue is empty (or, paced, has nothing to send
+    now): until the delayed set's first request is due, at most 4 ``base`` (other workers'
+    new work is seen that soon); with nothing delayed, after ``empty_pops`` empty pops in a
+    row ``base``, twice, then four times that (and at once after a pop that found work, but
+    for a paced queue, and 4 ``base`` while turns are ``holding``); at once while a paced pop
+    leaves requests it did not look at. Paced, see :func:`paced_pause`."""
+    if popped.unscanned:
+        return 0.0
+    if popped.next_due and pacing is not None:
+        return paced_pause(popped, base, pacing.ahead, holding)
+    if popped.next_due:
+        return min(4 * base, max(0.0, popped.next_due - time.time()))
+    if popped.queue_size and pacing is not None:
+        return base / 4
+    if holding:
+        return 4 * base  # its turns come without a pop; new work of its own pops sooner
+    return 0.0 if popped.leased else base * 2 ** (empty_pops - 1)
+
+
 def paced_pause(popped: Popped, base: float, ahead: float, holding: bool) -> float:
     """Seconds before a paced worker pops again once its pop left requests for later: just
     before the delayed set's first turn (all turns within the look-ahead then come in one
@@ -68,3 +94,58 @@ def paced_pause(popped: Popped, base: float, ahead: float, holding: bool) -> flo
     cap = max(4 * base, ahead) if holding else 4 * base
     early = base / 4 if ahead else 0.0
     return min(cap, max(PACED_GATHER, popped.next_due - time.time() - early))
+
+
+class EngineCalls:
+    """Has the engine ask for requests or look at the idle spider at a given time, not only at
+    its 5-second heartbeat or when a download ends."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self._wake: DelayedCall | None = None
+        self._wake_at = 0.0
+
+    def wake_in(self, seconds: float) -> None:
+        """Have the engine ask for requests again in ``seconds`` (a delayed request or a held
+        turn is due then): a host's turn is taken on time, so turns do not bunch up."""
+        when = time.monotonic() + seconds
+        if self._wake is not None and self._wake.active():
+            if self._wake_at <= when:
+                return
+            self._wake.cancel()
+        from twisted.internet import reactor  # the one Scrapy installed, imported once running
+
+        self._wake_at = when
+        self._wake = cast(Any, reactor).callLater(seconds, self._next_call)
+
+    def look_again_soon(self, poll: float, next_pop: float) -> None:
+        """Have the engine look at the idle spider again after ``poll`` seconds (the
+        IDLE_POLL_INTERVAL): new start entries and the fleet's end are noticed sooner. While
+        the next pop waits (monotonic time ``next_pop``: a delayed request's due time, or after
+        empty pops), it looks again when that pop is due, at most four polls later."""
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None and slot.closing is None:
+            slot.nextcall.schedule(min(4 * poll, max(poll, next_pop - time.monotonic())))
+
+    def cancel(self) -> None:
+        if self._wake is not None and self._wake.active():
+            self._wake.cancel()
+
+    def _next_call(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None and slot.closing is None:
+            slot.nextcall.schedule()
+
+
+def downloader_pacing(crawler: Crawler) -> Pacing | None:
+    """The politeness the pop is to take for the downloader: asked of the downloader
+    middlewares that offer ``frontier_pacing()`` (the ban middleware), None when none does."""
+    try:
+        downloader = getattr(crawler.engine, "downloader", None)
+    except RuntimeError:  # no engine yet (a scheduler opened on its own)
+        return None
+    for middleware in getattr(getattr(downloader, "middleware", None), "middlewares", ()):
+        offer = getattr(middleware, "frontier_pacing", None)
+        if callable(offer) and isinstance(pacing := offer(), Pacing):
+            return pacing
+    return None

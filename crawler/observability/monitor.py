@@ -30,8 +30,8 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import redis_from_settings
+from crawler.frontier.reports import frontier_scheduler
 from crawler.frontier.riders import Rider, Riders
-from crawler.frontier.scheduler import frontier_scheduler
 from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters, domain_stat
 from crawler.observability.endpoint import Listening, listen, parse_ports, site

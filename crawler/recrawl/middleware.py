@@ -19,9 +19,9 @@ from twisted.internet import task
 from crawler.config import setting
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec
-from crawler.frontier.reports import FrontierReports
+from crawler.frontier.options import hold_acks
+from crawler.frontier.reports import FrontierReports, frontier_scheduler
 from crawler.frontier.riders import Rider, Riders, first_error
-from crawler.frontier.scheduler import HOLD_ACKS, frontier_scheduler
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore
@@ -171,7 +171,7 @@ class RecrawlMiddleware:
         claimed revisit comes due again one interval after its claim unless rewritten) and
         a sixth of a lease (its page's acknowledgement waits for it)."""
         config = self.config
-        hold = min(HOLD_ACKS, config.claim_seconds / 6, config.policy.minimum / 8)
+        hold = min(hold_acks(config.claim_seconds), config.policy.minimum / 8)
         return max(config.flush_interval, hold)
 
     def _queue_revisits(self, pipe: Any) -> int:

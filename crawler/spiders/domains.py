@@ -52,7 +52,7 @@ from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.probes import FAILURE_META, PROBE_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
-from crawler.frontier.scheduler import frontier_scheduler
+from crawler.frontier.reports import frontier_scheduler
 from crawler.items import DomainItem
 from crawler.keys import stats_key
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys

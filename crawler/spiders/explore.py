@@ -26,9 +26,9 @@ from crawler.extractors.explore import (
     video_fields,
 )
 from crawler.extractors.jsondata import FieldReader, MalformedData
+from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.frontier.scheduler import HOLD_ACKS
 from crawler.handoff import Handoff, RidingHandoff
 from crawler.items import VideoItem
 from crawler.keys import handed_key, revisit_keys, start_key
@@ -108,7 +108,7 @@ class ExploreSpider(RedisFedSpider):
 
         revisits = (revisit_keys(target)[0], revisit_fingerprint)
         handoff = Handoff(self.start_entries.server, start, handed, ttl, revisits)
-        hold = min(HOLD_ACKS, setting(crawler.settings, "FRONTIER_LEASE_SECONDS") / 6)
+        hold = hold_acks(setting(crawler.settings, "FRONTIER_LEASE_SECONDS"))
 
         def count(handed: int) -> None:
             self.count("explore/authors_handed", handed)

@@ -25,7 +25,8 @@ from crawler.config import mask_uri, setting, setting_int
 from crawler.connection import redis_from_settings
 from crawler.frontier import codec
 from crawler.frontier.queue import fleet_busy
-from crawler.frontier.scheduler import START_META, FrontierScheduler, frontier_scheduler
+from crawler.frontier.reports import frontier_scheduler
+from crawler.frontier.scheduler import START_META, FrontierScheduler
 from crawler.keys import invalid_key, start_key
 from crawler.spiders.attributes import own_batch_size
 

@@ -10,7 +10,8 @@ from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.http import TextResponse
 
 from crawler.bans.waits import RetryBackoff
-from crawler.frontier.scheduler import DUE_META, frontier_scheduler
+from crawler.frontier.records import DUE_META
+from crawler.frontier.reports import frontier_scheduler
 
 if TYPE_CHECKING:
     from scrapy import Request

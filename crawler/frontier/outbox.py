@@ -1,0 +1,90 @@
+"""What a worker owes Redis: the requests it scheduled, the lease updates and start-entry
+acknowledgements its pages allow, and the renewals of the leases it holds.
+
+Each round trip of the scheduler (see ``scheduler.py``) takes the whole outbox: new requests
+first, then the acknowledgements they allow, then the pop and the riders. New requests go at
+the next tick (other workers may be waiting for them); acknowledgements alone wait for a trip
+that goes anyway, at most :func:`~crawler.frontier.options.hold_acks` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crawler.frontier.leases import LeaseBook, Op, StartLeases
+    from crawler.frontier.queue import Frontier, Pending
+
+# Requests per schedule script call.
+SCHEDULE_CHUNK = 500
+
+
+@dataclass
+class Sealed:
+    """The outbox's content as one round trip took it."""
+
+    pushes: list[Pending] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    start_acks: list[bytes] = field(default_factory=list)
+
+    def schedule_replies(self, replies: list[Any]) -> list[Any]:
+        """The replies of the schedule calls among a trip's ``replies`` (they come first)."""
+        return replies[: (len(self.pushes) + SCHEDULE_CHUNK - 1) // SCHEDULE_CHUNK]
+
+
+class Outbox:
+    """Requests to schedule, and the lease books whose updates go with them."""
+
+    def __init__(self, leases: LeaseBook, starts: StartLeases) -> None:
+        self.pushes: list[Pending] = []
+        self.leases = leases
+        self.starts = starts
+        self._held_since: float | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.pushes or self.leases.ops or self.starts.acks)
+
+    def due(self, hold: float) -> bool:
+        """Whether a round trip should go now for the outbox: requests wait, or updates have
+        waited ``hold`` seconds."""
+        if self.pushes:
+            return True
+        if not (self.leases.ops or self.starts.acks):
+            return False
+        now = time.monotonic()
+        self._held_since = self._held_since or now
+        return now - self._held_since >= hold
+
+    def seal(self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float) -> Sealed:
+        """Queue everything on ``pipe`` and empty the outbox (what comes meanwhile waits for
+        the next trip)."""
+        sealed = Sealed(self.pushes, self.leases.ops, self.starts.acks)
+        self.pushes, self.leases.ops, self.starts.acks = [], [], []
+        for first in range(0, len(sealed.pushes), SCHEDULE_CHUNK):
+            frontier.schedule(sealed.pushes[first : first + SCHEDULE_CHUNK], client=pipe)
+        if sealed.ops:
+            frontier.settle(sealed.ops, worker, lease_seconds, client=pipe)
+        frontier.ack_start(sealed.start_acks, client=pipe)
+        return sealed
+
+    def sent(self) -> None:
+        self._held_since = None
+
+    def unsent(self, sealed: Sealed) -> None:
+        """Put back what a failed round trip did not write, ahead of what came since."""
+        self.pushes = sealed.pushes + self.pushes
+        self.leases.ops = sealed.ops + self.leases.ops
+        self.starts.acks = sealed.start_acks + self.starts.acks
+
+    def queue_renewals(
+        self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float
+    ) -> int:
+        """Queue on ``pipe`` the renewal of every lease held; returns how many commands."""
+        before = len(pipe)
+        ops = self.leases.renewals()
+        if ops:
+            frontier.settle(ops, worker, lease_seconds, client=pipe)
+        frontier.renew_start(self.starts.held, lease_seconds, pipe)
+        return len(pipe) - before
