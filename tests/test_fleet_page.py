@@ -513,7 +513,7 @@ def _steady(crawl: Crawl) -> dict[str, Any]:
         assert result.returncode == 0, result.stderr
         status: dict[str, Any] = json.loads(result.stdout)["spiders"]["profiles"]
         moving = (status["frontier"], status["counters"], len(status["workers"]))
-        # Once the workers' own pace (a minute's window) is 0 too, the ETA stands still.
+        # Once the workers' own pace (over PACE_WINDOW) is 0 too, the ETA stands still.
         ready = (
             status["cooldowns"]
             and status["frontier"]["leased"] == 0
@@ -529,7 +529,7 @@ def _steady(crawl: Crawl) -> dict[str, Any]:
 
 def _paused(client: redis.Redis) -> bool:
     """Whether the fleet has banned and every worker's heartbeat says its pace fell to 0: read
-    in Redis, not with a ``scrapy status`` process a second through the minute this takes."""
+    in Redis, not with a ``scrapy status`` process a second through the PACE_WINDOW this takes."""
     if not int(client.hget("{profiles}:stats", "ban/count") or 0):
         return False
     beats = [client.hget(key, "pages_per_min") for key in client.scan_iter("{profiles}:workers:*")]
@@ -570,6 +570,7 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
             "METRICS_PORT": port,
             "METRICS_HOST": "127.0.0.1",
             "STATS_PUBLISH_INTERVAL": 0.5,
+            "PACE_WINDOW": 2,  # the pace falls to 0 two seconds after the ban, not a minute
             "MONGO_SPILL_DIR": tmp_path / "spill",
         },
     )
