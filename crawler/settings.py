@@ -251,6 +251,11 @@ WORKER_HEARTBEAT_TTL = 30
 # PROGRESS_INTERVAL (float seconds, default 60): one INFO line this often with this worker's and
 # the fleet's pages and items per minute, the frontier's sizes and an ETA; 0 turns it off.
 PROGRESS_INTERVAL = 60.0
+# PACE_WINDOW (float seconds, default 60): a worker's own pages and items per minute (its
+# heartbeat, /metrics, the progress line, and the ETA `scrapy status` and the fleet page show)
+# are measured over the samples of this many last seconds; a worker that stops fetching shows
+# 0 this long after its last page. Shorter follows changes sooner but is noisier.
+PACE_WINDOW = 60.0
 # METRICS_PORT (int, or a range "9410-9419", default 0 = off): serve Prometheus metrics at
 # http://<METRICS_HOST>:<port>/metrics; with a range, the first free port. Env METRICS_PORT.
 METRICS_PORT = os.environ.get("METRICS_PORT", "0")

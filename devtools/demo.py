@@ -253,6 +253,7 @@ def run_spider(name: str, sandbox_url: str, state_dir: Path, env: dict[str, str]
         "MAPS_BASE_URL": sandbox_url,
         "MAPS_MAX_RESULTS": MAPS_RESULTS,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+        "IDLE_POLL_INTERVAL": 0.2,  # each crawl ends ~1 s after its work, not up to 2 s
         "BIND_ADDRESSES": ",".join(BIND_ADDRESSES),
     }.items():
         command += ["-s", f"{setting}={value}"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,6 +101,18 @@ def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
 @pytest.fixture
 def crawl(redis_url: str, redis_client: redis.Redis, mongo: Mongo, sandbox: Sandbox) -> Crawl:
     return Crawl(redis_url, mongo, sandbox.url)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let Ctrl-C reach the servers tests stop with SIGINT (``scrapy status --serve``).
+
+    A shell starting pytest in the background (``make test &``, some CI runners) has it ignore
+    SIGINT, and an ignored signal stays ignored in every child: Twisted leaves it so, and such a
+    server would wait out the test's deadline instead of stopping. Children of a process that
+    handles SIGINT start with its default.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

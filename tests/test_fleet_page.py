@@ -28,7 +28,7 @@ import pytest
 import redis
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Browser, sync_playwright
 
 import crawler.settings as project_settings
 from crawler.bans.politeness import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
@@ -432,24 +432,33 @@ def test_a_cooldown_says_why_and_unban_lifts_it_for_every_worker(
 # --- the page in Chromium during a crawl ----------------------------------------------------------
 
 
-def _read_page(url: str, screenshot: Path) -> dict[str, str]:
-    """Every ``data-k`` number of the page and its text, as Chromium shows them."""
+@pytest.fixture
+def chromium() -> Iterator[Browser]:
+    """One headless Chromium for the test's page loads, each in a fresh context of its own."""
     options: dict[str, Any] = dict(project_settings.PLAYWRIGHT_LAUNCH_OPTIONS)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(**options)
         try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            requests: list[str] = []
-            page.on("request", lambda request: requests.append(request.url))
-            page.goto(url)
-            values: dict[str, str] = page.eval_on_selector_all(
-                "[data-k]",
-                "nodes => Object.fromEntries(nodes.map(n => [n.dataset.k, n.textContent]))",
-            )
-            values["__text__"] = page.inner_text("body")
-            page.screenshot(path=str(screenshot), full_page=True)
+            yield browser
         finally:
             browser.close()
+
+
+def _read_page(browser: Browser, url: str, screenshot: Path) -> dict[str, str]:
+    """Every ``data-k`` number of the page and its text, as Chromium shows them."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.goto(url)
+        values: dict[str, str] = page.eval_on_selector_all(
+            "[data-k]",
+            "nodes => Object.fromEntries(nodes.map(n => [n.dataset.k, n.textContent]))",
+        )
+        values["__text__"] = page.inner_text("body")
+        page.screenshot(path=str(screenshot), full_page=True)
+    finally:
+        page.context.close()
     assert all(request.startswith(url) for request in requests), requests
     return values
 
@@ -513,7 +522,7 @@ def _steady(crawl: Crawl) -> dict[str, Any]:
         assert result.returncode == 0, result.stderr
         status: dict[str, Any] = json.loads(result.stdout)["spiders"]["profiles"]
         moving = (status["frontier"], status["counters"], len(status["workers"]))
-        # Once the workers' own pace (a minute's window) is 0 too, the ETA stands still.
+        # Once the workers' own pace (over PACE_WINDOW) is 0 too, the ETA stands still.
         ready = (
             status["cooldowns"]
             and status["frontier"]["leased"] == 0
@@ -529,7 +538,7 @@ def _steady(crawl: Crawl) -> dict[str, Any]:
 
 def _paused(client: redis.Redis) -> bool:
     """Whether the fleet has banned and every worker's heartbeat says its pace fell to 0: read
-    in Redis, not with a ``scrapy status`` process a second through the minute this takes."""
+    in Redis, not with a ``scrapy status`` process a second through the PACE_WINDOW this takes."""
     if not int(client.hget("{profiles}:stats", "ban/count") or 0):
         return False
     beats = [client.hget(key, "pages_per_min") for key in client.scan_iter("{profiles}:workers:*")]
@@ -543,6 +552,7 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
     redis_client: redis.Redis,
     sandbox: Sandbox,
     served_page: str,
+    chromium: Browser,
     tmp_path: Path,
 ) -> None:
     sandbox.admin(
@@ -570,6 +580,7 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
             "METRICS_PORT": port,
             "METRICS_HOST": "127.0.0.1",
             "STATS_PUBLISH_INTERVAL": 0.5,
+            "PACE_WINDOW": 2,  # the pace falls to 0 two seconds after the ban, not a minute
             "MONGO_SPILL_DIR": tmp_path / "spill",
         },
     )
@@ -580,8 +591,8 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
         status = _steady(crawl)
         assert status["counters"]["bans"] >= 1
         assert status["counters"]["dead_letters"] >= 1
-        on_worker = _read_page(f"http://127.0.0.1:{port}/", tmp_path / "worker-page.png")
-        served = _read_page(served_page, tmp_path / "fleet-page.png")
+        on_worker = _read_page(chromium, f"http://127.0.0.1:{port}/", tmp_path / "worker-page.png")
+        served = _read_page(chromium, served_page, tmp_path / "fleet-page.png")
         again = json.loads(_scrapy(crawl, "status", "profiles", "--json").stdout)
         assert again["spiders"]["profiles"]["counters"] == status["counters"]
         _assert_page_matches(served, status)
@@ -603,6 +614,6 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
     stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()}
     dead = status["counters"]["dead_letters"]
     assert len(stored) + dead >= len(USERS)
-    after = _read_page(served_page, tmp_path / "fleet-page-after.png")
+    after = _read_page(chromium, served_page, tmp_path / "fleet-page-after.png")
     assert "Active cool-downs (0)" in after["__text__"]
     assert (tmp_path / "fleet-page.png").stat().st_size > 10_000

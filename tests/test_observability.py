@@ -261,7 +261,12 @@ def test_the_monitor_publishes_counts_per_domain_and_serves_them(
 
 
 def test_settings_are_checked(redis_url: str) -> None:
-    for bad in ({"STATS_PUBLISH_INTERVAL": 0}, {"WORKER_HEARTBEAT_TTL": 0}, {"METRICS_PORT": "x"}):
+    for bad in (
+        {"STATS_PUBLISH_INTERVAL": 0},
+        {"WORKER_HEARTBEAT_TTL": 0},
+        {"METRICS_PORT": "x"},
+        {"PACE_WINDOW": 0},
+    ):
         with pytest.raises(SettingsError, match=next(iter(bad))):
             FleetMonitor.from_crawler(
                 get_crawler(settings_dict=_project_settings(redis_url, **bad))

@@ -66,23 +66,30 @@ class WirePipeline:
     """The ``client`` argument of ``Frontier.schedule``: queues its EVAL commands and sends them
     in one write on a connection of the real client, packed here (redis-py packs each argument
     through several calls, which at seven arguments per request would take most of the test's
-    time; the bytes on the wire are the same RESP)."""
+    time; the bytes on the wire are the same RESP). A round's replies are read once the next
+    round is sent, so that Redis runs one round's scripts while this process packs the next."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.client = client
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
         self.commands: list[tuple[Any, ...]] = []
+        self.unread = 0
 
     def execute_command(self, *args: Any) -> None:
         self.commands.append(args)
 
-    def execute(self) -> list[Any]:
-        connection: Any = self.client.connection_pool.get_connection()
-        try:
-            connection.send_packed_command([b"".join(map(_pack, self.commands))])
-            return [connection.read_response() for _ in self.commands]
-        finally:
-            self.client.connection_pool.release(connection)
-            self.commands.clear()
+    def send(self) -> int:
+        """Send the queued commands; how many requests the commands sent before them took."""
+        self.connection.send_packed_command([b"".join(map(_pack, self.commands))])
+        taken = self.read()
+        self.unread = len(self.commands)
+        self.commands.clear()
+        return taken
+
+    def read(self) -> int:
+        """How many requests the commands sent and not yet read took."""
+        replies = [self.connection.read_response() for _ in range(self.unread)]
+        self.unread = 0
+        return sum(sum(flags) for flags in replies)
 
 
 def _pack(args: Sequence[Any]) -> bytes:
@@ -96,12 +103,16 @@ def _pack(args: Sequence[Any]) -> bytes:
 def schedule_all(client: redis.Redis, frontier: Frontier, entries: Iterator[Pending]) -> int:
     """Schedule ``entries`` in batches of BATCH, CALLS_PER_PIPELINE batches a round trip;
     returns how many the frontier took."""
-    taken, pipe = 0, WirePipeline(client)
-    while batch := [entry for _, entry in zip(range(BATCH), entries, strict=False)]:
-        frontier.schedule(batch, client=pipe)
-        if len(pipe.commands) == CALLS_PER_PIPELINE:
-            taken += sum(sum(flags) for flags in pipe.execute())
-    return taken + sum(sum(flags) for flags in pipe.execute())
+    connection: Any = client.connection_pool.get_connection()
+    try:
+        taken, pipe = 0, WirePipeline(connection)
+        while batch := [entry for _, entry in zip(range(BATCH), entries, strict=False)]:
+            frontier.schedule(batch, client=pipe)
+            if len(pipe.commands) == CALLS_PER_PIPELINE:
+                taken += pipe.send()
+        return taken + pipe.send() + pipe.read()
+    finally:
+        client.connection_pool.release(connection)
 
 
 def data_bytes(client: redis.Redis) -> int:

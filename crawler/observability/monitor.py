@@ -65,6 +65,7 @@ class MonitorSettings:
     publish_interval: float
     heartbeat_ttl: int
     progress_interval: float
+    pace_window: float
     metrics_ports: list[int]
     metrics_host: str
     fleet_page: str
@@ -78,6 +79,7 @@ class MonitorSettings:
             publish_interval=publish_interval,
             heartbeat_ttl=setting_int(settings, "WORKER_HEARTBEAT_TTL", 1),
             progress_interval=progress_interval,
+            pace_window=setting(settings, "PACE_WINDOW"),
             metrics_ports=parse_ports(settings.get("METRICS_PORT")),
             metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
             fleet_page=setting(settings, "FLEET_PAGE"),
@@ -98,6 +100,7 @@ class FleetMonitor:
         STATS_PUBLISH_INTERVAL (float, default 5): seconds between publications.
         WORKER_HEARTBEAT_TTL (int, default 30): seconds a heartbeat outlives its worker.
         PROGRESS_INTERVAL (float, default 60): seconds between progress lines; 0 = none.
+        PACE_WINDOW (float, default 60): seconds of samples a worker's own pace is measured over.
         METRICS_PORT (int or "low-high", default 0 = off): port(s) for ``/metrics``.
         METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on.
         FLEET_PAGE ("local", "all" or "off", default "local"): who sees the page at ``/``.
@@ -111,8 +114,8 @@ class FleetMonitor:
         self.info: WorkerInfo | None = None
         self.fleet: FleetView | None = None
         self.metrics_port: int | None = None
-        self._pages = RateWindow()
-        self._items = RateWindow()
+        self._pages = RateWindow(config.pace_window)
+        self._items = RateWindow(config.pace_window)
         self._loop: task.LoopingCall | None = None
         self._endpoint: Listening | None = None
         self._spider: Spider | None = None
