@@ -71,6 +71,7 @@ def install_counters() -> None:
 
     def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> Any:
         _COUNTS["rt:" + _pending_path[0]] += 1
+        _COUNTS["site:" + _caller()] += 1
         return send_packed(self, command, check_health)
 
     def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -90,6 +91,17 @@ def install_counters() -> None:
     setattr(AbstractConnection, "send_packed_command", counted_send_packed)  # noqa: B010
     setattr(AbstractConnection, "send_command", counted_send_command)  # noqa: B010
     setattr(AbstractConnection, "pack_commands", counted_pack_commands)  # noqa: B010
+
+
+def _caller() -> str:
+    """The project function a round trip comes from (module:function)."""
+    import traceback
+
+    for frame in reversed(traceback.extract_stack(limit=30)):
+        name = frame.filename.replace(os.sep, "/")
+        if "/crawler/" in name and not name.endswith(("/connection.py", "/queue.py", "/lua.py")):
+            return name.split("/crawler/", 1)[1] + ":" + frame.name
+    return "?"
 
 
 class RoundTripProbe:
@@ -169,8 +181,8 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
         f"{int(result.get('idle', 0)) / pages:.1f} idle checks/page"
     )
     if os.environ.get("BENCH_VERBOSE"):
-        names = {k: v for k, v in counts.items() if k.startswith("name:")}
-        print("   ", sorted(names.items(), key=lambda item: -item[1])[:14])
+        sites = {k[5:]: v for k, v in counts.items() if k.startswith("site:")}
+        print("    round trips by caller:", sorted(sites.items(), key=lambda item: -item[1]))
     return trips / pages
 
 

@@ -12,7 +12,7 @@ hash tag, so each frontier script touches a single slot.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import redis
 import redis.cluster
@@ -27,12 +27,16 @@ from scrapy_redis.connection import SETTINGS_PARAMS_MAP, from_settings
 
 from crawler.config import mask_uri
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 # Reconnect attempts per command, with backoff from 50 ms doubling to 0.4 s: under a second of
 # waiting in all, since every call blocks the reactor. Longer outages are ridden out above this
 # level (the scheduler backs off and keeps its buffers; nothing is dropped).
 RETRIES = 4
 BACKOFF = ExponentialBackoff(cap=0.4, base=0.05)
 
+CRAWL_CLIENT = "_crawl_redis_client"
 # What redis_from_settings returns: a client of one server, or of a cluster.
 RedisClient: TypeAlias = redis.Redis | redis.cluster.RedisCluster
 
@@ -144,6 +148,17 @@ class ClusterPipeline(redis.cluster.ClusterPipeline):
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         result: list[Any] = _reported(lambda: super(ClusterPipeline, self).execute(raise_on_error))
         return result
+
+
+def crawl_redis(crawler: Crawler) -> RedisClient:
+    """The crawl's Redis client, one for all its components: one connection pool, so a worker
+    opens a few connections (each costs a handshake of several round trips), not one or more
+    per component."""
+    client = getattr(crawler, CRAWL_CLIENT, None)
+    if client is None:
+        client = redis_from_settings(crawler.settings)
+        setattr(crawler, CRAWL_CLIENT, client)
+    return cast(RedisClient, client)
 
 
 def redis_from_settings(settings: BaseSettings) -> RedisClient:

@@ -38,7 +38,7 @@ from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
 from crawler.bans.politeness import FleetPoliteness, RatePolicy
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, deferred
 from crawler.config import setting
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.frontier.queue import Pacing
 from crawler.frontier.records import PACED_META
 from crawler.frontier.reports import FrontierReports
@@ -85,7 +85,7 @@ class BanMiddleware:
         settings = crawler.settings
         assert crawler.spidercls is not None
         policy = RatePolicy.from_settings(settings)
-        server, riders = redis_from_settings(settings), Riders.of(crawler)
+        server, riders = crawl_redis(crawler), Riders.of(crawler)
         fleet = FleetPoliteness(server, crawler.spidercls.name, policy, riders=riders)
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
@@ -246,7 +246,7 @@ class HostConcurrencyMiddleware:
         if not cap:
             raise NotConfigured("POLITENESS_CONCURRENCY is 0")
         assert crawler.spidercls is not None
-        server = redis_from_settings(crawler.settings)
+        server = crawl_redis(crawler)
         return cls(crawler, HostSlots(server, crawler.spidercls.name, cap))
 
     async def process_request(self, request: Request) -> Request | None:

@@ -116,11 +116,12 @@ REDIS_PARAMS = {
 }
 # The frontier: requests wait in Redis for the whole fleet (crawler/frontier/).
 SCHEDULER = "crawler.frontier.scheduler.FrontierScheduler"
-# FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop; new requests are
-# written to Redis every FRONTIER_FLUSH_INTERVAL, before a pop, or once 8 batches of them wait.
+# FRONTIER_BATCH_SIZE (int 1..1000, default 16): requests leased per pop (paced, as many more
+# whose turn comes within the look-ahead); new requests go to Redis as FRONTIER_FLUSH_INTERVAL says.
 FRONTIER_BATCH_SIZE = 16
 # FRONTIER_LEASE_SECONDS (int >= 5, default 60): a popped request (or start entry) is leased to
-# its worker this long, renewed every third of it; a dead worker's go back to the queue.
+# its worker this long, renewed every third of it; a dead worker's go back to the queue. Paced
+# pops look a quarter of it ahead (10 s at most); acks wait up to a sixth of it (5 s at most).
 FRONTIER_LEASE_SECONDS = 60
 # RECRAWL_ENABLED (bool, default False): revisit every page whose callback gives items, after an
 # interval (float seconds) from RECRAWL_INITIAL_INTERVAL, x2 when its items are unchanged, /2 when
@@ -135,7 +136,8 @@ RECRAWL_JITTER = 0.1
 # the frontier, at most RECRAWL_BATCH_SIZE (int, default 100) at a time.
 RECRAWL_POLL_INTERVAL = 1.0
 RECRAWL_BATCH_SIZE = 100
-# FRONTIER_FLUSH_INTERVAL (float seconds, default 0.25): new requests and acks go out this often.
+# FRONTIER_FLUSH_INTERVAL (float seconds, default 0.25): new requests go to Redis this often (and
+# with each pop); acks alone wait for a round trip that goes anyway (docs/settings.md).
 FRONTIER_FLUSH_INTERVAL = 0.25
 # DUPEFILTER_MODE (str, default "bloom"): "bloom" (scalable Bloom filter on Redis bitmaps),
 # "redisbloom" (the RedisBloom module), "exact" (a set of fingerprints) or "none".
@@ -243,7 +245,7 @@ PROFILES_BASE_URL = "https://www.tiktok.com"
 # --- Fleet observability (crawler.observability.FleetMonitor, `scrapy status`) -----------------
 # What a worker publishes to Redis (stats, per-minute counts, heartbeat): docs/settings.md.
 # STATS_PUBLISH_INTERVAL (float seconds, default 5): how often a worker publishes its stats and
-# reads the frontier's sizes back (one Redis round trip); it also publishes when it closes.
+# reads the frontier's sizes back (with the frontier's next round trip, within the interval).
 STATS_PUBLISH_INTERVAL = 5.0
 # WORKER_HEARTBEAT_TTL (int seconds, default 30): a worker's heartbeat expires this long after
 # the worker dies (then `scrapy status` stops listing it); refreshed every third of it.

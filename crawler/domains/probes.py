@@ -31,7 +31,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.bans.politeness import TOKEN_BUCKET
 from crawler.config import setting
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.domains.classify import failure_kind, refine_dns
 from crawler.domains.resolver import AsyncResolver, install
 from crawler.keys import fleet_rate_key
@@ -121,7 +121,7 @@ class DomainProbeMiddleware:
         fleet_rate: float = setting(settings, "DOMAINS_FLEET_RATE")
         assert crawler.spidercls is not None
         fleet = FleetCap(
-            redis_from_settings(settings) if fleet_rate > 0 else None,
+            crawl_redis(crawler) if fleet_rate > 0 else None,
             fleet_rate_key(crawler.spidercls.name),
             fleet_rate,
         )

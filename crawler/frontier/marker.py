@@ -122,9 +122,10 @@ class FrontierMarker:
 
     def _adopt(self) -> bytes | None:
         """The frontier's marker, written first when there is none."""
-        server: Any = self.frontier.server
-        server.set(self.key, f"{time.time():.0f}:{uuid.uuid4().hex}", nx=True)
-        return _bytes(server.get(self.key))
+        pipe = self.frontier.server.pipeline(transaction=False)
+        pipe.set(self.key, f"{time.time():.0f}:{uuid.uuid4().hex}", nx=True)
+        pipe.get(self.key)
+        return _bytes(pipe.execute()[1])
 
     def _lost(self, leased_here: int, now: float) -> None:
         spider, seen = self.frontier.keys.spider, self.seen

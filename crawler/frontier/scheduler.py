@@ -25,7 +25,7 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.dupefilter import RecentlySeen
 from crawler.frontier.leases import (
@@ -105,7 +105,7 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
         return cls(
             crawler,
-            redis_from_settings(crawler.settings),
+            crawl_redis(crawler),
             FrontierSettings.from_settings(crawler.settings),
         )
 

@@ -37,7 +37,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.config import setting
-from crawler.connection import redis_from_settings, reply_text
+from crawler.connection import crawl_redis, reply_text
 from crawler.keys import LedgerKeys
 
 if TYPE_CHECKING:
@@ -240,7 +240,7 @@ class HostErrorsMiddleware:
     def from_crawler(cls, crawler: Crawler) -> HostErrorsMiddleware:
         assert crawler.spidercls is not None
         ttl = setting(crawler.settings, "LINKS_STATE_TTL")
-        return cls(HostLedger(redis_from_settings(crawler.settings), crawler.spidercls.name, ttl))
+        return cls(HostLedger(crawl_redis(crawler), crawler.spidercls.name, ttl))
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if "links" not in request.meta or isinstance(exception, IgnoreRequest):

@@ -32,7 +32,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.bans.policy import CRAWL_DELAY_META
 from crawler.config import setting
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.frontier.records import PACED_META, sent_back
 from crawler.frontier.scheduler import DUE_META
 from crawler.keys import robots_claim_key, robots_key
@@ -159,7 +159,7 @@ class FleetRobotsMiddleware:
             raise NotConfigured("LINKS_ROBOTS_OBEY is off")
         assert crawler.spidercls is not None
         fleet = FleetRobots(
-            redis_from_settings(settings),
+            crawl_redis(crawler),
             crawler.spidercls.name,
             setting(settings, "LINKS_ROBOTS_TTL"),
             setting(settings, "LINKS_ROBOTS_CLAIM_SECONDS"),

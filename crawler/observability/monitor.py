@@ -29,7 +29,7 @@ from twisted.internet import task
 from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.frontier.reports import frontier_scheduler
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import FleetKeys, FrontierKeys, start_key
@@ -128,7 +128,7 @@ class FleetMonitor:
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
         monitor = cls(
             crawler,
-            redis_from_settings(crawler.settings),
+            crawl_redis(crawler),
             MonitorSettings.from_settings(crawler.settings),
         )
         connect = crawler.signals.connect

@@ -17,7 +17,7 @@ from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
 from crawler.config import setting
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports, frontier_scheduler
@@ -104,7 +104,7 @@ class RecrawlMiddleware:
             raise NotConfigured("RECRAWL_ENABLED is off")
         assert crawler.spidercls is not None
         config = RecrawlSettings.from_crawler(crawler)
-        store = RevisitStore(redis_from_settings(crawler.settings), crawler.spidercls.name)
+        store = RevisitStore(crawl_redis(crawler), crawler.spidercls.name)
         return cls(crawler, store, config)
 
     # --- pages and their next visit --------------------------------------------------------------

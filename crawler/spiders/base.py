@@ -186,7 +186,7 @@ class RedisFedSpider(Spider):
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         settings = crawler.settings
-        spider.start_entries = StartEntries.for_spider(settings, spider)
+        spider.start_entries = StartEntries.for_spider(crawler, spider)
         spider.entry_limits = EntryLimits.from_settings(settings)
         spider.max_idle_time = own_idle_time(spider, settings)
         spider.feed = StartFeed(

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
 from crawler.config import mask_uri, setting, setting_int
-from crawler.connection import redis_from_settings
+from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.queue import fleet_busy
 from crawler.frontier.reports import frontier_scheduler
@@ -81,11 +81,12 @@ class StartEntries:
         self.batch_size = batch_size
 
     @classmethod
-    def for_spider(cls, settings: BaseSettings, spider: Any) -> StartEntries:
+    def for_spider(cls, crawler: Crawler, spider: Any) -> StartEntries:
         """The spider's lists (its ``redis_key`` or REDIS_START_URLS_KEY), popped its
         ``redis_batch_size`` (scrapy-redis's attribute) or START_BATCH_SIZE at a time."""
+        settings = crawler.settings
         return cls(
-            server=redis_from_settings(settings),
+            server=crawl_redis(crawler),
             key=start_key(settings, spider),
             invalid_key=invalid_key(settings, spider),
             batch_size=own_batch_size(spider) or setting(settings, "START_BATCH_SIZE"),

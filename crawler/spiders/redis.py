@@ -190,7 +190,7 @@ class ScrapyRedisSpiders:
         list_allowed_domains(spider)
         check_encoding(spider)
         limits = EntryLimits.from_settings(settings)
-        entries = StartEntries.for_spider(settings, spider)
+        entries = StartEntries.for_spider(crawler, spider)
         max_idle = own_idle_time(spider, settings)
         make = partial(scrapy_redis_requests, spider, limits)
         self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)

@@ -1,0 +1,205 @@
+"""Fewer Redis round trips per page: periodic work rides the frontier's round trips
+(``riders.py``), acknowledgements wait for a trip that goes anyway (``outbox.py``) and a paced
+pop leases the turns of its look-ahead at once (``turns.py``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+import crawler.settings as project_settings
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.leases import LeaseBook, StartLeases
+from crawler.frontier.outbox import Outbox
+from crawler.frontier.queue import Frontier, Pacing
+from crawler.frontier.riders import Rider, Riders
+from crawler.frontier.turns import HeldTurns
+from devtools.services import free_port
+from tests.harness import ROOT, Crawl, Sandbox
+from tests.test_pacing import entry
+
+KEYS_SPIDER = "rides"
+
+
+def _frontier(client: redis.Redis) -> Frontier:
+    from crawler.keys import FrontierKeys
+
+    keys = FrontierKeys(KEYS_SPIDER, f"{KEYS_SPIDER}:start_urls")
+    return Frontier(client, keys, DupefilterConfig(mode="none"))
+
+
+def _get(key: str) -> Callable[[Any], int]:
+    def write(pipe: Any) -> int:
+        pipe.get(key)
+        return 1
+
+    return write
+
+
+def _get_and_count(key: str) -> Callable[[Any], int]:
+    def write(pipe: Any) -> int:
+        pipe.get(key)
+        pipe.incr("n")
+        return 2
+
+    return write
+
+
+def test_riders_share_a_pipeline_and_get_their_own_replies(redis_client: redis.Redis) -> None:
+    redis_client.set("a", "1")
+    redis_client.set("b", "2")
+    riders = Riders()
+    got: dict[str, list[Any]] = {}
+    riders.add("a", Rider(_get("a"), lambda r: got.update(a=r)), 60)
+    riders.add("b", Rider(_get("b"), lambda r: got.update(old=r)), 60)
+    riders.add("b", Rider(_get_and_count("b"), lambda r: got.update(b=r)), 60)
+    assert not riders.due()  # nothing has to go yet
+    pipe = redis_client.pipeline(transaction=False)
+    pipe.set("own", "x")  # the trip's own commands come first
+    boarded = riders.board(pipe)
+    replies = pipe.execute()
+    boarded.arrived(replies)
+    assert replies[0] is True
+    assert got == {"a": [b"1"], "b": [b"2", 1]}  # the second "b" replaced the first
+    assert not riders.waiting("a")
+    assert not riders.waiting("b")
+
+
+def _incr(key: str) -> Callable[[Any], int]:
+    def write(pipe: Any) -> int:
+        pipe.incr(key)
+        return 1
+
+    return write
+
+
+def test_a_due_rider_goes_alone_and_an_error_reply_reaches_only_its_owner(
+    redis_client: redis.Redis,
+) -> None:
+    redis_client.set("text", "not a number")
+    riders = Riders()
+    got: dict[str, list[Any]] = {}
+    riders.add("bad", Rider(_incr("text"), lambda r: got.update(bad=r)), 0)
+    riders.add("ok", Rider(_incr("n"), lambda r: got.update(ok=r)), 30)
+    assert riders.due()
+    assert riders.send(redis_client)
+    assert isinstance(got["bad"][0], redis.ResponseError)
+    assert got["ok"] == [1]
+
+
+def test_a_lost_trip_tells_the_riders_and_keeps_the_outbox() -> None:
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    frontier = _frontier(dead)
+    leases, starts = LeaseBook(), StartLeases()
+    outbox = Outbox(leases, starts)
+    outbox.pushes.append(entry("http://kept.test/1"))
+    leases.take("7", 1, "http://kept.test/0")
+    leases.ack("7")
+    failures: list[Exception] = []
+    riders = Riders()
+    riders.add("r", Rider(_get("x"), print, failures.append), 0)
+    pipe = dead.pipeline(transaction=False)
+    sealed = outbox.seal(pipe, frontier, "w1", 60)
+    boarded = riders.board(pipe)
+    assert not outbox
+    with pytest.raises(RedisConnectionError) as lost:
+        pipe.execute()
+    outbox.unsent(sealed)
+    boarded.lost(lost.value)
+    assert [p.json for p in outbox.pushes] == [entry("http://kept.test/1").json]
+    assert leases.ops == [("a", "7", "")]
+    assert len(failures) == 1
+
+
+def test_acknowledgements_alone_wait_for_a_trip_new_requests_do_not() -> None:
+    leases, starts = LeaseBook(), StartLeases()
+    outbox = Outbox(leases, starts)
+    leases.take("1", 1, "http://x.test/")
+    leases.ack("1")
+    assert not outbox.due(hold=60)  # an acknowledgement alone waits
+    assert outbox.due(hold=0)
+    outbox.pushes.append(entry("http://x.test/new"))
+    assert outbox.due(hold=60)  # new work goes at once
+
+
+def test_a_paced_pop_leases_the_turns_of_its_look_ahead(redis_client: redis.Redis) -> None:
+    """At 1 request/s with a 4.5 s look-ahead, one pop leases the request of this second and
+    the turns of the next four, each until its turn plus the lease; later turns wait."""
+    frontier = _frontier(redis_client)
+    frontier.schedule([entry(f"http://one.test/{n}") for n in range(10)])
+    pacing = Pacing(identity="default", rate=1.0, burst=1.0, recovery=0.001, ahead=4.5)
+    started = time.time()
+    popped = frontier.pop(16, 30, "w1", pacing)
+    urls = [json.loads(data)["u"] for _, data in popped.leased]
+    assert urls == [f"http://one.test/{n}" for n in range(5)]
+    dues = [popped.dues.get(lease_id, 0.0) for lease_id, _ in popped.leased]
+    assert dues[0] == 0.0  # sent now
+    assert all(0.99 <= later - earlier <= 1.01 for earlier, later in itertools.pairwise(dues[1:]))
+    assert started + 0.9 <= dues[1] <= time.time() + 1.1
+    raw: Any = redis_client.zrange(frontier.keys.leases, 0, -1, withscores=True)
+    deadlines = dict(raw)
+    for (lease_id, _), due in zip(popped.leased[1:], dues[1:], strict=True):
+        assert deadlines[lease_id.encode()] == pytest.approx(due + 30, abs=0.01)
+    assert frontier.sizes()["delayed"] == 5  # the others' turns wait in the delayed set
+    # Nothing is handed out twice: the next pop leases none of those five again.
+    again = frontier.pop(16, 30, "w2", pacing)
+    assert not {data for _, data in again.leased} & {data for _, data in popped.leased}
+
+
+def test_held_turns_come_in_turn_order_never_early() -> None:
+    from scrapy import Request
+
+    held = HeldTurns()
+    now = time.time()
+    held.hold(Request("http://x.test/late"), now + 60)
+    held.hold(Request("http://x.test/due"), now - 1)
+    held.hold(Request("http://x.test/first"), now - 2)
+    assert [r.url for r in held.come()] == ["http://x.test/first", "http://x.test/due"]
+    assert len(held) == 1
+    next_in = held.next_in()
+    assert next_in is not None
+    assert 59 < next_in <= 60
+
+
+@pytest.mark.integration
+def test_a_polite_crawl_talks_to_redis_about_once_a_page(
+    crawl: Crawl, sandbox: Sandbox, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """30 profiles at the fleet's polite pace (2 requests/s, one domain), recrawl, stats and
+    ban checks on: every page stored, and the crawl's round trips to Redis, counted in the
+    worker from start to close, connection handshakes aside, stay under 1.2 per page (a pop,
+    a flush, stats, a cool-down read, the marker, a revisit write and idle checks each on
+    their own made 7.6 per page at the default rate)."""
+    users = [f"user{n}" for n in range(30)]
+    redis_client.lpush("profiles:start_urls", *users)
+    out = tmp_path / "trips.json"
+    probe = {"bench.redis_round_trips.RoundTripProbe": 1000}
+    extensions = json.dumps({**project_settings.EXTENSIONS, **probe})
+    settings = {
+        "POLITENESS_RATE": 2,
+        "EXTENSIONS": extensions,
+        "ROUND_TRIP_FILE": str(out),
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+        "IDLE_POLL_INTERVAL": 1,
+    }
+    command = crawl.command("profiles", settings=settings)
+    done = subprocess.run(
+        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["pages"] == len(users)
+    assert crawl.mongo.db.profiles.count_documents({}) == len(users)
+    trips = sum(value for key, value in result["counts"].items() if key[:3] == "rt:")
+    trips -= result["counts"].get("rt:other", 0)  # connection handshakes
+    sites = {key: value for key, value in result["counts"].items() if key[:5] == "site:"}
+    assert trips / result["pages"] < 1.2, sites
