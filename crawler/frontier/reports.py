@@ -1,8 +1,12 @@
-"""The frontier as the middlewares report to it: one object, whatever scheduler the crawl runs.
+"""The frontier as middlewares, spiders and extensions see it: one object, whatever scheduler
+the crawl runs.
 
 Middlewares are built before the engine's scheduler, and a crawl may run another scheduler (a
 benchmark's, Scrapy's): :class:`FrontierReports` tells the crawl's FrontierScheduler what
-happened to a request (see ``LeaseReports`` in ``leases.py``) and does nothing without one.
+happened to a request (see ``LeaseReports`` in ``leases.py``), writes what it buffered, says
+whether Redis is away and how much is queued, and does nothing without one. Periodic Redis
+work rides the frontier's round trips through ``riders.py``. The start-entry feed
+(``spiders/feed.py``) is the one other user of the scheduler itself (start-entry leases).
 """
 
 from __future__ import annotations
@@ -27,6 +31,30 @@ class FrontierReports:
     @property
     def scheduler(self) -> FrontierScheduler | None:
         return frontier_scheduler(self.crawler)
+
+    @property
+    def worker(self) -> str | None:
+        """The worker id owning this crawl's leases, None without a frontier."""
+        scheduler = self.scheduler
+        return None if scheduler is None else scheduler.worker
+
+    def in_backoff(self) -> bool:
+        """Whether Redis was found down lately: skip calls that would block the reactor."""
+        scheduler = self.scheduler
+        return scheduler is not None and scheduler.in_backoff()
+
+    def flush(self) -> bool:
+        """Write what the frontier buffered now; False if Redis is away."""
+        scheduler = self.scheduler
+        return scheduler is None or scheduler.flush()
+
+    def queued(self) -> int | None:
+        """Requests queued for the fleet (one round trip), None without a frontier; raises
+        RedisError."""
+        scheduler = self.scheduler
+        if scheduler is None or scheduler.frontier is None:
+            return None
+        return scheduler.frontier.sizes()["queue"]
 
     def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
         if (scheduler := self.scheduler) is not None:

@@ -30,7 +30,7 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
-from crawler.frontier.reports import frontier_scheduler
+from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters, domain_stat
@@ -337,10 +337,8 @@ def _nothing_read(replies: list[Any]) -> FleetView:
 
 def _worker_id(crawler: Crawler) -> str:
     """The frontier scheduler's worker id (the owner of this worker's leases), or a new one."""
-    scheduler = frontier_scheduler(crawler)
-    if scheduler is not None:
-        return scheduler.worker
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    worker = FrontierReports(crawler).worker
+    return worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 def _shown_host(config: MonitorSettings) -> str:

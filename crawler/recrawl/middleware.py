@@ -20,7 +20,7 @@ from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
-from crawler.frontier.reports import FrontierReports, frontier_scheduler
+from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
@@ -162,8 +162,7 @@ class RecrawlMiddleware:
             rider = Rider(self._queue_revisits, self._revisits_written, self._revisits_lost)
             riders.add(RIDER, rider, self._hold())
             return
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None or not scheduler.in_backoff():  # else a call blocks the reactor
+        if not self.frontier.in_backoff():  # else a call blocks the reactor
             self.flush()
 
     def _hold(self) -> float:
@@ -201,16 +200,15 @@ class RecrawlMiddleware:
     def promote(self) -> None:
         """Claim due revisits and put their requests in the frontier. Once the frontier has
         them they wait again one interval ahead, until their visit writes the next one."""
-        scheduler = frontier_scheduler(self.crawler)
         engine = self.crawler.engine
-        if scheduler is None or engine is None or engine.spider is None:
+        if self.frontier.scheduler is None or engine is None or engine.spider is None:
             return
-        if scheduler.in_backoff():  # Redis is down: a call would block the reactor
+        if self.frontier.in_backoff():  # Redis is down: a call would block the reactor
             return
         if not self._unsettled and time.time() < self._next_claim:
             return  # nothing due yet, as far as this worker knows
         try:
-            if self._unsettled and not self._settle(scheduler):
+            if self._unsettled and not self._settle():
                 return
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             self._claim_again(claim)
@@ -222,7 +220,7 @@ class RecrawlMiddleware:
                 if due is not None:
                     next_due[fingerprint] = due
             self._unsettled.append((claim, next_due))
-            self._settle(scheduler)
+            self._settle()
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
@@ -250,9 +248,9 @@ class RecrawlMiddleware:
         engine.crawl(request)
         return fallback_due(request, self.config.policy, time.time(), self.config.claim_seconds)
 
-    def _settle(self, scheduler: Any) -> bool:
+    def _settle(self) -> bool:
         """Complete the claims handed over once the frontier holds their requests."""
-        if not scheduler.flush():
+        if not self.frontier.flush():
             return False
         while self._unsettled:
             claim, next_due = self._unsettled[0]

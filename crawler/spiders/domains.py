@@ -52,7 +52,7 @@ from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.probes import FAILURE_META, PROBE_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
-from crawler.frontier.reports import frontier_scheduler
+from crawler.frontier.reports import FrontierReports
 from crawler.items import DomainItem
 from crawler.keys import stats_key
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
@@ -179,12 +179,10 @@ class DomainsSpider(RedisFedSpider):
         """Return once the fleet's queue holds fewer than ``most`` requests (at once without
         the Redis frontier). Scrapy's engine reads start requests as fast as they come and the
         scheduler writes them all to Redis: this is what keeps a 10M list in the file."""
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None or scheduler.frontier is None:
-            return
+        frontier = FrontierReports(self.crawler)
         while True:
             try:
-                if scheduler.flush() and scheduler.frontier.sizes()["queue"] < most:
+                if frontier.flush() and (frontier.queued() or 0) < most:
                     return
             except RedisError:
                 pass  # the scheduler reports the outage and backs off; wait for it

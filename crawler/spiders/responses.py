@@ -11,7 +11,7 @@ from scrapy.http import TextResponse
 
 from crawler.bans.waits import RetryBackoff
 from crawler.frontier.records import DUE_META
-from crawler.frontier.reports import frontier_scheduler
+from crawler.frontier.reports import FrontierReports
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -58,9 +58,7 @@ def retry_malformed(
             priority_adjust=crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
         )
     if retry is None:
-        scheduler = frontier_scheduler(crawler)
-        if scheduler is not None:
-            scheduler.failed(request, f"retries_exhausted:{reason}", str(error))
+        FrontierReports(crawler).failed(request, f"retries_exhausted:{reason}", str(error))
         return None
     delay = RetryBackoff.from_settings(crawler.settings).delay(retry.meta["retry_times"])
     retry.meta[DUE_META] = time.time() + delay
