@@ -121,7 +121,7 @@ SCHEDULER = "crawler.frontier.scheduler.FrontierScheduler"
 FRONTIER_BATCH_SIZE = 16
 # FRONTIER_LEASE_SECONDS (int >= 5, default 60): a popped request (or start entry) is leased to
 # its worker this long, renewed every third of it; a dead worker's go back to the queue. Paced
-# pops look a quarter of it ahead (10 s at most); acks wait up to a sixth of it (5 s at most).
+# pops look a quarter of it ahead (10 s at most); acks wait up to a sixth of it (10 s at most).
 FRONTIER_LEASE_SECONDS = 60
 # RECRAWL_ENABLED (bool, default False): revisit every page whose callback gives items, after an
 # interval (float seconds) from RECRAWL_INITIAL_INTERVAL, x2 when its items are unchanged, /2 when
@@ -245,7 +245,7 @@ PROFILES_BASE_URL = "https://www.tiktok.com"
 # --- Fleet observability (crawler.observability.FleetMonitor, `scrapy status`) -----------------
 # What a worker publishes to Redis (stats, per-minute counts, heartbeat): docs/settings.md.
 # STATS_PUBLISH_INTERVAL (float seconds, default 5): how often a worker publishes its stats and
-# reads the frontier's sizes back (with the frontier's next round trip, within the interval).
+# reads the frontier's sizes back (with the frontier's next round trip, within two intervals).
 STATS_PUBLISH_INTERVAL = 5.0
 # WORKER_HEARTBEAT_TTL (int seconds, default 30): a worker's heartbeat expires this long after
 # the worker dies (then `scrapy status` stops listing it); refreshed every third of it.

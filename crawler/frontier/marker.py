@@ -75,7 +75,7 @@ class FrontierMarker:
 
     def ride(self, riders: Riders, leased_here: Callable[[], int]) -> None:
         """Have the marker read with the next round trip (a pop), at most every ``interval``
-        seconds, and no later than four intervals from now."""
+        seconds, and no later than five intervals from now."""
         now = time.monotonic()
         if now < self._next_check or riders.waiting(RIDER):
             return
@@ -87,7 +87,7 @@ class FrontierMarker:
             else:
                 self._compare(replies, leased_here())
 
-        riders.add(RIDER, Rider(self._queue_read, read, self._failed), 4 * self.interval)
+        riders.add(RIDER, Rider(self._queue_read, read, self._failed), 5 * self.interval)
 
     def saw_no_start_entries(self, within: float) -> bool:
         """Whether the start list was empty at a read less than ``within`` seconds ago."""

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 PUSH_BATCHES = 8
 # Seconds acknowledgements (and other lease updates) may wait for a round trip that goes anyway
 # (a pop, new requests), at most a sixth of FRONTIER_LEASE_SECONDS.
-HOLD_ACKS = 5.0
+HOLD_ACKS = 10.0
 
 
 def hold_acks(lease_seconds: float) -> float:

@@ -185,7 +185,7 @@ class FleetMonitor:
 
     def tick(self) -> None:
         """Publish stats and heartbeat, refresh the fleet view, log progress when due: in the
-        frontier's next round trip (within one period), or at once without a frontier."""
+        frontier's next round trip (within two periods), or at once without a frontier."""
         assert self.publisher is not None
         now = time.monotonic()
         stats = self._stats()
@@ -196,7 +196,7 @@ class FleetMonitor:
         riders = Riders.of(self.crawler)
         rider = Rider(self._queue_publish, self._published, self._outage)
         if riders.carried:
-            riders.add(RIDER, rider, self.config.period)
+            riders.add(RIDER, rider, 2 * self.config.period)
         else:
             riders.add(RIDER, rider, 0)
             riders.send(self.server)
