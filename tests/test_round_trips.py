@@ -203,3 +203,19 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     trips -= result["counts"].get("rt:other", 0)  # connection handshakes
     sites = {key: value for key, value in result["counts"].items() if key[:5] == "site:"}
     assert trips / result["pages"] < 1.2, sites
+
+
+def test_a_rider_that_cannot_write_is_dropped_and_the_others_go(
+    redis_client: redis.Redis,
+) -> None:
+    def broken(pipe: Any) -> int:
+        pipe.incr("half")  # queued before it fails
+        raise ValueError("a bug")
+
+    riders = Riders()
+    got: dict[str, list[Any]] = {}
+    riders.add("broken", Rider(broken, lambda r: got.update(broken=r)), 0)
+    riders.add("ok", Rider(_get_and_count("k"), lambda r: got.update(ok=r)), 0)
+    assert riders.send(redis_client)
+    assert got == {"ok": [None, 1]}
+    assert not riders.waiting("broken")

@@ -37,7 +37,7 @@ ATTRIBUTE = "_frontier_riders"
 class Rider:
     """Commands to queue on a pipeline, and what to do with their replies."""
 
-    write: Callable[[Any], int]  # queues its commands on the pipeline, returns how many
+    write: Callable[[Any], int]  # queues its commands on the pipeline (returns how many)
     read: Callable[[list[Any]], None]  # their replies, in order
     failed: Callable[[RedisError], None] | None = None
 
@@ -48,8 +48,8 @@ class Boarded:
 
     riders: list[tuple[Rider, int, int]]
 
-    def __len__(self) -> int:
-        return self.riders[-1][2] if self.riders else 0
+    def __bool__(self) -> bool:
+        return bool(self.riders)
 
     def arrived(self, replies: list[Any]) -> None:
         for rider, first, end in self.riders:
@@ -101,21 +101,25 @@ class Riders:
         return any(latest <= now for latest, _ in self._waiting.values())
 
     def board(self, pipe: Any) -> Boarded:
-        """Queue every waiting rider's commands on ``pipe``, from its first command on."""
+        """Queue every waiting rider's commands on ``pipe``. A rider whose ``write`` fails is
+        logged and dropped (its commands, if any, go but their replies are not read)."""
         waiting, self._waiting = self._waiting, {}
         boarded: list[tuple[Rider, int, int]] = []
-        start = len(pipe)
         for _, rider in waiting.values():
-            end = start + rider.write(pipe)
-            boarded.append((rider, start, end))
-            start = end
+            start = len(pipe)
+            try:
+                rider.write(pipe)
+            except Exception:
+                logger.exception("A Redis write could not be prepared; it is dropped")
+                continue
+            boarded.append((rider, start, len(pipe)))
         return Boarded(boarded)
 
     def send(self, server: RedisClient) -> bool:
         """Send the waiting riders on their own round trip; False if Redis failed it."""
         pipe = server.pipeline(transaction=False)
         boarded = self.board(pipe)
-        if not len(boarded):
+        if not len(pipe):
             boarded.arrived([])
             return True
         try:
