@@ -12,8 +12,8 @@ import pytest
 import redis
 from scrapy import Request
 
+from crawler.frontier.reports import FrontierReports
 from crawler.recrawl import RecrawlMiddleware
-from crawler.recrawl import middleware as recrawl_middleware
 from crawler.recrawl.revisits import RECRAWL_META
 from crawler.recrawl.store import Revisit, RevisitStore
 from tests.test_recrawl_units import _middleware
@@ -48,7 +48,7 @@ def _promoting(
     middleware = _middleware(redis_url)
     engine = _Engine(middleware.crawler.spider)
     middleware.crawler.engine = engine  # type: ignore[assignment]
-    monkeypatch.setattr(recrawl_middleware, "frontier_scheduler", lambda crawler: scheduler)
+    monkeypatch.setattr(FrontierReports, "scheduler", property(lambda self: scheduler))
     return middleware, engine
 
 

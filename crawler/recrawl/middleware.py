@@ -24,7 +24,7 @@ from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
-from crawler.recrawl.store import Claim, Revisit, RevisitStore
+from crawler.recrawl.store import Claim, Revisit, RevisitStore, read_claim
 
 # With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
 # (other workers write revisits too).
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RIDER = "revisits"
+CLAIM_RIDER = "revisit-claim"
+COMPLETE_RIDER = "revisit-complete"
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,9 @@ class RecrawlMiddleware:
         # Claims handed to the engine whose requests the frontier did not take yet: completed
         # once it has, so the claim is not handed over again when it expires meanwhile.
         self._unsettled: list[tuple[Claim, dict[str, float]]] = []
+        self._completing: list[tuple[Claim, dict[str, float]]] = []
+        self._quiet = False
+        self._claim_deadline = 0.0
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -207,6 +212,10 @@ class RecrawlMiddleware:
             return
         if not self._unsettled and time.time() < self._next_claim:
             return  # nothing due yet, as far as this worker knows
+        riders = Riders.of(self.crawler)
+        if riders.carried:
+            self._ride_claims(riders)
+            return
         try:
             if self._unsettled and not self._settle():
                 return
@@ -230,10 +239,70 @@ class RecrawlMiddleware:
         new revisits)."""
         now = time.time()
         if len(claim.revisits) >= self.config.batch_size:
-            self._next_claim = now
+            self._next_claim, self._quiet = now, False
             return
         latest = now + QUIET_POLLS * self.config.poll_interval
-        self._next_claim = min(claim.next_due, latest) if claim.next_due else latest
+        self._quiet = not claim.next_due or claim.next_due > latest
+        self._next_claim = latest if self._quiet else claim.next_due
+
+    # --- the same, in the frontier's round trips -------------------------------------------
+
+    def _ride_claims(self, riders: Riders) -> None:
+        """Claim with the frontier's next round trip (within a poll when revisits are due,
+        within QUIET_POLLS polls when only other workers' new ones may be), and complete the
+        claims handed over in the trip after (the one that writes their requests first)."""
+        if self._unsettled and not riders.waiting(COMPLETE_RIDER):
+            rider = Rider(self._queue_completes, self._completed, self._completes_lost)
+            riders.add(COMPLETE_RIDER, rider, self._hold())
+        if time.time() >= self._next_claim and not riders.waiting(CLAIM_RIDER):
+            polls = QUIET_POLLS if self._quiet else 1
+            rider = Rider(self._queue_claim, self._claimed, self._claim_lost)
+            riders.add(CLAIM_RIDER, rider, polls * self.config.poll_interval)
+
+    def _queue_claim(self, pipe: Any) -> int:
+        config = self.config
+        self._claim_deadline = self.store.queue_claim(pipe, config.batch_size, config.claim_seconds)
+        return 1
+
+    def _claimed(self, replies: list[Any]) -> None:
+        engine = self.crawler.engine
+        if (error := first_error(replies)) is not None or engine is None:
+            self._claim_lost(error or RedisError("no engine"))
+            return
+        claim = read_claim(replies[0], self._claim_deadline)
+        self._claim_again(claim)
+        next_due: dict[str, float] = {}
+        for fingerprint, record in claim.revisits:
+            due = self._hand_over(engine, fingerprint, record)
+            if due is not None:
+                next_due[fingerprint] = due
+        if claim.revisits:
+            self._unsettled.append((claim, next_due))
+            self._ride_claims(Riders.of(self.crawler))
+
+    def _claim_lost(self, exc: RedisError) -> None:
+        logger.warning("Could not claim due revisits yet: %s", exc)
+
+    def _queue_completes(self, pipe: Any) -> int:
+        self._completing, self._unsettled = self._unsettled, []
+        for claim, next_due in self._completing:
+            self.store.queue_complete(pipe, claim, next_due)
+        return len(self._completing)
+
+    def _completed(self, replies: list[Any]) -> None:
+        completing, self._completing = self._completing, []
+        if (error := first_error(replies)) is not None:
+            self._completes_lost(error, completing)
+            return
+        self._count("recrawl/promoted", sum(len(next_due) for _, next_due in completing))
+
+    def _completes_lost(
+        self, exc: RedisError, completing: list[tuple[Claim, dict[str, float]]] | None = None
+    ) -> None:
+        if completing is None:
+            completing, self._completing = self._completing, []
+        logger.warning("Could not settle %d revisit claims yet: %s", len(completing), exc)
+        self._unsettled = completing + self._unsettled
 
     def _hand_over(self, engine: Any, fingerprint: str, record: str) -> float | None:
         """Give one revisit's request to the engine and return when it comes due again unless

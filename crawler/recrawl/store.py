@@ -134,8 +134,16 @@ class RevisitStore:
         now = time.time() if now is None else now
         deadline = round(now + hold, 3)
         raw = self._claim(keys=self.keys, args=[repr(now), count, repr(deadline)])
-        pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(1, len(raw), 2)]
-        return Claim(deadline, pairs, float(raw[0]))
+        return read_claim(raw, deadline)
+
+    def queue_claim(self, pipe: Any, count: int, hold: float) -> float:
+        """Queue :meth:`claim` on the pipeline ``pipe``; returns the claim's deadline (its
+        reply is read with :func:`read_claim`)."""
+        now = time.time()
+        deadline = round(now + hold, 3)
+        args = [repr(now), count, repr(deadline)]
+        pipe.execute_command("EVAL", self._claim.script, len(self.keys), *self.keys, *args)
+        return deadline
 
     def complete(self, claim: Claim, next_due: Mapping[str, float] | None = None) -> int:
         """Settle claimed revisits now held by the frontier (unless written again since): one
@@ -143,11 +151,15 @@ class RevisitStore:
         revisit (failed, gone, no items); the others are removed."""
         if not claim.revisits:
             return 0
-        args: list[Any] = [repr(claim.deadline)]
-        for fingerprint, _ in claim.revisits:
-            due = (next_due or {}).get(fingerprint)
-            args.extend((fingerprint, "" if due is None else repr(due)))
-        return int(self._complete(keys=self.keys, args=args))
+        return int(self._complete(keys=self.keys, args=_complete_args(claim, next_due)))
+
+    def queue_complete(
+        self, pipe: Any, claim: Claim, next_due: Mapping[str, float] | None = None
+    ) -> None:
+        """Queue :meth:`complete` on the pipeline ``pipe``."""
+        if claim.revisits:
+            args = _complete_args(claim, next_due)
+            pipe.execute_command("EVAL", self._complete.script, len(self.keys), *self.keys, *args)
 
     def counts(self, now: float | None = None) -> dict[str, int]:
         """Waiting revisits due now, within the next hour, and later, in one round trip."""
@@ -170,4 +182,18 @@ def _add_args(revisits: Sequence[Revisit]) -> list[Any]:
     for revisit in revisits:
         mode = "r" if revisit.replace else "n"
         args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode))
+    return args
+
+
+def read_claim(raw: Any, deadline: float) -> Claim:
+    """A claim's reply read (see CLAIM)."""
+    pairs = [(reply_text(raw[i]), reply_text(raw[i + 1])) for i in range(1, len(raw), 2)]
+    return Claim(deadline, pairs, float(raw[0]))
+
+
+def _complete_args(claim: Claim, next_due: Mapping[str, float] | None) -> list[Any]:
+    args: list[Any] = [repr(claim.deadline)]
+    for fingerprint, _ in claim.revisits:
+        due = (next_due or {}).get(fingerprint)
+        args.extend((fingerprint, "" if due is None else repr(due)))
     return args
