@@ -270,7 +270,8 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self._count_filtered(sealed.schedule_replies(replies))
         if sealed.pushes:
             self._queue_size += len(sealed.pushes)
-            self._pop_soon()
+            if not pop:  # a pop in the same trip came after them and saw them
+                self._pop_soon()
         return True, popped(replies[own - 1]) if pop else None
 
     def _pop_soon(self) -> None:
@@ -302,7 +303,14 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
         self._settle_orphans()
         if self.outbox.due(hold_acks(self.config.lease_seconds)) or self.riders.due():
-            self.flush()
+            if self.pacing is None or self.frontier is None or self._in_backoff():
+                self.flush()
+                return
+            # Paced, the pop goes along: the turns of its look-ahead are leased sooner rather
+            # than costing a round trip of their own a few seconds later.
+            self._refill()
+            if self._ready:
+                self._engine.wake_in(0)
 
     def _work_left(self) -> bool:
         """Whether the fleet has work left: requests queued, leased or delayed in Redis, or
