@@ -225,16 +225,16 @@ class FleetPoliteness:
 
     def _refresh_bans(self) -> None:
         """Read the cool-downs again once ``refresh`` old: with the frontier's next round
-        trip when it carries riders (at most three ``refresh`` later), else at once."""
+        trip when it carries riders (at most four ``refresh`` later), else at once."""
         now = time.monotonic()
         age = now - self._bans_read
         if age < self.refresh:
             return
         riders = self.riders
-        if riders is not None and riders.carried and age < 5 * self.refresh:
+        if riders is not None and riders.carried and age < 6 * self.refresh:
             if not riders.waiting(BANS_RIDER):
                 rider = Rider(self._queue_bans_read, self._bans_arrived)
-                riders.add(BANS_RIDER, rider, 3 * self.refresh)
+                riders.add(BANS_RIDER, rider, 4 * self.refresh)
             return
         self._bans_read = now
         raw: Any = self.server.hgetall(self.bans_key)
