@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import Request, signals
 from scrapy.core.scheduler import BaseScheduler
-from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.dupefilter import RecentlySeen
+from crawler.frontier.idle import IdleSpider
 from crawler.frontier.leases import (
     LEASE_META,
     LeaseBook,
@@ -39,7 +39,7 @@ from crawler.frontier.leases import (
 from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
-from crawler.frontier.queue import Frontier, Pacing, Popped, popped, requests_left
+from crawler.frontier.queue import Frontier, Pacing, Popped, popped
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
 from crawler.frontier.records import leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 START_META = "frontier_start"
 
 
-class FrontierScheduler(LeaseReports, BaseScheduler):
+class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
     """Scheduler whose queue, leases, delayed set, dead letters and duplicate filter are in Redis.
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
@@ -203,31 +203,6 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
         self._count("scheduler/dequeued/redis")
         return request
 
-    def keep_open_while_work_left(self) -> None:
-        """spider_idle handler: the crawl does not close while the fleet has work left."""
-        self._engine.look_again_soon(self.config.idle_poll, self._next_pop)
-        if self._work_left():
-            raise DontCloseSpider
-
-    # --- start entries ---------------------------------------------------------------------------
-
-    def lease_start_entries(self, count: int) -> list[bytes]:
-        """Lease up to ``count`` start entries; they come back if this worker dies first."""
-        assert self.frontier is not None
-        if self._in_backoff():
-            return []
-        try:
-            members = self.frontier.pop_start(count, self.config.lease_seconds, self.worker)
-        except RedisError as exc:
-            self._outage(exc)
-            return []
-        self.starts.leased(members)
-        return members
-
-    def expect_start_requests(self, member: bytes, count: int) -> None:
-        """The entry ``member`` became ``count`` requests (tagged with START_META)."""
-        self.starts.expect(member, count)
-
     # --- internals -------------------------------------------------------------------------------
 
     def flush(self) -> bool:
@@ -311,35 +286,6 @@ class FrontierScheduler(LeaseReports, BaseScheduler):
             self._refill()
             if self._ready:
                 self._engine.wake_in(0)
-
-    def _work_left(self) -> bool:
-        """Whether the fleet has work left: requests queued, leased or delayed in Redis, or
-        updates of this worker not written yet. While Redis is away, there may be."""
-        if self.frontier is None:
-            return False
-        if self.known_busy():
-            return True
-        if self._in_backoff() or not self.flush():
-            return True
-        try:
-            sizes = self.frontier.sizes()
-        except RedisError as exc:
-            self._outage(exc)
-            return True
-        return requests_left(sizes)
-
-    def known_busy(self) -> bool:
-        """Whether this worker knows of work left without asking Redis: requests in hand or
-        buffered, requests queued at its last pop, or a delayed request due later (the pop
-        due then looks again)."""
-        if self._ready or self._held or self.outbox.pushes or self._queue_size > 0:
-            return True
-        return self._next_due > 0
-
-    def no_start_entries_known(self) -> bool:
-        """Whether this worker, busy with work it knows of, saw the start list empty lately
-        (the marker's read rides its pops): the idle spider need not ask for entries."""
-        return self.known_busy() and self.marker.saw_no_start_entries(2 * self.marker.interval)
 
     def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
         self._queue_size = sizes["queue"] + sizes["delayed"]
