@@ -206,10 +206,15 @@ class FleetPoliteness:
     # --- cool-downs ---------------------------------------------------------------------------
 
     def cooling_until(self, domain: str, identity: str | None = None) -> float:
-        """End of the cool-down of the domain (or of the identity on it); 0 when none."""
+        """End of the cool-down of the domain (or of the identity on it); 0 when none. A
+        cool-down seen in a view older than ``refresh`` is read again at once (it may have
+        been lifted: a request is not held back on an old view)."""
         self._refresh_bans()
         field_name = domain if identity is None else f"{domain}|{identity}"
         until = self._bans.get(field_name, 0.0)
+        if until > time.time() and time.monotonic() - self._bans_read >= self.refresh:
+            self._read_bans()
+            until = self._bans.get(field_name, 0.0)
         return until if until > time.time() else 0.0
 
     def ban(self, domain: str, identity: str | None, seconds: float, why: str = "") -> float:
@@ -236,7 +241,10 @@ class FleetPoliteness:
                 rider = Rider(self._queue_bans_read, self._bans_arrived)
                 riders.add(BANS_RIDER, rider, 4 * self.refresh)
             return
-        self._bans_read = now
+        self._read_bans()
+
+    def _read_bans(self) -> None:
+        self._bans_read = time.monotonic()
         raw: Any = self.server.hgetall(self.bans_key)
         self._set_bans(list(raw.items()))
 
