@@ -8,10 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawler.frontier.riders import Rider, Riders, first_error
+from crawler.frontier.riders import Batch, Riders
 
 if TYPE_CHECKING:
-    from redis.exceptions import RedisError
     from scrapy import Request
 
     from crawler.connection import RedisClient
@@ -117,12 +116,13 @@ class RidingHandoff:
         self.handoff = handoff
         self.riders = riders
         self.reports = reports
-        self.hold = hold
         self.count = count
-        self._checking: list[_Page] = []
-        self._pushing: list[_Page] = []
-        self._boarded: list[_Page] = []
-        self._boarded_push: list[_Page] = []
+        self._checks: Batch[_Page] = Batch(
+            riders, "handoff-check", self._queue_check, self._checked, lambda: hold
+        )
+        self._pushes: Batch[_Page] = Batch(
+            riders, "handoff-push", self._queue_push, self._pushed, lambda: hold
+        )
 
     def hand_over(self, entries: dict[str, dict[str, object]], request: Request | None) -> None:
         if not entries:
@@ -131,61 +131,31 @@ class RidingHandoff:
             self.count(len(self.handoff.hand_over(entries)))
             return
         self.reports.item_started(request)
-        self._checking.append(_Page(entries, request))
-        self._ride_check()
+        self._checks.add([_Page(entries, request)])
 
-    def _ride_check(self) -> None:
-        rider = Rider(self._queue_check, self._checked, self._check_lost)
-        self.riders.add("handoff-check", rider, self.hold)
+    def _queue_check(self, pipe: Any, pages: list[_Page]) -> None:
+        self.handoff.queue_check(pipe, _keys(pages))
 
-    def _ride_push(self) -> None:
-        rider = Rider(self._queue_push, self._pushed, self._push_lost)
-        self.riders.add("handoff-push", rider, self.hold)
-
-    def _queue_check(self, pipe: Any) -> int:
-        self._boarded, self._checking = self._checking, []
-        keys = sorted({key for page in self._boarded for key in page.entries})
-        return self.handoff.queue_check(pipe, keys)
-
-    def _checked(self, replies: list[Any]) -> None:
-        pages, self._boarded = self._boarded, []
-        if first_error(replies) is not None:
-            self._checking = pages + self._checking
-            self._ride_check()
-            return
-        keys = sorted({key for page in pages for key in page.entries})
-        new = set(self.handoff.new_keys(keys, replies))
+    def _checked(self, pages: list[_Page], replies: list[Any]) -> None:
+        new = set(self.handoff.new_keys(_keys(pages), replies))
         for page in pages:
             page.entries = {k: v for k, v in page.entries.items() if k in new}
-        self._pushing.extend(pages)
-        self._ride_push()
+        self._pushes.add(pages)
 
-    def _check_lost(self, exc: RedisError) -> None:
-        self._checking = self._boarded + self._checking
-        self._boarded = []
-        self._ride_check()
-
-    def _queue_push(self, pipe: Any) -> int:
-        self._boarded_push, self._pushing = self._pushing, []
+    def _queue_push(self, pipe: Any, pages: list[_Page]) -> None:
         entries: dict[str, dict[str, object]] = {}
-        for page in self._boarded_push:
+        for page in pages:
             entries.update(page.entries)
-        return self.handoff.queue_push(pipe, entries)
+        self.handoff.queue_push(pipe, entries)
 
-    def _pushed(self, replies: list[Any]) -> None:
-        pages, self._boarded_push = self._boarded_push, []
-        if first_error(replies) is not None:
-            self._pushing = pages + self._pushing
-            self._ride_push()
-            return
-        self.count(len({key for page in pages for key in page.entries}))
+    def _pushed(self, pages: list[_Page], replies: list[Any]) -> None:
+        self.count(len(_keys(pages)))
         for page in pages:
             self.reports.item_finished(page.request)
 
-    def _push_lost(self, exc: RedisError) -> None:
-        self._pushing = self._boarded_push + self._pushing
-        self._boarded_push = []
-        self._ride_push()
+
+def _keys(pages: list[_Page]) -> list[str]:
+    return sorted({key for page in pages for key in page.entries})
 
 
 @dataclass

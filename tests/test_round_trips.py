@@ -21,7 +21,7 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.queue import Frontier, Pacing
-from crawler.frontier.riders import Rider, Riders
+from crawler.frontier.riders import Batch, Rider, Riders
 from crawler.frontier.turns import HeldTurns
 from devtools.services import free_port
 from tests.harness import ROOT, Crawl, Sandbox
@@ -219,3 +219,34 @@ def test_a_rider_that_cannot_write_is_dropped_and_the_others_go(
     assert riders.send(redis_client)
     assert got == {"ok": [None, 1]}
     assert not riders.waiting("broken")
+
+
+def test_a_batch_whose_trip_fails_waits_again_ahead_of_newer_items(
+    redis_client: redis.Redis,
+) -> None:
+    riders = Riders()
+    written: list[list[str]] = []
+    lost: list[list[str]] = []
+
+    def write(pipe: Any, items: list[str]) -> None:
+        pipe.rpush("batch", *items)
+
+    batch: Batch[str] = Batch(
+        riders,
+        "b",
+        write,
+        lambda items, _: written.append(items),
+        lambda: 60,
+        lambda i, _: lost.append(i),
+    )
+    batch.add(["a", "b"])
+    pipe = redis_client.pipeline(transaction=False)
+    boarded = riders.board(pipe)
+    batch.add(["c"])  # comes while the trip is out
+    boarded.lost(RedisConnectionError("gone"))
+    assert lost == [["a", "b"]]
+    assert batch.items == ["a", "b", "c"]
+    assert riders.waiting("b")
+    assert riders.send(redis_client)
+    assert written == [["a", "b", "c"]]
+    assert redis_client.lrange("batch", 0, -1) == [b"a", b"b", b"c"]

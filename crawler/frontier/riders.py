@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -129,6 +129,70 @@ class Riders:
             return False
         boarded.arrived(replies)
         return True
+
+
+T = TypeVar("T")
+
+
+class Batch(Generic[T]):
+    """Items that go to Redis together as one rider named ``name``, within ``hold()`` seconds
+    of the first waiting: ``write(pipe, items)`` queues their commands when the trip goes,
+    ``done(items, replies)`` follows once they are written. When the trip fails or a reply
+    is an error, the items wait again, ahead of newer ones, ``lost(items, exc)`` is told, and
+    the rider goes with a later trip: nothing is dropped."""
+
+    def __init__(
+        self,
+        riders: Riders,
+        name: str,
+        write: Callable[[Any, list[T]], object],
+        done: Callable[[list[T], list[Any]], None],
+        hold: Callable[[], float],
+        lost: Callable[[list[T], RedisError], None] | None = None,
+    ) -> None:
+        self.riders, self.name = riders, name
+        self._write, self._done, self._hold, self._lost = write, done, hold, lost
+        self.items: list[T] = []
+        self._boarded: list[T] = []
+
+    def add(self, items: Iterable[T]) -> None:
+        self.items.extend(items)
+        if self.items:
+            self.ride()
+
+    def ride(self) -> None:
+        self.riders.add(self.name, Rider(self._board, self._arrived, self._failed), self._hold())
+
+    def take(self) -> list[T]:
+        """Every waiting item, for a caller that writes them itself."""
+        items, self.items = self.items, []
+        return items
+
+    def put_back(self, items: list[T]) -> None:
+        self.items = items + self.items
+
+    def _board(self, pipe: Any) -> int:
+        self._boarded = self.take()
+        before = len(pipe)
+        self._write(pipe, self._boarded)
+        return len(pipe) - before
+
+    def _arrived(self, replies: list[Any]) -> None:
+        items, self._boarded = self._boarded, []
+        if (error := first_error(replies)) is not None:
+            self._again(items, error)
+        else:
+            self._done(items, replies)
+
+    def _failed(self, exc: RedisError) -> None:
+        items, self._boarded = self._boarded, []
+        self._again(items, exc)
+
+    def _again(self, items: list[T], exc: RedisError) -> None:
+        self.put_back(items)
+        if self._lost is not None:
+            self._lost(items, exc)
+        self.ride()
 
 
 def first_error(replies: list[Any]) -> RedisError | None:

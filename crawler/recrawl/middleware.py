@@ -21,7 +21,7 @@ from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports
-from crawler.frontier.riders import Rider, Riders, first_error
+from crawler.frontier.riders import Batch, Rider, Riders, first_error
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore, read_claim
@@ -90,14 +90,23 @@ class RecrawlMiddleware:
         self.store = store
         self.config = config
         self.frontier = FrontierReports(crawler)
-        self._buffer: list[tuple[Revisit, Request]] = []
-        self._boarded: list[tuple[Revisit, Request]] = []
+        riders = Riders.of(crawler)
+        # Revisits to write; their pages' leases wait for them.
+        self._revisits: Batch[tuple[Revisit, Request]] = Batch(
+            riders, RIDER, self._queue_revisits, self._written, self._hold, self._not_written
+        )
         self._next_claim = 0.0
         self._loops: list[task.LoopingCall] = []
         # Claims handed to the engine whose requests the frontier did not take yet: completed
         # once it has, so the claim is not handed over again when it expires meanwhile.
-        self._unsettled: list[tuple[Claim, dict[str, float]]] = []
-        self._completing: list[tuple[Claim, dict[str, float]]] = []
+        self._unsettled: Batch[tuple[Claim, dict[str, float]]] = Batch(
+            riders,
+            COMPLETE_RIDER,
+            self._queue_completes,
+            self._completed,
+            self._hold,
+            self._not_completed,
+        )
         self._quiet = False
         self._claim_deadline = 0.0
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -133,7 +142,7 @@ class RecrawlMiddleware:
 
     def _schedule(self, visit: Visit, request: Request) -> None:
         self.frontier.item_started(request)  # the lease waits for the revisit to be written
-        self._buffer.append((visit.revisit, request))
+        self._revisits.items.append((visit.revisit, request))
         self._count("recrawl/scheduled")
         if visit.changed is not None:
             self._count("recrawl/changed" if visit.changed else "recrawl/unchanged")
@@ -145,27 +154,24 @@ class RecrawlMiddleware:
 
     def flush(self) -> bool:
         """Write the buffered revisits, then let their pages' leases be acknowledged."""
-        if not self._buffer:
+        buffered = self._revisits.take()
+        if not buffered:
             return True
-        buffered, self._buffer = self._buffer, []
         try:
             self.store.add([revisit for revisit, _ in buffered])
-            self._next_claim = min(self._next_claim, *(r.due for r, _ in buffered))
         except RedisError as exc:
-            logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
-            self._buffer = buffered + self._buffer
+            self._revisits.put_back(buffered)
+            self._not_written(buffered, exc)
             return False
-        for _, request in buffered:
-            self.frontier.item_finished(request)
+        self._written(buffered)
         return True
 
     def _flush_unless_down(self) -> None:
         """Have the buffered revisits written: with the frontier's next round trip (within
         :meth:`_hold`), or at once without a frontier."""
-        riders = Riders.of(self.crawler)
-        if self._buffer and riders.carried:
-            rider = Rider(self._queue_revisits, self._revisits_written, self._revisits_lost)
-            riders.add(RIDER, rider, self._hold())
+        if self._revisits.riders.carried:
+            if self._revisits.items:
+                self._revisits.ride()
             return
         if not self.frontier.in_backoff():  # else a call blocks the reactor
             self.flush()
@@ -178,27 +184,17 @@ class RecrawlMiddleware:
         hold = min(hold_acks(config.claim_seconds), config.policy.minimum / 8)
         return max(config.flush_interval, hold)
 
-    def _queue_revisits(self, pipe: Any) -> int:
-        self._boarded, self._buffer = self._buffer, []
-        return self.store.queue_add(pipe, [revisit for revisit, _ in self._boarded])
+    def _queue_revisits(self, pipe: Any, buffered: list[tuple[Revisit, Request]]) -> None:
+        self.store.queue_add(pipe, [revisit for revisit, _ in buffered])
 
-    def _revisits_written(self, replies: list[Any]) -> None:
-        boarded, self._boarded = self._boarded, []
-        if (error := first_error(replies)) is not None:
-            self._revisits_lost(error, boarded)
-            return
-        if boarded:
-            self._next_claim = min(self._next_claim, *(r.due for r, _ in boarded))
-        for _, request in boarded:
+    def _written(self, buffered: list[tuple[Revisit, Request]], replies: object = None) -> None:
+        if buffered:
+            self._next_claim = min(self._next_claim, *(r.due for r, _ in buffered))
+        for _, request in buffered:
             self.frontier.item_finished(request)
 
-    def _revisits_lost(
-        self, exc: RedisError, boarded: list[tuple[Revisit, Request]] | None = None
-    ) -> None:
-        if boarded is None:
-            boarded, self._boarded = self._boarded, []
-        logger.warning("Could not write %d revisits yet: %s", len(boarded), exc)
-        self._buffer = boarded + self._buffer
+    def _not_written(self, buffered: list[tuple[Revisit, Request]], exc: RedisError) -> None:
+        logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
 
     # --- due revisits to the frontier --------------------------------------------------------
 
@@ -210,26 +206,20 @@ class RecrawlMiddleware:
             return
         if self.frontier.in_backoff():  # Redis is down: a call would block the reactor
             return
-        if not self._unsettled and time.time() < self._next_claim:
+        if not self._unsettled.items and time.time() < self._next_claim:
             return  # nothing due yet, as far as this worker knows
         riders = Riders.of(self.crawler)
         if riders.carried:
             self._ride_claims(riders)
             return
         try:
-            if self._unsettled and not self._settle():
+            if self._unsettled.items and not self._settle():
                 return
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             self._claim_again(claim)
-            if not claim.revisits:
-                return
-            next_due: dict[str, float] = {}
-            for fingerprint, record in claim.revisits:
-                due = self._hand_over(engine, fingerprint, record)
-                if due is not None:
-                    next_due[fingerprint] = due
-            self._unsettled.append((claim, next_due))
-            self._settle()
+            if claim.revisits:
+                self._unsettled.items.append((claim, self._hand_over_claim(engine, claim)))
+                self._settle()
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
@@ -251,9 +241,8 @@ class RecrawlMiddleware:
         """Claim with the frontier's next round trip (within a poll when revisits are due,
         within QUIET_POLLS polls when only other workers' new ones may be), and complete the
         claims handed over in the trip after (the one that writes their requests first)."""
-        if self._unsettled and not riders.waiting(COMPLETE_RIDER):
-            rider = Rider(self._queue_completes, self._completed, self._completes_lost)
-            riders.add(COMPLETE_RIDER, rider, self._hold())
+        if self._unsettled.items and not riders.waiting(COMPLETE_RIDER):
+            self._unsettled.ride()
         if time.time() >= self._next_claim and not riders.waiting(CLAIM_RIDER):
             polls = QUIET_POLLS if self._quiet else 1
             rider = Rider(self._queue_claim, self._claimed, self._claim_lost)
@@ -271,38 +260,32 @@ class RecrawlMiddleware:
             return
         claim = read_claim(replies[0], self._claim_deadline)
         self._claim_again(claim)
+        if claim.revisits:
+            self._unsettled.items.append((claim, self._hand_over_claim(engine, claim)))
+            self._ride_claims(self._unsettled.riders)
+
+    def _claim_lost(self, exc: RedisError) -> None:
+        logger.warning("Could not claim due revisits yet: %s", exc)
+
+    def _queue_completes(self, pipe: Any, claims: list[tuple[Claim, dict[str, float]]]) -> None:
+        for claim, next_due in claims:
+            self.store.queue_complete(pipe, claim, next_due)
+
+    def _completed(self, claims: list[tuple[Claim, dict[str, float]]], replies: object) -> None:
+        self._count("recrawl/promoted", sum(len(next_due) for _, next_due in claims))
+
+    def _not_completed(self, claims: list[tuple[Claim, dict[str, float]]], exc: RedisError) -> None:
+        logger.warning("Could not settle %d revisit claims yet: %s", len(claims), exc)
+
+    def _hand_over_claim(self, engine: Any, claim: Claim) -> dict[str, float]:
+        """Give the claim's revisits to the engine; returns when each comes due again unless
+        its visit writes a new one (see :meth:`_hand_over`)."""
         next_due: dict[str, float] = {}
         for fingerprint, record in claim.revisits:
             due = self._hand_over(engine, fingerprint, record)
             if due is not None:
                 next_due[fingerprint] = due
-        if claim.revisits:
-            self._unsettled.append((claim, next_due))
-            self._ride_claims(Riders.of(self.crawler))
-
-    def _claim_lost(self, exc: RedisError) -> None:
-        logger.warning("Could not claim due revisits yet: %s", exc)
-
-    def _queue_completes(self, pipe: Any) -> int:
-        self._completing, self._unsettled = self._unsettled, []
-        for claim, next_due in self._completing:
-            self.store.queue_complete(pipe, claim, next_due)
-        return len(self._completing)
-
-    def _completed(self, replies: list[Any]) -> None:
-        completing, self._completing = self._completing, []
-        if (error := first_error(replies)) is not None:
-            self._completes_lost(error, completing)
-            return
-        self._count("recrawl/promoted", sum(len(next_due) for _, next_due in completing))
-
-    def _completes_lost(
-        self, exc: RedisError, completing: list[tuple[Claim, dict[str, float]]] | None = None
-    ) -> None:
-        if completing is None:
-            completing, self._completing = self._completing, []
-        logger.warning("Could not settle %d revisit claims yet: %s", len(completing), exc)
-        self._unsettled = completing + self._unsettled
+        return next_due
 
     def _hand_over(self, engine: Any, fingerprint: str, record: str) -> float | None:
         """Give one revisit's request to the engine and return when it comes due again unless
@@ -321,10 +304,10 @@ class RecrawlMiddleware:
         """Complete the claims handed over once the frontier holds their requests."""
         if not self.frontier.flush():
             return False
-        while self._unsettled:
-            claim, next_due = self._unsettled[0]
+        while self._unsettled.items:
+            claim, next_due = self._unsettled.items[0]
             self.store.complete(claim, next_due)
-            self._unsettled.pop(0)
+            self._unsettled.items.pop(0)
             self._count("recrawl/promoted", len(next_due))
         return True
 
@@ -342,7 +325,7 @@ class RecrawlMiddleware:
             logger.error(
                 "Could not reach Redis at close: %d revisits not written; their pages' leases "
                 "expire and the pages are fetched again",
-                len(self._buffer),
+                len(self._revisits.items),
             )
 
     def _start_loop(self, function: Any, interval: float) -> None:
