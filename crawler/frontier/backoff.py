@@ -12,13 +12,25 @@ import time
 
 from redis.exceptions import RedisError
 
-logger = logging.getLogger("crawler.frontier.scheduler")
+logger = logging.getLogger(__name__)
 
 
 class RedisBackoff:
-    """Whether to skip Redis calls for now, and since when Redis is away."""
+    """Whether to skip Redis calls for now, and since when Redis is away: ``start`` seconds
+    after the first failure, growing by half the outage's length up to ``cap``. The first
+    failure is logged with ``down`` (at ``level``), the recovery with ``up`` (one level
+    lower)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        start: float = 0.5,
+        cap: float = 10.0,
+        down: str = "Redis unavailable (%s); backing off, nothing is dropped",
+        up: str = "Redis reachable again after %.1fs",
+        level: int = logging.ERROR,
+    ) -> None:
+        self.start, self.cap = start, cap
+        self.down, self.up, self.level = down, up, level
         self.until = 0.0
         self.since: float | None = None
 
@@ -29,12 +41,12 @@ class RedisBackoff:
         now = time.monotonic()
         if self.since is None:
             self.since = now
-            logger.error("Redis unavailable (%s); backing off, nothing is dropped", exc)
-        self.until = now + min(10.0, 0.5 + (now - self.since) / 2)
+            logger.log(self.level, self.down, exc)
+        self.until = now + min(self.cap, self.start + (now - self.since) / 2)
 
     def recovered(self) -> None:
         if self.since is not None:
-            logger.warning("Redis reachable again after %.1fs", time.monotonic() - self.since)
+            logger.log(self.level - 10, self.up, time.monotonic() - self.since)
             self.since = None
             self.until = 0.0
 

@@ -30,6 +30,7 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
+from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import FleetKeys, FrontierKeys, start_key
@@ -120,8 +121,13 @@ class FleetMonitor:
         self._endpoint: Listening | None = None
         self._spider: Spider | None = None
         self._next_progress = 0.0
-        self._retry_at = 0.0
-        self._outage_since: float | None = None
+        self._backoff = RedisBackoff(
+            1.0,
+            30.0,
+            "Fleet stats not published, Redis unavailable (%s); will retry",
+            "Fleet stats published again after %.1fs; nothing was lost",
+            logging.WARNING,
+        )
         self._read: Callable[[list[Any]], FleetView] = _nothing_read
 
     @classmethod
@@ -191,7 +197,7 @@ class FleetMonitor:
         stats = self._stats()
         self._pages.add(now, stats.get("response_received_count", 0))
         self._items.add(now, stats.get("item_scraped_count", 0))
-        if now < self._retry_at:
+        if self._backoff.active():
             return
         riders = Riders.of(self.crawler)
         rider = Rider(self._queue_publish, self._published, self._outage)
@@ -318,17 +324,10 @@ class FleetMonitor:
         )
 
     def _outage(self, exc: RedisError) -> None:
-        now = time.monotonic()
-        if self._outage_since is None:
-            self._outage_since = now
-            logger.warning("Fleet stats not published, Redis unavailable (%s); will retry", exc)
-        self._retry_at = now + min(30.0, 1.0 + (now - self._outage_since) / 2)
+        self._backoff.failed(exc)
 
     def _recovered(self) -> None:
-        if self._outage_since is not None:
-            logger.info("Fleet stats published again; nothing was lost")
-            self._outage_since = None
-            self._retry_at = 0.0
+        self._backoff.recovered()
 
 
 def _nothing_read(replies: list[Any]) -> FleetView:
