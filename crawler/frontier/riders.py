@@ -37,7 +37,7 @@ ATTRIBUTE = "_frontier_riders"
 class Rider:
     """Commands to queue on a pipeline, and what to do with their replies."""
 
-    write: Callable[[Any], int]  # queues its commands on the pipeline (returns how many)
+    write: Callable[[Any], object]  # queues its commands on the pipeline
     read: Callable[[list[Any]], None]  # their replies, in order
     failed: Callable[[RedisError], None] | None = None
 

@@ -128,7 +128,7 @@ class FleetMonitor:
             "Fleet stats published again after %.1fs; nothing was lost",
             logging.WARNING,
         )
-        self._read: Callable[[list[Any]], FleetView] = _nothing_read
+        self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
@@ -207,16 +207,15 @@ class FleetMonitor:
             riders.add(RIDER, rider, 0)
             riders.send(self.server)
 
-    def _queue_publish(self, pipe: Any) -> int:
+    def _queue_publish(self, pipe: Any) -> None:
         assert self.publisher is not None
-        before = len(pipe)
         stats = self._stats()
         self._read = self.publisher.queue_publish(pipe, stats, self._heartbeat(stats))
-        return len(pipe) - before
 
     def _published(self, replies: list[Any]) -> None:
         try:
-            self.fleet = self._read(replies)
+            if self._read is not None:
+                self.fleet = self._read(replies)
         except RedisError as exc:
             self._outage(exc)
             return
@@ -328,10 +327,6 @@ class FleetMonitor:
 
     def _recovered(self) -> None:
         self._backoff.recovered()
-
-
-def _nothing_read(replies: list[Any]) -> FleetView:
-    raise RedisError("nothing was published")
 
 
 def _worker_id(crawler: Crawler) -> str:
