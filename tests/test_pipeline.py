@@ -250,8 +250,11 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
         )
     try:
         poll(lambda: _count(own_mongo.uri, "profiles") >= 30, 30, "progress")
+        # Slow pages while MongoDB goes away, so the crawl cannot end before it is gone.
+        sandbox.admin("config", {"latency_ms": 400})
         own_mongo.stop()
         poll(lambda: "spilling" in log.read_text(), 30, "the spill")
+        sandbox.admin("config", {"latency_ms": 0})
         own_mongo.start()
         assert worker.wait(180) == 0, log.read_text()[-3000:]
     finally:
