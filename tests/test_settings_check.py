@@ -120,7 +120,7 @@ def test_the_fleet_concurrency_cap_fits_what_one_worker_downloads_before_its_lea
 
 
 def test_the_browser_must_be_an_executable_for_spiders_that_use_it() -> None:
-    maps = {"DOWNLOAD_HANDLERS": {"https": "crawler.spiders.maps.BrowserHandler"}}
+    maps = {"DOWNLOAD_HANDLERS": {"https": "crawler.browser.BrowserHandler"}}
     options = {**project_settings.PLAYWRIGHT_LAUNCH_OPTIONS, "executable_path": "/nonexistent"}
     (line,) = _problems(**maps, PLAYWRIGHT_LAUNCH_OPTIONS=options)
     assert line.startswith("CHROMIUM_PATH (PLAYWRIGHT_LAUNCH_OPTIONS executable_path) = ")

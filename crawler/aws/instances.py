@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-
 from crawler.aws.config import FleetConfig
 from crawler.aws.userdata import render
 
@@ -58,6 +56,8 @@ class Fleet:
     """Launch, list and terminate the workers of one fleet."""
 
     def __init__(self, config: FleetConfig, client: Any = None) -> None:
+        import boto3  # here, not at import: every ``scrapy`` command loads this module's command
+
         self.config = config
         self.ec2: Any = client or boto3.session.Session().client(
             "ec2", region_name=config.region, endpoint_url=config.endpoint_url
