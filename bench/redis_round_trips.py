@@ -14,7 +14,8 @@ reply awaited) and each command, and names its path by the keys it touches: fron
 leases, duplicate filter, start entries), politeness (token buckets, cool-downs), stats (the
 fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline
 is named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
-defaults.
+defaults. BENCH_VERBOSE=1 also prints the round trips by caller; BENCH_TRACE=file appends one
+line per round trip to the file (seconds since the crawl started, caller, commands).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +47,14 @@ TARGET = 0.3
 MODULE = "bench.redis_round_trips"
 _COUNTS: Counter[str] = Counter()
 _pending_path = ["other"]
+_pending_names = [""]
+
+
+def _script(command: Any) -> str:
+    """A script call's key, so a trace tells the frontier's scripts apart."""
+    if command[0] in ("EVALSHA", "EVAL", "FCALL") and len(command) > 3:
+        return f"[{command[3]!s}]"
+    return ""
 
 
 def path_of(args: tuple[Any, ...]) -> str:
@@ -69,13 +79,21 @@ def install_counters() -> None:
     send_command: Callable[..., Any] = AbstractConnection.send_command
     pack_commands: Callable[..., Any] = AbstractConnection.pack_commands
 
+    trace = os.environ.get("BENCH_TRACE")
+    started = time.monotonic()
+
     def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> Any:
         _COUNTS["rt:" + _pending_path[0]] += 1
-        _COUNTS["site:" + _caller()] += 1
+        caller = _caller()
+        _COUNTS["site:" + caller] += 1
+        if trace:  # one line a round trip: seconds since start, caller, commands
+            with open(trace, "a") as out:
+                out.write(f"{time.monotonic() - started:8.2f} {caller} {_pending_names[0]}\n")
         return send_packed(self, command, check_health)
 
     def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
         _pending_path[0] = path_of(args)
+        _pending_names[0] = str(args[0])
         _COUNTS["cmd:" + _pending_path[0]] += 1
         _COUNTS[f"name:{_pending_path[0]}:{args[0]}"] += 1
         return send_command(self, *args, **kwargs)
@@ -86,6 +104,7 @@ def install_counters() -> None:
         _COUNTS.update("cmd:" + path_of(tuple(command)) for command in commands)
         _COUNTS.update(f"name:{path_of(tuple(c))}:{c[0]}" for c in commands)
         _pending_path[0] = "+".join(paths) if paths else "other"
+        _pending_names[0] = ",".join(f"{c[0]}{_script(c)}" for c in commands)
         return pack_commands(self, commands)
 
     setattr(AbstractConnection, "send_packed_command", counted_send_packed)  # noqa: B010

@@ -45,6 +45,9 @@ class IdleSpider:
     def flush(self) -> bool:
         raise NotImplementedError  # the scheduler's round trip
 
+    def settle(self) -> bool:
+        raise NotImplementedError  # the same, riders not due yet included
+
     def _in_backoff(self) -> bool:
         raise NotImplementedError
 
@@ -52,19 +55,24 @@ class IdleSpider:
         raise NotImplementedError
 
     def keep_open_while_work_left(self) -> None:
-        """spider_idle handler: the crawl does not close while the fleet has work left."""
-        self._engine.look_again_soon(self.config.idle_poll, self._next_pop)
+        """spider_idle handler: the crawl does not close while the fleet has work left.
+
+        The engine looks again after IDLE_POLL_INTERVAL; while this worker holds work whose
+        next pop waits, as late as that pop (the look would find it busy)."""
+        waits = self._next_pop if self.known_busy() else 0.0
+        self._engine.look_again_soon(self.config.idle_poll, waits)
         if self._work_left():
             raise DontCloseSpider
 
     def _work_left(self) -> bool:
         """Whether the fleet has work left: requests queued, leased or delayed in Redis, or
-        updates of this worker not written yet. While Redis is away, there may be."""
+        updates of this worker not written yet (written first, riders too: a lease whose ack
+        waits for a rider is settled now). While Redis is away, there may be."""
         if self.frontier is None:
             return False
         if self.known_busy():
             return True
-        if self._in_backoff() or not self.flush():
+        if self._in_backoff() or not self.settle():
             return True
         try:
             sizes = self.frontier.sizes()

@@ -92,6 +92,10 @@ class Riders:
             latest = min(latest, self._waiting[name][0])
         self._waiting[name] = (latest, rider)
 
+    def __bool__(self) -> bool:
+        """Whether any rider waits."""
+        return bool(self._waiting)
+
     def waiting(self, name: str) -> bool:
         return name in self._waiting
 

@@ -210,13 +210,20 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
         along (see ``riders.py``), in one round trip; False if Redis is away."""
         return self._trip(pop=False)[0]
 
-    def _trip(self, pop: bool) -> tuple[bool, Popped | None]:
+    def settle(self) -> bool:
+        """Write everything waiting, the riders not due yet too, then what their replies let
+        be written (a revisit written lets its page be acked): an idle worker's look at the
+        fleet's end need not wait for riders' latest times. False if Redis is away."""
+        return self._trip(pop=False, everything=True)[0] and self.flush()
+
+    def _trip(self, pop: bool, everything: bool = False) -> tuple[bool, Popped | None]:
         """One round trip: buffered requests, lease and start-entry updates, then the pop if
-        ``pop``, then the riders waiting. Returns whether it went, and what the pop leased."""
+        ``pop``, then the riders waiting (only when something goes, a rider is due, or
+        ``everything``). Returns whether it went, and what the pop leased."""
         buffered = bool(self.outbox)
         if self._in_backoff():
             return not buffered, None
-        if not (buffered or pop or self.riders.due()):
+        if not (buffered or pop or self.riders.due() or (everything and self.riders)):
             return True, None
         assert self.frontier is not None
         pipe = self.server.pipeline(transaction=False)

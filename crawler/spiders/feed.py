@@ -294,7 +294,7 @@ class StartFeed:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             return True
-        if scheduler.known_busy() or not scheduler.flush():
+        if scheduler.known_busy() or not scheduler.settle():
             return False
         try:
             sizes = scheduler.frontier.sizes()
