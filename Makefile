@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 # pay. PYTEST_WORKERS=0 runs them in one process; PYTEST_ARGS adds pytest arguments.
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: some 200 crawl
 # processes would each compile the project again, and pytest rewrite every test module.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 5
 unit: $(STAMP) chromium
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 

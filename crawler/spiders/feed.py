@@ -165,7 +165,8 @@ class StartFeed:
 
         Batches are read until one makes requests or FEED_BUDGET seconds have passed, so a
         long run of bad entries never holds the reactor (lease renewals, writes): the idle
-        poll asks again. The acks of entries set aside are written after each batch."""
+        poll asks again. The acks of entries set aside are written after each batch; the
+        requests made go with the frontier's next round trip (its pop), acking their entries."""
         requests: list[Request] = []
         scheduler = frontier_scheduler(self.crawler)
         self.fed = False
@@ -179,8 +180,8 @@ class StartFeed:
             self.fed = True
             for raw, lease in batch:
                 requests.extend(self._entry_requests(raw, lease, scheduler))
-            if scheduler is not None:
-                scheduler.flush()
+            if scheduler is not None and not requests:
+                scheduler.flush()  # the acks of the entries set aside, before the next batch
         return requests
 
     def _entry_requests(
