@@ -54,11 +54,15 @@ import redis
 from scrapy.resolver import CachingThreadedResolver
 from twisted.internet.threads import deferToThreadPool
 
-from devtools.services import free_port, start_mongo, start_redis
-from sandbox.domains import DomainsSandbox, SandboxThread
-from sandbox.domains_population import build_population
-
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._redis_figures import redis_cpu  # noqa: E402
+from devtools.services import free_port, start_mongo, start_redis  # noqa: E402
+from sandbox.domains import DomainsSandbox, SandboxThread  # noqa: E402
+from sandbox.domains_population import build_population  # noqa: E402
+
 SEED_BAR = 167.0  # the seed's planned domains/s per worker
 GLIBC_TIMEOUT, GLIBC_ATTEMPTS = 5.0, 2
 WORKER_CORE, SERVERS_CORE = 0, 1
@@ -186,7 +190,7 @@ def measure(label: str, defaults: bool, args: argparse.Namespace, world: dict[st
     client: redis.Redis = world["redis"]
     client.flushdb()
     client.config_resetstat()
-    redis_cpu = redis_cpu_seconds(client)
+    cpu_before = redis_cpu(client)
     database = f"bench_{label}_{int(time.time())}"
     env = {**world["env"], "MONGO_DATABASE": database}
     metrics_port = free_port()
@@ -204,7 +208,7 @@ def measure(label: str, defaults: bool, args: argparse.Namespace, world: dict[st
     }
     commands = sum(value["calls"] for value in stats.values())
     rate = report(label, documents, world["truth"], elapsed, peak, log, commands)
-    per_domain = (redis_cpu_seconds(client) - redis_cpu) / max(1, len(documents))
+    per_domain = (redis_cpu(client) - cpu_before) / max(1, len(documents))
     print(
         f"Redis CPU           {1e6 * per_domain:.0f} us per domain: one Redis core serves"
         f" {1 / max(per_domain, 1e-9):,.0f} domains/s"
@@ -218,12 +222,6 @@ def measure(label: str, defaults: bool, args: argparse.Namespace, world: dict[st
     print(f"Redis state after   {client.dbsize()} keys, {fields} fields in {{domains}}:stats")
     print(f"Prometheus          {series} series at most (bounded: <= 2,000)")
     return rate
-
-
-def redis_cpu_seconds(client: redis.Redis) -> float:
-    """CPU time the Redis server has used (user + system, all its threads)."""
-    info: dict[str, Any] = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def timing(log: str) -> dict[str, float]:

@@ -25,7 +25,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -36,6 +35,7 @@ from scrapy import Request  # noqa: E402
 from scrapy_redis.dupefilter import RFPDupeFilter  # noqa: E402
 from scrapy_redis.queue import PriorityQueue  # noqa: E402
 
+from bench._redis_figures import redis_cpu  # noqa: E402
 from bench.frontier_memory import (  # noqa: E402
     SPIDER,
     _Pickle,
@@ -66,11 +66,6 @@ def records(count: int) -> list[str]:
 
 def fingerprints(tag: str, start: int, count: int) -> list[bytes]:
     return [hashlib.sha1(f"{tag}/{n}".encode()).digest() for n in range(start, start + count)]
-
-
-def redis_cpu(server: redis.Redis) -> float:
-    info: dict[str, Any] = server.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def cpu_per(server: redis.Redis, count: int, work: Callable[[], None]) -> float:

@@ -34,7 +34,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -51,9 +50,13 @@ from bench._graph_site import (  # noqa: E402
     render_page,
     start_graph_server,
 )
-from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
-from crawler.frontier.queue import Frontier  # noqa: E402
-from crawler.keys import FrontierKeys, tagged  # noqa: E402
+from bench._redis_figures import (  # noqa: E402
+    frontier_leftovers,
+    redis_bytes,
+    redis_commands,
+    redis_cpu,
+)
+from crawler.keys import tagged  # noqa: E402
 from devtools.services import free_port, start_redis  # noqa: E402
 
 CRAWL_TIMEOUT = 900.0
@@ -123,8 +126,8 @@ def run_variant(
         redis_server = start_redis(port, Path(tmp) / "redis")
         try:
             client = redis.Redis(port=port)
-            cpu_before = _redis_cpu(client)
-            commands_before = _redis_commands(client)
+            cpu_before = redis_cpu(client)
+            commands_before = redis_commands(client)
             server_cpu_before = sum(cpu_seconds(pid) for pid in graph_pids)
             probe_file = Path(tmp) / "probe.json"
             overrides = {
@@ -172,10 +175,10 @@ def run_variant(
             if args.verbose and completed.stdout.strip():
                 print(f"--- {variant} output ---\n{completed.stdout.strip()[-3000:]}")
             server_cpu = sum(cpu_seconds(pid) for pid in graph_pids) - server_cpu_before
-            server_commands = _redis_commands(client) - commands_before - 1
-            redis_cpu = _redis_cpu(client) - cpu_before
+            server_commands = redis_commands(client) - commands_before - 1
+            redis_seconds = redis_cpu(client) - cpu_before
             probe = json.loads(probe_file.read_text())
-            dupefilter_bytes = _redis_bytes(client, DUPEFILTER_KEYS[variant])
+            dupefilter_bytes = redis_bytes(client, *DUPEFILTER_KEYS[variant])
             leftovers = _leftovers(client, variant)
             client.close()
         finally:
@@ -197,7 +200,7 @@ def run_variant(
         client_commands=int(probe["redis"].get("commands", 0)),
         server_commands=server_commands,
         crawler_cpu=float(probe["cpu_seconds"]),
-        redis_cpu=redis_cpu,
+        redis_cpu=redis_seconds,
         server_cpu=server_cpu,
         dupefilter_bytes=int(probe["process_dupefilter_bytes"]) if in_process else dupefilter_bytes,
         dupefilter_in_process=in_process,
@@ -206,37 +209,11 @@ def run_variant(
     )
 
 
-def _redis_cpu(client: redis.Redis) -> float:
-    info: Any = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def _redis_commands(client: redis.Redis) -> int:
-    info: Any = client.info("stats")
-    return int(info["total_commands_processed"])
-
-
-def _redis_bytes(client: redis.Redis, patterns: list[str]) -> int:
-    total = 0
-    for pattern in patterns:
-        for key in client.scan_iter(match=pattern.replace("{", "\\{").replace("}", "\\}")):
-            total += int(client.memory_usage(key, samples=0) or 0)
-    return total
-
-
 def _leftovers(client: redis.Redis, variant: str) -> dict[str, int]:
     """What a finished crawl should not leave behind (requests queued, leases held)."""
     if variant == STOCK:
         return {"queue": int(client.zcard(f"{SPIDER_NAME}:requests"))}
-    if variant == OURS:
-        sizes = Frontier(client, FrontierKeys(SPIDER_NAME, ""), DupefilterConfig()).sizes()
-        return {
-            "queue": sizes["queue"],
-            "leases": sizes["leased"],
-            "delayed": sizes["delayed"],
-            "dead": sizes["dead"],
-        }
-    return {}
+    return frontier_leftovers(client, SPIDER_NAME) if variant == OURS else {}
 
 
 # --- report --------------------------------------------------------------------------------------

@@ -181,6 +181,8 @@ class Bench:
     ) -> dict[str, Any]:
         """Run one crawl; its pages and pages/s (over the first CLOSESPIDER_TIMEOUT seconds
         when set, else from the first page to the last)."""
+        from bench._redis_figures import redis_commands
+
         window = int(settings.get("CLOSESPIDER_TIMEOUT", 0))
         self.runs += 1
         self.redis.flushall()
@@ -200,7 +202,7 @@ class Bench:
             out = Path(self.args.py_spy) / f"{self.runs}-{label.split()[0]}.txt"
             prefix = [str(py_spy), "record", "--format", "raw", "--rate", "200", "--nonblocking"]
             prefix += ["-o", str(out), "--", sys.executable]
-        commands_before = self.commands()
+        commands_before = redis_commands(self.redis)
         full = [*prefix, "-m", "scrapy", *command, *settings_args(settings)]
         result = subprocess.run(
             full, cwd=cwd, env=env, capture_output=True, text=True, timeout=CRAWL_TIMEOUT
@@ -208,7 +210,7 @@ class Bench:
         if result.returncode != 0 or not probe_file.exists():
             sys.exit(f"{label} failed ({result.returncode}):\n{result.stderr[-3000:]}")
         probe: dict[str, Any] = json.loads(probe_file.read_text())
-        probe["server_commands"] = self.commands() - commands_before - 1
+        probe["server_commands"] = redis_commands(self.redis) - commands_before - 1
         times = probe.pop("times")
         if window:  # the pages of the first ``window`` seconds
             times = [t for t in times if t <= times[0] + window]
@@ -227,14 +229,6 @@ class Bench:
             flush=True,
         )
         return probe
-
-    def commands(self) -> int:
-        info: Any = self.redis.info("stats")
-        return int(info["total_commands_processed"])
-
-    def redis_bytes(self, pattern: str) -> int:
-        keys = self.redis.scan_iter(pattern, count=1000)
-        return sum(int(self.redis.memory_usage(key) or 0) for key in keys)
 
     def stop(self) -> None:
         for server in self.servers:
@@ -269,6 +263,8 @@ def trips_report(ours: dict[str, Any]) -> None:
 
 
 def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
+    from bench._redis_figures import redis_bytes
+
     pages, hosts = ours["pages"], bench.args.hosts
     trips_report(ours)
     for label, pattern, per, unit in (
@@ -276,11 +272,11 @@ def redis_report(bench: Bench, ours: dict[str, Any]) -> None:
         ("page budgets", "{links}:pages:*", hosts, "host"),
         ("robots.txt cache", "{links}:robots:*", hosts, "host"),
     ):
-        size = bench.redis_bytes(pattern)
+        size = redis_bytes(bench.redis, pattern)
         print(f"    Redis bytes for {label:18} {size / per:9.1f} per {unit}")
     from crawler import settings as project
 
-    size, capacity = bench.redis_bytes("{links}:dupefilter*"), project.DUPEFILTER_CAPACITY
+    size, capacity = redis_bytes(bench.redis, "{links}:dupefilter*"), project.DUPEFILTER_CAPACITY
     print(
         f"    Redis bytes for {'dupefilter':18} {size / pages:9.1f} per page fetched (a Bloom "
         f"filter sized up front: {size / capacity:.1f} per URL at its {capacity:,} URLs)"

@@ -25,11 +25,12 @@ from crawler.links.urls import (
     canonical_url,
     in_scope,
     is_calendar,
+    link_priority,
     registered_domain,
     scope_root,
 )
 from crawler.spiders.base import InvalidStartEntry
-from crawler.spiders.links import LinksSpider, link_priority
+from crawler.spiders.links import LinksSpider
 
 
 @pytest.mark.parametrize(

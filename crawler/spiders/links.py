@@ -15,7 +15,6 @@ counters to Redis (crawler/links/ledger.py).
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 import zlib
 from collections import Counter
@@ -42,6 +41,7 @@ from crawler.links.urls import (
     host_of,
     in_scope,
     is_calendar,
+    link_priority,
     scope_root,
 )
 from crawler.recrawl.revisits import RECRAWL_META
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 
 _JSON_KEYS = {"url", "max_depth", "max_pages", "scope"}
 MAX_DEPTH_LIMIT = 1000
-BACKLINK_STEPS = 2
 MAX_PAGES_LIMIT = 1_000_000_000
 # Statuses that reach the callback to be counted as the host's errors (others are dropped by
 # Scrapy's HttpErrorMiddleware; bans and 5xx are the ban and retry middlewares' job).
@@ -377,15 +376,6 @@ class LinksSpider(RedisFedSpider):
                 yield self._sitemap_request(link, state)
             elif (child := self._child_state(link, state, 1)) is not None and self._first_ask(link):
                 yield self._page_request(link, child, priority=-2 + 1)
-
-
-def link_priority(depth: int, same_host: bool, backlinks: int) -> int:
-    """Frontier priority of a link (higher goes first): breadth first, two steps per level of
-    depth; a link on its page's own host one step ahead; a link to another host one step ahead
-    from 10 backlinks, two from 100 (so with scope "any" well-linked hosts come first within
-    their level, and at best level with the next shallower one)."""
-    popularity = min(BACKLINK_STEPS, int(math.log10(backlinks))) if backlinks > 0 else 0
-    return -2 * depth + (1 if same_host else popularity)
 
 
 def _bounded(value: Any, name: str, limit: int) -> int:
