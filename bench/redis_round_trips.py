@@ -14,8 +14,10 @@ reply awaited) and each command, and names its path by the keys it touches: fron
 leases, duplicate filter, start entries), politeness (token buckets, cool-downs), stats (the
 fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline
 is named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
-defaults. BENCH_VERBOSE=1 also prints the round trips by caller; BENCH_TRACE=file appends one
-line per round trip to the file (seconds since the crawl started, caller, commands).
+defaults, start-up and close included; also printed, the steady state: round trips per page
+between the 10th and the 90th percentile of the pages' arrival. BENCH_VERBOSE=1 also prints
+the round trips by caller; BENCH_TRACE=file appends one line per round trip to the file
+(seconds since the crawl started, caller, commands).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ TARGET = 0.3
 MODULE = "bench.redis_round_trips"
 _COUNTS: Counter[str] = Counter()
 _pending_path = ["other"]
+_TRIP_TIMES: list[float] = []  # monotonic time of each round trip
 _pending_names = [""]
 
 
@@ -84,6 +87,7 @@ def install_counters() -> None:
 
     def counted_send_packed(self: Any, command: Any, check_health: bool = True) -> Any:
         _COUNTS["rt:" + _pending_path[0]] += 1
+        _TRIP_TIMES.append(time.monotonic())
         caller = _caller()
         _COUNTS["site:" + caller] += 1
         if trace:  # one line a round trip: seconds since start, caller, commands
@@ -123,6 +127,16 @@ def _caller() -> str:
     return "?"
 
 
+def steady_state(pages: list[float], trips: list[float]) -> float | None:
+    """Round trips per page from the 10th to the 90th percentile of the pages' arrival: the
+    crawl once started and before its close (what a long crawl costs per page)."""
+    if len(pages) < 20:
+        return None
+    first, last = pages[len(pages) // 10], pages[len(pages) * 9 // 10]
+    within = sum(first < trip <= last for trip in trips)
+    return within / (len(pages) * 9 // 10 - len(pages) // 10)
+
+
 class RoundTripProbe:
     """Extension: counts Redis traffic of the crawl, writes it and the page count to a file."""
 
@@ -130,8 +144,13 @@ class RoundTripProbe:
         install_counters()
         self.crawler = crawler
         self.idle = 0
+        self.page_times: list[float] = []
         crawler.signals.connect(self.engine_stopped, signal=signals.engine_stopped)
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self.response_received, signal=signals.response_received)
+
+    def response_received(self) -> None:
+        self.page_times.append(time.monotonic())
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> RoundTripProbe:
@@ -144,7 +163,13 @@ class RoundTripProbe:
         stats = self.crawler.stats
         pages = stats.get_value("response_received_count", 0)
         deferred = stats.get_value("politeness/deferred/rate", 0)
-        result = {"pages": pages, "deferred": deferred, "idle": self.idle, "counts": dict(_COUNTS)}
+        result = {
+            "pages": pages,
+            "deferred": deferred,
+            "idle": self.idle,
+            "counts": dict(_COUNTS),
+            "steady": steady_state(self.page_times, _TRIP_TIMES),
+        }
         Path(self.crawler.settings.get("ROUND_TRIP_FILE")).write_text(json.dumps(result))
 
 
@@ -193,9 +218,11 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
         key=lambda item: -item[1],
     )
     paths = ", ".join(f"{name} {value / pages:.2f}" for name, value in by_path)
+    steady = result.get("steady")
     print(
         f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips / pages:6.2f} round trips/page "
-        f"({paths})  {commands / pages:6.2f} commands/page, "
+        f"(steady state {'-' if steady is None else f'{steady:.2f}'}; {paths})  "
+        f"{commands / pages:6.2f} commands/page, "
         f"{int(result.get('deferred', 0)) / pages:.1f} deferrals/page (rate), "
         f"{int(result.get('idle', 0)) / pages:.1f} idle checks/page"
     )

@@ -20,7 +20,7 @@ import crawler.settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
 from crawler.frontier.outbox import Outbox
-from crawler.frontier.queue import Frontier, Pacing
+from crawler.frontier.queue import Frontier, Pacing, start_members
 from crawler.frontier.riders import Batch, Rider, Riders
 from crawler.frontier.turns import HeldTurns
 from devtools.services import free_port
@@ -203,6 +203,8 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     trips -= result["counts"].get("rt:other", 0)  # connection handshakes
     sites = {key: value for key, value in result["counts"].items() if key[:5] == "site:"}
     assert trips / result["pages"] < 1.2, sites
+    # The second batch of 16 start entries was leased with a pop, not on a trip of its own.
+    assert int(redis_client.hget("{profiles}:stats", "frontier/start_entries_ahead") or 0) == 14
 
 
 def test_a_rider_that_cannot_write_is_dropped_and_the_others_go(
@@ -250,3 +252,26 @@ def test_a_batch_whose_trip_fails_waits_again_ahead_of_newer_items(
     assert riders.send(redis_client)
     assert written == [["a", "b", "c"]]
     assert redis_client.lrange("batch", 0, -1) == [b"a", b"b", b"c"]
+
+
+def test_start_entries_leased_in_a_pipeline_and_given_back_come_out_again_in_order(
+    redis_client: redis.Redis,
+) -> None:
+    """A batch leased ahead on a round trip's pipeline, then given back unused (a worker
+    closing before its feed took it), is in the list again in the order it first came out,
+    with no lease left; a member whose lease is gone (expired and taken back) is skipped."""
+    frontier = _frontier(redis_client)
+    start = f"{KEYS_SPIDER}:start_urls"
+    redis_client.lpush(start, *(f"user{n}" for n in range(5)))
+    pipe = redis_client.pipeline(transaction=False)
+    assert frontier.pop_start(3, 60, "w", client=pipe) == []
+    ahead = start_members(pipe.execute()[0])
+
+    def entries(members: list[bytes]) -> list[str]:
+        return [member.split(b"\n", 1)[1].decode() for member in members]
+
+    assert entries(ahead) == ["user0", "user1", "user2"]
+    redis_client.zrem(frontier.keys.start_leases, ahead[2])  # its lease is gone
+    assert frontier.give_back_start(ahead) == 2
+    assert redis_client.zcard(frontier.keys.start_leases) == 0
+    assert entries(frontier.pop_start(5, 60, "w")) == ["user0", "user1", "user3", "user4"]

@@ -2,18 +2,26 @@
 
 Mixed into the scheduler (see ``scheduler.py``): the spider_idle handler keeps the crawl open
 while the fleet has work, asking Redis only when this worker knows of none itself, and the
-start-entry feed (``spiders/feed.py``) leases its entries here.
+start-entry feed (``spiders/feed.py``) leases its entries here. Once the feed has asked, the
+next batch is leased ahead with the pop that leaves this worker's queue short of a batch
+(stat ``frontier/start_entries_ahead``), so reading start entries costs no round trip of its
+own while the crawl goes on.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
-from crawler.frontier.queue import requests_left
+from crawler.frontier.queue import requests_left, start_members
+from crawler.frontier.riders import Rider
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -23,7 +31,10 @@ if TYPE_CHECKING:
     from crawler.frontier.options import FrontierSettings
     from crawler.frontier.outbox import Outbox
     from crawler.frontier.queue import Frontier
+    from crawler.frontier.riders import Riders
     from crawler.frontier.turns import EngineCalls, HeldTurns
+
+START_RIDER = "start-entries"
 
 
 class IdleSpider:
@@ -41,6 +52,11 @@ class IdleSpider:
     _next_due: float
     _next_pop: float
     _engine: EngineCalls
+    riders: Riders
+    _start_batch: int  # the feed's batch size (0: no feed)
+    _none_ahead: float  # when a batch leased ahead came back empty
+    _trips: int  # round trips so far
+    _sizes_read: tuple[int, float, dict[str, int]] | None  # trips then, when, sizes
 
     def flush(self) -> bool:
         raise NotImplementedError  # the scheduler's round trip
@@ -52,6 +68,9 @@ class IdleSpider:
         raise NotImplementedError
 
     def _outage(self, exc: RedisError) -> None:
+        raise NotImplementedError
+
+    def _count(self, key: str, value: int = 1) -> None:
         raise NotImplementedError
 
     def keep_open_while_work_left(self) -> None:
@@ -68,18 +87,29 @@ class IdleSpider:
         """Whether the fleet has work left: requests queued, leased or delayed in Redis, or
         updates of this worker not written yet (written first, riders too: a lease whose ack
         waits for a rider is settled now). While Redis is away, there may be."""
+        sizes = self.fleet_sizes()
+        return sizes is None or requests_left(sizes)
+
+    def fleet_sizes(self) -> dict[str, int] | None:
+        """The frontier's sizes in Redis once this worker has written all it owes, for the
+        idle spider's look at the fleet's end; None while this worker knows of work left or
+        Redis is away. The idle handlers of one look (this scheduler's, the start feed's)
+        share one read: a read from this look is used again while no round trip went since."""
         if self.frontier is None:
-            return False
-        if self.known_busy():
-            return True
-        if self._in_backoff() or not self.settle():
-            return True
+            return {}
+        if self.known_busy() or self._in_backoff() or not self.settle():
+            return None
+        now, last = time.monotonic(), self._sizes_read
+        fresh = last is not None and now - last[1] < self.config.idle_poll / 2
+        if last is not None and fresh and last[0] == self._trips:
+            return last[2]
         try:
             sizes = self.frontier.sizes()
         except RedisError as exc:
             self._outage(exc)
-            return True
-        return requests_left(sizes)
+            return None
+        self._sizes_read = (self._trips, now, sizes)
+        return sizes
 
     def known_busy(self) -> bool:
         """Whether this worker knows of work left without asking Redis: requests in hand or
@@ -87,16 +117,24 @@ class IdleSpider:
         due then looks again)."""
         if self._ready or self._held or self.outbox.pushes or self._queue_size > 0:
             return True
+        if self.starts.ahead:
+            return True
         return self._next_due > 0
 
     def no_start_entries_known(self) -> bool:
         """Whether this worker, busy with work it knows of, saw the start list empty lately
         (the marker's read rides its pops): the idle spider need not ask for entries."""
+        if self.starts.ahead:
+            return False
         return self.known_busy() and self.marker.saw_no_start_entries(2 * self.marker.interval)
 
     def lease_start_entries(self, count: int) -> list[bytes]:
-        """Lease up to ``count`` start entries; they come back if this worker dies first."""
+        """Lease up to ``count`` start entries; they come back if this worker dies first. The
+        ones leased ahead with a round trip (:meth:`prefetch_start_entries`) come first."""
         assert self.frontier is not None
+        self._start_batch = count
+        if self.starts.ahead:
+            return self.starts.take_ahead()
         if self._in_backoff():
             return []
         try:
@@ -110,3 +148,41 @@ class IdleSpider:
     def expect_start_requests(self, member: bytes, count: int) -> None:
         """The entry ``member`` became ``count`` requests (tagged with START_META)."""
         self.starts.expect(member, count)
+
+    def prefetch_start_entries(self) -> None:
+        """Have the next round trip lease the feed's next batch of start entries once this
+        worker's queue holds less than a batch: the feed finds them at its next look, without
+        a round trip of its own. Not while the start list was seen empty lately."""
+        if not self._start_batch or self.starts.ahead or self.riders.waiting(START_RIDER):
+            return
+        if self._queue_size >= self._start_batch or self.frontier is None:
+            return
+        within = 2 * self.marker.interval
+        if self.marker.saw_no_start_entries(within) or time.monotonic() - self._none_ahead < within:
+            return
+        frontier, count = self.frontier, self._start_batch
+        seconds, worker = self.config.lease_seconds, self.worker
+
+        def write(pipe: object) -> None:
+            frontier.pop_start(count, seconds, worker, client=pipe)
+
+        self.riders.add(START_RIDER, Rider(write, self._start_prefetched), self.config.idle_poll)
+
+    def _start_prefetched(self, replies: list[object]) -> None:
+        if not replies or isinstance(replies[0], Exception):
+            return  # Redis refused the pop: the feed asks on its own
+        members = start_members(replies[0])
+        if not members:
+            self._none_ahead = time.monotonic()
+        self.starts.ahead.extend(members)
+        self._count("frontier/start_entries_ahead", len(members))
+
+    def give_back_start_entries(self) -> None:
+        """At close: the start entries leased ahead and not taken by the feed go back to the
+        list at once (else they would wait for their leases to expire)."""
+        members, self.starts.ahead = self.starts.ahead, []
+        if members and self.frontier is not None and not self._in_backoff():
+            try:
+                self.frontier.give_back_start(members)
+            except RedisError as exc:
+                logger.warning("Could not give back %d start entries: %s", len(members), exc)

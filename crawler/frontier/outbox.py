@@ -86,5 +86,5 @@ class Outbox:
         ops = self.leases.renewals()
         if ops:
             frontier.settle(ops, worker, lease_seconds, client=pipe)
-        frontier.renew_start(self.starts.held, lease_seconds, pipe)
+        frontier.renew_start(self.starts.renewable(), lease_seconds, pipe)
         return len(pipe) - before

@@ -138,6 +138,7 @@ class Frontier:
         self._pop = server.register_script(lua.POP)
         self._settle = server.register_script(lua.SETTLE)
         self._pop_start = server.register_script(lua.POP_START)
+        self._give_back_start = server.register_script(lua.GIVE_BACK_START)
         self._queued = server.register_script(lua.QUEUED)
 
     # --- requests ----------------------------------------------------------------------------
@@ -210,14 +211,23 @@ class Frontier:
 
     # --- start entries -------------------------------------------------------------------------
 
-    def pop_start(self, count: int, lease_seconds: float, worker: str) -> list[bytes]:
-        """Lease up to ``count`` start entries; each comes back if not acked in time."""
+    def pop_start(
+        self, count: int, lease_seconds: float, worker: str, client: Any = None
+    ) -> list[bytes]:
+        """Lease up to ``count`` start entries; each comes back if not acked in time. Queued on
+        the pipeline ``client`` when given (its reply read with :func:`start_members`)."""
         now = time.time()
-        members = self._pop_start(
-            keys=[self.keys.start, self.keys.start_leases],
-            args=[now, count, now + lease_seconds, worker],
-        )
-        return [bytes(member) for member in members]
+        keys = [self.keys.start, self.keys.start_leases]
+        members = _run(self._pop_start, keys, [now, count, now + lease_seconds, worker], client)
+        return [] if client is not None else start_members(members)
+
+    def give_back_start(self, members: list[bytes]) -> int:
+        """Put leased start entries back at the list's consuming end, unused, in their order;
+        returns how many went back."""
+        if not members:
+            return 0
+        keys = [self.keys.start, self.keys.start_leases]
+        return int(self._give_back_start(keys=keys, args=members))
 
     def ack_start(self, members: Iterable[bytes], client: Any = None) -> None:
         members = list(members)
@@ -345,3 +355,8 @@ def spider_frontier(server: RedisClient, settings: BaseSettings, spider: str) ->
 
     keys = FrontierKeys(spider, start_key(settings, spider))
     return Frontier(server, keys, DupefilterConfig.from_settings(settings))
+
+
+def start_members(reply: Any) -> list[bytes]:
+    """The start entries a pop_start leased, from its reply."""
+    return [bytes(member) for member in reply or []]

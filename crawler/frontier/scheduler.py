@@ -93,6 +93,10 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
         self._seen_here = RecentlySeen(config.local_seen)
         self._suspects: set[str] = set()
         self._queue_size = 0
+        self._start_batch = 0
+        self._none_ahead = 0.0
+        self._trips = 0
+        self._sizes_read: tuple[int, float, dict[str, int]] | None = None
         self._next_pop = 0.0
         self._empty_pops = 0
         self._backoff = RedisBackoff()
@@ -142,6 +146,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
         self._ready.clear()
         self._held.clear()
         self.leases.release_all()
+        self.give_back_start_entries()
         self._backoff.lift()
         # Twice: riders of the first round trip (revisits) may let more leases be settled.
         if not (self.flush() and self.flush()):
@@ -235,6 +240,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
             self.frontier.queue_pop(pipe, *args)
         own = len(pipe)
         boarded = self.riders.board(pipe)
+        self._trips += 1
         try:
             replies = pipe.execute(raise_on_error=False)
         except RedisError as exc:
@@ -309,6 +315,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
 
     def _refill(self) -> None:
         self.marker.ride(self.riders, lambda: len(self.leases.held))
+        self.prefetch_start_entries()
         sent, popped = self._trip(pop=True)
         if not sent or popped is None:
             return

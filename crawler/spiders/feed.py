@@ -293,15 +293,10 @@ class StartFeed:
     def fleet_idle(self) -> bool:
         """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
         scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None or scheduler.frontier is None:
+        if scheduler is None:
             return True
-        if scheduler.known_busy() or not scheduler.settle():
-            return False
-        try:
-            sizes = scheduler.frontier.sizes()
-        except RedisError:
-            return False
-        return not fleet_busy(sizes)
+        sizes = scheduler.fleet_sizes()
+        return sizes is not None and not fleet_busy(sizes)
 
     def on_idle(self) -> None:
         """Feed the next batch of start entries, or let the spider close once the whole fleet
