@@ -62,16 +62,14 @@ class Handoff:
             pipe.execute()
         return new
 
-    def queue_check(self, pipe: Any, keys: list[str]) -> int:
-        """Queue on ``pipe`` the reads that tell which ``keys`` are new; returns how many."""
+    def queue_check(self, pipe: Any, keys: list[str]) -> None:
+        """Queue on ``pipe`` the reads that tell which ``keys`` are new."""
         if not keys:
-            return 0
+            return
         pipe.zmscore(self.handed_key, keys)
-        if self.revisits is None:
-            return 1
-        revisit_key, fingerprint = self.revisits
-        pipe.zmscore(revisit_key, [fingerprint(key) for key in keys])
-        return 2
+        if self.revisits is not None:
+            revisit_key, fingerprint = self.revisits
+            pipe.zmscore(revisit_key, [fingerprint(key) for key in keys])
 
     def new_keys(self, keys: list[str], replies: list[Any]) -> list[str]:
         """The ``keys`` to hand over, from the replies to :meth:`queue_check`."""
@@ -86,16 +84,15 @@ class Handoff:
             if (until is None or until <= now) and due is None
         ]
 
-    def queue_push(self, pipe: Any, entries: dict[str, dict[str, object]]) -> int:
-        """Queue on ``pipe`` the push of ``entries`` and their marks; returns how many."""
+    def queue_push(self, pipe: Any, entries: dict[str, dict[str, object]]) -> None:
+        """Queue on ``pipe`` the push of ``entries`` and their marks."""
         if not entries:
-            return 0
+            return
         now = time.time()
         keys = sorted(entries)
         pipe.lpush(self.start_key, *(json.dumps(entries[key], sort_keys=True) for key in keys))
         pipe.zadd(self.handed_key, dict.fromkeys(keys, now + self.ttl))
         pipe.zremrangebyscore(self.handed_key, "-inf", now)
-        return 3
 
 
 class RidingHandoff:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
 from crawler.frontier.queue import requests_left, start_members
-from crawler.frontier.riders import Rider
+from crawler.frontier.riders import Rider, first_error
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +115,8 @@ class IdleSpider:
         """Whether this worker knows of work left without asking Redis: requests in hand or
         buffered, requests queued at its last pop, or a delayed request due later (the pop
         due then looks again)."""
-        if self._ready or self._held or self.outbox.pushes or self._queue_size > 0:
-            return True
-        if self.starts.ahead:
-            return True
-        return self._next_due > 0
+        in_hand = self._ready or self._held or self.outbox.pushes or self.starts.ahead
+        return bool(in_hand) or self._queue_size > 0 or self._next_due > 0
 
     def no_start_entries_known(self) -> bool:
         """Whether this worker, busy with work it knows of, saw the start list empty lately
@@ -163,13 +160,13 @@ class IdleSpider:
         frontier, count = self.frontier, self._start_batch
         seconds, worker = self.config.lease_seconds, self.worker
 
-        def write(pipe: object) -> None:
+        def write(pipe: Any) -> None:
             frontier.pop_start(count, seconds, worker, client=pipe)
 
         self.riders.add(START_RIDER, Rider(write, self._start_prefetched), self.config.idle_poll)
 
-    def _start_prefetched(self, replies: list[object]) -> None:
-        if not replies or isinstance(replies[0], Exception):
+    def _start_prefetched(self, replies: list[Any]) -> None:
+        if not replies or first_error(replies) is not None:
             return  # Redis refused the pop: the feed asks on its own
         members = start_members(replies[0])
         if not members:

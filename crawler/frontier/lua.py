@@ -14,7 +14,9 @@ SCHEDULE) and the queue functions with the prelude every frontier script begins 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib.resources import files
+from typing import Any
 
 
 def _script(name: str) -> str:
@@ -34,3 +36,13 @@ SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")
 POP_START = _script("pop_start")
 GIVE_BACK_START = _script("give_back_start")
+
+
+def queue_eval(
+    pipe: Any, script: str | bytes | memoryview, keys: Sequence[Any], args: Sequence[Any]
+) -> Any:
+    """Queue ``script`` on the pipeline ``pipe`` as EVAL: Redis finds it in its script cache
+    by digest, no node can answer NOSCRIPT (after a restart), no SCRIPT EXISTS round trip
+    precedes each pipeline as redis-py does for registered scripts, and a cluster pipeline,
+    which refuses EVALSHA, routes it by its keys' slot like any other command."""
+    return pipe.execute_command("EVAL", script, len(keys), *keys, *args)

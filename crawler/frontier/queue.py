@@ -317,22 +317,15 @@ def _dead_letter(raw: bytes | str) -> dict[str, Any]:
 
 
 def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
-    """Call ``script``, or queue it when ``client`` is a pipeline.
-
-    In a pipeline the script goes as EVAL: Redis finds it in its script cache by digest, no
-    node can answer NOSCRIPT (after a restart), no SCRIPT EXISTS round trip precedes each
-    pipeline as redis-py does for registered scripts, and a cluster pipeline, which refuses
-    EVALSHA, routes it by its keys' slot like any other command.
-    """
+    """Call ``script``, or queue it as EVAL when ``client`` is a pipeline (lua.queue_eval)."""
     if client is None:
         return script(keys=keys, args=args)
-    queue: Callable[..., Any] = client.execute_command
-    return queue("EVAL", script.script, len(keys), *keys, *args)
+    return lua.queue_eval(client, script.script, keys, args)
 
 
 def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
     """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
-    pipe.execute_command("EVAL", lua.QUEUED, 5, *keys.script_keys(), keys.queue_prefix)
+    lua.queue_eval(pipe, lua.QUEUED, keys.script_keys(), [keys.queue_prefix])
 
 
 def queue_sizes(pipe: Any, keys: FrontierKeys, with_queued: bool = True) -> None:

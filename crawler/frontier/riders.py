@@ -48,9 +48,6 @@ class Boarded:
 
     riders: list[tuple[Rider, int, int]]
 
-    def __bool__(self) -> bool:
-        return bool(self.riders)
-
     def arrived(self, replies: list[Any]) -> None:
         for rider, first, end in self.riders:
             try:
@@ -175,11 +172,9 @@ class Batch(Generic[T]):
     def put_back(self, items: list[T]) -> None:
         self.items = items + self.items
 
-    def _board(self, pipe: Any) -> int:
+    def _board(self, pipe: Any) -> None:
         self._boarded = self.take()
-        before = len(pipe)
         self._write(pipe, self._boarded)
-        return len(pipe) - before
 
     def _arrived(self, replies: list[Any]) -> None:
         items, self._boarded = self._boarded, []

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts
 from crawler.frontier.dupefilter import queue_seen, read_seen
+from crawler.frontier.lua import queue_eval
 from crawler.frontier.queue import SIZE_NAMES, queue_sizes, work_left
 from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
@@ -186,7 +187,7 @@ class StatsPublisher:
         for batch in self._unacked:
             args: list[Any] = [self.worker, batch.seq, now, ttl, MINUTE_BUCKET_TTL]
             args += _increments(batch.deltas) + _bucket(batch.deltas) + beat
-            pipe.execute_command("EVAL", PUBLISH, len(keys), *keys, *args)
+            queue_eval(pipe, PUBLISH, keys, args)
 
     def _queue_reads(self, pipe: Any, minutes: list[int]) -> None:
         queue_sizes(pipe, self.frontier)

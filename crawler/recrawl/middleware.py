@@ -248,10 +248,9 @@ class RecrawlMiddleware:
             rider = Rider(self._queue_claim, self._claimed, self._claim_lost)
             riders.add(CLAIM_RIDER, rider, polls * self.config.poll_interval)
 
-    def _queue_claim(self, pipe: Any) -> int:
+    def _queue_claim(self, pipe: Any) -> None:
         config = self.config
         self._claim_deadline = self.store.queue_claim(pipe, config.batch_size, config.claim_seconds)
-        return 1
 
     def _claimed(self, replies: list[Any]) -> None:
         engine = self.crawler.engine

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
+from crawler.frontier.lua import queue_eval
 from crawler.keys import revisit_keys
 
 if TYPE_CHECKING:
@@ -122,12 +123,11 @@ class RevisitStore:
         args = _add_args(revisits)
         return int(self._add(keys=self.keys, args=args)) if args else 0
 
-    def queue_add(self, pipe: Any, revisits: Sequence[Revisit]) -> int:
-        """Queue :meth:`add` on the pipeline ``pipe``; returns how many commands (0 or 1)."""
+    def queue_add(self, pipe: Any, revisits: Sequence[Revisit]) -> None:
+        """Queue :meth:`add` on the pipeline ``pipe``."""
         args = _add_args(revisits)
         if args:
-            pipe.execute_command("EVAL", self._add.script, len(self.keys), *self.keys, *args)
-        return int(bool(args))
+            queue_eval(pipe, self._add.script, self.keys, args)
 
     def claim(self, count: int, hold: float, now: float | None = None) -> Claim:
         """Claim up to ``count`` due revisits for ``hold`` seconds."""
@@ -141,8 +141,7 @@ class RevisitStore:
         reply is read with :func:`read_claim`)."""
         now = time.time()
         deadline = round(now + hold, 3)
-        args = [repr(now), count, repr(deadline)]
-        pipe.execute_command("EVAL", self._claim.script, len(self.keys), *self.keys, *args)
+        queue_eval(pipe, self._claim.script, self.keys, [repr(now), count, repr(deadline)])
         return deadline
 
     def complete(self, claim: Claim, next_due: Mapping[str, float] | None = None) -> int:
@@ -158,8 +157,7 @@ class RevisitStore:
     ) -> None:
         """Queue :meth:`complete` on the pipeline ``pipe``."""
         if claim.revisits:
-            args = _complete_args(claim, next_due)
-            pipe.execute_command("EVAL", self._complete.script, len(self.keys), *self.keys, *args)
+            queue_eval(pipe, self._complete.script, self.keys, _complete_args(claim, next_due))
 
     def counts(self, now: float | None = None) -> dict[str, int]:
         """Waiting revisits due now, within the next hour, and later, in one round trip."""
