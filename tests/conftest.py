@@ -20,6 +20,7 @@ from typing import Any
 import pymongo
 import pytest
 import redis
+from hypothesis import strategies
 
 from devtools.services import start_mongo, start_redis, start_sandbox
 from tests import slowest_first
@@ -113,6 +114,13 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# pytest parses (to rewrite its asserts) each hypothesis module when it is first imported, and
+# CPython 3.11's parser can fail spuriously in a process that has run threads ("AST constructor
+# recursion depth mismatch", python/cpython#106905). from_regex imports its module lazily, at
+# a test's first draw: it is imported here, before any test runs.
+strategies.from_regex("a").validate()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
