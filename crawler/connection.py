@@ -58,6 +58,8 @@ class Redis(redis.Redis):
         kwargs.pop("retry_on_timeout", None)
         kwargs.setdefault("retry", Retry(BACKOFF, RETRIES))
         kwargs.setdefault("retry_on_error", [RedisConnectionError, RedisTimeoutError])
+        # No CLIENT SETINFO: two round trips per connection for a label in CLIENT LIST.
+        kwargs.setdefault("driver_info", None)
         client = super().from_url(url, **kwargs)
         assert isinstance(client, Redis)
         return client

@@ -39,6 +39,7 @@ from crawler.bans.politeness import FleetPoliteness, RatePolicy
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, deferred
 from crawler.config import setting
 from crawler.connection import crawl_redis
+from crawler.frontier.chains import mark_chain
 from crawler.frontier.queue import Pacing
 from crawler.frontier.records import PACED_META
 from crawler.frontier.reports import FrontierReports
@@ -298,7 +299,9 @@ class LeaseSpiderMiddleware:
         self.frontier.scraping(request)
         try:
             async for output in result:
-                if not isinstance(output, Request):
+                if isinstance(output, Request):
+                    mark_chain(output, request)
+                else:
                     self.frontier.item_started(request)
                 yield output
         finally:

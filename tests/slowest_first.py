@@ -27,6 +27,7 @@ SLOWEST = {
     "test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish": 15,
     "tests/test_userdata.py::test_a_banned_worker_reads_ssm_secrets_and_reports_its_instance": 15,
     "tests/test_links.py::test_a_host_cooling_down_waits_without_losing_its_robots": 14,
+    "tests/test_chains.py::test_a_worker_killed_mid_chain_loses_no_page": 14,
     "tests/test_secrets.py::test_credentials_work_and_passwords_stay_hidden": 14,
     "tests/test_links.py::test_a_slow_host_and_a_banning_host_hold_up_nobody": 13,
     "tests/test_fleet.py::test_a_stop_signal_releases_leases_at_once[SIGINT]": 12,

@@ -24,7 +24,7 @@ from crawler.frontier.riders import Rider, first_error
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
 
     from crawler.frontier.leases import StartLeases
     from crawler.frontier.marker import FrontierMarker
@@ -72,6 +72,20 @@ class IdleSpider:
 
     def _count(self, key: str, value: int = 1) -> None:
         raise NotImplementedError
+
+    def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
+        """Take up the fleet's frontier as the scheduler opens (its sizes read then)."""
+        self._queue_size = sizes["queue"] + sizes["delayed"]
+        if self._queue_size or sizes["leased"]:
+            logger.info(
+                "Resuming frontier of %s: %d queued, %d leased, %d delayed, %d dead",
+                spider.name,
+                sizes["queue"],
+                sizes["leased"],
+                sizes["delayed"],
+                sizes["dead"],
+                extra={"spider": spider},
+            )
 
     def keep_open_while_work_left(self) -> None:
         """spider_idle handler: the crawl does not close while the fleet has work left.

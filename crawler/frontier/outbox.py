@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crawler.frontier.chains import Adopted, queue_adopt, settled_here
+
 if TYPE_CHECKING:
     from crawler.frontier.leases import LeaseBook, Op, StartLeases
     from crawler.frontier.queue import Frontier, Pending
@@ -28,6 +30,7 @@ class Sealed:
     pushes: list[Pending] = field(default_factory=list)
     ops: list[Op] = field(default_factory=list)
     start_acks: list[bytes] = field(default_factory=list)
+    adopted: list[Adopted] = field(default_factory=list)
 
     def schedule_replies(self, replies: list[Any]) -> list[Any]:
         """The replies of the schedule calls among a trip's ``replies`` (they come first)."""
@@ -41,17 +44,18 @@ class Outbox:
         self.pushes: list[Pending] = []
         self.leases = leases
         self.starts = starts
+        self.adopted: list[Adopted] = []  # requests kept for this worker (see chains.py)
         self._held_since: float | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.pushes or self.leases.ops or self.starts.acks)
+        return bool(self.pushes or self.leases.ops or self.starts.acks or self.adopted)
 
     def due(self, hold: float) -> bool:
         """Whether a round trip should go now for the outbox: requests wait, or updates have
         waited ``hold`` seconds."""
         if self.pushes:
             return True
-        if not (self.leases.ops or self.starts.acks):
+        if not (self.leases.ops or self.starts.acks or self.adopted):
             return False
         now = time.monotonic()
         self._held_since = self._held_since or now
@@ -60,12 +64,14 @@ class Outbox:
     def seal(self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float) -> Sealed:
         """Queue everything on ``pipe`` and empty the outbox (what comes meanwhile waits for
         the next trip)."""
-        sealed = Sealed(self.pushes, self.leases.ops, self.starts.acks)
-        self.pushes, self.leases.ops, self.starts.acks = [], [], []
+        sealed = Sealed(self.pushes, self.leases.ops, self.starts.acks, self.adopted)
+        self.pushes, self.leases.ops, self.starts.acks, self.adopted = [], [], [], []
         for first in range(0, len(sealed.pushes), SCHEDULE_CHUNK):
             frontier.schedule(sealed.pushes[first : first + SCHEDULE_CHUNK], client=pipe)
-        if sealed.ops:
-            frontier.settle(sealed.ops, worker, lease_seconds, client=pipe)
+        adopted, ops = settled_here(sealed.adopted, sealed.ops)
+        queue_adopt(pipe, frontier, worker, lease_seconds, adopted)  # before the acks
+        if ops:
+            frontier.settle(ops, worker, lease_seconds, client=pipe)
         frontier.ack_start(sealed.start_acks, client=pipe)
         return sealed
 
@@ -77,6 +83,7 @@ class Outbox:
         self.pushes = sealed.pushes + self.pushes
         self.leases.ops = sealed.ops + self.leases.ops
         self.starts.acks = sealed.start_acks + self.starts.acks
+        self.adopted = sealed.adopted + self.adopted
 
     def queue_renewals(
         self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float

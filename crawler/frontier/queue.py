@@ -227,7 +227,7 @@ class Frontier:
         if not members:
             return 0
         keys = [self.keys.start, self.keys.start_leases]
-        return int(self._give_back_start(keys=keys, args=members))
+        return int(_run(self._give_back_start, keys, list(members), None))
 
     def ack_start(self, members: Iterable[bytes], client: Any = None) -> None:
         members = list(members)
@@ -317,10 +317,10 @@ def _dead_letter(raw: bytes | str) -> dict[str, Any]:
 
 
 def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
-    """Call ``script``, or queue it as EVAL when ``client`` is a pipeline (lua.queue_eval)."""
-    if client is None:
-        return script(keys=keys, args=args)
-    return lua.queue_eval(client, script.script, keys, args)
+    """Run ``script`` as EVAL on its server, or queue it on the pipeline ``client`` (see
+    lua.queue_eval): never a NOSCRIPT answer and two more round trips to load it."""
+    on = script.registered_client if client is None else client  # an empty pipeline is falsy
+    return lua.queue_eval(on, script.script, keys, args)
 
 
 def queue_queued(pipe: Any, keys: FrontierKeys) -> None:

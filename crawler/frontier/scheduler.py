@@ -26,6 +26,7 @@ from twisted.internet import task
 
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
+from crawler.frontier.chains import Chains, Credits, chain_host
 from crawler.frontier.dupefilter import RecentlySeen
 from crawler.frontier.idle import IdleSpider
 from crawler.frontier.leases import (
@@ -65,7 +66,7 @@ logger = logging.getLogger(__name__)
 START_META = "frontier_start"
 
 
-class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
+class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
     """Scheduler whose queue, leases, delayed set, dead letters and duplicate filter are in Redis.
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
@@ -88,6 +89,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
         self.leases = LeaseBook()
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
+        self.credits = Credits()
         self.starts = StartLeases()
         self.outbox = Outbox(self.leases, self.starts)
         self._seen_here = RecentlySeen(config.local_seen)
@@ -145,6 +147,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
         self.crawler.signals.disconnect(self.keep_open_while_work_left, signal=signals.spider_idle)
         self._ready.clear()
         self._held.clear()
+        self.credits.clear()
         self.leases.release_all()
         self.give_back_start_entries()
         self._backoff.lift()
@@ -167,13 +170,15 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
         request.errback = unguarded(request.errback)
         lease_id = request.meta.pop(LEASE_META, None)
         start_member = request.meta.pop(START_META, None)
+        host = chain_host(request)
         assert self.crawler.request_fingerprinter is not None
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
         again = passes_again(request)
         scheduled = request.dont_filter or again or self._first_time_here(fingerprint)
-        if scheduled:
+        if scheduled and not (lease_id is None and not again and self._keep(request, host)):
             self.outbox.pushes.append(pending(request, fingerprint, self.crawler.spider, again))
             self._pop_soon()  # the engine's next ask writes it and may get it straight back
+        if scheduled:
             self._count("scheduler/enqueued/redis")
         if lease_id is not None:
             self.leases.replaces(lease_id)
@@ -238,6 +243,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
             config = self.config
             args = (config.batch_size, config.lease_seconds, self.worker, self.pacing)
             self.frontier.queue_pop(pipe, *args)
+        asked = self._ask_turns(pipe, pop or not sealed.pushes)
         own = len(pipe)
         boarded = self.riders.board(pipe)
         self._trips += 1
@@ -245,14 +251,18 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
             replies = pipe.execute(raise_on_error=False)
         except RedisError as exc:
             self.outbox.unsent(sealed)
+            self.credits.not_given(asked)
             boarded.lost(exc)
             self._outage(exc)
             return False, None
         boarded.arrived(replies)
         if (error := first_error(replies[:own])) is not None:
             self.outbox.unsent(sealed)
+            self.credits.not_given(asked)
             self._outage(error)
             return False, None
+        if asked:
+            self._count("frontier/turns_ahead", self.credits.given(replies[own - 1]))
         self.outbox.sent()
         self._recovered()
         self._count_filtered(sealed.schedule_replies(replies))
@@ -260,7 +270,7 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
             self._queue_size += len(sealed.pushes)
             if not pop:  # a pop in the same trip came after them and saw them
                 self._pop_soon()
-        return True, popped(replies[own - 1]) if pop else None
+        return True, popped(replies[own - 1 - bool(asked)]) if pop else None
 
     def _pop_soon(self) -> None:
         """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
@@ -299,19 +309,6 @@ class FrontierScheduler(IdleSpider, LeaseReports, BaseScheduler):
             self._refill()
             if self._ready:
                 self._engine.wake_in(0)
-
-    def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
-        self._queue_size = sizes["queue"] + sizes["delayed"]
-        if self._queue_size or sizes["leased"]:
-            logger.info(
-                "Resuming frontier of %s: %d queued, %d leased, %d delayed, %d dead",
-                spider.name,
-                sizes["queue"],
-                sizes["leased"],
-                sizes["delayed"],
-                sizes["dead"],
-                extra={"spider": spider},
-            )
 
     def _refill(self) -> None:
         self.marker.ride(self.riders, lambda: len(self.leases.held))

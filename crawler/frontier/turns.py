@@ -71,8 +71,9 @@ def pause_after(
     now): until the delayed set's first request is due, at most 4 ``base`` (other workers'
     new work is seen that soon); with nothing delayed, after ``empty_pops`` empty pops in a
     row ``base``, twice, then four times that (and at once after a pop that found work, but
-    for a paced queue, and 4 ``base`` while turns are ``holding``); at once while a paced pop
-    leaves requests it did not look at. Paced, see :func:`paced_pause`."""
+    for a paced queue, and 4 ``base`` while turns are ``holding``, paced up to its look-ahead:
+    the turns held come without a pop); at once while a paced pop leaves requests it did not
+    look at. Paced, see :func:`paced_pause`."""
     if popped.unscanned:
         return 0.0
     if popped.next_due and pacing is not None:
@@ -81,8 +82,8 @@ def pause_after(
         return min(4 * base, max(0.0, popped.next_due - time.time()))
     if popped.queue_size and pacing is not None:
         return base / 4
-    if holding:
-        return 4 * base  # its turns come without a pop; new work of its own pops sooner
+    if holding:  # its turns come without a pop; new work of its own pops sooner
+        return max(4 * base, pacing.ahead) if pacing is not None else 4 * base
     return 0.0 if popped.leased else base * 2 ** (empty_pops - 1)
 
 

@@ -1,0 +1,212 @@
+"""Chains: a page whose next page is on its own host, fetched on turns taken ahead.
+
+A feed read page by page (explore's cursor pages) is one chain: each page's next request is
+known only once the page arrives, and, paced fleet-wide, it needs its host's turn from Redis
+before it may go. Asked one by one, that is a round trip per page. Instead, once a worker's
+page made a request for its own host (``dont_filter``: the duplicate filter, in Redis, is not
+asked), the worker takes some of that host's turns ahead (``scripts/credit.lua``: the turns
+due within the pop's look-ahead, from the host's token bucket the pops use too, so the host
+is paced for the whole fleet as before) with as many queue ids. The next requests its pages
+make for that host each take such a turn and are held until it comes, without a round trip;
+each is written as leased to the worker (``scripts/adopt.lua``) with its next round trip,
+before the acknowledgement of the page that made it. So a worker that dies leaves the page
+that made it leased, to come back to the queue and make it again: nothing is lost.
+
+A turn not used within one interval of its time is gone (the host is left alone for it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from crawler.connection import reply_text
+from crawler.frontier import lua
+from crawler.frontier.queue import PRIORITY_LIMIT
+from crawler.frontier.records import DUE_META, crawl_delay_of, pending
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from crawler.frontier.leases import Op
+    from crawler.frontier.outbox import Outbox
+    from crawler.frontier.queue import Frontier, Pacing
+
+# Turns one host's credit holds at most (they are also bound by the pop's look-ahead).
+MOST_TURNS = 16
+# Meta key the lease spider middleware sets on a request a page made for the page's own host
+# (the scheduler takes it off): only such a request may take a turn taken ahead.
+CHAIN_META = "frontier_chain"
+
+
+@dataclass
+class Turn:
+    """A turn of a host taken ahead: its queue sequence number and time (Unix)."""
+
+    seq: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A request a worker kept for itself: its lease id, priority and record."""
+
+    lease_id: str
+    priority: str
+    record: str
+
+    def script_args(self) -> list[str]:
+        return [self.lease_id, self.priority, self.record]
+
+
+def adopted(seq: int, priority: int, record: str) -> Adopted:
+    """A request of ``priority`` kept on the turn numbered ``seq``, with the lease id the queue
+    gives a request leased as that number (see ``new_id`` in scripts/prelude.lua)."""
+    clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
+    lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
+    return Adopted(lease_id, str(clamped), record)
+
+
+def _host(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https"):
+        return None
+    return parts.hostname or None
+
+
+def mark_chain(request: Request, parent: Request) -> None:
+    """Mark ``request``, made by the page of ``parent``, when it is for the same host."""
+    if request.dont_filter and _host(request.url) == _host(parent.url) is not None:
+        request.meta[CHAIN_META] = True
+
+
+def chain_host(request: Request) -> str | None:
+    """The host whose turn ``request`` may take ahead (its mark is taken off), or None when it
+    must go through the queue: not made by a page of its host, filtered as a duplicate (the
+    fleet's filter is in Redis), due later, or with a Crawl-delay of its own."""
+    if not request.meta.pop(CHAIN_META, None) or not request.dont_filter:
+        return None
+    if request.meta.get(DUE_META) or crawl_delay_of(request.meta):
+        return None
+    return _host(request.url)
+
+
+class Credits:
+    """The turns this worker took ahead, per host, and the hosts it wants turns of."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, list[Turn]] = {}
+        self._interval: dict[str, float] = {}
+        self.wanted: set[str] = set()
+
+    def __len__(self) -> int:
+        return sum(len(turns) for turns in self._turns.values())
+
+    def take(self, host: str) -> Turn | None:
+        """The host's next turn not yet gone, or None (the host is then wanted: its next
+        requests take turns ahead again). The last turn taken asks for more."""
+        turns = self._turns.get(host, [])
+        late = time.time() - self._interval.get(host, 0.0)
+        while turns and turns[0].at < late:
+            turns.pop(0)
+        if len(turns) <= 1:
+            self.wanted.add(host)
+        return turns.pop(0) if turns else None
+
+    def queue_ask(self, pipe: Any, frontier: Frontier, pacing: Pacing) -> list[str]:
+        """Queue on ``pipe`` the ask for the wanted hosts' turns; returns the hosts asked."""
+        hosts, self.wanted = sorted(self.wanted), set()
+        keys = frontier.keys
+        args = [keys.queue_prefix, time.time(), MOST_TURNS, len(hosts), *hosts]
+        args += pacing.script_args(keys.buckets)
+        lua.queue_eval(pipe, lua.CREDIT, keys.script_keys(), args)
+        return hosts
+
+    def given(self, reply: Any) -> int:
+        """Keep the turns a credit ask's ``reply`` gave; returns how many."""
+        count = 0
+        for host, first, rate, times in reply or []:
+            name, start = reply_text(host), int(first)
+            ats = [float(at) for at in reply_text(times).split(",")]
+            self._interval[name] = 1 / float(rate)
+            turns = self._turns.setdefault(name, [])
+            turns.extend(Turn(start + n, at) for n, at in enumerate(ats))
+            turns.sort(key=lambda turn: turn.at)
+            count += len(ats)
+        return count
+
+    def not_given(self, hosts: list[str]) -> None:
+        """An ask that failed: its hosts are wanted again."""
+        self.wanted.update(hosts)
+
+    def clear(self) -> None:
+        self._turns.clear()
+        self.wanted.clear()
+
+
+def queue_adopt(
+    pipe: Any, frontier: Frontier, worker: str, lease_seconds: float, adopted: list[Adopted]
+) -> None:
+    """Queue on ``pipe`` the writing of ``adopted`` as leased to ``worker``."""
+    if adopted:
+        keys = frontier.keys
+        args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
+        for entry in adopted:
+            args += entry.script_args()
+        lua.queue_eval(pipe, lua.ADOPT, keys.script_keys(keys.leases, keys.owner), args)
+
+
+def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
+    """What a round trip writes of ``adopted`` and the lease ``ops``: a request kept and
+    acknowledged since the last trip needs neither (a dead letter still needs its record)."""
+    acked = {op[1] for op in ops if op[0] == "a"} & {entry.lease_id for entry in adopted}
+    if not acked:
+        return adopted, ops
+    kept = [entry for entry in adopted if entry.lease_id not in acked]
+    return kept, [op for op in ops if not (op[0] == "a" and op[1] in acked)]
+
+
+class Chains:
+    """What the frontier scheduler does for chains (mixed into it, see ``scheduler.py``)."""
+
+    crawler: Crawler
+    frontier: Frontier | None
+    pacing: Pacing | None
+    outbox: Outbox
+    credits: Credits
+
+    def _take(
+        self, lease_id: str, data: str, paced: bool = False, due: float | None = None
+    ) -> None:
+        raise NotImplementedError  # the scheduler's: ready a leased request or hold its turn
+
+    def _count(self, key: str, value: int = 1) -> None:
+        raise NotImplementedError
+
+    def _keep(self, request: Request, host: str | None) -> bool:
+        """Keep a request a page made for its own host on a turn of that host this worker
+        took ahead: held until then, written as leased to it with the next trip."""
+        pacing = self.pacing
+        if host is None or pacing is None or not (pacing.rate or pacing.per_domain.get(host)):
+            return False
+        if (turn := self.credits.take(host)) is None:
+            return False
+        kept = adopted(turn.seq, request.priority, pending(request, b"", self.crawler.spider).json)
+        self.outbox.adopted.append(kept)
+        self._take(kept.lease_id, kept.record, paced=True, due=turn.at)
+        self._count("frontier/chained")
+        return True
+
+    def _ask_turns(self, pipe: Any, after_pushes: bool) -> list[str]:
+        """Ask for turns of the hosts whose chains want them, behind the requests queued
+        already (the pop of this trip placed them): never with a push but a pop's."""
+        if self.pacing is None or not self.credits.wanted or not after_pushes:
+            return []
+        assert self.frontier is not None
+        return self.credits.queue_ask(pipe, self.frontier, self.pacing)
