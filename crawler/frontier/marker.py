@@ -98,34 +98,25 @@ class FrontierMarker:
 
     def _compare(self, replies: list[Any], leased_here: int) -> None:
         now = time.monotonic()
-        token = _bytes(replies[0])
-        sizes = dict(zip(SIZES, (int(size) for size in replies[1:]), strict=True))
-        try:
-            if self.token is not None and token != self.token:
-                self._lost(leased_here, now)
-            if token is None or token != self.token:
-                self.token = self._adopt()
-        except RedisError:
-            self._next_check = 0.0
-            return
+        token = _bytes(replies[1])
+        sizes = dict(zip(SIZES, (int(size) for size in replies[2:]), strict=True))
+        if self.token is not None and token != self.token:
+            self._lost(leased_here, now)
+        self.token = token
         self.seen, self._seen_at = sizes, now
 
     def _queue_read(self, pipe: Any) -> int:
+        """Queue the read of the marker (written first when there is none: a worker finding
+        none, or another than its own, adopts the one it reads) and of the sizes."""
         keys = self.frontier.keys
+        pipe.set(self.key, f"{time.time():.0f}:{uuid.uuid4().hex}", nx=True)
         pipe.get(self.key)
         self.frontier.queued(pipe)
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.leases)
         pipe.llen(keys.start)
         pipe.zcard(keys.start_leases)
-        return 1 + len(SIZES)
-
-    def _adopt(self) -> bytes | None:
-        """The frontier's marker, written first when there is none."""
-        pipe = self.frontier.server.pipeline(transaction=False)
-        pipe.set(self.key, f"{time.time():.0f}:{uuid.uuid4().hex}", nx=True)
-        pipe.get(self.key)
-        return _bytes(pipe.execute()[1])
+        return 2 + len(SIZES)
 
     def _lost(self, leased_here: int, now: float) -> None:
         spider, seen = self.frontier.keys.spider, self.seen

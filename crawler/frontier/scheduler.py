@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 START_META = "frontier_start"
+# Round trips an idle worker's settle makes at most (each reply may let more be written).
+SETTLE_TRIPS = 4
 
 
 class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
@@ -224,7 +226,12 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         """Write everything waiting, the riders not due yet too, then what their replies let
         be written (a revisit written lets its page be acked): an idle worker's look at the
         fleet's end need not wait for riders' latest times. False if Redis is away."""
-        return self._trip(pop=False, everything=True)[0] and self.flush()
+        for _ in range(SETTLE_TRIPS):  # a hand-off is checked, pushed, then its page acked
+            if not (self.outbox or self.riders):
+                return True
+            if not self._trip(pop=False, everything=True)[0]:
+                return False
+        return True
 
     def _trip(self, pop: bool, everything: bool = False) -> tuple[bool, Popped | None]:
         """One round trip: buffered requests, lease and start-entry updates, then the pop if
