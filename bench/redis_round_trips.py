@@ -15,7 +15,8 @@ leases, duplicate filter, start entries), politeness (token buckets, cool-downs)
 fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline
 is named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
 defaults, start-up and close included; also printed, the steady state: round trips per page
-between the 10th and the 90th percentile of the pages' arrival. BENCH_VERBOSE=1 also prints
+between the 10th and the 90th percentile of the pages' arrival, and the round trips before the
+first page arrived (start-up) and after the last (close). BENCH_VERBOSE=1 also prints
 the round trips by caller; BENCH_TRACE=file appends one line per round trip to the file
 (seconds since the crawl started, caller, commands).
 """
@@ -137,6 +138,13 @@ def steady_state(pages: list[float], trips: list[float]) -> float | None:
     return within / (len(pages) * 9 // 10 - len(pages) // 10)
 
 
+def edges(pages: list[float], trips: list[float]) -> tuple[int, int]:
+    """Round trips before the first page arrived (start-up) and after the last (close)."""
+    if not pages:
+        return len(trips), 0
+    return sum(trip < pages[0] for trip in trips), sum(trip > pages[-1] for trip in trips)
+
+
 class RoundTripProbe:
     """Extension: counts Redis traffic of the crawl, writes it and the page count to a file."""
 
@@ -169,6 +177,7 @@ class RoundTripProbe:
             "idle": self.idle,
             "counts": dict(_COUNTS),
             "steady": steady_state(self.page_times, _TRIP_TIMES),
+            "edges": edges(self.page_times, _TRIP_TIMES),
         }
         Path(self.crawler.settings.get("ROUND_TRIP_FILE")).write_text(json.dumps(result))
 
@@ -219,9 +228,11 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
     )
     paths = ", ".join(f"{name} {value / pages:.2f}" for name, value in by_path)
     steady = result.get("steady")
+    start, close = result.get("edges", (0, 0))
     print(
         f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips / pages:6.2f} round trips/page "
-        f"(steady state {'-' if steady is None else f'{steady:.2f}'}; {paths})  "
+        f"(steady state {'-' if steady is None else f'{steady:.2f}'}; start-up {start}, "
+        f"close {close}; {paths})  "
         f"{commands / pages:6.2f} commands/page, "
         f"{int(result.get('deferred', 0)) / pages:.1f} deferrals/page (rate), "
         f"{int(result.get('idle', 0)) / pages:.1f} idle checks/page"

@@ -195,6 +195,10 @@ class FleetPoliteness:
         # all of them. Tokens only come with time and other workers only take them, so
         # Redis would not grant one sooner (but for the rate's slow recovery after a ban).
         self._next_token: dict[str, float] = {}
+        if riders is not None:
+            # The first read goes with the frontier's first round trip (the pop whose requests
+            # are the first this worker sends), not on a trip of its own.
+            riders.add(BANS_RIDER, Rider(self._queue_bans_read, self._bans_arrived), 0)
 
     @property
     def bans_key(self) -> str:
