@@ -18,7 +18,7 @@ defaults, start-up and close included; also printed, the steady state: round tri
 between the 10th and the 90th percentile of the pages' arrival, and the round trips before the
 first page arrived (start-up) and after the last (close). BENCH_VERBOSE=1 also prints
 the round trips by caller; BENCH_TRACE=file appends one line per round trip to the file
-(seconds since the crawl started, caller, commands).
+(seconds since the crawl started, caller, commands; with BENCH_STACK=1, up to four callers).
 """
 
 from __future__ import annotations
@@ -121,11 +121,12 @@ def _caller() -> str:
     """The project function a round trip comes from (module:function)."""
     import traceback
 
+    frames = []
     for frame in reversed(traceback.extract_stack(limit=30)):
         name = frame.filename.replace(os.sep, "/")
         if "/crawler/" in name and not name.endswith(("/connection.py", "/queue.py", "/lua.py")):
-            return name.split("/crawler/", 1)[1] + ":" + frame.name
-    return "?"
+            frames.append(name.split("/crawler/", 1)[1] + ":" + frame.name)
+    return "<".join(frames[:4]) if os.environ.get("BENCH_STACK") else (frames or ["?"])[0]
 
 
 def steady_state(pages: list[float], trips: list[float]) -> float | None:

@@ -241,7 +241,9 @@ def test_a_paced_feed_is_read_on_turns_taken_ahead(
     videos = build_dataset().videos_by_category[CATEGORY]
     assert crawl.mongo.db.videos.count_documents({}) == len(videos)
     chained = int(redis_client.hget("{explore}:stats", "frontier/chained") or 0)
-    assert chained >= PAGES // 2
+    # The first page comes from the start entry, the second through the queue (its pop takes
+    # the turns ahead); after that, one more now and then when the turns run out.
+    assert chained >= PAGES - 4, (chained, PAGES)
     assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
 
 

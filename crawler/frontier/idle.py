@@ -15,10 +15,11 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
-from crawler.frontier.queue import requests_left, start_members
+from crawler.frontier.queue import SIZE_NAMES, queue_sizes, requests_left, start_members
 from crawler.frontier.riders import Rider, first_error
 
 logger = logging.getLogger(__name__)
@@ -149,12 +150,39 @@ class IdleSpider:
         if self._in_backoff():
             return []
         try:
-            members = self.frontier.pop_start(count, self.config.lease_seconds, self.worker)
+            members = self._pop_start(self.frontier, count)
         except RedisError as exc:
             self._outage(exc)
             return []
         self.starts.leased(members)
         return members
+
+    def _pop_start(self, frontier: Frontier, count: int) -> list[bytes]:
+        """Lease start entries. An idle worker (no work in hand, nothing to write) reads the
+        frontier's sizes in the same round trip, for :meth:`fleet_sizes` in this look, and
+        the riders waiting go along."""
+        seconds, worker = self.config.lease_seconds, self.worker
+        if self.outbox and not self.known_busy():
+            self.settle()  # what this look's fleet_sizes would write first
+        if self.known_busy() or self.outbox or isinstance(frontier.server, RedisCluster):
+            return frontier.pop_start(count, seconds, worker)
+        pipe = frontier.server.pipeline(transaction=False)
+        boarded = self.riders.board(pipe)
+        first = len(pipe)
+        frontier.pop_start(count, seconds, worker, client=pipe)
+        queue_sizes(pipe, frontier.keys)
+        self._trips += 1
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            boarded.lost(exc)
+            raise
+        boarded.arrived(replies[:first])
+        if (error := first_error(replies[first:])) is not None:
+            raise error
+        sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies[first + 1 :]), strict=True))
+        self._sizes_read = (self._trips, time.monotonic(), sizes)
+        return start_members(replies[first])
 
     def expect_start_requests(self, member: bytes, count: int) -> None:
         """The entry ``member`` became ``count`` requests (tagged with START_META)."""
