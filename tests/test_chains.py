@@ -273,3 +273,17 @@ def test_a_worker_killed_mid_chain_loses_no_page(
     videos = build_dataset().videos_by_category[CATEGORY]
     assert crawl.mongo.db.videos.count_documents({}) == len(videos)
     assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
+
+
+def test_hosts_whose_turns_are_gone_are_forgotten(frontier: Frontier) -> None:
+    """A sweep of many hosts, each chained once, leaves no per-host state behind."""
+    credits = Credits()
+    now = time.time()
+    for n in range(50):
+        credits.given([[f"h{n}.test".encode(), n, "2", f"{now - 5},{now - 4}".encode()]])
+    credits.given([[b"live.test", 99, "2", f"{now + 5}".encode()]])
+    assert credits.take("h0.test") is None  # its turns are gone: it is wanted again
+    credits.wanted.add("x.test")
+    _ask(frontier, credits, rate=2.0, ahead=1.0)
+    assert set(credits._turns) == {"live.test", "x.test", "h0.test"}
+    assert set(credits._interval) == {"live.test", "x.test", "h0.test"}

@@ -105,9 +105,6 @@ class Credits:
         self._interval: dict[str, float] = {}
         self.wanted: set[str] = set()
 
-    def __len__(self) -> int:
-        return sum(len(turns) for turns in self._turns.values())
-
     def take(self, host: str) -> Turn | None:
         """The host's next turn not yet gone, or None (the host is then wanted: its next
         requests take turns ahead again). The last turn taken asks for more."""
@@ -117,11 +114,13 @@ class Credits:
             turns.pop(0)
         if len(turns) <= 1:
             self.wanted.add(host)
+            self._turns.pop(host, None)  # a host seen once (a sweep) is not kept
         return turns.pop(0) if turns else None
 
     def queue_ask(self, pipe: Any, frontier: Frontier, pacing: Pacing) -> list[str]:
         """Queue on ``pipe`` the ask for the wanted hosts' turns; returns the hosts asked."""
         hosts, self.wanted = sorted(self.wanted), set()
+        self._forget_gone()
         keys = frontier.keys
         args = [keys.queue_prefix, time.time(), MOST_TURNS, len(hosts), *hosts]
         args += pacing.script_args(keys.buckets)
@@ -140,6 +139,15 @@ class Credits:
             turns.sort(key=lambda turn: turn.at)
             count += len(ats)
         return count
+
+    def _forget_gone(self) -> None:
+        """Forget the hosts whose turns have all gone by (their chains ended)."""
+        now = time.time()
+        for host, turns in list(self._turns.items()):
+            if not turns or turns[-1].at < now - self._interval.get(host, 0.0):
+                del self._turns[host]
+        for host in set(self._interval) - set(self._turns) - self.wanted:
+            del self._interval[host]
 
     def not_given(self, hosts: list[str]) -> None:
         """An ask that failed: its hosts are wanted again."""
