@@ -225,25 +225,42 @@ def _left(client: redis.Redis) -> dict[str, int]:
 
 
 @pytest.mark.integration
-def test_a_paced_feed_is_read_on_turns_taken_ahead(
+def test_two_workers_read_feeds_on_turns_taken_ahead_at_the_hosts_pace(
     crawl: Crawl, sandbox: Sandbox, redis_client: redis.Redis
 ) -> None:
-    """Every page of a feed once, most of them on turns taken ahead, never two closer than
-    the host's interval, every video stored, nothing left in Redis."""
-    result = crawl("explore", "-a", f"categories={CATEGORY}", settings=_settings(5.0))
-    assert result.returncode == 0, result.stderr[-3000:]
+    """Two workers, one feed each, on one host at 5 requests/s: every page once, most of
+    them on turns taken ahead, never two pages of the host closer than its interval (the
+    turns of both workers come from one bucket), every video stored, nothing left."""
+    categories = (CATEGORY, CATEGORY + 1)
+    settings = _settings(5.0, page_size=4)
+    workers = [
+        subprocess.Popen(
+            crawl.command("explore", "-a", f"categories={category}", settings=settings),
+            cwd=ROOT,
+            env=crawl.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for category in categories
+    ]
+    for worker in workers:
+        _, errors = worker.communicate(timeout=120)
+        assert worker.returncode == 0, errors[-3000:]
+    dataset = build_dataset()
+    feeds = [-(-len(dataset.videos_by_category[category]) // 4) for category in categories]
     pages = _feed_pages(sandbox)
-    assert len(pages) == PAGES
+    assert len(pages) == sum(feeds)
     assert set(pages.values()) == {1}
     first = sandbox.admin("stats")["first_seen"]
     times = sorted(first[path] for path in pages)
     assert min(b - a for a, b in itertools.pairwise(times)) >= 0.2 - 0.03
-    videos = build_dataset().videos_by_category[CATEGORY]
-    assert crawl.mongo.db.videos.count_documents({}) == len(videos)
+    videos = sum(len(dataset.videos_by_category[category]) for category in categories)
+    assert crawl.mongo.db.videos.count_documents({}) == videos
     chained = int(redis_client.hget("{explore}:stats", "frontier/chained") or 0)
-    # The first page comes from the start entry, the second through the queue (its pop takes
-    # the turns ahead); after that, one more now and then when the turns run out.
-    assert chained >= PAGES - 4, (chained, PAGES)
+    # A feed's first page comes from its start entry, its second through the queue (its pop
+    # takes the turns ahead); after that, one more now and then when the turns run out.
+    assert chained >= sum(feeds) - 8, (chained, feeds)
     assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
 
 
