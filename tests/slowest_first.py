@@ -51,8 +51,7 @@ SLOWEST = {
     "tests/test_domains.py::test_start_entries_are_read_while_a_slow_domain_waits": 10,
     "tests/test_deploy.py::test_scrapyd_deploy_schedule_and_store": 10,
     "tests/test_links.py::test_two_workers_fetch_robots_once_per_host": 9,
-    "tests/test_chains.py::"
-    "test_two_workers_read_feeds_on_turns_taken_ahead_at_the_hosts_pace": 9,
+    "tests/test_chains.py::test_two_workers_read_feeds_on_turns_taken_ahead_at_the_hosts_pace": 9,
     "tests/test_crawl.py::test_recrawl_updates_without_duplicates": 9,
     "tests/test_bans.py::test_two_workers_share_one_rate": 9,
     "tests/test_maps.py::test_one_batch_searches_store_every_place": 8,
