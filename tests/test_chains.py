@@ -229,8 +229,8 @@ def test_two_workers_read_feeds_on_turns_taken_ahead_at_the_hosts_pace(
     crawl: Crawl, sandbox: Sandbox, redis_client: redis.Redis
 ) -> None:
     """Two workers, one feed each, on one host at 5 requests/s: every page once, most of
-    them on turns taken ahead, never two pages of the host closer than its interval (the
-    turns of both workers come from one bucket), every video stored, nothing left."""
+    them on turns taken ahead, the host's pace kept (the turns of both workers come from one
+    bucket), every video stored, nothing left."""
     categories = (CATEGORY, CATEGORY + 1)
     settings = _settings(5.0, page_size=4)
     workers = [
@@ -254,7 +254,10 @@ def test_two_workers_read_feeds_on_turns_taken_ahead_at_the_hosts_pace(
     assert set(pages.values()) == {1}
     first = sandbox.admin("stats")["first_seen"]
     times = sorted(first[path] for path in pages)
-    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.2 - 0.03
+    # At most 5 pages a second: any 6 in a row span 5 intervals, less one a late turn may lose
+    # to the next (sent late, the next on time) and the send jitter of a loaded machine.
+    spans = [later - earlier for earlier, later in zip(times[:-5], times[5:], strict=True)]
+    assert min(spans) >= 5 * 0.2 - 0.3
     videos = sum(len(dataset.videos_by_category[category]) for category in categories)
     assert crawl.mongo.db.videos.count_documents({}) == videos
     chained = int(redis_client.hget("{explore}:stats", "frontier/chained") or 0)
