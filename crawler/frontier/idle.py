@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from crawler.frontier.turns import EngineCalls, HeldTurns
 
 START_RIDER = "start-entries"
+START_READ_RIDER = "start-read"  # an idle worker's start entries and the frontier's sizes
 
 
 class IdleSpider:
@@ -158,31 +159,32 @@ class IdleSpider:
         return members
 
     def _pop_start(self, frontier: Frontier, count: int) -> list[bytes]:
-        """Lease start entries. An idle worker (no work in hand, nothing to write) reads the
-        frontier's sizes in the same round trip, for :meth:`fleet_sizes` in this look, and
-        the riders waiting go along."""
+        """Lease start entries. An idle worker (no work in hand) leases them with a round trip
+        that writes all it owes, riders included, and reads the frontier's sizes last, for
+        :meth:`fleet_sizes` in this look."""
         seconds, worker = self.config.lease_seconds, self.worker
-        if self.outbox and not self.known_busy():
-            self.settle()  # what this look's fleet_sizes would write first
-        if self.known_busy() or self.outbox or isinstance(frontier.server, RedisCluster):
+        if self.known_busy() or isinstance(frontier.server, RedisCluster):
             return frontier.pop_start(count, seconds, worker)
-        pipe = frontier.server.pipeline(transaction=False)
-        boarded = self.riders.board(pipe)
-        first = len(pipe)
-        frontier.pop_start(count, seconds, worker, client=pipe)
-        queue_sizes(pipe, frontier.keys)
-        self._trips += 1
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except RedisError as exc:
-            boarded.lost(exc)
-            raise
-        boarded.arrived(replies[:first])
-        if (error := first_error(replies[first:])) is not None:
+        read: list[Any] = []
+
+        def write(pipe: Any) -> None:
+            frontier.pop_start(count, seconds, worker, client=pipe)
+            queue_sizes(pipe, frontier.keys)
+
+        def arrived(replies: list[Any]) -> None:
+            read[:] = [self._trips, replies]  # the sizes hold until the next trip
+
+        self.riders.add(START_READ_RIDER, Rider(write, arrived), 0)
+        self.settle()  # an outage is the scheduler's to note
+        self.riders.cancel(START_READ_RIDER)  # not sent (Redis away): nothing was leased
+        if not read:
+            return []
+        trips, replies = read
+        if (error := first_error(replies)) is not None:
             raise error
-        sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies[first + 1 :]), strict=True))
-        self._sizes_read = (self._trips, time.monotonic(), sizes)
-        return start_members(replies[first])
+        sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies[1:]), strict=True))
+        self._sizes_read = (trips, time.monotonic(), sizes)
+        return start_members(replies[0])
 
     def expect_start_requests(self, member: bytes, count: int) -> None:
         """The entry ``member`` became ``count`` requests (tagged with START_META)."""
