@@ -52,13 +52,27 @@ _COUNTS: Counter[str] = Counter()
 _pending_path = ["other"]
 _TRIP_TIMES: list[float] = []  # monotonic time of each round trip
 _pending_names = [""]
+_INSTALLED: list[bool] = []
 
 
 def _script(command: Any) -> str:
-    """A script call's key, so a trace tells the frontier's scripts apart."""
-    if command[0] in ("EVALSHA", "EVAL", "FCALL") and len(command) > 3:
+    """A script call's name (the frontier's, by its text) or first key, for the trace."""
+    if command[0] == "EVAL" and len(command) > 3:
+        text = command[1].decode() if isinstance(command[1], bytes) else str(command[1])
+        return f"[{_SCRIPT_NAMES.get(text) or command[3]!s}]"
+    if command[0] in ("EVALSHA", "FCALL") and len(command) > 3:
         return f"[{command[3]!s}]"
     return ""
+
+
+def _script_names() -> dict[str, str]:
+    from crawler.frontier import lua
+
+    names = ("SCHEDULE", "POP", "CREDIT", "ADOPT", "SETTLE", "QUEUED", "POP_START")
+    return {getattr(lua, name): name.lower() for name in (*names, "GIVE_BACK_START")}
+
+
+_SCRIPT_NAMES = _script_names()
 
 
 def path_of(args: tuple[Any, ...]) -> str:
@@ -75,9 +89,22 @@ def path_of(args: tuple[Any, ...]) -> str:
     return "other"
 
 
+def launch() -> None:
+    """``scrapy`` with the counters installed first: the round trips ``scrapy crawl`` makes
+    before the crawler starts (its check of the frontier's Redis) are counted too."""
+    from scrapy.cmdline import execute
+
+    install_counters()
+    execute(["scrapy", *sys.argv[1:]])
+
+
 def install_counters() -> None:
     """Count round trips and commands per path in this process (wraps redis-py's connection)."""
     from redis.connection import AbstractConnection
+
+    if _INSTALLED:
+        return
+    _INSTALLED.append(True)
 
     send_packed: Callable[..., Any] = AbstractConnection.send_packed_command
     send_command: Callable[..., Any] = AbstractConnection.send_command
@@ -198,7 +225,8 @@ def crawl(
     }
     if rate != "default":
         settings["POLITENESS_RATE"] = rate
-    command = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
+    command = [sys.executable, "-c", f"from {MODULE} import launch; launch()"]
+    command += ["crawl", spider, *args]
     for name, value in settings.items():
         command += ["-s", f"{name}={value}"]
     env = {

@@ -192,6 +192,8 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
         "IDLE_POLL_INTERVAL": 1,
     }
     command = crawl.command("profiles", settings=settings)
+    # ``scrapy crawl`` with the probe's counters on from the start: its check of Redis counts.
+    command[1:4] = ["-c", "from bench.redis_round_trips import launch; launch()", "crawl"]
     done = subprocess.run(
         command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=120
     )
@@ -203,6 +205,12 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     trips -= result["counts"].get("rt:other", 0)  # connection handshakes
     sites = {key: value for key, value in result["counts"].items() if key[:5] == "site:"}
     assert trips / result["pages"] < 0.7, sites
+    # Start-up: the handshake (2), the start key's check, the first start entries with what
+    # rides along, their requests written and popped; close: the last writes with the idle
+    # look's read, its second look, the final stats.
+    start_up, close = result["edges"]
+    assert start_up <= 5, sites
+    assert close <= 4, sites
     # The second batch of 16 start entries was leased with a pop, not on a trip of its own.
     assert int(redis_client.hget("{profiles}:stats", "frontier/start_entries_ahead") or 0) == 14
 

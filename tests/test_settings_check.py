@@ -24,6 +24,7 @@ from crawler.settings_check import (
     SettingsCheck,
     SettingsError,
     check_frontier,
+    check_frontier_server,
     check_settings,
 )
 from crawler.settings_check.rules import shown
@@ -217,6 +218,33 @@ def test_the_scheduler_refuses_a_start_key_of_another_type_when_it_opens(
     with pytest.raises(SettingsError, match="REDIS_START_URLS_KEY: the Redis key profiles:"):
         scheduler.open(ProfilesSpider())
     assert redis_client.smembers("profiles:start_urls") == {b"someone"}
+
+
+def test_the_scheduler_checks_again_only_a_start_key_scrapy_crawl_did_not_check(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """``scrapy crawl`` checks the start key on the crawl's own client (its connection then
+    serves the crawl) and the scheduler does not ask again; a key the spider names only once
+    built (here set on the instance) is checked when the scheduler opens."""
+    crawler = get_crawler(ProfilesSpider, settings_dict=_project(REDIS_URL=redis_url))
+    check_frontier_server(crawler)
+    checks = _type_calls(redis_client)
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(ProfilesSpider())
+    scheduler.close("finished")
+    assert _type_calls(redis_client) == checks
+
+    redis_client.hset("team:profiles", "a", "b")
+    spider = ProfilesSpider()
+    spider.__dict__["redis_key"] = "team:profiles"  # as a spider may set it in __init__
+    with pytest.raises(SettingsError, match="the Redis key team:profiles holds a hash"):
+        FrontierScheduler.from_crawler(crawler).open(spider)
+    assert redis_client.hgetall("team:profiles") == {b"a": b"b"}
+
+
+def _type_calls(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return int(stats.get("cmdstat_type", {}).get("calls", 0))
 
 
 # --- `scrapy crawl` as a worker runs it ---------------------------------------------------------

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
@@ -21,11 +23,13 @@ from scrapy.exceptions import DontCloseSpider
 
 from crawler.frontier.queue import SIZE_NAMES, queue_sizes, requests_left, start_members
 from crawler.frontier.riders import Rider, first_error
+from crawler.settings_check import check_frontier, frontier_checked
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
 
     from crawler.frontier.leases import StartLeases
     from crawler.frontier.marker import FrontierMarker
@@ -36,7 +40,9 @@ if TYPE_CHECKING:
     from crawler.frontier.turns import EngineCalls, HeldTurns
 
 START_RIDER = "start-entries"
-START_READ_RIDER = "start-read"  # an idle worker's start entries and the frontier's sizes
+START_READ_RIDER = "start-read"  # an idle worker's start entries
+RESUME_RIDER = "resume"  # the frontier's sizes as the scheduler opens
+SIZES_RIDER = "sizes"  # the frontier's sizes, last in each round trip of an idle worker's settle
 
 
 class IdleSpider:
@@ -63,7 +69,7 @@ class IdleSpider:
     def flush(self) -> bool:
         raise NotImplementedError  # the scheduler's round trip
 
-    def settle(self) -> bool:
+    def settle(self, before_trip: Callable[[], None] | None = None) -> bool:
         raise NotImplementedError  # the same, riders not due yet included
 
     def _in_backoff(self) -> bool:
@@ -75,8 +81,36 @@ class IdleSpider:
     def _count(self, key: str, value: int = 1) -> None:
         raise NotImplementedError
 
-    def _resume(self, spider: Spider, sizes: dict[str, int]) -> None:
-        """Take up the fleet's frontier as the scheduler opens (its sizes read then)."""
+    def _resume(self, spider: Spider, crawler: Crawler) -> None:
+        """Take up the fleet's frontier as the scheduler opens: checked (SettingsError) unless
+        ``scrapy crawl`` checked it on this client, its sizes read with the first round trip
+        (on a cluster, at once: a pipeline there would first ask a node to parse the queue's
+        script) and logged if it holds work."""
+        frontier = self.frontier
+        assert frontier is not None
+        try:
+            if not frontier_checked(crawler, frontier.keys):
+                check_frontier(frontier.server, frontier.keys, self.config.dupefilter.mode)
+        except RedisError as exc:
+            # Redis answered before the engine was built (crawler.settings_check): this is an
+            # outage, ridden out like one later in the crawl.
+            self._outage(exc)
+        if not isinstance(frontier.server, RedisCluster):
+
+            def arrived(replies: list[Any]) -> None:
+                if first_error(replies) is None:
+                    sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies), strict=True))
+                    self._resumed(spider, sizes)
+
+            write = partial(queue_sizes, keys=frontier.keys)
+            self.riders.add(RESUME_RIDER, Rider(write, arrived), self.config.flush_interval)
+            return
+        try:
+            self._resumed(spider, frontier.sizes())
+        except RedisError as exc:
+            self._outage(exc)
+
+    def _resumed(self, spider: Spider, sizes: dict[str, int]) -> None:
         self._queue_size = sizes["queue"] + sizes["delayed"]
         if self._queue_size or sizes["leased"]:
             logger.info(
@@ -113,7 +147,7 @@ class IdleSpider:
         share one read: a read from this look is used again while no round trip went since."""
         if self.frontier is None:
             return {}
-        if self.known_busy() or self._in_backoff() or not self.settle():
+        if self.known_busy() or self._in_backoff() or not self._settle_reading_sizes():
             return None
         now, last = time.monotonic(), self._sizes_read
         fresh = last is not None and now - last[1] < self.config.idle_poll / 2
@@ -126,6 +160,32 @@ class IdleSpider:
             return None
         self._sizes_read = (self._trips, now, sizes)
         return sizes
+
+    def _settle_reading_sizes(self) -> bool:
+        """:meth:`settle`, each of its round trips reading the frontier's sizes last: the read
+        of the last one (kept in ``_sizes_read``) sees all this worker wrote, and the idle
+        look needs no round trip of its own. On a cluster, a plain settle (a pipeline there
+        would first ask a node to parse the queue's script)."""
+        frontier = self.frontier
+        assert frontier is not None
+        if isinstance(frontier.server, RedisCluster):
+            return self.settle()
+
+        def write(pipe: Any) -> None:
+            queue_sizes(pipe, frontier.keys)
+
+        def arrived(replies: list[Any]) -> None:
+            if first_error(replies) is None:
+                sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies), strict=True))
+                self._sizes_read = (self._trips, time.monotonic(), sizes)
+
+        def board() -> None:  # after the riders waiting: their writes are counted
+            self.riders.add(SIZES_RIDER, Rider(write, arrived), 0)
+
+        try:
+            return self.settle(before_trip=board)
+        finally:
+            self.riders.cancel(SIZES_RIDER)  # not sent (Redis away)
 
     def known_busy(self) -> bool:
         """Whether this worker knows of work left without asking Redis: requests in hand or
@@ -159,32 +219,25 @@ class IdleSpider:
         return members
 
     def _pop_start(self, frontier: Frontier, count: int) -> list[bytes]:
-        """Lease start entries. An idle worker (no work in hand) leases them with a round trip
-        that writes all it owes, riders included, and reads the frontier's sizes last, for
-        :meth:`fleet_sizes` in this look."""
+        """Lease start entries. An idle worker (no work in hand) leases them with the round
+        trips that write all it owes, riders included, and read the frontier's sizes last,
+        for :meth:`fleet_sizes` in this look."""
         seconds, worker = self.config.lease_seconds, self.worker
         if self.known_busy() or isinstance(frontier.server, RedisCluster):
             return frontier.pop_start(count, seconds, worker)
-        read: list[Any] = []
+        read: list[list[Any]] = []
 
         def write(pipe: Any) -> None:
             frontier.pop_start(count, seconds, worker, client=pipe)
-            queue_sizes(pipe, frontier.keys)
 
-        def arrived(replies: list[Any]) -> None:
-            read[:] = [self._trips, replies]  # the sizes hold until the next trip
-
-        self.riders.add(START_READ_RIDER, Rider(write, arrived), 0)
-        self.settle()  # an outage is the scheduler's to note
+        self.riders.add(START_READ_RIDER, Rider(write, read.append), 0)
+        self._settle_reading_sizes()  # an outage is the scheduler's to note
         self.riders.cancel(START_READ_RIDER)  # not sent (Redis away): nothing was leased
         if not read:
             return []
-        trips, replies = read
-        if (error := first_error(replies)) is not None:
+        if (error := first_error(read[0])) is not None:
             raise error
-        sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies[1:]), strict=True))
-        self._sizes_read = (trips, time.monotonic(), sizes)
-        return start_members(replies[0])
+        return start_members(read[0][0])
 
     def expect_start_requests(self, member: bytes, count: int) -> None:
         """The entry ``member`` became ``count`` requests (tagged with START_META)."""

@@ -17,6 +17,7 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -53,7 +54,6 @@ from crawler.frontier.turns import (
     pause_after,
 )
 from crawler.keys import FrontierKeys, start_key
-from crawler.settings_check import check_frontier
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -129,15 +129,7 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self.pacing = None if pacing is None else dataclasses.replace(pacing, ahead=ahead)
         self.riders.carried = True
         self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
-        try:
-            check_frontier(self.server, keys, self.config.dupefilter.mode)
-            sizes = self.frontier.sizes()
-        except RedisError as exc:
-            # Redis answered before the engine was built (crawler.settings_check): this is an
-            # outage, ridden out like one later in the crawl.
-            self._outage(exc)
-        else:
-            self._resume(spider, sizes)
+        self._resume(spider, self.crawler)
         self._start_loop(self._tick, self.config.flush_interval)
         self._start_loop(self.renew, self.config.lease_seconds / 3)
 
@@ -222,13 +214,16 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         along (see ``riders.py``), in one round trip; False if Redis is away."""
         return self._trip(pop=False)[0]
 
-    def settle(self) -> bool:
+    def settle(self, before_trip: Callable[[], None] | None = None) -> bool:
         """Write everything waiting, the riders not due yet too, then what their replies let
-        be written (a revisit written lets its page be acked): an idle worker's look at the
-        fleet's end need not wait for riders' latest times. False if Redis is away."""
+        be written (a revisit written lets its page be acked), ``before_trip()`` called before
+        each round trip: an idle worker's look at the fleet's end need not wait for riders'
+        latest times. False if Redis is away."""
         for _ in range(SETTLE_TRIPS):  # a hand-off is checked, pushed, then its page acked
             if not (self.outbox or self.riders):
                 return True
+            if before_trip:
+                before_trip()
             if not self._trip(pop=False, everything=True)[0]:
                 return False
         return True

@@ -42,6 +42,7 @@ __all__ = [
     "check_frontier",
     "check_frontier_server",
     "check_settings",
+    "frontier_checked",
     "problem",
 ]
 
@@ -190,9 +191,11 @@ def check_frontier(server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
 
 def check_frontier_server(crawler: Crawler) -> None:
     """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
-    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner)."""
+    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner,
+    unless its start key was checked here: see :func:`frontier_checked`). The check goes on
+    the crawl's own Redis client, so its connection serves the crawl."""
     from crawler.config import mask_uri
-    from crawler.connection import RedisUnavailable, redis_from_settings
+    from crawler.connection import RedisUnavailable, crawl_redis
     from crawler.frontier.scheduler import FrontierScheduler
     from crawler.keys import FrontierKeys, start_key
 
@@ -202,14 +205,21 @@ def check_frontier_server(crawler: Crawler) -> None:
         return
     spider = crawler.spider if crawler.spider is not None else crawler.spidercls
     keys = FrontierKeys(spider.name, start_key(settings, spider))
-    server = redis_from_settings(settings)
     try:
-        check_frontier(server, keys, settings["DUPEFILTER_MODE"])
+        check_frontier(crawl_redis(crawler), keys, settings["DUPEFILTER_MODE"])
     except RedisError as exc:
         url = mask_uri(settings.get("REDIS_URL") or "")
         raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
-    finally:
-        server.close()
+    setattr(crawler, _CHECKED, keys.start)
+
+
+_CHECKED = "_frontier_checked"  # the start key check_frontier_server checked
+
+
+def frontier_checked(crawler: Crawler, keys: FrontierKeys) -> bool:
+    """Whether :func:`check_frontier_server` checked the frontier at ``keys`` (a spider may
+    name its start key only once built, from its arguments: then it is checked again)."""
+    return getattr(crawler, _CHECKED, None) == keys.start
 
 
 class SettingsCheck:
