@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings
+from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
@@ -226,6 +227,8 @@ def test_the_scheduler_checks_again_only_a_start_key_scrapy_crawl_did_not_check(
     """``scrapy crawl`` checks the start key on the crawl's own client (its connection then
     serves the crawl) and the scheduler does not ask again; a key the spider names only once
     built (here set on the instance) is checked when the scheduler opens."""
+    if not is_reactor_installed():  # never run: the scheduler's loops are only set up
+        install_reactor(project_settings.TWISTED_REACTOR)
     crawler = get_crawler(ProfilesSpider, settings_dict=_project(REDIS_URL=redis_url))
     check_frontier_server(crawler)
     checks = _type_calls(redis_client)
