@@ -10,15 +10,17 @@ domain and identity: the sandbox is one domain, so the crawl takes ~2 s a page) 
 given.
 
 A probe in the crawl process counts each round trip (a command, or a pipeline, sent and its
-reply awaited) and each command, and names its path by the keys it touches: frontier (queue,
-leases, duplicate filter, start entries), politeness (token buckets, cool-downs), stats (the
-fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline
-is named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
-defaults, start-up and close included; also printed, the steady state: round trips per page
-between the 10th and the 90th percentile of the pages' arrival, and the round trips before the
-first page arrived (start-up) and after the last (close). BENCH_VERBOSE=1 also prints
-the round trips by caller; BENCH_TRACE=file appends one line per round trip to the file
-(seconds since the crawl started, caller, commands; with BENCH_STACK=1, up to four callers).
+reply awaited) and each command from the process's start (``scrapy crawl``'s check of Redis
+and the connection's handshake included), and names its path by the keys it touches:
+frontier (queue, leases, duplicate filter, start entries), politeness (token buckets,
+cool-downs), stats (the fleet's counters, heartbeats), hand-off (explore's authors for
+profiles) or other; a pipeline is named by all of its paths ("frontier+stats"). Target:
+<= 0.3 round trips per page at the defaults, start-up and close included; also printed, the
+steady state: round trips per page between the 10th and the 90th percentile of the pages'
+arrival, and the round trips before the first page arrived (start-up) and after the last
+(close). BENCH_VERBOSE=1 also prints the round trips by caller; BENCH_TRACE=file appends one
+line per round trip to the file (seconds since the crawl started, caller, commands, the
+frontier's scripts by name; with BENCH_STACK=1, up to four callers).
 """
 
 from __future__ import annotations
