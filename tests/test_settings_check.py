@@ -244,6 +244,19 @@ def test_the_scheduler_checks_again_only_a_start_key_scrapy_crawl_did_not_check(
         FrontierScheduler.from_crawler(crawler).open(spider)
     assert redis_client.hgetall("team:profiles") == {b"a": b"b"}
 
+    # The Redis settings changed since the check (as an add-on may): checked on the new client.
+    elsewhere = redis_url.removesuffix("/0") + "/1"
+    with redis.Redis.from_url(elsewhere) as other:
+        other.sadd("profiles:start_urls", "someone")
+        crawler.settings.frozen = False  # add-ons change them before they are frozen
+        crawler.settings.set("REDIS_URL", elsewhere)
+        crawler.settings.freeze()
+        try:
+            with pytest.raises(SettingsError, match="profiles:start_urls holds a set"):
+                FrontierScheduler.from_crawler(crawler).open(ProfilesSpider())
+        finally:
+            other.flushdb()
+
 
 def _type_calls(client: redis.Redis) -> int:
     stats: dict[str, Any] = client.info("commandstats")

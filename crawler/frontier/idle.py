@@ -89,7 +89,7 @@ class IdleSpider:
         frontier = self.frontier
         assert frontier is not None
         try:
-            if not frontier_checked(crawler, frontier.keys):
+            if not frontier_checked(crawler, frontier.server, frontier.keys):
                 check_frontier(frontier.server, frontier.keys, self.config.dupefilter.mode)
         except RedisError as exc:
             # Redis answered before the engine was built (crawler.settings_check): this is an

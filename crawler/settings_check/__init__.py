@@ -205,21 +205,24 @@ def check_frontier_server(crawler: Crawler) -> None:
         return
     spider = crawler.spider if crawler.spider is not None else crawler.spidercls
     keys = FrontierKeys(spider.name, start_key(settings, spider))
+    server = crawl_redis(crawler)
     try:
-        check_frontier(crawl_redis(crawler), keys, settings["DUPEFILTER_MODE"])
+        check_frontier(server, keys, settings["DUPEFILTER_MODE"])
     except RedisError as exc:
         url = mask_uri(settings.get("REDIS_URL") or "")
         raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
-    setattr(crawler, _CHECKED, keys.start)
+    setattr(crawler, _CHECKED, (server, keys.start))
 
 
-_CHECKED = "_frontier_checked"  # the start key check_frontier_server checked
+_CHECKED = "_frontier_checked"  # the client and start key check_frontier_server checked
 
 
-def frontier_checked(crawler: Crawler, keys: FrontierKeys) -> bool:
-    """Whether :func:`check_frontier_server` checked the frontier at ``keys`` (a spider may
-    name its start key only once built, from its arguments: then it is checked again)."""
-    return getattr(crawler, _CHECKED, None) == keys.start
+def frontier_checked(crawler: Crawler, server: RedisClient, keys: FrontierKeys) -> bool:
+    """Whether :func:`check_frontier_server` checked the frontier at ``keys`` on ``server``
+    (a spider may name its start key only once built, add-ons may change the Redis settings:
+    then it is checked again)."""
+    checked = getattr(crawler, _CHECKED, None)
+    return checked is not None and checked[0] is server and checked[1] == keys.start
 
 
 class SettingsCheck:
