@@ -155,22 +155,12 @@ class ClusterPipeline(redis.cluster.ClusterPipeline):
 def crawl_redis(crawler: Crawler) -> RedisClient:
     """The crawl's Redis client, one for all its components: one connection pool, so a worker
     opens a few connections (each costs a handshake of several round trips), not one or more
-    per component. Made again if the crawl's Redis settings changed since it was made (``scrapy
-    crawl`` makes it before add-ons have changed the settings)."""
-    wanted = _client_settings(crawler.settings)
-    made = getattr(crawler, CRAWL_CLIENT, None)
-    if made is None or made[0] != wanted:
-        if made is not None:
-            made[1].close()
-        made = (wanted, redis_from_settings(crawler.settings))
-        setattr(crawler, CRAWL_CLIENT, made)
-    return cast(RedisClient, made[1])
-
-
-def _client_settings(settings: BaseSettings) -> str:
-    """What the crawl's Redis client is made from."""
-    names = (*SETTINGS_PARAMS_MAP, "REDIS_CLUSTER")
-    return repr([settings.get(name) for name in names] + [settings.getdict("REDIS_PARAMS")])
+    per component."""
+    client = getattr(crawler, CRAWL_CLIENT, None)
+    if client is None:
+        client = redis_from_settings(crawler.settings)
+        setattr(crawler, CRAWL_CLIENT, client)
+    return cast(RedisClient, client)
 
 
 def redis_from_settings(settings: BaseSettings) -> RedisClient:

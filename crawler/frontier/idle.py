@@ -14,7 +14,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
@@ -23,7 +22,7 @@ from scrapy.exceptions import DontCloseSpider
 
 from crawler.frontier.queue import SIZE_NAMES, queue_sizes, requests_left, start_members
 from crawler.frontier.riders import Rider, first_error
-from crawler.settings_check import check_frontier, frontier_checked
+from crawler.settings_check import check_frontier, checked_frontier
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
 
 START_RIDER = "start-entries"
 START_READ_RIDER = "start-read"  # an idle worker's start entries
-RESUME_RIDER = "resume"  # the frontier's sizes as the scheduler opens
 SIZES_RIDER = "sizes"  # the frontier's sizes, last in each round trip of an idle worker's settle
 
 
@@ -82,33 +80,23 @@ class IdleSpider:
         raise NotImplementedError
 
     def _resume(self, spider: Spider, crawler: Crawler) -> None:
-        """Take up the fleet's frontier as the scheduler opens: checked (SettingsError) unless
-        ``scrapy crawl`` checked it on this client, its sizes read with the first round trip
-        (on a cluster, at once: a pipeline there would first ask a node to parse the queue's
-        script) and logged if it holds work."""
-        frontier = self.frontier
+        """Take up the fleet's frontier as the scheduler opens: checked (SettingsError) and
+        its sizes read in one round trip, unless ``scrapy crawl`` did that on this client (a
+        cluster reads the sizes apart); logged if it holds work."""
+        frontier, mode = self.frontier, self.config.dupefilter.mode
         assert frontier is not None
         try:
-            if not frontier_checked(crawler, frontier.server, frontier.keys):
-                check_frontier(frontier.server, frontier.keys, self.config.dupefilter.mode)
+            checked, sizes = checked_frontier(crawler, frontier.server, frontier.keys, mode)
+            if not checked:
+                sizes = check_frontier(frontier.server, frontier.keys, mode)
+            if sizes is None:
+                sizes = frontier.sizes()
         except RedisError as exc:
             # Redis answered before the engine was built (crawler.settings_check): this is an
             # outage, ridden out like one later in the crawl.
             self._outage(exc)
-        if not isinstance(frontier.server, RedisCluster):
-
-            def arrived(replies: list[Any]) -> None:
-                if first_error(replies) is None:
-                    sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies), strict=True))
-                    self._resumed(spider, sizes)
-
-            write = partial(queue_sizes, keys=frontier.keys)
-            self.riders.add(RESUME_RIDER, Rider(write, arrived), self.config.flush_interval)
             return
-        try:
-            self._resumed(spider, frontier.sizes())
-        except RedisError as exc:
-            self._outage(exc)
+        self._resumed(spider, sizes)
 
     def _resumed(self, spider: Spider, sizes: dict[str, int]) -> None:
         self._queue_size = sizes["queue"] + sizes["delayed"]

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 from scrapy.utils.misc import load_object
 
@@ -42,7 +43,7 @@ __all__ = [
     "check_frontier",
     "check_frontier_server",
     "check_settings",
-    "frontier_checked",
+    "checked_frontier",
     "problem",
 ]
 
@@ -163,15 +164,34 @@ CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
 _PROBE_REDISBLOOM = "return redis.call('BF.EXISTS', KEYS[1], ARGV[1])"
 
 
-def check_frontier(server: RedisClient, keys: FrontierKeys, dupefilter_mode: str) -> None:
+def check_frontier(
+    server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
+) -> dict[str, int] | None:
     """Raise SettingsError when this Redis cannot hold the frontier: the start key holds another
     type than a list, or DUPEFILTER_MODE is "redisbloom" without the RedisBloom module.
-    One round trip; an unreachable Redis raises its RedisError."""
+    One round trip, which also reads the frontier's sizes (``Frontier.sizes``), returned; None
+    on a cluster (its pipeline would first ask a node to parse the queue's script) or if Redis
+    refused the read. An unreachable Redis raises its RedisError."""
+    from crawler.frontier.queue import SIZE_NAMES, queue_sizes  # the frontier imports this
+
     pipe = server.pipeline(transaction=False)
     pipe.type(keys.start)
-    if dupefilter_mode == "redisbloom":
+    probe = dupefilter_mode == "redisbloom"
+    if probe:
         pipe.execute_command("EVAL", _PROBE_REDISBLOOM, 1, keys.dupefilter, "probe")
+    sized = not isinstance(server, RedisCluster)
+    if sized:
+        queue_sizes(pipe, keys)
     results = pipe.execute(raise_on_error=False)
+    _refuse_frontier(results, keys, dupefilter_mode)
+    sizes = results[1 + probe :]
+    if not sized or any(isinstance(size, Exception) for size in sizes):
+        return None
+    return dict(zip(SIZE_NAMES, (int(size) for size in sizes), strict=True))
+
+
+def _refuse_frontier(results: list[Any], keys: FrontierKeys, dupefilter_mode: str) -> None:
+    """Raise SettingsError for what :func:`check_frontier`'s replies say is wrong."""
     kind = results[0].decode() if isinstance(results[0], bytes) else str(results[0])
     problems = []
     if kind not in ("list", "none"):
@@ -205,24 +225,31 @@ def check_frontier_server(crawler: Crawler) -> None:
         return
     spider = crawler.spider if crawler.spider is not None else crawler.spidercls
     keys = FrontierKeys(spider.name, start_key(settings, spider))
-    server = crawl_redis(crawler)
+    server, mode = crawl_redis(crawler), settings["DUPEFILTER_MODE"]
     try:
-        check_frontier(server, keys, settings["DUPEFILTER_MODE"])
+        sizes = check_frontier(server, keys, mode)
     except RedisError as exc:
         url = mask_uri(settings.get("REDIS_URL") or "")
         raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
-    setattr(crawler, _CHECKED, (server, keys.start))
+    setattr(crawler, _CHECKED, (server, keys, mode, sizes))
 
 
-_CHECKED = "_frontier_checked"  # the client and start key check_frontier_server checked
+_CHECKED = "_frontier_checked"  # what check_frontier_server checked, and the sizes it read
 
 
-def frontier_checked(crawler: Crawler, server: RedisClient, keys: FrontierKeys) -> bool:
-    """Whether :func:`check_frontier_server` checked the frontier at ``keys`` on ``server``
-    (a spider may name its start key only once built, add-ons may change the Redis settings:
-    then it is checked again)."""
+def checked_frontier(
+    crawler: Crawler, server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
+) -> tuple[bool, dict[str, int] | None]:
+    """Whether :func:`check_frontier_server` checked the frontier at ``keys`` on ``server`` for
+    ``dupefilter_mode``, and the sizes it read then; asked once (a spider may name its start key
+    only once built, an add-on may change DUPEFILTER_MODE: then it is checked again)."""
     checked = getattr(crawler, _CHECKED, None)
-    return checked is not None and checked[0] is server and checked[1] == keys.start
+    if checked is None:
+        return False, None
+    delattr(crawler, _CHECKED)
+    if checked[0] is not server or checked[1:3] != (keys, dupefilter_mode):
+        return False, None
+    return True, checked[3]
 
 
 class SettingsCheck:
