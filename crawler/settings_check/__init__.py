@@ -212,7 +212,7 @@ def _refuse_frontier(results: list[Any], keys: FrontierKeys, dupefilter_mode: st
 def check_frontier_server(crawler: Crawler) -> None:
     """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
     (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner,
-    unless its start key was checked here: see :func:`frontier_checked`). The check goes on
+    unless what it checks was checked here: see :func:`checked_frontier`). The check goes on
     the crawl's own Redis client, so its connection serves the crawl."""
     from crawler.config import mask_uri
     from crawler.connection import RedisUnavailable, crawl_redis
