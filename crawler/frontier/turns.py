@@ -72,9 +72,9 @@ def pause_after(
     new work is seen that soon); with nothing delayed, after ``empty_pops`` empty pops in a
     row ``base``, twice, then four times that (and at once after a pop that found work, but
     for a paced queue, and 4 ``base`` while turns are ``holding``, paced up to its look-ahead:
-    the turns held come without a pop; paced, 4 ``base`` after a pop that found work too: a
-    request it schedules itself pops sooner); at once while a paced pop leaves requests it
-    did not look at. Paced, see :func:`paced_pause`."""
+    the turns held come without a pop; paced, ``base`` after a pop that found work, as after
+    one empty pop: a request it schedules itself pops sooner); at once while a paced pop
+    leaves requests it did not look at. Paced, see :func:`paced_pause`."""
     if popped.unscanned:
         return 0.0
     if popped.next_due and pacing is not None:
@@ -85,8 +85,8 @@ def pause_after(
         return base / 4
     if holding:  # its turns come without a pop; new work of its own pops sooner
         return max(4 * base, pacing.ahead) if pacing is not None else 4 * base
-    if popped.leased:  # paced, its own new work pops sooner (``_pop_soon``)
-        return 0.0 if pacing is None else 4 * base
+    if popped.leased:  # paced, not at once: its own new work pops sooner (``_pop_soon``)
+        return 0.0 if pacing is None else base
     return base * 2.0 ** (empty_pops - 1)
 
 
