@@ -70,8 +70,17 @@ def _script(command: Any) -> str:
 def _script_names() -> dict[str, str]:
     from crawler.frontier import lua
 
-    names = ("SCHEDULE", "POP", "CREDIT", "ADOPT", "SETTLE", "QUEUED", "POP_START")
-    return {getattr(lua, name): name.lower() for name in (*names, "GIVE_BACK_START")}
+    names = (
+        "SCHEDULE",
+        "POP",
+        "CREDIT",
+        "ADOPT",
+        "SETTLE",
+        "QUEUED",
+        "POP_START",
+        "GIVE_BACK_START",
+    )
+    return {getattr(lua, name): name.lower() for name in names}
 
 
 _SCRIPT_NAMES = _script_names()

@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
-from crawler.frontier.queue import SIZE_NAMES, queue_sizes, requests_left, start_members
+from crawler.frontier.queue import queue_sizes, read_sizes, requests_left, start_members
 from crawler.frontier.riders import Rider, first_error
 from crawler.settings_check import check_frontier, checked_frontier
 
@@ -164,8 +164,7 @@ class IdleSpider:
 
         def arrived(replies: list[Any]) -> None:
             if first_error(replies) is None:
-                sizes = dict(zip(SIZE_NAMES, (int(n) for n in replies), strict=True))
-                self._sizes_read = (self._trips, time.monotonic(), sizes)
+                self._sizes_read = (self._trips, time.monotonic(), read_sizes(replies))
 
         def board() -> None:  # after the riders waiting: their writes are counted
             self.riders.add(SIZES_RIDER, Rider(write, arrived), 0)

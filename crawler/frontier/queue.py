@@ -249,8 +249,7 @@ class Frontier:
         queued = [self.queued()] if on_cluster else []
         pipe = self.server.pipeline(transaction=False)
         queue_sizes(pipe, self.keys, with_queued=not on_cluster)
-        values = queued + [int(value) for value in pipe.execute()]
-        return dict(zip(SIZE_NAMES, values, strict=True))
+        return read_sizes(queued + pipe.execute())
 
     def queued(self, client: Any = None) -> int:
         """How many requests are queued (or queue the question on the pipeline ``client``)."""
@@ -326,6 +325,11 @@ def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
 def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
     """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
     lua.queue_eval(pipe, lua.QUEUED, keys.script_keys(), [keys.queue_prefix])
+
+
+def read_sizes(replies: Sequence[Any]) -> dict[str, int]:
+    """The replies of :func:`queue_sizes` (the queued count first), by SIZE_NAMES."""
+    return dict(zip(SIZE_NAMES, (int(reply) for reply in replies), strict=True))
 
 
 def queue_sizes(pipe: Any, keys: FrontierKeys, with_queued: bool = True) -> None:

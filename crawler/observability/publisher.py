@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from crawler.connection import decode_counts
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
-from crawler.frontier.queue import SIZE_NAMES, queue_sizes, work_left
+from crawler.frontier.queue import SIZE_NAMES, queue_sizes, read_sizes, work_left
 from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
@@ -196,7 +196,7 @@ class StatsPublisher:
             pipe.hgetall(self.keys.minute(minute))
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
-        sizes = dict(zip(SIZE_NAMES, (int(value) for value in results), strict=False))
+        sizes = read_sizes(results[: len(SIZE_NAMES)])
         seen = read_seen(results[len(SIZE_NAMES)], self.dupefilter_mode)
         buckets = results[len(SIZE_NAMES) + 1 :]
         return FleetView(

@@ -172,7 +172,7 @@ def check_frontier(
     One round trip, which also reads the frontier's sizes (``Frontier.sizes``), returned; None
     on a cluster (its pipeline would first ask a node to parse the queue's script) or if Redis
     refused the read. An unreachable Redis raises its RedisError."""
-    from crawler.frontier.queue import SIZE_NAMES, queue_sizes  # the frontier imports this
+    from crawler.frontier.queue import queue_sizes, read_sizes  # the frontier imports this
 
     pipe = server.pipeline(transaction=False)
     pipe.type(keys.start)
@@ -187,7 +187,7 @@ def check_frontier(
     sizes = results[1 + probe :]
     if not sized or any(isinstance(size, Exception) for size in sizes):
         return None
-    return dict(zip(SIZE_NAMES, (int(size) for size in sizes), strict=True))
+    return read_sizes(sizes)
 
 
 def _refuse_frontier(results: list[Any], keys: FrontierKeys, dupefilter_mode: str) -> None:
