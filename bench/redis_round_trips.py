@@ -1,6 +1,7 @@
 """Redis round trips and commands per page, per spider and per path, end to end.
 
     python bench/redis_round_trips.py [--profiles 120] [--rates default,20]
+                                      [--spiders profiles,explore]
 
 Each spider (``profiles`` on sandbox users, ``explore`` on the sandbox's largest category)
 runs as a real ``scrapy crawl`` process against the sandbox, a fresh Redis and the MongoDB
@@ -288,6 +289,7 @@ def main() -> int:
     parser.add_argument("--profiles", type=int, default=120)
     parser.add_argument("--category", type=int, default=120)
     parser.add_argument("--rates", default="default,20")
+    parser.add_argument("--spiders", default="profiles,explore")
     args = parser.parse_args()
     users = [author.unique_id for author in build_dataset().authors][: args.profiles]
     with tempfile.TemporaryDirectory() as name:
@@ -304,14 +306,15 @@ def main() -> int:
         default_trips: list[float] = []
         try:
             for rate in args.rates.split(","):
-                client.flushall()
-                client.lpush("profiles:start_urls", *users)
-                result = crawl("profiles", [], rate, servers, tmp)
-                trips = [report("profiles", rate, result)]
-                client.flushall()
-                explore_args = ["-a", f"categories={args.category}"]
-                result = crawl("explore", explore_args, rate, servers, tmp)
-                trips.append(report("explore", rate, result))
+                trips = []
+                for spider in args.spiders.split(","):
+                    client.flushall()
+                    if spider == "profiles":
+                        client.lpush("profiles:start_urls", *users)
+                    explore = spider == "explore"
+                    spider_args = ["-a", f"categories={args.category}"] if explore else []
+                    result = crawl(spider, spider_args, rate, servers, tmp)
+                    trips.append(report(spider, rate, result))
                 if rate == "default":
                     default_trips = trips
         finally:

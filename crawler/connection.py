@@ -37,6 +37,10 @@ RETRIES = 4
 BACKOFF = ExponentialBackoff(cap=0.4, base=0.05)
 
 CRAWL_CLIENT = "_crawl_redis_client"
+# RESP2 unless REDIS_PARAMS says otherwise: RESP3 (redis-py's default) opens each connection
+# with HELLO and a CLIENT MAINT_NOTIFICATIONS handshake, two round trips the crawl has no use
+# for (no push messages, no client-side caching). The project works on either protocol.
+PROTOCOL = 2
 # What redis_from_settings returns: a client of one server, or of a cluster.
 RedisClient: TypeAlias = redis.Redis | redis.cluster.RedisCluster
 
@@ -60,6 +64,7 @@ class Redis(redis.Redis):
         kwargs.setdefault("retry_on_error", [RedisConnectionError, RedisTimeoutError])
         # No CLIENT SETINFO: two round trips per connection for a label in CLIENT LIST.
         kwargs.setdefault("driver_info", None)
+        kwargs.setdefault("protocol", PROTOCOL)
         client = super().from_url(url, **kwargs)
         assert isinstance(client, Redis)
         return client
@@ -123,6 +128,7 @@ class RedisCluster(redis.cluster.RedisCluster):
         kwargs.pop("retry_on_timeout", None)
         if str(kwargs.get("db", "0")) == "0":
             kwargs.pop("db", None)  # REDIS_DB=0 is what a cluster has; others are refused
+        kwargs.setdefault("protocol", PROTOCOL)
         self.outage_retry = outage_retry or _backoff_retry()
         _reported(lambda: super(RedisCluster, self).__init__(*args, **kwargs))
 

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 import redis
 
+from crawler import settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
@@ -44,8 +45,17 @@ def test_scrapy_list_shows_the_spiders() -> None:
     assert {"explore", "profiles"} <= set(result.stdout.split())
 
 
-def test_explore_then_profiles(crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox) -> None:
-    result = crawl("explore", "-a", "categories=2,4")
+@pytest.mark.parametrize("protocol", [None, 3])
+def test_explore_then_profiles(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, protocol: int | None
+) -> None:
+    """The two spiders end to end, on the project's Redis protocol (RESP2) and on RESP3 asked
+    for in REDIS_PARAMS: the replies of every path read the same."""
+    params = {**project_settings.REDIS_PARAMS, "protocol": protocol} if protocol else None
+    settings = {"REDIS_PARAMS": json.dumps(params)} if params else {}
+    hellos = _hellos(redis_client)
+    result = crawl("explore", "-a", "categories=2,4", settings=settings)
+    assert (_hellos(redis_client) > hellos) == bool(protocol)  # RESP3 connections say HELLO
     assert result.returncode == 0, result.stderr[-3000:]
 
     videos = list(crawl.mongo.db.videos.find({}, {"_id": 0}))
@@ -62,7 +72,7 @@ def test_explore_then_profiles(crawl: Crawl, redis_client: redis.Redis, sandbox:
     handed = _start_entries(redis_client, "profiles")
     assert sorted(entry["unique_id"] for entry in handed) == sorted(popular)
 
-    result = crawl("profiles")
+    result = crawl("profiles", settings=settings)
     assert result.returncode == 0, result.stderr[-3000:]
     profiles = {doc["unique_id"]: doc for doc in crawl.mongo.db.profiles.find({}, {"_id": 0})}
     assert set(profiles) == popular
@@ -77,6 +87,11 @@ def test_explore_then_profiles(crawl: Crawl, redis_client: redis.Redis, sandbox:
     served = sandbox.admin("stats")["by_path"]
     profile_paths = {path: count for path, count in served.items() if path.startswith("/@")}
     assert set(profile_paths.values()) == {1}, "a profile page was fetched twice"
+
+
+def _hellos(client: redis.Redis) -> int:
+    stats = client.info("commandstats").get("cmdstat_hello", {})
+    return int(stats.get("calls", 0))
 
 
 def test_recrawl_updates_without_duplicates(crawl: Crawl, redis_client: redis.Redis) -> None:
