@@ -8,6 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import redis.cluster
+
+from crawler.connection import reply_text
+from crawler.frontier.lua import HAND_OVER, queue_eval
 from crawler.frontier.riders import Batch, Riders
 
 if TYPE_CHECKING:
@@ -26,9 +30,11 @@ class Handoff:
     ``handed_key`` is a sorted set of the keys handed over, by the time until which they are
     not handed again; past it a key seen again is handed again (its profile fetched again), and
     expired keys are trimmed with every push, so the set holds only the last ``ttl``'s keys.
-    A key is marked only in the same round trip that pushes it, after checking it was not
-    handed over before; a worker dying in between can at worst hand a key over twice, which
-    the receiving spider absorbs (one document per key). Nothing is lost.
+    One script checks the keys, pushes the new ones and marks them (``hand_over.lua``): two
+    workers never hand a key over twice. On Redis Cluster the keys of the two spiders live on
+    different slots, so the check goes first and the push and marks in the next round trip; a
+    worker dying in between, or two workers checking the same key at once, can then hand a key
+    over twice, which the receiving spider absorbs (one document per key). Nothing is lost.
     """
 
     def __init__(
@@ -46,14 +52,18 @@ class Handoff:
         # The receiving spider's revisit set and the fingerprint of a key's page there: a key
         # whose page has a revisit waiting is not handed over (its revisits keep it fresh).
         self.revisits = revisits
+        self.atomic = not isinstance(server, redis.cluster.RedisCluster)
 
     def hand_over(self, entries: dict[str, dict[str, object]]) -> list[str]:
         """Push the entries whose key was not handed over within the TTL and whose page has no
-        revisit waiting; return those keys (two round trips)."""
+        revisit waiting; return those keys (one round trip; two on a cluster)."""
         keys = sorted(entries)
         if not keys:
             return []
         pipe = self.server.pipeline(transaction=False)
+        if self.atomic:
+            self.queue_hand_over(pipe, entries)
+            return self.handed(pipe.execute())
         self.queue_check(pipe, keys)
         new = self.new_keys(keys, pipe.execute())
         if new:
@@ -61,6 +71,27 @@ class Handoff:
             self.queue_push(pipe, {key: entries[key] for key in new})
             pipe.execute()
         return new
+
+    def queue_hand_over(self, pipe: Any, entries: dict[str, dict[str, object]]) -> None:
+        """Queue on ``pipe`` the script that pushes the new ``entries`` and marks their keys
+        (not on a cluster: see :attr:`atomic`)."""
+        if not entries:
+            return
+        now = time.time()
+        keys = sorted(entries)
+        script_keys = [self.start_key, self.handed_key]
+        args: list[object] = [repr(now), repr(now + self.ttl), len(keys), *keys]
+        args += [json.dumps(entries[key], sort_keys=True) for key in keys]
+        if self.revisits is not None:
+            revisit_key, fingerprint = self.revisits
+            script_keys.append(revisit_key)
+            args += [fingerprint(key) for key in keys]
+        queue_eval(pipe, HAND_OVER, script_keys, args)
+
+    @staticmethod
+    def handed(replies: list[Any]) -> list[str]:
+        """The keys pushed, from the replies to :meth:`queue_hand_over`."""
+        return [reply_text(key) for key in replies[0]] if replies else []
 
     def queue_check(self, pipe: Any, keys: list[str]) -> None:
         """Queue on ``pipe`` the reads that tell which ``keys`` are new."""
@@ -97,10 +128,10 @@ class Handoff:
 
 class RidingHandoff:
     """A :class:`Handoff` done in the frontier's round trips (see ``riders.py``): the keys of
-    a page are checked in one trip and the new ones pushed in the next, each within ``hold``
-    seconds. The page's lease waits for the push (``reports``), so a worker that dies first
-    leaves the page to be fetched again, and its keys handed over then. Without a frontier
-    to carry them, keys are handed over at once."""
+    a page are handed over within ``hold`` seconds (on a cluster, checked in one trip and the
+    new ones pushed in the next). The page's lease waits for the push (``reports``), so a
+    worker that dies first leaves the page to be fetched again, and its keys handed over
+    then. Without a frontier to carry them, keys are handed over at once."""
 
     def __init__(
         self,
@@ -120,6 +151,9 @@ class RidingHandoff:
         self._pushes: Batch[_Page] = Batch(
             riders, "handoff-push", self._queue_push, self._pushed, lambda: hold
         )
+        self._handovers: Batch[_Page] = Batch(
+            riders, "handoff", self._queue_hand_over, self._handed, lambda: hold
+        )
 
     def hand_over(self, entries: dict[str, dict[str, object]], request: Request | None) -> None:
         if not entries:
@@ -128,7 +162,16 @@ class RidingHandoff:
             self.count(len(self.handoff.hand_over(entries)))
             return
         self.reports.item_started(request)
-        self._checks.add([_Page(entries, request)])
+        batch = self._handovers if self.handoff.atomic else self._checks
+        batch.add([_Page(entries, request)])
+
+    def _queue_hand_over(self, pipe: Any, pages: list[_Page]) -> None:
+        self.handoff.queue_hand_over(pipe, _entries(pages))
+
+    def _handed(self, pages: list[_Page], replies: list[Any]) -> None:
+        self.count(len(self.handoff.handed(replies)))
+        for page in pages:
+            self.reports.item_finished(page.request)
 
     def _queue_check(self, pipe: Any, pages: list[_Page]) -> None:
         self.handoff.queue_check(pipe, _keys(pages))
@@ -140,15 +183,19 @@ class RidingHandoff:
         self._pushes.add(pages)
 
     def _queue_push(self, pipe: Any, pages: list[_Page]) -> None:
-        entries: dict[str, dict[str, object]] = {}
-        for page in pages:
-            entries.update(page.entries)
-        self.handoff.queue_push(pipe, entries)
+        self.handoff.queue_push(pipe, _entries(pages))
 
     def _pushed(self, pages: list[_Page], replies: list[Any]) -> None:
         self.count(len(_keys(pages)))
         for page in pages:
             self.reports.item_finished(page.request)
+
+
+def _entries(pages: list[_Page]) -> dict[str, dict[str, object]]:
+    entries: dict[str, dict[str, object]] = {}
+    for page in pages:
+        entries.update(page.entries)
+    return entries
 
 
 def _keys(pages: list[_Page]) -> list[str]:

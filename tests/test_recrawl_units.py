@@ -17,7 +17,7 @@ from typing import Any
 import pymongo
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 from scrapy.http import HtmlResponse
@@ -184,6 +184,51 @@ def test_an_author_whose_profile_has_a_revisit_waiting_is_not_handed_over(
     RevisitStore(redis_client, "profiles").add([Revisit("fp-a", time.time() + 9e5, "{}")])
     entries: dict[str, dict[str, object]] = {"a": {"unique_id": "a"}, "b": {"unique_id": "b"}}
     assert handoff.hand_over(entries) == ["b"]
+
+
+_AUTHORS = st.text(min_size=1, max_size=12)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    keys=st.lists(_AUTHORS, unique=True, max_size=8),
+    marked=st.dictionaries(_AUTHORS, st.sampled_from([-60.0, 60.0]), max_size=8),
+    waiting=st.sets(_AUTHORS, max_size=4),
+    data=st.recursive(st.none() | st.integers() | st.text(max_size=8), st.lists, max_leaves=4),
+)
+def test_the_hand_off_script_hands_over_what_checking_then_pushing_would(
+    redis_client: redis.Redis,
+    keys: list[str],
+    marked: dict[str, float],
+    waiting: set[str],
+    data: object,
+) -> None:
+    """Any authors (any text), some handed over lately or long ago, some with a revisit
+    waiting: the one script (a Redis server) pushes the same entries in the same order and
+    leaves the same marks as the check, then the push (the way on a cluster)."""
+    entries: dict[str, dict[str, object]] = {key: {"unique_id": key, "data": data} for key in keys}
+    outcomes = []
+    for atomic in (True, False):
+        redis_client.delete("profiles:start_urls", "{explore}:handed", "{profiles}:revisit")
+        now = time.time()
+        if marked:
+            redis_client.zadd("{explore}:handed", {k: now + v for k, v in marked.items()})
+        if waiting:
+            redis_client.zadd("{profiles}:revisit", {f"fp-{key}": now + 900 for key in waiting})
+        revisits = ("{profiles}:revisit", lambda key: f"fp-{key}")
+        handoff = Handoff(redis_client, "profiles:start_urls", "{explore}:handed", 30, revisits)
+        handoff.atomic = atomic
+        handed = handoff.hand_over(entries)
+        pushed = [json.loads(raw) for raw in redis_client.lrange("profiles:start_urls", 0, -1)]
+        marks: Any = redis_client.zrange("{explore}:handed", 0, -1, withscores=True)
+        live = [key.decode() for key, score in marks if score > now]  # expired: as if absent
+        outcomes.append((handed, pushed, live))
+    assert outcomes[0] == outcomes[1]
+    handed = outcomes[0][0]
+    assert handed == [k for k in sorted(keys) if marked.get(k, -1) < 0 and k not in waiting]
+    assert outcomes[0][1] == [entries[key] for key in reversed(handed)]  # LPUSH order
 
 
 # --- the history upsert on the MongoDB-wire server -------------------------------------------

@@ -38,6 +38,8 @@ SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")
 POP_START = _script("pop_start")
 GIVE_BACK_START = _script("give_back_start")
+# Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
+HAND_OVER = _script("hand_over")
 
 
 def queue_eval(
