@@ -31,6 +31,7 @@ from crawler.frontier.leases import LeaseBook, StartLeases
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
+from sandbox.data import ALL_CATEGORY, CATEGORIES
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
 from tests.test_pacing import entry, pacing
@@ -291,6 +292,83 @@ def test_a_worker_killed_mid_chain_loses_no_page(
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(_feed_pages(sandbox)) == pages_in_all
     videos = build_dataset().videos_by_category[CATEGORY]
+    assert crawl.mongo.db.videos.count_documents({}) == len(videos)
+    assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
+
+
+def test_a_host_whose_turns_are_all_taken_is_booked_for_the_look_ahead(
+    frontier: Frontier,
+) -> None:
+    """Asked for turns of a host at 2 requests/s with a 1 s look-ahead: the first ask gets
+    them all; the next gets none, and the host is booked until the look-ahead has passed."""
+    credits = Credits()
+    credits.wanted.add("a.test")
+    pipe = frontier.server.pipeline(transaction=False)
+    asked = credits.queue_ask(pipe, frontier, pacing(rate=2.0, ahead=1.0))
+    assert credits.given(pipe.execute()[0], asked, 1.0) >= 2
+    assert not credits.booked("a.test")
+    credits.wanted.add("a.test")
+    pipe = frontier.server.pipeline(transaction=False)
+    asked = credits.queue_ask(pipe, frontier, pacing(rate=2.0, ahead=1.0))
+    assert credits.given(pipe.execute()[0], asked, 1.0) == 0
+    assert credits.booked("a.test")
+    assert not credits.booked("b.test")
+    poll(lambda: not credits.booked("a.test"), timeout=5, what="the look-ahead passed")
+
+
+def test_a_push_for_a_booked_host_waits_for_a_trip_that_goes_anyway() -> None:
+    """A new request that may wait does not make a round trip go at the next tick; it goes
+    with the acknowledgements, within their hold, or with any trip before; an eager one goes
+    at once, and a failed trip keeps it eager."""
+    booked, eager, later = (entry(f"http://a.test/{name}") for name in ("b", "e", "l"))
+    outbox = _outbox()
+    outbox.push(booked, eager=False)
+    assert outbox
+    assert not outbox.due(hold=60)
+    assert outbox.due(hold=0)
+    sealed = outbox.seal(redis.Redis().pipeline(), _fake_frontier(), WORKER, 30)
+    assert sealed.pushes == [booked]
+    assert not outbox
+    outbox.sent()
+    outbox.push(eager)
+    assert outbox.due(hold=60)
+    sealed = outbox.seal(redis.Redis().pipeline(), _fake_frontier(), WORKER, 30)
+    assert not outbox.due(hold=60)
+    outbox.push(later, eager=False)
+    outbox.unsent(sealed)
+    assert outbox.pushes == [eager, later]
+    assert outbox.due(hold=60)
+
+
+@pytest.mark.integration
+def test_feeds_outnumbering_their_hosts_turns_wait_in_the_outbox_and_lose_nothing(
+    crawl: Crawl, sandbox: Sandbox, redis_client: redis.Redis
+) -> None:
+    """Eleven feeds on one host at 6 requests/s with a 1.25 s look-ahead (more feeds than the
+    look-ahead has turns): their next pages wait for a round trip that goes anyway instead of
+    making their own. kill -9 while they wait: another worker reads every feed to its end,
+    every video is stored, nothing is left."""
+    categories = [category for category in CATEGORIES if category != ALL_CATEGORY][:11]
+    settings = {**_settings(6.0, page_size=10), "FRONTIER_LEASE_SECONDS": 5}
+    dataset = build_dataset()
+    feeds = sum(-(-len(dataset.videos_by_category[c]) // 10) for c in categories)
+    arguments = ("-a", "categories=" + ",".join(map(str, categories)))
+    command = crawl.command("explore", *arguments, settings=settings)
+    worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.DEVNULL)
+    try:
+        poll(
+            lambda: int(redis_client.hget("{explore}:stats", "frontier/pushes_waited") or 0) >= 3,
+            timeout=60,
+            what="pushes waiting for a trip",
+        )
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    assert len(_feed_pages(sandbox)) < feeds  # killed mid-feeds
+    result = crawl("explore", settings=settings, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(_feed_pages(sandbox)) == feeds
+    videos = {video.id for c in categories for video in dataset.videos_by_category[c]}
     assert crawl.mongo.db.videos.count_documents({}) == len(videos)
     assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
 

@@ -101,7 +101,7 @@ def test_a_lost_trip_tells_the_riders_and_keeps_the_outbox() -> None:
     frontier = _frontier(dead)
     leases, starts = LeaseBook(), StartLeases()
     outbox = Outbox(leases, starts)
-    outbox.pushes.append(entry("http://kept.test/1"))
+    outbox.push(entry("http://kept.test/1"))
     leases.take("7", 1, "http://kept.test/0")
     leases.ack("7")
     failures: list[Exception] = []
@@ -127,7 +127,7 @@ def test_acknowledgements_alone_wait_for_a_trip_new_requests_do_not() -> None:
     leases.ack("1")
     assert not outbox.due(hold=60)  # an acknowledgement alone waits
     assert outbox.due(hold=0)
-    outbox.pushes.append(entry("http://x.test/new"))
+    outbox.push(entry("http://x.test/new"))
     assert outbox.due(hold=60)  # new work goes at once
 
 

@@ -104,6 +104,8 @@ class Credits:
         self._turns: dict[str, list[Turn]] = {}
         self._interval: dict[str, float] = {}
         self.wanted: set[str] = set()
+        # Hosts asked for turns and given none: every turn taken until then (Unix time).
+        self._booked: dict[str, float] = {}
 
     def take(self, host: str) -> Turn | None:
         """The host's next turn not yet gone, or None (the host is then wanted: its next
@@ -127,11 +129,21 @@ class Credits:
         lua.queue_eval(pipe, lua.CREDIT, keys.script_keys(), args)
         return hosts
 
-    def given(self, reply: Any) -> int:
-        """Keep the turns a credit ask's ``reply`` gave; returns how many."""
+    def booked(self, host: str) -> bool:
+        """Whether the host's turns were all taken for the look-ahead when last asked (a new
+        request of its chain then waits in Redis however soon it goes there)."""
+        return self._booked.get(host, 0.0) > time.time()
+
+    def given(self, reply: Any, asked: list[str] | None = None, ahead: float = 0.0) -> int:
+        """Keep the turns a credit ask's ``reply`` gave; returns how many. A host ``asked``
+        and given none has no turn free within the look-ahead (``ahead`` seconds)."""
         count = 0
+        now = time.time()
+        for host in asked or []:
+            self._booked[host] = now + ahead
         for host, first, rate, times in reply or []:
             name, start = reply_text(host), int(first)
+            self._booked.pop(name, None)
             ats = [float(at) for at in reply_text(times).split(",")]
             self._interval[name] = 1 / float(rate)
             turns = self._turns.setdefault(name, [])
@@ -148,6 +160,9 @@ class Credits:
                 del self._turns[host]
         for host in set(self._interval) - set(self._turns) - self.wanted:
             del self._interval[host]
+        for host, until in list(self._booked.items()):
+            if until <= now:
+                del self._booked[host]
 
     def not_given(self, hosts: list[str]) -> None:
         """An ask that failed: its hosts are wanted again."""
@@ -156,6 +171,7 @@ class Credits:
     def clear(self) -> None:
         self._turns.clear()
         self.wanted.clear()
+        self._booked.clear()
 
 
 def queue_adopt(

@@ -4,7 +4,8 @@ acknowledgements its pages allow, and the renewals of the leases it holds.
 Each round trip of the scheduler (see ``scheduler.py``) takes the whole outbox: new requests
 first, then the acknowledgements they allow, then the pop and the riders. New requests go at
 the next tick (other workers may be waiting for them); acknowledgements alone wait for a trip
-that goes anyway, at most :func:`~crawler.frontier.options.hold_acks` seconds.
+that goes anyway, at most :func:`~crawler.frontier.options.hold_acks` seconds, and so do new
+requests whose host has no turn free before then (see :meth:`Outbox.push`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Sealed:
     ops: list[Op] = field(default_factory=list)
     start_acks: list[bytes] = field(default_factory=list)
     adopted: list[Adopted] = field(default_factory=list)
+    eager: bool = False  # whether a push among them could not wait
 
     def schedule_replies(self, replies: list[Any]) -> list[Any]:
         """The replies of the schedule calls among a trip's ``replies`` (they come first)."""
@@ -46,16 +48,24 @@ class Outbox:
         self.starts = starts
         self.adopted: list[Adopted] = []  # requests kept for this worker (see chains.py)
         self._held_since: float | None = None
+        self._eager = False  # a push waits that should go at the next tick
+
+    def push(self, request: Pending, eager: bool = True) -> None:
+        """Schedule ``request`` with the next round trip: at the next tick, or, not ``eager``
+        (its host's turns are all taken for longer than it may wait), with a trip that goes
+        anyway, as acknowledgements do: sent sooner it would wait in Redis all the same."""
+        self.pushes.append(request)
+        self._eager = self._eager or eager
 
     def __bool__(self) -> bool:
         return bool(self.pushes or self.leases.ops or self.starts.acks or self.adopted)
 
     def due(self, hold: float) -> bool:
-        """Whether a round trip should go now for the outbox: requests wait, or updates have
-        waited ``hold`` seconds."""
-        if self.pushes:
+        """Whether a round trip should go now for the outbox: requests wait (but those that
+        may wait), or updates have waited ``hold`` seconds."""
+        if self._eager:
             return True
-        if not (self.leases.ops or self.starts.acks or self.adopted):
+        if not self:
             return False
         now = time.monotonic()
         self._held_since = self._held_since or now
@@ -64,8 +74,9 @@ class Outbox:
     def seal(self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float) -> Sealed:
         """Queue everything on ``pipe`` and empty the outbox (what comes meanwhile waits for
         the next trip)."""
-        sealed = Sealed(self.pushes, self.leases.ops, self.starts.acks, self.adopted)
+        sealed = Sealed(self.pushes, self.leases.ops, self.starts.acks, self.adopted, self._eager)
         self.pushes, self.leases.ops, self.starts.acks, self.adopted = [], [], [], []
+        self._eager = False
         for first in range(0, len(sealed.pushes), SCHEDULE_CHUNK):
             frontier.schedule(sealed.pushes[first : first + SCHEDULE_CHUNK], client=pipe)
         adopted, ops = settled_here(sealed.adopted, sealed.ops)
@@ -84,6 +95,7 @@ class Outbox:
         self.leases.ops = sealed.ops + self.leases.ops
         self.starts.acks = sealed.start_acks + self.starts.acks
         self.adopted = sealed.adopted + self.adopted
+        self._eager = self._eager or sealed.eager
 
     def queue_renewals(
         self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float

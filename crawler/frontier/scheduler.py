@@ -169,9 +169,14 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
         again = passes_again(request)
         scheduled = request.dont_filter or again or self._first_time_here(fingerprint)
-        if scheduled and not (lease_id is None and not again and self._keep(request, host)):
-            self.outbox.pushes.append(pending(request, fingerprint, self.crawler.spider, again))
-            self._pop_soon()  # the engine's next ask writes it and may get it straight back
+        own = lease_id is None and not again  # made by a page here, not sent back or retried
+        if scheduled and not (own and self._keep(request, host)):
+            booked = own and host is not None and self.credits.booked(host)
+            self.outbox.push(pending(request, fingerprint, self.crawler.spider, again), not booked)
+            if booked:
+                self._count("frontier/pushes_waited")
+            else:
+                self._pop_soon()  # the engine's next ask writes it and may get it straight back
         if scheduled:
             self._count("scheduler/enqueued/redis")
         if lease_id is not None:
@@ -264,13 +269,15 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
             self._outage(error)
             return False, None
         if asked:
-            self._count("frontier/turns_ahead", self.credits.given(replies[own - 1]))
+            assert self.pacing is not None
+            given = self.credits.given(replies[own - 1], asked, self.pacing.ahead)
+            self._count("frontier/turns_ahead", given)
         self.outbox.sent()
         self._recovered()
         self._count_filtered(sealed.schedule_replies(replies))
         if sealed.pushes:
             self._queue_size += len(sealed.pushes)
-            if not pop:  # a pop in the same trip came after them and saw them
+            if not pop and sealed.eager:  # a pop in the same trip came after them, saw them
                 self._pop_soon()
         return True, popped(replies[own - 1 - bool(asked)]) if pop else None
 
