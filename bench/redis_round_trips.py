@@ -97,7 +97,7 @@ def path_of(args: tuple[Any, ...]) -> str:
     text = " ".join(str(arg) for arg in args[1:6] if isinstance(arg, str | bytes))
     if ":rate:" in text or "}:bans" in text:
         return "politeness"
-    if "handed_authors" in text:
+    if "}:handed" in text:
         return "hand-off"
     if "}:stats" in text or "}:workers" in text:
         return "stats"
@@ -286,8 +286,8 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
     if steady is not None and steady < TARGET:
         needed = math.ceil((start + close) / (TARGET - steady))
         print(
-            f"    {start + close} round trips at start-up and close: a run of {needed} pages "
-            f"or more comes to <= {TARGET} a page at this steady state"
+            f"    {start + close} round trips at start-up and close: at this steady state, "
+            f"runs of about {needed} pages or more come to <= {TARGET} a page"
         )
     if os.environ.get("BENCH_VERBOSE"):
         sites = {k[5:]: v for k, v in counts.items() if k.startswith("site:")}

@@ -224,7 +224,7 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         be written (a revisit written lets its page be acked), ``before_trip()`` called before
         each round trip: an idle worker's look at the fleet's end need not wait for riders'
         latest times. False if Redis is away."""
-        for _ in range(SETTLE_TRIPS):  # a hand-off is checked, pushed, then its page acked
+        for _ in range(SETTLE_TRIPS):  # a revisit or hand-off written, then its page acked
             if not (self.outbox or self.riders):
                 return True
             if before_trip:
