@@ -599,11 +599,12 @@ def test_a_plain_spider_closes_only_once_the_delayed_set_is_empty(
         f"/@plain.user{n}": 1 for n in range(3)
     }
     # The pop gave each request its host's turn: none waited for a token in the worker, and
-    # they went one per 2.5 s (0.4 per second, no burst).
+    # they went one per 2.5 s (0.4 per second, no burst), less what a loaded machine's reactor
+    # may send one late and the next on time (0.44 s seen once with the whole suite running).
     assert int(redis_client.hget("{plain}:stats", "politeness/paced") or 0) == 3
     assert not redis_client.hexists("{plain}:stats", "politeness/deferred/rate")
     first = sandbox.admin("stats")["first_seen"]
     times = sorted(first[f"/@plain.user{n}"] for n in range(3))
-    assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= 2.5 - 0.25
+    assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= 2.5 - 0.5
     for name in ("queue", "leases", "delayed"):
         assert not redis_client.exists("{plain}:" + name), name
