@@ -221,6 +221,36 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert int(redis_client.hget("{profiles}:stats", "frontier/start_entries_ahead") or 0) == 14
 
 
+@pytest.mark.integration
+def test_a_spider_given_arguments_reads_the_start_list_with_its_first_pop(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """explore given a category (-a) while an entry waits in its start list: the start list's
+    first read goes in the round trip that writes and pops the argument's request, not in one
+    of its own, and both the argument's feed and the entry's are read."""
+    redis_client.lpush("explore:start_urls", json.dumps({"category": 4, "max_pages": 1}))
+    trace, out = tmp_path / "trace.txt", tmp_path / "trips.json"
+    probe = {"bench.redis_round_trips.RoundTripProbe": 1000}
+    settings = {
+        "EXTENSIONS": json.dumps({**project_settings.EXTENSIONS, **probe}),
+        "ROUND_TRIP_FILE": str(out),
+        "EXPLORE_MAX_PAGES": 1,
+        "EXPLORE_HANDOFF_SPIDER": "",
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
+        "IDLE_POLL_INTERVAL": 1,
+    }
+    command = crawl.command("explore", "-a", "categories=2", settings=settings)
+    command[1:4] = ["-c", "from bench.redis_round_trips import launch; launch()", "crawl"]
+    env = {**crawl.env(), "BENCH_TRACE": str(trace)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(crawl.mongo.db.videos.distinct("category")) == [2, 4]
+    trips = [line.split()[2] for line in trace.read_text().splitlines() if len(line.split()) > 2]
+    first_read = next(trip for trip in trips if "EVAL[pop_start]" in trip)
+    assert "EVAL[schedule]" in first_read, trips
+    assert "EVAL[pop]" in first_read, trips
+
+
 def test_a_rider_that_cannot_write_is_dropped_and_the_others_go(
     redis_client: redis.Redis,
 ) -> None:

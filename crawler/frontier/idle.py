@@ -61,6 +61,7 @@ class IdleSpider:
     riders: Riders
     _start_batch: int  # the feed's batch size (0: no feed)
     _none_ahead: float  # when a batch leased ahead came back empty
+    _read_ahead_answered: bool  # the start-up read ahead came back, not yet looked at
     _trips: int  # round trips so far
     _sizes_read: tuple[int, float, dict[str, int]] | None  # trips then, when, sizes
 
@@ -193,7 +194,8 @@ class IdleSpider:
         ones leased ahead with a round trip (:meth:`prefetch_start_entries`) come first."""
         assert self.frontier is not None
         self._start_batch = count
-        if self.starts.ahead:
+        answered, self._read_ahead_answered = self._read_ahead_answered, False
+        if self.starts.ahead or answered:
             return self.starts.take_ahead()
         if self._in_backoff():
             return []
@@ -229,6 +231,24 @@ class IdleSpider:
     def expect_start_requests(self, member: bytes, count: int) -> None:
         """The entry ``member`` became ``count`` requests (tagged with START_META)."""
         self.starts.expect(member, count)
+
+    def read_start_entries_ahead(self, count: int) -> None:
+        """At start, before the spider's own requests (its arguments) are written: the round
+        trip that writes them also leases the first ``count`` start entries, and the feed's
+        first look takes what it found, or that it found none, without a round trip."""
+        if self.frontier is None or count < 1:
+            return
+        self._start_batch = count
+        frontier, seconds, worker = self.frontier, self.config.lease_seconds, self.worker
+
+        def write(pipe: Any) -> None:
+            frontier.pop_start(count, seconds, worker, client=pipe)
+
+        def read(replies: list[Any]) -> None:
+            self._start_prefetched(replies)
+            self._read_ahead_answered = bool(replies) and first_error(replies) is None
+
+        self.riders.add(START_RIDER, Rider(write, read), self.config.idle_poll)
 
     def prefetch_start_entries(self) -> None:
         """Have the next round trip lease the feed's next batch of start entries once this

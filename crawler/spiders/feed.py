@@ -160,6 +160,13 @@ class StartFeed:
         self._said_waiting = False
         self.fed = False  # whether the last next_requests() read any entry
 
+    def read_ahead(self) -> None:
+        """Have the frontier's next round trip lease the first batch of start entries, for
+        the first look (:meth:`next_requests`), which then needs no round trip of its own."""
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
+            scheduler.read_start_entries_ahead(self.entries.batch_size)
+
     def next_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, bad ones set aside.
 
