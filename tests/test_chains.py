@@ -25,6 +25,7 @@ from crawler.frontier.chains import (
     adopted,
     chain_host,
     mark_chain,
+    paced,
 )
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
@@ -314,6 +315,18 @@ def test_a_host_whose_turns_are_all_taken_is_booked_for_the_look_ahead(
     assert credits.booked("a.test")
     assert not credits.booked("b.test")
     poll(lambda: not credits.booked("a.test"), timeout=5, what="the look-ahead passed")
+
+
+def test_a_host_with_a_rate_of_its_own_of_zero_takes_no_turns() -> None:
+    """A rate of 0 is unlimited, for one host or for all: such a host's chain is not kept on
+    turns (nor asked for any, nor booked); a paced host's own rate wins over an unlimited
+    default."""
+    one_free = pacing(rate=0.5, per_domain={"api.test": 0.0})
+    assert not paced(one_free, "api.test")
+    assert paced(one_free, "www.test")
+    one_paced = pacing(rate=0.0, per_domain={"slow.test": 0.2})
+    assert paced(one_paced, "slow.test")
+    assert not paced(one_paced, "fast.test")
 
 
 def test_a_push_for_a_booked_host_waits_for_a_trip_that_goes_anyway() -> None:

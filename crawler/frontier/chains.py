@@ -80,6 +80,12 @@ def _host(url: str) -> str | None:
     return parts.hostname or None
 
 
+def paced(pacing: Pacing, host: str) -> bool:
+    """Whether ``host``'s requests take turns: a rate of 0, the host's own or else the
+    default, is unlimited (as the pop and credit scripts read it)."""
+    return pacing.per_domain.get(host, pacing.rate) > 0
+
+
 def mark_chain(request: Request, parent: Request) -> None:
     """Mark ``request``, made by the page of ``parent``, when it is for the same host."""
     if request.dont_filter and _host(request.url) == _host(parent.url) is not None:
@@ -130,8 +136,9 @@ class Credits:
         return hosts
 
     def booked(self, host: str) -> bool:
-        """Whether the host's turns were all taken for the look-ahead when last asked (a new
-        request of its chain then waits in Redis however soon it goes there)."""
+        """Whether the host's turns were all taken for the look-ahead when last asked: a new
+        request of its chain would most likely wait in Redis behind others however soon it
+        went there (it may lose a turn that came free meanwhile: the host has others)."""
         return self._booked.get(host, 0.0) > time.time()
 
     def given(self, reply: Any, asked: list[str] | None = None, ahead: float = 0.0) -> int:
@@ -217,7 +224,7 @@ class Chains:
         """Keep a request a page made for its own host on a turn of that host this worker
         took ahead: held until then, written as leased to it with the next trip."""
         pacing = self.pacing
-        if host is None or pacing is None or not (pacing.rate or pacing.per_domain.get(host)):
+        if host is None or pacing is None or not paced(pacing, host):
             return False
         if (turn := self.credits.take(host)) is None:
             return False

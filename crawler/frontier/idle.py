@@ -61,7 +61,7 @@ class IdleSpider:
     riders: Riders
     _start_batch: int  # the feed's batch size (0: no feed)
     _none_ahead: float  # when a batch leased ahead came back empty
-    _read_ahead_answered: bool  # the start-up read ahead came back, not yet looked at
+    _read_ahead_answered: float  # when the start-up read ahead came back (0: looked at)
     _trips: int  # round trips so far
     _sizes_read: tuple[int, float, dict[str, int]] | None  # trips then, when, sizes
 
@@ -194,9 +194,9 @@ class IdleSpider:
         ones leased ahead with a round trip (:meth:`prefetch_start_entries`) come first."""
         assert self.frontier is not None
         self._start_batch = count
-        answered, self._read_ahead_answered = self._read_ahead_answered, False
-        if self.starts.ahead or answered:
-            return self.starts.take_ahead()
+        answered, self._read_ahead_answered = self._read_ahead_answered, 0.0
+        if self.starts.ahead or time.monotonic() - answered < self.config.idle_poll:
+            return self.starts.take_ahead()  # what a read since the last look found
         if self._in_backoff():
             return []
         try:
@@ -235,7 +235,8 @@ class IdleSpider:
     def read_start_entries_ahead(self, count: int) -> None:
         """At start, before the spider's own requests (its arguments) are written: the round
         trip that writes them also leases the first ``count`` start entries, and the feed's
-        first look takes what it found, or that it found none, without a round trip."""
+        first look, if within ``IDLE_POLL_INTERVAL`` of that read, takes what it found, or
+        that it found none, without a round trip."""
         if self.frontier is None or count < 1:
             return
         self._start_batch = count
@@ -246,7 +247,8 @@ class IdleSpider:
 
         def read(replies: list[Any]) -> None:
             self._start_prefetched(replies)
-            self._read_ahead_answered = bool(replies) and first_error(replies) is None
+            if replies and first_error(replies) is None:
+                self._read_ahead_answered = time.monotonic()
 
         self.riders.add(START_RIDER, Rider(write, read), self.config.idle_poll)
 

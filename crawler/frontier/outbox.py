@@ -52,8 +52,9 @@ class Outbox:
 
     def push(self, request: Pending, eager: bool = True) -> None:
         """Schedule ``request`` with the next round trip: at the next tick, or, not ``eager``
-        (its host's turns are all taken for longer than it may wait), with a trip that goes
-        anyway, as acknowledgements do: sent sooner it would wait in Redis all the same."""
+        (its host's turns were all taken for the look-ahead when last asked), with a trip that
+        goes anyway, as acknowledgements do: sent sooner it would most likely wait in Redis
+        behind the host's other requests all the same."""
         self.pushes.append(request)
         self._eager = self._eager or eager
 

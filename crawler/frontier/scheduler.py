@@ -99,7 +99,7 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self._queue_size = 0
         self._start_batch = 0
         self._none_ahead = 0.0
-        self._read_ahead_answered = False
+        self._read_ahead_answered = 0.0
         self._trips = 0
         self._sizes_read: tuple[int, float, dict[str, int]] | None = None
         self._next_pop = 0.0
