@@ -277,23 +277,43 @@ def test_a_worker_killed_mid_chain_loses_no_page(
     feed (the killed one's leases come back), every video is stored, nothing is left."""
     settings = {**_settings(4.0, page_size=4), "FRONTIER_LEASE_SECONDS": 5}
     pages_in_all = -(-len(build_dataset().videos_by_category[CATEGORY]) // 4)
-    command = crawl.command("explore", "-a", f"categories={CATEGORY}", settings=settings)
+    arguments = ("-a", f"categories={CATEGORY}")
+    _kill_once_counted(crawl, redis_client, arguments, settings, "frontier/chained")
+    assert len(_feed_pages(sandbox)) < pages_in_all  # killed mid-feed
+    videos = len(build_dataset().videos_by_category[CATEGORY])
+    _finish_all(crawl, sandbox, redis_client, settings, pages_in_all, videos)
+
+
+def _kill_once_counted(
+    crawl: Crawl, redis_client: redis.Redis, arguments: tuple[str, ...], settings: Any, stat: str
+) -> None:
+    """Run explore with ``arguments``; kill -9 it once the fleet's ``stat`` reaches 3."""
+    command = crawl.command("explore", *arguments, settings=settings)
     worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.DEVNULL)
     try:
         poll(
-            lambda: int(redis_client.hget("{explore}:stats", "frontier/chained") or 0) >= 3,
+            lambda: int(redis_client.hget("{explore}:stats", stat) or 0) >= 3,
             timeout=60,
-            what="pages chained",
+            what=stat,
         )
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-    assert len(_feed_pages(sandbox)) < pages_in_all  # killed mid-feed
+
+
+def _finish_all(
+    crawl: Crawl,
+    sandbox: Sandbox,
+    redis_client: redis.Redis,
+    settings: Any,
+    pages: int,
+    videos: int,
+) -> None:
+    """Another worker reads the feeds to their ends: every page, every video, nothing left."""
     result = crawl("explore", settings=settings, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert len(_feed_pages(sandbox)) == pages_in_all
-    videos = build_dataset().videos_by_category[CATEGORY]
-    assert crawl.mongo.db.videos.count_documents({}) == len(videos)
+    assert len(_feed_pages(sandbox)) == pages
+    assert crawl.mongo.db.videos.count_documents({}) == videos
     assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
 
 
@@ -366,24 +386,10 @@ def test_feeds_outnumbering_their_hosts_turns_wait_in_the_outbox_and_lose_nothin
     dataset = build_dataset()
     feeds = sum(-(-len(dataset.videos_by_category[c]) // 10) for c in categories)
     arguments = ("-a", "categories=" + ",".join(map(str, categories)))
-    command = crawl.command("explore", *arguments, settings=settings)
-    worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.DEVNULL)
-    try:
-        poll(
-            lambda: int(redis_client.hget("{explore}:stats", "frontier/pushes_waited") or 0) >= 3,
-            timeout=60,
-            what="pushes waiting for a trip",
-        )
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+    _kill_once_counted(crawl, redis_client, arguments, settings, "frontier/pushes_waited")
     assert len(_feed_pages(sandbox)) < feeds  # killed mid-feeds
-    result = crawl("explore", settings=settings, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert len(_feed_pages(sandbox)) == feeds
     videos = {video.id for c in categories for video in dataset.videos_by_category[c]}
-    assert crawl.mongo.db.videos.count_documents({}) == len(videos)
-    assert _left(redis_client) == dict.fromkeys(_left(redis_client), 0)
+    _finish_all(crawl, sandbox, redis_client, settings, feeds, len(videos))
 
 
 def test_hosts_whose_turns_are_gone_are_forgotten(frontier: Frontier) -> None:

@@ -215,11 +215,7 @@ class IdleSpider:
         if self.known_busy() or isinstance(frontier.server, RedisCluster):
             return frontier.pop_start(count, seconds, worker)
         read: list[list[Any]] = []
-
-        def write(pipe: Any) -> None:
-            frontier.pop_start(count, seconds, worker, client=pipe)
-
-        self.riders.add(START_READ_RIDER, Rider(write, read.append), 0)
+        self.riders.add(START_READ_RIDER, Rider(self._start_lease(count), read.append), 0)
         self._settle_reading_sizes()  # an outage is the scheduler's to note
         self.riders.cancel(START_READ_RIDER)  # not sent (Redis away): nothing was leased
         if not read:
@@ -240,17 +236,13 @@ class IdleSpider:
         if self.frontier is None or count < 1:
             return
         self._start_batch = count
-        frontier, seconds, worker = self.frontier, self.config.lease_seconds, self.worker
-
-        def write(pipe: Any) -> None:
-            frontier.pop_start(count, seconds, worker, client=pipe)
 
         def read(replies: list[Any]) -> None:
             self._start_prefetched(replies)
             if replies and first_error(replies) is None:
                 self._read_ahead_answered = time.monotonic()
 
-        self.riders.add(START_RIDER, Rider(write, read), self.config.idle_poll)
+        self.riders.add(START_RIDER, Rider(self._start_lease(count), read), self.config.idle_poll)
 
     def prefetch_start_entries(self) -> None:
         """Have the next round trip lease the feed's next batch of start entries once this
@@ -263,13 +255,18 @@ class IdleSpider:
         within = 2 * self.marker.interval
         if self.marker.saw_no_start_entries(within) or time.monotonic() - self._none_ahead < within:
             return
-        frontier, count = self.frontier, self._start_batch
-        seconds, worker = self.config.lease_seconds, self.worker
+        lease = self._start_lease(self._start_batch)
+        self.riders.add(START_RIDER, Rider(lease, self._start_prefetched), self.config.idle_poll)
+
+    def _start_lease(self, count: int) -> Callable[[Any], None]:
+        """A rider's write: the lease of up to ``count`` start entries, queued on a pipeline."""
+        frontier, seconds, worker = self.frontier, self.config.lease_seconds, self.worker
+        assert frontier is not None
 
         def write(pipe: Any) -> None:
             frontier.pop_start(count, seconds, worker, client=pipe)
 
-        self.riders.add(START_RIDER, Rider(write, self._start_prefetched), self.config.idle_poll)
+        return write
 
     def _start_prefetched(self, replies: list[Any]) -> None:
         if not replies or first_error(replies) is not None:
