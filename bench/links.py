@@ -22,9 +22,13 @@ page (counted in the crawl process) and commands per page (INFO, server side, sc
 included), Redis bytes per host (counters, page budgets, robots.txt) and of the dupefilter
 per page fetched and per URL at its capacity, after the unlimited links crawl.
 
+Hosts on their own addresses (``--only hosts``, bench/_hosts_bench.py): the web of
+sandbox/hosts.py (``--hosts-web 400x25``), each start-entry shape at each of ``--rates``,
+links against vanilla Scrapy, pages/s and early requests counted at the server.
+
 Usage: python bench/links.py [--hosts 400] [--pages 50] [--concurrency 64] [--window 30]
-       [--crawl-window 0] [--only unlimited|polite|polite-whole|links] [--py-spy DIR]
-       [-s NAME=VALUE]...
+       [--crawl-window 0] [--only unlimited|polite|polite-whole|links|hosts] [--py-spy DIR]
+       [--hosts-web 400x25] [--rates 0,1,0.5] [-s NAME=VALUE]...
 (-s: the links crawls only; --crawl-window S: the unlimited crawls too stop after S seconds.)
 """
 
@@ -149,8 +153,11 @@ class Bench:
             "LOG_LEVEL": "WARNING",
         }
 
-    def vanilla(self, settings: dict[str, Any], label: str) -> dict[str, Any]:
-        command = ["runspider", str(ROOT / "bench" / "links.py"), "-a", f"file={self.starts}"]
+    def vanilla(
+        self, settings: dict[str, Any], label: str, starts: Path | None = None
+    ) -> dict[str, Any]:
+        starts = starts or self.starts
+        command = ["runspider", str(ROOT / "bench" / "links.py"), "-a", f"file={starts}"]
         settings = {
             **self.common(),
             "ROBOTSTXT_OBEY": True,
@@ -163,10 +170,20 @@ class Bench:
         url = f"redis://127.0.0.1:{self.redis_port}/0"
         return self.vanilla({**STOCK_REDIS, "REDIS_URL": url, **settings}, "scrapy-redis")
 
-    def links(self, settings: dict[str, Any], label: str) -> dict[str, Any]:
+    def links(
+        self,
+        settings: dict[str, Any],
+        label: str,
+        starts: Path | None = None,
+        entries: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """``scrapy crawl links`` given ``starts`` (a file, default the web's homes), or, with
+        ``entries``, those pushed to links:start_urls instead."""
         from crawler import settings as project
 
-        command = ["crawl", "links", "-a", f"file={self.starts}"]
+        command = ["crawl", "links"]
+        if not entries:
+            command += ["-a", f"file={starts or self.starts}"]
         settings = {
             **self.common(),
             "EXTENSIONS": json.dumps({**project.EXTENSIONS, PROBE: 1000}),
@@ -174,10 +191,15 @@ class Bench:
             **settings,
             **dict(item.split("=", 1) for item in self.args.extra),
         }
-        return self.crawl(command, settings, ROOT, label)
+        return self.crawl(command, settings, ROOT, label, entries)
 
     def crawl(
-        self, command: list[str], settings: dict[str, Any], cwd: Path, label: str
+        self,
+        command: list[str],
+        settings: dict[str, Any],
+        cwd: Path,
+        label: str,
+        entries: list[str] | None = None,
     ) -> dict[str, Any]:
         """Run one crawl; its pages and pages/s (over the first CLOSESPIDER_TIMEOUT seconds
         when set, else from the first page to the last)."""
@@ -186,6 +208,8 @@ class Bench:
         window = int(settings.get("CLOSESPIDER_TIMEOUT", 0))
         self.runs += 1
         self.redis.flushall()
+        if entries:
+            self.redis.lpush("links:start_urls", *entries)
         probe_file = self.tmp / f"probe-{self.runs}.json"
         settings = {**settings, "BENCH_PROBE_FILE": probe_file}
         env = {
@@ -333,7 +357,13 @@ def main() -> None:
         "--crawl-window", type=int, default=0, help="seconds of each unlimited crawl (0: whole)"
     )
     parser.add_argument("--server-processes", type=int, default=1)
-    parser.add_argument("--only", choices=["unlimited", "polite", "polite-whole", "links"])
+    parser.add_argument("--only", choices=["unlimited", "polite", "polite-whole", "links", "hosts"])
+    parser.add_argument(
+        "--hosts-web",
+        default="400x25",
+        help="hosts x pages of the web on distinct addresses (--only hosts, or every run)",
+    )
+    parser.add_argument("--rates", default="0,1,0.5", help="rates per host of the hosts runs")
     parser.add_argument("--py-spy", metavar="DIR", help="sample each crawl with py-spy into DIR")
     parser.add_argument("-s", dest="extra", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
@@ -354,6 +384,12 @@ def main() -> None:
             ratios = unlimited(bench) if args.only in (None, "unlimited") else []
             ratios += polite(bench) if args.only in (None, "polite") else []
             ratios += polite_whole(bench) if args.only in (None, "polite-whole") else []
+            if args.only in (None, "hosts"):
+                from bench._hosts_bench import hosts_bench
+
+                hosts, pages = (int(n) for n in args.hosts_web.split("x"))
+                rates = [float(rate) for rate in args.rates.split(",")]
+                ratios += hosts_bench(bench, hosts, pages, rates)
         finally:
             bench.stop()
             for server in web:

@@ -10,6 +10,8 @@ adapter; the machinery it drives lives in its own room:
   a backoff (:class:`crawler.bans.waits.RetryBackoff`).
 - :class:`HostFullMiddleware` (640) and :class:`HostConcurrencyMiddleware` (660): requests in
   flight per domain for the whole fleet (:mod:`crawler.bans.concurrency`).
+- :class:`SendGateMiddleware` (950, last before the download handler): a request whose turn
+  the frontier's pop planned takes its host's token as it goes (:mod:`crawler.frontier.gate`).
 - :class:`LeaseDownloaderMiddleware` and :class:`LeaseSpiderMiddleware` (outermost): tell the
   frontier when a leased request is fully handled (the lease book:
   :mod:`crawler.frontier.leases`).
@@ -17,6 +19,7 @@ adapter; the machinery it drives lives in its own room:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -40,8 +43,9 @@ from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, 
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.chains import mark_chain
+from crawler.frontier.leases import LEASE_META
 from crawler.frontier.queue import Pacing
-from crawler.frontier.records import PACED_META
+from crawler.frontier.records import HOLD_META, PACED_META
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
 from crawler.frontier.scheduler import DUE_META
@@ -115,9 +119,10 @@ class BanMiddleware:
         if isinstance(identity, float):
             return self._defer(request, identity, "identities_cooling")
         identity.apply(request.meta)
-        paced = request.meta.pop(PACED_META, None)
+        paced = request.meta.get(PACED_META)
         if isinstance(paced, float) and crawl_delay(request) <= paced:
-            return None  # the frontier's pop took the host's token
+            return None  # its host's token is the send gate's (SendGateMiddleware) to take
+        request.meta.pop(PACED_META, None)
         return await self._take_turn(request, domain, identity)
 
     async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
@@ -136,6 +141,35 @@ class BanMiddleware:
         if not verdict.is_ban:
             return response
         return await self.bans.banned(request, response, verdict)
+
+
+class SendGateMiddleware:
+    """Downloader middleware at 950, after every other ``process_request``: a request whose
+    turn the frontier's pop planned (meta ``frontier_paced``) takes its host's token here, as
+    it leaves for the download handler (:mod:`crawler.frontier.gate`), so no request reaches a
+    host sooner than its rate allows however long it took on its way (a busy reactor, a
+    middleware that waited). Turned away, a leased request goes back to the scheduler, which
+    holds it, its lease kept and no download slot taken, until the host's next token; another
+    one (robots.txt, fetched on the turn of the request that needed it) waits here."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.frontier = FrontierReports(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SendGateMiddleware:
+        return cls(crawler)
+
+    async def process_request(self, request: Request) -> Request | None:
+        scheduler = self.frontier.scheduler
+        if scheduler is None:
+            return None
+        while (wait := await scheduler.gate_wait(request)) > 0:
+            if request.meta.get(LEASE_META):
+                request.meta[HOLD_META] = time.time() + wait
+                return request
+            await asyncio.sleep(wait)
+        request.meta.pop(PACED_META, None)
+        return None
 
 
 # --- retries ---------------------------------------------------------------------------------

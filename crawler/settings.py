@@ -56,6 +56,8 @@ DOWNLOADER_MIDDLEWARES = {
     "crawler.middlewares.BanMiddleware": 650,
     "crawler.middlewares.HostConcurrencyMiddleware": 660,
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
+    # Last before the download handler: a paced request takes its host's token as it goes.
+    "crawler.middlewares.SendGateMiddleware": 950,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.

@@ -6,9 +6,12 @@ import time
 from typing import Any
 
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from crawler.bans import politeness
 from crawler.bans.politeness import FleetPoliteness, RatePolicy
+from crawler.frontier import lua
 
 
 def script_calls(server: redis.Redis) -> int:
@@ -64,3 +67,61 @@ def test_a_broad_crawl_leaves_a_bounded_memory_of_buckets(
         assert worker.acquire(f"site{n}.example", "direct") == 0  # one token each, then none left
     assert len(worker._tokens) == 0  # no empty counts kept
     assert len(worker._next_token) <= 50 + 1
+
+
+# --- the one bucket: turns planned by the pop, tokens taken by the send gate ---------------------
+
+PLAN = "local at = bucket_plan(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), " + (
+    "tonumber(ARGV[3]), 0, 1e9)\nreturn fmt(at)"
+)
+_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["plan", "take", "take_new", "ask"]),
+        st.floats(min_value=0.0, max_value=3.0),  # seconds since the step before
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=_steps,
+    rate=st.sampled_from([0.5, 1.0, 4.0]),
+    burst=st.sampled_from([1.0, 3.0]),
+)
+def test_tokens_taken_keep_the_rate_whatever_was_planned(
+    redis_client: redis.Redis, steps: list[tuple[str, float]], rate: float, burst: float
+) -> None:
+    """However the pop's planned turns and the gate's takes interleave, and whatever allowance a
+    take asks (a connection to open), the times the granted requests count as sent never hold
+    more than ``burst`` within one interval: no request reaches its host too soon. A request
+    turned away comes back after the wait it was told, so the takes probe the bucket's edges."""
+    key = "{t}:rate:host|direct"
+    redis_client.delete(key)
+    plan = redis_client.register_script(lua._BUCKET + PLAN)
+    take = redis_client.register_script(lua.TAKE)
+    now, sent = 1_000_000.0, []
+    for kind, gap in steps:
+        now += gap
+        if kind == "plan":
+            assert float(plan(keys=[key], args=[rate, burst, now]).decode()) >= now - 1e-6
+            continue
+        allowance = 0.5 if kind == "take_new" else 0.0
+        at = now
+        while True:  # a request turned away comes back when told, as the gate holds it
+            granted, wait, _ = take(keys=[key], args=[at, rate, burst, 1, 0, 1, 0, allowance])
+            if int(granted):
+                sent.append(at + allowance)
+                break
+            assert float(wait) > 0
+            if kind == "ask":  # turned away once: it went elsewhere (back to the frontier)
+                break
+            at += float(wait)
+        now = at
+    sent.sort()
+    window = 1 / rate - 1e-3  # the microsecond rounding of the written times
+    for first, later in zip(sent, sent[int(burst) :], strict=False):
+        assert later - first >= window, (sent, first, later)

@@ -176,9 +176,10 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
 ) -> None:
     """30 profiles at the fleet's polite pace (2 requests/s, one domain), recrawl, stats and
     ban checks on: every page stored, and the crawl's round trips to Redis, counted in the
-    worker from start to close, stay under 0.7 per page (0.43
-    measured; a pop, a flush, stats, a cool-down read, the marker, a revisit write and idle
-    checks each on their own made 7.6 per page at the default rate)."""
+    worker from start to close, stay under 0.7 per page besides the one each request makes to
+    take its host's token as it goes (the send gate: 1.47 in all measured; a pop, a flush,
+    stats, a cool-down read, the marker, a revisit write and idle checks each on their own made
+    7.6 per page at the default rate)."""
     users = [f"user{n}" for n in range(30)]
     redis_client.lpush("profiles:start_urls", *users)
     out = tmp_path / "trips.json"
@@ -203,7 +204,9 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert crawl.mongo.db.profiles.count_documents({}) == len(users)
     trips = sum(value for key, value in result["counts"].items() if key[:3] == "rt:")
     sites = {key: value for key, value in result["counts"].items() if key[:5] == "site:"}
-    assert trips / result["pages"] < 0.7, sites
+    gate = sites.get("site:frontier/gate.py:wait", 0)
+    assert len(users) <= gate < 1.2 * len(users), sites  # a request held back asks again
+    assert (trips - gate) / result["pages"] < 0.7, sites
     # No connection handshake (RESP2: no HELLO, no CLIENT commands), one check of the
     # frontier, the sizes read with it: the scheduler does not check again. The idle looks
     # read the sizes in the round trips that settle what this worker owes, never on their own.
@@ -212,11 +215,11 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert not {"site:frontier/scheduler.py:open", "site:frontier/idle.py:fleet_sizes"} & set(sites)
     # Start-up: the check, the first start entries with what rides along, their requests
     # written and popped (3 measured; a loaded machine may add a pop); close: the last writes
-    # (two trips: a revisit, then its page's ack), the second idle look, the final stats (4
-    # measured).
+    # (two trips: a revisit, then its page's ack), the second idle look, the final stats, and
+    # the start list read once more when the last pop found nothing to send (5 measured).
     start_up, close = result["edges"]
     assert start_up <= 4, sites
-    assert close <= 5, sites
+    assert close <= 6, sites
     # The second batch of 16 start entries was leased with a pop, not on a trip of its own.
     assert int(redis_client.hget("{profiles}:stats", "frontier/start_entries_ahead") or 0) == 14
 

@@ -1,6 +1,7 @@
 """Politeness shared by a fleet through Redis: per-domain rates, ban cool-downs, identities.
 
-* Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``; an
+* Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``, the
+  one the frontier's pop and send gate keep too (``crawler/frontier/scripts/bucket.lua``); an
   identity is a bind address or proxy. After a ban its rate is halved (down to a floor) and
   recovers linearly, so a fleet backs off together and creeps back.
 * Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time, and
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
 from crawler.connection import reply_text
+from crawler.frontier.lua import TAKE
 from crawler.frontier.queue import Pacing
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import bans_key, rate_key, reasons_key
@@ -29,38 +31,6 @@ if TYPE_CHECKING:
 # Buckets whose next token time a worker keeps before it forgets those that have passed.
 KNOWN_BUCKETS = 10_000
 BANS_RIDER = "cool-downs"
-
-# KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
-# (factor/s), floor (lowest factor), penalize (1 after a ban). Returns {granted, wait seconds,
-# factor [, the bans hash as a flat list]}: the wait is until the bucket's next token (0 while one
-# is left), also after a grant. The bans hash rides along so the cool-downs cost no call of their
-# own while tokens are taken.
-TOKEN_BUCKET = r"""
-local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
-local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
-local recovery, floor, penalize = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'factor')
-local ts = tonumber(state[2]) or now
-local factor = math.min(1, (tonumber(state[3]) or 1) + math.max(0, now - ts) * recovery)
-if penalize then factor = math.max(floor, factor / 2) end
-local current = rate * factor
-local tokens = math.min(burst, (tonumber(state[1]) or burst) + math.max(0, now - ts) * current)
-local granted, wait = 0, 0
-if tokens >= 1 then
-  granted = math.min(want, math.floor(tokens))
-  tokens = tokens - granted
-end
-if tokens < 1 then wait = (1 - tokens) / current end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts',
-           string.format('%.6f', now), 'factor', string.format('%.6f', factor))
--- Forgotten once full again at the full rate: an absent bucket means just that.
-local full = (burst - tokens) / current
-if recovery > 0 then full = math.max(full, (1 - factor) / recovery) else full = 86400 end
-redis.call('EXPIRE', KEYS[1], math.ceil(math.min(full, 86400)) + 1)
-local reply = {granted, string.format('%.6f', wait), string.format('%.6f', factor)}
-if KEYS[2] then reply[4] = redis.call('HGETALL', KEYS[2]) end
-return reply
-"""
 
 # KEYS: bans hash, reasons hash. ARGV: field, until, why, now. Keeps the later end time (and its
 # why), and deletes the ended cool-downs among a few sampled ones, so the hashes hold about the
@@ -185,7 +155,7 @@ class FleetPoliteness:
         self.spider = spider
         self.policy = policy
         self.refresh = refresh
-        self._bucket = server.register_script(TOKEN_BUCKET)
+        self._bucket = server.register_script(TAKE)  # scripts/take.lua
         self._extend = server.register_script(EXTEND_BAN)
         self._bans: dict[str, float] = {}
         self._bans_read = 0.0

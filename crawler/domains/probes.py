@@ -29,11 +29,11 @@ from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.bans.politeness import TOKEN_BUCKET
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.domains.classify import failure_kind, refine_dns
 from crawler.domains.resolver import AsyncResolver, install
+from crawler.frontier.lua import TAKE
 from crawler.keys import fleet_rate_key
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class FleetCap:
     def __init__(self, server: RedisClient | None, key: str, rate: float) -> None:
         self.rate = rate
         self.key = key
-        self._bucket = server.register_script(TOKEN_BUCKET) if server and rate > 0 else None
+        self._bucket = server.register_script(TAKE) if server and rate > 0 else None
         self._tokens = 0
         self._take = max(1, min(50, int(rate / 10)))
 

@@ -37,6 +37,10 @@ class RedisBackoff:
     def active(self) -> bool:
         return time.monotonic() < self.until
 
+    def remaining(self) -> float:
+        """Seconds until calls may go again (0 when they may now)."""
+        return max(0.0, self.until - time.monotonic())
+
     def failed(self, exc: RedisError) -> None:
         now = time.monotonic()
         if self.since is None:

@@ -99,7 +99,8 @@ class Popped:
 
 @dataclass(frozen=True)
 class Pacing:
-    """Politeness taken in the pop (see ``lua._PACE``): one token bucket per host for
+    """Politeness taken in the pop (see ``scripts/pace.lua``) and at the send gate
+    (``gate.py``): one token bucket per host for
     ``identity``, at ``rate`` requests per second (0: unlimited; ``per_domain`` overrides),
     ``burst`` at once after a quiet spell, rate factor recovering by ``recovery`` per second
     after a ban. A request whose host's turn is over ``horizon`` seconds away stays queued;
@@ -113,6 +114,14 @@ class Pacing:
     horizon: float = 60.0
     budget: int = 1000
     ahead: float = 0.0  # a turn due within this many seconds is leased at once, held till due
+
+    def rate_of(self, host: str, crawl_delay: float = 0.0) -> tuple[float, float]:
+        """Requests per second and burst for a request of ``host`` spaced by ``crawl_delay``
+        (one request per delay, no burst), as the pop reads them (``rate_of`` in pace.lua)."""
+        rate = self.per_domain.get(host, self.rate)
+        if crawl_delay > 0:
+            return (min(rate, 1 / crawl_delay) if rate > 0 else 1 / crawl_delay), 1.0
+        return rate, max(1.0, self.burst)
 
     def script_args(self, buckets: str) -> list[Any]:
         args: list[Any] = [buckets, self.identity, self.rate, max(1.0, self.burst)]

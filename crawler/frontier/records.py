@@ -30,6 +30,9 @@ SENT_BACK_META = "frontier_sent_back"
 # sends it without taking a token unless a longer delay was learnt since. Never stored.
 PACED_META = "frontier_paced"
 CRAWL_DELAY_META = "crawl_delay"
+# Meta key of a leased request the send gate turned away (its host's token not free yet): the
+# Unix time until which the scheduler holds it, its lease kept. Never stored.
+HOLD_META = "frontier_hold"
 
 
 def crawl_delay_of(meta: dict[str, Any]) -> float:
@@ -61,6 +64,7 @@ def pending(
     (sent back), while its record keeps the request's own ``dont_filter``."""
     forget_proxy_secrets(request)
     request.meta.pop(PACED_META, None)
+    request.meta.pop(HOLD_META, None)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=codec.dumps(codec.request_record(request, spider)),

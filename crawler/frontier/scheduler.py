@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
 from scrapy import Request, signals
@@ -29,6 +29,7 @@ from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.chains import Chains, Credits, chain_host
 from crawler.frontier.dupefilter import RecentlySeen
+from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import IdleSpider
 from crawler.frontier.leases import (
     LEASE_META,
@@ -43,7 +44,7 @@ from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.queue import Frontier, Pacing, Popped, popped
 from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
-from crawler.frontier.records import leased_request, passes_again, pending
+from crawler.frontier.records import HOLD_META, PACED_META, leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.frontier.turns import (
     PACED_GATHER,
@@ -88,6 +89,7 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.frontier: Frontier | None = None
         self.pacing: Pacing | None = None
+        self.gate: SendGate | None = None
         self.leases = LeaseBook()
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
@@ -109,6 +111,9 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self._engine = EngineCalls(crawler)
         self._next_due = 0.0
         self.riders = Riders.of(crawler)
+        # Called when the work this worker may send now runs short (see _ready_work_short).
+        self.when_short: Callable[[], None] | None = None
+        self._short_call: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -128,6 +133,8 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         pacing = downloader_pacing(self.crawler)
         ahead = lookahead(self.config.lease_seconds)
         self.pacing = None if pacing is None else dataclasses.replace(pacing, ahead=ahead)
+        if self.pacing is not None:
+            self.gate = SendGate(self.server, keys.buckets, self.pacing)
         self.riders.carried = True
         self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
         self._resume(spider, self.crawler)
@@ -139,6 +146,8 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
             if loop.running:
                 loop.stop()
         self._engine.cancel()
+        if self._short_call is not None and self._short_call.active():
+            self._short_call.cancel()
         self.crawler.signals.disconnect(self.keep_open_while_work_left, signal=signals.spider_idle)
         self._ready.clear()
         self._held.clear()
@@ -162,6 +171,8 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         return bool(self._ready or self._held or self.outbox.pushes or self._queue_size > 0)
 
     def enqueue_request(self, request: Request) -> bool:
+        if self._hold_back(request):
+            return True
         request.errback = unguarded(request.errback)
         lease_id = request.meta.pop(LEASE_META, None)
         start_member = request.meta.pop(START_META, None)
@@ -212,6 +223,33 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self.leases.move(lease_id_of(request), "downloading")
         self._count("scheduler/dequeued/redis")
         return request
+
+    async def gate_wait(self, request: Request) -> float:
+        """0 when ``request``, whose turn the pop planned, may go to its host now (the host's
+        sent token is taken, see ``gate.py``), else the seconds to hold it: until the host's
+        next token, or, Redis away, until the backoff ends (no request goes unchecked)."""
+        if self.gate is None or PACED_META not in request.meta:
+            return 0.0
+        try:
+            return self._backoff.remaining() or await self.gate.wait(request)
+        except RedisError as exc:
+            self._outage(exc)
+            return max(0.1, self._backoff.remaining())
+
+    def _hold_back(self, request: Request) -> bool:
+        """A leased request the send gate turned away (meta HOLD_META: until when) is held
+        here, its lease kept, until then: waiting for its host's token holds no download slot."""
+        due = request.meta.pop(HOLD_META, None)
+        if due is None:
+            return False
+        lease_id = lease_id_of(request)
+        if lease_id not in self.leases.held:
+            return False  # not this worker's (any more): scheduled as a new request
+        self.leases.move(lease_id, "ready")
+        self._held.hold(request, float(due))
+        self._engine.wake_in(max(0.0, float(due) - time.time()))
+        self._count("politeness/gate_held")
+        return True
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -333,6 +371,8 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self._count("politeness/paced", len(popped.paced))
         for lease_id, data in popped.leased:
             self._take(lease_id, data, lease_id in popped.paced, popped.dues.get(lease_id))
+        if len(popped.leased) - len(popped.dues) < self.config.batch_size:
+            self._ready_work_short()
         if len(popped.leased) - len(popped.dues) < self.config.batch_size and (
             popped.queue_size == 0 or self.pacing is not None
         ):
@@ -342,6 +382,16 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
             self._next_pop = time.monotonic() + pause
             if popped.next_due or popped.unscanned:
                 self._engine.wake_in(pause)
+
+    def _ready_work_short(self) -> None:
+        """The pop found less than a batch this worker may send now: the start feed reads its
+        next entries (new hosts, whose turns are free) at once, not only once the spider is
+        idle, which a polite queue, full of work waiting for its turn, never is."""
+        if self.when_short is None or (self._short_call and self._short_call.active()):
+            return
+        from twisted.internet import reactor  # the one Scrapy installed, imported once running
+
+        self._short_call = cast(Any, reactor).callLater(0, self.when_short)
 
     def _take(
         self, lease_id: str, data: str, paced: bool = False, due: float | None = None

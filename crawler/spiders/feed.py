@@ -177,6 +177,8 @@ class StartFeed:
         requests: list[Request] = []
         scheduler = frontier_scheduler(self.crawler)
         self.fed = False
+        if scheduler is not None and scheduler.when_short is None:
+            scheduler.when_short = self.top_up
         if scheduler is not None and scheduler.no_start_entries_known():
             return requests
         deadline = time.monotonic() + FEED_BUDGET
@@ -190,6 +192,15 @@ class StartFeed:
             if scheduler is not None and not requests:
                 scheduler.flush()  # the acks of the entries set aside, before the next batch
         return requests
+
+    def top_up(self) -> None:
+        """The frontier has less than a batch this worker may send now (a polite queue may be
+        full of work waiting for its hosts' turns): the next start entries are read and
+        crawled now, as the idle spider would, so new hosts keep the worker busy."""
+        try:
+            self._crawl(self.next_requests())
+        except Exception:
+            logger.exception("Could not feed start entries", extra={"spider": self.spider})
 
     def _entry_requests(
         self, raw: bytes, lease: bytes | None, scheduler: FrontierScheduler | None

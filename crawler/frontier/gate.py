@@ -1,0 +1,115 @@
+"""The send gate: the last check before a paced request leaves for its host.
+
+The pop plans a paced request's turn with its host's bucket (``scripts/bucket.lua``), but a
+planned turn may be used late: the request waits for a free download slot, or for the pop that
+leases it. Sent late, it would bunch with the host's next turn, used on time. So a request whose
+host is paced goes only with one of the bucket's tokens, taken as it goes, by the last
+downloader middleware (``SendGateMiddleware``) with ``scripts/take.lua``, the script the ban
+middleware takes its tokens with: no request reaches a host sooner than its rate, burst,
+per-domain rate, Crawl-delay or ban-lowered rate allow, for the whole fleet.
+
+The requests that reach the gate in one turn of the reactor take their tokens in one round trip,
+together, just before they go: a round trip of its own for each, blocking the reactor in turn,
+would send the first ones long after their tokens were taken, and the host's next request,
+sent on time, would reach it too soon after them. A worker's first request to a host for a
+while opens a connection first, which a busy reactor may take a few tenths of a second to do:
+its token counts as taken CONNECT_ALLOWANCE seconds later, so the host's next request (from any
+worker) waits that much longer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy.utils.httpobj import urlparse_cached
+
+from crawler.frontier.lua import TAKE, queue_eval
+from crawler.frontier.records import crawl_delay_of
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from crawler.connection import RedisClient
+    from crawler.frontier.queue import Pacing
+
+
+# Seconds a worker's first request to a host (for IDLE_CONNECTION seconds) may take to reach it
+# after its token: a connection to open first.
+CONNECT_ALLOWANCE = 0.5
+# Seconds after which a worker's connection to a host counts as closed (Twisted's pool keeps an
+# idle one 240 s; less, for servers that close theirs sooner).
+IDLE_CONNECTION = 60.0
+# Hosts whose last grant a worker keeps before it forgets those too old to matter.
+KNOWN_HOSTS = 10_000
+
+
+@dataclass
+class _Ask:
+    key: str
+    rate: float
+    burst: float
+    allowance: float
+    answer: asyncio.Future[float]
+
+
+class SendGate:
+    """Takes the token of a request's host, ``<buckets><host>|<identity>``, for ``pacing``."""
+
+    def __init__(self, server: RedisClient, buckets: str, pacing: Pacing) -> None:
+        self.server = server
+        self.buckets = buckets
+        self.pacing = pacing
+        self._asks: list[_Ask] = []
+        self._granted: dict[str, float] = {}  # host: when this worker last sent it a request
+
+    async def wait(self, request: Request) -> float:
+        """0 when ``request`` may go now (its token is taken), else the seconds until its host's
+        next token. Raises RedisError while Redis is away: no request goes unchecked."""
+        host = urlparse_cached(request).hostname or ""
+        rate, burst = self.pacing.rate_of(host, crawl_delay_of(request.meta))
+        if rate <= 0 or not host:
+            return 0.0
+        loop = asyncio.get_running_loop()
+        key = f"{self.buckets}{host}|{self.pacing.identity}"
+        ask = _Ask(key, rate, burst, self._allowance(host), loop.create_future())
+        self._asks.append(ask)
+        if len(self._asks) == 1:
+            loop.call_soon(self._take)  # once the requests of this turn of the reactor are in
+        wait = await ask.answer
+        if wait <= 0:
+            self._granted[host] = time.monotonic()
+        return wait
+
+    def _allowance(self, host: str) -> float:
+        """CONNECT_ALLOWANCE when this worker has not sent ``host`` a request lately."""
+        now = time.monotonic()
+        if now - self._granted.get(host, -IDLE_CONNECTION) < IDLE_CONNECTION:
+            return 0.0
+        if len(self._granted) >= KNOWN_HOSTS:
+            self._granted = {h: t for h, t in self._granted.items() if now - t < IDLE_CONNECTION}
+        return CONNECT_ALLOWANCE
+
+    def _take(self) -> None:
+        """One round trip for every waiting ask, each told its wait (or the error)."""
+        asks, self._asks = self._asks, []
+        now, recovery = time.time(), self.pacing.recovery
+        pipe = self.server.pipeline(transaction=False)
+        for ask in asks:
+            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance]
+            queue_eval(pipe, TAKE, [ask.key], args)
+        try:
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            replies = [exc] * len(asks)
+        for ask, reply in zip(asks, replies, strict=True):
+            if ask.answer.done():
+                continue
+            if isinstance(reply, Exception):
+                ask.answer.set_exception(reply)
+            else:
+                granted, wait = int(reply[0]), float(reply[1])
+                ask.answer.set_result(0.0 if granted else max(0.001, wait))

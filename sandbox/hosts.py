@@ -1,0 +1,197 @@
+"""A web of many hosts, each on its own loopback address, that counts every request it receives.
+
+Host ``i`` (``i`` below the host count) is ``http://127.0.<1 + i // 250>.<1 + i % 250>:<port>/``
+(up to 250 x 254 hosts), all served by one asyncio server on one port. Every host has PAGES
+small HTML pages, ``/`` and ``/p/<k>``; page ``k`` links ``LOCAL_LINKS`` pages of its host
+(``8k + 1`` to ``8k + 8``, so every page is within a few hops of ``/``) and ``FOREIGN_LINKS``
+seeded pages of other hosts. ``/robots.txt`` allows everything; anything else is a 404.
+
+The server notes when each request arrived (wall clock) per host address: that is where a
+polite crawler's promise is kept, and where tests and benchmarks count it
+(:func:`early_requests`, :func:`busy_hosts`). ``GET /__arrivals`` (on any host) answers them as
+JSON, ``{address: [[time, path], ...]}``, and ``GET /__reset`` forgets them; neither is counted.
+
+Run as ``python -m sandbox.hosts --hosts 400 --pages 25 [--port P]``: it prints the port, then
+serves until terminated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+LOCAL_LINKS = 8
+FOREIGN_LINKS = 2
+HOSTS_PER_BLOCK = 250
+ROBOTS = b"User-agent: *\nDisallow:\n"
+Arrivals = dict[str, list[tuple[float, str]]]
+
+
+def host_address(index: int) -> str:
+    """The loopback address of host ``index``."""
+    return f"127.0.{1 + index // HOSTS_PER_BLOCK}.{1 + index % HOSTS_PER_BLOCK}"
+
+
+def page_path(k: int) -> str:
+    return "/" if k == 0 else f"/p/{k}"
+
+
+def page_links(host: int, k: int, hosts: int, pages: int, port: int, seed: int = 0) -> list[str]:
+    """The links of page ``k`` of ``host``: paths of its host, then absolute URLs elsewhere."""
+    rng = random.Random((seed * 1_000_003 + host) * 100_003 + k)
+    local = [page_path((LOCAL_LINKS * k + j) % pages) for j in range(1, LOCAL_LINKS + 1)]
+    foreign = []
+    for _ in range(FOREIGN_LINKS if hosts > 1 else 0):
+        other = (host + 1 + rng.randrange(hosts - 1)) % hosts
+        foreign.append(f"http://{host_address(other)}:{port}{page_path(rng.randrange(pages))}")
+    return local + foreign
+
+
+def site_pages(hosts: int, pages: int, port: int) -> set[tuple[str, str]]:
+    """Every (address, path) of the web's pages: what a complete crawl fetches."""
+    return {(host_address(h), page_path(k)) for h in range(hosts) for k in range(pages)}
+
+
+def _response(status: bytes, body: bytes, content_type: bytes = b"text/html") -> bytes:
+    head = b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type
+    head += b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+    return head + body
+
+
+class HostsWeb:
+    """The pages of every host, rendered up front, and the arrivals counted so far."""
+
+    def __init__(self, hosts: int, pages: int, port: int, seed: int = 0) -> None:
+        self.hosts, self.pages, self.port = hosts, pages, port
+        self.arrivals: Arrivals = defaultdict(list)
+        self._index = {host_address(h): h for h in range(hosts)}
+        self._seed = seed
+
+    def answer(self, address: str, path: str) -> bytes:
+        if path == "/__arrivals":
+            body = json.dumps(self.arrivals).encode()
+            return _response(b"200 OK", body, b"application/json")
+        if path == "/__reset":
+            self.arrivals.clear()
+            return _response(b"200 OK", b"{}", b"application/json")
+        self.arrivals[address].append((time.time(), path))
+        host = self._index.get(address)
+        if path == "/robots.txt":
+            return _response(b"200 OK", ROBOTS, b"text/plain")
+        k = 0 if path == "/" else _page_number(path)
+        if host is None or k is None or not 0 <= k < self.pages:
+            return _response(b"404 Not Found", b"not found")
+        links = page_links(host, k, self.hosts, self.pages, self.port, self._seed)
+        items = "".join(f'<li><a href="{link}">{link}</a></li>' for link in links)
+        page = f"<html><head><title>{address} {k}</title></head><body><ul>{items}</ul></body>"
+        return _response(b"200 OK", f"<!doctype html>{page}</html>".encode())
+
+
+def _page_number(path: str) -> int | None:
+    if not path.startswith("/p/"):
+        return None
+    try:
+        return int(path[3:])
+    except ValueError:
+        return None
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, web: HostsWeb) -> None:
+        self.web = web
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.address = str(transport.get_extra_info("sockname")[0])
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            parts = head.split(b"\r\n", 1)[0].split(b" ")
+            path = parts[1].decode("latin-1").split("?")[0] if len(parts) > 1 else "/"
+            assert self.transport is not None
+            self.transport.write(self.web.answer(self.address, path))
+
+
+async def serve(web: HostsWeb) -> asyncio.AbstractServer:
+    """Listen on every host's address at ``web.port``."""
+    addresses = [host_address(h) for h in range(web.hosts)]
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(
+        lambda: _Protocol(web), host=addresses, port=web.port, reuse_address=True, backlog=1024
+    )
+
+
+def free_port(hosts: int) -> int:
+    """A port free on the first host's address (the others are very likely free too)."""
+    with socket.socket() as probe:
+        probe.bind((host_address(0), 0))
+        return int(probe.getsockname()[1])
+
+
+# --- what the arrivals say ---------------------------------------------------------------
+
+
+def early_requests(
+    arrivals: Mapping[str, Sequence[Sequence[float | str]]], rate: float
+) -> list[tuple[str, float, str]]:
+    """Requests that reached their host sooner than 0.9 / ``rate`` seconds after the host's
+    previous one: (address, gap seconds, path), smallest gap first."""
+    early = []
+    least = 0.9 / rate
+    for address, seen in arrivals.items():
+        times = sorted((float(at), str(path)) for at, path in seen)
+        for (before, _), (at, path) in itertools.pairwise(times):
+            if at - before < least:
+                early.append((address, round(at - before, 4), path))
+    return sorted(early, key=lambda row: row[1])
+
+
+def busy_hosts(
+    arrivals: Mapping[str, Sequence[Sequence[float | str]]], start: float, end: float
+) -> set[str]:
+    """The hosts that received a request between ``start`` and ``end`` (wall clock)."""
+    return {
+        address
+        for address, seen in arrivals.items()
+        if any(start <= float(at) < end for at, _ in seen)
+    }
+
+
+def fetched_pages(arrivals: Mapping[str, Iterable[Sequence[float | str]]]) -> set[tuple[str, str]]:
+    return {(address, str(path)) for address, seen in arrivals.items() for _, path in seen}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=400)
+    parser.add_argument("--pages", type=int, default=25)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    options = parser.parse_args()
+    if not 0 < options.hosts <= HOSTS_PER_BLOCK * 254:
+        parser.error(f"--hosts must be 1..{HOSTS_PER_BLOCK * 254}")
+    port = options.port or free_port(options.hosts)
+    web = HostsWeb(options.hosts, options.pages, port, options.seed)
+
+    async def run() -> None:
+        server = await serve(web)
+        print(port, flush=True)
+        await server.serve_forever()
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Politeness counted where it is promised: at the server of each host.
+
+A web of many hosts, each on its own loopback address (sandbox/hosts.py), is crawled by two
+`scrapy crawl links` workers at a polite rate with burst 1, one start entry per host. The server
+notes every request's arrival per host. No request may reach a host sooner than the rate allows
+after the host's previous one, and the crawl must keep (nearly) every host busy while every host
+has work: start entries are taken in when the work that may go now runs short, not when the
+queue does (a polite queue, full of work waiting for its turn, never runs short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from sandbox.hosts import (
+    HostsWeb,
+    busy_hosts,
+    early_requests,
+    fetched_pages,
+    free_port,
+    host_address,
+    serve,
+    site_pages,
+)
+from tests.harness import ROOT, Crawl
+
+pytestmark = pytest.mark.integration
+
+HOSTS = 100
+PAGES = 8
+RATE = 0.5  # requests per second per host
+
+
+@pytest.fixture
+def web() -> Iterator[HostsWeb]:
+    """The web served from a thread of this process, so its arrivals are read directly."""
+    web = HostsWeb(HOSTS, PAGES, free_port(HOSTS))
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(serve(web))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield web
+    loop.call_soon_threadsafe(server.close)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+
+
+def _workers(crawl: Crawl, logs: list[Path], settings: dict[str, object]) -> list[int]:
+    outs = [log.open("w") for log in logs]
+    command = crawl.command("links", settings=settings)
+    workers = [
+        subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out) for out in outs
+    ]
+    try:
+        return [worker.wait(timeout=240) for worker in workers]
+    finally:
+        for worker, out in zip(workers, outs, strict=True):
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            out.close()
+
+
+def test_two_workers_keep_every_host_busy_and_none_early(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(HOSTS)]
+    redis_client.lpush("links:start_urls", *homes)
+    settings: dict[str, object] = {
+        "POLITENESS_RATE": RATE,
+        "POLITENESS_BURST": 1,
+        "LINKS_SCOPE": "host",
+        "LINKS_SITEMAPS": False,
+        "CONCURRENT_REQUESTS": 32,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+    }
+    logs = [tmp_path / "worker-1.log", tmp_path / "worker-2.log"]
+    statuses = _workers(crawl, logs, settings)
+    tails = "\n".join(log.read_text()[-3000:] for log in logs)
+    assert statuses == [0, 0], tails
+
+    arrivals = {address: list(seen) for address, seen in web.arrivals.items()}
+    # The whole web, counted at the server, and nothing left in the frontier.
+    assert site_pages(HOSTS, PAGES, web.port) <= fetched_pages(arrivals), tails
+    assert not redis_client.keys("{links}:queue:*")
+    # Exact: no request sooner than 0.9 / RATE after its host's previous one.
+    early = early_requests(arrivals, RATE)
+    if early:
+        seen = sorted(arrivals[early[0][0]])
+        gaps = [(round(at - seen[0][0], 3), path) for at, path in seen]
+        raise AssertionError(f"{len(early)} early requests, the closest: {early[:5]}; {gaps}")
+    # Every host busy: each host has PAGES + 1 requests to make (robots.txt and its pages), so
+    # from 2 to 6 turns into the crawl every host has work and may get some of it.
+    start = min(float(at) for seen in arrivals.values() for at, _ in seen)
+    busy = busy_hosts(arrivals, start + 2 / RATE, start + 6 / RATE)
+    assert len(busy) >= 0.8 * HOSTS, f"only {len(busy)} of {HOSTS} hosts busy"
