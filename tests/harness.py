@@ -8,8 +8,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -79,6 +79,17 @@ class Crawl:
             command += ["-s", f"{name}={value}"]
         return command
 
+    def background(
+        self,
+        spider: str,
+        *args: str,
+        settings: dict[str, Any] | None = None,
+        log: Path | None = None,
+    ) -> AbstractContextManager[Worker]:
+        """``scrapy crawl`` (as ``command`` has it) running while the block runs: see
+        ``background``."""
+        return background(self.command(spider, *args, settings=settings), self.env(), log)
+
     def __call__(
         self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
@@ -90,6 +101,70 @@ class Crawl:
             text=True,
             timeout=timeout,
         )
+
+
+@dataclass
+class Worker:
+    """A crawl running in the background (``background``), its output in ``log``."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status; ``subprocess.TimeoutExpired`` if it still runs after ``timeout``."""
+        return self.process.wait(timeout)
+
+    def send_signal(self, signal_number: int) -> None:
+        self.process.send_signal(signal_number)
+
+    def kill(self) -> None:
+        """kill -9, and reap it."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM (a graceful close), kill -9 if it still runs ``timeout`` seconds later."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_text(self) -> str:
+        """Everything it wrote, stdout and stderr together."""
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def background(
+    command: Sequence[str], env: dict[str, str], log: Path | None = None
+) -> Iterator[Worker]:
+    """``command`` started in ROOT with ``env``, its stdout and stderr written to ``log`` (to a
+    file of its own, removed afterwards, when None), while the block runs; stopped (and reaped)
+    at its end if it still runs then."""
+    with ExitStack() as cleanup:
+        if log is None:
+            log = Path(cleanup.enter_context(tempfile.TemporaryDirectory())) / "worker.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+        worker = Worker(process, log)
+        try:
+            yield worker
+        finally:
+            worker.stop()
 
 
 def poll(
