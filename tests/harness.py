@@ -103,12 +103,13 @@ class Crawl:
         )
 
 
-@dataclass
+@dataclass(eq=False)
 class Worker:
     """A crawl running in the background (``background``), its output in ``log``."""
 
     process: subprocess.Popen[bytes]
     log: Path
+    terminated: bool = False
 
     @property
     def pid(self) -> int:
@@ -133,11 +134,17 @@ class Worker:
         self.process.kill()
         self.process.wait(10)
 
+    def terminate(self) -> None:
+        """SIGTERM (a graceful close), sent once: a second one makes Scrapy close uncleanly."""
+        if not self.terminated and self.process.poll() is None:
+            self.process.terminate()
+            self.terminated = True
+
     def stop(self, timeout: float = 10) -> None:
-        """SIGTERM (a graceful close), kill -9 if it still runs ``timeout`` seconds later."""
+        """SIGTERM unless sent already, kill -9 if it still runs ``timeout`` seconds later."""
         if self.process.poll() is not None:
             return
-        self.process.terminate()
+        self.terminate()
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
