@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import pymongo
 
-from devtools.services import ServiceError, free_port
+from devtools.services import ServerProcess, ServiceError, free_port, start_mongo, start_redis
 from sandbox.client import SandboxClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +36,38 @@ class Mongo:
     @property
     def db(self) -> Any:
         return self.client[self.database]
+
+
+@dataclass
+class Restartable:
+    """A Redis (with its append-only file) or a MongoDB of the test's own, on a port and data
+    directory of its own, that the test stops, or kills (-9), and starts again."""
+
+    port: int
+    data: Path
+    kind: str = "redis"  # or "mongo"
+    server: ServerProcess | None = None
+
+    @property
+    def uri(self) -> str:
+        if self.kind == "redis":
+            return f"redis://127.0.0.1:{self.port}/0"
+        return f"mongodb://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        start = start_redis if self.kind == "redis" else start_mongo
+        self.server = start(self.port, self.data)
+
+    def kill(self) -> None:
+        assert self.server is not None
+        self.server.process.send_signal(signal.SIGKILL)
+        self.server.process.wait(10)
+        self.server = None
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 # The sandbox a test crawls, driven through its admin API.

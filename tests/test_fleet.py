@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
-from devtools.services import ServerProcess, free_port, start_redis
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Mongo, Sandbox, poll
+from tests.harness import Crawl, Mongo, Restartable, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -68,31 +65,8 @@ def test_a_killed_worker_loses_nothing(
     _assert_frontier_empty(redis_client)
 
 
-@dataclass
-class RestartableRedis:
-    """A private Redis with its append-only file, that a test can restart on the same port."""
-
-    port: int
-    data: Path
-    server: ServerProcess
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def start(self) -> None:
-        self.server = start_redis(self.port, self.data)
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
-    port, data = free_port(), tmp_path / "redis-data"
-    holder = RestartableRedis(port, data, start_redis(port, data))
-    yield holder
-    holder.server.stop()
-
-
 def test_redis_restart_mid_crawl_loses_nothing(
-    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: RestartableRedis
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: Restartable
 ) -> None:
     crawl.redis_url = f"redis://127.0.0.1:{own_redis.port}/0"
     client = redis.Redis(port=own_redis.port)
