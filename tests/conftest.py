@@ -22,9 +22,9 @@ import pytest
 import redis
 from hypothesis import strategies
 
-from devtools.services import start_mongo, start_redis, start_sandbox
+from devtools.services import free_port, start_mongo, start_redis, start_sandbox
 from tests import slowest_first
-from tests.harness import SPILL_DIR, Crawl, Mongo, Sandbox, on_free_port
+from tests.harness import SPILL_DIR, Crawl, Mongo, Restartable, Sandbox, on_free_port
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,6 +73,25 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[Restartable]:
+    """A Redis of the test's own (not the session's), that it may stop or kill and start again
+    on the same port: its append-only file keeps what it had."""
+    server = Restartable(free_port(), tmp_path / "redis-data", "redis")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_mongo(tmp_path: Path) -> Iterator[Restartable]:
+    """A MongoDB of the test's own, that it may stop or kill and start again on the same port."""
+    server = Restartable(free_port(), tmp_path / "mongo-data", "mongo")
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pymongo
 
-from devtools.services import ServiceError, free_port
+from devtools.services import ServerProcess, ServiceError, free_port, start_mongo, start_redis
 from sandbox.client import SandboxClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +36,38 @@ class Mongo:
     @property
     def db(self) -> Any:
         return self.client[self.database]
+
+
+@dataclass
+class Restartable:
+    """A Redis (with its append-only file) or a MongoDB of the test's own, on a port and data
+    directory of its own, that the test stops, or kills (-9), and starts again."""
+
+    port: int
+    data: Path
+    kind: str = "redis"  # or "mongo"
+    server: ServerProcess | None = None
+
+    @property
+    def uri(self) -> str:
+        if self.kind == "redis":
+            return f"redis://127.0.0.1:{self.port}/0"
+        return f"mongodb://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        start = start_redis if self.kind == "redis" else start_mongo
+        self.server = start(self.port, self.data)
+
+    def kill(self) -> None:
+        assert self.server is not None
+        self.server.process.send_signal(signal.SIGKILL)
+        self.server.process.wait(10)
+        self.server = None
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 # The sandbox a test crawls, driven through its admin API.
@@ -79,6 +112,17 @@ class Crawl:
             command += ["-s", f"{name}={value}"]
         return command
 
+    def background(
+        self,
+        spider: str,
+        *args: str,
+        settings: dict[str, Any] | None = None,
+        log: Path | None = None,
+    ) -> AbstractContextManager[Worker]:
+        """``scrapy crawl`` (as ``command`` has it) running while the block runs: see
+        ``background``."""
+        return background(self.command(spider, *args, settings=settings), self.env(), log)
+
     def __call__(
         self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
@@ -90,6 +134,77 @@ class Crawl:
             text=True,
             timeout=timeout,
         )
+
+
+@dataclass(eq=False)
+class Worker:
+    """A crawl running in the background (``background``), its output in ``log``."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    terminated: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status; ``subprocess.TimeoutExpired`` if it still runs after ``timeout``."""
+        return self.process.wait(timeout)
+
+    def send_signal(self, signal_number: int) -> None:
+        self.process.send_signal(signal_number)
+
+    def kill(self) -> None:
+        """kill -9, and reap it."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def terminate(self) -> None:
+        """SIGTERM (a graceful close), sent once: a second one makes Scrapy close uncleanly."""
+        if not self.terminated and self.process.poll() is None:
+            self.process.terminate()
+            self.terminated = True
+
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM unless sent already, kill -9 if it still runs ``timeout`` seconds later."""
+        if self.process.poll() is not None:
+            return
+        self.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_text(self) -> str:
+        """Everything it wrote, stdout and stderr together."""
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def background(
+    command: Sequence[str], env: dict[str, str], log: Path | None = None
+) -> Iterator[Worker]:
+    """``command`` started in ROOT with ``env``, its stdout and stderr written to ``log`` (to a
+    file of its own, removed afterwards, when None), while the block runs; stopped (and reaped)
+    at its end if it still runs then."""
+    with ExitStack() as cleanup:
+        if log is None:
+            log = Path(cleanup.enter_context(tempfile.TemporaryDirectory())) / "worker.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+        worker = Worker(process, log)
+        try:
+            yield worker
+        finally:
+            worker.stop()
 
 
 def poll(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
+from contextlib import ExitStack
 from typing import Any, cast
 
 import pytest
@@ -220,18 +220,12 @@ def test_two_workers_share_one_rate(
     rate = 4.0
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     settings = {"POLITENESS_RATE": rate, "POLITENESS_BURST": 1}
-    workers = [
-        subprocess.Popen(
-            crawl.command("profiles", settings=settings),
-            cwd=crawl.root,
-            env=crawl.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(2)
-    ]
-    for worker in workers:
-        assert worker.wait(120) == 0
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(crawl.background("profiles", settings=settings)) for _ in range(2)
+        ]
+        for worker in workers:
+            assert worker.wait(120) == 0
     assert {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()} == set(USERS)
     times = sorted(
         entry["t"] for entry in sandbox.admin("stats")["requests"] if entry["path"].startswith("/@")

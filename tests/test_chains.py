@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import signal
-import subprocess
 import time
+from contextlib import ExitStack
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -34,7 +33,7 @@ from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from sandbox.data import ALL_CATEGORY, CATEGORIES
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import Crawl, Sandbox, poll
 from tests.test_pacing import entry, pacing
 
 KEYS = FrontierKeys("chained", "chained:start_urls")
@@ -235,20 +234,16 @@ def test_two_workers_read_feeds_on_turns_taken_ahead_at_the_hosts_pace(
     bucket), every video stored, nothing left."""
     categories = (CATEGORY, CATEGORY + 1)
     settings = _settings(5.0, page_size=4)
-    workers = [
-        subprocess.Popen(
-            crawl.command("explore", "-a", f"categories={category}", settings=settings),
-            cwd=ROOT,
-            env=crawl.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for category in categories
-    ]
-    for worker in workers:
-        _, errors = worker.communicate(timeout=120)
-        assert worker.returncode == 0, errors[-3000:]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(
+                crawl.background("explore", "-a", f"categories={category}", settings=settings)
+            )
+            for category in categories
+        ]
+        for worker in workers:
+            worker.wait(120)
+            assert worker.returncode == 0, worker.log_text()[-3000:]
     dataset = build_dataset()
     feeds = [-(-len(dataset.videos_by_category[category]) // 4) for category in categories]
     pages = _feed_pages(sandbox)
@@ -288,17 +283,13 @@ def _kill_once_counted(
     crawl: Crawl, redis_client: redis.Redis, arguments: tuple[str, ...], settings: Any, stat: str
 ) -> None:
     """Run explore with ``arguments``; kill -9 it once the fleet's ``stat`` reaches 3."""
-    command = crawl.command("explore", *arguments, settings=settings)
-    worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.DEVNULL)
-    try:
+    with crawl.background("explore", *arguments, settings=settings) as worker:
         poll(
             lambda: int(redis_client.hget("{explore}:stats", stat) or 0) >= 3,
             timeout=60,
             what=stat,
         )
-    finally:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+        worker.kill()
 
 
 def _finish_all(

@@ -10,9 +10,7 @@ hostile entry is set aside, and nothing is left in the frontier or the dead-lett
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,9 +18,8 @@ import pymongo
 import pytest
 import redis
 
-from devtools.services import ServerProcess, free_port, start_mongo, start_redis
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
+from tests.harness import Crawl, Mongo, Restartable, Sandbox, Worker, poll
 
 pytestmark = pytest.mark.integration
 
@@ -63,39 +60,15 @@ FRONTIER_KEYS = (
 
 
 @dataclass
-class Restartable:
-    """A server on a fixed port and data directory that the test can kill and start again."""
-
-    port: int
-    data: Path
-    kind: str
-    server: ServerProcess | None = None
-
-    def start(self) -> None:
-        start = start_redis if self.kind == "redis" else start_mongo
-        self.server = start(self.port, self.data)
-
-    def kill(self) -> None:
-        assert self.server is not None
-        self.server.process.send_signal(signal.SIGKILL)
-        self.server.process.wait(10)
-        self.server = None
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-
-@dataclass
 class Fleet:
     """The workers of the test, each logging to its own file."""
 
     crawl: Crawl
     logs: Path
-    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
+    started: ExitStack = field(default_factory=ExitStack)
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> Worker:
         settings = {
             "FRONTIER_LEASE_SECONDS": 5,
             "START_BATCH_SIZE": 8,
@@ -105,41 +78,27 @@ class Fleet:
             # A stopped MongoDB is given up on after 2 attempts of 2 s, not 5 s, before the spill.
             "MONGO_CONNECT_TIMEOUT_MS": 2000,
         }
-        command = self.crawl.command("profiles", settings=settings)
         log = self.logs / f"worker{len(self.workers)}.log"
-        with open(log, "wb") as out:
-            worker = subprocess.Popen(
-                command, cwd=ROOT, env=self.crawl.env(), stdout=out, stderr=out
-            )
+        worker = self.started.enter_context(
+            self.crawl.background("profiles", settings=settings, log=log)
+        )
         self.workers.append(worker)
         return worker
 
-    def replace(self, victim: subprocess.Popen[bytes]) -> None:
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(10)
+    def replace(self, victim: Worker) -> None:
+        victim.kill()
         self.start()
 
-    def alive(self) -> list[subprocess.Popen[bytes]]:
+    def alive(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.poll() is None]
 
     def log(self, index: int) -> str:
-        return (self.logs / f"worker{index}.log").read_text(errors="replace")
+        return self.workers[index].log_text()
 
     def stop_all(self) -> None:
         for worker in self.alive():
             worker.kill()
-            worker.wait(10)
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[tuple[Restartable, Restartable]]:
-    own_redis = Restartable(free_port(), tmp_path / "redis", "redis")
-    own_mongo = Restartable(free_port(), tmp_path / "mongo", "mongo")
-    own_redis.start()
-    own_mongo.start()
-    yield own_redis, own_mongo
-    own_redis.stop()
-    own_mongo.stop()
+        self.started.close()
 
 
 def _stored(mongo: Mongo) -> int:
@@ -162,9 +121,9 @@ def test_workers_redis_and_mongodb_faults_lose_nothing(
     crawl: Crawl,
     sandbox: Sandbox,
     tmp_path: Path,
-    servers: tuple[Restartable, Restartable],
+    own_redis: Restartable,
+    own_mongo: Restartable,
 ) -> None:
-    own_redis, own_mongo = servers
     crawl.redis_url = f"redis://127.0.0.1:{own_redis.port}/0"
     crawl.mongo = Mongo(
         f"mongodb://127.0.0.1:{own_mongo.port}",

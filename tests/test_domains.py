@@ -4,10 +4,9 @@ for a seeded population of fake domains, whose ground truth each sweep must matc
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
@@ -164,23 +163,14 @@ def test_a_worker_killed_mid_sweep_loses_nothing(
     metrics_port = free_port()
     # The first worker goes slowly (20 domains/s) and is killed once some are stored.
     slow = {**settings, "DOMAINS_RATE": 20, "METRICS_PORT": metrics_port, "METRICS_HOST": LOCAL}
-    first = subprocess.Popen(
-        sweep.command("domains", settings=slow),
-        cwd=ROOT,
-        env=sweep.env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with sweep.background("domains", settings=slow) as first:
         poll(lambda: mongo.db.domains.count_documents({}) >= 20, timeout=60, what="a start")
         # Its Prometheus series do not grow with the domains (no per-domain labels).
         with urlopen(f"http://{LOCAL}:{metrics_port}/metrics", timeout=10) as answer:
             series = [line for line in answer.read().decode().splitlines() if line[:1] != "#"]
         assert 0 < len(series) <= 2000
         assert not [line for line in series if "domain=" in line]
-    finally:
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(10)
+        first.kill()
     assert mongo.db.domains.count_documents({}) < len(domains)
     assert redis_client.zcard("{domains}:leases") > 0  # the dead worker's requests
 
@@ -243,13 +233,6 @@ def test_a_100k_line_csv_is_read_as_the_sweep_goes(
         DOMAINS_RATE=100,
         MAX_IDLE_TIME_BEFORE_CLOSE=60,
     )
-    worker = subprocess.Popen(
-        sweep.command("domains", "-a", f"file={csv_file}", settings=settings),
-        cwd=ROOT,
-        env=sweep.env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     queued: list[int] = []
     frontier = Frontier(redis_client, FrontierKeys("domains", "domains:start_urls"), NO_FILTER)
 
@@ -257,11 +240,9 @@ def test_a_100k_line_csv_is_read_as_the_sweep_goes(
         queued.append(frontier.queued())
         return int(mongo.db.domains.count_documents({})) > 3 * most
 
-    try:
+    with sweep.background("domains", "-a", f"file={csv_file}", settings=settings) as worker:
         poll(swept_past_three_fills, timeout=120, what="the sweep to go on", pause=0.02)
-    finally:
         worker.kill()
-        worker.wait(10)
     assert 0 < max(queued) <= most
     # In file order: what is stored is the file's first lines (ranks 1, 2, ...).
     ranks = sorted(int(d["domain"][5:-5]) for d in mongo.db.domains.find({}, {"domain": 1}))
@@ -300,14 +281,7 @@ def sweep_and_count(
     port = free_port()
     # Idle for 4 s before it closes: its metrics are read as soon as the last domain is stored.
     settings = {"METRICS_PORT": port, "METRICS_HOST": LOCAL, "MAX_IDLE_TIME_BEFORE_CLOSE": 4}
-    worker = subprocess.Popen(
-        sweep.command("domains", settings={**sweep_settings(sandbox), **settings}),
-        cwd=ROOT,
-        env=sweep.env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with sweep.background("domains", settings={**sweep_settings(sandbox), **settings}) as worker:
         poll(
             lambda: mongo.db.domains.count_documents({}) == len(domains),
             timeout=120,
@@ -316,10 +290,6 @@ def sweep_and_count(
         with urlopen(f"http://{LOCAL}:{port}/metrics", timeout=10) as answer:
             series = [line for line in answer.read().decode().splitlines() if line[:1] != "#"]
         assert worker.wait(60) == 0
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(10)
     check_truth(stored(mongo), domains)
     assert not [line for line in series if "domain=" in line]
     return {
@@ -339,19 +309,13 @@ def test_two_workers_share_the_fleet_rate(
     redis_client.lpush("domains:start_urls", json.dumps({"domains": [d.entry for d in domains]}))
     rate = 15
     settings = sweep_settings(domains_sandbox, DOMAINS_FLEET_RATE=rate, FRONTIER_BATCH_SIZE=10)
-    workers = [
-        subprocess.Popen(
-            sweep.command("domains", settings=settings),
-            cwd=ROOT,
-            env=sweep.env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(2)
-    ]
-    for worker in workers:
-        _, errors = worker.communicate(timeout=120)
-        assert worker.returncode == 0, errors[-3000:]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(sweep.background("domains", settings=settings)) for _ in range(2)
+        ]
+        for worker in workers:
+            worker.wait(120)
+            assert worker.returncode == 0, worker.log_text()[-3000:]
 
     documents = stored(mongo)
     check_truth(documents, domains)

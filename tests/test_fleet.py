@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
-from devtools.services import ServerProcess, free_port, start_redis
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
+from tests.harness import Crawl, Mongo, Restartable, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +31,8 @@ FRONTIER_KEYS = (
 )
 
 
-def _worker(crawl: Crawl, log: Path, **settings: object) -> subprocess.Popen[bytes]:
-    merged = {
-        "FRONTIER_LEASE_SECONDS": 5,
-        "START_BATCH_SIZE": 20,
-        "CONCURRENT_REQUESTS": 4,
-        **settings,
-    }
-    command = crawl.command("profiles", settings=merged)
-    with open(log, "wb") as out:
-        return subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
+# Each worker's settings: leases of 5 s, start entries 20 at a time, 4 requests at once.
+WORKER = {"FRONTIER_LEASE_SECONDS": 5, "START_BATCH_SIZE": 20, "CONCURRENT_REQUESTS": 4}
 
 
 def _assert_every_profile_once(mongo: Mongo) -> None:
@@ -67,56 +54,28 @@ def test_a_killed_worker_loses_nothing(
 ) -> None:
     sandbox.admin("config", {"latency_ms": 60})
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
-    victim = _worker(crawl, tmp_path / "victim.log")
-    survivor = _worker(crawl, tmp_path / "survivor.log")
-    try:
+    with (
+        crawl.background("profiles", settings=WORKER, log=tmp_path / "victim.log") as victim,
+        crawl.background("profiles", settings=WORKER, log=tmp_path / "survivor.log") as survivor,
+    ):
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait(10)
+        victim.kill()
         assert survivor.wait(180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
-    finally:
-        for process in (victim, survivor):
-            if process.poll() is None:
-                process.kill()
     _assert_every_profile_once(crawl.mongo)
     _assert_frontier_empty(redis_client)
 
 
-@dataclass
-class RestartableRedis:
-    """A private Redis with its append-only file, that a test can restart on the same port."""
-
-    port: int
-    data: Path
-    server: ServerProcess
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def start(self) -> None:
-        self.server = start_redis(self.port, self.data)
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
-    port, data = free_port(), tmp_path / "redis-data"
-    holder = RestartableRedis(port, data, start_redis(port, data))
-    yield holder
-    holder.server.stop()
-
-
 def test_redis_restart_mid_crawl_loses_nothing(
-    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: RestartableRedis
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: Restartable
 ) -> None:
     crawl.redis_url = f"redis://127.0.0.1:{own_redis.port}/0"
     client = redis.Redis(port=own_redis.port)
     sandbox.admin("config", {"latency_ms": 60})
     client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
-    worker = _worker(crawl, tmp_path / "worker.log")
-    try:
+    log = tmp_path / "worker.log"
+    with crawl.background("profiles", settings=WORKER, log=log) as worker:
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
         own_redis.stop()
-        log = tmp_path / "worker.log"
         poll(
             lambda: "backing off, nothing is dropped" in log.read_text(),
             60,
@@ -124,9 +83,6 @@ def test_redis_restart_mid_crawl_loses_nothing(
         )
         own_redis.start()
         assert worker.wait(180) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
     assert "Redis reachable again" in log.read_text()
     _assert_every_profile_once(crawl.mongo)
     _assert_frontier_empty(client)
@@ -139,17 +95,14 @@ def test_a_stop_signal_releases_leases_at_once(
 ) -> None:
     sandbox.admin("config", {"latency_ms": 60})
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
-    first = _worker(crawl, tmp_path / "first.log", FRONTIER_LEASE_SECONDS=600)
-    try:
+    settings = {**WORKER, "FRONTIER_LEASE_SECONDS": 600}
+    with crawl.background("profiles", settings=settings, log=tmp_path / "first.log") as first:
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress")
         first.send_signal(stop)
         assert first.wait(60) == 0, (tmp_path / "first.log").read_text()[-3000:]
-    finally:
-        if first.poll() is None:
-            first.kill()
     assert redis_client.zcard("{profiles}:leases") == 0, "leases left to expire"
     assert redis_client.zcard("{profiles:start_urls}:leases") == 0
-    second = _worker(crawl, tmp_path / "second.log", FRONTIER_LEASE_SECONDS=600)
-    assert second.wait(180) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    with crawl.background("profiles", settings=settings, log=tmp_path / "second.log") as second:
+        assert second.wait(180) == 0, (tmp_path / "second.log").read_text()[-3000:]
     _assert_every_profile_once(crawl.mongo)
     _assert_frontier_empty(redis_client)

@@ -579,22 +579,17 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     port = free_port()
     log = tmp_path / "worker.log"
-    command = crawl.command(
-        "profiles",
-        settings={
-            "CONCURRENT_REQUESTS": 2,
-            "BAN_COOLDOWN": 600,
-            "RETRY_TIMES": 0,
-            "METRICS_PORT": port,
-            "METRICS_HOST": "127.0.0.1",
-            "STATS_PUBLISH_INTERVAL": 0.5,
-            "PACE_WINDOW": 2,  # the pace falls to 0 two seconds after the ban, not a minute
-            "MONGO_SPILL_DIR": tmp_path / "spill",
-        },
-    )
-    with open(log, "wb") as out:
-        worker = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
-    try:
+    settings = {
+        "CONCURRENT_REQUESTS": 2,
+        "BAN_COOLDOWN": 600,
+        "RETRY_TIMES": 0,
+        "METRICS_PORT": port,
+        "METRICS_HOST": "127.0.0.1",
+        "STATS_PUBLISH_INTERVAL": 0.5,
+        "PACE_WINDOW": 2,  # the pace falls to 0 two seconds after the ban, not a minute
+        "MONGO_SPILL_DIR": tmp_path / "spill",
+    }
+    with crawl.background("profiles", settings=settings, log=log) as worker:
         poll(lambda: _paused(redis_client), 180, "the worker's pace to fall to 0", pause=0.5)
         status = _steady(crawl)
         assert status["counters"]["bans"] >= 1
@@ -615,10 +610,6 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
         assert [c["why"] for c in unbanned["lifted"]] == [f"{rule} (HTTP 403)"]
         assert unbanned["made_due"] >= 1
         assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
     stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()}
     dead = status["counters"]["dead_letters"]
     assert len(stored) + dead >= len(USERS)

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import Crawl, Sandbox, poll
 
 USERS = [author.unique_id for author in build_dataset().authors]
 
@@ -89,15 +88,7 @@ def test_a_redis_restarted_empty_mid_crawl_is_reported(
     log = tmp_path / "worker.log"
     settings = {"CONCURRENT_REQUESTS": 2, "START_BATCH_SIZE": 20, "MAX_IDLE_TIME_BEFORE_CLOSE": 2}
     try:
-        with open(log, "wb") as out:
-            worker = subprocess.Popen(
-                crawl.command("profiles", settings=settings),
-                cwd=ROOT,
-                env=crawl.env(),
-                stdout=out,
-                stderr=out,
-            )
-        try:
+        with crawl.background("profiles", settings=settings, log=log) as worker:
             poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 3, 30, "progress")
             held = client.zcard("{profiles}:queues") + client.zcard("{profiles}:leases")
             assert held, "nothing queued or leased to lose"
@@ -105,9 +96,6 @@ def test_a_redis_restarted_empty_mid_crawl_is_reported(
             server.process.wait(10)
             server = start_redis(port, tmp_path / "redis", "--appendonly", "no")
             assert worker.wait(120) == 0, log.read_text()[-3000:]
-        finally:
-            if worker.poll() is None:
-                worker.kill()
         text = log.read_text()
         assert text.count("Frontier of profiles vanished from Redis") == 1, text[-3000:]
         assert "'frontier/lost': 1," in text

@@ -5,9 +5,9 @@ every host counts the most requests it had in flight at once."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from scrapy.utils.test import get_crawler
 from crawler.bans.concurrency import HostSlots
 from crawler.frontier.records import DUE_META
 from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import Crawl, Sandbox, poll
 from tests.test_links import build_web, home, links_settings, stored, truth
 
 
@@ -105,14 +105,13 @@ def test_two_workers_share_each_hosts_slots(
     report = build_web(web, sites=3, pages=6, latency_ms=150)
     redis_client.lpush("links:start_urls", *[home(web, host) for host in report["hosts"]])
     settings = links_settings(POLITENESS_CONCURRENCY=2, LINKS_MAX_CALENDAR_HOPS=2)
-    command = crawl.command("links", settings=settings)
-    workers = [
-        subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    for worker in workers:
-        _, stderr = worker.communicate(timeout=120)
-        assert worker.returncode == 0, stderr[-3000:]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(crawl.background("links", settings=settings)) for _ in range(2)
+        ]
+        for worker in workers:
+            worker.wait(120)
+            assert worker.returncode == 0, worker.log_text()[-3000:]
 
     pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
     assert pages == truth(report)

@@ -5,8 +5,8 @@ closes."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +20,7 @@ from crawler import settings as project_settings
 from crawler.bans.rules import Page, Verdict
 from crawler.frontier.codec import expand
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox
+from tests.harness import Crawl, Sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -51,21 +51,14 @@ def _run(
     crawl: Crawl, spider: str, *args: str, settings: dict[str, Any], log: Path
 ) -> tuple[int, int]:
     """Run ``scrapy crawl`` to its end; (exit status, peak resident memory in MiB)."""
-    command = crawl.command(spider, *args, settings={**QUICK, **settings})
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
     peak = 0
     deadline = time.monotonic() + TIMEOUT
-    try:
-        while process.poll() is None:
-            peak = max(peak, _peak_rss_kib(process.pid))
+    with crawl.background(spider, *args, settings={**QUICK, **settings}, log=log) as worker:
+        while worker.poll() is None:
+            peak = max(peak, _peak_rss_kib(worker.pid))
             assert time.monotonic() < deadline, "the worker did not close: " + _tail(log)
             time.sleep(0.05)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return process.returncode, peak // 1024
+    return worker.wait(), peak // 1024
 
 
 def _peak_rss_kib(pid: int) -> int:
@@ -145,43 +138,9 @@ def test_a_redirect_loop_is_a_dead_letter_and_the_worker_closes(
     _assert_nothing_held(redis_client, "profiles")
 
 
-def test_deeply_nested_json_is_a_dead_letter_and_the_worker_closes(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
-) -> None:
-    log = tmp_path / "crawl.log"
-    status, _ = _run(
-        crawl,
-        "explore",
-        "-a",
-        "categories=2",
-        settings={"EXPLORE_BASE_URL": f"{sandbox.url}/hostile/deep-json"},
-        log=log,
-    )
-    assert status == 0, _tail(log)
-    assert "RecursionError" not in log.read_text()
-    (letter,) = _dead(redis_client, "explore")
-    assert letter["failure"]["reason"] == "retries_exhausted:feed_malformed"
-    _assert_nothing_held(redis_client, "explore")
-
-
 def exploding_rule(page: Page) -> Verdict | None:
     """A ban rule (BAN_RULES) that fails on every page."""
     raise RuntimeError(f"rule failed on {page.url}")
-
-
-def test_a_failing_ban_rule_is_a_dead_letter_and_the_worker_closes(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
-) -> None:
-    log = tmp_path / "crawl.log"
-    rules = f"{__name__}.exploding_rule"
-    status, _ = _run(
-        crawl, "profiles", "-a", "users=" + OK_USERS[0], settings={"BAN_RULES": rules}, log=log
-    )
-    assert status == 0, _tail(log)
-    (letter,) = _dead(redis_client, "profiles")
-    assert letter["failure"]["reason"] == "response_error:RuntimeError"
-    assert "rule failed on" in letter["failure"]["error"]
-    _assert_nothing_held(redis_client, "profiles")
 
 
 class DropRedirects:
@@ -199,72 +158,113 @@ class DropRedirects:
             raise IgnoreRequest("redirects are not followed here")
 
 
-def test_a_lease_nothing_settles_is_dead_lettered_and_the_worker_closes(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
-) -> None:
-    log = tmp_path / "crawl.log"
-    extensions = {**project_settings.EXTENSIONS, f"{__name__}.DropRedirects": 0}
-    status, _ = _run(
-        crawl,
-        "profiles",
-        "-a",
-        "users=dropped.one",
-        settings={
-            "PROFILES_BASE_URL": f"{sandbox.url}/hostile/redirect-loop",
-            "EXTENSIONS": json.dumps(extensions),
-        },
-        log=log,
-    )
-    assert status == 0, _tail(log)
-    (letter,) = _dead(redis_client, "profiles")
-    assert letter["failure"]["reason"] == "unsettled"
-    _assert_nothing_held(redis_client, "profiles")
-
-
-# --- size bounds ---------------------------------------------------------------------------
+# --- answers that each leave one dead letter -----------------------------------------------
 
 # A worker crawling a handful of small pages peaks at about 130 MiB; one holding a body of
 # 200 MiB, or 1 GiB decompressed, does not stay under this.
 PEAK_RSS_MIB = 250
 
 
-def test_a_gzip_bomb_is_refused_with_bounded_memory(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
-) -> None:
-    log = tmp_path / "crawl.log"
-    status, peak = _run(
-        crawl,
-        "profiles",
-        "-a",
-        "users=bomb.one",
-        settings={"PROFILES_BASE_URL": f"{sandbox.url}/hostile/gzip-bomb"},
-        log=log,
-    )
-    assert status == 0, _tail(log)
-    (letter,) = _dead(redis_client, "profiles")
-    assert letter["failure"]["reason"] == "response_ignored"
-    assert "DOWNLOAD_MAXSIZE" in letter["failure"]["error"]
-    assert peak < PEAK_RSS_MIB
-    _assert_nothing_held(redis_client, "profiles")
+@dataclass(frozen=True)
+class OneDeadLetter:
+    """A crawl of ``spider`` given ``argument`` that sets one request aside for ``reason``."""
+
+    spider: str
+    argument: str
+    path: str | None  # the sandbox's page under /hostile/ it reads, instead of its usual ones
+    reason: str
+    error: str = ""  # what the dead letter's error says
+    settings: dict[str, Any] = field(default_factory=dict)
+    bounded: bool = False  # the worker's peak memory stays under PEAK_RSS_MIB
+    not_in_log: str = ""
 
 
-def test_a_huge_body_is_cancelled_with_bounded_memory(
-    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+ONE_DEAD_LETTER = [
+    pytest.param(
+        OneDeadLetter(
+            "explore",
+            "categories=2",
+            "deep-json",
+            "retries_exhausted:feed_malformed",
+            not_in_log="RecursionError",
+        ),
+        id="deeply-nested-json",
+    ),
+    pytest.param(
+        OneDeadLetter(
+            "profiles",
+            "users=" + OK_USERS[0],
+            None,
+            "response_error:RuntimeError",
+            error="rule failed on",
+            settings={"BAN_RULES": f"{__name__}.exploding_rule"},
+        ),
+        id="a-failing-ban-rule",
+    ),
+    pytest.param(
+        OneDeadLetter(
+            "profiles",
+            "users=dropped.one",
+            "redirect-loop",
+            "unsettled",
+            settings={
+                "EXTENSIONS": json.dumps(
+                    {**project_settings.EXTENSIONS, f"{__name__}.DropRedirects": 0}
+                )
+            },
+        ),
+        id="a-lease-nothing-settles",
+    ),
+    pytest.param(
+        OneDeadLetter(
+            "profiles",
+            "users=bomb.one",
+            "gzip-bomb",
+            "response_ignored",
+            error="DOWNLOAD_MAXSIZE",
+            bounded=True,
+        ),
+        id="a-gzip-bomb",
+    ),
+    pytest.param(
+        OneDeadLetter(
+            "profiles",
+            "users=huge.one",
+            "huge",
+            "download_error:DownloadCancelledError",
+            bounded=True,
+        ),
+        id="a-huge-body",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ONE_DEAD_LETTER)
+def test_a_hostile_answer_is_one_dead_letter_and_the_worker_closes(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    tmp_path: Path,
+    case: OneDeadLetter,
 ) -> None:
     log = tmp_path / "crawl.log"
-    status, peak = _run(
-        crawl,
-        "profiles",
-        "-a",
-        "users=huge.one",
-        settings={"PROFILES_BASE_URL": f"{sandbox.url}/hostile/huge"},
-        log=log,
-    )
+    settings = dict(case.settings)
+    if case.path is not None:
+        settings[f"{case.spider.upper()}_BASE_URL"] = f"{sandbox.url}/hostile/{case.path}"
+    status, peak = _run(crawl, case.spider, "-a", case.argument, settings=settings, log=log)
     assert status == 0, _tail(log)
-    (letter,) = _dead(redis_client, "profiles")
-    assert letter["failure"]["reason"] == "download_error:DownloadCancelledError"
-    assert peak < PEAK_RSS_MIB
-    _assert_nothing_held(redis_client, "profiles")
+    if case.not_in_log:
+        assert case.not_in_log not in log.read_text()
+    (letter,) = _dead(redis_client, case.spider)
+    assert letter["failure"]["reason"] == case.reason
+    if case.error:
+        assert case.error in letter["failure"]["error"]
+    if case.bounded:
+        assert peak < PEAK_RSS_MIB
+    _assert_nothing_held(redis_client, case.spider)
+
+
+# --- a cool-down asked for ten years -------------------------------------------------------
 
 
 def test_a_retry_after_of_ten_years_is_capped(

@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -159,23 +159,21 @@ def test_two_workers_fetch_robots_once_per_host(
     redis_client.lpush("links:start_urls", *entries)
     # Start entries come 100 at a time (16 by default, each batch once the worker is idle).
     settings = links_settings(LINKS_SITEMAPS=False, START_BATCH_SIZE=100)
-    command = crawl.command("links", settings=settings)
     started = time.monotonic()
     # Each worker logs to a file: a pipe read only after the other worker ends could fill up
     # and block its worker, which the other waits for (the fleet closes together).
     logs = [tmp_path / f"worker{n}.log" for n in range(2)]
-    workers = []
-    for log in logs:
-        with open(log, "wb") as out:
-            workers.append(
-                subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
-            )
     fetched = []
-    for worker, log in zip(workers, logs, strict=True):
-        worker.wait(timeout=120)
-        stderr = log.read_text(errors="replace")
-        assert worker.returncode == 0, stderr[-3000:]
-        fetched += [int(n) for n in re.findall(r"'robotstxt/request_count': (\d+)", stderr)]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(crawl.background("links", settings=settings, log=log))
+            for log in logs
+        ]
+        for worker in workers:
+            worker.wait(timeout=120)
+            stderr = worker.log_text()
+            assert worker.returncode == 0, stderr[-3000:]
+            fetched += [int(n) for n in re.findall(r"'robotstxt/request_count': (\d+)", stderr)]
     print(f"400 hosts, two workers: {time.monotonic() - started:.1f} s")
 
     assert set(stored(crawl)) == {(host, "/") for host in report["hosts"]}
@@ -284,13 +282,9 @@ def test_a_killed_worker_loses_nothing(
     settings = links_settings(
         FRONTIER_LEASE_SECONDS=5, LINKS_ROBOTS_CLAIM_SECONDS=2, LINKS_MAX_CALENDAR_HOPS=2
     )
-    command = crawl.command("links", settings=settings)
-    victim = subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stderr=subprocess.DEVNULL)
-    try:
+    with crawl.background("links", settings=settings) as victim:
         poll(lambda: crawl.mongo.db.pages.count_documents({}) >= 10, timeout=60, what="pages")
-    finally:
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
+        victim.kill()
     result = crawl("links", settings=settings)
     assert result.returncode == 0, result.stderr[-3000:]
 

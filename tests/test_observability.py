@@ -11,11 +11,11 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +46,7 @@ from crawler.settings_check import SettingsError
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import start_cluster
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import ROOT, Crawl, Sandbox, Worker, poll
 
 SPIDER = "shop"
 STATS = "{shop}:stats"
@@ -379,20 +379,16 @@ def _scrape(port: int) -> tuple[str, dict[Any, float]] | None:
         return None
 
 
-def _worker(crawl: Crawl, log: Path, **settings: Any) -> subprocess.Popen[bytes]:
-    command = crawl.command(
-        "profiles",
-        settings={
-            "START_BATCH_SIZE": 20,
-            "CONCURRENT_REQUESTS": 4,
-            "FRONTIER_LEASE_SECONDS": 5,
-            "METRICS_HOST": "127.0.0.1",
-            "MONGO_SPILL_DIR": log.parent / "spill",
-            **settings,
-        },
-    )
-    with open(log, "wb") as out:
-        return subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out)
+def _worker(crawl: Crawl, log: Path, **settings: Any) -> AbstractContextManager[Worker]:
+    """A profiles worker exporting its metrics on loopback, logging to ``log``."""
+    defaults = {
+        "START_BATCH_SIZE": 20,
+        "CONCURRENT_REQUESTS": 4,
+        "FRONTIER_LEASE_SECONDS": 5,
+        "METRICS_HOST": "127.0.0.1",
+        "MONGO_SPILL_DIR": log.parent / "spill",
+    }
+    return crawl.background("profiles", settings={**defaults, **settings}, log=log)
 
 
 def _status(crawl: Crawl, *args: str) -> subprocess.CompletedProcess[str]:
@@ -421,20 +417,22 @@ def test_status_and_metrics_of_two_workers_match_the_sandbox(
     sandbox.admin("config", {"latency_ms": 80})
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     ports = [free_port(), free_port()]
-    workers = [
-        _worker(
-            crawl,
-            log,
-            METRICS_PORT=port,
-            STATS_PUBLISH_INTERVAL=0.5,
-            PROGRESS_INTERVAL=2,
-            MAX_IDLE_TIME_BEFORE_CLOSE=3,
-        )
-        for log, port in zip(fleet_logs, ports, strict=True)
-    ]
     last: list[dict[Any, float]] = [{}, {}]
     checked_mid_crawl = False
-    try:
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(
+                _worker(
+                    crawl,
+                    log,
+                    METRICS_PORT=port,
+                    STATS_PUBLISH_INTERVAL=0.5,
+                    PROGRESS_INTERVAL=2,
+                    MAX_IDLE_TIME_BEFORE_CLOSE=3,
+                )
+            )
+            for log, port in zip(fleet_logs, ports, strict=True)
+        ]
         deadline = time.monotonic() + 90
         while any(worker.poll() is None for worker in workers):
             assert time.monotonic() < deadline, "the crawl took too long"
@@ -452,10 +450,6 @@ def test_status_and_metrics_of_two_workers_match_the_sandbox(
                 assert 0 < depth <= len(USERS)
                 checked_mid_crawl = True
             time.sleep(0.2)
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
     for worker, log in zip(workers, fleet_logs, strict=True):
         assert worker.returncode == 0, log.read_text()[-3000:]
     assert checked_mid_crawl
@@ -513,10 +507,9 @@ def test_a_killed_worker_leaves_status_within_its_heartbeat_ttl(
     crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     ttl = 3
-    worker = _worker(
+    with _worker(
         crawl, tmp_path / "worker.log", WORKER_HEARTBEAT_TTL=ttl, MAX_IDLE_TIME_BEFORE_CLOSE=0
-    )
-    try:
+    ) as worker:
 
         def listed() -> list[dict[str, Any]]:
             workers: list[dict[str, Any]] = _status_json(crawl)["workers"]
@@ -529,14 +522,10 @@ def test_a_killed_worker_leaves_status_within_its_heartbeat_ttl(
         assert beat["started"] <= time.time()
         assert beat["ttl"] == ttl
         assert _beating(redis_client, worker.pid)
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait(10)
+        worker.kill()
         killed = time.monotonic()
         poll(lambda: not _beating(redis_client, worker.pid), ttl + 10, "the heartbeat to expire")
         # Expired within the TTL of its last beat (timed in Redis: one `scrapy status` run can
         # take seconds on a busy machine), and status lists it no longer.
         assert time.monotonic() - killed <= ttl + 1
         assert not listed()
-    finally:
-        if worker.poll() is None:
-            worker.kill()

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,9 @@ from crawler.items import ProfileItem, VideoItem
 from crawler.pipelines import ItemNotStored, MongoPipeline, ValidationPipeline
 from crawler.settings_check import SettingsError
 from crawler.storage.mongo import MongoSettings
-from devtools.services import ServerProcess, free_port, mongo_command, start_mongo, start_server
+from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Mongo, Sandbox, poll
+from tests.harness import Crawl, Mongo, Restartable, Sandbox, poll
 
 
 def _video(video_id: str, likes: int = 1, **changes: Any) -> VideoItem:
@@ -133,35 +131,6 @@ def test_valid_items_pass_validation() -> None:
     assert ValidationPipeline(get_crawler().stats).process_item(item) is item
 
 
-@dataclass
-class OwnMongo:
-    """A private MongoDB-wire server a test can stop and start again on the same port."""
-
-    port: int
-    data: Path
-    server: ServerProcess | None
-
-    @property
-    def uri(self) -> str:
-        return f"mongodb://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def start(self) -> None:
-        self.server = start_mongo(self.port, self.data)
-
-
-@pytest.fixture
-def own_mongo(tmp_path: Path) -> Iterator[OwnMongo]:
-    port, data = free_port(), tmp_path / "mongo-data"
-    holder = OwnMongo(port, data, start_mongo(port, data))
-    yield holder
-    holder.stop()
-
-
 def _count(uri: str, collection: str) -> int:
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(uri)
     try:
@@ -171,7 +140,7 @@ def _count(uri: str, collection: str) -> int:
 
 
 def test_spilled_batches_are_replayed_when_mongodb_returns(
-    own_mongo: OwnMongo, tmp_path: Path
+    own_mongo: Restartable, tmp_path: Path
 ) -> None:
     spill = tmp_path / "spill"
 
@@ -199,7 +168,7 @@ def test_spilled_batches_are_replayed_when_mongodb_returns(
 
 
 def test_spill_left_by_a_dead_worker_is_replayed_at_start(
-    own_mongo: OwnMongo, tmp_path: Path
+    own_mongo: Restartable, tmp_path: Path
 ) -> None:
     spill = tmp_path / "spill"
     spill.mkdir()
@@ -224,7 +193,7 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
     crawl: Crawl,
     redis_client: redis.Redis,
     sandbox: Sandbox,
-    own_mongo: OwnMongo,
+    own_mongo: Restartable,
     tmp_path: Path,
 ) -> None:
     crawl.mongo = replace(crawl.mongo, uri=own_mongo.uri, database="crawler")
@@ -240,15 +209,7 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
         "MONGO_BATCH_SIZE": 10,
         "CONCURRENT_REQUESTS": 4,
     }
-    with open(log, "wb") as out:
-        worker = subprocess.Popen(
-            crawl.command("profiles", settings=settings),
-            cwd=crawl.root,
-            env=crawl.env(),
-            stdout=out,
-            stderr=out,
-        )
-    try:
+    with crawl.background("profiles", settings=settings, log=log) as worker:
         poll(lambda: _count(own_mongo.uri, "profiles") >= 30, 30, "progress")
         # Slow pages while MongoDB goes away, so the crawl cannot end before it is gone.
         sandbox.admin("config", {"latency_ms": 400})
@@ -257,9 +218,6 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
         sandbox.admin("config", {"latency_ms": 0})
         own_mongo.start()
         assert worker.wait(180) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
     stored = [doc["unique_id"] for doc in client["crawler"]["profiles"].find()]
     client.close()
@@ -381,7 +339,7 @@ def test_acknowledged_items_survive_a_killed_mongodb(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_the_local_mongodb_keeps_what_it_acknowledged(own_mongo: OwnMongo) -> None:
+def test_the_local_mongodb_keeps_what_it_acknowledged(own_mongo: Restartable) -> None:
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
     for first in range(0, 200, 40):
         client.crawler.videos.insert_many([{"n": n} for n in range(first, first + 40)])

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
+from tests.harness import Crawl, Mongo, Sandbox, Worker, poll
 
 HOT, COLD = 20, 180
 HOT_PERIOD = 0.75
@@ -52,30 +51,27 @@ RECRAWL = {
 class Workers:
     crawl: Crawl
     logs: Path
-    running: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    running: list[Worker] = field(default_factory=list)
+    started: ExitStack = field(default_factory=ExitStack)
 
-    def start(self, *args: str, **settings: Any) -> subprocess.Popen[bytes]:
-        command = self.crawl.command("profiles", *args, settings={**RECRAWL, **settings})
-        with open(self.logs / f"worker{len(self.running)}.log", "wb") as out:
-            worker = subprocess.Popen(
-                command, cwd=ROOT, env=self.crawl.env(), stdout=out, stderr=out
-            )
+    def start(self, *args: str, **settings: Any) -> Worker:
+        log = self.logs / f"worker{len(self.running)}.log"
+        background = self.crawl.background(
+            "profiles", *args, settings={**RECRAWL, **settings}, log=log
+        )
+        worker = self.started.enter_context(background)
         self.running.append(worker)
         return worker
 
     def log(self, index: int) -> str:
-        return (self.logs / f"worker{index}.log").read_text(errors="replace")
+        return self.running[index].log_text()
 
     def stop(self) -> None:
         for worker in self.running:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
+            worker.terminate()
         for worker in self.running:
-            try:
-                worker.wait(20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(10)
+            worker.stop(20)
+        self.started.close()
 
 
 @pytest.fixture
@@ -250,8 +246,7 @@ def test_revisits_survive_a_killed_worker(
         timeout=40,
         what="hot profiles revisited",
     )
-    first.send_signal(signal.SIGKILL)
-    first.wait(10)
+    first.kill()
     killed_at = datetime.now(UTC).replace(tzinfo=None)
     workers.start(**fast)  # no start entries: everything comes from Redis
     poll(

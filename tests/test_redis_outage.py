@@ -4,19 +4,13 @@ its append-only file costs a pause, and the crawl ends with every profile stored
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
-from devtools.services import ServerProcess, free_port, start_redis
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import Crawl, Restartable, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -34,32 +28,8 @@ FRONTIER_KEYS = (
 NOT_IN_LOG = ("Scraper close failure", "Error caught on signal handler", "Traceback")
 
 
-@dataclass
-class KillableRedis:
-    """A private Redis with its append-only file, that a test kills and starts again."""
-
-    port: int
-    data: Path
-    server: ServerProcess
-
-    def kill(self) -> None:
-        os.kill(self.server.process.pid, signal.SIGKILL)
-        self.server.process.wait(10)
-
-    def start(self) -> None:
-        self.server = start_redis(self.port, self.data)
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[KillableRedis]:
-    port, data = free_port(), tmp_path / "redis-data"
-    holder = KillableRedis(port, data, start_redis(port, data))
-    yield holder
-    holder.server.stop()
-
-
 def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
-    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: KillableRedis
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_redis: Restartable
 ) -> None:
     crawl.redis_url = f"redis://127.0.0.1:{own_redis.port}/0"
     client = redis.Redis(port=own_redis.port)
@@ -78,15 +48,7 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
         "POLITENESS_BURST": 10,
         "BIND_ADDRESSES": "127.0.0.1,127.0.0.2",
     }
-    with open(log, "wb") as out:
-        worker = subprocess.Popen(
-            crawl.command("profiles", settings=settings),
-            cwd=ROOT,
-            env=crawl.env(),
-            stdout=out,
-            stderr=out,
-        )
-    try:
+    with crawl.background("profiles", settings=settings, log=log) as worker:
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
         own_redis.kill()
         poll(lambda: log.read_text().count("Redis unavailable") >= 2, 30, "the outage noticed")
@@ -94,9 +56,6 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
         poll(lambda: "Fleet stats not published" in log.read_text(), 30, "stats waiting")
         own_redis.start()
         assert worker.wait(120) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
     text = log.read_text()
     for line in NOT_IN_LOG:
         assert line not in text, text[text.find(line) - 200 :][:3000]

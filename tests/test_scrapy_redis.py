@@ -9,16 +9,16 @@ MONGO_COLLECTIONS; scrapy-redis settings the frontier would not honour stop the 
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import ROOT, Crawl, Sandbox, background, poll
 
 pytestmark = pytest.mark.integration
 
@@ -132,21 +132,12 @@ def test_example_crawler_loses_nothing_when_a_worker_is_killed(
     command = example_command("mycrawler_redis", "test", CONCURRENT_REQUESTS=2, START_BATCH_SIZE=2)
     env = example_env(crawl, example_project)
     logs = [tmp_path / f"worker{index}.log" for index in range(2)]
-    workers = []
-    for log in logs:
-        with open(log, "wb") as out:
-            workers.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out))
     pages = crawl.mongo.db.pages
-    try:
+    with ExitStack() as running:
+        workers = [running.enter_context(background(command, env, log)) for log in logs]
         poll(lambda: pages.count_documents({}) >= 10, 90, "10 pages stored")
-        workers[0].send_signal(signal.SIGKILL)
-        workers[0].wait(10)
+        workers[0].kill()
         assert workers[1].wait(240) == 0, logs[1].read_text()[-4000:]
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait(10)
     expected = {
         site_url(sandbox, site, path)
         for site in range(SITES)

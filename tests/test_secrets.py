@@ -39,7 +39,7 @@ from devtools.services import (
 )
 from sandbox.domains_tls import write_self_signed
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
+from tests.harness import ROOT, Crawl, Mongo, Sandbox, Worker, poll
 
 pytestmark = pytest.mark.integration
 
@@ -328,7 +328,7 @@ def _metrics(port: int) -> str | None:
         return None
 
 
-def _exited(worker: subprocess.Popen[bytes]) -> str | None:
+def _exited(worker: Worker) -> str | None:
     return "exited" if worker.poll() is not None else None
 
 
@@ -372,21 +372,10 @@ def test_proxy_and_query_passwords_stay_hidden(
         "STATS_PUBLISH_INTERVAL": 0.5,
     }
     try:
-        with open(log, "wb") as out:
-            worker = subprocess.Popen(
-                crawl.command("profiles", settings=settings),
-                cwd=ROOT,
-                env=crawl.env(),
-                stdout=out,
-                stderr=out,
-            )
-        try:
+        with crawl.background("profiles", settings=settings, log=log) as worker:
             metrics = poll(lambda: _metrics(metrics_port) or _exited(worker), 60, "a ban")
             assert metrics != "exited", log.read_text()[-3000:]
             assert worker.wait(120) == 0, log.read_text()[-3000:]
-        finally:
-            if worker.poll() is None:
-                worker.kill()
         assert all(proxy.served for proxy in proxies), "a proxy was not used"
         names = {f"proxy:127.0.0.1:{proxy.port}" for proxy in proxies}
         text = log.read_text()
