@@ -25,14 +25,15 @@ from scrapy.utils.project import get_project_settings
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
+from crawler.config.rules import SettingsError
 from crawler.frontier.records import SENT_BACK_META
 from crawler.handoff import Handoff
 from crawler.items import PageItem, ProfileItem
+from crawler.preflight import check_settings
 from crawler.recrawl import RecrawlMiddleware, RecrawlPolicy, RevisitStore
 from crawler.recrawl.policy import MAX_URGENCY, content_hash, item_hash
 from crawler.recrawl.revisits import RECRAWL_META, items_hash
 from crawler.recrawl.store import Revisit
-from crawler.settings_check import SettingsError, check_settings
 from crawler.spiders.profiles import ProfilesSpider
 from crawler.storage.changes import history_update, with_change_hash
 from tests.harness import ROOT, Mongo, poll

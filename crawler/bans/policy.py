@@ -27,10 +27,10 @@ from scrapy.utils.misc import load_object
 from crawler.bans.identities import IDENTITY_META, without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.config import setting, setting_int
+from crawler.config.rules import SettingsError, problem
 from crawler.frontier.records import CRAWL_DELAY_META as CRAWL_DELAY_META
 from crawler.frontier.records import crawl_delay_of, sent_back
 from crawler.frontier.reports import FrontierReports
-from crawler.settings_check.rules import SettingsError, problem
 
 if TYPE_CHECKING:
     from scrapy import Request
