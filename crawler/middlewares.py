@@ -41,10 +41,9 @@ from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.chains import mark_chain
 from crawler.frontier.queue import Pacing
-from crawler.frontier.records import PACED_META
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.frontier.scheduler import DUE_META
+from crawler.meta import DUE_META, PACED_META
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

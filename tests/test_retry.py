@@ -23,7 +23,8 @@ from twisted.internet.error import TimeoutError as TwistedTimeoutError
 from crawler import settings as project_settings
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
-from crawler.frontier.scheduler import DUE_META, FrontierScheduler
+from crawler.frontier.scheduler import FrontierScheduler
+from crawler.meta import DUE_META
 from crawler.middlewares import BackoffRetryMiddleware
 
 URL = "https://www.tiktok.com/@some.user"

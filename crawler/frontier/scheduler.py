@@ -42,7 +42,6 @@ from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.queue import Frontier, Pacing, Popped, popped
-from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
 from crawler.frontier.records import leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.frontier.turns import (
