@@ -25,7 +25,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, from_settings
 
-from crawler.config import mask_uri
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawler.settings_check.rules import key_template
+from crawler.config.rules import key_template
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

@@ -45,10 +45,9 @@ from crawler.connection import crawl_redis
 from crawler.frontier.chains import mark_chain
 from crawler.frontier.leases import LEASE_META
 from crawler.frontier.queue import Pacing
-from crawler.frontier.records import HOLD_META, PACED_META
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.frontier.scheduler import DUE_META
+from crawler.meta import DUE_META, HOLD_META, PACED_META
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import DropItem
 
 from crawler.config import setting
+from crawler.config.values import Destination
 from crawler.items import STORED_ITEM_CLASSES
 from crawler.storage.changes import with_change_hash
 from crawler.storage.destinations import (
     QUIET_UNDECLARED,
     SCRAPER_LOGGER,
-    Destination,
     Destinations,
     UndeclaredItem,
     document_of,

@@ -174,7 +174,7 @@ MAX_IDLE_TIME_BEFORE_CLOSE = 0
 IDLE_POLL_INTERVAL = 1.0
 
 # SettingsCheck, before every other extension and the engine: a setting outside its allowed
-# values (crawler/settings_check/table.py) stops the crawl, naming it, before anything is leased.
+# values (crawler/config/table.py) stops the crawl, naming it, before anything is leased.
 EXTENSIONS = {
     "crawler.extensions.SettingsCheck": -1000,
     # A spider built on scrapy_redis.spiders.RedisSpider/RedisCrawlSpider gets leased start

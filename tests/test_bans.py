@@ -23,8 +23,8 @@ from crawler.bans.policy import BAN_TIMES_META
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier
 from crawler.frontier.records import passes_again
-from crawler.frontier.scheduler import DUE_META
 from crawler.keys import FrontierKeys
+from crawler.meta import DUE_META
 from crawler.middlewares import BanMiddleware
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox.bans import CONCRETE_MODES

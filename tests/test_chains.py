@@ -16,19 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy import Request
 
-from crawler.frontier.chains import (
-    CHAIN_META,
-    MOST_TURNS,
-    Adopted,
-    Credits,
-    adopted,
-    chain_host,
-    mark_chain,
-    paced,
-)
+from crawler.frontier.chains import CHAIN_META, MOST_TURNS, Credits, chain_host, mark_chain, paced
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
-from crawler.frontier.outbox import Outbox
+from crawler.frontier.outbox import Adopted, Outbox, adopted
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from sandbox.data import ALL_CATEGORY, CATEGORIES

@@ -28,6 +28,7 @@ from twisted.internet import error as net
 from twisted.python.failure import Failure
 from twisted.web._newclient import ResponseNeverReceived
 
+from crawler.config.values import NameServer
 from crawler.domains.classify import (
     Outcome,
     accessible,
@@ -41,7 +42,7 @@ from crawler.domains.classify import (
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.probes import FleetCap, RateCap
-from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound, NameServer
+from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound
 from crawler.domains.summary import summarize
 from crawler.spiders.domains import DomainsSpider, csv_domains
 from sandbox.dns import Answer, start_dns

@@ -16,7 +16,7 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from crawler.bans.concurrency import HostSlots
-from crawler.frontier.records import DUE_META
+from crawler.meta import DUE_META
 from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
 from tests.harness import Crawl, Sandbox, poll
 from tests.test_links import build_web, home, links_settings, stored, truth

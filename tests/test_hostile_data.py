@@ -22,7 +22,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
 from crawler.frontier.codec import expand
-from crawler.frontier.scheduler import DUE_META
+from crawler.meta import DUE_META
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from crawler.config import mask_uri
+from crawler.uris import mask_uri
 
 SCHEMES = [
     "redis://",

@@ -33,6 +33,7 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
+from crawler.config.rules import SettingsError
 from crawler.connection import redis_from_settings
 from crawler.keys import FleetKeys, FrontierKeys
 from crawler.observability.counters import Counters
@@ -42,7 +43,6 @@ from crawler.observability.monitor import FleetMonitor
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, format_duration
 from crawler.observability.report import render_text, spider_status
-from crawler.settings_check import SettingsError
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import start_cluster

@@ -18,10 +18,10 @@ from scrapy.exceptions import DropItem
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project
+from crawler.config.rules import SettingsError
 from crawler.frontier.codec import expand
 from crawler.items import ProfileItem, VideoItem
 from crawler.pipelines import ItemNotStored, MongoPipeline, ValidationPipeline
-from crawler.settings_check import SettingsError
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset

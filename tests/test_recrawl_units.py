@@ -25,16 +25,17 @@ from scrapy.utils.project import get_project_settings
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
-from crawler.frontier.records import SENT_BACK_META
+from crawler.config.rules import SettingsError
 from crawler.handoff import Handoff
 from crawler.items import PageItem, ProfileItem
+from crawler.meta import SENT_BACK_META
+from crawler.preflight import check_settings
 from crawler.recrawl import RecrawlMiddleware, RecrawlPolicy, RevisitStore
-from crawler.recrawl.policy import MAX_URGENCY, content_hash, item_hash
+from crawler.recrawl.policy import MAX_URGENCY
 from crawler.recrawl.revisits import RECRAWL_META, items_hash
 from crawler.recrawl.store import Revisit
-from crawler.settings_check import SettingsError, check_settings
 from crawler.spiders.profiles import ProfilesSpider
-from crawler.storage.changes import history_update, with_change_hash
+from crawler.storage.changes import content_hash, history_update, item_hash, with_change_hash
 from tests.harness import ROOT, Mongo, poll
 
 intervals = st.floats(min_value=0.01, max_value=1e7, allow_nan=False)

@@ -22,9 +22,10 @@ from twisted.internet.error import TimeoutError as TwistedTimeoutError
 
 from crawler import settings as project_settings
 from crawler.bans.policy import retry_after
-from crawler.frontier.scheduler import DUE_META, FrontierScheduler
+from crawler.config.rules import SettingsError
+from crawler.frontier.scheduler import FrontierScheduler
+from crawler.meta import DUE_META
 from crawler.middlewares import BackoffRetryMiddleware
-from crawler.settings_check.rules import SettingsError
 
 URL = "https://www.tiktok.com/@some.user"
 JITTER = project_settings.RETRY_BACKOFF_JITTER

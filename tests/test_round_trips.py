@@ -211,7 +211,7 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     # frontier, the sizes read with it: the scheduler does not check again. The idle looks
     # read the sizes in the round trips that settle what this worker owes, never on their own.
     assert "rt:other" not in result["counts"], result["counts"]
-    assert sites["site:settings_check/__init__.py:check_frontier"] == 1, sites
+    assert sites["site:frontier/server_check.py:check_frontier"] == 1, sites
     assert not {"site:frontier/scheduler.py:open", "site:frontier/idle.py:fleet_sizes"} & set(sites)
     # Start-up: the check, the first start entries with what rides along, their requests
     # written and popped (3 measured; a loaded machine may add a pop); close: the last writes

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from scrapy import FormRequest, Request
 from scrapy.settings import Settings
 
-from crawler.settings_check import SettingsError, check_settings
-from crawler.settings_check.scrapy_redis import scrapy_redis_problems
+from crawler.config.rules import SettingsError
+from crawler.preflight import check_settings
+from crawler.preflight.scrapy_redis import scrapy_redis_problems
 from crawler.spiders.feed import EntryLimits, InvalidStartEntry
 from crawler.spiders.redis import RedisCrawlSpider, RedisSpider, as_requests, request_from_data
 

@@ -15,20 +15,15 @@ from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
+from crawler.config.rules import SettingsError, shown
+from crawler.config.table import RULES
 from crawler.frontier.scheduler import FrontierScheduler
+from crawler.frontier.server_check import check_frontier
 from crawler.keys import FrontierKeys
 from crawler.middlewares import BanMiddleware
 from crawler.observability.monitor import FleetMonitor
 from crawler.pipelines import MongoPipeline
-from crawler.settings_check import (
-    RULES,
-    SettingsCheck,
-    SettingsError,
-    check_frontier,
-    check_frontier_server,
-    check_settings,
-)
-from crawler.settings_check.rules import shown
+from crawler.preflight import SettingsCheck, check_frontier_server, check_settings
 from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import ROOT, Crawl

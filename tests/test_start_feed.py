@@ -24,9 +24,9 @@ from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
+from crawler.config.rules import SettingsError
 from crawler.frontier.queue import Pending
 from crawler.frontier.scheduler import FrontierScheduler
-from crawler.settings_check import SettingsError
 from crawler.spiders.feed import InvalidStartEntry, MakeRequests, StartFeed
 from crawler.spiders.redis import RedisSpider
 from tests.harness import poll

@@ -25,7 +25,7 @@ import shlex
 from collections.abc import Mapping
 
 from crawler.bans.policy import EXIT_BANNED
-from crawler.settings_check.rules import EXIT_BAD_SETTING
+from crawler.config.rules import EXIT_BAD_SETTING
 
 SETTINGS_MODULE = "crawler.settings"
 

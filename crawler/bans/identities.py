@@ -18,15 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from crawler.meta import IDENTITY_META, PROXY_META
+
 if TYPE_CHECKING:
-    from scrapy import Request
+    pass
 
 DEFAULT = "default"
 DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
-# Meta key naming the identity a request was (or is to be) sent as.
-IDENTITY_META = "identity"
-# Meta keys an identity fills in; the proxy ones only when the identity is a proxy.
-PROXY_META = ("proxy", "_auth_proxy")
 
 
 @dataclass(frozen=True)
@@ -127,16 +125,6 @@ def without_identity(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
     if str(meta.get(key, "")).startswith("proxy:"):
         dropped.update(PROXY_META)
     return {name: value for name, value in meta.items() if name not in dropped}
-
-
-def forget_proxy_secrets(request: Request) -> None:
-    """Drop from a request about to be stored in Redis what a pool proxy put on it: the proxy
-    URL with its credentials and Scrapy's Proxy-Authorization header made from them. The
-    identity's name stays; BanMiddleware applies the proxy again before the next download."""
-    if str(request.meta.get(IDENTITY_META, "")).startswith("proxy:"):
-        for name in PROXY_META:
-            request.meta.pop(name, None)
-        request.headers.pop(b"Proxy-Authorization", None)
 
 
 def _user(url: str) -> str:

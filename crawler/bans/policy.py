@@ -24,22 +24,19 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
-from crawler.bans.identities import IDENTITY_META, without_identity
+from crawler.bans.identities import without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
+from crawler.bans.waits import RedisWait, cooldown_max
 from crawler.config import setting, setting_int
-from crawler.frontier.records import CRAWL_DELAY_META as CRAWL_DELAY_META
-from crawler.frontier.records import crawl_delay_of, sent_back
 from crawler.frontier.reports import FrontierReports
-from crawler.settings_check.rules import SettingsError, problem
+from crawler.meta import IDENTITY_META, crawl_delay_of, sent_back
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.settings import BaseSettings
 
     from crawler.bans.politeness import FleetPoliteness
-    from crawler.bans.waits import RedisWait
 
 logger = logging.getLogger(__name__)
 
@@ -131,19 +128,6 @@ class BanPolicy:
     def _count(self, key: str) -> None:
         if self.crawler.stats is not None:
             self.crawler.stats.inc_value(key)
-
-
-def cooldown_max(settings: BaseSettings) -> float:
-    """BAN_COOLDOWN_MAX, the longest wait a Retry-After can ask for; at least BAN_COOLDOWN."""
-    raw = settings.get("BAN_COOLDOWN_MAX")
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not value >= settings.getfloat("BAN_COOLDOWN") or math.isinf(value):
-        allowed = "a number of seconds, finite and at least BAN_COOLDOWN"
-        raise SettingsError(problem("BAN_COOLDOWN_MAX", raw, allowed))
-    return value
 
 
 def crawl_delay(request: Request) -> float:

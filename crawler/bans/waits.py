@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -27,9 +28,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from redis.exceptions import RedisError
 
-from crawler.bans.identities import IDENTITY_META, without_identity
-from crawler.bans.policy import cooldown_max
-from crawler.frontier.records import sent_back
+from crawler.bans.identities import without_identity
+from crawler.config.rules import SettingsError, problem
+from crawler.meta import IDENTITY_META, sent_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -239,3 +240,16 @@ class RetryBackoff:
         except OverflowError:
             wait = self.maximum
         return min(self.maximum, wait * spread)
+
+
+def cooldown_max(settings: BaseSettings) -> float:
+    """BAN_COOLDOWN_MAX, the longest wait a Retry-After can ask for; at least BAN_COOLDOWN."""
+    raw = settings.get("BAN_COOLDOWN_MAX")
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not value >= settings.getfloat("BAN_COOLDOWN") or math.isinf(value):
+        allowed = "a number of seconds, finite and at least BAN_COOLDOWN"
+        raise SettingsError(problem("BAN_COOLDOWN_MAX", raw, allowed))
+    return value

@@ -19,8 +19,8 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
 from crawler.bans.policy import EXIT_BANNED
-from crawler.settings_check import SettingsError, check_frontier_server, check_settings
-from crawler.settings_check.rules import EXIT_BAD_SETTING
+from crawler.config.rules import EXIT_BAD_SETTING, SettingsError
+from crawler.preflight import check_frontier_server, check_settings
 
 if TYPE_CHECKING:
     import argparse

@@ -28,8 +28,8 @@ from crawler.aws.config import SECRET_MODES, FleetConfig
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand
-from crawler.config import mask_uri
 from crawler.frontier.queue import WORK_LEFT
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse

@@ -25,11 +25,11 @@ from scrapy.exceptions import UsageError
 
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
-from crawler.config import mask_uri
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse

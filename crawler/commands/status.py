@@ -32,11 +32,11 @@ from scrapy.spiderloader import get_spider_loader
 from twisted.internet.error import CannotListenError
 
 from crawler.commands import ProjectCommand, keep_description_layout
-from crawler.config import mask_uri
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
 from crawler.observability.report import fleet_report, render_text
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse

@@ -27,7 +27,6 @@ import asyncio
 import itertools
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import dns.asyncresolver
@@ -42,7 +41,8 @@ from twisted.internet.interfaces import IResolverSimple
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from crawler.config import setting
-from crawler.settings_check import SettingsError
+from crawler.config.rules import SettingsError
+from crawler.config.values import NameServer
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,30 +76,6 @@ class DnsError(DnsFailure):
 
 class _Retryable(Exception):
     """One query's transient failure (timeout, SERVFAIL, REFUSED)."""
-
-
-@dataclass(frozen=True)
-class NameServer:
-    host: str
-    port: int = 53
-
-    @classmethod
-    def parse(cls, text: str) -> NameServer:
-        """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``; ValueError otherwise."""
-        text = text.strip()
-        if text.startswith("["):
-            host, _, rest = text[1:].partition("]")
-            port = rest.removeprefix(":") if rest else ""
-        elif text.count(":") == 1:
-            host, _, port = text.partition(":")
-        else:
-            host, port = text, ""
-        if not isIPAddress(host) and ":" not in host:
-            raise ValueError(f"{text!r}: a name server is an IP address")
-        number = int(port) if port.isascii() and port.isdigit() else (53 if not port else -1)
-        if not 0 < number < 65536:
-            raise ValueError(f"{text!r}: port out of range")
-        return cls(host, number)
 
 
 def system_nameservers() -> list[NameServer]:

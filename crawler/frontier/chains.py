@@ -24,15 +24,14 @@ from urllib.parse import urlsplit
 
 from crawler.connection import reply_text
 from crawler.frontier import lua
-from crawler.frontier.queue import PRIORITY_LIMIT
-from crawler.frontier.records import DUE_META, crawl_delay_of, pending
+from crawler.frontier.outbox import Outbox, adopted
+from crawler.frontier.records import pending
+from crawler.meta import DUE_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from crawler.frontier.leases import Op
-    from crawler.frontier.outbox import Outbox
     from crawler.frontier.queue import Frontier, Pacing
 
 # Turns one host's credit holds at most (they are also bound by the pop's look-ahead).
@@ -48,26 +47,6 @@ class Turn:
 
     seq: int
     at: float
-
-
-@dataclass(frozen=True)
-class Adopted:
-    """A request a worker kept for itself: its lease id, priority and record."""
-
-    lease_id: str
-    priority: str
-    record: str
-
-    def script_args(self) -> list[str]:
-        return [self.lease_id, self.priority, self.record]
-
-
-def adopted(seq: int, priority: int, record: str) -> Adopted:
-    """A request of ``priority`` kept on the turn numbered ``seq``, with the lease id the queue
-    gives a request leased as that number (see ``new_id`` in scripts/prelude.lua)."""
-    clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
-    lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
-    return Adopted(lease_id, str(clamped), record)
 
 
 def _host(url: str) -> str | None:
@@ -179,28 +158,6 @@ class Credits:
         self._turns.clear()
         self.wanted.clear()
         self._booked.clear()
-
-
-def queue_adopt(
-    pipe: Any, frontier: Frontier, worker: str, lease_seconds: float, adopted: list[Adopted]
-) -> None:
-    """Queue on ``pipe`` the writing of ``adopted`` as leased to ``worker``."""
-    if adopted:
-        keys = frontier.keys
-        args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
-        for entry in adopted:
-            args += entry.script_args()
-        lua.queue_eval(pipe, lua.ADOPT, keys.script_keys(keys.leases, keys.owner), args)
-
-
-def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
-    """What a round trip writes of ``adopted`` and the lease ``ops``: a request kept and
-    acknowledged since the last trip needs neither (a dead letter still needs its record)."""
-    acked = {op[1] for op in ops if op[0] == "a"} & {entry.lease_id for entry in adopted}
-    if not acked:
-        return adopted, ops
-    kept = [entry for entry in adopted if entry.lease_id not in acked]
-    return kept, [op for op in ops if not (op[0] == "a" and op[1] in acked)]
 
 
 class Chains:

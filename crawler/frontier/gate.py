@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.frontier.lua import TAKE, queue_eval
-from crawler.frontier.records import crawl_delay_of
+from crawler.meta import crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -22,7 +22,7 @@ from scrapy.exceptions import DontCloseSpider
 
 from crawler.frontier.queue import queue_sizes, read_sizes, requests_left, start_members
 from crawler.frontier.riders import Rider, first_error
-from crawler.settings_check import check_frontier, checked_frontier
+from crawler.frontier.server_check import check_frontier, checked_frontier
 
 logger = logging.getLogger(__name__)
 

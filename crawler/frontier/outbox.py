@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawler.frontier.chains import Adopted, queue_adopt, settled_here
+from crawler.frontier import lua
+from crawler.frontier.queue import PRIORITY_LIMIT
 
 if TYPE_CHECKING:
     from crawler.frontier.leases import LeaseBook, Op, StartLeases
@@ -22,6 +23,48 @@ if TYPE_CHECKING:
 
 # Requests per schedule script call.
 SCHEDULE_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A request a worker kept for itself: its lease id, priority and record."""
+
+    lease_id: str
+    priority: str
+    record: str
+
+    def script_args(self) -> list[str]:
+        return [self.lease_id, self.priority, self.record]
+
+
+def adopted(seq: int, priority: int, record: str) -> Adopted:
+    """A request of ``priority`` kept on the turn numbered ``seq``, with the lease id the queue
+    gives a request leased as that number (see ``new_id`` in scripts/prelude.lua)."""
+    clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
+    lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
+    return Adopted(lease_id, str(clamped), record)
+
+
+def queue_adopt(
+    pipe: Any, frontier: Frontier, worker: str, lease_seconds: float, adopted: list[Adopted]
+) -> None:
+    """Queue on ``pipe`` the writing of ``adopted`` as leased to ``worker``."""
+    if adopted:
+        keys = frontier.keys
+        args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
+        for entry in adopted:
+            args += entry.script_args()
+        lua.queue_eval(pipe, lua.ADOPT, keys.script_keys(keys.leases, keys.owner), args)
+
+
+def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
+    """What a round trip writes of ``adopted`` and the lease ``ops``: a request kept and
+    acknowledged since the last trip needs neither (a dead letter still needs its record)."""
+    acked = {op[1] for op in ops if op[0] == "a"} & {entry.lease_id for entry in adopted}
+    if not acked:
+        return adopted, ops
+    kept = [entry for entry in adopted if entry.lease_id not in acked]
+    return kept, [op for op in ops if not (op[0] == "a" and op[1] in acked)]
 
 
 @dataclass

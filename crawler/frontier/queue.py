@@ -18,14 +18,14 @@ from redis.cluster import RedisCluster
 
 from crawler.connection import reply_text
 from crawler.frontier import codec, lua
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.keys import FrontierKeys, start_key
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
-    from crawler.frontier.dupefilter import DupefilterConfig
-    from crawler.keys import FrontierKeys
 
 # Higher Scrapy priority first, FIFO within one priority (one list per priority, see
 # scripts/queue.lua). The priorities index is a sorted set scored -priority, and a double holds
@@ -356,9 +356,6 @@ def queue_sizes(pipe: Any, keys: FrontierKeys, with_queued: bool = True) -> None
 def spider_frontier(server: RedisClient, settings: BaseSettings, spider: str) -> Frontier:
     """The frontier of the spider named ``spider`` as the project's settings lay it out (its
     start list, its duplicate filter): what the commands and ``scrapy status`` read."""
-    from crawler.frontier.dupefilter import DupefilterConfig
-    from crawler.keys import FrontierKeys, start_key
-
     keys = FrontierKeys(spider, start_key(settings, spider))
     return Frontier(server, keys, DupefilterConfig.from_settings(settings))
 

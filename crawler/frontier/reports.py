@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from scrapy.utils.misc import load_object
+
+from crawler.config.rules import BAD_VALUE
+from crawler.frontier.scheduler import FrontierScheduler
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy import Request
     from scrapy.crawler import Crawler
-
-    from crawler.frontier.scheduler import FrontierScheduler
+    from scrapy.settings import BaseSettings
 
 
 class FrontierReports:
@@ -102,8 +106,15 @@ def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:
         scheduler = crawler.engine.scheduler if crawler.engine is not None else None
     except RuntimeError:
         return None
-    from crawler.frontier.scheduler import FrontierScheduler
-
     if FrontierScheduler in type(scheduler).__mro__:
         return cast(FrontierScheduler, scheduler)
     return None
+
+
+def on_the_frontier(settings: BaseSettings) -> bool:
+    """Whether SCHEDULER is the frontier scheduler (or a subclass)."""
+    try:
+        # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
+        return FrontierScheduler in load_object(settings.get("SCHEDULER")).__mro__
+    except BAD_VALUE:
+        return False

@@ -43,8 +43,7 @@ from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.queue import Frontier, Pacing, Popped, popped
-from crawler.frontier.records import DUE_META as DUE_META  # where callers import it from
-from crawler.frontier.records import HOLD_META, PACED_META, leased_request, passes_again, pending
+from crawler.frontier.records import leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.frontier.turns import (
     PACED_GATHER,
@@ -55,6 +54,7 @@ from crawler.frontier.turns import (
     pause_after,
 )
 from crawler.keys import FrontierKeys, start_key
+from crawler.meta import HOLD_META, PACED_META
 
 if TYPE_CHECKING:
     from scrapy import Spider

@@ -30,12 +30,10 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.bans.policy import CRAWL_DELAY_META
 from crawler.config import setting
 from crawler.connection import crawl_redis
-from crawler.frontier.records import PACED_META, sent_back
-from crawler.frontier.scheduler import DUE_META
 from crawler.keys import robots_claim_key, robots_key
+from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, sent_back
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

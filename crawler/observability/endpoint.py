@@ -15,7 +15,7 @@ from twisted.internet import defer
 from twisted.internet.error import CannotListenError
 from twisted.web import http, resource, server
 
-from crawler.settings_check import RULES
+from crawler.config.table import RULES
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

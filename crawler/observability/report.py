@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crawler.bans.politeness import active_cooldowns
-from crawler.config import MASK, mask_uri
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
 from crawler.frontier.queue import spider_frontier, work_left
@@ -20,6 +19,7 @@ from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
 from crawler.recrawl.store import RevisitStore
+from crawler.uris import MASK, mask_uri
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

@@ -8,16 +8,9 @@ never change at the longest interval: a power law of visits, as in the Semantics
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-# Fields that differ on every fetch (when it was fetched, how long it took) and never count as
-# a change, unless an item class names its own with a ``volatile_fields`` attribute.
-VOLATILE_FIELDS = frozenset({"fetched_at", "checked_at", "scraped_at", "response_time"})
 # The most priority steps a revisit gains for changing often (see RecrawlPolicy.urgency).
 MAX_URGENCY = 20
 
@@ -68,28 +61,3 @@ class RecrawlPolicy:
         if interval >= self.maximum:
             return 0
         return min(MAX_URGENCY, round(math.log2(self.maximum / self.clamp(interval))))
-
-
-def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str] = ()) -> str:
-    """A digest of what the items say, without their volatile fields: equal for the same
-    content whatever the field order, different when any other field differs."""
-    ignored = VOLATILE_FIELDS.union(volatile)
-    documents = [
-        {name: value for name, value in item.items() if name not in ignored} for item in items
-    ]
-    text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
-
-
-def item_hash(item: Mapping[str, Any], volatile: Collection[str] = ()) -> str:
-    """:func:`content_hash` of one item."""
-    return content_hash([item], volatile)
-
-
-def _plain(value: Any) -> Any:
-    """JSON for what json cannot write itself (bytes, datetimes, sets): their repr."""
-    if isinstance(value, bytes | bytearray):
-        return value.hex()
-    if isinstance(value, set | frozenset):
-        return sorted(map(repr, value))
-    return repr(value)

@@ -14,9 +14,10 @@ from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 from crawler.frontier import codec
 from crawler.frontier.codec import DEFAULTS
 from crawler.frontier.leases import unguarded
-from crawler.frontier.records import SENT_BACK_META
-from crawler.recrawl.policy import RecrawlPolicy, content_hash
+from crawler.meta import SENT_BACK_META
+from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.store import Revisit
+from crawler.storage.changes import content_hash
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
-from crawler.settings_check.rules import SettingsError, integer, number
+from crawler.config.rules import SettingsError, integer, number
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

@@ -19,8 +19,8 @@ from urllib.parse import SplitResult, urlsplit
 from scrapy import Request, Spider, signals
 
 from crawler.config import setting, validate_base_url
+from crawler.config.rules import SettingsError
 from crawler.extractors import jsondata
-from crawler.settings_check import SettingsError
 from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry

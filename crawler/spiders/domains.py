@@ -23,7 +23,7 @@ included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the 
 classes and codes are in crawler/domains/classify.py. Failures are results: no backoff retry,
 no ban check, no dead letter (crawler/domains/probes.py); per-domain politeness does not apply
 (one request per domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters
-are off (crawler/domains/monitor.py): the fleet's stats stay bounded however long the list.
+are off (crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class DomainsSpider(RedisFedSpider):
         "EXTENSIONS": {
             **project.EXTENSIONS,
             "crawler.extensions.FleetMonitor": None,
-            "crawler.domains.monitor.DomainsFleetMonitor": 500,
+            "crawler.observability.domains.DomainsFleetMonitor": 500,
         },
         # One request per domain: many domains in flight, none twice at once.
         "CONCURRENT_REQUESTS": 200,

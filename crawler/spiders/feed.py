@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
-from crawler.config import mask_uri, setting, setting_int
+from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.queue import fleet_busy
@@ -29,6 +29,7 @@ from crawler.frontier.reports import frontier_scheduler
 from crawler.frontier.scheduler import START_META, FrontierScheduler
 from crawler.keys import invalid_key, start_key
 from crawler.spiders.attributes import own_batch_size
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -26,7 +26,6 @@ from scrapy import Request, signals
 from scrapy.exceptions import StopDownload
 from scrapy.http import HtmlResponse
 
-from crawler.bans.policy import CRAWL_DELAY_META
 from crawler.config import setting
 from crawler.extractors.links import content_hash, parse_page
 from crawler.items import PageItem
@@ -44,6 +43,7 @@ from crawler.links.urls import (
     link_priority,
     scope_root,
 )
+from crawler.meta import CRAWL_DELAY_META
 from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
 from crawler.spiders.responses import body_text

@@ -32,8 +32,8 @@ from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import NotConfigured
 from scrapy.spiders import CrawlSpider
 
-from crawler.settings_check.rules import SettingsError, problem
-from crawler.settings_check.scrapy_redis import on_the_frontier
+from crawler.config.rules import SettingsError, problem
+from crawler.frontier.reports import on_the_frontier
 from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.base import RedisFedSpider, check_start_url, decode_entry
 from crawler.spiders.entry_meta import check_meta

@@ -10,8 +10,8 @@ from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.http import TextResponse
 
 from crawler.bans.waits import RetryBackoff
-from crawler.frontier.records import DUE_META
 from crawler.frontier.reports import FrontierReports
+from crawler.meta import DUE_META
 
 if TYPE_CHECKING:
     from scrapy import Request

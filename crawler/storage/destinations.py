@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from itemadapter import ItemAdapter
 
+from crawler.config.values import Destination
 from crawler.items import STORED_ITEM_CLASSES
-
-NOT_STORED = ""
 
 
 class UndeclaredItem(Exception):
@@ -44,23 +42,6 @@ QUIET_UNDECLARED = QuietUndeclared()
 
 class InvalidKey(Exception):
     """The item's unique key field is missing or empty."""
-
-
-@dataclass(frozen=True)
-class Destination:
-    collection: str
-    unique_key: str
-
-
-def parse_destination(value: Any) -> str | Destination:
-    """A MONGO_COLLECTIONS value: ``"collection:key"``, or ``""`` for items not stored here."""
-    text = str(value).strip()
-    if text == NOT_STORED:
-        return NOT_STORED
-    collection, _, key = text.partition(":")
-    if not collection.strip() or not key.strip() or "$" in collection or "\0" in text:
-        raise ValueError(value)
-    return Destination(collection.strip(), key.strip())
 
 
 class Destinations:

@@ -27,12 +27,14 @@ from bson.errors import BSONError
 from pymongo import MongoClient, UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
-from crawler.config import mask_uri, setting, setting_int
+from crawler.config import setting, setting_int
+from crawler.config.values import Destination, write_concern
 from crawler.storage.changes import history_update
-from crawler.storage.destinations import Destination, Destinations
+from crawler.storage.destinations import Destinations
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
 from crawler.storage.spill import Record, SpillFile
-from crawler.storage.writes import Outcome, refused, transient, write_concern, written
+from crawler.storage.writes import Outcome, refused, transient, written
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     from pymongo.database import Database

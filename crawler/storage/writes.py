@@ -11,21 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pymongo import WriteConcern
-from pymongo.errors import BulkWriteError, ConfigurationError
-
-from crawler.settings_check import SettingsError, problem
+from pymongo.errors import BulkWriteError
 
 if TYPE_CHECKING:
     from pymongo.results import BulkWriteResult
-    from scrapy.settings import BaseSettings
 
 DUPLICATE_KEY = 11000
-WRITE_CONCERN_KEYS = frozenset({"w", "j", "wtimeout", "fsync"})
-WRITE_CONCERN_ALLOWED = (
-    'a dict of w (int >= 1 or a tag such as "majority"), j (bool), wtimeout (ms) and fsync '
-    '(bool) for acknowledged writes, e.g. {"w": 1, "j": true}'
-)
 
 
 @dataclass(frozen=True)
@@ -65,18 +56,3 @@ def transient(exc: BulkWriteError) -> bool:
 def describe(error: dict[str, Any]) -> str:
     name = error.get("codeName") or f"code {error.get('code')}"
     return f"{name}: {str(error.get('errmsg', ''))[:300]}"
-
-
-def write_concern(settings: BaseSettings) -> WriteConcern:
-    """MONGO_WRITE_CONCERN as a WriteConcern, or SettingsError naming it."""
-    raw = settings.get("MONGO_WRITE_CONCERN")
-    try:
-        values = settings.getdict("MONGO_WRITE_CONCERN")
-        if not set(values) <= WRITE_CONCERN_KEYS:
-            raise ValueError(f"unknown keys {sorted(set(values) - WRITE_CONCERN_KEYS)}")
-        concern = WriteConcern(**values)
-    except (TypeError, ValueError, ConfigurationError):
-        raise SettingsError(problem("MONGO_WRITE_CONCERN", raw, WRITE_CONCERN_ALLOWED)) from None
-    if not concern.acknowledged:
-        raise SettingsError(problem("MONGO_WRITE_CONCERN", raw, WRITE_CONCERN_ALLOWED))
-    return concern

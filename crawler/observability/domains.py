@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from crawler.observability import FleetMonitor
+from crawler.observability.monitor import FleetMonitor
 
 if TYPE_CHECKING:
     from scrapy import Request

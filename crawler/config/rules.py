@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from crawler.uris import mask_uri
+
 # The exit status of `scrapy crawl` when a setting is invalid: running again cannot help.
 EXIT_BAD_SETTING = 2
 
@@ -52,8 +54,6 @@ def shown(value: Any) -> str:
 
 def masked(value: Any) -> str:
     """A URL, or a list of URLs, with passwords and secret parameters masked."""
-    from crawler.config import mask_uri  # config reads settings through these rules
-
     if isinstance(value, str):
         return shown(mask_uri(value))
     if isinstance(value, list | tuple):

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
-from crawler.settings_check.rules import BAD_VALUE, as_bool, as_int, as_text, problem
+from crawler.config.rules import BAD_VALUE, as_bool, as_int, as_text, problem
+from crawler.frontier.reports import on_the_frontier
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -157,17 +158,6 @@ def _params_problems(settings: BaseSettings) -> list[str]:
             allowed = next(allowed for name, _, allowed in ALWAYS if name == same_as)
             lines.append(problem(f"REDIS_PARAMS[{key!r}]", params[key], allowed))
     return lines
-
-
-def on_the_frontier(settings: BaseSettings) -> bool:
-    """Whether SCHEDULER is the frontier scheduler (or a subclass)."""
-    from crawler.frontier.scheduler import FrontierScheduler
-
-    try:
-        # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
-        return FrontierScheduler in load_object(settings.get("SCHEDULER")).__mro__
-    except BAD_VALUE:
-        return False
 
 
 def _passes(check: Callable[[Any], bool], value: Any) -> bool:

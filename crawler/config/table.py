@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from crawler.settings_check.rules import (
+from crawler.config.rules import (
     Rule,
     as_dict,
     as_int,
@@ -35,6 +35,8 @@ from crawler.settings_check.rules import (
     url,
     within,
 )
+from crawler.config.values import NameServer, parse_destination
+from crawler.config.values import write_concern as read_write_concern
 
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 RESOURCE_TYPES = (
@@ -54,15 +56,11 @@ def ip_address(value: Any) -> str:
 
 def destination(value: Any) -> Any:
     """MONGO_COLLECTIONS value: ``"collection:unique key field"`` or ``""``."""
-    from crawler.storage.destinations import parse_destination
-
     return parse_destination(value)
 
 
 def nameserver(value: Any) -> Any:
     """DOMAINS_NAMESERVERS item: an IP address with an optional port (``host[:port]``)."""
-    from crawler.domains.resolver import NameServer
-
     return NameServer.parse(as_text(value))
 
 
@@ -91,10 +89,8 @@ def start_host(value: Any) -> str:
 
 
 def write_concern(value: Any) -> Any:
-    """MONGO_WRITE_CONCERN as the pipeline reads it (it raises SettingsError itself)."""
-    from crawler.storage.writes import write_concern as read  # imports this package
-
-    return read(BaseSettings({"MONGO_WRITE_CONCERN": value}))
+    """MONGO_WRITE_CONCERN as the pipeline reads it (values.py raises SettingsError itself)."""
+    return read_write_concern(BaseSettings({"MONGO_WRITE_CONCERN": value}))
 
 
 def directory(value: Any) -> Path:

@@ -1,51 +1,46 @@
 """Every project setting checked once before a crawl starts; a bad one stops it, named.
 
-:data:`RULES` (table.py) maps each setting to what it allows. :func:`check_settings` reads them
-all and raises one :class:`SettingsError` listing every bad value as
-``NAME = value: must be <allowed>``, then :data:`CROSS_CHECKS` compare settings with each other.
-``scrapy crawl`` (also what Scrapyd runs) checks before the crawler starts and exits with status
-2 after one ERROR line (crawler/commands/crawl.py); the :class:`SettingsCheck` extension checks
-under any other runner (``CrawlerProcess``) before the engine is built, so before any lease is
-taken. Components read their settings through the same rules (:func:`crawler.config.setting`)
-and raise the same error; none switches itself off (``NotConfigured``) for a bad value.
+:data:`RULES` (crawler/config/table.py) maps each setting to what it allows.
+:func:`check_settings` reads them all and raises one :class:`SettingsError` listing every bad
+value as ``NAME = value: must be <allowed>``, then :data:`CROSS_CHECKS` compare settings with
+each other. ``scrapy crawl`` (also what Scrapyd runs) checks before the crawler starts and exits
+with status 2 after one ERROR line (crawler/commands/crawl.py); the :class:`SettingsCheck`
+extension checks under any other runner (``CrawlerProcess``) before the engine is built, so
+before any lease is taken. Components read their settings through the same rules
+(:func:`crawler.config.setting`) and raise the same error; none switches itself off
+(``NotConfigured``) for a bad value.
 
-What only the server can tell (:func:`check_frontier`: the start key's type, the RedisBloom
-module) is checked by ``scrapy crawl`` before the crawler starts, and by the frontier scheduler
-when it opens, before anything is leased; it raises the same error.
+What only the server can tell (the start key's type, the RedisBloom module: see
+crawler/frontier/server_check.py) is checked by ``scrapy crawl`` before the crawler starts
+(:func:`check_frontier_server`), and by the frontier scheduler when it opens, before anything
+is leased; it raises the same error.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from redis.cluster import RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 from scrapy.utils.misc import load_object
 
-from crawler.settings_check.rules import Rule, SettingsError, problem
-from crawler.settings_check.scrapy_redis import scrapy_redis_problems
-from crawler.settings_check.table import RULES
+from crawler.bans.concurrency import LEASE_SLACK
+from crawler.config.rules import SettingsError, problem
+from crawler.config.table import RULES
+from crawler.connection import RedisUnavailable, crawl_redis
+from crawler.frontier.scheduler import FrontierScheduler
+from crawler.frontier.server_check import check_frontier, remember_check
+from crawler.keys import FrontierKeys, start_key
+from crawler.pipelines import MongoPipeline
+from crawler.preflight.scrapy_redis import scrapy_redis_problems
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
-    from crawler.connection import RedisClient
-    from crawler.keys import FrontierKeys
-
-__all__ = [
-    "RULES",
-    "Rule",
-    "SettingsCheck",
-    "SettingsError",
-    "check_frontier",
-    "check_frontier_server",
-    "check_settings",
-    "checked_frontier",
-    "problem",
-]
+__all__ = ["CROSS_CHECKS", "SettingsCheck", "check_frontier_server", "check_settings"]
 
 
 def check_settings(settings: BaseSettings) -> None:
@@ -75,8 +70,6 @@ def _concurrency_problems(settings: BaseSettings) -> list[str]:
     """A fleet lease (download timeout + LEASE_SLACK) must outlast the wait in Scrapy's own
     per-domain slot: no more leases than the slot downloads at once, and with DOWNLOAD_DELAY
     the last one must start within LEASE_SLACK (else another worker takes its slot)."""
-    from crawler.bans.concurrency import LEASE_SLACK
-
     cap = settings.getint("POLITENESS_CONCURRENCY")
     per_domain = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
     delay = settings.getfloat("DOWNLOAD_DELAY")
@@ -131,8 +124,6 @@ def _uses_playwright(settings: BaseSettings) -> bool:
 def _storage_problems(settings: BaseSettings) -> list[str]:
     """MONGO_COLLECTIONS names where items go: the pipeline that stores them must be on (an
     ITEM_PIPELINES that replaces the project's would otherwise store nothing, silently)."""
-    from crawler.pipelines import MongoPipeline
-
     if not settings.getdict("MONGO_COLLECTIONS"):
         return []
     for path, order in settings.getwithbase("ITEM_PIPELINES").items():
@@ -160,65 +151,13 @@ CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
 
 # --- checks that need the server ----------------------------------------------------------------
 
-# Calls BF.EXISTS the way the frontier's scripts call BF.ADD, so a cluster routes it by its key.
-_PROBE_REDISBLOOM = "return redis.call('BF.EXISTS', KEYS[1], ARGV[1])"
-
-
-def check_frontier(
-    server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
-) -> dict[str, int] | None:
-    """Raise SettingsError when this Redis cannot hold the frontier: the start key holds another
-    type than a list, or DUPEFILTER_MODE is "redisbloom" without the RedisBloom module.
-    One round trip, which also reads the frontier's sizes (``Frontier.sizes``), returned; None
-    on a cluster (its pipeline would first ask a node to parse the queue's script) or if Redis
-    refused the read. An unreachable Redis raises its RedisError."""
-    from crawler.frontier.queue import queue_sizes, read_sizes  # the frontier imports this
-
-    pipe = server.pipeline(transaction=False)
-    pipe.type(keys.start)
-    probe = dupefilter_mode == "redisbloom"
-    if probe:
-        pipe.execute_command("EVAL", _PROBE_REDISBLOOM, 1, keys.dupefilter, "probe")
-    sized = not isinstance(server, RedisCluster)
-    if sized:
-        queue_sizes(pipe, keys)
-    results = pipe.execute(raise_on_error=False)
-    _refuse_frontier(results, keys, dupefilter_mode)
-    sizes = results[1 + probe :]
-    if not sized or any(isinstance(size, Exception) for size in sizes):
-        return None
-    return read_sizes(sizes)
-
-
-def _refuse_frontier(results: list[Any], keys: FrontierKeys, dupefilter_mode: str) -> None:
-    """Raise SettingsError for what :func:`check_frontier`'s replies say is wrong."""
-    kind = results[0].decode() if isinstance(results[0], bytes) else str(results[0])
-    problems = []
-    if kind not in ("list", "none"):
-        problems.append(
-            f"REDIS_START_URLS_KEY: the Redis key {keys.start} holds a {kind}: must be a list "
-            "of start entries (push them with LPUSH; REDIS_START_URLS_AS_SET is not supported)"
-        )
-    if dupefilter_mode == "redisbloom" and isinstance(results[1], ResponseError):
-        refused = str(results[1]).splitlines()[0]
-        if "unknown command" in refused.lower():
-            refused = "this Redis has no RedisBloom module"
-        allowed = f"bloom, exact or none ({refused})"
-        problems.append(problem("DUPEFILTER_MODE", dupefilter_mode, allowed))
-    if problems:
-        raise SettingsError(*problems)
-
 
 def check_frontier_server(crawler: Crawler) -> None:
     """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
     (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner,
-    unless what it checks was checked here: see :func:`checked_frontier`). The check goes on
-    the crawl's own Redis client, so its connection serves the crawl."""
-    from crawler.config import mask_uri
-    from crawler.connection import RedisUnavailable, crawl_redis
-    from crawler.frontier.scheduler import FrontierScheduler
-    from crawler.keys import FrontierKeys, start_key
-
+    unless what it checks was checked here: see ``checked_frontier`` in
+    crawler/frontier/server_check.py). The check goes on the crawl's own Redis client, so its
+    connection serves the crawl."""
     settings = crawler.settings
     # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
     if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
@@ -231,25 +170,7 @@ def check_frontier_server(crawler: Crawler) -> None:
     except RedisError as exc:
         url = mask_uri(settings.get("REDIS_URL") or "")
         raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
-    setattr(crawler, _CHECKED, (server, keys, mode, sizes))
-
-
-_CHECKED = "_frontier_checked"  # what check_frontier_server checked, and the sizes it read
-
-
-def checked_frontier(
-    crawler: Crawler, server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
-) -> tuple[bool, dict[str, int] | None]:
-    """Whether :func:`check_frontier_server` checked the frontier at ``keys`` on ``server`` for
-    ``dupefilter_mode``, and the sizes it read then; asked once (a spider may name its start key
-    only once built, an add-on may change DUPEFILTER_MODE: then it is checked again)."""
-    checked = getattr(crawler, _CHECKED, None)
-    if checked is None:
-        return False, None
-    delattr(crawler, _CHECKED)
-    if checked[0] is not server or checked[1:3] != (keys, dupefilter_mode):
-        return False, None
-    return True, checked[3]
+    remember_check(crawler, server, keys, mode, sizes)
 
 
 class SettingsCheck:

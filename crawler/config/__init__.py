@@ -1,0 +1,27 @@
+"""Reading settings once, with errors that name the setting."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from crawler.config.rules import base_url, integer
+from crawler.config.table import RULES
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+def setting(settings: BaseSettings, name: str) -> Any:
+    """A project setting read by its rule in crawler/config/table.py (parsed, within range), or
+    SettingsError naming the setting, its value and what is allowed."""
+    return RULES[name].read(name, settings.get(name))
+
+
+def setting_int(settings: BaseSettings, name: str, minimum: int, maximum: int | None = None) -> int:
+    """An integer setting within bounds, or SettingsError naming it."""
+    return int(integer(minimum, maximum).read(name, settings.get(name)))
+
+
+def validate_base_url(settings: BaseSettings, name: str) -> str:
+    """An http(s) scheme-and-host setting without a trailing slash, or SettingsError naming it."""
+    return str(base_url().read(name, settings.get(name)))

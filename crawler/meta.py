@@ -1,0 +1,61 @@
+"""Request meta keys more than one part of the crawler reads: when a request is due, whether it
+was sent back, the politeness its pop took, its Crawl-delay, and the identity (and pool proxy)
+it is sent as. Plain names and small helpers, so the frontier, the ban machinery and the
+spiders share them without importing each other.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+# Meta key holding the epoch time before which a request must not be sent (retries, cool-downs):
+# it waits in the delayed set until then.
+DUE_META = "frontier_due"
+# Meta key of a request sent back to the frontier (a cool-down, a politeness turn, robots.txt not
+# known yet): its URL, which the duplicate filter lets through once. A redirect or a link made
+# from the answer has another URL and is filtered as usual, which ``dont_filter`` would not do.
+SENT_BACK_META = "frontier_sent_back"
+# Meta key set on a request whose turn the frontier's pop planned (see ``Pacing`` in
+# crawler/frontier/queue.py), to the Crawl-delay (meta ``crawl_delay``) it was spaced by: the
+# send gate (crawler/frontier/gate.py) takes its host's token as it goes, and the ban middleware
+# takes none unless a longer delay was learnt since. Never stored.
+PACED_META = "frontier_paced"
+# Meta key of a leased request the send gate turned away (its host's token not free yet): the
+# Unix time until which the scheduler holds it, its lease kept. Never stored.
+HOLD_META = "frontier_hold"
+# Meta key of a Crawl-delay of the request's own (see crawl_delay_of).
+CRAWL_DELAY_META = "crawl_delay"
+# Meta key naming the identity a request was (or is to be) sent as.
+IDENTITY_META = "identity"
+# Meta keys an identity fills in; the proxy ones only when the identity is a proxy.
+PROXY_META = ("proxy", "_auth_proxy")
+
+
+def crawl_delay_of(meta: dict[str, Any]) -> float:
+    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
+    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
+    value = meta.get(CRAWL_DELAY_META)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0 < value < math.inf else 0.0
+
+
+def sent_back(request: Request, meta: dict[str, Any], due: float) -> Request:
+    """``request`` with ``meta``, going back to the frontier until ``due`` (epoch seconds)."""
+    meta[DUE_META] = due
+    meta[SENT_BACK_META] = request.url
+    return request.replace(meta=meta)
+
+
+def forget_proxy_secrets(request: Request) -> None:
+    """Drop from a request about to be stored in Redis what a pool proxy put on it: the proxy
+    URL with its credentials and Scrapy's Proxy-Authorization header made from them. The
+    identity's name stays; BanMiddleware applies the proxy again before the next download."""
+    if str(request.meta.get(IDENTITY_META, "")).startswith("proxy:"):
+        for name in PROXY_META:
+            request.meta.pop(name, None)
+        request.headers.pop(b"Proxy-Authorization", None)
