@@ -11,7 +11,6 @@ queue does (a polite queue, full of work waiting for its turn, never runs short)
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from sandbox.hosts import (
     serve,
     site_pages,
 )
-from tests.harness import ROOT, Crawl
+from tests.harness import Crawl
 
 pytestmark = pytest.mark.integration
 
@@ -52,22 +51,6 @@ def web() -> Iterator[HostsWeb]:
     thread.join(timeout=10)
 
 
-def _workers(crawl: Crawl, logs: list[Path], settings: dict[str, object]) -> list[int]:
-    outs = [log.open("w") for log in logs]
-    command = crawl.command("links", settings=settings)
-    workers = [
-        subprocess.Popen(command, cwd=ROOT, env=crawl.env(), stdout=out, stderr=out) for out in outs
-    ]
-    try:
-        return [worker.wait(timeout=240) for worker in workers]
-    finally:
-        for worker, out in zip(workers, outs, strict=True):
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-            out.close()
-
-
 def test_two_workers_keep_every_host_busy_and_none_early(
     crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
 ) -> None:
@@ -82,7 +65,11 @@ def test_two_workers_keep_every_host_busy_and_none_early(
         "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
     }
     logs = [tmp_path / "worker-1.log", tmp_path / "worker-2.log"]
-    statuses = _workers(crawl, logs, settings)
+    with (
+        crawl.background("links", settings=settings, log=logs[0]) as first,
+        crawl.background("links", settings=settings, log=logs[1]) as second,
+    ):
+        statuses = [first.wait(240), second.wait(240)]
     tails = "\n".join(log.read_text()[-3000:] for log in logs)
     assert statuses == [0, 0], tails
 
