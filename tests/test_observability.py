@@ -35,6 +35,7 @@ from scrapy.utils.test import get_crawler
 import crawler.settings as project_settings
 from crawler.config.rules import SettingsError
 from crawler.connection import redis_from_settings
+from crawler.frontier.queue import requests_per_entry
 from crawler.keys import FleetKeys, FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.endpoint import parse_ports
@@ -529,3 +530,23 @@ def test_a_killed_worker_leaves_status_within_its_heartbeat_ttl(
         # take seconds on a busy machine), and status lists it no longer.
         assert time.monotonic() - killed <= ttl + 1
         assert not listed()
+
+
+@pytest.mark.parametrize(
+    ("stats", "per_entry"),
+    [
+        ({"start/entries": 80, "scheduler/enqueued/redis": 2000}, 25.0),
+        ({"start/entries": 10, "scheduler/enqueued/redis": 4}, 1.0),  # never below one
+        ({}, 1.0),  # no entry read yet
+        ({"start/entries": "x", "scheduler/enqueued/redis": 5}, 1.0),  # not a number
+    ],
+)
+def test_an_unread_start_entry_counts_in_the_eta_as_the_requests_an_entry_made(
+    stats: dict[str, Any], per_entry: float
+) -> None:
+    """A site's entry makes the site's pages: 320 entries unread behind 10 queued requests are
+    8,010 requests of work when entries made 25 requests each so far, not 330."""
+    assert requests_per_entry(stats) == per_entry
+    sizes = {"queue": 10, "leased": 0, "delayed": 0, "dead": 5, "start": 300, "start_leased": 20}
+    fleet = FleetView(0.0, sizes, None, {}, requests_per_entry(stats))
+    assert fleet.remaining == 10 + round(320 * per_entry)

@@ -11,6 +11,7 @@ queue does (a polite queue, full of work waiting for its turn, never runs short)
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from crawler import settings as project_settings
 from sandbox.hosts import (
     HostsWeb,
     busy_hosts,
@@ -33,8 +35,8 @@ from tests.harness import Crawl
 pytestmark = pytest.mark.integration
 
 HOSTS = 100
-PAGES = 8
-RATE = 0.5  # requests per second per host
+PAGES = 5
+RATE = 0.25  # requests per second per host
 
 
 @pytest.fixture
@@ -84,7 +86,35 @@ def test_two_workers_keep_every_host_busy_and_none_early(
         gaps = [(round(at - seen[0][0], 3), path) for at, path in seen]
         raise AssertionError(f"{len(early)} early requests, the closest: {early[:5]}; {gaps}")
     # Every host busy: each host has PAGES + 1 requests to make (robots.txt and its pages), so
-    # from 2 to 6 turns into the crawl every host has work and may get some of it.
+    # from 1 to 4 turns into the crawl every host has work and may get some of it.
     start = min(float(at) for seen in arrivals.values() for at, _ in seen)
-    busy = busy_hosts(arrivals, start + 2 / RATE, start + 6 / RATE)
+    busy = busy_hosts(arrivals, start + 1 / RATE, start + 4 / RATE)
     assert len(busy) >= 0.8 * HOSTS, f"only {len(busy)} of {HOSTS} hosts busy"
+
+
+def test_a_request_held_up_on_its_way_still_reaches_its_host_on_time(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    """Every other request is held up 0.6 s between the scheduler and the download handler (a
+    downloader middleware, tests/late_requests.py, as a busy reactor would): at 1 request/s per
+    host no request may reach its host sooner than 0.9 s after the host's previous one. A turn
+    taken when the request left the frontier, not as it goes, would let the next request,
+    on time, follow the held-up one too soon."""
+    hosts = 10
+    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(hosts)]
+    redis_client.lpush("links:start_urls", *homes)
+    late = {**project_settings.DOWNLOADER_MIDDLEWARES, "tests.late_requests.LateMiddleware": 900}
+    settings: dict[str, object] = {
+        "POLITENESS_RATE": 1,
+        "POLITENESS_BURST": 1,
+        "LINKS_SCOPE": "host",
+        "LINKS_SITEMAPS": False,
+        "DOWNLOADER_MIDDLEWARES": json.dumps(late),
+    }
+    log = tmp_path / "worker.log"
+    with crawl.background("links", settings=settings, log=log) as worker:
+        assert worker.wait(120) == 0, log.read_text()[-3000:]
+    arrivals = {address: list(seen) for address, seen in web.arrivals.items()}
+    assert {(host_address(h), "/") for h in range(hosts)} <= fetched_pages(arrivals)
+    early = early_requests(arrivals, 1.0)
+    assert not early, f"{len(early)} early requests, the closest: {early[:5]}"

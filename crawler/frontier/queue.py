@@ -53,9 +53,25 @@ def fleet_busy(sizes: Mapping[str, int]) -> bool:
     return requests_left(sizes) or bool(sizes.get("start_leased", 0))
 
 
-def work_left(sizes: Mapping[str, int]) -> int:
-    """Work not done yet: requests left and start entries not yet turned into requests."""
-    return sum(sizes.get(name, 0) for name in WORK_LEFT)
+def work_left(sizes: Mapping[str, int], per_entry: float = 1.0) -> int:
+    """Work not done yet: requests left, and start entries not yet turned into requests, each
+    worth ``per_entry`` requests (see :func:`requests_per_entry`)."""
+    entries = sum(sizes.get(name, 0) for name in WORK_LEFT if name not in REQUESTS_LEFT)
+    requests = sum(sizes.get(name, 0) for name in REQUESTS_LEFT)
+    return requests + round(entries * max(1.0, per_entry))
+
+
+def requests_per_entry(stats: Mapping[str, Any]) -> float:
+    """The requests a start entry has made so far on average, from the fleet's stats
+    (``scheduler/enqueued/redis`` over ``start/entries``); 1 before any entry was read. A site's
+    entry makes a whole site's pages: an ETA that counted it as one request would be short by
+    the site."""
+    try:
+        entries = float(stats.get("start/entries") or 0)
+        requests = float(stats.get("scheduler/enqueued/redis") or 0)
+    except (TypeError, ValueError):
+        return 1.0
+    return max(1.0, requests / entries) if entries > 0 else 1.0
 
 
 @dataclass(frozen=True)

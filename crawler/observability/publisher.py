@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 from crawler.connection import decode_counts
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
-from crawler.frontier.queue import SIZE_NAMES, queue_sizes, read_sizes, work_left
+from crawler.frontier.queue import (
+    SIZE_NAMES,
+    queue_sizes,
+    read_sizes,
+    requests_per_entry,
+    work_left,
+)
 from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
@@ -77,6 +83,10 @@ return fresh and 1 or 0
 """
 
 
+# The fleet's stats that tell what a start entry is worth (``requests_per_entry``).
+ENTRY_STATS = ("start/entries", "scheduler/enqueued/redis")
+
+
 @dataclass(frozen=True)
 class FleetView:
     """What one round trip read back: frontier sizes, seen count and the fleet's minutes."""
@@ -91,10 +101,12 @@ class FleetView:
         counts = {minute: bucket.get(name, 0) for minute, bucket in self.minutes.items()}
         return bucket_rate(counts, self.time)
 
+    per_entry: float = 1.0  # requests a start entry makes (``requests_per_entry``)
+
     @property
     def remaining(self) -> int:
         """Work not done yet (``crawler.frontier.queue.work_left``)."""
-        return work_left(self.sizes)
+        return work_left(self.sizes, self.per_entry)
 
 
 @dataclass
@@ -192,18 +204,21 @@ class StatsPublisher:
     def _queue_reads(self, pipe: Any, minutes: list[int]) -> None:
         queue_sizes(pipe, self.frontier)
         queue_seen(pipe, self.frontier, self.dupefilter_mode)
+        pipe.hmget(self.keys.stats, *ENTRY_STATS)
         for minute in minutes:
             pipe.hgetall(self.keys.minute(minute))
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
         sizes = read_sizes(results[: len(SIZE_NAMES)])
         seen = read_seen(results[len(SIZE_NAMES)], self.dupefilter_mode)
-        buckets = results[len(SIZE_NAMES) + 1 :]
+        entry_stats = dict(zip(ENTRY_STATS, results[len(SIZE_NAMES) + 1], strict=True))
+        buckets = results[len(SIZE_NAMES) + 2 :]
         return FleetView(
             now,
             sizes,
             seen,
             {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
+            requests_per_entry(entry_stats),
         )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from crawler.bans.politeness import active_cooldowns
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
-from crawler.frontier.queue import spider_frontier, work_left
+from crawler.frontier.queue import requests_per_entry, spider_frontier, work_left
 from crawler.keys import FleetKeys
 from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
@@ -110,7 +110,9 @@ def spider_status(
             "per_minute": per_minute,
             **({"history": all_minutes[-history:]} if history else {}),
         },
-        "eta_seconds": eta_seconds(work_left(sizes), pace["workers_pages_per_min"]),
+        "eta_seconds": eta_seconds(
+            work_left(sizes, requests_per_entry(stats)), pace["workers_pages_per_min"]
+        ),
         "cooldowns": [cooldown.to_json() for cooldown in active_cooldowns(server, spider, now)],
         "dead_letters": [
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)

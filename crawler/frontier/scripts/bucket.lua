@@ -42,14 +42,20 @@ local function bucket_write(key, tokens, factor, planned, pts, rate, burst, now,
   redis.call('EXPIRE', key, math.ceil(math.min(full, 86400)) + 1)
 end
 
--- Plans the next turn of the bucket: the time its tokens cover every turn planned before it
--- and this one (``now`` when a token is free), or nil, planning nothing, when that is more
--- than ``horizon`` seconds away.
+-- Plans the next turn of the bucket: ``now`` while its tokens cover every turn planned and this
+-- one, else one interval after the latest turn planned (the first one when its next token
+-- comes); nil, planning nothing, when that is more than ``horizon`` seconds away.
 local function bucket_plan(key, rate, burst, now, recovery, horizon)
   local tokens, factor, planned, pts, ts = bucket_read(key, rate, burst, now, recovery)
+  local interval = 1 / (rate * factor)
   -- A request granted with an allowance counts as sent later than now (see take.lua).
-  local at = math.max(now, ts) + math.max(0, planned + 1 - tokens) / (rate * factor)
-  if at - now > horizon then return nil end
+  local at = math.max(now, ts)
+  if planned == 0 then
+    at = at + math.max(0, 1 - tokens) * interval
+  elseif planned + 1 > math.floor(tokens) then
+    at = math.max(at, pts + interval)  -- one interval after the latest turn planned
+  end
+  if at - now > horizon + 1e-6 then return nil end
   bucket_write(key, tokens, factor, planned + 1, math.max(pts, at), rate, burst,
     math.max(now, ts), recovery)
   return at
