@@ -12,7 +12,7 @@ import redis.cluster
 
 from crawler.connection import reply_text
 from crawler.frontier.lua import HAND_OVER, queue_eval
-from crawler.frontier.riders import Batch, Riders
+from crawler.frontier.riders import RiderBatch, Riders
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -145,13 +145,13 @@ class RidingHandoff:
         self.riders = riders
         self.reports = reports
         self.count = count
-        self._checks: Batch[_Page] = Batch(
+        self._checks: RiderBatch[_Page] = RiderBatch(
             riders, "handoff-check", self._queue_check, self._checked, lambda: hold
         )
-        self._pushes: Batch[_Page] = Batch(
+        self._pushes: RiderBatch[_Page] = RiderBatch(
             riders, "handoff-push", self._queue_push, self._pushed, lambda: hold
         )
-        self._handovers: Batch[_Page] = Batch(
+        self._handovers: RiderBatch[_Page] = RiderBatch(
             riders, "handoff", self._queue_hand_over, self._handed, lambda: hold
         )
 

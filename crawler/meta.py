@@ -44,7 +44,7 @@ def crawl_delay_of(meta: dict[str, Any]) -> float:
     return float(value) if 0 < value < math.inf else 0.0
 
 
-def sent_back(request: Request, meta: dict[str, Any], due: float) -> Request:
+def send_back(request: Request, meta: dict[str, Any], due: float) -> Request:
     """``request`` with ``meta``, going back to the frontier until ``due`` (epoch seconds)."""
     meta[DUE_META] = due
     meta[SENT_BACK_META] = request.url

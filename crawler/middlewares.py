@@ -35,11 +35,11 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
-from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, held_back
+from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
 from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
 from crawler.bans.politeness import FleetPoliteness, RatePolicy
-from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, deferred
+from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.chains import mark_chain
@@ -129,7 +129,7 @@ class BanMiddleware:
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
-        return deferred(self.crawler, request, until + random.uniform(0, jitter), reason)
+        return send_back_counted(self.crawler, request, until + random.uniform(0, jitter), reason)
 
     # --- after the download -------------------------------------------------------------------
 
@@ -259,7 +259,7 @@ class HostFullMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> Request | None:
-        return held_back(self.crawler, request, self.full_until)
+        return send_back_if_full(self.crawler, request, self.full_until)
 
 
 class HostConcurrencyMiddleware:

@@ -21,7 +21,7 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.queue import Frontier, Pacing, start_members
-from crawler.frontier.riders import Batch, Rider, Riders
+from crawler.frontier.riders import Rider, RiderBatch, Riders
 from crawler.frontier.turns import HeldTurns
 from devtools.services import free_port
 from tests.harness import ROOT, Crawl, Sandbox
@@ -280,7 +280,7 @@ def test_a_batch_whose_trip_fails_waits_again_ahead_of_newer_items(
     def write(pipe: Any, items: list[str]) -> None:
         pipe.rpush("batch", *items)
 
-    batch: Batch[str] = Batch(
+    batch: RiderBatch[str] = RiderBatch(
         riders,
         "b",
         write,

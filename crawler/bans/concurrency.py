@@ -29,7 +29,7 @@ from weakref import WeakKeyDictionary
 from redis.exceptions import RedisError
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.bans.waits import deferred
+from crawler.bans.waits import send_back_counted
 from crawler.keys import inflight_prefix
 
 if TYPE_CHECKING:
@@ -115,11 +115,11 @@ class HostAdmission:
         domain = request_domain(request)
         full = full_wait(self.full_until, domain)
         if full is not None:
-            return send_back(self.crawler, request, full)
+            return send_back_after(self.crawler, request, full)
         timeout = float(request.meta.get("download_timeout", self.timeout))
         token = self.slots.take(domain, timeout + LEASE_SLACK)
         if token is None:
-            return send_back(self.crawler, request, self._refused(domain))
+            return send_back_after(self.crawler, request, self._refused(domain))
         self.refusals.pop(domain, None)
         request.meta[SLOT_META] = token
         return None
@@ -147,11 +147,13 @@ class HostAdmission:
         return True
 
 
-def held_back(crawler: Crawler, request: Request, full_until: dict[str, float]) -> Request | None:
+def send_back_if_full(
+    crawler: Crawler, request: Request, full_until: dict[str, float]
+) -> Request | None:
     """``request`` going back to the frontier while this worker takes its domain as full
     (``full_until``: :func:`full_hosts`); None when it does not."""
     wait = full_wait(full_until, request_domain(request))
-    return None if wait is None else send_back(crawler, request, wait)
+    return None if wait is None else send_back_after(crawler, request, wait)
 
 
 def full_wait(full_until: dict[str, float], domain: str) -> float | None:
@@ -161,9 +163,9 @@ def full_wait(full_until: dict[str, float], domain: str) -> float | None:
     return full + random.uniform(*RETRY_WINDOW) if full > 0 else None
 
 
-def send_back(crawler: Crawler, request: Request, wait: float) -> Request:
+def send_back_after(crawler: Crawler, request: Request, wait: float) -> Request:
     """``request`` going back to the frontier for ``wait`` seconds, without its identity."""
-    return deferred(crawler, request, time.time() + wait, "concurrency")
+    return send_back_counted(crawler, request, time.time() + wait, "concurrency")
 
 
 def request_domain(request: Request) -> str:

@@ -29,7 +29,7 @@ from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.bans.waits import RedisWait, cooldown_max
 from crawler.config import setting, setting_int
 from crawler.frontier.reports import FrontierReports
-from crawler.meta import IDENTITY_META, crawl_delay_of, sent_back
+from crawler.meta import IDENTITY_META, crawl_delay_of, send_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -117,7 +117,7 @@ class BanPolicy:
             raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
         meta = without_identity(request.meta, IDENTITY_META)
         meta[BAN_TIMES_META] = times
-        return sent_back(request, meta, due + random.uniform(0, 1))
+        return send_back(request, meta, due + random.uniform(0, 1))
 
     def _stop(self, domain: str) -> None:
         engine = self.crawler.engine

@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from crawler.bans.identities import without_identity
 from crawler.config.rules import SettingsError, problem
-from crawler.meta import IDENTITY_META, sent_back
+from crawler.meta import IDENTITY_META, send_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -108,12 +108,12 @@ class RedisWait:
         return engine is None or not engine.running or slot is None or slot.closing is not None
 
 
-def deferred(crawler: Crawler, request: Request, due: float, reason: str) -> Request:
+def send_back_counted(crawler: Crawler, request: Request, due: float, reason: str) -> Request:
     """``request`` going back to the frontier's delayed set until ``due`` (Unix time), without
     its identity, counted as ``politeness/deferred/<reason>``."""
     if crawler.stats is not None:
         crawler.stats.inc_value(f"politeness/deferred/{reason}")
-    return sent_back(request, without_identity(request.meta, IDENTITY_META), due)
+    return send_back(request, without_identity(request.meta, IDENTITY_META), due)
 
 
 class TokenLines:

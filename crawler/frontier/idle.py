@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 START_RIDER = "start-entries"
 START_READ_RIDER = "start-read"  # an idle worker's start entries
-SIZES_RIDER = "sizes"  # the frontier's sizes, last in each round trip of an idle worker's settle
+SIZES_RIDER = "sizes"  # the frontier's sizes, last in each round trip of an idle worker's drain
 
 
 class IdleSpider:
@@ -68,7 +68,7 @@ class IdleSpider:
     def flush(self) -> bool:
         raise NotImplementedError  # the scheduler's round trip
 
-    def settle(self, before_trip: Callable[[], None] | None = None) -> bool:
+    def drain(self, before_trip: Callable[[], None] | None = None) -> bool:
         raise NotImplementedError  # the same, riders not due yet included
 
     def _in_backoff(self) -> bool:
@@ -136,7 +136,7 @@ class IdleSpider:
         share one read: a read from this look is used again while no round trip went since."""
         if self.frontier is None:
             return {}
-        if self.known_busy() or self._in_backoff() or not self._settle_reading_sizes():
+        if self.known_busy() or self._in_backoff() or not self._drain_reading_sizes():
             return None
         now, last = time.monotonic(), self._sizes_read
         fresh = last is not None and now - last[1] < self.config.idle_poll / 2
@@ -150,15 +150,15 @@ class IdleSpider:
         self._sizes_read = (self._trips, now, sizes)
         return sizes
 
-    def _settle_reading_sizes(self) -> bool:
-        """:meth:`settle`, each of its round trips reading the frontier's sizes last: the read
+    def _drain_reading_sizes(self) -> bool:
+        """:meth:`drain`, each of its round trips reading the frontier's sizes last: the read
         of the last one (kept in ``_sizes_read``) sees all this worker wrote, and the idle
-        look needs no round trip of its own. On a cluster, a plain settle (a pipeline there
+        look needs no round trip of its own. On a cluster, a plain drain (a pipeline there
         would first ask a node to parse the queue's script)."""
         frontier = self.frontier
         assert frontier is not None
         if isinstance(frontier.server, RedisCluster):
-            return self.settle()
+            return self.drain()
 
         def write(pipe: Any) -> None:
             queue_sizes(pipe, frontier.keys)
@@ -171,7 +171,7 @@ class IdleSpider:
             self.riders.add(SIZES_RIDER, Rider(write, arrived), 0)
 
         try:
-            return self.settle(before_trip=board)
+            return self.drain(before_trip=board)
         finally:
             self.riders.cancel(SIZES_RIDER)  # not sent (Redis away)
 
@@ -216,7 +216,7 @@ class IdleSpider:
             return frontier.pop_start(count, seconds, worker)
         read: list[list[Any]] = []
         self.riders.add(START_READ_RIDER, Rider(self._start_lease(count), read.append), 0)
-        self._settle_reading_sizes()  # an outage is the scheduler's to note
+        self._drain_reading_sizes()  # an outage is the scheduler's to note
         self.riders.cancel(START_READ_RIDER)  # not sent (Redis away): nothing was leased
         if not read:
             return []

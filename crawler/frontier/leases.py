@@ -30,6 +30,9 @@ LEASE_META = "frontier_lease"
 logger = logging.getLogger(__name__)
 
 Op = tuple[str, str, str]  # (op, lease id, payload), see scripts/settle.lua
+# The ops, as scripts/settle.lua names them too: a lease ends acked (done), released (back to
+# the queue untouched) or dead (a dead letter with its reason), or is renewed.
+ACK, RELEASE, RENEW, DEAD = "a", "r", "n", "d"
 PHASES = ("ready", "downloading", "downloaded", "scraping")
 
 
@@ -81,14 +84,14 @@ class LeaseBook:
             self._ack_if_done(lease_id, lease)
 
     def ack(self, lease_id: str) -> bool:
-        return self._end(lease_id, "a")
+        return self._end(lease_id, ACK)
 
     def release(self, lease_id: str) -> bool:
-        return self._end(lease_id, "r")
+        return self._end(lease_id, RELEASE)
 
     def dead(self, lease_id: str, failure: str) -> bool:
         """Dead-letter the lease; ``failure`` is the JSON object stored with the request."""
-        return self._end(lease_id, "d", failure)
+        return self._end(lease_id, DEAD, failure)
 
     def replaces(self, lease_id: str) -> bool:
         """A request carrying the lease of one still in the downloader replaces it (redirect,
@@ -101,7 +104,7 @@ class LeaseBook:
             self.release(lease_id)
 
     def renewals(self) -> list[Op]:
-        return [("n", lease_id, "") for lease_id in self.held]
+        return [(RENEW, lease_id, "") for lease_id in self.held]
 
     def orphans(self, in_engine: Collection[str]) -> list[tuple[str, Lease]]:
         """Leases given to the engine whose request the engine no longer has, with nothing
@@ -186,13 +189,13 @@ class LeaseReports:
     def _count(self, key: str, value: int = 1) -> None:
         raise NotImplementedError  # the scheduler's stats counter
 
-    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
-        """Have ``settle`` called with a failure of the leased ``request`` that reaches the
+    def guard(self, request: Request, on_failure: Callable[[Request, BaseException], None]) -> None:
+        """Have ``on_failure`` called with a failure of the leased ``request`` that reaches the
         spider while the request is still in the downloader's hands (see LeaseErrback)."""
         if lease_id_of(request) in self.leases.held and not isinstance(
             request.errback, LeaseErrback
         ):
-            request.errback = LeaseErrback(self.in_downloader, settle, request.errback)
+            request.errback = LeaseErrback(self.in_downloader, on_failure, request.errback)
 
     def in_downloader(self, request: Request) -> bool:
         return self.leases.phase(lease_id_of(request)) == "downloading"
@@ -239,7 +242,7 @@ class LeaseReports:
             self._count("frontier/dead")
             self._count(f"frontier/dead/{reason}")
 
-    def _settle_orphans(self) -> None:
+    def _dead_letter_orphans(self) -> None:
         """Dead-letter leases whose request left the engine without anything settling them,
         seen so at two checks in a row: no worker waits on a lease nothing will settle."""
         in_engine = engine_leases(self.crawler)
@@ -269,18 +272,18 @@ class LeaseErrback:
     def __init__(
         self,
         in_downloader: Callable[[Request], bool],
-        settle: Callable[[Request, BaseException], None],
+        on_failure: Callable[[Request, BaseException], None],
         errback: Callable[..., Any] | None,
     ) -> None:
         self.in_downloader = in_downloader
-        self.settle = settle
+        self.on_failure = on_failure
         self.errback = errback
         self.__name__ = getattr(errback, "__name__", "lease_errback")
 
     def __call__(self, failure: Failure) -> Any:
         request = getattr(failure, "request", None)
         if request is not None and failure.value is not None and self.in_downloader(request):
-            self.settle(request, failure.value)
+            self.on_failure(request, failure.value)
         return self.errback(failure) if self.errback is not None else failure
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.frontier import lua
+from crawler.frontier.leases import ACK
 from crawler.frontier.queue import PRIORITY_LIMIT
 
 if TYPE_CHECKING:
@@ -60,11 +61,11 @@ def queue_adopt(
 def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
     """What a round trip writes of ``adopted`` and the lease ``ops``: a request kept and
     acknowledged since the last trip needs neither (a dead letter still needs its record)."""
-    acked = {op[1] for op in ops if op[0] == "a"} & {entry.lease_id for entry in adopted}
+    acked = {op[1] for op in ops if op[0] == ACK} & {entry.lease_id for entry in adopted}
     if not acked:
         return adopted, ops
     kept = [entry for entry in adopted if entry.lease_id not in acked]
-    return kept, [op for op in ops if not (op[0] == "a" and op[1] in acked)]
+    return kept, [op for op in ops if not (op[0] == ACK and op[1] in acked)]
 
 
 @dataclass

@@ -60,9 +60,9 @@ class FrontierReports:
             return None
         return scheduler.frontier.sizes()["queue"]
 
-    def guard(self, request: Request, settle: Callable[[Request, BaseException], None]) -> None:
+    def guard(self, request: Request, on_failure: Callable[[Request, BaseException], None]) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.guard(request, settle)
+            scheduler.guard(request, on_failure)
 
     def downloaded(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:

@@ -139,7 +139,7 @@ class Riders:
 T = TypeVar("T")
 
 
-class Batch(Generic[T]):
+class RiderBatch(Generic[T]):
     """Items that go to Redis together as one rider named ``name``, within ``hold()`` seconds
     of the first waiting: ``write(pipe, items)`` queues their commands when the trip goes,
     ``done(items, replies)`` follows once they are written. When the trip fails or a reply

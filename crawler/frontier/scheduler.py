@@ -65,8 +65,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 START_META = "frontier_start"
-# Round trips an idle worker's settle makes at most (each reply may let more be written).
-SETTLE_TRIPS = 4
+# Round trips an idle worker's drain makes at most (each reply may let more be written).
+DRAIN_TRIPS = 4
 
 
 class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
@@ -258,12 +258,12 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         along (see ``riders.py``), in one round trip; False if Redis is away."""
         return self._trip(pop=False)[0]
 
-    def settle(self, before_trip: Callable[[], None] | None = None) -> bool:
+    def drain(self, before_trip: Callable[[], None] | None = None) -> bool:
         """Write everything waiting, the riders not due yet too, then what their replies let
         be written (a revisit written lets its page be acked), ``before_trip()`` called before
         each round trip: an idle worker's look at the fleet's end need not wait for riders'
         latest times. False if Redis is away."""
-        for _ in range(SETTLE_TRIPS):  # a revisit or hand-off written, then its page acked
+        for _ in range(DRAIN_TRIPS):  # a revisit or hand-off written, then its page acked
             if not (self.outbox or self.riders):
                 return True
             if before_trip:
@@ -347,7 +347,7 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
     def _tick(self) -> None:
         """Every FRONTIER_FLUSH_INTERVAL: new requests go to Redis; acknowledgements alone
         wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
-        self._settle_orphans()
+        self._dead_letter_orphans()
         if self.outbox.due(hold_acks(self.config.lease_seconds)) or self.riders.due():
             if self.pacing is None or self.frontier is None or self._in_backoff():
                 self.flush()

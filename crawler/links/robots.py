@@ -33,7 +33,7 @@ from scrapy.http.request import NO_CALLBACK
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.keys import robots_claim_key, robots_key
-from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, sent_back
+from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, send_back
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -183,7 +183,7 @@ class FleetRobotsMiddleware:
         if paced and PACED_META not in request.meta:
             # Its host's turn went to robots.txt: back to the frontier for the next turn, rather
             # than holding a download slot while it waits for a token.
-            return sent_back(request, dict(request.meta), time.time())
+            return send_back(request, dict(request.meta), time.time())
         return None
 
     async def rules_for(self, origin: str, request: Request) -> Protego | None:
@@ -272,7 +272,7 @@ class FleetRobotsMiddleware:
         until the robots.txt request of the origin may go again)."""
         self._count("robotstxt/deferred")
         due = max(time.time(), not_before) + random.uniform(0.5, 1.5)
-        return sent_back(request, dict(request.meta), due)
+        return send_back(request, dict(request.meta), due)
 
     def _count(self, key: str) -> None:
         if self.crawler.stats is not None:

@@ -21,7 +21,7 @@ from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports
-from crawler.frontier.riders import Batch, Rider, Riders, first_error
+from crawler.frontier.riders import Rider, RiderBatch, Riders, first_error
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore, read_claim
@@ -92,14 +92,14 @@ class RecrawlMiddleware:
         self.frontier = FrontierReports(crawler)
         riders = Riders.of(crawler)
         # Revisits to write; their pages' leases wait for them.
-        self._revisits: Batch[tuple[Revisit, Request]] = Batch(
+        self._revisits: RiderBatch[tuple[Revisit, Request]] = RiderBatch(
             riders, RIDER, self._queue_revisits, self._written, self._hold, self._not_written
         )
         self._next_claim = 0.0
         self._loops: list[task.LoopingCall] = []
         # Claims handed to the engine whose requests the frontier did not take yet: completed
         # once it has, so the claim is not handed over again when it expires meanwhile.
-        self._unsettled: Batch[tuple[Claim, dict[str, float]]] = Batch(
+        self._unsettled: RiderBatch[tuple[Claim, dict[str, float]]] = RiderBatch(
             riders,
             COMPLETE_RIDER,
             self._queue_completes,
@@ -213,13 +213,13 @@ class RecrawlMiddleware:
             self._ride_claims(riders)
             return
         try:
-            if self._unsettled.items and not self._settle():
+            if self._unsettled.items and not self._write_unsettled():
                 return
             claim = self.store.claim(self.config.batch_size, self.config.claim_seconds)
             self._claim_again(claim)
             if claim.revisits:
                 self._unsettled.items.append((claim, self._hand_over_claim(engine, claim)))
-                self._settle()
+                self._write_unsettled()
         except RedisError as exc:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
@@ -299,7 +299,7 @@ class RecrawlMiddleware:
         engine.crawl(request)
         return fallback_due(request, self.config.policy, time.time(), self.config.claim_seconds)
 
-    def _settle(self) -> bool:
+    def _write_unsettled(self) -> bool:
         """Complete the claims handed over once the frontier holds their requests."""
         if not self.frontier.flush():
             return False

@@ -91,7 +91,7 @@ class MongoSettings:
 
 
 @dataclass
-class Batch:
+class CollectionBatch:
     """Upserts waiting for one collection; an item seen twice keeps its latest fields."""
 
     updates: dict[Any, Upsert] = field(default_factory=dict)
@@ -126,7 +126,7 @@ class MongoWriter:
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
-        self._batches: dict[str, Batch] = {}
+        self._batches: dict[str, CollectionBatch] = {}
         self._pending = 0
         self._room = asyncio.Event()
         self._writes: set[asyncio.Task[None]] = set()
@@ -172,7 +172,7 @@ class MongoWriter:
 
     def _buffer(self, destination: Destination, document: dict[str, Any]) -> asyncio.Future[None]:
         key = document[destination.unique_key]
-        batch = self._batches.setdefault(destination.collection, Batch())
+        batch = self._batches.setdefault(destination.collection, CollectionBatch())
         batch.updates[_hashable(key)] = ({destination.unique_key: key}, document)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.setdefault(_hashable(key), []).append(waiter)
@@ -199,7 +199,7 @@ class MongoWriter:
             if self.spill is not None and self.spill.pending() and not self._writes:
                 await self._in_thread(self._replay_own)
 
-    async def _write(self, collection: str, batch: Batch) -> None:
+    async def _write(self, collection: str, batch: CollectionBatch) -> None:
         keys, operations = list(batch.updates), list(batch.updates.values())
         waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
         try:
@@ -214,7 +214,7 @@ class MongoWriter:
         try:
             for first in range(0, len(waiters), WAKE_CHUNK):
                 for key, waiter in waiters[first : first + WAKE_CHUNK]:
-                    _settle(waiter, collection, key, reasons.get(key))
+                    _resolve_waiter(waiter, collection, key, reasons.get(key))
                 await asyncio.sleep(0)
         finally:
             self._pending -= len(waiters)
@@ -390,7 +390,9 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-def _settle(waiter: asyncio.Future[None], collection: str, key: Any, reason: str | None) -> None:
+def _resolve_waiter(
+    waiter: asyncio.Future[None], collection: str, key: Any, reason: str | None
+) -> None:
     if reason is None:
         waiter.set_result(None)
     else:

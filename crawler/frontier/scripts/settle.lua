@@ -5,6 +5,7 @@
 -- An op applies only while ``worker`` still owns the lease. Returns the number of leases owned
 -- (an unknown op changes nothing).
 
+local ACK, RELEASE, RENEW, DEAD = 'a', 'r', 'n', 'd'  -- as crawler/frontier/leases.py names them
 local worker, deadline = ARGV[2], ARGV[3]
 local applied = 0
 local released = {}
@@ -16,13 +17,13 @@ for a = 4, #ARGV, 3 do
   local op, id, payload = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   if redis.call('HGET', KEYS[7], id) == worker then
     applied = applied + 1
-    if op == 'n' then
+    if op == RENEW then
       redis.call('ZADD', KEYS[6], 'XX', deadline, id)
-    elseif op == 'r' then
+    elseif op == RELEASE then
       forget(id)
       released[#released + 1] = id
-    elseif op == 'a' or op == 'd' then
-      if op == 'd' then
+    elseif op == ACK or op == DEAD then
+      if op == DEAD then
         local request = redis.call('HGET', Q.data, id) or 'null'
         redis.call('LPUSH', KEYS[8], '{"request":' .. request .. ',"failure":' .. payload .. '}')
       end
