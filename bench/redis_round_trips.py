@@ -83,8 +83,8 @@ def _script_names() -> dict[str, str]:
         "SETTLE",
         "QUEUED",
         "POP_START",
-        "GIVE_BACK_START",
         "HAND_OVER",
+        "TAKE",
     )
     return {getattr(lua, name): name.lower() for name in names}
 

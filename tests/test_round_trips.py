@@ -20,7 +20,7 @@ import crawler.settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
 from crawler.frontier.outbox import Outbox
-from crawler.frontier.queue import Frontier, Pacing, start_members
+from crawler.frontier.queue import Frontier, Pacing
 from crawler.frontier.riders import Rider, RiderBatch, Riders
 from crawler.frontier.turns import HeldTurns
 from devtools.services import free_port
@@ -208,50 +208,18 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert 0 < gate < 1.2 * len(users), sites  # at most one a request, and one held back again
     assert (trips - gate) / result["pages"] < 0.7, sites
     # No connection handshake (RESP2: no HELLO, no CLIENT commands), one check of the
-    # frontier, the sizes read with it: the scheduler does not check again. The idle looks
-    # read the sizes in the round trips that settle what this worker owes, never on their own.
+    # frontier, the sizes read with it: the scheduler does not check again.
     assert "rt:other" not in result["counts"], result["counts"]
     assert sites["site:frontier/server_check.py:check_frontier"] == 1, sites
-    assert not {"site:frontier/scheduler.py:open", "site:frontier/idle.py:fleet_sizes"} & set(sites)
-    # Start-up: the check, the first start entries with what rides along, their requests
-    # written and popped (3 measured; a loaded machine may add a pop); close: the last writes
-    # (two trips: a revisit, then its page's ack), the second idle look, the final stats, and
-    # the start list read once more when the last pop found nothing to send (5 measured).
+    assert "site:frontier/scheduler.py:open" not in sites, sites
+    # Start-up: the check, the first start entries, their requests written and popped with
+    # what rides along (4 measured; a loaded machine may add a pop); close: the last writes
+    # (two trips: a revisit, then its page's ack), the final stats, and the idle looks, each
+    # a read of the start list, then what this worker owes written and the sizes read (9
+    # measured).
     start_up, close = result["edges"]
-    assert start_up <= 4, sites
-    assert close <= 6, sites
-    # The second batch of 16 start entries was leased with a pop, not on a trip of its own.
-    assert int(redis_client.hget("{profiles}:stats", "frontier/start_entries_ahead") or 0) == 14
-
-
-@pytest.mark.integration
-def test_a_spider_given_arguments_reads_the_start_list_with_its_first_pop(
-    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
-) -> None:
-    """explore given a category (-a) while an entry waits in its start list: the start list's
-    first read goes in the round trip that writes and pops the argument's request, not in one
-    of its own, and both the argument's feed and the entry's are read."""
-    redis_client.lpush("explore:start_urls", json.dumps({"category": 4, "max_pages": 1}))
-    trace, out = tmp_path / "trace.txt", tmp_path / "trips.json"
-    probe = {"bench.redis_round_trips.RoundTripProbe": 1000}
-    settings = {
-        "EXTENSIONS": json.dumps({**project_settings.EXTENSIONS, **probe}),
-        "ROUND_TRIP_FILE": str(out),
-        "EXPLORE_MAX_PAGES": 1,
-        "EXPLORE_HANDOFF_SPIDER": "",
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
-        "IDLE_POLL_INTERVAL": 1,
-    }
-    command = crawl.command("explore", "-a", "categories=2", settings=settings)
-    command[1:4] = ["-c", "from bench.redis_round_trips import launch; launch()", "crawl"]
-    env = {**crawl.env(), "BENCH_TRACE": str(trace)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(crawl.mongo.db.videos.distinct("category")) == [2, 4]
-    trips = [line.split()[2] for line in trace.read_text().splitlines() if len(line.split()) > 2]
-    first_read = next(trip for trip in trips if "EVAL[pop_start]" in trip)
-    assert "EVAL[schedule]" in first_read, trips
-    assert "EVAL[pop]" in first_read, trips
+    assert start_up <= 5, sites
+    assert close <= 11, sites
 
 
 def test_a_rider_that_cannot_write_is_dropped_and_the_others_go(
@@ -299,26 +267,3 @@ def test_a_batch_whose_trip_fails_waits_again_ahead_of_newer_items(
     assert riders.send(redis_client)
     assert written == [["a", "b", "c"]]
     assert redis_client.lrange("batch", 0, -1) == [b"a", b"b", b"c"]
-
-
-def test_start_entries_leased_in_a_pipeline_and_given_back_come_out_again_in_order(
-    redis_client: redis.Redis,
-) -> None:
-    """A batch leased ahead on a round trip's pipeline, then given back unused (a worker
-    closing before its feed took it), is in the list again in the order it first came out,
-    with no lease left; a member whose lease is gone (expired and taken back) is skipped."""
-    frontier = _frontier(redis_client)
-    start = f"{KEYS_SPIDER}:start_urls"
-    redis_client.lpush(start, *(f"user{n}" for n in range(5)))
-    pipe = redis_client.pipeline(transaction=False)
-    assert frontier.pop_start(3, 60, "w", client=pipe) == []
-    ahead = start_members(pipe.execute()[0])
-
-    def entries(members: list[bytes]) -> list[str]:
-        return [member.split(b"\n", 1)[1].decode() for member in members]
-
-    assert entries(ahead) == ["user0", "user1", "user2"]
-    redis_client.zrem(frontier.keys.start_leases, ahead[2])  # its lease is gone
-    assert frontier.give_back_start(ahead) == 2
-    assert redis_client.zcard(frontier.keys.start_leases) == 0
-    assert entries(frontier.pop_start(5, 60, "w")) == ["user0", "user1", "user3", "user4"]

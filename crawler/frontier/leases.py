@@ -128,22 +128,14 @@ class LeaseBook:
 
 class StartLeases:
     """Start entries this worker leased, each with the number of its requests not yet in the
-    frontier; an entry whose requests are all there waits in ``acks`` to be acked. Entries
-    leased ahead wait in ``ahead`` until the feed takes them (renewed, not yet held)."""
+    frontier; an entry whose requests are all there waits in ``acks`` to be acked."""
 
     def __init__(self) -> None:
         self.held: dict[bytes, int] = {}
         self.acks: list[bytes] = []
-        self.ahead: list[bytes] = []
 
     def renewable(self) -> list[bytes]:
-        return [*self.held, *self.ahead]
-
-    def take_ahead(self) -> list[bytes]:
-        """The entries leased ahead, now held by the feed."""
-        members, self.ahead = self.ahead, []
-        self.leased(members)
-        return members
+        return list(self.held)
 
     def leased(self, members: list[bytes]) -> None:
         self.held.update(dict.fromkeys(members, 0))

@@ -40,7 +40,6 @@ ADOPT = _PRELUDE + _script("adopt")
 SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")
 POP_START = _script("pop_start")
-GIVE_BACK_START = _script("give_back_start")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
 HAND_OVER = _script("hand_over")
 

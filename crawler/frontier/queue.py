@@ -163,7 +163,6 @@ class Frontier:
         self._pop = server.register_script(lua.POP)
         self._settle = server.register_script(lua.SETTLE)
         self._pop_start = server.register_script(lua.POP_START)
-        self._give_back_start = server.register_script(lua.GIVE_BACK_START)
         self._queued = server.register_script(lua.QUEUED)
 
     # --- requests ----------------------------------------------------------------------------
@@ -236,23 +235,12 @@ class Frontier:
 
     # --- start entries -------------------------------------------------------------------------
 
-    def pop_start(
-        self, count: int, lease_seconds: float, worker: str, client: Any = None
-    ) -> list[bytes]:
-        """Lease up to ``count`` start entries; each comes back if not acked in time. Queued on
-        the pipeline ``client`` when given (its reply read with :func:`start_members`)."""
+    def pop_start(self, count: int, lease_seconds: float, worker: str) -> list[bytes]:
+        """Lease up to ``count`` start entries; each comes back if not acked in time."""
         now = time.time()
         keys = [self.keys.start, self.keys.start_leases]
-        members = _run(self._pop_start, keys, [now, count, now + lease_seconds, worker], client)
-        return [] if client is not None else start_members(members)
-
-    def give_back_start(self, members: list[bytes]) -> int:
-        """Put leased start entries back at the list's consuming end, unused, in their order;
-        returns how many went back."""
-        if not members:
-            return 0
-        keys = [self.keys.start, self.keys.start_leases]
-        return int(_run(self._give_back_start, keys, list(members), None))
+        members = _run(self._pop_start, keys, [now, count, now + lease_seconds, worker], None)
+        return start_members(members)
 
     def ack_start(self, members: Iterable[bytes], client: Any = None) -> None:
         members = list(members)

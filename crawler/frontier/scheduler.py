@@ -30,7 +30,7 @@ from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.chains import Chains, Credits, chain_host
 from crawler.frontier.dupefilter import RecentlySeen
 from crawler.frontier.gate import SendGate
-from crawler.frontier.idle import IdleSpider
+from crawler.frontier.idle import FleetIdle, WorkerState
 from crawler.frontier.leases import (
     LEASE_META,
     LeaseBook,
@@ -69,7 +69,7 @@ START_META = "frontier_start"
 DRAIN_TRIPS = 4
 
 
-class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
+class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
     """Scheduler whose queue, leases, delayed set, dead letters and duplicate filter are in Redis.
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
@@ -90,6 +90,7 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self.frontier: Frontier | None = None
         self.pacing: Pacing | None = None
         self.gate: SendGate | None = None
+        self.idle: FleetIdle | None = None
         self.leases = LeaseBook()
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
@@ -99,11 +100,6 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self._seen_here = RecentlySeen(config.local_seen)
         self._suspects: set[str] = set()
         self._queue_size = 0
-        self._start_batch = 0
-        self._none_ahead = 0.0
-        self._read_ahead_answered = 0.0
-        self._trips = 0
-        self._sizes_read: tuple[int, float, dict[str, int]] | None = None
         self._next_pop = 0.0
         self._empty_pops = 0
         self._backoff = RedisBackoff()
@@ -136,8 +132,22 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         if self.pacing is not None:
             self.gate = SendGate(self.server, keys.buckets, self.pacing)
         self.riders.carried = True
-        self.crawler.signals.connect(self.keep_open_while_work_left, signal=signals.spider_idle)
-        self._resume(spider, self.crawler)
+        self.idle = FleetIdle(
+            self.frontier,
+            WorkerState(
+                self.known_busy, lambda: self._next_pop, self.drain, self._in_backoff, self._outage
+            ),
+            self.starts,
+            self.marker,
+            self._engine,
+            self.config.idle_poll,
+            (self.worker, self.config.lease_seconds),
+        )
+        self.crawler.signals.connect(
+            self.idle.keep_open_while_work_left, signal=signals.spider_idle
+        )
+        if (sizes := self.idle.resume(spider, self.crawler)) is not None:
+            self._queue_size = sizes["queue"] + sizes["delayed"]
         self._start_loop(self._tick, self.config.flush_interval)
         self._start_loop(self.renew, self.config.lease_seconds / 3)
 
@@ -148,12 +158,14 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         self._engine.cancel()
         if self._short_call is not None and self._short_call.active():
             self._short_call.cancel()
-        self.crawler.signals.disconnect(self.keep_open_while_work_left, signal=signals.spider_idle)
+        if self.idle is not None:
+            self.crawler.signals.disconnect(
+                self.idle.keep_open_while_work_left, signal=signals.spider_idle
+            )
         self._ready.clear()
         self._held.clear()
         self.credits.clear()
         self.leases.release_all()
-        self.give_back_start_entries()
         self._backoff.lift()
         # Twice: riders of the first round trip (revisits) may let more leases be settled.
         if not (self.flush() and self.flush()):
@@ -164,9 +176,16 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
                 len(self.leases.ops),
             )
 
+    def known_busy(self) -> bool:
+        """Whether this worker knows of work left without asking Redis: requests in hand or
+        buffered, requests queued at its last pop, or a delayed request due later (the pop
+        due then looks again)."""
+        in_hand = self._ready or self._held or self.outbox.pushes
+        return bool(in_hand) or self._queue_size > 0 or self._next_due > 0
+
     def has_pending_requests(self) -> bool:
         """Requests this worker can get now or at its next pop. Delayed requests and other
-        workers' leases keep the crawl open through :meth:`keep_open_while_work_left`, so an
+        workers' leases keep the crawl open through ``FleetIdle.keep_open_while_work_left``, so an
         idle spider still runs its idle handlers (new start entries) while they wait."""
         return bool(self._ready or self._held or self.outbox.pushes or self._queue_size > 0)
 
@@ -292,7 +311,6 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
         asked = self._ask_turns(pipe, pop or not sealed.pushes)
         own = len(pipe)
         boarded = self.riders.board(pipe)
-        self._trips += 1
         try:
             replies = pipe.execute(raise_on_error=False)
         except RedisError as exc:
@@ -360,7 +378,6 @@ class FrontierScheduler(IdleSpider, Chains, LeaseReports, BaseScheduler):
 
     def _refill(self) -> None:
         self.marker.ride(self.riders, lambda: len(self.leases.held))
-        self.prefetch_start_entries()
         sent, popped = self._trip(pop=True)
         if not sent or popped is None:
             return

@@ -217,10 +217,7 @@ class RedisFedSpider(Spider):
         return check_start_url(value, self.start_origins)
 
     async def start(self) -> AsyncIterator[Any]:
-        entries = list(self.argument_entries())
-        if entries:  # the round trip that writes their requests reads the start list too
-            self.feed.read_ahead()
-        for entry in entries:
+        for entry in self.argument_entries():
             for request in self._requests_or_set_aside(entry, str(entry)):
                 yield request
         for request in self.next_start_requests():

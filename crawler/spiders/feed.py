@@ -100,7 +100,9 @@ class StartEntries:
         worker dies before the entry's requests are in the frontier; otherwise it is popped.
         """
         if scheduler is not None:
-            members = scheduler.lease_start_entries(self.batch_size)
+            if scheduler.idle is None:  # not open yet
+                return []
+            members = scheduler.idle.lease_start_entries(self.batch_size)
             return [(member.split(b"\n", 1)[1], member) for member in members]
         entries: Any = self.server.rpop(self.key, self.batch_size)
         return [(bytes(entry), None) for entry in entries or []]
@@ -161,13 +163,6 @@ class StartFeed:
         self._said_waiting = False
         self.fed = False  # whether the last next_requests() read any entry
 
-    def read_ahead(self) -> None:
-        """Have the frontier's next round trip lease the first batch of start entries, for
-        the first look (:meth:`next_requests`), which then needs no round trip of its own."""
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.read_start_entries_ahead(self.entries.batch_size)
-
     def next_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, bad ones set aside.
 
@@ -180,7 +175,7 @@ class StartFeed:
         self.fed = False
         if scheduler is not None and scheduler.when_short is None:
             scheduler.when_short = self.top_up
-        if scheduler is not None and scheduler.no_start_entries_known():
+        if scheduler is not None and scheduler.idle and scheduler.idle.no_start_entries_known():
             return requests
         deadline = time.monotonic() + FEED_BUDGET
         while not requests and time.monotonic() < deadline:
@@ -218,7 +213,7 @@ class StartFeed:
         if lease is not None and scheduler is not None:
             for request in made:
                 request.meta[START_META] = lease
-            scheduler.expect_start_requests(lease, len(made))
+            scheduler.starts.expect(lease, len(made))
         return made
 
     def _settled(
@@ -314,7 +309,9 @@ class StartFeed:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is None:
             return True
-        sizes = scheduler.fleet_sizes()
+        if scheduler.idle is None:
+            return False
+        sizes = scheduler.idle.fleet_sizes()
         return sizes is not None and not fleet_busy(sizes)
 
     def on_idle(self) -> None:
