@@ -298,7 +298,7 @@ def test_exhausted_response_is_a_dead_letter(monkeypatch: pytest.MonkeyPatch) ->
     def failed(request: Request, reason: str, error: str) -> None:
         failures.append((request.url, reason, error))
 
-    monkeypatch.setattr(scheduler, "failed", failed)
+    monkeypatch.setattr(scheduler.ledger, "failed", failed)
     crawler.engine = cast(Any, SimpleNamespace(scheduler=scheduler))
     mw = BackoffRetryMiddleware.from_crawler(crawler)
     request = _retry(mw, Request(URL), 502)

@@ -232,7 +232,7 @@ def test_any_json_meta_is_refused_or_crawled_never_wedging_the_worker(
         scheduler.enqueue_request(request)
     request = poll(scheduler.next_request, 5, "the entry's request back from the frontier")
     assert request.url == GOOD
-    scheduler.finished(request)
+    scheduler.ledger.finished(request)
     assert scheduler.flush()
     assert not scheduler.starts.held
 

@@ -7,10 +7,11 @@ page made a request for its own host (``dont_filter``: the duplicate filter, in 
 asked), the worker takes some of that host's turns ahead (``scripts/credit.lua``: the turns
 due within the pop's look-ahead, from the host's token bucket the pops use too, so the host
 is paced for the whole fleet as before) with as many queue ids. The next requests its pages
-make for that host each take such a turn and are held until it comes, without a round trip;
-each is written as leased to the worker (``scripts/adopt.lua``) with its next round trip,
-before the acknowledgement of the page that made it. So a worker that dies leaves the page
-that made it leased, to come back to the queue and make it again: nothing is lost.
+make for that host each take such a turn and are held until it comes, without a round trip
+(the send gate then takes the host's token as each goes, see ``gate.py``); each is written
+as leased to the worker (``scripts/adopt.lua``) with its next round trip, before the
+acknowledgement of the page that made it. So a worker that dies leaves the page that made it
+leased, to come back to the queue and make it again: nothing is lost.
 
 A turn not used within one interval of its time is gone (the host is left alone for it).
 """
@@ -24,13 +25,12 @@ from urllib.parse import urlsplit
 
 from crawler.connection import reply_text
 from crawler.frontier import lua
-from crawler.frontier.outbox import Outbox, adopted
+from crawler.frontier.outbox import Adopted, adopted
 from crawler.frontier.records import pending
 from crawler.meta import DUE_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy import Request
-    from scrapy.crawler import Crawler
 
     from crawler.frontier.queue import Frontier, Pacing
 
@@ -160,41 +160,26 @@ class Credits:
         self._booked.clear()
 
 
-class Chains:
-    """What the frontier scheduler does for chains (mixed into it, see ``scheduler.py``)."""
+def keep_on_turn(
+    credits: Credits, pacing: Pacing | None, request: Request, host: str | None, spider: Any
+) -> tuple[Adopted, float] | None:
+    """A request a page made for its own host, kept on a turn of that host this worker took
+    ahead: what to write as leased to this worker with the next trip, and the turn's time
+    (Unix) to hold it until; None when it goes through the queue."""
+    if host is None or pacing is None or not paced(pacing, host):
+        return None
+    if (turn := credits.take(host)) is None:
+        return None
+    kept = adopted(turn.seq, request.priority, pending(request, b"", spider).json)
+    return kept, turn.at
 
-    crawler: Crawler
-    frontier: Frontier | None
-    pacing: Pacing | None
-    outbox: Outbox
-    credits: Credits
 
-    def _take(
-        self, lease_id: str, data: str, paced: bool = False, due: float | None = None
-    ) -> None:
-        raise NotImplementedError  # the scheduler's: ready a leased request or hold its turn
-
-    def _count(self, key: str, value: int = 1) -> None:
-        raise NotImplementedError
-
-    def _keep(self, request: Request, host: str | None) -> bool:
-        """Keep a request a page made for its own host on a turn of that host this worker
-        took ahead: held until then, written as leased to it with the next trip."""
-        pacing = self.pacing
-        if host is None or pacing is None or not paced(pacing, host):
-            return False
-        if (turn := self.credits.take(host)) is None:
-            return False
-        kept = adopted(turn.seq, request.priority, pending(request, b"", self.crawler.spider).json)
-        self.outbox.adopted.append(kept)
-        self._take(kept.lease_id, kept.record, paced=True, due=turn.at)
-        self._count("frontier/chained")
-        return True
-
-    def _ask_turns(self, pipe: Any, after_pushes: bool) -> list[str]:
-        """Ask for turns of the hosts whose chains want them, behind the requests queued
-        already (the pop of this trip placed them): never with a push but a pop's."""
-        if self.pacing is None or not self.credits.wanted or not after_pushes:
-            return []
-        assert self.frontier is not None
-        return self.credits.queue_ask(pipe, self.frontier, self.pacing)
+def queue_turns_ask(
+    credits: Credits, pipe: Any, frontier: Frontier | None, pacing: Pacing | None, after: bool
+) -> list[str]:
+    """Queue on ``pipe`` the ask for turns of the hosts whose chains want them, behind the
+    requests queued already (``after``: the pop of this trip placed them, never with a push but
+    a pop's); returns the hosts asked."""
+    if pacing is None or frontier is None or not credits.wanted or not after:
+        return []
+    return credits.queue_ask(pipe, frontier, pacing)

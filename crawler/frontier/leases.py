@@ -168,18 +168,23 @@ class StartLeases:
         self.acks.append(member)
 
 
-class LeaseReports:
-    """Where each lease of a FrontierScheduler stands, as the lease middlewares
-    (``crawler.middlewares.Lease*Middleware``) and the middlewares that give requests up report
-    it; mixed into the scheduler, whose ``leases`` book records each decision."""
+class LeaseLedger:
+    """The leases one worker holds and where each stands, as the lease middlewares
+    (``crawler.middlewares.Lease*Middleware``), the middlewares that give requests up and the
+    start-entry feed report it: the one object they talk to (through
+    ``crawler.frontier.reports.FrontierReports``). Its ``book`` records each decision as an op,
+    its ``starts`` the start entries leased; the scheduler writes both with its round trips."""
 
-    crawler: Crawler
-    leases: LeaseBook
-    worker: str
-    _suspects: set[str]
+    def __init__(self, crawler: Crawler, worker: str) -> None:
+        self.crawler = crawler
+        self.worker = worker
+        self.leases = LeaseBook()
+        self.starts = StartLeases()
+        self._suspects: set[str] = set()
 
     def _count(self, key: str, value: int = 1) -> None:
-        raise NotImplementedError  # the scheduler's stats counter
+        if value and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key, value)
 
     def guard(self, request: Request, on_failure: Callable[[Request, BaseException], None]) -> None:
         """Have ``on_failure`` called with a failure of the leased ``request`` that reaches the
@@ -220,9 +225,10 @@ class LeaseReports:
     def failed(self, request: Request, reason: str, error: str) -> None:
         """Give the request up: it goes to the dead-letter list with the reason."""
         attempts = int(request.meta.get("retry_times", 0)) + 1
-        self._dead(lease_id_of(request), reason, error, attempts)
+        self.dead(lease_id_of(request), reason, error, attempts)
 
-    def _dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
+    def dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
+        """Dead-letter the lease ``lease_id`` with the reason."""
         failure = {
             "reason": reason,
             "error": error[:2000],
@@ -234,7 +240,7 @@ class LeaseReports:
             self._count("frontier/dead")
             self._count(f"frontier/dead/{reason}")
 
-    def _dead_letter_orphans(self) -> None:
+    def dead_letter_orphans(self) -> None:
         """Dead-letter leases whose request left the engine without anything settling them,
         seen so at two checks in a row: no worker waits on a lease nothing will settle."""
         in_engine = engine_leases(self.crawler)
@@ -248,7 +254,7 @@ class LeaseReports:
                 lease.url,
                 extra={"spider": self.crawler.spider},
             )
-            self._dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
+            self.dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
         self._suspects = set(orphans) - self._suspects
 
 

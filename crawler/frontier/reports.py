@@ -3,7 +3,7 @@ the crawl runs.
 
 Middlewares are built before the engine's scheduler, and a crawl may run another scheduler (a
 benchmark's, Scrapy's): :class:`FrontierReports` tells the crawl's FrontierScheduler what
-happened to a request (see ``LeaseReports`` in ``leases.py``), writes what it buffered, says
+happened to a request (its ``LeaseLedger``, ``leases.py``), writes what it buffered, says
 whether Redis is away and how much is queued, and does nothing without one. Periodic Redis
 work rides the frontier's round trips through ``riders.py``. The start-entry feed
 (``spiders/feed.py``) is the one other user of the scheduler itself (start-entry leases).
@@ -62,40 +62,40 @@ class FrontierReports:
 
     def guard(self, request: Request, on_failure: Callable[[Request, BaseException], None]) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.guard(request, on_failure)
+            scheduler.ledger.guard(request, on_failure)
 
     def downloaded(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.downloaded(request)
+            scheduler.ledger.downloaded(request)
 
     def scraping(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.scraping(request)
+            scheduler.ledger.scraping(request)
 
     def item_started(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.item_started(request)
+            scheduler.ledger.item_started(request)
 
     def item_finished(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.item_finished(request)
+            scheduler.ledger.item_finished(request)
 
     def output_finished(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.output_finished(request)
+            scheduler.ledger.output_finished(request)
 
     def finished(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.finished(request)
+            scheduler.ledger.finished(request)
 
     def release(self, request: Request) -> None:
         if (scheduler := self.scheduler) is not None:
-            scheduler.release(request)
+            scheduler.ledger.release(request)
 
     def failed(self, request: Request, reason: str, error: str) -> None:
         """The request is given up: a dead letter with the reason."""
         if (scheduler := self.scheduler) is not None:
-            scheduler.failed(request, reason, error)
+            scheduler.ledger.failed(request, reason, error)
 
 
 def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:

@@ -27,15 +27,13 @@ from twisted.internet import task
 
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
-from crawler.frontier.chains import Chains, Credits, chain_host
+from crawler.frontier.chains import Credits, chain_host, keep_on_turn, queue_turns_ask
 from crawler.frontier.dupefilter import RecentlySeen
 from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import FleetIdle, WorkerState
 from crawler.frontier.leases import (
     LEASE_META,
-    LeaseBook,
-    LeaseReports,
-    StartLeases,
+    LeaseLedger,
     lease_id_of,
     unguarded,
 )
@@ -69,7 +67,7 @@ START_META = "frontier_start"
 DRAIN_TRIPS = 4
 
 
-class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
+class FrontierScheduler(BaseScheduler):
     """Scheduler whose queue, leases, delayed set, dead letters and duplicate filter are in Redis.
 
     Settings (crawler/settings.py): REDIS_URL, FRONTIER_BATCH_SIZE, FRONTIER_LEASE_SECONDS,
@@ -91,14 +89,14 @@ class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
         self.pacing: Pacing | None = None
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
-        self.leases = LeaseBook()
+        self.ledger = LeaseLedger(crawler, self.worker)
+        self.leases = self.ledger.leases
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
         self.credits = Credits()
-        self.starts = StartLeases()
+        self.starts = self.ledger.starts
         self.outbox = Outbox(self.leases, self.starts)
         self._seen_here = RecentlySeen(config.local_seen)
-        self._suspects: set[str] = set()
         self._queue_size = 0
         self._next_pop = 0.0
         self._empty_pops = 0
@@ -218,6 +216,18 @@ class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
             self.flush()
         return scheduled
 
+    def _keep(self, request: Request, host: str | None) -> bool:
+        """Keep a request a page made for its own host on a turn of that host this worker took
+        ahead (see chains.py): held until then, written as leased to it with the next trip."""
+        kept = keep_on_turn(self.credits, self.pacing, request, host, self.crawler.spider)
+        if kept is None:
+            return False
+        adopted, due = kept
+        self.outbox.adopted.append(adopted)
+        self._take(adopted.lease_id, adopted.record, paced=True, due=due)
+        self._count("frontier/chained")
+        return True
+
     def _first_time_here(self, fingerprint: bytes) -> bool:
         """False for a fingerprint this worker scheduled before: the fleet's filter has it, so
         it is dropped here without serializing it or asking Redis."""
@@ -308,7 +318,9 @@ class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
             config = self.config
             args = (config.batch_size, config.lease_seconds, self.worker, self.pacing)
             self.frontier.queue_pop(pipe, *args)
-        asked = self._ask_turns(pipe, pop or not sealed.pushes)
+        asked = queue_turns_ask(
+            self.credits, pipe, self.frontier, self.pacing, pop or not sealed.pushes
+        )
         own = len(pipe)
         boarded = self.riders.board(pipe)
         try:
@@ -365,7 +377,7 @@ class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
     def _tick(self) -> None:
         """Every FRONTIER_FLUSH_INTERVAL: new requests go to Redis; acknowledgements alone
         wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
-        self._dead_letter_orphans()
+        self.ledger.dead_letter_orphans()
         if self.outbox.due(hold_acks(self.config.lease_seconds)) or self.riders.due():
             if self.pacing is None or self.frontier is None or self._in_backoff():
                 self.flush()
@@ -426,7 +438,7 @@ class FrontierScheduler(Chains, LeaseReports, BaseScheduler):
                 extra={"spider": self.crawler.spider},
             )
             self.leases.take(lease_id, 1, "")
-            self._dead(lease_id, "unreadable", error, 1)
+            self.ledger.dead(lease_id, "unreadable", error, 1)
             return
         if due is None:
             self._ready.append(request)
