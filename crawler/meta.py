@@ -27,6 +27,10 @@ PACED_META = "frontier_paced"
 # Meta key of a leased request the send gate turned away (its host's token not free yet): the
 # Unix time until which the scheduler holds it, its lease kept. Never stored.
 HOLD_META = "frontier_hold"
+# Meta key of a start entry's request in a spider that does not fetch a start URL again
+# (``refetch_start_urls`` False, as links): a seed, scheduled even when a link found its URL
+# first, dropped only when the same seed was scheduled before. Never stored.
+SEED_META = "frontier_seed"
 # Meta key of a Crawl-delay of the request's own (see crawl_delay_of).
 CRAWL_DELAY_META = "crawl_delay"
 # Meta key naming the identity a request was (or is to be) sent as.

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -608,3 +609,26 @@ def test_a_plain_spider_closes_only_once_the_delayed_set_is_empty(
     assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= 2.5 - 0.5
     for name in ("queue", "leases", "delayed"):
         assert not redis_client.exists("{plain}:" + name), name
+
+
+@pytest.mark.parametrize("mode", ["exact", "bloom"])
+def test_a_seed_passes_a_link_that_found_its_url_first_but_not_itself(
+    redis_client: redis.Redis, mode: str
+) -> None:
+    """A start entry is a seed: a link that found its URL first does not drop it (its crawl
+    starts at depth 0 from it), the same seed pushed again is dropped, and a link to its URL
+    after it is dropped as usual."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode, 1000, 1e-6))
+    home = "https://site.test/"
+
+    def seed() -> Pending:
+        return replace(pending(home), seed=True)
+
+    assert frontier.schedule([pending(home)]) == [1]  # a link to it, first
+    assert frontier.schedule([seed()]) == [1]  # the seed all the same
+    assert frontier.schedule([seed()]) == [0]  # seeded before
+    assert frontier.schedule([pending(home)]) == [0]  # a link after it
+    assert frontier.schedule([seed(), pending("https://other.test/")]) == [0, 1]
+    fresh = replace(pending("https://new.test/"), seed=True)
+    assert frontier.schedule([fresh]) == [1]
+    assert frontier.schedule([pending("https://new.test/")]) == [0]  # its URL is seen

@@ -83,6 +83,7 @@ class Pending:
     priority: int = 0
     dont_filter: bool = False
     due: float = 0.0
+    seed: bool = False  # a start entry's: past the filter unless seeded before (schedule.lua)
 
     def script_args(self) -> list[Any]:
         h1 = int.from_bytes(self.fingerprint[0:4], "big")
@@ -92,7 +93,7 @@ class Pending:
             self.fingerprint.hex(),
             h1,
             h2,
-            int(self.dont_filter),
+            2 if self.seed and not self.dont_filter else int(self.dont_filter),
             str(clamped),
             self.due,
             self.json,

@@ -31,7 +31,11 @@ def passes_again(request: Request) -> bool:
 
 
 def pending(
-    request: Request, fingerprint: bytes, spider: Spider | None, again: bool = False
+    request: Request,
+    fingerprint: bytes,
+    spider: Spider | None,
+    again: bool = False,
+    seed: bool = False,
 ) -> Pending:
     """The frontier entry of ``request``; its due time leaves its meta for the entry, and a
     pool proxy's credentials stay out of Redis. ``again``: past the duplicate filter this once
@@ -45,6 +49,7 @@ def pending(
         fingerprint=fingerprint,
         priority=request.priority,
         dont_filter=request.dont_filter or again,
+        seed=seed,
         due=due,
     )
 

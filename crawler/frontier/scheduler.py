@@ -52,7 +52,7 @@ from crawler.frontier.turns import (
     pause_after,
 )
 from crawler.keys import FrontierKeys, start_key
-from crawler.meta import HOLD_META, PACED_META
+from crawler.meta import HOLD_META, PACED_META, SEED_META
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -197,11 +197,13 @@ class FrontierScheduler(BaseScheduler):
         assert self.crawler.request_fingerprinter is not None
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
         again = passes_again(request)
-        scheduled = request.dont_filter or again or self._first_time_here(fingerprint)
+        seed = bool(request.meta.pop(SEED_META, False))
+        scheduled = request.dont_filter or again or self._first_time_here(fingerprint, seed)
         own = lease_id is None and not again  # made by a page here, not sent back or retried
         if scheduled and not (own and self._keep(request, host)):
             booked = own and host is not None and self.credits.booked(host)
-            self.outbox.push(pending(request, fingerprint, self.crawler.spider, again), not booked)
+            entry = pending(request, fingerprint, self.crawler.spider, again, seed)
+            self.outbox.push(entry, not booked)
             if booked:
                 self._count("frontier/pushes_waited")
             else:
@@ -228,10 +230,13 @@ class FrontierScheduler(BaseScheduler):
         self._count("frontier/chained")
         return True
 
-    def _first_time_here(self, fingerprint: bytes) -> bool:
+    def _first_time_here(self, fingerprint: bytes, seed: bool = False) -> bool:
         """False for a fingerprint this worker scheduled before: the fleet's filter has it, so
-        it is dropped here without serializing it or asking Redis."""
+        it is dropped here without serializing it or asking Redis. A seed is noted and goes
+        on: only the fleet's filter knows whether it was seeded before."""
         if self.config.dupefilter.mode == "none" or self._seen_here.first_time(fingerprint):
+            return True
+        if seed:
             return True
         self._count("dupefilter/filtered")
         return False

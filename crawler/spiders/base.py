@@ -21,6 +21,7 @@ from scrapy import Request, Spider, signals
 from crawler.config import setting, validate_base_url
 from crawler.config.rules import SettingsError
 from crawler.extractors import jsondata
+from crawler.meta import SEED_META
 from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
@@ -165,8 +166,9 @@ class RedisFedSpider(Spider):
     entry_kind: ClassVar[str] = "start entry"
     base_url_setting: ClassVar[str] = ""
     # A start entry is an explicit order: fetched even if its URL was seen before. A spider
-    # whose start URLs are pages of the crawl they seed (links) sets this to False, so a page
-    # linking back to its start URL does not fetch it twice.
+    # whose start URLs are pages of the crawl they seed (links) sets this to False: a start
+    # entry is then a seed (meta SEED_META), fetched unless the same seed was before, even when
+    # a link found its URL first, and a page linking back to it does not fetch it twice.
     refetch_start_urls: ClassVar[bool] = True
     redis_key: ClassVar[str | None] = None
     redis_batch_size: ClassVar[int | None] = None
@@ -243,7 +245,10 @@ class RedisFedSpider(Spider):
             origin = url_origin(request.url)
             if origin not in self.start_origins:
                 raise InvalidStartEntry("foreign_host", f"{request.url[:200]} is off the base URL")
-        return request.replace(dont_filter=True) if self.refetch_start_urls else request
+        if self.refetch_start_urls:
+            return request.replace(dont_filter=True)
+        request.meta[SEED_META] = True
+        return request
 
     def fleet_idle(self) -> bool:
         """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
