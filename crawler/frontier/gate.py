@@ -11,10 +11,14 @@ per-domain rate, Crawl-delay or ban-lowered rate allow, for the whole fleet.
 The requests that reach the gate in one turn of the reactor take their tokens in one round trip,
 together, just before they go: a round trip of its own for each, blocking the reactor in turn,
 would send the first ones long after their tokens were taken, and the host's next request,
-sent on time, would reach it too soon after them. A worker's first request to a host for a
-while opens a connection first, which a busy reactor may take a few tenths of a second to do:
-its token counts as taken CONNECT_ALLOWANCE seconds later, so the host's next request (from any
-worker) waits that much longer.
+sent on time, would reach it too soon after them.
+
+Between its token and the host a request still passes a few turns of the reactor (and, the
+first time a worker sends a host a request for a while, the opening of a connection): on a busy
+worker, tenths of a second. So a token counts as taken that much later, for the host's next
+request from any worker: LAG_TURNS times the reactor's lag as the gate last measured it (the
+time its round trip waited for its turn: about nothing on an idle worker), plus
+CONNECT_ALLOWANCE for a first request.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ CONNECT_ALLOWANCE = 0.5
 IDLE_CONNECTION = 60.0
 # Hosts whose last grant a worker keeps before it forgets those too old to matter.
 KNOWN_HOSTS = 10_000
+# Turns of the reactor a request with its token passes before it is on the wire; how fast the
+# lag measured falls back once the reactor is idle again (its share kept at each round trip).
+LAG_TURNS = 3
+LAG_KEPT = 0.9
 
 
 @dataclass
@@ -65,6 +73,8 @@ class SendGate:
         self.pacing = pacing
         self._asks: list[_Ask] = []
         self._granted: dict[str, float] = {}  # host: when this worker last sent it a request
+        self._asked_at = 0.0  # when the first ask waiting was made (monotonic)
+        self.lag = 0.0  # seconds the reactor took to come to the gate's round trip, lately
 
     async def wait(self, request: Request) -> float:
         """0 when ``request`` may go now (its token is taken), else the seconds until its host's
@@ -78,6 +88,7 @@ class SendGate:
         ask = _Ask(key, rate, burst, self._allowance(host), loop.create_future())
         self._asks.append(ask)
         if len(self._asks) == 1:
+            self._asked_at = time.monotonic()
             loop.call_soon(self._take)  # once the requests of this turn of the reactor are in
         wait = await ask.answer
         if wait <= 0:
@@ -96,10 +107,12 @@ class SendGate:
     def _take(self) -> None:
         """One round trip for every waiting ask, each told its wait (or the error)."""
         asks, self._asks = self._asks, []
+        self.lag = max(time.monotonic() - self._asked_at, self.lag * LAG_KEPT)
         now, recovery = time.time(), self.pacing.recovery
+        late = LAG_TURNS * self.lag
         pipe = self.server.pipeline(transaction=False)
         for ask in asks:
-            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance]
+            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late]
             queue_eval(pipe, TAKE, [ask.key], args)
         try:
             replies: list[Any] = pipe.execute(raise_on_error=False)
