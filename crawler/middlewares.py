@@ -63,8 +63,9 @@ logger = logging.getLogger(__name__)
 class BanMiddleware:
     """Before a request goes out: its domain must not be cooling down after a ban, it gets an
     identity (bind address or proxy) that is not cooling down, and it takes a token from the
-    fleet's shared rate for (domain, identity): with one identity the frontier's pop has taken
-    it already (``frontier_pacing``; meta ``frontier_paced``) and the request goes at once;
+    fleet's shared rate for (domain, identity): with one identity the frontier's pop planned its
+    turn (``frontier_pacing``; meta ``frontier_paced``) and the send gate takes the token as the
+    request goes (SendGateMiddleware);
     otherwise it waits in this worker or in the delayed set (:mod:`crawler.bans.waits`). After
     the response: a ban is classified and handled as :mod:`crawler.bans.policy` says.
 
@@ -118,10 +119,10 @@ class BanMiddleware:
         if isinstance(identity, float):
             return self._defer(request, identity, "identities_cooling")
         identity.apply(request.meta)
-        paced = request.meta.get(PACED_META)
-        if isinstance(paced, float) and crawl_delay(request) <= paced:
-            return None  # its host's token is the send gate's (SendGateMiddleware) to take
-        request.meta.pop(PACED_META, None)
+        if PACED_META in request.meta:
+            # Its turn was planned by the frontier: its host's token is the send gate's
+            # (SendGateMiddleware) to take as it goes, at the Crawl-delay it carries then.
+            return None
         return await self._take_turn(request, domain, identity)
 
     async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:

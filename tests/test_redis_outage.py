@@ -37,15 +37,16 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
     client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     log = tmp_path / "worker.log"
     # Every entry is read at once, so the crawl never pauses between start batches, and a
-    # fleet-wide rate well under what eight slots could fetch. With two identities (bind
-    # addresses) tokens are taken in the worker, not in the frontier's pop: some requests always
-    # wait in the ban middleware for their next token from Redis, and the outage finds them there.
+    # fleet-wide rate well under what eight slots could fetch, even on a loaded machine. With
+    # two identities (bind addresses) tokens are taken in the worker, not at the send gate: some
+    # requests always wait in the ban middleware for their next token from Redis, and the
+    # outage finds them there.
     settings = {
         "FRONTIER_LEASE_SECONDS": 5,
         "CONCURRENT_REQUESTS": 8,
         "START_BATCH_SIZE": len(USERS),
-        "POLITENESS_RATE": 10,
-        "POLITENESS_BURST": 10,
+        "POLITENESS_RATE": 5,
+        "POLITENESS_BURST": 5,
         "BIND_ADDRESSES": "127.0.0.1,127.0.0.2",
     }
     with crawl.background("profiles", settings=settings, log=log) as worker:

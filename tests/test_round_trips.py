@@ -205,7 +205,9 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     trips = sum(value for key, value in result["counts"].items() if key[:3] == "rt:")
     sites = {key: value for key, value in result["counts"].items() if key[:5] == "site:"}
     gate = sites.get("site:frontier/gate.py:_take", 0)
-    assert 0 < gate < 1.2 * len(users), sites  # at most one a request, and one held back again
+    # One a request, and one more for a request held back (its planned turn came before the
+    # token: the send gate counts a busy worker's tokens as taken later than planned).
+    assert 0 < gate < 2 * len(users), sites
     assert (trips - gate) / result["pages"] < 0.7, sites
     # No connection handshake (RESP2: no HELLO, no CLIENT commands), one check of the
     # frontier, the sizes read with it: the scheduler does not check again.
