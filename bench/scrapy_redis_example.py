@@ -4,7 +4,8 @@ scrapy-redis's example spider (``myspider_redis.py``, as published: one item per
 links followed) is fed N URLs of one local host (sandbox/hosts.py, one host of N pages) with
 ``redis-cli lpush``-style pushes, then crawled by:
 
-  stock      stock scrapy-redis (its scheduler, dupefilter and RedisPipeline: items in Redis),
+  stock      stock scrapy-redis (``scrapy runspider`` outside this project: Scrapy's defaults
+             with scrapy-redis's scheduler, dupefilter and RedisPipeline: items in Redis),
   ours       ``scrapy crawl`` in this project (leased start entries, the frontier, items in
              MongoDB through MONGO_COLLECTIONS), politeness off as for stock.
 
@@ -76,13 +77,18 @@ def project(tmp: Path) -> Path:
 
 
 def run(
-    command: list[str], env: dict[str, str], stored: Callable[[], int], urls: int, web: HostsWeb
+    command: list[str],
+    env: dict[str, str],
+    stored: Callable[[], int],
+    urls: int,
+    web: HostsWeb,
+    cwd: Path,
 ) -> float:
-    """Start the crawl, wait until ``urls`` items are stored; returns the seconds from the first
-    request's arrival at the server to the last item seen stored."""
+    """Start the crawl in ``cwd``, wait until ``urls`` items are stored; returns the seconds
+    from the first request's arrival at the server to the last item seen stored."""
     web.reset()
     process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 600
     try:
@@ -119,26 +125,34 @@ def main() -> None:
             "MONGO_DATABASE": "bench",
             "MONGO_SPILL_DIR": str(tmp / "spill"),
         }
-        base = [sys.executable, "-m", "scrapy", "crawl", "myspider_redis"]
-        common = {
-            "SPIDER_MODULES": "example.spiders",
-            "CONCURRENT_REQUESTS": args.concurrency,
-            "LOG_LEVEL": "WARNING",
-        }
+        spider_file = tmp / "example" / "example" / "spiders" / "myspider_redis.py"
+        common = {"CONCURRENT_REQUESTS": args.concurrency, "LOG_LEVEL": "WARNING"}
         results = {}
-        for label, settings, stored in (
-            ("stock scrapy-redis", STOCK, lambda: int(server.llen("myspider_redis:items"))),
+        for label, command, settings, cwd, stored in (
+            (  # Scrapy's defaults and scrapy-redis's components, outside this project
+                "stock scrapy-redis",
+                [sys.executable, "-m", "scrapy", "runspider", str(spider_file)],
+                {**STOCK, "REDIS_URL": env["REDIS_URL"]},
+                tmp,
+                lambda: int(server.llen("myspider_redis:items")),
+            ),
             (
                 "ours",
-                {"MONGO_COLLECTIONS": json.dumps({"dict": "pages:url"}), "POLITENESS_RATE": 0},
+                [sys.executable, "-m", "scrapy", "crawl", "myspider_redis"],
+                {
+                    "SPIDER_MODULES": "example.spiders",
+                    "MONGO_COLLECTIONS": json.dumps({"dict": "pages:url"}),
+                    "POLITENESS_RATE": 0,
+                },
+                ROOT,
                 lambda: mongo.bench.pages.estimated_document_count(),
             ),
         ):
             server.flushall()
             mongo.drop_database("bench")
             server.lpush("myspider:start_urls", *urls)
-            command = base + [f"-s{k}={v}" for k, v in {**common, **settings}.items()]
-            seconds = run(command, env, stored, args.urls, web)
+            command = command + [f"-s{k}={v}" for k, v in {**common, **settings}.items()]
+            seconds = run(command, env, stored, args.urls, web, cwd)
             results[label] = args.urls / seconds
             print(
                 f"{label:20} {args.urls} items stored in {seconds:6.2f}s = "
