@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -162,6 +163,8 @@ class StartFeed:
         self._idle_since: float | None = None
         self._said_waiting = False
         self.fed = False  # whether the last next_requests() read any entry
+        self._found_none_at = -math.inf  # when top_up last found the start list empty
+        self.idle_poll: float = setting(crawler.settings, "IDLE_POLL_INTERVAL")
 
     def next_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, bad ones set aside.
@@ -192,11 +195,17 @@ class StartFeed:
     def top_up(self) -> None:
         """The frontier has less than a batch this worker may send now (a polite queue may be
         full of work waiting for its hosts' turns): the next start entries are read and
-        crawled now, as the idle spider would, so new hosts keep the worker busy."""
+        crawled now, as the idle spider would, so new hosts keep the worker busy. Not again
+        within IDLE_POLL_INTERVAL of a read that found the start list empty."""
+        now = time.monotonic()
+        if now - self._found_none_at < self.idle_poll:
+            return
         try:
             self._crawl(self.next_requests())
         except Exception:
             logger.exception("Could not feed start entries", extra={"spider": self.spider})
+        if not self.fed:
+            self._found_none_at = now
 
     def _entry_requests(
         self, raw: bytes, lease: bytes | None, scheduler: FrontierScheduler | None
