@@ -3,12 +3,15 @@ sitemaps, the resolver's mapping and start entries; hypothesis where input comes
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from functools import cache
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy.http import HtmlResponse, Response, TextResponse
@@ -16,8 +19,10 @@ from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
 from crawler.extractors.links import content_hash, parse_page
+from crawler.keys import robots_claim_key, robots_key
+from crawler.links import robots
 from crawler.links.resolver import mapped_address
-from crawler.links.robots import RobotsCache, parse_rules
+from crawler.links.robots import FleetRobotsMiddleware, RobotsCache, parse_rules
 from crawler.links.sitemaps import sitemap_body, sitemap_urls
 from crawler.links.urls import (
     BadUrl,
@@ -324,3 +329,36 @@ def test_a_start_url_that_redirects_moves_the_scope(redis_url: str) -> None:
     assert item.url == "https://www.example.org/"
     assert item.requested_url == "http://example.org/"
     assert [request.url for request in requests] == ["https://www.example.org/a"]
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_robots_rules_are_shared_once_what_they_seed_is_written(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch, written: bool
+) -> None:
+    """The worker that downloaded robots.txt stores the rules for the fleet only once the
+    sitemap requests they seed are in the frontier; else it gives the claim back, so a worker
+    killed in between leaves the rules to be downloaded (and seed) again."""
+    spider = _spider(REDIS_URL=redis_url)
+    crawled: list[Any] = []
+    spider.crawler.engine = SimpleNamespace(crawl=crawled.append)  # type: ignore[assignment]
+    spider.crawler.spider = spider
+    monkeypatch.setattr(robots, "write_scheduled", lambda crawler: written)
+    middleware = FleetRobotsMiddleware.from_crawler(spider.crawler)
+    origin = "http://example.org"
+    client = redis.Redis.from_url(redis_url)
+    client.delete(robots_key("links", origin), robots_claim_key("links", origin))
+    assert middleware.fleet.get_or_claim(origin) is True
+    body = b"User-agent: *\nDisallow: /private\nSitemap: http://example.org/map.xml\n"
+
+    async def download(origin: str, paced: bool) -> bytes:
+        return body
+
+    monkeypatch.setattr(middleware, "_download", download)
+    (start,) = spider.requests_from_entry("http://example.org/")
+    rules = asyncio.run(middleware._fetch(origin, start))
+
+    assert rules is not None
+    assert not rules.can_fetch("http://example.org/private", "*")
+    assert [request.url for request in crawled] == ["http://example.org/map.xml"]
+    assert client.get(robots_key("links", origin)) == (body if written else None)
+    assert not client.exists(robots_claim_key("links", origin))

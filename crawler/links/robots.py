@@ -7,7 +7,9 @@ the claim ``{links}:robots:claim:<origin>`` (SET NX, LINKS_ROBOTS_CLAIM_SECONDS)
 robots.txt; requests of that origin in other workers go back to the frontier's delayed set
 until the rules are in Redis. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
 allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The worker that
-downloaded the rules asks the spider for the requests they seed (its sitemaps).
+downloaded the rules asks the spider for the requests they seed (its sitemaps), and stores the
+rules only once those are written to the frontier: a worker killed in between leaves the claim
+to expire, and the next worker to need the rules downloads them and seeds again.
 
 Crawl-delay is put in the request's meta ``crawl_delay``: the fleet-wide politeness (the
 frontier's pop, or BanMiddleware in crawler/middlewares.py) spaces the host's requests by it for
@@ -32,6 +34,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.config import setting
 from crawler.connection import crawl_redis
+from crawler.frontier.scheduler import write_scheduled
 from crawler.keys import robots_claim_key, robots_key
 from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, send_back
 
@@ -210,9 +213,9 @@ class FleetRobotsMiddleware:
         self._pending[origin] = future
         try:
             body = await self._download(origin, request.meta.pop(PACED_META, None) is not None)
-            self.fleet.store(origin, body)
             rules = parse_rules(body)
             self.cache.put(origin, rules)
+            self._share(origin, body, self._seed(request, rules))
             future.set_result(rules)
         except RobotsDeferred as deferred:
             self._defer_origin(origin, deferred.until)
@@ -224,7 +227,6 @@ class FleetRobotsMiddleware:
             raise
         finally:
             self._pending.pop(origin, None)
-        self._seed(request, rules)
         return rules
 
     async def _download(self, origin: str, paced: bool) -> bytes:
@@ -248,15 +250,26 @@ class FleetRobotsMiddleware:
         self._count(f"robotstxt/response_status_count/{response.status}")
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
 
-    def _seed(self, request: Request, rules: Protego) -> None:
-        """Schedule what the spider makes of new rules (their sitemaps)."""
+    def _seed(self, request: Request, rules: Protego) -> bool:
+        """Schedule what the spider makes of new rules (their sitemaps); whether it is
+        written where the fleet finds it (a worker killed later loses none of it)."""
         seed = getattr(self.crawler.spider, "robots_requests", None)
         engine = self.crawler.engine
         if seed is None or engine is None:
-            return
+            return True
         made: Iterable[Request] = seed(request, list(rules.sitemaps))
         for follow in made:
             engine.crawl(follow)
+        return write_scheduled(self.crawler)
+
+    def _share(self, origin: str, body: bytes, seeded: bool) -> None:
+        """Store the rules for the fleet once what they seed is written; else release the
+        claim, so the worker that next needs them downloads them again and seeds again."""
+        if seeded:
+            self.fleet.store(origin, body)
+        else:
+            self._count("robotstxt/not_shared")
+            self.fleet.release(origin)
 
     def _defer_origin(self, origin: str, until: float) -> None:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""
