@@ -44,8 +44,9 @@ from bench.frontier_memory import (  # noqa: E402
     profile_requests,
     scrapy_redis_queue,
 )
-from crawler.bans.politeness import FleetPoliteness, RatePolicy  # noqa: E402
+from crawler.bans.politeness import FleetPoliteness  # noqa: E402
 from crawler.frontier.dupefilter import DupefilterConfig  # noqa: E402
+from crawler.frontier.pacing import RatePolicy  # noqa: E402
 from crawler.frontier.queue import Frontier, Pending  # noqa: E402
 from crawler.frontier.records import pending  # noqa: E402
 from crawler.keys import FrontierKeys  # noqa: E402

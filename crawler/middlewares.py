@@ -38,13 +38,13 @@ from scrapy.utils.response import response_status_message
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
 from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
-from crawler.bans.politeness import FleetPoliteness, RatePolicy
+from crawler.bans.politeness import FleetPoliteness
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.chains import mark_chain
 from crawler.frontier.leases import LEASE_META
-from crawler.frontier.queue import Pacing
+from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
 from crawler.meta import DUE_META, HOLD_META, PACED_META
@@ -64,16 +64,19 @@ class BanMiddleware:
     """Before a request goes out: its domain must not be cooling down after a ban, it gets an
     identity (bind address or proxy) that is not cooling down, and it takes a token from the
     fleet's shared rate for (domain, identity): with one identity the frontier's pop planned its
-    turn (``frontier_pacing``; meta ``frontier_paced``) and the send gate takes the token as the
-    request goes (SendGateMiddleware);
-    otherwise it waits in this worker or in the delayed set (:mod:`crawler.bans.waits`). After
-    the response: a ban is classified and handled as :mod:`crawler.bans.policy` says.
+    turn (``crawler/frontier/pacing.py``; meta ``frontier_paced``) and the send gate takes the
+    token as the request goes (SendGateMiddleware); otherwise it waits in this worker or in the
+    delayed set (:mod:`crawler.bans.waits`). After the response: a ban is classified and handled
+    as :mod:`crawler.bans.policy` says.
 
     Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_COOLDOWN_MAX, BAN_MAX_TIMES,
     BAN_RULES, POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
     BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification;
     meta ``crawl_delay`` (seconds) spaces the domain's requests for the fleet, as a robots.txt
     Crawl-delay asks."""
+
+    # The frontier paces the fleet while this middleware is enabled (crawler/frontier/pacing.py).
+    paces_fleet = True
 
     def __init__(self, crawler: Crawler, fleet: FleetPoliteness, pool: IdentityPool) -> None:
         settings = crawler.settings
@@ -94,14 +97,6 @@ class BanMiddleware:
         fleet = FleetPoliteness(server, crawler.spidercls.name, policy, riders=riders)
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
-
-    def frontier_pacing(self) -> Pacing | None:
-        """The politeness the frontier's pop takes for this middleware (see ``Pacing``): each
-        request leaves the frontier with its host's token, so none waits for one here. With
-        several identities tokens stay per identity, taken here."""
-        if len(self.pool.identities) != 1:
-            return None
-        return self.fleet.policy.pacing(self.pool.identities[0].name)
 
     # --- before the download ------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
-"""URIs safe to log and print: their secrets masked."""
+"""URIs safe to log and print: their secrets masked; identities named without their secrets."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from urllib.parse import unquote
 
 MASK = "***"
@@ -87,3 +89,58 @@ def _replace(text: str, spans: list[tuple[int, int]]) -> str:
         pieces += [text[position:start], MASK]
         position = end
     return "".join(pieces) + text[position:]
+
+
+# --- identities: a bind address ("bind:127.0.0.2"), a proxy ("proxy:host:3128") or the default
+
+DEFAULT_IDENTITY = "default"
+DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
+
+
+def identity_names(bind_addresses: list[str], proxies: list[str]) -> list[str]:
+    """The names of the identities BIND_ADDRESSES and PROXY_POOL give, in pool order (the
+    default identity's when they give none)."""
+    names = [f"bind:{address}" for address in bind_addresses] + list(proxy_names(proxies))
+    return names or [DEFAULT_IDENTITY]
+
+
+def proxy_names(proxies: list[str]) -> dict[str, str]:
+    """Each proxy URL of the pool by its secret-free name, in pool order."""
+    plain = [f"proxy:{host_port(url)}" for url in proxies]
+    shared = {name for name, count in Counter(plain).items() if count > 1}
+    names: dict[str, str] = {}
+    for plain_name, url in zip(plain, proxies, strict=True):
+        base = f"{plain_name}#{_short_hash(_user(url))}" if plain_name in shared else plain_name
+        name, turn = base, 1
+        while name in names:
+            turn += 1
+            name = f"{base}~{turn}"
+        names[name] = url
+    return names
+
+
+def host_port(url: str) -> str:
+    """``host:port`` of a URL (the scheme's default port when it names none), read after the
+    last ``@`` so no part of the credentials can end up in it."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url.removeprefix("//")
+    authority = rest.rsplit("@", 1)[-1]
+    for end in "/?#":
+        authority = authority.split(end, 1)[0]
+    host, colon, port = authority.rpartition(":")
+    if colon and port.isdigit() and (not host.startswith("[") or host.endswith("]")):
+        return authority.lower()
+    default = DEFAULT_PORTS.get(scheme.lower())
+    return f"{authority.lower()}:{default}" if default else authority.lower()
+
+
+def _user(url: str) -> str:
+    rest = url.partition("://")[2] or url
+    if "@" not in rest:
+        return ""
+    return unquote(rest.rsplit("@", 1)[0].split(":", 1)[0])
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]

@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 from playwright.sync_api import Browser, sync_playwright
 
 import crawler.settings as project_settings
-from crawler.bans.politeness import FleetPoliteness, RatePolicy, active_cooldowns, lift_cooldowns
+from crawler.bans.politeness import FleetPoliteness, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
+from crawler.frontier.pacing import RatePolicy
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback

@@ -14,9 +14,13 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
+from scrapy.settings import Settings
 
+from crawler import settings as project
 from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.queue import Frontier, Pacing, Pending
+from crawler.frontier.options import FrontierSettings
+from crawler.frontier.pacing import Pacing
+from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import pending as record_of
 from crawler.keys import FrontierKeys
 from tests.harness import poll
@@ -195,3 +199,32 @@ def test_the_pop_reads_the_host_python_reads(
     else:
         assert not popped.paced
         assert buckets == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "identity"),
+    [
+        ({}, "default"),
+        ({"BIND_ADDRESSES": ["127.0.0.2"]}, "bind:127.0.0.2"),
+        ({"PROXY_POOL": ["http://user:secret@proxy.test:3128"]}, "proxy:proxy.test:3128"),
+        ({"BIND_ADDRESSES": ["127.0.0.2", "127.0.0.3"]}, None),
+        ({"DOWNLOADER_MIDDLEWARES": {"crawler.middlewares.BanMiddleware": None}}, None),
+    ],
+)
+def test_the_frontier_paces_from_the_settings(
+    overrides: dict[str, Any], identity: str | None
+) -> None:
+    """The scheduler's politeness is built from the settings: POLITENESS_* for the one identity
+    BIND_ADDRESSES and PROXY_POOL give (named without its secret); none with several identities
+    (the ban middleware takes their tokens) or with the ban middleware off."""
+    values = {name: getattr(project, name) for name in dir(project) if name.isupper()}
+    rates = {"POLITENESS_RATE": 2.0, "POLITENESS_DOMAIN_RATES": {"slow.test": 0.1}}
+    config = FrontierSettings.from_settings(Settings({**values, **rates, **overrides}))
+    if identity is None:
+        assert config.pacing is None
+        return
+    assert config.pacing is not None
+    assert config.pacing.identity == identity
+    assert config.pacing.rate == 2.0
+    assert config.pacing.per_domain == {"slow.test": 0.1}
+    assert 0 < config.pacing.ahead <= config.lease_seconds / 4

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler.bans import politeness
-from crawler.bans.politeness import FleetPoliteness, RatePolicy
+from crawler.bans.politeness import FleetPoliteness
 from crawler.frontier import lua
+from crawler.frontier.pacing import RatePolicy
 
 
 def script_calls(server: redis.Redis) -> int:

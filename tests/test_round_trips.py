@@ -20,7 +20,8 @@ import crawler.settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import LeaseBook, StartLeases
 from crawler.frontier.outbox import Outbox
-from crawler.frontier.queue import Frontier, Pacing
+from crawler.frontier.pacing import Pacing
+from crawler.frontier.queue import Frontier
 from crawler.frontier.riders import Rider, RiderBatch, Riders
 from crawler.frontier.turns import HeldTurns
 from devtools.services import free_port

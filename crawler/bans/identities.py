@@ -10,21 +10,13 @@ proxy URL itself, with its credentials, stays in the :class:`Identity` and goes 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from typing import Any
 
 from crawler.meta import IDENTITY_META, PROXY_META
-
-if TYPE_CHECKING:
-    pass
-
-DEFAULT = "default"
-DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
+from crawler.uris import DEFAULT_IDENTITY, proxy_names
 
 
 @dataclass(frozen=True)
@@ -56,7 +48,7 @@ class IdentityPool:
     def __init__(self, bind_addresses: list[str], proxies: list[str]) -> None:
         binds = [Identity(f"bind:{address}") for address in bind_addresses]
         proxied = [Identity(name, url) for name, url in proxy_names(proxies).items()]
-        self.identities = binds + proxied or [Identity(DEFAULT)]
+        self.identities = binds + proxied or [Identity(DEFAULT_IDENTITY)]
         self._by_name = {identity.name: identity for identity in self.identities}
         self._turn: Iterator[int] = itertools.cycle(range(len(self.identities)))
 
@@ -86,37 +78,6 @@ class IdentityPool:
         return earliest
 
 
-def proxy_names(proxies: list[str]) -> dict[str, str]:
-    """Each proxy URL of the pool by its secret-free name, in pool order."""
-    plain = [f"proxy:{host_port(url)}" for url in proxies]
-    shared = {name for name, count in Counter(plain).items() if count > 1}
-    names: dict[str, str] = {}
-    for plain_name, url in zip(plain, proxies, strict=True):
-        base = f"{plain_name}#{_short_hash(_user(url))}" if plain_name in shared else plain_name
-        name, turn = base, 1
-        while name in names:
-            turn += 1
-            name = f"{base}~{turn}"
-        names[name] = url
-    return names
-
-
-def host_port(url: str) -> str:
-    """``host:port`` of a URL (the scheme's default port when it names none), read after the
-    last ``@`` so no part of the credentials can end up in it."""
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        scheme, rest = "", url.removeprefix("//")
-    authority = rest.rsplit("@", 1)[-1]
-    for end in "/?#":
-        authority = authority.split(end, 1)[0]
-    host, colon, port = authority.rpartition(":")
-    if colon and port.isdigit() and (not host.startswith("[") or host.endswith("]")):
-        return authority.lower()
-    default = DEFAULT_PORTS.get(scheme.lower())
-    return f"{authority.lower()}:{default}" if default else authority.lower()
-
-
 def without_identity(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
     """A copy of ``meta`` without what an identity named in ``meta[key]`` put there (its name,
     bind address and, for a proxy, the proxy and its credentials), so a request stored in Redis
@@ -125,14 +86,3 @@ def without_identity(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
     if str(meta.get(key, "")).startswith("proxy:"):
         dropped.update(PROXY_META)
     return {name: value for name, value in meta.items() if name not in dropped}
-
-
-def _user(url: str) -> str:
-    rest = url.partition("://")[2] or url
-    if "@" not in rest:
-        return ""
-    return unquote(rest.rsplit("@", 1)[0].split(":", 1)[0])
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]

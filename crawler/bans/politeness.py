@@ -13,19 +13,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawler.config import setting
 from crawler.connection import reply_text
 from crawler.frontier.lua import TAKE
-from crawler.frontier.queue import Pacing
+from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import bans_key, rate_key, reasons_key
 
 if TYPE_CHECKING:
-    from scrapy.settings import BaseSettings
-
     from crawler.connection import RedisClient
 
 # Buckets whose next token time a worker keeps before it forgets those that have passed.
@@ -103,40 +100,6 @@ def lift_cooldowns(server: RedisClient, spider: str, domain: str) -> list[Cooldo
         pipe.hdel(reasons_key(spider), *fields)
         pipe.execute()
     return active
-
-
-@dataclass(frozen=True)
-class RatePolicy:
-    """Requests per second per (domain, identity); 0 means unlimited."""
-
-    rate: float
-    burst: float
-    per_domain: dict[str, float] = field(default_factory=dict)
-    recovery_seconds: float = 600.0  # from the floor back to the full rate
-    floor: float = 0.05
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> RatePolicy:
-        """POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY."""
-        return cls(
-            rate=setting(settings, "POLITENESS_RATE"),
-            burst=setting(settings, "POLITENESS_BURST"),
-            per_domain=setting(settings, "POLITENESS_DOMAIN_RATES"),
-            recovery_seconds=setting(settings, "POLITENESS_RECOVERY"),
-        )
-
-    def rate_for(self, domain: str) -> float:
-        return self.per_domain.get(domain, self.rate)
-
-    def pacing(self, identity: str) -> Pacing:
-        """This policy as the frontier's pop takes it for ``identity`` (see ``Pacing``)."""
-        return Pacing(
-            identity=identity,
-            rate=self.rate,
-            burst=self.burst,
-            recovery=(1 - self.floor) / self.recovery_seconds,
-            per_domain=dict(self.per_domain),
-        )
 
 
 class FleetPoliteness:

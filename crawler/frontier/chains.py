@@ -32,7 +32,8 @@ from crawler.meta import DUE_META, crawl_delay_of
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from crawler.frontier.queue import Frontier, Pacing
+    from crawler.frontier.pacing import Pacing
+    from crawler.frontier.queue import Frontier
 
 # Turns one host's credit holds at most (they are also bound by the pop's look-ahead).
 MOST_TURNS = 16

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from scrapy import Request
 
     from crawler.connection import RedisClient
-    from crawler.frontier.queue import Pacing
+    from crawler.frontier.pacing import Pacing
 
 
 # Seconds a worker's first request to a host (for IDLE_CONNECTION seconds) may take to reach it

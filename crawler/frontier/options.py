@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from crawler.config import setting, setting_int
 from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.pacing import Pacing, fleet_pacing
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -34,14 +35,17 @@ class FrontierSettings:
     dupefilter: DupefilterConfig
     local_seen: int
     idle_poll: float = 1.0
+    pacing: Pacing | None = None  # the fleet's politeness, taken in the pop and the send gate
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
+        lease_seconds = setting_int(settings, "FRONTIER_LEASE_SECONDS", 5)
         return cls(
             batch_size=setting_int(settings, "FRONTIER_BATCH_SIZE", 1, 1000),
-            lease_seconds=setting_int(settings, "FRONTIER_LEASE_SECONDS", 5),
+            lease_seconds=lease_seconds,
             flush_interval=setting(settings, "FRONTIER_FLUSH_INTERVAL"),
             dupefilter=DupefilterConfig.from_settings(settings),
             local_seen=setting_int(settings, "DUPEFILTER_LOCAL_CACHE", 0),
             idle_poll=setting(settings, "IDLE_POLL_INTERVAL"),
+            pacing=fleet_pacing(settings, lease_seconds),
         )

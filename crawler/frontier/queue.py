@@ -19,6 +19,7 @@ from redis.cluster import RedisCluster
 from crawler.connection import reply_text
 from crawler.frontier import codec, lua
 from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.pacing import NO_PACING, Pacing
 from crawler.keys import FrontierKeys, start_key
 
 if TYPE_CHECKING:
@@ -112,43 +113,6 @@ class Popped:
     paced: frozenset[str] = frozenset()  # leased ids whose host's token the pop took
     unscanned: bool = False  # paced, the pop looked at as many as it may and more are queued
     dues: dict[str, float] = field(default_factory=dict)  # leased ids whose turn is to come
-
-
-@dataclass(frozen=True)
-class Pacing:
-    """Politeness taken in the pop (see ``scripts/pace.lua``) and at the send gate
-    (``gate.py``): one token bucket per host for
-    ``identity``, at ``rate`` requests per second (0: unlimited; ``per_domain`` overrides),
-    ``burst`` at once after a quiet spell, rate factor recovering by ``recovery`` per second
-    after a ban. A request whose host's turn is over ``horizon`` seconds away stays queued;
-    one pop looks at ``budget`` queued requests at most."""
-
-    identity: str
-    rate: float
-    burst: float
-    recovery: float
-    per_domain: dict[str, float] = field(default_factory=dict)
-    horizon: float = 60.0
-    budget: int = 1000
-    ahead: float = 0.0  # a turn due within this many seconds is leased at once, held till due
-
-    def rate_of(self, host: str, crawl_delay: float = 0.0) -> tuple[float, float]:
-        """Requests per second and burst for a request of ``host`` spaced by ``crawl_delay``
-        (one request per delay, no burst), as the pop reads them (``rate_of`` in pace.lua)."""
-        rate = self.per_domain.get(host, self.rate)
-        if crawl_delay > 0:
-            return (min(rate, 1 / crawl_delay) if rate > 0 else 1 / crawl_delay), 1.0
-        return rate, max(1.0, self.burst)
-
-    def script_args(self, buckets: str) -> list[Any]:
-        args: list[Any] = [buckets, self.identity, self.rate, max(1.0, self.burst)]
-        args += [self.recovery, self.horizon, self.budget, self.ahead]
-        for domain, rate in self.per_domain.items():
-            args += [domain, rate]
-        return args
-
-
-NO_PACING: list[Any] = ["", "", 0, 1, 1, 0, 0, 0]
 
 
 class Frontier:

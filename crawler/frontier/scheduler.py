@@ -10,7 +10,6 @@ come back to the queue for another worker.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -40,15 +39,14 @@ from crawler.frontier.leases import (
 from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
-from crawler.frontier.queue import Frontier, Pacing, Popped, popped
+from crawler.frontier.pacing import Pacing
+from crawler.frontier.queue import Frontier, Popped, popped
 from crawler.frontier.records import leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.frontier.turns import (
     PACED_GATHER,
     EngineCalls,
     HeldTurns,
-    downloader_pacing,
-    lookahead,
     pause_after,
 )
 from crawler.keys import FrontierKeys, start_key
@@ -124,9 +122,7 @@ class FrontierScheduler(BaseScheduler):
         keys = FrontierKeys(spider.name, start_key(settings, spider))
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
-        pacing = downloader_pacing(self.crawler)
-        ahead = lookahead(self.config.lease_seconds)
-        self.pacing = None if pacing is None else dataclasses.replace(pacing, ahead=ahead)
+        self.pacing = self.config.pacing
         if self.pacing is not None:
             self.gate = SendGate(self.server, keys.buckets, self.pacing)
         self.riders.carried = True

@@ -14,24 +14,17 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from crawler.frontier.queue import Pacing
-
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from twisted.internet.base import DelayedCall
 
+    from crawler.frontier.pacing import Pacing
     from crawler.frontier.queue import Popped
 
-# Seconds of turns one paced pop leases ahead, at most a quarter of FRONTIER_LEASE_SECONDS.
-LOOKAHEAD = 10.0
 # Seconds between two pops that wait for paced turns: turns due meanwhile go out together, this
 # much late at most (a turn is given up only when a whole interval late).
 PACED_GATHER = 0.05
-
-
-def lookahead(lease_seconds: float) -> float:
-    return min(LOOKAHEAD, lease_seconds / 4)
 
 
 class HeldTurns:
@@ -139,17 +132,3 @@ class EngineCalls:
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None and slot.closing is None:
             slot.nextcall.schedule()
-
-
-def downloader_pacing(crawler: Crawler) -> Pacing | None:
-    """The politeness the pop is to take for the downloader: asked of the downloader
-    middlewares that offer ``frontier_pacing()`` (the ban middleware), None when none does."""
-    try:
-        downloader = getattr(crawler.engine, "downloader", None)
-    except RuntimeError:  # no engine yet (a scheduler opened on its own)
-        return None
-    for middleware in getattr(getattr(downloader, "middleware", None), "middlewares", ()):
-        offer = getattr(middleware, "frontier_pacing", None)
-        if callable(offer) and isinstance(pacing := offer(), Pacing):
-            return pacing
-    return None
