@@ -396,3 +396,24 @@ def test_long_urls_are_kept_while_url_length_middleware_is_off(redis_url: str) -
     off = {"scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None}
     assert url_length_limit(make_crawler(redis_url, SPIDER_MIDDLEWARES=off).settings) == 0
     assert url_length_limit(make_crawler(redis_url).settings) == 200
+
+
+def test_at_no_rate_new_work_goes_at_the_next_ask(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """POLITENESS_RATE 0 (no per-domain rate): a request scheduled after a pop is handed out at
+    the engine's next ask, not after the pause a paced pop takes to gather its hosts' turns."""
+    crawler = make_crawler(redis_url, POLITENESS_RATE=0, POLITENESS_DOMAIN_RATES={})
+    spider = Fed.from_crawler(crawler)
+    crawler.spider = spider
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(spider)
+    try:
+        assert scheduler.pacing is not None  # Crawl-delays still pace their hosts
+        for path in ("a", "b", "c"):
+            scheduler.enqueue_request(Request(f"https://example.org/{path}", dont_filter=True))
+            request = scheduler.next_request()
+            assert request is not None
+            assert request.url == f"https://example.org/{path}"
+    finally:
+        scheduler.close("finished")

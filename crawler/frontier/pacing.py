@@ -46,6 +46,11 @@ class Pacing:
     budget: int = 1000
     ahead: float = 0.0  # a turn due within this many seconds is leased at once, held till due
 
+    @property
+    def limited(self) -> bool:
+        """Whether a rate is set, for every host or some (else only Crawl-delays pace)."""
+        return self.rate > 0 or any(rate > 0 for rate in self.per_domain.values())
+
     def rate_of(self, host: str, crawl_delay: float = 0.0) -> tuple[float, float]:
         """Requests per second and burst for a request of ``host`` spaced by ``crawl_delay``
         (one request per delay, no burst), as the pop reads them (``rate_of`` in pace.lua)."""

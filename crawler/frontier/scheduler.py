@@ -85,6 +85,7 @@ class FrontierScheduler(BaseScheduler):
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.frontier: Frontier | None = None
         self.pacing: Pacing | None = None
+        self._rated: Pacing | None = None
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
         self.ledger = LeaseLedger(crawler, self.worker)
@@ -125,6 +126,9 @@ class FrontierScheduler(BaseScheduler):
         self.pacing = self.config.pacing
         if self.pacing is not None:
             self.gate = SendGate(self.server, keys.buckets, self.pacing)
+        # Paced at a rate (not only by the Crawl-delays of some hosts): pops gather new work
+        # and wait between them, as a host's next turn is rarely now.
+        self._rated = self.pacing if self.pacing is not None and self.pacing.limited else None
         self.riders.carried = True
         self.idle = FleetIdle(
             self.frontier,
@@ -244,7 +248,7 @@ class FrontierScheduler(BaseScheduler):
             self._refill()
             self._ready.extend(self._held.come())
         if not self._ready:
-            if self.pacing is not None and self._next_pop > now and self.has_pending_requests():
+            if self._rated is not None and self._next_pop > now and self.has_pending_requests():
                 self._engine.wake_in(self._next_pop - now)  # not only at the 5 s heartbeat
             if (held := self._held.next_in()) is not None:
                 self._engine.wake_in(held)
@@ -355,7 +359,7 @@ class FrontierScheduler(BaseScheduler):
         """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
         new request rarely has its host's turn now, and the requests of several pages go in
         one flush and are looked at in one pop)."""
-        if self.pacing is None:
+        if self._rated is None:
             self._next_pop = 0.0
         else:
             self._next_pop = min(self._next_pop, time.monotonic() + PACED_GATHER)
@@ -380,7 +384,7 @@ class FrontierScheduler(BaseScheduler):
         wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
         self.ledger.dead_letter_orphans()
         if self.outbox.due(hold_acks(self.config.lease_seconds)) or self.riders.due():
-            if self.pacing is None or self.frontier is None or self._in_backoff():
+            if self._rated is None or self.frontier is None or self._in_backoff():
                 self.flush()
                 return
             # Paced, the pop goes along: the turns of its look-ahead are leased sooner rather
@@ -404,11 +408,11 @@ class FrontierScheduler(BaseScheduler):
         if len(popped.leased) - len(popped.dues) < self.config.batch_size:
             self._ready_work_short()
         if len(popped.leased) - len(popped.dues) < self.config.batch_size and (
-            popped.queue_size == 0 or self.pacing is not None
+            popped.queue_size == 0 or self._rated is not None
         ):
             self._empty_pops = 0 if popped.leased else min(self._empty_pops + 1, 3)
             base = min(1.0, self.config.flush_interval * 4)
-            pause = pause_after(popped, base, self.pacing, self._empty_pops, bool(self._held))
+            pause = pause_after(popped, base, self._rated, self._empty_pops, bool(self._held))
             self._next_pop = time.monotonic() + pause
             if popped.next_due or popped.unscanned:
                 self._engine.wake_in(pause)
