@@ -110,12 +110,12 @@ def _browser_problems(settings: BaseSettings) -> list[str]:
 
 
 def _uses_playwright(settings: BaseSettings) -> bool:
-    from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
-
+    """Whether a download handler is scrapy-playwright's (or made from it), told by the
+    modules of its classes: a crawl without the browser never imports Playwright."""
     for handler in settings.getdict("DOWNLOAD_HANDLERS").values():
         handler_class = load_object(handler) if isinstance(handler, str) else handler
-        if isinstance(handler_class, type) and issubclass(
-            handler_class, ScrapyPlaywrightDownloadHandler
+        if isinstance(handler_class, type) and any(
+            base.__module__.split(".")[0] == "scrapy_playwright" for base in handler_class.__mro__
         ):
             return True
     return False
