@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -243,11 +244,15 @@ class StartFeed:
         except RedisError as exc:
             logger.error("Start entry %r lost: %s", raw[:2000], exc, extra={"spider": self.spider})
 
+    @cached_property
+    def _url_length_limit(self) -> int:
+        return url_length_limit(self.crawler.settings)
+
     def usable(self, requests: list[Request]) -> list[Request]:
         """The requests (each object once), or InvalidStartEntry for one the frontier could
         not hold or Scrapy would drop before the scheduler (URL over URLLENGTH_LIMIT)."""
         unique = list({id(request): request for request in requests}.values())
-        limit = url_length_limit(self.crawler.settings)
+        limit = self._url_length_limit
         for request in unique:
             if limit and len(request.url) > limit:
                 detail = f"{len(request.url)} characters, URLLENGTH_LIMIT is {limit}"
