@@ -27,6 +27,9 @@ PACED_META = "frontier_paced"
 # Meta key of a leased request the send gate turned away (its host's token not free yet): the
 # Unix time until which the scheduler holds it, its lease kept. Never stored.
 HOLD_META = "frontier_hold"
+# Meta key of a request that took its host's token at the send gate: the Unix time the host's
+# bucket counts it sent (see crawler/frontier/gate.py). Never stored.
+SENT_META = "frontier_sent"
 # Meta key of a start entry's request in a spider that does not fetch a start URL again
 # (``refetch_start_urls`` False, as links): a seed, scheduled even when a link found its URL
 # first, dropped only when the same seed was scheduled before. Never stored.

@@ -145,14 +145,20 @@ class SendGateMiddleware:
     host sooner than its rate allows however long it took on its way (a busy reactor, a
     middleware that waited). Turned away, a leased request goes back to the scheduler, which
     holds it, its lease kept and no download slot taken, until the host's next token; another
-    one (robots.txt, fetched on the turn of the request that needed it) waits here."""
+    one (robots.txt, fetched on the turn of the request that needed it) waits here. One that
+    goes on later than its token counted (a stall before the downloader) moves its host's next
+    token as it reaches the downloader."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.frontier = FrontierReports(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SendGateMiddleware:
-        return cls(crawler)
+        middleware = cls(crawler)
+        crawler.signals.connect(
+            middleware.request_reached_downloader, signal=signals.request_reached_downloader
+        )
+        return middleware
 
     async def process_request(self, request: Request) -> Request | None:
         scheduler = self.frontier.scheduler
@@ -165,6 +171,12 @@ class SendGateMiddleware:
             await asyncio.sleep(wait)
         request.meta.pop(PACED_META, None)
         return None
+
+    def request_reached_downloader(self, request: Request) -> None:
+        """Past every middleware: a request that goes later than its token counted tells its
+        host's bucket now, before the host's next token is given."""
+        if (scheduler := self.frontier.scheduler) is not None:
+            scheduler.gate_sent(request)
 
 
 # --- retries ---------------------------------------------------------------------------------

@@ -126,3 +126,38 @@ def test_tokens_taken_keep_the_rate_whatever_was_planned(
     window = 1 / rate - 1e-3  # the microsecond rounding of the written times
     for first, later in zip(sent, sent[int(burst) :], strict=False):
         assert later - first >= window, (sent, first, later)
+
+
+def _take(server: redis.Redis, key: str, now: float, rate: float, burst: float) -> float:
+    """take.lua for one request at ``now``: 0 when granted, else the seconds to wait."""
+    reply: Any = server.eval(lua.TAKE, 1, key, now, rate, burst, 1, 0.001, 1, 0, 0)
+    return 0.0 if int(reply[0]) else float(reply[1])
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rate=st.sampled_from([0.5, 1.0, 4.0]),
+    burst=st.sampled_from([1.0, 2.0]),
+    stall=st.floats(0.01, 3.0),
+    asks=st.lists(st.floats(0.0, 4.0), max_size=6),
+)
+def test_a_request_that_went_late_moves_its_hosts_next_token(
+    redis_client: redis.Redis, rate: float, burst: float, stall: float, asks: list[float]
+) -> None:
+    """A request granted at t0 that goes on only at t0 + ``stall`` (sent_late.lua), whatever
+    other requests asked meanwhile and were turned away, leaves the host's next token no sooner
+    than one interval after it went, less what the burst still allows."""
+    key = "rate:late.example|direct"
+    redis_client.delete(key)
+    t0 = 1_000_000.0
+    for _ in range(int(burst)):  # the burst spent: the last one is the request that stalls
+        assert _take(redis_client, key, t0, rate, burst) == 0
+    went = t0 + stall
+    for offset in sorted(asks):  # asks turned away before the stalled request went on
+        if t0 + offset < went and _take(redis_client, key, t0 + offset, rate, burst) == 0:
+            return  # its token came before the stall ended: nothing to move
+    redis_client.eval(lua.SENT_LATE, 1, key, went, t0, rate, burst, 0.001)
+    assert _take(redis_client, key, went + 0.99 / rate, rate, burst) > 0
+    assert _take(redis_client, key, went + 1.001 / rate, rate, burst) == 0

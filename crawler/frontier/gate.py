@@ -18,7 +18,11 @@ first time a worker sends a host a request for a while, the opening of a connect
 worker, tenths of a second. So a token counts as taken that much later, for the host's next
 request from any worker: LAG_TURNS times the reactor's lag as the gate last measured it (the
 time its round trip waited for its turn: about nothing on an idle worker), plus
-CONNECT_ALLOWANCE for a first request.
+CONNECT_ALLOWANCE for a first request. A request that still went on later than that (the worker
+stalled between the gate and the downloader) tells the bucket as it reaches the downloader
+(``SendGate.sent_late``, ``scripts/sent_late.lua``): it counts as sent then, so the host's next
+request, from any worker, comes one interval after it, as Scrapy's own download delay counts
+from when a request leaves for the download handler.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy.utils.httpobj import urlparse_cached
 
-from crawler.frontier.lua import TAKE, queue_eval
-from crawler.meta import crawl_delay_of
+from crawler.frontier.lua import SENT_LATE, TAKE, queue_eval
+from crawler.meta import SENT_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -53,6 +57,8 @@ KNOWN_HOSTS = 10_000
 # lag measured falls back once the reactor is idle again (its share kept at each round trip).
 LAG_TURNS = 3
 LAG_KEPT = 0.9
+# Seconds a request may leave after the time its token counted before the bucket is told.
+LATE_SLACK = 0.01
 
 
 @dataclass
@@ -62,6 +68,7 @@ class _Ask:
     burst: float
     allowance: float
     answer: asyncio.Future[float]
+    counted: float = 0.0  # when the bucket counts the request sent, if granted (Unix time)
 
 
 class SendGate:
@@ -93,7 +100,22 @@ class SendGate:
         wait = await ask.answer
         if wait <= 0:
             self._granted[host] = time.monotonic()
+            request.meta[SENT_META] = ask.counted
         return wait
+
+    def sent_late(self, request: Request, left: float) -> bool:
+        """Tell the bucket of ``request``'s host, granted its token here, that the request went
+        on to the downloader at ``left`` (Unix time) if that is later than the bucket counted;
+        whether it was. Raises RedisError."""
+        counted = request.meta.pop(SENT_META, None)
+        if counted is None or left <= float(counted) + LATE_SLACK:
+            return False
+        host = urlparse_cached(request).hostname or ""
+        rate, burst = self.pacing.rate_of(host, crawl_delay_of(request.meta))
+        key = f"{self.buckets}{host}|{self.pacing.identity}"
+        args = [left, counted, rate, burst, self.pacing.recovery]
+        self.server.eval(SENT_LATE, 1, key, *args)
+        return True
 
     def _allowance(self, host: str) -> float:
         """CONNECT_ALLOWANCE when this worker has not sent ``host`` a request lately."""
@@ -112,6 +134,7 @@ class SendGate:
         late = LAG_TURNS * self.lag
         pipe = self.server.pipeline(transaction=False)
         for ask in asks:
+            ask.counted = now + ask.allowance + late
             args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late]
             queue_eval(pipe, TAKE, [ask.key], args)
         try:

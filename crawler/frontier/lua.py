@@ -36,6 +36,8 @@ POP = _PRELUDE + _BUCKET + _script("pace") + _script("pop")
 CREDIT = _PRELUDE + _BUCKET + _script("pace") + _script("credit")
 # A host's bucket for requests sent now: the send gate's, the ban middleware's, the domains cap's.
 TAKE = _BUCKET + _script("take")
+# A request that left later than its token counted: its host's bucket moves to then.
+SENT_LATE = _BUCKET + _script("sent_late")
 ADOPT = _PRELUDE + _script("adopt")
 SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")

@@ -17,6 +17,7 @@ from crawler.meta import (
     HOLD_META,
     PACED_META,
     SENT_BACK_META,
+    SENT_META,
     crawl_delay_of,
     forget_proxy_secrets,
 )
@@ -43,6 +44,7 @@ def pending(
     forget_proxy_secrets(request)
     request.meta.pop(PACED_META, None)
     request.meta.pop(HOLD_META, None)
+    request.meta.pop(SENT_META, None)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=codec.dumps(codec.request_record(request, spider)),

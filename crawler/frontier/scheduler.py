@@ -270,6 +270,18 @@ class FrontierScheduler(BaseScheduler):
             self._outage(exc)
             return max(0.1, self._backoff.remaining())
 
+    def gate_sent(self, request: Request) -> None:
+        """``request``, which took its host's token at the send gate, reached the downloader:
+        if later than its token counted, its host's bucket is told (``SendGate.sent_late``).
+        Redis away, the request is not held up: the backoff notes it."""
+        if self.gate is None or self._backoff.remaining():
+            return
+        try:
+            if self.gate.sent_late(request, time.time()):
+                self._count("politeness/sent_late")
+        except RedisError as exc:
+            self._outage(exc)
+
     def _hold_back(self, request: Request) -> bool:
         """A leased request the send gate turned away (meta HOLD_META: until when) is held
         here, its lease kept, until then: waiting for its host's token holds no download slot."""
