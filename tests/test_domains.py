@@ -21,7 +21,7 @@ from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
-from sandbox.domains_population import FakeDomain, build_population
+from sandbox.domains_population import TITLED, FakeDomain, build_population
 from tests.harness import ROOT, Crawl, Mongo, poll
 
 POPULATION = 300
@@ -72,8 +72,11 @@ def check_truth(documents: dict[str, dict[str, Any]], expected: list[FakeDomain]
     }
     assert not wrong, f"{len(wrong)} misclassified, e.g. {list(wrong.items())[:3]}"
     for domain in expected:
-        if domain.behaviour in ("alive", "tls_only", "redirect_www"):
-            assert documents[domain.name]["title"] == page_title(domain.name)
+        document = documents[domain.name]
+        if domain.behaviour in TITLED:
+            assert document["title"] == page_title(domain.name), domain
+        if domain.scheme is not None:
+            assert bool(document["truncated"]) == (domain.behaviour == "truncated"), domain
 
 
 def test_sweep_classifies_every_domain_as_the_sandbox_says(
@@ -110,6 +113,9 @@ def test_sweep_classifies_every_domain_as_the_sandbox_says(
     assert summarize(stats).total == len(domains)
     assert len(fields) < 200
     assert not [key for key in redis_client.scan_iter() if b".test" in key]
+    # The sandbox's certificates match none of its domains: counted, not a warning a domain.
+    assert int(stats[b"domains/tls/certificate_warnings"]) >= 2
+    assert "Remote certificate is not valid" not in result.stderr
 
 
 def test_redirects_and_fallbacks_are_described(
@@ -139,6 +145,30 @@ def test_redirects_and_fallbacks_are_described(
     for behaviour in ("nxdomain", "no_address", "refused"):
         assert documents[by_behaviour[behaviour].name]["error"]
     assert all(document["checked_at"] > 0 for document in documents.values())
+    # What each scheme said: the HTTP failure is kept beside the HTTPS one.
+    said = {
+        behaviour: (document["http_error"] or "ok").split(":")[0]
+        + " / "
+        + (document["https_error"] or "-").split(":")[0]
+        for behaviour, domain in by_behaviour.items()
+        for document in [documents[domain.name]]
+    }
+    assert said["reset"] == "connection_error / refused"
+    assert said["close_after_read"] == "connection_error / refused"
+    assert said["ssh_banner"] == "not_http / refused"
+    assert said["smtp_tls_broken"] == "not_http / tls_error"
+    assert said["refused"] == "refused / refused"
+    assert said["tls_broken"] == "refused / tls_error"
+    assert said["reset_then_tls"] == "connection_error / -"
+    assert said["alive"] == said["big_page"] == "ok / -"
+    assert "reset by peer" in documents[by_behaviour["reset"].name]["error"]
+    loop = documents[by_behaviour["redirect_loop"].name]
+    assert loop["final_url"] == f"http://{loop['domain']}:{port}/"  # back to the start
+    assert loop["attempts"] == 2
+    big = documents[by_behaviour["big_page"].name]
+    assert (big["http_status"], big["truncated"]) == (200, False)
+    truncated = documents[by_behaviour["truncated"].name]
+    assert (truncated["http_status"], truncated["truncated"]) == (200, True)
 
 
 def test_csv_file_is_read_as_a_stream(
