@@ -3,7 +3,9 @@ for a seeded population of fake domains, whose ground truth each sweep must matc
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -11,8 +13,11 @@ from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
+import hypothesis
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 from crawler.domains.summary import summarize
 from crawler.frontier.dupefilter import DupefilterConfig
@@ -21,7 +26,13 @@ from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
-from sandbox.domains_population import TITLED, FakeDomain, build_population
+from sandbox.domains_population import (
+    EXPECTED,
+    TITLED,
+    FakeDomain,
+    build_population,
+    fake_domain,
+)
 from tests.harness import ROOT, Crawl, Mongo, poll
 
 POPULATION = 300
@@ -381,3 +392,47 @@ def test_start_entries_are_read_while_a_slow_domain_waits(
     check_truth(documents, [slow, *quick])
     last_quick = max(documents[domain.name]["checked_at"] for domain in quick)
     assert last_quick < documents[slow.name]["checked_at"] - 3  # before its second try
+
+
+EXAMPLES = itertools.count()
+
+
+@hypothesis.settings(
+    max_examples=5,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    behaviours=st.lists(st.sampled_from(sorted(EXPECTED)), min_size=1, max_size=30),
+    seed=st.integers(0, 2**32),
+)
+def test_any_mix_of_hosts_is_stored_as_each_host_behaves(
+    sweep: Crawl,
+    redis_client: redis.Redis,
+    mongo: Mongo,
+    domains_sandbox: DomainsSandbox,
+    behaviours: list[str],
+    seed: int,
+) -> None:
+    """Hosts drawn from every behaviour, in any mix and order, with any spelling of their
+    name: each is stored once, with the class, code and scheme of its truth."""
+    example = next(EXAMPLES)
+    rng = random.Random(seed)
+    hosts = [
+        fake_domain(f"mix{example}-{index}.test", behaviour, rng)
+        for index, behaviour in enumerate(behaviours)
+    ]
+    domains_sandbox.domains.update({host.name: host for host in hosts})
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [h.entry for h in hosts]}))
+
+    result = sweep("domains", settings=sweep_settings(domains_sandbox))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = {
+        name: document
+        for name, document in stored(mongo).items()
+        if name.startswith(f"mix{example}-")
+    }
+    assert sorted(documents) == sorted(host.name for host in hosts)
+    check_truth(documents, hosts)
