@@ -394,6 +394,7 @@ DOMAINS_HTTPS_PORT = 443
 DOMAINS_RATE = 0.0
 # DOMAINS_FLEET_RATE (float >= 0, default 0 = no cap): probes per second for the whole fleet.
 DOMAINS_FLEET_RATE = 0.0
-# DOMAINS_BODY_BYTES (int >= 1024, default 65536): bytes of a page read at most.
+# DOMAINS_BODY_BYTES (int >= 1024, default 65536): bytes of any answer read (and decoded) at most,
+# whatever its announced length.
 DOMAINS_BODY_BYTES = 65_536
 # --- End of domains ----------------------------------------------------------------------------
