@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import os
 import queue
 import threading
@@ -27,11 +28,14 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
 )
 from scrapy.http import Response
+from scrapy.statscollectors import StatsCollector
+from scrapy.utils.test import get_crawler
 from twisted.internet import error as net
 from twisted.python.failure import Failure
 from twisted.web._newclient import BadResponseVersion, ParseError, ResponseNeverReceived
 
 from crawler.config.values import NameServer
+from crawler.domains import probes
 from crawler.domains.classify import (
     Outcome,
     accessible,
@@ -46,7 +50,14 @@ from crawler.domains.classify import (
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.parking import page_text
-from crawler.domains.probes import FleetCap, RateCap, readable_body
+from crawler.domains.probes import (
+    CERTIFICATE_STAT,
+    TLS_LOGGER,
+    CertificateWarnings,
+    FleetCap,
+    RateCap,
+    readable_body,
+)
 from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound
 from crawler.domains.summary import summarize
 from crawler.spiders.domains import DomainsSpider, csv_domains
@@ -510,3 +521,22 @@ def test_gzip_and_deflate_bodies_are_decoded_to_the_cap_even_cut_short() -> None
     stream = raw.compress(page) + raw.flush()
     assert readable_body(_answer(stream, **{"Content-Encoding": "deflate"}), 100) == page[:100]
     assert readable_body(_answer(b"??", **{"Content-Encoding": "br"}), 100) == b""
+
+
+def test_certificate_warnings_are_counted_not_logged_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stats = StatsCollector(get_crawler())
+    tls = logging.getLogger(TLS_LOGGER)
+    certificates = CertificateWarnings(stats)
+    tls.addFilter(certificates)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            for host in ("a.test", "a.test", "b.test", "c.test"):
+                tls.warning('Remote certificate is not valid for hostname "%s"; x', host)
+    finally:
+        tls.removeFilter(certificates)
+    assert stats.get_value(CERTIFICATE_STAT) == 4
+    assert [record.levelno for record in caplog.records if record.name == TLS_LOGGER] == []
+    levels = [record.levelno for record in caplog.records if record.name == probes.__name__]
+    assert levels == [logging.INFO] + [logging.DEBUG] * 3
