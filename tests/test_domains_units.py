@@ -42,14 +42,13 @@ from crawler.domains.classify import (
     failure_kind,
     failure_outcome,
     falls_back,
-    is_parked,
     most_informative,
     page_title,
     refine_dns,
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
-from crawler.domains.parking import page_text
+from crawler.domains.parking import is_parked, page_text
 from crawler.domains.probes import (
     CERTIFICATE_STAT,
     TLS_LOGGER,
@@ -155,7 +154,7 @@ def _caused(outer: Exception, cause: Exception) -> Exception:
         (ResponseNeverReceived([Failure(net.ConnectionLost())]), "connection_error"),  # type: ignore[no-untyped-call]
         (ResponseNeverReceived([Failure(BadResponseVersion("bad", b"SSH-2.0"))]), "not_http"),  # type: ignore[no-untyped-call]
         (
-            _caused(DownloadFailedError("x"), ParseError("wrong number of parts", b"220 smtp")),
+            _caused(DownloadFailedError("x"), ParseError("wrong number of parts", b"220 smtp")),  # type: ignore[no-untyped-call]
             "not_http",
         ),
     ],
