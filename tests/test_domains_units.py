@@ -21,11 +21,13 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from OpenSSL import SSL
+from scrapy import Request
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadConnectionRefusedError,
     DownloadFailedError,
     DownloadTimeoutError,
+    StopDownload,
 )
 from scrapy.http import Response
 from scrapy.statscollectors import StatsCollector
@@ -51,8 +53,11 @@ from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.parking import is_parked, page_text
 from crawler.domains.probes import (
     CERTIFICATE_STAT,
+    PROBE_META,
     TLS_LOGGER,
+    TRUNCATED_META,
     CertificateWarnings,
+    DomainProbeMiddleware,
     FleetCap,
     RateCap,
     readable_body,
@@ -539,3 +544,19 @@ def test_certificate_warnings_are_counted_not_logged_each(
     assert [record.levelno for record in caplog.records if record.name == TLS_LOGGER] == []
     levels = [record.levelno for record in caplog.records if record.name == probes.__name__]
     assert levels == [logging.INFO] + [logging.DEBUG] * 3
+
+
+def test_the_probe_middleware_keeps_an_answer_cut_short_and_caps_the_body() -> None:
+    middleware = DomainProbeMiddleware(0, 1024, None)
+    request = Request("http://a.test/", meta={PROBE_META: {}})
+    cut = Response(request.url, status=200, body=b"x" * 5000, flags=["dataloss"], request=request)
+    read = middleware.process_response(request, cut)
+    assert (read.status, len(read.body), request.meta[TRUNCATED_META]) == (200, 1024, True)
+    other = Request("http://b.test/", meta={PROBE_META: {}})
+    whole = Response(other.url, status=200, body=b"<title>t</title>", request=other)
+    assert middleware.process_response(other, whole) is whole
+    assert TRUNCATED_META not in other.meta
+    middleware.bytes_received(b"y" * 600, other)  # under the cap: read on
+    with pytest.raises(StopDownload) as stopped:
+        middleware.bytes_received(b"y" * 600, other)
+    assert not stopped.value.fail  # the answer so far is kept
