@@ -5,6 +5,7 @@ Everything listens on addresses of one random ``127.a.b.0/24`` (so several sandb
 side by side), one address per pair of what a host's HTTP and HTTPS ports do
 (sandbox/domains_population.py, ``SIDES``): ``.1`` serves HTTP for every domain that answers
 over HTTP (told apart by the Host header), nothing on HTTPS, and DNS over UDP; the others have
+the same HTTP server with TLS or plain text on HTTPS (redirects to HTTPS), or
 nothing listening (refused), HTTPS only with a self-signed certificate, plain text on the
 HTTPS port (broken TLS), or a port that misbehaves below HTTP (sandbox/domains_raw.py: reset,
 close, SSH and SMTP banners, a body cut short). The HTTP port and the HTTPS port are the same
@@ -110,7 +111,8 @@ class DomainsSandbox:
         return self.addresses[domain.sides]
 
     async def start(self) -> None:
-        self.http_port = await self._serve(self._web_app(), [self.web_ip], 0)
+        web_hosts = [ip for (http, _), ip in self.addresses.items() if http == "web"]
+        self.http_port = await self._serve(self._web_app(), web_hosts, 0)
         context = self_signed_context(Path(self._tmp.name))
         tls_hosts = [ip for (_, https), ip in self.addresses.items() if https == "tls"]
         self.https_port = await self._serve(self._tls_app(), tls_hosts, 0, context)
@@ -188,6 +190,8 @@ class DomainsSandbox:
             return _redirect(f"http://moved-{domain.name.split('.')[0]}.example/")
         if behaviour == "redirect_www" and not host.startswith("www."):
             return _redirect(f"http://www.{domain.name}:{self.http_port}/")
+        if behaviour in ("redirect_https", "redirect_https_bad"):
+            return _redirect(f"https://{domain.name}:{self.https_port}/")
         if behaviour == "redirect_loop":
             return _redirect("/loop" if request.path == "/" else "/", 302)
         if behaviour == "big_page":

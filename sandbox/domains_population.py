@@ -21,6 +21,8 @@ redirect_offsite    redirect_offsite  301    301 to another domain
 redirect_www        alive             200    301 to ``www.<domain>``, which answers 200
 redirect_loop       redirect_loop     302    ``/`` redirects to ``/loop``, which redirects to
                                              ``/``
+redirect_https      alive (https)     200    HTTP redirects to HTTPS, which answers
+redirect_https_bad  tls_error         0      HTTP redirects to HTTPS, which speaks plain text
 big_page            alive             200    a 5 MB page, announced in Content-Length
 truncated           alive             200    Content-Length 20000, 3000 bytes sent, closed
                                              (stored with ``truncated``)
@@ -63,6 +65,8 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "redirect_offsite": ("redirect_offsite", 301),
     "redirect_www": ("alive", 200),
     "redirect_loop": ("redirect_loop", 302),
+    "redirect_https": ("alive", 200),
+    "redirect_https_bad": ("tls_error", 0),
     "big_page": ("alive", 200),
     "truncated": ("alive", 200),
     "deep_parked": ("alive", 200),
@@ -92,6 +96,8 @@ WEIGHTS: dict[str, int] = {
     "redirect_offsite": 4,
     "redirect_www": 5,
     "redirect_loop": 1,
+    "redirect_https": 3,
+    "redirect_https_bad": 1,
     "big_page": 1,
     "truncated": 1,
     "deep_parked": 1,
@@ -127,14 +133,16 @@ SIDES: dict[str, tuple[str, str]] = {
     "ssh_banner": ("ssh", "none"),
     "smtp_banner": ("smtp", "none"),
     "smtp_tls_broken": ("smtp", "plain"),
+    "redirect_https": ("web", "tls"),
+    "redirect_https_bad": ("web", "plain"),
 }
 DNS_BEHAVIOURS = frozenset({"nxdomain", "no_address", "servfail", "silent"})
 HTTP_BEHAVIOURS = frozenset(set(EXPECTED) - set(SIDES) - DNS_BEHAVIOURS)
-HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls"})
+HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https"})
 # Pages with a title the sweep must store (page_title in sandbox/domains.py).
 TITLED = frozenset(
     {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
-    | {"reset_then_tls"}
+    | {"reset_then_tls", "redirect_https"}
 )
 WORDS = ("blue", "river", "stone", "maple", "cloud", "pixel", "north", "ember", "quiet", "delta")
 

@@ -172,10 +172,18 @@ def test_redirects_and_fallbacks_are_described(
     assert said["tls_broken"] == "refused / tls_error"
     assert said["reset_then_tls"] == "connection_error / -"
     assert said["alive"] == said["big_page"] == "ok / -"
-    assert "reset by peer" in documents[by_behaviour["reset"].name]["error"]
+    assert documents[by_behaviour["reset"].name]["error"]  # reset by peer, or lost
     loop = documents[by_behaviour["redirect_loop"].name]
     assert loop["final_url"] == f"http://{loop['domain']}:{port}/"  # back to the start
     assert loop["attempts"] == 2
+    https = documents[by_behaviour["redirect_https"].name]
+    assert (https["scheme"], https["final_url"]) == (
+        "https",
+        f"https://{https['domain']}:{tls_port}/",
+    )
+    bad = documents[by_behaviour["redirect_https_bad"].name]
+    assert bad["final_url"] == f"https://{bad['domain']}:{tls_port}/"
+    assert said["redirect_https_bad"] == "ok / tls_error"
     big = documents[by_behaviour["big_page"].name]
     assert (big["http_status"], big["truncated"]) == (200, False)
     truncated = documents[by_behaviour["truncated"].name]

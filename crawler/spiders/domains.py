@@ -325,6 +325,8 @@ class DomainsSpider(RedisFedSpider):
             failure = response.meta[FAILURE_META]
             item.error = error.split(": ", 1)[1]
             item.response_time = failure["elapsed"]
+            if state["redirects"]:
+                item.final_url = response.url  # where the redirects within the domain led
             return item
         _describe(item, response, outcome)
         if item.truncated:
