@@ -24,7 +24,8 @@ not_http            0          something answered on the port, but not in HTTP (
                                SMTP banner, ...), and HTTPS gave no answer either
 connection_error    0          connected, but the connection closed or reset without an
                                answer, and HTTPS gave no answer either
-tls_error           0          HTTP was refused and the HTTPS handshake failed
+tls_error           0          HTTP was refused (or redirected to HTTPS) and the HTTPS
+                               handshake failed
 ==================  =========  ===============================================================
 
 A probe that tried both schemes keeps each one's failure; the domain's class is the failure
