@@ -560,3 +560,17 @@ def test_the_probe_middleware_keeps_an_answer_cut_short_and_caps_the_body() -> N
     with pytest.raises(StopDownload) as stopped:
         middleware.bytes_received(b"y" * 600, other)
     assert not stopped.value.fail  # the answer so far is kept
+
+
+def test_parking_text_is_read_around_its_words_wherever_they_are() -> None:
+    script = b"<script>" + b"var d = document.domain; /* this domain is for sale */ " * 200
+    filler = b"<div class='item'><a href='/x'>A product</a></div>" * 400
+    parked = b"<h1>This domain is <b>for sale</b></h1>"
+    assert is_parked(script + b"</script>" + filler + parked)
+    assert not is_parked(script + b"</script>" + filler)
+    # A script cut by the part read around a word: its text is not taken for the page's.
+    assert not is_parked(b"<script>x='this domain is for sale';" + b" " * 900 + b"</script><p>sale")
+    # A site that speaks of sales at length: its first places of the words are read.
+    shop = b"<p>Car for sale</p>" * 2000
+    assert not is_parked(shop)
+    assert is_parked(b"<h1>example.com is for sale</h1>" + shop)

@@ -13,7 +13,10 @@ A page is parked when
   scripts, frames and links of Sedo, Bodis, ParkingCrew, GoDaddy's parking lander, ...).
 
 Only the bytes the spider read are looked at (DOMAINS_BODY_BYTES): a phrase further down the
-page is not seen.
+page is not seen. Most pages are alive sites read to the cap: the text is only extracted
+around the words every phrase holds (:data:`KEYWORDS`) outside scripts, styles and comments,
+(the first 64 of them), so a 64 KiB page without them costs a few substring searches, not a
+parse.
 """
 
 from __future__ import annotations
@@ -48,25 +51,37 @@ PARKING_PHRASES = (
     r"\bthis domain(?: name)? is pending renewal or deletion\b",
     rf"\bthis domain(?: name)? (?:is|was recently|has been) registered (?:at|with) {_NAME}",
 )
-# Names of parking and domain-sales services in the markup (lower case).
-PARKING_SERVICES = (
-    "sedoparking",
-    "sedo.com/search/details",
-    "parkingcrew",
-    "bodis.com",
-    "parklogic",
-    "parking-lander",  # GoDaddy's parked pages (img1.wsimg.com/parking-lander)
-    "parkingpage.namecheap.com",
-    "hugedomains.com",
-    "afternic.com",
-    "dan.com/buy-domain",
-    "buydomains.com",
-    "domainmarket.com",
-    "undeveloped.com",
-)
-_PHRASES = re.compile("|".join(f"(?:{phrase})" for phrase in PARKING_PHRASES))
-_SERVICES = re.compile(b"|".join(re.escape(name.encode()) for name in PARKING_SERVICES))
+# Names of parking and domain-sales services in the markup (lower case), each under a word
+# it holds (searched first: a page without it is not searched for the names).
+PARKING_SERVICES: dict[bytes, tuple[bytes, ...]] = {
+    b"park": (
+        b"sedoparking",
+        b"parkingcrew",
+        b"parklogic",
+        b"parking-lander",  # GoDaddy's parked pages (img1.wsimg.com/parking-lander)
+        b"parkingpage.namecheap.com",
+    ),
+    b"domain": (
+        b"hugedomains.com",
+        b"dan.com/buy-domain",
+        b"buydomains.com",
+        b"domainmarket.com",
+    ),
+    b"sedo.com": (b"sedo.com/search/details",),
+    b"bodis": (b"bodis.com",),
+    b"afternic": (b"afternic.com",),
+    b"undeveloped": (b"undeveloped.com",),
+}
+# Every phrase holds one of these words: text is only read around them.
+KEYWORDS = (b"sale", b"domain", b"parked", b"purchase")
+# Bytes of markup read on each side of a keyword (a phrase with its tags and a domain name
+# fits), and the most keywords read around: the first ones of the page (a page with more is
+# a site that speaks of sales or domains at length; a parking page says it at the top).
+WINDOW = 1024
+MOST_KEYWORDS = 64
 _HIDDEN = ("script", "style", "template")
+_HIDDEN_SPANS = ((b"<script", b"</script"), (b"<style", b"</style"), (b"<!--", b"-->"))
+_PHRASES = re.compile("|".join(f"(?:{phrase})" for phrase in PARKING_PHRASES))
 
 
 def page_text(body: bytes) -> str:
@@ -87,6 +102,69 @@ def page_text(body: bytes) -> str:
 
 def is_parked(body: bytes) -> bool:
     """True when the page ``body`` is a parking or domain-sales page (see the module)."""
-    if _SERVICES.search(body.lower()):
+    lowered = body.lower()
+    if names_a_service(lowered):
         return True
-    return _PHRASES.search(page_text(body)) is not None
+    return any(
+        _PHRASES.search(page_text(body[start:end])) is not None
+        for start, end in _text_spans(lowered)
+    )
+
+
+def names_a_service(lowered: bytes) -> bool:
+    """True when the lower-cased markup names a parking or domain-sales service."""
+    return any(
+        anchor in lowered and any(name in lowered for name in names)
+        for anchor, names in PARKING_SERVICES.items()
+    )
+
+
+def _text_spans(lowered: bytes) -> list[tuple[int, int]]:
+    """The parts of the page worth reading: WINDOW bytes around each of the first
+    MOST_KEYWORDS keywords that are not in a script, style or comment, merged."""
+    present = [keyword for keyword in KEYWORDS if keyword in lowered]
+    if not present:
+        return []
+    hidden = _hidden_spans(lowered)
+    places: list[int] = []
+    for keyword in present:
+        at, found = lowered.find(keyword), 0
+        while at >= 0 and found < MOST_KEYWORDS:
+            if not any(start <= at < end for start, end in hidden):
+                places.append(at)
+                found += 1
+            at = lowered.find(keyword, at + len(keyword))
+    first = sorted(places)[:MOST_KEYWORDS]
+    return _merged([(_outside(max(0, at - WINDOW), hidden), at + WINDOW) for at in first])
+
+
+def _outside(start: int, hidden: list[tuple[int, int]]) -> int:
+    """``start``, or the end of the script, style or comment it falls in (whose text a part
+    of the page cut there would show as the page's)."""
+    for begin, end in hidden:
+        if begin < start < end:
+            return end
+    return start
+
+
+def _hidden_spans(lowered: bytes) -> list[tuple[int, int]]:
+    """Where the scripts, styles and comments of the page are (an unclosed one: to the end)."""
+    spans: list[tuple[int, int]] = []
+    for opening, closing in _HIDDEN_SPANS:
+        start = lowered.find(opening)
+        while start >= 0 and len(spans) < MOST_KEYWORDS:
+            end = lowered.find(closing, start + len(opening))
+            end = len(lowered) if end < 0 else end
+            spans.append((start, end))
+            start = lowered.find(opening, end)
+    return spans
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
