@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench services-up services-down clean chromium
+.PHONY: demo test lint typecheck unit bench services-up services-down clean chromium dnsmasq
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: some 200 crawl
 # processes would each compile the project again, and pytest rewrite every test module.
 PYTEST_WORKERS ?= 5
-unit: $(STAMP) chromium
+unit: $(STAMP) chromium dnsmasq
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: $(STAMP) chromium
@@ -40,6 +40,10 @@ bench: $(STAMP) chromium
 # Debian's Chromium, the maps spider's browser (installed with apt-get when missing).
 chromium:
 	scripts/ensure-chromium.sh
+
+# Debian's dnsmasq, the real DNS server the domains tests sweep through (apt-get when missing).
+dnsmasq:
+	scripts/ensure-dnsmasq.sh
 
 services-up: $(STAMP)
 	$(BIN)/python -m devtools.services up

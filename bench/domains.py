@@ -3,7 +3,9 @@ defaults, side by side.
 
 The domains sandbox (sandbox/domains.py) serves DOMAINS fake domains on loopback: a DNS server
 and web servers answering 200, 404, 5xx, slow pages (SLOW seconds), refused ports, TLS-only
-hosts, broken TLS, redirects, parked pages, NXDOMAIN, SERVFAIL and silence. Both sweeps read
+hosts, broken TLS, redirects (off-site, to www., in a loop), parked pages, 5 MB pages, bodies
+cut short, ports that reset or close without answering, SSH and SMTP banners, NXDOMAIN,
+SERVFAIL and silence (sandbox/domains_population.py). Both sweeps read
 the same ``rank,domain`` CSV (``-a file=``) with one worker process each:
 
   (a) ``scrapy crawl domains`` as shipped: the asynchronous resolver (crawler/domains/

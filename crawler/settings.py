@@ -384,7 +384,8 @@ DOMAINS_DOWNLOAD_TIMEOUT = 10.0
 # DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a timed-out probe is sent again (then "timeout").
 DOMAINS_TIMEOUT_RETRIES = 1
 # DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (www. included)
-# followed at most; a redirect to another domain is never followed ("redirect_offsite").
+# followed at most (one more, or one back to a URL visited, is "redirect_loop"); a redirect to
+# another domain is never followed ("redirect_offsite").
 DOMAINS_MAX_REDIRECTS = 5
 # DOMAINS_HTTP_PORT (int 1..65535, default 80) and DOMAINS_HTTPS_PORT (default 443): the ports
 # probes go to; the sandbox's domains listen on high ports (tests and benchmarks set these).
@@ -394,6 +395,7 @@ DOMAINS_HTTPS_PORT = 443
 DOMAINS_RATE = 0.0
 # DOMAINS_FLEET_RATE (float >= 0, default 0 = no cap): probes per second for the whole fleet.
 DOMAINS_FLEET_RATE = 0.0
-# DOMAINS_BODY_BYTES (int >= 1024, default 65536): bytes of a page read at most.
+# DOMAINS_BODY_BYTES (int >= 1024, default 65536): bytes of any answer read (and decoded) at most,
+# whatever its announced length.
 DOMAINS_BODY_BYTES = 65_536
 # --- End of domains ----------------------------------------------------------------------------

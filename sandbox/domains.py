@@ -1,13 +1,16 @@
 """The domains sandbox: a DNS server and web servers on loopback for a population of fake
 domains (sandbox/domains_population.py), so a liveness sweep runs without leaving the machine.
 
-Everything listens on four addresses of one random ``127.a.b.0/24`` (so several sandboxes
-can run side by side): ``.1`` serves HTTP for every domain that answers over HTTP (told apart
-by the Host header) and DNS over UDP; ``.2`` has nothing listening (refused); ``.3`` serves
-HTTPS only, with a self-signed certificate; ``.4`` speaks plain text on the HTTPS port (a
-broken TLS host). The HTTP port and the HTTPS port are the same on every address, so a
-crawler reaches them with ``-s DOMAINS_HTTP_PORT=<http_port> -s DOMAINS_HTTPS_PORT=<https_port>
--s DOMAINS_NAMESERVERS=<nameserver>``.
+Everything listens on addresses of one random ``127.a.b.0/24`` (so several sandboxes can run
+side by side), one address per pair of what a host's HTTP and HTTPS ports do
+(sandbox/domains_population.py, ``SIDES``): ``.1`` serves HTTP for every domain that answers
+over HTTP (told apart by the Host header), nothing on HTTPS, and DNS over UDP; the others have
+the same HTTP server with TLS or plain text on HTTPS (redirects to HTTPS), or
+nothing listening (refused), HTTPS only with a self-signed certificate, plain text on the
+HTTPS port (broken TLS), or a port that misbehaves below HTTP (sandbox/domains_raw.py: reset,
+close, SSH and SMTP banners, a body cut short). The HTTP port and the HTTPS port are the same
+on every address, so a crawler reaches them with ``-s DOMAINS_HTTP_PORT=<http_port>
+-s DOMAINS_HTTPS_PORT=<https_port> -s DOMAINS_NAMESERVERS=<nameserver>``.
 
 Command line: ``python -m sandbox.domains --count 20000 --seed 1 [--truth FILE]`` prints one
 JSON line (nameserver, ports, addresses) once listening, writes the ground truth (domain ->
@@ -29,18 +32,41 @@ from typing import Any
 
 from aiohttp import web
 
+from sandbox import domains_raw
 from sandbox.dns import Answer, DnsProtocol, start_dns
-from sandbox.domains_population import HTTP_BEHAVIOURS, FakeDomain, build_population
+from sandbox.domains_population import DNS_BEHAVIOURS, SIDES, WEB, FakeDomain, build_population
 from sandbox.domains_tls import self_signed_context
 
-DNS_ANSWERS = {"nxdomain", "no_address", "servfail", "silent"}
-PARKED_PAGE = (
+# Every pair of port behaviours, the web host's first: each gets an address (.1, .2, ...).
+PAIRS = (WEB, *sorted(set(SIDES.values())))
+# Parking pages as services serve them (one per domain, by its name): the phrase split by
+# markup or entities, other wordings, a lander that is only a parking service's script.
+PARKED_PAGES = (
     "<html><head><title>{name} is for sale</title></head><body><h1>This domain is for sale!"
-    "</h1><p>Buy this domain today. Parked free, courtesy of sedoparking.</p></body></html>"
+    "</h1><p>Buy this domain today. Parked free, courtesy of sedoparking.</p></body></html>",
+    "<html><body><h1>This domain is <strong>for sale</strong></h1></body></html>",
+    "<html><body><p>This&nbsp;domain&nbsp;may&nbsp;be&nbsp;for&nbsp;sale.</p></body></html>",
+    "<html><head><title>{name}</title></head><body><div>The domain name <b>{name}</b> may be"
+    " for sale. Click here to inquire about this domain.</div></body></html>",
+    "<html><body><h1>{name}</h1>\n<p>is for sale</p><a class='btn'>Make an offer</a></body></html>",
+    "<html><head><title>Domain for sale</title></head><body><img src='/sale.png'></body></html>",
+    "<html><body><p>This web page is parked <em>FREE</em>, courtesy of <a href='#'>Sandbox"
+    " Registrar</a>.</p></body></html>",
+    "<html><head><title>{name}</title></head><body><div id='root'></div><script"
+    " src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>",
 )
 PAGE = "<html><head><title>{title}</title></head><body><p>Welcome to {name}.</p></body></html>"
+SHOP = (
+    "<html><head><title>{name} cars</title></head><body><h1>Used cars for sale</h1><p>Make an"
+    " offer on any car in our yard.</p></body></html>"
+)
+DEEP_PARKED = (
+    "<html><head><title>{title}</title></head><body>{filler}<p>This domain is for sale.</p>"
+    "</body></html>"
+)
+DEEP_OFFSET = 100_000
+BIG_PAGE_BYTES, CHUNK = 5_000_000, 65_536
 SERVER = "sandbox-domains/1"
-BROKEN_TLS = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 def page_title(name: str) -> str:
@@ -56,12 +82,12 @@ class DomainsSandbox:
         self.slow_seconds = slow_seconds
         rng = random.Random()
         self.net = f"127.{rng.randint(100, 250)}.{rng.randint(1, 250)}."
-        self.web_ip, self.refused_ip = self.net + "1", self.net + "2"
-        self.tls_ip, self.broken_ip = self.net + "3", self.net + "4"
+        self.addresses = {pair: f"{self.net}{index}" for index, pair in enumerate(PAIRS, 1)}
+        self.web_ip = self.addresses[WEB]
         self.http_port = self.https_port = self.dns_port = 0
         self.dns: DnsProtocol | None = None
         self._runners: list[web.AppRunner] = []
-        self._broken: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="sandbox-domains-")
 
     @property
@@ -73,43 +99,54 @@ class DomainsSandbox:
             "nameserver": self.nameserver,
             "http_port": self.http_port,
             "https_port": self.https_port,
-            "addresses": {
-                "http": self.web_ip,
-                "refused": self.refused_ip,
-                "https": self.tls_ip,
-                "broken_tls": self.broken_ip,
-            },
+            "addresses": {f"{http}/{https}": ip for (http, https), ip in self.addresses.items()},
             "domains": len(self.domains),
         }
 
     def truth(self) -> dict[str, dict[str, Any]]:
         return {name: domain.truth() for name, domain in self.domains.items()}
 
+    def address_of(self, domain: FakeDomain) -> str:
+        """The address DNS gives the domain: that of its ports' behaviours."""
+        return self.addresses[domain.sides]
+
     async def start(self) -> None:
-        self.http_port = await self._serve(self._web_app(), self.web_ip, 0)
+        web_hosts = [ip for (http, _), ip in self.addresses.items() if http == "web"]
+        self.http_port = await self._serve(self._web_app(), web_hosts, 0)
         context = self_signed_context(Path(self._tmp.name))
-        self.https_port = await self._serve(self._tls_app(), self.tls_ip, 0, context)
-        self._broken = await asyncio.start_server(_broken_tls, self.broken_ip, self.https_port)
+        tls_hosts = [ip for (_, https), ip in self.addresses.items() if https == "tls"]
+        self.https_port = await self._serve(self._tls_app(), tls_hosts, 0, context)
+        truncated = domains_raw.truncated(self._truncated_page)
+        for (http, https), ip in self.addresses.items():
+            for side, port in ((http, self.http_port), (https, self.https_port)):
+                handler = truncated if side == "truncated" else domains_raw.RAW.get(side)
+                if handler is not None:
+                    self._servers.append(await asyncio.start_server(handler, ip, port))
         self.dns, self.dns_port = await start_dns(self.web_ip, 0, self.lookup)
 
     async def stop(self) -> None:
         if self.dns is not None and self.dns.transport is not None:
             self.dns.transport.close()
-        if self._broken is not None:
-            self._broken.close()
+        for server in self._servers:
+            server.close()
         for runner in self._runners:
             await runner.cleanup()
         self._tmp.cleanup()
 
-    async def _serve(self, app: web.Application, host: str, port: int, context: Any = None) -> int:
+    async def _serve(
+        self, app: web.Application, hosts: list[str], port: int, context: Any = None
+    ) -> int:
+        """Serve ``app`` on ``port`` of each of ``hosts`` (0: a free port, that of the first)."""
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
         )
         await runner.setup()
         self._runners.append(runner)
-        site = web.TCPSite(runner, host, port, ssl_context=context)
-        await site.start()
-        return int(runner.addresses[0][1])
+        for host in hosts:
+            site = web.TCPSite(runner, host, port, ssl_context=context)
+            await site.start()
+            port = port or int(runner.addresses[0][1])
+        return port
 
     # --- DNS ---------------------------------------------------------------------------------
 
@@ -121,14 +158,9 @@ class DomainsSandbox:
         domain = self.domain_of(name)
         if domain is None:
             return Answer("nxdomain")
-        if domain.behaviour in DNS_ANSWERS:
+        if domain.behaviour in DNS_BEHAVIOURS:
             return Answer(domain.behaviour)
-        return Answer("address", self._address(domain.behaviour))
-
-    def _address(self, behaviour: str) -> str:
-        if behaviour in HTTP_BEHAVIOURS:
-            return self.web_ip
-        return {"refused": self.refused_ip, "tls_only": self.tls_ip}.get(behaviour, self.broken_ip)
+        return Answer("address", self.address_of(domain))
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -151,13 +183,23 @@ class DomainsSandbox:
         if behaviour == "slow":
             await asyncio.sleep(self.slow_seconds)
         if behaviour == "parked":
-            return _html(200, PARKED_PAGE.format(name=domain.name))
+            return _html(200, parked_page(domain.name))
         if behaviour in ("not_found", "server_error"):
             return _page(domain.code, f"Error {domain.code}", domain.name)
         if behaviour == "redirect_offsite":
             return _redirect(f"http://moved-{domain.name.split('.')[0]}.example/")
         if behaviour == "redirect_www" and not host.startswith("www."):
             return _redirect(f"http://www.{domain.name}:{self.http_port}/")
+        if behaviour in ("redirect_https", "redirect_https_bad"):
+            return _redirect(f"https://{domain.name}:{self.https_port}/")
+        if behaviour == "redirect_loop":
+            return _redirect("/loop" if request.path == "/" else "/", 302)
+        if behaviour == "big_page":
+            return await _big_page(request, domain.name)
+        if behaviour == "deep_parked":
+            return _html(200, deep_parked_page(domain.name))
+        if behaviour == "for_sale_shop":
+            return _html(200, SHOP.format(name=domain.name))
         return _page(200, page_title(domain.name), domain.name)
 
     async def _tls(self, request: web.Request) -> web.StreamResponse:
@@ -165,6 +207,42 @@ class DomainsSandbox:
         if domain is None:
             return _page(404, "unknown host", request.host or "")
         return _page(200, page_title(domain.name), domain.name)
+
+    def _truncated_page(self, host: str) -> bytes:
+        domain = self.domain_of(host)
+        name = domain.name if domain else host
+        return PAGE.format(title=page_title(name), name=name).encode()
+
+
+def parked_page(name: str) -> str:
+    """The parking page of ``name`` (one of PARKED_PAGES, by the name)."""
+    template = PARKED_PAGES[sum(name.encode()) % len(PARKED_PAGES)]
+    return template.format(name=name)
+
+
+def deep_parked_page(name: str) -> str:
+    """A page whose parking phrase starts past DEEP_OFFSET bytes."""
+    filler = "<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit.</p>\n"
+    count = DEEP_OFFSET // len(filler) + 1
+    return DEEP_PARKED.format(title=page_title(name), filler=filler * count)
+
+
+async def _big_page(request: web.Request, name: str) -> web.StreamResponse:
+    """A BIG_PAGE_BYTES page announced in Content-Length, sent until the client goes away."""
+    response = web.StreamResponse(status=200, headers={"Server": SERVER})
+    response.content_type = "text/html"
+    response.content_length = BIG_PAGE_BYTES
+    await response.prepare(request)
+    head = PAGE.format(title=page_title(name), name=name).encode()
+    try:
+        for start in range(0, BIG_PAGE_BYTES, CHUNK):
+            chunk = (head if start == 0 else b"").ljust(CHUNK, b" ")
+            chunk = chunk[: BIG_PAGE_BYTES - start]
+            await response.write(chunk)
+        await response.write_eof()
+    except (OSError, RuntimeError):
+        pass  # the client read what it wanted and closed
+    return response
 
 
 def _page(status: int, title: str, name: str) -> web.Response:
@@ -177,19 +255,8 @@ def _html(status: int, body: str) -> web.Response:
     )
 
 
-def _redirect(location: str) -> web.Response:
-    return web.Response(status=301, headers={"Location": location, "Server": SERVER})
-
-
-async def _broken_tls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        await reader.read(1024)
-        writer.write(BROKEN_TLS)
-        await writer.drain()
-    except OSError:
-        pass
-    finally:
-        writer.close()
+def _redirect(location: str, status: int = 301) -> web.Response:
+    return web.Response(status=status, headers={"Location": location, "Server": SERVER})
 
 
 class SandboxThread:

@@ -1,13 +1,16 @@
 """The domains sandbox's population: a seeded list of fake domains, each with a behaviour, and
 what a sweep must find for each (the ground truth).
 
-Behaviours and the class and code the domains spider must give them:
+Behaviours and the class and code the domains spider must give them (``HTTP``/``HTTPS``: what
+the host's HTTP and HTTPS ports do, :data:`SIDES`):
 
 ==================  ================  =====  =================================================
 behaviour           class             code   how the sandbox behaves
 ==================  ================  =====  =================================================
 alive               alive             200    a page with a title
-parked              parked            200    a page with a parking signature
+parked              parked            200    a parking page (one of several templates: the
+                                             phrase split by markup, entities, other wordings,
+                                             a parking service's script)
 not_found           http_error        404    404
 server_error        http_error        5xx    500, 502 or 503
 slow                timeout           0      answers long after the download timeout
@@ -16,6 +19,22 @@ tls_only            alive (https)     200    nothing on HTTP; HTTPS with a self-
 tls_broken          tls_error         0      nothing on HTTP; the HTTPS port speaks plain text
 redirect_offsite    redirect_offsite  301    301 to another domain
 redirect_www        alive             200    301 to ``www.<domain>``, which answers 200
+redirect_loop       redirect_loop     302    ``/`` redirects to ``/loop``, which redirects to
+                                             ``/``
+redirect_https      alive (https)     200    HTTP redirects to HTTPS, which answers
+redirect_https_bad  tls_error         0      HTTP redirects to HTTPS, which speaks plain text
+big_page            alive             200    a 5 MB page, announced in Content-Length
+truncated           alive             200    Content-Length 20000, 3000 bytes sent, closed
+                                             (stored with ``truncated``)
+deep_parked         alive             200    a parking phrase past byte 100,000 (not read)
+for_sale_shop       alive             200    a shop's "cars for sale ... make an offer"
+reset               connection_error  0      HTTP accepts and resets; nothing on HTTPS
+close_after_read    connection_error  0      HTTP reads the request and closes; no HTTPS
+reset_both          connection_error  0      both ports accept and reset
+reset_then_tls      alive (https)     200    HTTP accepts and resets; HTTPS answers
+ssh_banner          not_http          0      an SSH server on the HTTP port; no HTTPS
+smtp_banner         not_http          0      an SMTP server on the HTTP port; no HTTPS
+smtp_tls_broken     not_http          0      SMTP on HTTP; plain text on the HTTPS port
 nxdomain            dns_not_found     1000   NXDOMAIN
 no_address          dns_not_found     1000   the name exists without an A record
 servfail            dns_error         1000   SERVFAIL
@@ -45,6 +64,20 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "tls_broken": ("tls_error", 0),
     "redirect_offsite": ("redirect_offsite", 301),
     "redirect_www": ("alive", 200),
+    "redirect_loop": ("redirect_loop", 302),
+    "redirect_https": ("alive", 200),
+    "redirect_https_bad": ("tls_error", 0),
+    "big_page": ("alive", 200),
+    "truncated": ("alive", 200),
+    "deep_parked": ("alive", 200),
+    "for_sale_shop": ("alive", 200),
+    "reset": ("connection_error", 0),
+    "close_after_read": ("connection_error", 0),
+    "reset_both": ("connection_error", 0),
+    "reset_then_tls": ("alive", 200),
+    "ssh_banner": ("not_http", 0),
+    "smtp_banner": ("not_http", 0),
+    "smtp_tls_broken": ("not_http", 0),
     "nxdomain": ("dns_not_found", 1000),
     "no_address": ("dns_not_found", 1000),
     "servfail": ("dns_error", 1000),
@@ -62,14 +95,54 @@ WEIGHTS: dict[str, int] = {
     "tls_broken": 2,
     "redirect_offsite": 4,
     "redirect_www": 5,
+    "redirect_loop": 1,
+    "redirect_https": 3,
+    "redirect_https_bad": 1,
+    "big_page": 1,
+    "truncated": 1,
+    "deep_parked": 1,
+    "for_sale_shop": 1,
+    "reset": 1,
+    "close_after_read": 1,
+    "reset_both": 1,
+    "reset_then_tls": 1,
+    "ssh_banner": 1,
+    "smtp_banner": 1,
+    "smtp_tls_broken": 1,
     "nxdomain": 12,
     "no_address": 2,
     "servfail": 2,
     "silent": 2,
 }
 SERVER_ERRORS = (500, 502, 503)
-HTTP_BEHAVIOURS = frozenset(
-    {"alive", "parked", "not_found", "server_error", "slow", "redirect_offsite", "redirect_www"}
+# What a host's HTTP and HTTPS ports do (sandbox/domains.py serves each pair on an address of
+# its own): "web" and "tls" serve the behaviour's page by the Host header; "none" has nothing
+# listening; "reset" accepts and resets; "close" reads the request and closes; "ssh" and
+# "smtp" are those servers' banners; "truncated" cuts its answer short; "plain" answers in
+# plain text on the HTTPS port.
+WEB = ("web", "none")
+SIDES: dict[str, tuple[str, str]] = {
+    "refused": ("none", "none"),
+    "tls_only": ("none", "tls"),
+    "tls_broken": ("none", "plain"),
+    "truncated": ("truncated", "none"),
+    "reset": ("reset", "none"),
+    "close_after_read": ("close", "none"),
+    "reset_both": ("reset", "reset"),
+    "reset_then_tls": ("reset", "tls"),
+    "ssh_banner": ("ssh", "none"),
+    "smtp_banner": ("smtp", "none"),
+    "smtp_tls_broken": ("smtp", "plain"),
+    "redirect_https": ("web", "tls"),
+    "redirect_https_bad": ("web", "plain"),
+}
+DNS_BEHAVIOURS = frozenset({"nxdomain", "no_address", "servfail", "silent"})
+HTTP_BEHAVIOURS = frozenset(set(EXPECTED) - set(SIDES) - DNS_BEHAVIOURS)
+HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https"})
+# Pages with a title the sweep must store (page_title in sandbox/domains.py).
+TITLED = frozenset(
+    {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
+    | {"reset_then_tls", "redirect_https"}
 )
 WORDS = ("blue", "river", "stone", "maple", "cloud", "pixel", "north", "ember", "quiet", "delta")
 
@@ -85,9 +158,15 @@ class FakeDomain:
     @property
     def scheme(self) -> str | None:
         """The scheme a sweep must report (None: no answer)."""
-        if self.behaviour == "tls_only":
+        if self.behaviour in HTTPS_BEHAVIOURS:
             return "https"
-        return "http" if self.behaviour in HTTP_BEHAVIOURS - {"slow"} else None
+        answered = HTTP_BEHAVIOURS - {"slow"} | {"truncated"}
+        return "http" if self.behaviour in answered else None
+
+    @property
+    def sides(self) -> tuple[str, str]:
+        """What its HTTP and HTTPS ports do (DNS behaviours: none, never reached)."""
+        return SIDES.get(self.behaviour, WEB)
 
     def truth(self) -> dict[str, Any]:
         return {**asdict(self), "scheme": self.scheme}
@@ -102,11 +181,16 @@ def build_population(count: int, seed: int, every: bool = True) -> dict[str, Fak
         drawn = rng.choices(names, weights)[0]
         behaviour = names[index] if every and index < len(names) else drawn
         name = f"{rng.choice(WORDS)}{index:06d}{SUFFIX}"
-        status, code = EXPECTED[behaviour]
-        if behaviour == "server_error":
-            code = rng.choice(SERVER_ERRORS)
-        domains[name] = FakeDomain(name, behaviour, status, code, _spelling(rng, name))
+        domains[name] = fake_domain(name, behaviour, rng)
     return domains
+
+
+def fake_domain(name: str, behaviour: str, rng: random.Random) -> FakeDomain:
+    """The domain ``name`` behaving so, with its truth (a 5xx code and a spelling drawn)."""
+    status, code = EXPECTED[behaviour]
+    if behaviour == "server_error":
+        code = rng.choice(SERVER_ERRORS)
+    return FakeDomain(name, behaviour, status, code, _spelling(rng, name))
 
 
 def _spelling(rng: random.Random, name: str) -> str:

@@ -20,7 +20,10 @@ SLOWEST = {
     "tests/test_redis_outage.py::test_redis_killed_and_restarted_mid_crawl_loses_nothing": 23,
     "tests/test_aws.py::test_fleet_launch_list_rotate_and_scale_to_zero": 19,
     "tests/test_pipeline.py::test_mongodb_stopped_mid_crawl_loses_nothing": 18,
+    "tests/test_domains.py::test_any_mix_of_hosts_is_stored_as_each_host_behaves": 40,
     "tests/test_domains.py::test_state_does_not_grow_with_the_domains_swept": 17,
+    "tests/test_domains_dnsmasq.py::"
+    "test_the_sweep_through_a_real_dns_server_stores_every_class_right": 15,
     "tests/test_secrets.py::test_proxy_and_query_passwords_stay_hidden": 16,
     "tests/test_round_trips.py::test_a_polite_crawl_talks_to_redis_about_once_a_page": 15,
     "tests/test_fleet_page.py::"

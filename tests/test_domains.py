@@ -3,7 +3,9 @@ for a seeded population of fake domains, whose ground truth each sweep must matc
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -11,8 +13,11 @@ from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
+import hypothesis
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 from crawler.domains.summary import summarize
 from crawler.frontier.dupefilter import DupefilterConfig
@@ -21,7 +26,13 @@ from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
-from sandbox.domains_population import FakeDomain, build_population
+from sandbox.domains_population import (
+    EXPECTED,
+    TITLED,
+    FakeDomain,
+    build_population,
+    fake_domain,
+)
 from tests.harness import ROOT, Crawl, Mongo, poll
 
 POPULATION = 300
@@ -72,8 +83,11 @@ def check_truth(documents: dict[str, dict[str, Any]], expected: list[FakeDomain]
     }
     assert not wrong, f"{len(wrong)} misclassified, e.g. {list(wrong.items())[:3]}"
     for domain in expected:
-        if domain.behaviour in ("alive", "tls_only", "redirect_www"):
-            assert documents[domain.name]["title"] == page_title(domain.name)
+        document = documents[domain.name]
+        if domain.behaviour in TITLED:
+            assert document["title"] == page_title(domain.name), domain
+        if domain.scheme is not None:
+            assert bool(document["truncated"]) == (domain.behaviour == "truncated"), domain
 
 
 def test_sweep_classifies_every_domain_as_the_sandbox_says(
@@ -110,6 +124,9 @@ def test_sweep_classifies_every_domain_as_the_sandbox_says(
     assert summarize(stats).total == len(domains)
     assert len(fields) < 200
     assert not [key for key in redis_client.scan_iter() if b".test" in key]
+    # The sandbox's certificates match none of its domains: counted, not a warning a domain.
+    assert int(stats[b"domains/tls/certificate_warnings"]) >= 2
+    assert "Remote certificate is not valid" not in result.stderr
 
 
 def test_redirects_and_fallbacks_are_described(
@@ -139,6 +156,38 @@ def test_redirects_and_fallbacks_are_described(
     for behaviour in ("nxdomain", "no_address", "refused"):
         assert documents[by_behaviour[behaviour].name]["error"]
     assert all(document["checked_at"] > 0 for document in documents.values())
+    # What each scheme said: the HTTP failure is kept beside the HTTPS one.
+    said = {
+        behaviour: (document["http_error"] or "ok").split(":")[0]
+        + " / "
+        + (document["https_error"] or "-").split(":")[0]
+        for behaviour, domain in by_behaviour.items()
+        for document in [documents[domain.name]]
+    }
+    assert said["reset"] == "connection_error / refused"
+    assert said["close_after_read"] == "connection_error / refused"
+    assert said["ssh_banner"] == "not_http / refused"
+    assert said["smtp_tls_broken"] == "not_http / tls_error"
+    assert said["refused"] == "refused / refused"
+    assert said["tls_broken"] == "refused / tls_error"
+    assert said["reset_then_tls"] == "connection_error / -"
+    assert said["alive"] == said["big_page"] == "ok / -"
+    assert documents[by_behaviour["reset"].name]["error"]  # reset by peer, or lost
+    loop = documents[by_behaviour["redirect_loop"].name]
+    assert loop["final_url"] == f"http://{loop['domain']}:{port}/"  # back to the start
+    assert loop["attempts"] == 2
+    https = documents[by_behaviour["redirect_https"].name]
+    assert (https["scheme"], https["final_url"]) == (
+        "https",
+        f"https://{https['domain']}:{tls_port}/",
+    )
+    bad = documents[by_behaviour["redirect_https_bad"].name]
+    assert bad["final_url"] == f"https://{bad['domain']}:{tls_port}/"
+    assert said["redirect_https_bad"] == "ok / tls_error"
+    big = documents[by_behaviour["big_page"].name]
+    assert (big["http_status"], big["truncated"]) == (200, False)
+    truncated = documents[by_behaviour["truncated"].name]
+    assert (truncated["http_status"], truncated["truncated"]) == (200, True)
 
 
 def test_csv_file_is_read_as_a_stream(
@@ -351,3 +400,55 @@ def test_start_entries_are_read_while_a_slow_domain_waits(
     check_truth(documents, [slow, *quick])
     last_quick = max(documents[domain.name]["checked_at"] for domain in quick)
     assert last_quick < documents[slow.name]["checked_at"] - 3  # before its second try
+
+
+EXAMPLES = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def mix_sandbox() -> Iterator[DomainsSandbox]:
+    """A sandbox of its own, without domains: the property test adds each example's hosts."""
+    runner = SandboxThread(DomainsSandbox({}, slow_seconds=15))
+    yield runner.start()
+    runner.stop()
+
+
+@hypothesis.settings(
+    max_examples=5,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    behaviours=st.lists(st.sampled_from(sorted(EXPECTED)), min_size=1, max_size=30),
+    seed=st.integers(0, 2**32),
+)
+def test_any_mix_of_hosts_is_stored_as_each_host_behaves(
+    sweep: Crawl,
+    redis_client: redis.Redis,
+    mongo: Mongo,
+    mix_sandbox: DomainsSandbox,
+    behaviours: list[str],
+    seed: int,
+) -> None:
+    """Hosts drawn from every behaviour, in any mix and order, with any spelling of their
+    name: each is stored once, with the class, code and scheme of its truth."""
+    example = next(EXAMPLES)
+    rng = random.Random(seed)
+    hosts = [
+        fake_domain(f"mix{example}-{index}.test", behaviour, rng)
+        for index, behaviour in enumerate(behaviours)
+    ]
+    mix_sandbox.domains.update({host.name: host for host in hosts})
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": [h.entry for h in hosts]}))
+
+    result = sweep("domains", settings=sweep_settings(mix_sandbox))
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = {
+        name: document
+        for name, document in stored(mongo).items()
+        if name.startswith(f"mix{example}-")
+    }
+    assert sorted(documents) == sorted(host.name for host in hosts)
+    check_truth(documents, hosts)

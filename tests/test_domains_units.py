@@ -4,11 +4,14 @@ resolver against the sandbox's DNS server."""
 from __future__ import annotations
 
 import asyncio
+import gzip
+import logging
 import os
 import queue
 import threading
 import time
 import tracemalloc
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,30 +21,47 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from OpenSSL import SSL
+from scrapy import Request
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadConnectionRefusedError,
     DownloadFailedError,
     DownloadTimeoutError,
+    StopDownload,
 )
+from scrapy.http import Response
+from scrapy.statscollectors import StatsCollector
+from scrapy.utils.test import get_crawler
 from twisted.internet import error as net
 from twisted.python.failure import Failure
-from twisted.web._newclient import ResponseNeverReceived
+from twisted.web._newclient import BadResponseVersion, ParseError, ResponseNeverReceived
 
 from crawler.config.values import NameServer
+from crawler.domains import probes
 from crawler.domains.classify import (
     Outcome,
     accessible,
     failure_kind,
     failure_outcome,
     falls_back,
-    is_parked,
+    most_informative,
     page_title,
     refine_dns,
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
-from crawler.domains.probes import FleetCap, RateCap
+from crawler.domains.parking import is_parked, page_text
+from crawler.domains.probes import (
+    CERTIFICATE_STAT,
+    PROBE_META,
+    TLS_LOGGER,
+    TRUNCATED_META,
+    CertificateWarnings,
+    DomainProbeMiddleware,
+    FleetCap,
+    RateCap,
+    readable_body,
+)
 from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound
 from crawler.domains.summary import summarize
 from crawler.spiders.domains import DomainsSpider, csv_domains
@@ -136,6 +156,12 @@ def _caused(outer: Exception, cause: Exception) -> Exception:
         (DownloadConnectionRefusedError("refused"), "refused"),
         (ResponseNeverReceived([Failure(SSL.Error("wrong version"))]), "tls_error"),  # type: ignore[no-untyped-call]
         (_caused(DownloadFailedError("x"), net.ConnectionLost()), "connection_error"),
+        (ResponseNeverReceived([Failure(net.ConnectionLost())]), "connection_error"),  # type: ignore[no-untyped-call]
+        (ResponseNeverReceived([Failure(BadResponseVersion("bad", b"SSH-2.0"))]), "not_http"),  # type: ignore[no-untyped-call]
+        (
+            _caused(DownloadFailedError("x"), ParseError("wrong number of parts", b"220 smtp")),  # type: ignore[no-untyped-call]
+            "not_http",
+        ),
     ],
 )
 def test_failure_kinds(exception: Exception, kind: str) -> None:
@@ -145,13 +171,31 @@ def test_failure_kinds(exception: Exception, kind: str) -> None:
 def test_failure_codes_follow_the_seed() -> None:
     assert failure_outcome("dns_not_found") == Outcome("dns_not_found", 1000)
     assert failure_outcome("dns_error") == Outcome("dns_error", 1000)
-    for kind in ("timeout", "refused", "tls_error", "connection_error"):
+    for kind in ("timeout", "refused", "tls_error", "connection_error", "not_http"):
         assert failure_outcome(kind) == Outcome(kind, 0)
+
+
+@pytest.mark.parametrize(
+    ("http", "https", "chosen"),
+    [
+        ("connection_error", "refused", "connection_error"),  # accepted on 80, nothing on 443
+        ("refused", "connection_error", "connection_error"),
+        ("not_http", "refused", "not_http"),
+        ("not_http", "tls_error", "not_http"),
+        ("connection_error", "tls_error", "connection_error"),
+        ("refused", "tls_error", "tls_error"),
+        ("refused", "timeout", "timeout"),
+        ("refused", "refused", "refused"),
+    ],
+)
+def test_the_failure_that_got_furthest_is_the_class(http: str, https: str, chosen: str) -> None:
+    assert most_informative([http, https]) == chosen
 
 
 def test_https_fallback_only_after_http_protocol_failures() -> None:
     assert falls_back("refused", "http")
     assert falls_back("connection_error", "http")
+    assert falls_back("not_http", "http")
     assert not falls_back("refused", "https")
     for kind in ("dns_not_found", "dns_error", "timeout"):
         assert not falls_back(kind, "http")
@@ -170,7 +214,8 @@ def test_answers() -> None:
     assert response_outcome(200, page) == Outcome("alive", 200)
     assert response_outcome(404, page) == Outcome("http_error", 404)
     assert response_outcome(503, b"") == Outcome("http_error", 503)
-    assert response_outcome(301, b"", offsite=True) == Outcome("redirect_offsite", 301)
+    assert response_outcome(301, b"", "offsite") == Outcome("redirect_offsite", 301)
+    assert response_outcome(302, b"", "loop") == Outcome("redirect_loop", 302)
     assert response_outcome(200, b"<p>This domain is FOR SALE</p>") == Outcome("parked", 200)
     assert response_outcome(404, b"buy this domain") == Outcome("http_error", 404)
     assert page_title(page) == "Shop & more"
@@ -398,3 +443,134 @@ def test_fleet_cap_is_shared_by_the_workers(redis_client: redis.Redis) -> None:
 def test_no_fleet_cap_asks_nothing_of_redis() -> None:
     cap = FleetCap(None, "", 0)
     assert [cap.wait() for _ in range(1000)] == [0.0] * 1000
+
+
+# --- parking pages and the body read --------------------------------------------------------
+
+PARKED_PAGES = [
+    b"<h1>This domain is <strong>for sale</strong></h1>",
+    b"<p>This&nbsp;domain&nbsp;may&nbsp;be&nbsp;for&nbsp;sale.</p>",
+    b"<div>The domain name <b>example.com</b> may be for sale. Click here to inquire.</div>",
+    b"<h1>example.com</h1>\n<p>is for sale</p><a class=btn>Make an offer</a>",
+    b"<html><head><title>Domain for sale</title></head><body><img src=x.png></body></html>",
+    b"<p>This web page is parked <em>FREE</em>, courtesy of <a href=#>A Registrar</a>.</p>",
+    b"<p>EXAMPLE.COM is for sale! <span>Buy now for $2,495</span></p>",
+    b"<p>Interested? <a href='/inquiry'>Make an offer on this domain</a></p>",
+    b"<p>This website is for sale! example.com - Resources and Information.</p>",
+    b"<h2>This Domain Has Expired</h2><p>Renew it at your registrar.</p>",
+    b"<p>This domain was recently registered at namecheap.com. Please check back later!</p>",
+    b"<body><div id=root></div><script src='https://img1.wsimg.com/parking-lander/main.js'>"
+    b"</script></body>",
+    b"<script src='//sedoparking.com/frmpark/x.js'></script>",
+]
+SITES = [
+    b"<h1>Used cars for sale</h1><p>Make an offer on any car in our yard.</p>",
+    b"<p>How to choose a domain name for your shop: a guide.</p>",
+    b"<p>We build web sites. Our domain of expertise: parking garages.</p>",
+    b"<script>var t = 'this domain is for sale';</script><p>Welcome to the river shop.</p>",
+    b"<!-- this domain is for sale --><p>Our new site is coming.</p>",
+    b"<style>.x:after{content:'domain for sale'}</style><p>Home</p>",
+    b"",
+    b"\x00\xff binary",
+]
+
+
+@pytest.mark.parametrize("page", PARKED_PAGES)
+def test_parking_pages_are_found_by_their_text_or_their_service(page: bytes) -> None:
+    assert is_parked(page)
+    assert response_outcome(200, page) == Outcome("parked", 200)
+
+
+@pytest.mark.parametrize("page", SITES)
+def test_sites_that_merely_mention_sales_or_domains_are_not_parked(page: bytes) -> None:
+    assert not is_parked(page)
+
+
+def test_page_text_is_what_a_reader_sees() -> None:
+    page = b"<title>A &amp; B</title><p>one<br>two&nbsp; <i>three</i></p><script>x()</script>"
+    assert page_text(page) == "a & b one two three"
+
+
+JOINS = st.sampled_from([" ", "  ", "\n", "&nbsp;", " <b>", "</b> ", "<span> ", " </span>"])
+
+
+@given(st.lists(JOINS, min_size=4, max_size=4), st.sampled_from(["is", "may be"]))
+def test_a_parking_phrase_is_found_however_markup_splits_it(joins: list[str], verb: str) -> None:
+    words = ["This", "domain", *verb.split(), "for", "sale"]
+    spacing = [*joins, *joins][: len(words) - 1]
+    phrase = words[0] + "".join(join + word for join, word in zip(spacing, words[1:], strict=True))
+    assert is_parked(f"<html><body><p>{phrase}</p></body></html>".encode())
+
+
+def _answer(body: bytes, **headers: str) -> Response:
+    return Response("http://a.test/", body=body, headers=headers)
+
+
+def test_the_body_read_is_cut_to_the_cap() -> None:
+    page = b"<title>t</title>" + b"x" * 200_000 + b"This domain is for sale"
+    body = readable_body(_answer(page), 65_536)
+    assert len(body) == 65_536
+    assert not is_parked(body)
+
+
+def test_gzip_and_deflate_bodies_are_decoded_to_the_cap_even_cut_short() -> None:
+    page = b"<title>t</title>" + b"<p>filler</p>" * 50_000
+    gzipped = gzip.compress(page)
+    assert readable_body(_answer(gzipped, **{"Content-Encoding": "gzip"}), 1024) == page[:1024]
+    cut = gzipped[: len(gzipped) // 3]
+    assert readable_body(_answer(cut, **{"Content-Encoding": "gzip"}), 4096) == page[:4096]
+    deflated = zlib.compress(page)
+    assert readable_body(_answer(deflated, **{"Content-Encoding": "deflate"}), 100) == page[:100]
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    stream = raw.compress(page) + raw.flush()
+    assert readable_body(_answer(stream, **{"Content-Encoding": "deflate"}), 100) == page[:100]
+    assert readable_body(_answer(b"??", **{"Content-Encoding": "br"}), 100) == b""
+
+
+def test_certificate_warnings_are_counted_not_logged_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stats = StatsCollector(get_crawler())
+    tls = logging.getLogger(TLS_LOGGER)
+    certificates = CertificateWarnings(stats)
+    tls.addFilter(certificates)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            for host in ("a.test", "a.test", "b.test", "c.test"):
+                tls.warning('Remote certificate is not valid for hostname "%s"; x', host)
+    finally:
+        tls.removeFilter(certificates)
+    assert stats.get_value(CERTIFICATE_STAT) == 4
+    assert [record.levelno for record in caplog.records if record.name == TLS_LOGGER] == []
+    levels = [record.levelno for record in caplog.records if record.name == probes.__name__]
+    assert levels == [logging.INFO] + [logging.DEBUG] * 3
+
+
+def test_the_probe_middleware_keeps_an_answer_cut_short_and_caps_the_body() -> None:
+    middleware = DomainProbeMiddleware(0, 1024, None)
+    request = Request("http://a.test/", meta={PROBE_META: {}})
+    cut = Response(request.url, status=200, body=b"x" * 5000, flags=["dataloss"], request=request)
+    read = middleware.process_response(request, cut)
+    assert (read.status, len(read.body), request.meta[TRUNCATED_META]) == (200, 1024, True)
+    other = Request("http://b.test/", meta={PROBE_META: {}})
+    whole = Response(other.url, status=200, body=b"<title>t</title>", request=other)
+    assert middleware.process_response(other, whole) is whole
+    assert TRUNCATED_META not in other.meta
+    middleware.bytes_received(b"y" * 600, other)  # under the cap: read on
+    with pytest.raises(StopDownload) as stopped:
+        middleware.bytes_received(b"y" * 600, other)
+    assert not stopped.value.fail  # the answer so far is kept
+
+
+def test_parking_text_is_read_around_its_words_wherever_they_are() -> None:
+    script = b"<script>" + b"var d = document.domain; /* this domain is for sale */ " * 200
+    filler = b"<div class='item'><a href='/x'>A product</a></div>" * 400
+    parked = b"<h1>This domain is <b>for sale</b></h1>"
+    assert is_parked(script + b"</script>" + filler + parked)
+    assert not is_parked(script + b"</script>" + filler)
+    # A script cut by the part read around a word: its text is not taken for the page's.
+    assert not is_parked(b"<script>x='this domain is for sale';" + b" " * 900 + b"</script><p>sale")
+    # A site that speaks of sales at length: its first places of the words are read.
+    shop = b"<p>Car for sale</p>" * 2000
+    assert not is_parked(shop)
+    assert is_parked(b"<h1>example.com is for sale</h1>" + shop)

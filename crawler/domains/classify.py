@@ -5,19 +5,33 @@ Classes (``status`` of a domain's document) and the seed's numeric ``code``:
 ==================  =========  ===============================================================
 class               code       when
 ==================  =========  ===============================================================
-alive               status     an answer below 400 that is not a parking page
-parked              status     a 200..399 page matching a parking signature (PARKING_SIGNATURES)
+alive               status     an answer below 400 that is not a parking page (also when the
+                               body was cut short: ``truncated``)
+parked              status     a 200..399 page of a parking or domain-sales service
+                               (crawler/domains/parking.py)
 http_error          status     an answer of 400 or more (404, 5xx, ...)
 redirect_offsite    status     a redirect to another domain (``www.`` of the same domain is
                                on-site and followed)
+redirect_loop       status     redirects within the domain that come back to a URL already
+                               visited, or more than DOMAINS_MAX_REDIRECTS of them (the status
+                               of the last redirect)
 dns_not_found       1000       NXDOMAIN or no A record (definitive, never retried)
 dns_error           1000       SERVFAIL, REFUSED or DNS timeouts after the retries (the seed
                                counts every failed resolution as 1000)
 timeout             0          no answer within DOMAINS_DOWNLOAD_TIMEOUT, after its retries
 refused             0          nothing listens on the HTTP nor the HTTPS port
-tls_error           0          HTTP failed and the HTTPS handshake failed
-connection_error    0          connected, but the connection closed or reset without an answer
+not_http            0          something answered on the port, but not in HTTP (an SSH or
+                               SMTP banner, ...), and HTTPS gave no answer either
+connection_error    0          connected, but the connection closed or reset without an
+                               answer, and HTTPS gave no answer either
+tls_error           0          HTTP was refused (or redirected to HTTPS) and the HTTPS
+                               handshake failed
 ==================  =========  ===============================================================
+
+A probe that tried both schemes keeps each one's failure; the domain's class is the failure
+that got furthest (:func:`most_informative`): a connection that was accepted tells more than
+a refused one, so an HTTP port that accepts and resets, with nothing on HTTPS, is
+``connection_error``, not ``refused``.
 
 The seed's "accessible" rule (:func:`accessible`): a code other than 1000, 0, 404 and 5xx.
 """
@@ -38,31 +52,26 @@ from scrapy.exceptions import (
 from twisted.internet import error as net
 from twisted.internet.defer import TimeoutError as DeferredTimeout
 from twisted.python.failure import Failure
-from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
+from twisted.web._newclient import ParseError, ResponseFailed, ResponseNeverReceived
 
+from crawler.domains.parking import is_parked
 from crawler.domains.resolver import DnsFailure
 
 DNS_NOT_FOUND_CODE = 1000
 TIMEOUT_CODE = 0
 # Failures of a probe over HTTP after which it is tried over HTTPS ("a protocol error").
-FALLBACK_KINDS = frozenset({"refused", "connection_error", "tls_error"})
-# Lower-cased text that marks a parking page, searched in the page's first bytes: the phrases
-# of parking templates and the names of parking services that host them.
-PARKING_SIGNATURES = (
-    "this domain is for sale",
-    "this domain may be for sale",
-    "buy this domain",
-    "domain is parked",
-    "this domain is parked",
-    "parked free, courtesy of",
-    "parkingcrew",
-    "sedoparking",
-    "bodis.com",
-    "parklogic",
-    "hugedomains.com",
-    "afternic.com",
-    "dan.com/buy-domain",
-)
+FALLBACK_KINDS = frozenset({"refused", "connection_error", "tls_error", "not_http"})
+# How far a failed probe got, least first: the class of a domain whose two schemes failed is
+# the failure that got furthest (the HTTP one on a tie).
+FAILURE_RANK = {
+    "dns_not_found": 0,
+    "dns_error": 0,
+    "refused": 1,  # nothing listens
+    "timeout": 2,  # something holds the port, silent
+    "tls_error": 3,  # accepted; the TLS handshake failed
+    "connection_error": 4,  # accepted; closed or reset without an answer
+    "not_http": 5,  # accepted and answered, but not in HTTP
+}
 _KINDS: tuple[tuple[str, tuple[type[BaseException], ...]], ...] = (
     ("dns_error", (net.DNSLookupError, CannotResolveHostError)),
     (
@@ -103,6 +112,8 @@ def failure_kind(exc: BaseException) -> str:
             return kind
     if any(_is_tls(error) for error in chain):
         return "tls_error"
+    if any(_is_not_http(error) for error in chain):
+        return "not_http"
     return "connection_error"
 
 
@@ -138,9 +149,26 @@ def _reason_is_tls(reason: Any) -> bool:
     return isinstance(reason, Failure) and isinstance(reason.value, SSL.Error)
 
 
+def _is_not_http(exc: BaseException) -> bool:
+    """An answer whose status line is not HTTP's (Twisted's parser gave up on it)."""
+    if isinstance(exc, ParseError):
+        return True
+    if isinstance(exc, ResponseFailed | ResponseNeverReceived):
+        return any(
+            isinstance(reason, Failure) and isinstance(reason.value, ParseError)
+            for reason in exc.reasons
+        )
+    return False
+
+
 def failure_outcome(kind: str) -> Outcome:
     code = DNS_NOT_FOUND_CODE if kind in ("dns_not_found", "dns_error") else TIMEOUT_CODE
     return Outcome(kind, code)
+
+
+def most_informative(kinds: list[str]) -> str:
+    """The failure, of those of each scheme tried (HTTP first), that got furthest."""
+    return max(kinds, key=lambda kind: FAILURE_RANK.get(kind, 0))
 
 
 def falls_back(kind: str, scheme: str) -> bool:
@@ -148,20 +176,18 @@ def falls_back(kind: str, scheme: str) -> bool:
     return scheme == "http" and kind in FALLBACK_KINDS
 
 
-def response_outcome(status: int, body: bytes, offsite: bool = False) -> Outcome:
-    """The class of an answer (redirects within the domain already followed)."""
-    if offsite:
+def response_outcome(status: int, body: bytes, redirect: str | None = None) -> Outcome:
+    """The class of an answer (redirects within the domain already followed); ``redirect``
+    is "offsite" or "loop" for a redirect that was not followed."""
+    if redirect == "offsite":
         return Outcome("redirect_offsite", status)
+    if redirect == "loop":
+        return Outcome("redirect_loop", status)
     if status >= 400:
         return Outcome("http_error", status)
     if is_parked(body):
         return Outcome("parked", status)
     return Outcome("alive", status)
-
-
-def is_parked(body: bytes) -> bool:
-    text = body.decode("utf-8", "replace").lower()
-    return any(signature in text for signature in PARKING_SIGNATURES)
 
 
 def page_title(body: bytes) -> str | None:

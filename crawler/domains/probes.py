@@ -11,8 +11,14 @@ Requests of the domains spider carry ``PROBE_META``. For them this middleware:
   goes through the rest of the chain and to the spider's callback like any answer, so the
   request's lease is acknowledged once the domain's document is stored: a dead domain is a
   result, never a dead letter nor a retry with backoff;
-- stops reading a body after DOMAINS_BODY_BYTES bytes (the title and parking signatures are in
-  the first bytes), so a worker's memory stays small whatever the sites send.
+- reads at most DOMAINS_BODY_BYTES bytes of any answer, whatever its announced length (the
+  title and parking signatures are in the first bytes): the download is stopped there and the
+  answer kept (``StopDownload(fail=False)`` from the ``bytes_received`` signal), the body cut to
+  the cap, and a gzip or deflate body decoded to at most the cap, so a worker's memory stays
+  small whatever the sites send and a received status line is never turned into a failure;
+- counts the certificate warnings Scrapy logs for each HTTPS host whose certificate does not
+  match its name (``domains/tls/certificate_warnings``; the first one logged at INFO, the others
+  at DEBUG), instead of a WARNING line per domain.
 
 It sits at 560, above the retry middleware (550): its ``process_exception`` runs first.
 """
@@ -20,7 +26,9 @@ It sits at 560, above the retry middleware (550): its ``process_exception`` runs
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import zlib
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
@@ -47,8 +55,14 @@ PROBE_META = "domain_probe"
 FAILURE_META = "domain_failure"
 SENT_META = "domain_sent_at"
 RECEIVED_META = "domain_bytes"
+TRUNCATED_META = "domain_truncated"
 FAILURE_FLAG = "domains_failure"
 DNS_STATS_SECONDS = 1.0
+# Scrapy's TLS module logs a WARNING (twice) for each host whose certificate is not its own.
+TLS_LOGGER = "scrapy.core.downloader.tls"
+CERTIFICATE_STAT = "domains/tls/certificate_warnings"
+
+logger = logging.getLogger(__name__)
 
 
 class RateCap:
@@ -98,6 +112,32 @@ class FleetCap:
         return 0.0
 
 
+class CertificateWarnings(logging.Filter):
+    """A filter on Scrapy's TLS logger: its warnings are counted as ``CERTIFICATE_STAT``, the
+    first one logged again at INFO, the others at DEBUG (a sweep meets thousands of hosts with
+    self-signed or mismatched certificates; it does not log a line per domain)."""
+
+    def __init__(self, stats: StatsCollector | None) -> None:
+        super().__init__()
+        self.stats = stats
+        self.seen = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        self.seen += 1
+        if self.stats is not None:
+            self.stats.inc_value(CERTIFICATE_STAT)
+        level = logging.INFO if self.seen == 1 else logging.DEBUG
+        logger.log(
+            level,
+            "%s (certificate warnings are counted in %s, not logged each)",
+            record.getMessage(),
+            CERTIFICATE_STAT,
+        )
+        return False
+
+
 class DomainProbeMiddleware:
     """Settings: DOMAINS_RATE, DOMAINS_FLEET_RATE, DOMAINS_BODY_BYTES (crawler/settings.py)."""
 
@@ -114,6 +154,7 @@ class DomainProbeMiddleware:
         self.resolver = resolver
         self.stats: StatsCollector | None = None
         self._next_copy = 0.0
+        self.certificates: CertificateWarnings | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DomainProbeMiddleware:
@@ -136,10 +177,14 @@ class DomainProbeMiddleware:
         crawler.signals.connect(middleware.copy_dns_stats, signal=signals.spider_idle)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         middleware.stats = crawler.stats
+        middleware.certificates = CertificateWarnings(crawler.stats)
+        logging.getLogger(TLS_LOGGER).addFilter(middleware.certificates)
         return middleware
 
     def spider_closed(self) -> None:
         self.copy_dns_stats()
+        if self.certificates is not None:
+            logging.getLogger(TLS_LOGGER).removeFilter(self.certificates)
 
     def copy_dns_stats(self) -> None:
         """The resolver's counts as stats (``domains/dns/<count>``, ``domains/dns/ms``), every
@@ -164,6 +209,16 @@ class DomainProbeMiddleware:
         if now >= self._next_copy:
             self._next_copy = now + DNS_STATS_SECONDS
             self.copy_dns_stats()
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        """An answer's body as the spider reads it: at most ``body_bytes``, decoded; a body
+        the server cut short is flagged in ``meta[TRUNCATED_META]``."""
+        if PROBE_META not in request.meta or FAILURE_FLAG in response.flags:
+            return response
+        if "dataloss" in response.flags:
+            request.meta[TRUNCATED_META] = True
+        body = readable_body(response, self.body_bytes)
+        return response if body is response.body else response.replace(body=body)
 
     def process_exception(self, request: Request, exception: Exception) -> Response | None:
         # An ignored request (a middleware's decision) and Redis being away are not results.
@@ -200,4 +255,29 @@ class DomainProbeMiddleware:
         received = request.meta.get(RECEIVED_META, 0) + len(data)
         request.meta[RECEIVED_META] = received
         if received >= self.body_bytes:
+            # The answer so far is kept (the body is cut to the cap in process_response).
             raise StopDownload(fail=False)
+
+
+def readable_body(response: Response, limit: int) -> bytes:
+    """The first ``limit`` bytes of the answer's content: its body, decoded when it is gzip or
+    deflate (decoded to ``limit`` bytes at most, a stream cut short included); empty for an
+    encoding not asked for (the probes ask for gzip and deflate only)."""
+    body = response.body
+    encodings = [
+        part.strip().lower()
+        for value in response.headers.getlist(b"Content-Encoding")
+        for part in value.split(b",")
+        if part.strip() and part.strip().lower() != b"identity"
+    ]
+    if not encodings:
+        return body if len(body) <= limit else body[:limit]
+    if len(encodings) > 1 or encodings[0] not in (b"gzip", b"x-gzip", b"deflate"):
+        return b""
+    # 32 + MAX_WBITS reads gzip and zlib; a raw deflate stream (no zlib header) is met too.
+    for wbits in (32 + zlib.MAX_WBITS, -zlib.MAX_WBITS):
+        try:
+            return zlib.decompressobj(wbits).decompress(body, limit)
+        except zlib.error:
+            continue
+    return b""

@@ -19,8 +19,12 @@ A name that is not a domain is set aside in ``domains:start_urls:invalid`` with 
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
 fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
 timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (``www.``
-included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result. The
-classes and codes are in crawler/domains/classify.py. Failures are results: no backoff retry,
+included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result, one
+back to a URL already visited (or one too many) is a loop. Each scheme's failure is kept in
+the document (``http_error``, ``https_error``) and the class is the one that got furthest;
+any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of it read; a body cut
+short is stored with ``truncated``). The classes and codes are in
+crawler/domains/classify.py. Failures are results: no backoff retry,
 no ban check, no dead letter (crawler/domains/probes.py); per-domain politeness does not apply
 (one request per domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters
 are off (crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
@@ -45,11 +49,12 @@ from crawler.domains.classify import (
     Outcome,
     failure_outcome,
     falls_back,
+    most_informative,
     page_title,
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
-from crawler.domains.probes import FAILURE_META, PROBE_META
+from crawler.domains.probes import FAILURE_META, PROBE_META, TRUNCATED_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
 from crawler.frontier.reports import FrontierReports
@@ -90,6 +95,9 @@ class DomainsSpider(RedisFedSpider):
             **project.DOWNLOADER_MIDDLEWARES,
             "crawler.middlewares.BanMiddleware": None,
             "crawler.domains.probes.DomainProbeMiddleware": 560,
+            # The probe middleware decodes gzip and deflate itself, to DOMAINS_BODY_BYTES at
+            # most (Scrapy's would decode a cut stream whole or fail on it).
+            "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
         },
         "EXTENSIONS": {
             **project.EXTENSIONS,
@@ -105,7 +113,6 @@ class DomainsSpider(RedisFedSpider):
         "START_BATCH_SIZE": 200,
         "COOKIES_ENABLED": False,
         "REDIRECT_ENABLED": False,
-        "DOWNLOAD_MAXSIZE": 4 * 1024 * 1024,
     }
 
     def __init__(self, domains: str = "", file: str = "", **kwargs: Any) -> None:
@@ -208,8 +215,17 @@ class DomainsSpider(RedisFedSpider):
     def probe(self, domain: str, scheme: str = "http") -> Request:
         port = self.ports[scheme]
         netloc = domain if port == DEFAULT_PORTS[scheme] else f"{domain}:{port}"
-        state = {"domain": domain, "scheme": scheme, "timeouts": 0, "redirects": 0, "tries": 1}
-        return self._request(f"{scheme}://{netloc}/", state, dont_filter=False)
+        url = f"{scheme}://{netloc}/"
+        state = {
+            "domain": domain,
+            "scheme": scheme,
+            "timeouts": 0,
+            "redirects": 0,
+            "tries": 1,
+            "visited": [url],
+            "errors": {},
+        }
+        return self._request(url, state, dont_filter=False)
 
     def _request(self, url: str, state: dict[str, Any], dont_filter: bool = True) -> Request:
         meta = {
@@ -219,6 +235,11 @@ class DomainsSpider(RedisFedSpider):
             "dont_redirect": True,
             "handle_httpstatus_all": True,
             "download_timeout": self.timeout,
+            # Any answer is read, whatever length it announces: the probe middleware stops
+            # at DOMAINS_BODY_BYTES and keeps what came; a body cut short is still an answer.
+            "download_maxsize": 0,
+            "download_warnsize": 0,
+            "download_fail_on_dataloss": False,
         }
         # Connection: close: a domain is asked once, so no connection is kept for it (Twisted's
         # pool would hold each one open for minutes: thousands of sockets in a sweep).
@@ -226,7 +247,7 @@ class DomainsSpider(RedisFedSpider):
             url,
             callback=self.parse_probe,
             meta=meta,
-            headers={"Connection": "close"},
+            headers={"Connection": "close", "Accept-Encoding": "gzip, deflate"},
             dont_filter=dont_filter,
         )
 
@@ -237,29 +258,46 @@ class DomainsSpider(RedisFedSpider):
             yield from self._failed(response, state, failure)
             return
         location = _location(response)
-        if location is not None:
-            offsite = not same_site(urlsplit(location).hostname or "", state["domain"])
-            if not offsite and state["redirects"] < self.max_redirects:
-                yield self._again(location, state, redirects=state["redirects"] + 1)
-                return
-            yield self._item(state, response_outcome(response.status, b"", offsite), response)
+        if location is None:
+            yield self._item(state, response_outcome(response.status, response.body), response)
             return
-        yield self._item(state, response_outcome(response.status, response.body), response)
+        redirect = self._redirect(location, state)
+        if redirect is None:
+            visited = [*state["visited"], location]
+            yield self._again(location, state, redirects=state["redirects"] + 1, visited=visited)
+            return
+        yield self._item(state, response_outcome(response.status, b"", redirect), response)
+
+    def _redirect(self, location: str, state: dict[str, Any]) -> str | None:
+        """None when the redirect to ``location`` is followed, else why not: "offsite", or
+        "loop" (back to a URL already visited, or one redirect too many)."""
+        if not same_site(urlsplit(location).hostname or "", state["domain"]):
+            return "offsite"
+        if location in state["visited"] or state["redirects"] >= self.max_redirects:
+            return "loop"
+        return None
 
     def _failed(
         self, response: Response, state: dict[str, Any], failure: dict[str, Any]
     ) -> Iterator[Any]:
         kind = failure["kind"]
+        scheme = urlsplit(response.url).scheme
         if kind == "timeout" and state["timeouts"] < self.timeout_retries:
             self.count("domains/timeout_retries")
             yield self._again(response.url, state, timeouts=state["timeouts"] + 1)
-        elif falls_back(kind, urlsplit(response.url).scheme):
+            return
+        errors = {**state["errors"], scheme: f"{kind}: {failure['error']}"}
+        if falls_back(kind, scheme) and "https" not in errors:
             self.count("domains/https_fallback")
             port = self.ports["https"]
             host = state["domain"] if port == 443 else f"{state['domain']}:{port}"
-            yield self._again(f"https://{host}/", state, scheme="https")
-        else:
-            yield self._item(state, failure_outcome(kind), response, failure)
+            url = f"https://{host}/"
+            yield self._again(url, state, scheme="https", timeouts=0, errors=errors, visited=[url])
+            return
+        kinds = [error.split(":", 1)[0] for error in errors.values()]
+        chosen = most_informative(kinds)
+        error = next(text for text in errors.values() if text.startswith(f"{chosen}:"))
+        yield self._item({**state, "errors": errors}, failure_outcome(chosen), response, error)
 
     def _again(self, url: str, state: dict[str, Any], **changes: Any) -> Request:
         return self._request(url, {**state, **changes, "tries": state["tries"] + 1})
@@ -269,22 +307,30 @@ class DomainsSpider(RedisFedSpider):
         state: dict[str, Any],
         outcome: Outcome,
         response: Response,
-        failure: dict[str, Any] | None = None,
+        error: str | None = None,
     ) -> DomainItem:
         self.count(f"domains/status/{outcome.status}")
         self.count(f"domains/code/{outcome.code}")
+        errors: dict[str, str] = state["errors"]
         item = DomainItem(
             domain=state["domain"],
             status=outcome.status,
             code=outcome.code,
             checked_at=time.time(),
             attempts=state["tries"],
+            http_error=errors.get("http"),
+            https_error=errors.get("https"),
         )
-        if failure is not None:
-            item.error = failure["error"]
+        if error is not None:
+            failure = response.meta[FAILURE_META]
+            item.error = error.split(": ", 1)[1]
             item.response_time = failure["elapsed"]
+            if state["redirects"]:
+                item.final_url = response.url  # where the redirects within the domain led
             return item
         _describe(item, response, outcome)
+        if item.truncated:
+            self.count("domains/truncated")
         if item.response_time is not None:
             self.count("domains/response_ms", int(item.response_time * 1000))
         return item
@@ -293,12 +339,14 @@ class DomainsSpider(RedisFedSpider):
 def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
     item.http_status = response.status
     item.scheme = urlsplit(response.url).scheme
-    item.final_url = _location(response) if outcome.status == "redirect_offsite" else response.url
+    redirected = outcome.status in ("redirect_offsite", "redirect_loop")
+    item.final_url = _location(response) if redirected else response.url
     latency = response.meta.get("download_latency")
     item.response_time = round(latency, 3) if isinstance(latency, float) else None
     server = response.headers.get(b"Server")
     item.server = server.decode("latin-1")[:200] if server else None
     item.title = page_title(response.body)
+    item.truncated = bool(response.meta.get(TRUNCATED_META))
 
 
 def _location(response: Response) -> str | None:
