@@ -14,14 +14,16 @@ import bson
 import pymongo
 import pytest
 import redis
-from scrapy.exceptions import DropItem
+from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project
 from crawler.config.rules import SettingsError
+from crawler.config.values import Destination
 from crawler.frontier.codec import expand
 from crawler.items import ProfileItem, VideoItem
-from crawler.pipelines import ItemNotStored, MongoPipeline, ValidationPipeline
+from crawler.pipelines import ITEMS_NOT_STORED, ItemNotStored, MongoPipeline, ValidationPipeline
+from crawler.storage.destinations import Destinations
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
@@ -369,3 +371,62 @@ def test_writes_are_journaled_by_default() -> None:
     assert config.max_document_bytes == 16_000_000
     custom = _from_project(MONGO_WRITE_CONCERN='{"w": "majority", "wtimeout": 5000}')
     assert custom.write_concern.document == {"w": "majority", "wtimeout": 5000}
+
+
+# --- items nothing declares a destination for --------------------------------------------------
+
+
+def test_undeclared_items_go_to_the_spiders_collection(
+    mongo: Mongo, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def crawl_once() -> list[BaseException | None]:
+        config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+        pipeline, _ = _pipeline(config)
+        pages = [{"url": f"https://example.org/{n}", "title": f"page {n}"} for n in range(3)]
+        return _stored(pipeline, *pages, {"title": "no url"}, {"url": "", "title": "empty url"})
+
+    with caplog.at_level("INFO", logger="crawler.storage.destinations"):
+        assert crawl_once() == [None] * 5
+    said = [r.getMessage() for r in caplog.records if r.name == "crawler.storage.destinations"]
+    assert said == [
+        "Storing dict items of spider 'videos-test' in MongoDB collection 'videos-test', "
+        "upserted on url (inserted when they have none); MONGO_COLLECTIONS sets another"
+    ]
+    assert crawl_once() == [None] * 5
+    pages = mongo.db["videos-test"]
+    # Pages with a url are upserted (one document each), the others inserted every time.
+    assert pages.count_documents({"url": {"$regex": "^https"}}) == 3
+    assert pages.count_documents({"title": "no url"}) == 2
+    assert pages.count_documents({"title": "empty url"}) == 2
+    (index,) = [i for i in pages.index_information().values() if i["key"] == [("url", 1)]]
+    assert index["unique"]
+    assert index["partialFilterExpression"] == {"url": {"$gt": ""}}
+    page = pages.find_one({"url": "https://example.org/0"})
+    assert page is not None
+    assert page["first_seen"] < page["last_seen"]
+    assert page["change_count"] == 0
+
+
+def test_mongo_collections_still_says_where_dicts_go(mongo: Mongo, tmp_path: Path) -> None:
+    config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+    destinations = Destinations({"dict": Destination("pages", "url")}, "videos-test")
+    pipeline = MongoPipeline(config, get_crawler().stats, "videos-test", destinations)
+    assert _stored(pipeline, {"url": "https://example.org/", "title": "home"}) == [None]
+    assert mongo.db.pages.count_documents({}) == 1
+    assert "videos-test" not in mongo.db.list_collection_names()
+
+
+def test_an_idle_crawl_that_stored_nothing_closes_as_items_not_stored(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    mongo.db.create_collection("videos", validator={"digg_count": {"$gte": 0}})
+    pipeline, _ = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    refused = [_video(str(n), likes=-1) for n in range(3)]
+    assert all(isinstance(outcome, ItemNotStored) for outcome in _stored(pipeline, *refused))
+    with pytest.raises(CloseSpider) as closing:
+        pipeline.spider_idle()
+    assert closing.value.reason == ITEMS_NOT_STORED
+    # One stored item is enough for the crawl to finish as usual.
+    pipeline, _ = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    assert _stored(pipeline, *refused, _video("fine"))[-1] is None
+    pipeline.spider_idle()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -96,6 +97,7 @@ class CollectionBatch:
 
     updates: dict[Any, Upsert] = field(default_factory=dict)
     waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
+    destinations: set[Destination] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -122,7 +124,7 @@ class MongoWriter:
         self.stats = stats
         self.spider_name = spider_name
         self.destinations = destinations
-        self._indexed: set[str] = set()
+        self._indexed: set[tuple[str, str]] = set()  # (collection, unique key)
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
@@ -174,6 +176,7 @@ class MongoWriter:
         key = document[destination.unique_key]
         batch = self._batches.setdefault(destination.collection, CollectionBatch())
         batch.updates[_hashable(key)] = ({destination.unique_key: key}, document)
+        batch.destinations.add(destination)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.setdefault(_hashable(key), []).append(waiter)
         self._pending += 1
@@ -203,7 +206,9 @@ class MongoWriter:
         keys, operations = list(batch.updates), list(batch.updates.values())
         waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
         try:
-            failed = await self._in_thread(self._write_or_spill, collection, operations)
+            failed = await self._in_thread(
+                self._write_or_spill, collection, operations, batch.destinations
+            )
         except Exception as exc:  # the spill file failed too: the items are not stored
             logger.exception(
                 "Could not write nor spill %d items of %s", len(operations), collection
@@ -236,7 +241,7 @@ class MongoWriter:
             )
             for destination in self.destinations.indexed():
                 database[destination.collection].create_index(destination.unique_key, unique=True)
-                self._indexed.add(destination.collection)
+                self._indexed.add((destination.collection, destination.unique_key))
         except PyMongoError as exc:
             client.close()
             reason = str(exc).split(", Timeout:")[0]
@@ -245,13 +250,15 @@ class MongoWriter:
         self.client, self.database = client, database
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
 
-    def _write_or_spill(self, collection: str, upserts: list[Upsert]) -> dict[int, str]:
+    def _write_or_spill(
+        self, collection: str, upserts: list[Upsert], destinations: Collection[Destination]
+    ) -> dict[int, str]:
         """Write (or spill) the upserts; the ones not stored, by position: reason."""
         now = datetime.now(UTC)
         failed: dict[int, str] = {}
         updates: list[tuple[int, dict[str, Any], Any]] = []
-        if upserts:
-            self._index(collection, next(iter(upserts[0][0])))
+        for destination in destinations:
+            self._index(destination)
         for index, (selector, fields) in enumerate(upserts):
             try:
                 updates.append((index, selector, self._update(collection, selector, fields, now)))
@@ -272,17 +279,24 @@ class MongoWriter:
             )
         return failed
 
-    def _index(self, collection: str, unique_key: str) -> None:
+    def _index(self, destination: Destination) -> None:
         """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
-        an item class of the user's); tried again with the next batch if MongoDB is away."""
-        if collection in self._indexed or self.database is None:
+        an item class of the user's, the spider's own collection), unless one is there; tried
+        again with the next batch if MongoDB is away. ``_id`` has its own."""
+        collection, key = destination.collection, destination.unique_key
+        if key == "_id" or (collection, key) in self._indexed or self.database is None:
             return
         try:
-            self.database[collection].create_index(unique_key, unique=True)
+            existing = self.database[collection].index_information().values()
+            if not any(index["key"] == [(key, 1)] and index.get("unique") for index in existing):
+                options: dict[str, Any] = {"unique": True}
+                if destination.partial:
+                    options["partialFilterExpression"] = {key: {"$gt": ""}}
+                self.database[collection].create_index(key, **options)
         except PyMongoError as exc:
-            logger.warning("No unique index on %s.%s yet: %s", collection, unique_key, exc)
+            logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
             return
-        self._indexed.add(collection)
+        self._indexed.add((collection, key))
 
     def _update(
         self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
