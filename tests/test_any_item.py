@@ -86,7 +86,8 @@ def test_an_item_nobody_declared_goes_to_the_spiders_collection(
     assert "[crawler.storage.destinations] INFO: Storing dict items of spider 'quotes'" in said[0]
     assert "collection 'quotes', upserted on url" in said[0]
     assert "MONGO_COLLECTIONS" in said[0]
-    assert "ERROR" not in result.stderr, result.stderr[-3000:]
+    assert " WARNING: " not in result.stderr, result.stderr[-3000:]
+    assert " ERROR: " not in result.stderr, result.stderr[-3000:]
     urls = {f"{sandbox.url}/@quote.user{number}" for number in range(4)}
     assert {doc["url"] for doc in crawl.mongo.db.quotes.find({})} == urls
     assert crawl.mongo.db.quotes.count_documents({}) == 4
