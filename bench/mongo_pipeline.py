@@ -1,9 +1,11 @@
 """Items per second into MongoDB: the batched pipeline against its peers, side by side.
 
-Writes the same items, on the same server, three ways: one ``update_one`` upsert per item, a raw
-loop of ``bulk_write`` batches (the ceiling), and ``crawler.pipelines.MongoPipeline`` fed as
-Scrapy feeds it (many items in flight) while an event-loop watchdog records the longest stall.
-Uses MONGO_URI when set, else starts a private SecantusDB. Usage:
+Writes the same items, on the same server and with the same write concern (the pipeline's
+default, journaled: MONGO_WRITE_CONCERN), three ways: one ``update_one`` upsert per item, a raw
+loop of ``bulk_write`` batches of plain upserts (the ceiling), and
+``crawler.pipelines.MongoPipeline`` with its change tracking, fed as Scrapy feeds it (many
+items in flight) while an event-loop watchdog records the longest stall. Uses MONGO_URI when
+set, else starts a private SecantusDB. Usage:
     python bench/mongo_pipeline.py [--items 20000] [--per-item 3000]
 """
 
@@ -33,6 +35,8 @@ from devtools.services import free_port, start_mongo  # noqa: E402
 
 BATCH = 500
 IN_FLIGHT = 1000  # items Scrapy keeps in the pipelines at once (responses x CONCURRENT_ITEMS)
+# The pipeline's write concern by default, for every side.
+WRITE_CONCERN = MongoSettings("", "", 0, 0, 0.0, 0, 0, Path()).write_concern
 
 
 def video(n: int) -> VideoItem:
@@ -76,7 +80,9 @@ def raw_bulk(collection: Any, items: list[VideoItem]) -> float:
 
 async def through_pipeline(uri: str, database: str, items: list[VideoItem]) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as spill:
-        config = MongoSettings(uri, database, 5000, BATCH, 1.0, 5000, 3, Path(spill))
+        config = MongoSettings(
+            uri, database, 5000, BATCH, 1.0, 5000, 3, Path(spill), write_concern=WRITE_CONCERN
+        )
         pipeline = MongoPipeline(config, get_crawler().stats, "bench")
         await pipeline.open_spider()
         stall = asyncio.create_task(watch_stalls())
@@ -118,14 +124,21 @@ def run(uri: str, items: int, per_item_items: int) -> None:
         client.drop_database(f"bench_{name}")
         collection = client[f"bench_{name}"]["videos"]
         collection.create_index("video_id", unique=True)
-    results["per_item"] = per_item(client["bench_per_item"]["videos"], data[:per_item_items])
-    results["raw_bulk"] = raw_bulk(client["bench_raw_bulk"]["videos"], data)
+
+    def journaled(name: str) -> Any:
+        return client.get_database(f"bench_{name}", write_concern=WRITE_CONCERN)["videos"]
+
+    results["per_item"] = per_item(journaled("per_item"), data[:per_item_items])
+    results["raw_bulk"] = raw_bulk(journaled("raw_bulk"), data)
     results["pipeline"], stall = asyncio.run(through_pipeline(uri, "bench_pipeline", data))
     stored = client["bench_pipeline"]["videos"].count_documents({})
     for name in ("per_item", "raw_bulk", "pipeline"):
         client.drop_database(f"bench_{name}")
     client.close()
-    print(f"\n{items} items ({per_item_items} for per-item), batches of {BATCH}")
+    print(
+        f"\n{items} items ({per_item_items} for per-item), batches of {BATCH}, "
+        f"write concern {WRITE_CONCERN.document} for all"
+    )
     for name, label in (
         ("per_item", "update_one per item"),
         ("raw_bulk", "raw bulk_write loop"),

@@ -21,8 +21,7 @@ from scrapy.exceptions import CloseSpider, DropItem
 from crawler.config import setting
 from crawler.config.values import Destination
 from crawler.items import STORED_ITEM_CLASSES
-from crawler.storage.changes import with_change_hash
-from crawler.storage.destinations import Destinations, document_of
+from crawler.storage.destinations import Destinations, key_of
 from crawler.storage.mongo import ItemNotStored, MongoSettings, MongoUnavailable, MongoWriter
 
 if TYPE_CHECKING:
@@ -135,8 +134,7 @@ class MongoPipeline:
 
     async def _store(self, item: Any, destination: Destination) -> None:
         volatile = getattr(type(item), "volatile_fields", ())
-        document = with_change_hash(document_of(item, destination), volatile)
-        await self.writer.store(destination, document)
+        await self.writer.store(destination, key_of(item, destination), item, volatile)
 
     def spider_idle(self) -> None:
         """spider_idle handler: a crawl about to finish with no item stored and some failed

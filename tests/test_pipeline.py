@@ -430,3 +430,81 @@ def test_an_idle_crawl_that_stored_nothing_closes_as_items_not_stored(
     pipeline, _ = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
     assert _stored(pipeline, *refused, _video("fine"))[-1] is None
     pipeline.spider_idle()
+
+
+# --- change tracking: the plain form for unchanged documents, the pipeline form for changes ----
+
+
+def _visit(mongo: Mongo, tmp_path: Path, *pages: dict[str, Any]) -> Any:
+    """Store ``pages`` (dicts, in collection "pages" keyed on url) as one crawl would."""
+    config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+    destinations = Destinations({"dict": Destination("pages", "url")}, "videos-test")
+    stats = get_crawler().stats
+    pipeline = MongoPipeline(config, stats, "videos-test", destinations)
+    assert _stored(pipeline, *pages) == [None] * len(pages)
+    return stats
+
+
+def _page(mongo: Mongo, url: str) -> dict[str, Any]:
+    found: dict[str, Any] | None = mongo.db.pages.find_one({"url": url}, {"_id": 0})
+    assert found is not None
+    return found
+
+
+def test_history_is_kept_whichever_form_writes_it(mongo: Mongo, tmp_path: Path) -> None:
+    mongo.db.pages.insert_one({"url": "old", "price": 1})  # stored before hashes were kept
+    stats = _visit(mongo, tmp_path, {"url": "new", "price": 5, "name": "$p", "fetched_at": 1})
+    first = _page(mongo, "new")
+    assert first["name"] == "$p"  # values are stored as given, never read as expressions
+    assert first["first_seen"] == first["last_changed"] == first["last_seen"]
+    assert first["change_count"] == 0
+    assert not stats.get_value("mongo/changed_writes")
+
+    # The same content (a volatile field aside): the plain form matches it, nothing counted.
+    stats = _visit(
+        mongo,
+        tmp_path,
+        {"url": "new", "price": 5, "name": "$p", "fetched_at": 2},
+        {"url": "old", "price": 1},
+    )
+    same, old = _page(mongo, "new"), _page(mongo, "old")
+    assert same["fetched_at"] == 2
+    assert same["change_count"] == 0
+    assert same["first_seen"] == same["last_changed"] == first["first_seen"]
+    assert same["last_seen"] > first["last_seen"]
+    # The old document gets its first hash and history without counting a change.
+    assert old["change_count"] == 0
+    assert old["first_seen"] == old["last_changed"] == old["last_seen"]
+    assert "change_hash" in old
+    assert stats.get_value("mongo/changed_writes") == 1  # the old one, written again
+
+    stats = _visit(mongo, tmp_path, {"url": "new", "price": 6, "name": "$p", "fetched_at": 3})
+    changed = _page(mongo, "new")
+    assert changed["change_count"] == 1
+    assert changed["first_seen"] == first["first_seen"]
+    assert changed["last_changed"] == changed["last_seen"] > same["last_seen"]
+    assert changed["price"] == 6
+    assert stats.get_value("mongo/changed_writes") == 1
+    assert stats.get_value("mongo/items") == 1
+    assert mongo.db.pages.count_documents({}) == 2
+
+
+def test_without_a_unique_index_every_write_is_the_pipeline_form(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """The plain form would insert a second document where the hash differs: a collection whose
+    key has no unique index (here one that cannot be made) only gets the pipeline form."""
+    pages = mongo.db["videos-test"]  # the spider's own collection
+    pages.create_index("url")
+    stats = []
+    for price in (1, 2):
+        pipeline, counted = _pipeline(
+            _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+        )
+        assert _stored(pipeline, {"url": "https://a.test/", "price": price}) == [None]
+        stats.append(counted)
+    assert pages.count_documents({}) == 1
+    stored = pages.find_one({})
+    assert stored is not None
+    assert stored["change_count"] == 1
+    assert not stats[1].get_value("mongo/changed_writes")

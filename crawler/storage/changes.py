@@ -1,12 +1,20 @@
-"""The upsert that keeps a document's history: when it was first and last seen, when its
+"""The upserts that keep a document's history: when it was first and last seen, when its
 content last changed and how many times it did.
 
 Every document carries ``change_hash``, the digest of its fields without the volatile ones
-(:func:`item_hash`). The upsert is an update pipeline, so MongoDB
-compares the stored hash with the new one in the same write: a different hash sets
-``last_changed`` and adds one to ``change_count``; an equal one leaves both. A new document
-gets ``first_seen`` = ``last_changed`` = now and ``change_count`` 0; a document stored before
-hashes were kept gets its first hash without counting a change.
+(:func:`item_hash`). A different hash sets ``last_changed`` and adds one to ``change_count``;
+an equal one leaves both. A new document gets ``first_seen`` = ``last_changed`` = now and
+``change_count`` 0; a document stored before hashes were kept gets its first hash without
+counting a change.
+
+Two forms of the upsert say so. :func:`history_update` is an update pipeline in which MongoDB
+compares the stored hash with the new one: it is right for any stored document, at the price of
+an aggregation per write. :func:`same_content_update` is a plain update, for the filter
+``{<key>: ..., "change_hash": <new hash>}``: it matches a stored document whose content did not
+change, and inserts a new one; a stored document whose content changed (or that has no hash
+yet) is not matched, so its insert fails on the key's unique index (a duplicate key), and the
+writer writes that document again with :func:`history_update`. Only a collection with a unique
+index on the key may take the plain form: without one, that insert would add a second document.
 """
 
 from __future__ import annotations
@@ -59,6 +67,23 @@ def history_update(
     if unset:
         stages.append({"$unset": sorted(unset)})
     return stages
+
+
+def same_content_update(
+    document: Mapping[str, Any], now: datetime, unset: Collection[str] = ()
+) -> dict[str, Any]:
+    """The plain update that stores ``document`` over a stored one of the same ``change_hash``
+    (the filter compares it), or inserts it: its fields and ``last_seen``; ``first_seen``,
+    ``last_changed`` and ``change_count`` only on insert (a document with a hash has them),
+    and removes the ``unset`` fields."""
+    fields = dict(document)
+    on_insert = {"first_seen": now, "last_changed": now, "change_count": 0}
+    update: dict[str, Any] = {"$set": {**fields, "last_seen": now}}
+    if inserted := {name: value for name, value in on_insert.items() if name not in fields}:
+        update["$setOnInsert"] = inserted
+    if unset:
+        update["$unset"] = dict.fromkeys(sorted(unset), "")
+    return update
 
 
 def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str] = ()) -> str:

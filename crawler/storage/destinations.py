@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from bson import ObjectId
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_KEY = "url"
 # The key of an item inserted as a new document: MongoDB's own id, made for it.
 INSERTED_KEY = "_id"
+
+
+# Field values stored as they are (the common case, checked by type before anything else).
+SCALARS = frozenset({str, int, float, bool, type(None), bytes, datetime, ObjectId})
 
 
 class InvalidKey(Exception):
@@ -77,26 +82,56 @@ class Destinations:
         )
 
 
-def document_of(item: Any, destination: Destination) -> dict[str, Any]:
-    """The item's fields as a dict, its unique key present and not empty (else InvalidKey);
-    an item to insert gets a new ``_id``."""
+def key_of(item: Any, destination: Destination) -> Any:
+    """The item's unique key, present and not empty (else InvalidKey); for an item to insert,
+    a new ``_id`` unless it has its own. Cheap: it runs on the reactor for every item."""
     try:
-        document = ItemAdapter(item).asdict()
+        key = _field(item, destination.unique_key)
     except TypeError:
         raise InvalidKey(f"{type(item).__name__} is not an item (dict, dataclass...)") from None
-    if destination.unique_key == INSERTED_KEY:
-        document.setdefault(INSERTED_KEY, ObjectId())
-    key = document.get(destination.unique_key)
+    if key is None and destination.unique_key == INSERTED_KEY:
+        return ObjectId()
     if key is None or key == "":
         raise InvalidKey(f"{type(item).__name__} has no {destination.unique_key!r}")
-    return document
+    return key
+
+
+def document_of(item: Any) -> dict[str, Any]:
+    """The item's fields as a dict, the items nested in it as dicts (``ItemAdapter.asdict``)."""
+    fields = item.items() if type(item) is dict else ItemAdapter(item).items()
+    return {name: _plain(value) for name, value in fields}
+
+
+def _field(item: Any, name: str) -> Any:
+    """The item's field ``name`` (None if missing): a dict's or a dataclass's directly, any
+    other item's through ItemAdapter (TypeError if it is not an item)."""
+    if type(item) is dict:
+        return item.get(name)
+    if name in getattr(type(item), "__dataclass_fields__", ()):
+        return getattr(item, name, None)
+    return ItemAdapter(item).get(name)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with the items nested in it as dicts, as ``ItemAdapter.asdict`` makes them;
+    a scalar as it is, without asking every item adapter whether it is an item."""
+    if type(value) in SCALARS:
+        return value
+    if isinstance(value, dict):
+        return {name: _plain(nested) for name, nested in value.items()}
+    if isinstance(value, list | set | tuple):
+        return value.__class__(_plain(nested) for nested in value)
+    if ItemAdapter.is_item(value):
+        return {name: _plain(nested) for name, nested in ItemAdapter(value).items()}
+    return value
 
 
 def _has_key(item: Any, key: str) -> bool:
     """The item has a non-empty string at ``key``."""
-    if not ItemAdapter.is_item(item):
+    try:
+        value = _field(item, key)
+    except TypeError:
         return False
-    value = ItemAdapter(item).get(key)
     return isinstance(value, str) and value != ""
 
 

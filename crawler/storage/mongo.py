@@ -2,7 +2,12 @@
 
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
 on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
-``last_changed``/``change_count`` when the content changed (``changes.py``).
+``last_changed``/``change_count`` when the content changed (``changes.py``). Each upsert is
+first written in the plain form that matches an unchanged document through its hash; the
+documents whose content changed, refused by it as duplicate keys, are written again in the
+update-pipeline form that counts the change. The reactor only reads each item's key and
+buffers it: reading the item into a document, its hash, trimming, encoding and the writes run
+in the writer thread.
 ``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
 only once its item is written with the write concern
 MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
@@ -30,8 +35,13 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
-from crawler.storage.changes import history_update
-from crawler.storage.destinations import Destinations
+from crawler.storage.changes import (
+    CHANGE_HASH,
+    history_update,
+    same_content_update,
+    with_change_hash,
+)
+from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
 from crawler.storage.spill import Record, SpillFile
 from crawler.storage.writes import Outcome, refused, transient, written
@@ -47,7 +57,8 @@ logger = logging.getLogger(__name__)
 # Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
 # timers between groups instead of running every item's continuation in one turn.
 WAKE_CHUNK = 64
-Upsert = tuple[dict[str, Any], dict[str, Any]]  # (filter, fields to $set)
+# (filter, the item, the item class's volatile fields)
+Upsert = tuple[dict[str, Any], Any, Collection[str]]
 
 
 class MongoUnavailable(RuntimeError):
@@ -97,7 +108,7 @@ class CollectionBatch:
 
     updates: dict[Any, Upsert] = field(default_factory=dict)
     waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
-    destinations: set[Destination] = field(default_factory=set)
+    destinations: dict[str, Destination] = field(default_factory=dict)  # by unique key
     started: float = field(default_factory=time.monotonic)
 
 
@@ -145,14 +156,18 @@ class MongoWriter:
         self._room.set()
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
-    async def store(self, destination: Destination, document: dict[str, Any]) -> None:
-        """Return once ``document`` is written to its collection or spilled; raises
-        :class:`ItemNotStored` when MongoDB does not store it."""
+    async def store(
+        self, destination: Destination, key: Any, item: Any, volatile: Collection[str] = ()
+    ) -> None:
+        """Return once ``item`` (whose unique key is ``key``) is written to its collection or
+        spilled; raises :class:`ItemNotStored` when MongoDB does not store it. ``volatile``:
+        fields left out of its change hash besides the usual ones (``changes.py``). The item
+        is read in the writer thread: it must not change until this returns."""
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
             await self._room.wait()
-        waiter = self._buffer(destination, document)
+        waiter = self._buffer(destination, key, item, volatile)
         await waiter
 
     async def close(self) -> None:
@@ -172,11 +187,12 @@ class MongoWriter:
 
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
-    def _buffer(self, destination: Destination, document: dict[str, Any]) -> asyncio.Future[None]:
-        key = document[destination.unique_key]
+    def _buffer(
+        self, destination: Destination, key: Any, item: Any, volatile: Collection[str]
+    ) -> asyncio.Future[None]:
         batch = self._batches.setdefault(destination.collection, CollectionBatch())
-        batch.updates[_hashable(key)] = ({destination.unique_key: key}, document)
-        batch.destinations.add(destination)
+        batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile)
+        batch.destinations.setdefault(destination.unique_key, destination)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.setdefault(_hashable(key), []).append(waiter)
         self._pending += 1
@@ -207,7 +223,7 @@ class MongoWriter:
         waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
         try:
             failed = await self._in_thread(
-                self._write_or_spill, collection, operations, batch.destinations
+                self._write_or_spill, collection, operations, list(batch.destinations.values())
             )
         except Exception as exc:  # the spill file failed too: the items are not stored
             logger.exception(
@@ -256,17 +272,17 @@ class MongoWriter:
         """Write (or spill) the upserts; the ones not stored, by position: reason."""
         now = datetime.now(UTC)
         failed: dict[int, str] = {}
-        updates: list[tuple[int, dict[str, Any], Any]] = []
+        writes: list[Write] = []
         for destination in destinations:
             self._index(destination)
-        for index, (selector, fields) in enumerate(upserts):
+        for index, (selector, item, volatile) in enumerate(upserts):
             try:
-                updates.append((index, selector, self._update(collection, selector, fields, now)))
+                writes.append(self._prepare(index, collection, selector, item, volatile))
             except (DocumentTooLarge, BSONError) as exc:
                 self.stats.inc_value("mongo/too_large")
                 failed[index] = str(exc)
-        if updates:
-            failed |= self._write_updates(collection, updates)
+        if writes:
+            failed |= self._write_updates(collection, writes, now)
         if failed:
             self.stats.inc_value("mongo/write_errors", len(failed))
             logger.error(
@@ -288,7 +304,7 @@ class MongoWriter:
             return
         try:
             existing = self.database[collection].index_information().values()
-            if not any(index["key"] == [(key, 1)] and index.get("unique") for index in existing):
+            if not any(_covers(index, key, destination.partial) for index in existing):
                 options: dict[str, Any] = {"unique": True}
                 if destination.partial:
                     options["partialFilterExpression"] = {key: {"$gt": ""}}
@@ -298,52 +314,90 @@ class MongoWriter:
             return
         self._indexed.add((collection, key))
 
-    def _update(
-        self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
-    ) -> list[dict[str, Any]]:
-        """The upsert of ``fields``, trimmed to MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
+    def _prepare(
+        self,
+        index: int,
+        collection: str,
+        selector: dict[str, Any],
+        item: Any,
+        volatile: Collection[str],
+    ) -> Write:
+        """The write of the item's document with its change hash, trimmed to
+        MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
         ((unique_key, key),) = selector.items()
-        document = fit(fields, self.config.max_document_bytes, unique_key)
-        if TRUNCATED_FIELD in document:
-            self.stats.inc_value("mongo/truncated")
-            logger.warning(
-                "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
-                collection,
-                unique_key,
-                key,
-                ", ".join(
-                    f"{name} from {size:,} bytes"
-                    for name, size in document[TRUNCATED_FIELD].items()
-                ),
-            )
-            return history_update(document, now)
-        return history_update(document, now, unset=(TRUNCATED_FIELD,))
+        hashed = with_change_hash(document_of(item), volatile)
+        fitted = fit(hashed, self.config.max_document_bytes, unique_key)
+        if unique_key == "_id":
+            fitted = {name: value for name, value in fitted.items() if name != "_id"}
+        unique = unique_key == "_id" or (collection, unique_key) in self._indexed
+        if TRUNCATED_FIELD not in fitted:
+            return Write(index, selector, fitted, unique, unset=(TRUNCATED_FIELD,))
+        self.stats.inc_value("mongo/truncated")
+        logger.warning(
+            "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
+            collection,
+            unique_key,
+            key,
+            ", ".join(
+                f"{name} from {size:,} bytes" for name, size in fitted[TRUNCATED_FIELD].items()
+            ),
+        )
+        return Write(index, selector, fitted, unique)
 
-    def _write_updates(
-        self, collection: str, updates: list[tuple[int, dict[str, Any], Any]]
-    ) -> dict[int, str]:
-        operations = [UpdateOne(selector, update, upsert=True) for _, selector, update in updates]
+    def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
+        """Write in the plain form what the key's unique index allows, then again in the
+        pipeline form what the plain form found changed (refused as a duplicate key); spill
+        what MongoDB is unavailable for. The writes not stored, by position: reason."""
+        first = [write.first(now) for write in writes]
         try:
-            outcome = self._bulk_write_with_retries(collection, operations)
+            outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
         except ConnectionFailure as exc:
-            logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(updates))
-            assert self.spill is not None
-            self.spill.append(
-                [{"collection": collection, "filter": s, "update": u} for _, s, u in updates]
+            return self._spill(collection, writes, now, exc)
+        self._count(collection, len(first), outcome)
+        again = [writes[position] for position in sorted(outcome.duplicates)]
+        failed = {
+            writes[position].index: reason
+            for position, reason in outcome.refused.items()
+            if position not in outcome.duplicates
+        }
+        if not again:
+            return failed
+        self.stats.inc_value("mongo/changed_writes", len(again))
+        try:
+            rewritten = self._bulk_write_with_retries(
+                collection, [write.tracked(now) for write in again]
             )
-            self.stats.inc_value("mongo/spilled", len(updates))
-            return {}
-        self._count(collection, len(operations), outcome)
-        return {updates[index][0]: reason for index, reason in outcome.refused.items()}
+        except ConnectionFailure as exc:
+            return failed | self._spill(collection, again, now, exc)
+        self._count(collection, len(again), rewritten, batch=False)
+        return failed | {again[position].index: r for position, r in rewritten.refused.items()}
 
-    def _bulk_write_with_retries(self, collection: str, operations: list[UpdateOne]) -> Outcome:
+    def _spill(
+        self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
+    ) -> dict[int, str]:
+        logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
+        assert self.spill is not None
+        self.spill.append(
+            [
+                {"collection": collection, "filter": w.selector, "update": w.history(now)}
+                for w in writes
+            ]
+        )
+        self.stats.inc_value("mongo/spilled", len(writes))
+        return {}
+
+    def _bulk_write_with_retries(
+        self, collection: str, operations: list[UpdateOne], duplicates: bool = True
+    ) -> Outcome:
+        """The outcome of the unordered bulk write, tried again on transient errors (duplicate
+        keys only if ``duplicates``)."""
         assert self.database is not None
         for attempt in range(self.config.retry_times + 1):
             last = attempt == self.config.retry_times
             try:
                 return written(self.database[collection].bulk_write(operations, ordered=False))
             except BulkWriteError as exc:
-                if last or not transient(exc):
+                if last or not transient(exc, duplicates):
                     return refused(exc, len(operations))
             except ConnectionFailure:
                 if last:
@@ -352,9 +406,12 @@ class MongoWriter:
             time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on
         raise AssertionError("unreachable")
 
-    def _count(self, collection: str, operations: int, outcome: Outcome) -> None:
+    def _count(
+        self, collection: str, operations: int, outcome: Outcome, batch: bool = True
+    ) -> None:
         stored = operations - len(outcome.refused)
-        self.stats.inc_value("mongo/batches")
+        if batch:
+            self.stats.inc_value("mongo/batches")
         self.stats.inc_value("mongo/items", stored)
         self.stats.inc_value(f"mongo/items/{collection}", stored)
         self.stats.inc_value("mongo/upserted", outcome.upserted)
@@ -393,6 +450,39 @@ class MongoWriter:
         self.stats.inc_value("mongo/replayed", len(records))
         logger.info("Replayed %d spilled upserts into MongoDB", len(records))
         return True
+
+
+@dataclass(frozen=True)
+class Write:
+    """One document of a batch, ready to write: ``index`` is its position in the batch,
+    ``unique`` says its key has a unique index (so the plain form may be tried first)."""
+
+    index: int
+    selector: dict[str, Any]
+    document: dict[str, Any]
+    unique: bool
+    unset: tuple[str, ...] = ()
+
+    def first(self, now: datetime) -> UpdateOne:
+        """The plain upsert matching the stored document by key and hash, if the key is unique;
+        else the pipeline form."""
+        if not self.unique:
+            return self.tracked(now)
+        selector = {**self.selector, CHANGE_HASH: self.document[CHANGE_HASH]}
+        return UpdateOne(selector, same_content_update(self.document, now, self.unset), upsert=True)
+
+    def tracked(self, now: datetime) -> UpdateOne:
+        """The pipeline upsert, right whatever is stored."""
+        return UpdateOne(self.selector, self.history(now), upsert=True)
+
+    def history(self, now: datetime) -> list[dict[str, Any]]:
+        return history_update(self.document, now, self.unset)
+
+
+def _covers(index: dict[str, Any], key: str, partial: bool) -> bool:
+    """``index`` is a unique index on ``key`` alone that covers every document keyed on it."""
+    whole = "partialFilterExpression" not in index
+    return index["key"] == [(key, 1)] and bool(index.get("unique")) and (whole or partial)
 
 
 def _hashable(key: Any) -> Any:
