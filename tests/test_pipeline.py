@@ -508,3 +508,22 @@ def test_without_a_unique_index_every_write_is_the_pipeline_form(
     assert stored is not None
     assert stored["change_count"] == 1
     assert not stats[1].get_value("mongo/changed_writes")
+
+
+def test_a_document_trimmed_before_is_stored_whole_under_a_larger_limit(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """Same content, so no change counted; the plain form does not match the trimmed document,
+    and the pipeline form removes its mark."""
+    item = _video("v", description="d" * 5000)
+    for limit in (1024, 16_000_000):
+        config = _settings(
+            mongo.uri, mongo.database, tmp_path, max_document_bytes=limit, flush_interval=0.1
+        )
+        pipeline, stats = _pipeline(config)
+        assert _stored(pipeline, item) == [None]
+    (doc,) = list(mongo.db.videos.find())
+    assert doc["description"] == "d" * 5000
+    assert "_truncated" not in doc
+    assert doc["change_count"] == 0
+    assert stats.get_value("mongo/changed_writes") == 1

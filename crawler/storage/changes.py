@@ -10,11 +10,12 @@ counting a change.
 Two forms of the upsert say so. :func:`history_update` is an update pipeline in which MongoDB
 compares the stored hash with the new one: it is right for any stored document, at the price of
 an aggregation per write. :func:`same_content_update` is a plain update, for the filter
-``{<key>: ..., "change_hash": <new hash>}``: it matches a stored document whose content did not
-change, and inserts a new one; a stored document whose content changed (or that has no hash
-yet) is not matched, so its insert fails on the key's unique index (a duplicate key), and the
-writer writes that document again with :func:`history_update`. Only a collection with a unique
-index on the key may take the plain form: without one, that insert would add a second document.
+``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
+document whose content did not change, and inserts a new one; a stored document whose content
+changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
+(a duplicate key), and the writer writes that document again with :func:`history_update`. Only
+a collection with a unique index on the key may take the plain form: without one, that insert
+would add a second document. A trimmed document always takes the pipeline form.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import json
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
+
+from crawler.storage.documents import TRUNCATED_FIELD
 
 CHANGE_HASH = "change_hash"
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
@@ -69,20 +72,22 @@ def history_update(
     return stages
 
 
-def same_content_update(
-    document: Mapping[str, Any], now: datetime, unset: Collection[str] = ()
-) -> dict[str, Any]:
-    """The plain update that stores ``document`` over a stored one of the same ``change_hash``
-    (the filter compares it), or inserts it: its fields and ``last_seen``; ``first_seen``,
-    ``last_changed`` and ``change_count`` only on insert (a document with a hash has them),
-    and removes the ``unset`` fields."""
-    fields = dict(document)
+def same_content_filter(key: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter of :func:`same_content_update`: the key, the new hash, and no
+    ``_truncated`` mark (a document trimmed under a smaller MONGO_MAX_DOCUMENT_BYTES goes
+    through the pipeline form, which removes the mark)."""
+    return {**key, CHANGE_HASH: document[CHANGE_HASH], TRUNCATED_FIELD: {"$exists": False}}
+
+
+def same_content_update(document: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The plain update that stores ``document`` (not trimmed) over a stored one of the same
+    content (:func:`same_content_filter`), or inserts it: its fields and ``last_seen``;
+    ``first_seen``, ``last_changed`` and ``change_count`` only on insert (a document with a
+    hash has them)."""
     on_insert = {"first_seen": now, "last_changed": now, "change_count": 0}
-    update: dict[str, Any] = {"$set": {**fields, "last_seen": now}}
-    if inserted := {name: value for name, value in on_insert.items() if name not in fields}:
+    update: dict[str, Any] = {"$set": {**document, "last_seen": now}}
+    if inserted := {name: value for name, value in on_insert.items() if name not in document}:
         update["$setOnInsert"] = inserted
-    if unset:
-        update["$unset"] = dict.fromkeys(sorted(unset), "")
     return update
 
 

@@ -36,8 +36,8 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
 from crawler.storage.changes import (
-    CHANGE_HASH,
     history_update,
+    same_content_filter,
     same_content_update,
     with_change_hash,
 )
@@ -464,12 +464,12 @@ class Write:
     unset: tuple[str, ...] = ()
 
     def first(self, now: datetime) -> UpdateOne:
-        """The plain upsert matching the stored document by key and hash, if the key is unique;
-        else the pipeline form."""
-        if not self.unique:
+        """The plain upsert matching the stored document by key and hash, if the key is unique
+        and the document whole; else the pipeline form."""
+        if not self.unique or TRUNCATED_FIELD in self.document:
             return self.tracked(now)
-        selector = {**self.selector, CHANGE_HASH: self.document[CHANGE_HASH]}
-        return UpdateOne(selector, same_content_update(self.document, now, self.unset), upsert=True)
+        selector = same_content_filter(self.selector, self.document)
+        return UpdateOne(selector, same_content_update(self.document, now), upsert=True)
 
     def tracked(self, now: datetime) -> UpdateOne:
         """The pipeline upsert, right whatever is stored."""
