@@ -4,8 +4,9 @@ Writes the same items, on the same server and with the same write concern (the p
 default, journaled: MONGO_WRITE_CONCERN), three ways: one ``update_one`` upsert per item, a raw
 loop of ``bulk_write`` batches of plain upserts (the ceiling), and
 ``crawler.pipelines.MongoPipeline`` with its change tracking, fed as Scrapy feeds it (many
-items in flight) while an event-loop watchdog records the longest stall. Uses MONGO_URI when
-set, else starts a private SecantusDB. Usage:
+items in flight) while an event-loop watchdog records the longest stall; before it, the heap
+is frozen out of full garbage collections as a crawl's is when its engine starts
+(``crawler.heap``). Uses MONGO_URI when set, else starts a private SecantusDB. Usage:
     python bench/mongo_pipeline.py [--items 20000] [--per-item 3000]
 """
 
@@ -28,6 +29,7 @@ from scrapy.utils.test import get_crawler
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from crawler.heap import freeze_startup_heap  # noqa: E402
 from crawler.items import VideoItem  # noqa: E402
 from crawler.pipelines import MongoPipeline  # noqa: E402
 from crawler.storage.mongo import MongoSettings  # noqa: E402
@@ -84,6 +86,7 @@ async def through_pipeline(uri: str, database: str, items: list[VideoItem]) -> t
             uri, database, 5000, BATCH, 1.0, 5000, 3, Path(spill), write_concern=WRITE_CONCERN
         )
         pipeline = MongoPipeline(config, get_crawler().stats, "bench")
+        freeze_startup_heap()  # as FreezeStartupHeap does at engine_started
         await pipeline.open_spider()
         stall = asyncio.create_task(watch_stalls())
         started = time.perf_counter()

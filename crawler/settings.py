@@ -181,6 +181,9 @@ EXTENSIONS = {
     # entries like the project's (crawler/spiders/redis.py); nothing for other spiders.
     "crawler.extensions.ScrapyRedisSpiders": 0,
     "crawler.extensions.FleetMonitor": 500,
+    # Once the engine starts, full garbage collections skip what was loaded at start, so they
+    # stop the reactor for a few milliseconds instead of tens (crawler/heap.py).
+    "crawler.extensions.FreezeStartupHeap": 900,
 }
 # STATS_REDIS_KEY (str): hash each worker adds the deltas of its numeric stats to, so
 # `redis-cli hgetall '{explore}:stats'` shows the fleet's totals. Keep the {spider} hash tag.
