@@ -15,7 +15,9 @@ document whose content did not change, and inserts a new one; a stored document 
 changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
 (a duplicate key), and the writer writes that document again with :func:`history_update`. Only
 a collection with a unique index on the key may take the plain form: without one, that insert
-would add a second document. A trimmed document always takes the pipeline form.
+would add a second document. A trimmed document always takes the pipeline form, and its hash
+is stored with a mark, so that the same content stored whole later is not matched by the plain
+form (which would leave its ``_truncated``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-from crawler.storage.documents import TRUNCATED_FIELD
-
 CHANGE_HASH = "change_hash"
+# The suffix of the change_hash of a document stored trimmed.
+TRIMMED = "~"
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
 HISTORY_FIELDS = ("first_seen", "last_seen", "last_changed", "change_count", CHANGE_HASH)
 # Fields that differ on every fetch (when it was fetched, how long it took) and never count as
@@ -49,9 +51,10 @@ def history_update(
 ) -> list[dict[str, Any]]:
     """The update pipeline that stores ``document`` (with its ``change_hash``) and its history,
     and removes the ``unset`` fields."""
-    digest = document[CHANGE_HASH]
+    content = document[CHANGE_HASH].removesuffix(TRIMMED)  # the content's digest alone
     known = {"$ne": [{"$type": f"${CHANGE_HASH}"}, "missing"]}
-    changed = {"$and": [known, {"$ne": [f"${CHANGE_HASH}", digest]}]}
+    stored = {"$substrCP": [f"${CHANGE_HASH}", 0, len(content)]}
+    changed = {"$and": [known, {"$ne": [stored, content]}]}
     fields = {name: {"$literal": value} for name, value in document.items()}
     stages: list[dict[str, Any]] = [
         {
@@ -73,10 +76,18 @@ def history_update(
 
 
 def same_content_filter(key: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
-    """The filter of :func:`same_content_update`: the key, the new hash, and no
-    ``_truncated`` mark (a document trimmed under a smaller MONGO_MAX_DOCUMENT_BYTES goes
-    through the pipeline form, which removes the mark)."""
-    return {**key, CHANGE_HASH: document[CHANGE_HASH], TRUNCATED_FIELD: {"$exists": False}}
+    """The filter of :func:`same_content_update`: the key and the new hash. A document stored
+    trimmed has its hash marked (:func:`marked_trimmed`), so it is not matched, and the
+    pipeline form removes its ``_truncated`` when it is stored whole again."""
+    return {**key, CHANGE_HASH: document[CHANGE_HASH]}
+
+
+def marked_trimmed(document: dict[str, Any]) -> dict[str, Any]:
+    """``document``, trimmed to fit (documents.py), with its hash marked so: the same content
+    stored whole later does not match it in the plain form. The pipeline form compares the
+    content's digest without the mark."""
+    document[CHANGE_HASH] += TRIMMED
+    return document
 
 
 def same_content_update(document: Mapping[str, Any], now: datetime) -> dict[str, Any]:

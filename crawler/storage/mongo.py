@@ -37,6 +37,7 @@ from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
 from crawler.storage.changes import (
     history_update,
+    marked_trimmed,
     same_content_filter,
     same_content_update,
     with_change_hash,
@@ -332,6 +333,7 @@ class MongoWriter:
         unique = unique_key == "_id" or (collection, unique_key) in self._indexed
         if TRUNCATED_FIELD not in fitted:
             return Write(index, selector, fitted, unique, unset=(TRUNCATED_FIELD,))
+        marked_trimmed(fitted)
         self.stats.inc_value("mongo/truncated")
         logger.warning(
             "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
