@@ -136,7 +136,7 @@ class MongoWriter:
         self.stats = stats
         self.spider_name = spider_name
         self.destinations = destinations
-        self._indexed: set[tuple[str, str]] = set()  # (collection, unique key)
+        self._indexed: dict[tuple[str, str], str] = {}  # (collection, unique key): index name
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
@@ -145,8 +145,10 @@ class MongoWriter:
         self._room = asyncio.Event()
         self._writes: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
-        # One writer thread: batches are written in order, one at a time.
+        # One writer thread: batches are written in order, one at a time; the next batch's
+        # documents are prepared in another thread meanwhile.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-writer")
+        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-preparer")
 
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
@@ -185,6 +187,7 @@ class MongoWriter:
         if self.client is not None:
             await self._in_thread(self.client.close)
         self._executor.shutdown(wait=True)
+        self._preparer.shutdown(wait=True)
 
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
@@ -222,9 +225,13 @@ class MongoWriter:
     async def _write(self, collection: str, batch: CollectionBatch) -> None:
         keys, operations = list(batch.updates), list(batch.updates.values())
         waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
+        destinations = list(batch.destinations.values())
         try:
+            writes, failed = await self._in_thread(
+                self._prepare_batch, collection, operations, executor=self._preparer
+            )
             failed = await self._in_thread(
-                self._write_or_spill, collection, operations, list(batch.destinations.values())
+                self._write_or_spill, collection, writes, destinations, failed, len(operations)
             )
         except Exception as exc:  # the spill file failed too: the items are not stored
             logger.exception(
@@ -242,8 +249,28 @@ class MongoWriter:
             self._pending -= len(waiters)
             self._room.set()
 
-    async def _in_thread(self, function: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+    async def _in_thread(
+        self, function: Any, *args: Any, executor: ThreadPoolExecutor | None = None
+    ) -> Any:
+        """``function(*args)`` in the writer thread (or ``executor``'s)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor or self._executor, function, *args)
+
+    # --- preparing (preparer thread) -------------------------------------------------------------
+
+    def _prepare_batch(
+        self, collection: str, upserts: list[Upsert]
+    ) -> tuple[list[Write], dict[int, str]]:
+        """The writes of the upserts, and those that cannot be written, by position: reason."""
+        writes: list[Write] = []
+        failed: dict[int, str] = {}
+        for index, (selector, item, volatile) in enumerate(upserts):
+            try:
+                writes.append(self._prepare(index, collection, selector, item, volatile))
+            except (DocumentTooLarge, BSONError) as exc:
+                self.stats.inc_value("mongo/too_large")
+                failed[index] = str(exc)
+        return writes, failed
 
     # --- writing (writer thread) ---------------------------------------------------------------
 
@@ -257,8 +284,8 @@ class MongoWriter:
                 self.config.database, write_concern=self.config.write_concern
             )
             for destination in self.destinations.indexed():
-                database[destination.collection].create_index(destination.unique_key, unique=True)
-                self._indexed.add((destination.collection, destination.unique_key))
+                collection, key = destination.collection, destination.unique_key
+                self._indexed[collection, key] = database[collection].create_index(key, unique=True)
         except PyMongoError as exc:
             client.close()
             reason = str(exc).split(", Timeout:")[0]
@@ -268,29 +295,26 @@ class MongoWriter:
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
 
     def _write_or_spill(
-        self, collection: str, upserts: list[Upsert], destinations: Collection[Destination]
+        self,
+        collection: str,
+        writes: list[Write],
+        destinations: Collection[Destination],
+        failed: dict[int, str],
+        total: int,
     ) -> dict[int, str]:
-        """Write (or spill) the upserts; the ones not stored, by position: reason."""
-        now = datetime.now(UTC)
-        failed: dict[int, str] = {}
-        writes: list[Write] = []
+        """Write (or spill) the prepared writes of a batch of ``total`` upserts, ``failed``
+        already failing; the ones not stored, by position: reason."""
         for destination in destinations:
             self._index(destination)
-        for index, (selector, item, volatile) in enumerate(upserts):
-            try:
-                writes.append(self._prepare(index, collection, selector, item, volatile))
-            except (DocumentTooLarge, BSONError) as exc:
-                self.stats.inc_value("mongo/too_large")
-                failed[index] = str(exc)
         if writes:
-            failed |= self._write_updates(collection, writes, now)
+            failed = failed | self._write_updates(collection, writes, datetime.now(UTC))
         if failed:
             self.stats.inc_value("mongo/write_errors", len(failed))
             logger.error(
                 "MongoDB did not store %d of %d %s documents; their requests are dead-lettered. "
                 "First: %s",
                 len(failed),
-                len(upserts),
+                total,
                 collection,
                 next(iter(failed.values())),
             )
@@ -304,16 +328,18 @@ class MongoWriter:
         if key == "_id" or (collection, key) in self._indexed or self.database is None:
             return
         try:
-            existing = self.database[collection].index_information().values()
-            if not any(_covers(index, key, destination.partial) for index in existing):
+            existing = self.database[collection].index_information().items()
+            names = [name for name, index in existing if _covers(index, key, destination.partial)]
+            if not names:
                 options: dict[str, Any] = {"unique": True}
                 if destination.partial:
                     options["partialFilterExpression"] = {key: {"$gt": ""}}
-                self.database[collection].create_index(key, **options)
+                names.append(self.database[collection].create_index(key, **options))
         except PyMongoError as exc:
             logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
             return
-        self._indexed.add((collection, key))
+        # No hint on a partial index: a server may refuse one it cannot prove the query within.
+        self._indexed[collection, key] = "" if destination.partial else names[0]
 
     def _prepare(
         self,
@@ -330,9 +356,8 @@ class MongoWriter:
         fitted = fit(hashed, self.config.max_document_bytes, unique_key)
         if unique_key == "_id":
             fitted = {name: value for name, value in fitted.items() if name != "_id"}
-        unique = unique_key == "_id" or (collection, unique_key) in self._indexed
         if TRUNCATED_FIELD not in fitted:
-            return Write(index, selector, fitted, unique, unset=(TRUNCATED_FIELD,))
+            return Write(index, selector, fitted, unset=(TRUNCATED_FIELD,))
         marked_trimmed(fitted)
         self.stats.inc_value("mongo/truncated")
         logger.warning(
@@ -344,13 +369,13 @@ class MongoWriter:
                 f"{name} from {size:,} bytes" for name, size in fitted[TRUNCATED_FIELD].items()
             ),
         )
-        return Write(index, selector, fitted, unique)
+        return Write(index, selector, fitted)
 
     def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
         """Write in the plain form what the key's unique index allows, then again in the
         pipeline form what the plain form found changed (refused as a duplicate key); spill
         what MongoDB is unavailable for. The writes not stored, by position: reason."""
-        first = [write.first(now) for write in writes]
+        first = [write.first(now, self._unique_index(collection, write)) for write in writes]
         try:
             outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
         except ConnectionFailure as exc:
@@ -373,6 +398,12 @@ class MongoWriter:
             return failed | self._spill(collection, again, now, exc)
         self._count(collection, len(again), rewritten, batch=False)
         return failed | {again[position].index: r for position, r in rewritten.refused.items()}
+
+    def _unique_index(self, collection: str, write: Write) -> str | None:
+        """The name of the unique index on the write's key to hint ("" for ``_id`` and partial
+        indexes: unique, no hint), None if it has none."""
+        key = next(iter(write.selector))
+        return "" if key == "_id" else self._indexed.get((collection, key))
 
     def _spill(
         self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
@@ -462,16 +493,17 @@ class Write:
     index: int
     selector: dict[str, Any]
     document: dict[str, Any]
-    unique: bool
     unset: tuple[str, ...] = ()
 
-    def first(self, now: datetime) -> UpdateOne:
-        """The plain upsert matching the stored document by key and hash, if the key is unique
-        and the document whole; else the pipeline form."""
-        if not self.unique or TRUNCATED_FIELD in self.document:
+    def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
+        """The plain upsert matching the stored document by key and hash, if the key has a
+        unique index (named, it is the query's hint: the hash in the filter leaves the server's
+        planner nothing to choose) and the document is whole; else the pipeline form."""
+        if unique_index is None or TRUNCATED_FIELD in self.document:
             return self.tracked(now)
         selector = same_content_filter(self.selector, self.document)
-        return UpdateOne(selector, same_content_update(self.document, now), upsert=True)
+        update = same_content_update(self.document, now)
+        return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
 
     def tracked(self, now: datetime) -> UpdateOne:
         """The pipeline upsert, right whatever is stored."""
