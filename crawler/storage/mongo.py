@@ -6,8 +6,8 @@ on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, 
 first written in the plain form that matches an unchanged document through its hash; the
 documents whose content changed, refused by it as duplicate keys, are written again in the
 update-pipeline form that counts the change. The reactor only reads each item's key and
-buffers it: reading the item into a document, its hash, trimming, encoding and the writes run
-in the writer thread.
+buffers it: reading the items into documents, their hashes and trimming run in a preparer
+thread, the writes in a writer thread, a batch being prepared while the one before is written.
 ``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
 only once its item is written with the write concern
 MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
@@ -114,7 +114,8 @@ class CollectionBatch:
 
 
 class MongoWriter:
-    """Buffer documents per collection and upsert them in batches from a writer thread.
+    """Buffer items per collection and upsert them in batches, prepared in a preparer thread
+    and written from a writer thread.
 
     A batch is written when it holds MONGO_BATCH_SIZE items, when its oldest item is older than
     MONGO_FLUSH_INTERVAL, and when the writer closes, with MONGO_WRITE_CONCERN. Transient errors
