@@ -526,3 +526,28 @@ def test_the_same_content_trimmed_or_whole_is_no_change(mongo: Mongo, tmp_path: 
         assert doc["change_hash"].endswith("~") == (limit == 1024)
         assert doc["change_count"] == 0
     assert doc["description"] == "d" * 5000
+
+
+def test_documents_that_mostly_change_are_written_in_the_pipeline_form_alone(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """Each changed document costs two writes in the plain form first: once a batch shows most
+    documents of a collection changing, the next ones go straight to the pipeline form."""
+
+    async def scenario() -> tuple[list[int], Any]:
+        config = _settings(mongo.uri, mongo.database, tmp_path, batch_size=5)
+        pipeline, stats = _pipeline(config)
+        await pipeline.open_spider()
+        rewritten = []
+        for likes in range(4):  # new, then changed three times
+            videos = [_video(str(n), likes=likes) for n in range(5)]
+            await asyncio.gather(*(pipeline.process_item(video) for video in videos))
+            rewritten.append(stats.get_value("mongo/changed_writes", 0))
+        await pipeline.close_spider()
+        return rewritten, stats
+
+    rewritten, stats = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert rewritten == [0, 5, 5, 5]  # only the first changed batch was written twice
+    assert stats.get_value("mongo/items") == 20
+    assert all(doc["change_count"] == 3 for doc in mongo.db.videos.find())
+    assert mongo.db.videos.count_documents({}) == 5

@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 WAKE_CHUNK = 64
 # (filter, the item, the item class's volatile fields)
 Upsert = tuple[dict[str, Any], Any, Collection[str]]
+# A collection whose documents mostly change is written in the pipeline form alone, and in the
+# plain form first again once in this many batches, to see whether they still do.
+PLAIN_PROBE_BATCHES = 8
 
 
 class MongoUnavailable(RuntimeError):
@@ -138,6 +141,10 @@ class MongoWriter:
         self.spider_name = spider_name
         self.destinations = destinations
         self._indexed: dict[tuple[str, str], str] = {}  # (collection, unique key): index name
+        # Per collection: batches written, and the share of changed documents in the last
+        # batch written in the plain form first.
+        self._batch_counts: dict[str, int] = {}
+        self._changed_share: dict[str, float] = {}
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
@@ -373,16 +380,23 @@ class MongoWriter:
         return Write(index, selector, fitted)
 
     def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
-        """Write in the plain form what the key's unique index allows, then again in the
-        pipeline form what the plain form found changed (refused as a duplicate key); spill
-        what MongoDB is unavailable for. The writes not stored, by position: reason."""
-        first = [write.first(now, self._unique_index(collection, write)) for write in writes]
+        """Write in the plain form what the key's unique index allows (unless the collection's
+        documents mostly change, see :meth:`_plain_first`), then again in the pipeline form what
+        the plain form found changed (refused as a duplicate key); spill what MongoDB is
+        unavailable for. The writes not stored, by position: reason."""
+        plain = self._plain_first(collection)
+        first = [
+            write.first(now, self._unique_index(collection, write) if plain else None)
+            for write in writes
+        ]
         try:
             outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
         except ConnectionFailure as exc:
             return self._spill(collection, writes, now, exc)
         self._count(collection, len(first), outcome)
         again = [writes[position] for position in sorted(outcome.duplicates)]
+        if plain:
+            self._changed_share[collection] = len(again) / len(writes)
         failed = {
             writes[position].index: reason
             for position, reason in outcome.refused.items()
@@ -399,6 +413,15 @@ class MongoWriter:
             return failed | self._spill(collection, again, now, exc)
         self._count(collection, len(again), rewritten, batch=False)
         return failed | {again[position].index: r for position, r in rewritten.refused.items()}
+
+    def _plain_first(self, collection: str) -> bool:
+        """Whether this batch of ``collection`` is written in the plain form first: not when
+        more than half of the documents of its last batch so written had changed (each cost two
+        writes, one form would do), except every PLAIN_PROBE_BATCHES batches, to see again."""
+        count = self._batch_counts.get(collection, 0) + 1
+        self._batch_counts[collection] = count
+        changed = self._changed_share.get(collection, 0.0)
+        return changed <= 0.5 or count % PLAIN_PROBE_BATCHES == 0
 
     def _unique_index(self, collection: str, write: Write) -> str | None:
         """The name of the unique index on the write's key to hint ("" for ``_id`` and partial
