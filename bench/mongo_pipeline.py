@@ -1,10 +1,16 @@
 """Items per second into MongoDB: the batched pipeline against its peers, side by side.
 
-Writes the same items, on the same server, three ways: one ``update_one`` upsert per item, a raw
-loop of ``bulk_write`` batches (the ceiling), and ``crawler.pipelines.MongoPipeline`` fed as
-Scrapy feeds it (many items in flight) while an event-loop watchdog records the longest stall.
-Uses MONGO_URI when set, else starts a private SecantusDB. Usage:
-    python bench/mongo_pipeline.py [--items 20000] [--per-item 3000]
+Writes the same items, on the same server and with the same write concern (the pipeline's
+default, journaled: MONGO_WRITE_CONCERN), three ways: one ``update_one`` upsert per item, a raw
+loop of ``bulk_write`` batches of plain upserts (the ceiling), and
+``crawler.pipelines.MongoPipeline`` with its change tracking, fed as Scrapy feeds it (many
+items in flight) while an event-loop watchdog records the longest stall; before it, the heap
+is frozen out of full garbage collections as a crawl's is when its engine starts
+(``crawler.heap``). The raw loop and the pipeline take turns, ``--rounds`` times over as many
+slices of the items (each side first in every other round), so that both see the same load of
+a shared machine; their rates are their items over their summed times. Uses MONGO_URI when
+set, else starts a private SecantusDB. Usage:
+    python bench/mongo_pipeline.py [--items 20000] [--per-item 3000] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from scrapy.utils.test import get_crawler
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from crawler.heap import freeze_startup_heap  # noqa: E402
 from crawler.items import VideoItem  # noqa: E402
 from crawler.pipelines import MongoPipeline  # noqa: E402
 from crawler.storage.mongo import MongoSettings  # noqa: E402
@@ -33,6 +40,8 @@ from devtools.services import free_port, start_mongo  # noqa: E402
 
 BATCH = 500
 IN_FLIGHT = 1000  # items Scrapy keeps in the pipelines at once (responses x CONCURRENT_ITEMS)
+# The pipeline's write concern by default, for every side.
+WRITE_CONCERN = MongoSettings("", "", 0, 0, 0.0, 0, 0, Path()).write_concern
 
 
 def video(n: int) -> VideoItem:
@@ -52,7 +61,8 @@ def video(n: int) -> VideoItem:
 
 
 def upsert(item: VideoItem) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The same (filter, update) the pipeline writes for the item."""
+    """A plain upsert of the item, without change tracking: its fields and last_seen, with
+    first_seen on insert."""
     now = datetime.now(UTC)
     fields = {name: getattr(item, name) for name in item.__dataclass_fields__}
     update = {"$set": {**fields, "last_seen": now}, "$setOnInsert": {"first_seen": now}}
@@ -67,25 +77,30 @@ def per_item(collection: Any, items: list[VideoItem]) -> float:
 
 
 def raw_bulk(collection: Any, items: list[VideoItem]) -> float:
+    """Seconds to write the items in a loop of bulk_write batches."""
     started = time.perf_counter()
     for first in range(0, len(items), BATCH):
         batch = [UpdateOne(*upsert(item), upsert=True) for item in items[first : first + BATCH]]
         collection.bulk_write(batch, ordered=False)
-    return len(items) / (time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
 async def through_pipeline(uri: str, database: str, items: list[VideoItem]) -> tuple[float, float]:
+    """Seconds to store the items through the pipeline, and the longest stall so far."""
     with tempfile.TemporaryDirectory() as spill:
-        config = MongoSettings(uri, database, 5000, BATCH, 1.0, 5000, 3, Path(spill))
+        config = MongoSettings(
+            uri, database, 5000, BATCH, 1.0, 5000, 3, Path(spill), write_concern=WRITE_CONCERN
+        )
         pipeline = MongoPipeline(config, get_crawler().stats, "bench")
+        freeze_startup_heap()  # as FreezeStartupHeap does at engine_started
         await pipeline.open_spider()
         stall = asyncio.create_task(watch_stalls())
         started = time.perf_counter()
         await feed(pipeline, items)
         await pipeline.close_spider()
-        rate = len(items) / (time.perf_counter() - started)
+        seconds = time.perf_counter() - started
         stall.cancel()
-        return rate, WORST_STALL[0]
+        return seconds, WORST_STALL[0]
 
 
 WORST_STALL = [0.0]
@@ -110,7 +125,7 @@ async def watch_stalls(tick: float = 0.005) -> None:
         WORST_STALL[0] = max(WORST_STALL[0], time.perf_counter() - before - tick)
 
 
-def run(uri: str, items: int, per_item_items: int) -> None:
+def run(uri: str, items: int, per_item_items: int, rounds: int) -> None:
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(uri)
     data = [video(n) for n in range(items)]
     results = {}
@@ -118,14 +133,32 @@ def run(uri: str, items: int, per_item_items: int) -> None:
         client.drop_database(f"bench_{name}")
         collection = client[f"bench_{name}"]["videos"]
         collection.create_index("video_id", unique=True)
-    results["per_item"] = per_item(client["bench_per_item"]["videos"], data[:per_item_items])
-    results["raw_bulk"] = raw_bulk(client["bench_raw_bulk"]["videos"], data)
-    results["pipeline"], stall = asyncio.run(through_pipeline(uri, "bench_pipeline", data))
+
+    def journaled(name: str) -> Any:
+        return client.get_database(f"bench_{name}", write_concern=WRITE_CONCERN)["videos"]
+
+    results["per_item"] = per_item(journaled("per_item"), data[:per_item_items])
+    seconds = {"raw_bulk": 0.0, "pipeline": 0.0}
+    stall = 0.0
+    size = -(-items // rounds)
+    for turn, first in enumerate(range(0, items, size)):
+        part = data[first : first + size]
+        for side in ("raw_bulk", "pipeline") if turn % 2 == 0 else ("pipeline", "raw_bulk"):
+            if side == "raw_bulk":
+                seconds[side] += raw_bulk(journaled("raw_bulk"), part)
+            else:
+                took, stall = asyncio.run(through_pipeline(uri, "bench_pipeline", part))
+                seconds[side] += took
+    results["raw_bulk"] = items / seconds["raw_bulk"]
+    results["pipeline"] = items / seconds["pipeline"]
     stored = client["bench_pipeline"]["videos"].count_documents({})
     for name in ("per_item", "raw_bulk", "pipeline"):
         client.drop_database(f"bench_{name}")
     client.close()
-    print(f"\n{items} items ({per_item_items} for per-item), batches of {BATCH}")
+    print(
+        f"\n{items} items ({per_item_items} for per-item), batches of {BATCH}, {rounds} rounds, "
+        f"write concern {WRITE_CONCERN.document} for all"
+    )
     for name, label in (
         ("per_item", "update_one per item"),
         ("raw_bulk", "raw bulk_write loop"),
@@ -154,15 +187,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--items", type=int, default=20_000)
     parser.add_argument("--per-item", type=int, default=3_000)
+    parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
     if os.environ.get("MONGO_URI"):
-        run(os.environ["MONGO_URI"], args.items, args.per_item)
+        run(os.environ["MONGO_URI"], args.items, args.per_item, args.rounds)
         return 0
     with tempfile.TemporaryDirectory() as data:
         port = free_port()
         server = start_mongo(port, Path(data))
         try:
-            run(f"mongodb://127.0.0.1:{port}", args.items, args.per_item)
+            run(f"mongodb://127.0.0.1:{port}", args.items, args.per_item, args.rounds)
         finally:
             server.stop()
     return 0

@@ -7,7 +7,8 @@ links followed) is fed N URLs of one local host (sandbox/hosts.py, one host of N
   stock      stock scrapy-redis (``scrapy runspider`` outside this project: Scrapy's defaults
              with scrapy-redis's scheduler, dupefilter and RedisPipeline: items in Redis),
   ours       ``scrapy crawl`` in this project (leased start entries, the frontier, items in
-             MongoDB through MONGO_COLLECTIONS), politeness off as for stock.
+             MongoDB, in the spider's own collection with no setting), politeness off as for
+             stock.
 
 Measured from outside the crawl: from the first request's arrival at the server to the last
 item visible in its store (polled every 20 ms), pages/s, and the ratio (target >= 1.0x); also
@@ -146,11 +147,10 @@ def main() -> None:
                 [sys.executable, "-m", "scrapy", "crawl", "myspider_redis"],
                 {
                     "SPIDER_MODULES": "example.spiders",
-                    "MONGO_COLLECTIONS": json.dumps({"dict": "pages:url"}),
                     "POLITENESS_RATE": 0,
                 },
                 ROOT,
-                lambda: mongo.bench.pages.estimated_document_count(),
+                lambda: mongo.bench.myspider_redis.estimated_document_count(),
             ),
         ):
             server.flushall()

@@ -1,10 +1,12 @@
 """Extensions: the settings check (a bad setting stops the crawl before the engine is built,
 under any runner), the fleet monitor (shared stats in ``{spider}:stats``, worker heartbeats,
-Prometheus metrics and the progress line) and scrapy-redis spiders fed by the frontier, from
-:mod:`crawler.preflight`, :mod:`crawler.observability` and :mod:`crawler.spiders.redis`."""
+Prometheus metrics and the progress line), scrapy-redis spiders fed by the frontier and the
+start-up heap kept out of full garbage collections, from :mod:`crawler.preflight`,
+:mod:`crawler.observability`, :mod:`crawler.spiders.redis` and :mod:`crawler.heap`."""
 
+from crawler.heap import FreezeStartupHeap
 from crawler.observability import FleetMonitor
 from crawler.preflight import SettingsCheck
 from crawler.spiders.redis import ScrapyRedisSpiders
 
-__all__ = ["FleetMonitor", "ScrapyRedisSpiders", "SettingsCheck"]
+__all__ = ["FleetMonitor", "FreezeStartupHeap", "ScrapyRedisSpiders", "SettingsCheck"]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy import Request, signals
 from scrapy.downloadermiddlewares.retry import get_retry_request
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
@@ -40,7 +40,7 @@ from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
 from crawler.bans.politeness import FleetPoliteness
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
-from crawler.config import setting
+from crawler.config import setting, switched_off
 from crawler.connection import crawl_redis
 from crawler.frontier.chains import mark_chain
 from crawler.frontier.leases import LEASE_META
@@ -263,7 +263,7 @@ class HostFullMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HostFullMiddleware:
         if not setting(crawler.settings, "POLITENESS_CONCURRENCY"):
-            raise NotConfigured("POLITENESS_CONCURRENCY is 0")
+            raise switched_off(cls, "POLITENESS_CONCURRENCY is 0")
         return cls(crawler)
 
     def process_request(self, request: Request) -> Request | None:
@@ -286,7 +286,7 @@ class HostConcurrencyMiddleware:
     def from_crawler(cls, crawler: Crawler) -> HostConcurrencyMiddleware:
         cap: int = setting(crawler.settings, "POLITENESS_CONCURRENCY")
         if not cap:
-            raise NotConfigured("POLITENESS_CONCURRENCY is 0")
+            raise switched_off(cls, "POLITENESS_CONCURRENCY is 0")
         assert crawler.spidercls is not None
         server = crawl_redis(crawler)
         return cls(crawler, HostSlots(server, crawler.spidercls.name, cap))

@@ -3,7 +3,9 @@ as ``scrapy startproject`` lays them out: :class:`ValidationPipeline` drops item
 required field, with the reason, before anything is stored; :class:`MongoPipeline` hands every
 item (any kind: dataclasses, dicts, ``scrapy.Item``s, read through ``ItemAdapter``) to the
 batched MongoDB writer of :mod:`crawler.storage` and returns once it is durable, so the frontier
-acknowledges a request only after its items are stored or spilled.
+acknowledges a request only after its items are stored or spilled. A crawl that would finish
+with items yielded and none of them stored closes with the reason ``items_not_stored`` instead
+of ``finished`` (``scrapy crawl`` then exits with status 4).
 """
 
 from __future__ import annotations
@@ -13,28 +15,33 @@ import logging
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import DropItem
+from scrapy import signals
+from scrapy.exceptions import CloseSpider, DropItem
 
 from crawler.config import setting
 from crawler.config.values import Destination
 from crawler.items import STORED_ITEM_CLASSES
-from crawler.storage.changes import with_change_hash
-from crawler.storage.destinations import (
-    QUIET_UNDECLARED,
-    SCRAPER_LOGGER,
-    Destinations,
-    UndeclaredItem,
-    document_of,
-)
+from crawler.storage.destinations import Destinations, key_of
 from crawler.storage.mongo import ItemNotStored, MongoSettings, MongoUnavailable, MongoWriter
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
-__all__ = ["ItemNotStored", "MongoPipeline", "MongoUnavailable", "ValidationPipeline"]
+__all__ = [
+    "EXIT_ITEMS_NOT_STORED",
+    "ITEMS_NOT_STORED",
+    "ItemNotStored",
+    "MongoPipeline",
+    "MongoUnavailable",
+    "ValidationPipeline",
+]
 
 logger = logging.getLogger(__name__)
+
+# The finish reason of a crawl whose items all failed to store, and `scrapy crawl`'s exit status.
+ITEMS_NOT_STORED = "items_not_stored"
+EXIT_ITEMS_NOT_STORED = 4
 
 
 @cache
@@ -75,10 +82,12 @@ class ValidationPipeline:
 
 
 class MongoPipeline:
-    """Store every item in its MongoDB collection (MONGO_COLLECTIONS, or the item's own
-    ``collection``/``unique_key``), with change tracking, through :class:`MongoWriter` (batches,
-    writer thread, spill file; MONGO_* settings). An item of a kind no collection is declared
-    for fails (``item_error``: its request goes to the dead letters), logged once per kind."""
+    """Store every item in its MongoDB collection (the item's own ``collection``/``unique_key``,
+    MONGO_COLLECTIONS, else the spider's collection keyed on ``url``; ``storage/destinations.py``),
+    with change tracking, through :class:`MongoWriter` (batches, writer thread, spill file;
+    MONGO_* settings). An item not stored fails (``item_error``: its request goes to the dead
+    letters); a crawl going idle with items failed and none stored closes as ``items_not_stored``.
+    """
 
     def __init__(
         self,
@@ -92,6 +101,9 @@ class MongoPipeline:
         self.spider_name = spider_name
         self.destinations = destinations or Destinations({}, spider_name)
         self.writer = MongoWriter(config, stats, spider_name, self.destinations)
+        self.stored = 0
+        self.failed = 0
+        self.said_not_stored = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MongoPipeline:
@@ -99,33 +111,45 @@ class MongoPipeline:
         assert crawler.spidercls is not None
         name = crawler.spidercls.name
         declared = setting(crawler.settings, "MONGO_COLLECTIONS")
-        return cls(
+        pipeline = cls(
             MongoSettings.from_crawler(crawler), crawler.stats, name, Destinations(declared, name)
         )
+        crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
+        return pipeline
 
     async def open_spider(self) -> None:
-        logging.getLogger(SCRAPER_LOGGER).addFilter(QUIET_UNDECLARED)
         await self.writer.open()
 
     async def process_item(self, item: Any) -> Any:
-        destination = self._destination(item)
+        destination = self.destinations.of(item)
         if destination is None:
             return item
-        volatile = getattr(type(item), "volatile_fields", ())
-        document = with_change_hash(document_of(item, destination), volatile)
-        await self.writer.store(destination, document)
+        try:
+            await self._store(item, destination)
+        except Exception:
+            self.failed += 1
+            raise
+        self.stored += 1
         return item
 
-    def _destination(self, item: Any) -> Destination | None:
-        try:
-            return self.destinations.of(item)
-        except UndeclaredItem as exc:
-            name = type(item).__name__
-            if not self.stats.get_value(f"mongo/undeclared/{name}"):
-                logger.error("%s; their requests go to the dead letters", exc)
-            self.stats.inc_value(f"mongo/undeclared/{name}")
-            raise
+    async def _store(self, item: Any, destination: Destination) -> None:
+        volatile = getattr(type(item), "volatile_fields", ())
+        await self.writer.store(destination, key_of(item, destination), item, volatile)
+
+    def spider_idle(self) -> None:
+        """spider_idle handler: a crawl about to finish with no item stored and some failed
+        closes as ``items_not_stored`` (other handlers may still keep it open)."""
+        if self.stored or not self.failed:
+            return
+        if not self.said_not_stored:  # idle handlers run again while the fleet has work
+            logger.error(
+                "None of the %d items the spider yielded was stored in MongoDB (the errors "
+                "above say why): the crawl ends as %s",
+                self.failed,
+                ITEMS_NOT_STORED,
+            )
+            self.said_not_stored = True
+        raise CloseSpider(ITEMS_NOT_STORED)
 
     async def close_spider(self) -> None:
-        logging.getLogger(SCRAPER_LOGGER).removeFilter(QUIET_UNDECLARED)
         await self.writer.close()

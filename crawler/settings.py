@@ -181,6 +181,9 @@ EXTENSIONS = {
     # entries like the project's (crawler/spiders/redis.py); nothing for other spiders.
     "crawler.extensions.ScrapyRedisSpiders": 0,
     "crawler.extensions.FleetMonitor": 500,
+    # Once the engine starts, full garbage collections skip what was loaded at start, so they
+    # stop the reactor for a few milliseconds instead of tens (crawler/heap.py).
+    "crawler.extensions.FreezeStartupHeap": 900,
 }
 # STATS_REDIS_KEY (str): hash each worker adds the deltas of its numeric stats to, so
 # `redis-cli hgetall '{explore}:stats'` shows the fleet's totals. Keep the {spider} hash tag.
@@ -212,6 +215,8 @@ MONGO_SPILL_DIR = os.environ.get("MONGO_SPILL_DIR", ".spill")
 MONGO_WRITE_CONCERN = {"w": 1, "j": True}
 # MONGO_COLLECTIONS (dict, default {}): where items whose class does not say are stored, by item
 # class name or spider name: "<collection>:<unique key field>", or "" to pass them on unstored.
+# Items it does not name go to the collection named after the spider, upserted on "url"
+# (inserted when they have none).
 MONGO_COLLECTIONS: dict[str, str] = {}
 # MONGO_MAX_DOCUMENT_BYTES (int 1024..16777216, default 16000000): largest BSON size of an
 # item's document; a larger one has its longest strings cut to fit, else its item fails.

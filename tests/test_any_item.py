@@ -1,6 +1,5 @@
 """Any item a user's spider yields is stored: dicts and other item classes go where their class
-or MONGO_COLLECTIONS says; an item with no destination is a counted error whose request is
-dead-lettered, never a silent drop."""
+or MONGO_COLLECTIONS says, else to the collection named after the spider, keyed on their URL."""
 
 from __future__ import annotations
 
@@ -77,28 +76,23 @@ def test_dicts_and_item_classes_are_stored_where_declared(
     assert redis_client.llen("{quotes}:dead") == 0
 
 
-def test_an_item_nobody_declared_is_a_counted_error_and_a_dead_letter(
+def test_an_item_nobody_declared_goes_to_the_spiders_collection(
     crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
 ) -> None:
     result = run_user_spider(crawl, sandbox, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    said = [
-        line
-        for line in result.stderr.splitlines()
-        if "[crawler.pipelines] ERROR: no MongoDB collection for dict" in line
-    ]
+    said = [line for line in result.stderr.splitlines() if "MongoDB collection" in line]
     assert len(said) == 1, result.stderr[-3000:]
+    assert "[crawler.storage.destinations] INFO: Storing dict items of spider 'quotes'" in said[0]
+    assert "collection 'quotes', upserted on url" in said[0]
     assert "MONGO_COLLECTIONS" in said[0]
-    # One line for the item class, not Scrapy's error line and traceback for every item.
-    assert "Error processing" not in result.stderr
-    assert "Traceback" not in result.stderr
-    dead = [json.loads(raw) for raw in redis_client.lrange("{quotes}:dead", 0, -1)]
-    assert len(dead) == 4
-    assert {record["failure"]["reason"] for record in dead} == {"item_error:UndeclaredItem"}
-    stats = redis_client.hgetall("{quotes}:stats")
-    assert int(stats[b"mongo/undeclared/dict"]) == 4
-    # The declared item class of the same responses is stored all the same.
+    assert " WARNING: " not in result.stderr, result.stderr[-3000:]
+    assert " ERROR: " not in result.stderr, result.stderr[-3000:]
+    urls = {f"{sandbox.url}/@quote.user{number}" for number in range(4)}
+    assert {doc["url"] for doc in crawl.mongo.db.quotes.find({})} == urls
+    assert crawl.mongo.db.quotes.count_documents({}) == 4
     assert crawl.mongo.db.quotes_items.count_documents({}) == 4
+    assert redis_client.llen("{quotes}:dead") == 0
 
 
 def test_items_declared_unstored_pass_through(

@@ -10,11 +10,16 @@ from typing import Any, cast
 
 import pytest
 import redis
+from scrapy import Spider
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
+from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
+from crawler.recrawl.middleware import RecrawlMiddleware
 from devtools.services import free_port, start_sandbox
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, closed_port
@@ -157,6 +162,36 @@ def test_closing_worker_keeps_the_shared_queue(
     assert stored == _expected_videos(*categories)
     for key in ("{explore}:queues", "{explore}:leases", "{explore}:data", "{explore}:delayed"):
         assert not redis_client.exists(key), key
+
+
+def test_a_default_crawl_logs_no_warning(crawl: Crawl) -> None:
+    result = crawl("explore", "-a", "categories=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert crawl.mongo.db.videos.count_documents({}) == len(_expected_videos(2))
+    warnings = [line for line in result.stderr.splitlines() if " WARNING: " in line]
+    assert warnings == []
+    assert "Disabled" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("component", "reason"),
+    [
+        (HostFullMiddleware, "POLITENESS_CONCURRENCY is 0"),
+        (HostConcurrencyMiddleware, "POLITENESS_CONCURRENCY is 0"),
+        (RecrawlMiddleware, "RECRAWL_ENABLED is off"),
+    ],
+)
+def test_a_component_off_by_default_says_so_at_debug(
+    component: Any, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    defaults = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    crawler = get_crawler(Spider, {k: v for k, v in defaults.items() if k.isupper()})
+    with caplog.at_level("DEBUG"), pytest.raises(NotConfigured) as off:
+        component.from_crawler(crawler)
+    assert off.value.args == ()  # Scrapy logs a NotConfigured with a message at WARNING
+    (said,) = [record for record in caplog.records if "Disabled" in record.getMessage()]
+    assert said.levelname == "DEBUG"
+    assert said.getMessage().endswith(f"{component.__name__}: {reason}")
 
 
 def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redis) -> None:

@@ -14,14 +14,16 @@ import bson
 import pymongo
 import pytest
 import redis
-from scrapy.exceptions import DropItem
+from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
 
 import crawler.settings as project
 from crawler.config.rules import SettingsError
+from crawler.config.values import Destination
 from crawler.frontier.codec import expand
 from crawler.items import ProfileItem, VideoItem
-from crawler.pipelines import ItemNotStored, MongoPipeline, ValidationPipeline
+from crawler.pipelines import ITEMS_NOT_STORED, ItemNotStored, MongoPipeline, ValidationPipeline
+from crawler.storage.destinations import Destinations
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
@@ -369,3 +371,183 @@ def test_writes_are_journaled_by_default() -> None:
     assert config.max_document_bytes == 16_000_000
     custom = _from_project(MONGO_WRITE_CONCERN='{"w": "majority", "wtimeout": 5000}')
     assert custom.write_concern.document == {"w": "majority", "wtimeout": 5000}
+
+
+# --- items nothing declares a destination for --------------------------------------------------
+
+
+def test_undeclared_items_go_to_the_spiders_collection(
+    mongo: Mongo, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def crawl_once() -> list[BaseException | None]:
+        config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+        pipeline, _ = _pipeline(config)
+        pages = [{"url": f"https://example.org/{n}", "title": f"page {n}"} for n in range(3)]
+        return _stored(pipeline, *pages, {"title": "no url"}, {"url": "", "title": "empty url"})
+
+    with caplog.at_level("INFO", logger="crawler.storage.destinations"):
+        assert crawl_once() == [None] * 5
+    said = [r.getMessage() for r in caplog.records if r.name == "crawler.storage.destinations"]
+    assert said == [
+        "Storing dict items of spider 'videos-test' in MongoDB collection 'videos-test', "
+        "upserted on url (inserted when they have none); MONGO_COLLECTIONS sets another"
+    ]
+    assert crawl_once() == [None] * 5
+    pages = mongo.db["videos-test"]
+    # Pages with a url are upserted (one document each), the others inserted every time.
+    assert pages.count_documents({"url": {"$regex": "^https"}}) == 3
+    assert pages.count_documents({"title": "no url"}) == 2
+    assert pages.count_documents({"title": "empty url"}) == 2
+    (index,) = [i for i in pages.index_information().values() if i["key"] == [("url", 1)]]
+    assert index["unique"]
+    assert index["partialFilterExpression"] == {"url": {"$gt": ""}}
+    page = pages.find_one({"url": "https://example.org/0"})
+    assert page is not None
+    assert page["first_seen"] < page["last_seen"]
+    assert page["change_count"] == 0
+
+
+def test_mongo_collections_still_says_where_dicts_go(mongo: Mongo, tmp_path: Path) -> None:
+    config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+    destinations = Destinations({"dict": Destination("pages", "url")}, "videos-test")
+    pipeline = MongoPipeline(config, get_crawler().stats, "videos-test", destinations)
+    assert _stored(pipeline, {"url": "https://example.org/", "title": "home"}) == [None]
+    assert mongo.db.pages.count_documents({}) == 1
+    assert "videos-test" not in mongo.db.list_collection_names()
+
+
+def test_an_idle_crawl_that_stored_nothing_closes_as_items_not_stored(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    mongo.db.create_collection("videos", validator={"digg_count": {"$gte": 0}})
+    pipeline, _ = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    refused = [_video(str(n), likes=-1) for n in range(3)]
+    assert all(isinstance(outcome, ItemNotStored) for outcome in _stored(pipeline, *refused))
+    with pytest.raises(CloseSpider) as closing:
+        pipeline.spider_idle()
+    assert closing.value.reason == ITEMS_NOT_STORED
+    # One stored item is enough for the crawl to finish as usual.
+    pipeline, _ = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1))
+    assert _stored(pipeline, *refused, _video("fine"))[-1] is None
+    pipeline.spider_idle()
+
+
+# --- change tracking: the plain form for unchanged documents, the pipeline form for changes ----
+
+
+def _visit(mongo: Mongo, tmp_path: Path, *pages: dict[str, Any]) -> Any:
+    """Store ``pages`` (dicts, in collection "pages" keyed on url) as one crawl would."""
+    config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+    destinations = Destinations({"dict": Destination("pages", "url")}, "videos-test")
+    stats = get_crawler().stats
+    pipeline = MongoPipeline(config, stats, "videos-test", destinations)
+    assert _stored(pipeline, *pages) == [None] * len(pages)
+    return stats
+
+
+def _page(mongo: Mongo, url: str) -> dict[str, Any]:
+    found: dict[str, Any] | None = mongo.db.pages.find_one({"url": url}, {"_id": 0})
+    assert found is not None
+    return found
+
+
+def test_history_is_kept_whichever_form_writes_it(mongo: Mongo, tmp_path: Path) -> None:
+    mongo.db.pages.insert_one({"url": "old", "price": 1})  # stored before hashes were kept
+    stats = _visit(mongo, tmp_path, {"url": "new", "price": 5, "name": "$p", "fetched_at": 1})
+    first = _page(mongo, "new")
+    assert first["name"] == "$p"  # values are stored as given, never read as expressions
+    assert first["first_seen"] == first["last_changed"] == first["last_seen"]
+    assert first["change_count"] == 0
+    assert not stats.get_value("mongo/changed_writes")
+
+    # The same content (a volatile field aside): the plain form matches it, nothing counted.
+    stats = _visit(
+        mongo,
+        tmp_path,
+        {"url": "new", "price": 5, "name": "$p", "fetched_at": 2},
+        {"url": "old", "price": 1},
+    )
+    same, old = _page(mongo, "new"), _page(mongo, "old")
+    assert same["fetched_at"] == 2
+    assert same["change_count"] == 0
+    assert same["first_seen"] == same["last_changed"] == first["first_seen"]
+    assert same["last_seen"] > first["last_seen"]
+    # The old document gets its first hash and history without counting a change.
+    assert old["change_count"] == 0
+    assert old["first_seen"] == old["last_changed"] == old["last_seen"]
+    assert "change_hash" in old
+    assert stats.get_value("mongo/changed_writes") == 1  # the old one, written again
+
+    stats = _visit(mongo, tmp_path, {"url": "new", "price": 6, "name": "$p", "fetched_at": 3})
+    changed = _page(mongo, "new")
+    assert changed["change_count"] == 1
+    assert changed["first_seen"] == first["first_seen"]
+    assert changed["last_changed"] == changed["last_seen"] > same["last_seen"]
+    assert changed["price"] == 6
+    assert stats.get_value("mongo/changed_writes") == 1
+    assert stats.get_value("mongo/items") == 1
+    assert mongo.db.pages.count_documents({}) == 2
+
+
+def test_without_a_unique_index_every_write_is_the_pipeline_form(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """The plain form would insert a second document where the hash differs: a collection whose
+    key has no unique index (here one that cannot be made) only gets the pipeline form."""
+    pages = mongo.db["videos-test"]  # the spider's own collection
+    pages.create_index("url")
+    stats = []
+    for price in (1, 2):
+        pipeline, counted = _pipeline(
+            _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+        )
+        assert _stored(pipeline, {"url": "https://a.test/", "price": price}) == [None]
+        stats.append(counted)
+    assert pages.count_documents({}) == 1
+    stored = pages.find_one({})
+    assert stored is not None
+    assert stored["change_count"] == 1
+    assert not stats[1].get_value("mongo/changed_writes")
+
+
+def test_the_same_content_trimmed_or_whole_is_no_change(mongo: Mongo, tmp_path: Path) -> None:
+    """MONGO_MAX_DOCUMENT_BYTES lowered, then raised again: the document is trimmed, then
+    whole again (the plain form does not match the trimmed one, whose hash is marked; the
+    pipeline form removes its mark), and no change is counted."""
+    item = _video("v", description="d" * 5000)
+    for limit in (16_000_000, 1024, 16_000_000):
+        config = _settings(
+            mongo.uri, mongo.database, tmp_path, max_document_bytes=limit, flush_interval=0.1
+        )
+        pipeline, _ = _pipeline(config)
+        assert _stored(pipeline, item) == [None]
+        (doc,) = list(mongo.db.videos.find())
+        assert ("_truncated" in doc) == (limit == 1024)
+        assert doc["change_hash"].endswith("~") == (limit == 1024)
+        assert doc["change_count"] == 0
+    assert doc["description"] == "d" * 5000
+
+
+def test_documents_that_mostly_change_are_written_in_the_pipeline_form_alone(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """Each changed document costs two writes in the plain form first: once a batch shows most
+    documents of a collection changing, the next ones go straight to the pipeline form."""
+
+    async def scenario() -> tuple[list[int], Any]:
+        config = _settings(mongo.uri, mongo.database, tmp_path, batch_size=5)
+        pipeline, stats = _pipeline(config)
+        await pipeline.open_spider()
+        rewritten = []
+        for likes in range(4):  # new, then changed three times
+            videos = [_video(str(n), likes=likes) for n in range(5)]
+            await asyncio.gather(*(pipeline.process_item(video) for video in videos))
+            rewritten.append(stats.get_value("mongo/changed_writes", 0))
+        await pipeline.close_spider()
+        return rewritten, stats
+
+    rewritten, stats = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert rewritten == [0, 5, 5, 5]  # only the first changed batch was written twice
+    assert stats.get_value("mongo/items") == 20
+    assert all(doc["change_count"] == 3 for doc in mongo.db.videos.find())
+    assert mongo.db.videos.count_documents({}) == 5

@@ -2,8 +2,10 @@
 
 The two spiders of scrapy-redis's example project (``example-project/example/spiders/``), copied
 as written, crawl the sandbox: their start entries are leased, so killing a worker mid-crawl
-loses nothing; bad entries are set aside; their dict items are stored through
-MONGO_COLLECTIONS; scrapy-redis settings the frontier would not honour stop the start.
+loses nothing; bad entries are set aside; their dict items are stored with no setting added, in
+the collection named after the spider, keyed on their URL; a crawl none of whose items could be
+stored does not end as a success; scrapy-redis settings the frontier would not honour stop the
+start.
 """
 
 from __future__ import annotations
@@ -76,13 +78,12 @@ class MyCrawler(RedisCrawlSpider):
         }
 """
 
-# What crawling the sandbox takes: its web's *.test hosts resolve to loopback, items (dicts)
-# go to the "pages" collection keyed by URL, no rate limit, workers close when the fleet idles.
+# What crawling the sandbox takes: its web's *.test hosts resolve to loopback, no rate limit,
+# workers close when the fleet idles. Nothing about storage: dicts go to the spider's collection.
 SANDBOX_SETTINGS = {
     "SPIDER_MODULES": "example.spiders",
     "TWISTED_DNS_RESOLVER": "crawler.links.resolver.MappedResolver",
     "LINKS_RESOLVE": json.dumps({"test": "127.0.0.1"}),
-    "MONGO_COLLECTIONS": json.dumps({"dict": "pages:url"}),
     "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
     "POLITENESS_RATE": 0,
     "FRONTIER_LEASE_SECONDS": 5,
@@ -132,7 +133,7 @@ def test_example_crawler_loses_nothing_when_a_worker_is_killed(
     command = example_command("mycrawler_redis", "test", CONCURRENT_REQUESTS=2, START_BATCH_SIZE=2)
     env = example_env(crawl, example_project)
     logs = [tmp_path / f"worker{index}.log" for index in range(2)]
-    pages = crawl.mongo.db.pages
+    pages = crawl.mongo.db.mycrawler_redis
     with ExitStack() as running:
         workers = [running.enter_context(background(command, env, log)) for log in logs]
         poll(lambda: pages.count_documents({}) >= 10, 90, "10 pages stored")
@@ -183,8 +184,17 @@ def test_example_spider_sets_bad_entries_aside_and_stores_the_rest(
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    stored = {doc["url"] for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
+    pages = crawl.mongo.db.myspider_redis
+    assert pages.count_documents({}) == 4
+    stored = {doc["url"] for doc in pages.find({}, {"url": 1})}
     assert stored == {*good, site_url(sandbox, 0, "/p/1")}
+    indexes = pages.index_information().values()
+    assert any(index["key"] == [("url", 1)] and index.get("unique") for index in indexes)
+    said = [line for line in result.stderr.splitlines() if "MongoDB collection" in line]
+    assert len(said) == 1, result.stderr[-4000:]
+    assert "INFO: Storing dict items of spider 'myspider_redis'" in said[0]
+    assert "upserted on url" in said[0]
+    assert "'finish_reason': 'finished'" in result.stderr
     aside = [json.loads(raw) for raw in redis_client.lrange("myspider:start_urls:invalid", 0, -1)]
     assert sorted(record["entry"] for record in aside) == sorted(bad)
     reasons = {record["entry"]: record["reason"].split(":")[0] for record in aside}
@@ -192,6 +202,36 @@ def test_example_spider_sets_bad_entries_aside_and_stores_the_rest(
     assert reasons[bad[4]] == "credentials"
     assert not redis_client.exists("myspider:start_urls", "{myspider:start_urls}:leases")
     assert redis_client.llen("{myspider_redis}:dead") == 0
+
+
+def test_a_crawl_whose_items_all_fail_to_store_is_no_success(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    example_project: Path,
+) -> None:
+    # A collection that refuses every document the spider yields (they all have a url).
+    crawl.mongo.db.create_collection("myspider_redis", validator={"url": {"$exists": False}})
+    sandbox.admin("web", {"sites": 3, "pages": 2, "extras": False})
+    redis_client.lpush("myspider:start_urls", *(site_url(sandbox, site) for site in range(3)))
+    result = subprocess.run(
+        example_command("myspider_redis", "test"),
+        cwd=ROOT,
+        env=example_env(crawl, example_project),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 4, result.stderr[-4000:]
+    assert "Spider closed (items_not_stored)" in result.stderr
+    assert "'finish_reason': 'items_not_stored'" in result.stderr
+    said = [line for line in result.stderr.splitlines() if "None of the 3 items" in line]
+    assert len(said) == 1, result.stderr[-4000:]
+    assert crawl.mongo.db.myspider_redis.count_documents({}) == 0
+    letters = [json.loads(raw) for raw in redis_client.lrange("{myspider_redis}:dead", 0, -1)]
+    assert [letter["failure"]["reason"] for letter in letters] == ["item_error:ItemNotStored"] * 3
+    published = redis_client.hget("{myspider_redis}:stats", "finish_reason")
+    assert published == b"items_not_stored"
 
 
 def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
@@ -226,7 +266,7 @@ def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    stored = {doc["url"] for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
+    stored = {doc["url"] for doc in crawl.mongo.db.ours.find({}, {"url": 1})}
     assert stored == {
         site_url(sandbox, site, path) for site in range(3) for path in ("/", "/p/0", "/p/1")
     }

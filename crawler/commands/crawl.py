@@ -7,6 +7,9 @@ crawler starts; a component refusing a value later ends the crawl with the same 
 
 Exit status 3: the worker stopped because it was banned (``BAN_POLICY = "stop"``), so whoever
 runs it can replace the machine's IP address before starting it again.
+
+Exit status 4: the crawl yielded items and none of them was stored (finish reason
+``items_not_stored``: MongoDB refused them, or they had no usable key; the log says why).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from scrapy.exceptions import UsageError
 
 from crawler.bans.policy import EXIT_BANNED
 from crawler.config.rules import EXIT_BAD_SETTING, SettingsError
+from crawler.pipelines import EXIT_ITEMS_NOT_STORED, ITEMS_NOT_STORED
 from crawler.preflight import check_frontier_server, check_settings
 
 if TYPE_CHECKING:
@@ -28,6 +32,9 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
+
+# Finish reasons that are not a success, and the exit status each gives.
+FAILED_REASONS = {"banned": EXIT_BANNED, ITEMS_NOT_STORED: EXIT_ITEMS_NOT_STORED}
 
 
 class Command(ScrapyCrawlCommand):
@@ -46,10 +53,11 @@ class Command(ScrapyCrawlCommand):
         self.crawler_process.start()
         if self.exitcode:
             return
+        reason = crawler.stats.get_value("finish_reason") if crawler.stats is not None else None
         if self.crawler_process.bootstrap_failed:
             self.exitcode = 1
-        elif crawler.stats is not None and crawler.stats.get_value("finish_reason") == "banned":
-            self.exitcode = EXIT_BANNED
+        elif reason in FAILED_REASONS:
+            self.exitcode = FAILED_REASONS[reason]
 
     def _refuse(self, exc: SettingsError) -> None:
         logger.error("Crawl not started: %s", exc)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import NotConfigured
 
 from crawler.config.rules import base_url, integer
 from crawler.config.table import RULES
@@ -20,6 +23,16 @@ def setting(settings: BaseSettings, name: str) -> Any:
 def setting_int(settings: BaseSettings, name: str, minimum: int, maximum: int | None = None) -> int:
     """An integer setting within bounds, or SettingsError naming it."""
     return int(integer(minimum, maximum).read(name, settings.get(name)))
+
+
+def switched_off(component: type, reason: str) -> NotConfigured:
+    """The NotConfigured a component raises when its setting leaves it off, said at DEBUG by
+    the component's logger: Scrapy logs a NotConfigured with a message at WARNING, and a
+    component off by default is nothing to act on."""
+    logging.getLogger(component.__module__).debug(
+        "Disabled %s.%s: %s", component.__module__, component.__qualname__, reason
+    )
+    return NotConfigured()
 
 
 def validate_base_url(settings: BaseSettings, name: str) -> str:

@@ -68,8 +68,13 @@ NOT_STORED = ""
 
 @dataclass(frozen=True)
 class Destination:
+    """A collection and the field its upserts are keyed on. ``partial``: the field's unique
+    index covers only the documents where it is a non-empty string (the spider's own
+    collection holds items with and without a ``url``)."""
+
     collection: str
     unique_key: str
+    partial: bool = False
 
 
 def parse_destination(value: Any) -> str | Destination:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
 from scrapy.utils.log import failure_to_exc_info
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
 
-from crawler.config import setting
+from crawler.config import setting, switched_off
 from crawler.connection import crawl_redis
 from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
@@ -115,7 +114,7 @@ class RecrawlMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
         if not setting(crawler.settings, "RECRAWL_ENABLED"):
-            raise NotConfigured("RECRAWL_ENABLED is off")
+            raise switched_off(cls, "RECRAWL_ENABLED is off")
         assert crawler.spidercls is not None
         config = RecrawlSettings.from_crawler(crawler)
         store = RevisitStore(crawl_redis(crawler), crawler.spidercls.name)

@@ -1,12 +1,23 @@
-"""The upsert that keeps a document's history: when it was first and last seen, when its
+"""The upserts that keep a document's history: when it was first and last seen, when its
 content last changed and how many times it did.
 
 Every document carries ``change_hash``, the digest of its fields without the volatile ones
-(:func:`item_hash`). The upsert is an update pipeline, so MongoDB
-compares the stored hash with the new one in the same write: a different hash sets
-``last_changed`` and adds one to ``change_count``; an equal one leaves both. A new document
-gets ``first_seen`` = ``last_changed`` = now and ``change_count`` 0; a document stored before
-hashes were kept gets its first hash without counting a change.
+(:func:`item_hash`). A different hash sets ``last_changed`` and adds one to ``change_count``;
+an equal one leaves both. A new document gets ``first_seen`` = ``last_changed`` = now and
+``change_count`` 0; a document stored before hashes were kept gets its first hash without
+counting a change.
+
+Two forms of the upsert say so. :func:`history_update` is an update pipeline in which MongoDB
+compares the stored hash with the new one: it is right for any stored document, at the price of
+an aggregation per write. :func:`same_content_update` is a plain update, for the filter
+``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
+document whose content did not change, and inserts a new one; a stored document whose content
+changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
+(a duplicate key), and the writer writes that document again with :func:`history_update`. Only
+a collection with a unique index on the key may take the plain form: without one, that insert
+would add a second document. A trimmed document always takes the pipeline form, and its hash
+is stored with a mark, so that the same content stored whole later is not matched by the plain
+form (which would leave its ``_truncated``).
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ from datetime import datetime
 from typing import Any
 
 CHANGE_HASH = "change_hash"
+# The suffix of the change_hash of a document stored trimmed.
+TRIMMED = "~"
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
 HISTORY_FIELDS = ("first_seen", "last_seen", "last_changed", "change_count", CHANGE_HASH)
 # Fields that differ on every fetch (when it was fetched, how long it took) and never count as
@@ -38,9 +51,10 @@ def history_update(
 ) -> list[dict[str, Any]]:
     """The update pipeline that stores ``document`` (with its ``change_hash``) and its history,
     and removes the ``unset`` fields."""
-    digest = document[CHANGE_HASH]
+    content = document[CHANGE_HASH].removesuffix(TRIMMED)  # the content's digest alone
     known = {"$ne": [{"$type": f"${CHANGE_HASH}"}, "missing"]}
-    changed = {"$and": [known, {"$ne": [f"${CHANGE_HASH}", digest]}]}
+    stored = {"$substrCP": [f"${CHANGE_HASH}", 0, len(content)]}
+    changed = {"$and": [known, {"$ne": [stored, content]}]}
     fields = {name: {"$literal": value} for name, value in document.items()}
     stages: list[dict[str, Any]] = [
         {
@@ -59,6 +73,33 @@ def history_update(
     if unset:
         stages.append({"$unset": sorted(unset)})
     return stages
+
+
+def same_content_filter(key: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter of :func:`same_content_update`: the key and the new hash. A document stored
+    trimmed has its hash marked (:func:`marked_trimmed`), so it is not matched, and the
+    pipeline form removes its ``_truncated`` when it is stored whole again."""
+    return {**key, CHANGE_HASH: document[CHANGE_HASH]}
+
+
+def marked_trimmed(document: dict[str, Any]) -> dict[str, Any]:
+    """``document``, trimmed to fit (documents.py), with its hash marked so: the same content
+    stored whole later does not match it in the plain form. The pipeline form compares the
+    content's digest without the mark."""
+    document[CHANGE_HASH] += TRIMMED
+    return document
+
+
+def same_content_update(document: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The plain update that stores ``document`` (not trimmed) over a stored one of the same
+    content (:func:`same_content_filter`), or inserts it: its fields and ``last_seen``;
+    ``first_seen``, ``last_changed`` and ``change_count`` only on insert (a document with a
+    hash has them)."""
+    on_insert = {"first_seen": now, "last_changed": now, "change_count": 0}
+    update: dict[str, Any] = {"$set": {**document, "last_seen": now}}
+    if inserted := {name: value for name, value in on_insert.items() if name not in document}:
+        update["$setOnInsert"] = inserted
+    return update
 
 
 def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str] = ()) -> str:

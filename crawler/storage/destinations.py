@@ -1,43 +1,38 @@
 """Where an item is stored in MongoDB: its collection and the field that keys its upserts.
 
 An item says so itself, with ``collection`` and ``unique_key`` attributes on its class (every
-item class of this project does, and so can any dataclass, attrs class or ``scrapy.Item``). Any
-other item (a dict, someone else's item class) is stored where MONGO_COLLECTIONS says, by the
-item's class name first (``"dict"``, ``"BookItem"``), then by the spider's name. An item
-nobody declared a destination for is an error: its request goes to the dead letters with the
-reason ``item_error:UndeclaredItem``, to be requeued once MONGO_COLLECTIONS names it. A
-destination of ``""`` passes such items on unstored (another pipeline stores them).
+item class of this project does, and so can any dataclass, attrs class or ``scrapy.Item``).
+Any other item (a dict, someone else's item class) is stored where MONGO_COLLECTIONS says, by
+the item's class name first (``"dict"``, ``"BookItem"``), then by the spider's name; a
+destination of ``""`` passes such items on unstored (another pipeline stores them). An item
+nothing is declared for goes to the collection named after the spider: upserted on its
+``url`` when it has one (a non-empty string), else inserted as a new document; the first such
+item of each class is logged at INFO with where it went.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
+from bson import ObjectId
 from itemadapter import ItemAdapter
 
 from crawler.config.values import Destination
 from crawler.items import STORED_ITEM_CLASSES
 
+logger = logging.getLogger(__name__)
 
-class UndeclaredItem(Exception):
-    """No class attribute and no MONGO_COLLECTIONS entry says where the item goes."""
-
-
-class QuietUndeclared(logging.Filter):
-    """Drops Scrapy's own "Error processing <item>" line, and its traceback, for an item nobody
-    declared: the pipeline says so once per item class, counts every one
-    (``mongo/undeclared/<class>``) and its request is dead-lettered all the same."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, UndeclaredItem)
+# The field the spider's own collection upserts on, when an item has it.
+DEFAULT_KEY = "url"
+# The key of an item inserted as a new document: MongoDB's own id, made for it.
+INSERTED_KEY = "_id"
 
 
-# Where Scrapy logs an item a pipeline failed on (scrapy.core.scraper).
-SCRAPER_LOGGER = "scrapy.core.scraper"
-QUIET_UNDECLARED = QuietUndeclared()
+# Field values stored as they are (the common case, checked by type before anything else).
+SCALARS = frozenset({str, int, float, bool, type(None), bytes, datetime, ObjectId})
 
 
 class InvalidKey(Exception):
@@ -45,11 +40,13 @@ class InvalidKey(Exception):
 
 
 class Destinations:
-    """The destination of each item: its class's own, else MONGO_COLLECTIONS's."""
+    """The destination of each item: its class's own, else MONGO_COLLECTIONS's, else the
+    spider's collection."""
 
     def __init__(self, declared: Mapping[str, str | Destination], spider: str) -> None:
         self.declared = dict(declared)
         self.spider = spider
+        self._announced: set[str] = set()
 
     def of(self, item: Any) -> Destination | None:
         """Where ``item`` goes; None when it is declared not stored here."""
@@ -60,11 +57,10 @@ class Destinations:
             if name in self.declared:
                 found = self.declared[name]
                 return found if isinstance(found, Destination) else None
-        raise UndeclaredItem(
-            f"no MongoDB collection for {type(item).__name__} items of spider {self.spider!r}: "
-            f"give the class collection and unique_key attributes, or set MONGO_COLLECTIONS, "
-            f'e.g. {{"{type(item).__name__}": "<collection>:<key field>"}}'
-        )
+        self._announce(type(item).__name__)
+        if _has_key(item, DEFAULT_KEY):
+            return Destination(self.spider, DEFAULT_KEY, partial=True)
+        return Destination(self.spider, INSERTED_KEY)
 
     def indexed(self) -> list[Destination]:
         """Destinations known before any item arrives, whose unique indexes are made at start."""
@@ -72,17 +68,71 @@ class Destinations:
         known += [found for found in self.declared.values() if isinstance(found, Destination)]
         return [destination for destination in known if destination is not None]
 
+    def _announce(self, item_class: str) -> None:
+        if item_class in self._announced:
+            return
+        self._announced.add(item_class)
+        logger.info(
+            "Storing %s items of spider %r in MongoDB collection %r, upserted on %s "
+            "(inserted when they have none); MONGO_COLLECTIONS sets another",
+            item_class,
+            self.spider,
+            self.spider,
+            DEFAULT_KEY,
+        )
 
-def document_of(item: Any, destination: Destination) -> dict[str, Any]:
-    """The item's fields as a dict, its unique key present and not empty (else InvalidKey)."""
+
+def key_of(item: Any, destination: Destination) -> Any:
+    """The item's unique key, present and not empty (else InvalidKey); for an item to insert,
+    a new ``_id`` unless it has its own. Cheap: it runs on the reactor for every item."""
     try:
-        document = ItemAdapter(item).asdict()
+        key = _field(item, destination.unique_key)
     except TypeError:
         raise InvalidKey(f"{type(item).__name__} is not an item (dict, dataclass...)") from None
-    key = document.get(destination.unique_key)
+    if key is None and destination.unique_key == INSERTED_KEY:
+        return ObjectId()
     if key is None or key == "":
         raise InvalidKey(f"{type(item).__name__} has no {destination.unique_key!r}")
-    return document
+    return key
+
+
+def document_of(item: Any) -> dict[str, Any]:
+    """The item's fields as a dict, the items nested in it as dicts (``ItemAdapter.asdict``)."""
+    fields = item.items() if type(item) is dict else ItemAdapter(item).items()
+    return {name: _plain(value) for name, value in fields}
+
+
+def _field(item: Any, name: str) -> Any:
+    """The item's field ``name`` (None if missing): a dict's or a dataclass's directly, any
+    other item's through ItemAdapter (TypeError if it is not an item)."""
+    if type(item) is dict:
+        return item.get(name)
+    if name in getattr(type(item), "__dataclass_fields__", ()):
+        return getattr(item, name, None)
+    return ItemAdapter(item).get(name)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with the items nested in it as dicts, as ``ItemAdapter.asdict`` makes them;
+    a scalar as it is, without asking every item adapter whether it is an item."""
+    if type(value) in SCALARS:
+        return value
+    if isinstance(value, dict):
+        return {name: _plain(nested) for name, nested in value.items()}
+    if isinstance(value, list | set | tuple):
+        return value.__class__(_plain(nested) for nested in value)
+    if ItemAdapter.is_item(value):
+        return {name: _plain(nested) for name, nested in ItemAdapter(value).items()}
+    return value
+
+
+def _has_key(item: Any, key: str) -> bool:
+    """The item has a non-empty string at ``key``."""
+    try:
+        value = _field(item, key)
+    except TypeError:
+        return False
+    return isinstance(value, str) and value != ""
 
 
 def _own_destination(item_class: type) -> Destination | None:

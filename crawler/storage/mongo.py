@@ -2,7 +2,12 @@
 
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
 on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
-``last_changed``/``change_count`` when the content changed (``changes.py``).
+``last_changed``/``change_count`` when the content changed (``changes.py``). Each upsert is
+first written in the plain form that matches an unchanged document through its hash; the
+documents whose content changed, refused by it as duplicate keys, are written again in the
+update-pipeline form that counts the change. The reactor only reads each item's key and
+buffers it: reading the items into documents, their hashes and trimming run in a preparer
+thread, the writes in a writer thread, a batch being prepared while the one before is written.
 ``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
 only once its item is written with the write concern
 MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,8 +35,14 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
-from crawler.storage.changes import history_update
-from crawler.storage.destinations import Destinations
+from crawler.storage.changes import (
+    history_update,
+    marked_trimmed,
+    same_content_filter,
+    same_content_update,
+    with_change_hash,
+)
+from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
 from crawler.storage.spill import Record, SpillFile
 from crawler.storage.writes import Outcome, refused, transient, written
@@ -46,7 +58,11 @@ logger = logging.getLogger(__name__)
 # Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
 # timers between groups instead of running every item's continuation in one turn.
 WAKE_CHUNK = 64
-Upsert = tuple[dict[str, Any], dict[str, Any]]  # (filter, fields to $set)
+# (filter, the item, the item class's volatile fields)
+Upsert = tuple[dict[str, Any], Any, Collection[str]]
+# A collection whose documents mostly change is written in the pipeline form alone, and in the
+# plain form first again once in this many batches, to see whether they still do.
+PLAIN_PROBE_BATCHES = 8
 
 
 class MongoUnavailable(RuntimeError):
@@ -96,11 +112,13 @@ class CollectionBatch:
 
     updates: dict[Any, Upsert] = field(default_factory=dict)
     waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
+    destinations: dict[str, Destination] = field(default_factory=dict)  # by unique key
     started: float = field(default_factory=time.monotonic)
 
 
 class MongoWriter:
-    """Buffer documents per collection and upsert them in batches from a writer thread.
+    """Buffer items per collection and upsert them in batches, prepared in a preparer thread
+    and written from a writer thread.
 
     A batch is written when it holds MONGO_BATCH_SIZE items, when its oldest item is older than
     MONGO_FLUSH_INTERVAL, and when the writer closes, with MONGO_WRITE_CONCERN. Transient errors
@@ -122,7 +140,11 @@ class MongoWriter:
         self.stats = stats
         self.spider_name = spider_name
         self.destinations = destinations
-        self._indexed: set[str] = set()
+        self._indexed: dict[tuple[str, str], str] = {}  # (collection, unique key): index name
+        # Per collection: batches written, and the share of changed documents in the last
+        # batch written in the plain form first.
+        self._batch_counts: dict[str, int] = {}
+        self._changed_share: dict[str, float] = {}
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
@@ -131,8 +153,10 @@ class MongoWriter:
         self._room = asyncio.Event()
         self._writes: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
-        # One writer thread: batches are written in order, one at a time.
+        # One writer thread: batches are written in order, one at a time; the next batch's
+        # documents are prepared in another thread meanwhile.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-writer")
+        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-preparer")
 
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
@@ -143,14 +167,18 @@ class MongoWriter:
         self._room.set()
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
-    async def store(self, destination: Destination, document: dict[str, Any]) -> None:
-        """Return once ``document`` is written to its collection or spilled; raises
-        :class:`ItemNotStored` when MongoDB does not store it."""
+    async def store(
+        self, destination: Destination, key: Any, item: Any, volatile: Collection[str] = ()
+    ) -> None:
+        """Return once ``item`` (whose unique key is ``key``) is written to its collection or
+        spilled; raises :class:`ItemNotStored` when MongoDB does not store it. ``volatile``:
+        fields left out of its change hash besides the usual ones (``changes.py``). The item
+        is read in the writer thread: it must not change until this returns."""
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
             await self._room.wait()
-        waiter = self._buffer(destination, document)
+        waiter = self._buffer(destination, key, item, volatile)
         await waiter
 
     async def close(self) -> None:
@@ -167,13 +195,16 @@ class MongoWriter:
         if self.client is not None:
             await self._in_thread(self.client.close)
         self._executor.shutdown(wait=True)
+        self._preparer.shutdown(wait=True)
 
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
-    def _buffer(self, destination: Destination, document: dict[str, Any]) -> asyncio.Future[None]:
-        key = document[destination.unique_key]
+    def _buffer(
+        self, destination: Destination, key: Any, item: Any, volatile: Collection[str]
+    ) -> asyncio.Future[None]:
         batch = self._batches.setdefault(destination.collection, CollectionBatch())
-        batch.updates[_hashable(key)] = ({destination.unique_key: key}, document)
+        batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile)
+        batch.destinations.setdefault(destination.unique_key, destination)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.setdefault(_hashable(key), []).append(waiter)
         self._pending += 1
@@ -202,8 +233,14 @@ class MongoWriter:
     async def _write(self, collection: str, batch: CollectionBatch) -> None:
         keys, operations = list(batch.updates), list(batch.updates.values())
         waiters = [(key, waiter) for key, group in batch.waiters.items() for waiter in group]
+        destinations = list(batch.destinations.values())
         try:
-            failed = await self._in_thread(self._write_or_spill, collection, operations)
+            writes, failed = await self._in_thread(
+                self._prepare_batch, collection, operations, executor=self._preparer
+            )
+            failed = await self._in_thread(
+                self._write_or_spill, collection, writes, destinations, failed, len(operations)
+            )
         except Exception as exc:  # the spill file failed too: the items are not stored
             logger.exception(
                 "Could not write nor spill %d items of %s", len(operations), collection
@@ -220,8 +257,28 @@ class MongoWriter:
             self._pending -= len(waiters)
             self._room.set()
 
-    async def _in_thread(self, function: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+    async def _in_thread(
+        self, function: Any, *args: Any, executor: ThreadPoolExecutor | None = None
+    ) -> Any:
+        """``function(*args)`` in the writer thread (or ``executor``'s)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor or self._executor, function, *args)
+
+    # --- preparing (preparer thread) -------------------------------------------------------------
+
+    def _prepare_batch(
+        self, collection: str, upserts: list[Upsert]
+    ) -> tuple[list[Write], dict[int, str]]:
+        """The writes of the upserts, and those that cannot be written, by position: reason."""
+        writes: list[Write] = []
+        failed: dict[int, str] = {}
+        for index, (selector, item, volatile) in enumerate(upserts):
+            try:
+                writes.append(self._prepare(index, collection, selector, item, volatile))
+            except (DocumentTooLarge, BSONError) as exc:
+                self.stats.inc_value("mongo/too_large")
+                failed[index] = str(exc)
+        return writes, failed
 
     # --- writing (writer thread) ---------------------------------------------------------------
 
@@ -235,8 +292,8 @@ class MongoWriter:
                 self.config.database, write_concern=self.config.write_concern
             )
             for destination in self.destinations.indexed():
-                database[destination.collection].create_index(destination.unique_key, unique=True)
-                self._indexed.add(destination.collection)
+                collection, key = destination.collection, destination.unique_key
+                self._indexed[collection, key] = database[collection].create_index(key, unique=True)
         except PyMongoError as exc:
             client.close()
             reason = str(exc).split(", Timeout:")[0]
@@ -245,91 +302,159 @@ class MongoWriter:
         self.client, self.database = client, database
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
 
-    def _write_or_spill(self, collection: str, upserts: list[Upsert]) -> dict[int, str]:
-        """Write (or spill) the upserts; the ones not stored, by position: reason."""
-        now = datetime.now(UTC)
-        failed: dict[int, str] = {}
-        updates: list[tuple[int, dict[str, Any], Any]] = []
-        if upserts:
-            self._index(collection, next(iter(upserts[0][0])))
-        for index, (selector, fields) in enumerate(upserts):
-            try:
-                updates.append((index, selector, self._update(collection, selector, fields, now)))
-            except (DocumentTooLarge, BSONError) as exc:
-                self.stats.inc_value("mongo/too_large")
-                failed[index] = str(exc)
-        if updates:
-            failed |= self._write_updates(collection, updates)
+    def _write_or_spill(
+        self,
+        collection: str,
+        writes: list[Write],
+        destinations: Collection[Destination],
+        failed: dict[int, str],
+        total: int,
+    ) -> dict[int, str]:
+        """Write (or spill) the prepared writes of a batch of ``total`` upserts, ``failed``
+        already failing; the ones not stored, by position: reason."""
+        for destination in destinations:
+            self._index(destination)
+        if writes:
+            failed = failed | self._write_updates(collection, writes, datetime.now(UTC))
         if failed:
             self.stats.inc_value("mongo/write_errors", len(failed))
             logger.error(
                 "MongoDB did not store %d of %d %s documents; their requests are dead-lettered. "
                 "First: %s",
                 len(failed),
-                len(upserts),
+                total,
                 collection,
                 next(iter(failed.values())),
             )
         return failed
 
-    def _index(self, collection: str, unique_key: str) -> None:
+    def _index(self, destination: Destination) -> None:
         """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
-        an item class of the user's); tried again with the next batch if MongoDB is away."""
-        if collection in self._indexed or self.database is None:
+        an item class of the user's, the spider's own collection), unless one is there; tried
+        again with the next batch if MongoDB is away. ``_id`` has its own."""
+        collection, key = destination.collection, destination.unique_key
+        if key == "_id" or (collection, key) in self._indexed or self.database is None:
             return
         try:
-            self.database[collection].create_index(unique_key, unique=True)
+            existing = self.database[collection].index_information().items()
+            names = [name for name, index in existing if _covers(index, key, destination.partial)]
+            if not names:
+                options: dict[str, Any] = {"unique": True}
+                if destination.partial:
+                    options["partialFilterExpression"] = {key: {"$gt": ""}}
+                names.append(self.database[collection].create_index(key, **options))
         except PyMongoError as exc:
-            logger.warning("No unique index on %s.%s yet: %s", collection, unique_key, exc)
+            logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
             return
-        self._indexed.add(collection)
+        # No hint on a partial index: a server may refuse one it cannot prove the query within.
+        self._indexed[collection, key] = "" if destination.partial else names[0]
 
-    def _update(
-        self, collection: str, selector: dict[str, Any], fields: dict[str, Any], now: datetime
-    ) -> list[dict[str, Any]]:
-        """The upsert of ``fields``, trimmed to MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
+    def _prepare(
+        self,
+        index: int,
+        collection: str,
+        selector: dict[str, Any],
+        item: Any,
+        volatile: Collection[str],
+    ) -> Write:
+        """The write of the item's document with its change hash, trimmed to
+        MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
         ((unique_key, key),) = selector.items()
-        document = fit(fields, self.config.max_document_bytes, unique_key)
-        if TRUNCATED_FIELD in document:
-            self.stats.inc_value("mongo/truncated")
-            logger.warning(
-                "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
-                collection,
-                unique_key,
-                key,
-                ", ".join(
-                    f"{name} from {size:,} bytes"
-                    for name, size in document[TRUNCATED_FIELD].items()
-                ),
-            )
-            return history_update(document, now)
-        return history_update(document, now, unset=(TRUNCATED_FIELD,))
+        hashed = with_change_hash(document_of(item), volatile)
+        fitted = fit(hashed, self.config.max_document_bytes, unique_key)
+        if unique_key == "_id":
+            fitted = {name: value for name, value in fitted.items() if name != "_id"}
+        if TRUNCATED_FIELD not in fitted:
+            return Write(index, selector, fitted, unset=(TRUNCATED_FIELD,))
+        marked_trimmed(fitted)
+        self.stats.inc_value("mongo/truncated")
+        logger.warning(
+            "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
+            collection,
+            unique_key,
+            key,
+            ", ".join(
+                f"{name} from {size:,} bytes" for name, size in fitted[TRUNCATED_FIELD].items()
+            ),
+        )
+        return Write(index, selector, fitted)
 
-    def _write_updates(
-        self, collection: str, updates: list[tuple[int, dict[str, Any], Any]]
-    ) -> dict[int, str]:
-        operations = [UpdateOne(selector, update, upsert=True) for _, selector, update in updates]
+    def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
+        """Write in the plain form what the key's unique index allows (unless the collection's
+        documents mostly change, see :meth:`_plain_first`), then again in the pipeline form what
+        the plain form found changed (refused as a duplicate key); spill what MongoDB is
+        unavailable for. The writes not stored, by position: reason."""
+        plain = self._plain_first(collection)
+        first = [
+            write.first(now, self._unique_index(collection, write) if plain else None)
+            for write in writes
+        ]
         try:
-            outcome = self._bulk_write_with_retries(collection, operations)
+            outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
         except ConnectionFailure as exc:
-            logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(updates))
-            assert self.spill is not None
-            self.spill.append(
-                [{"collection": collection, "filter": s, "update": u} for _, s, u in updates]
+            return self._spill(collection, writes, now, exc)
+        self._count(collection, len(first), outcome)
+        again = [writes[position] for position in sorted(outcome.duplicates)]
+        if plain:
+            self._changed_share[collection] = len(again) / len(writes)
+        failed = {
+            writes[position].index: reason
+            for position, reason in outcome.refused.items()
+            if position not in outcome.duplicates
+        }
+        if not again:
+            return failed
+        self.stats.inc_value("mongo/changed_writes", len(again))
+        try:
+            rewritten = self._bulk_write_with_retries(
+                collection, [write.tracked(now) for write in again]
             )
-            self.stats.inc_value("mongo/spilled", len(updates))
-            return {}
-        self._count(collection, len(operations), outcome)
-        return {updates[index][0]: reason for index, reason in outcome.refused.items()}
+        except ConnectionFailure as exc:
+            return failed | self._spill(collection, again, now, exc)
+        self._count(collection, len(again), rewritten, batch=False)
+        return failed | {again[position].index: r for position, r in rewritten.refused.items()}
 
-    def _bulk_write_with_retries(self, collection: str, operations: list[UpdateOne]) -> Outcome:
+    def _plain_first(self, collection: str) -> bool:
+        """Whether this batch of ``collection`` is written in the plain form first: not when
+        more than half of the documents of its last batch so written had changed (each cost two
+        writes, one form would do), except every PLAIN_PROBE_BATCHES batches, to see again."""
+        count = self._batch_counts.get(collection, 0) + 1
+        self._batch_counts[collection] = count
+        changed = self._changed_share.get(collection, 0.0)
+        return changed <= 0.5 or count % PLAIN_PROBE_BATCHES == 0
+
+    def _unique_index(self, collection: str, write: Write) -> str | None:
+        """The name of the unique index on the write's key to hint ("" for ``_id`` and partial
+        indexes: unique, no hint), None if it has none."""
+        key = next(iter(write.selector))
+        return "" if key == "_id" else self._indexed.get((collection, key))
+
+    def _spill(
+        self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
+    ) -> dict[int, str]:
+        logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
+        assert self.spill is not None
+        self.spill.append(
+            [
+                {"collection": collection, "filter": w.selector, "update": w.history(now)}
+                for w in writes
+            ]
+        )
+        self.stats.inc_value("mongo/spilled", len(writes))
+        return {}
+
+    def _bulk_write_with_retries(
+        self, collection: str, operations: list[UpdateOne], duplicates: bool = True
+    ) -> Outcome:
+        """The outcome of the unordered bulk write, tried again on transient errors (duplicate
+        keys only if ``duplicates``)."""
         assert self.database is not None
         for attempt in range(self.config.retry_times + 1):
             last = attempt == self.config.retry_times
             try:
                 return written(self.database[collection].bulk_write(operations, ordered=False))
             except BulkWriteError as exc:
-                if last or not transient(exc):
+                if last or not transient(exc, duplicates):
                     return refused(exc, len(operations))
             except ConnectionFailure:
                 if last:
@@ -338,9 +463,12 @@ class MongoWriter:
             time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on
         raise AssertionError("unreachable")
 
-    def _count(self, collection: str, operations: int, outcome: Outcome) -> None:
+    def _count(
+        self, collection: str, operations: int, outcome: Outcome, batch: bool = True
+    ) -> None:
         stored = operations - len(outcome.refused)
-        self.stats.inc_value("mongo/batches")
+        if batch:
+            self.stats.inc_value("mongo/batches")
         self.stats.inc_value("mongo/items", stored)
         self.stats.inc_value(f"mongo/items/{collection}", stored)
         self.stats.inc_value("mongo/upserted", outcome.upserted)
@@ -379,6 +507,40 @@ class MongoWriter:
         self.stats.inc_value("mongo/replayed", len(records))
         logger.info("Replayed %d spilled upserts into MongoDB", len(records))
         return True
+
+
+@dataclass(frozen=True)
+class Write:
+    """One document of a batch, ready to write: ``index`` is its position in the batch,
+    ``unique`` says its key has a unique index (so the plain form may be tried first)."""
+
+    index: int
+    selector: dict[str, Any]
+    document: dict[str, Any]
+    unset: tuple[str, ...] = ()
+
+    def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
+        """The plain upsert matching the stored document by key and hash, if the key has a
+        unique index (named, it is the query's hint: the hash in the filter leaves the server's
+        planner nothing to choose) and the document is whole; else the pipeline form."""
+        if unique_index is None or TRUNCATED_FIELD in self.document:
+            return self.tracked(now)
+        selector = same_content_filter(self.selector, self.document)
+        update = same_content_update(self.document, now)
+        return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
+
+    def tracked(self, now: datetime) -> UpdateOne:
+        """The pipeline upsert, right whatever is stored."""
+        return UpdateOne(self.selector, self.history(now), upsert=True)
+
+    def history(self, now: datetime) -> list[dict[str, Any]]:
+        return history_update(self.document, now, self.unset)
+
+
+def _covers(index: dict[str, Any], key: str, partial: bool) -> bool:
+    """``index`` is a unique index on ``key`` alone that covers every document keyed on it."""
+    whole = "partialFilterExpression" not in index
+    return index["key"] == [(key, 1)] and bool(index.get("unique")) and (whole or partial)
 
 
 def _hashable(key: Any) -> Any:

@@ -21,11 +21,13 @@ DUPLICATE_KEY = 11000
 
 @dataclass(frozen=True)
 class Outcome:
-    """Counts of one bulk write, and the refused upserts by position: reason."""
+    """Counts of one bulk write, the refused upserts by position: reason, and the positions
+    of those refused for a duplicate key."""
 
     upserted: int = 0
     modified: int = 0
     refused: dict[int, str] = field(default_factory=dict)
+    duplicates: frozenset[int] = frozenset()
 
 
 def written(result: BulkWriteResult) -> Outcome:
@@ -36,21 +38,27 @@ def refused(exc: BulkWriteError, count: int) -> Outcome:
     """The outcome of a bulk write that raised: its write errors, and every upsert left
     unconfirmed when the write concern was not met."""
     details = exc.details
-    reasons = {int(error["index"]): describe(error) for error in details.get("writeErrors", [])}
+    errors = details.get("writeErrors", [])
+    reasons = {int(error["index"]): describe(error) for error in errors}
+    duplicates = frozenset(
+        int(error["index"]) for error in errors if error.get("code") == DUPLICATE_KEY
+    )
     concern = details.get("writeConcernErrors") or []
     if concern:
         unconfirmed = f"write concern not met: {describe(concern[0])}"
         reasons = {index: reasons.get(index, unconfirmed) for index in range(count)}
-    return Outcome(int(details.get("nUpserted", 0)), int(details.get("nModified", 0)), reasons)
+    upserted, modified = int(details.get("nUpserted", 0)), int(details.get("nModified", 0))
+    return Outcome(upserted, modified, reasons, duplicates)
 
 
-def transient(exc: BulkWriteError) -> bool:
-    """Worth writing the batch again: only duplicate keys (two workers upserting one new key
-    at once; the retry finds the document) or only an unmet write concern (a timeout)."""
+def transient(exc: BulkWriteError, duplicates: bool = True) -> bool:
+    """Worth writing the batch again: only an unmet write concern (a timeout), or only
+    duplicate keys (two workers upserting one new key at once; the retry finds the document)
+    unless ``duplicates`` is False (the caller writes those upserts again itself)."""
     errors = exc.details.get("writeErrors", [])
     if not errors:
         return bool(exc.details.get("writeConcernErrors"))
-    return all(error.get("code") == DUPLICATE_KEY for error in errors)
+    return duplicates and all(error.get("code") == DUPLICATE_KEY for error in errors)
 
 
 def describe(error: dict[str, Any]) -> str:
