@@ -107,6 +107,9 @@ class PageItem:
     unique_key: ClassVar[str] = "url"
     # Differ between fetches of an unchanged page: not a change (crawler/recrawl/policy.py).
     volatile_fields: ClassVar[frozenset[str]] = frozenset({"fetched_at", "depth"})
+    # The least depth stored is kept: a page found again by a shorter path (a start entry
+    # fetched after a link to it) keeps the shortest.
+    least_fields: ClassVar[frozenset[str]] = frozenset({"depth"})
 
     url: str
     host: str

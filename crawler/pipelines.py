@@ -134,7 +134,9 @@ class MongoPipeline:
 
     async def _store(self, item: Any, destination: Destination) -> None:
         volatile = getattr(type(item), "volatile_fields", ())
-        await self.writer.store(destination, key_of(item, destination), item, volatile)
+        least = getattr(type(item), "least_fields", ())
+        values = {name: getattr(item, name, None) for name in least}
+        await self.writer.store(destination, key_of(item, destination), item, volatile, values)
 
     def spider_idle(self) -> None:
         """spider_idle handler: a crawl about to finish with no item stored and some failed

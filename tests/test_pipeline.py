@@ -21,7 +21,7 @@ import crawler.settings as project
 from crawler.config.rules import SettingsError
 from crawler.config.values import Destination
 from crawler.frontier.codec import expand
-from crawler.items import ProfileItem, VideoItem
+from crawler.items import PageItem, ProfileItem, VideoItem
 from crawler.pipelines import ITEMS_NOT_STORED, ItemNotStored, MongoPipeline, ValidationPipeline
 from crawler.storage.destinations import Destinations
 from crawler.storage.mongo import MongoSettings
@@ -551,3 +551,30 @@ def test_documents_that_mostly_change_are_written_in_the_pipeline_form_alone(
     assert stats.get_value("mongo/items") == 20
     assert all(doc["change_count"] == 3 for doc in mongo.db.videos.find())
     assert mongo.db.videos.count_documents({}) == 5
+
+
+def _page_at(depth: int, title: str = "t") -> PageItem:
+    return PageItem(
+        "https://a.test/", "a.test", 200, "https://a.test/", depth, 1.0, "h", 1, 0, title=title
+    )
+
+
+def test_a_page_keeps_the_shortest_depth_it_was_stored_at(mongo: Mongo, tmp_path: Path) -> None:
+    """A page fetched again by a longer path (a link to a start entry, fetched after it) keeps
+    the least depth stored, whichever form writes it and within one batch too."""
+    config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+
+    def depth_after(*pages: PageItem) -> int:
+        pipeline = MongoPipeline(config, get_crawler().stats, "links")
+        assert _stored(pipeline, *pages) == [None] * len(pages)
+        found = mongo.db.pages.find_one({"url": "https://a.test/"})
+        assert found is not None
+        return int(found["depth"])
+
+    assert depth_after(_page_at(3)) == 3
+    assert depth_after(_page_at(0)) == 0  # same content: the plain form
+    assert depth_after(_page_at(2, title="changed")) == 0  # changed: the pipeline form
+    assert depth_after(_page_at(5), _page_at(4)) == 0
+    mongo.db.pages.delete_many({})
+    assert depth_after(_page_at(4), _page_at(1), _page_at(2)) == 1  # one batch
+    assert mongo.db.pages.count_documents({}) == 1

@@ -47,15 +47,21 @@ def with_change_hash(document: dict[str, Any], volatile: Collection[str]) -> dic
 
 
 def history_update(
-    document: Mapping[str, Any], now: datetime, unset: Collection[str] = ()
+    document: Mapping[str, Any],
+    now: datetime,
+    unset: Collection[str] = (),
+    least: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """The update pipeline that stores ``document`` (with its ``change_hash``) and its history,
-    and removes the ``unset`` fields."""
+    and removes the ``unset`` fields; a ``least`` field keeps the least value stored."""
     content = document[CHANGE_HASH].removesuffix(TRIMMED)  # the content's digest alone
     known = {"$ne": [{"$type": f"${CHANGE_HASH}"}, "missing"]}
     stored = {"$substrCP": [f"${CHANGE_HASH}", 0, len(content)]}
     changed = {"$and": [known, {"$ne": [stored, content]}]}
     fields = {name: {"$literal": value} for name, value in document.items()}
+    for name in least:
+        if name in fields:  # $min passes over a field not stored yet (null)
+            fields[name] = {"$min": [f"${name}", fields[name]]}
     stages: list[dict[str, Any]] = [
         {
             "$set": {
@@ -90,13 +96,19 @@ def marked_trimmed(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def same_content_update(document: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+def same_content_update(
+    document: Mapping[str, Any], now: datetime, least: Collection[str] = ()
+) -> dict[str, Any]:
     """The plain update that stores ``document`` (not trimmed) over a stored one of the same
     content (:func:`same_content_filter`), or inserts it: its fields and ``last_seen``;
     ``first_seen``, ``last_changed`` and ``change_count`` only on insert (a document with a
-    hash has them)."""
+    hash has them); a ``least`` field keeps the least value stored."""
     on_insert = {"first_seen": now, "last_changed": now, "change_count": 0}
-    update: dict[str, Any] = {"$set": {**document, "last_seen": now}}
+    kept = {name: document[name] for name in least if name in document}
+    fields = {name: value for name, value in document.items() if name not in kept}
+    update: dict[str, Any] = {"$set": {**fields, "last_seen": now}}
+    if kept:
+        update["$min"] = kept
     if inserted := {name: value for name, value in on_insert.items() if name not in document}:
         update["$setOnInsert"] = inserted
     return update

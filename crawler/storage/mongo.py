@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,8 +58,8 @@ logger = logging.getLogger(__name__)
 # Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
 # timers between groups instead of running every item's continuation in one turn.
 WAKE_CHUNK = 64
-# (filter, the item, the item class's volatile fields)
-Upsert = tuple[dict[str, Any], Any, Collection[str]]
+# (filter, the item, the item class's volatile fields, its least fields' values)
+Upsert = tuple[dict[str, Any], Any, Collection[str], dict[str, Any]]
 # A collection whose documents mostly change is written in the pipeline form alone, and in the
 # plain form first again once in this many batches, to see whether they still do.
 PLAIN_PROBE_BATCHES = 8
@@ -168,17 +168,24 @@ class MongoWriter:
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
     async def store(
-        self, destination: Destination, key: Any, item: Any, volatile: Collection[str] = ()
+        self,
+        destination: Destination,
+        key: Any,
+        item: Any,
+        volatile: Collection[str] = (),
+        least: Mapping[str, Any] | None = None,
     ) -> None:
         """Return once ``item`` (whose unique key is ``key``) is written to its collection or
         spilled; raises :class:`ItemNotStored` when MongoDB does not store it. ``volatile``:
-        fields left out of its change hash besides the usual ones (``changes.py``). The item
-        is read in the writer thread: it must not change until this returns."""
+        fields left out of its change hash besides the usual ones (``changes.py``); ``least``:
+        fields (with the item's values) whose stored value is the least ever stored (a page's
+        depth: the shortest path found to it). The item is read in the writer thread: it must
+        not change until this returns."""
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
             await self._room.wait()
-        waiter = self._buffer(destination, key, item, volatile)
+        waiter = self._buffer(destination, key, item, volatile, dict(least or {}))
         await waiter
 
     async def close(self) -> None:
@@ -200,10 +207,17 @@ class MongoWriter:
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
     def _buffer(
-        self, destination: Destination, key: Any, item: Any, volatile: Collection[str]
+        self,
+        destination: Destination,
+        key: Any,
+        item: Any,
+        volatile: Collection[str],
+        least: dict[str, Any],
     ) -> asyncio.Future[None]:
         batch = self._batches.setdefault(destination.collection, CollectionBatch())
-        batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile)
+        if least and (earlier := batch.updates.get(_hashable(key))) is not None:
+            least = least_of(earlier[3], least)
+        batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile, least)
         batch.destinations.setdefault(destination.unique_key, destination)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.setdefault(_hashable(key), []).append(waiter)
@@ -272,9 +286,9 @@ class MongoWriter:
         """The writes of the upserts, and those that cannot be written, by position: reason."""
         writes: list[Write] = []
         failed: dict[int, str] = {}
-        for index, (selector, item, volatile) in enumerate(upserts):
+        for index, (selector, item, volatile, least) in enumerate(upserts):
             try:
-                writes.append(self._prepare(index, collection, selector, item, volatile))
+                writes.append(self._prepare(index, collection, selector, item, volatile, least))
             except (DocumentTooLarge, BSONError) as exc:
                 self.stats.inc_value("mongo/too_large")
                 failed[index] = str(exc)
@@ -356,16 +370,17 @@ class MongoWriter:
         selector: dict[str, Any],
         item: Any,
         volatile: Collection[str],
+        least: dict[str, Any],
     ) -> Write:
         """The write of the item's document with its change hash, trimmed to
         MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
         ((unique_key, key),) = selector.items()
-        hashed = with_change_hash(document_of(item), volatile)
+        hashed = with_change_hash({**document_of(item), **least}, volatile)
         fitted = fit(hashed, self.config.max_document_bytes, unique_key)
         if unique_key == "_id":
             fitted = {name: value for name, value in fitted.items() if name != "_id"}
         if TRUNCATED_FIELD not in fitted:
-            return Write(index, selector, fitted, unset=(TRUNCATED_FIELD,))
+            return Write(index, selector, fitted, unset=(TRUNCATED_FIELD,), least=tuple(least))
         marked_trimmed(fitted)
         self.stats.inc_value("mongo/truncated")
         logger.warning(
@@ -377,7 +392,7 @@ class MongoWriter:
                 f"{name} from {size:,} bytes" for name, size in fitted[TRUNCATED_FIELD].items()
             ),
         )
-        return Write(index, selector, fitted)
+        return Write(index, selector, fitted, least=tuple(least))
 
     def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
         """Write in the plain form what the key's unique index allows (unless the collection's
@@ -518,6 +533,7 @@ class Write:
     selector: dict[str, Any]
     document: dict[str, Any]
     unset: tuple[str, ...] = ()
+    least: tuple[str, ...] = ()  # fields whose stored value is the least ever stored
 
     def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
         """The plain upsert matching the stored document by key and hash, if the key has a
@@ -526,7 +542,7 @@ class Write:
         if unique_index is None or TRUNCATED_FIELD in self.document:
             return self.tracked(now)
         selector = same_content_filter(self.selector, self.document)
-        update = same_content_update(self.document, now)
+        update = same_content_update(self.document, now, self.least)
         return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
 
     def tracked(self, now: datetime) -> UpdateOne:
@@ -534,7 +550,7 @@ class Write:
         return UpdateOne(self.selector, self.history(now), upsert=True)
 
     def history(self, now: datetime) -> list[dict[str, Any]]:
-        return history_update(self.document, now, self.unset)
+        return history_update(self.document, now, self.unset, self.least)
 
 
 def _covers(index: dict[str, Any], key: str, partial: bool) -> bool:
@@ -559,3 +575,19 @@ def _resolve_waiter(
         waiter.set_result(None)
     else:
         waiter.set_exception(ItemNotStored(f"{collection} {key!r:.80}: {reason}"))
+
+
+def least_of(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
+    """The least of each field of two values of an item's least fields."""
+    merged = dict(later)
+    for name, value in earlier.items():
+        if name not in merged or (value is not None and _less(value, merged[name])):
+            merged[name] = value
+    return merged
+
+
+def _less(value: Any, other: Any) -> bool:
+    try:
+        return other is None or bool(value < other)
+    except TypeError:
+        return False
