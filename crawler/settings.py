@@ -199,7 +199,8 @@ MONGO_CONNECT_TIMEOUT_MS = 5000
 # MONGO_BATCH_SIZE (int, default 500): items per collection written in one bulk_write.
 MONGO_BATCH_SIZE = 500
 # MONGO_FLUSH_INTERVAL (float seconds, default 1.0): a batch is written once its oldest item is
-# this old, full or not.
+# this old, full or not, or once no item has joined it for 0.05 s (a crawl that pauses or ends
+# has its last items stored at once).
 MONGO_FLUSH_INTERVAL = 1.0
 # MONGO_MAX_PENDING (int, default 5000): items buffered or being written at most; beyond it the
 # crawl waits for writes, so a slow MongoDB slows the crawl instead of growing memory.

@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 WAKE_CHUNK = 64
 # (filter, the item, the item class's volatile fields, its least fields' values)
 Upsert = tuple[dict[str, Any], Any, Collection[str], dict[str, Any]]
+# Seconds without a new item after which a batch is written, however young.
+QUIET = 0.05
 # A collection whose documents mostly change is written in the pipeline form alone, and in the
 # plain form first again once in this many batches, to see whether they still do.
 PLAIN_PROBE_BATCHES = 8
@@ -114,6 +116,7 @@ class CollectionBatch:
     waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
     destinations: dict[str, Destination] = field(default_factory=dict)  # by unique key
     started: float = field(default_factory=time.monotonic)
+    joined: float = field(default_factory=time.monotonic)  # when its latest item came
 
 
 class MongoWriter:
@@ -218,6 +221,7 @@ class MongoWriter:
         if least and (earlier := batch.updates.get(_hashable(key))) is not None:
             least = least_of(earlier[3], least)
         batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile, least)
+        batch.joined = time.monotonic()
         batch.destinations.setdefault(destination.unique_key, destination)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         batch.waiters.setdefault(_hashable(key), []).append(waiter)
@@ -235,11 +239,15 @@ class MongoWriter:
         write.add_done_callback(self._writes.discard)
 
     async def _flush_old_batches(self) -> None:
+        """Write a batch once its oldest item is MONGO_FLUSH_INTERVAL old, or once no item has
+        joined it for QUIET seconds: a crawl that pauses or ends has its last items stored (and
+        its pages acknowledged) at once, while a busy one still writes in batches."""
+        quiet = min(QUIET, self.config.flush_interval)
         while True:
-            await asyncio.sleep(self.config.flush_interval / 2)
-            oldest = time.monotonic() - self.config.flush_interval
+            await asyncio.sleep(quiet)
+            now = time.monotonic()
             for collection, batch in list(self._batches.items()):
-                if batch.started <= oldest:
+                if now - batch.started >= self.config.flush_interval or now - batch.joined >= quiet:
                     self._flush(collection)
             if self.spill is not None and self.spill.pending() and not self._writes:
                 await self._in_thread(self._replay_own)
