@@ -210,18 +210,19 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     # token: the send gate counts a busy worker's tokens as taken later than planned).
     assert 0 < gate < 2 * len(users), sites
     assert (trips - gate) / result["pages"] < 0.7, sites
-    # No connection handshake (RESP2: no HELLO, no CLIENT commands), one check of the
-    # frontier, the sizes read with it: the scheduler does not check again.
+    # No connection handshake (RESP2: no HELLO, no CLIENT commands); two checks of the
+    # frontier (``scrapy crawl``'s, then the scheduler's as it opens), each one round trip
+    # that reads the sizes with it.
     assert "rt:other" not in result["counts"], result["counts"]
-    assert sites["site:frontier/server_check.py:check_frontier"] == 1, sites
+    assert sites["site:frontier/server_check.py:check_frontier"] == 2, sites
     assert "site:frontier/scheduler.py:open" not in sites, sites
-    # Start-up: the check, the first start entries, their requests written and popped with
-    # what rides along (4 measured; a loaded machine adds pops: 7 seen in a full parallel run);
-    # close: the last writes (two trips: a revisit, then its page's ack), the final stats, and
+    # Start-up: the two checks, the first start entries, their requests written and popped
+    # with what rides along (5 measured; a loaded machine adds pops: 8 seen in a full parallel
+    # run); close: the last writes (two trips: a revisit, then its page's ack), the final stats, and
     # the idle looks, each a read of the start list, then what this worker owes written and
     # the sizes read (9 measured). Bounds against a regression, not a goal.
     start_up, close = result["edges"]
-    assert start_up <= 9, sites
+    assert start_up <= 10, sites
     assert close <= 14, sites
 
 

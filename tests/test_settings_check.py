@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings
-from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
@@ -23,7 +22,7 @@ from crawler.keys import FrontierKeys
 from crawler.middlewares import BanMiddleware
 from crawler.observability.monitor import FleetMonitor
 from crawler.pipelines import MongoPipeline
-from crawler.preflight import SettingsCheck, check_frontier_server, check_settings
+from crawler.preflight import SettingsCheck, check_settings
 from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import ROOT, Crawl
@@ -214,47 +213,6 @@ def test_the_scheduler_refuses_a_start_key_of_another_type_when_it_opens(
     with pytest.raises(SettingsError, match="REDIS_START_URLS_KEY: the Redis key profiles:"):
         scheduler.open(ProfilesSpider())
     assert redis_client.smembers("profiles:start_urls") == {b"someone"}
-
-
-def test_the_scheduler_checks_again_only_what_scrapy_crawl_did_not_check(
-    redis_url: str, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
-) -> None:
-    """``scrapy crawl`` checks the start key on the crawl's own client and reads the frontier's
-    sizes in the same round trip; the scheduler does not ask again. A key the spider names only
-    once built (here set on the instance), or a DUPEFILTER_MODE changed since (as an add-on
-    may), is checked when the scheduler opens."""
-    if not is_reactor_installed():  # never run: the scheduler's loops are only set up
-        install_reactor(project_settings.TWISTED_REACTOR)
-    crawler = get_crawler(ProfilesSpider, settings_dict=_project(REDIS_URL=redis_url))
-    redis_client.zadd("{profiles}:leases", {"7": 1})  # a lease left by a worker gone
-    check_frontier_server(crawler)
-    checks = _type_calls(redis_client)
-    scheduler = FrontierScheduler.from_crawler(crawler)
-    with caplog.at_level("INFO"):
-        scheduler.open(ProfilesSpider())
-    scheduler.close("finished")
-    assert _type_calls(redis_client) == checks
-    assert "Resuming frontier of profiles: 0 queued, 1 leased, 0 delayed, 0 dead" in caplog.text
-
-    redis_client.hset("team:profiles", "a", "b")
-    check_frontier_server(crawler)
-    spider = ProfilesSpider()
-    spider.__dict__["redis_key"] = "team:profiles"  # as a spider may set it in __init__
-    with pytest.raises(SettingsError, match="the Redis key team:profiles holds a hash"):
-        FrontierScheduler.from_crawler(crawler).open(spider)
-    assert redis_client.hgetall("team:profiles") == {b"a": b"b"}
-
-    check_frontier_server(crawler)
-    crawler.settings.frozen = False  # add-ons change the settings before they are frozen
-    crawler.settings.set("DUPEFILTER_MODE", "redisbloom")
-    crawler.settings.freeze()
-    with pytest.raises(SettingsError, match="DUPEFILTER_MODE = redisbloom: must be bloom"):
-        FrontierScheduler.from_crawler(crawler).open(ProfilesSpider())
-
-
-def _type_calls(client: redis.Redis) -> int:
-    stats: dict[str, Any] = client.info("commandstats")
-    return int(stats.get("cmdstat_type", {}).get("calls", 0))
 
 
 # --- `scrapy crawl` as a worker runs it ---------------------------------------------------------

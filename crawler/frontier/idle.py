@@ -17,11 +17,10 @@ from redis.exceptions import RedisError
 from scrapy.exceptions import DontCloseSpider
 
 from crawler.frontier.queue import requests_left
-from crawler.frontier.server_check import check_frontier, checked_frontier
+from crawler.frontier.server_check import check_frontier
 
 if TYPE_CHECKING:
     from scrapy import Spider
-    from scrapy.crawler import Crawler
 
     from crawler.frontier.leases import StartLeases
     from crawler.frontier.marker import FrontierMarker
@@ -65,15 +64,13 @@ class FleetIdle:
         self.idle_poll = idle_poll
         self.worker_id, self.lease_seconds = lease
 
-    def resume(self, spider: Spider, crawler: Crawler) -> dict[str, int] | None:
+    def resume(self, spider: Spider) -> dict[str, int] | None:
         """Take up the fleet's frontier as the scheduler opens: checked (SettingsError) and its
-        sizes read in one round trip, unless ``scrapy crawl`` did that on this client (a cluster
-        reads the sizes apart); logged if it holds work. None while Redis is away."""
+        sizes read in one round trip (a cluster reads the sizes apart); logged if it holds
+        work. None while Redis is away."""
         frontier, mode = self.frontier, self.frontier.dupefilter.mode
         try:
-            checked, sizes = checked_frontier(crawler, frontier.server, frontier.keys, mode)
-            if not checked:
-                sizes = check_frontier(frontier.server, frontier.keys, mode)
+            sizes = check_frontier(frontier.server, frontier.keys, mode)
             if sizes is None:
                 sizes = frontier.sizes()
         except RedisError as exc:

@@ -144,7 +144,7 @@ class FrontierScheduler(BaseScheduler):
         self.crawler.signals.connect(
             self.idle.keep_open_while_work_left, signal=signals.spider_idle
         )
-        if (sizes := self.idle.resume(spider, self.crawler)) is not None:
+        if (sizes := self.idle.resume(spider)) is not None:
             self._queue_size = sizes["queue"] + sizes["delayed"]
         self._start_loop(self._tick, self.config.flush_interval)
         self._start_loop(self.renew, self.config.lease_seconds / 3)

@@ -2,9 +2,9 @@
 key's type, and the RedisBloom module when DUPEFILTER_MODE is "redisbloom".
 
 ``scrapy crawl`` checks before the crawler starts (:func:`crawler.preflight.check_frontier_server`
-calls :func:`check_frontier` and :func:`remember_check`); the frontier scheduler checks when it
-opens, unless :func:`checked_frontier` says that check already covered it. Either raises
-SettingsError naming what is wrong.
+calls :func:`check_frontier`), and the frontier scheduler checks again when it opens, under any
+runner, reading the frontier's sizes in the same round trip. Either raises SettingsError naming
+what is wrong.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from crawler.config.rules import SettingsError, problem
 from crawler.frontier.queue import queue_sizes, read_sizes
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
 
@@ -69,34 +67,3 @@ def _refuse_frontier(results: list[Any], keys: FrontierKeys, dupefilter_mode: st
         problems.append(problem("DUPEFILTER_MODE", dupefilter_mode, allowed))
     if problems:
         raise SettingsError(*problems)
-
-
-_CHECKED = "_frontier_checked"  # what check_frontier_server checked, and the sizes it read
-
-
-def remember_check(
-    crawler: Crawler,
-    server: RedisClient,
-    keys: FrontierKeys,
-    dupefilter_mode: str,
-    sizes: dict[str, int] | None,
-) -> None:
-    """Keep on ``crawler`` what :func:`check_frontier` checked before the crawl and the sizes
-    it read, for :func:`checked_frontier`."""
-    setattr(crawler, _CHECKED, (server, keys, dupefilter_mode, sizes))
-
-
-def checked_frontier(
-    crawler: Crawler, server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
-) -> tuple[bool, dict[str, int] | None]:
-    """Whether :func:`crawler.preflight.check_frontier_server` checked the frontier at ``keys``
-    on ``server`` for ``dupefilter_mode``, and the sizes it read then; asked once (a spider may
-    name its start key only once built, an add-on may change DUPEFILTER_MODE: then it is checked
-    again)."""
-    checked = getattr(crawler, _CHECKED, None)
-    if checked is None:
-        return False, None
-    delattr(crawler, _CHECKED)
-    if checked[0] is not server or checked[1:3] != (keys, dupefilter_mode):
-        return False, None
-    return True, checked[3]

@@ -30,7 +30,7 @@ from crawler.config.rules import SettingsError, problem
 from crawler.config.table import RULES
 from crawler.connection import RedisUnavailable, crawl_redis
 from crawler.frontier.scheduler import FrontierScheduler
-from crawler.frontier.server_check import check_frontier, remember_check
+from crawler.frontier.server_check import check_frontier
 from crawler.keys import FrontierKeys, start_key
 from crawler.pipelines import MongoPipeline
 from crawler.preflight.scrapy_redis import scrapy_redis_problems
@@ -154,10 +154,9 @@ CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
 
 def check_frontier_server(crawler: Crawler) -> None:
     """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
-    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner,
-    unless what it checks was checked here: see ``checked_frontier`` in
-    crawler/frontier/server_check.py). The check goes on the crawl's own Redis client, so its
-    connection serves the crawl."""
+    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner:
+    a spider may name its start key only once built, an add-on may change DUPEFILTER_MODE).
+    The check goes on the crawl's own Redis client, so its connection serves the crawl."""
     settings = crawler.settings
     # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
     if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
@@ -166,11 +165,10 @@ def check_frontier_server(crawler: Crawler) -> None:
     keys = FrontierKeys(spider.name, start_key(settings, spider))
     server, mode = crawl_redis(crawler), settings["DUPEFILTER_MODE"]
     try:
-        sizes = check_frontier(server, keys, mode)
+        check_frontier(server, keys, mode)
     except RedisError as exc:
         url = mask_uri(settings.get("REDIS_URL") or "")
         raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
-    remember_check(crawler, server, keys, mode, sizes)
 
 
 class SettingsCheck:
