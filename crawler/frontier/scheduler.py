@@ -396,14 +396,7 @@ class FrontierScheduler(BaseScheduler):
         wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
         self.ledger.dead_letter_orphans()
         if self.outbox.due(hold_acks(self.config.lease_seconds)) or self.riders.due():
-            if self._rated is None or self.frontier is None or self._in_backoff():
-                self.flush()
-                return
-            # Paced, the pop goes along: the turns of its look-ahead are leased sooner rather
-            # than costing a round trip of their own a few seconds later.
-            self._refill()
-            if self._ready:
-                self._engine.wake_in(0)
+            self.flush()
 
     def _refill(self) -> None:
         self.marker.ride(self.riders, lambda: len(self.leases.held))
