@@ -3,7 +3,8 @@
     python bench/redis_round_trips.py [--profiles 120] [--rates default,20]
                                       [--spiders profiles,explore] [--categories 1,2,...,120]
 
-Each spider (``profiles`` on sandbox users, ``explore`` on every category of the sandbox:
+Each spider (``profiles`` on sandbox users: 300, beyond which ``--profiles`` adds users the
+sandbox does not know, one page each, ``explore`` on every category of the sandbox:
 82 pages; ``--categories 120`` is its largest, one chain of 38 pages)
 runs as a real ``scrapy crawl`` process against the sandbox, a fresh Redis and the MongoDB
 wire-protocol server, with the project's settings: frontier, ban detection and fleet-wide
@@ -12,18 +13,18 @@ domain and identity: the sandbox is one domain, so the crawl takes ~2 s a page) 
 given.
 
 A probe in the crawl process counts each round trip (a command, or a pipeline, sent and its
-reply awaited) and each command from the process's start (``scrapy crawl``'s check of Redis
-and any connection handshake included), and names its path by the keys it touches:
-frontier (queue, leases, duplicate filter, start entries), politeness (token buckets,
-cool-downs), stats (the fleet's counters, heartbeats), hand-off (explore's authors for
-profiles) or other; a pipeline is named by all of its paths ("frontier+stats"). Target:
-<= 0.3 round trips per page at the defaults, start-up and close included; also printed, the
-steady state: round trips per page between the 10th and the 90th percentile of the pages'
-arrival, the round trips before the first page arrived (start-up) and after the last (close),
-and the length of run from which these come to 0.3 a page or less. BENCH_VERBOSE=1 also
-prints the round trips by caller; BENCH_TRACE=file appends one line per round trip to the
-file (seconds since the crawl started, caller, commands, the frontier's scripts by name; with
-BENCH_STACK=1, up to four callers).
+reply awaited) and each command from the process's start (``scrapy crawl``'s check of Redis and
+any connection handshake included), and names its path by the keys it touches: frontier (queue,
+leases, duplicate filter, start entries), politeness (token buckets, cool-downs), stats (the
+fleet's counters, heartbeats), hand-off (explore's authors for profiles) or other; a pipeline is
+named by all of its paths ("frontier+stats"). Target: <= 0.3 round trips per page at the
+defaults, start-up and close included; also printed, the steady state: round trips per page
+between the 10th and the 90th percentile of the pages' arrival, the round trips before the first
+page arrived (start-up) and after the last (close), the crawl process's CPU seconds (user +
+system, its start-up included) per page, and the length of run from which these come to 0.3 a
+page or less. BENCH_VERBOSE=1 also prints the round trips by caller; BENCH_TRACE=file appends
+one line per round trip to the file (seconds since the crawl started, caller, commands, the
+frontier's scripts by name; with BENCH_STACK=1, up to four callers).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -254,12 +256,16 @@ def crawl(
         "MONGO_SPILL_DIR": str(tmp / "spill"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=False
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0 or not out.exists():
         raise SystemExit(f"{spider} at rate {rate}: exit {done.returncode}\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.read_text())
+    # The crawl process's CPU (user + system), start-up (imports) included.
+    result["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return result
 
 
@@ -275,6 +281,11 @@ def report(spider: str, rate: str, result: dict[str, Any]) -> float:
     paths = ", ".join(f"{name} {value / pages:.2f}" for name, value in by_path)
     steady = result.get("steady")
     start, close = result.get("edges", (0, 0))
+    cpu = float(result.get("cpu", 0.0))
+    print(
+        f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips:6} round trips  "
+        f"{cpu:7.2f} CPU s ({1000 * cpu / pages:.1f} ms/page)"
+    )
     print(
         f"{spider:9} rate {rate:>8}: {pages:5} pages  {trips / pages:6.2f} round trips/page "
         f"(steady state {'-' if steady is None else f'{steady:.2f}'}; start-up {start}, "
@@ -303,6 +314,8 @@ def main() -> int:
     parser.add_argument("--spiders", default="profiles,explore")
     args = parser.parse_args()
     users = [author.unique_id for author in build_dataset().authors][: args.profiles]
+    # Beyond the sandbox's authors, users it does not know: one page each (a missing user's).
+    users += [f"bench_missing_{index}" for index in range(args.profiles - len(users))]
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         redis_server = start_redis(free_port(), tmp / "redis")
