@@ -115,6 +115,20 @@ def example_env(crawl: Crawl, project: Path) -> dict[str, str]:
     return {**crawl.env(), "PYTHONPATH": f"{project}:{ROOT}"}
 
 
+def run_example(
+    crawl: Crawl, project: Path, spider: str, domain: str, timeout: int = 120, **settings: Any
+) -> subprocess.CompletedProcess[str]:
+    """``scrapy crawl`` of an example spider in ``project``, run to its end."""
+    return subprocess.run(
+        example_command(spider, domain, **settings),
+        cwd=ROOT,
+        env=example_env(crawl, project),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def site_url(sandbox: Sandbox, site: int, path: str = "/") -> str:
     port = sandbox.url.rsplit(":", 1)[1]
     return f"http://site{site}.test:{port}{path}"
@@ -175,14 +189,7 @@ def test_example_spider_sets_bad_entries_aside_and_stores_the_rest(
         "http://user:pw@site1.test/",
     ]
     redis_client.lpush("myspider:start_urls", *good, posted, *bad)
-    result = subprocess.run(
-        example_command("myspider_redis", "test"),
-        cwd=ROOT,
-        env=example_env(crawl, example_project),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_example(crawl, example_project, "myspider_redis", "test")
     assert result.returncode == 0, result.stderr[-4000:]
     pages = crawl.mongo.db.myspider_redis
     assert pages.count_documents({}) == 4
@@ -214,14 +221,7 @@ def test_a_crawl_whose_items_all_fail_to_store_is_no_success(
     crawl.mongo.db.create_collection("myspider_redis", validator={"url": {"$exists": False}})
     sandbox.admin("web", {"sites": 3, "pages": 2, "extras": False})
     redis_client.lpush("myspider:start_urls", *(site_url(sandbox, site) for site in range(3)))
-    result = subprocess.run(
-        example_command("myspider_redis", "test"),
-        cwd=ROOT,
-        env=example_env(crawl, example_project),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_example(crawl, example_project, "myspider_redis", "test")
     assert result.returncode == 4, result.stderr[-4000:]
     assert "Spider closed (items_not_stored)" in result.stderr
     assert "'finish_reason': 'items_not_stored'" in result.stderr
@@ -257,14 +257,7 @@ def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
         timeout=60,
     )
     assert json.loads(shown.stdout)["start"] == 2, shown.stderr[-2000:]
-    result = subprocess.run(
-        example_command("ours", "test"),
-        cwd=ROOT,
-        env=example_env(crawl, example_project),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_example(crawl, example_project, "ours", "test")
     assert result.returncode == 0, result.stderr[-4000:]
     stored = {doc["url"] for doc in crawl.mongo.db.ours.find({}, {"url": 1})}
     assert stored == {
@@ -299,13 +292,8 @@ def test_a_scrapy_redis_setting_the_frontier_would_not_honour_stops_the_start(
     named: str,
 ) -> None:
     redis_client.lpush("myspider:start_urls", "http://site0.test/")
-    result = subprocess.run(
-        example_command("myspider_redis", "test", **{name: value}),
-        cwd=ROOT,
-        env=example_env(crawl, example_project),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_example(
+        crawl, example_project, "myspider_redis", "test", timeout=60, **{name: value}
     )
     assert result.returncode == 2, result.stderr[-3000:]
     said = [line for line in result.stderr.splitlines() if "Crawl not started" in line]
