@@ -342,7 +342,8 @@ def test_robots_rules_are_shared_once_what_they_seed_is_written(
     crawled: list[Any] = []
     spider.crawler.engine = SimpleNamespace(crawl=crawled.append)  # type: ignore[assignment]
     spider.crawler.spider = spider
-    monkeypatch.setattr(robots, "write_scheduled", lambda crawler: written)
+    scheduler = SimpleNamespace(flush=lambda: written)  # writes the seeded requests, or not
+    monkeypatch.setattr(robots, "frontier_scheduler", lambda crawler: scheduler)
     middleware = FleetRobotsMiddleware.from_crawler(spider.crawler)
     origin = "http://example.org"
     client = redis.Redis.from_url(redis_url)

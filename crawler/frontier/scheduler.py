@@ -490,10 +490,3 @@ class FrontierScheduler(BaseScheduler):
 
     def _recovered(self) -> None:
         self._backoff.recovered()
-
-
-def write_scheduled(crawler: Crawler) -> bool:
-    """Write the requests the crawl's scheduler holds to Redis now; whether they are there
-    (True for a scheduler that holds none of its own)."""
-    scheduler = getattr(getattr(crawler.engine, "_slot", None), "scheduler", None)
-    return scheduler.flush() if isinstance(scheduler, FrontierScheduler) else True

@@ -34,7 +34,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.config import setting
 from crawler.connection import crawl_redis
-from crawler.frontier.scheduler import write_scheduled
+from crawler.frontier.reports import frontier_scheduler
 from crawler.keys import robots_claim_key, robots_key
 from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, send_back
 
@@ -260,7 +260,8 @@ class FleetRobotsMiddleware:
         made: Iterable[Request] = seed(request, list(rules.sitemaps))
         for follow in made:
             engine.crawl(follow)
-        return write_scheduled(self.crawler)
+        scheduler = frontier_scheduler(self.crawler)
+        return scheduler is None or scheduler.flush()  # another scheduler keeps none of its own
 
     def _share(self, origin: str, body: bytes, seeded: bool) -> None:
         """Store the rules for the fleet once what they seed is written; else release the
