@@ -81,6 +81,7 @@ class SendGate:
         self._asks: list[_Ask] = []
         self._granted: dict[str, float] = {}  # host: when this worker last sent it a request
         self._asked_at = 0.0  # when the first ask waiting was made (monotonic)
+        self._late: list[list[Any]] = []  # sent_late.lua's key and arguments, waiting
         self.lag = 0.0  # seconds the reactor took to come to the gate's round trip, lately
 
     async def wait(self, request: Request) -> float:
@@ -94,9 +95,7 @@ class SendGate:
         key = f"{self.buckets}{host}|{self.pacing.identity}"
         ask = _Ask(key, rate, burst, self._allowance(host), loop.create_future())
         self._asks.append(ask)
-        if len(self._asks) == 1:
-            self._asked_at = time.monotonic()
-            loop.call_soon(self._take)  # once the requests of this turn of the reactor are in
+        self._trip_soon()
         wait = await ask.answer
         if wait <= 0:
             self._granted[host] = time.monotonic()
@@ -106,16 +105,22 @@ class SendGate:
     def sent_late(self, request: Request, left: float) -> bool:
         """Tell the bucket of ``request``'s host, granted its token here, that the request went
         on to the downloader at ``left`` (Unix time) if that is later than the bucket counted;
-        whether it was. Raises RedisError."""
+        whether it was. It goes with the gate's round trip of this turn of the reactor."""
         counted = request.meta.pop(SENT_META, None)
         if counted is None or left <= float(counted) + LATE_SLACK:
             return False
         host = urlparse_cached(request).hostname or ""
         rate, burst = self.pacing.rate_of(host, crawl_delay_of(request.meta))
         key = f"{self.buckets}{host}|{self.pacing.identity}"
-        args = [left, counted, rate, burst, self.pacing.recovery]
-        self.server.eval(SENT_LATE, 1, key, *args)
+        self._late.append([key, left, counted, rate, burst, self.pacing.recovery])
+        self._trip_soon()
         return True
+
+    def _trip_soon(self) -> None:
+        """The gate's round trip, once the requests of this turn of the reactor are in."""
+        if len(self._asks) + len(self._late) == 1:
+            self._asked_at = time.monotonic()
+            asyncio.get_running_loop().call_soon(self._take)
 
     def _allowance(self, host: str) -> float:
         """CONNECT_ALLOWANCE when this worker has not sent ``host`` a request lately."""
@@ -127,18 +132,23 @@ class SendGate:
         return CONNECT_ALLOWANCE
 
     def _take(self) -> None:
-        """One round trip for every waiting ask, each told its wait (or the error)."""
+        """One round trip for the late requests told (first: the asks' tokens come after them)
+        and every waiting ask, each ask told its wait (or the error). A late request's notice
+        Redis does not take is dropped: with Redis away, no token is given either."""
         asks, self._asks = self._asks, []
+        told, self._late = self._late, []
         self.lag = max(time.monotonic() - self._asked_at, self.lag * LAG_KEPT)
         now, recovery = time.time(), self.pacing.recovery
         late = LAG_TURNS * self.lag
         pipe = self.server.pipeline(transaction=False)
+        for key, *args in told:
+            queue_eval(pipe, SENT_LATE, [key], args)
         for ask in asks:
             ask.counted = now + ask.allowance + late
             args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late]
             queue_eval(pipe, TAKE, [ask.key], args)
         try:
-            replies: list[Any] = pipe.execute(raise_on_error=False)
+            replies: list[Any] = pipe.execute(raise_on_error=False)[len(told) :]
         except RedisError as exc:
             replies = [exc] * len(asks)
         for ask, reply in zip(asks, replies, strict=True):

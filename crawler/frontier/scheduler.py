@@ -272,15 +272,9 @@ class FrontierScheduler(BaseScheduler):
 
     def gate_sent(self, request: Request) -> None:
         """``request``, which took its host's token at the send gate, reached the downloader:
-        if later than its token counted, its host's bucket is told (``SendGate.sent_late``).
-        Redis away, the request is not held up: the backoff notes it."""
-        if self.gate is None or self._backoff.remaining():
-            return
-        try:
-            if self.gate.sent_late(request, time.time()):
-                self._count("politeness/sent_late")
-        except RedisError as exc:
-            self._outage(exc)
+        if later than its token counted, its host's bucket is told (``SendGate.sent_late``)."""
+        if self.gate is not None and self.gate.sent_late(request, time.time()):
+            self._count("politeness/sent_late")
 
     def _hold_back(self, request: Request) -> bool:
         """A leased request the send gate turned away (meta HOLD_META: until when) is held
