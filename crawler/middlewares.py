@@ -146,8 +146,9 @@ class SendGateMiddleware:
     middleware that waited). Turned away, a leased request goes back to the scheduler, which
     holds it, its lease kept and no download slot taken, until the host's next token; another
     one (robots.txt, fetched on the turn of the request that needed it) waits here. One that
-    goes on later than its token counted (a stall before the downloader) moves its host's next
-    token as it reaches the downloader."""
+    goes on later than its token counted (a stall before the downloader, or a worker's first
+    connection to the host that took long to open) moves its host's next token as it reaches
+    the downloader (or its answer's headers arrive)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.frontier = FrontierReports(crawler)
@@ -158,6 +159,7 @@ class SendGateMiddleware:
         crawler.signals.connect(
             middleware.request_reached_downloader, signal=signals.request_reached_downloader
         )
+        crawler.signals.connect(middleware.headers_received, signal=signals.headers_received)
         return middleware
 
     async def process_request(self, request: Request) -> Request | None:
@@ -177,6 +179,13 @@ class SendGateMiddleware:
         host's bucket now, before the host's next token is given."""
         if (scheduler := self.frontier.scheduler) is not None:
             scheduler.gate_sent(request)
+
+    def headers_received(self, request: Request) -> None:
+        """A worker's first request to a host reached it by the time its answer's headers
+        arrive: if that is later than its token counted (a slow first connection), its host's
+        bucket is told now."""
+        if (scheduler := self.frontier.scheduler) is not None:
+            scheduler.gate_sent(request, answered=True)
 
 
 # --- retries ---------------------------------------------------------------------------------

@@ -92,27 +92,40 @@ def test_two_workers_keep_every_host_busy_and_none_early(
     assert len(busy) >= 0.8 * HOSTS, f"only {len(busy)} of {HOSTS} hosts busy"
 
 
-@pytest.mark.parametrize("order", [900, 960], ids=["before_the_gate", "after_the_gate"])
+HELD_UP = {
+    "before_the_gate": 900,  # the late middleware's order
+    "after_the_gate": 960,
+    "slow_first_connection": 0,  # the handler holds a worker's first request to each host
+}
+
+
+@pytest.mark.parametrize("where", list(HELD_UP))
 def test_a_request_held_up_on_its_way_still_reaches_its_host_on_time(
-    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path, order: int
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path, where: str
 ) -> None:
-    """Every other request is held up 0.6 s between the scheduler and the download handler (a
-    downloader middleware, tests/late_requests.py, as a busy reactor would), before the send
-    gate takes its token or after: at 1 request/s per host no request may reach its host
+    """Requests held up on their way (tests/late_requests.py): every other one 0.6 s between
+    the scheduler and the download handler, before the send gate takes its token or after, as
+    a busy reactor would; or a worker's first request to each host 1.2 s in the handler, as a
+    connection slow to open would. At 1 request/s per host no request may reach its host
     sooner than 0.9 s after the host's previous one. A turn taken when the request left the
     frontier, not as it goes, or a token counted taken when the request did not go yet, would
     let the next request, on time, follow the held-up one too soon."""
     hosts = 10
     homes = [f"http://{host_address(h)}:{web.port}/" for h in range(hosts)]
     redis_client.lpush("links:start_urls", *homes)
-    late = {**project_settings.DOWNLOADER_MIDDLEWARES, "tests.late_requests.LateMiddleware": order}
     settings: dict[str, object] = {
         "POLITENESS_RATE": 1,
         "POLITENESS_BURST": 1,
         "LINKS_SCOPE": "host",
         "LINKS_SITEMAPS": False,
-        "DOWNLOADER_MIDDLEWARES": json.dumps(late),
     }
+    if HELD_UP[where]:
+        middleware = {"tests.late_requests.LateMiddleware": HELD_UP[where]}
+        late = {**project_settings.DOWNLOADER_MIDDLEWARES, **middleware}
+        settings["DOWNLOADER_MIDDLEWARES"] = json.dumps(late)
+    else:
+        handler = "tests.late_requests.SlowFirstConnectHandler"
+        settings["DOWNLOAD_HANDLERS"] = json.dumps({"http": handler})
     log = tmp_path / "worker.log"
     with crawl.background("links", settings=settings, log=log) as worker:
         assert worker.wait(120) == 0, log.read_text()[-3000:]

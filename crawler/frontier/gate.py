@@ -99,15 +99,23 @@ class SendGate:
         wait = await ask.answer
         if wait <= 0:
             self._granted[host] = time.monotonic()
-            request.meta[SENT_META] = ask.counted
+            request.meta[SENT_META] = [ask.counted, ask.allowance > 0]
         return wait
 
-    def sent_late(self, request: Request, left: float) -> bool:
+    def sent_late(self, request: Request, left: float, answered: bool = False) -> bool:
         """Tell the bucket of ``request``'s host, granted its token here, that the request went
-        on to the downloader at ``left`` (Unix time) if that is later than the bucket counted;
-        whether it was. It goes with the gate's round trip of this turn of the reactor."""
-        counted = request.meta.pop(SENT_META, None)
-        if counted is None or left <= float(counted) + LATE_SLACK:
+        on at ``left`` (Unix time) if that is later than the bucket counted; whether it was.
+        It goes with the gate's round trip of this turn of the reactor. Called as the request
+        reaches the downloader, and, for a worker's first request to the host (a connection to
+        open first, which a starved worker may take longer than CONNECT_ALLOWANCE to do), again
+        as its answer's headers arrive (``answered``): the request reached the host by then."""
+        sent = request.meta.get(SENT_META)
+        if not isinstance(sent, list):
+            return False
+        counted, first = float(sent[0]), bool(sent[1])
+        if answered or not first:
+            del request.meta[SENT_META]  # this request's last notice
+        if left <= counted + LATE_SLACK:
             return False
         host = urlparse_cached(request).hostname or ""
         rate, burst = self.pacing.rate_of(host, crawl_delay_of(request.meta))

@@ -270,10 +270,11 @@ class FrontierScheduler(BaseScheduler):
             self._outage(exc)
             return max(0.1, self._backoff.remaining())
 
-    def gate_sent(self, request: Request) -> None:
-        """``request``, which took its host's token at the send gate, reached the downloader:
-        if later than its token counted, its host's bucket is told (``SendGate.sent_late``)."""
-        if self.gate is not None and self.gate.sent_late(request, time.time()):
+    def gate_sent(self, request: Request, answered: bool = False) -> None:
+        """``request``, which took its host's token at the send gate, reached the downloader
+        (or, ``answered``, its answer's headers arrived): if later than its token counted, its
+        host's bucket is told (``SendGate.sent_late``)."""
+        if self.gate is not None and self.gate.sent_late(request, time.time(), answered):
             self._count("politeness/sent_late")
 
     def _hold_back(self, request: Request) -> bool:
