@@ -161,7 +161,7 @@ class RidingHandoff:
         if request is None or not self.riders.carried:
             self.count(len(self.handoff.hand_over(entries)))
             return
-        self.reports.item_started(request)
+        self.reports.ledger.item_started(request)
         batch = self._handovers if self.handoff.atomic else self._checks
         batch.add([_Page(entries, request)])
 
@@ -171,7 +171,7 @@ class RidingHandoff:
     def _handed(self, pages: list[_Page], replies: list[Any]) -> None:
         self.count(len(self.handoff.handed(replies)))
         for page in pages:
-            self.reports.item_finished(page.request)
+            self.reports.ledger.item_finished(page.request)
 
     def _queue_check(self, pipe: Any, pages: list[_Page]) -> None:
         self.handoff.queue_check(pipe, _keys(pages))
@@ -188,7 +188,7 @@ class RidingHandoff:
     def _pushed(self, pages: list[_Page], replies: list[Any]) -> None:
         self.count(len(_keys(pages)))
         for page in pages:
-            self.reports.item_finished(page.request)
+            self.reports.ledger.item_finished(page.request)
 
 
 def _entries(pages: list[_Page]) -> dict[str, dict[str, object]]:

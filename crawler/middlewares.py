@@ -254,7 +254,7 @@ class BackoffRetryMiddleware:
         return retry
 
     def _dead(self, request: Request, reason: str, error: str) -> None:
-        self.frontier.failed(request, reason, error)
+        self.frontier.ledger.failed(request, reason, error)
 
 
 # --- requests in flight per domain (POLITENESS_CONCURRENCY) -------------------------------------
@@ -346,32 +346,32 @@ class LeaseSpiderMiddleware:
             async for output in result:
                 yield output
             return
-        self.frontier.scraping(request)
+        self.frontier.ledger.scraping(request)
         try:
             async for output in result:
                 if isinstance(output, Request):
                     mark_chain(output, request)
                 else:
-                    self.frontier.item_started(request)
+                    self.frontier.ledger.item_started(request)
                 yield output
         finally:
-            self.frontier.output_finished(request)
+            self.frontier.ledger.output_finished(request)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
         if response.request is None:
             return
         if isinstance(exception, HttpError | IgnoreRequest):
-            self.frontier.finished(response.request)
+            self.frontier.ledger.finished(response.request)
         elif isinstance(exception, RedisError):
             # Redis was away while the callback handed work on: try the response again later.
-            self.frontier.release(response.request)
+            self.frontier.ledger.release(response.request)
         else:
             reason = f"spider_error:{type(exception).__name__}"
-            self.frontier.failed(response.request, reason, repr(exception))
+            self.frontier.ledger.failed(response.request, reason, repr(exception))
 
     def item_left_pipelines(self, item: Any, response: Response | None = None) -> None:
         if response is not None and response.request is not None:
-            self.frontier.item_finished(response.request)
+            self.frontier.ledger.item_finished(response.request)
 
     def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
         """A pipeline failed on the item, so it is not stored: its request is a dead letter
@@ -379,7 +379,7 @@ class LeaseSpiderMiddleware:
         if response is not None and response.request is not None:
             error = failure.value
             reason = f"item_error:{type(error).__name__}"
-            self.frontier.failed(response.request, reason, str(error) or repr(error))
+            self.frontier.ledger.failed(response.request, reason, str(error) or repr(error))
 
 
 class LeaseDownloaderMiddleware:
@@ -404,20 +404,20 @@ class LeaseDownloaderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        self.frontier.guard(request, self.response_failed)
+        self.frontier.ledger.guard(request, self.response_failed)
 
     def process_response(self, request: Request, response: Response) -> Response:
-        self.frontier.downloaded(request)
+        self.frontier.ledger.downloaded(request)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if isinstance(exception, RedisError):
-            self.frontier.release(request)
+            self.frontier.ledger.release(request)
         elif isinstance(exception, IgnoreRequest):
-            self.frontier.finished(request)
+            self.frontier.ledger.finished(request)
         else:
             reason = f"download_error:{type(exception).__name__}"
-            self.frontier.failed(request, reason, str(exception) or repr(exception))
+            self.frontier.ledger.failed(request, reason, str(exception) or repr(exception))
 
     def response_failed(self, request: Request, exception: BaseException) -> None:
         """A downloader middleware raised on the way back: the response is given up (dead
@@ -425,7 +425,7 @@ class LeaseDownloaderMiddleware:
         if self.frontier.scheduler is None:
             return
         if isinstance(exception, RedisError):
-            self.frontier.release(request)
+            self.frontier.ledger.release(request)
             return
         reason = (
             "response_ignored"
@@ -440,4 +440,4 @@ class LeaseDownloaderMiddleware:
             error[:300],
             extra={"spider": self.crawler.spider},
         )
-        self.frontier.failed(request, reason, error)
+        self.frontier.ledger.failed(request, reason, error)

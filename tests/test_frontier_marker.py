@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.queue import Frontier
+from crawler.frontier.riders import Riders
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
 from sandbox.seed import build_dataset
@@ -31,25 +32,32 @@ def _marker(client: redis.Redis) -> tuple[FrontierMarker, dict[str, int]]:
     return FrontierMarker(frontier, stats, interval=0), stats._stats
 
 
+def check(marker: FrontierMarker, leased_here: int) -> None:
+    """The marker read with a round trip, as it rides a worker's pop."""
+    riders = Riders()
+    marker.ride(riders, lambda: leased_here)
+    assert riders.send(marker.frontier.server)
+
+
 def test_a_flushed_frontier_is_reported_once_by_every_worker(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     (first, first_stats), (second, second_stats) = _marker(redis_client), _marker(redis_client)
-    first.check(0)
-    second.check(0)
+    check(first, 0)
+    check(second, 0)
     assert redis_client.exists("{profiles}:frontier")
     redis_client.lpush("profiles:start_urls", *(f"user{n}" for n in range(7)))
     redis_client.zadd("{profiles}:queue", {f"request{n}": n for n in range(20)})
-    first.check(4)
-    second.check(0)
+    check(first, 4)
+    check(second, 0)
     assert not caplog.records, "an untouched frontier was reported"
 
     redis_client.flushdb()
     with caplog.at_level(logging.WARNING, logger="crawler.frontier.marker"):
-        first.check(4)  # writes a new marker...
-        second.check(0)  # ...that the second worker does not take for its own
-        first.check(4)
-        second.check(0)
+        check(first, 4)  # writes a new marker...
+        check(second, 0)  # ...that the second worker does not take for its own
+        check(first, 4)
+        check(second, 0)
     errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
     assert len(errors) == 2, errors
     assert "Frontier of profiles vanished from Redis" in errors[0]
@@ -66,10 +74,10 @@ def test_an_empty_frontier_reset_is_only_a_warning(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     marker, stats = _marker(redis_client)
-    marker.check(0)
+    check(marker, 0)
     redis_client.flushdb()
     with caplog.at_level(logging.WARNING, logger="crawler.frontier.marker"):
-        marker.check(0)
+        check(marker, 0)
     assert [record.levelname for record in caplog.records] == ["WARNING"]
     assert stats["frontier/lost"] == 1
     assert "frontier/lost/queued" not in stats

@@ -113,7 +113,7 @@ class BanPolicy:
         times = int(request.meta.get(BAN_TIMES_META, 0)) + 1
         if self.max_times and times > self.max_times:
             reason, error = f"banned:{verdict.rule}", f"banned {times - 1} times"
-            self.frontier.failed(request, reason, error)
+            self.frontier.ledger.failed(request, reason, error)
             raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
         meta = without_identity(request.meta, IDENTITY_META)
         meta[BAN_TIMES_META] = times

@@ -6,7 +6,7 @@ filter are gone, and the workers would carry on as if the crawl had simply finis
 frontier carries a marker, ``{spider}:frontier``, holding a random token written when the
 frontier is created (by the first worker that finds none). Each worker remembers the token it
 found and, when it pops requests, reads it back together with the frontier's sizes, at most
-every CHECK_INTERVAL seconds, in the pop's round trip (see ``riders.py``). A marker gone, or
+every CHECK_INTERVAL seconds, riding the pop's round trip (see ``riders.py``). A marker gone, or
 holding another token, means the frontier is gone. If it held work when last seen, or this
 worker holds leases, the worker logs one ERROR naming what was lost (the sizes it last saw) and
 counts it (``frontier/lost``, ``frontier/lost/<queued|delayed|leased|start>``); a frontier that
@@ -55,23 +55,6 @@ class FrontierMarker:
         self.seen: dict[str, int] = dict.fromkeys(SIZES, 0)
         self._seen_at = 0.0
         self._next_check = 0.0
-
-    def check(self, leased_here: int) -> None:
-        """Compare the marker with the one this worker found, at most every ``interval``
-        seconds (a round trip of its own); ``leased_here`` is how many leases this worker
-        holds."""
-        now = time.monotonic()
-        if now < self._next_check:
-            return
-        self._next_check = now + self.interval
-        pipe = self.frontier.server.pipeline(transaction=False)
-        self._queue_read(pipe)
-        try:
-            replies = pipe.execute()
-        except RedisError:
-            self._next_check = 0.0  # the scheduler reports outages; look again once it is back
-            return
-        self._compare(replies, leased_here)
 
     def ride(self, riders: Riders, leased_here: Callable[[], int]) -> None:
         """Have the marker read with the next round trip (a pop), at most every ``interval``

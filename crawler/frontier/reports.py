@@ -16,12 +16,10 @@ from typing import TYPE_CHECKING, cast
 from scrapy.utils.misc import load_object
 
 from crawler.config.rules import BAD_VALUE
+from crawler.frontier.leases import LeaseLedger
 from crawler.frontier.scheduler import FrontierScheduler
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
@@ -31,6 +29,7 @@ class FrontierReports:
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        self._empty: LeaseLedger | None = None
 
     @property
     def scheduler(self) -> FrontierScheduler | None:
@@ -60,42 +59,15 @@ class FrontierReports:
             return None
         return scheduler.frontier.sizes()["queue"]
 
-    def guard(self, request: Request, on_failure: Callable[[Request, BaseException], None]) -> None:
+    @property
+    def ledger(self) -> LeaseLedger:
+        """The crawl's lease ledger: what happened to a leased request is told to it. Without
+        a FrontierScheduler, an empty one, to which no request is leased: told nothing."""
         if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.guard(request, on_failure)
-
-    def downloaded(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.downloaded(request)
-
-    def scraping(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.scraping(request)
-
-    def item_started(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.item_started(request)
-
-    def item_finished(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.item_finished(request)
-
-    def output_finished(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.output_finished(request)
-
-    def finished(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.finished(request)
-
-    def release(self, request: Request) -> None:
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.release(request)
-
-    def failed(self, request: Request, reason: str, error: str) -> None:
-        """The request is given up: a dead letter with the reason."""
-        if (scheduler := self.scheduler) is not None:
-            scheduler.ledger.failed(request, reason, error)
+            return scheduler.ledger
+        if self._empty is None:
+            self._empty = LeaseLedger(self.crawler, "")
+        return self._empty
 
 
 def frontier_scheduler(crawler: Crawler) -> FrontierScheduler | None:

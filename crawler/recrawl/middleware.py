@@ -140,7 +140,7 @@ class RecrawlMiddleware:
                 self._schedule(visit, request)
 
     def _schedule(self, visit: Visit, request: Request) -> None:
-        self.frontier.item_started(request)  # the lease waits for the revisit to be written
+        self.frontier.ledger.item_started(request)  # the lease waits for the revisit to be written
         self._revisits.items.append((visit.revisit, request))
         self._count("recrawl/scheduled")
         if visit.changed is not None:
@@ -190,7 +190,7 @@ class RecrawlMiddleware:
         if buffered:
             self._next_claim = min(self._next_claim, *(r.due for r, _ in buffered))
         for _, request in buffered:
-            self.frontier.item_finished(request)
+            self.frontier.ledger.item_finished(request)
 
     def _not_written(self, buffered: list[tuple[Revisit, Request]], exc: RedisError) -> None:
         logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)

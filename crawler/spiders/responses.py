@@ -58,7 +58,7 @@ def retry_malformed(
             priority_adjust=crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
         )
     if retry is None:
-        FrontierReports(crawler).failed(request, f"retries_exhausted:{reason}", str(error))
+        FrontierReports(crawler).ledger.failed(request, f"retries_exhausted:{reason}", str(error))
         return None
     delay = RetryBackoff.from_settings(crawler.settings).delay(retry.meta["retry_times"])
     retry.meta[DUE_META] = time.time() + delay
