@@ -1,28 +1,17 @@
 """The send gate: the last check before a paced request leaves for its host.
 
-The pop plans a paced request's turn with its host's bucket (``scripts/bucket.lua``), but a
-planned turn may be used late: the request waits for a free download slot, or for the pop that
-leases it. Sent late, it would bunch with the host's next turn, used on time. So a request whose
-host is paced goes only with one of the bucket's tokens, taken as it goes, by the last
-downloader middleware (``SendGateMiddleware``) with ``scripts/take.lua``, the script the ban
-middleware takes its tokens with: no request reaches a host sooner than its rate, burst,
-per-domain rate, Crawl-delay or ban-lowered rate allow, for the whole fleet.
+The pop plans a paced request's turn (``scripts/bucket.lua``), but a planned turn may be used
+late (no free download slot, a busy reactor), and would then bunch with the host's next turn.
+So the last downloader middleware (``SendGateMiddleware``) takes one of the host's tokens as the
+request goes (``scripts/take.lua``, the ban middleware's script too): no request reaches a host
+sooner than its rate, burst, Crawl-delay or ban-lowered rate allow, for the whole fleet. The
+requests of one reactor turn take their tokens in one round trip, just before they go.
 
-The requests that reach the gate in one turn of the reactor take their tokens in one round trip,
-together, just before they go: a round trip of its own for each, blocking the reactor in turn,
-would send the first ones long after their tokens were taken, and the host's next request,
-sent on time, would reach it too soon after them.
-
-Between its token and the host a request still passes a few turns of the reactor (and, the
-first time a worker sends a host a request for a while, the opening of a connection): on a busy
-worker, tenths of a second. So a token counts as taken that much later, for the host's next
-request from any worker: LAG_TURNS times the reactor's lag as the gate last measured it (the
-time its round trip waited for its turn: about nothing on an idle worker), plus
-CONNECT_ALLOWANCE for a first request. A request that still went on later than that (the worker
-stalled between the gate and the downloader) tells the bucket as it reaches the downloader
-(``SendGate.sent_late``, ``scripts/sent_late.lua``): it counts as sent then, so the host's next
-request, from any worker, comes one interval after it, as Scrapy's own download delay counts
-from when a request leaves for the download handler.
+A token counts as taken a little later than it was: LAG_TURNS times the reactor's lag as the
+gate last measured it, plus CONNECT_ALLOWANCE for a worker's first request to a host. A request
+still later than that tells the bucket (``SendGate.sent_late``, ``scripts/sent_late.lua``) as it
+reaches the downloader and, for a first request, as its answer's headers arrive: it counts as
+sent then, and the host's next token comes one interval after it.
 """
 
 from __future__ import annotations
