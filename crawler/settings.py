@@ -84,6 +84,11 @@ BAN_COOLDOWN = 1800.0
 BAN_COOLDOWN_MAX = 21600.0
 # BAN_MAX_TIMES (int, default 5): bans of one request before it is dead-lettered; 0 = no limit.
 BAN_MAX_TIMES = 5
+# RATE_LIMIT_EXIT (str "M/S", default "" = off): a worker that received M rate-limited answers
+# (429, or 503 with a Retry-After) within S seconds and no successful one (status < 400) stops
+# with the finish reason "rate_limited" and exit status 5, its leases released for the fleet,
+# so an orchestrator backs off instead of restarting it in a loop (crawler/bans/ratelimit.py).
+RATE_LIMIT_EXIT = ""
 # BAN_RULES (list of import paths, default []): extra rules (Page -> Verdict | None, see
 # crawler/bans/rules.py) checked before the built-in ones; a spider's ban_rule judges 200 pages.
 BAN_RULES: list[str] = []
@@ -181,6 +186,7 @@ EXTENSIONS = {
     # entries like the project's (crawler/spiders/redis.py); nothing for other spiders.
     "crawler.extensions.ScrapyRedisSpiders": 0,
     "crawler.extensions.FleetMonitor": 500,
+    "crawler.extensions.RateLimitExit": 600,
     # Once the engine starts, full garbage collections skip what was loaded at start, so they
     # stop the reactor for a few milliseconds instead of tens (crawler/heap.py).
     "crawler.extensions.FreezeStartupHeap": 900,

@@ -10,8 +10,9 @@ BAN_POLICY=stop) is written to Redis by ``python -m crawler.aws.report`` and the
 for ``scrapy fleet rotate`` to replace it; status 0 (the spider's work is done, with
 MAX_IDLE_TIME_BEFORE_CLOSE) powers the instance off, which terminates it; status 2 (a usage
 error or an invalid setting: running again cannot help) stops the worker with a message in its
-log, and so does a failed install or a secret that cannot be read; anything else starts the
-crawl again after a pause.
+log, and so does a failed install or a secret that cannot be read; status 5 (only rate-limited
+answers, RATE_LIMIT_EXIT) starts it again after RATE_LIMITED_PAUSE seconds; anything else
+starts the crawl again after 10 s.
 
 Outside EC2 (a plain machine, a test) these variables, when set before the script runs, say
 where it lives: WORKER_HOME (default /opt/crawler: the virtualenv, the crawl's working
@@ -25,9 +26,12 @@ import shlex
 from collections.abc import Mapping
 
 from crawler.bans.policy import EXIT_BANNED
+from crawler.bans.ratelimit import EXIT_RATE_LIMITED
 from crawler.config.rules import EXIT_BAD_SETTING
 
 SETTINGS_MODULE = "crawler.settings"
+# Seconds a worker stopped by RATE_LIMIT_EXIT waits before it crawls again.
+RATE_LIMITED_PAUSE = 300
 
 TEMPLATE = """#!/bin/bash
 set -u
@@ -68,6 +72,11 @@ while true; do
   elif [ "$status" -eq {bad_setting} ]; then
     stop "scrapy crawl exited with status {bad_setting}: a usage error or an invalid \\
 setting (see the error above); running it again cannot help" {bad_setting}
+  elif [ "$status" -eq {rate_limited} ]; then
+    echo "scrapy crawl exited with status {rate_limited}: only rate-limited answers; \
+starting again in {rate_limited_pause} s"
+    sleep {rate_limited_pause}
+    continue
   fi
   echo "scrapy crawl exited with status $status; starting again in 10 s"
   sleep 10
@@ -118,4 +127,6 @@ def render(
         settings=settings,
         banned=EXIT_BANNED,
         bad_setting=EXIT_BAD_SETTING,
+        rate_limited=EXIT_RATE_LIMITED,
+        rate_limited_pause=RATE_LIMITED_PAUSE,
     )

@@ -10,6 +10,9 @@ runs it can replace the machine's IP address before starting it again.
 
 Exit status 4: the crawl yielded items and none of them was stored (finish reason
 ``items_not_stored``: MongoDB refused them, or they had no usable key; the log says why).
+
+Exit status 5: the worker received only rate-limited answers for a while (``RATE_LIMIT_EXIT``,
+finish reason ``rate_limited``); its leases were released for the fleet. Start it again later.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
 from crawler.bans.policy import EXIT_BANNED
+from crawler.bans.ratelimit import EXIT_RATE_LIMITED, RATE_LIMITED
 from crawler.config.rules import EXIT_BAD_SETTING, SettingsError
 from crawler.pipelines import EXIT_ITEMS_NOT_STORED, ITEMS_NOT_STORED
 from crawler.preflight import check_frontier_server, check_settings
@@ -34,7 +38,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Finish reasons that are not a success, and the exit status each gives.
-FAILED_REASONS = {"banned": EXIT_BANNED, ITEMS_NOT_STORED: EXIT_ITEMS_NOT_STORED}
+FAILED_REASONS = {
+    "banned": EXIT_BANNED,
+    ITEMS_NOT_STORED: EXIT_ITEMS_NOT_STORED,
+    RATE_LIMITED: EXIT_RATE_LIMITED,
+}
 
 
 class Command(ScrapyCrawlCommand):

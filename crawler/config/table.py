@@ -19,6 +19,7 @@ from scrapy.utils.misc import load_object
 from crawler.config.rules import (
     Rule,
     as_dict,
+    as_float,
     as_int,
     as_text,
     base_url,
@@ -48,6 +49,18 @@ FLEET_TEXT = (
     *("FLEET_SSM_REDIS_URL", "FLEET_SSM_MONGO_URI", "FLEET_IAM_INSTANCE_PROFILE"),
     *("FLEET_SUBNET_ID", "FLEET_KEY_NAME"),
 )
+
+
+def answers_per_window(value: Any) -> tuple[int, float] | None:
+    """RATE_LIMIT_EXIT: ``"M/S"`` (M answers within S seconds, both above 0), or "" (off)."""
+    text = as_text(value).strip()
+    if not text:
+        return None
+    answers, seconds = text.split("/")
+    window = as_int(int(answers)), as_float(seconds)
+    if window[0] < 1 or not window[1] > 0:
+        raise ValueError(value)
+    return window
 
 
 def ip_address(value: Any) -> str:
@@ -186,6 +199,7 @@ RULES: dict[str, Rule] = {
     "BAN_COOLDOWN_MAX": number(0),  # and at least BAN_COOLDOWN (checked with the others)
     "BAN_MAX_TIMES": integer(0),
     "BAN_RULES": items(import_path(), "importable rule functions"),
+    "RATE_LIMIT_EXIT": Rule('"" or "M/S": M answers (>= 1) in S seconds (> 0)', answers_per_window),
     "POLITENESS_RATE": RATE,
     "POLITENESS_BURST": number(1),
     "POLITENESS_RECOVERY": number(0, above=True),
