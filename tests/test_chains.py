@@ -15,10 +15,11 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from scrapy import Request
+from scrapy.utils.test import get_crawler
 
 from crawler.frontier.chains import CHAIN_META, MOST_TURNS, Credits, chain_host, mark_chain, paced
 from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.leases import LeaseBook, StartLeases
+from crawler.frontier.leases import ACK, DEAD, LeaseLedger
 from crawler.frontier.outbox import Adopted, Outbox, adopted
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
@@ -102,7 +103,7 @@ def _seal(frontier: Frontier, outbox: Outbox) -> list[Any]:
 
 
 def _outbox() -> Outbox:
-    return Outbox(LeaseBook(), StartLeases())
+    return Outbox(LeaseLedger(get_crawler(), WORKER))
 
 
 def test_a_kept_request_of_a_dead_worker_comes_back_to_the_queue(
@@ -128,8 +129,8 @@ def test_a_kept_request_acked_before_any_trip_writes_nothing(
     outbox.adopted += [adopted(8, 0, entry("http://a.test/q").json)]
     for lease_id in ("7", "8"):
         outbox.leases.take(lease_id, 1, "")
-    outbox.leases.ack("7")
-    outbox.leases.dead("8", json.dumps({"reason": "x"}))
+    outbox.leases.end("7", ACK)
+    outbox.leases.end("8", DEAD, json.dumps({"reason": "x"}))
     _seal(frontier, outbox)
     assert redis_client.hlen(KEYS.data) == 0
     assert redis_client.zcard(KEYS.leases) == 0

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.leases import LeaseBook, StartLeases
+from crawler.frontier.leases import ACK, LeaseLedger
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.queue import Frontier
@@ -100,11 +101,11 @@ def test_a_due_rider_goes_alone_and_an_error_reply_reaches_only_its_owner(
 def test_a_lost_trip_tells_the_riders_and_keeps_the_outbox() -> None:
     dead = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
     frontier = _frontier(dead)
-    leases, starts = LeaseBook(), StartLeases()
-    outbox = Outbox(leases, starts)
+    leases = LeaseLedger(get_crawler(), "w1")
+    outbox = Outbox(leases)
     outbox.push(entry("http://kept.test/1"))
     leases.take("7", 1, "http://kept.test/0")
-    leases.ack("7")
+    leases.end("7", ACK)
     failures: list[Exception] = []
     riders = Riders()
     riders.add("r", Rider(_get("x"), print, failures.append), 0)
@@ -122,10 +123,10 @@ def test_a_lost_trip_tells_the_riders_and_keeps_the_outbox() -> None:
 
 
 def test_acknowledgements_alone_wait_for_a_trip_new_requests_do_not() -> None:
-    leases, starts = LeaseBook(), StartLeases()
-    outbox = Outbox(leases, starts)
+    leases = LeaseLedger(get_crawler(), "w1")
+    outbox = Outbox(leases)
     leases.take("1", 1, "http://x.test/")
-    leases.ack("1")
+    leases.end("1", ACK)
     assert not outbox.due(hold=60)  # an acknowledgement alone waits
     assert outbox.due(hold=0)
     outbox.push(entry("http://x.test/new"))

@@ -2,7 +2,7 @@
 
 A request popped from the frontier is leased to this worker. Its lease ends exactly once: acked
 when its response is handled (output consumed, items through the pipelines), released back to
-the queue untouched (Redis away, the worker closing), or dead-lettered with a reason. The book
+the queue untouched (Redis away, the worker closing), or dead-lettered with a reason. The ledger
 records each decision as an op (see ``scripts/settle.lua``); the scheduler writes them in batches.
 
 Where a lease is: ``ready`` (popped, not yet given to the engine), ``downloading`` (in the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,6 @@ Op = tuple[str, str, str]  # (op, lease id, payload), see scripts/settle.lua
 # The ops, as scripts/settle.lua names them too: a lease ends acked (done), released (back to
 # the queue untouched) or dead (a dead letter with its reason), or is renewed.
 ACK, RELEASE, RENEW, DEAD = "a", "r", "n", "d"
-PHASES = ("ready", "downloading", "downloaded", "scraping")
 
 
 @dataclass
@@ -45,85 +44,6 @@ class Lease:
     output_done: bool = False
     attempts: int = 1
     url: str = ""
-
-
-class LeaseBook:
-    """The leases this worker holds and the ops that settled leases wait in until written."""
-
-    def __init__(self) -> None:
-        self.held: dict[str, Lease] = {}
-        self.ops: list[Op] = []
-
-    def take(self, lease_id: str, attempts: int, url: str) -> None:
-        self.held[lease_id] = Lease(attempts=attempts, url=url)
-
-    def move(self, lease_id: str, phase: str) -> None:
-        lease = self.held.get(lease_id)
-        if lease is not None:
-            lease.phase = phase
-
-    def phase(self, lease_id: str) -> str | None:
-        lease = self.held.get(lease_id)
-        return lease.phase if lease is not None else None
-
-    def item_started(self, lease_id: str) -> None:
-        lease = self.held.get(lease_id)
-        if lease is not None:
-            lease.pending_items += 1
-
-    def item_finished(self, lease_id: str) -> None:
-        lease = self.held.get(lease_id)
-        if lease is not None:
-            lease.pending_items -= 1
-            self._ack_if_done(lease_id, lease)
-
-    def output_finished(self, lease_id: str) -> None:
-        lease = self.held.get(lease_id)
-        if lease is not None:
-            lease.output_done = True
-            self._ack_if_done(lease_id, lease)
-
-    def ack(self, lease_id: str) -> bool:
-        return self._end(lease_id, ACK)
-
-    def release(self, lease_id: str) -> bool:
-        return self._end(lease_id, RELEASE)
-
-    def dead(self, lease_id: str, failure: str) -> bool:
-        """Dead-letter the lease; ``failure`` is the JSON object stored with the request."""
-        return self._end(lease_id, DEAD, failure)
-
-    def replaces(self, lease_id: str) -> bool:
-        """A request carrying the lease of one still in the downloader replaces it (redirect,
-        retry, deferral): the lease is acked in the same write that schedules the new one."""
-        lease = self.held.get(lease_id)
-        return lease is not None and lease.phase == "downloading" and self.ack(lease_id)
-
-    def release_all(self) -> None:
-        for lease_id in list(self.held):
-            self.release(lease_id)
-
-    def renewals(self) -> list[Op]:
-        return [(RENEW, lease_id, "") for lease_id in self.held]
-
-    def orphans(self, in_engine: Collection[str]) -> list[tuple[str, Lease]]:
-        """Leases given to the engine whose request the engine no longer has, with nothing
-        left to report on them (no item in the pipelines): nothing else will settle them."""
-        return [
-            (lease_id, lease)
-            for lease_id, lease in self.held.items()
-            if lease.phase != "ready" and lease.pending_items <= 0 and lease_id not in in_engine
-        ]
-
-    def _ack_if_done(self, lease_id: str, lease: Lease) -> None:
-        if lease.output_done and lease.pending_items <= 0:
-            self.ack(lease_id)
-
-    def _end(self, lease_id: str, op: str, payload: str = "") -> bool:
-        if self.held.pop(lease_id, None) is None:
-            return False
-        self.ops.append((op, lease_id, payload))
-        return True
 
 
 class StartLeases:
@@ -169,57 +89,90 @@ class StartLeases:
 
 
 class LeaseLedger:
-    """The leases one worker holds and where each stands, as the lease middlewares
-    (``crawler.middlewares.Lease*Middleware``), the middlewares that give requests up and the
-    start-entry feed report it: the one object they talk to (through
-    ``crawler.frontier.reports.FrontierReports``). Its ``book`` records each decision as an op,
-    its ``starts`` the start entries leased; the scheduler writes both with its round trips."""
+    """The leases one worker holds, where each stands, and the ops of those that ended, waiting
+    for the scheduler's next round trip; ``starts``, the start entries it leased. The lease
+    middlewares (``crawler.middlewares.Lease*Middleware``), the middlewares that give requests
+    up and the start-entry feed tell it what happened to a request, through
+    ``crawler.frontier.reports.FrontierReports``; the scheduler, what it took and handed on."""
 
     def __init__(self, crawler: Crawler, worker: str) -> None:
         self.crawler = crawler
         self.worker = worker
-        self.leases = LeaseBook()
+        self.held: dict[str, Lease] = {}
+        self.ops: list[Op] = []
         self.starts = StartLeases()
         self._suspects: set[str] = set()
 
-    def _count(self, key: str, value: int = 1) -> None:
-        if value and self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key, value)
+    # --- the scheduler's side, by lease id ---------------------------------------------------
+
+    def take(self, lease_id: str, attempts: int, url: str) -> None:
+        self.held[lease_id] = Lease(attempts=attempts, url=url)
+
+    def move(self, lease_id: str, phase: str) -> None:
+        if (lease := self.held.get(lease_id)) is not None:
+            lease.phase = phase
+
+    def end(self, lease_id: str, op: str, payload: str = "") -> bool:
+        """End the lease with ``op`` (ACK, RELEASE, DEAD with its failure's JSON); False when
+        this worker does not hold it (any more)."""
+        if self.held.pop(lease_id, None) is None:
+            return False
+        self.ops.append((op, lease_id, payload))
+        return True
+
+    def replaces(self, lease_id: str) -> bool:
+        """A request carrying the lease of one still in the downloader replaces it (redirect,
+        retry, deferral): the lease is acked in the same write that schedules the new one."""
+        lease = self.held.get(lease_id)
+        return lease is not None and lease.phase == "downloading" and self.end(lease_id, ACK)
+
+    def release_all(self) -> None:
+        for lease_id in list(self.held):
+            self.end(lease_id, RELEASE)
+
+    def renewals(self) -> list[Op]:
+        return [(RENEW, lease_id, "") for lease_id in self.held]
+
+    # --- what happened to a request, by request ----------------------------------------------
 
     def guard(self, request: Request, on_failure: Callable[[Request, BaseException], None]) -> None:
         """Have ``on_failure`` called with a failure of the leased ``request`` that reaches the
         spider while the request is still in the downloader's hands (see LeaseErrback)."""
-        if lease_id_of(request) in self.leases.held and not isinstance(
-            request.errback, LeaseErrback
-        ):
+        if lease_id_of(request) in self.held and not isinstance(request.errback, LeaseErrback):
             request.errback = LeaseErrback(self.in_downloader, on_failure, request.errback)
 
     def in_downloader(self, request: Request) -> bool:
-        return self.leases.phase(lease_id_of(request)) == "downloading"
+        lease = self.held.get(lease_id_of(request))
+        return lease is not None and lease.phase == "downloading"
 
     def downloaded(self, request: Request) -> None:
         """The response went through every downloader middleware."""
-        self.leases.move(lease_id_of(request), "downloaded")
+        self.move(lease_id_of(request), "downloaded")
 
     def scraping(self, request: Request) -> None:
-        self.leases.move(lease_id_of(request), "scraping")
+        self.move(lease_id_of(request), "scraping")
 
     def item_started(self, request: Request) -> None:
-        self.leases.item_started(lease_id_of(request))
+        if (lease := self.held.get(lease_id_of(request))) is not None:
+            lease.pending_items += 1
 
     def item_finished(self, request: Request) -> None:
-        self.leases.item_finished(lease_id_of(request))
+        if (lease := self.held.get(lease_id_of(request))) is not None:
+            lease.pending_items -= 1
+            self._ack_if_done(lease_id_of(request), lease)
 
     def output_finished(self, request: Request) -> None:
-        self.leases.output_finished(lease_id_of(request))
+        if (lease := self.held.get(lease_id_of(request))) is not None:
+            lease.output_done = True
+            self._ack_if_done(lease_id_of(request), lease)
 
     def finished(self, request: Request) -> None:
         """The request was handled without output to wait for (filtered, ignored)."""
-        self.leases.ack(lease_id_of(request))
+        self.end(lease_id_of(request), ACK)
 
     def release(self, request: Request) -> None:
         """Hand the request back to the queue untouched, for any worker to try again."""
-        if self.leases.release(lease_id_of(request)):
+        if self.end(lease_id_of(request), RELEASE):
             self._count("frontier/released")
 
     def failed(self, request: Request, reason: str, error: str) -> None:
@@ -236,17 +189,22 @@ class LeaseLedger:
             "worker": self.worker,
             "attempts": attempts,
         }
-        if self.leases.dead(lease_id, codec.dumps(failure)):
+        if self.end(lease_id, DEAD, codec.dumps(failure)):
             self._count("frontier/dead")
             self._count(f"frontier/dead/{reason}")
 
     def dead_letter_orphans(self) -> None:
-        """Dead-letter leases whose request left the engine without anything settling them,
-        seen so at two checks in a row: no worker waits on a lease nothing will settle."""
+        """Dead-letter leases given to the engine whose request left it with nothing left to
+        report on them (no item in the pipelines), seen so at two checks in a row: no worker
+        waits on a lease nothing will settle."""
         in_engine = engine_leases(self.crawler)
         if in_engine is None:
             return
-        orphans = dict(self.leases.orphans(in_engine))
+        orphans = {
+            lease_id: lease
+            for lease_id, lease in self.held.items()
+            if lease.phase != "ready" and lease.pending_items <= 0 and lease_id not in in_engine
+        }
         for lease_id in self._suspects & orphans.keys():
             lease = orphans[lease_id]
             logger.error(
@@ -256,6 +214,14 @@ class LeaseLedger:
             )
             self.dead(lease_id, "unsettled", "left the engine without an outcome", lease.attempts)
         self._suspects = set(orphans) - self._suspects
+
+    def _ack_if_done(self, lease_id: str, lease: Lease) -> None:
+        if lease.output_done and lease.pending_items <= 0:
+            self.end(lease_id, ACK)
+
+    def _count(self, key: str, value: int = 1) -> None:
+        if value and self.crawler is not None and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key, value)
 
 
 class LeaseErrback:

@@ -19,7 +19,7 @@ from crawler.frontier.leases import ACK
 from crawler.frontier.queue import PRIORITY_LIMIT
 
 if TYPE_CHECKING:
-    from crawler.frontier.leases import LeaseBook, Op, StartLeases
+    from crawler.frontier.leases import LeaseLedger, Op
     from crawler.frontier.queue import Frontier, Pending
 
 # Requests per schedule script call.
@@ -84,12 +84,12 @@ class Sealed:
 
 
 class Outbox:
-    """Requests to schedule, and the lease books whose updates go with them."""
+    """Requests to schedule, and the lease ledger whose updates go with them."""
 
-    def __init__(self, leases: LeaseBook, starts: StartLeases) -> None:
+    def __init__(self, ledger: LeaseLedger) -> None:
         self.pushes: list[Pending] = []
-        self.leases = leases
-        self.starts = starts
+        self.leases = ledger
+        self.starts = ledger.starts
         self.adopted: list[Adopted] = []  # requests kept for this worker (see chains.py)
         self._held_since: float | None = None
         self._eager = False  # a push waits that should go at the next tick

@@ -89,12 +89,11 @@ class FrontierScheduler(BaseScheduler):
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
         self.ledger = LeaseLedger(crawler, self.worker)
-        self.leases = self.ledger.leases
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
         self.credits = Credits()
         self.starts = self.ledger.starts
-        self.outbox = Outbox(self.leases, self.starts)
+        self.outbox = Outbox(self.ledger)
         self._seen_here = RecentlySeen(config.local_seen)
         self._queue_size = 0
         self._next_pop = 0.0
@@ -163,7 +162,7 @@ class FrontierScheduler(BaseScheduler):
         self._ready.clear()
         self._held.clear()
         self.credits.clear()
-        self.leases.release_all()
+        self.ledger.release_all()
         self._backoff.lift()
         # Twice: riders of the first round trip (revisits) may let more leases be settled.
         if not (self.flush() and self.flush()):
@@ -171,7 +170,7 @@ class FrontierScheduler(BaseScheduler):
                 "Could not reach Redis at close: %d requests and %d lease updates not written; "
                 "their leases expire and other workers take them over",
                 len(self.outbox.pushes),
-                len(self.leases.ops),
+                len(self.ledger.ops),
             )
 
     def known_busy(self) -> bool:
@@ -211,7 +210,7 @@ class FrontierScheduler(BaseScheduler):
         if scheduled:
             self._count("scheduler/enqueued/redis")
         if lease_id is not None:
-            self.leases.replaces(lease_id)
+            self.ledger.replaces(lease_id)
         if start_member is not None:
             self.starts.pushed(start_member)
         if len(self.outbox.pushes) >= PUSH_BATCHES * self.config.batch_size:
@@ -254,7 +253,7 @@ class FrontierScheduler(BaseScheduler):
                 self._engine.wake_in(held)
             return None
         request = self._ready.popleft()
-        self.leases.move(lease_id_of(request), "downloading")
+        self.ledger.move(lease_id_of(request), "downloading")
         self._count("scheduler/dequeued/redis")
         return request
 
@@ -284,9 +283,9 @@ class FrontierScheduler(BaseScheduler):
         if due is None:
             return False
         lease_id = lease_id_of(request)
-        if lease_id not in self.leases.held:
+        if lease_id not in self.ledger.held:
             return False  # not this worker's (any more): scheduled as a new request
-        self.leases.move(lease_id, "ready")
+        self.ledger.move(lease_id, "ready")
         self._held.hold(request, float(due))
         self._engine.wake_in(max(0.0, float(due) - time.time()))
         self._count("politeness/gate_held")
@@ -394,7 +393,7 @@ class FrontierScheduler(BaseScheduler):
             self.flush()
 
     def _refill(self) -> None:
-        self.marker.ride(self.riders, lambda: len(self.leases.held))
+        self.marker.ride(self.riders, lambda: len(self.ledger.held))
         sent, popped = self._trip(pop=True)
         if not sent or popped is None:
             return
@@ -442,7 +441,7 @@ class FrontierScheduler(BaseScheduler):
                 error[:300],
                 extra={"spider": self.crawler.spider},
             )
-            self.leases.take(lease_id, 1, "")
+            self.ledger.take(lease_id, 1, "")
             self.ledger.dead(lease_id, "unreadable", error, 1)
             return
         if due is None:
@@ -455,7 +454,7 @@ class FrontierScheduler(BaseScheduler):
         request = leased_request(data, self.crawler.spider, paced)
         request.meta[LEASE_META] = lease_id
         attempts = int(request.meta.get("retry_times", 0)) + 1
-        self.leases.take(lease_id, attempts, request.url)
+        self.ledger.take(lease_id, attempts, request.url)
         return request
 
     def _count_filtered(self, results: list[Any]) -> None:
