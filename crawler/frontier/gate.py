@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,8 @@ class SendGate:
         self._asked_at = 0.0  # when the first ask waiting was made (monotonic)
         self._late: list[list[Any]] = []  # sent_late.lua's key and arguments, waiting
         self.lag = 0.0  # seconds the reactor took to come to the gate's round trip, lately
+        # Queues a read that rides the gate's round trip (the pause's), or None; its reader.
+        self.along: Callable[[Any], Callable[[list[Any]], None] | None] | None = None
 
     async def wait(self, request: Request) -> float:
         """0 when ``request`` may go now (its token is taken), else the seconds until its host's
@@ -149,16 +152,22 @@ class SendGate:
         now, recovery = time.time(), self.pacing.recovery
         late = LAG_TURNS * self.lag
         pipe = self.server.pipeline(transaction=False)
+        read_along = self.along(pipe) if self.along is not None else None
+        first = len(pipe)
         for key, *args in told:
             queue_eval(pipe, SENT_LATE, [key], args)
         for ask in asks:
             ask.counted = now + ask.allowance + late
             args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late]
             queue_eval(pipe, TAKE, [ask.key], args)
+        queued = len(pipe)
         try:
-            replies: list[Any] = pipe.execute(raise_on_error=False)[len(told) :]
+            replies: list[Any] = pipe.execute(raise_on_error=False)
         except RedisError as exc:
-            replies = [exc] * len(asks)
+            replies = [exc] * queued
+        if read_along is not None:
+            read_along(replies[:first])
+        replies = replies[first + len(told) :]
         for ask, reply in zip(asks, replies, strict=True):
             if ask.answer.done():
                 continue
