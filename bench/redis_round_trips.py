@@ -221,6 +221,7 @@ class RoundTripProbe:
         result = {
             "pages": pages,
             "deferred": deferred,
+            "pause_reads": stats.get_value("frontier/pause_reads", 0),
             "idle": self.idle,
             "counts": dict(_COUNTS),
             "steady": steady_state(self.page_times, _TRIP_TIMES),

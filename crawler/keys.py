@@ -6,6 +6,8 @@ touches several of them runs on Redis Cluster. The names:
 - the frontier (:class:`FrontierKeys`): ``queues``, ``queue:<priority>``, ``data``, ``owner``,
   ``seq``, ``leases``, ``delayed``, ``dead``, ``dupefilter``, the lost-frontier ``frontier``
   marker, and the ``queue``/``prio`` of older versions, drained on pop;
+- ``paused`` (:func:`pause_key`): while it exists the fleet takes no new requests; a hash of
+  ``since`` (Unix time), ``by`` and ``reason`` (``crawler/frontier/pause.py``);
 - start entries: the start list keeps the scrapy-redis name (``REDIS_START_URLS_KEY``,
   ``<spider>:start_urls``, or the spider's ``redis_key``) and its leases take that name as their
   hash tag (``{<start list>}:leases``); bad entries go to ``START_INVALID_KEY``;
@@ -123,6 +125,12 @@ class LedgerKeys:
     def budget(self, start: str, host: str) -> str:
         """Pages of ``host`` crawled from the start entry ``start``."""
         return tagged(self.spider, "pages:") + start + ":" + host
+
+
+def pause_key(spider: str) -> str:
+    """The crawl's pause (``scrapy frontier SPIDER pause``): a hash of ``since``, ``by`` and
+    ``reason``; while the key exists no worker of the spider takes new requests."""
+    return tagged(spider, "paused")
 
 
 def frontier_marker_key(spider: str) -> str:

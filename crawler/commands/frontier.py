@@ -1,5 +1,5 @@
-"""``scrapy frontier SPIDER [status|dead|requeue|purge|unban DOMAIN]``: look at and manage a
-spider's frontier.
+"""``scrapy frontier SPIDER [status|dead|requeue|purge|unban DOMAIN|pause|resume]``: look at and
+manage a spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
                                              revisits due now, in the next hour and later
@@ -8,11 +8,22 @@ scrapy frontier profiles requeue [--limit N] dead letters back into the queue, o
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
 scrapy frontier profiles unban example.com   lift the domain's ban cool-downs (every identity);
                                              its delayed requests become due at once
+scrapy frontier profiles pause [--reason TEXT] [--by NAME]
+                                             every worker stops taking new requests within 2 s
+                                             (pages in flight finish; leases are kept); the
+                                             crawl stays open, paused, until resumed
+scrapy frontier profiles resume              every worker goes on within 2 s
+
+The pause is the hash {profiles}:paused (since, by, reason): other tools pause with
+redis-cli HSET '{profiles}:paused' since "$(date +%s)" by ops reason "db upgrade" and resume
+with redis-cli DEL '{profiles}:paused'.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -25,6 +36,7 @@ from scrapy.exceptions import UsageError
 
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
 from crawler.observability.report import masked_dead_letter
@@ -36,12 +48,12 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
 
-ACTIONS = ("status", "dead", "requeue", "purge", "unban")
+ACTIONS = ("status", "dead", "requeue", "purge", "unban", "pause", "resume")
 
 
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
-        return "<spider> [status|dead|requeue|purge|unban DOMAIN] [options]"
+        return "<spider> [status|dead|requeue|purge|unban DOMAIN|pause|resume] [options]"
 
     def short_desc(self) -> str:
         return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
@@ -55,9 +67,13 @@ class Command(ProjectCommand, ScrapyCommand):
         parser.add_argument("--json", action="store_true", help="print JSON")
         parser.add_argument("--limit", type=int, default=None, help="how many dead letters")
         parser.add_argument("--yes", action="store_true", help="purge without asking")
+        parser.add_argument("--reason", default=None, help="why the crawl is paused (pause)")
+        parser.add_argument("--by", default=None, help="who pauses it (pause; default: user@host)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spider, action, domain = self._parse(args)
+        if action != "pause" and (opts.reason is not None or opts.by is not None):
+            raise UsageError("--reason and --by go with pause")
         assert self.settings is not None
         try:
             if action == "unban":
@@ -77,6 +93,8 @@ class Command(ProjectCommand, ScrapyCommand):
             self._status(frontier, opts.json)
         elif action == "dead":
             self._dead(frontier, opts.limit or 20, opts.json)
+        elif action in ("pause", "resume"):
+            self._pause(server, spider, action, opts)
         elif action == "requeue":
             moved = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
             print(f"requeued {moved} dead letters of {spider}")
@@ -116,14 +134,37 @@ class Command(ProjectCommand, ScrapyCommand):
             f"{due} delayed requests due now"
         )
 
+    def _pause(
+        self, server: RedisClient, spider: str, action: str, opts: argparse.Namespace
+    ) -> None:
+        if action == "pause":
+            pause = pause_crawl(server, spider, opts.by or who(), opts.reason or "")
+            if opts.json:
+                print(json.dumps({"spider": spider, "paused": pause.to_json()}))
+            else:
+                print(f"{spider} {pause.describe()}; workers stop taking requests within 2 s")
+            return
+        lifted = resume_crawl(server, spider)
+        if opts.json:
+            print(json.dumps({"spider": spider, "resumed": lifted and lifted.to_json()}))
+        elif lifted is None:
+            print(f"{spider} was not paused")
+        else:
+            print(f"{spider} resumed (was {lifted.describe()}); workers go on within 2 s")
+
     def _status(self, frontier: Frontier, as_json: bool) -> None:
         sizes = frontier.sizes()
-        revisits = RevisitStore(frontier.server, frontier.keys.spider).counts()
+        spider = frontier.keys.spider
+        revisits = RevisitStore(frontier.server, spider).counts()
+        pause = read_pause(frontier.server, spider)
         if as_json:
-            print(json.dumps({"spider": frontier.keys.spider, **sizes, "revisits": revisits}))
+            paused = pause and pause.to_json()
+            print(json.dumps({"spider": spider, **sizes, "revisits": revisits, "paused": paused}))
             return
         assert self.settings is not None
-        print(f"{frontier.keys.spider} @ {mask_uri(self.settings.get('REDIS_URL') or '')}")
+        print(f"{spider} @ {mask_uri(self.settings.get('REDIS_URL') or '')}")
+        if pause is not None:
+            print(f"  {pause.describe()}")
         for name, value in sizes.items():
             print(f"  {name:<13} {value:>10,}")
         for name, value in revisits.items():
@@ -156,6 +197,15 @@ class Command(ProjectCommand, ScrapyCommand):
                 return
         keys = purge_spider(server, self.settings, spider)
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
+
+
+def who() -> str:
+    """``user@host`` of whoever runs the command (the pause's default ``by``)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in the environment nor the password database
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
 
 
 def unban_host(raw: str) -> str:

@@ -40,6 +40,7 @@ from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
+from crawler.frontier.pause import Pause, PauseWatch
 from crawler.frontier.queue import Frontier, Popped, popped
 from crawler.frontier.records import leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
@@ -63,6 +64,8 @@ logger = logging.getLogger(__name__)
 START_META = "frontier_start"
 # Round trips an idle worker's drain makes at most (each reply may let more be written).
 DRAIN_TRIPS = 4
+# Seconds a request that reached the send gate while the crawl is paused is held, and held again.
+PAUSED_HOLD = 0.5
 
 
 class FrontierScheduler(BaseScheduler):
@@ -88,6 +91,7 @@ class FrontierScheduler(BaseScheduler):
         self._rated: Pacing | None = None
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
+        self.pause: PauseWatch | None = None
         self.ledger = LeaseLedger(crawler, self.worker)
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
@@ -122,6 +126,8 @@ class FrontierScheduler(BaseScheduler):
         keys = FrontierKeys(spider.name, start_key(settings, spider))
         self.frontier = Frontier(self.server, keys, self.config.dupefilter)
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
+        self.pause = PauseWatch(spider.name, self.crawler.stats, self._pause_turned)
+        self.pause.look(self.server)
         self.pacing = self.config.pacing
         if self.pacing is not None:
             self.gate = SendGate(self.server, keys.buckets, self.pacing)
@@ -183,8 +189,10 @@ class FrontierScheduler(BaseScheduler):
     def has_pending_requests(self) -> bool:
         """Requests this worker can get now or at its next pop. Delayed requests and other
         workers' leases keep the crawl open through ``FleetIdle.keep_open_while_work_left``, so an
-        idle spider still runs its idle handlers (new start entries) while they wait."""
-        return bool(self._ready or self._held or self.outbox.pushes or self._queue_size > 0)
+        idle spider still runs its idle handlers (new start entries) while they wait. While
+        the crawl is paused, always: it never closes as idle."""
+        in_hand = self._ready or self._held or self.outbox.pushes
+        return self.paused() or bool(in_hand or self._queue_size > 0)
 
     def enqueue_request(self, request: Request) -> bool:
         if self._hold_back(request):
@@ -241,11 +249,15 @@ class FrontierScheduler(BaseScheduler):
         return False
 
     def next_request(self) -> Request | None:
+        if self.paused():
+            return None
         now = time.monotonic()
         self._ready.extend(self._held.come())
         if not self._ready and now >= self._next_pop:
             self._refill()
             self._ready.extend(self._held.come())
+        if self.paused():  # read with the pop: what it leased waits, its leases renewed
+            return None
         if not self._ready:
             if self._rated is not None and self._next_pop > now and self.has_pending_requests():
                 self._engine.wake_in(self._next_pop - now)  # not only at the 5 s heartbeat
@@ -261,6 +273,8 @@ class FrontierScheduler(BaseScheduler):
         """0 when ``request``, whose turn the pop planned, may go to its host now (the host's
         sent token is taken, see ``gate.py``), else the seconds to hold it: until the host's
         next token, or, Redis away, until the backoff ends (no request goes unchecked)."""
+        if self.paused():  # had before the pause was seen: held until resumed
+            return PAUSED_HOLD
         if self.gate is None or PACED_META not in request.meta:
             return 0.0
         try:
@@ -389,11 +403,15 @@ class FrontierScheduler(BaseScheduler):
         """Every FRONTIER_FLUSH_INTERVAL: new requests go to Redis; acknowledgements alone
         wait for the next round trip, at most HOLD_ACKS seconds; riders go when due."""
         self.ledger.dead_letter_orphans()
+        if self.pause is not None:
+            self.pause.ride(self.riders)
         if self.outbox.due(hold_acks(self.config.lease_seconds)) or self.riders.due():
             self.flush()
 
     def _refill(self) -> None:
         self.marker.ride(self.riders, lambda: len(self.ledger.held))
+        if self.pause is not None:
+            self.pause.ride(self.riders)
         sent, popped = self._trip(pop=True)
         if not sent or popped is None:
             return
@@ -415,6 +433,16 @@ class FrontierScheduler(BaseScheduler):
             self._next_pop = time.monotonic() + pause
             if popped.next_due or popped.unscanned:
                 self._engine.wake_in(pause)
+
+    def paused(self) -> bool:
+        """Whether the crawl is paused (``scrapy frontier SPIDER pause``), as last read."""
+        return self.pause is not None and self.pause.paused
+
+    def _pause_turned(self, pause: Pause | None) -> None:
+        """Resumed: pop at the engine's next ask, and have it ask now."""
+        if pause is None:
+            self._next_pop = 0.0
+            self._engine.wake_in(0)
 
     def _ready_work_short(self) -> None:
         """The pop found less than a batch this worker may send now: the start feed reads its

@@ -34,6 +34,9 @@ Gauges:
   whole fleet's pace over the last minutes, from the per-minute buckets in Redis.
 - ``crawler_eta_seconds{spider}``: the work left (queued, leased and delayed requests, and
   start entries) at the fleet's pace, or this worker's if faster (absent while nothing moves).
+- ``crawler_paused{spider}``: 1 while this worker sees its crawl paused (``scrapy frontier
+  SPIDER pause``), else 0; ``crawler_paused_since_seconds{spider}`` (Unix time, when the pause
+  says) and ``crawler_pause_info{spider,by,reason}`` (always 1) while paused.
 - ``crawler_worker_start_time_seconds{spider}``: when this worker started (Unix time).
 - ``crawler_worker_info{spider,worker,host,pid}``: always 1; names this worker.
 
@@ -58,6 +61,7 @@ from prometheus_client.registry import Collector
 from crawler.observability.rates import eta_seconds
 
 if TYPE_CHECKING:
+    from crawler.frontier.pause import Pause
     from crawler.observability.counters import Counters
     from crawler.observability.publisher import FleetView
 
@@ -88,6 +92,7 @@ class Snapshot:
     counters: Counters
     fleet: FleetView | None
     own_pace: float = 0.0
+    pause: Pause | None = None  # the crawl's pause, as this worker last read it
 
 
 class WorkerCollector(Collector):
@@ -102,6 +107,7 @@ class WorkerCollector(Collector):
         yield from _counters(spider, snapshot.counters)
         yield from _domains(spider, snapshot.counters)
         yield from _fleet(spider, snapshot.fleet, snapshot.own_pace)
+        yield from _pause(spider, snapshot.pause)
         yield from _worker(snapshot.info)
 
 
@@ -224,6 +230,18 @@ def _fleet(spider: str, fleet: FleetView | None, own_pace: float) -> Iterator[Me
         if left is not None:
             eta.add_metric([spider], left)
     yield from (depth, seen, pages, items, eta)
+
+
+def _pause(spider: str, pause: Pause | None) -> Iterator[Metric]:
+    paused = _gauge("crawler_paused", "1 while the crawl is paused (scrapy frontier pause).")
+    paused.add_metric([spider], int(pause is not None))
+    since = _gauge("crawler_paused_since_seconds", "When the crawl was paused, in Unix time.")
+    info = _gauge("crawler_pause_info", "The crawl's pause: by whom and why.", ("by", "reason"))
+    if pause is not None:
+        if pause.since is not None:
+            since.add_metric([spider], pause.since)
+        info.add_metric([spider, pause.by, pause.reason], 1)
+    yield from (paused, since, info)
 
 
 def _worker(info: WorkerInfo) -> Iterator[Metric]:

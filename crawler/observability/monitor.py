@@ -237,7 +237,10 @@ class FleetMonitor:
         assert self.info is not None
         stats = self._stats()
         counters = Counters.from_stats(stats)
-        return Snapshot(self.info, counters, self.fleet, self.pace(stats).pages_per_min)
+        scheduler = FrontierReports(self.crawler).scheduler
+        watch = scheduler.pause if scheduler is not None else None
+        pause = watch.state if watch is not None else None
+        return Snapshot(self.info, counters, self.fleet, self.pace(stats).pages_per_min, pause)
 
     def metrics_page(self) -> str:
         """``/metrics`` as text."""

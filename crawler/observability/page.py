@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from crawler.frontier.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES
 from crawler.observability.rates import format_duration
 from crawler.observability.report import pairs_text, revisit_line
@@ -39,7 +40,7 @@ h3{font-size:1em;margin:1em 0 .3em}
 .charts{display:flex;flex-wrap:wrap;gap:1.5em}
 table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;padding:.2em .5em;
 text-align:left}td.n{text-align:right}.none{color:#888}svg{background:#fff;border:1px solid #ddd}
-.error{color:#a00}
+.error{color:#a00}.paused{background:#fff3cd;border:1px solid #e0c36a;padding:.4em .7em}
 """
 
 Report = Mapping[str, Any]
@@ -95,8 +96,10 @@ def _spider(status: Report, now: float) -> str:
     return "".join(
         [
             f'<section id="{escape(name)}"><h2>{escape(name)}'
+            + (" <small>(paused)</small>" if status.get("paused") else "")
             + (f" <small>(last finish: {escape(str(finish))})</small>" if finish else "")
             + "</h2>",
+            _paused(status.get("paused"), key("paused")),
             '<div class="tiles">',
             *(_tile(label, data, value) for label, data, value in tiles),
             '</div><div class="charts">',
@@ -111,6 +114,13 @@ def _spider(status: Report, now: float) -> str:
             "</section>",
         ]
     )
+
+
+def _paused(pause: Mapping[str, Any] | None, data: str) -> str:
+    """The crawl's pause, above its figures: since when, by whom and why."""
+    if not pause:
+        return ""
+    return f'<p class="paused" data-k="{data}">{escape(describe_json(pause))}</p>'
 
 
 def _figures(status: Report) -> str:

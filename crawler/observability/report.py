@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 from crawler.bans.politeness import active_cooldowns
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
+from crawler.frontier.pause import describe_json, pause_from_replies, queue_read
 from crawler.frontier.queue import requests_per_entry, spider_frontier, work_left
+from crawler.frontier.riders import first_error
 from crawler.keys import FleetKeys
 from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
@@ -73,9 +75,14 @@ def spider_status(
     pipe = server.pipeline(transaction=False)
     pipe.hgetall(keys.stats)
     queue_seen(pipe, frontier_keys, mode)
+    queue_read(pipe, spider)
     for minute in window:
         pipe.hgetall(keys.minute(minute))
-    raw_stats, raw_seen, *raw_minutes = pipe.execute()
+    replies = pipe.execute(raise_on_error=False)
+    raw_stats, raw_seen, raw_minutes = replies[0], replies[1], replies[4:]
+    if (error := first_error([raw_stats, raw_seen, *raw_minutes])) is not None:
+        raise error
+    pause = pause_from_replies(spider, replies[2:4])
     stats = _decode_stats(raw_stats)
     all_minutes = [
         {"minute": minute * 60, **dict.fromkeys(MINUTE_FIELDS, 0), **decode_counts(raw)}
@@ -95,6 +102,7 @@ def spider_status(
     }
     return {
         "spider": spider,
+        "paused": None if pause is None else pause.to_json(),
         "frontier": sizes,
         "revisits": RevisitStore(server, spider).counts(now),
         "seen": {
@@ -199,6 +207,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
     lines = [
         f"{spider}"
         + (f"  (last finish: {status['finish_reason']})" if status["finish_reason"] else ""),
+        *([f"  PAUSED    {describe_json(status['paused'])}"] if status.get("paused") else []),
         f"  frontier  {sizes['queue']:,} queued, {sizes['leased']:,} leased, "
         f"{sizes['delayed']:,} delayed, {sizes['dead']:,} dead; start entries {sizes['start']:,} "
         f"(+{sizes['start_leased']:,} leased); seen {seen_text} ({seen['mode']})",

@@ -173,12 +173,15 @@ class StartFeed:
         Batches are read until one makes requests or FEED_BUDGET seconds have passed, so a
         long run of bad entries never holds the reactor (lease renewals, writes): the idle
         poll asks again. The acks of entries set aside are written after each batch; the
-        requests made go with the frontier's next round trip (its pop), acking their entries."""
+        requests made go with the frontier's next round trip (its pop), acking their entries.
+        None is read while the crawl is paused."""
         requests: list[Request] = []
         scheduler = frontier_scheduler(self.crawler)
         self.fed = False
         if scheduler is not None and scheduler.when_short is None:
             scheduler.when_short = self.top_up
+        if scheduler is not None and scheduler.paused():
+            return requests  # no entry is read while the crawl is paused
         if scheduler is not None and scheduler.idle and scheduler.idle.no_start_entries_known():
             return requests
         deadline = time.monotonic() + FEED_BUDGET

@@ -1,0 +1,243 @@
+"""Pausing a whole fleet: the pause key, and one worker's view of it.
+
+``scrapy frontier SPIDER pause [--reason TEXT]`` writes the hash ``{spider}:paused`` (``since``,
+Unix time; ``by``; ``reason``) and ``resume`` deletes it; other tools do the same with
+``HSET``/``DEL`` (any value of the key pauses; a hash says since when, by whom and why).
+
+Each worker reads the key at most every CHECK_INTERVAL seconds, riding the scheduler's next
+round trip (a pop, a flush, a lease renewal, see ``riders.py``), or on a trip of its own when
+none went within RIDE_WITHIN seconds (the scheduler's tick sends it): so a worker notices a
+pause or a resume within CHECK_INTERVAL + RIDE_WITHIN + FRONTIER_FLUSH_INTERVAL (under 2 s with
+the defaults), popping or not. While paused the scheduler hands the engine no request (it pops
+none, and the requests and turns it holds wait, their leases renewed as always), holds back
+the ones the engine had but not sent yet (at the send gate's middleware), and says it has
+requests pending, so the crawl never closes as idle; pages in flight finish and are stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import unicodedata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from crawler.frontier.riders import Rider, Riders
+from crawler.keys import pause_key
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.connection import RedisClient
+
+logger = logging.getLogger(__name__)
+
+# Seconds between two reads of the pause key by one worker, and the longest a read waits for a
+# round trip that goes anyway before it goes on its own.
+CHECK_INTERVAL = 1.0
+RIDE_WITHIN = 0.5
+RIDER = "frontier-pause"
+# Characters kept of a reason or a name ("by").
+MAX_TEXT = 300
+
+
+def clean_text(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` as one line of at most ``limit`` characters: control and format characters
+    (newlines, escapes, bidi overrides) become spaces, runs of white space one space."""
+    shown = "".join(
+        " " if unicodedata.category(char)[0] in "CZ" else char
+        for char in text
+        if unicodedata.category(char) != "Cs"  # a lone surrogate cannot be stored as UTF-8
+    )
+    return " ".join(shown.split())[:limit].strip()
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A crawl's pause: since when (Unix time; None when the key does not say), by whom, why."""
+
+    since: float | None
+    by: str
+    reason: str
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[Any, Any]) -> Pause:
+        """The pause a hash holds, whoever wrote it: missing or unreadable fields are empty."""
+        fields = {_text(name): _text(value) for name, value in raw.items()}
+        try:
+            since: float | None = float(fields.get("since", ""))
+        except ValueError:
+            since = None
+        if since is not None and not 0 <= since < 1e11:  # NaN, inf, or no Unix time
+            since = None
+        return cls(since, clean_text(fields.get("by", "")), clean_text(fields.get("reason", "")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"since": self.since, "by": self.by, "reason": self.reason}
+
+    def describe(self) -> str:
+        """``paused since 2026-01-02 03:04:05 UTC by ops (db migration)``."""
+        when = (
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
+            if self.since is not None
+            else "an unknown time"
+        )
+        return f"paused since {when} by {self.by or 'someone'}" + (
+            f" ({self.reason})" if self.reason else ""
+        )
+
+
+def describe_json(pause: Mapping[str, Any]) -> str:
+    """:meth:`Pause.describe` of a pause as ``to_json`` gives it (status reports)."""
+    return Pause(pause.get("since"), pause.get("by") or "", pause.get("reason") or "").describe()
+
+
+def pause_crawl(server: RedisClient, spider: str, by: str, reason: str) -> Pause:
+    """Pause every worker of ``spider`` (within 2 s); a crawl paused already keeps its
+    ``since`` and takes the new ``by`` and ``reason``."""
+    key = pause_key(spider)
+    pipe = server.pipeline(transaction=True)
+    pipe.hsetnx(key, "since", f"{time.time():.3f}")
+    pipe.hset(key, mapping={"by": clean_text(by), "reason": clean_text(reason)})
+    pipe.hgetall(key)
+    return Pause.from_hash(pipe.execute()[-1])
+
+
+def resume_crawl(server: RedisClient, spider: str) -> Pause | None:
+    """Lift the pause of ``spider``; the pause lifted, or None if it was not paused."""
+    key = pause_key(spider)
+    pipe = server.pipeline(transaction=True)
+    pipe.type(key)
+    pipe.hgetall(key)
+    pipe.delete(key)
+    kind, raw, deleted = pipe.execute(raise_on_error=False)
+    if not deleted:
+        return None
+    return Pause.from_hash(raw) if _text(kind) == "hash" else _not_a_hash(spider)
+
+
+def read_pause(server: RedisClient, spider: str) -> Pause | None:
+    """The pause of ``spider``, None when it runs."""
+    pipe = server.pipeline(transaction=False)
+    queue_read(pipe, spider)
+    return pause_from_replies(spider, pipe.execute(raise_on_error=False))
+
+
+def queue_read(pipe: Any, spider: str) -> int:
+    """Queue the read of the pause key on ``pipe`` (two commands; see pause_from_replies)."""
+    key = pause_key(spider)
+    pipe.exists(key)
+    pipe.hgetall(key)
+    return 2
+
+
+def pause_from_replies(spider: str, replies: list[Any]) -> Pause | None:
+    """The pause that ``queue_read``'s replies show; RedisError if Redis failed the read. A key
+    of another type than a hash pauses too (it says no more)."""
+    exists, raw = replies
+    if isinstance(exists, RedisError):
+        raise exists
+    if not exists:
+        return None
+    if isinstance(raw, RedisError):
+        if isinstance(raw, (RedisConnectionError, RedisTimeoutError)):
+            raise raw
+        return _not_a_hash(spider)
+    return Pause.from_hash(raw)
+
+
+def _not_a_hash(spider: str) -> Pause:
+    return Pause(None, "", f"{pause_key(spider)} is not a hash")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+class PauseWatch:
+    """One worker's view of its crawl's pause, read every ``interval`` seconds riding the
+    scheduler's round trips; ``changed(pause)`` is called when it turns (None: resumed)."""
+
+    def __init__(
+        self,
+        spider: str,
+        stats: StatsCollector | None,
+        changed: Callable[[Pause | None], None],
+        interval: float = CHECK_INTERVAL,
+    ) -> None:
+        self.spider = spider
+        self.stats = stats
+        self.changed = changed
+        self.interval = interval
+        self.state: Pause | None = None
+        self._since = 0.0  # monotonic time this worker saw the pause
+        self._next_check = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self.state is not None
+
+    def ride(self, riders: Riders) -> None:
+        """Have the key read with the next round trip, when ``interval`` has passed since the
+        last read was asked for; the read goes on its own after RIDE_WITHIN seconds."""
+        now = time.monotonic()
+        if now < self._next_check or riders.waiting(RIDER):
+            return
+        self._next_check = now + self.interval
+
+        def write(pipe: Any) -> int:
+            return queue_read(pipe, self.spider)
+
+        riders.add(RIDER, Rider(write, self._read, self._failed), RIDE_WITHIN)
+
+    def look(self, server: RedisClient) -> None:
+        """Read the key now, on a round trip of its own (as the scheduler opens: a worker
+        started while the crawl is paused reads no start entry and pops nothing)."""
+        pipe = server.pipeline(transaction=False)
+        queue_read(pipe, self.spider)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            self._failed(exc)
+            return
+        self._read(replies)
+
+    def _failed(self, exc: RedisError) -> None:
+        self._next_check = 0.0  # asked again at the next tick; the state stays as last seen
+
+    def _read(self, replies: list[Any]) -> None:
+        self._count("frontier/pause_reads")
+        try:
+            state = pause_from_replies(self.spider, replies)
+        except RedisError as exc:
+            self._failed(exc)
+            return
+        before, self.state = self.state, state
+        if (before is None) == (state is None):
+            return
+        if state is not None:
+            self._since = time.monotonic()
+            self._count("frontier/paused")
+            logger.warning(
+                "Crawl of %s %s: no new requests until `scrapy frontier %s resume`; pages in "
+                "flight finish and are stored, leases are kept",
+                self.spider,
+                state.describe(),
+                self.spider,
+            )
+        else:
+            seconds = time.monotonic() - self._since
+            self._count("frontier/paused_seconds", round(seconds))
+            logger.warning("Crawl of %s resumed after %.1f s paused", self.spider, seconds)
+        self.changed(state)
+
+    def _count(self, key: str, value: int = 1) -> None:
+        if value and self.stats is not None:
+            self.stats.inc_value(key, value)
