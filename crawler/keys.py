@@ -133,6 +133,11 @@ def pause_key(spider: str) -> str:
     return tagged(spider, "paused")
 
 
+def failure_window_key(spider: str) -> str:
+    """The fleet's last FAILURE_PAUSE_WINDOW answers, "1" failed and "0" not (a list)."""
+    return tagged(spider, "answers")
+
+
 def frontier_marker_key(spider: str) -> str:
     """The token that tells a worker its frontier is still the one it wrote to."""
     return tagged(spider, "frontier")

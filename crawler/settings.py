@@ -84,6 +84,12 @@ BAN_COOLDOWN = 1800.0
 BAN_COOLDOWN_MAX = 21600.0
 # BAN_MAX_TIMES (int, default 5): bans of one request before it is dead-lettered; 0 = no limit.
 BAN_MAX_TIMES = 5
+# FAILURE_PAUSE_RATIO (float >= 0, < 1, default 0.5; 0 = off) and FAILURE_PAUSE_WINDOW (int
+# 10-100000, default 200): once more than RATIO of the fleet's last WINDOW answers failed (a
+# download error, a 5xx, a ban), the crawl pauses itself until `scrapy frontier SPIDER resume`
+# (crawler/bans/failures.py).
+FAILURE_PAUSE_RATIO = 0.5
+FAILURE_PAUSE_WINDOW = 200
 # RATE_LIMIT_EXIT (str "M/S", default "" = off): a worker that received M rate-limited answers
 # (429, or 503 with a Retry-After) within S seconds and no successful one (status < 400) stops
 # with the finish reason "rate_limited" and exit status 5, its leases released for the fleet,
@@ -187,6 +193,7 @@ EXTENSIONS = {
     "crawler.extensions.ScrapyRedisSpiders": 0,
     "crawler.extensions.FleetMonitor": 500,
     "crawler.extensions.RateLimitExit": 600,
+    "crawler.extensions.FailurePause": 610,
     # Once the engine starts, full garbage collections skip what was loaded at start, so they
     # stop the reactor for a few milliseconds instead of tens (crawler/heap.py).
     "crawler.extensions.FreezeStartupHeap": 900,

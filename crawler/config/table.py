@@ -199,6 +199,8 @@ RULES: dict[str, Rule] = {
     "BAN_COOLDOWN_MAX": number(0),  # and at least BAN_COOLDOWN (checked with the others)
     "BAN_MAX_TIMES": integer(0),
     "BAN_RULES": items(import_path(), "importable rule functions"),
+    "FAILURE_PAUSE_RATIO": number(0, 1, below=True),
+    "FAILURE_PAUSE_WINDOW": integer(10, 100_000),
     "RATE_LIMIT_EXIT": Rule('"" or "M/S": M answers (>= 1) in S seconds (> 0)', answers_per_window),
     "POLITENESS_RATE": RATE,
     "POLITENESS_BURST": number(1),

@@ -42,6 +42,8 @@ ADOPT = _PRELUDE + _script("adopt")
 SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")
 POP_START = _script("pop_start")
+# The fleet's window of answers, and the pause once too many of them failed.
+FAILURES = _script("failures")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
 HAND_OVER = _script("hand_over")
 

@@ -113,6 +113,8 @@ class DomainsSpider(RedisFedSpider):
         "START_BATCH_SIZE": 200,
         "COOKIES_ENABLED": False,
         "REDIRECT_ENABLED": False,
+        # A dead domain is a result: a sweep whose answers are mostly failures is not failing.
+        "FAILURE_PAUSE_RATIO": 0,
     }
 
     def __init__(self, domains: str = "", file: str = "", **kwargs: Any) -> None:
