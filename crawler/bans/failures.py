@@ -62,7 +62,7 @@ class FailurePause:
         self.ratio = ratio
         self.window = window
         self._seen: dict[str, Any] = {}
-        self._loop = task.LoopingCall(self.count)
+        self._loop: task.LoopingCall | None = None  # made once running: it takes the reactor
         self._pending = (0, 0)  # answers and failed ones not written yet
 
     @classmethod
@@ -77,10 +77,11 @@ class FailurePause:
         return extension
 
     def spider_opened(self) -> None:
+        self._loop = task.LoopingCall(self.count)
         self._loop.start(INTERVAL, now=False)
 
     def spider_closed(self) -> None:
-        if self._loop.running:
+        if self._loop is not None and self._loop.running:
             self._loop.stop()
 
     def count(self) -> None:
