@@ -240,26 +240,19 @@ def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
 
 
 def _spider_report_lines(report: Mapping[str, Any]) -> list[str]:
-    """The spider's own figures (its ``fleet_report``): one line per entry, nested ones as
-    ``name value`` pairs."""
-    lines = []
-    for name, value in report.items():
-        if isinstance(value, Mapping):
-            lines.append(f"  {name:<9} " + pairs_text(value))
-        else:
-            lines.append(f"  {name:<9} {value}")
-    return lines
+    """The spider's own figures (its ``fleet_report``): one line per entry."""
+    return [f"  {name:<9} {figure_text(value)}" for name, value in report.items()]
 
 
-def pairs_text(values: Mapping[str, Any]) -> str:
-    """``name value; name (nested pairs)`` for a spider's own figures."""
-    if not values:
-        return "-"
-    parts = []
-    for name, value in values.items():
-        shown = pairs_text(value) if isinstance(value, Mapping) else value
-        parts.append(f"{name} ({shown})" if isinstance(value, Mapping) else f"{name} {shown}")
-    return "; ".join(parts)
+def figure_text(value: Any) -> str:
+    """A spider's own figure: a value, or nested ones as ``name value; name (nested pairs)``."""
+    if not isinstance(value, Mapping):
+        return str(value)
+    parts = [
+        f"{name} ({figure_text(v)})" if isinstance(v, Mapping) else f"{name} {v}"
+        for name, v in value.items()
+    ]
+    return "; ".join(parts) or "-"
 
 
 def _worker_lines(workers: list[dict[str, Any]], now: float) -> list[str]:
