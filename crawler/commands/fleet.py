@@ -29,7 +29,6 @@ from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand
 from crawler.frontier.queue import WORK_LEFT
-from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -43,9 +42,6 @@ class Command(ProjectCommand, ScrapyCommand):
 
     def short_desc(self) -> str:
         return "Launch, list, rotate and scale down worker instances on AWS EC2"
-
-    def long_desc(self) -> str:
-        return __doc__ or ""
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
@@ -120,19 +116,16 @@ class Command(ProjectCommand, ScrapyCommand):
         reported = banned_instances(server, spider)
         live = {instance.id: instance for instance in fleet.instances(spider)}
         banned = [live[instance_id] for instance_id in reported if instance_id in live]
+        if banned and not fleet.config.install:
+            raise UsageError("say what workers install: FLEET_INSTALL")
+        env = {name: str(self.settings.get(name)) for name in ("REDIS_URL", "MONGO_URI")}
+        user_data = fleet.user_data(spider, fleet.config.install, fleet.config.secrets, env)
         replacements: list[Instance] = []
         for instance in banned:
-            install = fleet.config.install
-            if not install:
-                raise UsageError("say what workers install: FLEET_INSTALL")
-            env = {
-                "REDIS_URL": str(self.settings.get("REDIS_URL")),
-                "MONGO_URI": str(self.settings.get("MONGO_URI")),
-            }
             replacements += fleet.launch(
                 spider,
                 1,
-                user_data=fleet.user_data(spider, install, fleet.config.secrets, env),
+                user_data=user_data,
                 spot=instance.market == "spot",
                 instance_type=instance.instance_type,
                 ami=instance.image,
@@ -155,7 +148,6 @@ class Command(ProjectCommand, ScrapyCommand):
             print(f"  {old.id} ({old.public_ip or '-'}) -> {new.id} ({new.public_ip or '-'})")
 
     def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
-        assert self.settings is not None
         sizes = self.frontier(self.redis(), spider).sizes()
         pending = {name: sizes[name] for name in WORK_LEFT if sizes[name]}
         terminated: list[str] = []
@@ -166,8 +158,7 @@ class Command(ProjectCommand, ScrapyCommand):
             print(json.dumps({"spider": spider, "pending": pending, "terminated": terminated}))
         elif pending:
             work = ", ".join(f"{name} {value}" for name, value in pending.items())
-            url = mask_uri(self.settings.get("REDIS_URL") or "")
-            print(f"{spider} is not drained at {url} ({work}): nothing terminated")
+            print(f"{spider} is not drained at {self.redis_url()} ({work}): nothing terminated")
         else:
             print(f"{spider} is drained: terminated {len(terminated)} workers")
         if pending:

@@ -29,7 +29,6 @@ from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
-from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -46,9 +45,6 @@ class Command(ProjectCommand, ScrapyCommand):
     def short_desc(self) -> str:
         return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
 
-    def long_desc(self) -> str:
-        return __doc__ or ""
-
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         keep_description_layout(parser)
@@ -58,19 +54,15 @@ class Command(ProjectCommand, ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spider, action, domain = self._parse(args)
-        assert self.settings is not None
         try:
             if action == "unban":
                 self._unban(spider, domain, opts.json)
             else:
                 self._act(spider, action, opts)
         except RedisError as exc:
-            url = mask_uri(self.settings.get("REDIS_URL") or "")
-            print(f"Redis at {url} is unreachable: {exc}", file=sys.stderr)
-            self.exitcode = 1
+            self.redis_unreachable(exc)
 
     def _act(self, spider: str, action: str, opts: argparse.Namespace) -> None:
-        assert self.settings is not None
         server = self.redis()
         frontier = self.frontier(server, spider)
         if action == "status":
@@ -96,7 +88,6 @@ class Command(ProjectCommand, ScrapyCommand):
         return self.known_spider(spider), action, domain
 
     def _unban(self, spider: str, domain: str, as_json: bool) -> None:
-        assert self.settings is not None
         server = self.redis()
         lifted = lift_cooldowns(server, spider, domain)
         due = self.frontier(server, spider).make_due(
@@ -122,8 +113,7 @@ class Command(ProjectCommand, ScrapyCommand):
         if as_json:
             print(json.dumps({"spider": frontier.keys.spider, **sizes, "revisits": revisits}))
             return
-        assert self.settings is not None
-        print(f"{frontier.keys.spider} @ {mask_uri(self.settings.get('REDIS_URL') or '')}")
+        print(f"{frontier.keys.spider} @ {self.redis_url()}")
         for name, value in sizes.items():
             print(f"  {name:<13} {value:>10,}")
         for name, value in revisits.items():
