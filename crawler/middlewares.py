@@ -1,20 +1,8 @@
 """The middlewares Scrapy loads (``DOWNLOADER_MIDDLEWARES``/``SPIDER_MIDDLEWARES`` in
 crawler/settings.py name them here), as ``scrapy startproject`` lays them out. Each is a thin
-adapter; the machinery it drives lives in its own room:
-
-- :class:`BanMiddleware` (650): cool-downs and the fleet's shared rate
-  (:mod:`crawler.bans.politeness`), ban rules (:mod:`crawler.bans.rules`), identities
-  (:mod:`crawler.bans.identities`), what a ban does (:mod:`crawler.bans.policy`), the waits for
-  Redis and for a token (:mod:`crawler.bans.waits`).
-- :class:`BackoffRetryMiddleware` (550): retries that wait in the frontier's delayed set, for
-  a backoff (:class:`crawler.bans.waits.RetryBackoff`).
-- :class:`HostFullMiddleware` (640) and :class:`HostConcurrencyMiddleware` (660): requests in
-  flight per domain for the whole fleet (:mod:`crawler.bans.concurrency`).
-- :class:`SendGateMiddleware` (950, last before the download handler): a request whose turn
-  the frontier's pop planned takes its host's token as it goes (:mod:`crawler.frontier.gate`).
-- :class:`LeaseDownloaderMiddleware` and :class:`LeaseSpiderMiddleware` (outermost): tell the
-  frontier when a leased request is fully handled (the lease book:
-  :mod:`crawler.frontier.leases`).
+adapter of machinery in its own room: :mod:`crawler.bans` (bans, politeness, retries, requests
+in flight per domain), :mod:`crawler.frontier.gate` (the send gate) and
+:mod:`crawler.frontier.leases` (the lease book: when a leased request is fully handled).
 """
 
 from __future__ import annotations
@@ -36,8 +24,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
-from crawler.bans.identities import Identity, IdentityPool
-from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
+from crawler.bans.identities import IdentityPool
+from crawler.bans.policy import BanPolicy, retry_after
 from crawler.bans.politeness import FleetPoliteness
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
 from crawler.config import setting, switched_off
@@ -47,7 +35,7 @@ from crawler.frontier.leases import LEASE_META
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.meta import DUE_META, HOLD_META, PACED_META
+from crawler.meta import DUE_META, HOLD_META, PACED_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -64,16 +52,13 @@ class BanMiddleware:
     """Before a request goes out: its domain must not be cooling down after a ban, it gets an
     identity (bind address or proxy) that is not cooling down, and it takes a token from the
     fleet's shared rate for (domain, identity): with one identity the frontier's pop planned its
-    turn (``crawler/frontier/pacing.py``; meta ``frontier_paced``) and the send gate takes the
-    token as the request goes (SendGateMiddleware); otherwise it waits in this worker or in the
-    delayed set (:mod:`crawler.bans.waits`). After the response: a ban is classified and handled
-    as :mod:`crawler.bans.policy` says.
+    turn (meta ``frontier_paced``) and SendGateMiddleware takes the token; otherwise it waits in
+    this worker or in the delayed set (:mod:`crawler.bans.waits`). After the response: a ban is
+    classified and handled as :mod:`crawler.bans.policy` says.
 
-    Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_COOLDOWN_MAX, BAN_MAX_TIMES,
-    BAN_RULES, POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
-    BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification;
-    meta ``crawl_delay`` (seconds) spaces the domain's requests for the fleet, as a robots.txt
-    Crawl-delay asks."""
+    Settings (crawler/settings.py): BAN_*, POLITENESS_*, BIND_ADDRESSES, PROXY_POOL. Meta
+    ``dont_ban_check`` skips classification; ``crawl_delay`` (seconds) spaces the domain's
+    requests for the fleet, as a robots.txt Crawl-delay asks."""
 
     # The frontier paces the fleet while this middleware is enabled (crawler/frontier/pacing.py).
     paces_fleet = True
@@ -118,10 +103,7 @@ class BanMiddleware:
             # Its turn was planned by the frontier: its host's token is the send gate's
             # (SendGateMiddleware) to take as it goes, at the Crawl-delay it carries then.
             return None
-        return await self._take_turn(request, domain, identity)
-
-    async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
-        due = await self.turns.wait(domain, identity.name, crawl_delay(request))
+        due = await self.turns.wait(domain, identity.name, crawl_delay_of(request.meta))
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
@@ -140,14 +122,11 @@ class BanMiddleware:
 
 class SendGateMiddleware:
     """Downloader middleware at 950, after every other ``process_request``: a request whose
-    turn the frontier's pop planned (meta ``frontier_paced``) takes its host's token here, as
-    it leaves for the download handler (:mod:`crawler.frontier.gate`), so no request reaches a
-    host sooner than its rate allows however long it took on its way (a busy reactor, a
-    middleware that waited). Turned away, a leased request goes back to the scheduler, which
-    holds it, its lease kept and no download slot taken, until the host's next token; another
-    one (robots.txt, fetched on the turn of the request that needed it) waits here. One that
-    goes on later than its token counted (a stall before the downloader) moves its host's next
-    token as it reaches the downloader."""
+    turn the frontier's pop planned (meta ``frontier_paced``) takes its host's token as it
+    leaves for the download handler (:mod:`crawler.frontier.gate`), so no request reaches a
+    host sooner than its rate allows however long it took on its way. Turned away, a leased
+    request is held by the scheduler, its lease kept and no download slot taken, until the
+    host's next token; another one (robots.txt) waits here."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.frontier = FrontierReports(crawler)
@@ -173,8 +152,8 @@ class SendGateMiddleware:
         return None
 
     def request_reached_downloader(self, request: Request) -> None:
-        """Past every middleware: a request that goes later than its token counted tells its
-        host's bucket now, before the host's next token is given."""
+        """Past every middleware: a request later than its token counted (a stall before the
+        downloader) tells its host's bucket now, before the host's next token is given."""
         if (scheduler := self.frontier.scheduler) is not None:
             scheduler.gate_sent(request)
 
@@ -183,17 +162,13 @@ class SendGateMiddleware:
 
 
 class BackoffRetryMiddleware:
-    """Retries that wait with exponential backoff in the frontier's delayed set, not in a worker.
+    """Replaces Scrapy's RetryMiddleware: a retry is a new request due after the backoff
+    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` header wins), waiting in the
+    frontier's delayed set, so no worker sleeps and a worker dying does not lose it. A request
+    out of attempts goes to the dead-letter list with its reason.
 
-    Replaces Scrapy's RetryMiddleware. The retry is a new request due after the backoff
-    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` header wins): it waits in
-    Redis, so no worker sleeps and a worker dying does not lose it. A request out of attempts
-    goes to the dead-letter list with its reason.
-
-        Settings: RETRY_ENABLED, RETRY_TIMES, RETRY_HTTP_CODES, RETRY_EXCEPTIONS,
-        RETRY_PRIORITY_ADJUST (Scrapy's names), RETRY_BACKOFF_BASE, RETRY_BACKOFF_MAX,
-        RETRY_BACKOFF_JITTER; BAN_COOLDOWN_MAX caps a Retry-After. Per request: meta
-        ``dont_retry``, ``max_retry_times``."""
+    Settings: Scrapy's RETRY_*, RETRY_BACKOFF_* and BAN_COOLDOWN_MAX (caps a Retry-After).
+    Per request: meta ``dont_retry``, ``max_retry_times``."""
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -217,7 +192,7 @@ class BackoffRetryMiddleware:
         reason = response_status_message(response.status)
         retry = self._retry(request, reason, retry_after(response, self.backoff.retry_after_max))
         if retry is None:
-            self._dead(request, f"retries_exhausted:http_{response.status}", reason)
+            self.frontier.failed(request, f"retries_exhausted:http_{response.status}", reason)
             return response
         return retry
 
@@ -243,9 +218,6 @@ class BackoffRetryMiddleware:
         if retry is not None:
             retry.meta[DUE_META] = time.time() + self.delay(retry.meta["retry_times"], server_asked)
         return retry
-
-    def _dead(self, request: Request, reason: str, error: str) -> None:
-        self.frontier.failed(request, reason, error)
 
 
 # --- requests in flight per domain (POLITENESS_CONCURRENCY) -------------------------------------
@@ -313,10 +285,8 @@ class HostConcurrencyMiddleware:
 
 
 class LeaseSpiderMiddleware:
-    """Outermost spider middleware: follows a response's output to its end.
-
-    Also connects the item signals, which fire once an item has left the pipelines.
-    """
+    """Outermost spider middleware: follows a response's output, and its items through the
+    pipelines (the item signals), to their end."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler

@@ -1,21 +1,16 @@
 """Requests in flight per domain for a whole fleet (POLITENESS_CONCURRENCY), not per worker:
-leases in Redis that free themselves.
+leases in Redis that free themselves. Off (0) by default: the middlewares are then not loaded.
 
-Off by default: with POLITENESS_CONCURRENCY = 0 the middlewares (``HostFullMiddleware``,
-``HostConcurrencyMiddleware`` in crawler/middlewares.py) are not loaded and cost nothing. On,
-each request takes a lease of its domain in Redis (:class:`HostSlots`, one round trip) just
-after the ban middleware has admitted it, and gives it back (one more) as it leaves the
-downloader (Scrapy's request_left_downloader signal, whatever happens to its answer next), or
-when a later middleware answers or fails it before it got there. A request whose domain has
-every slot taken goes back to the frontier's delayed set for a moment instead of holding a
-download slot while it waits. This worker's side of it (:class:`HostAdmission`) remembers the
-domains it found full and sends their requests back without asking Redis for a while.
+On, each request takes a lease of its domain (:class:`HostSlots`, one round trip) just after
+the ban middleware admitted it, and gives it back as it leaves the downloader (Scrapy's
+request_left_downloader signal), or when a later middleware answers or fails it first. A request
+whose domain has every slot taken goes back to the frontier's delayed set for a moment instead
+of holding a download slot; :class:`HostAdmission` remembers the domains it found full and sends
+their requests back without asking Redis for a while.
 
-``{spider}:inflight:<domain>`` is a sorted set of leases (a random token scored by the time it
-expires, on the Redis server's clock). A request may go out when the set, its expired leases
-dropped, holds fewer than the cap; it adds its lease and removes it once its answer or error
-is back. A worker killed with requests in flight cannot keep the domain's slots: their leases
-expire (the request's download timeout plus LEASE_SLACK seconds) and the key with them.
+``{spider}:inflight:<domain>`` is a sorted set of leases (a random token scored by its expiry on
+the Redis server's clock): a worker killed with requests in flight cannot keep the domain's
+slots, as their leases expire (download timeout plus LEASE_SLACK seconds), and the key with them.
 """
 
 from __future__ import annotations
@@ -99,8 +94,7 @@ class HostSlots:
 
 class HostAdmission:
     """One worker's side of the host slots (HostConcurrencyMiddleware): a lease per request
-    going out, and the domains found full remembered (:func:`full_hosts`), so their requests go
-    back without asking Redis, for a wait that doubles with each refusal in a row."""
+    going out, and the domains found full remembered (:func:`full_hosts`)."""
 
     def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
         self.crawler = crawler

@@ -29,7 +29,7 @@ from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.bans.waits import RedisWait, cooldown_max
 from crawler.config import setting, setting_int
 from crawler.frontier.reports import FrontierReports
-from crawler.meta import IDENTITY_META, crawl_delay_of, send_back
+from crawler.meta import IDENTITY_META, send_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -41,16 +41,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BAN_TIMES_META = "ban_times"
-POLICIES = ("pause", "rotate", "stop")
 # The exit status of `scrapy crawl` when BAN_POLICY=stop stopped the worker (crawler/aws reads it).
 EXIT_BANNED = 3
 
 
 class BanPolicy:
-    """What a ban does: classify a response (the rules, then the spider's ``ban_rule``), cool
-    the domain (or, with BAN_POLICY=rotate, the identity) down for the fleet and halve its rate,
-    send the request back to wait or dead-letter it after BAN_MAX_TIMES, stop the worker with
-    BAN_POLICY=stop. Settings are read once, here."""
+    """What a ban does (see the module's docstring); the BAN_* settings are read once, here."""
 
     def __init__(self, crawler: Crawler, fleet: FleetPoliteness, redis: RedisWait) -> None:
         settings = crawler.settings
@@ -128,12 +124,6 @@ class BanPolicy:
     def _count(self, key: str) -> None:
         if self.crawler.stats is not None:
             self.crawler.stats.inc_value(key)
-
-
-def crawl_delay(request: Request) -> float:
-    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
-    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
-    return crawl_delay_of(request.meta)
 
 
 def page_of(response: Response) -> Page:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
@@ -59,12 +59,7 @@ class Cooldown:
     why: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "domain": self.domain,
-            "identity": self.identity,
-            "until": self.until,
-            "why": self.why,
-        }
+        return asdict(self)
 
 
 def active_cooldowns(server: RedisClient, spider: str, now: float | None = None) -> list[Cooldown]:
@@ -198,10 +193,8 @@ class FleetPoliteness:
         wall = time.time()
         self._bans = {}
         for name, value in pairs:
-            until = float(value)
-            key = name.decode() if isinstance(name, bytes) else str(name)
-            if until > wall:
-                self._bans[key] = until
+            if (until := float(value)) > wall:
+                self._bans[reply_text(name)] = until
 
     # --- rate ---------------------------------------------------------------------------------
 

@@ -167,15 +167,8 @@ def json_error(page: Page) -> Verdict | None:
 
 # In order: the first rule that decides wins.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    akamai,
-    datadome,
-    cloudflare,
-    too_many_requests,
-    forbidden,
-    challenge_redirect,
-    empty_body,
-    javascript_redirect,
-    json_error,
+    *(akamai, datadome, cloudflare, too_many_requests, forbidden, challenge_redirect),
+    *(empty_body, javascript_redirect, json_error),
 )
 
 
