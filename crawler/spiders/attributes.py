@@ -35,11 +35,7 @@ def own_idle_time(spider: Any, settings: BaseSettings) -> float:
 
 # scrapy-redis's hooks to its start list: the feed reads the list itself and would skip them.
 START_LIST_HOOKS = (
-    "next_requests",
-    "schedule_next_requests",
-    "spider_idle",
-    "fetch_data",
-    "pop_list_queue",
+    *("next_requests", "schedule_next_requests", "spider_idle", "fetch_data", "pop_list_queue"),
     "pop_priority_queue",
 )
 

@@ -149,18 +149,11 @@ class RedisFedSpider(Spider):
     """Base for spiders whose start entries come from Redis and from ``-a`` arguments.
 
     Subclasses implement :meth:`requests_from_entry` (raise :class:`InvalidStartEntry` for bad
-    input) and may override :meth:`argument_entries` to turn spider arguments into entries.
-    With ``base_url_setting`` set, every request an entry makes must be on that base URL's
-    origin or one of ALLOWED_START_HOSTS (:meth:`start_url` checks a URL given in an entry).
-
+    input) and may override :meth:`argument_entries`. With ``base_url_setting`` set, every
+    request an entry makes must be on that base URL's origin or one of ALLOWED_START_HOSTS.
     As in scrapy-redis, a spider may name its own start list, ``redis_key`` (``%(name)s`` is
-    the spider's name; bad entries then go to ``<redis_key>:invalid``), and pop
-    ``redis_batch_size`` entries per round trip.
-
-    Settings:
-        REDIS_START_URLS_KEY, START_INVALID_KEY, START_BATCH_SIZE, START_ENTRY_MAX_BYTES,
-        START_ENTRY_MAX_DEPTH, ALLOWED_START_HOSTS, MAX_IDLE_TIME_BEFORE_CLOSE:
-        see crawler/settings.py.
+    its name), and pop ``redis_batch_size`` entries per round trip. Settings: START_*,
+    REDIS_START_URLS_KEY, ALLOWED_START_HOSTS, MAX_IDLE_TIME_BEFORE_CLOSE (crawler/settings.py).
     """
 
     entry_kind: ClassVar[str] = "start entry"
@@ -249,10 +242,6 @@ class RedisFedSpider(Spider):
             return request.replace(dont_filter=True)
         request.meta[SEED_META] = True
         return request
-
-    def fleet_idle(self) -> bool:
-        """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
-        return self.feed.fleet_idle()
 
     def _set_aside(self, shown: str, exc: Exception) -> None:
         self.feed.set_aside(shown, exc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -61,13 +62,9 @@ MAX_PAGES_LIMIT = 1_000_000
 
 
 class ExploreSpider(RedisFedSpider):
-    """Crawl explore feeds into ``videos`` and hand popular authors to ``profiles``.
-
-    Settings: EXPLORE_BASE_URL, EXPLORE_PAGE_SIZE, EXPLORE_MAX_PAGES,
-    EXPLORE_POPULAR_MIN_LIKES, EXPLORE_POPULAR_MIN_FOLLOWERS, EXPLORE_HANDOFF_SPIDER,
-    EXPLORE_HANDED_KEY, EXPLORE_HANDOFF_TTL (crawler/settings.py). Bans are caught by
-    ``ban_rule``; a malformed answer is retried with backoff.
-    """
+    """Crawl explore feeds into ``videos`` and hand popular authors to ``profiles``. Settings:
+    EXPLORE_* (crawler/settings.py). Bans are caught by ``ban_rule``; a malformed answer is
+    retried with backoff."""
 
     name = "explore"
     entry_kind = "explore start entry"
@@ -80,7 +77,6 @@ class ExploreSpider(RedisFedSpider):
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> ExploreSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, ExploreSpider)
         spider.configure(crawler)
         return spider
 
@@ -109,12 +105,8 @@ class ExploreSpider(RedisFedSpider):
         revisits = (revisit_keys(target)[0], revisit_fingerprint)
         handoff = Handoff(self.start_entries.server, start, handed, ttl, revisits)
         hold = hold_acks(setting(crawler.settings, "FRONTIER_LEASE_SECONDS"))
-
-        def count(handed: int) -> None:
-            self.count("explore/authors_handed", handed)
-
-        reports = FrontierReports(crawler)
-        return RidingHandoff(handoff, Riders.of(crawler), reports, hold, count)
+        count = partial(self.count, "explore/authors_handed")
+        return RidingHandoff(handoff, Riders.of(crawler), FrontierReports(crawler), hold, count)
 
     # --- start entries ---------------------------------------------------------------------
 

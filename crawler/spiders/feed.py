@@ -76,8 +76,6 @@ class StartEntries:
     """The Redis lists a spider reads start entries from and sets bad ones aside in."""
 
     def __init__(self, server: RedisClient, key: str, invalid_key: str, batch_size: int) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.server = server
         self.key = key
         self.invalid_key = invalid_key

@@ -67,13 +67,7 @@ HTML_TYPES = (b"text/html", b"application/xhtml+xml")
 
 
 class LinksSpider(RedisFedSpider):
-    """Breadth-first crawl of whole sites into ``pages``.
-
-    Settings (crawler/settings.py): LINKS_DEFAULT_SCHEME, LINKS_MAX_DEPTH, LINKS_MAX_PAGES,
-    LINKS_SCOPE, LINKS_MAX_URL_LENGTH, LINKS_MAX_REPEATED_SEGMENTS, LINKS_MAX_CALENDAR_HOPS,
-    LINKS_SITEMAPS, LINKS_SITEMAP_MAX_URLS, LINKS_STATE_TTL, LINKS_STORE_BODY,
-    LINKS_BODY_MAX_BYTES, LINKS_ROBOTS_* (robots.txt), LINKS_RESOLVE (resolver).
-    """
+    """Breadth-first crawl of whole sites into ``pages``; settings: LINKS_* (settings.py)."""
 
     name = "links"
     entry_kind = "links start entry"
@@ -123,7 +117,6 @@ class LinksSpider(RedisFedSpider):
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinksSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, LinksSpider)
         spider.configure(crawler)
         crawler.signals.connect(spider.on_headers, signal=signals.headers_received)
         # The ledger sends its counts in batches: the rest when the crawl pauses or ends.
@@ -311,8 +304,8 @@ class LinksSpider(RedisFedSpider):
             child = self._child_state(link, state, depth)
             if child is not None and self._first_ask(link):
                 target = host_of(link)
-                rank = link_priority(depth, target == host, backlinks.get(target, 0))
                 same = target == host
+                rank = link_priority(depth, same, backlinks.get(target, 0))
                 yield self._page_request(link, child, rank, delay if same else None)
 
     def _first_ask(self, link: str) -> bool:

@@ -28,11 +28,8 @@ _JSON_KEYS = {"unique_id", "url"}
 
 
 class ProfilesSpider(RedisFedSpider):
-    """Crawl profile pages into ``profiles``.
-
-    Settings: PROFILES_BASE_URL (crawler/settings.py); profile URLs in start entries must be on
-    it (or on ALLOWED_START_HOSTS). Bans are caught by ``ban_rule``.
-    """
+    """Crawl profile pages into ``profiles``; profile URLs in start entries must be on
+    PROFILES_BASE_URL (or ALLOWED_START_HOSTS). Bans are caught by ``ban_rule``."""
 
     name = "profiles"
     # Profiles change: revisited after a day, then as often as they change (1 hour..30 days).

@@ -1,22 +1,16 @@
 """scrapy-redis spiders on the frontier: same-named bases, and scrapy-redis's own classes.
 
-A spider written for scrapy-redis keeps its shape here. Its start entries are *leased* from
-its start list (``redis_key``, ``%(name)s`` allowed; else REDIS_START_URLS_KEY), so a worker
-killed mid-batch loses none of them, and an entry ``make_request_from_data`` cannot use
-(whatever it raises, or no request at all) is set aside in ``<redis_key>:invalid`` with the
-reason instead of vanishing. Two ways in, the same behaviour:
-
-* :class:`RedisSpider` and :class:`RedisCrawlSpider` here, with scrapy-redis's attributes
-  (``redis_key``, ``redis_batch_size``, ``redis_encoding``, ``make_request_from_data``) on the
-  project's base spider (``base.py``: entry limits, spider-argument checks, the fleet's idle
-  rule).
-* A subclass of ``scrapy_redis.spiders.RedisSpider``/``RedisCrawlSpider`` as it is: the
-  :class:`ScrapyRedisSpiders` extension replaces its ``next_requests`` (scrapy-redis's only way
-  to its start list) and its idle handler with the project's :class:`StartFeed`.
+A spider written for scrapy-redis keeps its shape. Its start entries are *leased* from its start
+list (``redis_key`` or REDIS_START_URLS_KEY), so a worker killed mid-batch loses none, and an
+entry ``make_request_from_data`` cannot use is set aside in ``<redis_key>:invalid`` with the
+reason instead of vanishing. Two ways in, the same behaviour: :class:`RedisSpider` and
+:class:`RedisCrawlSpider` here (scrapy-redis's attributes on the project's base spider), or a
+subclass of scrapy-redis's own classes, whose ``next_requests`` and idle handler the
+:class:`ScrapyRedisSpiders` extension replaces with the project's :class:`StartFeed`.
 
 An entry is scrapy-redis's: a URL, or JSON ``{"url": ..., "method": ..., "meta": {...}, ...}``
-whose other keys are form data. A request for a URL elsewhere than http(s), or carrying a
-user or password, is refused; so is ``meta`` that sets the crawl's own keys (``entry_meta.py``).
+whose other keys are form data. A URL that is not http(s) or carries a user or password is
+refused; so is ``meta`` that sets the crawl's own keys (``entry_meta.py``).
 """
 
 from __future__ import annotations
@@ -123,17 +117,10 @@ def check_size(data: bytes, limits: EntryLimits) -> None:
 
 
 class RedisSpider(RedisFedSpider):
-    """scrapy-redis's ``RedisSpider`` on the frontier.
-
-    Attributes (scrapy-redis's):
-        redis_key (str, default REDIS_START_URLS_KEY): the start list; ``%(name)s`` is the
-            spider's name. Bad entries go to ``<redis_key>:invalid``.
-        redis_batch_size (int, default START_BATCH_SIZE): entries leased per round trip.
-        redis_encoding (str, default "utf-8"): how entries are decoded.
-
-    Override :meth:`make_request_from_data` to read entries another way; raise
-    ``InvalidStartEntry`` (or anything) for an entry to set aside.
-    """
+    """scrapy-redis's ``RedisSpider`` on the frontier, with its attributes ``redis_key``,
+    ``redis_batch_size`` (default START_BATCH_SIZE) and ``redis_encoding`` (default utf-8).
+    Override :meth:`make_request_from_data` to read entries another way; raise (anything) for
+    an entry to set aside."""
 
     redis_encoding: ClassVar[str] = "utf-8"
 
@@ -156,13 +143,6 @@ class RedisSpider(RedisFedSpider):
 class RedisCrawlSpider(RedisSpider, CrawlSpider):
     """scrapy-redis's ``RedisCrawlSpider`` on the frontier: a CrawlSpider (``rules``) whose
     start entries are leased from ``redis_key``, as :class:`RedisSpider`'s are."""
-
-
-def is_scrapy_redis_spider(spider: Any) -> bool:
-    """Whether ``spider`` is built on scrapy-redis's own RedisSpider or RedisCrawlSpider."""
-    from scrapy_redis.spiders import RedisMixin
-
-    return isinstance(spider, RedisMixin)
 
 
 def scrapy_redis_requests(spider: Any, limits: EntryLimits, raw: bytes) -> list[Request]:
@@ -217,7 +197,8 @@ class ScrapyRedisSpiders:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ScrapyRedisSpiders:
-        if not is_scrapy_redis_spider(crawler.spider):
+        from scrapy_redis.spiders import RedisMixin
+
+        if not isinstance(crawler.spider, RedisMixin):
             raise NotConfigured
-        assert crawler.spider is not None
         return cls(crawler, crawler.spider)
