@@ -116,11 +116,10 @@ def _reported(call: Callable[[], Any]) -> Any:
 class RedisCluster(redis.cluster.RedisCluster):
     """redis.cluster.RedisCluster that waits with backoff while the cluster is unreachable.
 
-    redis-py refreshes the slot map and retries at once after a node error; when no node
-    answers it raises ``RedisClusterException``, not a ``RedisError``. Here every command waits
-    and retries as :class:`Redis` does, and then fails with :class:`ClusterUnavailable` (a
-    ``redis.ConnectionError``), so callers handle one server and a cluster alike. A pipeline
-    is not retried (it is emptied when it runs) but fails with the same error.
+    When no node answers redis-py raises ``RedisClusterException``, not a ``RedisError``. Here
+    every command waits and retries as :class:`Redis` does, then fails with
+    :class:`ClusterUnavailable` (a ``redis.ConnectionError``), so callers handle one server and
+    a cluster alike. A pipeline is not retried (it is emptied when it runs) but fails the same.
     """
 
     def __init__(self, *args: Any, outage_retry: Retry | None = None, **kwargs: Any) -> None:
@@ -170,11 +169,8 @@ def crawl_redis(crawler: Crawler) -> RedisClient:
 
 
 def redis_from_settings(settings: BaseSettings) -> RedisClient:
-    """The client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it.
-
-    With ``REDIS_CLUSTER`` the client is a :class:`RedisCluster` (or the ``redis_cls`` of
-    ``REDIS_PARAMS`` if that is a RedisCluster class), built from the same settings.
-    """
+    """The client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it; with
+    ``REDIS_CLUSTER``, a :class:`RedisCluster` (or ``REDIS_PARAMS``'s RedisCluster class)."""
     if not settings.getbool("REDIS_CLUSTER"):
         client: redis.Redis = from_settings(settings)
         return client

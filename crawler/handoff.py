@@ -28,13 +28,11 @@ class Handoff:
     for the whole fleet.
 
     ``handed_key`` is a sorted set of the keys handed over, by the time until which they are
-    not handed again; past it a key seen again is handed again (its profile fetched again), and
-    expired keys are trimmed with every push, so the set holds only the last ``ttl``'s keys.
-    One script checks the keys, pushes the new ones and marks them (``hand_over.lua``): two
-    workers never hand a key over twice. On Redis Cluster the keys of the two spiders live on
-    different slots, so the check goes first and the push and marks in the next round trip; a
-    worker dying in between, or two workers checking the same key at once, can then hand a key
-    over twice, which the receiving spider absorbs (one document per key). Nothing is lost.
+    not handed again (expired ones are trimmed with every push). One script checks the keys,
+    pushes the new ones and marks them (``hand_over.lua``). On Redis Cluster the two spiders'
+    keys live on different slots, so the check goes first and the push in the next round trip:
+    a key may then be handed over twice, which the receiving spider absorbs (one document per
+    key). Nothing is lost.
     """
 
     def __init__(

@@ -169,9 +169,5 @@ class DomainItem:
 
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.
 STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (
-    VideoItem,
-    ProfileItem,
-    PlaceItem,
-    PageItem,
-    DomainItem,
+    *(VideoItem, ProfileItem, PlaceItem, PageItem, DomainItem),
 )

@@ -82,12 +82,9 @@ class ValidationPipeline:
 
 
 class MongoPipeline:
-    """Store every item in its MongoDB collection (the item's own ``collection``/``unique_key``,
-    MONGO_COLLECTIONS, else the spider's collection keyed on ``url``; ``storage/destinations.py``),
-    with change tracking, through :class:`MongoWriter` (batches, writer thread, spill file;
-    MONGO_* settings). An item not stored fails (``item_error``: its request goes to the dead
-    letters); a crawl going idle with items failed and none stored closes as ``items_not_stored``.
-    """
+    """Store every item in its MongoDB collection (``storage/destinations.py``), with change
+    tracking, through :class:`MongoWriter` (MONGO_* settings). An item not stored fails
+    (``item_error``: its request goes to the dead letters)."""
 
     def __init__(
         self,

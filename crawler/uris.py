@@ -12,14 +12,7 @@ MASK = "***"
 # lower-cased without "-" and "_" (password, pass, pwd, token, secret, api_key, X-Amz-Signature,
 # X-Amz-Credential, ...), or named exactly key, sig, auth or authorization.
 SECRET_PARAM_WORDS = (
-    "pass",
-    "pwd",
-    "token",
-    "secret",
-    "apikey",
-    "accesskey",
-    "privatekey",
-    "signature",
+    *("pass", "pwd", "token", "secret", "apikey", "accesskey", "privatekey", "signature"),
     "credential",
 )
 SECRET_PARAM_NAMES = frozenset({"key", "sig", "auth", "authorization"})

@@ -40,11 +40,9 @@ class TooDeep(MalformedData):
 
 
 def too_deep(text: str, limit: int) -> bool:
-    """True when arrays and objects nest more than ``limit`` levels deep in ``text``.
-
-    Brackets inside strings do not count; counting stops at a string that is never closed,
-    where a JSON parser stops too. Linear in the length of the text.
-    """
+    """True when arrays and objects nest more than ``limit`` levels deep in ``text``, in linear
+    time. Brackets inside strings do not count; counting stops at a string never closed, where a
+    JSON parser stops too."""
     if text.count("[") + text.count("{") <= limit:
         return False
     depth = 0

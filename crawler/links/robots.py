@@ -1,20 +1,17 @@
 """robots.txt for the ``links`` spider: fetched once per host per LINKS_ROBOTS_TTL for the whole
 fleet, cached in Redis, obeyed with Protego.
 
-A worker that needs the rules of an origin (``scheme://host[:port]``) reads them from its local
-cache, else from ``{links}:robots:<origin>``. When Redis has none, one worker of the fleet wins
-the claim ``{links}:robots:claim:<origin>`` (SET NX, LINKS_ROBOTS_CLAIM_SECONDS) and downloads
-robots.txt; requests of that origin in other workers go back to the frontier's delayed set
-until the rules are in Redis. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
-allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The worker that
-downloaded the rules asks the spider for the requests they seed (its sitemaps), and stores the
-rules only once those are written to the frontier: a worker killed in between leaves the claim
-to expire, and the next worker to need the rules downloads them and seeds again.
+The rules of an origin (``scheme://host[:port]``) come from the worker's local cache, else from
+``{links}:robots:<origin>``; when Redis has none, one worker wins the claim
+``{links}:robots:claim:<origin>`` (SET NX, LINKS_ROBOTS_CLAIM_SECONDS) and downloads them, and
+the origin's requests in other workers go back to the delayed set until the rules are in Redis.
+A robots.txt that answers 4xx or 5xx, or cannot be downloaded, allows everything (as Scrapy's
+RobotsTxtMiddleware does). The rules are stored only once the requests they seed (the spider's
+sitemaps) are in the frontier: a worker killed in between leaves the claim to expire.
 
-Crawl-delay is put in the request's meta ``crawl_delay``: the fleet-wide politeness (the
-frontier's pop, or BanMiddleware in crawler/middlewares.py) spaces the host's requests by it for
-every worker. robots.txt goes out on the turn of the request that needed it, which goes back to
-the frontier for the host's next turn.
+Crawl-delay goes in the request's meta ``crawl_delay``, by which the fleet-wide politeness spaces
+the host's requests. robots.txt goes out on the turn of the request that needed it, which goes
+back to the frontier for the host's next turn.
 """
 
 from __future__ import annotations
@@ -136,11 +133,8 @@ def parse_rules(body: bytes) -> Protego:
 
 class FleetRobotsMiddleware:
     """Downloader middleware (in place of Scrapy's RobotsTxtMiddleware, order 100) for requests
-    of the ``links`` spider (those with meta ``links``); meta ``dont_obey_robotstxt`` skips it.
-
-    Settings: LINKS_ROBOTS_OBEY, LINKS_ROBOTS_TTL, LINKS_ROBOTS_CLAIM_SECONDS,
-    LINKS_ROBOTS_MAX_BYTES (crawler/settings.py); ROBOTSTXT_USER_AGENT or USER_AGENT.
-    """
+    with meta ``links``; meta ``dont_obey_robotstxt`` skips it. Settings: LINKS_ROBOTS_*,
+    ROBOTSTXT_USER_AGENT or USER_AGENT."""
 
     def __init__(self, crawler: Crawler, fleet: FleetRobots, max_bytes: int) -> None:
         self.crawler = crawler

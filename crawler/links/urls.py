@@ -1,10 +1,9 @@
-"""URL canonicalisation, the rules that decide which links the ``links`` spider follows, and
-in what order (:func:`link_priority`).
+"""URL canonicalisation, and the rules that decide which links the ``links`` spider follows and in
+what order. Pure functions, no I/O.
 
-Pure functions, no I/O. A canonical URL (:func:`canonical_url`) has its scheme and host in
-lower case, no default port, no fragment, its query sorted (w3lib ``canonicalize_url``) and
-none of the tracking parameters of :data:`TRACKING_PARAMS`; the frontier's dupefilter sees
-only canonical URLs, so ``/a?utm_source=x#top`` and ``/a`` are one page.
+A canonical URL (:func:`canonical_url`) has its scheme and host in lower case, no default port, no
+fragment, its query sorted (w3lib) and no tracking parameters (:data:`TRACKING_PARAMS`): the
+frontier's dupefilter sees ``/a?utm_source=x#top`` and ``/a`` as one page.
 """
 
 from __future__ import annotations

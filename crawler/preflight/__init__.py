@@ -1,19 +1,13 @@
 """Every project setting checked once before a crawl starts; a bad one stops it, named.
 
-:data:`RULES` (crawler/config/table.py) maps each setting to what it allows.
-:func:`check_settings` reads them all and raises one :class:`SettingsError` listing every bad
-value as ``NAME = value: must be <allowed>``, then :data:`CROSS_CHECKS` compare settings with
-each other. ``scrapy crawl`` (also what Scrapyd runs) checks before the crawler starts and exits
-with status 2 after one ERROR line (crawler/commands/crawl.py); the :class:`SettingsCheck`
-extension checks under any other runner (``CrawlerProcess``) before the engine is built, so
-before any lease is taken. Components read their settings through the same rules
-(:func:`crawler.config.setting`) and raise the same error; none switches itself off
-(``NotConfigured``) for a bad value.
-
-What only the server can tell (the start key's type, the RedisBloom module: see
-crawler/frontier/server_check.py) is checked by ``scrapy crawl`` before the crawler starts
-(:func:`check_frontier_server`), and by the frontier scheduler when it opens, before anything
-is leased; it raises the same error.
+:func:`check_settings` reads every setting by its rule (crawler/config/table.py) and raises one
+:class:`SettingsError` listing every bad value as ``NAME = value: must be <allowed>``, then
+:data:`CROSS_CHECKS` compare settings with each other. ``scrapy crawl`` checks before the
+crawler starts and exits with status 2 (crawler/commands/crawl.py); the :class:`SettingsCheck`
+extension checks under any other runner before the engine is built, so before any lease is
+taken. Components read their settings through the same rules and raise the same error; none
+switches itself off for a bad value. What only the server can tell (the start key's type, the
+RedisBloom module) is checked by :func:`check_frontier_server` and when the frontier opens.
 """
 
 from __future__ import annotations
@@ -140,12 +134,8 @@ def _storage_problems(settings: BaseSettings) -> list[str]:
 
 # Checks of settings against each other, once each passes its own rule.
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
-    _cooldown_problems,
-    _concurrency_problems,
-    _recrawl_problems,
-    _storage_problems,
-    _browser_problems,
-    scrapy_redis_problems,
+    *(_cooldown_problems, _concurrency_problems, _recrawl_problems, _storage_problems),
+    *(_browser_problems, scrapy_redis_problems),
 )
 
 
@@ -172,9 +162,7 @@ def check_frontier_server(crawler: Crawler) -> None:
 
 
 class SettingsCheck:
-    """Extension, first in EXTENSIONS: a bad setting stops the crawl before the engine is built,
-    so before anything is leased, under any runner (``scrapy crawl`` checks even earlier, and
-    checks the frontier's Redis too, see crawler/commands/crawl.py)."""
+    """Extension, first in EXTENSIONS: :func:`check_settings` under any runner."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler

@@ -25,10 +25,6 @@ from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore, read_claim
 
-# With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
-# (other workers write revisits too).
-QUIET_POLLS = 10
-
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -38,6 +34,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
+# (other workers write revisits too).
+QUIET_POLLS = 10
 RIDER = "revisits"
 CLAIM_RIDER = "revisit-claim"
 COMPLETE_RIDER = "revisit-complete"
@@ -45,7 +44,7 @@ COMPLETE_RIDER = "revisit-complete"
 
 @dataclass(frozen=True)
 class RecrawlSettings:
-    """RECRAWL_* settings, read and checked once (crawler/settings.py documents them)."""
+    """RECRAWL_* settings, read and checked once."""
 
     policy: RecrawlPolicy
     poll_interval: float
@@ -71,17 +70,11 @@ class RecrawlSettings:
 
 
 class RecrawlMiddleware:
-    """Schedule a revisit of every page whose callback gives items, and hand revisits that
-    are due to the frontier.
-
-    Settings: RECRAWL_ENABLED (off unless the spider turns it on in its custom_settings),
-    RECRAWL_INITIAL_INTERVAL, RECRAWL_MIN_INTERVAL, RECRAWL_MAX_INTERVAL (seconds),
-    RECRAWL_JITTER, RECRAWL_POLL_INTERVAL, RECRAWL_BATCH_SIZE. A request with meta
-    ``dont_recrawl`` is not revisited.
+    """Schedule a revisit of every page whose callback gives items (but with meta
+    ``dont_recrawl``), and hand revisits that are due to the frontier. Settings: RECRAWL_*.
 
     The revisit is written to Redis before the page's lease is acknowledged (it holds the
-    lease like an item in the pipelines), so a worker that dies loses no revisit: the page is
-    fetched again and its revisit written then.
+    lease like an item in the pipelines), so a worker that dies loses no revisit.
     """
 
     def __init__(self, crawler: Crawler, store: RevisitStore, config: RecrawlSettings) -> None:

@@ -33,22 +33,9 @@ DONT_RECRAWL_META = "dont_recrawl"
 # identities, the browser page): a revisit starts without it.
 TRANSIENT_META = frozenset(
     {
-        "download_slot",
-        "download_latency",
-        "retry_times",
-        "redirect_urls",
-        "redirect_times",
-        "redirect_ttl",
-        "redirect_reasons",
-        "frontier_lease",
-        "frontier_start",
-        "frontier_due",
-        "playwright_page",
-        "identity",
-        "proxy",
-        "bindaddress",
-        "ban_times",
-        "crawl_delay",
+        *("download_slot", "download_latency", "retry_times", "redirect_urls", "redirect_times"),
+        *("redirect_ttl", "redirect_reasons", "frontier_lease", "frontier_start", "frontier_due"),
+        *("playwright_page", "identity", "proxy", "bindaddress", "ban_times", "crawl_delay"),
         "is_start_request",
     }
 )

@@ -2,10 +2,8 @@
 
 ``{<spider>}:revisit`` is a sorted set of request fingerprints by due time (epoch seconds) and
 ``{<spider>}:revisit:data`` their requests (JSON, with the interval and content hash of the
-last visit in their meta). Both share the spider's hash tag, so every script runs on Redis
-Cluster. A page has at most one waiting revisit: writing one again replaces it, so a page
-fetched twice (a worker died before its lease was acked) still has one. Nothing else is kept
-per page, so the memory is that of the waiting revisits.
+last visit in their meta), under the spider's hash tag. A page has at most one waiting revisit
+(writing one again replaces it) and nothing else is kept per page.
 
 A due revisit is *claimed* before it is handed to the frontier: its due time moves a lease
 ahead instead of leaving the set, and it is removed only once the frontier holds its request.
