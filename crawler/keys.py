@@ -1,22 +1,10 @@
-"""Every Redis key of a spider, named in this one module.
+"""Every Redis key of a spider, named in this one module (the list, with what each holds: the
+Redis keys table of docs/frontier.md).
 
 A spider's own keys share its ``{spider}`` hash tag (:func:`tagged`), so every script that
-touches several of them runs on Redis Cluster. The names:
-
-- the frontier (:class:`FrontierKeys`): ``queues``, ``queue:<priority>``, ``data``, ``owner``,
-  ``seq``, ``leases``, ``delayed``, ``dead``, ``dupefilter``, the lost-frontier ``frontier``
-  marker, and the ``queue``/``prio`` of older versions, drained on pop;
-- start entries: the start list keeps the scrapy-redis name (``REDIS_START_URLS_KEY``,
-  ``<spider>:start_urls``, or the spider's ``redis_key``) and its leases take that name as their
-  hash tag (``{<start list>}:leases``); bad entries go to ``START_INVALID_KEY``;
-- the fleet's view (:class:`FleetKeys`): ``STATS_REDIS_KEY`` (``{spider}:stats``), its
-  ``:minute:<n>`` buckets, ``workers`` and ``workers:<id>`` heartbeats;
-- politeness (:mod:`crawler.bans.politeness`): ``bans`` (cool-downs), ``bans:why``,
-  ``rate:<domain>|<identity>`` token buckets, ``rate:fleet`` (the domains spider's fleet cap),
-  ``inflight:<domain>`` host slots;
-- ``fleet:banned`` (AWS instances that reported a ban), ``handed_until`` (``EXPLORE_HANDED_KEY``),
-  ``revisit`` and ``revisit:data`` (recrawls), ``robots:<origin>`` and the links ledger's
-  ``hosts:*`` keys.
+touches several of them runs on Redis Cluster. The start list keeps the scrapy-redis name
+(``REDIS_START_URLS_KEY`` or the spider's ``redis_key``) and its leases take that name as their
+hash tag.
 """
 
 from __future__ import annotations

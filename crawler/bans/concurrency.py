@@ -1,16 +1,7 @@
-"""Requests in flight per domain for a whole fleet (POLITENESS_CONCURRENCY), not per worker:
-leases in Redis that free themselves. Off (0) by default: the middlewares are then not loaded.
-
-On, each request takes a lease of its domain (:class:`HostSlots`, one round trip) just after
-the ban middleware admitted it, and gives it back as it leaves the downloader (Scrapy's
-request_left_downloader signal), or when a later middleware answers or fails it first. A request
-whose domain has every slot taken goes back to the frontier's delayed set for a moment instead
-of holding a download slot; :class:`HostAdmission` remembers the domains it found full and sends
-their requests back without asking Redis for a while.
-
-``{spider}:inflight:<domain>`` is a sorted set of leases (a random token scored by its expiry on
-the Redis server's clock): a worker killed with requests in flight cannot keep the domain's
-slots, as their leases expire (download timeout plus LEASE_SLACK seconds), and the key with them.
+"""Requests in flight per domain for a whole fleet (POLITENESS_CONCURRENCY, docs/politeness.md):
+leases in Redis that free themselves. ``{spider}:inflight:<domain>`` is a sorted set of random
+tokens scored by their expiry on the Redis server's clock, so a killed worker's leases expire
+(download timeout plus LEASE_SLACK seconds), and the key with them. Off (0): not loaded at all.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The identities a worker can send requests as: local bind addresses and proxies.
 
-An identity is known everywhere (Redis keys, logs, stats, request meta) by a name that holds no
-secret: ``bind:<address>`` or ``proxy:<host>:<port>``. Two proxies of the pool on the same host
-and port (several accounts of one provider) are told apart by a short hash of the user name,
-``proxy:<host>:<port>#<hash>``, and by a counter after that if the user is the same too. The
-proxy URL itself, with its credentials, stays in the :class:`Identity` and goes only into the
-``proxy`` meta key Scrapy's HttpProxyMiddleware reads.
+An identity is named everywhere (Redis keys, logs, stats, meta) without secrets: ``bind:<address>``
+or ``proxy:<host>:<port>`` (``#<hash of the user>``, then ``~<n>``, tell apart proxies of one
+host and port). The proxy URL, with its credentials, goes only into the ``proxy`` meta key.
 """
 
 from __future__ import annotations

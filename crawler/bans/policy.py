@@ -1,13 +1,9 @@
-"""What a ban does, and the values the ban and retry middlewares share.
+"""What a ban does (docs/politeness.md), and the values the ban and retry middlewares share.
 
-After a response comes in, before any other middleware or the spider sees it, the rules of
-:mod:`crawler.bans.rules` plus the spider's own ``ban_rule(response)`` classify it
-(``crawler.middlewares.BanMiddleware``). A ban is never passed on as data: the domain (or
-identity) cools down for every worker (:mod:`crawler.bans.politeness`), its rate is halved,
-and the request waits in the delayed set, or goes to the dead-letter list once it has been
-banned BAN_MAX_TIMES times. A Retry-After counts up to BAN_COOLDOWN_MAX. BAN_POLICY says what
-else a ban does: ``pause`` (the domain cools down), ``rotate`` (only the identity does) or
-``stop`` (this worker stops, exit status EXIT_BANNED from ``scrapy crawl``).
+The rules of :mod:`crawler.bans.rules` plus the spider's own ``ban_rule(response)`` classify a
+response before the spider sees it. A ban cools the domain (BAN_POLICY ``rotate``: the identity)
+down for every worker, halves its rate, and sends the request to the delayed set, or to the
+dead letters after BAN_MAX_TIMES bans; ``stop`` also stops the worker (exit status EXIT_BANNED).
 """
 
 from __future__ import annotations

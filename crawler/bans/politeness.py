@@ -1,13 +1,11 @@
-"""Politeness shared by a fleet through Redis: per-domain rates, ban cool-downs, identities.
+"""Politeness shared by a fleet through Redis (docs/politeness.md): per-domain rates and ban
+cool-downs.
 
-* Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``, the
-  one the frontier's pop and send gate keep too (``crawler/frontier/scripts/bucket.lua``); an
-  identity is a bind address or proxy. After a ban its rate is halved (down to a floor) and
-  recovers linearly, so a fleet backs off together and creeps back.
-* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time, and
-  ``{spider}:bans:why`` the same fields to what started it (the ban rule and HTTP status); every
-  worker reads it at most every ``refresh`` seconds, so one ban pauses the whole fleet.
-  ``scrapy frontier SPIDER unban DOMAIN`` lifts them (``lift_cooldowns``).
+* Rate: a token bucket per (domain, identity), the one the frontier's pop and send gate keep
+  too (``crawler/frontier/scripts/bucket.lua``); after a ban its rate is halved (down to a
+  floor) and recovers linearly, so a fleet backs off together and creeps back.
+* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time (and
+  ``:why`` to what started it); every worker reads it at most every ``refresh`` seconds.
 """
 
 from __future__ import annotations

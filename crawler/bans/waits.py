@@ -1,16 +1,12 @@
-"""Waits of the ban and retry middlewares: for Redis while it is away, for a token in line,
-and a retry's backoff (:class:`RetryBackoff`).
+"""Waits of the ban and retry middlewares (docs/politeness.md): for Redis while it is away, for
+a token in line, and a retry's backoff (:class:`RetryBackoff`).
 
-Requests waiting for a token wait in this worker, in one line per (domain, identity)
-(:class:`TokenLines`), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
-seconds and the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains
-keep their slots); any other goes back to the frontier's delayed set, due about when its turn
-is expected (one token interval after the previous one sent back), so it is not sent back
-again and again.
-
-Redis being away is never a request's failure: a request whose check needs Redis waits in
-place (:class:`RedisWait`, pauses doubling up to REDIS_PAUSES[1]) until Redis answers, and none
-goes out unchecked; only a closing engine gives it up, and its lease is then released untouched.
+A request waits for its token in this worker, in one line per (domain, identity)
+(:class:`TokenLines`), while its turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT and
+the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS; any other goes back to the
+delayed set, due about when its turn comes, so it is not sent back again and again. A request
+whose check needs Redis waits in place while Redis is away (:class:`RedisWait`): none goes out
+unchecked, and only a closing engine gives it up, its lease released untouched.
 """
 
 from __future__ import annotations

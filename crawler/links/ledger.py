@@ -1,18 +1,11 @@
-"""Per-host state of the ``links`` spider in Redis, bounded by TTLs, written in one pipeline.
-
-``{links}:host:<host>`` (hash, expires LINKS_STATE_TTL after its last change): ``pages``,
-``bytes``, ``external_links`` (to other hosts), ``backlinks`` (from other hosts, at most
-MAX_BACKLINK_HOSTS targets counted per page) and ``errors:<class>`` (``http_404``,
-``DNSLookupError``, ...). ``{links}:pages:<start>:<host>`` (string, same TTL): HTML pages of
-``host`` fetched for the start entry ``<start>``, its page budget. ``{links}:hosts:totals``
-(hash): the counters summed over every host; ``{links}:hosts:top`` (sorted set, host -> pages),
-trimmed to TOP_HOSTS every TRIM_EVERY pages (approximate: a trimmed host starts again).
+"""Per-host state of the ``links`` spider in Redis (docs/spiders.md; keys in crawler/keys.py
+LedgerKeys), bounded by TTLs: counters per host, page budgets per start entry and host, their
+totals and the top hosts (trimmed to TOP_HOSTS every TRIM_EVERY pages, approximately).
 
 A worker sends its counts in one pipeline every FLUSH_PAGES pages or FLUSH_SECONDS (and when the
 spider goes idle or closes), and each page at once when its host is within FLUSH_PAGES of its
-budget: with W workers a host gets at most (W - 1) x FLUSH_PAGES pages beyond its budget. A
-worker killed with SIGKILL loses its unsent counters (not its pages). Backlinks used for link
-priority are the fleet's at the last flush plus the worker's own.
+budget: with W workers a host gets at most (W - 1) x FLUSH_PAGES pages beyond its budget.
+Backlinks used for link priority are the fleet's at the last flush plus the worker's own.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """robots.txt for the ``links`` spider: fetched once per host per LINKS_ROBOTS_TTL for the whole
-fleet, cached in Redis, obeyed with Protego.
+fleet, cached in Redis, obeyed with Protego (docs/spiders.md).
 
-The rules of an origin (``scheme://host[:port]``) come from the worker's local cache, else from
-``{links}:robots:<origin>``; when Redis has none, one worker wins the claim
-``{links}:robots:claim:<origin>`` (SET NX, LINKS_ROBOTS_CLAIM_SECONDS) and downloads them, and
-the origin's requests in other workers go back to the delayed set until the rules are in Redis.
-A robots.txt that answers 4xx or 5xx, or cannot be downloaded, allows everything (as Scrapy's
-RobotsTxtMiddleware does). The rules are stored only once the requests they seed (the spider's
-sitemaps) are in the frontier: a worker killed in between leaves the claim to expire.
-
-Crawl-delay goes in the request's meta ``crawl_delay``, by which the fleet-wide politeness spaces
-the host's requests. robots.txt goes out on the turn of the request that needed it, which goes
-back to the frontier for the host's next turn.
+When Redis has no rules for an origin, one worker wins the claim (SET NX,
+LINKS_ROBOTS_CLAIM_SECONDS) and downloads them; the origin's requests in other workers go back to
+the delayed set until then. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
+allows everything (as Scrapy's RobotsTxtMiddleware does). The rules are stored only once the
+requests they seed (sitemaps) are in the frontier: a worker killed in between leaves the claim to
+expire. robots.txt goes out on the turn of the request that needed it, which goes back to the
+frontier for the host's next turn; its Crawl-delay goes in meta ``crawl_delay``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The fleet monitor: a worker's shared stats, heartbeat, metrics endpoint, fleet page and
-progress line.
-
-Every period (``STATS_PUBLISH_INTERVAL``, and at least three times per heartbeat TTL) one Redis
-round trip adds the worker's stats deltas to ``{spider}:stats`` and to the current minute's
-bucket, refreshes the worker's heartbeat and reads the frontier's sizes and the fleet's pace
-back; ``/metrics`` and the progress line use what it read. ``/`` on the same port is the fleet
-page (``FLEET_PAGE``).
+progress line (docs/observability.md). Every period one Redis round trip sends the stats'
+deltas and the heartbeat and reads the frontier's sizes and the fleet's pace back.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The fleet page: each spider's frontier, pace over the last hour, bans, active cool-downs, dead
-letters, live workers and ETA on one HTML page.
-
-Served at ``/`` of a worker's metrics endpoint and by ``scrapy status --serve PORT``. The page
-is rendered on the server from :func:`crawler.observability.report.fleet_report` (the data of
-``scrapy status --json``), with inline SVG charts and inline CSS: no script, no external URL,
-nothing to build. It reloads itself (meta refresh). Read-only: GET only, secrets masked by the
-report. It is served by :mod:`crawler.observability.page_server`.
+"""The fleet page (docs/observability.md), rendered on the server from
+:func:`crawler.observability.report.fleet_report` with inline SVG and CSS: no script, no
+external URL, nothing to build; it reloads itself. Served by :mod:`.page_server`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Spiders fed by start entries that users push to Redis (``<spider>:start_urls``).
-
-An entry is a plain string (a URL, an id) or a JSON object. Each spider turns entries into
-requests; an entry it cannot use, whatever is wrong with it, is logged with the reason, counted
-under ``start/invalid/<reason>``, and set aside as JSON in ``<spider>:start_urls:invalid`` for a
-person to look at. A bad entry never stops the crawl, and what one entry may cost is bounded:
-START_ENTRY_MAX_BYTES, START_ENTRY_MAX_DEPTH. A URL in an entry must be on the spider's base
-URL (or ALLOWED_START_HOSTS) and carry no user or password.
+"""Spiders fed by start entries that users push to Redis (``<spider>:start_urls``): a plain
+string (a URL, an id) or a JSON object, bounded by START_ENTRY_MAX_BYTES and
+START_ENTRY_MAX_DEPTH. An entry a spider cannot use is set aside with its reason, never stopping
+the crawl (docs/spiders.md). A URL in an entry must be on the spider's base URL (or
+ALLOWED_START_HOSTS) and carry no user or password.
 """
 
 from __future__ import annotations

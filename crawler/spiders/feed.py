@@ -1,11 +1,7 @@
-"""Start entries read from Redis in leased batches, bad ones set aside, the idle rule.
-
-A spider's :class:`StartFeed` pops a batch of entries from its start list (leased with the
-frontier scheduler: an entry comes back to the list if the worker dies before the entry's
-requests are in the frontier), turns each into requests with the spider's own function, and
-sets aside any entry that function refuses, whatever went wrong, in the invalid list with the
-reason, counted under ``start/invalid/<reason>``. The project's spiders (``base.py``) and
-scrapy-redis spiders (``redis.py``) are fed the same way.
+"""Start entries read from Redis in leased batches, bad ones set aside, the idle rule: how the
+project's spiders (``base.py``) and scrapy-redis spiders (``redis.py``) are fed
+(docs/spiders.md, start entries). An entry's function refusing it, whatever went wrong, sets it
+aside in the invalid list with the reason, counted under ``start/invalid/<reason>``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""Whole sites, breadth first: every HTML page reachable from the start URLs, within limits.
+"""Whole sites, breadth first: every HTML page reachable from the start URLs, within limits
+(docs/spiders.md). Start entries (``-a urls=a,b``, ``-a file=domains.txt`` or
+``redis-cli lpush links:start_urls``): a URL, a bare host (LINKS_DEFAULT_SCHEME://host/), or
+``{"url": ..., "max_depth": 3, "max_pages": 10000, "scope": "domain"}``.
 
-Start entries (``-a urls=a,b``, ``-a file=domains.txt`` or ``redis-cli lpush links:start_urls``):
-    ``https://example.org/``                   a URL on any http(s) host (no user or password)
-    ``example.org``                            a bare host: LINKS_DEFAULT_SCHEME://example.org/
-    ``{"url": "https://example.org/", "max_depth": 3, "max_pages": 10000, "scope": "domain"}``
-
-Links are canonicalised (crawler/links/urls.py) before they reach the frontier, so its
-dupefilter sees one URL per page. Priority falls with depth (same-host links slightly ahead).
-robots.txt is obeyed per host for the fleet (crawler/links/robots.py); the sitemaps it names,
-or ``/sitemap.xml``, seed the host. Pages go to ``pages`` (crawler/items.py PageItem), per-host
-counters to Redis (crawler/links/ledger.py).
+Links are canonicalised (crawler/links/urls.py) before they reach the frontier, robots.txt is
+obeyed for the fleet (crawler/links/robots.py) and per-host counters go to Redis
+(crawler/links/ledger.py); pages go to ``pages``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
-"""Map listings (TARGETS.md §3): search pages scrolled in a headless Chromium, place pages.
+"""Map listings (TARGETS.md §3, docs/spiders.md): search pages scrolled in a headless Chromium,
+place pages. Start entries: ``{"query": "shop near 00501"}`` or the same as plain text, or
+``-a category=shop -a postal_codes=00501,00544`` (or a file of codes): one search per code.
 
-Start entries (``redis-cli lpush maps:start_urls ...`` or spider arguments):
-    ``{"query": "shop near 00501"}``          one search
-    ``shop near 00501``                         the same, as plain text
-    ``-a category=shop -a postal_codes=00501,00544`` (or a file, one code per line)
-                                                one search "<category> near <code>" per code
-
-A search page needs the browser: its feed is filled by JavaScript as it is scrolled. The spider
-drives the page itself (``playwright_include_page``): it answers the consent interstitial,
-follows a single match's redirect, scrolls the feed until its end marker, until scrolling stops
-growing it MAPS_SCROLL_MAX_STALLS times in a row, or until MAPS_MAX_RESULTS links, and closes the
-page on every path (callback, errback, and at once for a block or an error). The page adds
-batches at any time, also while it is read, so the links and the end marker are read in one
-evaluation: the end marker comes with the last batch.
-
-Place pages are fetched without the browser, once each: the sandbox renders them on the server;
-the real site renders them with JavaScript, so against it set MAPS_PLACES_WITH_BROWSER = True.
+The spider drives the search page itself (``playwright_include_page``: its feed is filled by
+JavaScript as it is scrolled) and closes it on every path (callback, errback, and at once for a
+block or an error). The page adds batches at any time, also while it is read, so the links and
+the end marker (which comes with the last batch) are read in one evaluation. Place pages are
+fetched without the browser unless MAPS_PLACES_WITH_BROWSER (the real site renders them with
+JavaScript; the sandbox on the server).
 """
 
 from __future__ import annotations
