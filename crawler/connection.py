@@ -1,12 +1,7 @@
-"""The Redis client every component uses, built from settings through scrapy-redis.
-
-scrapy-redis builds clients from ``REDIS_URL`` and ``REDIS_PARAMS``; ``REDIS_PARAMS["redis_cls"]``
-points it at :class:`Redis` below, which retries commands with exponential backoff when the
-connection drops, so a Redis restart or a network blip costs a pause, not a crash.
-
-With ``REDIS_CLUSTER`` set, the same settings build a :class:`RedisCluster` instead:
-``REDIS_URL`` names any one node, the others are discovered. Every key of a spider carries one
-hash tag, so each frontier script touches a single slot.
+"""The Redis client every component uses, built from settings through scrapy-redis
+(``REDIS_URL``, ``REDIS_PARAMS``): :class:`Redis` retries commands with backoff when the
+connection drops, so a Redis restart costs a pause, not a crash; with ``REDIS_CLUSTER``,
+:class:`RedisCluster` (``REDIS_URL`` names any one node) does the same.
 """
 
 from __future__ import annotations

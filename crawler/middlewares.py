@@ -83,8 +83,6 @@ class BanMiddleware:
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
 
-    # --- before the download ------------------------------------------------------------------
-
     async def process_request(self, request: Request) -> Request | None:
         return await self.redis.wait_for(lambda: self._admit(request))
 
@@ -108,8 +106,6 @@ class BanMiddleware:
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         return send_back_counted(self.crawler, request, until + random.uniform(0, jitter), reason)
-
-    # --- after the download -------------------------------------------------------------------
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_ban_check"):

@@ -1,11 +1,7 @@
-"""The item pipelines Scrapy loads (``ITEM_PIPELINES`` in crawler/settings.py names them here),
-as ``scrapy startproject`` lays them out: :class:`ValidationPipeline` drops items that miss a
-required field, with the reason, before anything is stored; :class:`MongoPipeline` hands every
-item (any kind: dataclasses, dicts, ``scrapy.Item``s, read through ``ItemAdapter``) to the
-batched MongoDB writer of :mod:`crawler.storage` and returns once it is durable, so the frontier
-acknowledges a request only after its items are stored or spilled. A crawl that would finish
-with items yielded and none of them stored closes with the reason ``items_not_stored`` instead
-of ``finished`` (``scrapy crawl`` then exits with status 4).
+"""The item pipelines Scrapy loads (``ITEM_PIPELINES`` in crawler/settings.py; docs/storage.md):
+:class:`ValidationPipeline` drops items that miss a required field, and :class:`MongoPipeline`
+returns once an item is durable (stored or spilled), so the frontier acknowledges a request only
+after its items are. A crawl whose items all failed closes as ``items_not_stored``.
 """
 
 from __future__ import annotations

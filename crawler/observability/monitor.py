@@ -131,8 +131,6 @@ class FleetMonitor:
         connect(monitor.item_scraped, signal=signals.item_scraped)
         return monitor
 
-    # --- lifecycle -----------------------------------------------------------------------------
-
     def spider_opened(self, spider: Spider) -> None:
         self._spider = spider
         self.open(spider.name, _worker_id(self.crawler))
@@ -249,8 +247,6 @@ class FleetMonitor:
         request = getattr(response, "request", None)
         if request is not None:
             self._count(domain_stat(_host(request), "item_scraped_count"))
-
-    # --- internals -------------------------------------------------------------------------------
 
     def _stats(self) -> dict[str, Any]:
         assert self.crawler.stats is not None

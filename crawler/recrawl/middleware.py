@@ -302,8 +302,6 @@ class RecrawlMiddleware:
             self._count("recrawl/promoted", len(next_due))
         return True
 
-    # --- lifecycle ---------------------------------------------------------------------------
-
     def spider_opened(self) -> None:
         self._start_loop(self._flush_unless_down, self.config.flush_interval)
         self._start_loop(self.promote, self.config.poll_interval)

@@ -1,9 +1,5 @@
-"""How long a page waits before its next visit, from what its last visits found.
-
-Pure functions, no I/O. A page's interval starts at ``initial``; each revisit that finds the
-content unchanged doubles it (up to ``maximum``), each that finds it changed halves it (down to
-``minimum``). Pages that change often end up visited at about the rate they change, those that
-never change at the longest interval: a power law of visits, as in the Semantics3 crawler.
+"""How long a page waits before its next visit, from what its last visits found (docs/storage.md,
+recrawl): pure functions; unchanged doubles the interval, changed halves it, within bounds.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Revisits waiting in Redis: one entry per page, due at its next visit.
-
-``{<spider>}:revisit`` is a sorted set of request fingerprints by due time (epoch seconds) and
-``{<spider>}:revisit:data`` their requests (JSON, with the interval and content hash of the
-last visit in their meta), under the spider's hash tag. A page has at most one waiting revisit
-(writing one again replaces it) and nothing else is kept per page.
-
-A due revisit is *claimed* before it is handed to the frontier: its due time moves a lease
-ahead instead of leaving the set, and it is removed only once the frontier holds its request.
-A worker that dies in between leaves it to come due again for another worker.
+"""Revisits waiting in Redis (docs/frontier.md, Redis keys): one per page at most, writing one
+again replaces it. A due revisit is *claimed* before it is handed to the frontier: its due time
+moves a lease ahead, and it is removed only once the frontier holds its request, so a worker
+that dies in between leaves it to come due again for another worker.
 """
 
 from __future__ import annotations

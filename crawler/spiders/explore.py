@@ -108,8 +108,6 @@ class ExploreSpider(RedisFedSpider):
         count = partial(self.count, "explore/authors_handed")
         return RidingHandoff(handoff, Riders.of(crawler), FrontierReports(crawler), hold, count)
 
-    # --- start entries ---------------------------------------------------------------------
-
     def argument_entries(self) -> Iterable[str]:
         return self.category_args
 
@@ -151,8 +149,6 @@ class ExploreSpider(RedisFedSpider):
             # A feed changes over time: each walk reads it again, page by page.
             dont_filter=True,
         )
-
-    # --- responses -------------------------------------------------------------------------
 
     def ban_rule(self, response: Response) -> str | None:
         """The ban middleware's check for this target: a block instead of the feed is a ban;

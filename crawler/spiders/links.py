@@ -154,8 +154,6 @@ class LinksSpider(RedisFedSpider):
         if settings.get("DUPEFILTER_MODE") != "none":
             self.asked_limit = settings.getint("DUPEFILTER_LOCAL_CACHE")
 
-    # --- start entries ---------------------------------------------------------------------
-
     def argument_entries(self) -> Iterable[str]:
         return self.url_args
 
@@ -201,8 +199,6 @@ class LinksSpider(RedisFedSpider):
             # frontier spaces the request by it from the start.
             meta[CRAWL_DELAY_META] = delay
         return Request(url, callback=self.parse_page, priority=priority, meta=meta)
-
-    # --- pages -----------------------------------------------------------------------------
 
     def on_headers(self, headers: Headers, request: Request, **kwargs: Any) -> None:
         """Stop downloading a page whose Content-Type says it is not HTML (a PDF behind an

@@ -109,8 +109,6 @@ class MapsSpider(RedisFedSpider):
         crawler.signals.connect(spider.close_refused_page, signal=signals.response_downloaded)
         return spider
 
-    # --- start entries ------------------------------------------------------------------------
-
     def argument_entries(self) -> Iterable[dict[str, Any]]:
         return [{"query": query} for query in self.queries]
 
@@ -144,8 +142,6 @@ class MapsSpider(RedisFedSpider):
                 "playwright_page_methods": [PageMethod("wait_for_load_state", "load")],
             },
         )
-
-    # --- search pages -------------------------------------------------------------------------
 
     async def parse_search(self, response: Response, query: str) -> AsyncIterator[Request]:
         page: Page = response.meta.pop("playwright_page")
@@ -207,8 +203,6 @@ class MapsSpider(RedisFedSpider):
         except PlaywrightTimeoutError:
             return False
         return True
-
-    # --- place pages --------------------------------------------------------------------------
 
     def place_request(self, url: str, query: str) -> Request:
         meta: dict[str, Any] = {}

@@ -1,16 +1,10 @@
-"""scrapy-redis spiders on the frontier: same-named bases, and scrapy-redis's own classes.
-
-A spider written for scrapy-redis keeps its shape. Its start entries are *leased* from its start
-list (``redis_key`` or REDIS_START_URLS_KEY), so a worker killed mid-batch loses none, and an
-entry ``make_request_from_data`` cannot use is set aside in ``<redis_key>:invalid`` with the
-reason instead of vanishing. Two ways in, the same behaviour: :class:`RedisSpider` and
-:class:`RedisCrawlSpider` here (scrapy-redis's attributes on the project's base spider), or a
-subclass of scrapy-redis's own classes, whose ``next_requests`` and idle handler the
-:class:`ScrapyRedisSpiders` extension replaces with the project's :class:`StartFeed`.
-
-An entry is scrapy-redis's: a URL, or JSON ``{"url": ..., "method": ..., "meta": {...}, ...}``
-whose other keys are form data. A URL that is not http(s) or carries a user or password is
-refused; so is ``meta`` that sets the crawl's own keys (``entry_meta.py``).
+"""scrapy-redis spiders on the frontier (docs/scrapy-redis.md): :class:`RedisSpider` and
+:class:`RedisCrawlSpider` here, or scrapy-redis's own classes as they are, whose
+``next_requests`` and idle handler :class:`ScrapyRedisSpiders` replaces with the project's
+:class:`StartFeed`. Either way start entries are leased, and one ``make_request_from_data``
+cannot use is set aside in ``<redis_key>:invalid`` with the reason. An entry is a URL, or JSON
+``{"url": ..., "method": ..., "meta": {...}, ...}`` whose other keys are form data; ``meta``
+may not set the crawl's own keys (``entry_meta.py``).
 """
 
 from __future__ import annotations
