@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request, signals
-from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.httpobj import urlparse_cached
@@ -25,7 +24,7 @@ from scrapy.utils.response import response_status_message
 
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
 from crawler.bans.identities import IdentityPool
-from crawler.bans.policy import BanPolicy, retry_after
+from crawler.bans.policy import BanPolicy, retry_after, retry_later
 from crawler.bans.politeness import FleetPoliteness
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
 from crawler.config import setting, switched_off
@@ -35,7 +34,7 @@ from crawler.frontier.leases import LEASE_META
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.meta import DUE_META, HOLD_META, PACED_META, crawl_delay_of
+from crawler.meta import HOLD_META, PACED_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -186,7 +185,8 @@ class BackoffRetryMiddleware:
         if not self.enabled or request.meta.get("dont_retry") or response.status not in self.codes:
             return response
         reason = response_status_message(response.status)
-        retry = self._retry(request, reason, retry_after(response, self.backoff.retry_after_max))
+        asked = retry_after(response, self.backoff.retry_after_max)
+        retry = retry_later(self.crawler, request, reason, self.backoff, asked)
         if retry is None:
             self.frontier.failed(request, f"retries_exhausted:http_{response.status}", reason)
             return response
@@ -197,23 +197,11 @@ class BackoffRetryMiddleware:
             return None
         if not isinstance(exception, self.exceptions):
             return None
-        return self._retry(request, exception.__class__.__name__, 0.0)
+        return retry_later(self.crawler, request, exception.__class__.__name__, self.backoff)
 
     def delay(self, attempt: int, server_asked: float = 0.0) -> float:
         """Seconds before retry number ``attempt`` (1-based)."""
         return self.backoff.delay(attempt, server_asked)
-
-    def _retry(self, request: Request, reason: str, server_asked: float) -> Request | None:
-        assert self.crawler.spider is not None
-        retry = get_retry_request(
-            request,
-            spider=self.crawler.spider,
-            reason=reason,
-            priority_adjust=self.crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
-        )
-        if retry is not None:
-            retry.meta[DUE_META] = time.time() + self.delay(retry.meta["retry_times"], server_asked)
-        return retry
 
 
 # --- requests in flight per domain (POLITENESS_CONCURRENCY) -------------------------------------

@@ -15,6 +15,7 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
+from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
@@ -22,10 +23,10 @@ from scrapy.utils.misc import load_object
 
 from crawler.bans.identities import without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
-from crawler.bans.waits import RedisWait, cooldown_max
+from crawler.bans.waits import RedisWait, RetryBackoff, cooldown_max
 from crawler.config import setting, setting_int
 from crawler.frontier.reports import FrontierReports
-from crawler.meta import IDENTITY_META, send_back
+from crawler.meta import DUE_META, IDENTITY_META, send_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -120,6 +121,22 @@ class BanPolicy:
     def _count(self, key: str) -> None:
         if self.crawler.stats is not None:
             self.crawler.stats.inc_value(key)
+
+
+def retry_later(
+    crawler: Crawler, request: Request, reason: str, backoff: RetryBackoff, server_asked: float = 0
+) -> Request | None:
+    """get_retry_request's retry (None once spent), due after the backoff or ``server_asked``."""
+    assert crawler.spider is not None
+    retry = get_retry_request(
+        request,
+        spider=crawler.spider,
+        reason=reason,
+        priority_adjust=crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
+    )
+    if retry is not None:
+        retry.meta[DUE_META] = time.time() + backoff.delay(retry.meta["retry_times"], server_asked)
+    return retry
 
 
 def page_of(response: Response) -> Page:
