@@ -82,6 +82,15 @@ def check_keys(entry: Mapping[str, Any], allowed: set[str], required: set[str]) 
         raise InvalidStartEntry("missing_keys", str(missing))
 
 
+def bounded(value: Any, name: str, limit: int) -> int:
+    """A JSON entry's whole number ``name`` from 0 to ``limit``, or InvalidStartEntry."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise InvalidStartEntry(
+            f"bad_{name}", f"{repr(value)[:80]} is not a whole number 0..{limit}"
+        )
+    return value
+
+
 def url_origin(url: str) -> Origin:
     """(scheme, host, port) of an http(s) URL; InvalidStartEntry when it has none, or carries
     a user or password."""

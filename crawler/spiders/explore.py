@@ -33,7 +33,7 @@ from crawler.frontier.riders import Riders
 from crawler.handoff import Handoff, RidingHandoff
 from crawler.items import VideoItem
 from crawler.keys import handed_key, revisit_keys, start_key
-from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, bounded, check_keys
 from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class ExploreSpider(RedisFedSpider):
 
     def _request_from_json(self, entry: dict[str, Any]) -> Request:
         check_keys(entry, _JSON_KEYS, set())
-        max_pages = _max_pages(entry.get("max_pages", self.max_pages))
+        max_pages = bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT)
         if "url" in entry:
             return self._request_from_url(entry["url"], max_pages)
         if "category" not in entry:
@@ -208,15 +208,6 @@ def _category(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value not in CATEGORIES:
         shown = repr(value)[:80]
         raise InvalidStartEntry("unknown_category", f"{shown}; known: {sorted(CATEGORIES)}")
-    return value
-
-
-def _max_pages(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PAGES_LIMIT:
-        shown = repr(value)[:80]
-        raise InvalidStartEntry(
-            "bad_max_pages", f"{shown} is not a whole number 0..{MAX_PAGES_LIMIT}"
-        )
     return value
 
 

@@ -41,7 +41,7 @@ from crawler.links.urls import (
 )
 from crawler.meta import CRAWL_DELAY_META
 from crawler.recrawl.revisits import RECRAWL_META
-from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, bounded, check_keys
 from crawler.spiders.responses import body_text
 
 if TYPE_CHECKING:
@@ -164,8 +164,8 @@ class LinksSpider(RedisFedSpider):
         return [
             self.start_request(
                 entry["url"],
-                _bounded(entry.get("max_depth", self.max_depth), "max_depth", MAX_DEPTH_LIMIT),
-                _bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT),
+                bounded(entry.get("max_depth", self.max_depth), "max_depth", MAX_DEPTH_LIMIT),
+                bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT),
                 _scope(entry.get("scope", self.scope)),
             )
         ]
@@ -173,7 +173,7 @@ class LinksSpider(RedisFedSpider):
     def start_request(self, value: Any, max_depth: int, max_pages: int, scope: str) -> Request:
         if isinstance(value, str) and "://" not in value:
             value = f"{self.default_scheme}://{value.strip()}"
-        check_start_url(value, frozenset())
+        self.start_url(value)  # no base URL: any http(s) host
         try:
             url = canonical_url(value)
             root = scope_root(url, scope)
@@ -361,14 +361,6 @@ class LinksSpider(RedisFedSpider):
                 yield self._sitemap_request(link, state)
             elif (child := self._child_state(link, state, 1)) is not None and self._first_ask(link):
                 yield self._page_request(link, child, priority=-2 + 1)
-
-
-def _bounded(value: Any, name: str, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise InvalidStartEntry(
-            f"bad_{name}", f"{repr(value)[:80]} is not a whole number 0..{limit}"
-        )
-    return value
 
 
 def _scope(value: Any) -> str:
