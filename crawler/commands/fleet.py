@@ -62,14 +62,13 @@ class Command(ProjectCommand, ScrapyCommand):
         fleet = Fleet(config)
         if action == "list":
             self._print(fleet.instances(spider), opts.json)
-        elif action == "launch":
-            assert spider is not None
+            return
+        assert spider is not None
+        if action == "launch":
             self._launch(fleet, spider, opts)
         elif action == "rotate":
-            assert spider is not None
             self._rotate(fleet, spider, opts.json)
         else:
-            assert spider is not None
             self._scale_to_zero(fleet, spider, opts.json)
 
     def _parse(self, args: list[str]) -> tuple[str, str | None]:
@@ -95,10 +94,7 @@ class Command(ProjectCommand, ScrapyCommand):
         env = {}
         if secrets == "env":
             assert self.settings is not None
-            env = {
-                "REDIS_URL": os.environ.get("REDIS_URL") or self.settings.get("REDIS_URL"),
-                "MONGO_URI": os.environ.get("MONGO_URI") or self.settings.get("MONGO_URI"),
-            }
+            env = {n: os.environ.get(n) or self.settings.get(n) for n in ("REDIS_URL", "MONGO_URI")}
         user_data = fleet.user_data(spider, install, secrets, env)
         launched = fleet.launch(
             spider,
@@ -134,14 +130,8 @@ class Command(ProjectCommand, ScrapyCommand):
         # Reports of instances that are gone already (or were replaced now) are done with.
         clear_banned(server, spider, list(reported))
         if as_json:
-            print(
-                json.dumps(
-                    {
-                        "terminated": [instance.id for instance in banned],
-                        "launched": [instance.to_json() for instance in replacements],
-                    }
-                )
-            )
+            launched = [instance.to_json() for instance in replacements]
+            print(json.dumps({"terminated": [i.id for i in banned], "launched": launched}))
             return
         print(f"{spider}: {len(banned)} banned workers replaced")
         for old, new in zip(banned, replacements, strict=True):

@@ -65,7 +65,6 @@ class Command(ProjectCommand, ScrapyCommand):
         parser.add_argument(
             "--serve",
             type=int,
-            default=None,
             metavar="PORT",
             help="serve the fleet page on PORT (0: any free port)",
         )
