@@ -42,8 +42,7 @@ def fleet_report(
     minutes: int = 5,
     history: int = 0,
 ) -> dict[str, Any]:
-    """The status of each spider of ``spiders`` (name -> spider class), with the figures of its
-    class's own ``fleet_report`` (per-host pages of ``links``, say) under ``report``."""
+    """The status of each of ``spiders`` (name -> class), with its class's own ``fleet_report``."""
     report: dict[str, Any] = {
         "redis": mask_uri(settings.get("REDIS_URL") or ""),
         "time": time.time(),
@@ -61,8 +60,7 @@ def fleet_report(
 def spider_status(
     server: RedisClient, settings: BaseSettings, spider: str, minutes: int = 5, history: int = 0
 ) -> dict[str, Any]:
-    """Everything ``scrapy status`` knows about ``spider``, JSON-ready; with ``history``, also
-    that many minutes of per-minute counts under ``rates.history``."""
+    """All ``scrapy status`` knows of ``spider``, JSON-ready (``history`` minutes of counts)."""
     now = time.time()
     frontier = spider_frontier(server, settings, spider)
     frontier_keys, mode = frontier.keys, frontier.dupefilter.mode
@@ -221,7 +219,10 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"{counters['duplicates']:,} duplicates filtered",
     ]
     lines.extend(_domain_lines(counters["domains"]))
-    lines.extend(_spider_report_lines(status.get("report") or {}))
+    # The spider's own figures (its fleet_report), one line each.
+    lines.extend(
+        f"  {name:<9} {figure_text(v)}" for name, v in (status.get("report") or {}).items()
+    )
     lines.extend(_worker_lines(status["workers"], now))
     if sizes["dead"]:
         lines.append(
@@ -237,11 +238,6 @@ def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
         f"responses{_breakdown(numbers['responses_by_status'])}, {numbers['items']:,} items"
         for name, numbers in ranked[:10]
     ]
-
-
-def _spider_report_lines(report: Mapping[str, Any]) -> list[str]:
-    """The spider's own figures (its ``fleet_report``): one line per entry."""
-    return [f"  {name:<9} {figure_text(value)}" for name, value in report.items()]
 
 
 def figure_text(value: Any) -> str:
