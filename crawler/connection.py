@@ -109,13 +109,11 @@ def _reported(call: Callable[[], Any]) -> Any:
 
 
 class RedisCluster(redis.cluster.RedisCluster):
-    """redis.cluster.RedisCluster that waits with backoff while the cluster is unreachable.
-
-    When no node answers redis-py raises ``RedisClusterException``, not a ``RedisError``. Here
-    every command waits and retries as :class:`Redis` does, then fails with
-    :class:`ClusterUnavailable` (a ``redis.ConnectionError``), so callers handle one server and
-    a cluster alike. A pipeline is not retried (it is emptied when it runs) but fails the same.
-    """
+    """redis.cluster.RedisCluster that waits with backoff while the cluster is unreachable: where
+    redis-py raises ``RedisClusterException`` (not a ``RedisError``), every command retries as
+    :class:`Redis` does, then fails with :class:`ClusterUnavailable` (a ``redis.ConnectionError``),
+    so callers handle one server and a cluster alike. A pipeline is not retried (it is emptied when
+    it runs) but fails the same."""
 
     def __init__(self, *args: Any, outage_retry: Retry | None = None, **kwargs: Any) -> None:
         # scrapy-redis passes retry_on_timeout, deprecated in redis-py; outage_retry covers it.
@@ -153,9 +151,8 @@ class ClusterPipeline(redis.cluster.ClusterPipeline):
 
 
 def crawl_redis(crawler: Crawler) -> RedisClient:
-    """The crawl's Redis client, one for all its components: one connection pool, so a worker
-    opens a few connections (each costs a handshake of several round trips), not one or more
-    per component."""
+    """The crawl's Redis client, one connection pool for all its components: a worker opens a few
+    connections (a handshake of several round trips each), not some per component."""
     client = getattr(crawler, CRAWL_CLIENT, None)
     if client is None:
         client = redis_from_settings(crawler.settings)

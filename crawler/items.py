@@ -15,8 +15,7 @@ class StoredItem(Protocol):
 
 @dataclass
 class VideoItem:
-    """One video of an explore feed. A field whose value in the feed had the wrong type is
-    None (counted as ``extract/bad_field/<name>``); the video is stored all the same."""
+    """One video of an explore feed; a field of the wrong type is None (and counted)."""
 
     collection: ClassVar[str] = "videos"
     unique_key: ClassVar[str] = "video_id"
@@ -68,8 +67,7 @@ class ProfileItem:
 
 @dataclass
 class PlaceItem:
-    """One place of a map listing; ``query`` is the search it was first found by. Fields the
-    place page does not show are None."""
+    """One place of a map listing, found first by search ``query``; what its page lacks is None."""
 
     collection: ClassVar[str] = "places"
     unique_key: ClassVar[str] = "place_id"

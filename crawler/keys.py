@@ -137,8 +137,7 @@ def invalid_key(settings: BaseSettings, spider: SpiderRef) -> str:
 
 
 def _name_and_key(settings: BaseSettings, spider: SpiderRef) -> tuple[str, str | None]:
-    """The spider's name and its own ``redis_key`` (checked: SettingsError when it is not a
-    key name), if it has one. A name is looked up among the project's spiders."""
+    """The spider's name and its own checked ``redis_key``, if any (a name: a project spider)."""
     if isinstance(spider, str):
         spider = _spider_class(settings, spider) or spider
     if isinstance(spider, str):
@@ -214,8 +213,7 @@ class FrontierKeys:
         return self._key("prio")
 
     def script_keys(self, *more: str) -> list[str]:
-        """The keys every frontier script starts with (see ``frontier/scripts/prelude.lua``),
-        then ``more``."""
+        """The keys every frontier script starts with (``scripts/prelude.lua``), then ``more``."""
         return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
 
     @property
@@ -232,15 +230,13 @@ class FrontierKeys:
 
     @property
     def dupefilter(self) -> str:
-        """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the
-        scalable Bloom filter's layers (``<base>:<n>``, built in
-        ``frontier/scripts/dupefilter.lua``)."""
+        """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the Bloom
+        filter's layers (``<base>:<n>``, built in ``scripts/dupefilter.lua``)."""
         return self._key("dupefilter")
 
     @property
     def dupefilter_meta(self) -> str:
-        """The scalable Bloom filter's shape and per-layer counts (``<base>:meta``; the Lua
-        builds the same name)."""
+        """The Bloom filter's shape and per-layer counts (the Lua builds the same name)."""
         return self.dupefilter + ":meta"
 
     @property

@@ -49,15 +49,14 @@ logger = logging.getLogger(__name__)
 
 class BanMiddleware:
     """Before a request goes out: its domain must not be cooling down after a ban, it gets an
-    identity (bind address or proxy) that is not cooling down, and it takes a token from the
-    fleet's shared rate for (domain, identity): with one identity the frontier's pop planned its
-    turn (meta ``frontier_paced``) and SendGateMiddleware takes the token; otherwise it waits in
-    this worker or in the delayed set (:mod:`crawler.bans.waits`). After the response: a ban is
-    classified and handled as :mod:`crawler.bans.policy` says.
+    identity (bind address or proxy) not cooling down, and it takes a token of the fleet's rate for
+    (domain, identity): SendGateMiddleware takes it when the frontier's pop planned its turn (one
+    identity), else it waits here or in the delayed set (:mod:`crawler.bans.waits`). After the
+    response: a ban is handled as :mod:`crawler.bans.policy` says.
 
-    Settings (crawler/settings.py): BAN_*, POLITENESS_*, BIND_ADDRESSES, PROXY_POOL. Meta
-    ``dont_ban_check`` skips classification; ``crawl_delay`` (seconds) spaces the domain's
-    requests for the fleet, as a robots.txt Crawl-delay asks."""
+    Settings: BAN_*, POLITENESS_*, BIND_ADDRESSES, PROXY_POOL. Meta ``dont_ban_check`` skips
+    classification; ``crawl_delay`` (seconds) spaces the domain's requests for the fleet.
+    """
 
     # The frontier paces the fleet while this middleware is enabled (crawler/frontier/pacing.py).
     paces_fleet = True
@@ -97,8 +96,7 @@ class BanMiddleware:
             return self._defer(request, identity, "identities_cooling")
         identity.apply(request.meta)
         if PACED_META in request.meta:
-            # Its turn was planned by the frontier: its host's token is the send gate's
-            # (SendGateMiddleware) to take as it goes, at the Crawl-delay it carries then.
+            # A turn the frontier planned: SendGateMiddleware takes its token as it goes.
             return None
         due = await self.turns.wait(domain, identity.name, crawl_delay_of(request.meta))
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
@@ -116,12 +114,11 @@ class BanMiddleware:
 
 
 class SendGateMiddleware:
-    """Downloader middleware at 950, after every other ``process_request``: a request whose
-    turn the frontier's pop planned (meta ``frontier_paced``) takes its host's token as it
-    leaves for the download handler (:mod:`crawler.frontier.gate`), so no request reaches a
-    host sooner than its rate allows however long it took on its way. Turned away, a leased
-    request is held by the scheduler, its lease kept and no download slot taken, until the
-    host's next token; another one (robots.txt) waits here."""
+    """Downloader middleware at 950, after every other ``process_request``: a request whose turn the
+    frontier's pop planned (meta ``frontier_paced``) takes its host's token as it leaves
+    (:mod:`crawler.frontier.gate`), however long it took on its way. Turned away, a leased request
+    is held by the scheduler (lease kept, no download slot) until the host's next token; another one
+    (robots.txt) waits here."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.frontier = FrontierReports(crawler)
@@ -147,8 +144,7 @@ class SendGateMiddleware:
         return None
 
     def request_reached_downloader(self, request: Request) -> None:
-        """Past every middleware: a request later than its token counted (a stall before the
-        downloader) tells its host's bucket now, before the host's next token is given."""
+        """A request later than its token counted tells its host's bucket now, before the next."""
         if (scheduler := self.frontier.scheduler) is not None:
             scheduler.gate_sent(request)
 
@@ -158,12 +154,10 @@ class SendGateMiddleware:
 
 class BackoffRetryMiddleware:
     """Replaces Scrapy's RetryMiddleware: a retry is a new request due after the backoff
-    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` header wins), waiting in the
-    frontier's delayed set, so no worker sleeps and a worker dying does not lose it. A request
-    out of attempts goes to the dead-letter list with its reason.
-
-    Settings: Scrapy's RETRY_*, RETRY_BACKOFF_* and BAN_COOLDOWN_MAX (caps a Retry-After).
-    Per request: meta ``dont_retry``, ``max_retry_times``."""
+    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` wins) in the frontier's delayed
+    set, so no worker sleeps and a worker dying loses none; one out of attempts is a dead letter.
+    Settings: RETRY_*, BAN_COOLDOWN_MAX (caps a Retry-After); meta ``dont_retry``,
+    ``max_retry_times``."""
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -227,10 +221,9 @@ class HostFullMiddleware:
 
 
 class HostConcurrencyMiddleware:
-    """Downloader middleware at 660: after BanMiddleware (650), so a request Ban defers never
-    held a lease, and before Cookies (700), so a request it defers carries no Cookie header into
-    the frontier. Nothing between it and the download hands a request back (to be scheduled
-    again with the lease on it); a lease whose give-back is lost expires by itself."""
+    """Downloader middleware at 660: after BanMiddleware (650), so a request Ban defers never held a
+    lease, and before Cookies (700), so one it defers carries no Cookie header into the frontier. A
+    lease whose give-back is lost expires by itself."""
 
     def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
         self.crawler = crawler
@@ -269,8 +262,7 @@ class HostConcurrencyMiddleware:
 
 
 class LeaseSpiderMiddleware:
-    """Outermost spider middleware: follows a response's output, and its items through the
-    pipelines (the item signals), to their end."""
+    """Outermost spider middleware: follows a response's output, items included, to its end."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -319,8 +311,7 @@ class LeaseSpiderMiddleware:
             self.frontier.item_finished(response.request)
 
     def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
-        """A pipeline failed on the item, so it is not stored: its request is a dead letter
-        with the reason, never acknowledged as done."""
+        """A pipeline failed on the item: its request is a dead letter (with why), never acked."""
         if response is not None and response.request is not None:
             error = failure.value
             reason = f"item_error:{type(error).__name__}"
@@ -328,15 +319,14 @@ class LeaseSpiderMiddleware:
 
 
 class LeaseDownloaderMiddleware:
-    """Outermost downloader middleware: every request leaves the downloader with its lease
-    settled or still followed.
+    """Outermost downloader middleware: every request leaves the downloader with its lease settled
+    or still followed.
 
-    ``process_exception`` runs after every other middleware's (retries included), so what
-    reaches it is final: an ignored request (offsite, robots.txt) is acked, a failed download
-    is a dead letter. An exception raised on the way back (a ``process_response``: a redirect
-    loop, a body over DOWNLOAD_MAXSIZE once decompressed, a failing ban rule) skips every
-    ``process_exception``; the request's errback, guarded here, settles it instead (see
-    :meth:`response_failed`). Redis being away is never the request's failure: its lease is
+    ``process_exception`` runs after every other middleware's (retries included), so what reaches it
+    is final: an ignored request (offsite, robots.txt) is acked, a failed download is a dead letter.
+    An exception raised on the way back (a redirect loop, a body over DOWNLOAD_MAXSIZE, a failing
+    ban rule) skips every ``process_exception``: the request's errback, guarded here, settles it
+    (:meth:`response_failed`). Redis being away is never the request's failure: the lease is
     released untouched.
     """
 
@@ -365,8 +355,7 @@ class LeaseDownloaderMiddleware:
             self.frontier.failed(request, reason, str(exception) or repr(exception))
 
     def response_failed(self, request: Request, exception: BaseException) -> None:
-        """A downloader middleware raised on the way back: the response is given up (dead
-        letter with the reason), or tried again later if Redis was away."""
+        """A middleware raised on the way back: a dead letter, or again later if Redis was away."""
         if self.frontier.scheduler is None:
             return
         if isinstance(exception, RedisError):

@@ -51,10 +51,7 @@ def required_fields(item_class: type) -> tuple[str, ...]:
 
 
 class ValidationPipeline:
-    """Drops stored items whose required fields are None (or whose unique key is empty).
-
-    Counted as ``validation/dropped/missing_<field>``; the drop reason names the item and fields.
-    """
+    """Drops, naming it, a stored item missing a required field or its unique key (counted)."""
 
     def __init__(self, stats: StatsCollector) -> None:
         self.stats = stats
@@ -79,8 +76,7 @@ class ValidationPipeline:
 
 class MongoPipeline:
     """Store every item in its MongoDB collection (``storage/destinations.py``), with change
-    tracking, through :class:`MongoWriter` (MONGO_* settings). An item not stored fails
-    (``item_error``: its request goes to the dead letters)."""
+    tracking, through :class:`MongoWriter`; an item not stored fails (``item_error``)."""
 
     def __init__(
         self,
@@ -132,8 +128,7 @@ class MongoPipeline:
         await self.writer.store(destination, key_of(item, destination), item, volatile, values)
 
     def spider_idle(self) -> None:
-        """spider_idle handler: a crawl about to finish with no item stored and some failed
-        closes as ``items_not_stored`` (other handlers may still keep it open)."""
+        """A crawl finishing with items failed and none stored closes as ``items_not_stored``."""
         if self.stored or not self.failed:
             return
         if not self.said_not_stored:  # idle handlers run again while the fleet has work

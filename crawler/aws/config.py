@@ -13,8 +13,7 @@ SECRET_MODES = ("ssm", "env")
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """How ``scrapy fleet`` launches workers: the FLEET_* settings and AWS_ENDPOINT_URL, each
-    documented in docs/settings.md."""
+    """How ``scrapy fleet`` launches workers: FLEET_* and AWS_ENDPOINT_URL (docs/settings.md)."""
 
     name: str
     region: str | None

@@ -80,11 +80,8 @@ def render(
     database: str,
     crawl_settings: Mapping[str, str],
 ) -> str:
-    """The user-data script of a worker of ``spider``.
-
-    ``secrets`` "ssm": REDIS_URL and MONGO_URI come from the SSM parameters named in
-    ``ssm_names``; "env": ``env_values`` are written into the script as they are.
-    """
+    """The user-data script of a worker of ``spider``: REDIS_URL and MONGO_URI read from the SSM
+    parameters ``ssm_names`` (``secrets`` "ssm"), or ``env_values`` written into it ("env")."""
     if secrets == "ssm":
         lines = [_ssm(variable, ssm_names[variable]) for variable in ("REDIS_URL", "MONGO_URI")]
     else:

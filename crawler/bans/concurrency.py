@@ -39,8 +39,7 @@ def full_hosts(crawler: Crawler) -> dict[str, float]:
     return _FULL_UNTIL.setdefault(crawler, {})
 
 
-# Seconds a lease outlives its request's download timeout (time spent between this middleware
-# and the download handler, and clocks).
+# Seconds a lease outlives its request's download timeout (the way to the handler, clocks).
 LEASE_SLACK = 30.0
 
 # KEYS: the domain's set. ARGV: cap, lease seconds, token. Returns 1 when the lease is taken.
@@ -69,8 +68,7 @@ class HostSlots:
         return self.prefix + domain
 
     def take(self, domain: str, seconds: float) -> str | None:
-        """A lease token for one request to ``domain`` lasting ``seconds``; None when the
-        domain already has ``cap`` requests in flight."""
+        """A lease token of ``domain`` for ``seconds``; None when it has ``cap`` in flight."""
         token = secrets.token_hex(8)
         taken = self._take(keys=[self.key(domain)], args=[self.cap, seconds, token])
         return token if int(taken) else None
@@ -84,8 +82,7 @@ class HostSlots:
 
 
 class HostAdmission:
-    """One worker's side of the host slots (HostConcurrencyMiddleware): a lease per request
-    going out, and the domains found full remembered (:func:`full_hosts`)."""
+    """This worker's side of the host slots: a lease per request, full domains remembered."""
 
     def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
         self.crawler = crawler
@@ -95,8 +92,7 @@ class HostAdmission:
         self.refusals: dict[str, int] = {}
 
     def admit(self, request: Request) -> Request | None:
-        """None once ``request`` holds a lease of its domain (meta SLOT_META); else the request
-        going back to the frontier for a while."""
+        """None once ``request`` holds a lease (meta SLOT_META), else it going back for a while."""
         domain = request_domain(request)
         full = full_wait(self.full_until, domain)
         if full is not None:
@@ -118,8 +114,7 @@ class HostAdmission:
         return wait
 
     def give_back(self, request: Request) -> bool:
-        """Gives back ``request``'s lease if it holds one; False when Redis did not answer (the
-        lease then expires by itself)."""
+        """Give back the lease ``request`` holds; False if Redis did not answer (it expires)."""
         token = request.meta.pop(SLOT_META, None)
         if token is None:
             return True
@@ -135,15 +130,13 @@ class HostAdmission:
 def send_back_if_full(
     crawler: Crawler, request: Request, full_until: dict[str, float]
 ) -> Request | None:
-    """``request`` going back to the frontier while this worker takes its domain as full
-    (``full_until``: :func:`full_hosts`); None when it does not."""
+    """``request`` going back while this worker takes its domain as full; else None."""
     wait = full_wait(full_until, request_domain(request))
     return None if wait is None else send_back_after(crawler, request, wait)
 
 
 def full_wait(full_until: dict[str, float], domain: str) -> float | None:
-    """Seconds a request of ``domain`` should wait while this worker takes the domain as full
-    (spread over RETRY_WINDOW); None when it does not."""
+    """Seconds (spread) a request waits while this worker takes ``domain`` as full; else None."""
     full = full_until.get(domain, 0.0) - time.monotonic()
     return full + random.uniform(*RETRY_WINDOW) if full > 0 else None
 

@@ -18,10 +18,8 @@ from crawler.uris import DEFAULT_IDENTITY, proxy_names
 
 @dataclass(frozen=True)
 class Identity:
-    """A bind address ("bind:127.0.0.2"), a proxy ("proxy:host:3128") or the default.
-
-    ``proxy`` is the proxy's URL with its credentials: never logged, never stored in Redis.
-    """
+    """A bind address, a proxy or the default; ``proxy``, its URL with credentials, is never logged
+    nor stored in Redis."""
 
     name: str
     proxy: str | None = field(default=None, repr=False, compare=False)
@@ -56,8 +54,7 @@ class IdentityPool:
     def keep_or_choose(
         self, meta: Mapping[str, Any], cooling_until: Callable[[Identity], float]
     ) -> Identity | float:
-        """The identity a request's ``meta`` names, unless it is cooling down; else as
-        :meth:`choose`."""
+        """The identity ``meta`` names unless it is cooling down, else as :meth:`choose`."""
         identity = self.get(str(meta.get(IDENTITY_META, "")))
         if identity is not None and not cooling_until(identity):
             return identity
@@ -76,9 +73,8 @@ class IdentityPool:
 
 
 def without_identity(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """A copy of ``meta`` without what an identity named in ``meta[key]`` put there (its name,
-    bind address and, for a proxy, the proxy and its credentials), so a request stored in Redis
-    for later carries no secret and gets an identity afresh."""
+    """A copy of ``meta`` without what the identity it names put there (name, bind address, a proxy
+    and its credentials): stored in Redis, it carries no secret and gets an identity afresh."""
     dropped = {key, "bindaddress"}
     if str(meta.get(key, "")).startswith("proxy:"):
         dropped.update(PROXY_META)

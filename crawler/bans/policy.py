@@ -95,9 +95,8 @@ class BanPolicy:
     async def _cool_down(
         self, domain: str, identity: str, scope: str | None, seconds: float, why: str
     ) -> float:
-        """Start the cool-down and halve the rate of (domain, identity); returns the cool-down's
-        end. Both may be done again when Redis goes away in between: a cool-down keeps the
-        later end."""
+        """Start the cool-down and halve the rate of (domain, identity); its end. Redone when Redis
+        went away in between, a cool-down keeps the later end."""
         until = self.fleet.ban(domain, scope, seconds, why)
         self.fleet.penalize(domain, identity)
         return until
@@ -149,8 +148,7 @@ def page_of(response: Response) -> Page:
 
 
 def retry_after(response: Response, maximum: float = math.inf) -> float:
-    """Seconds from a Retry-After header (seconds or HTTP date), at most ``maximum``; 0 when
-    absent or unreadable."""
+    """Seconds of a Retry-After (seconds or HTTP date), at most ``maximum``; 0 if unreadable."""
     value = response.headers.get(b"Retry-After")
     if not value:
         return 0.0

@@ -24,20 +24,17 @@ if TYPE_CHECKING:
 
 
 class LayoutKeepingFormatter(argparse.RawDescriptionHelpFormatter, ScrapyHelpFormatter):
-    """Scrapy's help layout, with a command's description printed as written: its examples
-    stay one per line instead of being folded into one paragraph."""
+    """Scrapy's help layout, with a command's description (its examples) printed as written."""
 
 
 def keep_description_layout(parser: argparse.ArgumentParser) -> None:
-    """Called from a command's ``add_options``: Scrapy built the parser, this sets how its
-    description is printed."""
+    """For a command's ``add_options``: its description is printed as written."""
     parser.formatter_class = LayoutKeepingFormatter
 
 
 class ProjectCommand:
-    """What the project's commands share (mixed in before ScrapyCommand; not a command itself,
-    so Scrapy does not list it): the project's settings, quiet logs, the spider-name check, a
-    Redis client and a spider's frontier."""
+    """What the project's commands share (a mixin, so Scrapy does not list it as a command): quiet
+    logs, the spider-name check, a Redis client and a spider's frontier."""
 
     requires_project = True
     requires_crawler_process = False

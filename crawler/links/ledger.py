@@ -87,14 +87,11 @@ class HostLedger:
         max_pages: int = 0,
         revisit: bool = False,
     ) -> tuple[int, dict[str, int]]:
-        """Count one HTML page of ``host`` and its links to other hosts. Returns the pages of
-        ``host`` fetched for ``start`` so far, fleet-wide (this one included), and the
-        backlinks each linked host has (the first MAX_BACKLINK_HOSTS of them).
-
-        Counts are sent every ``flush_pages`` pages or ``flush_seconds``, in one pipeline; a
-        page whose host is within ``flush_pages`` of ``max_pages`` (0: no budget) is sent at
-        once, so a worker sees the fleet's count near a budget. A ``revisit`` of a page counts
-        its fetch and bytes only: neither the budget nor links already counted."""
+        """Count one HTML page of ``host`` and its links to other hosts; the pages of ``host``
+        fetched for ``start`` so far, fleet-wide, and the backlinks of each linked host (the first
+        MAX_BACKLINK_HOSTS). A page whose host is within ``flush_pages`` of ``max_pages`` (0: none)
+        is sent at once; a ``revisit`` counts its fetch and bytes only, neither the budget nor its
+        links."""
         pending = self._pending
         budget = (start, host)
         counters = pending.hosts[host]
@@ -204,10 +201,9 @@ def _ints(raw: Mapping[Any, Any]) -> dict[str, int]:
 
 
 class HostErrorsMiddleware:
-    """Downloader middleware of the ``links`` spider (order 90, inside the retry middleware's
-    reach: it sees only a download's final failure): counts it in the host's
-    ``errors:<exception class>`` (DNSLookupError, TimeoutError, ConnectionRefusedError, ...).
-    A request dropped on purpose (IgnoreRequest: robots.txt, offsite) is no error."""
+    """Downloader middleware of the ``links`` spider at 90, within the retry middleware's reach (it
+    sees only a download's final failure): counts it in the host's ``errors:<exception class>``; a
+    request dropped on purpose (IgnoreRequest) is no error."""
 
     def __init__(self, ledger: HostLedger) -> None:
         self.ledger = ledger

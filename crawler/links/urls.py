@@ -53,8 +53,7 @@ def is_tracking(name: str) -> bool:
 
 @lru_cache(maxsize=65536)
 def canonical_url(url: str) -> str:
-    """The canonical form of an absolute http(s) URL; BadUrl when it is not one, or carries a
-    user or password. Cached: a site links its home and menu from every page."""
+    """The canonical form of an absolute http(s) URL without credentials, else BadUrl; cached."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
@@ -97,8 +96,7 @@ def registered_domain(host: str) -> str:
 
 
 def scope_root(url: str, scope: str) -> str:
-    """What a followed link must share with its start URL: its host, its registered domain,
-    or nothing (``any``)."""
+    """What a followed link shares with its start URL: host, registered domain or "" (any)."""
     if scope == "host":
         return host_of(url)
     if scope == "domain":

@@ -81,16 +81,14 @@ class MonitorSettings:
 
     @property
     def period(self) -> float:
-        """How often the monitor runs: the publish interval, or a third of the heartbeat TTL
-        if that is shorter, so a live worker's heartbeat never lapses."""
+        """How often the monitor runs: the publish interval, or a third of the heartbeat TTL if
+        shorter, so a live worker's heartbeat never lapses."""
         return min(self.publish_interval, self.heartbeat_ttl / 3)
 
 
 class FleetMonitor:
     """Extension: shared stats, heartbeat, Prometheus endpoint and progress line of a worker.
-
-    Settings (crawler/settings.py): STATS_REDIS_KEY, STATS_PUBLISH_INTERVAL, WORKER_HEARTBEAT_TTL,
-    PROGRESS_INTERVAL, PACE_WINDOW, METRICS_PORT, METRICS_HOST, FLEET_PAGE.
+    Settings: STATS_*, WORKER_HEARTBEAT_TTL, PROGRESS_INTERVAL, PACE_WINDOW, METRICS_*, FLEET_PAGE.
     """
 
     def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
@@ -229,8 +227,7 @@ class FleetMonitor:
         return generate_latest(self.registry).decode()
 
     def fleet_page(self) -> dict[str, Any]:
-        """The fleet page's report of this worker's spider, read from Redis (blocking: the page
-        calls it on the reactor's thread pool)."""
+        """This spider's fleet page report, read from Redis (blocking: called off the reactor)."""
         assert self.info is not None
         spiders = {self.info.spider: self.crawler.spidercls}
         return fleet_report(self.server, self.crawler.settings, spiders, history=HISTORY_MINUTES)

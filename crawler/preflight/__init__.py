@@ -1,13 +1,9 @@
 """Every project setting checked once before a crawl starts; a bad one stops it, named.
 
-:func:`check_settings` reads every setting by its rule (crawler/config/table.py) and raises one
-:class:`SettingsError` listing every bad value as ``NAME = value: must be <allowed>``, then
-:data:`CROSS_CHECKS` compare settings with each other. ``scrapy crawl`` checks before the
-crawler starts and exits with status 2 (crawler/commands/crawl.py); the :class:`SettingsCheck`
-extension checks under any other runner before the engine is built, so before any lease is
-taken. Components read their settings through the same rules and raise the same error; none
-switches itself off for a bad value. What only the server can tell (the start key's type, the
-RedisBloom module) is checked by :func:`check_frontier_server` and when the frontier opens.
+:func:`check_settings` reads each setting by its rule (crawler/config/table.py), then
+:data:`CROSS_CHECKS` compare settings with each other, and raises one :class:`SettingsError`
+listing every bad value as ``NAME = value: must be <allowed>`` (docs/settings.md). Components read
+their settings through the same rules; none switches itself off for a bad value.
 """
 
 from __future__ import annotations
@@ -143,10 +139,9 @@ CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
 
 
 def check_frontier_server(crawler: Crawler) -> None:
-    """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
-    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner:
-    a spider may name its start key only once built, an add-on may change DUPEFILTER_MODE).
-    The check goes on the crawl's own Redis client, so its connection serves the crawl."""
+    """:func:`check_frontier` for a crawl on the frontier scheduler before its engine exists (the
+    scheduler checks again when it opens: a spider may name its start key only once built), on the
+    crawl's own Redis client, so the connection serves the crawl."""
     settings = crawler.settings
     # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
     if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:

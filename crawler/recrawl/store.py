@@ -92,8 +92,7 @@ class Revisit:
 
 @dataclass(frozen=True)
 class Claim:
-    """Revisits claimed until ``deadline``: (fingerprint, request JSON) pairs, and the
-    earliest due time of the revisits left waiting (0 when none is)."""
+    """Revisits claimed until ``deadline``, and when the first left waiting is due (0: none)."""
 
     deadline: float
     revisits: list[tuple[str, str]]
@@ -129,8 +128,7 @@ class RevisitStore:
         return read_claim(raw, deadline)
 
     def queue_claim(self, pipe: Any, count: int, hold: float) -> float:
-        """Queue :meth:`claim` on the pipeline ``pipe``; returns the claim's deadline (its
-        reply is read with :func:`read_claim`)."""
+        """Queue :meth:`claim` on ``pipe``; its deadline (:func:`read_claim` reads the reply)."""
         now = time.time()
         deadline = round(now + hold, 3)
         queue_eval(pipe, self._claim.script, self.keys, [repr(now), count, repr(deadline)])

@@ -92,8 +92,7 @@ def bounded(value: Any, name: str, limit: int) -> int:
 
 
 def url_origin(url: str) -> Origin:
-    """(scheme, host, port) of an http(s) URL; InvalidStartEntry when it has none, or carries
-    a user or password."""
+    """(scheme, host, port) of an http(s) URL; InvalidStartEntry if it has none, or credentials."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -152,15 +151,11 @@ def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) ->
 
 
 class RedisFedSpider(Spider):
-    """Base for spiders whose start entries come from Redis and from ``-a`` arguments.
-
-    Subclasses implement :meth:`requests_from_entry` (raise :class:`InvalidStartEntry` for bad
-    input) and may override :meth:`argument_entries`. With ``base_url_setting`` set, every
-    request an entry makes must be on that base URL's origin or one of ALLOWED_START_HOSTS.
-    As in scrapy-redis, a spider may name its own start list, ``redis_key`` (``%(name)s`` is
-    its name), and pop ``redis_batch_size`` entries per round trip. Settings: START_*,
-    REDIS_START_URLS_KEY, ALLOWED_START_HOSTS, MAX_IDLE_TIME_BEFORE_CLOSE (crawler/settings.py).
-    """
+    """Base for spiders whose start entries come from Redis and from ``-a`` arguments: subclasses
+    implement :meth:`requests_from_entry` (raising :class:`InvalidStartEntry` for bad input) and may
+    override :meth:`argument_entries`. With ``base_url_setting``, every request an entry makes must
+    be on that base URL's origin or ALLOWED_START_HOSTS. As in scrapy-redis, ``redis_key`` names the
+    spider's start list and ``redis_batch_size`` the entries per round trip."""
 
     entry_kind: ClassVar[str] = "start entry"
     base_url_setting: ClassVar[str] = ""
@@ -229,8 +224,7 @@ class RedisFedSpider(Spider):
         return self.feed.next_requests()
 
     def requests_from_raw(self, raw: bytes) -> list[Request]:
-        """The requests of a start entry as Redis holds it: decoded within the entry limits,
-        then :meth:`requests_from_entry`; raises for an entry that cannot be used."""
+        """The requests of an entry as Redis holds it, decoded within limits; raises if unusable."""
         entry = decode_entry(raw, self.entry_limits)
         return [self._checked(request) for request in self.requests_from_entry(entry)]
 
@@ -262,6 +256,5 @@ class RedisFedSpider(Spider):
             self.count(f"extract/bad_field/{name}")
 
     def on_idle(self) -> None:
-        """Feed the next batch of start entries, or let the spider close once the whole fleet
-        has been idle long enough (see StartFeed.on_idle)."""
+        """Feed the next batch, or let the spider close once the fleet has idled long enough."""
         self.feed.on_idle()

@@ -61,8 +61,7 @@ REFUSED = frozenset(
         *("depth", "allow_offsite", "is_start_request", "ftp_user", "ftp_password"),
     }
 )
-# Key prefixes refused as a whole: private state, and scrapy-playwright's (a browser fetch, its
-# context and the page methods it runs).
+# Prefixes refused whole: private state, and scrapy-playwright's (a browser fetch, its pages).
 REFUSED_PREFIXES = ("_", "playwright")
 
 

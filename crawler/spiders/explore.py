@@ -62,9 +62,7 @@ MAX_PAGES_LIMIT = 1_000_000
 
 
 class ExploreSpider(RedisFedSpider):
-    """Crawl explore feeds into ``videos`` and hand popular authors to ``profiles``. Settings:
-    EXPLORE_* (crawler/settings.py). Bans are caught by ``ban_rule``; a malformed answer is
-    retried with backoff."""
+    """Explore feeds into ``videos``, popular authors to ``profiles`` (EXPLORE_* settings)."""
 
     name = "explore"
     entry_kind = "explore start entry"
@@ -151,8 +149,7 @@ class ExploreSpider(RedisFedSpider):
         )
 
     def ban_rule(self, response: Response) -> str | None:
-        """The ban middleware's check for this target: a block instead of the feed is a ban;
-        a malformed answer (truncated, not JSON) is not: the callback retries it."""
+        """A block instead of the feed is a ban; a malformed answer is not (it is retried)."""
         try:
             parse_feed(body_text(response))
         except FeedBlocked as exc:

@@ -67,8 +67,7 @@ class LinksSpider(RedisFedSpider):
 
     name = "links"
     entry_kind = "links start entry"
-    # Start URLs go through the fleet's dupefilter like every link: a site the fleet has
-    # crawled is not crawled again until ``scrapy frontier links purge``.
+    # Start URLs go through the dupefilter: a site is crawled again after a frontier purge.
     refetch_start_urls = False
     custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
         # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
@@ -86,12 +85,11 @@ class LinksSpider(RedisFedSpider):
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
-        """Add the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100)
-        and the per-host error counter (90), keeping every other downloader middleware of the
-        project (custom_settings would replace the whole dict). Turn off Scrapy's Depth and
-        UrlLength spider middlewares, two passes over every link the spider already bounds
-        itself (LINKS_MAX_DEPTH, LINKS_MAX_URL_LENGTH; DEPTH_LIMIT and URLLENGTH_LIMIT do not
-        apply). Set at spider priority, as custom_settings are: ``-s ..._MIDDLEWARES=...`` wins."""
+        """Put the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100) and
+        the per-host error counter at 90, keeping the project's other downloader middlewares
+        (custom_settings would replace the dict); turn off Scrapy's Depth and UrlLength spider
+        middlewares, which the spider's own bounds make redundant. At spider priority: ``-s
+        ..._MIDDLEWARES=...`` wins."""
         super().update_settings(settings)
         name = "DOWNLOADER_MIDDLEWARES"
         middlewares = dict(settings.getdict(name))
@@ -122,8 +120,7 @@ class LinksSpider(RedisFedSpider):
 
     @classmethod
     def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
-        """What ``scrapy status links`` adds: the fleet's totals over every host and the ten
-        hosts with most pages, with their counters."""
+        """What ``scrapy status links`` adds: the fleet's totals, the ten hosts with most pages."""
         ledger = HostLedger(server, cls.name, setting(settings, "LINKS_STATE_TTL"))
         summary = ledger.summary(top=10)
         return {"hosts": summary["totals"], "top hosts": summary["hosts"]}
@@ -195,8 +192,7 @@ class LinksSpider(RedisFedSpider):
     ) -> Request:
         meta = {LINKS_META: state, "handle_httpstatus_list": COUNTED_ERRORS}
         if delay:
-            # The host's robots.txt Crawl-delay, known from the page linking here: the
-            # frontier spaces the request by it from the start.
+            # The host's robots.txt Crawl-delay, known from the linking page: spaced at once.
             meta[CRAWL_DELAY_META] = delay
         return Request(url, callback=self.parse_page, priority=priority, meta=meta)
 
@@ -219,8 +215,7 @@ class LinksSpider(RedisFedSpider):
         url = canonical_url(response.url)
         host = host_of(url)
         if state["depth"] == 0 and response.meta.get("redirect_urls"):
-            # A start URL that redirects (example.org -> www.example.org, http -> https): the
-            # crawl's scope is where it landed.
+            # A start URL that redirects (to www., to https): the scope is where it landed.
             state = {**state, "root": scope_root(url, state["scope"])}
         if response.status >= 400:
             self.count(f"links/errors/http_{response.status}")
@@ -301,8 +296,7 @@ class LinksSpider(RedisFedSpider):
                 yield self._page_request(link, child, rank, delay if same else None)
 
     def _first_ask(self, link: str) -> bool:
-        """False for a link this worker has followed before (counted as
-        ``links/skipped/asked_before``)."""
+        """False (counted) for a link this worker has followed before."""
         if not self.asked_limit:
             return True
         if link in self.asked:
@@ -331,8 +325,8 @@ class LinksSpider(RedisFedSpider):
     # --- robots.txt and sitemaps -------------------------------------------------------------
 
     def robots_requests(self, request: Request, sitemaps: list[str]) -> list[Request]:
-        """Requests seeded by the robots.txt of ``request``'s host, fetched by this worker
-        for the fleet: the sitemaps it names on that host, else ``/sitemap.xml``."""
+        """What a host's robots.txt seeds for the fleet: its sitemaps on the host, else
+        /sitemap.xml."""
         state = request.meta.get(LINKS_META)
         if not self.sitemaps or state is None:
             return []

@@ -93,8 +93,7 @@ def list_allowed_domains(spider: Any) -> None:
 
 
 def check_encoding(spider: Any) -> None:
-    """SettingsError for a ``redis_encoding`` Python has no codec for: a misspelt encoding
-    would set every entry aside as not_decodable."""
+    """SettingsError for an unknown ``redis_encoding`` (every entry would be set aside)."""
     encoding = getattr(spider, "redis_encoding", None) or "utf-8"
     try:
         codecs.lookup(encoding)
@@ -111,10 +110,9 @@ def check_size(data: bytes, limits: EntryLimits) -> None:
 
 
 class RedisSpider(RedisFedSpider):
-    """scrapy-redis's ``RedisSpider`` on the frontier, with its attributes ``redis_key``,
-    ``redis_batch_size`` (default START_BATCH_SIZE) and ``redis_encoding`` (default utf-8).
-    Override :meth:`make_request_from_data` to read entries another way; raise (anything) for
-    an entry to set aside."""
+    """scrapy-redis's ``RedisSpider`` on the frontier: ``redis_key``, ``redis_batch_size`` (default
+    START_BATCH_SIZE), ``redis_encoding`` (utf-8); override :meth:`make_request_from_data` and raise
+    for an entry to set aside."""
 
     redis_encoding: ClassVar[str] = "utf-8"
 
@@ -135,14 +133,12 @@ class RedisSpider(RedisFedSpider):
 
 
 class RedisCrawlSpider(RedisSpider, CrawlSpider):
-    """scrapy-redis's ``RedisCrawlSpider`` on the frontier: a CrawlSpider (``rules``) whose
-    start entries are leased from ``redis_key``, as :class:`RedisSpider`'s are."""
+    """scrapy-redis's ``RedisCrawlSpider`` (``rules``), fed as :class:`RedisSpider` is."""
 
 
 def scrapy_redis_requests(spider: Any, limits: EntryLimits, raw: bytes) -> list[Request]:
-    """The requests of a scrapy-redis spider's entry: its own ``make_request_from_data``, or,
-    when it keeps scrapy-redis's, :func:`request_from_data` (which refuses what scrapy-redis
-    would drop with a warning)."""
+    """A scrapy-redis spider's entry's requests: its own ``make_request_from_data``, or
+    :func:`request_from_data`, which refuses what scrapy-redis's would drop with a warning."""
     from scrapy_redis.spiders import RedisMixin
 
     check_size(raw, limits)
@@ -168,8 +164,7 @@ class ScrapyRedisSpiders:
         max_idle = own_idle_time(spider, settings)
         make = partial(scrapy_redis_requests, spider, limits)
         self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)
-        # scrapy-redis reads its start list only through next_requests (start_requests and its
-        # idle handler call it); the idle handler itself gives way to the feed's.
+        # scrapy-redis reads its start list only through next_requests; its idle handler yields.
         adopted: Any = spider
         adopted.next_requests = self.feed.next_requests
         with suppress(KeyError):  # not connected: a spider that skipped setup_redis()
