@@ -25,15 +25,9 @@ logger = logging.getLogger(__name__)
 
 
 class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
-    """scrapy-playwright's handler with two bounds of its own.
-
-    Settings (crawler/settings.py): MAPS_BLOCKED_RESOURCE_TYPES (list of Playwright resource
-    types aborted in the browser, default image, font, media; [] loads everything) and
-    MAPS_BROWSER_RESTART_PAGES (int, default 200: the browser is closed, once no page is open,
-    after this many pages and launched again at the next request; 0 never). When the spider
-    closes it adds the pages still open to ``maps/pages/open_at_close`` (0 when every path
-    closed its page).
-    """
+    """scrapy-playwright's handler bounded by MAPS_BLOCKED_RESOURCE_TYPES and
+    MAPS_BROWSER_RESTART_PAGES; at close it counts the pages left open in
+    ``maps/pages/open_at_close``."""
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)

@@ -1,12 +1,7 @@
-"""The Redis client every component uses, built from settings through scrapy-redis.
-
-scrapy-redis builds clients from ``REDIS_URL`` and ``REDIS_PARAMS``; ``REDIS_PARAMS["redis_cls"]``
-points it at :class:`Redis` below, which retries commands with exponential backoff when the
-connection drops, so a Redis restart or a network blip costs a pause, not a crash.
-
-With ``REDIS_CLUSTER`` set, the same settings build a :class:`RedisCluster` instead:
-``REDIS_URL`` names any one node, the others are discovered. Every key of a spider carries one
-hash tag, so each frontier script touches a single slot.
+"""The Redis client every component uses, built from settings through scrapy-redis
+(``REDIS_URL``, ``REDIS_PARAMS``): :class:`Redis` retries commands with backoff when the
+connection drops, so a Redis restart costs a pause, not a crash; with ``REDIS_CLUSTER``,
+:class:`RedisCluster` (``REDIS_URL`` names any one node) does the same.
 """
 
 from __future__ import annotations
@@ -114,14 +109,11 @@ def _reported(call: Callable[[], Any]) -> Any:
 
 
 class RedisCluster(redis.cluster.RedisCluster):
-    """redis.cluster.RedisCluster that waits with backoff while the cluster is unreachable.
-
-    redis-py refreshes the slot map and retries at once after a node error; when no node
-    answers it raises ``RedisClusterException``, not a ``RedisError``. Here every command waits
-    and retries as :class:`Redis` does, and then fails with :class:`ClusterUnavailable` (a
-    ``redis.ConnectionError``), so callers handle one server and a cluster alike. A pipeline
-    is not retried (it is emptied when it runs) but fails with the same error.
-    """
+    """redis.cluster.RedisCluster that waits with backoff while the cluster is unreachable: where
+    redis-py raises ``RedisClusterException`` (not a ``RedisError``), every command retries as
+    :class:`Redis` does, then fails with :class:`ClusterUnavailable` (a ``redis.ConnectionError``),
+    so callers handle one server and a cluster alike. A pipeline is not retried (it is emptied when
+    it runs) but fails the same."""
 
     def __init__(self, *args: Any, outage_retry: Retry | None = None, **kwargs: Any) -> None:
         # scrapy-redis passes retry_on_timeout, deprecated in redis-py; outage_retry covers it.
@@ -159,9 +151,8 @@ class ClusterPipeline(redis.cluster.ClusterPipeline):
 
 
 def crawl_redis(crawler: Crawler) -> RedisClient:
-    """The crawl's Redis client, one for all its components: one connection pool, so a worker
-    opens a few connections (each costs a handshake of several round trips), not one or more
-    per component."""
+    """The crawl's Redis client, one connection pool for all its components: a worker opens a few
+    connections (a handshake of several round trips each), not some per component."""
     client = getattr(crawler, CRAWL_CLIENT, None)
     if client is None:
         client = redis_from_settings(crawler.settings)
@@ -170,11 +161,8 @@ def crawl_redis(crawler: Crawler) -> RedisClient:
 
 
 def redis_from_settings(settings: BaseSettings) -> RedisClient:
-    """The client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it.
-
-    With ``REDIS_CLUSTER`` the client is a :class:`RedisCluster` (or the ``redis_cls`` of
-    ``REDIS_PARAMS`` if that is a RedisCluster class), built from the same settings.
-    """
+    """The client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it; with
+    ``REDIS_CLUSTER``, a :class:`RedisCluster` (or ``REDIS_PARAMS``'s RedisCluster class)."""
     if not settings.getbool("REDIS_CLUSTER"):
         client: redis.Redis = from_settings(settings)
         return client

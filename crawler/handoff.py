@@ -24,18 +24,12 @@ DAY = 86_400.0
 
 
 class Handoff:
-    """Push start entries to another spider, each key (e.g. an author) once per ``ttl`` seconds
-    for the whole fleet.
-
-    ``handed_key`` is a sorted set of the keys handed over, by the time until which they are
-    not handed again; past it a key seen again is handed again (its profile fetched again), and
-    expired keys are trimmed with every push, so the set holds only the last ``ttl``'s keys.
-    One script checks the keys, pushes the new ones and marks them (``hand_over.lua``): two
-    workers never hand a key over twice. On Redis Cluster the keys of the two spiders live on
-    different slots, so the check goes first and the push and marks in the next round trip; a
-    worker dying in between, or two workers checking the same key at once, can then hand a key
-    over twice, which the receiving spider absorbs (one document per key). Nothing is lost.
-    """
+    """Push start entries to another spider, each key (an author, say) once per ``ttl`` seconds for
+    the whole fleet: ``handed_key`` holds the keys handed over by the time until which they are not
+    handed again. One script checks the keys, pushes the new ones and marks them
+    (``hand_over.lua``); on Redis Cluster the two spiders' keys are on different slots, so the push
+    follows the check in the next round trip, and a key may then be handed over twice, which the
+    receiving spider absorbs."""
 
     def __init__(
         self,
@@ -55,8 +49,7 @@ class Handoff:
         self.atomic = not isinstance(server, redis.cluster.RedisCluster)
 
     def hand_over(self, entries: dict[str, dict[str, object]]) -> list[str]:
-        """Push the entries whose key was not handed over within the TTL and whose page has no
-        revisit waiting; return those keys (one round trip; two on a cluster)."""
+        """Push the entries not handed over within the TTL nor with a revisit due; their keys."""
         keys = sorted(entries)
         if not keys:
             return []
@@ -73,8 +66,7 @@ class Handoff:
         return new
 
     def queue_hand_over(self, pipe: Any, entries: dict[str, dict[str, object]]) -> None:
-        """Queue on ``pipe`` the script that pushes the new ``entries`` and marks their keys
-        (not on a cluster: see :attr:`atomic`)."""
+        """Queue on ``pipe`` the script pushing new ``entries`` and marking them (not clusters)."""
         if not entries:
             return
         now = time.time()
@@ -127,11 +119,10 @@ class Handoff:
 
 
 class RidingHandoff:
-    """A :class:`Handoff` done in the frontier's round trips (see ``riders.py``): the keys of
-    a page are handed over within ``hold`` seconds (on a cluster, checked in one trip and the
-    new ones pushed in the next). The page's lease waits for the push (``reports``), so a
-    worker that dies first leaves the page to be fetched again, and its keys handed over
-    then. Without a frontier to carry them, keys are handed over at once."""
+    """A :class:`Handoff` in the frontier's round trips (``riders.py``): a page's keys are handed
+    over within ``hold`` seconds, and the page's lease waits for the push, so a worker that dies
+    first leaves the page, and its keys, to be fetched again. Without a frontier to carry them, keys
+    are handed over at once."""
 
     def __init__(
         self,

@@ -1,15 +1,11 @@
 """Full garbage collections that leave the start-up heap alone.
 
-CPython's collector walks every object it tracks at each full (oldest-generation) collection.
-In a crawl most of them are what was loaded at start (the modules, classes and functions of
-Scrapy, Twisted, pymongo, redis, lxml...), which never become garbage. A full collection runs
-on the reactor thread, inside whatever allocation triggered it, and stops the reactor for as
-long as the walk takes: tens of milliseconds on a loaded 2-core machine
-(``bench/mongo_pipeline.py`` saw its longest stall drop from about 70 ms to 24 ms with the
-start-up heap frozen). :class:`FreezeStartupHeap` collects once and then calls
-``gc.freeze()`` when the engine starts: what exists then moves to a permanent generation that
-later collections skip; everything allocated afterwards is collected as before. Turn it off
-with ``EXTENSIONS = {"crawler.extensions.FreezeStartupHeap": None}``.
+A full collection walks every tracked object, most of them loaded at start (the modules and
+classes of Scrapy, Twisted, pymongo...) and never garbage, and stops the reactor meanwhile: tens
+of milliseconds on a loaded 2-core machine (``bench/mongo_pipeline.py``: longest stall 70 ms, 24
+with the heap frozen). :class:`FreezeStartupHeap` collects once and calls ``gc.freeze()`` when
+the engine starts, so later collections skip what exists then. Turn it off with
+``EXTENSIONS = {"crawler.extensions.FreezeStartupHeap": None}``.
 """
 
 from __future__ import annotations

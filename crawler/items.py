@@ -15,8 +15,7 @@ class StoredItem(Protocol):
 
 @dataclass
 class VideoItem:
-    """One video of an explore feed. A field whose value in the feed had the wrong type is
-    None (counted as ``extract/bad_field/<name>``); the video is stored all the same."""
+    """One video of an explore feed; a field of the wrong type is None (and counted)."""
 
     collection: ClassVar[str] = "videos"
     unique_key: ClassVar[str] = "video_id"
@@ -68,8 +67,7 @@ class ProfileItem:
 
 @dataclass
 class PlaceItem:
-    """One place of a map listing; ``query`` is the search it was first found by. Fields the
-    place page does not show are None."""
+    """One place of a map listing, found first by search ``query``; what its page lacks is None."""
 
     collection: ClassVar[str] = "places"
     unique_key: ClassVar[str] = "place_id"
@@ -131,18 +129,10 @@ class PageItem:
 
 @dataclass
 class DomainItem:
-    """One domain of the ``domains`` sweep, keyed by ``domain`` (normalized: lower case, IDNA,
-    without ``www.``; crawler/domains/normalize.py). ``status`` is its class (alive, parked,
-    http_error, redirect_offsite, redirect_loop, dns_not_found, dns_error, timeout, refused,
-    not_http, connection_error, tls_error) and ``code`` the seed's number (1000 DNS, 0
-    unreachable, else the HTTP status); see crawler/domains/classify.py. ``scheme``,
-    ``final_url``, ``http_status``, ``server``, ``title`` and ``truncated`` (the server cut the
-    body short) come from the answer and are None after a failure, which ``error`` describes
-    (``final_url``: for redirect_offsite and redirect_loop, where the last redirect points;
-    after a failure, the URL that failed when redirects within the domain led there).
-    ``http_error`` and ``https_error`` say how each scheme tried failed ("<class>: <detail>",
-    None when it answered or was not tried). ``response_time`` is seconds (download latency,
-    or time to the failure), ``checked_at`` epoch seconds, ``attempts`` the requests made."""
+    """One domain of the ``domains`` sweep, keyed by ``domain`` (normalized:
+    crawler/domains/normalize.py). ``status`` is its class and ``code`` the seed's number (1000 DNS,
+    0 unreachable, else the HTTP status), as docs/spiders.md describes with every other field;
+    ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made."""
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"
@@ -169,9 +159,5 @@ class DomainItem:
 
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.
 STORED_ITEM_CLASSES: tuple[type[StoredItem], ...] = (
-    VideoItem,
-    ProfileItem,
-    PlaceItem,
-    PageItem,
-    DomainItem,
+    *(VideoItem, ProfileItem, PlaceItem, PageItem, DomainItem),
 )

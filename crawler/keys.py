@@ -1,24 +1,10 @@
-"""Every Redis key of a spider, named in this one module.
+"""Every Redis key of a spider, named in this one module (the list, with what each holds: the
+Redis keys table of docs/frontier.md).
 
 A spider's own keys share its ``{spider}`` hash tag (:func:`tagged`), so every script that
-touches several of them runs on Redis Cluster. The names:
-
-- the frontier (:class:`FrontierKeys`): ``queues``, ``queue:<priority>``, ``data``, ``owner``,
-  ``seq``, ``leases``, ``delayed``, ``dead``, ``dupefilter``, the lost-frontier ``frontier``
-  marker, and the ``queue``/``prio`` of older versions, drained on pop;
-- ``paused`` (:func:`pause_key`): while it exists the fleet takes no new requests; a hash of
-  ``since`` (Unix time), ``by`` and ``reason`` (``crawler/frontier/pause.py``);
-- start entries: the start list keeps the scrapy-redis name (``REDIS_START_URLS_KEY``,
-  ``<spider>:start_urls``, or the spider's ``redis_key``) and its leases take that name as their
-  hash tag (``{<start list>}:leases``); bad entries go to ``START_INVALID_KEY``;
-- the fleet's view (:class:`FleetKeys`): ``STATS_REDIS_KEY`` (``{spider}:stats``), its
-  ``:minute:<n>`` buckets, ``workers`` and ``workers:<id>`` heartbeats;
-- politeness (:mod:`crawler.bans.politeness`): ``bans`` (cool-downs), ``bans:why``,
-  ``rate:<domain>|<identity>`` token buckets, ``rate:fleet`` (the domains spider's fleet cap),
-  ``inflight:<domain>`` host slots;
-- ``fleet:banned`` (AWS instances that reported a ban), ``handed_until`` (``EXPLORE_HANDED_KEY``),
-  ``revisit`` and ``revisit:data`` (recrawls), ``robots:<origin>`` and the links ledger's
-  ``hosts:*`` keys.
+touches several of them runs on Redis Cluster. The start list keeps the scrapy-redis name
+(``REDIS_START_URLS_KEY`` or the spider's ``redis_key``) and its leases take that name as their
+hash tag.
 """
 
 from __future__ import annotations
@@ -162,8 +148,7 @@ def invalid_key(settings: BaseSettings, spider: SpiderRef) -> str:
 
 
 def _name_and_key(settings: BaseSettings, spider: SpiderRef) -> tuple[str, str | None]:
-    """The spider's name and its own ``redis_key`` (checked: SettingsError when it is not a
-    key name), if it has one. A name is looked up among the project's spiders."""
+    """The spider's name and its own checked ``redis_key``, if any (a name: a project spider)."""
     if isinstance(spider, str):
         spider = _spider_class(settings, spider) or spider
     if isinstance(spider, str):
@@ -239,8 +224,7 @@ class FrontierKeys:
         return self._key("prio")
 
     def script_keys(self, *more: str) -> list[str]:
-        """The keys every frontier script starts with (see ``frontier/scripts/prelude.lua``),
-        then ``more``."""
+        """The keys every frontier script starts with (``scripts/prelude.lua``), then ``more``."""
         return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
 
     @property
@@ -257,15 +241,13 @@ class FrontierKeys:
 
     @property
     def dupefilter(self) -> str:
-        """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the
-        scalable Bloom filter's layers (``<base>:<n>``, built in
-        ``frontier/scripts/dupefilter.lua``)."""
+        """The duplicate filter: a set ("exact"), a RedisBloom filter, or the base name of the Bloom
+        filter's layers (``<base>:<n>``, built in ``scripts/dupefilter.lua``)."""
         return self._key("dupefilter")
 
     @property
     def dupefilter_meta(self) -> str:
-        """The scalable Bloom filter's shape and per-layer counts (``<base>:meta``; the Lua
-        builds the same name)."""
+        """The Bloom filter's shape and per-layer counts (the Lua builds the same name)."""
         return self.dupefilter + ":meta"
 
     @property

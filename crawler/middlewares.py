@@ -1,20 +1,8 @@
 """The middlewares Scrapy loads (``DOWNLOADER_MIDDLEWARES``/``SPIDER_MIDDLEWARES`` in
 crawler/settings.py name them here), as ``scrapy startproject`` lays them out. Each is a thin
-adapter; the machinery it drives lives in its own room:
-
-- :class:`BanMiddleware` (650): cool-downs and the fleet's shared rate
-  (:mod:`crawler.bans.politeness`), ban rules (:mod:`crawler.bans.rules`), identities
-  (:mod:`crawler.bans.identities`), what a ban does (:mod:`crawler.bans.policy`), the waits for
-  Redis and for a token (:mod:`crawler.bans.waits`).
-- :class:`BackoffRetryMiddleware` (550): retries that wait in the frontier's delayed set, for
-  a backoff (:class:`crawler.bans.waits.RetryBackoff`).
-- :class:`HostFullMiddleware` (640) and :class:`HostConcurrencyMiddleware` (660): requests in
-  flight per domain for the whole fleet (:mod:`crawler.bans.concurrency`).
-- :class:`SendGateMiddleware` (950, last before the download handler): a request whose turn
-  the frontier's pop planned takes its host's token as it goes (:mod:`crawler.frontier.gate`).
-- :class:`LeaseDownloaderMiddleware` and :class:`LeaseSpiderMiddleware` (outermost): tell the
-  frontier when a leased request is fully handled (the lease book:
-  :mod:`crawler.frontier.leases`).
+adapter of machinery in its own room: :mod:`crawler.bans` (bans, politeness, retries, requests
+in flight per domain), :mod:`crawler.frontier.gate` (the send gate) and
+:mod:`crawler.frontier.leases` (the lease book: when a leased request is fully handled).
 """
 
 from __future__ import annotations
@@ -28,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request, signals
-from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.httpobj import urlparse_cached
@@ -36,8 +23,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
-from crawler.bans.identities import Identity, IdentityPool
-from crawler.bans.policy import BanPolicy, crawl_delay, retry_after
+from crawler.bans.identities import IdentityPool
+from crawler.bans.policy import BanPolicy, retry_after, retry_later
 from crawler.bans.politeness import FleetPoliteness
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
 from crawler.config import setting, switched_off
@@ -47,7 +34,7 @@ from crawler.frontier.leases import LEASE_META
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.meta import DUE_META, HOLD_META, PACED_META
+from crawler.meta import HOLD_META, PACED_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -62,18 +49,14 @@ logger = logging.getLogger(__name__)
 
 class BanMiddleware:
     """Before a request goes out: its domain must not be cooling down after a ban, it gets an
-    identity (bind address or proxy) that is not cooling down, and it takes a token from the
-    fleet's shared rate for (domain, identity): with one identity the frontier's pop planned its
-    turn (``crawler/frontier/pacing.py``; meta ``frontier_paced``) and the send gate takes the
-    token as the request goes (SendGateMiddleware); otherwise it waits in this worker or in the
-    delayed set (:mod:`crawler.bans.waits`). After the response: a ban is classified and handled
-    as :mod:`crawler.bans.policy` says.
+    identity (bind address or proxy) not cooling down, and it takes a token of the fleet's rate for
+    (domain, identity): SendGateMiddleware takes it when the frontier's pop planned its turn (one
+    identity), else it waits here or in the delayed set (:mod:`crawler.bans.waits`). After the
+    response: a ban is handled as :mod:`crawler.bans.policy` says.
 
-    Settings (crawler/settings.py): BAN_POLICY, BAN_COOLDOWN, BAN_COOLDOWN_MAX, BAN_MAX_TIMES,
-    BAN_RULES, POLITENESS_RATE, POLITENESS_BURST, POLITENESS_DOMAIN_RATES, POLITENESS_RECOVERY,
-    BIND_ADDRESSES, PROXY_POOL. Per request: meta ``dont_ban_check`` skips classification;
-    meta ``crawl_delay`` (seconds) spaces the domain's requests for the fleet, as a robots.txt
-    Crawl-delay asks."""
+    Settings: BAN_*, POLITENESS_*, BIND_ADDRESSES, PROXY_POOL. Meta ``dont_ban_check`` skips
+    classification; ``crawl_delay`` (seconds) spaces the domain's requests for the fleet.
+    """
 
     # The frontier paces the fleet while this middleware is enabled (crawler/frontier/pacing.py).
     paces_fleet = True
@@ -98,8 +81,6 @@ class BanMiddleware:
         pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
         return cls(crawler, fleet, pool)
 
-    # --- before the download ------------------------------------------------------------------
-
     async def process_request(self, request: Request) -> Request | None:
         return await self.redis.wait_for(lambda: self._admit(request))
 
@@ -115,19 +96,13 @@ class BanMiddleware:
             return self._defer(request, identity, "identities_cooling")
         identity.apply(request.meta)
         if PACED_META in request.meta:
-            # Its turn was planned by the frontier: its host's token is the send gate's
-            # (SendGateMiddleware) to take as it goes, at the Crawl-delay it carries then.
+            # A turn the frontier planned: SendGateMiddleware takes its token as it goes.
             return None
-        return await self._take_turn(request, domain, identity)
-
-    async def _take_turn(self, request: Request, domain: str, identity: Identity) -> Request | None:
-        due = await self.turns.wait(domain, identity.name, crawl_delay(request))
+        due = await self.turns.wait(domain, identity.name, crawl_delay_of(request.meta))
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         return send_back_counted(self.crawler, request, until + random.uniform(0, jitter), reason)
-
-    # --- after the download -------------------------------------------------------------------
 
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_ban_check"):
@@ -139,16 +114,13 @@ class BanMiddleware:
 
 
 class SendGateMiddleware:
-    """Downloader middleware at 950, after every other ``process_request``: a request whose
-    turn the frontier's pop planned (meta ``frontier_paced``) takes its host's token here, as
-    it leaves for the download handler (:mod:`crawler.frontier.gate`), so no request reaches a
-    host sooner than its rate allows however long it took on its way (a busy reactor, a
-    middleware that waited). Turned away, a leased request goes back to the scheduler, which
-    holds it, its lease kept and no download slot taken, until the host's next token; another
-    one (robots.txt, fetched on the turn of the request that needed it) waits here. One that
-    goes on later than its token counted (a stall before the downloader, or a worker's first
-    connection to the host that took long to open) moves its host's next token as it reaches
-    the downloader (or its answer's headers arrive)."""
+    """Downloader middleware at 950, after every other ``process_request``: a request whose turn the
+    frontier's pop planned (meta ``frontier_paced``) takes its host's token as it leaves
+    (:mod:`crawler.frontier.gate`), however long it took on its way. Turned away, a leased request
+    is held by the scheduler (lease kept, no download slot) until the host's next token; another one
+    (robots.txt) waits here. One that went on later than its token counted (a stall, or a slow
+    first connection) moves its host's next token as it reaches the downloader (or its answer's
+    headers arrive)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.frontier = FrontierReports(crawler)
@@ -175,8 +147,7 @@ class SendGateMiddleware:
         return None
 
     def request_reached_downloader(self, request: Request) -> None:
-        """Past every middleware: a request that goes later than its token counted tells its
-        host's bucket now, before the host's next token is given."""
+        """A request later than its token counted tells its host's bucket now, before the next."""
         if (scheduler := self.frontier.scheduler) is not None:
             scheduler.gate_sent(request)
 
@@ -192,17 +163,11 @@ class SendGateMiddleware:
 
 
 class BackoffRetryMiddleware:
-    """Retries that wait with exponential backoff in the frontier's delayed set, not in a worker.
-
-    Replaces Scrapy's RetryMiddleware. The retry is a new request due after the backoff
-    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` header wins): it waits in
-    Redis, so no worker sleeps and a worker dying does not lose it. A request out of attempts
-    goes to the dead-letter list with its reason.
-
-        Settings: RETRY_ENABLED, RETRY_TIMES, RETRY_HTTP_CODES, RETRY_EXCEPTIONS,
-        RETRY_PRIORITY_ADJUST (Scrapy's names), RETRY_BACKOFF_BASE, RETRY_BACKOFF_MAX,
-        RETRY_BACKOFF_JITTER; BAN_COOLDOWN_MAX caps a Retry-After. Per request: meta
-        ``dont_retry``, ``max_retry_times``."""
+    """Replaces Scrapy's RetryMiddleware: a retry is a new request due after the backoff
+    (:class:`~crawler.bans.waits.RetryBackoff`; a ``Retry-After`` wins) in the frontier's delayed
+    set, so no worker sleeps and a worker dying loses none; one out of attempts is a dead letter.
+    Settings: RETRY_*, BAN_COOLDOWN_MAX (caps a Retry-After); meta ``dont_retry``,
+    ``max_retry_times``."""
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -224,9 +189,12 @@ class BackoffRetryMiddleware:
         if not self.enabled or request.meta.get("dont_retry") or response.status not in self.codes:
             return response
         reason = response_status_message(response.status)
-        retry = self._retry(request, reason, retry_after(response, self.backoff.retry_after_max))
+        asked = retry_after(response, self.backoff.retry_after_max)
+        retry = retry_later(self.crawler, request, reason, self.backoff, asked)
         if retry is None:
-            self._dead(request, f"retries_exhausted:http_{response.status}", reason)
+            self.frontier.ledger.failed(
+                request, f"retries_exhausted:http_{response.status}", reason
+            )
             return response
         return retry
 
@@ -235,26 +203,11 @@ class BackoffRetryMiddleware:
             return None
         if not isinstance(exception, self.exceptions):
             return None
-        return self._retry(request, exception.__class__.__name__, 0.0)
+        return retry_later(self.crawler, request, exception.__class__.__name__, self.backoff)
 
     def delay(self, attempt: int, server_asked: float = 0.0) -> float:
         """Seconds before retry number ``attempt`` (1-based)."""
         return self.backoff.delay(attempt, server_asked)
-
-    def _retry(self, request: Request, reason: str, server_asked: float) -> Request | None:
-        assert self.crawler.spider is not None
-        retry = get_retry_request(
-            request,
-            spider=self.crawler.spider,
-            reason=reason,
-            priority_adjust=self.crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
-        )
-        if retry is not None:
-            retry.meta[DUE_META] = time.time() + self.delay(retry.meta["retry_times"], server_asked)
-        return retry
-
-    def _dead(self, request: Request, reason: str, error: str) -> None:
-        self.frontier.ledger.failed(request, reason, error)
 
 
 # --- requests in flight per domain (POLITENESS_CONCURRENCY) -------------------------------------
@@ -280,10 +233,9 @@ class HostFullMiddleware:
 
 
 class HostConcurrencyMiddleware:
-    """Downloader middleware at 660: after BanMiddleware (650), so a request Ban defers never
-    held a lease, and before Cookies (700), so a request it defers carries no Cookie header into
-    the frontier. Nothing between it and the download hands a request back (to be scheduled
-    again with the lease on it); a lease whose give-back is lost expires by itself."""
+    """Downloader middleware at 660: after BanMiddleware (650), so a request Ban defers never held a
+    lease, and before Cookies (700), so one it defers carries no Cookie header into the frontier. A
+    lease whose give-back is lost expires by itself."""
 
     def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
         self.crawler = crawler
@@ -322,10 +274,7 @@ class HostConcurrencyMiddleware:
 
 
 class LeaseSpiderMiddleware:
-    """Outermost spider middleware: follows a response's output to its end.
-
-    Also connects the item signals, which fire once an item has left the pipelines.
-    """
+    """Outermost spider middleware: follows a response's output, items included, to its end."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -374,8 +323,7 @@ class LeaseSpiderMiddleware:
             self.frontier.ledger.item_finished(response.request)
 
     def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
-        """A pipeline failed on the item, so it is not stored: its request is a dead letter
-        with the reason, never acknowledged as done."""
+        """A pipeline failed on the item: its request is a dead letter (with why), never acked."""
         if response is not None and response.request is not None:
             error = failure.value
             reason = f"item_error:{type(error).__name__}"
@@ -383,15 +331,14 @@ class LeaseSpiderMiddleware:
 
 
 class LeaseDownloaderMiddleware:
-    """Outermost downloader middleware: every request leaves the downloader with its lease
-    settled or still followed.
+    """Outermost downloader middleware: every request leaves the downloader with its lease settled
+    or still followed.
 
-    ``process_exception`` runs after every other middleware's (retries included), so what
-    reaches it is final: an ignored request (offsite, robots.txt) is acked, a failed download
-    is a dead letter. An exception raised on the way back (a ``process_response``: a redirect
-    loop, a body over DOWNLOAD_MAXSIZE once decompressed, a failing ban rule) skips every
-    ``process_exception``; the request's errback, guarded here, settles it instead (see
-    :meth:`response_failed`). Redis being away is never the request's failure: its lease is
+    ``process_exception`` runs after every other middleware's (retries included), so what reaches it
+    is final: an ignored request (offsite, robots.txt) is acked, a failed download is a dead letter.
+    An exception raised on the way back (a redirect loop, a body over DOWNLOAD_MAXSIZE, a failing
+    ban rule) skips every ``process_exception``: the request's errback, guarded here, settles it
+    (:meth:`response_failed`). Redis being away is never the request's failure: the lease is
     released untouched.
     """
 
@@ -420,8 +367,7 @@ class LeaseDownloaderMiddleware:
             self.frontier.ledger.failed(request, reason, str(exception) or repr(exception))
 
     def response_failed(self, request: Request, exception: BaseException) -> None:
-        """A downloader middleware raised on the way back: the response is given up (dead
-        letter with the reason), or tried again later if Redis was away."""
+        """A middleware raised on the way back: a dead letter, or again later if Redis was away."""
         if self.frontier.scheduler is None:
             return
         if isinstance(exception, RedisError):

@@ -1,11 +1,7 @@
-"""The item pipelines Scrapy loads (``ITEM_PIPELINES`` in crawler/settings.py names them here),
-as ``scrapy startproject`` lays them out: :class:`ValidationPipeline` drops items that miss a
-required field, with the reason, before anything is stored; :class:`MongoPipeline` hands every
-item (any kind: dataclasses, dicts, ``scrapy.Item``s, read through ``ItemAdapter``) to the
-batched MongoDB writer of :mod:`crawler.storage` and returns once it is durable, so the frontier
-acknowledges a request only after its items are stored or spilled. A crawl that would finish
-with items yielded and none of them stored closes with the reason ``items_not_stored`` instead
-of ``finished`` (``scrapy crawl`` then exits with status 4).
+"""The item pipelines Scrapy loads (``ITEM_PIPELINES`` in crawler/settings.py; docs/storage.md):
+:class:`ValidationPipeline` drops items that miss a required field, and :class:`MongoPipeline`
+returns once an item is durable (stored or spilled), so the frontier acknowledges a request only
+after its items are. A crawl whose items all failed closes as ``items_not_stored``.
 """
 
 from __future__ import annotations
@@ -55,10 +51,7 @@ def required_fields(item_class: type) -> tuple[str, ...]:
 
 
 class ValidationPipeline:
-    """Drops stored items whose required fields are None (or whose unique key is empty).
-
-    Counted as ``validation/dropped/missing_<field>``; the drop reason names the item and fields.
-    """
+    """Drops, naming it, a stored item missing a required field or its unique key (counted)."""
 
     def __init__(self, stats: StatsCollector) -> None:
         self.stats = stats
@@ -82,12 +75,8 @@ class ValidationPipeline:
 
 
 class MongoPipeline:
-    """Store every item in its MongoDB collection (the item's own ``collection``/``unique_key``,
-    MONGO_COLLECTIONS, else the spider's collection keyed on ``url``; ``storage/destinations.py``),
-    with change tracking, through :class:`MongoWriter` (batches, writer thread, spill file;
-    MONGO_* settings). An item not stored fails (``item_error``: its request goes to the dead
-    letters); a crawl going idle with items failed and none stored closes as ``items_not_stored``.
-    """
+    """Store every item in its MongoDB collection (``storage/destinations.py``), with change
+    tracking, through :class:`MongoWriter`; an item not stored fails (``item_error``)."""
 
     def __init__(
         self,
@@ -139,8 +128,7 @@ class MongoPipeline:
         await self.writer.store(destination, key_of(item, destination), item, volatile, values)
 
     def spider_idle(self) -> None:
-        """spider_idle handler: a crawl about to finish with no item stored and some failed
-        closes as ``items_not_stored`` (other handlers may still keep it open)."""
+        """A crawl finishing with items failed and none stored closes as ``items_not_stored``."""
         if self.stored or not self.failed:
             return
         if not self.said_not_stored:  # idle handlers run again while the fleet has work

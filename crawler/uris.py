@@ -12,14 +12,7 @@ MASK = "***"
 # lower-cased without "-" and "_" (password, pass, pwd, token, secret, api_key, X-Amz-Signature,
 # X-Amz-Credential, ...), or named exactly key, sig, auth or authorization.
 SECRET_PARAM_WORDS = (
-    "pass",
-    "pwd",
-    "token",
-    "secret",
-    "apikey",
-    "accesskey",
-    "privatekey",
-    "signature",
+    *("pass", "pwd", "token", "secret", "apikey", "accesskey", "privatekey", "signature"),
     "credential",
 )
 SECRET_PARAM_NAMES = frozenset({"key", "sig", "auth", "authorization"})
@@ -27,16 +20,12 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def mask_uri(uri: str) -> str:
-    """The URI with its secrets replaced by ``***``, safe to log and print.
-
-    Masks the password of the user info (``redis://:***@host``, ``mongodb://user:***@h1,h2``;
-    a user info without a password may be an API key and is masked whole) and the values of
-    secret query parameters (``?password=***``, ``&token=***``). Works for any scheme
-    (``rediss``, ``mongodb+srv``, proxies), several hosts, IPv6 and URIs without a scheme.
-    The URI is read as RFC 3986 and urllib.parse.urlsplit read it: the user info ends at the
-    last ``@`` of the authority, which ends at the first ``/``, ``?`` or ``#``, so an ``@`` in
-    the path (``https://host/@user``) is left alone.
-    """
+    """The URI with its secrets replaced by ``***``, safe to log and print: the password of the user
+    info (``redis://:***@host``, ``mongodb://user:***@h1,h2``; a user info without a password may be
+    an API key and is masked whole) and the values of secret query parameters (``?password=***``).
+    Any scheme, several hosts, IPv6, no scheme. Read as RFC 3986 and urlsplit read it: the user info
+    ends at the last ``@`` of the authority, which ends at the first ``/``, ``?`` or ``#`` (an ``@``
+    in the path is left alone)."""
     match = _SCHEME.match(uri)
     start = match.end() if match else (2 if uri.startswith("//") else 0)
     authority_end = _first(uri, "/?#", start)
@@ -98,8 +87,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "sock
 
 
 def identity_names(bind_addresses: list[str], proxies: list[str]) -> list[str]:
-    """The names of the identities BIND_ADDRESSES and PROXY_POOL give, in pool order (the
-    default identity's when they give none)."""
+    """The identities' names BIND_ADDRESSES and PROXY_POOL give, in order, or the default's."""
     names = [f"bind:{address}" for address in bind_addresses] + list(proxy_names(proxies))
     return names or [DEFAULT_IDENTITY]
 

@@ -23,7 +23,7 @@ def test_counts_wait_for_a_batch_then_all_arrive(redis_client: redis.Redis) -> N
     ledger.page("s", "c.test", 5, {})
     ledger.flush()
     assert ledger.summary(top=5)["totals"] == {"pages": 11, "bytes": 1005, "external_links": 20}
-    assert 0 < int(redis_client.ttl(ledger.host_key("c.test"))) <= 60
+    assert 0 < int(redis_client.ttl(ledger.keys.host("c.test"))) <= 60
 
 
 def test_a_flush_is_due_after_its_interval(redis_client: redis.Redis) -> None:
@@ -36,7 +36,7 @@ def test_one_worker_keeps_a_budget_exactly(redis_client: redis.Redis) -> None:
     ledger = HostLedger(redis_client, "links", 60, flush_pages=50, flush_seconds=3600)
     fetched = [ledger.page("s", "a.test", 1, {}, max_pages=120)[0] for _ in range(130)]
     assert fetched == list(range(1, 131))
-    assert int(redis_client.get(ledger.budget_key("s", "a.test")) or 0) == 130
+    assert int(redis_client.get(ledger.keys.budget("s", "a.test")) or 0) == 130
 
 
 @settings(
@@ -65,7 +65,7 @@ def test_workers_overshoot_a_budget_by_less_than_their_unsent_pages(
     assert stored <= max_pages + (workers - 1) * flush_pages
     for ledger in ledgers:
         ledger.flush()
-    assert int(redis_client.get(ledgers[0].budget_key("s", "a.test")) or 0) == len(order)
+    assert int(redis_client.get(ledgers[0].keys.budget("s", "a.test")) or 0) == len(order)
 
 
 def test_counts_kept_while_redis_is_away_arrive_with_the_next_flush(

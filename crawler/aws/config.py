@@ -13,25 +13,7 @@ SECRET_MODES = ("ssm", "env")
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """How ``scrapy fleet`` launches workers.
-
-    FLEET_NAME (str, default "crawler"): tag value that marks this fleet's instances.
-    FLEET_REGION (str, default: boto3's, from AWS_REGION, AWS_DEFAULT_REGION or the profile).
-    FLEET_AMI (str): image of new workers (any Linux with python3 >= 3.11, pip, curl, aws CLI).
-    FLEET_INSTANCE_TYPE (str, default "t3.small").
-    FLEET_INSTALL (str): what ``pip install`` installs on a worker: a wheel URL, a
-      ``git+https://...@tag`` URL or a package spec.
-    FLEET_SECRETS (str, default "ssm"): "ssm" reads REDIS_URL and MONGO_URI on the worker from
-      the SSM parameters FLEET_SSM_REDIS_URL and FLEET_SSM_MONGO_URI (default
-      "/crawler/REDIS_URL", "/crawler/MONGO_URI"); "env" writes the launching environment's
-      values into the user data (readable by anyone allowed ec2:DescribeInstanceAttribute).
-    FLEET_IAM_INSTANCE_PROFILE, FLEET_SUBNET_ID, FLEET_KEY_NAME (str, default ""),
-    FLEET_SECURITY_GROUP_IDS (list, default []): passed to RunInstances when set.
-    FLEET_CRAWL_SETTINGS (dict, default {"BAN_POLICY": "stop"}): ``-s`` settings of the workers'
-      ``scrapy crawl``; BAN_POLICY=stop makes a banned worker exit with status 3 and report it.
-    AWS_ENDPOINT_URL (Scrapy's setting, default: boto3's, e.g. env AWS_ENDPOINT_URL): the EC2
-      endpoint, for EC2-compatible APIs.
-    """
+    """How ``scrapy fleet`` launches workers: FLEET_* and AWS_ENDPOINT_URL (docs/settings.md)."""
 
     name: str
     region: str | None

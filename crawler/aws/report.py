@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.project import get_project_settings
 
-from crawler.connection import redis_from_settings
+from crawler.connection import redis_from_settings, reply_text
 from crawler.keys import banned_key
 
 if TYPE_CHECKING:
@@ -30,10 +30,7 @@ def report_banned(server: RedisClient, spider: str, instance_id: str) -> None:
 def banned_instances(server: RedisClient, spider: str) -> dict[str, dict[str, Any]]:
     """Instance id -> report, for every instance of ``spider`` that reported a ban."""
     raw: Any = server.hgetall(banned_key(spider))
-    return {
-        (key.decode() if isinstance(key, bytes) else str(key)): json.loads(value)
-        for key, value in raw.items()
-    }
+    return {reply_text(key): json.loads(value) for key, value in raw.items()}
 
 
 def clear_banned(server: RedisClient, spider: str, instance_ids: list[str]) -> None:

@@ -1,23 +1,9 @@
-"""The cloud-init script a worker boots with: install the project, run one spider, report bans.
-
-The installed package is the Scrapy project: the script exports
-``SCRAPY_SETTINGS_MODULE=crawler.settings``, so ``scrapy crawl`` works from the worker's home
-directory, with no checkout and no ``scrapy.cfg``.
-
-Secrets stay out of the script by default: it reads REDIS_URL and MONGO_URI from SSM parameters
-(SecureString) with the instance's role. The crawl runs as a loop: exit status 3 (banned, with
-BAN_POLICY=stop) is written to Redis by ``python -m crawler.aws.report`` and the worker waits
-for ``scrapy fleet rotate`` to replace it; status 0 (the spider's work is done, with
-MAX_IDLE_TIME_BEFORE_CLOSE) powers the instance off, which terminates it; status 2 (a usage
-error or an invalid setting: running again cannot help) stops the worker with a message in its
-log, and so does a failed install or a secret that cannot be read; status 5 (only rate-limited
-answers, RATE_LIMIT_EXIT) starts it again after RATE_LIMITED_PAUSE seconds; anything else
-starts the crawl again after 10 s.
-
-Outside EC2 (a plain machine, a test) these variables, when set before the script runs, say
-where it lives: WORKER_HOME (default /opt/crawler: the virtualenv, the crawl's working
-directory), WORKER_LOG (default /var/log/crawler-worker.log) and METADATA_URL (default
-http://169.254.169.254, the instance metadata service).
+"""The cloud-init script a worker boots with: install the project, run one spider in a loop, and
+act on its exit status (3: report the ban and wait to be replaced; 0: power off; 2: stop, as
+running again cannot help; 5: start again after RATE_LIMITED_PAUSE; else: start again), as
+deploy/README.md describes. Secrets stay out of the script by default (read from SSM with the
+instance's role). WORKER_HOME, WORKER_LOG and METADATA_URL, when set before it runs, move it off
+EC2's paths (tests/test_userdata.py).
 """
 
 from __future__ import annotations
@@ -103,11 +89,8 @@ def render(
     database: str,
     crawl_settings: Mapping[str, str],
 ) -> str:
-    """The user-data script of a worker of ``spider``.
-
-    ``secrets`` "ssm": REDIS_URL and MONGO_URI come from the SSM parameters named in
-    ``ssm_names``; "env": ``env_values`` are written into the script as they are.
-    """
+    """The user-data script of a worker of ``spider``: REDIS_URL and MONGO_URI read from the SSM
+    parameters ``ssm_names`` (``secrets`` "ssm"), or ``env_values`` written into it ("env")."""
     if secrets == "ssm":
         lines = [_ssm(variable, ssm_names[variable]) for variable in ("REDIS_URL", "MONGO_URI")]
     else:

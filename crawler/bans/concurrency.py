@@ -1,21 +1,7 @@
-"""Requests in flight per domain for a whole fleet (POLITENESS_CONCURRENCY), not per worker:
-leases in Redis that free themselves.
-
-Off by default: with POLITENESS_CONCURRENCY = 0 the middlewares (``HostFullMiddleware``,
-``HostConcurrencyMiddleware`` in crawler/middlewares.py) are not loaded and cost nothing. On,
-each request takes a lease of its domain in Redis (:class:`HostSlots`, one round trip) just
-after the ban middleware has admitted it, and gives it back (one more) as it leaves the
-downloader (Scrapy's request_left_downloader signal, whatever happens to its answer next), or
-when a later middleware answers or fails it before it got there. A request whose domain has
-every slot taken goes back to the frontier's delayed set for a moment instead of holding a
-download slot while it waits. This worker's side of it (:class:`HostAdmission`) remembers the
-domains it found full and sends their requests back without asking Redis for a while.
-
-``{spider}:inflight:<domain>`` is a sorted set of leases (a random token scored by the time it
-expires, on the Redis server's clock). A request may go out when the set, its expired leases
-dropped, holds fewer than the cap; it adds its lease and removes it once its answer or error
-is back. A worker killed with requests in flight cannot keep the domain's slots: their leases
-expire (the request's download timeout plus LEASE_SLACK seconds) and the key with them.
+"""Requests in flight per domain for a whole fleet (POLITENESS_CONCURRENCY, docs/politeness.md):
+leases in Redis that free themselves. ``{spider}:inflight:<domain>`` is a sorted set of random
+tokens scored by their expiry on the Redis server's clock, so a killed worker's leases expire
+(download timeout plus LEASE_SLACK seconds), and the key with them. Off (0): not loaded at all.
 """
 
 from __future__ import annotations
@@ -53,8 +39,7 @@ def full_hosts(crawler: Crawler) -> dict[str, float]:
     return _FULL_UNTIL.setdefault(crawler, {})
 
 
-# Seconds a lease outlives its request's download timeout (time spent between this middleware
-# and the download handler, and clocks).
+# Seconds a lease outlives its request's download timeout (the way to the handler, clocks).
 LEASE_SLACK = 30.0
 
 # KEYS: the domain's set. ARGV: cap, lease seconds, token. Returns 1 when the lease is taken.
@@ -83,8 +68,7 @@ class HostSlots:
         return self.prefix + domain
 
     def take(self, domain: str, seconds: float) -> str | None:
-        """A lease token for one request to ``domain`` lasting ``seconds``; None when the
-        domain already has ``cap`` requests in flight."""
+        """A lease token of ``domain`` for ``seconds``; None when it has ``cap`` in flight."""
         token = secrets.token_hex(8)
         taken = self._take(keys=[self.key(domain)], args=[self.cap, seconds, token])
         return token if int(taken) else None
@@ -98,9 +82,7 @@ class HostSlots:
 
 
 class HostAdmission:
-    """One worker's side of the host slots (HostConcurrencyMiddleware): a lease per request
-    going out, and the domains found full remembered (:func:`full_hosts`), so their requests go
-    back without asking Redis, for a wait that doubles with each refusal in a row."""
+    """This worker's side of the host slots: a lease per request, full domains remembered."""
 
     def __init__(self, crawler: Crawler, slots: HostSlots) -> None:
         self.crawler = crawler
@@ -110,8 +92,7 @@ class HostAdmission:
         self.refusals: dict[str, int] = {}
 
     def admit(self, request: Request) -> Request | None:
-        """None once ``request`` holds a lease of its domain (meta SLOT_META); else the request
-        going back to the frontier for a while."""
+        """None once ``request`` holds a lease (meta SLOT_META), else it going back for a while."""
         domain = request_domain(request)
         full = full_wait(self.full_until, domain)
         if full is not None:
@@ -133,8 +114,7 @@ class HostAdmission:
         return wait
 
     def give_back(self, request: Request) -> bool:
-        """Gives back ``request``'s lease if it holds one; False when Redis did not answer (the
-        lease then expires by itself)."""
+        """Give back the lease ``request`` holds; False if Redis did not answer (it expires)."""
         token = request.meta.pop(SLOT_META, None)
         if token is None:
             return True
@@ -150,15 +130,13 @@ class HostAdmission:
 def send_back_if_full(
     crawler: Crawler, request: Request, full_until: dict[str, float]
 ) -> Request | None:
-    """``request`` going back to the frontier while this worker takes its domain as full
-    (``full_until``: :func:`full_hosts`); None when it does not."""
+    """``request`` going back while this worker takes its domain as full; else None."""
     wait = full_wait(full_until, request_domain(request))
     return None if wait is None else send_back_after(crawler, request, wait)
 
 
 def full_wait(full_until: dict[str, float], domain: str) -> float | None:
-    """Seconds a request of ``domain`` should wait while this worker takes the domain as full
-    (spread over RETRY_WINDOW); None when it does not."""
+    """Seconds (spread) a request waits while this worker takes ``domain`` as full; else None."""
     full = full_until.get(domain, 0.0) - time.monotonic()
     return full + random.uniform(*RETRY_WINDOW) if full > 0 else None
 

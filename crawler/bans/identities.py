@@ -1,11 +1,8 @@
 """The identities a worker can send requests as: local bind addresses and proxies.
 
-An identity is known everywhere (Redis keys, logs, stats, request meta) by a name that holds no
-secret: ``bind:<address>`` or ``proxy:<host>:<port>``. Two proxies of the pool on the same host
-and port (several accounts of one provider) are told apart by a short hash of the user name,
-``proxy:<host>:<port>#<hash>``, and by a counter after that if the user is the same too. The
-proxy URL itself, with its credentials, stays in the :class:`Identity` and goes only into the
-``proxy`` meta key Scrapy's HttpProxyMiddleware reads.
+An identity is named everywhere (Redis keys, logs, stats, meta) without secrets: ``bind:<address>``
+or ``proxy:<host>:<port>`` (``#<hash of the user>``, then ``~<n>``, tell apart proxies of one
+host and port). The proxy URL, with its credentials, goes only into the ``proxy`` meta key.
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ from crawler.uris import DEFAULT_IDENTITY, proxy_names
 
 @dataclass(frozen=True)
 class Identity:
-    """A bind address ("bind:127.0.0.2"), a proxy ("proxy:host:3128") or the default.
-
-    ``proxy`` is the proxy's URL with its credentials: never logged, never stored in Redis.
-    """
+    """A bind address, a proxy or the default; ``proxy``, its URL with credentials, is never logged
+    nor stored in Redis."""
 
     name: str
     proxy: str | None = field(default=None, repr=False, compare=False)
@@ -59,8 +54,7 @@ class IdentityPool:
     def keep_or_choose(
         self, meta: Mapping[str, Any], cooling_until: Callable[[Identity], float]
     ) -> Identity | float:
-        """The identity a request's ``meta`` names, unless it is cooling down; else as
-        :meth:`choose`."""
+        """The identity ``meta`` names unless it is cooling down, else as :meth:`choose`."""
         identity = self.get(str(meta.get(IDENTITY_META, "")))
         if identity is not None and not cooling_until(identity):
             return identity
@@ -79,9 +73,8 @@ class IdentityPool:
 
 
 def without_identity(meta: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """A copy of ``meta`` without what an identity named in ``meta[key]`` put there (its name,
-    bind address and, for a proxy, the proxy and its credentials), so a request stored in Redis
-    for later carries no secret and gets an identity afresh."""
+    """A copy of ``meta`` without what the identity it names put there (name, bind address, a proxy
+    and its credentials): stored in Redis, it carries no secret and gets an identity afresh."""
     dropped = {key, "bindaddress"}
     if str(meta.get(key, "")).startswith("proxy:"):
         dropped.update(PROXY_META)

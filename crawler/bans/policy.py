@@ -1,13 +1,9 @@
-"""What a ban does, and the values the ban and retry middlewares share.
+"""What a ban does (docs/politeness.md), and the values the ban and retry middlewares share.
 
-After a response comes in, before any other middleware or the spider sees it, the rules of
-:mod:`crawler.bans.rules` plus the spider's own ``ban_rule(response)`` classify it
-(``crawler.middlewares.BanMiddleware``). A ban is never passed on as data: the domain (or
-identity) cools down for every worker (:mod:`crawler.bans.politeness`), its rate is halved,
-and the request waits in the delayed set, or goes to the dead-letter list once it has been
-banned BAN_MAX_TIMES times. A Retry-After counts up to BAN_COOLDOWN_MAX. BAN_POLICY says what
-else a ban does: ``pause`` (the domain cools down), ``rotate`` (only the identity does) or
-``stop`` (this worker stops, exit status EXIT_BANNED from ``scrapy crawl``).
+The rules of :mod:`crawler.bans.rules` plus the spider's own ``ban_rule(response)`` classify a
+response before the spider sees it. A ban cools the domain (BAN_POLICY ``rotate``: the identity)
+down for every worker, halves its rate, and sends the request to the delayed set, or to the
+dead letters after BAN_MAX_TIMES bans; ``stop`` also stops the worker (exit status EXIT_BANNED).
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
+from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
@@ -26,10 +23,10 @@ from scrapy.utils.misc import load_object
 
 from crawler.bans.identities import without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
-from crawler.bans.waits import RedisWait, cooldown_max
+from crawler.bans.waits import RedisWait, RetryBackoff, cooldown_max
 from crawler.config import setting, setting_int
 from crawler.frontier.reports import FrontierReports
-from crawler.meta import IDENTITY_META, crawl_delay_of, send_back
+from crawler.meta import DUE_META, IDENTITY_META, send_back
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -41,16 +38,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BAN_TIMES_META = "ban_times"
-POLICIES = ("pause", "rotate", "stop")
 # The exit status of `scrapy crawl` when BAN_POLICY=stop stopped the worker (crawler/aws reads it).
 EXIT_BANNED = 3
 
 
 class BanPolicy:
-    """What a ban does: classify a response (the rules, then the spider's ``ban_rule``), cool
-    the domain (or, with BAN_POLICY=rotate, the identity) down for the fleet and halve its rate,
-    send the request back to wait or dead-letter it after BAN_MAX_TIMES, stop the worker with
-    BAN_POLICY=stop. Settings are read once, here."""
+    """What a ban does (see the module's docstring); the BAN_* settings are read once, here."""
 
     def __init__(self, crawler: Crawler, fleet: FleetPoliteness, redis: RedisWait) -> None:
         settings = crawler.settings
@@ -102,9 +95,8 @@ class BanPolicy:
     async def _cool_down(
         self, domain: str, identity: str, scope: str | None, seconds: float, why: str
     ) -> float:
-        """Start the cool-down and halve the rate of (domain, identity); returns the cool-down's
-        end. Both may be done again when Redis goes away in between: a cool-down keeps the
-        later end."""
+        """Start the cool-down and halve the rate of (domain, identity); its end. Redone when Redis
+        went away in between, a cool-down keeps the later end."""
         until = self.fleet.ban(domain, scope, seconds, why)
         self.fleet.penalize(domain, identity)
         return until
@@ -130,10 +122,20 @@ class BanPolicy:
             self.crawler.stats.inc_value(key)
 
 
-def crawl_delay(request: Request) -> float:
-    """Meta ``crawl_delay``: seconds between two requests to the request's domain for the whole
-    fleet (the links spider sets it from robots.txt); 0 when absent or not a positive number."""
-    return crawl_delay_of(request.meta)
+def retry_later(
+    crawler: Crawler, request: Request, reason: str, backoff: RetryBackoff, server_asked: float = 0
+) -> Request | None:
+    """get_retry_request's retry (None once spent), due after the backoff or ``server_asked``."""
+    assert crawler.spider is not None
+    retry = get_retry_request(
+        request,
+        spider=crawler.spider,
+        reason=reason,
+        priority_adjust=crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
+    )
+    if retry is not None:
+        retry.meta[DUE_META] = time.time() + backoff.delay(retry.meta["retry_times"], server_asked)
+    return retry
 
 
 def page_of(response: Response) -> Page:
@@ -146,8 +148,7 @@ def page_of(response: Response) -> Page:
 
 
 def retry_after(response: Response, maximum: float = math.inf) -> float:
-    """Seconds from a Retry-After header (seconds or HTTP date), at most ``maximum``; 0 when
-    absent or unreadable."""
+    """Seconds of a Retry-After (seconds or HTTP date), at most ``maximum``; 0 if unreadable."""
     value = response.headers.get(b"Retry-After")
     if not value:
         return 0.0

@@ -1,19 +1,17 @@
-"""Politeness shared by a fleet through Redis: per-domain rates, ban cool-downs, identities.
+"""Politeness shared by a fleet through Redis (docs/politeness.md): per-domain rates and ban
+cool-downs.
 
-* Rate: a token bucket per (domain, identity) in ``{spider}:rate:<domain>|<identity>``, the
-  one the frontier's pop and send gate keep too (``crawler/frontier/scripts/bucket.lua``); an
-  identity is a bind address or proxy. After a ban its rate is halved (down to a floor) and
-  recovers linearly, so a fleet backs off together and creeps back.
-* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time, and
-  ``{spider}:bans:why`` the same fields to what started it (the ban rule and HTTP status); every
-  worker reads it at most every ``refresh`` seconds, so one ban pauses the whole fleet.
-  ``scrapy frontier SPIDER unban DOMAIN`` lifts them (``lift_cooldowns``).
+* Rate: a token bucket per (domain, identity), the one the frontier's pop and send gate keep
+  too (``crawler/frontier/scripts/bucket.lua``); after a ban its rate is halved (down to a
+  floor) and recovers linearly, so a fleet backs off together and creeps back.
+* Cool-downs: ``{spider}:bans`` maps "<domain>" or "<domain>|<identity>" to an end time (and
+  ``:why`` to what started it); every worker reads it at most every ``refresh`` seconds.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_text
@@ -59,12 +57,7 @@ class Cooldown:
     why: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "domain": self.domain,
-            "identity": self.identity,
-            "until": self.until,
-            "why": self.why,
-        }
+        return asdict(self)
 
 
 def active_cooldowns(server: RedisClient, spider: str, now: float | None = None) -> list[Cooldown]:
@@ -85,8 +78,7 @@ def active_cooldowns(server: RedisClient, spider: str, now: float | None = None)
 
 
 def lift_cooldowns(server: RedisClient, spider: str, domain: str) -> list[Cooldown]:
-    """End every cool-down of ``domain`` (the domain's and its identities'), ended ones too;
-    returns the active ones it lifted. Workers see it within their refresh period."""
+    """End every cool-down of ``domain`` and its identities; the active ones it lifted."""
     active = [c for c in active_cooldowns(server, spider) if c.domain == domain]
     names: Any = server.hkeys(bans_key(spider))
     fields = [
@@ -129,8 +121,7 @@ class FleetPoliteness:
         # Redis would not grant one sooner (but for the rate's slow recovery after a ban).
         self._next_token: dict[str, float] = {}
         if riders is not None:
-            # The first read goes with the frontier's first round trip (the pop whose requests
-            # are the first this worker sends), not on a trip of its own.
+            # The first read rides the frontier's first round trip, not a trip of its own.
             riders.add(BANS_RIDER, Rider(self._queue_bans_read, self._bans_arrived), 0)
 
     @property
@@ -155,8 +146,7 @@ class FleetPoliteness:
         return until if until > time.time() else 0.0
 
     def ban(self, domain: str, identity: str | None, seconds: float, why: str = "") -> float:
-        """Start (or extend) a cool-down for every worker; returns its end time. ``why`` (the
-        ban rule, say) is shown on the fleet page."""
+        """Start or extend a cool-down for the fleet; its end. ``why`` shows on the fleet page."""
         field_name = domain if identity is None else f"{domain}|{identity}"
         until = time.time() + seconds
         # This worker pauses at once, even if Redis is away and the write has to wait.
@@ -166,8 +156,7 @@ class FleetPoliteness:
         return until
 
     def _refresh_bans(self) -> None:
-        """Read the cool-downs again once ``refresh`` old: with the frontier's next round
-        trip when it carries riders (at most four ``refresh`` later), else at once."""
+        """Read the cool-downs again once ``refresh`` old: with the next round trip, else now."""
         now = time.monotonic()
         age = now - self._bans_read
         if age < self.refresh:
@@ -198,17 +187,15 @@ class FleetPoliteness:
         wall = time.time()
         self._bans = {}
         for name, value in pairs:
-            until = float(value)
-            key = name.decode() if isinstance(name, bytes) else str(name)
-            if until > wall:
-                self._bans[key] = until
+            if (until := float(value)) > wall:
+                self._bans[reply_text(name)] = until
 
     # --- rate ---------------------------------------------------------------------------------
 
     def acquire(self, domain: str, identity: str, delay: float = 0.0) -> float:
-        """0 when a request may go now, else the seconds to wait for the next token. A ``delay``
-        (a robots.txt Crawl-delay) caps the rate at one request per ``delay`` seconds with no
-        burst, for every worker alike."""
+        """0 when a request may go now, else the seconds until the next token. A ``delay``
+        (robots.txt Crawl-delay) caps the rate at one request per ``delay``, no burst, fleet-wide.
+        """
         if delay > 0:
             return self._acquire_spaced(domain, identity, delay)
         rate = self.policy.rate_for(domain)
@@ -224,8 +211,7 @@ class FleetPoliteness:
             return wait
         granted, wait, factor = self._take(key, rate, penalize=False)
         if wait > 0:
-            # Wait for as many tokens as one call takes (half a second's worth, within the
-            # burst), so that one round trip serves that many requests.
+            # Wait for one call's worth of tokens: one round trip serves that many requests.
             batch = min(_tokens_per_call(rate), max(1, int(self.policy.burst)))
             wait += (batch - 1) / (rate * factor)
         self._wait_for_token(key, wait)
@@ -246,14 +232,12 @@ class FleetPoliteness:
         return 0.0 if granted else wait
 
     def next_token_in(self, domain: str, identity: str) -> float:
-        """Seconds until the bucket of (domain, identity) has a token, as Redis last said; 0
-        when it may have one now. Asks nothing of Redis."""
+        """Seconds until the bucket has a token, as Redis last said (0: maybe now); no I/O."""
         key = self._bucket_key(domain, identity)
         return 0.0 if self._tokens.get(key, 0) > 0 else self._known_wait(key)
 
     def interval(self, domain: str, delay: float = 0.0) -> float:
-        """Seconds between two tokens of the domain's bucket at its full rate (a Crawl-delay
-        ``delay`` included); 0 when the rate is unlimited."""
+        """Seconds between two tokens at the domain's full rate and ``delay``; 0 if unlimited."""
         rate = self.policy.rate_for(domain)
         if delay > 0:
             return max(delay, 1.0 / rate) if rate > 0 else delay
@@ -264,8 +248,7 @@ class FleetPoliteness:
         return max(0.0, self._next_token.get(key, 0.0) - time.monotonic())
 
     def _wait_for_token(self, key: str, wait: float) -> None:
-        """Remember when the bucket has its next token (a broad crawl meets many buckets: the
-        ones whose time has passed are forgotten once there are many)."""
+        """Remember when the bucket's next token comes (forgetting past ones when many)."""
         now = time.monotonic()
         if wait <= 0:
             self._next_token.pop(key, None)
@@ -292,8 +275,7 @@ class FleetPoliteness:
         want: int | None = None,
         burst: float | None = None,
     ) -> tuple[int, float, float]:
-        # Take up to half a second's worth of tokens at once: one round trip serves several
-        # requests at higher rates, and never more than the bucket allows.
+        # Up to half a second's worth of tokens at once (within the bucket): fewer round trips.
         wanted = _tokens_per_call(rate) if want is None else want
         policy = self.policy
         # The cool-downs come along when this worker's view of them is half their refresh old.

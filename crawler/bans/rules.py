@@ -20,8 +20,7 @@ OK = "ok"
 
 @dataclass(frozen=True)
 class Verdict:
-    """``kind`` is "ban" or "ok"; ``rule`` names the rule that decided. A 5xx is not a ban:
-    it is retried with backoff (RETRY_HTTP_CODES, ``BackoffRetryMiddleware``)."""
+    """``kind`` "ban" or "ok", and the ``rule`` that decided; a 5xx is no ban: it is retried."""
 
     kind: str
     rule: str = ""
@@ -167,15 +166,8 @@ def json_error(page: Page) -> Verdict | None:
 
 # In order: the first rule that decides wins.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    akamai,
-    datadome,
-    cloudflare,
-    too_many_requests,
-    forbidden,
-    challenge_redirect,
-    empty_body,
-    javascript_redirect,
-    json_error,
+    *(akamai, datadome, cloudflare, too_many_requests, forbidden, challenge_redirect),
+    *(empty_body, javascript_redirect, json_error),
 )
 
 

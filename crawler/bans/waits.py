@@ -1,16 +1,12 @@
-"""Waits of the ban and retry middlewares: for Redis while it is away, for a token in line,
-and a retry's backoff (:class:`RetryBackoff`).
+"""Waits of the ban and retry middlewares (docs/politeness.md): for Redis while it is away, for
+a token in line, and a retry's backoff (:class:`RetryBackoff`).
 
-Requests waiting for a token wait in this worker, in one line per (domain, identity)
-(:class:`TokenLines`), while their turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT
-seconds and the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS (other domains
-keep their slots); any other goes back to the frontier's delayed set, due about when its turn
-is expected (one token interval after the previous one sent back), so it is not sent back
-again and again.
-
-Redis being away is never a request's failure: a request whose check needs Redis waits in
-place (:class:`RedisWait`, pauses doubling up to REDIS_PAUSES[1]) until Redis answers, and none
-goes out unchecked; only a closing engine gives it up, and its lease is then released untouched.
+A request waits for its token in this worker, in one line per (domain, identity)
+(:class:`TokenLines`), while its turn comes within SHORT_WAIT seconds, or within LOCAL_WAIT and
+the line holds fewer than a LINE_SHARE-th of CONCURRENT_REQUESTS; any other goes back to the
+delayed set, due about when its turn comes, so it is not sent back again and again. A request
+whose check needs Redis waits in place while Redis is away (:class:`RedisWait`): none goes out
+unchecked, and only a closing engine gives it up, its lease released untouched.
 """
 
 from __future__ import annotations
@@ -53,12 +49,9 @@ T = TypeVar("T")
 
 
 class RedisWait:
-    """Calls that need Redis, tried again while Redis is away, as long as the engine runs.
-
-    Waiting calls share one pause, so a worker tries Redis once per pause, not once per waiting
-    request. The first failure of an outage is logged once; the wait ends with RedisError only
-    when the engine closes (the request's lease is then released).
-    """
+    """Calls that need Redis, tried again while Redis is away, as long as the engine runs. Waiting
+    calls share one pause (Redis is tried once per pause, not per request); an outage is logged
+    once; the wait ends with RedisError only when the engine closes (the lease is then released)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -109,8 +102,8 @@ class RedisWait:
 
 
 def send_back_counted(crawler: Crawler, request: Request, due: float, reason: str) -> Request:
-    """``request`` going back to the frontier's delayed set until ``due`` (Unix time), without
-    its identity, counted as ``politeness/deferred/<reason>``."""
+    """``request`` back to the delayed set until ``due``, without its identity, counted as
+    ``politeness/deferred/<reason>``."""
     if crawler.stats is not None:
         crawler.stats.inc_value(f"politeness/deferred/{reason}")
     return send_back(request, without_identity(request.meta, IDENTITY_META), due)
@@ -139,8 +132,7 @@ class TokenLines:
         return self._waiting[key] >= self.capacity
 
     def turn_in(self, key: tuple[str, str], first: float, interval: float) -> float:
-        """Seconds until a request joining the line now gets its token: the first token in
-        ``first`` seconds, then one each ``interval``."""
+        """Seconds until a request joining the line gets its token (first, then each interval)."""
         return first + self._waiting[key] * interval
 
     @asynccontextmanager
@@ -177,9 +169,8 @@ class TokenLines:
 
 
 class TokenTurns:
-    """A request's turn for a token of (domain, identity) taken in this worker (several
-    identities; with one, the frontier's pop takes it): it waits in its line, or is told when
-    to come back (see the module's docstring)."""
+    """A request's turn for a token of (domain, identity) taken in this worker (with several
+    identities): it waits in its line, or is told when to come back."""
 
     def __init__(self, fleet: FleetPoliteness, lines: TokenLines, redis: RedisWait) -> None:
         self.fleet = fleet
@@ -187,8 +178,7 @@ class TokenTurns:
         self.redis = redis
 
     async def wait(self, domain: str, identity: str, delay: float) -> float | None:
-        """None once the request may go; else the Unix time it should come back at (from the
-        frontier's delayed set). ``delay``: a Crawl-delay."""
+        """None once the request may go, else when it comes back; ``delay``: Crawl-delay."""
         key = (domain, identity)
         if self.lines.waiting(key):
             wait = self.fleet.next_token_in(domain, identity)
@@ -210,11 +200,9 @@ class TokenTurns:
 
 @dataclass(frozen=True)
 class RetryBackoff:
-    """How long a retry waits in the frontier's delayed set (BackoffRetryMiddleware): attempt n
-    waits ``base ** n`` seconds (RETRY_BACKOFF_BASE, default e: about 2.7 s, 7.4 s, 20 s, ...),
-    with +-``jitter`` (RETRY_BACKOFF_JITTER), at most ``maximum`` (RETRY_BACKOFF_MAX); a
-    ``Retry-After`` header wins when present, counted up to ``retry_after_max``
-    (BAN_COOLDOWN_MAX, as for bans)."""
+    """How long a retry waits in the frontier's delayed set: attempt n waits ``base ** n`` seconds
+    (RETRY_BACKOFF_BASE, e: 2.7 s, 7.4 s, 20 s...), +-``jitter``, at most ``maximum``; a
+    ``Retry-After`` wins, up to ``retry_after_max`` (BAN_COOLDOWN_MAX)."""
 
     base: float
     maximum: float

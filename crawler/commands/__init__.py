@@ -5,6 +5,7 @@ with a status that says why it stopped."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.commands import ScrapyHelpFormatter
@@ -13,6 +14,7 @@ from scrapy.spiderloader import get_spider_loader
 
 from crawler.connection import redis_from_settings
 from crawler.frontier.queue import spider_frontier
+from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     from scrapy.settings import Settings
@@ -22,25 +24,26 @@ if TYPE_CHECKING:
 
 
 class LayoutKeepingFormatter(argparse.RawDescriptionHelpFormatter, ScrapyHelpFormatter):
-    """Scrapy's help layout, with a command's description printed as written: its examples
-    stay one per line instead of being folded into one paragraph."""
+    """Scrapy's help layout, with a command's description (its examples) printed as written."""
 
 
 def keep_description_layout(parser: argparse.ArgumentParser) -> None:
-    """Called from a command's ``add_options``: Scrapy built the parser, this sets how its
-    description is printed."""
+    """For a command's ``add_options``: its description is printed as written."""
     parser.formatter_class = LayoutKeepingFormatter
 
 
 class ProjectCommand:
-    """What the project's commands share (mixed in before ScrapyCommand; not a command itself,
-    so Scrapy does not list it): the project's settings, quiet logs, the spider-name check, a
-    Redis client and a spider's frontier."""
+    """What the project's commands share (a mixin, so Scrapy does not list it as a command): quiet
+    logs, the spider-name check, a Redis client and a spider's frontier."""
 
     requires_project = True
     requires_crawler_process = False
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
     settings: Settings | None
+    exitcode: int
+
+    def long_desc(self) -> str:
+        return sys.modules[type(self).__module__].__doc__ or ""
 
     def spider_names(self) -> list[str]:
         assert self.settings is not None
@@ -56,6 +59,15 @@ class ProjectCommand:
     def redis(self) -> RedisClient:
         assert self.settings is not None
         return redis_from_settings(self.settings)
+
+    def redis_url(self) -> str:
+        """REDIS_URL as shown: its secrets masked."""
+        assert self.settings is not None
+        return mask_uri(self.settings.get("REDIS_URL") or "")
+
+    def redis_unreachable(self, exc: Exception) -> None:
+        print(f"Redis at {self.redis_url()} is unreachable: {exc}", file=sys.stderr)
+        self.exitcode = 1
 
     def frontier(self, server: RedisClient, spider: str) -> Frontier:
         assert self.settings is not None

@@ -1,18 +1,8 @@
-"""``scrapy crawl``, with an exit status that tells a fleet manager why a worker stopped.
-
-Exit status 2: a setting is invalid (one ERROR line names it, its value and what is allowed);
-nothing was taken from Redis. The settings, and what the frontier needs from Redis (a list at
-the start key, the RedisBloom module for DUPEFILTER_MODE "redisbloom"), are checked before the
-crawler starts; a component refusing a value later ends the crawl with the same line and status.
-
-Exit status 3: the worker stopped because it was banned (``BAN_POLICY = "stop"``), so whoever
-runs it can replace the machine's IP address before starting it again.
-
-Exit status 4: the crawl yielded items and none of them was stored (finish reason
-``items_not_stored``: MongoDB refused them, or they had no usable key; the log says why).
-
-Exit status 5: the worker received only rate-limited answers for a while (``RATE_LIMIT_EXIT``,
-finish reason ``rate_limited``); its leases were released for the fleet. Start it again later.
+"""``scrapy crawl``, with an exit status that tells a fleet manager why a worker stopped: 2, a
+setting is invalid (one ERROR line names it; checked, with what the frontier needs from Redis,
+before anything is taken from Redis); 3, banned with ``BAN_POLICY = "stop"`` (replace the IP
+address before starting again); 4, items yielded and none stored (``items_not_stored``); 5, only
+rate-limited answers for a while (``RATE_LIMIT_EXIT``; its leases released; start it later).
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand
 from crawler.frontier.queue import WORK_LEFT
-from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -43,9 +42,6 @@ class Command(ProjectCommand, ScrapyCommand):
 
     def short_desc(self) -> str:
         return "Launch, list, rotate and scale down worker instances on AWS EC2"
-
-    def long_desc(self) -> str:
-        return __doc__ or ""
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
@@ -66,14 +62,13 @@ class Command(ProjectCommand, ScrapyCommand):
         fleet = Fleet(config)
         if action == "list":
             self._print(fleet.instances(spider), opts.json)
-        elif action == "launch":
-            assert spider is not None
+            return
+        assert spider is not None
+        if action == "launch":
             self._launch(fleet, spider, opts)
         elif action == "rotate":
-            assert spider is not None
             self._rotate(fleet, spider, opts.json)
         else:
-            assert spider is not None
             self._scale_to_zero(fleet, spider, opts.json)
 
     def _parse(self, args: list[str]) -> tuple[str, str | None]:
@@ -99,10 +94,7 @@ class Command(ProjectCommand, ScrapyCommand):
         env = {}
         if secrets == "env":
             assert self.settings is not None
-            env = {
-                "REDIS_URL": os.environ.get("REDIS_URL") or self.settings.get("REDIS_URL"),
-                "MONGO_URI": os.environ.get("MONGO_URI") or self.settings.get("MONGO_URI"),
-            }
+            env = {n: os.environ.get(n) or self.settings.get(n) for n in ("REDIS_URL", "MONGO_URI")}
         user_data = fleet.user_data(spider, install, secrets, env)
         launched = fleet.launch(
             spider,
@@ -120,19 +112,16 @@ class Command(ProjectCommand, ScrapyCommand):
         reported = banned_instances(server, spider)
         live = {instance.id: instance for instance in fleet.instances(spider)}
         banned = [live[instance_id] for instance_id in reported if instance_id in live]
+        if banned and not fleet.config.install:
+            raise UsageError("say what workers install: FLEET_INSTALL")
+        env = {name: str(self.settings.get(name)) for name in ("REDIS_URL", "MONGO_URI")}
+        user_data = fleet.user_data(spider, fleet.config.install, fleet.config.secrets, env)
         replacements: list[Instance] = []
         for instance in banned:
-            install = fleet.config.install
-            if not install:
-                raise UsageError("say what workers install: FLEET_INSTALL")
-            env = {
-                "REDIS_URL": str(self.settings.get("REDIS_URL")),
-                "MONGO_URI": str(self.settings.get("MONGO_URI")),
-            }
             replacements += fleet.launch(
                 spider,
                 1,
-                user_data=fleet.user_data(spider, install, fleet.config.secrets, env),
+                user_data=user_data,
                 spot=instance.market == "spot",
                 instance_type=instance.instance_type,
                 ami=instance.image,
@@ -141,21 +130,14 @@ class Command(ProjectCommand, ScrapyCommand):
         # Reports of instances that are gone already (or were replaced now) are done with.
         clear_banned(server, spider, list(reported))
         if as_json:
-            print(
-                json.dumps(
-                    {
-                        "terminated": [instance.id for instance in banned],
-                        "launched": [instance.to_json() for instance in replacements],
-                    }
-                )
-            )
+            launched = [instance.to_json() for instance in replacements]
+            print(json.dumps({"terminated": [i.id for i in banned], "launched": launched}))
             return
         print(f"{spider}: {len(banned)} banned workers replaced")
         for old, new in zip(banned, replacements, strict=True):
             print(f"  {old.id} ({old.public_ip or '-'}) -> {new.id} ({new.public_ip or '-'})")
 
     def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
-        assert self.settings is not None
         sizes = self.frontier(self.redis(), spider).sizes()
         pending = {name: sizes[name] for name in WORK_LEFT if sizes[name]}
         terminated: list[str] = []
@@ -166,8 +148,7 @@ class Command(ProjectCommand, ScrapyCommand):
             print(json.dumps({"spider": spider, "pending": pending, "terminated": terminated}))
         elif pending:
             work = ", ".join(f"{name} {value}" for name, value in pending.items())
-            url = mask_uri(self.settings.get("REDIS_URL") or "")
-            print(f"{spider} is not drained at {url} ({work}): nothing terminated")
+            print(f"{spider} is not drained at {self.redis_url()} ({work}): nothing terminated")
         else:
             print(f"{spider} is drained: terminated {len(terminated)} workers")
         if pending:

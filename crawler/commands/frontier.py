@@ -41,7 +41,6 @@ from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
-from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -58,9 +57,6 @@ class Command(ProjectCommand, ScrapyCommand):
     def short_desc(self) -> str:
         return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
 
-    def long_desc(self) -> str:
-        return __doc__ or ""
-
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         keep_description_layout(parser)
@@ -74,19 +70,15 @@ class Command(ProjectCommand, ScrapyCommand):
         spider, action, domain = self._parse(args)
         if action != "pause" and (opts.reason is not None or opts.by is not None):
             raise UsageError("--reason and --by go with pause")
-        assert self.settings is not None
         try:
             if action == "unban":
                 self._unban(spider, domain, opts.json)
             else:
                 self._act(spider, action, opts)
         except RedisError as exc:
-            url = mask_uri(self.settings.get("REDIS_URL") or "")
-            print(f"Redis at {url} is unreachable: {exc}", file=sys.stderr)
-            self.exitcode = 1
+            self.redis_unreachable(exc)
 
     def _act(self, spider: str, action: str, opts: argparse.Namespace) -> None:
-        assert self.settings is not None
         server = self.redis()
         frontier = self.frontier(server, spider)
         if action == "status":
@@ -114,7 +106,6 @@ class Command(ProjectCommand, ScrapyCommand):
         return self.known_spider(spider), action, domain
 
     def _unban(self, spider: str, domain: str, as_json: bool) -> None:
-        assert self.settings is not None
         server = self.redis()
         lifted = lift_cooldowns(server, spider, domain)
         due = self.frontier(server, spider).make_due(
@@ -161,8 +152,7 @@ class Command(ProjectCommand, ScrapyCommand):
             paused = pause and pause.to_json()
             print(json.dumps({"spider": spider, **sizes, "revisits": revisits, "paused": paused}))
             return
-        assert self.settings is not None
-        print(f"{spider} @ {mask_uri(self.settings.get('REDIS_URL') or '')}")
+        print(f"{spider} @ {self.redis_url()}")
         if pause is not None:
             print(f"  {pause.describe()}")
         for name, value in sizes.items():

@@ -36,7 +36,6 @@ from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
 from crawler.observability.report import fleet_report, render_text
-from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
     import argparse
@@ -53,9 +52,6 @@ class Command(ProjectCommand, ScrapyCommand):
     def short_desc(self) -> str:
         return "Show the fleet: frontier, counters, pace, ETA and live workers of each spider"
 
-    def long_desc(self) -> str:
-        return __doc__ or ""
-
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         keep_description_layout(parser)
@@ -69,7 +65,6 @@ class Command(ProjectCommand, ScrapyCommand):
         parser.add_argument(
             "--serve",
             type=int,
-            default=None,
             metavar="PORT",
             help="serve the fleet page on PORT (0: any free port)",
         )
@@ -87,7 +82,6 @@ class Command(ProjectCommand, ScrapyCommand):
             raise UsageError("--watch must be a positive number of seconds")
         if opts.serve is not None and not 0 <= opts.serve <= 65535:
             raise UsageError("--serve takes a port (0-65535; 0 picks a free one)")
-        assert self.settings is not None
         server = self.redis()
         if opts.serve is not None:
             self._serve(server, spiders, opts)
@@ -100,9 +94,7 @@ class Command(ProjectCommand, ScrapyCommand):
         except KeyboardInterrupt:
             return
         except RedisError as exc:
-            url = mask_uri(self.settings.get("REDIS_URL") or "")
-            print(f"Redis at {url} is unreachable: {exc}", file=sys.stderr)
-            self.exitcode = 1
+            self.redis_unreachable(exc)
 
     def _spiders(self, args: list[str]) -> list[str]:
         if len(args) > 1:

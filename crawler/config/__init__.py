@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 
 
 def setting(settings: BaseSettings, name: str) -> Any:
-    """A project setting read by its rule in crawler/config/table.py (parsed, within range), or
-    SettingsError naming the setting, its value and what is allowed."""
+    """A setting read by its rule (config/table.py), or SettingsError naming it and the rule."""
     return RULES[name].read(name, settings.get(name))
 
 
@@ -26,9 +25,8 @@ def setting_int(settings: BaseSettings, name: str, minimum: int, maximum: int | 
 
 
 def switched_off(component: type, reason: str) -> NotConfigured:
-    """The NotConfigured a component raises when its setting leaves it off, said at DEBUG by
-    the component's logger: Scrapy logs a NotConfigured with a message at WARNING, and a
-    component off by default is nothing to act on."""
+    """The NotConfigured a component raises when its setting leaves it off, said at DEBUG (Scrapy
+    logs it at WARNING, but a component off by default is nothing to act on)."""
     logging.getLogger(component.__module__).debug(
         "Disabled %s.%s: %s", component.__module__, component.__qualname__, reason
     )

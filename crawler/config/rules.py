@@ -28,8 +28,7 @@ BAD_VALUE = (ValueError, TypeError, LookupError, ImportError, NameError, Attribu
 
 
 class SettingsError(Exception):
-    """Settings a crawl cannot run with; each problem names the setting, its value and what is
-    allowed."""
+    """Settings a crawl cannot run with; each problem names the setting, its value and rule."""
 
     def __init__(self, *problems: str) -> None:
         super().__init__("; ".join(problems))

@@ -67,11 +67,6 @@ def ip_address(value: Any) -> str:
     return str(ipaddress.ip_address(as_text(value).strip()))
 
 
-def destination(value: Any) -> Any:
-    """MONGO_COLLECTIONS value: ``"collection:unique key field"`` or ``""``."""
-    return parse_destination(value)
-
-
 def nameserver(value: Any) -> Any:
     """DOMAINS_NAMESERVERS item: an IP address with an optional port (``host[:port]``)."""
     return NameServer.parse(as_text(value))
@@ -249,7 +244,7 @@ RULES: dict[str, Rule] = {
     "MONGO_RETRY_TIMES": integer(0),
     "MONGO_COLLECTIONS": mapping(
         'item class or spider names to "collection:unique key field" (or "")',
-        value=destination,
+        value=parse_destination,
     ),
     "MONGO_SPILL_DIR": Rule("a directory path (created when missing)", directory),
     "MONGO_WRITE_CONCERN": Rule(

@@ -128,8 +128,7 @@ def video_fields(
 
 
 def popular_author(item: Mapping[str, Any], min_likes: int, min_followers: int) -> str | None:
-    """The author's uniqueId if it is a valid one and the video or its author is popular by
-    the given thresholds."""
+    """The author's valid uniqueId if the video or its author is popular by the thresholds."""
     unique_id = _mapping(item.get("author")).get("uniqueId")
     if not isinstance(unique_id, str) or not UNIQUE_ID.fullmatch(unique_id):
         return None

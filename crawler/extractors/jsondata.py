@@ -27,8 +27,7 @@ _CLOSING = frozenset("]}")
 
 
 class MalformedData(ValueError):
-    """The text is not the JSON it should be (invalid, truncated, too deep or of another shape):
-    fetching it again may help; it says nothing about a ban."""
+    """Not the JSON it should be: fetching it again may help; it says nothing about a ban."""
 
 
 class TooDeep(MalformedData):
@@ -40,11 +39,8 @@ class TooDeep(MalformedData):
 
 
 def too_deep(text: str, limit: int) -> bool:
-    """True when arrays and objects nest more than ``limit`` levels deep in ``text``.
-
-    Brackets inside strings do not count; counting stops at a string that is never closed,
-    where a JSON parser stops too. Linear in the length of the text.
-    """
+    """True when arrays and objects nest deeper than ``limit`` in ``text`` (linear time). Brackets
+    in strings do not count; counting stops at a string never closed, as a parser would."""
     if text.count("[") + text.count("{") <= limit:
         return False
     depth = 0
@@ -93,8 +89,7 @@ def as_text(value: Any) -> str | None:
 
 
 def as_id(value: Any) -> str | None:
-    """An identifier given as a printable string without surrounding spaces or as a whole
-    number; else None."""
+    """A printable string without surrounding spaces, or a whole number as text; else None."""
     if isinstance(value, str):
         return value if value.isprintable() and value == value.strip() else None
     number = as_int(value) if isinstance(value, int) else None
@@ -106,8 +101,7 @@ def as_flag(value: Any) -> bool | None:
 
 
 class FieldReader:
-    """Reads the fields of one record. An absent value (None) gives ``default``; a value present
-    but unusable gives None, and its name is noted in ``bad``."""
+    """Reads a record's fields: absent gives ``default``, unusable gives None, noted in ``bad``."""
 
     def __init__(self) -> None:
         self.bad: list[str] = []

@@ -39,8 +39,7 @@ _CANONICAL = etree.XPath(
 
 @dataclass
 class PageFields:
-    """What an HTML page says about itself, and its out-links (absolute http(s) URLs, in
-    document order, each once)."""
+    """What an HTML page says about itself, and its out-links (absolute, in order, once)."""
 
     title: str | None = None
     language: str | None = None
@@ -83,8 +82,7 @@ def parse_page(html: str, url: str) -> PageFields:
 
 
 def out_links(selector: Selector, base: str) -> list[str]:
-    """Absolute http(s) URLs of ``<a href>`` and ``<area href>``, without fragments, each
-    once, at most MAX_LINKS."""
+    """Absolute http(s) URLs of ``<a>``/``<area>``, without fragments, once, MAX_LINKS at most."""
     seen: dict[str, None] = {}
     for href in _strings(_HREFS, selector):
         absolute = absolute_url(href, base)
@@ -96,8 +94,7 @@ def out_links(selector: Selector, base: str) -> list[str]:
 
 
 def absolute_url(href: str, base: str) -> str | None:
-    """``href`` resolved against ``base``, without its fragment; None unless it is http(s)
-    with a host."""
+    """``href`` resolved against ``base``, without fragment; None unless http(s) with a host."""
     href = strip_html5_whitespace(href)
     if not href or href.startswith("#"):
         return None

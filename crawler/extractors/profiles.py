@@ -1,11 +1,10 @@
 """Profile pages (``/@<uniqueId>``) to profile fields, for every layout met in the wild.
 
-Layouts, newest first: the ``__UNIVERSAL_DATA_FOR_REHYDRATION__`` script, the older
-``SIGI_STATE`` script and ``__NEXT_DATA__``. A page may also be a verdict rather than data: the
-user does not exist, is banned or private (stored as such), or the page is a captcha, a
-challenge or carries no data at all (a block: fetch it again later). A data script that is
-not JSON (truncated, nested too deep) is MalformedData: fetch it again, not a ban.
-Values of the wrong type cost that value only (None, named in the FieldReader's ``bad``).
+Layouts, newest first: the ``__UNIVERSAL_DATA_FOR_REHYDRATION__`` script, ``SIGI_STATE`` and
+``__NEXT_DATA__``. A page may also be a verdict: the user does not exist, is banned or private
+(stored as such), or the page is a captcha, a challenge or carries no data at all (a block: fetch it
+again later). A data script that is not JSON is MalformedData (fetch it again, not a ban); a value
+of the wrong type costs that value only.
 """
 
 from __future__ import annotations

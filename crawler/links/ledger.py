@@ -1,26 +1,10 @@
-"""Per-host state of the ``links`` spider in Redis, bounded by TTLs, written in one pipeline.
+"""Per-host state of the ``links`` spider in Redis (docs/spiders.md; keys in crawler/keys.py
+LedgerKeys), bounded by TTLs: counters per host, page budgets per start entry and host, their
+totals and the top hosts (trimmed to TOP_HOSTS every TRIM_EVERY pages, approximately).
 
-``{links}:host:<host>`` (hash, expires LINKS_STATE_TTL after its last change): ``pages``,
-``bytes``, ``external_links`` (links from this host to other hosts), ``backlinks`` (links from
-other hosts to this one, at most MAX_BACKLINK_HOSTS target hosts counted per page) and
-``errors:<class>`` (``http_404``, ``DNSLookupError``, ...; HostErrorsMiddleware below).
-``{links}:pages:<start>:<host>`` (string, same TTL): HTML pages fetched on ``host`` for the
-start entry ``<start>``; the spider stores and follows nothing on a host past its budget.
-``{links}:hosts:totals`` (hash): the same counters summed over every host, and
-``{links}:hosts:top`` (sorted set, host -> pages): the hosts with the most pages, trimmed to
-TOP_HOSTS every TRIM_EVERY pages a worker counts (approximate: a trimmed host starts again
-from its next page). :meth:`HostLedger.summary` reads both, for ``scrapy status``.
-State per host is a hash and a counter per start, both expiring: it stays bounded whatever the
-number of hosts a fleet has met over time.
-
-A worker adds up its counts in memory and sends them in one pipeline every FLUSH_PAGES pages
-or FLUSH_SECONDS (and when the spider goes idle or closes): one Redis round trip per 100 pages
-instead of one per page. Page budgets stay fleet-wide: a worker counts its own unsent pages,
-and sends each page at once when its host is within FLUSH_PAGES of the budget, so with one
-worker a budget is exact, and with W workers a host gets at most (W - 1) x FLUSH_PAGES pages
-beyond its budget (what the others may count without sending; fewer when they fetch fewer
-of its pages in FLUSH_SECONDS). A worker killed with SIGKILL loses its unsent counters (at
-most FLUSH_PAGES pages' or FLUSH_SECONDS' worth; its pages are not lost).
+A worker sends its counts in one pipeline every FLUSH_PAGES pages or FLUSH_SECONDS (and when the
+spider goes idle or closes), and each page at once when its host is within FLUSH_PAGES of its
+budget: with W workers a host gets at most (W - 1) x FLUSH_PAGES pages beyond its budget.
 Backlinks used for link priority are the fleet's at the last flush plus the worker's own.
 """
 
@@ -85,8 +69,6 @@ class HostLedger:
         self.server = server
         self.keys = LedgerKeys(spider)
         self.ttl = ttl
-        self.top_key = self.keys.top
-        self.totals_key = self.keys.totals
         self.flush_pages = flush_pages
         self.flush_seconds = flush_seconds
         self._counted = 0
@@ -95,12 +77,6 @@ class HostLedger:
         # Fleet-wide values read at the last flushes (bounded: cleared past KNOWN_LIMIT).
         self._budgets: dict[tuple[str, str], int] = {}
         self._backlinks: dict[str, int] = {}
-
-    def host_key(self, host: str) -> str:
-        return self.keys.host(host)
-
-    def budget_key(self, start: str, host: str) -> str:
-        return self.keys.budget(start, host)
 
     def page(
         self,
@@ -111,14 +87,11 @@ class HostLedger:
         max_pages: int = 0,
         revisit: bool = False,
     ) -> tuple[int, dict[str, int]]:
-        """Count one HTML page of ``host`` and its links to other hosts. Returns the pages of
-        ``host`` fetched for ``start`` so far, fleet-wide (this one included), and the
-        backlinks each linked host has (the first MAX_BACKLINK_HOSTS of them).
-
-        Counts are sent every ``flush_pages`` pages or ``flush_seconds``, in one pipeline; a
-        page whose host is within ``flush_pages`` of ``max_pages`` (0: no budget) is sent at
-        once, so a worker sees the fleet's count near a budget. A ``revisit`` of a page counts
-        its fetch and bytes only: neither the budget nor links already counted."""
+        """Count one HTML page of ``host`` and its links to other hosts; the pages of ``host``
+        fetched for ``start`` so far, fleet-wide, and the backlinks of each linked host (the first
+        MAX_BACKLINK_HOSTS). A page whose host is within ``flush_pages`` of ``max_pages`` (0: none)
+        is sent at once; a ``revisit`` counts its fetch and bytes only, neither the budget nor its
+        links."""
         pending = self._pending
         budget = (start, host)
         counters = pending.hosts[host]
@@ -156,24 +129,24 @@ class HostLedger:
         pipe = self.server.pipeline(transaction=False)
         budgets = list(pending.budgets.items())
         for (start, host), count in budgets:
-            pipe.incrby(self.budget_key(start, host), count)
-            pipe.expire(self.budget_key(start, host), self.ttl)
+            pipe.incrby(self.keys.budget(start, host), count)
+            pipe.expire(self.keys.budget(start, host), self.ttl)
         backlinks = list(pending.backlinks.items())
         for target, count in backlinks:
-            pipe.hincrby(self.host_key(target), "backlinks", count)
-            pipe.expire(self.host_key(target), self.ttl)
+            pipe.hincrby(self.keys.host(target), "backlinks", count)
+            pipe.expire(self.keys.host(target), self.ttl)
         totals: Counter[str] = Counter()
         for host, counters in pending.hosts.items():
-            key = self.host_key(host)
+            key = self.keys.host(host)
             for name, value in counters.items():
                 pipe.hincrby(key, name, value)
             pipe.expire(key, self.ttl)
-            pipe.zincrby(self.top_key, counters["pages"], host)
+            pipe.zincrby(self.keys.top, counters["pages"], host)
             totals.update(counters)
         for name, value in totals.items():
-            pipe.hincrby(self.totals_key, name, value)
+            pipe.hincrby(self.keys.totals, name, value)
         if self._counted // TRIM_EVERY != (self._counted + pending.pages) // TRIM_EVERY:
-            pipe.zremrangebyrank(self.top_key, 0, -TOP_HOSTS - 1)
+            pipe.zremrangebyrank(self.keys.top, 0, -TOP_HOSTS - 1)
         try:
             results: list[Any] = pipe.execute()
         except RedisError:
@@ -195,27 +168,27 @@ class HostLedger:
 
     def error(self, host: str, kind: str) -> None:
         pipe = self.server.pipeline(transaction=False)
-        pipe.hincrby(self.host_key(host), f"errors:{kind}", 1)
-        pipe.expire(self.host_key(host), self.ttl)
-        pipe.hincrby(self.totals_key, f"errors:{kind}", 1)
+        pipe.hincrby(self.keys.host(host), f"errors:{kind}", 1)
+        pipe.expire(self.keys.host(host), self.ttl)
+        pipe.hincrby(self.keys.totals, f"errors:{kind}", 1)
         pipe.execute()
 
     def host(self, host: str) -> dict[str, int]:
         """The counters of ``host`` (what ``scrapy status`` and tests read)."""
-        raw: Any = self.server.hgetall(self.host_key(host))
+        raw: Any = self.server.hgetall(self.keys.host(host))
         return _ints(raw)
 
     def summary(self, top: int = 10) -> dict[str, Any]:
         """The fleet's totals over every host and the ``top`` hosts by pages, each with its
         counters: ``{"totals": {...}, "hosts": {"host": {...}, ...}}`` (two round trips)."""
         pipe = self.server.pipeline(transaction=False)
-        pipe.hgetall(self.totals_key)
-        pipe.zrevrange(self.top_key, 0, top - 1)
+        pipe.hgetall(self.keys.totals)
+        pipe.zrevrange(self.keys.top, 0, top - 1)
         raw_totals, names = pipe.execute()
         hosts = [reply_text(name) for name in names]
         pipe = self.server.pipeline(transaction=False)
         for host in hosts:
-            pipe.hgetall(self.host_key(host))
+            pipe.hgetall(self.keys.host(host))
         counters = pipe.execute() if hosts else []
         return {
             "totals": _ints(raw_totals),
@@ -228,10 +201,9 @@ def _ints(raw: Mapping[Any, Any]) -> dict[str, int]:
 
 
 class HostErrorsMiddleware:
-    """Downloader middleware of the ``links`` spider (order 90, inside the retry middleware's
-    reach: it sees only a download's final failure): counts it in the host's
-    ``errors:<exception class>`` (DNSLookupError, TimeoutError, ConnectionRefusedError, ...).
-    A request dropped on purpose (IgnoreRequest: robots.txt, offsite) is no error."""
+    """Downloader middleware of the ``links`` spider at 90, within the retry middleware's reach (it
+    sees only a download's final failure): counts it in the host's ``errors:<exception class>``; a
+    request dropped on purpose (IgnoreRequest) is no error."""
 
     def __init__(self, ledger: HostLedger) -> None:
         self.ledger = ledger

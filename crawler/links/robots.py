@@ -1,20 +1,13 @@
 """robots.txt for the ``links`` spider: fetched once per host per LINKS_ROBOTS_TTL for the whole
-fleet, cached in Redis, obeyed with Protego.
+fleet, cached in Redis, obeyed with Protego (docs/spiders.md).
 
-A worker that needs the rules of an origin (``scheme://host[:port]``) reads them from its local
-cache, else from ``{links}:robots:<origin>``. When Redis has none, one worker of the fleet wins
-the claim ``{links}:robots:claim:<origin>`` (SET NX, LINKS_ROBOTS_CLAIM_SECONDS) and downloads
-robots.txt; requests of that origin in other workers go back to the frontier's delayed set
-until the rules are in Redis. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
-allows everything (as Scrapy's RobotsTxtMiddleware does), for the same TTL. The worker that
-downloaded the rules asks the spider for the requests they seed (its sitemaps), and stores the
-rules only once those are written to the frontier: a worker killed in between leaves the claim
-to expire, and the next worker to need the rules downloads them and seeds again.
-
-Crawl-delay is put in the request's meta ``crawl_delay``: the fleet-wide politeness (the
-frontier's pop, or BanMiddleware in crawler/middlewares.py) spaces the host's requests by it for
-every worker. robots.txt goes out on the turn of the request that needed it, which goes back to
-the frontier for the host's next turn.
+When Redis has no rules for an origin, one worker wins the claim (SET NX,
+LINKS_ROBOTS_CLAIM_SECONDS) and downloads them; the origin's requests in other workers go back to
+the delayed set until then. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
+allows everything (as Scrapy's RobotsTxtMiddleware does). The rules are stored only once the
+requests they seed (sitemaps) are in the frontier: a worker killed in between leaves the claim to
+expire. robots.txt goes out on the turn of the request that needed it, which goes back to the
+frontier for the host's next turn; its Crawl-delay goes in meta ``crawl_delay``.
 """
 
 from __future__ import annotations
@@ -90,8 +83,7 @@ class FleetRobots:
         self._get_or_claim = server.register_script(GET_OR_CLAIM)
 
     def get_or_claim(self, origin: str) -> bytes | bool:
-        """The cached body of ``origin``'s robots.txt, else whether this worker won the claim
-        to download it (another worker holds it otherwise)."""
+        """The cached robots.txt of ``origin``, else whether this worker won the claim to it."""
         keys = [robots_key(self.spider, origin), robots_claim_key(self.spider, origin)]
         value: Any = self._get_or_claim(keys=keys, args=[self.claim_seconds])
         if isinstance(value, str):  # a client that decodes replies
@@ -135,12 +127,8 @@ def parse_rules(body: bytes) -> Protego:
 
 
 class FleetRobotsMiddleware:
-    """Downloader middleware (in place of Scrapy's RobotsTxtMiddleware, order 100) for requests
-    of the ``links`` spider (those with meta ``links``); meta ``dont_obey_robotstxt`` skips it.
-
-    Settings: LINKS_ROBOTS_OBEY, LINKS_ROBOTS_TTL, LINKS_ROBOTS_CLAIM_SECONDS,
-    LINKS_ROBOTS_MAX_BYTES (crawler/settings.py); ROBOTSTXT_USER_AGENT or USER_AGENT.
-    """
+    """In place of Scrapy's RobotsTxtMiddleware (100), for requests with meta ``links`` and no
+    ``dont_obey_robotstxt``. Settings: LINKS_ROBOTS_*; ROBOTSTXT_USER_AGENT or USER_AGENT."""
 
     def __init__(self, crawler: Crawler, fleet: FleetRobots, max_bytes: int) -> None:
         self.crawler = crawler
@@ -215,7 +203,11 @@ class FleetRobotsMiddleware:
             body = await self._download(origin, request.meta.pop(PACED_META, None) is not None)
             rules = parse_rules(body)
             self.cache.put(origin, rules)
-            self._share(origin, body, self._seed(request, rules))
+            if self._seed(request, rules):  # what the rules seed is written: share them
+                self.fleet.store(origin, body)
+            else:  # the worker that next needs them downloads them again and seeds again
+                self._count("robotstxt/not_shared")
+                self.fleet.release(origin)
             future.set_result(rules)
         except RobotsDeferred as deferred:
             self._defer_origin(origin, deferred.until)
@@ -230,8 +222,7 @@ class FleetRobotsMiddleware:
         return rules
 
     async def _download(self, origin: str, paced: bool) -> bytes:
-        """robots.txt of ``origin``; ``paced``: it goes on the turn of the request that needs it
-        (a turn the frontier gave that request; see ``PACED_META``)."""
+        """robots.txt of ``origin``; ``paced``: on the turn of the request that needs it."""
         meta: dict[str, Any] = {SKIP_META: True, ROBOTS_META: True, "dont_retry": True}
         meta["dont_ban_check"] = True
         if paced:
@@ -251,8 +242,7 @@ class FleetRobotsMiddleware:
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
 
     def _seed(self, request: Request, rules: Protego) -> bool:
-        """Schedule what the spider makes of new rules (their sitemaps); whether it is
-        written where the fleet finds it (a worker killed later loses none of it)."""
+        """Crawl what the spider makes of new rules; whether it is written for the fleet."""
         seed = getattr(self.crawler.spider, "robots_requests", None)
         engine = self.crawler.engine
         if seed is None or engine is None:
@@ -262,15 +252,6 @@ class FleetRobotsMiddleware:
             engine.crawl(follow)
         scheduler = frontier_scheduler(self.crawler)
         return scheduler is None or scheduler.flush()  # another scheduler keeps none of its own
-
-    def _share(self, origin: str, body: bytes, seeded: bool) -> None:
-        """Store the rules for the fleet once what they seed is written; else release the
-        claim, so the worker that next needs them downloads them again and seeds again."""
-        if seeded:
-            self.fleet.store(origin, body)
-        else:
-            self._count("robotstxt/not_shared")
-            self.fleet.release(origin)
 
     def _defer_origin(self, origin: str, until: float) -> None:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""
@@ -282,8 +263,7 @@ class FleetRobotsMiddleware:
         self._not_before[origin] = until
 
     def _wait(self, request: Request, not_before: float = 0.0) -> Request:
-        """Back to the frontier until the worker holding the claim has stored the rules (or
-        until the robots.txt request of the origin may go again)."""
+        """Back to the frontier until the rules are stored (or their request may go again)."""
         self._count("robotstxt/deferred")
         due = max(time.time(), not_before) + random.uniform(0.5, 1.5)
         return send_back(request, dict(request.meta), due)

@@ -8,8 +8,7 @@ from scrapy.utils.sitemap import Sitemap
 
 
 def sitemap_body(response: Response, max_size: int) -> bytes | None:
-    """The XML of a sitemap response (gunzipped when it is gzip), None when it is not one
-    (as Scrapy's SitemapSpider decides)."""
+    """The XML of a sitemap response (gunzipped), None when not one (as SitemapSpider says)."""
     if isinstance(response, XmlResponse):
         return response.body
     if gzip_magic_number(response):
@@ -23,8 +22,7 @@ def sitemap_body(response: Response, max_size: int) -> bytes | None:
 
 
 def sitemap_urls(body: bytes, limit: int) -> tuple[str, list[str]]:
-    """(kind, locations): kind is "urlset" or "sitemapindex" ("" for anything else), and at
-    most ``limit`` locations."""
+    """(kind, locations): "urlset", "sitemapindex" or "", and at most ``limit`` locations."""
     try:
         sitemap = Sitemap(body)
         locations = []

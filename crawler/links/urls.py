@@ -1,10 +1,9 @@
-"""URL canonicalisation, the rules that decide which links the ``links`` spider follows, and
-in what order (:func:`link_priority`).
+"""URL canonicalisation, and the rules that decide which links the ``links`` spider follows and in
+what order. Pure functions, no I/O.
 
-Pure functions, no I/O. A canonical URL (:func:`canonical_url`) has its scheme and host in
-lower case, no default port, no fragment, its query sorted (w3lib ``canonicalize_url``) and
-none of the tracking parameters of :data:`TRACKING_PARAMS`; the frontier's dupefilter sees
-only canonical URLs, so ``/a?utm_source=x#top`` and ``/a`` are one page.
+A canonical URL (:func:`canonical_url`) has its scheme and host in lower case, no default port, no
+fragment, its query sorted (w3lib) and no tracking parameters (:data:`TRACKING_PARAMS`): the
+frontier's dupefilter sees ``/a?utm_source=x#top`` and ``/a`` as one page.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ def is_tracking(name: str) -> bool:
 
 @lru_cache(maxsize=65536)
 def canonical_url(url: str) -> str:
-    """The canonical form of an absolute http(s) URL; BadUrl when it is not one, or carries a
-    user or password. Cached: a site links its home and menu from every page."""
+    """The canonical form of an absolute http(s) URL without credentials, else BadUrl; cached."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
@@ -98,8 +96,7 @@ def registered_domain(host: str) -> str:
 
 
 def scope_root(url: str, scope: str) -> str:
-    """What a followed link must share with its start URL: its host, its registered domain,
-    or nothing (``any``)."""
+    """What a followed link shares with its start URL: host, registered domain or "" (any)."""
     if scope == "host":
         return host_of(url)
     if scope == "domain":

@@ -1,10 +1,6 @@
-"""The fleet monitor of the domains spider, without per-domain counters.
-
-FleetMonitor counts requests, responses and items per domain (``domain/<host>/...`` stats,
-published to ``{spider}:stats`` and to Prometheus as one series per domain). A sweep touches
-every domain once, so those counters would grow with the list: 20,000 domains, some 60,000
-hash fields and series. This monitor keeps everything else (shared stats, heartbeats, metrics,
-progress) and the spider's own bounded counters (``domains/status/<class>``).
+"""The fleet monitor of the domains spider, without FleetMonitor's per-domain counters: a sweep
+touches every domain once, so they would grow with the list (20,000 domains, some 60,000 hash
+fields and series). The spider counts its own bounded ``domains/status/<class>``.
 """
 
 from __future__ import annotations

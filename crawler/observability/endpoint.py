@@ -1,10 +1,6 @@
-"""The worker's HTTP endpoint, served by twisted.web on the crawler's own reactor.
-
-``/metrics`` is prometheus_client's Twisted resource: a scrape collects the worker's in-memory
-stats and the fleet view the periodic task last read (it never waits on Redis) on the reactor's
-thread pool. ``/`` is the fleet page (:mod:`crawler.observability.page_server`), read from Redis
-on a thread of its own, so neither blocks the crawl. Requests are not logged, so Scrapy's log
-stays the crawl's.
+"""The worker's HTTP endpoint on the crawler's own reactor: ``/metrics`` (prometheus_client's
+resource, from memory: it never waits on Redis) and ``/``, the fleet page (read from Redis on a
+thread of its own); neither blocks the crawl, and neither writes to Scrapy's log.
 """
 
 from __future__ import annotations

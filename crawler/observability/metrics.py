@@ -141,28 +141,16 @@ def _gauge(name: str, documentation: str, labels: tuple[str, ...] = ()) -> Gauge
 def _counters(spider: str, counters: Counters) -> Iterator[Metric]:
     plain = (
         ("crawler_requests_total", "Requests sent to the downloader.", counters.requests),
-        (
-            "crawler_download_errors_total",
-            "Downloads that failed without a response.",
-            counters.download_errors,
-        ),
-        (
-            "crawler_items_scraped_total",
-            "Items that went through the item pipelines.",
-            counters.items,
-        ),
-        (
-            "crawler_items_dropped_total",
-            "Items dropped by an item pipeline.",
-            counters.items_dropped,
-        ),
+        ("crawler_download_errors_total", "Downloads that failed without a response.",
+         counters.download_errors),
+        ("crawler_items_scraped_total", "Items that went through the item pipelines.",
+         counters.items),
+        ("crawler_items_dropped_total", "Items dropped by an item pipeline.",
+         counters.items_dropped),
         ("crawler_retries_total", "Retries scheduled.", counters.retries),
-        (
-            "crawler_duplicates_total",
-            "Requests dropped by the duplicate filter.",
-            counters.duplicates,
-        ),
-    )
+        ("crawler_duplicates_total", "Requests dropped by the duplicate filter.",
+         counters.duplicates),
+    )  # fmt: skip
     for name, documentation, value in plain:
         family = _counter(name, documentation, ())
         family.add_metric([spider], value)

@@ -1,11 +1,6 @@
 """The fleet monitor: a worker's shared stats, heartbeat, metrics endpoint, fleet page and
-progress line.
-
-Every period (``STATS_PUBLISH_INTERVAL``, and at least three times per heartbeat TTL) one Redis
-round trip adds the worker's stats deltas to ``{spider}:stats`` and to the current minute's
-bucket, refreshes the worker's heartbeat and reads the frontier's sizes and the fleet's pace
-back; ``/metrics`` and the progress line use what it read. ``/`` on the same port is the fleet
-page (``FLEET_PAGE``).
+progress line (docs/observability.md). Every period one Redis round trip sends the stats'
+deltas and the heartbeat and reads the frontier's sizes and the fleet's pace back.
 """
 
 from __future__ import annotations
@@ -73,13 +68,11 @@ class MonitorSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MonitorSettings:
-        publish_interval = setting(settings, "STATS_PUBLISH_INTERVAL")
-        progress_interval = setting(settings, "PROGRESS_INTERVAL")
         return cls(
             stats_key=settings.get("STATS_REDIS_KEY"),
-            publish_interval=publish_interval,
+            publish_interval=setting(settings, "STATS_PUBLISH_INTERVAL"),
             heartbeat_ttl=setting_int(settings, "WORKER_HEARTBEAT_TTL", 1),
-            progress_interval=progress_interval,
+            progress_interval=setting(settings, "PROGRESS_INTERVAL"),
             pace_window=setting(settings, "PACE_WINDOW"),
             metrics_ports=parse_ports(settings.get("METRICS_PORT")),
             metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
@@ -88,23 +81,14 @@ class MonitorSettings:
 
     @property
     def period(self) -> float:
-        """How often the monitor runs: the publish interval, or a third of the heartbeat TTL
-        if that is shorter, so a live worker's heartbeat never lapses."""
+        """How often the monitor runs: the publish interval, or a third of the heartbeat TTL if
+        shorter, so a live worker's heartbeat never lapses."""
         return min(self.publish_interval, self.heartbeat_ttl / 3)
 
 
 class FleetMonitor:
     """Extension: shared stats, heartbeat, Prometheus endpoint and progress line of a worker.
-
-    Settings:
-        STATS_REDIS_KEY (str, default "{%(spider)s}:stats"): the fleet's stats hash.
-        STATS_PUBLISH_INTERVAL (float, default 5): seconds between publications.
-        WORKER_HEARTBEAT_TTL (int, default 30): seconds a heartbeat outlives its worker.
-        PROGRESS_INTERVAL (float, default 60): seconds between progress lines; 0 = none.
-        PACE_WINDOW (float, default 60): seconds of samples a worker's own pace is measured over.
-        METRICS_PORT (int or "low-high", default 0 = off): port(s) for ``/metrics``.
-        METRICS_HOST (str, default "0.0.0.0"): address the metrics endpoint listens on.
-        FLEET_PAGE ("local", "all" or "off", default "local"): who sees the page at ``/``.
+    Settings: STATS_*, WORKER_HEARTBEAT_TTL, PROGRESS_INTERVAL, PACE_WINDOW, METRICS_*, FLEET_PAGE.
     """
 
     def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
@@ -144,8 +128,6 @@ class FleetMonitor:
         connect(monitor.response_downloaded, signal=signals.response_downloaded)
         connect(monitor.item_scraped, signal=signals.item_scraped)
         return monitor
-
-    # --- lifecycle -----------------------------------------------------------------------------
 
     def spider_opened(self, spider: Spider) -> None:
         self._spider = spider
@@ -200,7 +182,7 @@ class FleetMonitor:
         if self._backoff.active():
             return
         riders = Riders.of(self.crawler)
-        rider = Rider(self._queue_publish, self._published, self._outage)
+        rider = Rider(self._queue_publish, self._published, self._backoff.failed)
         if riders.carried:
             riders.add(RIDER, rider, 2 * self.config.period)
         else:
@@ -217,12 +199,13 @@ class FleetMonitor:
             if self._read is not None:
                 self.fleet = self._read(replies)
         except RedisError as exc:
-            self._outage(exc)
+            self._backoff.failed(exc)
             return
-        self._recovered()
+        self._backoff.recovered()
         if self.config.progress_interval and time.monotonic() >= self._next_progress:
             self._next_progress = time.monotonic() + self.config.progress_interval
-            self._log_progress(self._stats())
+            if self.fleet is not None and self.info is not None:
+                log_progress(self.info.spider, self.pace(self._stats()), self.fleet, self._spider)
 
     def pace(self, stats: dict[str, Any]) -> WorkerPace:
         return WorkerPace(
@@ -247,8 +230,7 @@ class FleetMonitor:
         return generate_latest(self.registry).decode()
 
     def fleet_page(self) -> dict[str, Any]:
-        """The fleet page's report of this worker's spider, read from Redis (blocking: the page
-        calls it on the reactor's thread pool)."""
+        """This spider's fleet page report, read from Redis (blocking: called off the reactor)."""
         assert self.info is not None
         spiders = {self.info.spider: self.crawler.spidercls}
         return fleet_report(self.server, self.crawler.settings, spiders, history=HISTORY_MINUTES)
@@ -265,8 +247,6 @@ class FleetMonitor:
         request = getattr(response, "request", None)
         if request is not None:
             self._count(domain_stat(_host(request), "item_scraped_count"))
-
-    # --- internals -------------------------------------------------------------------------------
 
     def _stats(self) -> dict[str, Any]:
         assert self.crawler.stats is not None
@@ -295,10 +275,6 @@ class FleetMonitor:
             "metrics_port": self.metrics_port or "",
         }
 
-    def _log_progress(self, stats: dict[str, Any]) -> None:
-        if self.fleet is not None and self.info is not None:
-            log_progress(self.info.spider, self.pace(stats), self.fleet, self._spider)
-
     def _serve_metrics(self) -> None:
         mode = self.config.fleet_page
         page = None if mode == "off" else FleetPage(self.fleet_page, local_only=mode == "local")
@@ -324,12 +300,6 @@ class FleetMonitor:
             exc_info=failure_to_exc_info(failure),
             extra={"spider": spider},
         )
-
-    def _outage(self, exc: RedisError) -> None:
-        self._backoff.failed(exc)
-
-    def _recovered(self) -> None:
-        self._backoff.recovered()
 
 
 def _worker_id(crawler: Crawler) -> str:

@@ -1,34 +1,24 @@
-"""The fleet page: each spider's frontier, pace over the last hour, bans, active cool-downs, dead
-letters, live workers and ETA on one HTML page.
-
-Served at ``/`` of a worker's metrics endpoint and by ``scrapy status --serve PORT``. The page
-is rendered on the server from :func:`crawler.observability.report.fleet_report` (the data of
-``scrapy status --json``), with inline SVG charts and inline CSS: no script, no external URL,
-nothing to build. It reloads itself (meta refresh). Read-only: GET only, secrets masked by the
-report. It is served by :mod:`crawler.observability.page_server`.
+"""The fleet page (docs/observability.md), rendered on the server from
+:func:`crawler.observability.report.fleet_report` with inline SVG and CSS: no script, no
+external URL, nothing to build; it reloads itself. Served by :mod:`.page_server`.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crawler.frontier.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES
 from crawler.observability.rates import format_duration
-from crawler.observability.report import pairs_text, revisit_line
-
-if TYPE_CHECKING:
-    pass
-
-logger = logging.getLogger(__name__)
+from crawler.observability.report import figure_text, revisit_line
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60
-FRONTIER_NAMES = SIZE_NAMES
+# A table shows its first rows (the most banned domains, the soonest-ending cool-downs) only.
+ROWS_SHOWN = 50
 CHART = (600, 110)  # width, height of a per-minute chart
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
@@ -69,19 +59,16 @@ def _document(body: str) -> str:
     )
 
 
-def _seen_label(seen: Mapping[str, Any]) -> str:
-    """A bloom filter's count is an estimate, and the tile says so (the text view prints ~)."""
-    return "seen (approx.)" if seen.get("approximate") else "seen"
-
-
 def _spider(status: Report, now: float) -> str:
     name, counters, rates = status["spider"], status["counters"], status["rates"]
     key = _keyer(name)
-    sizes = {label: status["frontier"].get(label, 0) for label in FRONTIER_NAMES}
+    sizes = {label: status["frontier"].get(label, 0) for label in SIZE_NAMES}
     seen = status["seen"]["count"]
+    # A Bloom filter's count is an estimate, and the tile says so (the text view prints ~).
+    approx = " (approx.)" if status["seen"].get("approximate") else ""
     tiles = [(label, key(f"frontier.{label}"), value) for label, value in sizes.items()]
     tiles += [
-        (_seen_label(status["seen"]), key("seen"), "-" if seen is None else seen),
+        (f"seen{approx}", key("seen"), "-" if seen is None else seen),
         ("pages/min", key("pages_per_min"), rates["workers_pages_per_min"]),
         ("items/min", key("items_per_min"), rates["workers_items_per_min"]),
         ("ETA", key("eta"), format_duration(status["eta_seconds"])),
@@ -129,8 +116,7 @@ def _figures(status: Report) -> str:
         [_cell("revisits"), _cell(revisit_line(status.get("revisits") or {}).split(None, 1)[1])]
     ]
     for name, value in (status.get("report") or {}).items():
-        shown = pairs_text(value) if isinstance(value, Mapping) else value
-        rows.append([_cell(name), _cell(shown)])
+        rows.append([_cell(name), _cell(figure_text(value))])
     return _table("Spider figures", ("figure", "value"), rows)
 
 
@@ -183,10 +169,6 @@ def _table(
     more = (len(rows) if total is None else total) - min(len(rows), ROWS_SHOWN)
     tail = f'<p class="none">and {_number(more)} more</p>' if more > 0 else ""
     return f"<h3>{escape(title)}</h3><table><tr>{head}</tr>{body}</table>{tail}"
-
-
-# A table shows its first rows (the most banned domains, the soonest-ending cool-downs) only.
-ROWS_SHOWN = 50
 
 
 def _cell(value: Any) -> str:
@@ -274,6 +256,3 @@ def _workers(workers: list[Mapping[str, Any]], now: float) -> str:
         ("worker", "up", "pages/min", "items/min", "pages", "last beat", "metrics port"),
         rows,
     )
-
-
-# A built page is shown to every load within this many seconds; a load waits at most the deadline.

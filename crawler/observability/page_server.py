@@ -30,10 +30,9 @@ PAGE_DEADLINE_SECONDS = 15.0
 
 
 class PageBuilds:
-    """Builds the page on one thread of its own, never the reactor's pool (DNS lookups use it).
-
-    Loads while a build runs share it (single flight), a build is reused for
-    ``PAGE_CACHE_SECONDS``, and a load that waits ``PAGE_DEADLINE_SECONDS`` gets a timeout."""
+    """Builds the page on a thread of its own, never the reactor's pool (DNS lookups use it): loads
+    share a build under way, reuse one for ``PAGE_CACHE_SECONDS``, and time out after
+    ``PAGE_DEADLINE_SECONDS``."""
 
     def __init__(self, build: Callable[[], Report]) -> None:
         self.build = build
@@ -86,10 +85,7 @@ class PageBuilds:
 
 
 class FleetPage(resource.Resource):
-    """``GET /``: the page of the report ``build`` reads (see PageBuilds).
-
-    With ``local_only``, only clients on this machine (loopback addresses) see it; others get
-    403."""
+    """``GET /``: the page of ``build``'s report; with ``local_only``, 403 but for loopback."""
 
     isLeaf = True
 

@@ -1,14 +1,10 @@
-"""The periodic progress line: this worker's pace, the fleet's, the frontier and an ETA.
-
-One INFO line every ``PROGRESS_INTERVAL`` seconds, beside Scrapy's own "Crawled N pages" line:
+"""The periodic progress line (PROGRESS_INTERVAL), beside Scrapy's own "Crawled N pages" line:
 
     Progress of profiles: this worker 1,234 pages (62/min), 1,100 items (55/min); fleet
     240 pages/min, 220 items/min; frontier 5,400 queued, 32 leased, 10 delayed, 2 dead,
     0 start entries; ETA 23m 40s
 
-The worker's pace is over its last minute; the fleet's comes from the per-minute buckets in
-Redis (whole minutes of the last five). The ETA is the work left (queued, leased and delayed
-requests, start entries) at the fleet's pace.
+The fleet's pace comes from the per-minute buckets in Redis; the ETA is the work left at it.
 """
 
 from __future__ import annotations
@@ -43,8 +39,7 @@ class WorkerPace:
 
 
 def progress_args(spider: str, worker: WorkerPace, fleet: FleetView) -> dict[str, Any]:
-    """The values of ``FORMAT``. The fleet is at least as fast as this worker, which counts
-    while the fleet's buckets are young."""
+    """The values of ``FORMAT``; the fleet counts as at least as fast as this worker."""
     fleet_pages = max(fleet.per_minute("pages"), worker.pages_per_min)
     fleet_items = max(fleet.per_minute("items"), worker.items_per_min)
     return {

@@ -1,12 +1,10 @@
-"""The Redis side of a worker's fleet view: counters, per-minute buckets and heartbeat out,
-frontier sizes and the fleet's pace back, in one round trip per period.
+"""The Redis side of a worker's fleet view, in one round trip per period: counters, per-minute
+buckets and heartbeat out, frontier sizes and the fleet's pace back.
 
-A worker adds the *deltas* of its numeric stats to the shared ``{spider}:stats`` hash. Each
-batch of deltas carries a sequence number kept in the worker's heartbeat, and the script
-applies a batch only once: a batch resent after a lost reply is not counted twice, and a batch
-that could not be sent waits for the next period, so Redis going away loses no counts. The
-script goes as EVAL (Redis caches it): no SCRIPT EXISTS round trip, and Cluster routes it by its
-keys' hash tag.
+A worker adds the *deltas* of its numeric stats to ``{spider}:stats``. Each batch of deltas has a
+sequence number kept in the worker's heartbeat, and the script applies a batch only once: one
+resent after a lost reply is not counted twice, and one that could not be sent waits for the
+next period, so Redis going away loses no counts. The script goes as EVAL (cached by Redis).
 """
 
 from __future__ import annotations
@@ -138,10 +136,7 @@ class StatsPublisher:
         self._seq = 0
 
     def publish(self, stats: Mapping[str, Any], heartbeat: Mapping[str, Any]) -> FleetView:
-        """Send the stats' deltas and the heartbeat, read sizes and pace; raises RedisError.
-
-        Deltas that could not be sent are sent with the next call.
-        """
+        """Send the stats' deltas and the heartbeat, read sizes and pace; raises RedisError."""
         pipe = self.server.pipeline(transaction=False)
         read = self.queue_publish(pipe, stats, heartbeat)
         return read(pipe.execute(raise_on_error=False))
@@ -149,8 +144,7 @@ class StatsPublisher:
     def queue_publish(
         self, pipe: Any, stats: Mapping[str, Any], heartbeat: Mapping[str, Any]
     ) -> Callable[[list[Any]], FleetView]:
-        """Queue :meth:`publish`'s commands on ``pipe``; returns what reads their replies (and
-        raises the first error among them)."""
+        """Queue :meth:`publish` on ``pipe``; what reads the replies (raising the first error)."""
         now = time.time()
         self._batch(stats)
         self._queue_batches(pipe, now, self.heartbeat_ttl, heartbeat)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 
-# A young crawl's pace is measured over at least this many seconds, so its first seconds do not
-# make a spike.
+# A young crawl's pace is measured over at least this many seconds: no spike at its start.
 MIN_SPAN = 10.0
 
 
@@ -32,12 +31,9 @@ class RateWindow:
 
 
 def bucket_rate(counts: Mapping[int, int], now: float) -> float:
-    """Per-minute rate from per-minute counts (epoch minute -> count) up to ``now``.
-
-    The mean of the whole minutes after the first minute with any count and before the current
-    one: neither the minute the crawl started in nor the one still running skews it. A crawl
-    too young for that is measured from the start of its first minute (an underestimate).
-    """
+    """Per-minute rate from per-minute counts (epoch minute -> count) up to ``now``: the mean of the
+    whole minutes between the first with any count and the current one, neither of which skews it; a
+    crawl too young for that is measured from the start of its first minute (an underestimate)."""
     active = [minute for minute, count in counts.items() if count > 0]
     if not active:
         return 0.0

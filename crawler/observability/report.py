@@ -44,8 +44,7 @@ def fleet_report(
     minutes: int = 5,
     history: int = 0,
 ) -> dict[str, Any]:
-    """The status of each spider of ``spiders`` (name -> spider class), with the figures of its
-    class's own ``fleet_report`` (per-host pages of ``links``, say) under ``report``."""
+    """The status of each of ``spiders`` (name -> class), with its class's own ``fleet_report``."""
     report: dict[str, Any] = {
         "redis": mask_uri(settings.get("REDIS_URL") or ""),
         "time": time.time(),
@@ -63,8 +62,7 @@ def fleet_report(
 def spider_status(
     server: RedisClient, settings: BaseSettings, spider: str, minutes: int = 5, history: int = 0
 ) -> dict[str, Any]:
-    """Everything ``scrapy status`` knows about ``spider``, JSON-ready; with ``history``, also
-    that many minutes of per-minute counts under ``rates.history``."""
+    """All ``scrapy status`` knows of ``spider``, JSON-ready (``history`` minutes of counts)."""
     now = time.time()
     frontier = spider_frontier(server, settings, spider)
     frontier_keys, mode = frontier.keys, frontier.dupefilter.mode
@@ -230,7 +228,10 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"{counters['duplicates']:,} duplicates filtered",
     ]
     lines.extend(_domain_lines(counters["domains"]))
-    lines.extend(_spider_report_lines(status.get("report") or {}))
+    # The spider's own figures (its fleet_report), one line each.
+    lines.extend(
+        f"  {name:<9} {figure_text(v)}" for name, v in (status.get("report") or {}).items()
+    )
     lines.extend(_worker_lines(status["workers"], now))
     if sizes["dead"]:
         lines.append(
@@ -248,27 +249,15 @@ def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _spider_report_lines(report: Mapping[str, Any]) -> list[str]:
-    """The spider's own figures (its ``fleet_report``): one line per entry, nested ones as
-    ``name value`` pairs."""
-    lines = []
-    for name, value in report.items():
-        if isinstance(value, Mapping):
-            lines.append(f"  {name:<9} " + pairs_text(value))
-        else:
-            lines.append(f"  {name:<9} {value}")
-    return lines
-
-
-def pairs_text(values: Mapping[str, Any]) -> str:
-    """``name value; name (nested pairs)`` for a spider's own figures."""
-    if not values:
-        return "-"
-    parts = []
-    for name, value in values.items():
-        shown = pairs_text(value) if isinstance(value, Mapping) else value
-        parts.append(f"{name} ({shown})" if isinstance(value, Mapping) else f"{name} {shown}")
-    return "; ".join(parts)
+def figure_text(value: Any) -> str:
+    """A spider's own figure: a value, or nested ones as ``name value; name (nested pairs)``."""
+    if not isinstance(value, Mapping):
+        return str(value)
+    parts = [
+        f"{name} ({figure_text(v)})" if isinstance(v, Mapping) else f"{name} {v}"
+        for name, v in value.items()
+    ]
+    return "; ".join(parts) or "-"
 
 
 def _worker_lines(workers: list[dict[str, Any]], now: float) -> list[str]:

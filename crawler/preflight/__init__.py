@@ -1,19 +1,9 @@
 """Every project setting checked once before a crawl starts; a bad one stops it, named.
 
-:data:`RULES` (crawler/config/table.py) maps each setting to what it allows.
-:func:`check_settings` reads them all and raises one :class:`SettingsError` listing every bad
-value as ``NAME = value: must be <allowed>``, then :data:`CROSS_CHECKS` compare settings with
-each other. ``scrapy crawl`` (also what Scrapyd runs) checks before the crawler starts and exits
-with status 2 after one ERROR line (crawler/commands/crawl.py); the :class:`SettingsCheck`
-extension checks under any other runner (``CrawlerProcess``) before the engine is built, so
-before any lease is taken. Components read their settings through the same rules
-(:func:`crawler.config.setting`) and raise the same error; none switches itself off
-(``NotConfigured``) for a bad value.
-
-What only the server can tell (the start key's type, the RedisBloom module: see
-crawler/frontier/server_check.py) is checked by ``scrapy crawl`` before the crawler starts
-(:func:`check_frontier_server`), and by the frontier scheduler when it opens, before anything
-is leased; it raises the same error.
+:func:`check_settings` reads each setting by its rule (crawler/config/table.py), then
+:data:`CROSS_CHECKS` compare settings with each other, and raises one :class:`SettingsError`
+listing every bad value as ``NAME = value: must be <allowed>`` (docs/settings.md). Components read
+their settings through the same rules; none switches itself off for a bad value.
 """
 
 from __future__ import annotations
@@ -140,12 +130,8 @@ def _storage_problems(settings: BaseSettings) -> list[str]:
 
 # Checks of settings against each other, once each passes its own rule.
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
-    _cooldown_problems,
-    _concurrency_problems,
-    _recrawl_problems,
-    _storage_problems,
-    _browser_problems,
-    scrapy_redis_problems,
+    *(_cooldown_problems, _concurrency_problems, _recrawl_problems, _storage_problems),
+    *(_browser_problems, scrapy_redis_problems),
 )
 
 
@@ -153,10 +139,9 @@ CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
 
 
 def check_frontier_server(crawler: Crawler) -> None:
-    """:func:`check_frontier` for a crawl on the frontier scheduler, before its engine exists
-    (``scrapy crawl`` calls it; the scheduler checks again when it opens, under any runner:
-    a spider may name its start key only once built, an add-on may change DUPEFILTER_MODE).
-    The check goes on the crawl's own Redis client, so its connection serves the crawl."""
+    """:func:`check_frontier` for a crawl on the frontier scheduler before its engine exists (the
+    scheduler checks again when it opens: a spider may name its start key only once built), on the
+    crawl's own Redis client, so the connection serves the crawl."""
     settings = crawler.settings
     # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
     if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
@@ -172,9 +157,7 @@ def check_frontier_server(crawler: Crawler) -> None:
 
 
 class SettingsCheck:
-    """Extension, first in EXTENSIONS: a bad setting stops the crawl before the engine is built,
-    so before anything is leased, under any runner (``scrapy crawl`` checks even earlier, and
-    checks the frontier's Redis too, see crawler/commands/crawl.py)."""
+    """Extension, first in EXTENSIONS: :func:`check_settings` under any runner."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler

@@ -1,13 +1,7 @@
-"""scrapy-redis's settings, each honoured or refused at start with the project's equivalent.
-
-A project moved from scrapy-redis keeps its settings file; none of its settings is silently
-ignored. What the frontier does anyway passes (``SCHEDULER_PERSIST = True``, scrapy-redis's
-priority queue and duplicate filter); anything it would do differently is refused with a line
-naming what to use instead. The scheduling settings are checked only with the frontier
-scheduler (with ``SCHEDULER = "scrapy_redis.scheduler.Scheduler"`` scrapy-redis reads them
-itself); the connection and start-list settings always, as the project reads Redis and start
-entries its own way with any scheduler. REDIS_URL, REDIS_PARAMS, REDIS_START_URLS_KEY and
-MAX_IDLE_TIME_BEFORE_CLOSE mean what they mean in scrapy-redis and are checked in table.py.
+"""scrapy-redis's settings, each honoured or refused at start with the project's equivalent
+(docs/scrapy-redis.md): none is silently ignored. The scheduling settings are checked only with
+the frontier scheduler (scrapy-redis's own reads them itself); the connection and start-list
+settings always, as the project reads Redis and start entries its own way with any scheduler.
 """
 
 from __future__ import annotations

@@ -25,10 +25,6 @@ from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Claim, Revisit, RevisitStore, read_claim
 
-# With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
-# (other workers write revisits too).
-QUIET_POLLS = 10
-
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -38,6 +34,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# With nothing due, a worker still asks for due revisits every this many RECRAWL_POLL_INTERVALs
+# (other workers write revisits too).
+QUIET_POLLS = 10
 RIDER = "revisits"
 CLAIM_RIDER = "revisit-claim"
 COMPLETE_RIDER = "revisit-complete"
@@ -45,7 +44,7 @@ COMPLETE_RIDER = "revisit-complete"
 
 @dataclass(frozen=True)
 class RecrawlSettings:
-    """RECRAWL_* settings, read and checked once (crawler/settings.py documents them)."""
+    """RECRAWL_* settings, read and checked once."""
 
     policy: RecrawlPolicy
     poll_interval: float
@@ -71,18 +70,9 @@ class RecrawlSettings:
 
 
 class RecrawlMiddleware:
-    """Schedule a revisit of every page whose callback gives items, and hand revisits that
-    are due to the frontier.
-
-    Settings: RECRAWL_ENABLED (off unless the spider turns it on in its custom_settings),
-    RECRAWL_INITIAL_INTERVAL, RECRAWL_MIN_INTERVAL, RECRAWL_MAX_INTERVAL (seconds),
-    RECRAWL_JITTER, RECRAWL_POLL_INTERVAL, RECRAWL_BATCH_SIZE. A request with meta
-    ``dont_recrawl`` is not revisited.
-
-    The revisit is written to Redis before the page's lease is acknowledged (it holds the
-    lease like an item in the pipelines), so a worker that dies loses no revisit: the page is
-    fetched again and its revisit written then.
-    """
+    """Schedule a revisit of every page whose callback gives items (unless meta ``dont_recrawl``)
+    and hand due revisits to the frontier (RECRAWL_*). A revisit is written before the page's lease
+    is acknowledged, so a worker that dies loses none."""
 
     def __init__(self, crawler: Crawler, store: RevisitStore, config: RecrawlSettings) -> None:
         self.crawler = crawler
@@ -166,8 +156,7 @@ class RecrawlMiddleware:
         return True
 
     def _flush_unless_down(self) -> None:
-        """Have the buffered revisits written: with the frontier's next round trip (within
-        :meth:`_hold`), or at once without a frontier."""
+        """Have the revisits written: with the frontier's next round trip, or now without one."""
         if self._revisits.riders.carried:
             if self._revisits.items:
                 self._revisits.ride()
@@ -198,8 +187,7 @@ class RecrawlMiddleware:
     # --- due revisits to the frontier --------------------------------------------------------
 
     def promote(self) -> None:
-        """Claim due revisits and put their requests in the frontier. Once the frontier has
-        them they wait again one interval ahead, until their visit writes the next one."""
+        """Claim due revisits and crawl their requests; once queued they wait one interval again."""
         engine = self.crawler.engine
         if self.frontier.scheduler is None or engine is None or engine.spider is None:
             return
@@ -223,9 +211,8 @@ class RecrawlMiddleware:
             logger.warning("Could not hand due revisits to the frontier yet: %s", exc)
 
     def _claim_again(self, claim: Claim) -> None:
-        """When to ask for due revisits again: at once while a full batch came, else when the
-        earliest one left is due, looking at least every QUIET_POLLS polls (other workers'
-        new revisits)."""
+        """When to claim again: at once after a full batch, else when the earliest revisit left is
+        due, and at least every QUIET_POLLS polls (other workers' new revisits)."""
         now = time.time()
         if len(claim.revisits) >= self.config.batch_size:
             self._next_claim, self._quiet = now, False
@@ -276,8 +263,7 @@ class RecrawlMiddleware:
         logger.warning("Could not settle %d revisit claims yet: %s", len(claims), exc)
 
     def _hand_over_claim(self, engine: Any, claim: Claim) -> dict[str, float]:
-        """Give the claim's revisits to the engine; returns when each comes due again unless
-        its visit writes a new one (see :meth:`_hand_over`)."""
+        """Give the claim's revisits to the engine; when each is due again (:meth:`_hand_over`)."""
         next_due: dict[str, float] = {}
         for fingerprint, record in claim.revisits:
             due = self._hand_over(engine, fingerprint, record)
@@ -308,8 +294,6 @@ class RecrawlMiddleware:
             self._unsettled.items.pop(0)
             self._count("recrawl/promoted", len(next_due))
         return True
-
-    # --- lifecycle ---------------------------------------------------------------------------
 
     def spider_opened(self) -> None:
         self._start_loop(self._flush_unless_down, self.config.flush_interval)

@@ -1,9 +1,5 @@
-"""How long a page waits before its next visit, from what its last visits found.
-
-Pure functions, no I/O. A page's interval starts at ``initial``; each revisit that finds the
-content unchanged doubles it (up to ``maximum``), each that finds it changed halves it (down to
-``minimum``). Pages that change often end up visited at about the rate they change, those that
-never change at the longest interval: a power law of visits, as in the Semantics3 crawler.
+"""How long a page waits before its next visit, from what its last visits found (docs/storage.md,
+recrawl): pure functions; unchanged doubles the interval, changed halves it, within bounds.
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ MAX_URGENCY = 20
 
 @dataclass(frozen=True)
 class RecrawlPolicy:
-    """Interval bounds in seconds: ``minimum <= initial <= maximum``; ``factor`` > 1;
-    ``jitter`` in [0, 1]."""
+    """Seconds, ``minimum <= initial <= maximum``; ``factor`` > 1; ``jitter`` in [0, 1]."""
 
     initial: float
     minimum: float
@@ -38,14 +33,12 @@ class RecrawlPolicy:
             raise ValueError(f"jitter must be from 0 to 1, not {self.jitter:g}")
 
     def delay(self, interval: float, draw: float) -> float:
-        """When the visit is due: ``interval`` plus up to ``jitter`` of it (``draw`` in
-        [0, 1)), so pages first seen together do not all come due together forever."""
+        """``interval`` plus up to ``jitter`` of it, so pages seen together drift apart."""
         return interval * (1 + self.jitter * draw)
 
     def next_interval(self, previous: float | None, changed: bool | None) -> float:
-        """The wait before the next visit. ``previous`` is the wait that led to this visit
-        (None on a first visit); ``changed`` whether the content differs from that visit's
-        (None when it cannot be told: a first visit)."""
+        """The wait before the next visit, from ``previous``, the wait that led to this visit, and
+        ``changed``, whether the content differs (both None on a first visit)."""
         if previous is None or changed is None:
             return self.clamp(self.initial if previous is None else previous)
         step = previous / self.factor if changed else previous * self.factor

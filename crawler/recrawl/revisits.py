@@ -33,22 +33,9 @@ DONT_RECRAWL_META = "dont_recrawl"
 # identities, the browser page): a revisit starts without it.
 TRANSIENT_META = frozenset(
     {
-        "download_slot",
-        "download_latency",
-        "retry_times",
-        "redirect_urls",
-        "redirect_times",
-        "redirect_ttl",
-        "redirect_reasons",
-        "frontier_lease",
-        "frontier_start",
-        "frontier_due",
-        "playwright_page",
-        "identity",
-        "proxy",
-        "bindaddress",
-        "ban_times",
-        "crawl_delay",
+        *("download_slot", "download_latency", "retry_times", "redirect_urls", "redirect_times"),
+        *("redirect_ttl", "redirect_reasons", "frontier_lease", "frontier_start", "frontier_due"),
+        *("playwright_page", "identity", "proxy", "bindaddress", "ban_times", "crawl_delay"),
         "is_start_request",
     }
 )
@@ -59,8 +46,7 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class Visit:
-    """What one visit found: the revisit to schedule and whether the content changed (None on
-    a first visit)."""
+    """A visit's revisit to schedule, and whether the content changed (None on a first visit)."""
 
     revisit: Revisit
     interval: float
@@ -100,10 +86,9 @@ def plan_visit(
 
 
 def _forget_default_headers(request: Request, settings: BaseSettings) -> None:
-    """Take off the headers the downloader middlewares gave the request (the default headers,
-    the user agent, the accepted encodings) and its default download timeout, where they
-    still have those values: the revisit gets them again, as the settings are then, and
-    Redis does not hold them."""
+    """Take off the headers the downloader middlewares gave (default headers, user agent, accepted
+    encodings) and the default download timeout where unchanged: the revisit gets them again as the
+    settings are then, and Redis does not hold them."""
     defaults = dict(settings.getdict("DEFAULT_REQUEST_HEADERS"))
     defaults["User-Agent"] = settings.get("USER_AGENT")
     defaults["Accept-Encoding"] = b", ".join(ACCEPTED_ENCODINGS)
@@ -141,10 +126,9 @@ def revisit_request(request: Request, state: dict[str, Any], priority: int) -> R
 
 
 def fallback_due(request: Request, policy: RecrawlPolicy, now: float, least: float) -> float:
-    """When a revisit handed to the frontier comes due again should its visit write none
-    (the fetch failed, the page is gone or yielded no items): as if it found the page
-    unchanged (twice its interval), and not before ``least`` seconds (a lease), so a visit
-    that is only slow is not handed over twice."""
+    """When a revisit handed to the frontier comes due again should its visit write none (failed,
+    gone, no items): as if unchanged (twice its interval), and not before ``least`` seconds (a
+    lease), so a slow visit is not handed over twice."""
     interval = _interval(request.meta.get(RECRAWL_META))
     doubled = policy.clamp(policy.factor * (policy.initial if interval is None else interval))
     return now + max(doubled, least)

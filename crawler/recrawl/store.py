@@ -1,15 +1,7 @@
-"""Revisits waiting in Redis: one entry per page, due at its next visit.
-
-``{<spider>}:revisit`` is a sorted set of request fingerprints by due time (epoch seconds) and
-``{<spider>}:revisit:data`` their requests (JSON, with the interval and content hash of the
-last visit in their meta). Both share the spider's hash tag, so every script runs on Redis
-Cluster. A page has at most one waiting revisit: writing one again replaces it, so a page
-fetched twice (a worker died before its lease was acked) still has one. Nothing else is kept
-per page, so the memory is that of the waiting revisits.
-
-A due revisit is *claimed* before it is handed to the frontier: its due time moves a lease
-ahead instead of leaving the set, and it is removed only once the frontier holds its request.
-A worker that dies in between leaves it to come due again for another worker.
+"""Revisits waiting in Redis (docs/frontier.md, Redis keys): one per page at most, writing one
+again replaces it. A due revisit is *claimed* before it is handed to the frontier: its due time
+moves a lease ahead, and it is removed only once the frontier holds its request, so a worker
+that dies in between leaves it to come due again for another worker.
 """
 
 from __future__ import annotations
@@ -100,8 +92,7 @@ class Revisit:
 
 @dataclass(frozen=True)
 class Claim:
-    """Revisits claimed until ``deadline``: (fingerprint, request JSON) pairs, and the
-    earliest due time of the revisits left waiting (0 when none is)."""
+    """Revisits claimed until ``deadline``, and when the first left waiting is due (0: none)."""
 
     deadline: float
     revisits: list[tuple[str, str]]
@@ -137,8 +128,7 @@ class RevisitStore:
         return read_claim(raw, deadline)
 
     def queue_claim(self, pipe: Any, count: int, hold: float) -> float:
-        """Queue :meth:`claim` on the pipeline ``pipe``; returns the claim's deadline (its
-        reply is read with :func:`read_claim`)."""
+        """Queue :meth:`claim` on ``pipe``; its deadline (:func:`read_claim` reads the reply)."""
         now = time.time()
         deadline = round(now + hold, 3)
         queue_eval(pipe, self._claim.script, self.keys, [repr(now), count, repr(deadline)])

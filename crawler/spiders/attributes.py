@@ -14,10 +14,9 @@ if TYPE_CHECKING:
 
 
 def own_batch_size(spider: Any) -> int | None:
-    """The spider's ``redis_batch_size`` if it sets one, on its class, in ``__init__`` or with
-    ``-a`` (SettingsError if not an integer >= 1). A scrapy-redis spider has one from its
-    setup_redis (CONCURRENT_REQUESTS unless set); the project's bases default to
-    START_BATCH_SIZE."""
+    """The spider's ``redis_batch_size`` if it sets one (class, ``__init__`` or ``-a``;
+    SettingsError unless an integer >= 1); scrapy-redis's setup_redis sets one, the project's bases
+    none."""
     size = getattr(spider, "redis_batch_size", None)
     if size is None:
         return None
@@ -25,8 +24,7 @@ def own_batch_size(spider: Any) -> int | None:
 
 
 def own_idle_time(spider: Any, settings: BaseSettings) -> float:
-    """The spider's ``max_idle_time`` (seconds >= 0) if it sets one, as scrapy-redis reads it,
-    else MAX_IDLE_TIME_BEFORE_CLOSE."""
+    """The spider's own ``max_idle_time`` (seconds >= 0), else MAX_IDLE_TIME_BEFORE_CLOSE."""
     value = getattr(spider, "max_idle_time", None)
     if value is None:
         return float(setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE"))
@@ -35,20 +33,15 @@ def own_idle_time(spider: Any, settings: BaseSettings) -> float:
 
 # scrapy-redis's hooks to its start list: the feed reads the list itself and would skip them.
 START_LIST_HOOKS = (
-    "next_requests",
-    "schedule_next_requests",
-    "spider_idle",
-    "fetch_data",
-    "pop_list_queue",
+    *("next_requests", "schedule_next_requests", "spider_idle", "fetch_data", "pop_list_queue"),
     "pop_priority_queue",
 )
 
 
 def refuse_skipped_hooks(spidercls: type, base: type, own_start: bool = False) -> None:
-    """SettingsError naming each start-list hook ``spidercls`` defines over ``base``'s and,
-    with ``own_start`` (``base.start()`` never calls ``start_requests``), a ``start_requests``
-    without a ``start``: a silently skipped override is a crawl that does something else than
-    its code says."""
+    """SettingsError naming each start-list hook ``spidercls`` overrides over ``base``'s and, with
+    ``own_start``, a ``start_requests`` without a ``start`` (``base.start()`` never calls it): a
+    skipped override is a crawl unlike its code."""
     skipped = [
         name
         for name in START_LIST_HOOKS

@@ -1,11 +1,8 @@
-"""Spiders fed by start entries that users push to Redis (``<spider>:start_urls``).
-
-An entry is a plain string (a URL, an id) or a JSON object. Each spider turns entries into
-requests; an entry it cannot use, whatever is wrong with it, is logged with the reason, counted
-under ``start/invalid/<reason>``, and set aside as JSON in ``<spider>:start_urls:invalid`` for a
-person to look at. A bad entry never stops the crawl, and what one entry may cost is bounded:
-START_ENTRY_MAX_BYTES, START_ENTRY_MAX_DEPTH. A URL in an entry must be on the spider's base
-URL (or ALLOWED_START_HOSTS) and carry no user or password.
+"""Spiders fed by start entries that users push to Redis (``<spider>:start_urls``): a plain
+string (a URL, an id) or a JSON object, bounded by START_ENTRY_MAX_BYTES and
+START_ENTRY_MAX_DEPTH. An entry a spider cannot use is set aside with its reason, never stopping
+the crawl (docs/spiders.md). A URL in an entry must be on the spider's base URL (or
+ALLOWED_START_HOSTS) and carry no user or password.
 """
 
 from __future__ import annotations
@@ -85,9 +82,17 @@ def check_keys(entry: Mapping[str, Any], allowed: set[str], required: set[str]) 
         raise InvalidStartEntry("missing_keys", str(missing))
 
 
+def bounded(value: Any, name: str, limit: int) -> int:
+    """A JSON entry's whole number ``name`` from 0 to ``limit``, or InvalidStartEntry."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise InvalidStartEntry(
+            f"bad_{name}", f"{repr(value)[:80]} is not a whole number 0..{limit}"
+        )
+    return value
+
+
 def url_origin(url: str) -> Origin:
-    """(scheme, host, port) of an http(s) URL; InvalidStartEntry when it has none, or carries
-    a user or password."""
+    """(scheme, host, port) of an http(s) URL; InvalidStartEntry if it has none, or credentials."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -146,22 +151,11 @@ def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) ->
 
 
 class RedisFedSpider(Spider):
-    """Base for spiders whose start entries come from Redis and from ``-a`` arguments.
-
-    Subclasses implement :meth:`requests_from_entry` (raise :class:`InvalidStartEntry` for bad
-    input) and may override :meth:`argument_entries` to turn spider arguments into entries.
-    With ``base_url_setting`` set, every request an entry makes must be on that base URL's
-    origin or one of ALLOWED_START_HOSTS (:meth:`start_url` checks a URL given in an entry).
-
-    As in scrapy-redis, a spider may name its own start list, ``redis_key`` (``%(name)s`` is
-    the spider's name; bad entries then go to ``<redis_key>:invalid``), and pop
-    ``redis_batch_size`` entries per round trip.
-
-    Settings:
-        REDIS_START_URLS_KEY, START_INVALID_KEY, START_BATCH_SIZE, START_ENTRY_MAX_BYTES,
-        START_ENTRY_MAX_DEPTH, ALLOWED_START_HOSTS, MAX_IDLE_TIME_BEFORE_CLOSE:
-        see crawler/settings.py.
-    """
+    """Base for spiders whose start entries come from Redis and from ``-a`` arguments: subclasses
+    implement :meth:`requests_from_entry` (raising :class:`InvalidStartEntry` for bad input) and may
+    override :meth:`argument_entries`. With ``base_url_setting``, every request an entry makes must
+    be on that base URL's origin or ALLOWED_START_HOSTS. As in scrapy-redis, ``redis_key`` names the
+    spider's start list and ``redis_batch_size`` the entries per round trip."""
 
     entry_kind: ClassVar[str] = "start entry"
     base_url_setting: ClassVar[str] = ""
@@ -230,8 +224,7 @@ class RedisFedSpider(Spider):
         return self.feed.next_requests()
 
     def requests_from_raw(self, raw: bytes) -> list[Request]:
-        """The requests of a start entry as Redis holds it: decoded within the entry limits,
-        then :meth:`requests_from_entry`; raises for an entry that cannot be used."""
+        """The requests of an entry as Redis holds it, decoded within limits; raises if unusable."""
         entry = decode_entry(raw, self.entry_limits)
         return [self._checked(request) for request in self.requests_from_entry(entry)]
 
@@ -250,10 +243,6 @@ class RedisFedSpider(Spider):
         request.meta[SEED_META] = True
         return request
 
-    def fleet_idle(self) -> bool:
-        """True when no worker of the fleet has anything left: queue, leases, delayed, starts."""
-        return self.feed.fleet_idle()
-
     def _set_aside(self, shown: str, exc: Exception) -> None:
         self.feed.set_aside(shown, exc)
 
@@ -267,6 +256,5 @@ class RedisFedSpider(Spider):
             self.count(f"extract/bad_field/{name}")
 
     def on_idle(self) -> None:
-        """Feed the next batch of start entries, or let the spider close once the whole fleet
-        has been idle long enough (see StartFeed.on_idle)."""
+        """Feed the next batch, or let the spider close once the fleet has idled long enough."""
         self.feed.on_idle()

@@ -52,44 +52,16 @@ TYPED: dict[str, Callable[[Any], bool]] = {
 # robots.txt, ban checks, politeness, proxies, identities and the middlewares' own state.
 REFUSED = frozenset(
     {
-        "frontier_lease",
-        "frontier_start",
-        "frontier_due",
-        "retry_times",
-        "ban_times",
-        "dont_obey_robotstxt",
-        "dont_ban_check",
-        "proxy",
-        "dont_proxy",
-        "bindaddress",
-        "identity",
-        "crawl_delay",
-        "download_slot",
-        "download_latency",
-        "download_maxsize",
-        "download_warnsize",
-        "download_fail_on_dataloss",
-        "fleet_slot",
-        "fleet_slot_dont_filter",
-        "domain_failure",
-        "domain_probe",
-        "domain_bytes",
-        "domain_sent_at",
-        "links",
-        "links_robots",
-        "redirect_urls",
-        "redirect_reasons",
-        "redirect_times",
-        "redirect_ttl",
-        "depth",
-        "allow_offsite",
-        "is_start_request",
-        "ftp_user",
-        "ftp_password",
+        *("frontier_lease", "frontier_start", "frontier_due", "retry_times", "ban_times"),
+        *("dont_obey_robotstxt", "dont_ban_check", "proxy", "dont_proxy", "bindaddress"),
+        *("identity", "crawl_delay", "download_slot", "download_latency", "download_maxsize"),
+        *("download_warnsize", "download_fail_on_dataloss", "fleet_slot", "fleet_slot_dont_filter"),
+        *("domain_failure", "domain_probe", "domain_bytes", "domain_sent_at", "links"),
+        *("links_robots", "redirect_urls", "redirect_reasons", "redirect_times", "redirect_ttl"),
+        *("depth", "allow_offsite", "is_start_request", "ftp_user", "ftp_password"),
     }
 )
-# Key prefixes refused as a whole: private state, and scrapy-playwright's (a browser fetch, its
-# context and the page methods it runs).
+# Prefixes refused whole: private state, and scrapy-playwright's (a browser fetch, its pages).
 REFUSED_PREFIXES = ("_", "playwright")
 
 

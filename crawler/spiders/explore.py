@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -32,7 +33,7 @@ from crawler.frontier.riders import Riders
 from crawler.handoff import Handoff, RidingHandoff
 from crawler.items import VideoItem
 from crawler.keys import handed_key, revisit_keys, start_key
-from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, bounded, check_keys
 from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
 
 if TYPE_CHECKING:
@@ -61,13 +62,7 @@ MAX_PAGES_LIMIT = 1_000_000
 
 
 class ExploreSpider(RedisFedSpider):
-    """Crawl explore feeds into ``videos`` and hand popular authors to ``profiles``.
-
-    Settings: EXPLORE_BASE_URL, EXPLORE_PAGE_SIZE, EXPLORE_MAX_PAGES,
-    EXPLORE_POPULAR_MIN_LIKES, EXPLORE_POPULAR_MIN_FOLLOWERS, EXPLORE_HANDOFF_SPIDER,
-    EXPLORE_HANDED_KEY, EXPLORE_HANDOFF_TTL (crawler/settings.py). Bans are caught by
-    ``ban_rule``; a malformed answer is retried with backoff.
-    """
+    """Explore feeds into ``videos``, popular authors to ``profiles`` (EXPLORE_* settings)."""
 
     name = "explore"
     entry_kind = "explore start entry"
@@ -80,7 +75,6 @@ class ExploreSpider(RedisFedSpider):
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> ExploreSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, ExploreSpider)
         spider.configure(crawler)
         return spider
 
@@ -109,14 +103,8 @@ class ExploreSpider(RedisFedSpider):
         revisits = (revisit_keys(target)[0], revisit_fingerprint)
         handoff = Handoff(self.start_entries.server, start, handed, ttl, revisits)
         hold = hold_acks(setting(crawler.settings, "FRONTIER_LEASE_SECONDS"))
-
-        def count(handed: int) -> None:
-            self.count("explore/authors_handed", handed)
-
-        reports = FrontierReports(crawler)
-        return RidingHandoff(handoff, Riders.of(crawler), reports, hold, count)
-
-    # --- start entries ---------------------------------------------------------------------
+        count = partial(self.count, "explore/authors_handed")
+        return RidingHandoff(handoff, Riders.of(crawler), FrontierReports(crawler), hold, count)
 
     def argument_entries(self) -> Iterable[str]:
         return self.category_args
@@ -130,7 +118,7 @@ class ExploreSpider(RedisFedSpider):
 
     def _request_from_json(self, entry: dict[str, Any]) -> Request:
         check_keys(entry, _JSON_KEYS, set())
-        max_pages = _max_pages(entry.get("max_pages", self.max_pages))
+        max_pages = bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT)
         if "url" in entry:
             return self._request_from_url(entry["url"], max_pages)
         if "category" not in entry:
@@ -160,11 +148,8 @@ class ExploreSpider(RedisFedSpider):
             dont_filter=True,
         )
 
-    # --- responses -------------------------------------------------------------------------
-
     def ban_rule(self, response: Response) -> str | None:
-        """The ban middleware's check for this target: a block instead of the feed is a ban;
-        a malformed answer (truncated, not JSON) is not: the callback retries it."""
+        """A block instead of the feed is a ban; a malformed answer is not (it is retried)."""
         try:
             parse_feed(body_text(response))
         except FeedBlocked as exc:
@@ -220,15 +205,6 @@ def _category(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value not in CATEGORIES:
         shown = repr(value)[:80]
         raise InvalidStartEntry("unknown_category", f"{shown}; known: {sorted(CATEGORIES)}")
-    return value
-
-
-def _max_pages(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PAGES_LIMIT:
-        shown = repr(value)[:80]
-        raise InvalidStartEntry(
-            "bad_max_pages", f"{shown} is not a whole number 0..{MAX_PAGES_LIMIT}"
-        )
     return value
 
 

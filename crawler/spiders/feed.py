@@ -1,11 +1,7 @@
-"""Start entries read from Redis in leased batches, bad ones set aside, the idle rule.
-
-A spider's :class:`StartFeed` pops a batch of entries from its start list (leased with the
-frontier scheduler: an entry comes back to the list if the worker dies before the entry's
-requests are in the frontier), turns each into requests with the spider's own function, and
-sets aside any entry that function refuses, whatever went wrong, in the invalid list with the
-reason, counted under ``start/invalid/<reason>``. The project's spiders (``base.py``) and
-scrapy-redis spiders (``redis.py``) are fed the same way.
+"""Start entries read from Redis in leased batches, bad ones set aside, the idle rule: how the
+project's spiders (``base.py``) and scrapy-redis spiders (``redis.py``) are fed
+(docs/spiders.md, start entries). An entry's function refusing it, whatever went wrong, sets it
+aside in the invalid list with the reason, counted under ``start/invalid/<reason>``.
 """
 
 from __future__ import annotations
@@ -76,8 +72,6 @@ class StartEntries:
     """The Redis lists a spider reads start entries from and sets bad ones aside in."""
 
     def __init__(self, server: RedisClient, key: str, invalid_key: str, batch_size: int) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.server = server
         self.key = key
         self.invalid_key = invalid_key
@@ -85,8 +79,7 @@ class StartEntries:
 
     @classmethod
     def for_spider(cls, crawler: Crawler, spider: Any) -> StartEntries:
-        """The spider's lists (its ``redis_key`` or REDIS_START_URLS_KEY), popped its
-        ``redis_batch_size`` (scrapy-redis's attribute) or START_BATCH_SIZE at a time."""
+        """The spider's lists (``redis_key`` or its settings), popped its batch size at a time."""
         settings = crawler.settings
         return cls(
             server=crawl_redis(crawler),
@@ -96,11 +89,8 @@ class StartEntries:
         )
 
     def pop_batch(self, scheduler: FrontierScheduler | None) -> list[tuple[bytes, bytes | None]]:
-        """Up to a batch of (entry, lease) in the order they were pushed with LPUSH.
-
-        With the frontier scheduler each entry is leased, and comes back to the list if this
-        worker dies before the entry's requests are in the frontier; otherwise it is popped.
-        """
+        """Up to a batch of (entry, lease), in LPUSH order: leased with the frontier scheduler (back
+        to the list if this worker dies before their requests are in the frontier), else popped."""
         if scheduler is not None:
             if scheduler.idle is None:  # not open yet
                 return []
@@ -138,11 +128,9 @@ def _is_utf8(data: bytes) -> bool:
 
 
 class StartFeed:
-    """Feeds one spider from its start list; ``make`` turns an entry into requests.
-
-    :meth:`on_idle` is the spider_idle handler: it feeds the next batch, and lets the spider
-    close only once the whole fleet has been idle ``max_idle_time`` seconds (0: never).
-    """
+    """Feeds one spider from its start list; ``make`` turns an entry into requests. :meth:`on_idle`
+    lets the spider close only once the whole fleet has been idle ``max_idle_time`` seconds (0:
+    never)."""
 
     def __init__(
         self,
@@ -168,13 +156,11 @@ class StartFeed:
         self.idle_poll: float = setting(crawler.settings, "IDLE_POLL_INTERVAL")
 
     def next_requests(self) -> list[Request]:
-        """Requests from the next batches of start entries in Redis, bad ones set aside.
-
-        Batches are read until one makes requests or FEED_BUDGET seconds have passed, so a
-        long run of bad entries never holds the reactor (lease renewals, writes): the idle
-        poll asks again. The acks of entries set aside are written after each batch; the
-        requests made go with the frontier's next round trip (its pop), acking their entries.
-        None is read while the crawl is paused."""
+        """Requests from the next batches of start entries in Redis, bad ones set aside: batches are
+        read until one makes requests or FEED_BUDGET seconds have passed, so a run of bad entries
+        never holds the reactor (the idle poll asks again). The acks of entries set aside are
+        written after each batch; the requests made go with the frontier's next pop, acking their
+        entries. None is read while the crawl is paused."""
         requests: list[Request] = []
         scheduler = frontier_scheduler(self.crawler)
         self.fed = False
@@ -197,10 +183,9 @@ class StartFeed:
         return requests
 
     def top_up(self) -> None:
-        """The frontier has less than a batch this worker may send now (a polite queue may be
-        full of work waiting for its hosts' turns): the next start entries are read and
-        crawled now, as the idle spider would, so new hosts keep the worker busy. Not again
-        within IDLE_POLL_INTERVAL of a read that found the start list empty."""
+        """The frontier has less than a batch this worker may send now (a polite queue may be full
+        of work waiting for its hosts' turns): the next start entries are crawled now, so new hosts
+        keep the worker busy; not within IDLE_POLL_INTERVAL of a read that found none."""
         now = time.monotonic()
         if now - self._found_none_at < self.idle_poll:
             return
@@ -252,8 +237,7 @@ class StartFeed:
         return url_length_limit(self.crawler.settings)
 
     def usable(self, requests: list[Request]) -> list[Request]:
-        """The requests (each object once), or InvalidStartEntry for one the frontier could
-        not hold or Scrapy would drop before the scheduler (URL over URLLENGTH_LIMIT)."""
+        """The requests (each once), or InvalidStartEntry for one the frontier/Scrapy drops."""
         unique = list({id(request): request for request in requests}.values())
         limit = self._url_length_limit
         for request in unique:
@@ -332,8 +316,7 @@ class StartFeed:
         return sizes is not None and not fleet_busy(sizes)
 
     def on_idle(self) -> None:
-        """Feed the next batch of start entries, or let the spider close once the whole fleet
-        has been idle long enough. Never raises anything but DontCloseSpider."""
+        """Feed the next batch, or let the spider close; raises nothing but DontCloseSpider."""
         if not self._may_close():
             raise DontCloseSpider
 
@@ -367,15 +350,13 @@ class StartFeed:
         return self.max_idle_time > 0 and now - self._idle_since >= self.max_idle_time
 
     def _look_again_at_once(self) -> None:
-        """Entries were read but all set aside: read on at the engine's next turn (after what
-        else waits on the reactor) rather than after IDLE_POLL_INTERVAL."""
+        """All entries read were set aside: read on at the engine's next turn, not after a poll."""
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None and slot.closing is None:
             slot.nextcall.schedule(0)
 
     def _crawl(self, requests: list[Request]) -> None:
-        """Hand each request to the engine; one that fails does not keep back the others (its
-        entry is set aside at the next idle check)."""
+        """Hand each request to the engine; one failing (set aside at idle) keeps back no other."""
         assert self.crawler.engine is not None
         for request in requests:
             try:

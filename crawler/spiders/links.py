@@ -1,15 +1,11 @@
-"""Whole sites, breadth first: every HTML page reachable from the start URLs, within limits.
+"""Whole sites, breadth first: every HTML page reachable from the start URLs, within limits
+(docs/spiders.md). Start entries (``-a urls=a,b``, ``-a file=domains.txt`` or
+``redis-cli lpush links:start_urls``): a URL, a bare host (LINKS_DEFAULT_SCHEME://host/), or
+``{"url": ..., "max_depth": 3, "max_pages": 10000, "scope": "domain"}``.
 
-Start entries (``-a urls=a,b``, ``-a file=domains.txt`` or ``redis-cli lpush links:start_urls``):
-    ``https://example.org/``                   a URL on any http(s) host (no user or password)
-    ``example.org``                            a bare host: LINKS_DEFAULT_SCHEME://example.org/
-    ``{"url": "https://example.org/", "max_depth": 3, "max_pages": 10000, "scope": "domain"}``
-
-Links are canonicalised (crawler/links/urls.py) before they reach the frontier, so its
-dupefilter sees one URL per page. Priority falls with depth (same-host links slightly ahead).
-robots.txt is obeyed per host for the fleet (crawler/links/robots.py); the sitemaps it names,
-or ``/sitemap.xml``, seed the host. Pages go to ``pages`` (crawler/items.py PageItem), per-host
-counters to Redis (crawler/links/ledger.py).
+Links are canonicalised (crawler/links/urls.py) before they reach the frontier, robots.txt is
+obeyed for the fleet (crawler/links/robots.py) and per-host counters go to Redis
+(crawler/links/ledger.py); pages go to ``pages``.
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ from crawler.links.urls import (
 )
 from crawler.meta import CRAWL_DELAY_META
 from crawler.recrawl.revisits import RECRAWL_META
-from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys, check_start_url
+from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, bounded, check_keys
 from crawler.spiders.responses import body_text
 
 if TYPE_CHECKING:
@@ -67,18 +63,11 @@ HTML_TYPES = (b"text/html", b"application/xhtml+xml")
 
 
 class LinksSpider(RedisFedSpider):
-    """Breadth-first crawl of whole sites into ``pages``.
-
-    Settings (crawler/settings.py): LINKS_DEFAULT_SCHEME, LINKS_MAX_DEPTH, LINKS_MAX_PAGES,
-    LINKS_SCOPE, LINKS_MAX_URL_LENGTH, LINKS_MAX_REPEATED_SEGMENTS, LINKS_MAX_CALENDAR_HOPS,
-    LINKS_SITEMAPS, LINKS_SITEMAP_MAX_URLS, LINKS_STATE_TTL, LINKS_STORE_BODY,
-    LINKS_BODY_MAX_BYTES, LINKS_ROBOTS_* (robots.txt), LINKS_RESOLVE (resolver).
-    """
+    """Breadth-first crawl of whole sites into ``pages``; settings: LINKS_* (settings.py)."""
 
     name = "links"
     entry_kind = "links start entry"
-    # Start URLs go through the fleet's dupefilter like every link: a site the fleet has
-    # crawled is not crawled again until ``scrapy frontier links purge``.
+    # Start URLs go through the dupefilter: a site is crawled again after a frontier purge.
     refetch_start_urls = False
     custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
         # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
@@ -96,12 +85,11 @@ class LinksSpider(RedisFedSpider):
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
-        """Add the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100)
-        and the per-host error counter (90), keeping every other downloader middleware of the
-        project (custom_settings would replace the whole dict). Turn off Scrapy's Depth and
-        UrlLength spider middlewares, two passes over every link the spider already bounds
-        itself (LINKS_MAX_DEPTH, LINKS_MAX_URL_LENGTH; DEPTH_LIMIT and URLLENGTH_LIMIT do not
-        apply). Set at spider priority, as custom_settings are: ``-s ..._MIDDLEWARES=...`` wins."""
+        """Put the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100) and
+        the per-host error counter at 90, keeping the project's other downloader middlewares
+        (custom_settings would replace the dict); turn off Scrapy's Depth and UrlLength spider
+        middlewares, which the spider's own bounds make redundant. At spider priority: ``-s
+        ..._MIDDLEWARES=...`` wins."""
         super().update_settings(settings)
         name = "DOWNLOADER_MIDDLEWARES"
         middlewares = dict(settings.getdict(name))
@@ -123,7 +111,6 @@ class LinksSpider(RedisFedSpider):
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinksSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, LinksSpider)
         spider.configure(crawler)
         crawler.signals.connect(spider.on_headers, signal=signals.headers_received)
         # The ledger sends its counts in batches: the rest when the crawl pauses or ends.
@@ -133,8 +120,7 @@ class LinksSpider(RedisFedSpider):
 
     @classmethod
     def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
-        """What ``scrapy status links`` adds: the fleet's totals over every host and the ten
-        hosts with most pages, with their counters."""
+        """What ``scrapy status links`` adds: the fleet's totals, the ten hosts with most pages."""
         ledger = HostLedger(server, cls.name, setting(settings, "LINKS_STATE_TTL"))
         summary = ledger.summary(top=10)
         return {"hosts": summary["totals"], "top hosts": summary["hosts"]}
@@ -165,8 +151,6 @@ class LinksSpider(RedisFedSpider):
         if settings.get("DUPEFILTER_MODE") != "none":
             self.asked_limit = settings.getint("DUPEFILTER_LOCAL_CACHE")
 
-    # --- start entries ---------------------------------------------------------------------
-
     def argument_entries(self) -> Iterable[str]:
         return self.url_args
 
@@ -177,8 +161,8 @@ class LinksSpider(RedisFedSpider):
         return [
             self.start_request(
                 entry["url"],
-                _bounded(entry.get("max_depth", self.max_depth), "max_depth", MAX_DEPTH_LIMIT),
-                _bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT),
+                bounded(entry.get("max_depth", self.max_depth), "max_depth", MAX_DEPTH_LIMIT),
+                bounded(entry.get("max_pages", self.max_pages), "max_pages", MAX_PAGES_LIMIT),
                 _scope(entry.get("scope", self.scope)),
             )
         ]
@@ -186,7 +170,7 @@ class LinksSpider(RedisFedSpider):
     def start_request(self, value: Any, max_depth: int, max_pages: int, scope: str) -> Request:
         if isinstance(value, str) and "://" not in value:
             value = f"{self.default_scheme}://{value.strip()}"
-        check_start_url(value, frozenset())
+        self.start_url(value)  # no base URL: any http(s) host
         try:
             url = canonical_url(value)
             root = scope_root(url, scope)
@@ -208,12 +192,9 @@ class LinksSpider(RedisFedSpider):
     ) -> Request:
         meta = {LINKS_META: state, "handle_httpstatus_list": COUNTED_ERRORS}
         if delay:
-            # The host's robots.txt Crawl-delay, known from the page linking here: the
-            # frontier spaces the request by it from the start.
+            # The host's robots.txt Crawl-delay, known from the linking page: spaced at once.
             meta[CRAWL_DELAY_META] = delay
         return Request(url, callback=self.parse_page, priority=priority, meta=meta)
-
-    # --- pages -----------------------------------------------------------------------------
 
     def on_headers(self, headers: Headers, request: Request, **kwargs: Any) -> None:
         """Stop downloading a page whose Content-Type says it is not HTML (a PDF behind an
@@ -234,8 +215,7 @@ class LinksSpider(RedisFedSpider):
         url = canonical_url(response.url)
         host = host_of(url)
         if state["depth"] == 0 and response.meta.get("redirect_urls"):
-            # A start URL that redirects (example.org -> www.example.org, http -> https): the
-            # crawl's scope is where it landed.
+            # A start URL that redirects (to www., to https): the scope is where it landed.
             state = {**state, "root": scope_root(url, state["scope"])}
         if response.status >= 400:
             self.count(f"links/errors/http_{response.status}")
@@ -311,13 +291,12 @@ class LinksSpider(RedisFedSpider):
             child = self._child_state(link, state, depth)
             if child is not None and self._first_ask(link):
                 target = host_of(link)
-                rank = link_priority(depth, target == host, backlinks.get(target, 0))
                 same = target == host
+                rank = link_priority(depth, same, backlinks.get(target, 0))
                 yield self._page_request(link, child, rank, delay if same else None)
 
     def _first_ask(self, link: str) -> bool:
-        """False for a link this worker has followed before (counted as
-        ``links/skipped/asked_before``)."""
+        """False (counted) for a link this worker has followed before."""
         if not self.asked_limit:
             return True
         if link in self.asked:
@@ -346,8 +325,8 @@ class LinksSpider(RedisFedSpider):
     # --- robots.txt and sitemaps -------------------------------------------------------------
 
     def robots_requests(self, request: Request, sitemaps: list[str]) -> list[Request]:
-        """Requests seeded by the robots.txt of ``request``'s host, fetched by this worker
-        for the fleet: the sitemaps it names on that host, else ``/sitemap.xml``."""
+        """What a host's robots.txt seeds for the fleet: its sitemaps on the host, else
+        /sitemap.xml."""
         state = request.meta.get(LINKS_META)
         if not self.sitemaps or state is None:
             return []
@@ -376,14 +355,6 @@ class LinksSpider(RedisFedSpider):
                 yield self._sitemap_request(link, state)
             elif (child := self._child_state(link, state, 1)) is not None and self._first_ask(link):
                 yield self._page_request(link, child, priority=-2 + 1)
-
-
-def _bounded(value: Any, name: str, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise InvalidStartEntry(
-            f"bad_{name}", f"{repr(value)[:80]} is not a whole number 0..{limit}"
-        )
-    return value
 
 
 def _scope(value: Any) -> str:

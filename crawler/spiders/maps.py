@@ -1,25 +1,13 @@
-"""Map listings (TARGETS.md §3): search pages scrolled in a headless Chromium, place pages.
+"""Map listings (TARGETS.md §3, docs/spiders.md): search pages scrolled in a headless Chromium,
+place pages. Start entries: ``{"query": "shop near 00501"}`` or the same as plain text, or
+``-a category=shop -a postal_codes=00501,00544`` (or a file of codes): one search per code.
 
-Start entries (``redis-cli lpush maps:start_urls ...`` or spider arguments):
-    ``{"query": "shop near 00501"}``          one search
-    ``shop near 00501``                         the same, as plain text
-    ``-a category=shop -a postal_codes=00501,00544`` (or a file, one code per line)
-                                                one search "<category> near <code>" per code
-
-A search page needs the browser: its feed is filled by JavaScript as it is scrolled. The spider
-drives the page itself (``playwright_include_page``): it accepts or rejects the consent
-interstitial, follows a single match's redirect, scrolls the feed until "You've reached the end
-of the list.", until scrolling stops growing it MAPS_SCROLL_MAX_STALLS times in a row, or until
-MAPS_MAX_RESULTS links, and closes the page on every path (callback, errback, and at once when
-the response is a block or an error, which the ban middleware turns into a retry). The page adds
-batches whenever they arrive, also while the spider reads it (the first one is often still on its
-way when the load event fires, all the sooner when images are blocked), so the links and the end
-marker are read in one evaluation, and again after every wait: the end marker comes with the last
-batch, and a separate read could pair it with the links from before that batch.
-
-Place pages are fetched without the browser, once each (the duplicate filter): the sandbox
-renders them on the server, so plain HTTP reads them without a browser page. The real site renders
-place details with JavaScript; against it, set MAPS_PLACES_WITH_BROWSER = True.
+The spider drives the search page itself (``playwright_include_page``: its feed is filled by
+JavaScript as it is scrolled) and closes it on every path (callback, errback, and at once for a
+block or an error). The page adds batches at any time, also while it is read, so the links and
+the end marker (which comes with the last batch) are read in one evaluation. Place pages are
+fetched without the browser unless MAPS_PLACES_WITH_BROWSER (the real site renders them with
+JavaScript; the sandbox on the server).
 """
 
 from __future__ import annotations
@@ -77,13 +65,8 @@ CONSENT_CHOICES = {"reject": "Reject all", "accept": "Accept all"}
 
 
 class MapsSpider(RedisFedSpider):
-    """Crawl map searches into ``places``.
-
-    Settings (crawler/settings.py): MAPS_BASE_URL, MAPS_LANGUAGE, MAPS_REGION, MAPS_CONSENT,
-    MAPS_MAX_RESULTS, MAPS_SCROLL_TIMEOUT, MAPS_SCROLL_MAX_STALLS, MAPS_PLACES_WITH_BROWSER,
-    MAPS_BLOCKED_RESOURCE_TYPES, MAPS_BROWSER_RESTART_PAGES and the PLAYWRIGHT_* settings.
-    Blocks are caught by ``ban_rule`` and the generic rules (302 to /sorry, 429).
-    """
+    """Crawl map searches into ``places``. Settings: MAPS_* and PLAYWRIGHT_* (crawler/settings.py).
+    Blocks are caught by ``ban_rule`` and the generic rules (302 to /sorry, 429)."""
 
     name = "maps"
     entry_kind = "maps start entry"
@@ -115,7 +98,6 @@ class MapsSpider(RedisFedSpider):
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> MapsSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, MapsSpider)
         settings = crawler.settings
         spider.language = str(settings.get("MAPS_LANGUAGE") or "")
         spider.region = str(settings.get("MAPS_REGION") or "")
@@ -126,8 +108,6 @@ class MapsSpider(RedisFedSpider):
         spider.places_with_browser = settings.getbool("MAPS_PLACES_WITH_BROWSER")
         crawler.signals.connect(spider.close_refused_page, signal=signals.response_downloaded)
         return spider
-
-    # --- start entries ------------------------------------------------------------------------
 
     def argument_entries(self) -> Iterable[dict[str, Any]]:
         return [{"query": query} for query in self.queries]
@@ -162,8 +142,6 @@ class MapsSpider(RedisFedSpider):
                 "playwright_page_methods": [PageMethod("wait_for_load_state", "load")],
             },
         )
-
-    # --- search pages -------------------------------------------------------------------------
 
     async def parse_search(self, response: Response, query: str) -> AsyncIterator[Request]:
         page: Page = response.meta.pop("playwright_page")
@@ -225,8 +203,6 @@ class MapsSpider(RedisFedSpider):
         except PlaywrightTimeoutError:
             return False
         return True
-
-    # --- place pages --------------------------------------------------------------------------
 
     def place_request(self, url: str, query: str) -> Request:
         meta: dict[str, Any] = {}

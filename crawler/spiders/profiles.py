@@ -28,11 +28,8 @@ _JSON_KEYS = {"unique_id", "url"}
 
 
 class ProfilesSpider(RedisFedSpider):
-    """Crawl profile pages into ``profiles``.
-
-    Settings: PROFILES_BASE_URL (crawler/settings.py); profile URLs in start entries must be on
-    it (or on ALLOWED_START_HOSTS). Bans are caught by ``ban_rule``.
-    """
+    """Crawl profile pages into ``profiles``; profile URLs in start entries must be on
+    PROFILES_BASE_URL (or ALLOWED_START_HOSTS). Bans are caught by ``ban_rule``."""
 
     name = "profiles"
     # Profiles change: revisited after a day, then as often as they change (1 hour..30 days).
@@ -80,9 +77,8 @@ class ProfilesSpider(RedisFedSpider):
         return Request(url, callback=self.parse_profile, cb_kwargs={"unique_id": unique_id})
 
     def ban_rule(self, response: Response) -> str | None:
-        """The ban middleware's check for this target: a captcha, a challenge or a page
-        without its data script is a ban, whatever its status code. A data script that is
-        not valid JSON is not a ban: the callback retries it."""
+        """A captcha, a challenge or a page without its data script is a ban, whatever its status; a
+        data script that is not valid JSON is not (the callback retries it)."""
         try:
             page = parse_profile_page(body_text(response))
         except MalformedData:

@@ -1,22 +1,10 @@
-"""scrapy-redis spiders on the frontier: same-named bases, and scrapy-redis's own classes.
-
-A spider written for scrapy-redis keeps its shape here. Its start entries are *leased* from
-its start list (``redis_key``, ``%(name)s`` allowed; else REDIS_START_URLS_KEY), so a worker
-killed mid-batch loses none of them, and an entry ``make_request_from_data`` cannot use
-(whatever it raises, or no request at all) is set aside in ``<redis_key>:invalid`` with the
-reason instead of vanishing. Two ways in, the same behaviour:
-
-* :class:`RedisSpider` and :class:`RedisCrawlSpider` here, with scrapy-redis's attributes
-  (``redis_key``, ``redis_batch_size``, ``redis_encoding``, ``make_request_from_data``) on the
-  project's base spider (``base.py``: entry limits, spider-argument checks, the fleet's idle
-  rule).
-* A subclass of ``scrapy_redis.spiders.RedisSpider``/``RedisCrawlSpider`` as it is: the
-  :class:`ScrapyRedisSpiders` extension replaces its ``next_requests`` (scrapy-redis's only way
-  to its start list) and its idle handler with the project's :class:`StartFeed`.
-
-An entry is scrapy-redis's: a URL, or JSON ``{"url": ..., "method": ..., "meta": {...}, ...}``
-whose other keys are form data. A request for a URL elsewhere than http(s), or carrying a
-user or password, is refused; so is ``meta`` that sets the crawl's own keys (``entry_meta.py``).
+"""scrapy-redis spiders on the frontier (docs/scrapy-redis.md): :class:`RedisSpider` and
+:class:`RedisCrawlSpider` here, or scrapy-redis's own classes as they are, whose
+``next_requests`` and idle handler :class:`ScrapyRedisSpiders` replaces with the project's
+:class:`StartFeed`. Either way start entries are leased, and one ``make_request_from_data``
+cannot use is set aside in ``<redis_key>:invalid`` with the reason. An entry is a URL, or JSON
+``{"url": ..., "method": ..., "meta": {...}, ...}`` whose other keys are form data; ``meta``
+may not set the crawl's own keys (``entry_meta.py``).
 """
 
 from __future__ import annotations
@@ -105,8 +93,7 @@ def list_allowed_domains(spider: Any) -> None:
 
 
 def check_encoding(spider: Any) -> None:
-    """SettingsError for a ``redis_encoding`` Python has no codec for: a misspelt encoding
-    would set every entry aside as not_decodable."""
+    """SettingsError for an unknown ``redis_encoding`` (every entry would be set aside)."""
     encoding = getattr(spider, "redis_encoding", None) or "utf-8"
     try:
         codecs.lookup(encoding)
@@ -123,17 +110,9 @@ def check_size(data: bytes, limits: EntryLimits) -> None:
 
 
 class RedisSpider(RedisFedSpider):
-    """scrapy-redis's ``RedisSpider`` on the frontier.
-
-    Attributes (scrapy-redis's):
-        redis_key (str, default REDIS_START_URLS_KEY): the start list; ``%(name)s`` is the
-            spider's name. Bad entries go to ``<redis_key>:invalid``.
-        redis_batch_size (int, default START_BATCH_SIZE): entries leased per round trip.
-        redis_encoding (str, default "utf-8"): how entries are decoded.
-
-    Override :meth:`make_request_from_data` to read entries another way; raise
-    ``InvalidStartEntry`` (or anything) for an entry to set aside.
-    """
+    """scrapy-redis's ``RedisSpider`` on the frontier: ``redis_key``, ``redis_batch_size`` (default
+    START_BATCH_SIZE), ``redis_encoding`` (utf-8); override :meth:`make_request_from_data` and raise
+    for an entry to set aside."""
 
     redis_encoding: ClassVar[str] = "utf-8"
 
@@ -154,21 +133,12 @@ class RedisSpider(RedisFedSpider):
 
 
 class RedisCrawlSpider(RedisSpider, CrawlSpider):
-    """scrapy-redis's ``RedisCrawlSpider`` on the frontier: a CrawlSpider (``rules``) whose
-    start entries are leased from ``redis_key``, as :class:`RedisSpider`'s are."""
-
-
-def is_scrapy_redis_spider(spider: Any) -> bool:
-    """Whether ``spider`` is built on scrapy-redis's own RedisSpider or RedisCrawlSpider."""
-    from scrapy_redis.spiders import RedisMixin
-
-    return isinstance(spider, RedisMixin)
+    """scrapy-redis's ``RedisCrawlSpider`` (``rules``), fed as :class:`RedisSpider` is."""
 
 
 def scrapy_redis_requests(spider: Any, limits: EntryLimits, raw: bytes) -> list[Request]:
-    """The requests of a scrapy-redis spider's entry: its own ``make_request_from_data``, or,
-    when it keeps scrapy-redis's, :func:`request_from_data` (which refuses what scrapy-redis
-    would drop with a warning)."""
+    """A scrapy-redis spider's entry's requests: its own ``make_request_from_data``, or
+    :func:`request_from_data`, which refuses what scrapy-redis's would drop with a warning."""
     from scrapy_redis.spiders import RedisMixin
 
     check_size(raw, limits)
@@ -194,8 +164,7 @@ class ScrapyRedisSpiders:
         max_idle = own_idle_time(spider, settings)
         make = partial(scrapy_redis_requests, spider, limits)
         self.feed = StartFeed(crawler, spider, entries, make, max_idle, limits.max_bytes)
-        # scrapy-redis reads its start list only through next_requests (start_requests and its
-        # idle handler call it); the idle handler itself gives way to the feed's.
+        # scrapy-redis reads its start list only through next_requests; its idle handler yields.
         adopted: Any = spider
         adopted.next_requests = self.feed.next_requests
         with suppress(KeyError):  # not connected: a spider that skipped setup_redis()
@@ -217,7 +186,8 @@ class ScrapyRedisSpiders:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ScrapyRedisSpiders:
-        if not is_scrapy_redis_spider(crawler.spider):
+        from scrapy_redis.spiders import RedisMixin
+
+        if not isinstance(crawler.spider, RedisMixin):
             raise NotConfigured
-        assert crawler.spider is not None
         return cls(crawler, crawler.spider)
