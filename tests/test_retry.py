@@ -121,7 +121,8 @@ def test_backoff_is_capped(monkeypatch: pytest.MonkeyPatch, spread: float, at_ca
         before = time.time()
         request = _retry(mw, request)
         shortest, longest = _waits(request, before, time.time())
-        assert longest <= 30.0 + 0.01
+        # The wait lies between the two; how far apart they are is how long the call took.
+        assert shortest <= 30.0 + 0.01
         if attempt >= 4:  # e**4 > 30
             assert shortest >= at_cap - 0.01
     assert mw.delay(5000) == pytest.approx(at_cap)
