@@ -120,7 +120,7 @@ def test_backoff_is_capped(monkeypatch: pytest.MonkeyPatch, spread: float, at_ca
     for attempt in range(1, 9):
         before = time.time()
         request = _retry(mw, request)
-        shortest, longest = _waits(request, before, time.time())
+        shortest, _longest = _waits(request, before, time.time())
         # The wait lies between the two; how far apart they are is how long the call took.
         assert shortest <= 30.0 + 0.01
         if attempt >= 4:  # e**4 > 30
