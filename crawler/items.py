@@ -106,7 +106,7 @@ class PageItem:
     # Differ between fetches of an unchanged page: not a change (crawler/recrawl/policy.py).
     volatile_fields: ClassVar[frozenset[str]] = frozenset({"fetched_at", "depth"})
     # The least depth stored is kept: a page found again by a shorter path (a start entry
-    # fetched after a link to it) keeps the shortest.
+    # fetched after a link to it, a link the frontier let through again) keeps the shortest.
     least_fields: ClassVar[frozenset[str]] = frozenset({"depth"})
 
     url: str

@@ -246,6 +246,12 @@ class FrontierKeys:
         return self._key("dupefilter")
 
     @property
+    def dupefilter_depths(self) -> str:
+        """The "exact" filter's least depths, fingerprint -> depth, of requests that carry one
+        (``<base>:depth``; the Lua builds the same name)."""
+        return self.dupefilter + ":depth"
+
+    @property
     def dupefilter_meta(self) -> str:
         """The Bloom filter's shape and per-layer counts (the Lua builds the same name)."""
         return self.dupefilter + ":meta"

@@ -34,6 +34,13 @@ SENT_META = "frontier_sent"
 # (``refetch_start_urls`` False, as links): a seed, scheduled even when a link found its URL
 # first, dropped only when the same seed was scheduled before. Never stored.
 SEED_META = "frontier_seed"
+# Meta key of a request's depth, its number of links from a start URL (an int 0..DEPTH_LIMIT),
+# set by a spider that wants each URL followed from the shortest path it finds (links): the
+# frontier's duplicate filter lets a URL through again at a depth less than any it was
+# scheduled at (see crawler/frontier/scripts/dupefilter.lua). Stored with the request: a
+# redirect's target keeps its depth.
+DEPTH_META = "frontier_depth"
+DEPTH_LIMIT = 1000
 # Meta key of a Crawl-delay of the request's own (see crawl_delay_of).
 CRAWL_DELAY_META = "crawl_delay"
 # Meta key naming the identity a request was (or is to be) sent as.
@@ -49,6 +56,15 @@ def crawl_delay_of(meta: dict[str, Any]) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
     return float(value) if 0 < value < math.inf else 0.0
+
+
+def depth_of(meta: dict[str, Any]) -> int | None:
+    """Meta ``frontier_depth`` (DEPTH_META): the request's depth, None when absent or not a
+    whole number 0..DEPTH_LIMIT (the request is then filtered as one without a depth)."""
+    value = meta.get(DEPTH_META)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= DEPTH_LIMIT:
+        return None
+    return value
 
 
 def send_back(request: Request, meta: dict[str, Any], due: float) -> Request:

@@ -346,7 +346,7 @@ PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # LINKS_DEFAULT_SCHEME ("http" or "https", default "https"): scheme of a start entry's bare host.
 LINKS_DEFAULT_SCHEME = "https"
 # LINKS_MAX_DEPTH (int 0..1000, default 5): links followed from a start URL at most (sitemap
-# pages count as depth 1); a start entry's "max_depth" overrides it.
+# pages count as depth 1), by the shortest path found; a start entry's "max_depth" overrides it.
 LINKS_MAX_DEPTH = 5
 # LINKS_MAX_PAGES (int >= 0, default 10000; 0 = no limit): HTML pages stored per host per start
 # entry, fleet-wide; past it nothing of the host is stored or followed. Entry "max_pages" wins.

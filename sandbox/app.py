@@ -16,6 +16,7 @@ from sandbox.compression import compression_middleware
 from sandbox.config import SandboxConfig
 from sandbox.data import DEFAULT_SEED, Dataset
 from sandbox.explore import ExploreApi
+from sandbox.graph import GraphPages
 from sandbox.hostile import HostilePages
 from sandbox.maps import MapsPages
 from sandbox.profiles import ProfilePages
@@ -37,10 +38,13 @@ def build_app(
     # The generated web of many sites (sandbox/web.py) answers requests whose Host header is
     # one of its sites, before the target's routes, counters and anti-bot guard.
     sites = WebPages()
+    # The site a test writes page by page (sandbox/graph.py), answered the same way.
+    graph = GraphPages()
     churn = Churn()
     middlewares = [
         compression_middleware(lambda: antibot.config.compression),
         sites.middleware(),
+        graph.middleware(),
         traffic_middleware(stats),
         antibot.middleware(),
     ]
@@ -54,6 +58,7 @@ def build_app(
         HostilePages(),
         AdminApi(antibot, stats, dataset),
         sites,
+        graph,
     ):
         part.register(app.router)
     return app

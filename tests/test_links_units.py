@@ -14,6 +14,7 @@ import pytest
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scrapy import Request
 from scrapy.http import HtmlResponse, Response, TextResponse
 from scrapy.utils.test import get_crawler
 
@@ -34,6 +35,7 @@ from crawler.links.urls import (
     registered_domain,
     scope_root,
 )
+from crawler.meta import DEPTH_META
 from crawler.spiders.base import InvalidStartEntry
 from crawler.spiders.links import LinksSpider
 
@@ -363,3 +365,27 @@ def test_robots_rules_are_shared_once_what_they_seed_is_written(
     assert [request.url for request in crawled] == ["http://example.org/map.xml"]
     assert client.get(robots_key("links", origin)) == (body if written else None)
     assert not client.exists(robots_claim_key("links", origin))
+
+
+def test_links_carry_their_depth_and_a_shorter_path_is_asked_again(redis_url: str) -> None:
+    """Each request tells the frontier its depth; a link this worker asked for is asked again
+    only by a shorter path (the frontier's filter would drop it otherwise)."""
+    spider = _spider(REDIS_URL=redis_url)
+    (start,) = spider.requests_from_entry("http://example.org/")
+    assert start.meta[DEPTH_META] == 0
+
+    def links_of(depth: int, path: str) -> list[tuple[str, int]]:
+        state = {**start.meta["links"], "depth": depth}
+        request = start.replace(
+            url=f"http://example.org{path}", meta={**start.meta, "links": state}
+        )
+        body = b'<a href="/a">a</a><a href="/b">b</a>'
+        response = HtmlResponse(request.url, body=body, request=request)
+        made = [out for out in spider.parse_page(response) if isinstance(out, Request)]
+        assert all(out.meta[DEPTH_META] == out.meta["links"]["depth"] for out in made)
+        return [(urlsplit(out.url).path, out.meta[DEPTH_META]) for out in made]
+
+    assert links_of(3, "/deep") == [("/a", 4), ("/b", 4)]
+    assert links_of(3, "/other") == []
+    assert links_of(1, "/shallow") == [("/a", 2), ("/b", 2)]
+    assert links_of(2, "/middle") == []

@@ -4,7 +4,8 @@ fingerprints it scheduled lately, and how many requests the fleet's filter has s
 The filter itself runs inside the frontier's scheduling script (``scripts/dupefilter.lua``, the
 scalable Bloom filter; a set for "exact"; RedisBloom's BF.ADD), so a request is checked and
 queued atomically; :class:`~crawler.frontier.queue.Pending` carries the fingerprint's hash
-arguments to it.
+arguments to it, and the request's depth when it has one (meta DEPTH_META): such a request
+passes again when it comes by a shorter path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from redis.exceptions import ResponseError
 
 from crawler.config import setting, setting_int
 from crawler.connection import decode_counts
+from crawler.frontier.lua import queue_eval
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -47,22 +49,31 @@ class DupefilterConfig:
 
 class RecentlySeen:
     """Fingerprints this worker scheduled lately (at most ``size``, forgotten all at once when
-    full; DUPEFILTER_LOCAL_CACHE): the fleet's filter has them, so they need not go to Redis."""
+    full; DUPEFILTER_LOCAL_CACHE): the fleet's filter has them, so they need not go to Redis.
+    Each with the least depth it was scheduled at (0 without one: the fleet's filter holds such
+    a fingerprint as depth 0's, see dupefilter.lua)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._seen: set[bytes] = set()
+        self._seen: dict[bytes, int] = {}
 
-    def first_time(self, fingerprint: bytes) -> bool:
-        """False for a fingerprint seen lately; True (and remembered) otherwise."""
+    def first_time(self, fingerprint: bytes, depth: int | None = None) -> bool:
+        """False for a fingerprint seen lately at ``depth`` or less; True (and remembered)
+        otherwise."""
         if not self.size:
             return True
-        if fingerprint in self._seen:
+        depth = depth or 0
+        least = self._seen.get(fingerprint)
+        if least is not None and least <= depth:
             return False
-        if len(self._seen) >= self.size:
+        if least is None and len(self._seen) >= self.size:
             self._seen.clear()
-        self._seen.add(fingerprint)
+        self._seen[fingerprint] = depth
         return True
+
+
+# The "exact" filter's count: its set, and its hash of the least depths (requests with one).
+_EXACT_SEEN = "return redis.call('SCARD', KEYS[1]) + redis.call('HLEN', KEYS[2])"
 
 
 def queue_seen(pipe: Any, keys: FrontierKeys, mode: str) -> None:
@@ -70,7 +81,7 @@ def queue_seen(pipe: Any, keys: FrontierKeys, mode: str) -> None:
     if mode == "bloom":
         pipe.hgetall(keys.dupefilter_meta)
     elif mode == "exact":
-        pipe.scard(keys.dupefilter)
+        queue_eval(pipe, _EXACT_SEEN, [keys.dupefilter, keys.dupefilter_depths], [])
     else:  # RedisBloom's count needs BF.CARD (not on every server); "none" keeps no count
         pipe.exists(keys.dupefilter)
 

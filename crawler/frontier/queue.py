@@ -85,6 +85,7 @@ class Pending:
     dont_filter: bool = False
     due: float = 0.0
     seed: bool = False  # a start entry's: past the filter unless seeded before (schedule.lua)
+    depth: int | None = None  # links from a start URL: a shorter path passes (dupefilter.lua)
 
     def script_args(self) -> list[Any]:
         h1 = int.from_bytes(self.fingerprint[0:4], "big")
@@ -98,6 +99,7 @@ class Pending:
             str(clamped),
             self.due,
             self.json,
+            "" if self.depth is None else self.depth,
         ]
 
 

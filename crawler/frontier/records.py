@@ -19,6 +19,7 @@ from crawler.meta import (
     SENT_BACK_META,
     SENT_META,
     crawl_delay_of,
+    depth_of,
     forget_proxy_secrets,
 )
 
@@ -53,6 +54,7 @@ def pending(
         dont_filter=request.dont_filter or again,
         seed=seed,
         due=due,
+        depth=depth_of(request.meta),
     )
 
 

@@ -51,7 +51,7 @@ from crawler.frontier.turns import (
     pause_after,
 )
 from crawler.keys import FrontierKeys, start_key
-from crawler.meta import HOLD_META, PACED_META, SEED_META
+from crawler.meta import HOLD_META, PACED_META, SEED_META, depth_of
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -205,7 +205,8 @@ class FrontierScheduler(BaseScheduler):
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
         again = passes_again(request)
         seed = bool(request.meta.pop(SEED_META, False))
-        scheduled = request.dont_filter or again or self._first_time_here(fingerprint, seed)
+        depth = depth_of(request.meta)
+        scheduled = request.dont_filter or again or self._first_time_here(fingerprint, seed, depth)
         own = lease_id is None and not again  # made by a page here, not sent back or retried
         if scheduled and not (own and self._keep(request, host)):
             booked = own and host is not None and self.credits.booked(host)
@@ -237,11 +238,13 @@ class FrontierScheduler(BaseScheduler):
         self._count("frontier/chained")
         return True
 
-    def _first_time_here(self, fingerprint: bytes, seed: bool = False) -> bool:
-        """False for a fingerprint this worker scheduled before: the fleet's filter has it, so
-        it is dropped here without serializing it or asking Redis. A seed is noted and goes
-        on: only the fleet's filter knows whether it was seeded before."""
-        if self.config.dupefilter.mode == "none" or self._seen_here.first_time(fingerprint):
+    def _first_time_here(
+        self, fingerprint: bytes, seed: bool = False, depth: int | None = None
+    ) -> bool:
+        """False for a fingerprint this worker scheduled before (at ``depth`` or less): the
+        fleet's filter has it, so it is dropped here without serializing it or asking Redis. A
+        seed is noted and goes on: only the fleet's filter knows whether it was seeded before."""
+        if self.config.dupefilter.mode == "none" or self._seen_here.first_time(fingerprint, depth):
             return True
         if seed:
             return True

@@ -5,7 +5,10 @@
 
 Links are canonicalised (crawler/links/urls.py) before they reach the frontier, robots.txt is
 obeyed for the fleet (crawler/links/robots.py) and per-host counters go to Redis
-(crawler/links/ledger.py); pages go to ``pages``.
+(crawler/links/ledger.py); pages go to ``pages``. A fleet's order is not strictly breadth
+first: each request carries its depth to the frontier (meta DEPTH_META), whose duplicate filter
+lets a page found again by a shorter path through, so it is fetched again from there; a page is
+stored at the shortest depth found, and within max_depth by any path found.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from crawler.links.urls import (
     link_priority,
     scope_root,
 )
-from crawler.meta import CRAWL_DELAY_META
+from crawler.meta import CRAWL_DELAY_META, DEPTH_LIMIT, DEPTH_META
 from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, bounded, check_keys
 from crawler.spiders.responses import body_text
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 _JSON_KEYS = {"url", "max_depth", "max_pages", "scope"}
-MAX_DEPTH_LIMIT = 1000
+MAX_DEPTH_LIMIT = DEPTH_LIMIT  # the frontier's: each depth is a request's (meta DEPTH_META)
 MAX_PAGES_LIMIT = 1_000_000_000
 # Statuses that reach the callback to be counted as the host's errors (others are dropped by
 # Scrapy's HttpErrorMiddleware; bans and 5xx are the ban and retry middlewares' job).
@@ -144,9 +147,10 @@ class LinksSpider(RedisFedSpider):
         self.ledger = HostLedger(
             self.start_entries.server, self.name, setting(settings, "LINKS_STATE_TTL")
         )
-        # Links this worker has asked for already: the frontier's dupefilter drops them anyway
-        # (its local cache, DUPEFILTER_LOCAL_CACHE, remembers as many), so no request is made.
-        self.asked: set[str] = set()
+        # Links this worker has asked for already, with the least depth asked at: the frontier's
+        # dupefilter drops them anyway unless they come by a shorter path (its local cache,
+        # DUPEFILTER_LOCAL_CACHE, remembers as many), so no request is made.
+        self.asked: dict[str, int] = {}
         self.asked_limit = 0
         if settings.get("DUPEFILTER_MODE") != "none":
             self.asked_limit = settings.getint("DUPEFILTER_LOCAL_CACHE")
@@ -190,7 +194,13 @@ class LinksSpider(RedisFedSpider):
     def _page_request(
         self, url: str, state: dict[str, Any], priority: int, delay: Any = None
     ) -> Request:
-        meta = {LINKS_META: state, "handle_httpstatus_list": COUNTED_ERRORS}
+        # The depth goes to the frontier too: a URL found again by a shorter path passes its
+        # duplicate filter, and is fetched again to follow its links from there.
+        meta = {
+            LINKS_META: state,
+            DEPTH_META: state["depth"],
+            "handle_httpstatus_list": COUNTED_ERRORS,
+        }
         if delay:
             # The host's robots.txt Crawl-delay, known from the linking page: spaced at once.
             meta[CRAWL_DELAY_META] = delay
@@ -289,22 +299,24 @@ class LinksSpider(RedisFedSpider):
             return
         for link in links:
             child = self._child_state(link, state, depth)
-            if child is not None and self._first_ask(link):
+            if child is not None and self._first_ask(link, depth):
                 target = host_of(link)
                 same = target == host
                 rank = link_priority(depth, same, backlinks.get(target, 0))
                 yield self._page_request(link, child, rank, delay if same else None)
 
-    def _first_ask(self, link: str) -> bool:
-        """False (counted) for a link this worker has followed before."""
+    def _first_ask(self, link: str, depth: int) -> bool:
+        """False for a link this worker has followed before at ``depth`` or less (counted as
+        ``links/skipped/asked_before``)."""
         if not self.asked_limit:
             return True
-        if link in self.asked:
+        least = self.asked.get(link)
+        if least is not None and least <= depth:
             self.count("links/skipped/asked_before")
             return False
-        if len(self.asked) >= self.asked_limit:
+        if least is None and len(self.asked) >= self.asked_limit:
             self.asked.clear()
-        self.asked.add(link)
+        self.asked[link] = depth
         return True
 
     def _child_state(self, link: str, state: dict[str, Any], depth: int) -> dict[str, Any] | None:
@@ -353,7 +365,7 @@ class LinksSpider(RedisFedSpider):
                 self.count("links/skipped/sitemap_foreign")
             elif kind == "sitemapindex":
                 yield self._sitemap_request(link, state)
-            elif (child := self._child_state(link, state, 1)) is not None and self._first_ask(link):
+            elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
                 yield self._page_request(link, child, priority=-2 + 1)
 
 

@@ -5,6 +5,16 @@
 -- capacity * 2^j items at error rate p/2 * (1/2)^j, so the chain's total stays below p however
 -- far it grows. Positions come from enhanced double hashing of two 32-bit halves of the
 -- request fingerprint (h1, h2), computed by the client.
+--
+-- A request that carries a depth (its number of links from a start URL: the links spider's) is
+-- a duplicate only if its URL was scheduled at that depth or less, so a URL found again by a
+-- shorter path passes. The plain filter is depth 0's: a URL scheduled at depth 0, without a
+-- depth, or before depths were kept is a duplicate at any depth. "exact" keeps the others in
+-- a hash {base}:depth, fingerprint -> least depth. "bloom" keeps one more chain per depth
+-- t >= 1, bitmaps {base}:d<t>:0, :1, ..., of the URLs scheduled at depth t (and none less
+-- then), its length and counts in {base}:meta under "d<t>:": a request at depth d is a
+-- duplicate iff a chain of depth 0..d has its URL (each has its own error rate: d + 1 times p
+-- at most in all), else it goes into depth d's chain. "redisbloom" and "none" ignore depths.
 
 local LN2SQ = math.log(2) * math.log(2)
 local MAX_BITS = 4294967295
@@ -36,42 +46,68 @@ local function bloom_args(h1, h2, k, m, op)
   return args
 end
 
-local function bloom_seen_or_add(base, h1, h2, capacity, error_rate)
+-- The chain of depth t: its bitmaps' and meta fields' prefix ('' for the plain chain, t = 0).
+local function chain_of(t)
+  if t == 0 then return '' end
+  return 'd' .. t .. ':'
+end
+
+local function bloom_seen_or_add(base, h1, h2, capacity, error_rate, depth)
   local meta = base .. ':meta'
-  if redis.call('EXISTS', meta) == 0 then
-    redis.call('HSET', meta, 'capacity', capacity, 'error_rate', error_rate, 'filters', 1,
-               'count:0', 0)
-  end
-  local filters = tonumber(redis.call('HGET', meta, 'filters'))
-  for j = 0, filters - 1 do
-    local m, k = bloom_shape(meta, j)
-    local bits = redis.call('BITFIELD', base .. ':' .. j, unpack(bloom_args(h1, h2, k, m, 'GET')))
-    local all = true
-    for _, bit in ipairs(bits) do
-      if bit == 0 then all = false break end
+  local lengths = {}
+  for t = 0, depth or 0 do lengths[#lengths + 1] = chain_of(t) .. 'filters' end
+  lengths = redis.call('HMGET', meta, unpack(lengths))
+  for t = 0, #lengths - 1 do
+    for j = 0, (tonumber(lengths[t + 1]) or 0) - 1 do
+      local m, k = bloom_shape(meta, j)
+      local bitmap = base .. ':' .. chain_of(t) .. j
+      local bits = redis.call('BITFIELD', bitmap, unpack(bloom_args(h1, h2, k, m, 'GET')))
+      local all = true
+      for _, bit in ipairs(bits) do
+        if bit == 0 then all = false break end
+      end
+      if all then return true end
     end
-    if all then return true end
+  end
+  local chain = chain_of(depth or 0)
+  local filters = tonumber(lengths[#lengths])
+  if not filters then
+    -- The chains share the capacity and error rate of the first one.
+    redis.call('HSETNX', meta, 'capacity', capacity)
+    redis.call('HSETNX', meta, 'error_rate', error_rate)
+    redis.call('HSET', meta, chain .. 'filters', 1, 'count:' .. chain .. '0', 0)
+    filters = 1
   end
   local last = filters - 1
   local m, k, items = bloom_shape(meta, last)
-  local bitmap = base .. ':' .. last
+  local bitmap = base .. ':' .. chain .. last
   if redis.call('STRLEN', bitmap) == 0 then
     -- Allocate the whole bitmap with its first item: a string grown by setting ever higher
     -- bits is over-allocated (up to twice its length) and keeps that memory.
     redis.call('SETBIT', bitmap, string.format('%d', m - 1), 0)
   end
   redis.call('BITFIELD', bitmap, unpack(bloom_args(h1, h2, k, m, 'SET')))
-  local count = redis.call('HINCRBY', meta, 'count:' .. last, 1)
+  local count = redis.call('HINCRBY', meta, 'count:' .. chain .. last, 1)
   if count >= items then
-    redis.call('HSET', meta, 'filters', filters + 1, 'count:' .. filters, 0)
+    redis.call('HSET', meta, chain .. 'filters', filters + 1, 'count:' .. chain .. filters, 0)
   end
   return false
 end
 
+local function exact_seen_or_add(base, fp, depth)
+  if (depth or 0) == 0 then return redis.call('SADD', base, fp) == 0 end
+  if redis.call('SISMEMBER', base, fp) == 1 then return true end
+  local depths = base .. ':depth'
+  local least = redis.call('HGET', depths, fp)
+  if least and tonumber(least) <= depth then return true end
+  redis.call('HSET', depths, fp, depth)
+  return false
+end
+
 local RESERVED = {}
-local function seen_or_add(mode, base, fp, h1, h2, capacity, error_rate)
+local function seen_or_add(mode, base, fp, h1, h2, capacity, error_rate, depth)
   if mode == 'bloom' then
-    return bloom_seen_or_add(base, tonumber(h1), tonumber(h2), capacity, error_rate)
+    return bloom_seen_or_add(base, tonumber(h1), tonumber(h2), capacity, error_rate, depth)
   elseif mode == 'redisbloom' then
     -- BF.ADD alone would create a filter of RedisBloom's defaults (100 items at 1%): reserve
     -- it with the configured capacity and error rate first (it scales by 2 past capacity).
@@ -83,7 +119,7 @@ local function seen_or_add(mode, base, fp, h1, h2, capacity, error_rate)
     end
     return redis.call('BF.ADD', base, fp) == 0
   elseif mode == 'exact' then
-    return redis.call('SADD', base, fp) == 0
+    return exact_seen_or_add(base, fp, depth)
   end
   return false
 end

@@ -1,24 +1,25 @@
 -- KEYS: (prelude), delayed, dupefilter base
--- ARGV: (prefix), mode, capacity, error_rate, then per request 7 values:
+-- ARGV: (prefix), mode, capacity, error_rate, then per request 8 values:
 --       fingerprint hex, h1, h2, dont_filter (0, 1, or 2 for a seed), priority (integer),
---       due (0 = now), json
+--       due (0 = now), json, depth ("" for none; see dupefilter.lua)
 -- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate.
 
 local mode, capacity, error_rate = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local SEED_SALT = 2654435761  -- a seed's own place in the filter, apart from its URL's
 local results = {}
-for a = 5, #ARGV, 7 do
+for a = 5, #ARGV, 8 do
   local fp, h1, h2, dont_filter = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local priority, due, json = ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
+  local depth = tonumber(ARGV[a + 7])
   local seen = false
   if dont_filter == '2' then
     -- A seed (a start entry's request): dropped only if seeded before, whatever link found
-    -- its URL first; its URL is marked seen, so links to it are dropped after it.
+    -- its URL first; its URL is marked seen (at its depth), so links to it are dropped after it.
     local seed_h1 = string.format('%d', (tonumber(h1) + SEED_SALT) % 4294967296)
     seen = seen_or_add(mode, KEYS[7], 'seed:' .. fp, seed_h1, h2, capacity, error_rate)
-    seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate)
+    seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate, depth)
   elseif dont_filter ~= '1' then
-    seen = seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate)
+    seen = seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate, depth)
   end
   if seen then
     results[#results + 1] = 0

@@ -1,0 +1,113 @@
+"""The links spider stores each page at its shortest link path, on a fleet whose breadth-first
+order is not strict: a page first found by a long path and later by a shorter one is followed
+again from the shorter one, and max_depth cuts off no page within it by the shorter path.
+
+The site is the sandbox's ``graph.test`` (sandbox/graph.py), written here page by page: its
+slow pages hold their answer until the long path has reached the pages they link, so the
+long path is found first whatever the machine's load."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from tests.harness import Crawl, Sandbox
+from tests.test_links import links_settings
+
+pytestmark = pytest.mark.integration
+
+MAX_DEPTH = 5
+
+
+def diamond(top: str) -> dict[str, dict[str, Any]]:
+    """Pages under ``top`` (whose ``fast`` and ``slow`` the home links): a fast chain reaches
+    ``target`` and its child ``t1`` at depth 5; ``slow`` answers once both were asked for and
+    links ``target`` at depth 2, from where the chain t1..t4 goes on (t4 at 6 by the shortest
+    path: beyond max_depth)."""
+    return {
+        f"{top}/fast": {"links": [f"{top}/f2"]},
+        f"{top}/f2": {"links": [f"{top}/f3"]},
+        f"{top}/f3": {"links": [f"{top}/f4"]},
+        f"{top}/f4": {"links": [f"{top}/target", f"{top}/t1"]},
+        f"{top}/slow": {"links": [f"{top}/target"], "after": [f"{top}/target", f"{top}/t1"]},
+        f"{top}/target": {"links": [f"{top}/t1"]},
+        f"{top}/t1": {"links": [f"{top}/t2"]},
+        f"{top}/t2": {"links": [f"{top}/t3"]},
+        f"{top}/t3": {"links": [f"{top}/t4"]},
+        f"{top}/t4": {"links": [f"{top}/fast"]},
+    }
+
+
+def shortest_paths(pages: dict[str, dict[str, Any]], start: str = "/") -> dict[str, int]:
+    """Each page's least number of links from ``start``."""
+    depth = {start: 0}
+    queue = deque([start])
+    while queue:
+        page = queue.popleft()
+        for link in pages[page]["links"]:
+            if link not in depth:
+                depth[link] = depth[page] + 1
+                queue.append(link)
+    return depth
+
+
+@pytest.fixture
+def graph(sandbox: Sandbox) -> Iterator[Sandbox]:
+    yield sandbox
+    sandbox.admin("graph", {})
+
+
+@pytest.mark.parametrize(
+    ("mode", "workers"),
+    [("bloom", 1), ("bloom", 2), ("exact", 2)],
+    ids=["bloom-one-worker", "bloom-two-workers", "exact-two-workers"],
+)
+def test_each_page_is_stored_at_its_shortest_link_path(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    graph: Sandbox,
+    tmp_path: Path,
+    mode: str,
+    workers: int,
+) -> None:
+    tops = [f"/d{n}" for n in range(3)]
+    pages: dict[str, dict[str, Any]] = {"/": {"links": []}}
+    for top in tops:
+        pages["/"]["links"] += [f"{top}/fast", f"{top}/slow"]
+        pages.update(diamond(top))
+    graph.admin("graph", {"pages": pages, "hold_s": 60})
+    home = f"http://graph.test:{urlsplit(graph.url).port}/"
+    redis_client.lpush("links:start_urls", json.dumps({"url": home, "max_depth": MAX_DEPTH}))
+    settings = links_settings(LINKS_SITEMAPS=False, DUPEFILTER_MODE=mode)
+    with ExitStack() as running:
+        started = [
+            running.enter_context(
+                crawl.background("links", settings=settings, log=tmp_path / f"worker{n}.log")
+            )
+            for n in range(workers)
+        ]
+        for worker in started:
+            worker.wait(timeout=180)
+            assert worker.returncode == 0, worker.log_text()[-3000:]
+
+    log = graph.admin("graph")["log"]
+    assert not [entry for entry in log if entry["held_out"]], "a slow page gave up waiting"
+    shortest = shortest_paths(pages)
+    docs = list(crawl.mongo.db.pages.find({}, {"_id": 0, "url": 1, "depth": 1}))
+    depths = {urlsplit(doc["url"]).path: doc["depth"] for doc in docs}
+    assert len(depths) == len(docs)
+    # Every page within max_depth by its shortest path is stored, at that depth: t2 and t3
+    # only through the shorter path found last (by the long one they were beyond it).
+    assert depths == {page: n for page, n in shortest.items() if n <= MAX_DEPTH}
+    # What it costs: the pages first asked for by the long path are asked for again, once.
+    asked = Counter(entry["path"] for entry in log if entry["path"] != "/robots.txt")
+    again = {f"{top}/{name}" for top in tops for name in ("target", "t1")}
+    assert asked == {page: 1 + (page in again) for page in depths}
