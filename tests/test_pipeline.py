@@ -575,6 +575,75 @@ def test_documents_that_mostly_change_are_written_in_the_pipeline_form_alone(
     assert mongo.db.videos.count_documents({}) == 5
 
 
+def test_new_documents_are_inserted_and_stored_ones_upserted(mongo: Mongo, tmp_path: Path) -> None:
+    """A batch is inserted first while the collection's last batch brought new documents; the
+    inserts of stored keys are refused and those documents upserted (``mongo/existing_writes``),
+    history kept either way. A batch of stored documents alone stops the inserts, one that
+    brings new documents again starts them."""
+    batches = [
+        [_video(str(n)) for n in range(5)],  # new: inserted
+        [_video(str(n)) for n in range(5)],  # stored: inserted first, refused, upserted
+        [_video(str(n)) for n in range(5)],  # stored: upserted only
+        [_video(str(n)) for n in range(5, 10)],  # new: upserted, the inserts start again
+        [_video("8", likes=7), _video("9"), *(_video(str(n)) for n in range(10, 13))],
+    ]
+
+    async def scenario() -> tuple[list[int], Any]:
+        config = _settings(mongo.uri, mongo.database, tmp_path, batch_size=5)
+        pipeline, stats = _pipeline(config)
+        await pipeline.open_spider()
+        existing = []
+        for videos in batches:
+            await asyncio.gather(*(pipeline.process_item(video) for video in videos))
+            existing.append(stats.get_value("mongo/existing_writes", 0))
+        await pipeline.close_spider()
+        return existing, stats
+
+    existing, stats = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert existing == [0, 5, 5, 5, 7]
+    assert stats.get_value("mongo/changed_writes") == 1
+    assert stats.get_value("mongo/items") == 25
+    assert stats.get_value("mongo/upserted") == 13
+    videos = {doc["video_id"]: doc for doc in mongo.db.videos.find()}
+    assert len(videos) == 13
+    for key, doc in videos.items():
+        assert doc["change_count"] == (1 if key == "8" else 0)
+        assert doc["first_seen"] <= doc["last_changed"] <= doc["last_seen"]
+        assert (doc["first_seen"] < doc["last_seen"]) == (
+            key in {"0", "1", "2", "3", "4", "8", "9"}
+        )
+        assert (doc["first_seen"] < doc["last_changed"]) == (key == "8")
+    assert videos["8"]["digg_count"] == 7
+
+
+def test_workers_storing_the_same_new_documents_at_once_count_one_change(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """Two workers store different content under the same new keys at the same time: one
+    insert of each key wins, the other worker's document is upserted over it as a change."""
+
+    async def scenario() -> None:
+        workers = [
+            _pipeline(_settings(mongo.uri, mongo.database, tmp_path / str(n), batch_size=20))[0]
+            for n in range(2)
+        ]
+        await asyncio.gather(*(worker.open_spider() for worker in workers))
+        await asyncio.gather(
+            *(
+                worker.process_item(_video(str(n), likes=likes))
+                for likes, worker in enumerate(workers)
+                for n in range(20)
+            )
+        )
+        await asyncio.gather(*(worker.close_spider() for worker in workers))
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    videos = list(mongo.db.videos.find())
+    assert len(videos) == 20
+    assert all(video["change_count"] == 1 for video in videos)
+    assert {video["digg_count"] for video in videos} <= {0, 1}
+
+
 def _page_at(depth: int, title: str = "t") -> PageItem:
     return PageItem(
         "https://a.test/", "a.test", 200, "https://a.test/", depth, 1.0, "h", 1, 0, title=title
