@@ -6,14 +6,15 @@ import asyncio
 import json
 import signal
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import bson
 import pymongo
 import pytest
 import redis
+from itemadapter import ItemAdapter
 from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
 
@@ -23,7 +24,7 @@ from crawler.config.values import Destination
 from crawler.frontier.codec import expand
 from crawler.items import PageItem, ProfileItem, VideoItem
 from crawler.pipelines import ITEMS_NOT_STORED, ItemNotStored, MongoPipeline, ValidationPipeline
-from crawler.storage.destinations import Destinations
+from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
@@ -427,6 +428,35 @@ def test_undeclared_items_go_to_the_spiders_collection(
     assert page is not None
     assert page["first_seen"] < page["last_seen"]
     assert page["change_count"] == 0
+
+
+@dataclass
+class _Listing:
+    kind: ClassVar[str] = "listing"
+    url: str
+    video: VideoItem
+    tags: list[Any] = field(default_factory=list)
+    note: str | None = None
+
+
+@dataclass
+class _DictListing(_Listing, dict[str, Any]):  # ItemAdapter reads it as a dict
+    def __post_init__(self) -> None:
+        self["url"] = self.url
+
+
+def test_a_dataclass_is_read_into_its_document_as_itemadapter_reads_it() -> None:
+    listing = _Listing("https://a.test/", _video("v"), [_video("w"), {"n": (1, 2)}], note="x")
+    unset = _Listing("https://b.test/", _video("v"))
+    del unset.tags  # a field the item does not have is left out
+    mapping = _DictListing("https://c.test/", _video("v"))
+    for item in (listing, unset, mapping, _video("v")):
+        document = document_of(item)
+        assert document == ItemAdapter(item).asdict()
+        assert list(document) == list(ItemAdapter(item).asdict())
+    assert "kind" not in document_of(listing)
+    assert "tags" not in document_of(unset)
+    assert document_of(mapping) == {"url": "https://c.test/"}
 
 
 def test_mongo_collections_still_says_where_dicts_go(mongo: Mongo, tmp_path: Path) -> None:
