@@ -55,7 +55,7 @@ class Destinations:
 
     def of(self, item: Any) -> Destination | None:
         """Where ``item`` goes; None when it is declared not stored here."""
-        own = _own_destination(type(item))
+        own = _own_destination(item.__class__)
         if own is not None:
             return own
         for name in (type(item).__name__, self.spider):
@@ -161,7 +161,9 @@ def _has_key(item: Any, key: str) -> bool:
     return isinstance(value, str) and value != ""
 
 
+@cache
 def _own_destination(item_class: type) -> Destination | None:
+    """The destination an item class declares (one per class, read once), None if none."""
     collection = getattr(item_class, "collection", None)
     key = getattr(item_class, "unique_key", None)
     if isinstance(collection, str) and isinstance(key, str) and collection and key:

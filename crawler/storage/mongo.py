@@ -226,14 +226,21 @@ class MongoWriter:
         volatile: Collection[str],
         least: dict[str, Any],
     ) -> asyncio.Future[None]:
-        batch = self._batches.setdefault(destination.collection, CollectionBatch())
-        if least and (earlier := batch.updates.get(_hashable(key))) is not None:
+        batch = self._batches.get(destination.collection)
+        if batch is None:  # not setdefault's argument: no batch made and dropped for each item
+            batch = self._batches[destination.collection] = CollectionBatch()
+        hashable = _hashable(key)
+        if least and (earlier := batch.updates.get(hashable)) is not None:
             least = least_of(earlier[3], least)
-        batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile, least)
+        batch.updates[hashable] = ({destination.unique_key: key}, item, volatile, least)
         batch.joined = time.monotonic()
-        batch.destinations.setdefault(destination.unique_key, destination)
+        if destination.unique_key not in batch.destinations:
+            batch.destinations[destination.unique_key] = destination
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        batch.waiters.setdefault(_hashable(key), []).append(waiter)
+        if (waiters := batch.waiters.get(hashable)) is None:
+            batch.waiters[hashable] = [waiter]
+        else:
+            waiters.append(waiter)
         self._pending += 1
         if len(batch.updates) >= self.config.batch_size:
             self._flush(destination.collection)
