@@ -6,14 +6,15 @@ import asyncio
 import json
 import signal
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import bson
 import pymongo
 import pytest
 import redis
+from itemadapter import ItemAdapter
 from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
 
@@ -23,7 +24,7 @@ from crawler.config.values import Destination
 from crawler.frontier.codec import expand
 from crawler.items import PageItem, ProfileItem, VideoItem
 from crawler.pipelines import ITEMS_NOT_STORED, ItemNotStored, MongoPipeline, ValidationPipeline
-from crawler.storage.destinations import Destinations
+from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
@@ -429,6 +430,35 @@ def test_undeclared_items_go_to_the_spiders_collection(
     assert page["change_count"] == 0
 
 
+@dataclass
+class _Listing:
+    kind: ClassVar[str] = "listing"
+    url: str
+    video: VideoItem
+    tags: list[Any] = field(default_factory=list)
+    note: str | None = None
+
+
+@dataclass
+class _DictListing(_Listing, dict[str, Any]):  # ItemAdapter reads it as a dict
+    def __post_init__(self) -> None:
+        self["url"] = self.url
+
+
+def test_a_dataclass_is_read_into_its_document_as_itemadapter_reads_it() -> None:
+    listing = _Listing("https://a.test/", _video("v"), [_video("w"), {"n": (1, 2)}], note="x")
+    unset = _Listing("https://b.test/", _video("v"))
+    del unset.tags  # a field the item does not have is left out
+    mapping = _DictListing("https://c.test/", _video("v"))
+    for item in (listing, unset, mapping, _video("v")):
+        document = document_of(item)
+        assert document == ItemAdapter(item).asdict()
+        assert list(document) == list(ItemAdapter(item).asdict())
+    assert "kind" not in document_of(listing)
+    assert "tags" not in document_of(unset)
+    assert document_of(mapping) == {"url": "https://c.test/"}
+
+
 def test_mongo_collections_still_says_where_dicts_go(mongo: Mongo, tmp_path: Path) -> None:
     config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
     destinations = Destinations({"dict": Destination("pages", "url")}, "videos-test")
@@ -573,6 +603,75 @@ def test_documents_that_mostly_change_are_written_in_the_pipeline_form_alone(
     assert stats.get_value("mongo/items") == 20
     assert all(doc["change_count"] == 3 for doc in mongo.db.videos.find())
     assert mongo.db.videos.count_documents({}) == 5
+
+
+def test_new_documents_are_inserted_and_stored_ones_upserted(mongo: Mongo, tmp_path: Path) -> None:
+    """A batch is inserted first while the collection's last batch brought new documents; the
+    inserts of stored keys are refused and those documents upserted (``mongo/existing_writes``),
+    history kept either way. A batch of stored documents alone stops the inserts, one that
+    brings new documents again starts them."""
+    batches = [
+        [_video(str(n)) for n in range(5)],  # new: inserted
+        [_video(str(n)) for n in range(5)],  # stored: inserted first, refused, upserted
+        [_video(str(n)) for n in range(5)],  # stored: upserted only
+        [_video(str(n)) for n in range(5, 10)],  # new: upserted, the inserts start again
+        [_video("8", likes=7), _video("9"), *(_video(str(n)) for n in range(10, 13))],
+    ]
+
+    async def scenario() -> tuple[list[int], Any]:
+        config = _settings(mongo.uri, mongo.database, tmp_path, batch_size=5)
+        pipeline, stats = _pipeline(config)
+        await pipeline.open_spider()
+        existing = []
+        for videos in batches:
+            await asyncio.gather(*(pipeline.process_item(video) for video in videos))
+            existing.append(stats.get_value("mongo/existing_writes", 0))
+        await pipeline.close_spider()
+        return existing, stats
+
+    existing, stats = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert existing == [0, 5, 5, 5, 7]
+    assert stats.get_value("mongo/changed_writes") == 1
+    assert stats.get_value("mongo/items") == 25
+    assert stats.get_value("mongo/upserted") == 13
+    videos = {doc["video_id"]: doc for doc in mongo.db.videos.find()}
+    assert len(videos) == 13
+    for key, doc in videos.items():
+        assert doc["change_count"] == (1 if key == "8" else 0)
+        assert doc["first_seen"] <= doc["last_changed"] <= doc["last_seen"]
+        assert (doc["first_seen"] < doc["last_seen"]) == (
+            key in {"0", "1", "2", "3", "4", "8", "9"}
+        )
+        assert (doc["first_seen"] < doc["last_changed"]) == (key == "8")
+    assert videos["8"]["digg_count"] == 7
+
+
+def test_workers_storing_the_same_new_documents_at_once_count_one_change(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """Two workers store different content under the same new keys at the same time: one
+    insert of each key wins, the other worker's document is upserted over it as a change."""
+
+    async def scenario() -> None:
+        workers = [
+            _pipeline(_settings(mongo.uri, mongo.database, tmp_path / str(n), batch_size=20))[0]
+            for n in range(2)
+        ]
+        await asyncio.gather(*(worker.open_spider() for worker in workers))
+        await asyncio.gather(
+            *(
+                worker.process_item(_video(str(n), likes=likes))
+                for likes, worker in enumerate(workers)
+                for n in range(20)
+            )
+        )
+        await asyncio.gather(*(worker.close_spider() for worker in workers))
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    videos = list(mongo.db.videos.find())
+    assert len(videos) == 20
+    assert all(video["change_count"] == 1 for video in videos)
+    assert {video["digg_count"] for video in videos} <= {0, 1}
 
 
 def _page_at(depth: int, title: str = "t") -> PageItem:

@@ -7,15 +7,18 @@ an equal one leaves both. A new document gets ``first_seen`` = ``last_changed`` 
 ``change_count`` 0; a document stored before hashes were kept gets its first hash without
 counting a change.
 
-Two forms of the upsert say so. :func:`history_update` is an update pipeline in which MongoDB
+Three forms of the write say so. :func:`history_update` is an update pipeline in which MongoDB
 compares the stored hash with the new one: it is right for any stored document, at the price of
 an aggregation per write. :func:`same_content_update` is a plain update, for the filter
 ``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
 document whose content did not change, and inserts a new one; a stored document whose content
 changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
-(a duplicate key), and the writer writes that document again with :func:`history_update`. Only
-a collection with a unique index on the key may take the plain form: without one, that insert
-would add a second document. A trimmed document always takes the pipeline form, and its hash
+(a duplicate key), and the writer writes that document again with :func:`history_update`.
+:func:`new_document` is the document a key not stored yet is inserted as, the history of its
+first sighting with it (what either upsert inserts); its insert fails on the key's unique index
+when the key is stored, and the writer writes that document again with an upsert. Only a
+collection with a unique index on the key may take the plain form or the insert: without one,
+they would add a second document. A trimmed document never takes the plain form, and its hash
 is stored with a mark, so that the same content stored whole later is not matched by the plain
 form (which would leave its ``_truncated``).
 """
@@ -112,6 +115,17 @@ def same_content_update(
     if inserted := {name: value for name, value in on_insert.items() if name not in document}:
         update["$setOnInsert"] = inserted
     return update
+
+
+def new_document(
+    key: Mapping[str, Any], document: Mapping[str, Any], now: datetime
+) -> dict[str, Any]:
+    """``document`` (with its ``change_hash``) as a key not stored yet is inserted, as either
+    upsert would insert it: its key, its fields, ``last_seen``, ``first_seen`` =
+    ``last_changed`` = now and ``change_count`` 0 (an item's own fields of these names kept,
+    as the upserts keep them)."""
+    first = {"first_seen": now, "last_changed": now, "change_count": 0}
+    return {**key, **first, **document, "last_seen": now}
 
 
 def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str] = ()) -> str:

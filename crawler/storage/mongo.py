@@ -2,10 +2,12 @@
 
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
 on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
-``last_changed``/``change_count`` when the content changed (``changes.py``). Each upsert is
-first written in the plain form that matches an unchanged document through its hash; the
-documents whose content changed, refused by it as duplicate keys, are written again in the
-update-pipeline form that counts the change. The reactor only reads each item's key and
+``last_changed``/``change_count`` when the content changed (``changes.py``). A batch of a
+collection whose last batch brought new documents is first written as inserts, the documents
+whose key is stored, refused as duplicate keys, then as upserts. Each upsert is first written
+in the plain form that matches an unchanged document through its hash; the documents whose
+content changed, refused by it as duplicate keys, are written again in the update-pipeline form
+that counts the change. The reactor only reads each item's key and
 buffers it: reading the items into documents, their hashes and trimming run in a preparer
 thread, the writes in a writer thread, a batch being prepared while the one before is written.
 ``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bson.errors import BSONError
-from pymongo import MongoClient, UpdateOne, WriteConcern
+from pymongo import InsertOne, MongoClient, UpdateOne, WriteConcern
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config import setting, setting_int
@@ -38,6 +40,7 @@ from crawler.config.values import Destination, write_concern
 from crawler.storage.changes import (
     history_update,
     marked_trimmed,
+    new_document,
     same_content_filter,
     same_content_update,
     with_change_hash,
@@ -65,6 +68,11 @@ QUIET = 0.05
 # A collection whose documents mostly change is written in the pipeline form alone, and in the
 # plain form first again once in this many batches, to see whether they still do.
 PLAIN_PROBE_BATCHES = 8
+# A collection at least this share of whose last batch were new documents (keys not stored yet)
+# has its next batch inserted first. An insert refused because its key is stored costs a small
+# part of an upsert (its write is then upserted all the same), a new document inserted much
+# less than upserted (docs/storage.md has the figures): a quarter pays, with room.
+NEW_SHARE_FOR_INSERTS = 0.25
 
 
 class MongoUnavailable(RuntimeError):
@@ -144,10 +152,11 @@ class MongoWriter:
         self.spider_name = spider_name
         self.destinations = destinations
         self._indexed: dict[tuple[str, str], str] = {}  # (collection, unique key): index name
-        # Per collection: batches written, and the share of changed documents in the last
-        # batch written in the plain form first.
+        # Per collection: batches written, the share of changed documents in the last batch
+        # written in the plain form first, and the share of new documents in the last batch.
         self._batch_counts: dict[str, int] = {}
         self._changed_share: dict[str, float] = {}
+        self._new_share: dict[str, float] = {}
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
@@ -217,14 +226,21 @@ class MongoWriter:
         volatile: Collection[str],
         least: dict[str, Any],
     ) -> asyncio.Future[None]:
-        batch = self._batches.setdefault(destination.collection, CollectionBatch())
-        if least and (earlier := batch.updates.get(_hashable(key))) is not None:
+        batch = self._batches.get(destination.collection)
+        if batch is None:  # not setdefault's argument: no batch made and dropped for each item
+            batch = self._batches[destination.collection] = CollectionBatch()
+        hashable = _hashable(key)
+        if least and (earlier := batch.updates.get(hashable)) is not None:
             least = least_of(earlier[3], least)
-        batch.updates[_hashable(key)] = ({destination.unique_key: key}, item, volatile, least)
+        batch.updates[hashable] = ({destination.unique_key: key}, item, volatile, least)
         batch.joined = time.monotonic()
-        batch.destinations.setdefault(destination.unique_key, destination)
+        if destination.unique_key not in batch.destinations:
+            batch.destinations[destination.unique_key] = destination
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        batch.waiters.setdefault(_hashable(key), []).append(waiter)
+        if (waiters := batch.waiters.get(hashable)) is None:
+            batch.waiters[hashable] = [waiter]
+        else:
+            waiters.append(waiter)
         self._pending += 1
         if len(batch.updates) >= self.config.batch_size:
             self._flush(destination.collection)
@@ -403,44 +419,71 @@ class MongoWriter:
         return Write(index, selector, fitted, least=tuple(least))
 
     def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
-        """Write in the plain form what the key's unique index allows (unless the collection's
-        documents mostly change, see :meth:`_plain_first`), then again in the pipeline form what
-        the plain form found changed (refused as a duplicate key); spill what MongoDB is
+        """Write each document in the cheapest form that may do, then in the next form what that
+        one found stored or changed (refused as a duplicate key on the key's unique index):
+        inserted (a key with a unique index), unless few documents of the collection's last
+        batch were new (see :meth:`_insert_first`); in the plain form, unless its documents
+        mostly change (see :meth:`_plain_first`); in the pipeline form. Spill what MongoDB is
         unavailable for. The writes not stored, by position: reason."""
-        plain = self._plain_first(collection)
-        first = [
-            write.first(now, self._unique_index(collection, write) if plain else None)
-            for write in writes
-        ]
+        indexes = [self._unique_index(collection, write) for write in writes]
+        insert, plain = self._insert_first(collection), self._plain_first(collection)
+        failed: dict[int, str] = {}
+        created, batch = 0, True
+        rest = list(range(len(writes)))  # positions in writes
+        if insert and (insertable := [p for p in rest if indexes[p] is not None]):
+            try:
+                outcome = self._bulk_write_with_retries(
+                    collection, [writes[p].inserted(now) for p in insertable], duplicates=False
+                )
+            except ConnectionFailure as exc:
+                return self._spill(collection, writes, now, exc)
+            self._count(collection, len(insertable), outcome)
+            if outcome.duplicates:
+                self.stats.inc_value("mongo/existing_writes", len(outcome.duplicates))
+            created, batch = outcome.upserted, False
+            failed = _failures(writes, insertable, outcome)
+            settled = {p for q, p in enumerate(insertable) if q not in outcome.duplicates}
+            rest = [p for p in rest if p not in settled]
+        if not rest:
+            self._new_share[collection] = created / len(writes)
+            return failed
+        first = [writes[p].first(now, indexes[p] if plain else None) for p in rest]
         try:
             outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
         except ConnectionFailure as exc:
-            return self._spill(collection, writes, now, exc)
-        self._count(collection, len(first), outcome)
-        again = [writes[position] for position in sorted(outcome.duplicates)]
+            return failed | self._spill(collection, [writes[p] for p in rest], now, exc)
+        self._count(collection, len(first), outcome, batch=batch)
+        created += outcome.upserted
+        again = [rest[q] for q in sorted(outcome.duplicates)]
         if plain:
-            self._changed_share[collection] = len(again) / len(writes)
-        failed = {
-            writes[position].index: reason
-            for position, reason in outcome.refused.items()
-            if position not in outcome.duplicates
-        }
-        if not again:
-            return failed
-        self.stats.inc_value("mongo/changed_writes", len(again))
-        try:
-            rewritten = self._bulk_write_with_retries(
-                collection, [write.tracked(now) for write in again]
-            )
-        except ConnectionFailure as exc:
-            return failed | self._spill(collection, again, now, exc)
-        self._count(collection, len(again), rewritten, batch=False)
-        return failed | {again[position].index: r for position, r in rewritten.refused.items()}
+            self._changed_share[collection] = len(again) / len(rest)
+        failed |= _failures(writes, rest, outcome)
+        if again:
+            self.stats.inc_value("mongo/changed_writes", len(again))
+            try:
+                rewritten = self._bulk_write_with_retries(
+                    collection, [writes[p].tracked(now) for p in again]
+                )
+            except ConnectionFailure as exc:
+                return failed | self._spill(collection, [writes[p] for p in again], now, exc)
+            self._count(collection, len(again), rewritten, batch=False)
+            created += rewritten.upserted
+            failed |= {writes[again[q]].index: reason for q, reason in rewritten.refused.items()}
+        self._new_share[collection] = created / len(writes)
+        return failed
+
+    def _insert_first(self, collection: str) -> bool:
+        """Whether this batch of ``collection`` is inserted first: while at least
+        NEW_SHARE_FOR_INSERTS of its last batch were new documents (and for its first batch).
+        Every batch says how many it created, in whatever form, so a collection whose new
+        documents come back is inserted first again at its next batch."""
+        return self._new_share.get(collection, 1.0) >= NEW_SHARE_FOR_INSERTS
 
     def _plain_first(self, collection: str) -> bool:
         """Whether this batch of ``collection`` is written in the plain form first: not when
-        more than half of the documents of its last batch so written had changed (each cost two
-        writes, one form would do), except every PLAIN_PROBE_BATCHES batches, to see again."""
+        more than half of the stored documents of its last batch so written had changed (each
+        cost two writes, one form would do), except every PLAIN_PROBE_BATCHES batches, to see
+        again."""
         count = self._batch_counts.get(collection, 0) + 1
         self._batch_counts[collection] = count
         changed = self._changed_share.get(collection, 0.0)
@@ -467,7 +510,10 @@ class MongoWriter:
         return {}
 
     def _bulk_write_with_retries(
-        self, collection: str, operations: list[UpdateOne], duplicates: bool = True
+        self,
+        collection: str,
+        operations: Sequence[UpdateOne | InsertOne[dict[str, Any]]],
+        duplicates: bool = True,
     ) -> Outcome:
         """The outcome of the unordered bulk write, tried again on transient errors (duplicate
         keys only if ``duplicates``)."""
@@ -553,12 +599,27 @@ class Write:
         update = same_content_update(self.document, now, self.least)
         return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
 
+    def inserted(self, now: datetime) -> InsertOne[dict[str, Any]]:
+        """The insert of the document as new (refused as a duplicate key when its key is
+        stored): for a key with a unique index only."""
+        return InsertOne(new_document(self.selector, self.document, now))
+
     def tracked(self, now: datetime) -> UpdateOne:
         """The pipeline upsert, right whatever is stored."""
         return UpdateOne(self.selector, self.history(now), upsert=True)
 
     def history(self, now: datetime) -> list[dict[str, Any]]:
         return history_update(self.document, now, self.unset, self.least)
+
+
+def _failures(writes: list[Write], positions: list[int], outcome: Outcome) -> dict[int, str]:
+    """The writes at ``positions`` (in ``writes``) the outcome refused for another reason than a
+    duplicate key, by their position in the batch: reason."""
+    return {
+        writes[positions[q]].index: reason
+        for q, reason in outcome.refused.items()
+        if q not in outcome.duplicates
+    }
 
 
 def _covers(index: dict[str, Any], key: str, partial: bool) -> bool:

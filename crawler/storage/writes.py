@@ -1,4 +1,4 @@
-"""What became of each upsert of a bulk write, and the write concern that makes it durable.
+"""What became of each write of a bulk write, and the write concern that makes it durable.
 
 A ``bulk_write`` can store some documents of a batch and refuse others (a document over the
 size limit, a validation rule, a unique index). Each refusal is kept with the position of its
@@ -21,8 +21,9 @@ DUPLICATE_KEY = 11000
 
 @dataclass(frozen=True)
 class Outcome:
-    """Counts of one bulk write, the refused upserts by position: reason, and the positions
-    of those refused for a duplicate key."""
+    """Counts of one bulk write (``upserted``: the documents it created, by an insert or an
+    upsert), the refused writes by position: reason, and the positions of those refused for a
+    duplicate key."""
 
     upserted: int = 0
     modified: int = 0
@@ -31,7 +32,7 @@ class Outcome:
 
 
 def written(result: BulkWriteResult) -> Outcome:
-    return Outcome(result.upserted_count, result.modified_count)
+    return Outcome(result.inserted_count + result.upserted_count, result.modified_count)
 
 
 def refused(exc: BulkWriteError, count: int) -> Outcome:
@@ -47,7 +48,8 @@ def refused(exc: BulkWriteError, count: int) -> Outcome:
     if concern:
         unconfirmed = f"write concern not met: {describe(concern[0])}"
         reasons = {index: reasons.get(index, unconfirmed) for index in range(count)}
-    upserted, modified = int(details.get("nUpserted", 0)), int(details.get("nModified", 0))
+    upserted = int(details.get("nInserted", 0)) + int(details.get("nUpserted", 0))
+    modified = int(details.get("nModified", 0))
     return Outcome(upserted, modified, reasons, duplicates)
 
 
