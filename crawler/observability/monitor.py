@@ -91,6 +91,9 @@ class FleetMonitor:
     Settings: STATS_*, WORKER_HEARTBEAT_TTL, PROGRESS_INTERVAL, PACE_WINDOW, METRICS_*, FLEET_PAGE.
     """
 
+    # Requests, responses and items counted per domain (``domain/<host>/...``), from signals.
+    per_domain_counters = True
+
     def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
         self.crawler = crawler
         self.server = server
@@ -124,9 +127,10 @@ class FleetMonitor:
         connect = crawler.signals.connect
         connect(monitor.spider_opened, signal=signals.spider_opened)
         connect(monitor.spider_closed, signal=signals.spider_closed)
-        connect(monitor.request_reached_downloader, signal=signals.request_reached_downloader)
-        connect(monitor.response_downloaded, signal=signals.response_downloaded)
-        connect(monitor.item_scraped, signal=signals.item_scraped)
+        if cls.per_domain_counters:
+            connect(monitor.request_reached_downloader, signal=signals.request_reached_downloader)
+            connect(monitor.response_downloaded, signal=signals.response_downloaded)
+            connect(monitor.item_scraped, signal=signals.item_scraped)
         return monitor
 
     def spider_opened(self, spider: Spider) -> None:
