@@ -21,7 +21,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from OpenSSL import SSL
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadConnectionRefusedError,
@@ -59,6 +59,7 @@ from crawler.domains.probes import (
     CertificateWarnings,
     DomainProbeMiddleware,
     FleetCap,
+    ProbeLogFormatter,
     RateCap,
     readable_body,
 )
@@ -544,6 +545,21 @@ def test_certificate_warnings_are_counted_not_logged_each(
     assert [record.levelno for record in caplog.records if record.name == TLS_LOGGER] == []
     levels = [record.levelno for record in caplog.records if record.name == probes.__name__]
     assert levels == [logging.INFO] + [logging.DEBUG] * 3
+
+
+@pytest.mark.parametrize(
+    ("level", "lines"), [("INFO", False), (logging.WARNING, False), ("DEBUG", True)]
+)
+def test_each_answers_debug_lines_are_made_only_when_shown(level: str | int, lines: bool) -> None:
+    formatter = ProbeLogFormatter.from_crawler(get_crawler(settings_dict={"LOG_LEVEL": level}))
+    request = Request("http://a.test/")
+    response = Response(request.url, status=200, request=request)
+    spider = Spider("domains")
+    assert (formatter.crawled(request, response, spider) is not None) is lines
+    assert (formatter.scraped({"domain": "a.test"}, response, spider) is not None) is lines
+    # Other lines, as Scrapy's formatter makes them.
+    failed = Failure(ValueError("x"))  # type: ignore[no-untyped-call]
+    assert formatter.download_error(failed, request, spider) is not None
 
 
 def test_the_probe_middleware_keeps_an_answer_cut_short_and_caps_the_body() -> None:

@@ -29,12 +29,13 @@ import asyncio
 import logging
 import time
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import RedisError
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http import Response
+from scrapy.logformatter import LogFormatter, LogFormatterResult
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.config import setting
@@ -45,9 +46,10 @@ from crawler.frontier.lua import TAKE
 from crawler.keys import fleet_rate_key
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
+    from twisted.python.failure import Failure
 
     from crawler.connection import RedisClient
 
@@ -136,6 +138,35 @@ class CertificateWarnings(logging.Filter):
             CERTIFICATE_STAT,
         )
         return False
+
+
+class ProbeLogFormatter(LogFormatter):
+    """Scrapy's log lines, but the two DEBUG lines of each domain (``Crawled (200) <GET ...>``
+    for each answer, ``Scraped from ...`` for each document) are not made at all when
+    LOG_LEVEL does not show them: Scrapy formats them and makes their log records, which the
+    log handler then drops, for every request and every item."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__()
+        self.debug = debug
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        level = crawler.settings.get("LOG_LEVEL")
+        if not isinstance(level, int):
+            level = logging.getLevelName(str(level).upper())
+        return cls(not isinstance(level, int) or level <= logging.DEBUG)
+
+    # None: no line (Scrapy's documented way; its annotations do not say so).
+    def crawled(  # type: ignore[override]
+        self, request: Request, response: Response, spider: Spider
+    ) -> LogFormatterResult | None:
+        return super().crawled(request, response, spider) if self.debug else None
+
+    def scraped(  # type: ignore[override]
+        self, item: Any, response: Response | Failure | None, spider: Spider
+    ) -> LogFormatterResult | None:
+        return super().scraped(item, response, spider) if self.debug else None
 
 
 class DomainProbeMiddleware:

@@ -99,6 +99,8 @@ class DomainsSpider(RedisFedSpider):
             # most (Scrapy's would decode a cut stream whole or fail on it).
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
         },
+        # Each answer's and document's DEBUG line is not made unless LOG_LEVEL shows it.
+        "LOG_FORMATTER": "crawler.domains.probes.ProbeLogFormatter",
         "EXTENSIONS": {
             **project.EXTENSIONS,
             "crawler.extensions.FleetMonitor": None,
