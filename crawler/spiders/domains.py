@@ -98,6 +98,16 @@ class DomainsSpider(RedisFedSpider):
             # The probe middleware decodes gzip and deflate itself, to DOMAINS_BODY_BYTES at
             # most (Scrapy's would decode a cut stream whole or fail on it).
             "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": None,
+            # The spider names no allowed_domains: every host is on-site, checked for nothing.
+            "scrapy.downloadermiddlewares.offsite.OffsiteMiddleware": None,
+        },
+        # Each a layer every answer's output goes through, for nothing here: no DEPTH_LIMIT nor
+        # depth priority (a domain's requests are its redirects and retries), and the spider
+        # builds each request's meta anew (nothing copied from a response's).
+        "SPIDER_MIDDLEWARES": {
+            **project.SPIDER_MIDDLEWARES,
+            "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
+            "scrapy.spidermiddlewares.metacopy.MetaCopyDetectionMiddleware": None,
         },
         # Each answer's and document's DEBUG line is not made unless LOG_LEVEL shows it.
         "LOG_FORMATTER": "crawler.domains.probes.ProbeLogFormatter",
@@ -109,8 +119,9 @@ class DomainsSpider(RedisFedSpider):
         # One request per domain: many domains in flight, none twice at once.
         "CONCURRENT_REQUESTS": 200,
         "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
-        # A callback yields one item or request: Scrapy's default (100) starts 100 tasks for it.
-        "CONCURRENT_ITEMS": 2,
+        # A callback yields one item or request: Scrapy starts a task per CONCURRENT_ITEMS for
+        # each answer's output (its default, 100: 100 tasks).
+        "CONCURRENT_ITEMS": 1,
         "FRONTIER_BATCH_SIZE": 200,
         "START_BATCH_SIZE": 200,
         "COOKIES_ENABLED": False,
