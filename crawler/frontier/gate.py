@@ -104,6 +104,10 @@ class SendGate:
         counted, first = float(sent[0]), bool(sent[1])
         if answered or not first:
             del request.meta[SENT_META]  # this request's last notice
+        if not answered:
+            # From the downloader to the wire it still passes turns of the reactor, as a
+            # request from the gate does: counted sent that much later.
+            left += LAG_TURNS * self.lag
         if left <= counted + LATE_SLACK:
             return False
         host = urlparse_cached(request).hostname or ""
