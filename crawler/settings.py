@@ -14,6 +14,8 @@ import os
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
+# A worker imports its own spider's module only, not every spider's (crawler/spiders/loader.py).
+SPIDER_LOADER_CLASS = "crawler.spiders.loader.SpiderLoader"
 COMMANDS_MODULE = "crawler.commands"
 
 # The asyncio reactor is required by scrapy-playwright and lets pipelines await threads.

@@ -161,6 +161,7 @@ RULES: dict[str, Rule] = {
     "BOT_NAME": text(empty=False),
     "SPIDER_MODULES": items(Rule("a module", as_text), "module names"),
     "NEWSPIDER_MODULE": text(empty=False),
+    "SPIDER_LOADER_CLASS": text(empty=False),
     "COMMANDS_MODULE": text(empty=False),
     "TWISTED_REACTOR": choice("twisted.internet.asyncioreactor.AsyncioSelectorReactor"),
     "FEED_EXPORT_ENCODING": Rule("a text encoding such as utf-8", codecs.lookup),
