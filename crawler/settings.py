@@ -16,6 +16,7 @@ import os
 # imported. Left to the downloader, it is imported deep in the crawl's start, with some 1,200
 # modules loaded, and costs about 0.1 s of CPU more than here.
 import scrapy.core.downloader.contextfactory  # noqa: F401
+from scrapy.settings import default_settings
 
 # The project's spiders and `scrapy` commands (crawler/commands/).
 BOT_NAME = "crawler"
@@ -206,6 +207,16 @@ EXTENSIONS = {
     # Once the engine starts, full garbage collections skip what was loaded at start, so they
     # stop the reactor for a few milliseconds instead of tens (crawler/heap.py).
     "crawler.extensions.FreezeStartupHeap": 900,
+    # Scrapy's RemoteControl when REMOTE_CONTROL_ENABLED turns it on, imported only then.
+    "crawler.extensions.RemoteControl": 0,
+}
+# Scrapy's base extensions but its RemoteControl, which crawler.extensions.RemoteControl loads
+# when it is on: Scrapy's module imports aiohttp's web server as it loads, some 0.25 s of CPU at
+# every worker's start, and naming it in EXTENSIONS, even as None, imports it.
+EXTENSIONS_BASE = {
+    path: order
+    for path, order in default_settings.EXTENSIONS_BASE.items()
+    if path != "scrapy.extensions.remote_control.RemoteControl"
 }
 # STATS_REDIS_KEY (str): hash each worker adds the deltas of its numeric stats to, so
 # `redis-cli hgetall '{explore}:stats'` shows the fleet's totals. Keep the {spider} hash tag.

@@ -12,9 +12,11 @@ import pytest
 import redis
 from scrapy import Spider
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.project import get_project_settings
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
+from crawler.extensions import RemoteControl
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
@@ -179,6 +181,7 @@ def test_a_default_crawl_logs_no_warning(crawl: Crawl) -> None:
         (HostFullMiddleware, "POLITENESS_CONCURRENCY is 0"),
         (HostConcurrencyMiddleware, "POLITENESS_CONCURRENCY is 0"),
         (RecrawlMiddleware, "RECRAWL_ENABLED is off"),
+        (RemoteControl, "REMOTE_CONTROL_ENABLED is off"),
     ],
 )
 def test_a_component_off_by_default_says_so_at_debug(
@@ -192,6 +195,18 @@ def test_a_component_off_by_default_says_so_at_debug(
     (said,) = [record for record in caplog.records if "Disabled" in record.getMessage()]
     assert said.levelname == "DEBUG"
     assert said.getMessage().endswith(f"{component.__name__}: {reason}")
+
+
+def test_remote_control_is_scrapys_when_turned_on_and_never_imported_when_off() -> None:
+    settings = get_project_settings()
+    assert "scrapy.extensions.remote_control.RemoteControl" not in settings["EXTENSIONS_BASE"]
+    assert settings.getwithbase("EXTENSIONS")["crawler.extensions.RemoteControl"] == 0
+    crawler = get_crawler(
+        Spider, {"REMOTE_CONTROL_ENABLED": True, "TWISTED_REACTOR_ENABLED": False}
+    )
+    console = RemoteControl.from_crawler(crawler)
+    assert type(console).__module__ == "scrapy.extensions.remote_control"
+    assert type(console).__name__ == "RemoteControl"
 
 
 def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redis) -> None:

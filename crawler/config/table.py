@@ -180,6 +180,7 @@ RULES: dict[str, Rule] = {
     "DOWNLOADER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
     "SPIDER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
     "EXTENSIONS": Rule("a dict of loadable components to orders", components),
+    "EXTENSIONS_BASE": Rule("a dict of loadable components to orders", components),
     "ITEM_PIPELINES": Rule("a dict of loadable components to orders", components),
     "DOWNLOAD_HANDLERS": Rule("a dict of URL schemes to loadable handlers", handlers),
     "SCHEDULER": import_path(),
