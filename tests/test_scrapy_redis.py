@@ -268,36 +268,38 @@ def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
     assert not redis_client.exists("ours:seeds", "{ours:seeds}:leases", "{ours}:dead")
 
 
-@pytest.mark.parametrize(
-    ("name", "value", "named"),
-    [
-        ("SCHEDULER_PERSIST", "False", "scrapy frontier <spider> purge"),
-        ("SCHEDULER_FLUSH_ON_START", "True", "purge --yes"),
-        ("SCHEDULER_IDLE_BEFORE_CLOSE", "10", "MAX_IDLE_TIME_BEFORE_CLOSE"),
-        ("SCHEDULER_QUEUE_CLASS", "scrapy_redis.queue.LifoQueue", "DEPTH_PRIORITY"),
-        ("DUPEFILTER_CLASS", "scrapy.dupefilters.BaseDupeFilter", "DUPEFILTER_MODE"),
-        ("REDIS_HOST", "redis.internal", "REDIS_URL"),
-        ("REDIS_PORT", "6380", "REDIS_URL"),
-        ("REDIS_START_URLS_AS_SET", "True", "lpush"),
-        ("REDIS_START_URLS_BATCH_SIZE", "10", "START_BATCH_SIZE"),
-        ("REDIS_ENCODING", "latin-1", "redis_encoding"),
-    ],
-)
-def test_a_scrapy_redis_setting_the_frontier_would_not_honour_stops_the_start(
-    crawl: Crawl,
-    redis_client: redis.Redis,
-    example_project: Path,
-    name: str,
-    value: str,
-    named: str,
+# scrapy-redis settings the frontier would not honour, a value of each, and what the refusal
+# names instead.
+NOT_HONOURED = [
+    ("SCHEDULER_PERSIST", "False", "scrapy frontier <spider> purge"),
+    ("SCHEDULER_FLUSH_ON_START", "True", "purge --yes"),
+    ("SCHEDULER_IDLE_BEFORE_CLOSE", "10", "MAX_IDLE_TIME_BEFORE_CLOSE"),
+    ("SCHEDULER_QUEUE_CLASS", "scrapy_redis.queue.LifoQueue", "DEPTH_PRIORITY"),
+    ("DUPEFILTER_CLASS", "scrapy.dupefilters.BaseDupeFilter", "DUPEFILTER_MODE"),
+    ("REDIS_HOST", "redis.internal", "REDIS_URL"),
+    ("REDIS_PORT", "6380", "REDIS_URL"),
+    ("REDIS_START_URLS_AS_SET", "True", "lpush"),
+    ("REDIS_START_URLS_BATCH_SIZE", "10", "START_BATCH_SIZE"),
+    ("REDIS_ENCODING", "latin-1", "redis_encoding"),
+]
+
+
+def test_scrapy_redis_settings_the_frontier_would_not_honour_stop_the_start(
+    crawl: Crawl, redis_client: redis.Redis, example_project: Path
 ) -> None:
+    """Every one of them is refused, each named with its value and what to use instead, on the
+    one line of a start that stops before it leases anything (the check lists every setting
+    it refuses, so one start shows each refusal)."""
     redis_client.lpush("myspider:start_urls", "http://site0.test/")
-    result = run_example(
-        crawl, example_project, "myspider_redis", "test", timeout=60, **{name: value}
-    )
+    settings = {name: value for name, value, _ in NOT_HONOURED}
+    result = run_example(crawl, example_project, "myspider_redis", "test", timeout=60, **settings)
     assert result.returncode == 2, result.stderr[-3000:]
     said = [line for line in result.stderr.splitlines() if "Crawl not started" in line]
     assert len(said) == 1, result.stderr[-3000:]
-    assert f"{name} = {value}" in said[0]
-    assert named in said[0]
+    starts = {name: said[0].find(f"{name} = {value}: must be ") for name, value, _ in NOT_HONOURED}
+    assert all(at >= 0 for at in starts.values()), said[0]
+    ends = sorted([*starts.values(), len(said[0])])
+    for name, _, named in NOT_HONOURED:
+        refusal = said[0][starts[name] : ends[ends.index(starts[name]) + 1]]
+        assert named in refusal, (name, refusal)
     assert redis_client.llen("myspider:start_urls") == 1
