@@ -8,10 +8,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 from scrapy.spiderloader import SpiderLoaderProtocol, get_spider_loader
+from scrapy.utils.project import get_project_settings
 
 from crawler import settings as project_settings
+from crawler.commands.frontier import Command as FrontierCommand
 
 SPIDER = """
 from scrapy import Spider
@@ -74,3 +77,15 @@ def test_the_project_spiders_load_from_their_own_modules() -> None:
     for name in ("explore", "profiles", "links", "maps", "domains"):
         assert loader.load(name).__module__ == f"crawler.spiders.{name}"
     assert {"explore", "profiles", "links", "maps", "domains"} <= set(loader.list())
+
+
+def test_a_command_names_a_spider_of_the_project_or_lists_them() -> None:
+    command = FrontierCommand()
+    command.settings = get_project_settings()
+    assert command.known_spider("profiles") == "profiles"
+    with pytest.raises(UsageError) as unknown:
+        command.known_spider("nosuch")
+    assert str(unknown.value) == (
+        "no spider 'nosuch' in this project; spiders: "
+        "['domains', 'explore', 'links', 'maps', 'profiles']"
+    )

@@ -50,10 +50,14 @@ class ProjectCommand:
         return sorted(get_spider_loader(self.settings).list())
 
     def known_spider(self, name: str) -> str:
-        """``name``, or UsageError when the project has no such spider."""
-        known = self.spider_names()
-        if name not in known:
-            raise UsageError(f"no spider {name!r} in this project; spiders: {known}")
+        """``name``, or UsageError when the project has no such spider. The project's loader
+        finds a spider named after its module without importing every other spider module."""
+        assert self.settings is not None
+        try:
+            get_spider_loader(self.settings).load(name)
+        except KeyError:
+            known = self.spider_names()
+            raise UsageError(f"no spider {name!r} in this project; spiders: {known}") from None
         return name
 
     def redis(self) -> RedisClient:
