@@ -112,10 +112,14 @@ def sandbox_server() -> Iterator[Sandbox]:
 
 @pytest.fixture
 def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
+    """The session's sandbox with clean counters and no bans, left as it was found: its
+    configuration restored and the bans it gave lifted (a test using ``sandbox_server`` alone
+    may come next on this process)."""
     default = sandbox_server.admin("config")
     sandbox_server.admin("reset", {})
     yield sandbox_server
     sandbox_server.admin("config", default)
+    sandbox_server.admin("reset", {})
 
 
 @pytest.fixture
