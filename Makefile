@@ -27,12 +27,14 @@ typecheck: $(STAMP)
 
 # The tests run in PYTEST_WORKERS processes (pytest-xdist), each with its own Redis, MongoDB and
 # sandbox: most of a test's time is spent waiting on real crawls, so more workers than cores
-# pay. PYTEST_WORKERS=0 runs them in one process; PYTEST_ARGS adds pytest arguments.
+# pay. PYTEST_WORKERS=0 runs them in one process; PYTEST_ARGS adds pytest arguments. A worker
+# takes the next test from one queue, the longest first, and the tests that share a server or
+# a build of their module's own go to one worker together (tests/slowest_first.py).
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: some 200 crawl
 # processes would each compile the project again, and pytest rewrite every test module.
 PYTEST_WORKERS ?= 5
 unit: $(STAMP) chromium dnsmasq
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench: $(STAMP) chromium
 	@for script in bench/[a-z]*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

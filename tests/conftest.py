@@ -148,3 +148,10 @@ strategies.from_regex("a").validate()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     slowest_first.reorder(config, items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n N`` (xdist's ``--dist load``): the units of tests/slowest_first.py, longest first."""
+    if config.getvalue("dist") == "load":
+        return slowest_first.Scheduling(config, log)
+    return None

@@ -1,17 +1,35 @@
-"""The slowest tests start first, one group per pytest-xdist worker.
+"""How the tests are shared among pytest-xdist workers (``pytest -n N``, xdist's ``--dist load``).
 
-``--dist worksteal`` hands each worker a contiguous share of the collection and lets idle
-workers steal from the end of the others' shares; a long test that happens to start last
-makes the whole run wait for it. :func:`reorder` puts the tests known to be slow at the head
-of the shares, spread so that every worker's slow group takes about as long; the rest keep
-their order. Without xdist, the order is left alone.
+Each worker takes the next unit of work from one queue whenever it runs short
+(:class:`Scheduling`). A unit is one test, or every test of a module in GROUPED, whose tests
+share a server or a build of their module's own: one worker sets it up once, instead of each
+worker that happens to run one of them. :func:`reorder` queues the units longest first (the
+seconds in SLOWEST, a module's being its tests' sum), so that the long ones start at once and
+short ones fill the end. Without xdist, the order is left alone; any other ``--dist`` is
+xdist's own.
 """
 
 from __future__ import annotations
 
-import pytest
+from collections import defaultdict
 
-# Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter.
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+# Modules whose tests share a fixture of module scope that starts a server or builds something:
+# a moto server, the user-data wheel and virtualenv, password-protected Redis and MongoDB, the
+# domains sandbox and dnsmasq, a Redis Cluster.
+GROUPED = {
+    "tests/test_aws.py",
+    "tests/test_cluster.py",
+    "tests/test_domains.py",
+    "tests/test_domains_dnsmasq.py",
+    "tests/test_secrets.py",
+    "tests/test_userdata.py",
+}
+
+# Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter. A test
+# not named here counts for DEFAULT.
 SLOWEST = {
     "tests/test_recrawl.py::"
     "test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely": 60,
@@ -69,27 +87,35 @@ SLOWEST = {
     "tests/test_frontier_marker.py::test_a_redis_restarted_empty_mid_crawl_is_reported": 7,
     "tests/test_hostile_responses.py::test_a_retry_after_of_ten_years_is_capped": 7,
 }
+DEFAULT = 1.0
+
+
+def unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module if GROUPED, else itself."""
+    module = nodeid.split("::", 1)[0]
+    return module if module in GROUPED else nodeid
+
+
+class Scheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no type hints
+    """xdist's scheduling by scope, the scope being :func:`unit`, in the collection's order
+    (which :func:`reorder` made longest first) rather than the biggest scopes first."""
+
+    def __init__(self, config: pytest.Config, log: object = None) -> None:
+        super().__init__(config, log)
+        config.option.loadscopereorder = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit(nodeid)
 
 
 def reorder(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order ``items`` so that each xdist worker's first share starts with its slow group."""
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
-    slow = sorted((i for i in items if i.nodeid in SLOWEST), key=lambda i: -SLOWEST[i.nodeid])
-    if workers < 2 or not slow:
+    """Queue the units longest first, each unit's tests together."""
+    if int(getattr(config, "workerinput", {}).get("workercount", 0)) < 2:
         return
-    groups: list[list[pytest.Item]] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for item in slow:  # the longest first, each to the least loaded group
-        least = loads.index(min(loads))
-        groups[least].append(item)
-        loads[least] += SLOWEST[item.nodeid]
-    rest = [item for item in items if item.nodeid not in SLOWEST]
-    ordered: list[pytest.Item] = []
-    left = len(items)
-    for index, group in enumerate(groups):
-        share = left // (workers - index)  # what worksteal first sends the index-th worker
-        left -= share
-        fill = max(0, share - len(group))
-        ordered += group + rest[:fill]
-        rest = rest[fill:]
-    items[:] = ordered + rest
+    units: defaultdict[str, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        units[unit(item.nodeid)].append(item)
+    ordered = sorted(
+        units.values(), key=lambda tests: -sum(SLOWEST.get(i.nodeid, DEFAULT) for i in tests)
+    )
+    items[:] = [item for tests in ordered for item in tests]
