@@ -10,12 +10,6 @@ from __future__ import annotations
 import math
 import os
 
-# Imported here, the first of the project's modules Scrapy imports, for a faster start: this
-# module of Scrapy defines deprecated aliases, each of which looks for its module with
-# inspect.stack(), at a cost that grows with the stack's depth and the modules already
-# imported. Left to the downloader, it is imported deep in the crawl's start, with some 1,200
-# modules loaded, and costs about 0.1 s of CPU more than here.
-import scrapy.core.downloader.contextfactory  # noqa: F401
 from scrapy.settings import default_settings
 
 # The project's spiders and `scrapy` commands (crawler/commands/).
