@@ -207,6 +207,12 @@ def background(
             worker.stop()
 
 
+# How often a test polls a count in MongoDB while a crawl runs: the MongoDB-wire server of the
+# tests counts by reading every document (10 ms of its CPU for 300), so a count every 0.05 s
+# costs it a fifth of a core; every 0.25 s, a twenty-fifth.
+MONGO_PAUSE = 0.25
+
+
 def poll(
     check: Callable[[], T | None],
     timeout: float = 10.0,

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Mongo, Restartable, Sandbox, Worker, poll
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, Worker, poll
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ def _stored(mongo: Mongo) -> int:
 
 
 def _progress(mongo: Mongo, at_least: int) -> None:
-    poll(lambda: _stored(mongo) >= at_least, 90, f"{at_least} profiles stored")
+    poll(lambda: _stored(mongo) >= at_least, 90, f"{at_least} profiles stored", MONGO_PAUSE)
 
 
 def _spills(fleet: Fleet) -> int:

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Mongo, Restartable, Sandbox, poll
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_a_killed_worker_loses_nothing(
         crawl.background("profiles", settings=WORKER, log=tmp_path / "victim.log") as victim,
         crawl.background("profiles", settings=WORKER, log=tmp_path / "survivor.log") as survivor,
     ):
-        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress", MONGO_PAUSE)
         victim.kill()
         assert survivor.wait(180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
     _assert_every_profile_once(crawl.mongo)
@@ -74,7 +74,7 @@ def test_redis_restart_mid_crawl_loses_nothing(
     client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     log = tmp_path / "worker.log"
     with crawl.background("profiles", settings=WORKER, log=log) as worker:
-        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress", MONGO_PAUSE)
         own_redis.stop()
         poll(
             lambda: "backing off, nothing is dropped" in log.read_text(),
@@ -97,7 +97,7 @@ def test_a_stop_signal_releases_leases_at_once(
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     settings = {**WORKER, "FRONTIER_LEASE_SECONDS": 600}
     with crawl.background("profiles", settings=settings, log=tmp_path / "first.log") as first:
-        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 40, 60, "progress", MONGO_PAUSE)
         first.send_signal(stop)
         assert first.wait(60) == 0, (tmp_path / "first.log").read_text()[-3000:]
     assert redis_client.zcard("{profiles}:leases") == 0, "leases left to expire"

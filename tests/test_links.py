@@ -22,7 +22,7 @@ import redis
 
 from crawler.frontier.codec import expand
 from crawler.links.ledger import HostLedger
-from tests.harness import ROOT, Crawl, Mongo, Sandbox, poll
+from tests.harness import MONGO_PAUSE, ROOT, Crawl, Mongo, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -290,7 +290,7 @@ def test_a_killed_worker_loses_nothing(
         FRONTIER_LEASE_SECONDS=5, LINKS_ROBOTS_CLAIM_SECONDS=2, LINKS_MAX_CALENDAR_HOPS=2
     )
     with crawl.background("links", settings=settings) as victim:
-        poll(lambda: crawl.mongo.db.pages.count_documents({}) >= 10, timeout=60, what="pages")
+        poll(lambda: crawl.mongo.db.pages.count_documents({}) >= 10, 60, "pages", MONGO_PAUSE)
         victim.kill()
     result = crawl("links", settings=settings)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -28,7 +28,7 @@ from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.mongo import MongoSettings
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Mongo, Restartable, Sandbox, poll
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, poll
 
 
 def _video(video_id: str, likes: int = 1, **changes: Any) -> VideoItem:
@@ -235,7 +235,7 @@ def test_mongodb_stopped_mid_crawl_loses_nothing(
         "CONCURRENT_REQUESTS": 4,
     }
     with crawl.background("profiles", settings=settings, log=log) as worker:
-        poll(lambda: _count(own_mongo.uri, "profiles") >= 30, 30, "progress")
+        poll(lambda: _count(own_mongo.uri, "profiles") >= 30, 30, "progress", MONGO_PAUSE)
         # Slow pages while MongoDB goes away, so the crawl cannot end before it is gone.
         sandbox.admin("config", {"latency_ms": 400})
         own_mongo.stop()

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Crawl, Mongo, Sandbox, Worker, poll
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Sandbox, Worker, poll
 
 HOT, COLD = 20, 180
 HOT_PERIOD = 0.75
@@ -173,6 +173,7 @@ def test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely(
         lambda: mongo.db.profiles.count_documents({}) == HOT + COLD,
         timeout=90,
         what="every profile stored once",
+        pause=MONGO_PAUSE,
     )
     started = time.monotonic()
     poll(lambda: time.monotonic() - started >= WARM_UP, timeout=WARM_UP + 1, pause=0.2)
@@ -245,6 +246,7 @@ def test_revisits_survive_a_killed_worker(
         lambda: mongo.db.profiles.count_documents({"change_count": {"$gte": 2}}) >= 5,
         timeout=40,
         what="hot profiles revisited",
+        pause=MONGO_PAUSE,
     )
     first.kill()
     killed_at = datetime.now(UTC).replace(tzinfo=None)
@@ -253,6 +255,7 @@ def test_revisits_survive_a_killed_worker(
         lambda: mongo.db.profiles.count_documents({"last_seen": {"$gt": killed_at}}) == 20,
         timeout=60,
         what="every profile revisited after the kill",
+        pause=MONGO_PAUSE,
     )
     assert mongo.db.profiles.count_documents({}) == 20
     assert set(_intervals(redis_client)) <= set(users)

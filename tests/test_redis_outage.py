@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Restartable, Sandbox, poll
+from tests.harness import MONGO_PAUSE, Crawl, Restartable, Sandbox, poll
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(
         "BIND_ADDRESSES": "127.0.0.1,127.0.0.2",
     }
     with crawl.background("profiles", settings=settings, log=log) as worker:
-        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress")
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 60, 60, "progress", MONGO_PAUSE)
         own_redis.kill()
         poll(lambda: log.read_text().count("Redis unavailable") >= 2, 30, "the outage noticed")
         poll(lambda: "Ban-check waits for Redis" in log.read_text(), 30, "requests waiting")

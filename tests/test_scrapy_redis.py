@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.harness import ROOT, Crawl, Sandbox, background, poll
+from tests.harness import MONGO_PAUSE, ROOT, Crawl, Sandbox, background, poll
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,7 @@ def test_example_crawler_loses_nothing_when_a_worker_is_killed(
     pages = crawl.mongo.db.mycrawler_redis
     with ExitStack() as running:
         workers = [running.enter_context(background(command, env, log)) for log in logs]
-        poll(lambda: pages.count_documents({}) >= 10, 90, "10 pages stored")
+        poll(lambda: pages.count_documents({}) >= 10, 90, "10 pages stored", MONGO_PAUSE)
         workers[0].kill()
         assert workers[1].wait(240) == 0, logs[1].read_text()[-4000:]
     expected = {
