@@ -113,6 +113,17 @@ class LedgerKeys:
         return tagged(self.spider, "pages:") + start + ":" + host
 
 
+def breaker_key(spider: str) -> str:
+    """The circuit breaker's hosts (crawler/bans/breaker.py): host -> "step incident end"."""
+    return tagged(spider, "breaker")
+
+
+def breaker_failures_key(spider: str) -> str:
+    """Hosts' failures in a row by kind: "host|!host_unreachable" (or robots_unavailable) ->
+    count."""
+    return tagged(spider, "breaker_failures")
+
+
 def pause_key(spider: str) -> str:
     """The crawl's pause (``scrapy frontier SPIDER pause``): a hash of ``since``, ``by`` and
     ``reason``; while the key exists no worker of the spider takes new requests."""

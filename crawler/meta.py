@@ -30,6 +30,9 @@ HOLD_META = "frontier_hold"
 # Meta key of a request that took its host's token at the send gate: the Unix time the host's
 # bucket counts it sent (see crawler/frontier/gate.py). Never stored.
 SENT_META = "frontier_sent"
+# Meta key of a request on its way out: the Unix time it left the last downloader middleware (the
+# circuit breaker tells a new incident from one in progress by it). Never stored.
+SENT_AT_META = "frontier_sent_at"
 # Meta key of a start entry's request in a spider that does not fetch a start URL again
 # (``refetch_start_urls`` False, as links): a seed, scheduled even when a link found its URL
 # first, dropped only when the same seed was scheduled before. Never stored.

@@ -22,6 +22,15 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
+from crawler.bans.breaker import (
+    CONNECTION_FAILURES,
+    MARKS,
+    UNREACHABLE,
+    Block,
+    HostBreaker,
+    HostMarked,
+    mark_scope,
+)
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
 from crawler.bans.identities import IdentityPool
 from crawler.bans.policy import BanPolicy, retry_after, retry_later
@@ -34,7 +43,7 @@ from crawler.frontier.leases import LEASE_META
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.meta import HOLD_META, PACED_META, crawl_delay_of
+from crawler.meta import HOLD_META, PACED_META, SENT_AT_META, crawl_delay_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -70,6 +79,9 @@ class BanMiddleware:
         lines = TokenLines.sharing(settings.getint("CONCURRENT_REQUESTS"))
         self.turns = TokenTurns(fleet, lines, self.redis)
         self.bans = BanPolicy(crawler, fleet, self.redis)
+        self.breaker = HostBreaker.of(crawler)
+        self.breaker.noted = fleet.note_ban
+        self.frontier = FrontierReports(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BanMiddleware:
@@ -86,8 +98,10 @@ class BanMiddleware:
 
     async def _admit(self, request: Request) -> Request | None:
         domain = urlparse_cached(request).hostname or ""
+        self._refuse_marked(request, domain)
         until = self.fleet.cooling_until(domain)
         if until:
+            self.breaker.watched.add(domain)
             return self._defer(request, until, "domain_cooling")
         identity = self.pool.keep_or_choose(
             request.meta, lambda identity: self.fleet.cooling_until(domain, identity.name)
@@ -99,7 +113,18 @@ class BanMiddleware:
             # A turn the frontier planned: SendGateMiddleware takes its token as it goes.
             return None
         due = await self.turns.wait(domain, identity.name, crawl_delay_of(request.meta))
+        if due is None and (until := self.fleet.cooling_until(domain)):
+            return self._defer(request, until, "domain_cooling")  # blocked while it waited
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
+
+    def _refuse_marked(self, request: Request, domain: str) -> None:
+        """A host marked unreachable (or its robots.txt unavailable): a dead letter."""
+        for mark in MARKS:
+            if self.fleet.cooling_until(domain, mark_scope(mark)):
+                error = f"{domain} is marked {mark} for the fleet"
+                self.frontier.ledger.failed(request, mark, error)
+                self._count(f"breaker/dead/{mark}")
+                raise HostMarked(mark, error)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         return send_back_counted(self.crawler, request, until + random.uniform(0, jitter), reason)
@@ -107,10 +132,55 @@ class BanMiddleware:
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_ban_check"):
             return response
+        domain = urlparse_cached(request).hostname or ""
         verdict = self.bans.classify(response)
+        if self.breaker.trips(response, retry_after(response)):
+            why = f"HTTP {response.status} without Retry-After"
+            block = await self.redis.wait_for(lambda: self._failed(request, domain, why))
+            if not verdict.is_ban:
+                return response  # retried: its turn comes once the block ends
+            return await self.bans.banned(request, response, verdict, block.until)
+        self.breaker.succeeded(domain)
         if not verdict.is_ban:
             return response
         return await self.bans.banned(request, response, verdict)
+
+    async def process_exception(self, request: Request, exception: Exception) -> None:
+        """A connection-level failure: a step of the host's block; once the host is marked
+        unreachable, this request is its first dead letter (not retried)."""
+        if not self.breaker.enabled or not isinstance(exception, CONNECTION_FAILURES):
+            return
+        domain = urlparse_cached(request).hostname or ""
+        why = type(exception).__name__
+        try:
+            block = await self.redis.wait_for(
+                lambda: self._failed(request, domain, why, UNREACHABLE)
+            )
+        except RedisError:
+            return  # the engine is closing: the lease is released untouched
+        if block.marked:
+            request.meta["dont_retry"] = True
+            self.frontier.ledger.failed(request, UNREACHABLE, f"{why}: {exception}")
+            self._count(f"breaker/dead/{UNREACHABLE}")
+
+    async def _failed(self, request: Request, domain: str, why: str, counted: str = "") -> Block:
+        sent = float(request.meta.get(SENT_AT_META) or time.time())
+        block = self.breaker.failed(domain, sent, why, counted)
+        if block.fresh:
+            self._count("breaker/blocks")
+            logger.warning(
+                "%s blocked for the fleet until %s (step %d: %s)",
+                domain,
+                time.strftime("%H:%M:%S", time.localtime(block.until)),
+                block.level,
+                why,
+                extra={"spider": self.crawler.spider},
+            )
+        return block
+
+    def _count(self, key: str) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key)
 
 
 class SendGateMiddleware:
@@ -136,14 +206,14 @@ class SendGateMiddleware:
 
     async def process_request(self, request: Request) -> Request | None:
         scheduler = self.frontier.scheduler
-        if scheduler is None:
-            return None
-        while (wait := await scheduler.gate_wait(request)) > 0:
-            if request.meta.get(LEASE_META):
-                request.meta[HOLD_META] = time.time() + wait
-                return request
-            await asyncio.sleep(wait)
-        request.meta.pop(PACED_META, None)
+        if scheduler is not None:
+            while (wait := await scheduler.gate_wait(request)) > 0:
+                if request.meta.get(LEASE_META):
+                    request.meta[HOLD_META] = time.time() + wait
+                    return request
+                await asyncio.sleep(wait)
+            request.meta.pop(PACED_META, None)
+        request.meta[SENT_AT_META] = time.time()
         return None
 
     def request_reached_downloader(self, request: Request) -> None:

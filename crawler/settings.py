@@ -94,6 +94,16 @@ BAN_MAX_TIMES = 5
 # (crawler/bans/failures.py).
 FAILURE_PAUSE_RATIO = 0.5
 FAILURE_PAUSE_WINDOW = 200
+# HOST_BLOCK_START (float seconds >= 0, default 60; 0 = off), HOST_BLOCK_MAX (>= START, default
+# 86400) and HOST_BLOCK_FORGIVE (> 0, default 1800): a host answering 429/503 without a usable
+# Retry-After, or failing at the connection level, is blocked for the fleet for START seconds,
+# doubled per new incident up to MAX, back to START after FORGIVE quiet seconds. HOST_MAX_EXCEPTIONS
+# (int >= 0, default 5; 0 = never): connection failures in a row after which the host's requests
+# are dead-lettered as host_unreachable (crawler/bans/breaker.py).
+HOST_BLOCK_START = 60.0
+HOST_BLOCK_MAX = 86_400.0
+HOST_BLOCK_FORGIVE = 1800.0
+HOST_MAX_EXCEPTIONS = 5
 # RATE_LIMIT_EXIT (str "M/S", default "" = off): a worker that received M rate-limited answers
 # (429, or 503 with a Retry-After) within S seconds and no successful one (status < 400) stops
 # with the finish reason "rate_limited" and exit status 5, its leases released for the fleet,
@@ -384,8 +394,11 @@ LINKS_SITEMAP_MAX_URLS = 50_000
 # budgets in Redis expire this long after their last change, so per-host state stays bounded.
 LINKS_STATE_TTL = 7 * 24 * 3600
 # LINKS_ROBOTS_OBEY (bool, default True): obey robots.txt, fetched once per host per
-# LINKS_ROBOTS_TTL for the fleet (Scrapy's ROBOTSTXT_OBEY stays off); 4xx/5xx allow everything.
+# LINKS_ROBOTS_TTL for the fleet (Scrapy's ROBOTSTXT_OBEY stays off); a 4xx allows everything, a
+# 5xx blocks the host (HOST_BLOCK_*) and is asked again; LINKS_ROBOTS_5XX_TRIES (int >= 0,
+# default 4; 0 = never) 5xx answers in a row dead-letter its requests as robots_unavailable.
 LINKS_ROBOTS_OBEY = True
+LINKS_ROBOTS_5XX_TRIES = 4
 # LINKS_ROBOTS_TTL (int seconds >= 1, default 86400): how long a host's robots.txt is kept.
 LINKS_ROBOTS_TTL = 86_400
 # LINKS_ROBOTS_CLAIM_SECONDS (int >= 1, default 30): how long the worker fetching a robots.txt

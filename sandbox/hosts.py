@@ -11,6 +11,10 @@ polite crawler's promise is kept, and where tests and benchmarks count it
 (:func:`early_requests`, :func:`busy_hosts`). ``GET /__arrivals`` (on any host) answers them as
 JSON, ``{address: [[time, path], ...]}``, and ``GET /__reset`` forgets them; neither is counted.
 
+A host can be made to fail (``HostsWeb.faults``, address -> fault): ``"429"`` or ``"503"`` answers
+every page with that status and no Retry-After, ``"robots-503"`` answers its robots.txt 503,
+``"drop"`` closes every connection without an answer. The failed requests are counted too.
+
 Run as ``python -m sandbox.hosts --hosts 400 --pages 25 [--port P]``: it prints the port, then
 serves until terminated.
 """
@@ -73,8 +77,10 @@ class HostsWeb:
         self.arrivals: Arrivals = defaultdict(list)
         self._index = {host_address(h): h for h in range(hosts)}
         self._seed = seed
+        self.faults: dict[str, str] = {}
 
-    def answer(self, address: str, path: str) -> bytes:
+    def answer(self, address: str, path: str) -> bytes | None:
+        """The bytes to answer ``path`` on host ``address`` with; None: close the connection."""
         if path == "/__arrivals":
             body = json.dumps(self.arrivals).encode()
             return _response(b"200 OK", body, b"application/json")
@@ -83,6 +89,15 @@ class HostsWeb:
             return _response(b"200 OK", b"{}", b"application/json")
         self.arrivals[address].append((time.time(), path))
         host = self._index.get(address)
+        fault = self.faults.get(address, "")
+        if fault == "drop":
+            return None
+        if fault == "robots-503" and path == "/robots.txt":
+            return _response(b"503 Service Unavailable", b"down")
+        if fault == "429" and path != "/robots.txt":
+            return _response(b"429 Too Many Requests", b"slow down")
+        if fault == "503" and path != "/robots.txt":
+            return _response(b"503 Service Unavailable", b"down")
         if path == "/robots.txt":
             return _response(b"200 OK", ROBOTS, b"text/plain")
         k = 0 if path == "/" else _page_number(path)
@@ -121,7 +136,11 @@ class _Protocol(asyncio.Protocol):
             parts = head.split(b"\r\n", 1)[0].split(b" ")
             path = parts[1].decode("latin-1").split("?")[0] if len(parts) > 1 else "/"
             assert self.transport is not None
-            self.transport.write(self.web.answer(self.address, path))
+            answer = self.web.answer(self.address, path)
+            if answer is None:
+                self.transport.abort()
+                return
+            self.transport.write(answer)
 
 
 async def serve(web: HostsWeb) -> asyncio.AbstractServer:

@@ -203,6 +203,9 @@ def test_transient_errors_slow_answers_and_dropped_connections(
             "RETRY_BACKOFF_BASE": 1.5,
             "RETRY_TIMES": 6,
             "DOWNLOAD_TIMEOUT": 5,
+            # Each 503 or dropped connection blocks the host briefly (the circuit breaker).
+            "HOST_BLOCK_START": 0.2,
+            "HOST_BLOCK_MAX": 1.0,
         },
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -589,6 +589,9 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
         "STATS_PUBLISH_INTERVAL": 0.5,
         "PACE_WINDOW": 2,  # the pace falls to 0 two seconds after the ban, not a minute
         "MONGO_SPILL_DIR": tmp_path / "spill",
+        # A 503 blocks the host for a second at most: the crawl goes on to its rate limit's ban.
+        "HOST_BLOCK_START": 0.5,
+        "HOST_BLOCK_MAX": 1,
     }
     with crawl.background("profiles", settings=settings, log=log) as worker:
         poll(lambda: _paused(redis_client), 180, "the worker's pace to fall to 0", pause=0.5)

@@ -67,7 +67,11 @@ class BanPolicy:
         rule = spider_rule(response) if spider_rule is not None else None
         return Verdict("ban", rule) if rule else verdict
 
-    async def banned(self, request: Request, response: Response, verdict: Verdict) -> Request:
+    async def banned(
+        self, request: Request, response: Response, verdict: Verdict, blocked: float = 0.0
+    ) -> Request:
+        """The ban's cool-down (``blocked``: the end of the circuit breaker's block, which
+        stands for it) and the request's next attempt."""
         domain = urlparse_cached(request).hostname or ""
         identity = str(request.meta.get(IDENTITY_META, "default"))
         self._count("ban/count")
@@ -85,9 +89,13 @@ class BanPolicy:
         seconds = retry_after(response, self.cooldown_max) or self.cooldown
         scope = identity if self.policy == "rotate" else None
         why = f"{verdict.rule} (HTTP {response.status})"
-        until = await self.redis.wait_for(
-            lambda: self._cool_down(domain, identity, scope, seconds, why)
-        )
+        if blocked:
+            self.fleet.penalize(domain, identity)
+            scope, until = None, blocked
+        else:
+            until = await self.redis.wait_for(
+                lambda: self._cool_down(domain, identity, scope, seconds, why)
+            )
         if self.policy == "stop":
             self._stop(domain)
         return self._again(request, verdict, until if scope is None else time.time())

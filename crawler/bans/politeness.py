@@ -155,6 +155,11 @@ class FleetPoliteness:
         self._extend(keys=keys, args=[field_name, until, why, until - seconds])
         return until
 
+    def note_ban(self, field_name: str, until: float) -> None:
+        """A cool-down written by another script (the circuit breaker's): this worker's view of
+        it at once. ``field_name`` is "<domain>" or "<domain>|<identity>"."""
+        self._bans[field_name] = max(until, self._bans.get(field_name, 0.0))
+
     def _refresh_bans(self) -> None:
         """Read the cool-downs again once ``refresh`` old: with the next round trip, else now."""
         now = time.monotonic()

@@ -1,13 +1,17 @@
-"""``scrapy frontier SPIDER [status|dead|requeue|purge|unban DOMAIN|pause|resume]``: look at and
-manage a spider's frontier.
+"""``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume]``: look
+at and manage a spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
                                              revisits due now, in the next hour and later
 scrapy frontier profiles dead --limit 20     the newest dead letters, with their reasons
 scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
+                                             (hosts marked unreachable are given a new chance)
+scrapy frontier profiles hosts               hosts blocked (circuit breaker, bans) or marked
+                                             unreachable: until when, why, at which step
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
-scrapy frontier profiles unban example.com   lift the domain's ban cool-downs (every identity);
-                                             its delayed requests become due at once
+scrapy frontier profiles unban example.com   lift the domain's ban cool-downs and blocks (every
+                                             identity, its marks; the breaker's step starts
+                                             over); its delayed requests become due at once
 scrapy frontier profiles pause [--reason TEXT] [--by NAME]
                                              every worker stops taking new requests within 2 s
                                              (pages in flight finish; leases are kept); the
@@ -34,8 +38,10 @@ from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from crawler.bans.breaker import lift_block, lift_marks
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.commands.hosts import print_hosts
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
@@ -47,12 +53,12 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
 
-ACTIONS = ("status", "dead", "requeue", "purge", "unban", "pause", "resume")
+ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume")
 
 
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
-        return "<spider> [status|dead|requeue|purge|unban DOMAIN|pause|resume] [options]"
+        return "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume] [options]"
 
     def short_desc(self) -> str:
         return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
@@ -88,8 +94,12 @@ class Command(ProjectCommand, ScrapyCommand):
         elif action in ("pause", "resume"):
             self._pause(server, spider, action, opts)
         elif action == "requeue":
+            lifted = lift_marks(server, spider)
             moved = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
-            print(f"requeued {moved} dead letters of {spider}")
+            marks = f"; {len(lifted)} hosts' marks lifted" if lifted else ""
+            print(f"requeued {moved} dead letters of {spider}{marks}")
+        elif action == "hosts":
+            print_hosts(server, spider, opts.json)
         else:
             self._purge(server, spider, opts.yes)
 
@@ -108,6 +118,7 @@ class Command(ProjectCommand, ScrapyCommand):
     def _unban(self, spider: str, domain: str, as_json: bool) -> None:
         server = self.redis()
         lifted = lift_cooldowns(server, spider, domain)
+        lift_block(server, spider, domain)
         due = self.frontier(server, spider).make_due(
             lambda url: (urlsplit(url).hostname or "") == domain, time.time()
         )

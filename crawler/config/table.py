@@ -198,6 +198,10 @@ RULES: dict[str, Rule] = {
     "BAN_RULES": items(import_path(), "importable rule functions"),
     "FAILURE_PAUSE_RATIO": number(0, 1, below=True),
     "FAILURE_PAUSE_WINDOW": integer(10, 100_000),
+    "HOST_BLOCK_START": number(0),
+    "HOST_BLOCK_MAX": number(0),  # and at least HOST_BLOCK_START (checked where it is read)
+    "HOST_BLOCK_FORGIVE": number(0, above=True),
+    "HOST_MAX_EXCEPTIONS": integer(0),
     "RATE_LIMIT_EXIT": Rule('"" or "M/S": M answers (>= 1) in S seconds (> 0)', answers_per_window),
     "POLITENESS_RATE": RATE,
     "POLITENESS_BURST": number(1),
@@ -306,6 +310,7 @@ RULES: dict[str, Rule] = {
     "LINKS_STATE_TTL": integer(60),
     "LINKS_ROBOTS_OBEY": flag(),
     "LINKS_ROBOTS_TTL": integer(1),
+    "LINKS_ROBOTS_5XX_TRIES": integer(0),
     "LINKS_ROBOTS_CLAIM_SECONDS": integer(1),
     "LINKS_ROBOTS_MAX_BYTES": integer(1),
     "LINKS_STORE_BODY": flag(),

@@ -44,6 +44,8 @@ QUEUED = _PRELUDE + _script("queued")
 POP_START = _script("pop_start")
 # The fleet's window of answers, and the pause once too many of them failed.
 FAILURES = _script("failures")
+# A host's failure for the fleet's circuit breaker (crawler/bans/breaker.py).
+BREAKER = _script("breaker")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
 HAND_OVER = _script("hand_over")
 

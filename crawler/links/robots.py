@@ -3,11 +3,15 @@ fleet, cached in Redis, obeyed with Protego (docs/spiders.md).
 
 When Redis has no rules for an origin, one worker wins the claim (SET NX,
 LINKS_ROBOTS_CLAIM_SECONDS) and downloads them; the origin's requests in other workers go back to
-the delayed set until then. A robots.txt that answers 4xx or 5xx, or cannot be downloaded,
-allows everything (as Scrapy's RobotsTxtMiddleware does). The rules are stored only once the
-requests they seed (sitemaps) are in the frontier: a worker killed in between leaves the claim to
-expire. robots.txt goes out on the turn of the request that needed it, which goes back to the
-frontier for the host's next turn; its Crawl-delay goes in meta ``crawl_delay``.
+the delayed set until then. A robots.txt that answers 4xx, or cannot be downloaded, allows
+everything (as Scrapy's RobotsTxtMiddleware does); one that answers 5xx blocks its host for the
+fleet (a step of the circuit breaker, :mod:`crawler.bans.breaker`) and is asked again after, and
+after LINKS_ROBOTS_5XX_TRIES such answers in a row the host's requests are dead letters
+(``robots_unavailable``), as Google treats a robots.txt it cannot read. The rules are stored
+only once the requests they seed (sitemaps) are in the frontier: a worker killed in between
+leaves the claim to expire. robots.txt goes out on the turn of the request that needed it,
+which goes back to the frontier for the host's next turn; its Crawl-delay goes in meta
+``crawl_delay``.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
+from crawler.bans.breaker import ROBOTS_UNAVAILABLE, HostBreaker, HostMarked
 from crawler.config import setting
 from crawler.connection import crawl_redis
-from crawler.frontier.reports import frontier_scheduler
+from crawler.frontier.reports import FrontierReports, frontier_scheduler
 from crawler.keys import robots_claim_key, robots_key
-from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, send_back
+from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, SENT_AT_META, send_back
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -138,6 +143,8 @@ class FleetRobotsMiddleware:
         settings = crawler.settings
         self.user_agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT")
         self._pending: dict[str, asyncio.Future[Protego | None]] = {}
+        self.breaker = HostBreaker.of(crawler)
+        self.frontier = FrontierReports(crawler)
         # Origins whose robots.txt waits (RobotsDeferred): not asked again before this time.
         self._not_before: dict[str, float] = {}
 
@@ -162,7 +169,11 @@ class FleetRobotsMiddleware:
             return None
         origin = origin_of(request.url)
         paced = PACED_META in request.meta
-        rules = await self.rules_for(origin, request)
+        try:
+            rules = await self.rules_for(origin, request)
+        except HostMarked as marked:
+            self.frontier.ledger.failed(request, marked.mark, str(marked))
+            raise
         if rules is None:
             return self._wait(request, self._not_before.get(origin, 0.0))
         delay = rules.crawl_delay(self.user_agent)
@@ -213,6 +224,11 @@ class FleetRobotsMiddleware:
             self._defer_origin(origin, deferred.until)
             future.set_result(None)
             return None
+        except HostMarked as marked:
+            self.fleet.release(origin)
+            future.set_exception(marked)
+            future.exception()  # retrieved: waiters get it through their await
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters get it through their await
@@ -233,13 +249,27 @@ class FleetRobotsMiddleware:
         self._count("robotstxt/request_count")
         try:
             response: Response = await engine.download_async(robots)
-        except RobotsDeferred:
+        except (RobotsDeferred, HostMarked):
             raise
         except Exception as exc:
             self._count(f"robotstxt/error/{type(exc).__name__}")
             return b""
         self._count(f"robotstxt/response_status_count/{response.status}")
+        if response.status >= 500 and self.breaker.enabled:
+            self._server_error(origin, response)
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
+
+    def _server_error(self, origin: str, response: Response) -> None:
+        """robots.txt answered 5xx: the host is blocked (a step of the circuit breaker) and its
+        robots.txt asked again after; after LINKS_ROBOTS_5XX_TRIES in a row its requests are
+        dead letters (robots_unavailable)."""
+        host = urlsplit(origin).hostname or ""
+        sent = float(response.meta.get(SENT_AT_META) or time.time())
+        why = f"robots.txt HTTP {response.status}"
+        block = self.breaker.failed(host, sent, why, ROBOTS_UNAVAILABLE)
+        if block.marked:
+            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {block.failures} times in a row")
+        raise RobotsDeferred(block.until)
 
     def _seed(self, request: Request, rules: Protego) -> bool:
         """Crawl what the spider makes of new rules; whether it is written for the fleet."""

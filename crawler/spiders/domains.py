@@ -128,6 +128,8 @@ class DomainsSpider(RedisFedSpider):
         "REDIRECT_ENABLED": False,
         # A dead domain is a result: a sweep whose answers are mostly failures is not failing.
         "FAILURE_PAUSE_RATIO": 0,
+        # A domain that does not answer is a result too, not a host to wait for.
+        "HOST_BLOCK_START": 0,
     }
 
     def __init__(self, domains: str = "", file: str = "", **kwargs: Any) -> None:

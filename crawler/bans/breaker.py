@@ -1,0 +1,245 @@
+"""The fleet's circuit breaker per host (docs/politeness.md#a-circuit-breaker-per-host).
+
+A host that answers 429 or 503 without a usable ``Retry-After`` (absent, unreadable or 0), or
+fails at the connection level (refused, reset, timed out, no DNS answer), is blocked for every
+worker: its cool-down (``{spider}:bans``, as a ban's) lasts HOST_BLOCK_START seconds, doubled at
+each new incident up to HOST_BLOCK_MAX, with up to 10 % jitter, and starts again at the first step
+once the host has been quiet for HOST_BLOCK_FORGIVE seconds after its last block. Failures of
+requests that went before the current block ended are the same incident: N requests in flight
+failing together advance the backoff by one step. State per host lives in ``{spider}:breaker``
+(step, incident, end) and ``{spider}:breaker_failures`` (failures in a row, by kind), one atomic
+script (``crawler/frontier/scripts/breaker.lua``) per failure; a success of the host seen by a
+worker that knows of its failures clears the count.
+
+After HOST_MAX_EXCEPTIONS connection-level failures in a row the host is *unreachable*, and after
+LINKS_ROBOTS_5XX_TRIES robots.txt answers of 5xx in a row its robots.txt *unavailable*: a mark
+(a cool-down of the pseudo-identity ``!host_unreachable`` or ``!robots_unavailable``, lasting
+HOST_BLOCK_MAX) with which every worker dead-letters the host's requests as they come out of the
+frontier, with that reason. ``scrapy frontier SPIDER unban HOST`` lifts a host's block and marks
+and resets its step; ``requeue`` lifts every mark before it brings the dead letters back.
+HOST_BLOCK_START 0 turns the breaker off (the ``domains`` spider, whose failures are results).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    IgnoreRequest,
+    ResponseDataLossError,
+)
+from twisted.internet import error as net
+
+from crawler.config import setting
+from crawler.config.rules import SettingsError, problem
+from crawler.connection import crawl_redis, reply_text
+from crawler.frontier.lua import BREAKER
+from crawler.keys import bans_key, breaker_failures_key, breaker_key, reasons_key
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+
+UNREACHABLE = "host_unreachable"
+ROBOTS_UNAVAILABLE = "robots_unavailable"
+# The marks, as the reasons of the dead letters they make.
+MARKS = (UNREACHABLE, ROBOTS_UNAVAILABLE)
+# The answers that trip the breaker when they carry no usable Retry-After.
+TRIPPING_STATUSES = frozenset({429, 503})
+# Failures at the connection level: the host did not answer at all.
+CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,  # reset, closed without an answer
+    DownloadTimeoutError,
+    ResponseDataLossError,
+    net.ConnectError,
+    net.ConnectionDone,
+    net.ConnectionLost,
+    TunnelError,
+)
+ATTRIBUTE = "_crawler_host_breaker"
+
+
+class HostMarked(IgnoreRequest):
+    """A request of a host marked unreachable (or whose robots.txt is unavailable), dead-lettered
+    with the mark as its reason."""
+
+    def __init__(self, mark: str, error: str) -> None:
+        super().__init__(error)
+        self.mark = mark
+
+
+def mark_scope(mark: str) -> str:
+    """The pseudo-identity whose cool-down on a host holds ``mark``."""
+    return f"!{mark}"
+
+
+@dataclass(frozen=True)
+class BlockSteps:
+    """HOST_BLOCK_START, HOST_BLOCK_MAX, HOST_BLOCK_FORGIVE (seconds), HOST_MAX_EXCEPTIONS and
+    LINKS_ROBOTS_5XX_TRIES (0: never), read and checked together."""
+
+    start: float
+    longest: float
+    forgive: float
+    max_exceptions: int
+    robots_tries: int
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> BlockSteps:
+        steps = cls(
+            setting(settings, "HOST_BLOCK_START"),
+            setting(settings, "HOST_BLOCK_MAX"),
+            setting(settings, "HOST_BLOCK_FORGIVE"),
+            setting(settings, "HOST_MAX_EXCEPTIONS"),
+            setting(settings, "LINKS_ROBOTS_5XX_TRIES"),
+        )
+        if steps.start and steps.longest < steps.start:
+            allowed = f"at least HOST_BLOCK_START ({steps.start:g})"
+            raise SettingsError(problem("HOST_BLOCK_MAX", steps.longest, allowed))
+        return steps
+
+
+@dataclass(frozen=True)
+class Block:
+    """What one failure did: the host's block ends at ``until`` (Unix time), at step ``level``;
+    ``fresh`` when this failure started it; ``marked`` when the host is now marked."""
+
+    until: float
+    level: int
+    failures: int
+    fresh: bool
+    marked: bool
+
+
+class HostBreaker:
+    """One per crawl (:meth:`of`): the circuit breaker of the module's docstring."""
+
+    def __init__(self, server: RedisClient, spider: str, steps: BlockSteps) -> None:
+        self.server = server
+        self.spider = spider
+        self.steps = steps
+        self._script = server.register_script(BREAKER)
+        # Hosts with failures in a row that this worker recorded or saw blocked: a success of
+        # one clears its count for the fleet.
+        self.watched: set[str] = set()
+        # Told of each block and mark this worker writes (field, end): the ban middleware's
+        # view of the fleet's cool-downs, so it holds the host back at once.
+        self.noted: Callable[[str, float], None] = lambda field, until: None
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> HostBreaker:
+        """The crawl's breaker (one per crawler, made on first use)."""
+        breaker = getattr(crawler, ATTRIBUTE, None)
+        if not isinstance(breaker, HostBreaker):
+            assert crawler.spidercls is not None
+            steps = BlockSteps.from_settings(crawler.settings)
+            breaker = cls(crawl_redis(crawler), crawler.spidercls.name, steps)
+            setattr(crawler, ATTRIBUTE, breaker)
+        return breaker
+
+    @property
+    def enabled(self) -> bool:
+        return self.steps.start > 0
+
+    def trips(self, response: Response, retry_after: float) -> bool:
+        """Whether the answer is one the breaker counts (429 or 503, no usable Retry-After)."""
+        return self.enabled and response.status in TRIPPING_STATUSES and retry_after <= 0
+
+    def failed(self, host: str, sent: float, why: str, counted: str = "") -> Block:
+        """Record a failure of ``host`` by a request that went at ``sent`` (Unix time); counted
+        towards the mark ``counted`` (a connection failure: UNREACHABLE) when given."""
+        limits = {
+            UNREACHABLE: self.steps.max_exceptions,
+            ROBOTS_UNAVAILABLE: self.steps.robots_tries,
+        }
+        limit = limits.get(counted, 0)
+        field = f"{host}|{mark_scope(counted)}" if counted else ""
+        keys = [breaker_key(self.spider), breaker_failures_key(self.spider)]
+        keys += [bans_key(self.spider), reasons_key(self.spider)]
+        steps = self.steps
+        args: list[str | float] = [host, f"{time.time():.3f}", f"{sent:.3f}", steps.start]
+        args += [steps.longest, steps.forgive, random.uniform(1.0, 1.1), why, field, limit]
+        reply: Any = self._script(keys=keys, args=args)
+        self.watched.add(host)
+        until, level, failures, fresh = float(reply_text(reply[0])), *map(int, reply[1:])
+        block = Block(until, level, failures, bool(fresh), bool(limit) and failures >= limit)
+        self.noted(host, until)
+        if block.marked:
+            self.noted(field, time.time() + steps.longest)
+        return block
+
+    def succeeded(self, host: str) -> None:
+        """A host that answered: its failures in a row, if this worker knows of any, are over."""
+        if host in self.watched:
+            self.watched.discard(host)
+            fields = [f"{host}|{mark_scope(mark)}" for mark in MARKS]
+            self.server.hdel(breaker_failures_key(self.spider), *fields)
+
+
+def lift_block(server: RedisClient, spider: str, host: str) -> None:
+    """Forget a host's step and failures (``unban``): its next incident is a first one."""
+    fields = [f"{host}|{mark_scope(mark)}" for mark in MARKS]
+    pipe = server.pipeline(transaction=False)
+    pipe.hdel(breaker_key(spider), host)
+    pipe.hdel(breaker_failures_key(spider), *fields)
+    pipe.execute()
+
+
+def lift_marks(server: RedisClient, spider: str) -> list[str]:
+    """Lift every host's unreachable and robots-unavailable mark (before a ``requeue``); the
+    marks lifted, as "host|!mark"."""
+    names: Any = server.hkeys(bans_key(spider))
+    scopes = tuple(f"|{mark_scope(mark)}" for mark in MARKS)
+    fields = [name for name in map(reply_text, names) if name.endswith(scopes)]
+    if fields:
+        pipe = server.pipeline(transaction=False)
+        pipe.hdel(bans_key(spider), *fields)
+        pipe.hdel(reasons_key(spider), *fields)
+        pipe.hdel(breaker_failures_key(spider), *fields)
+        pipe.execute()
+    return fields
+
+
+@dataclass(frozen=True)
+class HostState:
+    """A host the breaker knows: its step, when its block ends, failures in a row by mark."""
+
+    host: str
+    level: int
+    until: float
+    failures: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "level": self.level, "until": self.until, **self.failures}
+
+
+def breaker_states(server: RedisClient, spider: str) -> list[HostState]:
+    """Every host with a breaker step, latest block end first."""
+    pipe = server.pipeline(transaction=False)
+    pipe.hgetall(breaker_key(spider))
+    pipe.hgetall(breaker_failures_key(spider))
+    raw_states, raw_failures = pipe.execute()
+    failures: dict[str, dict[str, int]] = {}
+    for raw_name, raw_count in raw_failures.items():
+        host, _, scope = reply_text(raw_name).partition("|!")
+        failures.setdefault(host, {})[scope] = int(raw_count)
+    found = []
+    for raw_host, raw_state in raw_states.items():
+        host = reply_text(raw_host)
+        level, _incident, until = reply_text(raw_state).split()[:3]
+        found.append(HostState(host, int(level), float(until), failures.get(host, {})))
+    return sorted(found, key=lambda state: (-state.until, state.host))

@@ -1,0 +1,342 @@
+"""The circuit breaker per host (crawler/bans/breaker.py), against a real Redis and, end to end,
+counted at the server of each host (sandbox/hosts.py) with time compressed: a host answering 429
+without Retry-After gets no request during its blocks, which double per incident (not per
+failed request), while the other hosts keep their rate; a host that drops every connection is
+marked unreachable and its requests dead-lettered, as are those of a host whose robots.txt keeps
+answering 503; ``requeue`` brings them back."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scrapy.http import Response
+
+from crawler.bans.breaker import (
+    ROBOTS_UNAVAILABLE,
+    UNREACHABLE,
+    BlockSteps,
+    HostBreaker,
+    breaker_states,
+    lift_block,
+    mark_scope,
+)
+from crawler.bans.policy import retry_after
+from crawler.config.rules import SettingsError
+from crawler.keys import bans_key
+from sandbox.hosts import HostsWeb, free_port, host_address, serve
+from tests.harness import ROOT, Crawl, poll
+
+SPIDER = "breakertest"
+
+
+def _breaker(
+    client: redis.Redis, start: float = 1.0, longest: float = 8.0, **more: float
+) -> HostBreaker:
+    steps = BlockSteps(
+        start,
+        longest,
+        more.get("forgive", 1000.0),
+        int(more.get("max_exceptions", 3)),
+        int(more.get("robots_tries", 2)),
+    )
+    return HostBreaker(client, SPIDER, steps)
+
+
+def _cooldown(client: redis.Redis, field: str) -> float:
+    return float(client.hget(bans_key(SPIDER), field) or 0)
+
+
+# --- the script, against a real Redis ----------------------------------------------------------
+
+
+def test_each_new_incident_doubles_the_block_up_to_the_longest(redis_client: redis.Redis) -> None:
+    breaker = _breaker(redis_client, start=1.0, longest=8.0)
+    expected = [1, 2, 4, 8, 8]
+    sent = time.time()
+    for level, seconds in enumerate(expected, start=1):
+        before = time.time()
+        block = breaker.failed("a.example", sent, "HTTP 429 without Retry-After")
+        assert (block.level, block.fresh) == (level, True)
+        assert seconds <= block.until - before <= seconds * 1.1 + 0.05
+        # The host's cool-down is the block (or a longer one before it: the later end is kept).
+        assert _cooldown(redis_client, "a.example") >= block.until - 0.001
+        sent = block.until + 0.001  # the next request went after the block ended
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 8)), min_size=1, max_size=12))
+def test_failures_in_flight_together_are_one_incident(
+    redis_url: str, waves: list[tuple[bool, int]]
+) -> None:
+    """Each wave is ``n`` requests failing together; a wave either went after the host's block
+    ended (a new incident: one step, whatever ``n``) or before (the same incident: no step)."""
+    client = redis.Redis.from_url(redis_url)
+    client.delete(*client.keys(f"{{{SPIDER}}}:*") or ["none"])
+    breaker = _breaker(client, start=0.5, longest=1e6)
+    until, level = 0.0, 0
+    for after, n in waves:
+        sent = until + 0.001 if after or level == 0 else until - 0.2
+        blocks = [breaker.failed("h.example", sent, "HTTP 503") for _ in range(n)]
+        if after or level == 0:
+            level += 1
+            assert blocks[0].fresh
+            assert blocks[0].level == level
+            until = blocks[0].until
+        assert not any(block.fresh for block in blocks[1:]), "one wave, one step"
+        assert {(block.level, block.until) for block in blocks[1:]} <= {(level, until)}
+    states = {state.host: state for state in breaker_states(client, SPIDER)}
+    assert states["h.example"].level == level
+    client.close()
+
+
+def _response(status: int, retry: str | None = None) -> Response:
+    headers = {"Retry-After": retry} if retry is not None else {}
+    return Response("http://a.example/", status=status, headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry", "trips"),
+    [
+        (429, None, True),
+        (503, None, True),
+        (429, "0", True),  # Retry-After: 0 counts as no header
+        (503, "soon", True),  # unreadable: none
+        (429, "30", False),  # the server said when: a ban's cool-down, not a step
+        (500, None, False),
+        (200, None, False),
+    ],
+)
+def test_what_trips_the_breaker(
+    redis_client: redis.Redis, status: int, retry: str | None, trips: bool
+) -> None:
+    response = _response(status, retry)
+    assert _breaker(redis_client).trips(response, retry_after(response)) is trips
+
+
+def test_connection_failures_in_a_row_mark_the_host_and_a_success_resets_them(
+    redis_client: redis.Redis,
+) -> None:
+    breaker = _breaker(redis_client, start=0.01, max_exceptions=3)
+    field = f"c.example|{mark_scope(UNREACHABLE)}"
+
+    def fail() -> bool:
+        return breaker.failed(
+            "c.example", time.time() + 1e4, "ConnectionRefusedError", UNREACHABLE
+        ).marked
+
+    assert [fail(), fail()] == [False, False]
+    breaker.succeeded("c.example")  # answered in between: the count starts again
+    assert [fail(), fail()] == [False, False]
+    assert _cooldown(redis_client, field) == 0
+    assert fail()
+    assert _cooldown(redis_client, field) > time.time() + 7  # HOST_BLOCK_MAX (8 s here)
+    robots = breaker.failed("d.example", time.time(), "robots.txt HTTP 503", ROBOTS_UNAVAILABLE)
+    assert not robots.marked  # two robots.txt 5xx in a row mark it, not one
+
+
+def test_a_quiet_host_is_forgiven_and_unban_starts_it_over(redis_client: redis.Redis) -> None:
+    breaker = _breaker(redis_client, start=0.05, forgive=0.2)
+    first = breaker.failed("f.example", time.time(), "HTTP 429")
+    second = breaker.failed("f.example", first.until + 0.001, "HTTP 429")
+    assert second.level == 2
+    poll(lambda: time.time() > second.until + 0.25, 5, "the block ended, then a quiet spell")
+    assert breaker.failed("f.example", time.time(), "HTTP 429").level == 1
+    again = breaker.failed("f.example", time.time() + 1, "HTTP 429")
+    assert again.level == 2
+    lift_block(redis_client, SPIDER, "f.example")
+    assert breaker.failed("f.example", time.time(), "HTTP 429").level == 1
+
+
+def test_a_longest_block_shorter_than_the_first_is_refused() -> None:
+    from scrapy.settings import Settings
+
+    from crawler import settings as project_settings
+
+    values = Settings()
+    values.setmodule(project_settings)
+    values.set("HOST_BLOCK_START", 120)
+    values.set("HOST_BLOCK_MAX", 60)
+    with pytest.raises(SettingsError, match="HOST_BLOCK_MAX"):
+        BlockSteps.from_settings(values)
+
+
+# --- end to end, counted at the server ---------------------------------------------------------
+
+HOSTS = 4
+PAGES = 24
+RATE = 4.0
+START = 0.5
+
+
+@pytest.fixture
+def web() -> Iterator[HostsWeb]:
+    """Hosts on their own loopback addresses, served from a thread of this process."""
+    web = HostsWeb(HOSTS, PAGES, free_port(HOSTS))
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(serve(web))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield web
+    loop.call_soon_threadsafe(server.close)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+
+
+def _pages(web: HostsWeb, host: int) -> list[str]:
+    base = f"http://{host_address(host)}:{web.port}"
+    return [base + ("/" if k == 0 else f"/p/{k}") for k in range(PAGES)]
+
+
+def _waves(times: list[float], apart: float) -> list[list[float]]:
+    waves: list[list[float]] = []
+    for at in sorted(times):
+        if waves and at - waves[-1][-1] < apart:
+            waves[-1].append(at)
+        else:
+            waves.append([at])
+    return waves
+
+
+def _frontier(crawl: Crawl, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "frontier", "links", *args],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _crawl(crawl: Crawl, settings: dict[str, object], log: Path) -> None:
+    with crawl.background("links", settings=settings, log=log) as worker:
+        try:
+            status = worker.wait(150)
+        except subprocess.TimeoutExpired:
+            status = None
+    assert status == 0, log.read_text()[-5000:]
+
+
+LINKS = {
+    "POLITENESS_RATE": RATE,
+    "POLITENESS_BURST": 1,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
+    "LINKS_SCOPE": "host",
+    "LINKS_SITEMAPS": False,
+    "HOST_BLOCK_START": START,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+}
+
+
+@pytest.mark.integration
+def test_a_host_answering_429_is_blocked_with_doubling_steps_and_the_others_keep_their_rate(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    """The failing host has no rate limit, so its first requests go together and fail
+    together; it answers 429 for four incidents, then recovers. The other hosts' rate is
+    measured against the same crawl with no failing host, run just before (same load)."""
+    failing = host_address(0)
+    settings = {**LINKS, "POLITENESS_DOMAIN_RATES": json.dumps({failing: 0})}
+    redis_client.lpush("links:start_urls", *(url for h in range(HOSTS) for url in _pages(web, h)))
+    _crawl(crawl, settings, tmp_path / "control.log")
+    control = _rates(web)
+    redis_client.flushdb()
+    web.arrivals.clear()
+
+    web.faults[failing] = "429"
+    redis_client.lpush("links:start_urls", *(url for h in range(HOSTS) for url in _pages(web, h)))
+    log = tmp_path / "worker.log"
+    with crawl.background("links", settings=settings, log=log) as worker:
+
+        def waves_so_far() -> list[list[float]]:
+            pages = [at for at, path in list(web.arrivals[failing]) if path != "/robots.txt"]
+            return _waves(pages, START / 2)
+
+        failed: list[list[float]] = poll(
+            lambda: w if len(w := waves_so_far()) >= 4 else None, 60, "four incidents"
+        )
+        web.faults.clear()
+        try:
+            status = worker.wait(150)
+        except subprocess.TimeoutExpired:
+            status = None
+    assert status == 0, log.read_text()[-5000:]
+
+    waves = waves_so_far()
+    assert len(failed[0]) >= 2, "the first requests went out together"
+    # One step per incident, however many requests failed together in it.
+    level = {s.host: s.level for s in breaker_states(redis_client, "links")}[failing]
+    assert level == 4
+    # No request during a block: after the incident of wave n (from 0), the next wave comes
+    # START * 2^n later at the soonest (its requests went back due within a second of the end).
+    for n, (earlier, later) in enumerate(itertools.pairwise(waves[:5])):
+        gap = later[0] - earlier[0]
+        assert START * 2**n - 0.05 <= gap <= START * 2**n * 1.1 + 3.0, (n, gap, log.read_text())
+    # Nothing lost: every page of every host, once the failing one recovered.
+    assert json.loads(_frontier(crawl, "dead", "--json")) == []
+    for host in range(HOSTS):
+        assert len({path for _, path in web.arrivals[host_address(host)]}) == PAGES + 1
+    rates = _rates(web)
+    kept = sum(rates.values()) / sum(control.values())
+    assert kept >= 0.95, f"the other hosts at {kept:.0%} of their rate: {rates} vs {control}"
+
+
+def _rates(web: HostsWeb) -> dict[int, float]:
+    """Requests per second at each host but the first (the failing one), after its first."""
+    rates = {}
+    for host in range(1, HOSTS):
+        seen = sorted(at for at, path in web.arrivals[host_address(host)] if path != "/robots.txt")
+        rates[host] = (len(seen) - 2) / (seen[-1] - seen[1])
+    return rates
+
+
+@pytest.mark.integration
+def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeued(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    dropping, no_robots = host_address(0), host_address(1)
+    web.faults.update({dropping: "drop", no_robots: "robots-503"})
+    redis_client.lpush("links:start_urls", *(url for h in range(HOSTS) for url in _pages(web, h)))
+    settings = {**LINKS, "HOST_MAX_EXCEPTIONS": 3, "LINKS_ROBOTS_5XX_TRIES": 2}
+    _crawl(crawl, settings, tmp_path / "first.log")
+
+    dead = json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000"))
+    reasons: dict[str, set[str]] = {}
+    for letter in dead:
+        host = letter["request"]["url"].split("/")[2].split(":")[0]
+        reasons.setdefault(host, set()).add(letter["failure"]["reason"])
+    assert reasons == {dropping: {UNREACHABLE}, no_robots: {ROBOTS_UNAVAILABLE}}
+    assert len(dead) == 2 * PAGES
+    # The host whose robots.txt failed got no page request: robots.txt twice, a block apart.
+    robots = [at for at, path in web.arrivals[no_robots]]
+    assert [path for _, path in web.arrivals[no_robots]] == ["/robots.txt"] * 2
+    assert robots[1] - robots[0] >= START - 0.05
+    for host in range(2, HOSTS):
+        assert len([p for _, p in web.arrivals[host_address(host)] if p != "/robots.txt"]) == PAGES
+
+    shown = json.loads(_frontier(crawl, "hosts", "--json"))["hosts"]
+    scopes = {(host["host"], host["scope"]) for host in shown}
+    assert {(dropping, UNREACHABLE), (no_robots, ROBOTS_UNAVAILABLE)} <= scopes
+
+    # The sites are back: requeue lifts the marks and brings every dead letter back.
+    web.faults.clear()
+    assert "2 hosts' marks lifted" in _frontier(crawl, "requeue")
+    _crawl(crawl, settings, tmp_path / "second.log")
+    assert json.loads(_frontier(crawl, "dead", "--json")) == []
+    for host in (dropping, no_robots):
+        fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
+        assert len(fetched) == PAGES
