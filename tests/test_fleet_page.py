@@ -1,6 +1,7 @@
 """The fleet page and lifting cool-downs: a page people look at, in a real Chromium.
 
-Unit tests render the page from reports and drive cool-downs against a real Redis; the
+Unit tests render the page from reports (and from what a real Redis holds), read it as a
+browser's parser or headless Chromium shows it, and drive cool-downs against a real Redis; the
 integration test crawls a sandbox that bans, loads the page from ``scrapy status --serve`` and
 from the worker's metrics port in headless Chromium while the worker waits out a cool-down, and
 compares every number on it with ``scrapy status --json``; then ``scrapy frontier profiles unban``
@@ -29,16 +30,24 @@ import redis
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Browser, sync_playwright
+from scrapy.settings import Settings
 
 import crawler.settings as project_settings
 from crawler.bans.politeness import FleetPoliteness, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
 from crawler.frontier.pacing import RatePolicy
+from crawler.frontier.pause import pause_crawl
+from crawler.keys import bans_key, failure_window_key, reasons_key
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback
 from crawler.observability.rates import format_duration
-from crawler.observability.report import masked_dead_letter
+from crawler.observability.report import (
+    failure_text,
+    fleet_report,
+    masked_dead_letter,
+    render_text,
+)
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll
@@ -62,8 +71,10 @@ def _scrapy(crawl: Crawl, *args: str, timeout: float = 60) -> subprocess.Complet
     )
 
 
-def _report(**status: Any) -> dict[str, Any]:
+def _status(spider: str = "profiles", **status: Any) -> dict[str, Any]:
+    """A spider's status as ``fleet_report`` gives it: crawling, one live worker, unless told."""
     counters = {
+        "requests": 0,
         "responses": 0,
         "items": 0,
         "bans": 0,
@@ -72,8 +83,10 @@ def _report(**status: Any) -> dict[str, Any]:
         "bans_by_domain": {},
         "dead_letters_by_reason": {},
     }
-    spider = {
-        "spider": "profiles",
+    return {
+        "spider": spider,
+        "paused": None,
+        "failures": {"ratio": 0.5, "window": 200, "answers": 0, "failed": 0},
         "frontier": dict.fromkeys(FRONTIER, 0),
         "seen": {"count": None, "mode": "bloom", "approximate": True},
         "counters": counters,
@@ -81,31 +94,68 @@ def _report(**status: Any) -> dict[str, Any]:
         "eta_seconds": 0,
         "cooldowns": [],
         "dead_letters": [],
-        "workers": [],
+        "workers": [{"worker": "w1", "started": 900.0, "beat": 998.0}],
         **status,
     }
-    return {"redis": "redis://:***@h/0", "time": 1000.0, "spiders": {"profiles": spider}}
+
+
+def _report(**status: Any) -> dict[str, Any]:
+    return _fleet(_status(**status))
+
+
+def _fleet(*statuses: dict[str, Any], now: float = 1000.0) -> dict[str, Any]:
+    spiders = {status["spider"]: status for status in statuses}
+    return {"redis": "redis://:***@h/0", "time": now, "spiders": spiders}
 
 
 PAGE_TAGS = {
     *("html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "small", "section"),
     *("div", "b", "p", "figure", "figcaption", "svg", "rect", "table", "tr", "th", "td"),
+    *("span", "code", "line", "text"),
 }
 
 
 class _Parsed(HTMLParser):
-    """The tags of a page and its text, as a browser's parser sees them."""
+    """The tags of a page and its text, as a browser's parser sees them: its headings, its
+    tables' rows and each chart's labels too."""
 
-    def __init__(self) -> None:
+    def __init__(self, page: str = "") -> None:
         super().__init__(convert_charrefs=True)
         self.tags: set[str] = set()
         self.chunks: list[str] = []
+        self.headings: list[str] = []  # the spiders' h2, as shown
+        self.rows: list[list[str]] = []
+        self.charts: list[list[str]] = []  # the <text> labels of each chart
+        self._open: list[str] = []
+        if page:
+            self.feed(page)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.add(tag)
+        self._open.append(tag)
+        if tag == "h2":
+            self.headings.append("")
+        elif tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self.rows[-1].append("")
+        elif tag == "svg":
+            self.charts.append([])
+        elif tag == "text":
+            self.charts[-1].append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open and self._open.pop() != tag:
+            pass
 
     def handle_data(self, data: str) -> None:
         self.chunks.append(data)
+        if "h2" in self._open:
+            self.headings[-1] += data
+        if "td" in self._open or "th" in self._open:
+            self.rows[-1][-1] += data
+        if "text" in self._open:
+            self.charts[-1][-1] += data
 
     @property
     def text(self) -> str:
@@ -172,6 +222,220 @@ def test_the_page_loads_nothing_from_elsewhere_and_refreshes_itself() -> None:
     assert "src=" not in page
     assert "href=" not in page
     assert "<svg" in page
+
+
+def test_crawling_and_paused_spiders_come_first_and_idle_ones_share_one_line() -> None:
+    page = _Parsed(
+        render_page(
+            _fleet(
+                _status("aardvark", workers=[]),  # never ran: all zeros
+                _status(
+                    "billing",
+                    workers=[],
+                    finish_reason="finished",
+                    counters={**_status()["counters"], "requests": 1300, "responses": 1234},
+                ),
+                _status("crawls"),
+                _status("halted", paused={"since": 900.0, "by": "ops", "reason": "db upgrade"}),
+                _status("leftover", workers=[], frontier={**dict.fromkeys(FRONTIER, 0), "dead": 4}),
+                _status("waits", workers=[], frontier={**dict.fromkeys(FRONTIER, 0), "queue": 7}),
+            )
+        )
+    )
+    assert page.headings == [
+        "halted paused",
+        "crawls crawling, 1 live worker",
+        "waits work waiting, no live worker",
+        "leftover stopped: dead letters or blocked hosts left",
+    ]
+    assert (
+        "Idle, no live worker and nothing queued (2): aardvark (never ran), "
+        "billing (1,234 pages, last finish: finished)"
+    ) in page.text
+    assert len(page.charts) == 2 * len(page.headings)  # none for the idle ones
+    assert page.text.count("aardvark") == 1
+
+
+def test_a_paused_crawl_says_since_when_by_whom_why_and_what_resumes_it() -> None:
+    reason = "120 of the last 200 answers failed (FAILURE_PAUSE_RATIO 0.5)"
+    pause = {"since": 1_790_000_000.0, "by": "failure threshold", "reason": reason}
+    page = _Parsed(render_page(_report(paused=pause)))
+    assert page.headings == ["profiles paused"]
+    assert f"Paused since 2026-09-21 14:13:20 UTC by failure threshold ({reason})." in page.text
+    assert "failed past the failure threshold" in page.text
+    assert "No worker takes a new request until scrapy frontier profiles resume." in page.text
+
+
+def test_the_failure_threshold_is_shown_against_the_fleets_last_answers() -> None:
+    counted = {"ratio": 0.5, "window": 200, "answers": 180, "failed": 12}
+    page = _Parsed(render_page(_report(failures=counted)))
+    assert (
+        "Failure threshold: 12 of the fleet's last 180 answers failed; the crawl pauses itself "
+        "once more than 100 of the last 200 fail (FAILURE_PAUSE_RATIO 0.5)"
+    ) in page.text
+    failing = render_page(_report(failures={**counted, "failed": 70}))
+    # Past half the limit, in red.
+    assert '<p class="warn">Failure threshold: <span data-k="profiles.failures">70 of' in failing
+    off = _Parsed(render_page(_report(failures={**counted, "ratio": 0})))
+    assert "Failure threshold: failure threshold off (FAILURE_PAUSE_RATIO 0)" in off.text
+
+
+def test_blocked_hosts_say_until_when_and_why_the_breakers_marks_first() -> None:
+    cooldowns = [
+        {"domain": "slow.example", "identity": None, "until": 1090.0, "why": "429 (HTTP 429)"},
+        {"domain": "a.example", "identity": "bind:127.0.0.2", "until": 1600.0, "why": "akamai"},
+        {
+            "domain": "gone.example",
+            "identity": "!host_unreachable",
+            "until": 87_400.0,
+            "why": "connection refused (5 in a row)",
+        },
+        {
+            "domain": "norobots.example",
+            "identity": "!robots_unavailable",
+            "until": 87_400.0,
+            "why": "robots.txt HTTP 503 (3 in a row)",
+        },
+    ]
+    page = _Parsed(render_page(_report(cooldowns=cooldowns)))
+    start = page.rows.index(["host", "blocked", "until", "ends", "why"])
+    assert page.rows[start + 1 : start + 5] == [
+        [
+            "gone.example",
+            "unreachable",
+            "1970-01-02 00:16:40 UTC",
+            "in 24h 00m",
+            "connection refused (5 in a row)",
+        ],
+        [
+            "norobots.example",
+            "robots.txt unavailable",
+            "1970-01-02 00:16:40 UTC",
+            "in 24h 00m",
+            "robots.txt HTTP 503 (3 in a row)",
+        ],
+        ["slow.example", "whole host", "1970-01-01 00:18:10 UTC", "in 1m 30s", "429 (HTTP 429)"],
+        ["a.example", "for bind:127.0.0.2", "1970-01-01 00:26:40 UTC", "in 10m 00s", "akamai"],
+    ]
+    assert "Blocked hosts and cool-downs (4)" in page.text
+    assert "!host_unreachable" not in page.text
+    assert "scrapy frontier profiles unban HOST lifts its block and marks" in page.text
+
+
+def test_charts_have_a_value_scale_and_utc_clock_times() -> None:
+    now = 1_790_000_000.0  # 14:13:20 UTC
+    first = int(now // 60) - 59
+    history = [
+        {"minute": (first + n) * 60, "pages": 42 if n == 30 else n % 7, "items": 12_345 * (n == 59)}
+        for n in range(60)
+    ]
+    status = _status(rates={**_status()["rates"], "history": history})
+    page = _Parsed(render_page(_fleet(status, now=now)))
+    pages, items = page.charts
+    clock = ["13:20", "13:30", "13:40", "13:50", "14:00", "14:10"]  # every 10 min, 13:15-14:13
+    assert pages == ["0", "20", "40", "60", *clock, "UTC, one bar a minute", "pages/min"]
+    assert items[:4] == ["0", "5k", "10k", "15k"]
+    assert "13:44 UTC: 42 pages" in page.text  # a bar's title, shown on hover
+    assert "pages per minute, last 60 min (total" in page.text
+
+
+def test_the_page_shows_what_redis_holds(redis_client: redis.Redis, redis_url: str) -> None:
+    settings = Settings()
+    settings.setmodule(project_settings)
+    settings.setdict({"REDIS_URL": redis_url, "FAILURE_PAUSE_WINDOW": 20})
+    now = time.time()
+    redis_client.zadd("{profiles}:queue", {"r1": 1, "r2": 2})
+    # The newest 20 answers (the window) hold 7 failures; older ones beyond it do not count.
+    redis_client.rpush(failure_window_key("profiles"), *("1" * 7 + "0" * 13 + "1" * 10))
+    redis_client.hset(
+        bans_key("profiles"),
+        mapping={"gone.example|!host_unreachable": now + 3600, "slow.example": now + 60},
+    )
+    redis_client.hset(
+        reasons_key("profiles"),
+        mapping={"gone.example|!host_unreachable": "timed out (5 in a row)", "slow.example": "503"},
+    )
+    pause_crawl(redis_client, "shop", "ops", "db upgrade")
+    spiders = {
+        "never": SimpleNamespace(),
+        "profiles": SimpleNamespace(),
+        "shop": SimpleNamespace(custom_settings={"FAILURE_PAUSE_RATIO": 0}),
+    }
+
+    report = fleet_report(redis_client, settings, spiders, history=60)
+    page = _Parsed(render_page(report))
+
+    assert report["spiders"]["profiles"]["failures"] == {
+        "ratio": 0.5,
+        "window": 20,
+        "answers": 20,
+        "failed": 7,
+    }
+    assert page.headings == ["shop paused", "profiles work waiting, no live worker"]
+    assert "Paused since " in page.text
+    assert " UTC by ops (db upgrade)." in page.text
+    assert "Failure threshold: failure threshold off (FAILURE_PAUSE_RATIO 0)" in page.text
+    assert (
+        "Failure threshold: 7 of the fleet's last 20 answers failed; the crawl pauses itself "
+        "once more than 10 of the last 20 fail (FAILURE_PAUSE_RATIO 0.5)"
+    ) in page.text
+    blocked = {row[0]: row[1:] for row in page.rows if row[0].endswith(".example")}
+    assert blocked["gone.example"][0] == "unreachable"
+    assert blocked["gone.example"][2:] == ["in 1h 00m", "timed out (5 in a row)"]
+    assert blocked["slow.example"][0] == "whole host"
+    assert blocked["slow.example"][3] == "503"
+    assert "Idle, no live worker and nothing queued (1): never (never ran)" in page.text
+    # scrapy status says it too.
+    assert "  failures  7 of the fleet's last 20 answers failed;" in render_text(report)
+
+
+@needs_chromium
+def test_chromium_shows_the_state_first_and_every_axis_label_inside_its_chart(
+    chromium: Browser,
+) -> None:
+    now = 1_790_000_000.0
+    history = [
+        {"minute": (int(now // 60) - 59 + n) * 60, "pages": 1000 + 37 * n, "items": n % 5}
+        for n in range(60)
+    ]
+    crawling = _status("crawls", rates={**_status()["rates"], "history": history})
+    paused = _status("halted", paused={"since": now - 60, "by": "ops", "reason": "db upgrade"})
+    cooldown = {"domain": "gone.example", "identity": "!host_unreachable", "until": now + 60}
+    crawling["cooldowns"] = [{**cooldown, "why": "refused (5 in a row)"}]
+    html = render_page(_fleet(_status("aardvark", workers=[]), crawling, paused, now=now))
+    page = chromium.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        requests: list[str] = []
+        page.on("request", lambda request: requests.append(request.url))
+        page.set_content(html)
+        text = page.inner_text("body")
+        labels: list[list[str]] = page.eval_on_selector_all(
+            "#crawls svg",
+            "svgs => svgs.map(s => [...s.querySelectorAll('text')].map(t => t.textContent))",
+        )
+        outside: list[str] = page.eval_on_selector_all(
+            "svg text",
+            """texts => texts.filter(t => {
+                const box = t.ownerSVGElement.getBoundingClientRect();
+                const r = t.getBoundingClientRect();
+                return !(r.width > 0 && r.left >= box.left && r.right <= box.right
+                         && r.top >= box.top && r.bottom <= box.bottom);
+            }).map(t => t.textContent)""",
+        )
+        tops: list[float] = page.eval_on_selector_all(
+            "#crawls svg", "svgs => svgs.map(s => s.getBoundingClientRect().top)"
+        )
+    finally:
+        page.context.close()
+    assert not requests
+    assert text.index("halted") < text.index("crawls") < text.index("aardvark (never ran)")
+    assert "Paused since 2026-09-21 14:12:20 UTC by ops (db upgrade)." in text
+    assert "gone.example\tunreachable" in text
+    assert labels[0][:4] == ["0", "1k", "2k", "3k"]  # the crawling spider's pages, 1,000-3,183
+    assert "14:10" in labels[0]
+    assert not outside  # every label drawn within its chart
+    assert len(tops) == 2
+    assert tops[0] == tops[1]  # the two charts side by side at 1300 pixels
 
 
 SLOW_REDIS_PAGE = """
@@ -384,7 +648,7 @@ def test_the_page_shows_the_first_rows_and_how_many_more() -> None:
     report = _report(cooldowns=cooldowns)
     report["spiders"]["profiles"]["counters"]["bans_by_domain"] = by_domain
     page = render_page(report)
-    assert "Active cool-downs (120)" in page
+    assert "Blocked hosts and cool-downs (120)" in page
     assert "and 70 more" in page
     assert "Bans by domain (130)" in page
     assert "and 80 more" in page
@@ -465,6 +729,12 @@ def _read_page(browser: Browser, url: str, screenshot: Path) -> dict[str, str]:
             "nodes => Object.fromEntries(nodes.map(n => [n.dataset.k, n.textContent]))",
         )
         values["__text__"] = page.inner_text("body")
+        values["__axes__"] = json.dumps(
+            page.eval_on_selector_all(
+                "svg",
+                "svgs => svgs.map(s => [...s.querySelectorAll('text')].map(t => t.textContent))",
+            )
+        )
         page.screenshot(path=str(screenshot), full_page=True)
     finally:
         page.context.close()
@@ -493,10 +763,17 @@ def _assert_page_matches(values: dict[str, str], status: dict[str, Any]) -> None
     assert values["profiles.eta"] == format_duration(status["eta_seconds"])
     pages = status["stats"].get("response_received_count", 0)
     assert _number(values["profiles.history.pages"]) == pages
+    assert values["profiles.failures"] == failure_text(status["failures"])
     text = values["__text__"]
-    assert f"Active cool-downs ({len(status['cooldowns'])})" in text
+    assert "profiles crawling, 1 live worker" in text
+    assert f"Blocked hosts and cool-downs ({len(status['cooldowns'])})" in text
     for cooldown in status["cooldowns"]:
         assert cooldown["why"] in text
+    # Each chart has its value scale from 0 and UTC clock times.
+    for labels in json.loads(values["__axes__"]):
+        assert labels[0] == "0"
+        assert "UTC, one bar a minute" in labels
+        assert any(label[:2].isdigit() and label[2:3] == ":" for label in labels)
     for reason in counters["dead_letters_by_reason"]:
         assert reason in text
 
@@ -618,5 +895,5 @@ def test_the_page_shows_what_status_shows_and_unban_lets_the_crawl_finish(
     dead = status["counters"]["dead_letters"]
     assert len(stored) + dead >= len(USERS)
     after = _read_page(chromium, served_page, tmp_path / "fleet-page-after.png")
-    assert "Active cool-downs (0)" in after["__text__"]
+    assert "Blocked hosts and cool-downs (0): none" in after["__text__"]
     assert (tmp_path / "fleet-page.png").stat().st_size > 10_000

@@ -12,14 +12,20 @@ from typing import Any
 
 from crawler.frontier.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES
+from crawler.observability.charts import bar_chart
 from crawler.observability.rates import format_duration
-from crawler.observability.report import figure_text, revisit_line
+from crawler.observability.report import failure_text, figure_text, revisit_line
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60
-# A table shows its first rows (the most banned domains, the soonest-ending cool-downs) only.
+# A table shows its first rows (the most banned domains, the first blocked hosts) only.
 ROWS_SHOWN = 50
-CHART = (600, 110)  # width, height of a per-minute chart
+# The frontier's sizes that are work still to do (dead letters wait for a person).
+WORK = ("queue", "leased", "delayed", "start", "start_leased")
+# A spider's state, in the order the page shows them; "idle" ones are folded into one line.
+STATES = ("paused", "crawling", "waiting", "stopped")
+# The circuit breaker's marks: a cool-down of a pseudo-identity (crawler/bans/breaker.py).
+MARKS = {"!host_unreachable": "unreachable", "!robots_unavailable": "robots.txt unavailable"}
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
 h1{font-size:1.3em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}
@@ -27,22 +33,48 @@ h3{font-size:1em;margin:1em 0 .3em}
 .tiles{display:flex;flex-wrap:wrap;gap:.5em}
 .tile{background:#fff;border:1px solid #ddd;border-radius:4px;padding:.4em .7em;min-width:6em}
 .tile b{display:block;font-size:1.3em}
-.charts{display:flex;flex-wrap:wrap;gap:1.5em}
+.charts{display:flex;flex-wrap:wrap;gap:1.5em}figure{margin:.8em 0}
 table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;padding:.2em .5em;
 text-align:left}td.n{text-align:right}.none{color:#888}svg{background:#fff;border:1px solid #ddd}
 .error{color:#a00}.paused{background:#fff3cd;border:1px solid #e0c36a;padding:.4em .7em}
+.state{font-size:.8em;font-weight:normal;border-radius:3px;padding:.1em .4em;margin-left:.5em}
+.state.crawling{background:#d7f0dc}.state.paused{background:#ffe08a}
+.state.waiting,.state.stopped{background:#e4e4e4}
+.mark{color:#a00;font-weight:bold}.warn{color:#a00}
+.idle{color:#555;border-top:1px solid #ccc;padding-top:.6em;margin-top:2em}
 """
 
 Report = Mapping[str, Any]
 
 
 def render_page(report: Report) -> str:
-    """The whole page for ``report`` (see ``fleet_report``)."""
+    """The whole page for ``report`` (see ``fleet_report``): paused and crawling spiders first,
+    then those with work but no live worker and the stopped ones; idle ones on one line."""
     now = report["time"]
     clock = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
     body = [f"<h1>Fleet <small>Redis {escape(report['redis'])} at {clock}</small></h1>"]
-    body.extend(_spider(status, now) for status in report["spiders"].values())
+    spiders = sorted(
+        ((spider_state(status), name, status) for name, status in report["spiders"].items()),
+        key=lambda shown: (STATES.index(shown[0]) if shown[0] in STATES else len(STATES), shown[1]),
+    )
+    body.extend(_spider(status, state, now) for state, _, status in spiders if state != "idle")
+    body.append(_idle([status for state, _, status in spiders if state == "idle"]))
     return _document("".join(body))
+
+
+def spider_state(status: Report) -> str:
+    """``paused``; ``crawling`` (live workers); ``waiting`` (work in the frontier or revisits
+    due, no live worker); ``stopped`` (dead letters or blocked hosts left); else ``idle``."""
+    frontier = status["frontier"]
+    if status.get("paused"):
+        return "paused"
+    if status["workers"]:
+        return "crawling"
+    if any(frontier.get(size, 0) for size in WORK) or (status.get("revisits") or {}).get("due"):
+        return "waiting"
+    if frontier.get("dead", 0) or status["cooldowns"]:
+        return "stopped"
+    return "idle"
 
 
 def render_error(message: str) -> str:
@@ -59,7 +91,18 @@ def _document(body: str) -> str:
     )
 
 
-def _spider(status: Report, now: float) -> str:
+def _state_label(state: str, status: Report) -> str:
+    workers = len(status["workers"])
+    text = {
+        "paused": "paused",
+        "crawling": f"crawling, {workers} live worker{'s' if workers != 1 else ''}",
+        "waiting": "work waiting, no live worker",
+        "stopped": "stopped: dead letters or blocked hosts left",
+    }[state]
+    return f'<span class="state {state}">{escape(text)}</span>'
+
+
+def _spider(status: Report, state: str, now: float) -> str:
     name, counters, rates = status["spider"], status["counters"], status["rates"]
     key = _keyer(name)
     sizes = {label: status["frontier"].get(label, 0) for label in SIZE_NAMES}
@@ -82,32 +125,75 @@ def _spider(status: Report, now: float) -> str:
     finish = status.get("finish_reason")
     return "".join(
         [
-            f'<section id="{escape(name)}"><h2>{escape(name)}'
-            + (" <small>(paused)</small>" if status.get("paused") else "")
+            f'<section id="{escape(name)}"><h2>{escape(name)} {_state_label(state, status)}'
             + (f" <small>(last finish: {escape(str(finish))})</small>" if finish else "")
             + "</h2>",
-            _paused(status.get("paused"), key("paused")),
+            _paused(name, status.get("paused"), key("paused")),
+            _failures(status.get("failures"), key("failures")),
             '<div class="tiles">',
             *(_tile(label, data, value) for label, data, value in tiles),
-            '</div><div class="charts">',
-            _chart(history, "pages", key("history.pages")),
-            _chart(history, "items", key("history.items")),
             "</div>",
-            _figures(status),
-            _bans(counters, key),
-            _cooldowns(status["cooldowns"], now),
+            _blocked(name, status["cooldowns"], now),
+            '<div class="charts">',
+            bar_chart(history, "pages", key("history.pages")),
+            bar_chart(history, "items", key("history.items")),
+            "</div>",
             _dead_letters(counters, status["dead_letters"]),
+            _bans(counters, key),
+            _figures(status),
             _workers(status["workers"], now),
             "</section>",
         ]
     )
 
 
-def _paused(pause: Mapping[str, Any] | None, data: str) -> str:
-    """The crawl's pause, above its figures: since when, by whom and why."""
+def _idle(statuses: list[Report]) -> str:
+    """One line naming the spiders with no live worker and nothing to do or look at."""
+    if not statuses:
+        return ""
+    names = []
+    for status in statuses:
+        counters, finish = status["counters"], status.get("finish_reason")
+        if not counters.get("responses") and not counters.get("requests") and not finish:
+            note = "never ran"
+        else:
+            note = f"{_number(counters.get('responses', 0))} pages" + (
+                f", last finish: {finish}" if finish else ""
+            )
+        names.append(f"<b>{escape(status['spider'])}</b> ({escape(note)})")
+    return (
+        f'<p class="idle" id="idle">Idle, no live worker and nothing queued ({len(names)}): '
+        + ", ".join(names)
+        + "</p>"
+    )
+
+
+def _paused(spider: str, pause: Mapping[str, Any] | None, data: str) -> str:
+    """The crawl's pause, above its figures: since when, by whom and why, and what lifts it."""
     if not pause:
         return ""
-    return f'<p class="paused" data-k="{data}">{escape(describe_json(pause))}</p>'
+    text = describe_json(pause)
+    why = (
+        " The fleet's answers failed past the failure threshold: look at the dead letters and "
+        "the sites first."
+        if pause.get("by") == "failure threshold"
+        else ""
+    )
+    return (
+        f'<p class="paused"><b data-k="{data}">{escape(text[:1].upper() + text[1:])}</b>.{why} '
+        f"No worker takes a new request until <code>scrapy frontier {escape(spider)} resume"
+        "</code>.</p>"
+    )
+
+
+def _failures(failures: Mapping[str, Any] | None, data: str) -> str:
+    """The failure threshold's state (crawler/bans/failures.py), in red past half its limit."""
+    if not failures:
+        return ""
+    ratio, window, failed = failures["ratio"], failures["window"], failures["failed"]
+    warn = ' class="warn"' if ratio > 0 and failed > ratio * window / 2 else ""
+    text = escape(failure_text(failures))
+    return f'<p{warn}>Failure threshold: <span data-k="{data}">{text}</span></p>'
 
 
 def _figures(status: Report) -> str:
@@ -134,36 +220,12 @@ def _tile(label: str, data: str, value: Any) -> str:
     return f'<div class="tile">{escape(label)}<b data-k="{data}">{_number(value)}</b></div>'
 
 
-def _chart(rows: list[Mapping[str, Any]], field: str, data: str) -> str:
-    """Bars of ``field`` per minute, oldest left; each bar's title names its minute and count."""
-    width, height = CHART
-    top = max([int(row[field]) for row in rows] + [1])
-    step = width / max(1, len(rows))
-    bars = []
-    for index, row in enumerate(rows):
-        value = int(row[field])
-        tall = (height - 20) * value / top
-        minute = time.strftime("%H:%M", time.gmtime(row["minute"]))
-        bars.append(
-            f'<rect x="{index * step + 1:.1f}" y="{height - tall:.1f}" '
-            f'width="{max(1.0, step - 2):.1f}" height="{tall:.1f}" fill="#3b7dd8">'
-            f"<title>{minute} UTC: {value:,} {field}</title></rect>"
-        )
-    total = sum(int(row[field]) for row in rows)
-    return (
-        f"<figure><figcaption>{escape(field)} per minute, last {len(rows)} min "
-        f'(total <b data-k="{data}">{total:,}</b>, peak {top:,})</figcaption>'
-        f'<svg role="img" aria-label="{escape(field)} per minute" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}">{"".join(bars)}</svg></figure>'
-    )
-
-
 def _table(
     title: str, headers: Iterable[str], rows: list[list[str]], total: int | None = None
 ) -> str:
     """A table of the first ``ROWS_SHOWN`` rows, saying how many of ``total`` it leaves out."""
     if not rows:
-        return f'<h3>{escape(title)}</h3><p class="none">none</p>'
+        return f'<h3>{escape(title)}: <span class="none">none</span></h3>'
     head = "".join(f"<th>{escape(header)}</th>" for header in headers)
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows[:ROWS_SHOWN])
     more = (len(rows) if total is None else total) - min(len(rows), ROWS_SHOWN)
@@ -199,19 +261,36 @@ def _bans(counters: Report, key: Callable[[str], str]) -> str:
     )
 
 
-def _cooldowns(cooldowns: list[Mapping[str, Any]], now: float) -> str:
-    rows = [
-        [
-            _cell(cooldown["domain"]),
-            _cell(cooldown["identity"] or "every identity"),
-            _cell(time.strftime("%H:%M:%S UTC", time.gmtime(cooldown["until"]))),
-            _cell(f"in {format_duration(max(0.0, cooldown['until'] - now))}"),
-            _cell(cooldown["why"] or "-"),
-        ]
-        for cooldown in cooldowns[:ROWS_SHOWN]
-    ]
-    headers = ("domain", "identity", "until", "ends", "why")
-    return _table(f"Active cool-downs ({len(cooldowns)})", headers, rows, len(cooldowns))
+def _blocked(spider: str, cooldowns: list[Mapping[str, Any]], now: float) -> str:
+    """Blocked hosts and cool-downs, the circuit breaker's marks (whose requests are
+    dead-lettered) first, then the soonest ending."""
+    ordered = sorted(cooldowns, key=lambda cooldown: cooldown["identity"] not in MARKS)
+    rows = []
+    for cooldown in ordered[:ROWS_SHOWN]:
+        identity = cooldown["identity"]
+        mark = MARKS.get(identity or "")
+        rows.append(
+            [
+                _cell(cooldown["domain"]),
+                f'<td class="mark">{escape(mark)}</td>'
+                if mark
+                else _cell(f"for {identity}" if identity else "whole host"),
+                _cell(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(cooldown["until"]))),
+                _cell(f"in {format_duration(max(0.0, cooldown['until'] - now))}"),
+                _cell(cooldown["why"] or "-"),
+            ]
+        )
+    headers = ("host", "blocked", "until", "ends", "why")
+    title = f"Blocked hosts and cool-downs ({len(cooldowns)})"
+    shown = _table(title, headers, rows, len(cooldowns))
+    if any(cooldown["identity"] in MARKS for cooldown in cooldowns):
+        command = escape(f"scrapy frontier {spider}")
+        shown += (
+            '<p class="none">A marked host\'s requests are dead-lettered with the mark as their '
+            f"reason: <code>{command} unban HOST</code> lifts its block and marks, "
+            f"<code>{command} requeue</code> brings its dead letters back.</p>"
+        )
+    return shown
 
 
 def _dead_letters(counters: Report, letters: list[Mapping[str, Any]]) -> str:

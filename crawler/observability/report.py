@@ -10,13 +10,17 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from scrapy.settings import BaseSettings
+
+import crawler.settings as defaults
 from crawler.bans.politeness import active_cooldowns
+from crawler.config import setting
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
 from crawler.frontier.pause import describe_json, pause_from_replies, queue_read
 from crawler.frontier.queue import requests_per_entry, spider_frontier, work_left
 from crawler.frontier.riders import first_error
-from crawler.keys import FleetKeys
+from crawler.keys import FleetKeys, failure_window_key
 from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
@@ -24,8 +28,6 @@ from crawler.recrawl.store import RevisitStore
 from crawler.uris import MASK, mask_uri
 
 if TYPE_CHECKING:
-    from scrapy.settings import BaseSettings
-
     from crawler.connection import RedisClient
 
 WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items")
@@ -35,6 +37,7 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 URL_META = ("proxy", "_auth_proxy")
 # How many of the newest dead letters a report carries.
 DEAD_LETTERS_SHOWN = 10
+THRESHOLD = ("FAILURE_PAUSE_RATIO", "FAILURE_PAUSE_WINDOW")
 
 
 def fleet_report(
@@ -51,7 +54,8 @@ def fleet_report(
         "spiders": {},
     }
     for name, spidercls in spiders.items():
-        status = spider_status(server, settings, name, minutes, history)
+        threshold = failure_threshold(settings, spidercls)
+        status = spider_status(server, settings, name, minutes, history, threshold)
         own = getattr(spidercls, "fleet_report", None)
         if own is not None:
             status["report"] = own(server, settings)
@@ -59,11 +63,28 @@ def fleet_report(
     return report
 
 
+def failure_threshold(settings: BaseSettings, spidercls: Any = None) -> tuple[float, int]:
+    """FAILURE_PAUSE_RATIO and FAILURE_PAUSE_WINDOW as a spider's workers run with them: the
+    spider's own ``custom_settings`` first (the ``domains`` spider turns the threshold off)."""
+    own = getattr(spidercls, "custom_settings", None) or {}
+    values = BaseSettings(
+        {name: own.get(name, settings.get(name, getattr(defaults, name))) for name in THRESHOLD}
+    )
+    return setting(values, THRESHOLD[0]), setting(values, THRESHOLD[1])
+
+
 def spider_status(
-    server: RedisClient, settings: BaseSettings, spider: str, minutes: int = 5, history: int = 0
+    server: RedisClient,
+    settings: BaseSettings,
+    spider: str,
+    minutes: int = 5,
+    history: int = 0,
+    threshold: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
-    """All ``scrapy status`` knows of ``spider``, JSON-ready (``history`` minutes of counts)."""
+    """All ``scrapy status`` knows of ``spider``, JSON-ready (``history`` minutes of counts;
+    ``threshold``, the failure threshold's ratio and window, read from ``settings`` if None)."""
     now = time.time()
+    ratio, window_size = threshold or failure_threshold(settings)
     frontier = spider_frontier(server, settings, spider)
     frontier_keys, mode = frontier.keys, frontier.dupefilter.mode
     keys = FleetKeys.from_settings(settings, spider)
@@ -74,11 +95,12 @@ def spider_status(
     pipe.hgetall(keys.stats)
     queue_seen(pipe, frontier_keys, mode)
     queue_read(pipe, spider)
+    pipe.lrange(failure_window_key(spider), 0, window_size - 1)
     for minute in window:
         pipe.hgetall(keys.minute(minute))
     replies = pipe.execute(raise_on_error=False)
-    raw_stats, raw_seen, raw_minutes = replies[0], replies[1], replies[4:]
-    if (error := first_error([raw_stats, raw_seen, *raw_minutes])) is not None:
+    raw_stats, raw_seen, raw_answers, raw_minutes = replies[0], replies[1], replies[4], replies[5:]
+    if (error := first_error([raw_stats, raw_seen, raw_answers, *raw_minutes])) is not None:
         raise error
     pause = pause_from_replies(spider, replies[2:4])
     stats = _decode_stats(raw_stats)
@@ -101,6 +123,13 @@ def spider_status(
     return {
         "spider": spider,
         "paused": None if pause is None else pause.to_json(),
+        # The fleet's last answers against the failure threshold (crawler/bans/failures.py).
+        "failures": {
+            "ratio": ratio,
+            "window": window_size,
+            "answers": len(raw_answers),
+            "failed": sum(1 for answer in raw_answers if reply_text(answer) == "1"),
+        },
         "frontier": sizes,
         "revisits": RevisitStore(server, spider).counts(now),
         "seen": {
@@ -227,6 +256,8 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"{_breakdown(counters['dead_letters_by_reason'])}; "
         f"{counters['duplicates']:,} duplicates filtered",
     ]
+    if status.get("failures"):
+        lines.append(f"  failures  {failure_text(status['failures'])}")
     lines.extend(_domain_lines(counters["domains"]))
     # The spider's own figures (its fleet_report), one line each.
     lines.extend(
@@ -238,6 +269,25 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
             f"  dead letters: scrapy frontier {spider} dead | scrapy frontier {spider} requeue"
         )
     return lines
+
+
+def failure_text(failures: Mapping[str, Any]) -> str:
+    """The failure threshold's state: the fleet's last answers, the failed ones, the limit."""
+    ratio, window = failures["ratio"], failures["window"]
+    if ratio <= 0:
+        return "failure threshold off (FAILURE_PAUSE_RATIO 0)"
+    answers, failed = failures["answers"], failures["failed"]
+    limit = round(ratio * window, 1)
+    most = f"{limit:,.0f}" if limit.is_integer() else f"{limit:,.1f}"
+    counted = (
+        f"{failed:,} of the fleet's last {answers:,} answers failed"
+        if answers
+        else "no answer in the window yet"
+    )
+    return (
+        f"{counted}; the crawl pauses itself once more than {most} of the last "
+        f"{window:,} fail (FAILURE_PAUSE_RATIO {ratio:g})"
+    )
 
 
 def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
