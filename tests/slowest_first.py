@@ -34,6 +34,14 @@ SLOWEST = {
     "tests/test_recrawl.py::"
     "test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely": 60,
     "tests/test_chaos.py::test_workers_redis_and_mongodb_faults_lose_nothing": 37,
+    "tests/test_host_breaker.py::test_a_host_answering_429_is_blocked_with_doubling_steps_"
+    "and_the_others_keep_their_rate": 30,
+    "tests/test_host_breaker.py::"
+    "test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeued": 20,
+    "tests/test_pause.py::test_a_paused_fleet_sends_nothing_loses_nothing_and_closes_after_"
+    "resume[one_killed_while_paused]": 20,
+    "tests/test_pause.py::test_a_paused_fleet_sends_nothing_loses_nothing_and_closes_after_"
+    "resume[all_resume]": 20,
     "tests/test_demo.py::test_the_demo_leaves_an_exported_fleet_untouched": 24,
     "tests/test_redis_outage.py::test_redis_killed_and_restarted_mid_crawl_loses_nothing": 23,
     "tests/test_aws.py::test_fleet_launch_list_rotate_and_scale_to_zero": 19,
