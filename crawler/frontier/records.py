@@ -16,6 +16,7 @@ from crawler.meta import (
     DUE_META,
     HOLD_META,
     PACED_META,
+    SENT_AT_META,
     SENT_BACK_META,
     SENT_META,
     crawl_delay_of,
@@ -46,6 +47,7 @@ def pending(
     request.meta.pop(PACED_META, None)
     request.meta.pop(HOLD_META, None)
     request.meta.pop(SENT_META, None)
+    request.meta.pop(SENT_AT_META, None)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=codec.dumps(codec.request_record(request, spider)),
