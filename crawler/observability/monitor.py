@@ -38,6 +38,7 @@ from crawler.observability.progress import WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
+from crawler.observability.sizing import BUSY_STAT, SizingInputs
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -116,6 +117,7 @@ class FleetMonitor:
             logging.WARNING,
         )
         self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
+        self._busy = BusyClock(crawler.settings.getint("CONCURRENT_REQUESTS") or 1)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
@@ -152,6 +154,7 @@ class FleetMonitor:
             str(settings.get("DUPEFILTER_MODE")),
             worker,
             self.config.heartbeat_ttl,
+            SizingInputs.from_settings(settings) if self.config.metrics_ports else None,
         )
         self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())
         self.registry = registry_for(self.snapshot)
@@ -183,6 +186,7 @@ class FleetMonitor:
         stats = self._stats()
         self._pages.add(now, stats.get("response_received_count", 0))
         self._items.add(now, stats.get("item_scraped_count", 0))
+        self._count(BUSY_STAT, self._busy.lap())
         if self._backoff.active():
             return
         riders = Riders.of(self.crawler)
@@ -246,6 +250,7 @@ class FleetMonitor:
 
     def response_downloaded(self, response: Response, request: Request) -> None:
         self._count(domain_stat(_host(request), f"response_status_count/{response.status}"))
+        self._busy.in_flight += float(request.meta.get("download_latency") or 0.0)
 
     def item_scraped(self, item: Any, response: Any = None) -> None:
         request = getattr(response, "request", None)
@@ -257,9 +262,9 @@ class FleetMonitor:
         # A copy: pipelines count from their writer threads while this reads.
         return self.crawler.stats.get_stats().copy()
 
-    def _count(self, key: str) -> None:
+    def _count(self, key: str, count: int = 1) -> None:
         if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
+            self.crawler.stats.inc_value(key, count)
 
     def _heartbeat(self, stats: dict[str, Any]) -> dict[str, Any]:
         assert self.info is not None
@@ -304,6 +309,24 @@ class FleetMonitor:
             exc_info=failure_to_exc_info(failure),
             extra={"spider": spider},
         )
+
+
+class BusyClock:
+    """The worker's busy milliseconds between two laps: its CPU time, or its downloads' seconds
+    in flight over ``slots`` (CONCURRENT_REQUESTS) when more, so a worker waiting on slow
+    answers counts busy as one burning CPU does, and one waiting for its hosts' turns does not."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.in_flight = 0.0  # seconds of downloads, added as each answer comes
+        self._cpu = time.process_time()
+        self._flown = 0.0
+
+    def lap(self) -> int:
+        cpu, flown = time.process_time(), self.in_flight
+        busy = max(cpu - self._cpu, (flown - self._flown) / self.slots)
+        self._cpu, self._flown = cpu, flown
+        return round(busy * 1000)
 
 
 def _worker_id(crawler: Crawler) -> str:

@@ -20,6 +20,7 @@ from crawler.keys import FleetKeys
 from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
+from crawler.observability.sizing import BUSY_FIELD, read_sizing
 from crawler.recrawl.store import RevisitStore
 from crawler.uris import MASK, mask_uri
 
@@ -92,6 +93,7 @@ def spider_status(
             bucket_rate({row["minute"] // 60: row[name] for row in per_minute}, now), 1
         )
         for name in MINUTE_FIELDS
+        if name != BUSY_FIELD
     }
     workers = live_workers(server, keys)
     pace = {
@@ -119,6 +121,14 @@ def spider_status(
         "eta_seconds": eta_seconds(
             work_left(sizes, requests_per_entry(stats)), pace["workers_pages_per_min"]
         ),
+        "sizing": read_sizing(
+            server,
+            settings,
+            spider,
+            sizes,
+            {row["minute"] // 60: row for row in per_minute},
+            requests_per_entry(stats),
+        ).to_json(),
         "cooldowns": [cooldown.to_json() for cooldown in active_cooldowns(server, spider, now)],
         "dead_letters": [
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
