@@ -5,6 +5,9 @@ scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--am
 scrapy fleet list [SPIDER] [--json]
 scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
 scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
+scrapy fleet autoscale profiles --local --max 8 [--min 2] [--cooldown 120] [--once]
+    start and stop local `scrapy crawl` workers toward the workers the work allows
+scrapy fleet autoscale profiles [--once]    the same with EC2 instances
 
 A worker's user data installs the project with pip (FLEET_INSTALL or --install), reads REDIS_URL
 and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --secrets env copies
@@ -28,20 +31,21 @@ from crawler.aws.config import SECRET_MODES, FleetConfig
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand
+from crawler.fleet.cli import add_sizing_options, autoscale_local, sizing_settings
 from crawler.frontier.queue import WORK_LEFT
 
 if TYPE_CHECKING:
     import argparse
 
-ACTIONS = ("launch", "list", "rotate", "scale-to-zero")
+ACTIONS = ("launch", "list", "rotate", "scale-to-zero", "autoscale")
 
 
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
-        return "launch|list|rotate|scale-to-zero [spider] [options]"
+        return "launch|list|rotate|scale-to-zero|autoscale [spider] [options]"
 
     def short_desc(self) -> str:
-        return "Launch, list, rotate and scale down worker instances on AWS EC2"
+        return "Launch, autoscale, list, rotate and scale down a fleet of workers"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
@@ -54,10 +58,17 @@ class Command(ProjectCommand, ScrapyCommand):
             "--secrets", choices=SECRET_MODES, default=None, help="default FLEET_SECRETS"
         )
         parser.add_argument("--json", action="store_true", help="print JSON")
+        add_sizing_options(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         action, spider = self._parse(args)
         assert self.settings is not None
+        if action == "autoscale" and opts.local:
+            assert spider is not None
+            autoscale_local(
+                self.redis(), sizing_settings(self.settings, spider, opts), spider, opts
+            )
+            return
         config = FleetConfig.from_settings(self.settings)
         fleet = Fleet(config)
         if action == "list":

@@ -1,0 +1,117 @@
+"""What ``scrapy fleet autoscale --local`` does, apart from the command's parsing
+(crawler/commands/fleet.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+from scrapy.spiderloader import get_spider_loader
+
+from crawler.fleet.autoscaler import Autoscaler, Step
+from crawler.fleet.local import LocalWorkers
+from crawler.fleet.measure import fleet_sizing, local_beats
+from crawler.observability.sizing import SizingConfig
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy.settings import BaseSettings, Settings
+
+    from crawler.connection import RedisClient
+
+# Options that set an AUTOSCALE_* setting for this run.
+OPTION_SETTINGS = {
+    "min": "AUTOSCALE_MIN_WORKERS",
+    "max": "AUTOSCALE_MAX_WORKERS",
+    "cooldown": "AUTOSCALE_COOLDOWN",
+    "interval": "AUTOSCALE_INTERVAL",
+}
+
+
+def add_sizing_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--local", action="store_true", help="autoscale local worker processes")
+    parser.add_argument("--min", type=int, default=None, help="default AUTOSCALE_MIN_WORKERS")
+    parser.add_argument("--max", type=int, default=None, help="default AUTOSCALE_MAX_WORKERS")
+    parser.add_argument("--cooldown", type=float, default=None, help="default AUTOSCALE_COOLDOWN")
+    parser.add_argument("--interval", type=float, default=None, help="default AUTOSCALE_INTERVAL")
+    parser.add_argument("--once", action="store_true", help="autoscale: one step, then exit")
+    parser.add_argument("--logs", default=None, help="autoscale --local: workers' log directory")
+
+
+def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -> Settings:
+    """The project's settings as ``spider``'s workers have them, with the options' AUTOSCALE_*."""
+    ours = settings.copy()
+    get_spider_loader(settings).load(spider).update_settings(ours)
+    for option, name in OPTION_SETTINGS.items():
+        if getattr(opts, option) is not None:
+            ours.set(name, getattr(opts, option), priority="cmdline")
+    return ours
+
+
+def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
+    """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine."""
+    config = SizingConfig.from_settings(settings)
+    command = [sys.executable, "-m", "scrapy", "crawl", spider]
+    for pair in opts.set or []:
+        command += ["-s", pair]
+    workers = LocalWorkers(
+        command,
+        lambda: local_beats(server, settings, spider),
+        Path(opts.logs) if opts.logs else None,
+    )
+    autoscaler = Autoscaler(
+        workers, lambda: fleet_sizing(server, settings, spider).wanted, config.cooldown
+    )
+    run_loop(
+        lambda: report(autoscaler.step(), workers.reap(), opts.json), config.interval, opts.once
+    )
+    if not opts.once:
+        grace = (
+            settings.getfloat("DOWNLOAD_TIMEOUT") + settings.getfloat("MONGO_FLUSH_INTERVAL") + 30
+        )
+        report(None, workers.close(grace), opts.json)
+
+
+def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
+    """One look: what it started and stopped, and the workers that exited since the last."""
+    if as_json:
+        line = {**(step.to_json() if step else {"time": time.time()}), "exited": exited}
+        print(json.dumps(line), flush=True)
+        return
+    parts = []
+    if step is not None and (step.started or step.stopped):
+        parts.append(f"wanted {step.wanted}, running {step.running}")
+        parts += [f"started {len(step.started)}"] if step.started else []
+        parts += [f"stopped {', '.join(step.stopped)}"] if step.stopped else []
+    if exited:
+        parts.append("exited " + ", ".join(f"{w} ({code})" for w, code in exited.items()))
+    if parts:
+        print(f"{time.strftime('%H:%M:%S')}  " + "; ".join(parts), flush=True)
+
+
+def run_loop(step: Callable[[], None], interval: float, once: bool) -> None:
+    """``step()`` every ``interval`` seconds until SIGTERM or SIGINT (once with ``once``); a
+    step that cannot reach Redis is reported and the next one tried."""
+    stop = threading.Event()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in handlers:
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        while True:
+            try:
+                step()
+            except RedisError as exc:
+                print(f"Redis unreachable, will look again: {exc}", file=sys.stderr, flush=True)
+            if once or stop.wait(interval):
+                return
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
