@@ -5,6 +5,8 @@ scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--am
 scrapy fleet list [SPIDER] [--json]
 scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
 scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
+scrapy fleet plan profiles --deadline 4h [--pages N]    workers needed by the deadline
+scrapy fleet launch profiles --deadline 4h             launch as many as the plan says
 scrapy fleet autoscale profiles --local --max 8 [--min 2] [--cooldown 120] [--once]
     start and stop local `scrapy crawl` workers toward the workers the work allows
 scrapy fleet autoscale profiles [--once]    the same with EC2 instances
@@ -31,25 +33,36 @@ from crawler.aws.config import SECRET_MODES, FleetConfig
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand
-from crawler.fleet.cli import add_sizing_options, autoscale_local, sizing_settings
+from crawler.fleet.cli import (
+    add_sizing_options,
+    autoscale_local,
+    planned,
+    print_plan,
+    sizing_settings,
+)
+from crawler.fleet.measure import fleet_sizing
+from crawler.fleet.plan import explain
 from crawler.frontier.queue import WORK_LEFT
+from crawler.observability.sizing import SizingConfig
 
 if TYPE_CHECKING:
     import argparse
 
-ACTIONS = ("launch", "list", "rotate", "scale-to-zero", "autoscale")
+ACTIONS = ("launch", "list", "rotate", "scale-to-zero", "plan", "autoscale")
 
 
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
-        return "launch|list|rotate|scale-to-zero|autoscale [spider] [options]"
+        return "launch|list|rotate|scale-to-zero|plan|autoscale [spider] [options]"
 
     def short_desc(self) -> str:
-        return "Launch, autoscale, list, rotate and scale down a fleet of workers"
+        return "Plan, launch, autoscale, list, rotate and scale down a fleet of workers"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--count", type=int, default=1, help="instances to launch")
+        parser.add_argument(
+            "--count", type=int, default=None, help="instances to launch (default 1, or planned)"
+        )
         parser.add_argument("--spot", action="store_true", help="one-time spot instances")
         parser.add_argument("--instance-type", default=None, help="default FLEET_INSTANCE_TYPE")
         parser.add_argument("--ami", default=None, help="image id (default FLEET_AMI)")
@@ -63,11 +76,11 @@ class Command(ProjectCommand, ScrapyCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         action, spider = self._parse(args)
         assert self.settings is not None
-        if action == "autoscale" and opts.local:
+        if action == "plan" or (action == "autoscale" and opts.local):
             assert spider is not None
-            autoscale_local(
-                self.redis(), sizing_settings(self.settings, spider, opts), spider, opts
-            )
+            settings = sizing_settings(self.settings, spider, opts)
+            run = print_plan if action == "plan" else autoscale_local
+            run(self.redis(), settings, spider, opts)
             return
         config = FleetConfig.from_settings(self.settings)
         fleet = Fleet(config)
@@ -92,7 +105,8 @@ class Command(ProjectCommand, ScrapyCommand):
 
     def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
         config = fleet.config
-        if opts.count < 1:
+        count = self._planned_count(spider, opts) if opts.deadline else opts.count or 1
+        if count < 1:
             raise UsageError("--count must be at least 1")
         install = opts.install or config.install
         if not install:
@@ -109,13 +123,25 @@ class Command(ProjectCommand, ScrapyCommand):
         user_data = fleet.user_data(spider, install, secrets, env)
         launched = fleet.launch(
             spider,
-            opts.count,
+            count,
             user_data=user_data,
             spot=opts.spot,
             instance_type=opts.instance_type,
             ami=opts.ami,
         )
         self._print(launched, opts.json, f"launched {len(launched)} workers of {spider}")
+
+    def _planned_count(self, spider: str, opts: argparse.Namespace) -> int:
+        """The workers ``scrapy fleet plan`` gives for ``--deadline`` (its arithmetic shown on
+        stderr)."""
+        if opts.count is not None:
+            raise UsageError("give --count or --deadline, not both")
+        assert self.settings is not None
+        settings = sizing_settings(self.settings, spider, opts)
+        chosen = planned(fleet_sizing(self.redis(), settings, spider), opts, spider)
+        max_workers = SizingConfig.from_settings(settings).max_workers
+        print("\n".join(explain(chosen, max_workers)), file=sys.stderr)
+        return chosen.workers
 
     def _rotate(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None

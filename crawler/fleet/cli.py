@@ -1,5 +1,5 @@
-"""What ``scrapy fleet autoscale --local`` does, apart from the command's parsing
-(crawler/commands/fleet.py)."""
+"""What ``scrapy fleet plan`` and ``scrapy fleet autoscale --local`` do, apart from the command's
+parsing (crawler/commands/fleet.py); the EC2 autoscaler shares the loop."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
+from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
 from crawler.fleet.autoscaler import Autoscaler, Step
 from crawler.fleet.local import LocalWorkers
 from crawler.fleet.measure import fleet_sizing, local_beats
-from crawler.observability.sizing import SizingConfig
+from crawler.fleet.plan import Plan, explain, parse_duration, plan
+from crawler.observability.sizing import Sizing, SizingConfig
 
 if TYPE_CHECKING:
     import argparse
@@ -37,6 +39,8 @@ OPTION_SETTINGS = {
 
 
 def add_sizing_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--deadline", default=None, help="plan/launch: finish within (4h, 90m)")
+    parser.add_argument("--pages", type=int, default=None, help="plan: pages (default: frontier)")
     parser.add_argument("--local", action="store_true", help="autoscale local worker processes")
     parser.add_argument("--min", type=int, default=None, help="default AUTOSCALE_MIN_WORKERS")
     parser.add_argument("--max", type=int, default=None, help="default AUTOSCALE_MAX_WORKERS")
@@ -54,6 +58,29 @@ def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -
         if getattr(opts, option) is not None:
             ours.set(name, getattr(opts, option), priority="cmdline")
     return ours
+
+
+def print_plan(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
+    """``scrapy fleet plan``: the plan's arithmetic, or JSON."""
+    chosen = planned(fleet_sizing(server, settings, spider), opts, spider)
+    config = SizingConfig.from_settings(settings)
+    if opts.json:
+        print(json.dumps({"spider": spider, **chosen.to_json()}))
+    else:
+        print(f"{spider}: workers to finish by the deadline")
+        print("\n".join(f"  {line}" for line in explain(chosen, config.max_workers)))
+
+
+def planned(sizing: Sizing, opts: Any, spider: str) -> Plan:
+    """The plan for ``--pages`` (or the frontier's work) by ``--deadline``."""
+    try:
+        deadline = parse_duration(opts.deadline or "")
+    except ValueError as exc:
+        raise UsageError(f"--deadline: {exc}") from exc
+    pages = opts.pages if opts.pages is not None else sizing.work
+    if pages < 1:
+        raise UsageError(f"{spider} has no work left: give --pages N")
+    return plan(pages, deadline, sizing)
 
 
 def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:

@@ -74,11 +74,11 @@ class Demand:
             for count, entry in self.estimated().values()
         )
 
-    def ceiling(self, seconds: float) -> float:
+    def ceiling(self, seconds: float, share: float = 1.0) -> float:
         """Requests per second the work allows: per host the lesser of its rate and its
-        backlog over ``seconds``."""
+        backlog (times ``share``: a part or a multiple of the work) over ``seconds``."""
         return sum(
-            count / seconds if entry.rate <= 0 else min(entry.rate, count / seconds)
+            count * share / seconds if entry.rate <= 0 else min(entry.rate, count * share / seconds)
             for count, entry in self.estimated().values()
         )
 

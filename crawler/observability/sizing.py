@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
@@ -80,6 +80,7 @@ class Sizing:
     measured: bool  # whether ``pace`` was measured
     work: int  # work left: requests queued, leased, delayed and start entries
     wanted: int
+    demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,7 +110,7 @@ def size(demand: Demand, work: int, pace: float | None, config: SizingConfig) ->
     if work > 0:
         wanted = max(1, wanted)
     wanted = max(config.min_workers, min(config.max_workers, wanted))
-    return Sizing(ready, ceiling, per_worker, pace is not None, work, wanted)
+    return Sizing(ready, ceiling, per_worker, pace is not None, work, wanted, demand)
 
 
 def _workers(work: float, per_worker: float) -> int:
