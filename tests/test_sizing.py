@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
+from urllib.request import urlopen
 
 import pytest
 import redis
@@ -140,3 +142,30 @@ def test_metrics_show_the_sizing_gauges() -> None:
     assert 'crawler_politeness_ceiling{spider="links"} 5.0' in page
     assert 'crawler_worker_pace{spider="links"} 40.0' in page
     assert 'crawler_workers_wanted{spider="links"} 1.0' in page
+
+
+def test_status_serve_shows_every_spiders_sizing_at_metrics(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """What KEDA's trigger reads when a spider has no worker to serve its own gauges."""
+    entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
+    redis_client.lpush("profiles:start_urls", *entries)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
+        cwd=ROOT,
+        env=crawl.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[3]
+        with urlopen(url + "metrics", timeout=30) as answer:
+            text = answer.read().decode()
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    assert 'crawler_workers_wanted{spider="profiles"} 1.0' in text
+    assert 'crawler_workers_wanted{spider="explore"} 0.0' in text
+    assert 'crawler_queue_ready{spider="profiles"} 3.0' in text

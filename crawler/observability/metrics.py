@@ -54,7 +54,7 @@ And prometheus_client's own: ``process_cpu_seconds_total``, ``process_resident_m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from crawler.frontier.pause import Pause
     from crawler.observability.counters import Counters
     from crawler.observability.publisher import FleetView
+    from crawler.observability.sizing import Sizing
 
 QUEUE_STATES = {
     "queue": "queued",
@@ -230,21 +231,29 @@ def _fleet(spider: str, fleet: FleetView | None, own_pace: float) -> Iterator[Me
 
 def _sizing(spider: str, fleet: FleetView | None) -> Iterator[Metric]:
     sizing = None if fleet is None else fleet.sizing
-    if sizing is None:
-        return
+    if sizing is not None:
+        yield from sizing_metrics({spider: sizing})
+
+
+def sizing_metrics(sizings: Mapping[str, Sizing]) -> list[Metric]:
+    """The sizing gauges of each spider of ``sizings`` (spider -> its sizing): a worker's
+    own spider, or every spider of ``scrapy status --serve``."""
     figures = (
         ("crawler_queue_ready", "Requests that may go now (their host has rate to spare).",
-         sizing.ready),
+         "ready"),
         ("crawler_politeness_ceiling", "Requests per second the sites allow the work.",
-         sizing.ceiling),
-        ("crawler_worker_pace", "Pages per busy worker-second, the fleet's.", sizing.pace),
+         "ceiling"),
+        ("crawler_worker_pace", "Pages per busy worker-second, the fleet's.", "pace"),
         ("crawler_workers_wanted", "Workers the work allows, within AUTOSCALE_*_WORKERS.",
-         sizing.wanted),
+         "wanted"),
     )  # fmt: skip
-    for name, documentation, value in figures:
+    families: list[Metric] = []
+    for name, documentation, field in figures:
         gauge = _gauge(name, documentation)
-        gauge.add_metric([spider], value)
-        yield gauge
+        for spider, sizing in sizings.items():
+            gauge.add_metric([spider], getattr(sizing, field))
+        families.append(gauge)
+    return families
 
 
 def _pause(spider: str, pause: Pause | None) -> Iterator[Metric]:
