@@ -76,6 +76,12 @@ def banned_key(spider: str) -> str:
     return tagged(spider, "fleet:banned")
 
 
+def autoscaled_key(spider: str) -> str:
+    """When ``scrapy fleet autoscale`` last grew or shrank the spider's fleet (Unix time), so a
+    cool-down holds across one-step runs (``--once`` from cron)."""
+    return tagged(spider, "fleet:autoscaled")
+
+
 def revisit_keys(spider: str) -> list[str]:
     """The waiting revisits of the spider (a sorted set) and their requests (a hash)."""
     return [tagged(spider, "revisit"), tagged(spider, "revisit:data")]

@@ -24,23 +24,25 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.aws.config import SECRET_MODES, FleetConfig
+from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand
 from crawler.fleet.cli import (
     add_sizing_options,
+    autoscale,
     autoscale_local,
     planned,
     print_plan,
     sizing_settings,
 )
-from crawler.fleet.measure import fleet_sizing
+from crawler.fleet.measure import beats_by_host, fleet_sizing
 from crawler.fleet.plan import explain
 from crawler.frontier.queue import WORK_LEFT
 from crawler.observability.sizing import SizingConfig
@@ -90,6 +92,8 @@ class Command(ProjectCommand, ScrapyCommand):
         assert spider is not None
         if action == "launch":
             self._launch(fleet, spider, opts)
+        elif action == "autoscale":
+            self._autoscale(fleet, spider, opts)
         elif action == "rotate":
             self._rotate(fleet, spider, opts.json)
         else:
@@ -104,10 +108,19 @@ class Command(ProjectCommand, ScrapyCommand):
         return action, self.known_spider(rest[0]) if rest else None
 
     def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
-        config = fleet.config
         count = self._planned_count(spider, opts) if opts.deadline else opts.count or 1
         if count < 1:
             raise UsageError("--count must be at least 1")
+        launched = fleet.launch(spider, count, **self._launch_options(fleet, spider, opts))
+        self._print(launched, opts.json, f"launched {len(launched)} workers of {spider}")
+
+    def _launch_options(
+        self, fleet: Fleet, spider: str, opts: argparse.Namespace
+    ) -> dict[str, Any]:
+        """``Fleet.launch``'s keyword arguments for new workers of ``spider``, from the options
+        and FLEET_* (UsageError when the install target, the image or the secrets mode is
+        missing or wrong)."""
+        config = fleet.config
         install = opts.install or config.install
         if not install:
             raise UsageError("say what workers install: --install or FLEET_INSTALL")
@@ -120,16 +133,20 @@ class Command(ProjectCommand, ScrapyCommand):
         if secrets == "env":
             assert self.settings is not None
             env = {n: os.environ.get(n) or self.settings.get(n) for n in ("REDIS_URL", "MONGO_URI")}
-        user_data = fleet.user_data(spider, install, secrets, env)
-        launched = fleet.launch(
-            spider,
-            count,
-            user_data=user_data,
-            spot=opts.spot,
-            instance_type=opts.instance_type,
-            ami=opts.ami,
-        )
-        self._print(launched, opts.json, f"launched {len(launched)} workers of {spider}")
+        return {
+            "user_data": fleet.user_data(spider, install, secrets, env),
+            "spot": opts.spot,
+            "instance_type": opts.instance_type,
+            "ami": opts.ami,
+        }
+
+    def _autoscale(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
+        """EC2 instances toward the workers the work allows (see crawler/fleet/autoscaler.py)."""
+        assert self.settings is not None
+        settings, server = sizing_settings(self.settings, spider, opts), self.redis()
+        launch = self._launch_options(fleet, spider, opts)
+        engine = Ec2Workers(fleet, spider, launch, lambda: beats_by_host(server, settings, spider))
+        autoscale(engine, server, settings, spider, opts)
 
     def _planned_count(self, spider: str, opts: argparse.Namespace) -> int:
         """The workers ``scrapy fleet plan`` gives for ``--deadline`` (its arithmetic shown on

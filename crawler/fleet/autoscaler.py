@@ -57,25 +57,44 @@ def surplus(members: list[Member], count: int) -> list[Member]:
     return candidates[:count]
 
 
+class Mark(Protocol):
+    """Where the time of the fleet's last change is kept between runs (Unix time)."""
+
+    def read(self) -> float: ...
+
+    def write(self, when: float) -> None: ...
+
+
 class Autoscaler:
-    """Moves ``engine`` toward ``wanted()`` workers, one look per :meth:`step`."""
+    """Moves ``engine`` toward ``wanted()`` workers, one look per :meth:`step`; with ``mark``,
+    the cool-down counts from a change made by an earlier run too."""
 
     def __init__(
         self,
         engine: Engine,
         wanted: Callable[[], int],
         cooldown: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
+        mark: Mark | None = None,
     ) -> None:
         self.engine = engine
         self.wanted = wanted
         self.cooldown = cooldown
         self.clock = clock
+        self.mark = mark
         self.changed = float("-inf")  # when the fleet last grew or shrank
 
     def step(self) -> Step:
         target, members = self.wanted(), self.engine.members()
         now = self.clock()
+        if self.mark is not None:
+            self.changed = max(self.changed, self.mark.read())
+        step = self._move(target, members, now)
+        if (step.started or step.stopped) and self.mark is not None:
+            self.mark.write(now)
+        return step
+
+    def _move(self, target: int, members: list[Member], now: float) -> Step:
         step = Step(time.time(), target, len(members))
         if target > len(members):
             step.started = self.engine.start(target - len(members))

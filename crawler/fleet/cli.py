@@ -16,9 +16,9 @@ from redis.exceptions import RedisError
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from crawler.fleet.autoscaler import Autoscaler, Step
+from crawler.fleet.autoscaler import Autoscaler, Engine, Step
 from crawler.fleet.local import LocalWorkers
-from crawler.fleet.measure import fleet_sizing, local_beats
+from crawler.fleet.measure import RedisMark, fleet_sizing, local_beats
 from crawler.fleet.plan import Plan, explain, parse_duration, plan
 from crawler.observability.sizing import Sizing, SizingConfig
 
@@ -85,7 +85,6 @@ def planned(sizing: Sizing, opts: Any, spider: str) -> Plan:
 
 def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
     """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine."""
-    config = SizingConfig.from_settings(settings)
     command = [sys.executable, "-m", "scrapy", "crawl", spider]
     for pair in opts.set or []:
         command += ["-s", pair]
@@ -94,17 +93,33 @@ def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, op
         lambda: local_beats(server, settings, spider),
         Path(opts.logs) if opts.logs else None,
     )
-    autoscaler = Autoscaler(
-        workers, lambda: fleet_sizing(server, settings, spider).wanted, config.cooldown
-    )
-    run_loop(
-        lambda: report(autoscaler.step(), workers.reap(), opts.json), config.interval, opts.once
-    )
+    autoscale(workers, server, settings, spider, opts, workers.reap)
     if not opts.once:
         grace = (
             settings.getfloat("DOWNLOAD_TIMEOUT") + settings.getfloat("MONGO_FLUSH_INTERVAL") + 30
         )
         report(None, workers.close(grace), opts.json)
+
+
+def autoscale(
+    engine: Engine,
+    server: RedisClient,
+    settings: BaseSettings,
+    spider: str,
+    opts: Any,
+    reap: Callable[[], dict[str, int]] = dict,
+) -> None:
+    """Move ``engine`` toward the workers wanted, every AUTOSCALE_INTERVAL (once with
+    ``--once``), the cool-down kept in Redis across runs; ``reap()`` gives the workers that
+    exited since the last look, with their exit status."""
+    config = SizingConfig.from_settings(settings)
+    autoscaler = Autoscaler(
+        engine,
+        lambda: fleet_sizing(server, settings, spider).wanted,
+        config.cooldown,
+        mark=RedisMark(server, spider),
+    )
+    run_loop(lambda: report(autoscaler.step(), reap(), opts.json), config.interval, opts.once)
 
 
 def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:

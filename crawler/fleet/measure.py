@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts
 from crawler.frontier.queue import requests_per_entry, spider_frontier
-from crawler.keys import FleetKeys
+from crawler.keys import FleetKeys, autoscaled_key
 from crawler.observability.publisher import ENTRY_STATS, RATE_MINUTES
 from crawler.observability.report import live_workers
 from crawler.observability.sizing import Sizing, read_sizing
@@ -48,3 +48,28 @@ def local_beats(
         for beat in beats
         if beat.get("host") == host and isinstance(beat.get("pid"), int)
     }
+
+
+class RedisMark:
+    """When the autoscaler last changed the fleet of ``spider``, kept in Redis (a day)."""
+
+    def __init__(self, server: RedisClient, spider: str) -> None:
+        self.server = server
+        self.key = autoscaled_key(spider)
+
+    def read(self) -> float:
+        raw: Any = self.server.get(self.key)
+        return float(raw) if raw else float("-inf")
+
+    def write(self, when: float) -> None:
+        self.server.set(self.key, repr(when), ex=86_400)
+
+
+def beats_by_host(server: RedisClient, settings: BaseSettings, spider: str) -> dict[str, float]:
+    """Pages per minute of the live workers of ``spider``, by the host they run on."""
+    beats = live_workers(server, FleetKeys.from_settings(settings, spider))
+    rates: dict[str, float] = {}
+    for beat in beats:
+        host = str(beat.get("host", ""))
+        rates[host] = rates.get(host, 0.0) + float(beat.get("pages_per_min", 0) or 0)
+    return rates
