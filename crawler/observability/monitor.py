@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RIDER = "fleet-stats"
+# Seconds between two looks at whether the worker is busy (for the pace: BusyClock).
+BUSY_SAMPLE = 0.1
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ class FleetMonitor:
             logging.WARNING,
         )
         self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
-        self._busy = BusyClock(crawler.settings.getint("CONCURRENT_REQUESTS") or 1)
+        self._busy = BusyClock()
+        self._sampler: task.LoopingCall | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
@@ -142,6 +145,8 @@ class FleetMonitor:
             self._serve_metrics()
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.config.period, now=True).addErrback(self._stopped, spider)
+        self._sampler = task.LoopingCall(self._sample_busy)
+        self._sampler.start(BUSY_SAMPLE, now=False).addErrback(self._stopped, spider)
 
     def open(self, spider: str, worker: str) -> None:
         """Set up the publisher for ``spider`` as ``worker`` (no I/O yet)."""
@@ -161,8 +166,9 @@ class FleetMonitor:
         self._next_progress = time.monotonic() + self.config.progress_interval
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        for loop in (self._loop, self._sampler):
+            if loop is not None and loop.running:
+                loop.stop()
         if self.publisher is not None:
             try:
                 self.publisher.close(self._stats(), reason)
@@ -243,6 +249,19 @@ class FleetMonitor:
         spiders = {self.info.spider: self.crawler.spidercls}
         return fleet_report(self.server, self.crawler.settings, spiders, history=HISTORY_MINUTES)
 
+    def _sample_busy(self) -> None:
+        """One sample of :class:`BusyClock`: is the worker idle now?"""
+        engine: Any = self.crawler.engine
+        downloader = getattr(engine, "downloader", None)
+        slot = getattr(getattr(engine, "scraper", None), "slot", None)
+        scheduler = FrontierReports(self.crawler).scheduler
+        idle = (
+            not getattr(downloader, "active", None)
+            and not getattr(slot, "active", None)
+            and (scheduler is None or scheduler.waiting_for_work())
+        )
+        self._busy.sample(bool(idle))
+
     # --- per-domain counters -------------------------------------------------------------------
 
     def request_reached_downloader(self, request: Request) -> None:
@@ -250,7 +269,6 @@ class FleetMonitor:
 
     def response_downloaded(self, response: Response, request: Request) -> None:
         self._count(domain_stat(_host(request), f"response_status_count/{response.status}"))
-        self._busy.in_flight += float(request.meta.get("download_latency") or 0.0)
 
     def item_scraped(self, item: Any, response: Any = None) -> None:
         request = getattr(response, "request", None)
@@ -312,20 +330,25 @@ class FleetMonitor:
 
 
 class BusyClock:
-    """The worker's busy milliseconds between two laps: its CPU time, or its downloads' seconds
-    in flight over ``slots`` (CONCURRENT_REQUESTS) when more, so a worker waiting on slow
-    answers counts busy as one burning CPU does, and one waiting for its hosts' turns does not."""
+    """The milliseconds a worker was busy between two laps, from samples taken every
+    ``BUSY_SAMPLE`` seconds: idle when nothing is in its downloader, no answer is being
+    processed and its frontier has nothing for it now (its hosts' turns are to come, or its
+    last pop found none); so a worker waiting for its hosts' turns is not busy."""
 
-    def __init__(self, slots: int) -> None:
-        self.slots = slots
-        self.in_flight = 0.0  # seconds of downloads, added as each answer comes
-        self._cpu = time.process_time()
-        self._flown = 0.0
+    def __init__(self) -> None:
+        self.samples = 0
+        self.idle = 0
+        self._since = time.monotonic()
+
+    def sample(self, idle: bool) -> None:
+        self.samples += 1
+        self.idle += idle
 
     def lap(self) -> int:
-        cpu, flown = time.process_time(), self.in_flight
-        busy = max(cpu - self._cpu, (flown - self._flown) / self.slots)
-        self._cpu, self._flown = cpu, flown
+        now = time.monotonic()
+        share = 1.0 - self.idle / self.samples if self.samples else 1.0
+        busy = (now - self._since) * share
+        self.samples, self.idle, self._since = 0, 0, now
         return round(busy * 1000)
 
 

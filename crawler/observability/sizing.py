@@ -2,10 +2,9 @@
 measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic fleet").
 
 - **pace**: pages per worker-second, measured over the last minutes from the fleet's minute
-  buckets: pages over the seconds workers were busy (a worker's busy time is its CPU time, or
-  its downloads' time in flight over CONCURRENT_REQUESTS when more: see ``FleetMonitor``), so a
-  worker that waits for its hosts' turns does not look slow; AUTOSCALE_WORKER_PACE until any
-  was measured;
+  buckets: pages over the seconds workers were busy (a worker is busy while it has a request
+  in the downloader: see ``BusyClock``), so a worker that waits for its hosts' turns does not
+  look slow; AUTOSCALE_WORKER_PACE until any was measured;
 - **workers wanted**: the lesser of the ready requests over what a worker fetches in
   AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling over the pace (both rounded up); at
   least one while any work is left (queued, leased, delayed or start entries); within
