@@ -254,13 +254,17 @@ class FleetMonitor:
         engine: Any = self.crawler.engine
         downloader = getattr(engine, "downloader", None)
         slot = getattr(getattr(engine, "scraper", None), "slot", None)
+        working = getattr(downloader, "active", None) or getattr(slot, "active", None)
+        self._busy.sample(not working and self._waiting())
+
+    def _waiting(self) -> bool:
+        """Whether the worker waits for its hosts' turns, or the fleet has nothing to fetch
+        (no request queued, no start entry) as of the last look."""
         scheduler = FrontierReports(self.crawler).scheduler
-        idle = (
-            not getattr(downloader, "active", None)
-            and not getattr(slot, "active", None)
-            and (scheduler is None or scheduler.waiting_for_work())
-        )
-        self._busy.sample(bool(idle))
+        if scheduler is not None and scheduler.waiting_for_turns():
+            return True
+        sizes = self.fleet.sizes if self.fleet is not None else None
+        return sizes is not None and not sizes.get("queue") and not sizes.get("start")
 
     # --- per-domain counters -------------------------------------------------------------------
 
@@ -332,8 +336,9 @@ class FleetMonitor:
 class BusyClock:
     """The milliseconds a worker was busy between two laps, from samples taken every
     ``BUSY_SAMPLE`` seconds: idle when nothing is in its downloader, no answer is being
-    processed and its frontier has nothing for it now (its hosts' turns are to come, or its
-    last pop found none); so a worker waiting for its hosts' turns is not busy."""
+    processed and it waits for its hosts' turns or the fleet has nothing to fetch; so a worker
+    waiting for its hosts' turns is not busy, and one between two batches of start entries
+    is."""
 
     def __init__(self) -> None:
         self.samples = 0
