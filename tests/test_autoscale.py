@@ -21,7 +21,7 @@ from tests.harness import Crawl, Mongo, background, poll
 pytestmark = pytest.mark.integration
 
 WAVES = 8  # at most: waves go in until 20 workers were stopped
-WAVE = 600  # profiles of missing users per wave: one request and one document each
+WAVE = 300  # profiles of missing users per wave: one request and one document each
 # Workers stay up when idle (the autoscaler stops them), publish every second, lease 10 s.
 WORKERS = {
     "MAX_IDLE_TIME_BEFORE_CLOSE": 0,
@@ -75,10 +75,10 @@ def _assert_every_profile_once(mongo: Mongo, users: list[str]) -> None:
 def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
     crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    """Waves of 600 profiles (the backlog stepping up, then down to nothing) until 20 workers
+    """Waves of 300 profiles (the backlog stepping up, then down to nothing) until 20 workers
     were stopped: 2 to 8 workers, each stopped one exits 0, every profile stored once and the
     frontier empty. (The issue's 20,000-page run is bench/autoscale.py's.)"""
-    settings = {**WORKERS, "AUTOSCALE_BACKLOG_SECONDS": 0.2, "AUTOSCALE_WORKER_PACE": 20}
+    settings = {**WORKERS, "AUTOSCALE_BACKLOG_SECONDS": 0.1, "AUTOSCALE_WORKER_PACE": 20}
     command = _autoscale(
         crawl, "profiles", "--min", "2", "--max", "8", "--cooldown", "1", "--interval", "0.3",
         "--logs", str(tmp_path / "workers"), settings=settings,
