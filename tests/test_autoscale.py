@@ -105,6 +105,14 @@ def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
     assert set(exits.values()) == {0}, exits
     assert len(exits) == sum(len(step["started"]) for step in steps)
     _assert_every_profile_once(crawl.mongo, users)
+    # The pace the workers measured: pages per busy worker-second, from the minute buckets.
+    buckets = [redis_client.hgetall(key) for key in redis_client.keys("{profiles}:stats:minute:*")]
+    pages = sum(int(bucket.get(b"pages", 0)) for bucket in buckets)
+    busy = sum(int(bucket.get(b"busy_ms", 0)) for bucket in buckets) / 1000
+    # At least once: a page whose worker was told to go before its item was stored is
+    # released and fetched again (stored once).
+    assert pages >= len(users)
+    assert 0 < busy < 8 * max(step["time"] for step in steps) - 8 * min(s["time"] for s in steps)
     frontier = ("queues", "leases", "delayed", "data", "owner")
     assert not any(redis_client.exists(f"{{profiles}}:{key}") for key in frontier)
     assert not redis_client.keys("{profiles}:queue:*")
