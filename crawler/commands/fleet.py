@@ -1,4 +1,5 @@
-"""``scrapy fleet launch|list|rotate|scale-to-zero``: worker instances on AWS EC2.
+"""``scrapy fleet launch|list|rotate|scale-to-zero|plan|autoscale``: a fleet of workers, on AWS EC2
+or as local processes, sized by what the work allows (docs/scaling.md, "An elastic fleet").
 
 scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--ami ami-...]
     [--install 'git+https://github.com/org/crawler@v1.0'] [--secrets ssm|env]
@@ -16,7 +17,8 @@ and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --s
 this environment's values into the user data instead) and runs ``scrapy crawl SPIDER -s
 BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
 (``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
-of the same image, type and market. Settings: see crawler/aws/config.py.
+of the same image, type and market. Settings: see crawler/aws/config.py; AUTOSCALE_* for plan
+and autoscale (--min, --max, --cooldown and --interval set them for one run).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from crawler.aws.config import SECRET_MODES, FleetConfig
 from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
-from crawler.commands import ProjectCommand
+from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.fleet.cli import (
     add_sizing_options,
     autoscale,
@@ -62,6 +64,7 @@ class Command(ProjectCommand, ScrapyCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        keep_description_layout(parser)
         parser.add_argument(
             "--count", type=int, default=None, help="instances to launch (default 1, or planned)"
         )
