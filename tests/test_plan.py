@@ -93,3 +93,28 @@ def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:
     result = _fleet(crawl, "plan", "links", "--deadline", "1h")
     assert result.returncode != 0
     assert "no work left: give --pages N" in result.stderr
+
+
+@pytest.mark.integration
+def test_a_plan_without_a_measured_pace_calibrates_with_one_worker(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    users = [f"missing.cal.{n}" for n in range(400)]
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in users))
+    worker = crawl.command("profiles", settings={"STATS_PUBLISH_INTERVAL": 1})
+    pairs = worker[worker.index("profiles") + 1 :]
+    result = _fleet(crawl, "plan", "profiles", "--deadline", "1h", "--calibrate", "40", *pairs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no pace measured: one worker crawls up to 40 s" in result.stderr
+    assert "pages per worker-second (measured)" in result.stdout
+    # The worker told to go lost nothing: what it stored is stored once, the rest still queued.
+    stored = [doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})]
+    assert len(stored) == len(set(stored)) > 0
+    assert not redis_client.zcard("{profiles}:leases")
+    assert not redis_client.zcard("{profiles:start_urls}:leases")
+    left = int(redis_client.llen("profiles:start_urls")) + len(stored)
+    assert left <= len(users) <= left + _queued(redis_client)
+
+
+def _queued(client: redis.Redis) -> int:
+    return sum(int(client.llen(key)) for key in client.keys("{profiles}:queue:*"))

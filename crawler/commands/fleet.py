@@ -6,7 +6,7 @@ scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--am
 scrapy fleet list [SPIDER] [--json]
 scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
 scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
-scrapy fleet plan profiles --deadline 4h [--pages N]    workers needed by the deadline
+scrapy fleet plan profiles --deadline 4h [--pages N] [--calibrate 60]    workers needed by then
 scrapy fleet launch profiles --deadline 4h             launch as many as the plan says
 scrapy fleet autoscale profiles --local --max 8 [--min 2] [--cooldown 120] [--once]
     start and stop local `scrapy crawl` workers toward the workers the work allows

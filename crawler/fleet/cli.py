@@ -48,6 +48,13 @@ def add_sizing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=None, help="default AUTOSCALE_INTERVAL")
     parser.add_argument("--once", action="store_true", help="autoscale: one step, then exit")
     parser.add_argument("--logs", default=None, help="autoscale --local: workers' log directory")
+    parser.add_argument(
+        "--calibrate",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="plan: with no pace measured, crawl with one local worker up to SECONDS to measure it",
+    )
 
 
 def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -> Settings:
@@ -62,7 +69,10 @@ def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -
 
 def print_plan(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
     """``scrapy fleet plan``: the plan's arithmetic, or JSON."""
-    chosen = planned(fleet_sizing(server, settings, spider), opts, spider)
+    sizing = fleet_sizing(server, settings, spider)
+    if not sizing.measured and opts.calibrate > 0:
+        sizing = calibrated(server, settings, spider, opts)
+    chosen = planned(sizing, opts, spider)
     config = SizingConfig.from_settings(settings)
     if opts.json:
         print(json.dumps({"spider": spider, **chosen.to_json()}))
@@ -83,22 +93,48 @@ def planned(sizing: Sizing, opts: Any, spider: str) -> Plan:
     return plan(pages, deadline, sizing)
 
 
-def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
-    """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine."""
+def calibrated(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> Sizing:
+    """The sizing once one local worker has crawled until the pace is measured, or for
+    ``--calibrate`` seconds at most; the worker is then told to go (it loses nothing)."""
+    seconds = f"{opts.calibrate:g}"
+    print(f"{spider}: no pace measured: one worker crawls up to {seconds} s to measure it",
+          file=sys.stderr, flush=True)  # fmt: skip
+    workers = LocalWorkers(
+        worker_command(spider, opts), dict, Path(opts.logs) if opts.logs else None
+    )
+    workers.start(1)
+    deadline = time.monotonic() + opts.calibrate
+    sizing = fleet_sizing(server, settings, spider)
+    while not sizing.measured and time.monotonic() < deadline and workers.running():
+        threading.Event().wait(1.0)
+        sizing = fleet_sizing(server, settings, spider)
+    workers.close(stop_grace(settings))
+    return sizing
+
+
+def worker_command(spider: str, opts: Any) -> list[str]:
+    """``scrapy crawl SPIDER`` with this command's ``-s`` settings."""
     command = [sys.executable, "-m", "scrapy", "crawl", spider]
     for pair in opts.set or []:
         command += ["-s", pair]
+    return command
+
+
+def stop_grace(settings: BaseSettings) -> float:
+    """Seconds a worker told to go has to finish its downloads and flush its items."""
+    return settings.getfloat("DOWNLOAD_TIMEOUT") + settings.getfloat("MONGO_FLUSH_INTERVAL") + 30
+
+
+def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
+    """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine."""
     workers = LocalWorkers(
-        command,
+        worker_command(spider, opts),
         lambda: local_beats(server, settings, spider),
         Path(opts.logs) if opts.logs else None,
     )
     autoscale(workers, server, settings, spider, opts, workers.reap)
     if not opts.once:
-        grace = (
-            settings.getfloat("DOWNLOAD_TIMEOUT") + settings.getfloat("MONGO_FLUSH_INTERVAL") + 30
-        )
-        report(None, workers.close(grace), opts.json)
+        report(None, workers.close(stop_grace(settings)), opts.json)
 
 
 def autoscale(
