@@ -555,6 +555,9 @@ def _assert_wanted_trigger(triggers: list[dict[str, Any]], spider: str) -> None:
     assert trigger["type"] == "prometheus"
     assert trigger["metricType"] == "AverageValue"
     metadata = trigger["metadata"]
+    # KEDA's CRDs take a trigger's metadata as a map of strings (a number would be refused).
+    assert all(isinstance(value, str) for value in metadata.values())
+    assert set(trigger) <= {"type", "metricType", "metadata", "name", "authenticationRef"}
     assert metadata["query"] == f'max(crawler_workers_wanted{{spider="{spider}"}})'
     assert metadata["threshold"] == "1"
     assert metadata["activationThreshold"] == "0"
