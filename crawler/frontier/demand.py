@@ -2,9 +2,9 @@
 
 One script (``scripts/demand.lua``) reads at most ``sample`` queued requests in pop order and
 answers, per host among them, how many it holds, its rate now and the tokens its bucket has to
-spare; the head of the start list is read alongside (start entries that name a URL count for
-their host, others as unlimited work). Each host's share of the sample stands for its share of
-the whole queue. From that:
+spare; the head of the start list (START_SAMPLE entries at most) is read alongside (start
+entries that name a URL count for their host, others as unlimited work). Each host's share of
+the sample stands for its share of the whole queue. From that:
 
 - **ready**: requests that may go now: every request of an unlimited host, and of a paced host
   as many as its spare tokens;
@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     from crawler.frontier.pacing import Pacing
     from crawler.keys import FrontierKeys
 
-# Queued requests (and start entries) one look reads at most.
+# Queued requests one look reads at most (in Lua: the records never leave Redis).
 DEFAULT_SAMPLE = 1000
+# Start entries one look reads at most (sent to the reader: a few dozen KB at most).
+START_SAMPLE = 200
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ def queue_demand(
     paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
     args = [keys.queue_prefix, time.time(), sample, *paced]
     lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(), args)
-    pipe.lrange(keys.start, 0, sample - 1)
+    pipe.lrange(keys.start, 0, min(sample, START_SAMPLE) - 1)
 
 
 def read_demand(replies: list[Any], start: int, pacing: Pacing | None) -> Demand:
