@@ -267,6 +267,12 @@ class FrontierKeys:
         return start_leases_key(self.start)
 
     @property
+    def demand(self) -> str:
+        """The last look at the queue's head (``scripts/demand.lua``): when, and what it saw,
+        shared by the fleet so the look runs once per period, however many workers ask."""
+        return self._key("demand")
+
+    @property
     def buckets(self) -> str:
         """Prefix of the politeness token buckets, ``<prefix><domain>|<identity>`` (see
         ``rate_key``): the frontier's pop takes tokens from them (``Pacing``)."""

@@ -169,3 +169,18 @@ def test_status_serve_shows_every_spiders_sizing_at_metrics(
     assert 'crawler_workers_wanted{spider="profiles"} 1.0' in text
     assert 'crawler_workers_wanted{spider="explore"} 0.0' in text
     assert 'crawler_queue_ready{spider="profiles"} 3.0' in text
+
+
+def test_the_fleet_shares_one_look_per_period(redis_client: redis.Redis) -> None:
+    _queue(redis_client, 5, 2)
+
+    def look(fresh: float) -> int:
+        pipe = redis_client.pipeline(transaction=False)
+        queue_demand(pipe, KEYS, POLITE, 1000, fresh)
+        return read_demand(pipe.execute(), 0, POLITE).queued
+
+    assert look(0) == 10
+    _queue(redis_client, 5, 2, start=2)
+    assert look(60) == 10  # the last look is younger than 60 s: it answers
+    assert look(0) == 20  # a fresh look (what the autoscaler asks for)
+    assert look(60) == 20

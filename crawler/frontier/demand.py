@@ -86,13 +86,18 @@ class Demand:
 
 
 def queue_demand(
-    pipe: Any, keys: FrontierKeys, pacing: Pacing | None, sample: int = DEFAULT_SAMPLE
+    pipe: Any,
+    keys: FrontierKeys,
+    pacing: Pacing | None,
+    sample: int = DEFAULT_SAMPLE,
+    fresh: float = 0.0,
 ) -> None:
     """Queue on ``pipe`` the look at the queue's and the start list's heads (two replies, read
-    with :func:`read_demand`)."""
+    with :func:`read_demand`); the fleet's last look answers instead while it is younger than
+    ``fresh`` seconds (0: look now)."""
     paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
-    args = [keys.queue_prefix, time.time(), sample, *paced]
-    lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(), args)
+    args = [keys.queue_prefix, time.time(), sample, fresh, *paced]
+    lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(keys.demand), args)
     pipe.lrange(keys.start, 0, min(sample, START_SAMPLE) - 1)
 
 

@@ -209,7 +209,8 @@ class StatsPublisher:
         for minute in minutes:
             pipe.hgetall(self.keys.minute(minute))
         if self.sizing is not None:
-            queue_demand(pipe, self.frontier, self.sizing.pacing, self.sizing.config.sample)
+            sizing = self.sizing
+            queue_demand(pipe, self.frontier, sizing.pacing, sizing.config.sample, sizing.fresh)
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
         sizes = read_sizes(results[: len(SIZE_NAMES)])

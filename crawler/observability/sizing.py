@@ -119,15 +119,19 @@ def _workers(work: float, per_worker: float) -> int:
 
 @dataclass(frozen=True)
 class SizingInputs:
-    """What a look at the queue needs besides its keys: the settings and the fleet's pacing."""
+    """What a worker's look at the queue needs besides its keys: the settings, the fleet's
+    pacing, and how old a look of the fleet's may be to do (STATS_PUBLISH_INTERVAL: the fleet's
+    workers share one look per period)."""
 
     config: SizingConfig
     pacing: Pacing | None
+    fresh: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SizingInputs:
         lease = float(settings.getfloat("FRONTIER_LEASE_SECONDS"))
-        return cls(SizingConfig.from_settings(settings), fleet_pacing(settings, lease))
+        fresh = float(setting(settings, "STATS_PUBLISH_INTERVAL"))
+        return cls(SizingConfig.from_settings(settings), fleet_pacing(settings, lease), fresh)
 
 
 def read_sizing(
