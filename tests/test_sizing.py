@@ -131,6 +131,17 @@ def test_status_json_shows_the_sizing(crawl: Crawl, redis_client: redis.Redis) -
     assert sizing["workers_wanted"] == 1
     assert sizing["work_left"] == 3
     assert sizing["pace_measured"] is False
+    text = subprocess.run(
+        [sys.executable, "-m", "scrapy", "status", "profiles"],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        "  sizing    1 workers wanted: 3 ready, ceiling 0.05 requests/s, pace 10.00" in text.stdout
+    )
 
 
 def test_metrics_show_the_sizing_gauges() -> None:

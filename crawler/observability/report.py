@@ -224,6 +224,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"{rates['workers_items_per_min']:,.0f} items/min; last {rates['minutes']} min "
         f"{rates['pages_per_min']:,.0f} pages/min, {rates['items_per_min']:,.0f} items/min; "
         f"ETA {format_duration(status['eta_seconds'])}",
+        *sizing_line(status.get("sizing")),
         f"  per min   items {_series(rates['per_minute'], 'items')}  "
         f"pages {_series(rates['per_minute'], 'pages')}",
         f"  requests  {counters['requests']:,}; responses {counters['responses']:,}"
@@ -248,6 +249,18 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
             f"  dead letters: scrapy frontier {spider} dead | scrapy frontier {spider} requeue"
         )
     return lines
+
+
+def sizing_line(sizing: Mapping[str, Any] | None) -> list[str]:
+    """What the work allows (docs/scaling.md, "An elastic fleet"), one line."""
+    if not sizing:
+        return []
+    source = "measured" if sizing["pace_measured"] else "assumed"
+    return [
+        f"  sizing    {sizing['workers_wanted']} workers wanted: {sizing['ready']:,.0f} ready, "
+        f"ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
+        f"{sizing['pace_per_worker_second']:,.2f} pages per worker-second ({source})"
+    ]
 
 
 def _domain_lines(domains: Mapping[str, Any]) -> list[str]:
