@@ -118,3 +118,12 @@ def test_a_plan_without_a_measured_pace_calibrates_with_one_worker(
 
 def _queued(client: redis.Redis) -> int:
     return sum(int(client.llen(key)) for key in client.keys("{profiles}:queue:*"))
+
+
+def test_bad_autoscale_options_are_usage_errors(crawl: Crawl) -> None:
+    result = _fleet(crawl, "autoscale", "profiles", "--local", "--once", "--min", "5", "--max", "2")
+    assert result.returncode == 2
+    assert "AUTOSCALE_MIN_WORKERS (5) must not exceed AUTOSCALE_MAX_WORKERS (2)" in result.stderr
+    result = _fleet(crawl, "plan", "profiles", "--deadline", "soon", "--pages", "10")
+    assert result.returncode == 2
+    assert "--deadline: not a duration: 'soon'" in result.stderr

@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.config.rules import SettingsError
 from crawler.fleet.autoscaler import Autoscaler, Engine, Step
 from crawler.fleet.local import LocalWorkers
 from crawler.fleet.measure import RedisMark, fleet_sizing, local_beats
@@ -58,12 +59,17 @@ def add_sizing_options(parser: argparse.ArgumentParser) -> None:
 
 
 def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -> Settings:
-    """The project's settings as ``spider``'s workers have them, with the options' AUTOSCALE_*."""
+    """The project's settings as ``spider``'s workers have them, with the options' AUTOSCALE_*
+    (UsageError naming the setting when one is refused)."""
     ours = settings.copy()
     get_spider_loader(settings).load(spider).update_settings(ours)
     for option, name in OPTION_SETTINGS.items():
         if getattr(opts, option) is not None:
             ours.set(name, getattr(opts, option), priority="cmdline")
+    try:
+        SizingConfig.from_settings(ours)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
     return ours
 
 
