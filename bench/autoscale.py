@@ -52,6 +52,8 @@ HOSTS = 400
 class InstantEngine:
     """Workers that start and stop the moment they are told."""
 
+    errors: tuple[type[Exception], ...] = ()
+
     def __init__(self) -> None:
         self.workers: list[Member] = []
         self.count = 0

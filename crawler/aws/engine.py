@@ -28,6 +28,13 @@ def host_names(instance: Instance) -> tuple[str, ...]:
 class Ec2Workers:
     """The instances of one spider; ``rates()`` gives pages per minute by heartbeat host."""
 
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        # Imported here, as boto3 is (instances.py): every scrapy command loads this module.
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        return (BotoCoreError, ClientError)
+
     def __init__(
         self,
         fleet: Fleet,

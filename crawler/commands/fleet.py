@@ -84,8 +84,10 @@ class Command(ProjectCommand, ScrapyCommand):
         if action == "plan" or (action == "autoscale" and opts.local):
             assert spider is not None
             settings = sizing_settings(self.settings, spider, opts)
-            run = print_plan if action == "plan" else autoscale_local
-            run(self.redis(), settings, spider, opts)
+            if action == "plan":
+                print_plan(self.redis(), settings, spider, opts)
+            elif not autoscale_local(self.redis(), settings, spider, opts):
+                self.exitcode = 1
             return
         config = FleetConfig.from_settings(self.settings)
         fleet = Fleet(config)
@@ -149,7 +151,8 @@ class Command(ProjectCommand, ScrapyCommand):
         settings, server = sizing_settings(self.settings, spider, opts), self.redis()
         launch = self._launch_options(fleet, spider, opts)
         engine = Ec2Workers(fleet, spider, launch, lambda: beats_by_host(server, settings, spider))
-        autoscale(engine, server, settings, spider, opts)
+        if not autoscale(engine, server, settings, spider, opts):
+            self.exitcode = 1
 
     def _planned_count(self, spider: str, opts: argparse.Namespace) -> int:
         """The workers ``scrapy fleet plan`` gives for ``--deadline`` (its arithmetic shown on

@@ -23,7 +23,11 @@ class Member:
 
 
 class Engine(Protocol):
-    """Where workers run: local processes, EC2 instances."""
+    """Where workers run: local processes, EC2 instances; ``errors`` are what a look may meet
+    when the engine cannot be reached (reported, and the next look tried)."""
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]: ...
 
     def members(self) -> list[Member]:
         """The workers running and not told to go."""

@@ -106,7 +106,9 @@ def calibrated(server: RedisClient, settings: BaseSettings, spider: str, opts: A
     print(f"{spider}: no pace measured: one worker crawls up to {seconds} s to measure it",
           file=sys.stderr, flush=True)  # fmt: skip
     workers = LocalWorkers(
-        worker_command(spider, opts), dict, Path(opts.logs) if opts.logs else None
+        worker_command(spider, opts),
+        lambda: local_beats(server, settings, spider),
+        Path(opts.logs) if opts.logs else None,
     )
     workers.start(1)
     deadline = time.monotonic() + opts.calibrate
@@ -131,16 +133,17 @@ def stop_grace(settings: BaseSettings) -> float:
     return settings.getfloat("DOWNLOAD_TIMEOUT") + settings.getfloat("MONGO_FLUSH_INTERVAL") + 30
 
 
-def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
+def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> bool:
     """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine."""
     workers = LocalWorkers(
         worker_command(spider, opts),
         lambda: local_beats(server, settings, spider),
         Path(opts.logs) if opts.logs else None,
     )
-    autoscale(workers, server, settings, spider, opts, workers.reap)
+    succeeded = autoscale(workers, server, settings, spider, opts, workers.reap)
     if not opts.once:
         report(None, workers.close(stop_grace(settings)), opts.json)
+    return succeeded
 
 
 def autoscale(
@@ -150,10 +153,10 @@ def autoscale(
     spider: str,
     opts: Any,
     reap: Callable[[], dict[str, int]] = dict,
-) -> None:
+) -> bool:
     """Move ``engine`` toward the workers wanted, every AUTOSCALE_INTERVAL (once with
     ``--once``), the cool-down kept in Redis across runs; ``reap()`` gives the workers that
-    exited since the last look, with their exit status."""
+    exited since the last look, with their exit status. Whether the last look succeeded."""
     config = SizingConfig.from_settings(settings)
     autoscaler = Autoscaler(
         engine,
@@ -161,7 +164,21 @@ def autoscale(
         config.cooldown,
         mark=RedisMark(server, spider),
     )
-    run_loop(lambda: report(autoscaler.step(), reap(), opts.json), config.interval, opts.once)
+    return run_loop(
+        lambda: report(autoscaler.step(), reap(), opts.json),
+        config.interval,
+        opts.once,
+        (RedisError, *engine.errors),
+    )
+
+
+def _attempt(step: Callable[[], None], errors: tuple[type[Exception], ...]) -> bool:
+    try:
+        step()
+    except errors as exc:
+        print(f"look failed, will look again: {exc}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
@@ -181,21 +198,24 @@ def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
         print(f"{time.strftime('%H:%M:%S')}  " + "; ".join(parts), flush=True)
 
 
-def run_loop(step: Callable[[], None], interval: float, once: bool) -> None:
+def run_loop(
+    step: Callable[[], None],
+    interval: float,
+    once: bool,
+    errors: tuple[type[Exception], ...] = (RedisError,),
+) -> bool:
     """``step()`` every ``interval`` seconds until SIGTERM or SIGINT (once with ``once``); a
-    step that cannot reach Redis is reported and the next one tried."""
+    step that meets one of ``errors`` (Redis or the engine unreachable) is reported and the next
+    one tried. Whether the last step succeeded."""
     stop = threading.Event()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     for sig in handlers:
         signal.signal(sig, lambda *_: stop.set())
     try:
         while True:
-            try:
-                step()
-            except RedisError as exc:
-                print(f"Redis unreachable, will look again: {exc}", file=sys.stderr, flush=True)
+            succeeded = _attempt(step, errors)
             if once or stop.wait(interval):
-                return
+                return succeeded
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ class LocalWorkers:
     pid, each with the pages it reported and when it started (Unix time). A worker is up once it
     beats, idle when its pages did not move since the last look; a live worker of this machine
     not started here (by an earlier ``--once``, by hand) is a member too, told to go by pid."""
+
+    errors: tuple[type[Exception], ...] = (OSError,)  # a worker that could not be started
 
     def __init__(
         self,
@@ -107,9 +110,12 @@ class LocalWorkers:
         return len(self.processes)
 
     def close(self, grace: float) -> dict[str, int]:
-        """Tell every worker to go; kill those still running after ``grace`` seconds."""
-        self.stop(list(self.processes))
+        """Tell every worker to go, one still starting once it is up (a SIGTERM before Scrapy
+        handles it would kill it, status -15); kill those still running after ``grace``
+        seconds."""
         deadline = time.monotonic() + grace
+        self._await_up(deadline)
+        self.stop(list(self.processes))
         for process in list(self.processes.values()):
             try:
                 process.popen.wait(max(0.0, deadline - time.monotonic()))
@@ -117,6 +123,16 @@ class LocalWorkers:
                 process.popen.kill()
                 process.popen.wait()
         return self.reap()
+
+    def _await_up(self, deadline: float) -> None:
+        """Until every worker started here and running beats, or ``deadline``."""
+        while time.monotonic() < deadline:
+            self._collect()
+            beating = self.beats()
+            starting = [p for p in self.processes.values() if p.popen.pid not in beating]
+            if not starting:
+                return
+            threading.Event().wait(0.2)
 
     def _spawn(self) -> Process:
         self._spawned += 1
