@@ -76,6 +76,12 @@ def banned_key(spider: str) -> str:
     return tagged(spider, "fleet:banned")
 
 
+def autoscaled_key(spider: str) -> str:
+    """When ``scrapy fleet autoscale`` last grew or shrank the spider's fleet (Unix time), so a
+    cool-down holds across one-step runs (``--once`` from cron)."""
+    return tagged(spider, "fleet:autoscaled")
+
+
 def revisit_keys(spider: str) -> list[str]:
     """The waiting revisits of the spider (a sorted set) and their requests (a hash)."""
     return [tagged(spider, "revisit"), tagged(spider, "revisit:data")]
@@ -270,6 +276,12 @@ class FrontierKeys:
     @property
     def start_leases(self) -> str:
         return start_leases_key(self.start)
+
+    @property
+    def demand(self) -> str:
+        """The last look at the queue's head (``scripts/demand.lua``): when, and what it saw,
+        shared by the fleet so the look runs once per period, however many workers ask."""
+        return self._key("demand")
 
     @property
     def buckets(self) -> str:

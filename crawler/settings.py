@@ -366,6 +366,23 @@ PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # FLEET_SSM_*, FLEET_IAM_INSTANCE_PROFILE, FLEET_SUBNET_ID, FLEET_KEY_NAME,
 # FLEET_SECURITY_GROUP_IDS, FLEET_CRAWL_SETTINGS, AWS_ENDPOINT_URL: see docs/settings.md.
 
+# --- Autoscaling (crawler_workers_wanted; scrapy fleet plan|autoscale) --------------------------
+# AUTOSCALE_MIN_WORKERS (int >= 0, default 0): workers wanted at least, work or none.
+AUTOSCALE_MIN_WORKERS = 0
+# AUTOSCALE_MAX_WORKERS (int >= 1, default 8): workers wanted at most.
+AUTOSCALE_MAX_WORKERS = 8
+# AUTOSCALE_BACKLOG_SECONDS (float > 0 seconds, default 60): the ready work a worker is given (its
+# pace times this), and the time a host's backlog is spread over in the politeness ceiling.
+AUTOSCALE_BACKLOG_SECONDS = 60.0
+# AUTOSCALE_WORKER_PACE (float > 0 pages/s, default 10): a worker's pace until one is measured.
+AUTOSCALE_WORKER_PACE = 10.0
+# AUTOSCALE_SAMPLE (int >= 1, default 1000): queued requests read per look (start entries: 200).
+AUTOSCALE_SAMPLE = 1000
+# AUTOSCALE_INTERVAL (float > 0 seconds, default 15): how often `scrapy fleet autoscale` looks.
+AUTOSCALE_INTERVAL = 15.0
+# AUTOSCALE_COOLDOWN (float >= 0 seconds, default 120): no scale-in sooner after the last change.
+AUTOSCALE_COOLDOWN = 120.0
+
 # --- Links (crawler.spiders.links: breadth-first crawl of whole sites) -------------------------
 # LINKS_DEFAULT_SCHEME ("http" or "https", default "https"): scheme of a start entry's bare host.
 LINKS_DEFAULT_SCHEME = "https"

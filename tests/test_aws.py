@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,66 @@ def test_fleet_launch_needs_an_install_target(aws_env: dict[str, str], crawl: Cr
     )
     assert result.returncode != 0
     assert "FLEET_INSTALL" in result.stderr + result.stdout
+
+
+def _beat(client: redis.Redis, spider: str, host: str, pages_per_min: float) -> None:
+    """A live worker's heartbeat on ``host`` (what the fleet monitor writes)."""
+    worker = f"{host}:1:abc"
+    client.hset(
+        f"{{{spider}}}:workers:{worker}",
+        mapping={"worker": worker, "host": host, "pid": 1, "pages_per_min": pages_per_min},
+    )
+    client.zadd(f"{{{spider}}}:workers", {worker: time.time() + 60})
+
+
+def _ids(env: dict[str, str], settings: dict[str, str]) -> set[str]:
+    return {i["id"] for i in _json(_fleet(env, "list", "profiles", "--json", settings=settings))}
+
+
+def test_fleet_launch_by_deadline_and_autoscale_toward_the_workers_wanted(
+    crawl: Crawl, redis_client: redis.Redis, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    env = {**crawl.env(), **aws_env}
+    settings = {"FLEET_NAME": f"plan-{tmp_path.name[-12:]}", "POLITENESS_RATE": "0"}
+    # 72,000 pages in an hour at 10 pages per worker-second (none measured yet): 2 workers.
+    planned = _fleet(env, "launch", "profiles", "--deadline", "1h", "--pages", "72000",
+                     "--ami", ami, "--json", settings=settings)  # fmt: skip
+    assert len(_json(planned)) == 2
+    assert "workers     2" in planned.stderr
+
+    # One worker per start entry (10 pages/s x 0.1 s of backlog each), at most 8.
+    settings = {
+        "FLEET_NAME": f"auto-{tmp_path.name[-12:]}",
+        "AUTOSCALE_BACKLOG_SECONDS": "0.1",
+        "AUTOSCALE_WORKER_PACE": "10",
+    }
+    entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
+    redis_client.lpush("profiles:start_urls", *entries)
+    step = _json(_fleet(env, "autoscale", "profiles", "--once", "--json", "--ami", ami,
+                        "--cooldown", "3600", settings=settings))  # fmt: skip
+    assert (step["wanted"], step["running"], len(step["started"])) == (3, 0, 3)
+    live = {i["id"]: i for i in _json(_fleet(env, "list", "profiles", "--json", settings=settings))}
+    assert set(live) == set(step["started"])
+    busy = sorted(live)[1]
+    _beat(redis_client, "profiles", "ip-" + live[busy]["private_ip"].replace(".", "-"), 42.0)
+
+    # Less work: the surplus waits out the cool-down (counted from the launch, an earlier run).
+    redis_client.delete("profiles:start_urls")
+    redis_client.lpush("profiles:start_urls", entries[0])
+    waiting = _json(_fleet(env, "autoscale", "profiles", "--once", "--json", "--ami", ami,
+                           "--cooldown", "3600", settings=settings))  # fmt: skip
+    assert (waiting["wanted"], waiting["running"], waiting["stopped"]) == (1, 3, [])
+    assert waiting["waiting"] > 3500
+    # Cool-down over: the idle instances go first, the busy one stays.
+    shrunk = _json(_fleet(env, "autoscale", "profiles", "--once", "--json", "--ami", ami,
+                          "--cooldown", "0", settings=settings))  # fmt: skip
+    assert sorted(shrunk["stopped"]) == sorted(set(live) - {busy})
+    assert _ids(env, settings) == {busy}
+    # No work left: no worker wanted.
+    redis_client.delete("profiles:start_urls")
+    done = _json(_fleet(env, "autoscale", "profiles", "--once", "--json", "--ami", ami,
+                        "--cooldown", "0", settings=settings))  # fmt: skip
+    assert (done["wanted"], done["stopped"]) == (0, [busy])
+    assert _ids(env, settings) == set()

@@ -511,3 +511,74 @@ def test_settings_precedence(
     name: str, env: dict[str, str], args: tuple[str, ...], expected: str
 ) -> None:
     assert _setting(name, env, *args) == expected
+
+
+def test_keda_scales_each_spider_on_the_workers_its_work_allows(spiders: set[str]) -> None:
+    from crawler import settings
+    from crawler.observability.metrics import sizing_metrics
+
+    base = {doc["metadata"]["name"]: doc for doc in _k8s() if doc.get("kind") == "Deployment"}
+    keda = ROOT / "deploy" / "k8s" / "keda"
+    kustomization = _load_yaml(keda / "kustomization.yaml")
+    assert kustomization["resources"] == ["../", "sizing.yaml", "scaledobjects.yaml"]
+    scaled = {doc["metadata"]["name"]: doc for doc in _load_yaml_all(keda / "scaledobjects.yaml")}
+    assert {doc["kind"] for doc in scaled.values()} == {"ScaledObject"}
+    assert set(scaled) == set(base) == {f"crawler-{spider}" for spider in spiders}
+    gauges = {family.name for family in sizing_metrics({})}
+    assert "crawler_workers_wanted" in gauges
+    # A Deployment's worker never closes when idle: KEDA decides when it goes.
+    assert settings.MAX_IDLE_TIME_BEFORE_CLOSE == 0
+    for name, doc in scaled.items():
+        spec, spider = doc["spec"], name.removeprefix("crawler-")
+        assert doc["apiVersion"] == "keda.sh/v1alpha1"
+        assert spec["scaleTargetRef"] == {"name": name}
+        assert spec["minReplicaCount"] == 0
+        assert spec["maxReplicaCount"] == settings.AUTOSCALE_MAX_WORKERS
+        assert spec["cooldownPeriod"] >= spec["pollingInterval"] > 0
+        _assert_wanted_trigger(spec["triggers"], spider)
+        pod = base[name]["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] >= _grace_needed()
+        (container,) = pod["containers"]
+        assert container["command"] == ["scrapy", "crawl", spider]
+
+    (exporter,) = _load_yaml_all(keda / "sizing.yaml")
+    pod = exporter["spec"]["template"]
+    assert exporter["spec"]["replicas"] == 1
+    (container,) = pod["spec"]["containers"]
+    assert container["command"][:4] == ["scrapy", "status", "--serve", "9400"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9400"
+    assert {"name": "metrics", "containerPort": 9400} in container["ports"]
+
+
+def _assert_wanted_trigger(triggers: list[dict[str, Any]], spider: str) -> None:
+    (trigger,) = triggers
+    assert trigger["type"] == "prometheus"
+    assert trigger["metricType"] == "AverageValue"
+    metadata = trigger["metadata"]
+    # KEDA's CRDs take a trigger's metadata as a map of strings (a number would be refused).
+    assert all(isinstance(value, str) for value in metadata.values())
+    assert set(trigger) <= {"type", "metricType", "metadata", "name", "authenticationRef"}
+    assert metadata["query"] == f'max(crawler_workers_wanted{{spider="{spider}"}})'
+    assert metadata["threshold"] == "1"
+    assert metadata["activationThreshold"] == "0"
+    assert metadata["serverAddress"].startswith("http")
+
+
+def test_keda_scaled_job_example_completes_when_the_fleet_is_idle(spiders: set[str]) -> None:
+    keda = ROOT / "deploy" / "k8s" / "keda"
+    (job,) = _load_yaml_all(keda / "scaledjob-links.example.yaml")
+    assert job["kind"] == "ScaledJob"
+    assert (
+        "scaledjob-links.example.yaml" not in _load_yaml(keda / "kustomization.yaml")["resources"]
+    )
+    template = job["spec"]["jobTargetRef"]["template"]["spec"]
+    assert template["restartPolicy"] == "Never"
+    assert template["terminationGracePeriodSeconds"] >= _grace_needed()
+    (container,) = template["containers"]
+    command = container["command"]
+    assert command[:3] == ["scrapy", "crawl", "links"]
+    assert "links" in spiders
+    idle = [part for part in command if part.startswith("MAX_IDLE_TIME_BEFORE_CLOSE=")]
+    assert idle
+    assert int(idle[0].split("=")[1]) > 0
+    _assert_wanted_trigger(job["spec"]["triggers"], "links")

@@ -106,6 +106,14 @@ def test_settings_are_checked_against_each_other() -> None:
     assert line == "BAN_COOLDOWN_MAX = 10: must be a number >= BAN_COOLDOWN (100)"
 
 
+def test_the_fewest_workers_wanted_are_not_more_than_the_most() -> None:
+    (line,) = _problems(AUTOSCALE_MIN_WORKERS="5", AUTOSCALE_MAX_WORKERS="2")
+    assert line == "AUTOSCALE_MIN_WORKERS = 5: must be an integer <= AUTOSCALE_MAX_WORKERS (2)"
+    check_settings(_settings(AUTOSCALE_MIN_WORKERS="2", AUTOSCALE_MAX_WORKERS="2"))
+    (low,) = _problems(AUTOSCALE_BACKLOG_SECONDS="0")
+    assert low.startswith("AUTOSCALE_BACKLOG_SECONDS = 0: must be a number > 0")
+
+
 def test_the_fleet_concurrency_cap_fits_what_one_worker_downloads_before_its_lease_ends() -> None:
     check_settings(_settings(POLITENESS_CONCURRENCY="8", CONCURRENT_REQUESTS_PER_DOMAIN="8"))
     (line,) = _problems(POLITENESS_CONCURRENCY="9", CONCURRENT_REQUESTS_PER_DOMAIN="8")

@@ -1,17 +1,24 @@
-"""``scrapy fleet launch|list|rotate|scale-to-zero``: worker instances on AWS EC2.
+"""``scrapy fleet launch|list|rotate|scale-to-zero|plan|autoscale``: a fleet of workers, on AWS EC2
+or as local processes, sized by what the work allows (docs/scaling.md, "An elastic fleet").
 
 scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--ami ami-...]
     [--install 'git+https://github.com/org/crawler@v1.0'] [--secrets ssm|env]
 scrapy fleet list [SPIDER] [--json]
 scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
 scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
+scrapy fleet plan profiles --deadline 4h [--pages N] [--calibrate 60]    workers needed by then
+scrapy fleet launch profiles --deadline 4h             launch as many as the plan says
+scrapy fleet autoscale profiles --local --max 8 [--min 2] [--cooldown 120] [--once]
+    start and stop local `scrapy crawl` workers toward the workers the work allows
+scrapy fleet autoscale profiles [--once]    the same with EC2 instances
 
 A worker's user data installs the project with pip (FLEET_INSTALL or --install), reads REDIS_URL
 and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --secrets env copies
 this environment's values into the user data instead) and runs ``scrapy crawl SPIDER -s
 BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
 (``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
-of the same image, type and market. Settings: see crawler/aws/config.py.
+of the same image, type and market. Settings: see crawler/aws/config.py; AUTOSCALE_* for plan
+and autoscale (--min, --max, --cooldown and --interval set them for one run).
 """
 
 from __future__ import annotations
@@ -19,33 +26,48 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.aws.config import SECRET_MODES, FleetConfig
+from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
-from crawler.commands import ProjectCommand
+from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.fleet.cli import (
+    add_sizing_options,
+    autoscale,
+    autoscale_local,
+    planned,
+    print_plan,
+    sizing_settings,
+)
+from crawler.fleet.measure import beats_by_host, fleet_sizing
+from crawler.fleet.plan import explain
 from crawler.frontier.queue import WORK_LEFT
+from crawler.observability.sizing import SizingConfig
 
 if TYPE_CHECKING:
     import argparse
 
-ACTIONS = ("launch", "list", "rotate", "scale-to-zero")
+ACTIONS = ("launch", "list", "rotate", "scale-to-zero", "plan", "autoscale")
 
 
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
-        return "launch|list|rotate|scale-to-zero [spider] [options]"
+        return "launch|list|rotate|scale-to-zero|plan|autoscale [spider] [options]"
 
     def short_desc(self) -> str:
-        return "Launch, list, rotate and scale down worker instances on AWS EC2"
+        return "Plan, launch, autoscale, list, rotate and scale down a fleet of workers"
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--count", type=int, default=1, help="instances to launch")
+        keep_description_layout(parser)
+        parser.add_argument(
+            "--count", type=int, default=None, help="instances to launch (default 1, or planned)"
+        )
         parser.add_argument("--spot", action="store_true", help="one-time spot instances")
         parser.add_argument("--instance-type", default=None, help="default FLEET_INSTANCE_TYPE")
         parser.add_argument("--ami", default=None, help="image id (default FLEET_AMI)")
@@ -54,10 +76,19 @@ class Command(ProjectCommand, ScrapyCommand):
             "--secrets", choices=SECRET_MODES, default=None, help="default FLEET_SECRETS"
         )
         parser.add_argument("--json", action="store_true", help="print JSON")
+        add_sizing_options(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         action, spider = self._parse(args)
         assert self.settings is not None
+        if action == "plan" or (action == "autoscale" and opts.local):
+            assert spider is not None
+            settings = sizing_settings(self.settings, spider, opts)
+            if action == "plan":
+                print_plan(self.redis(), settings, spider, opts)
+            elif not autoscale_local(self.redis(), settings, spider, opts):
+                self.exitcode = 1
+            return
         config = FleetConfig.from_settings(self.settings)
         fleet = Fleet(config)
         if action == "list":
@@ -66,6 +97,8 @@ class Command(ProjectCommand, ScrapyCommand):
         assert spider is not None
         if action == "launch":
             self._launch(fleet, spider, opts)
+        elif action == "autoscale":
+            self._autoscale(fleet, spider, opts)
         elif action == "rotate":
             self._rotate(fleet, spider, opts.json)
         else:
@@ -80,9 +113,19 @@ class Command(ProjectCommand, ScrapyCommand):
         return action, self.known_spider(rest[0]) if rest else None
 
     def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
-        config = fleet.config
-        if opts.count < 1:
+        count = self._planned_count(spider, opts) if opts.deadline else opts.count or 1
+        if count < 1:
             raise UsageError("--count must be at least 1")
+        launched = fleet.launch(spider, count, **self._launch_options(fleet, spider, opts))
+        self._print(launched, opts.json, f"launched {len(launched)} workers of {spider}")
+
+    def _launch_options(
+        self, fleet: Fleet, spider: str, opts: argparse.Namespace
+    ) -> dict[str, Any]:
+        """``Fleet.launch``'s keyword arguments for new workers of ``spider``, from the options
+        and FLEET_* (UsageError when the install target, the image or the secrets mode is
+        missing or wrong)."""
+        config = fleet.config
         install = opts.install or config.install
         if not install:
             raise UsageError("say what workers install: --install or FLEET_INSTALL")
@@ -95,16 +138,33 @@ class Command(ProjectCommand, ScrapyCommand):
         if secrets == "env":
             assert self.settings is not None
             env = {n: os.environ.get(n) or self.settings.get(n) for n in ("REDIS_URL", "MONGO_URI")}
-        user_data = fleet.user_data(spider, install, secrets, env)
-        launched = fleet.launch(
-            spider,
-            opts.count,
-            user_data=user_data,
-            spot=opts.spot,
-            instance_type=opts.instance_type,
-            ami=opts.ami,
-        )
-        self._print(launched, opts.json, f"launched {len(launched)} workers of {spider}")
+        return {
+            "user_data": fleet.user_data(spider, install, secrets, env),
+            "spot": opts.spot,
+            "instance_type": opts.instance_type,
+            "ami": opts.ami,
+        }
+
+    def _autoscale(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
+        """EC2 instances toward the workers the work allows (see crawler/fleet/autoscaler.py)."""
+        assert self.settings is not None
+        settings, server = sizing_settings(self.settings, spider, opts), self.redis()
+        launch = self._launch_options(fleet, spider, opts)
+        engine = Ec2Workers(fleet, spider, launch, lambda: beats_by_host(server, settings, spider))
+        if not autoscale(engine, server, settings, spider, opts):
+            self.exitcode = 1
+
+    def _planned_count(self, spider: str, opts: argparse.Namespace) -> int:
+        """The workers ``scrapy fleet plan`` gives for ``--deadline`` (its arithmetic shown on
+        stderr)."""
+        if opts.count is not None:
+            raise UsageError("give --count or --deadline, not both")
+        assert self.settings is not None
+        settings = sizing_settings(self.settings, spider, opts)
+        chosen = planned(fleet_sizing(self.redis(), settings, spider), opts, spider)
+        max_workers = SizingConfig.from_settings(settings).max_workers
+        print("\n".join(explain(chosen, max_workers)), file=sys.stderr)
+        return chosen.workers
 
     def _rotate(self, fleet: Fleet, spider: str, as_json: bool) -> None:
         assert self.settings is not None

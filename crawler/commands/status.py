@@ -9,6 +9,7 @@ scrapy status                        every spider, as text
 scrapy status profiles --json        one spider, as JSON
 scrapy status profiles --watch 5     refresh every 5 seconds (Ctrl-C to stop)
 scrapy status --serve 9400           the fleet page at http://127.0.0.1:9400/ (Ctrl-C to stop)
+                                     and each spider's sizing gauges at /metrics
 
 The fleet page (no worker needed) shows the same figures with charts of the last hour, active
 ban cool-downs and the newest dead letters; it refreshes itself. It listens on 127.0.0.1 unless
@@ -32,6 +33,7 @@ from scrapy.spiderloader import get_spider_loader
 from twisted.internet.error import CannotListenError
 
 from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.fleet.exporter import sizing_registry
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
@@ -116,6 +118,16 @@ class Command(ProjectCommand, ScrapyCommand):
             print(CLEAR_SCREEN, end="")
         print(render_text(report), flush=True)
 
+    def _sizing_settings(self, classes: dict[str, Any]) -> dict[str, Any]:
+        """Each spider's settings as its workers have them (its own update_settings)."""
+        assert self.settings is not None
+        found = {}
+        for spider, spidercls in classes.items():
+            ours = self.settings.copy()
+            spidercls.update_settings(ours)
+            found[spider] = ours
+        return found
+
     def _serve(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
         """Serve the fleet page until Ctrl-C (or SIGTERM)."""
         from twisted.internet import reactor as installed
@@ -130,8 +142,9 @@ class Command(ProjectCommand, ScrapyCommand):
             lambda: fleet_report(server, settings, classes, opts.minutes, HISTORY_MINUTES),
             local_only=mode == "local",
         )
+        registry = sizing_registry(server, self._sizing_settings(classes))
         try:
-            listening = listen(opts.host, [opts.serve], site(None, page))
+            listening = listen(opts.host, [opts.serve], site(registry, page))
         except CannotListenError as exc:
             print(
                 f"Cannot serve the fleet page on {opts.host}:{opts.serve}: {exc}", file=sys.stderr

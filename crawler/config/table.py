@@ -329,6 +329,14 @@ RULES: dict[str, Rule] = {
     "DOMAINS_RATE": number(0),
     "DOMAINS_FLEET_RATE": number(0),
     "DOMAINS_BODY_BYTES": integer(1024),
+    # autoscaling (crawler/observability/sizing.py)
+    "AUTOSCALE_MIN_WORKERS": integer(0),
+    "AUTOSCALE_MAX_WORKERS": integer(1),
+    "AUTOSCALE_BACKLOG_SECONDS": number(0, above=True),
+    "AUTOSCALE_WORKER_PACE": number(0, above=True),
+    "AUTOSCALE_SAMPLE": integer(1),
+    "AUTOSCALE_INTERVAL": number(0, above=True),
+    "AUTOSCALE_COOLDOWN": number(0),
     # scrapy fleet (crawler/aws/config.py); not set means its default
     **dict.fromkeys(FLEET_TEXT, text(optional=True)),
     "FLEET_SECRETS": choice("ssm", "env", optional=True),

@@ -41,6 +41,8 @@ SENT_LATE = _BUCKET + _script("sent_late")
 ADOPT = _PRELUDE + _script("adopt")
 SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")
+# What the queue's head allows: its hosts, their rates and spare tokens (read only).
+DEMAND = _PRELUDE + _BUCKET + _script("pace") + _script("demand")
 POP_START = _script("pop_start")
 # The fleet's window of answers, and the pause once too many of them failed.
 FAILURES = _script("failures")

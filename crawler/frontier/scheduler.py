@@ -186,6 +186,13 @@ class FrontierScheduler(BaseScheduler):
         in_hand = self._ready or self._held or self.outbox.pushes
         return bool(in_hand) or self._queue_size > 0 or self._next_due > 0
 
+    def waiting_for_turns(self) -> bool:
+        """Whether this worker has nothing to send now for politeness: no request ready, and
+        its hosts' turns held for later, or its last paced pop found requests queued but none
+        whose host had a turn to give (the pace's busy time: FleetMonitor)."""
+        paced_out = self._rated is not None and self._empty_pops > 0 and self._queue_size > 0
+        return not self._ready and (bool(self._held) or paced_out)
+
     def has_pending_requests(self) -> bool:
         """Requests this worker can get now or at its next pop. Delayed requests and other
         workers' leases keep the crawl open through ``FleetIdle.keep_open_while_work_left``, so an

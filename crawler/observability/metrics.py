@@ -34,6 +34,13 @@ Gauges:
   whole fleet's pace over the last minutes, from the per-minute buckets in Redis.
 - ``crawler_eta_seconds{spider}``: the work left (queued, leased and delayed requests, and
   start entries) at the fleet's pace, or this worker's if faster (absent while nothing moves).
+- ``crawler_queue_ready{spider}``: requests that may go now (of hosts unlimited, or with tokens
+  to spare), ``crawler_politeness_ceiling{spider}``: the requests per second the sites allow
+  the work (per host the lesser of its rate and its backlog's need),
+  ``crawler_worker_pace{spider}``: the fleet's pages per busy worker-second (measured, else
+  AUTOSCALE_WORKER_PACE), and ``crawler_workers_wanted{spider}``: the workers the work allows
+  (docs/scaling.md, "An elastic fleet"); a worker serving metrics reads them every period from
+  the head of the queue (AUTOSCALE_SAMPLE requests at most).
 - ``crawler_paused{spider}``: 1 while this worker sees its crawl paused (``scrapy frontier
   SPIDER pause``), else 0; ``crawler_paused_since_seconds{spider}`` (Unix time, when the pause
   says) and ``crawler_pause_info{spider,by,reason}`` (always 1) while paused.
@@ -47,7 +54,7 @@ And prometheus_client's own: ``process_cpu_seconds_total``, ``process_resident_m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +71,7 @@ if TYPE_CHECKING:
     from crawler.frontier.pause import Pause
     from crawler.observability.counters import Counters
     from crawler.observability.publisher import FleetView
+    from crawler.observability.sizing import Sizing
 
 QUEUE_STATES = {
     "queue": "queued",
@@ -107,6 +115,7 @@ class WorkerCollector(Collector):
         yield from _counters(spider, snapshot.counters)
         yield from _domains(spider, snapshot.counters)
         yield from _fleet(spider, snapshot.fleet, snapshot.own_pace)
+        yield from _sizing(spider, snapshot.fleet)
         yield from _pause(spider, snapshot.pause)
         yield from _worker(snapshot.info)
 
@@ -218,6 +227,33 @@ def _fleet(spider: str, fleet: FleetView | None, own_pace: float) -> Iterator[Me
         if left is not None:
             eta.add_metric([spider], left)
     yield from (depth, seen, pages, items, eta)
+
+
+def _sizing(spider: str, fleet: FleetView | None) -> Iterator[Metric]:
+    sizing = None if fleet is None else fleet.sizing
+    if sizing is not None:
+        yield from sizing_metrics({spider: sizing})
+
+
+def sizing_metrics(sizings: Mapping[str, Sizing]) -> list[Metric]:
+    """The sizing gauges of each spider of ``sizings`` (spider -> its sizing): a worker's
+    own spider, or every spider of ``scrapy status --serve``."""
+    figures = (
+        ("crawler_queue_ready", "Requests that may go now (their host has rate to spare).",
+         "ready"),
+        ("crawler_politeness_ceiling", "Requests per second the sites allow the work.",
+         "ceiling"),
+        ("crawler_worker_pace", "Pages per busy worker-second, the fleet's.", "pace"),
+        ("crawler_workers_wanted", "Workers the work allows, within AUTOSCALE_*_WORKERS.",
+         "wanted"),
+    )  # fmt: skip
+    families: list[Metric] = []
+    for name, documentation, field in figures:
+        gauge = _gauge(name, documentation)
+        for spider, sizing in sizings.items():
+            gauge.add_metric([spider], getattr(sizing, field))
+        families.append(gauge)
+    return families
 
 
 def _pause(spider: str, pause: Pause | None) -> Iterator[Metric]:

@@ -38,6 +38,7 @@ from crawler.observability.progress import WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
+from crawler.observability.sizing import BUSY_STAT, SizingInputs
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RIDER = "fleet-stats"
+# Seconds between two looks at whether the worker is busy (for the pace: BusyClock).
+BUSY_SAMPLE = 0.1
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ class FleetMonitor:
             logging.WARNING,
         )
         self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
+        self._busy = BusyClock()
+        self._sampler: task.LoopingCall | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
@@ -140,6 +145,8 @@ class FleetMonitor:
             self._serve_metrics()
         self._loop = task.LoopingCall(self.tick)
         self._loop.start(self.config.period, now=True).addErrback(self._stopped, spider)
+        self._sampler = task.LoopingCall(self._sample_busy)
+        self._sampler.start(BUSY_SAMPLE, now=False).addErrback(self._stopped, spider)
 
     def open(self, spider: str, worker: str) -> None:
         """Set up the publisher for ``spider`` as ``worker`` (no I/O yet)."""
@@ -152,14 +159,16 @@ class FleetMonitor:
             str(settings.get("DUPEFILTER_MODE")),
             worker,
             self.config.heartbeat_ttl,
+            SizingInputs.from_settings(settings) if self.config.metrics_ports else None,
         )
         self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())
         self.registry = registry_for(self.snapshot)
         self._next_progress = time.monotonic() + self.config.progress_interval
 
     async def spider_closed(self, spider: Spider, reason: str) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        for loop in (self._loop, self._sampler):
+            if loop is not None and loop.running:
+                loop.stop()
         if self.publisher is not None:
             try:
                 self.publisher.close(self._stats(), reason)
@@ -183,6 +192,7 @@ class FleetMonitor:
         stats = self._stats()
         self._pages.add(now, stats.get("response_received_count", 0))
         self._items.add(now, stats.get("item_scraped_count", 0))
+        self._count(BUSY_STAT, self._busy.lap())
         if self._backoff.active():
             return
         riders = Riders.of(self.crawler)
@@ -239,6 +249,23 @@ class FleetMonitor:
         spiders = {self.info.spider: self.crawler.spidercls}
         return fleet_report(self.server, self.crawler.settings, spiders, history=HISTORY_MINUTES)
 
+    def _sample_busy(self) -> None:
+        """One sample of :class:`BusyClock`: is the worker idle now?"""
+        engine: Any = self.crawler.engine
+        downloader = getattr(engine, "downloader", None)
+        slot = getattr(getattr(engine, "scraper", None), "slot", None)
+        working = getattr(downloader, "active", None) or getattr(slot, "active", None)
+        self._busy.sample(not working and self._waiting())
+
+    def _waiting(self) -> bool:
+        """Whether the worker waits for its hosts' turns, or the fleet has nothing to fetch
+        (no request queued, no start entry) as of the last look."""
+        scheduler = FrontierReports(self.crawler).scheduler
+        if scheduler is not None and scheduler.waiting_for_turns():
+            return True
+        sizes = self.fleet.sizes if self.fleet is not None else None
+        return sizes is not None and not sizes.get("queue") and not sizes.get("start")
+
     # --- per-domain counters -------------------------------------------------------------------
 
     def request_reached_downloader(self, request: Request) -> None:
@@ -257,9 +284,9 @@ class FleetMonitor:
         # A copy: pipelines count from their writer threads while this reads.
         return self.crawler.stats.get_stats().copy()
 
-    def _count(self, key: str) -> None:
+    def _count(self, key: str, count: int = 1) -> None:
         if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
+            self.crawler.stats.inc_value(key, count)
 
     def _heartbeat(self, stats: dict[str, Any]) -> dict[str, Any]:
         assert self.info is not None
@@ -304,6 +331,30 @@ class FleetMonitor:
             exc_info=failure_to_exc_info(failure),
             extra={"spider": spider},
         )
+
+
+class BusyClock:
+    """The milliseconds a worker was busy between two laps, from samples taken every
+    ``BUSY_SAMPLE`` seconds: idle when nothing is in its downloader, no answer is being
+    processed and it waits for its hosts' turns or the fleet has nothing to fetch; so a worker
+    waiting for its hosts' turns is not busy, and one between two batches of start entries
+    is."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.idle = 0
+        self._since = time.monotonic()
+
+    def sample(self, idle: bool) -> None:
+        self.samples += 1
+        self.idle += idle
+
+    def lap(self) -> int:
+        now = time.monotonic()
+        share = 1.0 - self.idle / self.samples if self.samples else 1.0
+        busy = (now - self._since) * share
+        self.samples, self.idle, self._since = 0, 0, now
+        return round(busy * 1000)
 
 
 def _worker_id(crawler: Crawler) -> str:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts
+from crawler.frontier.demand import queue_demand, read_demand
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
 from crawler.frontier.queue import (
@@ -28,16 +29,19 @@ from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
 from crawler.observability.rates import bucket_rate
+from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, measured_pace, size
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
+    from crawler.observability.sizing import Sizing, SizingInputs
 
 # Stats counted per minute for the fleet's pace: bucket field -> stats key.
 MINUTE_FIELDS = {
     "requests": "downloader/request_count",
     "pages": "response_received_count",
     "items": "item_scraped_count",
+    BUSY_FIELD: BUSY_STAT,  # worker-milliseconds busy, for the pace per worker (sizing.py)
 }
 # Minutes of buckets the fleet's pace is measured over.
 RATE_MINUTES = 5
@@ -100,6 +104,7 @@ class FleetView:
         return bucket_rate(counts, self.time)
 
     per_entry: float = 1.0  # requests a start entry makes (``requests_per_entry``)
+    sizing: Sizing | None = None  # what the work allows (when the publisher was asked to look)
 
     @property
     def remaining(self) -> int:
@@ -124,6 +129,7 @@ class StatsPublisher:
         dupefilter_mode: str,
         worker: str,
         heartbeat_ttl: int,
+        sizing: SizingInputs | None = None,
     ) -> None:
         self.server = server
         self.keys = keys
@@ -131,6 +137,7 @@ class StatsPublisher:
         self.dupefilter_mode = dupefilter_mode
         self.worker = worker
         self.heartbeat_ttl = heartbeat_ttl
+        self.sizing = sizing
         self._sent: dict[str, int | float] = {}
         self._unacked: list[_Batch] = []
         self._seq = 0
@@ -201,19 +208,32 @@ class StatsPublisher:
         pipe.hmget(self.keys.stats, *ENTRY_STATS)
         for minute in minutes:
             pipe.hgetall(self.keys.minute(minute))
+        if self.sizing is not None:
+            sizing = self.sizing
+            queue_demand(pipe, self.frontier, sizing.pacing, sizing.config.sample, sizing.fresh)
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
         sizes = read_sizes(results[: len(SIZE_NAMES)])
         seen = read_seen(results[len(SIZE_NAMES)], self.dupefilter_mode)
         entry_stats = dict(zip(ENTRY_STATS, results[len(SIZE_NAMES) + 1], strict=True))
-        buckets = results[len(SIZE_NAMES) + 2 :]
-        return FleetView(
+        first = len(SIZE_NAMES) + 2
+        buckets = results[first : first + len(minutes)]
+        view = FleetView(
             now,
             sizes,
             seen,
             {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
             requests_per_entry(entry_stats),
         )
+        return self._sized(view, results[first + len(minutes) :])
+
+    def _sized(self, view: FleetView, replies: list[Any]) -> FleetView:
+        """``view`` with what the work allows, from the look at the queue's ``replies``."""
+        if self.sizing is None:
+            return view
+        demand = read_demand(replies, view.sizes["start"], self.sizing.pacing)
+        sizing = size(demand, view.remaining, measured_pace(view.minutes), self.sizing.config)
+        return replace(view, sizing=sizing)
 
 
 def _recent_minutes(now: float) -> list[int]:

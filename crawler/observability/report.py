@@ -24,6 +24,7 @@ from crawler.keys import FleetKeys, failure_window_key
 from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds, format_duration
+from crawler.observability.sizing import BUSY_FIELD, read_sizing
 from crawler.recrawl.store import RevisitStore
 from crawler.uris import MASK, mask_uri
 
@@ -114,6 +115,7 @@ def spider_status(
             bucket_rate({row["minute"] // 60: row[name] for row in per_minute}, now), 1
         )
         for name in MINUTE_FIELDS
+        if name != BUSY_FIELD
     }
     workers = live_workers(server, keys)
     pace = {
@@ -148,6 +150,14 @@ def spider_status(
         "eta_seconds": eta_seconds(
             work_left(sizes, requests_per_entry(stats)), pace["workers_pages_per_min"]
         ),
+        "sizing": read_sizing(
+            server,
+            settings,
+            spider,
+            sizes,
+            {row["minute"] // 60: row for row in per_minute},
+            requests_per_entry(stats),
+        ).to_json(),
         "cooldowns": [cooldown.to_json() for cooldown in active_cooldowns(server, spider, now)],
         "dead_letters": [
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
@@ -243,6 +253,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"{rates['workers_items_per_min']:,.0f} items/min; last {rates['minutes']} min "
         f"{rates['pages_per_min']:,.0f} pages/min, {rates['items_per_min']:,.0f} items/min; "
         f"ETA {format_duration(status['eta_seconds'])}",
+        *sizing_line(status.get("sizing")),
         f"  per min   items {_series(rates['per_minute'], 'items')}  "
         f"pages {_series(rates['per_minute'], 'pages')}",
         f"  requests  {counters['requests']:,}; responses {counters['responses']:,}"
@@ -288,6 +299,18 @@ def failure_text(failures: Mapping[str, Any]) -> str:
         f"{counted}; the crawl pauses itself once more than {most} of the last "
         f"{window:,} fail (FAILURE_PAUSE_RATIO {ratio:g})"
     )
+
+
+def sizing_line(sizing: Mapping[str, Any] | None) -> list[str]:
+    """What the work allows (docs/scaling.md, "An elastic fleet"), one line."""
+    if not sizing:
+        return []
+    source = "measured" if sizing["pace_measured"] else "assumed"
+    return [
+        f"  sizing    {sizing['workers_wanted']} workers wanted: {sizing['ready']:,.0f} ready, "
+        f"ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
+        f"{sizing['pace_per_worker_second']:,.2f} pages per worker-second ({source})"
+    ]
 
 
 def _domain_lines(domains: Mapping[str, Any]) -> list[str]:

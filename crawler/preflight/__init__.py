@@ -129,9 +129,18 @@ def _storage_problems(settings: BaseSettings) -> list[str]:
 
 
 # Checks of settings against each other, once each passes its own rule.
+def _autoscale_problems(settings: BaseSettings) -> list[str]:
+    """The fewest workers wanted cannot be more than the most."""
+    least, most = settings.getint("AUTOSCALE_MIN_WORKERS"), settings.getint("AUTOSCALE_MAX_WORKERS")
+    if least <= most:
+        return []
+    allowed = f"an integer <= AUTOSCALE_MAX_WORKERS ({most})"
+    return [problem("AUTOSCALE_MIN_WORKERS", settings.get("AUTOSCALE_MIN_WORKERS"), allowed)]
+
+
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
     *(_cooldown_problems, _concurrency_problems, _recrawl_problems, _storage_problems),
-    *(_browser_problems, scrapy_redis_problems),
+    *(_browser_problems, scrapy_redis_problems, _autoscale_problems),
 )
 
 

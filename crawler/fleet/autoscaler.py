@@ -1,0 +1,113 @@
+"""One rule for every engine: start workers at once when more are wanted, stop the surplus only
+once AUTOSCALE_COOLDOWN has passed since the fleet last changed, idle workers first, then the
+newest. A worker is told to go with SIGTERM (or its instance's shutdown): it stops taking work,
+releases what it holds, flushes its items and exits 0 (docs/scaling.md, "An elastic fleet").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Member:
+    """One worker of the fleet as its engine sees it."""
+
+    id: str
+    started: float  # Unix time
+    up: bool = True  # whether it may be told to go now (a booting process may not)
+    idle: bool = False  # whether it fetched nothing since the last look
+
+
+class Engine(Protocol):
+    """Where workers run: local processes, EC2 instances; ``errors`` are what a look may meet
+    when the engine cannot be reached (reported, and the next look tried)."""
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]: ...
+
+    def members(self) -> list[Member]:
+        """The workers running and not told to go."""
+
+    def start(self, count: int) -> list[str]:
+        """Start ``count`` workers; their ids."""
+
+    def stop(self, ids: list[str]) -> None:
+        """Tell these workers to go."""
+
+
+@dataclass
+class Step:
+    """What one look did."""
+
+    time: float
+    wanted: int
+    running: int
+    started: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    waiting: float = 0.0  # seconds of cool-down left before the surplus may go
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def surplus(members: list[Member], count: int) -> list[Member]:
+    """The ``count`` workers to stop: idle ones first, then the newest; never one not up."""
+    candidates = [member for member in members if member.up]
+    candidates.sort(key=lambda member: (not member.idle, -member.started))
+    return candidates[:count]
+
+
+class Mark(Protocol):
+    """Where the time of the fleet's last change is kept between runs (Unix time)."""
+
+    def read(self) -> float: ...
+
+    def write(self, when: float) -> None: ...
+
+
+class Autoscaler:
+    """Moves ``engine`` toward ``wanted()`` workers, one look per :meth:`step`; with ``mark``,
+    the cool-down counts from a change made by an earlier run too."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        wanted: Callable[[], int],
+        cooldown: float,
+        clock: Callable[[], float] = time.time,
+        mark: Mark | None = None,
+    ) -> None:
+        self.engine = engine
+        self.wanted = wanted
+        self.cooldown = cooldown
+        self.clock = clock
+        self.mark = mark
+        self.changed = float("-inf")  # when the fleet last grew or shrank
+
+    def step(self) -> Step:
+        target, members = self.wanted(), self.engine.members()
+        now = self.clock()
+        if self.mark is not None:
+            self.changed = max(self.changed, self.mark.read())
+        step = self._move(target, members, now)
+        if (step.started or step.stopped) and self.mark is not None:
+            self.mark.write(now)
+        return step
+
+    def _move(self, target: int, members: list[Member], now: float) -> Step:
+        step = Step(time.time(), target, len(members))
+        if target > len(members):
+            step.started = self.engine.start(target - len(members))
+            self.changed = now
+        elif target < len(members):
+            step.waiting = max(0.0, self.changed + self.cooldown - now)
+            if not step.waiting:
+                step.stopped = [m.id for m in surplus(members, len(members) - target)]
+                if step.stopped:
+                    self.engine.stop(step.stopped)
+                    self.changed = now
+        return step

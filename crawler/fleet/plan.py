@@ -1,0 +1,112 @@
+"""``scrapy fleet plan``: the workers a crawl needs to finish by a deadline, from the measured
+pace, capped by the politeness ceiling (the sites' allowed rates), with the arithmetic shown.
+
+    pages P, deadline D, pace p pages per worker-second, ceiling C requests/s
+    needed rate   r = P / D
+    workers       w = ceil(r / p), at most ceil(C / p) (more would wait for the sites)
+    finish        P / min(w x p, C): later than D when r > C (the deadline is unreachable)
+
+The ceiling is the one of the gauges with the work spread over the deadline: per host the
+lesser of its rate and its share of P over D.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crawler.observability.sizing import Sizing
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``4h``, ``90m``, ``1h30m``, ``3600s`` or ``3600``; ValueError otherwise."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    elif text and re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+        seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION.findall(text))
+    else:
+        raise ValueError(f"not a duration: {text!r} (say 4h, 90m, 1h30m or 3600s)")
+    if seconds <= 0:
+        raise ValueError(f"a deadline must be in the future, not {text!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The workers needed for ``pages`` by ``deadline`` seconds, and whether it can be done."""
+
+    pages: int
+    deadline: float
+    pace: float
+    measured: bool
+    ceiling: float | None  # None: no queued work to read the sites' rates from
+    workers: int
+    by_pace: int  # workers the pace alone asks for
+    finish: float  # seconds the crawl takes with ``workers``
+
+    @property
+    def reachable(self) -> bool:
+        return self.finish <= self.deadline * (1 + 1e-9)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "reachable": self.reachable}
+
+
+def plan(pages: int, deadline: float, sizing: Sizing) -> Plan:
+    """The plan for ``pages`` by ``deadline`` from ``sizing`` (its pace and its queue's hosts)."""
+    pace = sizing.pace
+    by_pace = max(1, math.ceil(pages / deadline / pace - 1e-9)) if pages else 0
+    ceiling = _ceiling(pages, deadline, sizing)
+    workers = by_pace
+    if ceiling is not None and pages:
+        workers = min(by_pace, max(1, math.ceil(ceiling / pace - 1e-9)))
+    rate = workers * pace if ceiling is None else min(workers * pace, ceiling)
+    finish = pages / rate if pages else 0.0
+    return Plan(pages, deadline, pace, sizing.measured, ceiling, workers, by_pace, finish)
+
+
+def _ceiling(pages: int, deadline: float, sizing: Sizing) -> float | None:
+    demand = sizing.demand
+    if demand is None or (not demand.hosts and not demand.start_hosts) or not sizing.work:
+        return None
+    return demand.ceiling(deadline, pages / sizing.work)
+
+
+def explain(plan: Plan, max_workers: int) -> list[str]:
+    """The plan's arithmetic, line by line, and its warnings."""
+    hours = plan.deadline / 3600
+    source = "measured" if plan.measured else "AUTOSCALE_WORKER_PACE, not measured yet"
+    lines = [
+        f"pages       {plan.pages:,}",
+        f"deadline    {plan.deadline:,.0f} s ({hours:.2f} h)",
+        f"needed      {plan.pages:,} / {plan.deadline:,.0f} s = {plan.pages / plan.deadline:,.2f} "
+        "pages/s",
+        f"pace        {plan.pace:,.2f} pages per worker-second ({source})",
+        f"by pace     ceil({plan.pages / plan.deadline:,.2f} / {plan.pace:,.2f}) = "
+        f"{plan.by_pace} workers",
+    ]
+    if plan.ceiling is None:
+        lines.append("ceiling     unknown (nothing queued to read the sites' rates from)")
+    else:
+        lines.append(
+            f"ceiling     {plan.ceiling:,.2f} requests/s the sites allow: at most "
+            f"ceil({plan.ceiling:,.2f} / {plan.pace:,.2f}) = "
+            f"{max(1, math.ceil(plan.ceiling / plan.pace - 1e-9))} workers"
+        )
+    lines.append(f"workers     {plan.workers}")
+    lines.append(f"finish      {plan.finish:,.0f} s ({plan.finish / 3600:.2f} h)")
+    if not plan.reachable:
+        lines.append(
+            f"WARNING     the deadline is unreachable at the sites' allowed rates: "
+            f"{plan.pages:,} pages take at least {plan.finish / 3600:.2f} h"
+        )
+    if plan.workers > max_workers:
+        lines.append(f"WARNING     more than AUTOSCALE_MAX_WORKERS ({max_workers}) workers")
+    return lines

@@ -1,0 +1,152 @@
+"""How many workers the work allows: the ready requests, the politeness ceiling, the fleet's
+measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic fleet").
+
+- **pace**: pages per worker-second, measured over the last minutes from the fleet's minute
+  buckets: pages over the seconds workers were busy (a worker is busy while it has a request
+  in the downloader: see ``BusyClock``), so a worker that waits for its hosts' turns does not
+  look slow; AUTOSCALE_WORKER_PACE until any was measured;
+- **workers wanted**: the lesser of the ready requests over what a worker fetches in
+  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling over the pace (both rounded up); at
+  least one while any work is left (queued, leased, delayed or start entries); within
+  AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from crawler.config import setting
+from crawler.config.rules import SettingsError
+from crawler.frontier.demand import queue_demand, read_demand
+from crawler.frontier.pacing import fleet_pacing
+from crawler.frontier.queue import spider_frontier, work_left
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from crawler.connection import RedisClient
+    from crawler.frontier.demand import Demand
+    from crawler.frontier.pacing import Pacing
+
+# The minute bucket field of the worker-milliseconds busy (the stat a worker counts them in).
+BUSY_FIELD = "busy_ms"
+BUSY_STAT = "fleet/busy_ms"
+# Busy worker-seconds below which no pace is measured (a fleet just starting).
+MIN_BUSY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class SizingConfig:
+    """AUTOSCALE_* (docs/settings.md), read and checked once."""
+
+    min_workers: int = 0
+    max_workers: int = 8
+    backlog_seconds: float = 60.0
+    default_pace: float = 10.0
+    sample: int = 1000
+    interval: float = 15.0
+    cooldown: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> SizingConfig:
+        config = cls(
+            min_workers=setting(settings, "AUTOSCALE_MIN_WORKERS"),
+            max_workers=setting(settings, "AUTOSCALE_MAX_WORKERS"),
+            backlog_seconds=setting(settings, "AUTOSCALE_BACKLOG_SECONDS"),
+            default_pace=setting(settings, "AUTOSCALE_WORKER_PACE"),
+            sample=setting(settings, "AUTOSCALE_SAMPLE"),
+            interval=setting(settings, "AUTOSCALE_INTERVAL"),
+            cooldown=setting(settings, "AUTOSCALE_COOLDOWN"),
+        )
+        if config.min_workers > config.max_workers:
+            raise SettingsError(
+                f"AUTOSCALE_MIN_WORKERS ({config.min_workers}) must not exceed "
+                f"AUTOSCALE_MAX_WORKERS ({config.max_workers})"
+            )
+        return config
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What the work allows now, and the workers wanted for it."""
+
+    ready: float  # requests that may go now
+    ceiling: float  # requests per second the sites allow the work
+    pace: float  # pages per worker-second (measured, or the configured one)
+    measured: bool  # whether ``pace`` was measured
+    work: int  # work left: requests queued, leased, delayed and start entries
+    wanted: int
+    demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ready": round(self.ready, 1),
+            "ceiling_per_second": round(self.ceiling, 3),
+            "pace_per_worker_second": round(self.pace, 3),
+            "pace_measured": self.measured,
+            "work_left": self.work,
+            "workers_wanted": self.wanted,
+        }
+
+
+def measured_pace(minutes: Mapping[int, Mapping[str, int]]) -> float | None:
+    """Pages per busy worker-second over the minute buckets, None when too few were busy."""
+    pages = sum(bucket.get("pages", 0) for bucket in minutes.values())
+    busy = sum(bucket.get(BUSY_FIELD, 0) for bucket in minutes.values()) / 1000
+    return pages / busy if busy >= MIN_BUSY_SECONDS and pages > 0 else None
+
+
+def size(demand: Demand, work: int, pace: float | None, config: SizingConfig) -> Sizing:
+    """The workers ``demand`` asks for with ``work`` left at ``pace`` (None: not measured)."""
+    per_worker = pace or config.default_pace
+    ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
+    by_ready = _workers(ready, per_worker * config.backlog_seconds)
+    by_ceiling = _workers(ceiling, per_worker)
+    wanted = min(by_ready, by_ceiling)
+    if work > 0:
+        wanted = max(1, wanted)
+    wanted = max(config.min_workers, min(config.max_workers, wanted))
+    return Sizing(ready, ceiling, per_worker, pace is not None, work, wanted, demand)
+
+
+def _workers(work: float, per_worker: float) -> int:
+    """Workers ``work`` asks for at ``per_worker`` each, rounded up (a hair's excess ignored)."""
+    return math.ceil(work / per_worker - 1e-9) if work > 0 else 0
+
+
+@dataclass(frozen=True)
+class SizingInputs:
+    """What a worker's look at the queue needs besides its keys: the settings, the fleet's
+    pacing, and how old a look of the fleet's may be to do (STATS_PUBLISH_INTERVAL: the fleet's
+    workers share one look per period)."""
+
+    config: SizingConfig
+    pacing: Pacing | None
+    fresh: float = 0.0
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> SizingInputs:
+        lease = float(settings.getfloat("FRONTIER_LEASE_SECONDS"))
+        fresh = float(setting(settings, "STATS_PUBLISH_INTERVAL"))
+        return cls(SizingConfig.from_settings(settings), fleet_pacing(settings, lease), fresh)
+
+
+def read_sizing(
+    server: RedisClient,
+    settings: BaseSettings,
+    spider: str,
+    sizes: Mapping[str, int],
+    minutes: Mapping[int, Mapping[str, int]],
+    per_entry: float = 1.0,
+) -> Sizing:
+    """The fleet's sizing now, for a command: the frontier's ``sizes`` and ``minutes`` of the
+    fleet's buckets read already, the queue's head in one more round trip."""
+    inputs = SizingInputs.from_settings(settings)
+    keys = spider_frontier(server, settings, spider).keys
+    pipe = server.pipeline(transaction=False)
+    queue_demand(pipe, keys, inputs.pacing, inputs.config.sample)
+    demand = read_demand(pipe.execute(), sizes.get("start", 0), inputs.pacing)
+    return size(demand, work_left(sizes, per_entry), measured_pace(minutes), inputs.config)

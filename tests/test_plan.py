@@ -1,0 +1,129 @@
+"""``scrapy fleet plan``: workers needed by a deadline from the pace, capped by the sites'
+allowed rates, with the arithmetic shown and a warning when the deadline cannot be met."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import redis
+
+from crawler.fleet.plan import explain, parse_duration, plan
+from crawler.frontier.demand import Demand, HostDemand
+from crawler.observability.sizing import Sizing
+from tests.harness import ROOT, Crawl
+
+
+def _sizing(hosts: tuple[HostDemand, ...], queued: int, pace: float = 10.0) -> Sizing:
+    demand = Demand(queued, sum(h.count for h in hosts), hosts)
+    return Sizing(0.0, 0.0, pace, True, queued, 1, demand)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("4h", 14400.0), ("90m", 5400.0), ("1h30m", 5400.0), ("3600s", 3600.0), ("60", 60.0)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "4d", "soon", "0h"])
+def test_durations_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"duration|future"):
+        parse_duration(text)
+
+
+def test_unthrottled_work_takes_as_many_workers_as_the_pace_asks() -> None:
+    hosts = tuple(HostDemand(f"h{n}", 10) for n in range(100))  # 1,000 in the sample
+    chosen = plan(72_000, 3600, _sizing(hosts, 72_000))
+    assert (chosen.workers, chosen.by_pace, chosen.reachable) == (2, 2, True)
+    assert chosen.finish == pytest.approx(3600)
+    assert "by pace     ceil(20.00 / 10.00) = 2 workers" in explain(chosen, 8)
+
+
+def test_a_politeness_bound_crawl_gets_one_worker_and_a_warning() -> None:
+    hosts = tuple(HostDemand(f"h{n}", 200, rate=1.0, spare=0) for n in range(5))
+    chosen = plan(100_000, 4 * 3600, _sizing(hosts, 100_000))
+    assert chosen.ceiling == pytest.approx(5.0)
+    assert chosen.by_pace == 1  # 6.94 pages/s at 10 per worker-second
+    assert chosen.workers == 1
+    assert not chosen.reachable
+    assert chosen.finish == pytest.approx(20_000)
+    lines = explain(chosen, 8)
+    assert any(line.startswith("WARNING     the deadline is unreachable") for line in lines)
+
+
+def test_the_ceiling_caps_the_workers_the_pace_would_ask() -> None:
+    hosts = tuple(HostDemand(f"h{n}", 100, rate=2.0, spare=1) for n in range(10))  # 20/s
+    chosen = plan(1_000_000, 3600, _sizing(hosts, 1_000_000, pace=5.0))
+    assert (chosen.by_pace, chosen.workers) == (56, 4)
+    assert "WARNING     more than AUTOSCALE_MAX_WORKERS (8) workers" not in explain(chosen, 8)
+
+
+def _fleet(crawl: Crawl, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "fleet", *args],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:
+    homes = [f"http://site{n}.example/" for n in range(5)]
+    redis_client.lpush("links:start_urls", *homes)
+    polite = ["-s", "POLITENESS_RATE=1"]
+    result = _fleet(crawl, "plan", "links", "--deadline", "4h", "--pages", "100000", *polite)
+    assert result.returncode == 0, result.stderr
+    assert "ceiling     5.00 requests/s the sites allow" in result.stdout
+    assert "workers     1" in result.stdout
+    assert "WARNING     the deadline is unreachable" in result.stdout
+    unlimited = ["-s", "POLITENESS_RATE=0"]
+    result = _fleet(crawl, "plan", "links", "--deadline", "1h", "--pages", "72000", *unlimited)
+    assert "workers     2" in result.stdout
+    # At the project's default rate (0.5/s), 5 hosts allow 2.5 requests/s: one worker.
+    result = _fleet(crawl, "plan", "links", "--deadline", "1h", "--pages", "72000", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["workers"] == 1
+    redis_client.delete("links:start_urls")
+    result = _fleet(crawl, "plan", "links", "--deadline", "1h")
+    assert result.returncode != 0
+    assert "no work left: give --pages N" in result.stderr
+
+
+@pytest.mark.integration
+def test_a_plan_without_a_measured_pace_calibrates_with_one_worker(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    users = [f"missing.cal.{n}" for n in range(400)]
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in users))
+    worker = crawl.command("profiles", settings={"STATS_PUBLISH_INTERVAL": 1})
+    pairs = worker[worker.index("profiles") + 1 :]
+    result = _fleet(crawl, "plan", "profiles", "--deadline", "1h", "--calibrate", "40", *pairs)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no pace measured: one worker crawls up to 40 s" in result.stderr
+    assert "pages per worker-second (measured)" in result.stdout
+    # The worker told to go lost nothing: what it stored is stored once, the rest still queued.
+    stored = [doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})]
+    assert len(stored) == len(set(stored)) > 0
+    assert not redis_client.zcard("{profiles}:leases")
+    assert not redis_client.zcard("{profiles:start_urls}:leases")
+    left = int(redis_client.llen("profiles:start_urls")) + len(stored)
+    assert left <= len(users) <= left + _queued(redis_client)
+
+
+def _queued(client: redis.Redis) -> int:
+    return sum(int(client.llen(key)) for key in client.keys("{profiles}:queue:*"))
+
+
+def test_bad_autoscale_options_are_usage_errors(crawl: Crawl) -> None:
+    result = _fleet(crawl, "autoscale", "profiles", "--local", "--once", "--min", "5", "--max", "2")
+    assert result.returncode == 2
+    assert "AUTOSCALE_MIN_WORKERS (5) must not exceed AUTOSCALE_MAX_WORKERS (2)" in result.stderr
+    result = _fleet(crawl, "plan", "profiles", "--deadline", "soon", "--pages", "10")
+    assert result.returncode == 2
+    assert "--deadline: not a duration: 'soon'" in result.stderr

@@ -1,0 +1,197 @@
+"""What the work allows, read from a real Redis: ready requests, the politeness ceiling and the
+workers wanted, for a politeness-bound web (5 hosts at 1 request/s) and an unthrottled one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+from urllib.request import urlopen
+
+import pytest
+import redis
+from scrapy.settings import Settings
+
+from crawler import settings as project_settings
+from crawler.config.rules import SettingsError
+from crawler.frontier.demand import entry_host, queue_demand, read_demand
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.pacing import Pacing
+from crawler.frontier.queue import Frontier, Pending
+from crawler.keys import FrontierKeys
+from crawler.observability.counters import Counters
+from crawler.observability.metrics import WorkerInfo, render
+from crawler.observability.publisher import FleetView
+from crawler.observability.sizing import Sizing, SizingConfig, measured_pace, size
+from tests.harness import ROOT, Crawl
+
+KEYS = FrontierKeys("sized", "sized:start_urls")
+POLITE = Pacing(identity="direct", rate=1.0, burst=1.0, recovery=0.001)
+CONFIG = SizingConfig(max_workers=1000, backlog_seconds=60, default_pace=10)
+
+
+def _queue(server: redis.Redis, hosts: int, per_host: int, start: int = 0) -> None:
+    frontier = Frontier(server, KEYS, DupefilterConfig("none"))
+    batch = []
+    for n in range(start, start + per_host):
+        for h in range(hosts):
+            url = f"http://h{h}.example/p/{n}"
+            record = json.dumps({"u": url, "c": "parse"}, separators=(",", ":"))
+            batch.append(Pending(record, hashlib.sha1(url.encode()).digest()[:8]))
+        if len(batch) >= 2000:
+            frontier.schedule(batch)
+            batch = []
+    if batch:
+        frontier.schedule(batch)
+
+
+def _sizing(server: redis.Redis, pacing: Pacing | None, config: SizingConfig = CONFIG) -> Sizing:
+    pipe = server.pipeline(transaction=False)
+    queue_demand(pipe, KEYS, pacing, config.sample)
+    demand = read_demand(pipe.execute(), int(server.llen(KEYS.start)), pacing)
+    return size(demand, demand.queued + demand.start, None, config)
+
+
+def test_a_politeness_bound_web_wants_one_worker_whatever_the_queue(
+    redis_client: redis.Redis,
+) -> None:
+    for per_host in (2, 200, 4000):  # 10, 1,000 and 20,000 requests queued on 5 hosts
+        redis_client.flushdb()
+        _queue(redis_client, 5, per_host)
+        sizing = _sizing(redis_client, POLITE)
+        assert sizing.ceiling <= 5.0 + 1e-9
+        assert sizing.ceiling == pytest.approx(min(5.0, 5 * per_host / 60))
+        assert sizing.ready <= 5
+        assert sizing.wanted == 1, sizing
+    # With every host's token taken by the pop, nothing is ready; one worker is still wanted.
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig("none"))
+    frontier.pop(50, 60, "w1", POLITE)
+    sizing = _sizing(redis_client, POLITE)
+    assert sizing.ready == 0
+    assert sizing.wanted == 1
+
+
+def test_an_unthrottled_web_wants_more_workers_as_its_queue_grows(
+    redis_client: redis.Redis,
+) -> None:
+    wanted, queued = [], 0
+    for per_host in (1, 10, 50):  # 400, 4,000 and 20,000 requests on 400 hosts
+        _queue(redis_client, 400, per_host - queued, start=queued)
+        queued = per_host
+        sizing = _sizing(redis_client, None)
+        assert sizing.ready == pytest.approx(400 * per_host)
+        # A worker fetches 10 pages/s x 60 s of the ready work.
+        assert sizing.wanted == -(-400 * per_host // 600), sizing
+        wanted.append(sizing.wanted)
+    assert wanted == [1, 7, 34]
+    # Paced at 1 request/s per host, 400 hosts allow at most 400 requests/s: 40 workers.
+    assert _sizing(redis_client, POLITE).wanted <= 40
+
+
+def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: redis.Redis) -> None:
+    redis_client.lpush(KEYS.start, *(f"http://h{n % 5}.example/{n}" for n in range(5000)))
+    assert _sizing(redis_client, POLITE).wanted == 1
+    assert _sizing(redis_client, None).wanted == 9
+    assert _sizing(redis_client, None, SizingConfig(max_workers=4)).wanted == 4
+    redis_client.delete(KEYS.start)
+    assert _sizing(redis_client, None, SizingConfig(min_workers=2)).wanted == 2
+    assert _sizing(redis_client, None).wanted == 0
+    assert entry_host('{"url": "https://A.example:8080/x"}') == "a.example"
+    assert entry_host('{"unique_id": "someone"}') == ""
+
+
+def test_the_pace_is_pages_per_busy_worker_second() -> None:
+    assert measured_pace({1: {"pages": 300, "busy_ms": 10_000}, 2: {"pages": 300}}) == 60.0
+    assert measured_pace({1: {"pages": 3, "busy_ms": 500}}) is None
+
+
+def test_the_minimum_may_not_exceed_the_maximum() -> None:
+    settings = Settings()
+    settings.setmodule(project_settings, priority="default")
+    settings.setdict({"AUTOSCALE_MIN_WORKERS": 5, "AUTOSCALE_MAX_WORKERS": 2})
+    with pytest.raises(SettingsError, match="AUTOSCALE_MIN_WORKERS"):
+        SizingConfig.from_settings(settings)
+
+
+def test_status_json_shows_the_sizing(crawl: Crawl, redis_client: redis.Redis) -> None:
+    entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
+    redis_client.lpush("profiles:start_urls", *entries)
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "status", "profiles", "--json"],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    sizing = json.loads(result.stdout)["spiders"]["profiles"]["sizing"]
+    assert sizing["workers_wanted"] == 1
+    assert sizing["work_left"] == 3
+    assert sizing["pace_measured"] is False
+    text = subprocess.run(
+        [sys.executable, "-m", "scrapy", "status", "profiles"],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        "  sizing    1 workers wanted: 3 ready, ceiling 0.05 requests/s, pace 10.00" in text.stdout
+    )
+
+
+def test_metrics_show_the_sizing_gauges() -> None:
+    sizing = Sizing(ready=12.0, ceiling=5.0, pace=40.0, measured=True, work=3000, wanted=1)
+    fleet = FleetView(0.0, {"queue": 3000}, None, sizing=sizing)
+    info = WorkerInfo("links", "w1", "host", 1, 0.0)
+    page = render(info, Counters.from_stats({}), fleet)
+    assert 'crawler_queue_ready{spider="links"} 12.0' in page
+    assert 'crawler_politeness_ceiling{spider="links"} 5.0' in page
+    assert 'crawler_worker_pace{spider="links"} 40.0' in page
+    assert 'crawler_workers_wanted{spider="links"} 1.0' in page
+
+
+def test_status_serve_shows_every_spiders_sizing_at_metrics(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """What KEDA's trigger reads when a spider has no worker to serve its own gauges."""
+    entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
+    redis_client.lpush("profiles:start_urls", *entries)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
+        cwd=ROOT,
+        env=crawl.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[3]
+        with urlopen(url + "metrics", timeout=30) as answer:
+            text = answer.read().decode()
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    assert 'crawler_workers_wanted{spider="profiles"} 1.0' in text
+    assert 'crawler_workers_wanted{spider="explore"} 0.0' in text
+    assert 'crawler_queue_ready{spider="profiles"} 3.0' in text
+
+
+def test_the_fleet_shares_one_look_per_period(redis_client: redis.Redis) -> None:
+    _queue(redis_client, 5, 2)
+
+    def look(fresh: float) -> int:
+        pipe = redis_client.pipeline(transaction=False)
+        queue_demand(pipe, KEYS, POLITE, 1000, fresh)
+        return read_demand(pipe.execute(), 0, POLITE).queued
+
+    assert look(0) == 10
+    _queue(redis_client, 5, 2, start=2)
+    assert look(60) == 10  # the last look is younger than 60 s: it answers
+    assert look(0) == 20  # a fresh look (what the autoscaler asks for)
+    assert look(60) == 20
