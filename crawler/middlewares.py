@@ -30,6 +30,7 @@ from crawler.bans.breaker import (
     HostBreaker,
     HostMarked,
     mark_scope,
+    site_of,
 )
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
 from crawler.bans.identities import IdentityPool
@@ -98,10 +99,11 @@ class BanMiddleware:
 
     async def _admit(self, request: Request) -> Request | None:
         domain = urlparse_cached(request).hostname or ""
-        self._refuse_marked(request, domain)
-        until = self.fleet.cooling_until(domain)
+        site = site_of(request)
+        self._refuse_marked(request, site)
+        until = self._cooling(domain, site)
         if until:
-            self.breaker.watched.add(domain)
+            self.breaker.watched.add(site)
             return self._defer(request, until, "domain_cooling")
         identity = self.pool.keep_or_choose(
             request.meta, lambda identity: self.fleet.cooling_until(domain, identity.name)
@@ -113,15 +115,21 @@ class BanMiddleware:
             # A turn the frontier planned: SendGateMiddleware takes its token as it goes.
             return None
         due = await self.turns.wait(domain, identity.name, crawl_delay_of(request.meta))
-        if due is None and (until := self.fleet.cooling_until(domain)):
+        if due is None and (until := self._cooling(domain, site)):
             return self._defer(request, until, "domain_cooling")  # blocked while it waited
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
 
-    def _refuse_marked(self, request: Request, domain: str) -> None:
+    def _cooling(self, domain: str, site: str) -> float:
+        """The end of the domain's cool-down (a ban's) or of its site's block (the breaker's,
+        per host and port), the later; 0 when neither holds."""
+        until = self.fleet.cooling_until(domain)
+        return max(until, self.fleet.cooling_until(site)) if site != domain else until
+
+    def _refuse_marked(self, request: Request, site: str) -> None:
         """A host marked unreachable (or its robots.txt unavailable): a dead letter."""
         for mark in MARKS:
-            if self.fleet.cooling_until(domain, mark_scope(mark)):
-                error = f"{domain} is marked {mark} for the fleet"
+            if self.fleet.cooling_until(site, mark_scope(mark)):
+                error = f"{site} is marked {mark} for the fleet"
                 self.frontier.ledger.failed(request, mark, error)
                 self._count(f"breaker/dead/{mark}")
                 raise HostMarked(mark, error)
@@ -132,15 +140,15 @@ class BanMiddleware:
     async def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_ban_check"):
             return response
-        domain = urlparse_cached(request).hostname or ""
+        site = site_of(request)
         verdict = self.bans.classify(response)
         if self.breaker.trips(response, retry_after(response)):
             why = f"HTTP {response.status} without Retry-After"
-            block = await self.redis.wait_for(lambda: self._failed(request, domain, why))
+            block = await self.redis.wait_for(lambda: self._failed(request, site, why))
             if not verdict.is_ban:
                 return response  # retried: its turn comes once the block ends
             return await self.bans.banned(request, response, verdict, block.until)
-        self.breaker.succeeded(domain)
+        self.breaker.succeeded(site)
         if not verdict.is_ban:
             return response
         return await self.bans.banned(request, response, verdict)
@@ -150,12 +158,10 @@ class BanMiddleware:
         unreachable, this request is its first dead letter (not retried)."""
         if not self.breaker.enabled or not isinstance(exception, CONNECTION_FAILURES):
             return
-        domain = urlparse_cached(request).hostname or ""
+        site = site_of(request)
         why = type(exception).__name__
         try:
-            block = await self.redis.wait_for(
-                lambda: self._failed(request, domain, why, UNREACHABLE)
-            )
+            block = await self.redis.wait_for(lambda: self._failed(request, site, why, UNREACHABLE))
         except RedisError:
             return  # the engine is closing: the lease is released untouched
         if block.marked:
@@ -163,14 +169,14 @@ class BanMiddleware:
             self.frontier.ledger.failed(request, UNREACHABLE, f"{why}: {exception}")
             self._count(f"breaker/dead/{UNREACHABLE}")
 
-    async def _failed(self, request: Request, domain: str, why: str, counted: str = "") -> Block:
+    async def _failed(self, request: Request, site: str, why: str, counted: str = "") -> Block:
         sent = float(request.meta.get(SENT_AT_META) or time.time())
-        block = self.breaker.failed(domain, sent, why, counted)
+        block = self.breaker.failed(site, sent, why, counted)
         if block.fresh:
             self._count("breaker/blocks")
             logger.warning(
                 "%s blocked for the fleet until %s (step %d: %s)",
-                domain,
+                site,
                 time.strftime("%H:%M:%S", time.localtime(block.until)),
                 block.level,
                 why,

@@ -31,6 +31,7 @@ from crawler.bans.breaker import (
     breaker_states,
     lift_block,
     mark_scope,
+    site_of_url,
 )
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
@@ -279,7 +280,10 @@ def test_a_host_answering_429_is_blocked_with_doubling_steps_and_the_others_keep
     waves = waves_so_far()
     assert len(failed[0]) >= 2, "the first requests went out together"
     # One step per incident, however many requests failed together in it.
-    level = {s.host: s.level for s in breaker_states(redis_client, "links")}[failing]
+    # The breaker's host is the site: the address and its port (not the scheme's own).
+    level = {s.host: s.level for s in breaker_states(redis_client, "links")}[
+        f"{failing}:{web.port}"
+    ]
     assert level == 4
     # No request during a block: after the incident of wave n (from 0), the next wave comes
     # START * 2^n later at the soonest (its requests went back due within a second of the end).
@@ -330,7 +334,8 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
 
     shown = json.loads(_frontier(crawl, "hosts", "--json"))["hosts"]
     scopes = {(host["host"], host["scope"]) for host in shown}
-    assert {(dropping, UNREACHABLE), (no_robots, ROBOTS_UNAVAILABLE)} <= scopes
+    sites = (f"{dropping}:{web.port}", f"{no_robots}:{web.port}")
+    assert {(sites[0], UNREACHABLE), (sites[1], ROBOTS_UNAVAILABLE)} <= scopes
 
     # The sites are back: requeue lifts the marks and brings every dead letter back.
     web.faults.clear()
@@ -340,3 +345,19 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
     for host in (dropping, no_robots):
         fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
         assert len(fetched) == PAGES
+
+
+@pytest.mark.parametrize(
+    ("url", "site"),
+    [
+        ("http://a.example/p", "a.example"),
+        ("http://a.example:80/p", "a.example"),
+        ("https://a.example:443/", "a.example"),
+        ("https://a.example:80/", "a.example:80"),
+        ("http://a.example:1/", "a.example:1"),  # a refused port blocks that port only
+        ("http://127.0.0.1:8080/x", "127.0.0.1:8080"),
+        ("http://a.example:99999/", "a.example"),  # no port Python reads
+    ],
+)
+def test_the_breaker_blocks_a_host_and_the_port_the_url_names(url: str, site: str) -> None:
+    assert site_of_url(url) == site

@@ -1,6 +1,7 @@
 """The fleet's circuit breaker per host (docs/politeness.md#a-circuit-breaker-per-host).
 
-A host that answers 429 or 503 without a usable ``Retry-After`` (absent, unreadable or 0), or
+A host (with its port when the URL names another than its scheme's: :func:`site_of`) that
+answers 429 or 503 without a usable ``Retry-After`` (absent, unreadable or 0), or
 fails at the connection level (refused, reset, timed out, no DNS answer), is blocked for every
 worker: its cool-down (``{spider}:bans``, as a ban's) lasts HOST_BLOCK_START seconds, doubled at
 each new incident up to HOST_BLOCK_MAX, with up to 10 % jitter, and starts again at the first step
@@ -27,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import ParseResult, SplitResult, urlsplit
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import (
@@ -37,6 +39,7 @@ from scrapy.exceptions import (
     IgnoreRequest,
     ResponseDataLossError,
 )
+from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet import error as net
 
 from crawler.config import setting
@@ -46,6 +49,7 @@ from crawler.frontier.lua import BREAKER
 from crawler.keys import bans_key, breaker_failures_key, breaker_key, reasons_key
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
@@ -80,6 +84,27 @@ class HostMarked(IgnoreRequest):
     def __init__(self, mark: str, error: str) -> None:
         super().__init__(error)
         self.mark = mark
+
+
+def site_of(request: Request) -> str:
+    """What the breaker blocks: the request's host, with its port when the URL names one that
+    is not its scheme's (a refused port says nothing of the host's others)."""
+    return _site(urlparse_cached(request))
+
+
+def site_of_url(url: str) -> str:
+    """:func:`site_of` for a URL."""
+    return _site(urlsplit(url))
+
+
+def _site(parts: SplitResult | ParseResult) -> str:
+    host = parts.hostname or ""
+    try:
+        port = parts.port
+    except ValueError:
+        return host
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return host if port is None or port == default else f"{host}:{port}"
 
 
 def mark_scope(mark: str) -> str:

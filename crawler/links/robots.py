@@ -29,7 +29,7 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.bans.breaker import ROBOTS_UNAVAILABLE, HostBreaker, HostMarked
+from crawler.bans.breaker import ROBOTS_UNAVAILABLE, HostBreaker, HostMarked, site_of_url
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.reports import FrontierReports, frontier_scheduler
@@ -263,7 +263,7 @@ class FleetRobotsMiddleware:
         """robots.txt answered 5xx: the host is blocked (a step of the circuit breaker) and its
         robots.txt asked again after; after LINKS_ROBOTS_5XX_TRIES in a row its requests are
         dead letters (robots_unavailable)."""
-        host = urlsplit(origin).hostname or ""
+        host = site_of_url(origin)
         sent = float(response.meta.get(SENT_AT_META) or time.time())
         why = f"robots.txt HTTP {response.status}"
         block = self.breaker.failed(host, sent, why, ROBOTS_UNAVAILABLE)
