@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -19,6 +21,8 @@ import pymongo
 
 from devtools.services import ServerProcess, ServiceError, free_port, start_mongo, start_redis
 from sandbox.client import SandboxClient
+from sandbox.hosts import HostsWeb, serve
+from sandbox.hosts import free_port as free_hosts_port
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -251,3 +255,20 @@ def closed_port() -> Iterator[int]:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", 0))
         yield int(holder.getsockname()[1])
+
+
+@contextmanager
+def served_hosts(hosts: int, pages: int) -> Iterator[HostsWeb]:
+    """A web of ``hosts`` hosts on their own loopback addresses (sandbox/hosts.py), ``pages``
+    pages each, served from a thread of this process, so a test reads its arrivals directly."""
+    web = HostsWeb(hosts, pages, free_hosts_port(hosts))
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(serve(web))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield web
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)

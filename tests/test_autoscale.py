@@ -4,10 +4,8 @@ loses nothing. Real Redis, the MongoDB-wire server and the sandbox."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from sandbox.hosts import HostsWeb, fetched_pages, free_port, host_address, serve, site_pages
-from tests.harness import Crawl, Mongo, background, poll
+from sandbox.hosts import HostsWeb, fetched_pages, host_address, site_pages
+from tests.harness import Crawl, Mongo, background, poll, served_hosts
 
 pytestmark = pytest.mark.integration
 
@@ -123,15 +121,8 @@ def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
 @pytest.fixture
 def web() -> Iterator[HostsWeb]:
     """Five hosts of 12 pages each, served from a thread of this process."""
-    web = HostsWeb(5, 12, free_port(5))
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(serve(web))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield web
-    loop.call_soon_threadsafe(server.close)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with served_hosts(5, 12) as web:
+        yield web
 
 
 def test_a_politeness_bound_web_never_gets_a_second_worker(

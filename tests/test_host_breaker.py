@@ -7,12 +7,10 @@ answering 503; ``requeue`` brings them back."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,8 +34,8 @@ from crawler.bans.breaker import (
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
 from crawler.keys import bans_key
-from sandbox.hosts import HostsWeb, free_port, host_address, serve
-from tests.harness import ROOT, Crawl, poll
+from sandbox.hosts import HostsWeb, host_address
+from tests.harness import ROOT, Crawl, poll, served_hosts
 
 SPIDER = "breakertest"
 
@@ -184,15 +182,8 @@ START = 0.5
 @pytest.fixture
 def web() -> Iterator[HostsWeb]:
     """Hosts on their own loopback addresses, served from a thread of this process."""
-    web = HostsWeb(HOSTS, PAGES, free_port(HOSTS))
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(serve(web))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield web
-    loop.call_soon_threadsafe(server.close)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with served_hosts(HOSTS, PAGES) as web:
+        yield web
 
 
 def _pages(web: HostsWeb, host: int) -> list[str]:

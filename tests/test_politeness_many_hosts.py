@@ -10,9 +10,7 @@ queue does (a polite queue, full of work waiting for its turn, never runs short)
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,12 +23,10 @@ from sandbox.hosts import (
     busy_hosts,
     early_requests,
     fetched_pages,
-    free_port,
     host_address,
-    serve,
     site_pages,
 )
-from tests.harness import Crawl
+from tests.harness import Crawl, served_hosts
 
 pytestmark = pytest.mark.integration
 
@@ -42,15 +38,8 @@ RATE = 0.25  # requests per second per host
 @pytest.fixture
 def web() -> Iterator[HostsWeb]:
     """The web served from a thread of this process, so its arrivals are read directly."""
-    web = HostsWeb(HOSTS, PAGES, free_port(HOSTS))
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(serve(web))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield web
-    loop.call_soon_threadsafe(server.close)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
+    with served_hosts(HOSTS, PAGES) as web:
+        yield web
 
 
 def test_two_workers_keep_every_host_busy_and_none_early(
