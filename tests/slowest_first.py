@@ -28,14 +28,20 @@ GROUPED = {
     "tests/test_userdata.py",
 }
 
-# Modules run one after the other on one worker, as one unit: the elastic autoscaler's test
-# starts and stops up to 8 crawl processes at once (some 10 s of both cores), which starved the
-# domains sweeps' reactors past their probes' timeouts (alive domains stored as timeouts) when
-# they ran side by side.
+# Modules (or single tests) run one after the other on one worker, as one unit: the elastic
+# autoscaler's test starts and stops up to 8 crawl processes at once (some 10 s of both cores),
+# which starved the domains sweeps' reactors past their probes' timeouts (alive domains stored
+# as timeouts), the recrawl's hot documents past their freshness and the breaker test's hosts
+# below their rate, when they ran side by side.
+_TIMED = "starts-many-processes-or-times-something"
 SHARED_UNITS = {
-    "tests/test_autoscale.py": "starts-many-processes-or-times-probes",
-    "tests/test_domains.py": "starts-many-processes-or-times-probes",
-    "tests/test_domains_dnsmasq.py": "starts-many-processes-or-times-probes",
+    "tests/test_autoscale.py": _TIMED,
+    "tests/test_domains.py": _TIMED,
+    "tests/test_domains_dnsmasq.py": _TIMED,
+    "tests/test_recrawl.py::test_hot_documents_are_revisited_often_and_stay_fresh_"
+    "cold_ones_rarely": _TIMED,
+    "tests/test_host_breaker.py::test_a_host_answering_429_is_blocked_with_doubling_steps_and_"
+    "the_others_keep_their_rate": _TIMED,
 }
 
 # Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter. A test
@@ -111,11 +117,12 @@ DEFAULT = 1.0
 
 
 def unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: its SHARED_UNITS name, its module if GROUPED, else
-    itself."""
+    """The unit of work a test belongs to: its own or its module's SHARED_UNITS name, its module
+    if GROUPED, else itself."""
     module = nodeid.split("::", 1)[0]
-    if module in SHARED_UNITS:
-        return SHARED_UNITS[module]
+    for name in (nodeid, module):
+        if name in SHARED_UNITS:
+            return SHARED_UNITS[name]
     return module if module in GROUPED else nodeid
 
 
