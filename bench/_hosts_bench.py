@@ -5,8 +5,9 @@ have their own loopback address (sandbox/hosts.py), side by side in one run (``b
 For each start-entry shape and each rate, a vanilla Scrapy CrawlSpider (DOWNLOAD_DELAY 1/rate,
 not randomized, one request per host slot, DownloaderAwarePriorityQueue) and ``scrapy crawl
 links`` (POLITENESS_RATE rate, POLITENESS_BURST 1) crawl the whole web. The server notes every
-request's arrival per host; from its notes come pages/s (HTML pages, first to last arrival) and
-the early requests (sooner than 0.9 / rate after the host's previous one). Shapes:
+request's arrival per host; from its notes come pages/s (distinct HTML pages, first to last
+arrival), the fetches of a page fetched before, and the early requests (sooner than 0.9 / rate
+after the host's previous one). Shapes:
 
   any     page 0 of every host pushed to links:start_urls, LINKS_SCOPE any
   host    the same entries, LINKS_SCOPE host
@@ -68,19 +69,22 @@ def measure(web: HostsWeb, rate: float) -> dict[str, Any]:
     """pages/s, early requests and completeness of the crawl that just ended."""
     arrivals = web.arrivals()
     pages = [
-        float(at)
-        for seen in arrivals.values()
+        (float(at), address, str(path))
+        for address, seen in arrivals.items()
         for at, path in seen
         if path == "/" or str(path).startswith("/p/")
     ]
-    seconds = max(pages) - min(pages) if len(pages) > 1 else 0.0
+    times = [at for at, _, _ in pages]
+    seconds = max(times) - min(times) if len(times) > 1 else 0.0
+    distinct = len({(address, path) for _, address, path in pages})
     early = early_requests(arrivals, rate) if rate else []
     missing = site_pages(web.hosts, web.pages, web.port) - fetched_pages(arrivals)
     return {
-        "rate": len(pages) / max(seconds, 1e-9),
+        "rate": distinct / max(seconds, 1e-9),
         "seconds": seconds,
         "early": early,
         "missing": len(missing),
+        "repeats": len(pages) - distinct,
     }
 
 
@@ -113,16 +117,21 @@ def run_shape(bench: Bench, web: HostsWeb, shape: str, rate: float) -> dict[str,
     )
     print(
         f"    at the server: vanilla {vanilla['rate']:.1f} pages/s, {len(vanilla['early'])} early"
-        f", {vanilla['missing']} missing; links {ours['rate']:.1f} pages/s, "
-        f"{len(ours['early'])} early (closest {ours['early'][0][1] if ours['early'] else '-'} s)"
-        f", {ours['missing']} missing, {left} left in the frontier",
+        f", {vanilla['missing']} missing, {vanilla['repeats']} fetched again; links "
+        f"{ours['rate']:.1f} pages/s, {len(ours['early'])} early (closest "
+        f"{ours['early'][0][1] if ours['early'] else '-'} s), {ours['missing']} missing, "
+        f"{ours['repeats']} fetched again, {left} left in the frontier",
         flush=True,
     )
     return {"vanilla": vanilla, "links": ours}
 
 
-def hosts_bench(bench: Bench, hosts: int, pages: int, rates: list[float]) -> list[Any]:
-    """Every shape at every rate; returns (label, ratio, target) rows."""
+def hosts_bench(
+    bench: Bench, hosts: int, pages: int, rates: list[float], shapes: list[str]
+) -> list[Any]:
+    """Every shape (of SHAPES) at every rate; returns (label, ratio, target) rows."""
+    if unknown := set(shapes) - set(SHAPES):
+        raise SystemExit(f"unknown shapes {sorted(unknown)}: choose among {', '.join(SHAPES)}")
     web = HostsWeb(hosts, pages)
     print(f"hosts web: {hosts} hosts on their own addresses x {pages} pages, port {web.port}")
     rows: list[Any] = []
@@ -130,7 +139,7 @@ def hosts_bench(bench: Bench, hosts: int, pages: int, rates: list[float]) -> lis
     unthrottled = 0.0
     try:
         for rate in rates:
-            for shape in SHAPES:
+            for shape in shapes:
                 print(f"Shape {shape}, {'no limit' if not rate else f'{rate:g} req/s per host'}:")
                 figures = run_shape(bench, web, shape, rate)
                 ours, vanilla = figures["links"], figures["vanilla"]

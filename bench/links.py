@@ -364,6 +364,9 @@ def main() -> None:
         help="hosts x pages of the web on distinct addresses (--only hosts, or every run)",
     )
     parser.add_argument("--rates", default="0,1,0.5", help="rates per host of the hosts runs")
+    parser.add_argument(
+        "--shapes", default="any,host,file", help="start-entry shapes of the hosts runs"
+    )
     parser.add_argument("--py-spy", metavar="DIR", help="sample each crawl with py-spy into DIR")
     parser.add_argument("-s", dest="extra", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args()
@@ -389,7 +392,8 @@ def main() -> None:
 
                 hosts, pages = (int(n) for n in args.hosts_web.split("x"))
                 rates = [float(rate) for rate in args.rates.split(",")]
-                ratios += hosts_bench(bench, hosts, pages, rates)
+                shapes = args.shapes.split(",")
+                ratios += hosts_bench(bench, hosts, pages, rates, shapes)
         finally:
             bench.stop()
             for server in web:

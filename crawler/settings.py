@@ -184,6 +184,10 @@ REDIS_START_URLS_KEY = "%(name)s:start_urls"
 START_INVALID_KEY = "%(name)s:start_urls:invalid"
 # START_BATCH_SIZE (int, default 16): start entries popped from Redis per round trip.
 START_BATCH_SIZE = 16
+# START_READ_AHEAD (int >= 0, default 1000): start entries are read, a batch with each pop, while
+# the fleet's queue holds fewer requests than this (seeds go in at depth 0 before links found
+# elsewhere reach their URLs), and whenever a worker has less than a batch it may send now.
+START_READ_AHEAD = 1000
 # START_ENTRY_MAX_BYTES (int >= 1, default 16384): a longer start entry is set aside ("too_large").
 START_ENTRY_MAX_BYTES = 16384
 # START_ENTRY_MAX_DEPTH (int 1..100, default 8): a JSON entry nested deeper is set aside.

@@ -203,3 +203,22 @@ def test_the_worker_cache_never_drops_what_the_filter_would_pass(
             assert not fleet, (url, depth)
         elif n < size:  # the cache is full only past ``size`` requests
             assert fleet, (url, depth)
+
+
+@given(st.lists(st.tuples(st.sampled_from(URLS), DEPTHS), max_size=40), st.integers(1, 50))
+def test_a_request_is_superseded_only_by_a_shorter_path_this_worker_scheduled(
+    requests: list[tuple[str, int | None]], size: int
+) -> None:
+    """A leased request at depth d is not sent when this worker scheduled its URL at a depth
+    below d since: never for the least depth scheduled, nor once the cache forgot the URL."""
+    cache = RecentlySeen(size)
+    least: dict[str, int] = {}
+    for url, depth in requests:
+        if len(least) >= size and url not in least:
+            least.clear()  # the cache forgets all at once when full
+        cache.first_time(fingerprint(url), depth)
+        least[url] = min(least.get(url, depth or 0), depth or 0)
+        for asked in range(0, 8):
+            expected = url in least and least[url] < asked
+            assert cache.superseded(fingerprint(url), asked) == expected, (url, asked, least)
+    assert not cache.superseded(fingerprint("https://never.test/"), 7)

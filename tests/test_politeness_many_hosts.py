@@ -11,6 +11,7 @@ queue does (a polite queue, full of work waiting for its turn, never runs short)
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +80,36 @@ def test_two_workers_keep_every_host_busy_and_none_early(
     start = min(float(at) for seen in arrivals.values() for at, _ in seen)
     busy = busy_hosts(arrivals, start + 1 / RATE, start + 4 / RATE)
     assert len(busy) >= 0.8 * HOSTS, f"only {len(busy)} of {HOSTS} hosts busy"
+
+
+def test_scope_any_fetches_each_page_once_and_every_seed_at_depth_0(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    """One start entry per host, scope "any": other hosts' pages link many of the homes, and
+    a polite queue is never short of work. The seeds still go in at depth 0 before those links
+    reach them, and a page found again by a shorter path while its first request waits is
+    fetched once, from the shorter one: counted at the server, no page twice."""
+    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(HOSTS)]
+    redis_client.lpush("links:start_urls", *homes)
+    settings: dict[str, object] = {
+        "POLITENESS_RATE": 1,
+        "POLITENESS_BURST": 1,
+        "LINKS_SCOPE": "any",
+        "LINKS_SITEMAPS": False,
+        "CONCURRENT_REQUESTS": 32,
+        "START_BATCH_SIZE": 4,
+    }
+    log = tmp_path / "worker.log"
+    with crawl.background("links", settings=settings, log=log) as worker:
+        assert worker.wait(240) == 0, log.read_text()[-3000:]
+    arrivals = {address: list(seen) for address, seen in web.arrivals.items()}
+    assert site_pages(HOSTS, PAGES, web.port) <= fetched_pages(arrivals)
+    counts = Counter((address, path) for address, seen in arrivals.items() for _, path in seen)
+    assert {page: n for page, n in counts.items() if n > 1} == {}, "fetched more than once"
+    depths = {
+        doc["url"]: doc["depth"] for doc in crawl.mongo.db.pages.find({}, {"url": 1, "depth": 1})
+    }
+    assert {home: depths.get(home) for home in homes if depths.get(home) != 0} == {}
 
 
 HELD_UP = {

@@ -224,6 +224,7 @@ RULES: dict[str, Rule] = {
     "REDIS_START_URLS_KEY": key_template("name"),
     "START_INVALID_KEY": key_template("name"),
     "START_BATCH_SIZE": integer(1),
+    "START_READ_AHEAD": integer(0),
     "START_ENTRY_MAX_BYTES": integer(1),
     "START_ENTRY_MAX_DEPTH": integer(1, 100),
     "ALLOWED_START_HOSTS": items(

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 DUPEFILTER_MODES = ("bloom", "redisbloom", "exact", "none")
 # Modes whose count of requests seen is an estimate.
 APPROXIMATE_MODES = ("bloom", "redisbloom")
+# The modes whose filter lets a URL found again by a shorter path (a smaller depth) through.
+DEPTH_MODES = ("bloom", "exact")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,12 @@ class RecentlySeen:
             self._seen.clear()
         self._seen[fingerprint] = depth
         return True
+
+    def superseded(self, fingerprint: bytes, depth: int) -> bool:
+        """Whether this worker scheduled the fingerprint lately at a depth less than ``depth``
+        (a shorter path to the page, fetched from there instead)."""
+        least = self._seen.get(fingerprint)
+        return least is not None and least < depth
 
 
 # The "exact" filter's count: its set, and its hash of the least depths (requests with one).

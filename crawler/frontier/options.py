@@ -35,6 +35,7 @@ class FrontierSettings:
     dupefilter: DupefilterConfig
     local_seen: int
     idle_poll: float = 1.0
+    read_ahead: int = 0  # START_READ_AHEAD
     pacing: Pacing | None = None  # the fleet's politeness, taken in the pop and the send gate
 
     @classmethod
@@ -47,5 +48,6 @@ class FrontierSettings:
             dupefilter=DupefilterConfig.from_settings(settings),
             local_seen=setting_int(settings, "DUPEFILTER_LOCAL_CACHE", 0),
             idle_poll=setting(settings, "IDLE_POLL_INTERVAL"),
+            read_ahead=setting_int(settings, "START_READ_AHEAD", 0),
             pacing=fleet_pacing(settings, lease_seconds),
         )

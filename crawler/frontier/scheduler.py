@@ -27,10 +27,11 @@ from twisted.internet import task
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.chains import Credits, chain_host, keep_on_turn, queue_turns_ask
-from crawler.frontier.dupefilter import RecentlySeen
+from crawler.frontier.dupefilter import DEPTH_MODES, RecentlySeen
 from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import FleetIdle, WorkerState
 from crawler.frontier.leases import (
+    ACK,
     LEASE_META,
     LeaseLedger,
     lease_id_of,
@@ -107,7 +108,8 @@ class FrontierScheduler(BaseScheduler):
         self._engine = EngineCalls(crawler)
         self._next_due = 0.0
         self.riders = Riders.of(crawler)
-        # Called when the work this worker may send now runs short (see _ready_work_short).
+        # Called when the work this worker may send now runs short, or the fleet's queue is
+        # short of START_READ_AHEAD (see _want_start_entries).
         self.when_short: Callable[[], None] | None = None
         self._short_call: Any = None
 
@@ -268,6 +270,8 @@ class FrontierScheduler(BaseScheduler):
             self._ready.extend(self._held.come())
         if self.paused():  # read with the pop: what it leased waits, its leases renewed
             return None
+        while self._ready and self._superseded(self._ready[0]):
+            self._ready.popleft()
         if not self._ready:
             if self._rated is not None and self._next_pop > now and self.has_pending_requests():
                 self._engine.wake_in(self._next_pop - now)  # not only at the 5 s heartbeat
@@ -278,6 +282,22 @@ class FrontierScheduler(BaseScheduler):
         self.ledger.move(lease_id_of(request), "downloading")
         self._count("scheduler/dequeued/redis")
         return request
+
+    def _superseded(self, request: Request) -> bool:
+        """A request whose page this worker scheduled since by a shorter path is not sent: the
+        shorter one fetches the page (once) and follows its links from there. Its lease ends as
+        done (counted under dupefilter/superseded). Only with a fleet filter that lets a shorter
+        path through ("bloom", "exact"): another one may have dropped the shorter request."""
+        depth = depth_of(request.meta)
+        if not depth or request.dont_filter or self.config.dupefilter.mode not in DEPTH_MODES:
+            return False
+        assert self.crawler.request_fingerprinter is not None
+        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        if not self._seen_here.superseded(fingerprint, depth):
+            return False
+        self.ledger.end(lease_id_of(request), ACK)
+        self._count("dupefilter/superseded")
+        return True
 
     async def gate_wait(self, request: Request) -> float:
         """0 when ``request``, whose turn the pop planned, may go to its host now (the host's
@@ -432,8 +452,9 @@ class FrontierScheduler(BaseScheduler):
         self._count("politeness/paced", len(popped.paced))
         for lease_id, data in popped.leased:
             self._take(lease_id, data, lease_id in popped.paced, popped.dues.get(lease_id))
-        if len(popped.leased) - len(popped.dues) < self.config.batch_size:
-            self._ready_work_short()
+        ready = len(popped.leased) - len(popped.dues)
+        if ready < self.config.batch_size or popped.queue_size < self.config.read_ahead:
+            self._want_start_entries()
         if len(popped.leased) - len(popped.dues) < self.config.batch_size and (
             popped.queue_size == 0 or self._rated is not None
         ):
@@ -454,9 +475,10 @@ class FrontierScheduler(BaseScheduler):
             self._next_pop = 0.0
             self._engine.wake_in(0)
 
-    def _ready_work_short(self) -> None:
-        """The pop found less than a batch this worker may send now: the start feed reads its
-        next entries (new hosts, whose turns are free) at once, not only once the spider is
+    def _want_start_entries(self) -> None:
+        """The pop found less than a batch this worker may send now, or the fleet's queue short
+        of START_READ_AHEAD: the start feed reads its next entries (new hosts, whose turns are
+        free; seeds at depth 0 before links reach them) at once, not only once the spider is
         idle, which a polite queue, full of work waiting for its turn, never is."""
         if self.when_short is None or (self._short_call and self._short_call.active()):
             return
