@@ -237,6 +237,9 @@ MONGO_URI = os.environ.get("MONGO_URI", "mongodb://127.0.0.1:27017")
 MONGO_DATABASE = os.environ.get("MONGO_DATABASE", "crawler")
 # MONGO_CONNECT_TIMEOUT_MS (int, default 5000): how long opening the pipeline and each write wait.
 MONGO_CONNECT_TIMEOUT_MS = 5000
+# MONGO_ANSWER_TIMEOUT_MS (int >= 1, default 60000): a MongoDB operation with no answer within it
+# fails (a batch is retried, then spilled and replayed): a hung server never hangs the crawl.
+MONGO_ANSWER_TIMEOUT_MS = 60_000
 # MONGO_BATCH_SIZE (int, default 500): items per collection written in one bulk_write.
 MONGO_BATCH_SIZE = 500
 # MONGO_FLUSH_INTERVAL (float seconds, default 1.0): a batch is written once its oldest item is

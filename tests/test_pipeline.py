@@ -70,6 +70,35 @@ def test_a_full_batch_is_written_at_once(mongo: Mongo, tmp_path: Path) -> None:
     assert mongo.db.videos.count_documents({}) == 3
 
 
+def test_the_flush_loop_outlives_an_error(mongo: Mongo, tmp_path: Path) -> None:
+    """An error in the loop that writes old batches is logged and counted; the loop goes on,
+    so items waiting in a partial batch are still stored (none waits forever)."""
+
+    async def scenario() -> Any:
+        pipeline, stats = _pipeline(_settings(mongo.uri, mongo.database, tmp_path, batch_size=50))
+        await pipeline.open_spider()
+        spill = pipeline.writer.spill
+        assert spill is not None
+        calls = {"n": 0}
+        pending = spill.pending
+
+        def failing_once() -> bool:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OSError("spill directory gone")
+            return pending()
+
+        spill.pending = failing_once  # type: ignore[method-assign]
+        items = (pipeline.process_item(_video(str(n))) for n in range(3))
+        await asyncio.wait_for(asyncio.gather(*items), 10)
+        await pipeline.close_spider()
+        return stats
+
+    stats = asyncio.run(scenario())
+    assert stats.get_value("mongo/flush_loop_errors") == 1
+    assert mongo.db.videos.count_documents({}) == 3
+
+
 def test_a_partial_batch_is_written_once_no_item_joins_it(mongo: Mongo, tmp_path: Path) -> None:
     """A crawl that pauses or ends has its last items stored at once, not after the interval."""
 
@@ -190,6 +219,41 @@ def test_spilled_batches_are_replayed_when_mongodb_returns(
     assert stats.get_value("mongo/replayed") == 10
     assert _count(own_mongo.uri, "videos") == 10
     assert not list(spill.glob("*.jsonl")), "the spill file outlived its replay"
+
+
+def test_a_hung_mongodb_spills_the_batch_instead_of_holding_it(
+    own_mongo: Restartable, tmp_path: Path
+) -> None:
+    """MongoDB stopped (SIGSTOP: its connections stay open, nothing answers) mid-crawl: the
+    items are spilled once the answer timeout passes, instead of waiting forever (and holding
+    their pages' leases with them), and are stored once it runs again."""
+    spill = tmp_path / "spill"
+    assert own_mongo.server is not None
+    server = own_mongo.server.process
+
+    async def scenario() -> Any:
+        config = _settings(
+            own_mongo.uri, "crawler", spill, batch_size=5, flush_interval=0.2, timeout_ms=300,
+            answer_timeout_ms=500,
+        )  # fmt: skip
+        pipeline, stats = _pipeline(config)
+        await pipeline.open_spider()
+        await asyncio.gather(*(pipeline.process_item(_video(f"before-{n}")) for n in range(5)))
+        server.send_signal(signal.SIGSTOP)
+        try:
+            items = (pipeline.process_item(_video(str(n))) for n in range(10))
+            await asyncio.wait_for(asyncio.gather(*items), 20)
+            assert stats.get_value("mongo/spilled") == 10
+        finally:
+            server.send_signal(signal.SIGCONT)
+        while not stats.get_value("mongo/replayed"):
+            await asyncio.sleep(0.1)
+        await pipeline.close_spider()
+        return stats
+
+    stats = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert stats.get_value("mongo/replayed") == 10
+    assert _count(own_mongo.uri, "videos") == 15
 
 
 def test_spill_left_by_a_dead_worker_is_replayed_at_start(

@@ -245,6 +245,7 @@ RULES: dict[str, Rule] = {
     "MONGO_URI": url("mongodb", "mongodb+srv"),
     "MONGO_DATABASE": Rule('a MongoDB database name (no /\\. "$ or spaces)', mongo_database),
     "MONGO_CONNECT_TIMEOUT_MS": integer(1),
+    "MONGO_ANSWER_TIMEOUT_MS": integer(1),
     "MONGO_BATCH_SIZE": integer(1, 100_000),
     "MONGO_FLUSH_INTERVAL": number(0, above=True),
     "MONGO_MAX_PENDING": integer(1),

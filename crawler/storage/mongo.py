@@ -101,6 +101,7 @@ class MongoSettings:
     spill_dir: Path
     # Defaults as in crawler/settings.py, for code that builds the settings by hand.
     max_document_bytes: int = 16_000_000
+    answer_timeout_ms: int = 60_000
     write_concern: WriteConcern = field(default_factory=lambda: WriteConcern(w=1, j=True))
 
     @classmethod
@@ -116,6 +117,7 @@ class MongoSettings:
             retry_times=setting_int(settings, "MONGO_RETRY_TIMES", 0),
             spill_dir=Path(settings.get("MONGO_SPILL_DIR")),
             max_document_bytes=setting_int(settings, "MONGO_MAX_DOCUMENT_BYTES", 1024, 16 << 20),
+            answer_timeout_ms=setting_int(settings, "MONGO_ANSWER_TIMEOUT_MS", 1),
             write_concern=write_concern(settings),
         )
 
@@ -265,12 +267,19 @@ class MongoWriter:
         quiet = min(QUIET, self.config.flush_interval)
         while True:
             await asyncio.sleep(quiet)
-            now = time.monotonic()
-            for collection, batch in list(self._batches.items()):
-                if now - batch.started >= self.config.flush_interval or now - batch.joined >= quiet:
-                    self._flush(collection)
-            if self.spill is not None and self.spill.pending() and not self._writes:
-                await self._in_thread(self._replay_own)
+            try:
+                await self._flush_due(quiet)
+            except Exception:  # logged, and the loop goes on: items waiting must still go
+                self.stats.inc_value("mongo/flush_loop_errors")
+                logger.exception("Flushing old batches failed; trying again")
+
+    async def _flush_due(self, quiet: float) -> None:
+        now = time.monotonic()
+        for collection, batch in list(self._batches.items()):
+            if now - batch.started >= self.config.flush_interval or now - batch.joined >= quiet:
+                self._flush(collection)
+        if self.spill is not None and self.spill.pending() and not self._writes:
+            await self._in_thread(self._replay_own)
 
     async def _write(self, collection: str, batch: CollectionBatch) -> None:
         keys, operations = list(batch.updates), list(batch.updates.values())
@@ -328,7 +337,10 @@ class MongoWriter:
 
     def _connect(self) -> None:
         client: MongoClient[dict[str, Any]] = MongoClient(
-            self.config.uri, serverSelectionTimeoutMS=self.config.timeout_ms, tz_aware=True
+            self.config.uri,
+            serverSelectionTimeoutMS=self.config.timeout_ms,
+            socketTimeoutMS=self.config.answer_timeout_ms,
+            tz_aware=True,
         )
         try:
             client.admin.command("ping")
