@@ -1,11 +1,12 @@
 """Politeness counted where it is promised: at the server of each host.
 
-A web of many hosts, each on its own loopback address (sandbox/hosts.py), is crawled by two
-`scrapy crawl links` workers at a polite rate with burst 1, one start entry per host. The server
-notes every request's arrival per host. No request may reach a host sooner than the rate allows
-after the host's previous one, and the crawl must keep (nearly) every host busy while every host
-has work: start entries are taken in when the work that may go now runs short, not when the
-queue does (a polite queue, full of work waiting for its turn, never runs short).
+A web of many hosts, each on its own loopback address (sandbox/hosts.py), is crawled by one,
+two or four `scrapy crawl links` workers at a polite rate with burst 1, one start entry per
+host. The server notes every request's arrival per host. No request may reach a host sooner
+than the rate allows after the host's previous one, and the crawl must keep (nearly) every host
+busy while every host has work: start entries are taken in when the work that may go now runs
+short, not when the queue does (a polite queue, full of work waiting for its turn, never runs
+short).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -43,8 +45,9 @@ def web() -> Iterator[HostsWeb]:
         yield web
 
 
-def test_two_workers_keep_every_host_busy_and_none_early(
-    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+@pytest.mark.parametrize("workers", [2, 4])
+def test_workers_keep_every_host_busy_and_none_early(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path, workers: int
 ) -> None:
     homes = [f"http://{host_address(h)}:{web.port}/" for h in range(HOSTS)]
     redis_client.lpush("links:start_urls", *homes)
@@ -56,14 +59,15 @@ def test_two_workers_keep_every_host_busy_and_none_early(
         "CONCURRENT_REQUESTS": 32,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
     }
-    logs = [tmp_path / "worker-1.log", tmp_path / "worker-2.log"]
-    with (
-        crawl.background("links", settings=settings, log=logs[0]) as first,
-        crawl.background("links", settings=settings, log=logs[1]) as second,
-    ):
-        statuses = [first.wait(240), second.wait(240)]
+    logs = [tmp_path / f"worker-{n}.log" for n in range(workers)]
+    with ExitStack() as stack:
+        running = [
+            stack.enter_context(crawl.background("links", settings=settings, log=log))
+            for log in logs
+        ]
+        statuses = [worker.wait(240) for worker in running]
     tails = "\n".join(log.read_text()[-3000:] for log in logs)
-    assert statuses == [0, 0], tails
+    assert statuses == [0] * workers, tails
 
     arrivals = {address: list(seen) for address, seen in web.arrivals.items()}
     # The whole web, counted at the server, and nothing left in the frontier.
@@ -104,6 +108,7 @@ def test_scope_any_fetches_each_page_once_and_every_seed_at_depth_0(
         assert worker.wait(240) == 0, log.read_text()[-3000:]
     arrivals = {address: list(seen) for address, seen in web.arrivals.items()}
     assert site_pages(HOSTS, PAGES, web.port) <= fetched_pages(arrivals)
+    assert early_requests(arrivals, 1.0) == []
     counts = Counter((address, path) for address, seen in arrivals.items() for _, path in seen)
     assert {page: n for page, n in counts.items() if n > 1} == {}, "fetched more than once"
     depths = {

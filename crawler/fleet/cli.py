@@ -139,6 +139,7 @@ def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, op
         worker_command(spider, opts),
         lambda: local_beats(server, settings, spider),
         Path(opts.logs) if opts.logs else None,
+        grace=stop_grace(settings),
     )
     succeeded = autoscale(workers, server, settings, spider, opts, workers.reap)
     if not opts.once:

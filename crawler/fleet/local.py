@@ -6,6 +6,8 @@ would make Scrapy close uncleanly)."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +20,8 @@ from typing import IO
 
 from crawler.fleet.autoscaler import Member
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class Process:
@@ -25,7 +29,11 @@ class Process:
 
     popen: subprocess.Popen[bytes]
     started: float = field(default_factory=time.time)
-    told: bool = False  # sent SIGTERM
+    told_at: float | None = None  # when it was sent SIGTERM (monotonic)
+
+    @property
+    def told(self) -> bool:
+        return self.told_at is not None
 
     @property
     def id(self) -> str:
@@ -36,7 +44,9 @@ class LocalWorkers:
     """Starts and stops worker processes; ``beats()`` gives the live workers of this machine by
     pid, each with the pages it reported and when it started (Unix time). A worker is up once it
     beats, idle when its pages did not move since the last look; a live worker of this machine
-    not started here (by an earlier ``--once``, by hand) is a member too, told to go by pid."""
+    not started here (by an earlier ``--once``, by hand) is a member too, told to go by pid. A
+    worker told to go and still running ``grace`` seconds later is killed (its leases come back
+    to the queue when they expire): a worker that hangs while closing never holds its work."""
 
     errors: tuple[type[Exception], ...] = (OSError,)  # a worker that could not be started
 
@@ -46,8 +56,10 @@ class LocalWorkers:
         beats: Callable[[], Mapping[int, tuple[int, float]]],
         logs: Path | None = None,
         env: Mapping[str, str] | None = None,
+        grace: float = math.inf,
     ) -> None:
         self.command = list(command)
+        self.grace = grace
         self.beats = beats
         self.logs = logs
         self.env = dict(env) if env is not None else None
@@ -89,7 +101,7 @@ class LocalWorkers:
                 self._stop_pid(int(worker.removeprefix("pid-")))
             elif not process.told and process.popen.poll() is None:
                 process.popen.send_signal(signal.SIGTERM)
-                process.told = True
+                process.told_at = time.monotonic()
 
     def _stop_pid(self, pid: int) -> None:
         """A worker this autoscaler did not start: SIGTERM by pid, once."""
@@ -159,8 +171,21 @@ class LocalWorkers:
         return open(self.logs / f"worker-{number}.log", "wb")
 
     def _collect(self) -> None:
+        now = time.monotonic()
         for worker, process in list(self.processes.items()):
             status = process.popen.poll()
+            if (
+                status is None
+                and process.told_at is not None
+                and now - process.told_at > self.grace
+            ):
+                logger.warning(
+                    "Worker %s still running %.0f s after it was told to go: killed",
+                    worker,
+                    self.grace,
+                )
+                process.popen.kill()
+                status = process.popen.wait()
             if status is not None:
                 self.exited[worker] = status
                 del self.processes[worker]
