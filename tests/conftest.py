@@ -146,7 +146,11 @@ def pytest_configure(config: pytest.Config) -> None:
 strategies.from_regex("a").validate()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # before -m selects: `make unit` runs these alone, after the others
+        if slowest_first.timed(item.nodeid):
+            item.add_marker(pytest.mark.timed)
     slowest_first.reorder(config, items)
 
 

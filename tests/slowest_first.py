@@ -28,11 +28,12 @@ GROUPED = {
     "tests/test_userdata.py",
 }
 
-# Modules (or single tests) run one after the other on one worker, as one unit: the elastic
-# autoscaler's test starts and stops up to 8 crawl processes at once (some 10 s of both cores),
-# which starved the domains sweeps' reactors past their probes' timeouts (alive domains stored
-# as timeouts), the recrawl's hot documents past their freshness and the breaker test's hosts
-# below their rate, when they ran side by side.
+# Modules (or single tests) that measure what a busy machine skews, marked ``timed`` (conftest):
+# ``make unit`` runs them after the others, one at a time; under xdist they are one unit. Side
+# by side with other tests, the elastic autoscaler's (up to 8 crawl processes at once) starved
+# the domains sweeps' reactors past their probes' timeouts (alive domains stored as timeouts),
+# the recrawl's hot documents past their freshness and the breaker test's hosts below their
+# rate.
 _TIMED = "starts-many-processes-or-times-something"
 SHARED_UNITS = {
     "tests/test_autoscale.py": _TIMED,
@@ -114,6 +115,12 @@ SLOWEST = {
     "tests/test_hostile_responses.py::test_a_retry_after_of_ten_years_is_capped": 7,
 }
 DEFAULT = 1.0
+
+
+def timed(nodeid: str) -> bool:
+    """Whether the test measures something a busy machine skews (a rate, freshness, a probe's
+    timeout): ``make unit`` runs these after the others, one at a time (marker ``timed``)."""
+    return unit(nodeid) == _TIMED
 
 
 def unit(nodeid: str) -> str:
