@@ -193,6 +193,14 @@ def _count(uri: str, collection: str) -> int:
         client.close()
 
 
+async def _replayed_and_closed(pipeline: MongoPipeline, stats: Any) -> Any:
+    """Once the spill file was replayed into MongoDB, the pipeline closed; its stats."""
+    while not stats.get_value("mongo/replayed"):
+        await asyncio.sleep(0.1)
+    await pipeline.close_spider()
+    return stats
+
+
 def test_spilled_batches_are_replayed_when_mongodb_returns(
     own_mongo: Restartable, tmp_path: Path
 ) -> None:
@@ -210,10 +218,7 @@ def test_spilled_batches_are_replayed_when_mongodb_returns(
         lines = [line for path in spill.glob("*.jsonl") for line in path.read_text().splitlines()]
         assert len(lines) == 10
         own_mongo.start()
-        while not stats.get_value("mongo/replayed"):
-            await asyncio.sleep(0.1)
-        await pipeline.close_spider()
-        return stats
+        return await _replayed_and_closed(pipeline, stats)
 
     stats = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert stats.get_value("mongo/replayed") == 10
@@ -246,10 +251,7 @@ def test_a_hung_mongodb_spills_the_batch_instead_of_holding_it(
             assert stats.get_value("mongo/spilled") == 10
         finally:
             server.send_signal(signal.SIGCONT)
-        while not stats.get_value("mongo/replayed"):
-            await asyncio.sleep(0.1)
-        await pipeline.close_spider()
-        return stats
+        return await _replayed_and_closed(pipeline, stats)
 
     stats = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert stats.get_value("mongo/replayed") == 10

@@ -38,6 +38,14 @@ PAGES = 5
 RATE = 0.25  # requests per second per host
 
 
+def _push_homes(redis_client: redis.Redis, web: HostsWeb, hosts: int) -> list[str]:
+    """The home of each of the first ``hosts`` hosts, pushed as the links spider's start
+    entries."""
+    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(hosts)]
+    redis_client.lpush("links:start_urls", *homes)
+    return homes
+
+
 @pytest.fixture
 def web() -> Iterator[HostsWeb]:
     """The web served from a thread of this process, so its arrivals are read directly."""
@@ -49,8 +57,7 @@ def web() -> Iterator[HostsWeb]:
 def test_workers_keep_every_host_busy_and_none_early(
     crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path, workers: int
 ) -> None:
-    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(HOSTS)]
-    redis_client.lpush("links:start_urls", *homes)
+    _push_homes(redis_client, web, HOSTS)
     settings: dict[str, object] = {
         "POLITENESS_RATE": RATE,
         "POLITENESS_BURST": 1,
@@ -93,8 +100,7 @@ def test_scope_any_fetches_each_page_once_and_every_seed_at_depth_0(
     a polite queue is never short of work. The seeds still go in at depth 0 before those links
     reach them, and a page found again by a shorter path while its first request waits is
     fetched once, from the shorter one: counted at the server, no page twice."""
-    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(HOSTS)]
-    redis_client.lpush("links:start_urls", *homes)
+    homes = _push_homes(redis_client, web, HOSTS)
     settings: dict[str, object] = {
         "POLITENESS_RATE": 1,
         "POLITENESS_BURST": 1,
@@ -136,8 +142,7 @@ def test_a_request_held_up_on_its_way_still_reaches_its_host_on_time(
     frontier, not as it goes, or a token counted taken when the request did not go yet, would
     let the next request, on time, follow the held-up one too soon."""
     hosts = 10
-    homes = [f"http://{host_address(h)}:{web.port}/" for h in range(hosts)]
-    redis_client.lpush("links:start_urls", *homes)
+    _push_homes(redis_client, web, hosts)
     settings: dict[str, object] = {
         "POLITENESS_RATE": 1,
         "POLITENESS_BURST": 1,
