@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -77,7 +78,7 @@ PLAN = "local at = bucket_plan(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), " 
 )
 _steps = st.lists(
     st.tuples(
-        st.sampled_from(["plan", "take", "take_new", "ask"]),
+        st.sampled_from(["plan", "take", "take_new", "ask", "take_book"]),
         st.floats(min_value=0.0, max_value=3.0),  # seconds since the step before
     ),
     min_size=1,
@@ -113,7 +114,9 @@ def test_tokens_taken_keep_the_rate_whatever_was_planned(
         allowance = 0.5 if kind == "take_new" else 0.0
         at = now
         while True:  # a request turned away comes back when told, as the gate holds it
-            granted, wait, _ = take(keys=[key], args=[at, rate, burst, 1, 0, 1, 0, allowance])
+            book = int(kind == "take_book")  # turned away, it books the next free turn
+            args = [at, rate, burst, 1, 0, 1, 0, allowance, book]
+            granted, wait, _ = take(keys=[key], args=args)
             if int(granted):
                 sent.append(at + allowance)
                 break
@@ -126,6 +129,42 @@ def test_tokens_taken_keep_the_rate_whatever_was_planned(
     window = 1 / rate - 1e-3  # the microsecond rounding of the written times
     for first, later in zip(sent, sent[int(burst) :], strict=False):
         assert later - first >= window, (sent, first, later)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rate=st.sampled_from([0.5, 4.0, 20.0]),
+    burst=st.sampled_from([1.0, 3.0]),
+    planned=st.integers(0, 4),
+    turned=st.integers(2, 12),
+)
+def test_requests_turned_away_together_come_back_one_a_turn(
+    redis_client: redis.Redis, rate: float, burst: float, planned: int, turned: int
+) -> None:
+    """The send gate's requests refused in one round trip (the tokens spent, some turns planned
+    by a pop) are each told a different wait, one interval apart and after the planned turns,
+    and each is granted when it comes back then: the gate's round trips stay about one a
+    request, not one per waiting request at every token."""
+    key = "{t}:rate:herd.example|direct"
+    redis_client.delete(key)
+    plan = redis_client.register_script(lua._BUCKET + PLAN)
+    take = redis_client.register_script(lua.TAKE)
+    now = 1_000_000.0
+    for _ in range(int(burst)):
+        assert int(take(keys=[key], args=[now, rate, burst, 1, 0, 1, 0, 0, 1])[0])
+    turns = [float(plan(keys=[key], args=[rate, burst, now]).decode()) for _ in range(planned)]
+    waits = []
+    for _ in range(turned):
+        granted, wait, _ = take(keys=[key], args=[now, rate, burst, 1, 0, 1, 0, 0, 1])
+        assert not int(granted)
+        waits.append(now + float(wait))
+    interval = 1 / rate
+    assert all(b - a >= interval - 1e-3 for a, b in itertools.pairwise(waits))
+    assert not turns or waits[0] >= max(turns) + interval - 1e-3
+    for at in sorted(turns + waits):  # each planned or booked turn taken at its time
+        assert int(take(keys=[key], args=[at, rate, burst, 1, 0, 1, 0, 0, 1])[0]), at
 
 
 def _take(server: redis.Redis, key: str, now: float, rate: float, burst: float) -> float:

@@ -146,7 +146,8 @@ class SendGate:
             queue_eval(pipe, SENT_LATE, [key], args)
         for ask in asks:
             ask.counted = now + ask.allowance + late
-            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late]
+            # Refused, it books the host's next free turn (take.lua's ``book``).
+            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late, 1]
             queue_eval(pipe, TAKE, [ask.key], args)
         try:
             replies: list[Any] = pipe.execute(raise_on_error=False)[len(told) :]
