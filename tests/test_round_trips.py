@@ -220,12 +220,12 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert reads > 0
     assert (trips - taken - late - reads) / result["pages"] < 0.8, sites
     # No connection handshake (RESP2: no HELLO, no CLIENT commands); two checks of the
-    # frontier (``scrapy crawl``'s, then the scheduler's as it opens), each one round trip
-    # that reads the sizes with it.
+    # frontier (``scrapy crawl``'s, then the scheduler's as it opens, which then reads the
+    # frontier's sizes), each one round trip.
     assert "rt:other" not in result["counts"], result["counts"]
     assert sites["site:frontier/server_check.py:check_frontier"] == 2, sites
     assert "site:frontier/scheduler.py:open" not in sites, sites
-    # Start-up: the two checks, the read of the pause key, the first start entries, their
+    # Start-up: the two checks, the sizes, the read of the pause key, the first start entries, their
     # requests written and popped with what rides along (6 measured; a loaded machine adds
     # pops: 9 seen in a full parallel run); close: the last writes (two trips: a revisit, then
     # its page's ack), the final stats, and the idle looks, each a read of the start list,

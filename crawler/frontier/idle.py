@@ -65,14 +65,12 @@ class FleetIdle:
         self.worker_id, self.lease_seconds = lease
 
     def resume(self, spider: Spider) -> dict[str, int] | None:
-        """Take up the fleet's frontier as the scheduler opens: checked (SettingsError) and its
-        sizes read in one round trip (a cluster reads the sizes apart); logged if it holds
-        work. None while Redis is away."""
-        frontier, mode = self.frontier, self.frontier.dupefilter.mode
+        """Take up the fleet's frontier as the scheduler opens: checked (SettingsError), its
+        sizes read and logged if it holds work. None while Redis is away."""
+        frontier = self.frontier
         try:
-            sizes = check_frontier(frontier.server, frontier.keys, mode)
-            if sizes is None:
-                sizes = frontier.sizes()
+            check_frontier(frontier.server, frontier.keys, frontier.dupefilter.mode)
+            sizes = frontier.sizes()
         except RedisError as exc:
             # Redis answered before the engine was built (crawler.preflight): this is an
             # outage, ridden out like one later in the crawl.
