@@ -143,10 +143,11 @@ def test_tokens_taken_keep_the_rate_whatever_was_planned(
 def test_requests_turned_away_together_come_back_one_a_turn(
     redis_client: redis.Redis, rate: float, burst: float, planned: int, turned: int
 ) -> None:
-    """The send gate's requests refused in one round trip (the tokens spent, some turns planned
-    by a pop) are each told a different wait, one interval apart and after the planned turns,
-    and each is granted when it comes back then: the gate's round trips stay about one a
-    request, not one per waiting request at every token."""
+    """The send gate's requests refused in one round trip (each with a turn a pop planned, the
+    tokens spent) are each told a different wait, one interval apart and after every turn
+    planned, and each is granted when it comes back then, as are the other planned requests at
+    their turns: the gate's round trips stay about one a request, not one per waiting request
+    at every token, and the turns counted as planned do not grow with the refusals."""
     key = "{t}:rate:herd.example|direct"
     redis_client.delete(key)
     plan = redis_client.register_script(lua._BUCKET + PLAN)
@@ -155,16 +156,18 @@ def test_requests_turned_away_together_come_back_one_a_turn(
     for _ in range(int(burst)):
         assert int(take(keys=[key], args=[now, rate, burst, 1, 0, 1, 0, 0, 1])[0])
     turns = [float(plan(keys=[key], args=[rate, burst, now]).decode()) for _ in range(planned)]
+    turns += [float(plan(keys=[key], args=[rate, burst, now]).decode()) for _ in range(turned)]
     waits = []
-    for _ in range(turned):
+    for _ in range(turned):  # asked before their turns: refused
         granted, wait, _ = take(keys=[key], args=[now, rate, burst, 1, 0, 1, 0, 0, 1])
         assert not int(granted)
         waits.append(now + float(wait))
     interval = 1 / rate
     assert all(b - a >= interval - 1e-3 for a, b in itertools.pairwise(waits))
-    assert not turns or waits[0] >= max(turns) + interval - 1e-3
-    for at in sorted(turns + waits):  # each planned or booked turn taken at its time
+    assert waits[0] >= max(turns) + interval - 1e-3
+    for at in sorted(turns[:planned] + waits):  # the others at their turns, then the refused
         assert int(take(keys=[key], args=[at, rate, burst, 1, 0, 1, 0, 0, 1])[0]), at
+    assert int(redis_client.hget(key, "planned") or 0) == 0
 
 
 def _take(server: redis.Redis, key: str, now: float, rate: float, burst: float) -> float:

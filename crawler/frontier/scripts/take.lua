@@ -1,10 +1,9 @@
 -- KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
 -- (factor/s), floor (lowest factor), penalize (1 after a ban), and optionally an allowance
 -- (seconds): requests granted now may reach the host up to that much later (a connection to
--- open first), so the bucket counts them as sent then; and optionally ``book`` (1): a request
--- refused books the host's next turn not planned yet, as a pop does (bucket.lua), and its wait is
--- until that turn, so requests turned away together come back one a turn, not all at the next
--- token to be turned away again.
+-- open first), so the bucket counts them as sent then; and optionally ``book`` (1, for the
+-- send gate's requests, each with a turn the pop planned): a request refused moves its turn to
+-- the host's first one not planned yet, its wait until then (the count of turns planned kept).
 -- Takes up to ``want`` tokens of the bucket (see bucket.lua) for requests sent now; each is one
 -- of the turns planned, if any.
 -- Returns {granted, wait seconds, factor [, the bans hash as a flat list]}: the wait is until
@@ -14,9 +13,13 @@ local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
 local recovery, floor, penalize = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
 if want == 1 and ARGV[9] == '1' and not KEYS[2] then
-  local tokens, factor = bucket_read(KEYS[1], rate, burst, now, recovery)
-  if tokens < 1 and (1 - tokens) / (rate * factor) > 0.001 then
-    local at = bucket_plan(KEYS[1], rate, burst, now, recovery, math.huge)
+  local tokens, factor, planned, pts, ts = bucket_read(KEYS[1], rate, burst, now, recovery)
+  local interval = 1 / (rate * factor)
+  if tokens < 1 and (1 - tokens) * interval > 0.001 then
+    local at = math.max(now, ts) + (1 - tokens) * interval
+    if planned > 1 then at = math.max(at, pts + interval) end
+    bucket_write(KEYS[1], tokens, factor, math.max(planned, 1), math.max(pts, at), rate, burst,
+      math.max(now, ts), recovery)
     return {0, fmt(math.max(0.001, at - now)), fmt(factor)}
   end
 end
