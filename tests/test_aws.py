@@ -15,9 +15,10 @@ import boto3
 import pytest
 import redis
 
+from crawler.aws.instances import FLEET_TAG
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, on_free_port
+from tests.harness import ROOT, Crawl, on_free_port, poll
 
 pytestmark = pytest.mark.integration
 
@@ -280,3 +281,78 @@ def test_fleet_launch_by_deadline_and_autoscale_toward_the_workers_wanted(
                         "--cooldown", "0", settings=settings))  # fmt: skip
     assert (done["wanted"], done["stopped"]) == (0, [busy])
     assert _ids(env, settings) == set()
+
+
+def _running(ec2: Any, fleet: str) -> set[str]:
+    """The ids of the fleet's instances not terminated."""
+    found = ec2.describe_instances(
+        Filters=[
+            {"Name": f"tag:{FLEET_TAG}", "Values": [fleet]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    return {i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]}
+
+
+def test_the_ec2_autoscale_loop_follows_the_work_and_rides_out_a_cloud_that_went_away(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """``scrapy fleet autoscale`` as a loop (no ``--once``): it launches toward the workers
+    wanted as work comes, keeps looking while the EC2 API does not answer (each failed look said
+    on stderr), launches again on the cloud that came back, terminates the fleet once the work
+    is gone, and exits 0 at SIGTERM."""
+    log = tmp_path / "moto.log"
+
+    def start(port: int) -> ServerProcess:
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        return start_server("moto", command, port, log)
+
+    cloud = on_free_port(start)
+    aws = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{cloud.port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }
+    ec2 = _client(aws, "ec2")
+    ami = ec2.describe_images(Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
+    ami_id = ami["Images"][0]["ImageId"]
+    fleet = f"loop-{tmp_path.name[-12:]}"
+    settings = {
+        "FLEET_NAME": fleet,
+        "FLEET_INSTALL": INSTALL,
+        "AUTOSCALE_BACKLOG_SECONDS": "0.1",
+        "AUTOSCALE_WORKER_PACE": "10",
+        "AUTOSCALE_INTERVAL": "0.5",
+    }
+    command = [sys.executable, "-m", "scrapy", "fleet", "autoscale", "profiles", "--json"]
+    command += ["--ami", ami_id, "--cooldown", "0"]
+    for name, value in settings.items():
+        command += ["-s", f"{name}={value}"]
+    stderr = tmp_path / "autoscale.err"
+    with open(stderr, "wb") as errors:
+        loop = subprocess.Popen(
+            command, cwd=ROOT, env={**crawl.env(), **aws}, stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )  # fmt: skip
+    try:
+        redis_client.lpush(
+            "profiles:start_urls", *(json.dumps({"unique_id": f"u{n}"}) for n in range(3))
+        )
+        poll(lambda: len(_running(ec2, fleet)) == 3, 60, "3 instances launched")
+        cloud.stop()
+        poll(lambda: b"look failed, will look again" in stderr.read_bytes(), 30, "a failed look")
+        assert loop.poll() is None  # still looking
+        cloud = start(cloud.port)  # the cloud back, empty: the fleet is launched again
+        poll(lambda: len(_running(ec2, fleet)) == 3, 60, "3 instances launched again")
+        redis_client.delete("profiles:start_urls")
+        poll(lambda: not _running(ec2, fleet), 60, "the fleet terminated")
+        loop.terminate()
+        assert loop.wait(30) == 0, stderr.read_text()[-3000:]
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+        cloud.stop()
