@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +26,20 @@ DATASET = build_dataset()
 INSTALL = "git+https://git.example/crawler.git@v1.0"
 
 
-@pytest.fixture(scope="module")
-def aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A moto server on loopback and the environment that points boto3 (and Scrapy) at it."""
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
+def _moto(log: Path) -> Callable[[int], ServerProcess]:
+    """Starts a moto server on a loopback port, its output appended to ``log``."""
 
     def start(port: int) -> ServerProcess:
         command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
         return start_server("moto", command, port, log)
 
-    server = on_free_port(start)
-    yield {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}",
+    return start
+
+
+def _env(port: int) -> dict[str, str]:
+    """The environment that points boto3 (and Scrapy) at the moto server on ``port``."""
+    return {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -45,6 +47,13 @@ def aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         "AWS_CONFIG_FILE": "/dev/null",
         "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
     }
+
+
+@pytest.fixture(scope="module")
+def aws_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A moto server on loopback and the environment that points boto3 (and Scrapy) at it."""
+    server = on_free_port(_moto(tmp_path_factory.mktemp("moto") / "moto.log"))
+    yield _env(server.port)
     server.stop()
 
 
@@ -301,22 +310,9 @@ def test_the_ec2_autoscale_loop_follows_the_work_and_rides_out_a_cloud_that_went
     wanted as work comes, keeps looking while the EC2 API does not answer (each failed look said
     on stderr), launches again on the cloud that came back, terminates the fleet once the work
     is gone, and exits 0 at SIGTERM."""
-    log = tmp_path / "moto.log"
-
-    def start(port: int) -> ServerProcess:
-        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-        return start_server("moto", command, port, log)
-
+    start = _moto(tmp_path / "moto.log")
     cloud = on_free_port(start)
-    aws = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{cloud.port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    }
+    aws = _env(cloud.port)
     ec2 = _client(aws, "ec2")
     ami = ec2.describe_images(Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
     ami_id = ami["Images"][0]["ImageId"]

@@ -155,8 +155,10 @@ def test_requests_turned_away_together_come_back_one_a_turn(
     now = 1_000_000.0
     for _ in range(int(burst)):
         assert int(take(keys=[key], args=[now, rate, burst, 1, 0, 1, 0, 0, 1])[0])
-    turns = [float(plan(keys=[key], args=[rate, burst, now]).decode()) for _ in range(planned)]
-    turns += [float(plan(keys=[key], args=[rate, burst, now]).decode()) for _ in range(turned)]
+    # Turns for the others, then for the requests to be turned away.
+    turns = [
+        float(plan(keys=[key], args=[rate, burst, now]).decode()) for _ in range(planned + turned)
+    ]
     waits = []
     for _ in range(turned):  # asked before their turns: refused
         granted, wait, _ = take(keys=[key], args=[now, rate, burst, 1, 0, 1, 0, 0, 1])
