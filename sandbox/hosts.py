@@ -15,6 +15,10 @@ A host can be made to fail (``HostsWeb.faults``, address -> fault): ``"429"`` or
 every page with that status and no Retry-After, ``"robots-503"`` answers its robots.txt 503,
 ``"drop"`` closes every connection without an answer. The failed requests are counted too.
 
+A request that carries a ``Depth`` header (a test's crawler adds it: tests/depth_header.py) has
+its depth noted beside its arrival too, in ``HostsWeb.depths``: (address, path) -> the depths it
+was fetched at, in order of arrival.
+
 Run as ``python -m sandbox.hosts --hosts 400 --pages 25 [--port P]``: it prints the port, then
 serves until terminated.
 """
@@ -75,12 +79,14 @@ class HostsWeb:
     def __init__(self, hosts: int, pages: int, port: int, seed: int = 0) -> None:
         self.hosts, self.pages, self.port = hosts, pages, port
         self.arrivals: Arrivals = defaultdict(list)
+        self.depths: dict[tuple[str, str], list[int]] = defaultdict(list)
         self._index = {host_address(h): h for h in range(hosts)}
         self._seed = seed
         self.faults: dict[str, str] = {}
 
-    def answer(self, address: str, path: str) -> bytes | None:
-        """The bytes to answer ``path`` on host ``address`` with; None: close the connection."""
+    def answer(self, address: str, path: str, depth: int | None = None) -> bytes | None:
+        """The bytes to answer ``path`` on host ``address`` with; None: close the connection.
+        ``depth``: the request's Depth header, noted when it has one."""
         if path == "/__arrivals":
             body = json.dumps(self.arrivals).encode()
             return _response(b"200 OK", body, b"application/json")
@@ -88,6 +94,8 @@ class HostsWeb:
             self.arrivals.clear()
             return _response(b"200 OK", b"{}", b"application/json")
         self.arrivals[address].append((time.time(), path))
+        if depth is not None:
+            self.depths[address, path].append(depth)
         host = self._index.get(address)
         fault = self.faults.get(address, "")
         if fault == "drop":
@@ -107,6 +115,18 @@ class HostsWeb:
         items = "".join(f'<li><a href="{link}">{link}</a></li>' for link in links)
         page = f"<html><head><title>{address} {k}</title></head><body><ul>{items}</ul></body>"
         return _response(b"200 OK", f"<!doctype html>{page}</html>".encode())
+
+
+def _depth_header(head: bytes) -> int | None:
+    """The value of a request head's Depth header, None without one (or not a number)."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"depth":
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None
+    return None
 
 
 def _page_number(path: str) -> int | None:
@@ -136,7 +156,7 @@ class _Protocol(asyncio.Protocol):
             parts = head.split(b"\r\n", 1)[0].split(b" ")
             path = parts[1].decode("latin-1").split("?")[0] if len(parts) > 1 else "/"
             assert self.transport is not None
-            answer = self.web.answer(self.address, path)
+            answer = self.web.answer(self.address, path, _depth_header(head))
             if answer is None:
                 self.transport.abort()
                 return

@@ -15,12 +15,16 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import redis
+from scrapy.settings import Settings
+from scrapy.utils.python import global_object_name
 
 from crawler import settings as project_settings
+from crawler.spiders.links import LinksSpider
 from sandbox.hosts import (
     HostsWeb,
     busy_hosts,
@@ -44,6 +48,20 @@ def _push_homes(redis_client: redis.Redis, web: HostsWeb, hosts: int) -> list[st
     homes = [f"http://{host_address(h)}:{web.port}/" for h in range(hosts)]
     redis_client.lpush("links:start_urls", *homes)
     return homes
+
+
+def _links_middlewares_and(extra: dict[str, int]) -> str:
+    """The links spider's downloader middlewares with ``extra`` added, as a ``-s`` value: one
+    given on the command line replaces the spider's own (its robots and host-errors ones)."""
+    settings = Settings()
+    settings.setmodule(project_settings, priority="project")
+    LinksSpider.update_settings(settings)
+    middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
+    named = {
+        key if isinstance(key, str) else global_object_name(key): order
+        for key, order in middlewares.items()
+    }
+    return json.dumps({**named, **extra})
 
 
 @pytest.fixture
@@ -93,14 +111,17 @@ def test_workers_keep_every_host_busy_and_none_early(
     assert len(busy) >= 0.8 * HOSTS, f"only {len(busy)} of {HOSTS} hosts busy"
 
 
-def test_scope_any_fetches_each_page_once_and_every_seed_at_depth_0(
+def test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_nearer(
     crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
 ) -> None:
     """One start entry per host, scope "any": other hosts' pages link many of the homes, and
     a polite queue is never short of work. The seeds still go in at depth 0 before those links
-    reach them, and a page found again by a shorter path while its first request waits is
-    fetched once, from the shorter one: counted at the server, no page twice."""
+    reach them. A page is fetched again only from a shorter path found after its first request
+    went (docs/frontier.md); one found while its first request waits is fetched once, from the
+    shorter path. Counted at the server, with the depth each request carried
+    (tests/depth_header.py)."""
     homes = _push_homes(redis_client, web, HOSTS)
+    middleware = {"tests.depth_header.DepthHeaderMiddleware": 990}
     settings: dict[str, object] = {
         "POLITENESS_RATE": 1,
         "POLITENESS_BURST": 1,
@@ -108,15 +129,25 @@ def test_scope_any_fetches_each_page_once_and_every_seed_at_depth_0(
         "LINKS_SITEMAPS": False,
         "CONCURRENT_REQUESTS": 32,
         "START_BATCH_SIZE": 4,
+        "DOWNLOADER_MIDDLEWARES": _links_middlewares_and(middleware),
     }
     log = tmp_path / "worker.log"
     with crawl.background("links", settings=settings, log=log) as worker:
         assert worker.wait(240) == 0, log.read_text()[-3000:]
     arrivals = {address: list(seen) for address, seen in web.arrivals.items()}
-    assert site_pages(HOSTS, PAGES, web.port) <= fetched_pages(arrivals)
+    pages = site_pages(HOSTS, PAGES, web.port)
+    assert pages <= fetched_pages(arrivals)
     assert early_requests(arrivals, 1.0) == []
     counts = Counter((address, path) for address, seen in arrivals.items() for _, path in seen)
-    assert {page: n for page, n in counts.items() if n > 1} == {}, "fetched more than once"
+    # Every fetch of a page carried its depth; each later fetch of one, a smaller depth.
+    assert {page: len(web.depths[page]) for page in pages} == {page: counts[page] for page in pages}
+    again = {page: web.depths[page] for page, n in counts.items() if n > 1}
+    no_nearer = {
+        page: seen for page, seen in again.items() if any(a <= b for a, b in pairwise(seen))
+    }
+    assert no_nearer == {}, "fetched again by a path no shorter"
+    # The seeds went in first: a page found by a shorter path after it went is the exception.
+    assert len(again) <= 0.02 * HOSTS * PAGES, again
     depths = {
         doc["url"]: doc["depth"] for doc in crawl.mongo.db.pages.find({}, {"url": 1, "depth": 1})
     }
@@ -151,8 +182,7 @@ def test_a_request_held_up_on_its_way_still_reaches_its_host_on_time(
     }
     if HELD_UP[where]:
         middleware = {"tests.late_requests.LateMiddleware": HELD_UP[where]}
-        late = {**project_settings.DOWNLOADER_MIDDLEWARES, **middleware}
-        settings["DOWNLOADER_MIDDLEWARES"] = json.dumps(late)
+        settings["DOWNLOADER_MIDDLEWARES"] = _links_middlewares_and(middleware)
     else:
         handler = "tests.late_requests.SlowFirstConnectHandler"
         settings["DOWNLOAD_HANDLERS"] = json.dumps({"http": handler})
