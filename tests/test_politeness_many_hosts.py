@@ -20,11 +20,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from scrapy.settings import Settings
-from scrapy.utils.python import global_object_name
 
-from crawler import settings as project_settings
-from crawler.spiders.links import LinksSpider
 from sandbox.hosts import (
     HostsWeb,
     busy_hosts,
@@ -48,20 +44,6 @@ def _push_homes(redis_client: redis.Redis, web: HostsWeb, hosts: int) -> list[st
     homes = [f"http://{host_address(h)}:{web.port}/" for h in range(hosts)]
     redis_client.lpush("links:start_urls", *homes)
     return homes
-
-
-def _links_middlewares_and(extra: dict[str, int]) -> str:
-    """The links spider's downloader middlewares with ``extra`` added, as a ``-s`` value: one
-    given on the command line replaces the spider's own (its robots and host-errors ones)."""
-    settings = Settings()
-    settings.setmodule(project_settings, priority="project")
-    LinksSpider.update_settings(settings)
-    middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
-    named = {
-        key if isinstance(key, str) else global_object_name(key): order
-        for key, order in middlewares.items()
-    }
-    return json.dumps({**named, **extra})
 
 
 @pytest.fixture
@@ -119,7 +101,7 @@ def test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_nea
     reach them. A page is fetched again only from a shorter path found after its first request
     went (docs/frontier.md); one found while its first request waits is fetched once, from the
     shorter path. Counted at the server, with the depth each request carried
-    (tests/depth_header.py)."""
+    (tests/depth_header.py, added to the spider's middlewares with ``-s``)."""
     homes = _push_homes(redis_client, web, HOSTS)
     middleware = {"tests.depth_header.DepthHeaderMiddleware": 990}
     settings: dict[str, object] = {
@@ -129,7 +111,7 @@ def test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_nea
         "LINKS_SITEMAPS": False,
         "CONCURRENT_REQUESTS": 32,
         "START_BATCH_SIZE": 4,
-        "DOWNLOADER_MIDDLEWARES": _links_middlewares_and(middleware),
+        "DOWNLOADER_MIDDLEWARES": json.dumps(middleware),
     }
     log = tmp_path / "worker.log"
     with crawl.background("links", settings=settings, log=log) as worker:
@@ -182,7 +164,7 @@ def test_a_request_held_up_on_its_way_still_reaches_its_host_on_time(
     }
     if HELD_UP[where]:
         middleware = {"tests.late_requests.LateMiddleware": HELD_UP[where]}
-        settings["DOWNLOADER_MIDDLEWARES"] = _links_middlewares_and(middleware)
+        settings["DOWNLOADER_MIDDLEWARES"] = json.dumps(middleware)
     else:
         handler = "tests.late_requests.SlowFirstConnectHandler"
         settings["DOWNLOAD_HANDLERS"] = json.dumps({"http": handler})

@@ -25,11 +25,12 @@ from scrapy import Request, signals
 from scrapy.exceptions import StopDownload
 from scrapy.http import HtmlResponse
 
+from crawler import settings as project
 from crawler.config import setting
 from crawler.extractors.links import content_hash, parse_page
 from crawler.items import PageItem
-from crawler.links.ledger import HostErrorsMiddleware, HostLedger
-from crawler.links.robots import LINKS_META, FleetRobotsMiddleware
+from crawler.links.ledger import HostLedger
+from crawler.links.robots import LINKS_META
 from crawler.links.sitemaps import sitemap_body, sitemap_urls
 from crawler.links.urls import (
     SCOPES,
@@ -84,25 +85,20 @@ class LinksSpider(RedisFedSpider):
         # Scrapy hands each response's output to CONCURRENT_ITEMS (default 100) asyncio tasks
         # at once, made anew per response; a page yields one item and its links, so a few do.
         "CONCURRENT_ITEMS": 8,
+        # The fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100), the
+        # per-host error counter at 90, among the project's (a spider's dict replaces them).
+        "DOWNLOADER_MIDDLEWARES": {
+            **project.DOWNLOADER_MIDDLEWARES,
+            "crawler.links.ledger.HostErrorsMiddleware": 90,
+            "crawler.links.robots.FleetRobotsMiddleware": 100,
+        },
+        # Scrapy's Depth and UrlLength spider middlewares: the spider's own bounds do their work.
+        "SPIDER_MIDDLEWARES": {
+            **project.SPIDER_MIDDLEWARES,
+            "scrapy.spidermiddlewares.depth.DepthMiddleware": None,
+            "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware": None,
+        },
     }
-
-    @classmethod
-    def update_settings(cls, settings: BaseSettings) -> None:
-        """Put the fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100) and
-        the per-host error counter at 90, keeping the project's other downloader middlewares
-        (custom_settings would replace the dict); turn off Scrapy's Depth and UrlLength spider
-        middlewares, which the spider's own bounds make redundant. At spider priority: ``-s
-        ..._MIDDLEWARES=...`` wins."""
-        super().update_settings(settings)
-        name = "DOWNLOADER_MIDDLEWARES"
-        middlewares = dict(settings.getdict(name))
-        middlewares[HostErrorsMiddleware] = 90
-        middlewares[FleetRobotsMiddleware] = 100
-        settings.set(name, middlewares, priority="spider")
-        spider_middlewares = dict(settings.getdict("SPIDER_MIDDLEWARES"))
-        for redundant in ("depth.DepthMiddleware", "urllength.UrlLengthMiddleware"):
-            spider_middlewares[f"scrapy.spidermiddlewares.{redundant}"] = None
-        settings.set("SPIDER_MIDDLEWARES", spider_middlewares, priority="spider")
 
     def __init__(self, urls: str = "", file: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -1,0 +1,66 @@
+"""The project's add-on (Scrapy's ``ADDONS``): a run's component dict adds to the spider's.
+
+Scrapy replaces a dict setting given at a higher priority: ``-s DOWNLOADER_MIDDLEWARES=...``,
+Scrapyd's ``setting=``, or a spider's ``custom_settings`` would drop every middleware, extension
+and pipeline the project runs on (the leases, the send gate, the settings check, MongoDB). So
+each component of the spider's dicts (its ``custom_settings``' own, else the project's) that the
+run's dict does not name is put back at its order. A run turns one off by naming it with
+``None``, as in Scrapy's ``*_BASE`` dicts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.python import global_object_name
+
+from crawler import settings as project
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+COMPONENT_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS", "ITEM_PIPELINES")
+
+
+class ProjectComponents:
+    """Puts back what a run's component dict left out of the spider's (module docstring)."""
+
+    def __init__(self, spider_settings: Mapping[str, Any]) -> None:
+        self.spider_settings = spider_settings
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ProjectComponents:
+        return cls(getattr(crawler.spidercls, "custom_settings", None) or {})
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        for name in COMPONENT_DICTS:
+            wanted = self.spider_settings.get(name, getattr(project, name))
+            kept = keep_components(settings, name, wanted)
+            if kept:
+                logger.info(
+                    "%s given for this run: kept %s (name one with null to turn it off)",
+                    name,
+                    ", ".join(sorted(kept)),
+                )
+
+
+def keep_components(
+    settings: BaseSettings, name: str, wanted: Mapping[Any, int | None]
+) -> list[str]:
+    """Add each of ``wanted`` (path or class: order) that the ``name`` dict does not name, at
+    the dict's own priority; the paths of those added (not those added as None)."""
+    current = settings.getdict(name)
+    named = {_path(key) for key in current}
+    missing = {path: order for key, order in wanted.items() if (path := _path(key)) not in named}
+    if missing:
+        settings.set(name, {**current, **missing}, settings.getpriority(name) or 0)
+    return [path for path, order in missing.items() if order is not None]
+
+
+def _path(key: Any) -> str:
+    return key if isinstance(key, str) else global_object_name(key)
