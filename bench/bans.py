@@ -63,6 +63,7 @@ SCRAPY_RETRY_TIMES = 2
 SCRAPY_RETRY_HTTP_CODES = "500,502,503,504,522,524,408,429"
 # Acknowledges frontier leases; there are none under Scrapy's scheduler.
 LEASE_SPIDER_MIDDLEWARE = "crawler.middlewares.LeaseSpiderMiddleware"
+HTTP_COMPRESSION = "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware"
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,13 @@ def variants(ban_seconds: float, addresses: list[str]) -> list[Variant]:
                 "SCHEDULER": "scrapy.core.scheduler.Scheduler",
                 "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter",
                 "SPIDER_MIDDLEWARES": json.dumps({LEASE_SPIDER_MIDDLEWARE: None}),
+                # Every project middleware named off (a run's dict adds to the project's), and
+                # Scrapy's RetryMiddleware and HttpCompression where Scrapy puts them.
                 "DOWNLOADER_MIDDLEWARES": json.dumps(
                     {
-                        "crawler.middlewares.BanMiddleware": None,
-                        "crawler.middlewares.BackoffRetryMiddleware": None,
+                        **dict.fromkeys(project_settings.DOWNLOADER_MIDDLEWARES),
                         "scrapy.downloadermiddlewares.retry.RetryMiddleware": 550,
+                        HTTP_COMPRESSION: 590,
                     }
                 ),
                 "POLITENESS_RATE": "0",

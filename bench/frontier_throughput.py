@@ -56,6 +56,7 @@ from bench._redis_figures import (  # noqa: E402
     redis_commands,
     redis_cpu,
 )
+from crawler import settings as project_settings  # noqa: E402
 from crawler.keys import tagged  # noqa: E402
 from devtools.services import free_port, start_redis  # noqa: E402
 
@@ -63,6 +64,7 @@ CRAWL_TIMEOUT = 900.0
 TARGET_VS_MEMORY = 0.9
 TARGET_VS_STOCK = 1.25
 
+NO_PROJECT_EXTENSIONS = dict.fromkeys(project_settings.EXTENSIONS)
 MEMORY, STOCK, OURS = "scrapy memory", "scrapy-redis stock", "crawler (ours)"
 VARIANTS: dict[str, dict[str, str]] = {
     MEMORY: {
@@ -134,7 +136,10 @@ def run_variant(
                 "SPIDER_MODULES": _graph_site.MODULE,
                 "BENCH_GRAPH_URL": graph_url,
                 "BENCH_PROBE_FILE": str(probe_file),
-                "EXTENSIONS": json.dumps({f"{_probes.MODULE}.BenchProbe": 1000}),
+                # The probe alone: the project's extensions named off (a run's dict adds).
+                "EXTENSIONS": json.dumps(
+                    {**NO_PROJECT_EXTENSIONS, f"{_probes.MODULE}.BenchProbe": 1000}
+                ),
                 "ITEM_PIPELINES": "{}",
                 "LOG_LEVEL": "WARNING",
                 "CONCURRENT_REQUESTS": str(args.concurrency),

@@ -1,8 +1,8 @@
 """The project's add-on (Scrapy's ``ADDONS``): a run's component dict adds to the spider's.
 
 Scrapy replaces a dict setting given at a higher priority: ``-s DOWNLOADER_MIDDLEWARES=...``,
-Scrapyd's ``setting=``, or a spider's ``custom_settings`` would drop every middleware, extension
-and pipeline the project runs on (the leases, the send gate, the settings check, MongoDB). So
+Scrapyd's ``setting=``, or a spider's ``custom_settings`` would drop every middleware and
+extension the project runs on (the leases, the send gate, the settings check). So
 each component of the spider's dicts (its ``custom_settings``' own, else the project's) that the
 run's dict does not name is put back at its order. A run turns one off by naming it with
 ``None``, as in Scrapy's ``*_BASE`` dicts.
@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-COMPONENT_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS", "ITEM_PIPELINES")
+# ITEM_PIPELINES is not among them: a run that gives its own pipelines means them (``{}``: store
+# nothing), and the settings check refuses pipelines that leave named collections unstored.
+COMPONENT_DICTS = ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS")
 
 
 class ProjectComponents:

@@ -19,9 +19,9 @@ NEWSPIDER_MODULE = "crawler.spiders"
 # A worker imports its own spider's module only, not every spider's (crawler/spiders/loader.py).
 SPIDER_LOADER_CLASS = "crawler.spiders.loader.SpiderLoader"
 COMMANDS_MODULE = "crawler.commands"
-# The project's add-on: a run's DOWNLOADER_MIDDLEWARES, SPIDER_MIDDLEWARES, EXTENSIONS or
-# ITEM_PIPELINES (``-s``, Scrapyd's ``setting=``) adds to the spider's instead of replacing them;
-# a component named with None is turned off (crawler/addons.py).
+# The project's add-on: a run's DOWNLOADER_MIDDLEWARES, SPIDER_MIDDLEWARES or EXTENSIONS (``-s``,
+# Scrapyd's ``setting=``) adds to the spider's instead of replacing them; a component named with
+# None is turned off (crawler/addons.py). ITEM_PIPELINES is replaced, as in Scrapy.
 ADDONS = {"crawler.addons.ProjectComponents": 0}
 
 # The asyncio reactor is required by scrapy-playwright and lets pipelines await threads.

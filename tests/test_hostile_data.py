@@ -153,11 +153,10 @@ def hostile() -> Iterator[LoopbackServer]:
 
 
 def _spider(cls: Any, **settings: Any) -> Any:
-    defaults = {
-        name: getattr(project_settings, name)
-        for name in dir(project_settings)
-        if name.isupper() and name != "EXTENSIONS"
-    }
+    # The project's settings with its extensions named off: they reach Redis when they start.
+    defaults = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    defaults = {name: value for name, value in defaults.items() if name.isupper()}
+    defaults["EXTENSIONS"] = dict.fromkeys(project_settings.EXTENSIONS)
     base = {"EXPLORE_BASE_URL": "http://127.0.0.1:9", "PROFILES_BASE_URL": "http://127.0.0.1:9"}
     crawler = get_crawler(cls, settings_dict={**defaults, **base, **settings})
     spider = cls.from_crawler(crawler)

@@ -39,8 +39,8 @@ def _settings(**overrides: Any) -> Settings:
 def _project(**overrides: Any) -> dict[str, Any]:
     """The project's settings for get_crawler, without the extensions it would build."""
     project = {name: getattr(project_settings, name) for name in dir(project_settings)}
-    settings = {k: v for k, v in project.items() if k.isupper() and k != "EXTENSIONS"}
-    return {**settings, **overrides}
+    settings = {k: v for k, v in project.items() if k.isupper()}
+    return {**settings, "EXTENSIONS": dict.fromkeys(project_settings.EXTENSIONS), **overrides}
 
 
 def _problems(**overrides: Any) -> tuple[str, ...]:

@@ -24,11 +24,9 @@ FEED = "/api/explore/item_list/"
 
 def _spider(cls: Any, **settings: Any) -> Any:
     # The project's settings without its extensions, which reach Redis when they start.
-    defaults = {
-        name: getattr(project_settings, name)
-        for name in dir(project_settings)
-        if name.isupper() and name != "EXTENSIONS"
-    }
+    defaults = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    defaults = {name: value for name, value in defaults.items() if name.isupper()}
+    defaults["EXTENSIONS"] = dict.fromkeys(project_settings.EXTENSIONS)
     crawler = get_crawler(cls, settings_dict={**defaults, **BASE, **settings})
     return cls.from_crawler(crawler)
 

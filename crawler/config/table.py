@@ -179,6 +179,7 @@ RULES: dict[str, Rule] = {
     "USER_AGENT": text(empty=False),
     "DOWNLOADER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
     "SPIDER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
+    "ADDONS": Rule("a dict of loadable components to orders", components),
     "EXTENSIONS": Rule("a dict of loadable components to orders", components),
     "EXTENSIONS_BASE": Rule("a dict of loadable components to orders", components),
     "ITEM_PIPELINES": Rule("a dict of loadable components to orders", components),
