@@ -13,7 +13,7 @@ import redis
 from crawler.fleet.plan import explain, parse_duration, plan
 from crawler.frontier.demand import Demand, HostDemand
 from crawler.observability.sizing import Sizing
-from tests.harness import ROOT, Crawl
+from tests.harness import ROOT, Crawl, Sandbox
 
 
 def _sizing(hosts: tuple[HostDemand, ...], queued: int, pace: float = 10.0) -> Sizing:
@@ -97,11 +97,15 @@ def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:
 
 @pytest.mark.integration
 def test_a_plan_without_a_measured_pace_calibrates_with_one_worker(
-    crawl: Crawl, redis_client: redis.Redis
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
 ) -> None:
+    """With its answers 0.1 s late and 2 at once, the worker would take 20 s for the work: its
+    pace is measured (in a few seconds) well before the work runs out."""
+    sandbox.admin("config", {"latency_ms": 100})
     users = [f"missing.cal.{n}" for n in range(400)]
     redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in users))
-    worker = crawl.command("profiles", settings={"STATS_PUBLISH_INTERVAL": 1})
+    settings = {"STATS_PUBLISH_INTERVAL": 1, "CONCURRENT_REQUESTS": 2}
+    worker = crawl.command("profiles", settings=settings)
     pairs = worker[worker.index("profiles") + 1 :]
     result = _fleet(crawl, "plan", "profiles", "--deadline", "1h", "--calibrate", "40", *pairs)
     assert result.returncode == 0, result.stderr[-3000:]
