@@ -227,12 +227,12 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert "site:frontier/scheduler.py:open" not in sites, sites
     # Start-up: the two checks, the sizes, the read of the pause key, the first start entries, their
     # requests written and popped with what rides along (6 measured; a loaded machine adds
-    # pops: 9 seen in a full parallel run); close: the last writes (two trips: a revisit, then
+    # pops: up to 13 seen in a full parallel run); close: the last writes (two trips: a revisit, then
     # its page's ack), the final stats, and the idle looks, each a read of the start list,
     # then what this worker owes written and the sizes read (9 measured). Bounds against a
     # regression, not a goal.
     start_up, close = result["edges"]
-    assert start_up <= 11, sites
+    assert start_up <= 16, sites
     assert close <= 14, sites
 
 
