@@ -10,6 +10,7 @@ import unicodedata
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -27,7 +28,7 @@ from crawler.frontier.pause import (
 from crawler.keys import pause_key
 from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import ROOT, Crawl, Sandbox, Worker, poll
 
 KEY = pause_key("profiles")
 
@@ -251,3 +252,113 @@ def test_a_paused_idle_fleet_stays_open_and_shows_why(
         assert time.monotonic() - resumed < 30
     assert crawl.mongo.db.profiles.count_documents({}) == 1
     assert "resumed after" in log.read_text()
+
+
+# --- any sequence of pause, resume, kill and start ----------------------------------------------
+
+SEQUENCE_USERS = USERS[:200]
+# Steps: a pause holds 3 s before the next step (so each has a stretch past its first 2 s to
+# check); the others hold 0.3, 1 or 2.5 s. At least one pause.
+Step = tuple[str, float]
+steps = st.lists(
+    st.one_of(
+        st.just(("pause", 3.0)),
+        st.tuples(st.sampled_from(["resume", "kill", "start"]), st.sampled_from([0.3, 1.0, 2.5])),
+    ),
+    min_size=2,
+    max_size=5,
+).filter(lambda sequence: ("pause", 3.0) in sequence)
+
+
+def _wait(seconds: float) -> None:
+    """Let the fleet run ``seconds`` before the next step of a sequence."""
+    until = time.time() + seconds
+    poll(lambda: time.time() > until, seconds + 5, "the step's time", pause=0.1)
+
+
+class Fleet:
+    """Workers started and killed (-9) as a sequence says, and the times the crawl was paused."""
+
+    def __init__(self, crawl: Crawl, redis_client: redis.Redis, stack: ExitStack, logs: Path):
+        self.crawl, self.redis, self.stack, self.logs = crawl, redis_client, stack, logs
+        self.workers: list[Worker] = []
+        self.paused: list[list[float]] = []  # [since, until] of each pause, until inf while on
+        self.paused_with_work = 0  # pauses that began before the last profile was stored
+
+    def start(self) -> None:
+        log = self.logs / f"worker-{len(self.workers)}.log"
+        self.workers.append(
+            self.stack.enter_context(self.crawl.background("profiles", settings=WORKER, log=log))
+        )
+
+    def alive(self) -> list[Worker]:
+        return [worker for worker in self.workers if worker.poll() is None]
+
+    def do(self, action: str) -> None:
+        now = time.time()
+        if action == "pause":
+            self.redis.hset(KEY, mapping={"since": now, "by": "test", "reason": "sequence"})
+            if not self.paused or self.paused[-1][1] < now:
+                self.paused.append([now, float("inf")])
+                stored = self.crawl.mongo.db.profiles.count_documents({})
+                self.paused_with_work += stored < len(SEQUENCE_USERS)
+        elif action == "resume":
+            self.redis.delete(KEY)
+            if self.paused and self.paused[-1][1] > now:
+                self.paused[-1][1] = now
+        elif action == "kill" and (alive := self.alive()):
+            alive[0].kill()
+        elif action == "start" and len(self.alive()) < 3:
+            self.start()
+
+
+@pytest.mark.integration
+@settings(
+    max_examples=3,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=steps)
+def test_any_sequence_of_pause_resume_kill_and_start_loses_nothing(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path_factory: Any,
+    sequence: list[Step],
+) -> None:  # fmt: skip
+    """Two workers crawling; then pauses, resumes, kills (-9) and new workers in any order;
+    then a resume and a worker if none is left. No request reaches the site from 2 s into a
+    pause until its resume, every profile is stored once, and the fleet closes with nothing
+    leased nor dead."""
+    redis_client.flushdb()
+    crawl.mongo.db.profiles.drop()
+    sandbox.admin("reset", {})
+    sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
+    redis_client.lpush(
+        "profiles:start_urls", *(json.dumps({"unique_id": u}) for u in SEQUENCE_USERS)
+    )
+    with ExitStack() as stack:
+        fleet = Fleet(crawl, redis_client, stack, tmp_path_factory.mktemp("sequence"))
+        fleet.start()
+        fleet.start()
+        _wait(1.0)
+        for action, after in sequence:
+            fleet.do(action)
+            _wait(after)
+        fleet.do("resume")
+        if not fleet.alive():
+            fleet.start()
+        for worker in fleet.alive():
+            assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
+    arrivals = _arrivals(sandbox)
+    during = [
+        (round(when - since, 2), path)
+        for since, until in fleet.paused
+        for when, path in arrivals
+        if since + 2 + SLACK < when < until
+    ]
+    assert during == [], f"requests reached the site while paused: {during[:5]}"
+    assert fleet.paused_with_work, "every pause came after the crawl's end"
+    stored = [doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})]
+    assert sorted(stored) == sorted(SEQUENCE_USERS)
+    assert {path for _, path in arrivals} == {f"/@{user}" for user in SEQUENCE_USERS}
+    assert redis_client.zcard("{profiles}:leases") == 0
+    assert redis_client.llen("{profiles}:dead") == 0

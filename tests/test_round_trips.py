@@ -225,12 +225,12 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert "rt:other" not in result["counts"], result["counts"]
     assert sites["site:frontier/server_check.py:check_frontier"] == 2, sites
     assert "site:frontier/scheduler.py:open" not in sites, sites
-    # Start-up: the two checks, the sizes, the read of the pause key, the first start entries, their
-    # requests written and popped with what rides along (6 measured; a loaded machine adds
-    # pops: up to 13 seen in a full parallel run); close: the last writes (two trips: a revisit, then
-    # its page's ack), the final stats, and the idle looks, each a read of the start list,
-    # then what this worker owes written and the sizes read (9 measured). Bounds against a
-    # regression, not a goal.
+    # Start-up: the two checks, the sizes, the read of the pause key, the first start entries,
+    # their requests written and popped with what rides along (6 measured; a loaded machine adds
+    # pops: up to 13 seen in a full parallel run); close: the last writes (two trips: a
+    # revisit, then its page's ack), the final stats, and the idle looks, each a read of the
+    # start list, then what this worker owes written and the sizes read (9 measured). Bounds
+    # against a regression, not a goal.
     start_up, close = result["edges"]
     assert start_up <= 16, sites
     assert close <= 14, sites
