@@ -38,7 +38,7 @@ def test_a_run_adds_a_component_and_turns_one_off_keeping_the_rest(spider: str) 
         spider,
         DOWNLOADER_MIDDLEWARES={
             "tests.depth_header.DepthHeaderMiddleware": 990,
-            "crawler.middlewares.SendGateMiddleware": None,
+            "crawler.middlewares.HostFullMiddleware": None,
         },
         EXTENSIONS={"scrapy.extensions.closespider.CloseSpider": 10},
         ITEM_PIPELINES={"crawler.pipelines.ValidationPipeline": 150},
@@ -49,7 +49,7 @@ def test_a_run_adds_a_component_and_turns_one_off_keeping_the_rest(spider: str) 
     assert changed.getdict("DOWNLOADER_MIDDLEWARES") == {
         **downloader,
         "tests.depth_header.DepthHeaderMiddleware": 990,
-        "crawler.middlewares.SendGateMiddleware": None,
+        "crawler.middlewares.HostFullMiddleware": None,
     }
     assert changed.getdict("SPIDER_MIDDLEWARES") == default.getdict("SPIDER_MIDDLEWARES")
     assert changed.getdict("EXTENSIONS") == {

@@ -270,6 +270,27 @@ BAD_VALUES = {
             ["DUPEFILTER_MODE = redisbloom: must be bloom"],
             id="redisbloom-without-its-module",
         ),
+        pytest.param(
+            {
+                "ADDONS": "{}",
+                "DOWNLOADER_MIDDLEWARES": '{"tests.depth_header.DepthHeaderMiddleware": 990}',
+            },
+            ["DOWNLOADER_MIDDLEWARES = ", "must be a dict that keeps LeaseDownloaderMiddleware on"],
+            id="leases-dropped-by-a-run-dict-without-the-add-on",
+        ),
+        pytest.param(
+            {"SPIDER_MIDDLEWARES": '{"crawler.middlewares.LeaseSpiderMiddleware": null}'},
+            ["SPIDER_MIDDLEWARES = ", "must be a dict that keeps LeaseSpiderMiddleware on"],
+            id="lease-spider-middleware-turned-off",
+        ),
+        pytest.param(
+            {
+                "POLITENESS_RATE": 1,
+                "DOWNLOADER_MIDDLEWARES": '{"crawler.middlewares.SendGateMiddleware": null}',
+            },
+            ["must be a dict that keeps SendGateMiddleware on"],
+            id="send-gate-turned-off-while-paced",
+        ),
     ],
 )
 def test_a_bad_setting_stops_the_crawl_before_any_lease(

@@ -13,15 +13,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from crawler.bans.concurrency import LEASE_SLACK
 from crawler.config.rules import SettingsError, problem
 from crawler.config.table import RULES
 from crawler.connection import RedisUnavailable, crawl_redis
+from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.scheduler import FrontierScheduler
 from crawler.frontier.server_check import check_frontier
 from crawler.keys import FrontierKeys, start_key
+from crawler.middlewares import (
+    LeaseDownloaderMiddleware,
+    LeaseSpiderMiddleware,
+    SendGateMiddleware,
+)
 from crawler.pipelines import MongoPipeline
 from crawler.preflight.scrapy_redis import scrapy_redis_problems
 from crawler.uris import mask_uri
@@ -30,7 +37,13 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
-__all__ = ["CROSS_CHECKS", "SettingsCheck", "check_frontier_server", "check_settings"]
+__all__ = [
+    "CROSS_CHECKS",
+    "SettingsCheck",
+    "check_components",
+    "check_frontier_server",
+    "check_settings",
+]
 
 
 def check_settings(settings: BaseSettings) -> None:
@@ -128,6 +141,46 @@ def _storage_problems(settings: BaseSettings) -> list[str]:
     return [problem("ITEM_PIPELINES", settings.get("ITEM_PIPELINES"), allowed)]
 
 
+def check_components(settings: BaseSettings) -> None:
+    """Raise SettingsError naming each component the frontier needs that the settings turn
+    off. Run by :class:`SettingsCheck` once the spider's settings and the add-ons are applied
+    (``scrapy crawl`` checks the settings before: a run's dict has not been added to the
+    spider's yet)."""
+    if problems := _frontier_component_problems(settings):
+        raise SettingsError(*problems)
+
+
+def _frontier_component_problems(settings: BaseSettings) -> list[str]:
+    """On the frontier scheduler, the middlewares that settle each request's lease are on, and
+    the send gate while the fleet is paced: without them pages would come back when their
+    leases expire, and paced requests would go without their host's token. A dict given for a
+    run adds to the project's (crawler/addons.py), so only a component named with None, or an
+    ADDONS without the project's add-on, turns one off."""
+    if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
+        return []
+    needed = [
+        ("DOWNLOADER_MIDDLEWARES", LeaseDownloaderMiddleware),
+        ("SPIDER_MIDDLEWARES", LeaseSpiderMiddleware),
+    ]
+    if fleet_pacing(settings, settings.getint("FRONTIER_LEASE_SECONDS")) is not None:
+        needed.append(("DOWNLOADER_MIDDLEWARES", SendGateMiddleware))
+    return [
+        problem(name, settings.get(name), f"a dict that keeps {component.__qualname__} on")
+        for name, component in needed
+        if not _enabled(settings, name, component)
+    ]
+
+
+def _enabled(settings: BaseSettings, name: str, component: type) -> bool:
+    """Whether the component dict ``name`` (with its _BASE) turns ``component`` (or a subclass)
+    on."""
+    for entry in build_component_list(settings.getwithbase(name)):
+        loaded = load_object(entry) if isinstance(entry, str) else entry
+        if isinstance(loaded, type) and issubclass(loaded, component):
+            return True
+    return False
+
+
 # Checks of settings against each other, once each passes its own rule.
 def _autoscale_problems(settings: BaseSettings) -> list[str]:
     """The fewest workers wanted cannot be more than the most."""
@@ -174,4 +227,5 @@ class SettingsCheck:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SettingsCheck:
         check_settings(crawler.settings)
+        check_components(crawler.settings)
         return cls(crawler)
