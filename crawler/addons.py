@@ -55,7 +55,10 @@ def keep_components(
     settings: BaseSettings, name: str, wanted: Mapping[Any, int | None]
 ) -> list[str]:
     """Add each of ``wanted`` (path or class: order) that the ``name`` dict does not name, at
-    the dict's own priority; the paths of those added (not those added as None)."""
+    the dict's own priority; the paths of those added (not those added as None). Scrapy's
+    ``setdefault_in_component_priority_dict`` would import every key of the run's dict to
+    compare them: names are compared here, so a path that does not load is left to the
+    settings check, which names it."""
     current = settings.getdict(name)
     named = {_path(key) for key in current}
     missing = {path: order for key, order in wanted.items() if (path := _path(key)) not in named}

@@ -6,6 +6,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.misc import load_object
 
 from crawler.config.rules import base_url, integer
 from crawler.config.table import RULES
@@ -22,6 +24,14 @@ def setting(settings: BaseSettings, name: str) -> Any:
 def setting_int(settings: BaseSettings, name: str, minimum: int, maximum: int | None = None) -> int:
     """An integer setting within bounds, or SettingsError naming it."""
     return int(integer(minimum, maximum).read(name, settings.get(name)))
+
+
+def enabled_components(settings: BaseSettings, name: str) -> list[Any]:
+    """The components a component dict (``name`` with its _BASE) turns on, loaded, in order."""
+    return [
+        load_object(entry) if isinstance(entry, str) else entry
+        for entry in build_component_list(settings.getwithbase(name))
+    ]
 
 
 def switched_off(component: type, reason: str) -> NotConfigured:

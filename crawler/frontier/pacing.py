@@ -12,10 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.conf import build_component_list
-from scrapy.utils.misc import load_object
-
-from crawler.config import setting
+from crawler.config import enabled_components, setting
 from crawler.uris import identity_names
 
 if TYPE_CHECKING:
@@ -116,5 +113,5 @@ def fleet_pacing(settings: BaseSettings, lease_seconds: float) -> Pacing | None:
 
 
 def _politeness_kept(settings: BaseSettings) -> bool:
-    paths = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
-    return any(getattr(load_object(path), PACES_FLEET, False) for path in paths)
+    middlewares = enabled_components(settings, "DOWNLOADER_MIDDLEWARES")
+    return any(getattr(middleware, PACES_FLEET, False) for middleware in middlewares)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
-from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from crawler.bans.concurrency import LEASE_SLACK
+from crawler.config import enabled_components
 from crawler.config.rules import SettingsError, problem
 from crawler.config.table import RULES
 from crawler.connection import RedisUnavailable, crawl_redis
@@ -129,11 +129,8 @@ def _storage_problems(settings: BaseSettings) -> list[str]:
     ITEM_PIPELINES that replaces the project's would otherwise store nothing, silently)."""
     if not settings.getdict("MONGO_COLLECTIONS"):
         return []
-    for path, order in settings.getwithbase("ITEM_PIPELINES").items():
-        component = load_object(path) if isinstance(path, str) else path
-        stores = isinstance(component, type) and issubclass(component, MongoPipeline)
-        if order is not None and stores:
-            return []
+    if _enabled(settings, "ITEM_PIPELINES", MongoPipeline):
+        return []
     allowed = (
         "a dict with crawler.pipelines.MongoPipeline when MONGO_COLLECTIONS is set: "
         "ITEM_PIPELINES = {**ITEM_PIPELINES, ...} keeps the project's pipelines"
@@ -156,7 +153,7 @@ def _frontier_component_problems(settings: BaseSettings) -> list[str]:
     leases expire, and paced requests would go without their host's token. A dict given for a
     run adds to the project's (crawler/addons.py), so only a component named with None, or an
     ADDONS without the project's add-on, turns one off."""
-    if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
+    if not _on_frontier(settings):
         return []
     needed = [
         ("DOWNLOADER_MIDDLEWARES", LeaseDownloaderMiddleware),
@@ -171,14 +168,19 @@ def _frontier_component_problems(settings: BaseSettings) -> list[str]:
     ]
 
 
+def _on_frontier(settings: BaseSettings) -> bool:
+    """Whether the crawl's SCHEDULER is the frontier's (Scrapy's scheduler metaclass makes
+    issubclass() true for any scheduler-like class: its MRO is read instead)."""
+    return FrontierScheduler in load_object(settings["SCHEDULER"]).__mro__
+
+
 def _enabled(settings: BaseSettings, name: str, component: type) -> bool:
     """Whether the component dict ``name`` (with its _BASE) turns ``component`` (or a subclass)
     on."""
-    for entry in build_component_list(settings.getwithbase(name)):
-        loaded = load_object(entry) if isinstance(entry, str) else entry
-        if isinstance(loaded, type) and issubclass(loaded, component):
-            return True
-    return False
+    return any(
+        isinstance(loaded, type) and issubclass(loaded, component)
+        for loaded in enabled_components(settings, name)
+    )
 
 
 # Checks of settings against each other, once each passes its own rule.
@@ -205,8 +207,7 @@ def check_frontier_server(crawler: Crawler) -> None:
     scheduler checks again when it opens: a spider may name its start key only once built), on the
     crawl's own Redis client, so the connection serves the crawl."""
     settings = crawler.settings
-    # Scrapy's scheduler metaclass makes issubclass() true for any scheduler-like class.
-    if FrontierScheduler not in load_object(settings["SCHEDULER"]).__mro__:
+    if not _on_frontier(settings):
         return
     spider = crawler.spider if crawler.spider is not None else crawler.spidercls
     keys = FrontierKeys(spider.name, start_key(settings, spider))
