@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import bson
+import hypothesis
 import pymongo
 import pytest
 import redis
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 from itemadapter import ItemAdapter
 from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
@@ -626,6 +629,62 @@ def test_without_a_unique_index_every_write_is_the_pipeline_form(
     assert stored is not None
     assert stored["change_count"] == 1
     assert not stats[1].get_value("mongo/changed_writes")
+
+
+class Page(dict[str, Any]):
+    volatile_fields = ("seen_by",)
+
+
+_PAGE = st.fixed_dictionaries(
+    {
+        "url": st.sampled_from(["a", "b"]),
+        "price": st.integers(0, 1),
+        "fetched_at": st.integers(0, 3),  # volatile
+        "seen_by": st.sampled_from(["x", "y"]),  # volatile for this item class
+    },
+    optional={
+        "first_seen": st.integers(0, 3),  # an item's own field named like the history's
+        "tags": st.lists(st.just("p"), max_size=1),
+    },
+)
+
+
+@hypothesis.settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(visits=st.lists(st.lists(_PAGE, min_size=1, max_size=3), min_size=1, max_size=4))
+def test_the_plain_form_stores_what_the_pipeline_form_stores(
+    mongo: Mongo, tmp_path: Path, visits: list[list[dict[str, Any]]]
+) -> None:
+    """Whatever pages come back, with or without changes to their content or volatile fields:
+    a collection written in the plain form first (unique key) ends with the documents, and
+    change counts, of one written in the pipeline form alone (no unique index)."""
+    for name in ("plain", "tracked"):
+        mongo.db.drop_collection(name)
+    mongo.db.tracked.create_index("url")  # not unique: the pipeline form alone
+    for pages in visits:
+        for name in ("plain", "tracked"):
+            config = _settings(mongo.uri, mongo.database, tmp_path, flush_interval=0.1)
+            # "tracked" is the spider's own collection: its index is made (and fails) lazily
+            declared = {"Page": Destination(name, "url")} if name == "plain" else {}
+            destinations = Destinations(declared, name)
+            pipeline = MongoPipeline(config, get_crawler().stats, "videos-test", destinations)
+            assert _stored(pipeline, *(Page(page) for page in pages)) == [None] * len(pages)
+    assert _history(mongo.db.plain) == _history(mongo.db.tracked)
+
+
+def _history(collection: Any) -> dict[str, dict[str, Any]]:
+    """Each stored document by url, its times replaced by which of them are equal."""
+    found: dict[str, dict[str, Any]] = {}
+    for doc in collection.find({}, {"_id": 0}):
+        times = {name: doc.pop(name) for name in ("last_seen", "last_changed")}
+        doc["unchanged_since_first"] = times["last_changed"] == doc["first_seen"]
+        if not isinstance(doc["first_seen"], int):  # the item's own value is kept as given
+            doc.pop("first_seen")
+        found[doc["url"]] = doc
+    return found
 
 
 def test_the_same_content_trimmed_or_whole_is_no_change(mongo: Mongo, tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ Three forms of the write say so. :func:`history_update` is an update pipeline in
 compares the stored hash with the new one: it is right for any stored document, at the price of
 an aggregation per write. :func:`same_content_update` is a plain update, for the filter
 ``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
-document whose content did not change, and inserts a new one; a stored document whose content
+document whose content did not change, and sets only what the hash leaves out (``last_seen``,
+the volatile fields), or inserts a new one; a stored document whose content
 changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
 (a duplicate key), and the writer writes that document again with :func:`history_update`.
 :func:`new_document` is the document a key not stored yet is inserted as, the history of its
@@ -100,20 +101,31 @@ def marked_trimmed(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def same_content_update(
-    document: Mapping[str, Any], now: datetime, least: Collection[str] = ()
+    selector: Mapping[str, Any],
+    document: Mapping[str, Any],
+    now: datetime,
+    least: Collection[str] = (),
+    volatile: Collection[str] = (),
 ) -> dict[str, Any]:
     """The plain update that stores ``document`` (not trimmed) over a stored one of the same
-    content (:func:`same_content_filter`), or inserts it: its fields and ``last_seen``;
-    ``first_seen``, ``last_changed`` and ``change_count`` only on insert (a document with a
-    hash has them); a ``least`` field keeps the least value stored."""
-    on_insert = {"first_seen": now, "last_changed": now, "change_count": 0}
+    content (:func:`same_content_filter`), or inserts it. A stored document of the same hash
+    holds the same content already, so only what the hash leaves out is set: ``last_seen``,
+    the volatile fields (the usual ones and ``volatile``) and an item's own fields named like
+    the history's; a ``least`` field keeps the least value stored. Its other fields, and
+    ``first_seen``, ``last_changed`` and ``change_count``, are written on insert only."""
+    unhashed = VOLATILE_FIELDS.union(volatile, HISTORY_FIELDS)
+    filtered = {*selector, CHANGE_HASH}  # an upsert inserts its filter's fields itself
     kept = {name: document[name] for name in least if name in document}
-    fields = {name: value for name, value in document.items() if name not in kept}
-    update: dict[str, Any] = {"$set": {**fields, "last_seen": now}}
+    fresh: dict[str, Any] = {}
+    same: dict[str, Any] = {}
+    for name, value in document.items():
+        if name not in kept and name not in filtered:
+            (fresh if name in unhashed else same)[name] = value
+    update: dict[str, Any] = {"$set": {**fresh, "last_seen": now}}
     if kept:
         update["$min"] = kept
-    if inserted := {name: value for name, value in on_insert.items() if name not in document}:
-        update["$setOnInsert"] = inserted
+    first = {"first_seen": now, "last_changed": now, "change_count": 0}
+    update["$setOnInsert"] = same | {name: at for name, at in first.items() if name not in fresh}
     return update
 
 

@@ -422,7 +422,7 @@ class MongoWriter:
         if unique_key == "_id":
             fitted = {name: value for name, value in fitted.items() if name != "_id"}
         if TRUNCATED_FIELD not in fitted:
-            return Write(index, selector, fitted, unset=(TRUNCATED_FIELD,), least=tuple(least))
+            return Write(index, selector, fitted, (TRUNCATED_FIELD,), tuple(least), tuple(volatile))
         marked_trimmed(fitted)
         self.stats.inc_value("mongo/truncated")
         logger.warning(
@@ -606,6 +606,7 @@ class Write:
     document: dict[str, Any]
     unset: tuple[str, ...] = ()
     least: tuple[str, ...] = ()  # fields whose stored value is the least ever stored
+    volatile: tuple[str, ...] = ()  # the item's own fields left out of its change hash
 
     def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
         """The plain upsert matching the stored document by key and hash, if the key has a
@@ -614,7 +615,7 @@ class Write:
         if unique_index is None or TRUNCATED_FIELD in self.document:
             return self.tracked(now)
         selector = same_content_filter(self.selector, self.document)
-        update = same_content_update(self.document, now, self.least)
+        update = same_content_update(self.selector, self.document, now, self.least, self.volatile)
         return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
 
     def inserted(self, now: datetime) -> InsertOne[dict[str, Any]]:
