@@ -11,9 +11,9 @@ Three forms of the write say so. :func:`history_update` is an update pipeline in
 compares the stored hash with the new one: it is right for any stored document, at the price of
 an aggregation per write. :func:`same_content_update` is a plain update, for the filter
 ``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
-document whose content did not change, and sets only what the hash leaves out (``last_seen``,
-the volatile fields), or inserts a new one; a stored document whose content
-changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
+document whose content did not change, and leaves alone the numbers it holds already (it sets
+``last_seen``, the volatile fields and the values the hash may not tell apart), or inserts a
+new one; a stored document whose content changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
 (a duplicate key), and the writer writes that document again with :func:`history_update`.
 :func:`new_document` is the document a key not stored yet is inserted as, the history of its
 first sighting with it (what either upsert inserts); its insert fails on the key's unique index
@@ -109,10 +109,13 @@ def same_content_update(
 ) -> dict[str, Any]:
     """The plain update that stores ``document`` (not trimmed) over a stored one of the same
     content (:func:`same_content_filter`), or inserts it. A stored document of the same hash
-    holds the same content already, so only what the hash leaves out is set: ``last_seen``,
-    the volatile fields (the usual ones and ``volatile``) and an item's own fields named like
-    the history's; a ``least`` field keeps the least value stored. Its other fields, and
-    ``first_seen``, ``last_changed`` and ``change_count``, are written on insert only."""
+    holds the same values already where the hash tells a value from any other (numbers,
+    booleans, null: :func:`_told_apart`), so those fields are written on insert only, with
+    ``first_seen``, ``last_changed`` and ``change_count``. What is set is the rest:
+    ``last_seen``, the volatile fields (the usual ones and ``volatile``), an item's own fields
+    named like the history's, and values whose hash other values share (a string and bytes of
+    its hex digits, an object and the same keys in another order); a ``least`` field keeps
+    the least value stored."""
     unhashed = VOLATILE_FIELDS.union(volatile, HISTORY_FIELDS)
     filtered = {*selector, CHANGE_HASH}  # an upsert inserts its filter's fields itself
     kept = {name: document[name] for name in least if name in document}
@@ -120,13 +123,23 @@ def same_content_update(
     same: dict[str, Any] = {}
     for name, value in document.items():
         if name not in kept and name not in filtered:
-            (fresh if name in unhashed else same)[name] = value
+            (same if name not in unhashed and _told_apart(value) else fresh)[name] = value
     update: dict[str, Any] = {"$set": {**fresh, "last_seen": now}}
     if kept:
         update["$min"] = kept
     first = {"first_seen": now, "last_changed": now, "change_count": 0}
     update["$setOnInsert"] = same | {name: at for name, at in first.items() if name not in fresh}
     return update
+
+
+def _told_apart(value: Any) -> bool:
+    """Whether the hash of ``value`` differs from that of every other value MongoDB would
+    store differently: true of numbers, booleans and null, and of lists of them. Not of a
+    string, which hashes as bytes of its hex digits or an object of its ``repr`` would; not of
+    an object, whose keys the hash sorts."""
+    if value is None or type(value) in (int, float, bool):
+        return True
+    return type(value) in (list, tuple) and all(_told_apart(element) for element in value)
 
 
 def new_document(
