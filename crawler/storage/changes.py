@@ -13,8 +13,9 @@ an aggregation per write. :func:`same_content_update` is a plain update, for the
 ``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
 document whose content did not change, and leaves alone the numbers it holds already (it sets
 ``last_seen``, the volatile fields and the values the hash may not tell apart), or inserts a
-new one; a stored document whose content changed (or that has no hash yet) is not matched, so its insert fails on the key's unique index
-(a duplicate key), and the writer writes that document again with :func:`history_update`.
+new one; a stored document whose content changed (or that has no hash yet) is not matched, so
+its insert fails on the key's unique index (a duplicate key), and the writer writes that
+document again with :func:`history_update`.
 :func:`new_document` is the document a key not stored yet is inserted as, the history of its
 first sighting with it (what either upsert inserts); its insert fails on the key's unique index
 when the key is stored, and the writer writes that document again with an upsert. Only a
