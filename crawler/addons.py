@@ -5,7 +5,9 @@ Scrapyd's ``setting=``, or a spider's ``custom_settings`` would drop every middl
 extension the project runs on (the leases, the send gate, the settings check). So
 each component of the spider's dicts (its ``custom_settings``' own, else the project's) that the
 run's dict does not name is put back at its order. A run turns one off by naming it with
-``None``, as in Scrapy's ``*_BASE`` dicts.
+``None``, as in Scrapy's ``*_BASE`` dicts. ``ADDONS`` itself is read before any add-on runs:
+``scrapy crawl`` puts the project's add-on back into an ``ADDONS`` given for a run or by a
+spider (:func:`keep_project_addon`), unless it is named with ``None``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ class ProjectComponents:
                     name,
                     ", ".join(sorted(kept)),
                 )
+
+
+def keep_project_addon(settings: BaseSettings) -> None:
+    """Put the project's add-on back into an ``ADDONS`` that leaves it out (given with ``-s``,
+    Scrapyd's ``setting=`` or a spider's ``custom_settings``), saying so."""
+    if kept := keep_components(settings, "ADDONS", project.ADDONS):
+        logger.info("ADDONS given for this run: kept %s (name it with null to turn it off)", *kept)
 
 
 def keep_components(

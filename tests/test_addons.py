@@ -14,7 +14,8 @@ from scrapy.crawler import Crawler
 from scrapy.settings import SETTINGS_PRIORITIES, Settings
 from scrapy.utils.project import get_project_settings
 
-from crawler.addons import COMPONENT_DICTS, keep_components
+from crawler.addons import COMPONENT_DICTS, keep_components, keep_project_addon
+from crawler.config.rules import SettingsError
 from crawler.spiders.loader import SpiderLoader
 
 SPIDERS = ["explore", "profiles", "maps", "links", "domains"]
@@ -27,6 +28,7 @@ def _effective(spider: str, **run: Any) -> Crawler:
         settings.set(name, json.dumps(value), priority="cmdline")
     settings.set("TWISTED_REACTOR_ENABLED", False)  # only the settings are applied
     crawler = Crawler(SpiderLoader.from_settings(settings).load(spider), settings)
+    keep_project_addon(crawler.settings)  # as the crawl command does
     crawler._apply_settings()
     return crawler
 
@@ -56,6 +58,36 @@ def test_a_run_adds_a_component_and_turns_one_off_keeping_the_rest(spider: str) 
         **default.getdict("EXTENSIONS"),
         "scrapy.extensions.closespider.CloseSpider": 10,
     }
+
+
+@pytest.mark.parametrize("addons", [{}, {"tests.test_addons.NoAddon": 5}])
+def test_a_run_s_own_addons_keep_the_project_s_add_on(addons: dict[str, int]) -> None:
+    """``-s ADDONS=...`` is read before any add-on runs: the crawl command puts the project's
+    add-on back, so a run's middleware dict still adds to the spider's."""
+    default = _effective("profiles").settings.getdict("DOWNLOADER_MIDDLEWARES")
+    mine = {"tests.depth_header.DepthHeaderMiddleware": 990}
+    changed = _effective("profiles", ADDONS=addons, DOWNLOADER_MIDDLEWARES=mine).settings
+    assert changed.getdict("ADDONS") == {**addons, "crawler.addons.ProjectComponents": 0}
+    assert changed.getdict("DOWNLOADER_MIDDLEWARES") == {**default, **mine}
+
+
+def test_the_project_s_add_on_named_with_null_leaves_the_run_s_dict_alone() -> None:
+    """As in Scrapy, the run's dict replaces the spider's: the leases go, and the settings
+    check refuses the crawl."""
+    mine = {"tests.depth_header.DepthHeaderMiddleware": 990}
+    with pytest.raises(SettingsError, match="a dict that keeps LeaseDownloaderMiddleware on"):
+        _effective(
+            "profiles",
+            ADDONS={"crawler.addons.ProjectComponents": None},
+            DOWNLOADER_MIDDLEWARES=mine,
+        )
+
+
+class NoAddon:
+    """An add-on that changes nothing."""
+
+    def update_settings(self, settings: Settings) -> None:
+        pass
 
 
 paths = st.sampled_from([f"pkg.mod.C{n}" for n in range(8)])

@@ -272,11 +272,11 @@ BAD_VALUES = {
         ),
         pytest.param(
             {
-                "ADDONS": "{}",
+                "ADDONS": '{"crawler.addons.ProjectComponents": null}',
                 "DOWNLOADER_MIDDLEWARES": '{"tests.depth_header.DepthHeaderMiddleware": 990}',
             },
             ["DOWNLOADER_MIDDLEWARES = ", "must be a dict that keeps LeaseDownloaderMiddleware on"],
-            id="leases-dropped-by-a-run-dict-without-the-add-on",
+            id="leases-dropped-by-a-run-dict-with-the-add-on-turned-off",
         ),
         pytest.param(
             {"SPIDER_MIDDLEWARES": '{"crawler.middlewares.LeaseSpiderMiddleware": null}'},

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
+from crawler.addons import keep_project_addon
 from crawler.bans.policy import EXIT_BANNED
 from crawler.bans.ratelimit import EXIT_RATE_LIMITED, RATE_LIMITED
 from crawler.config.rules import EXIT_BAD_SETTING, SettingsError
@@ -41,6 +42,7 @@ class Command(ScrapyCrawlCommand):
             raise UsageError("give exactly one spider name")
         assert self.crawler_process is not None
         crawler = self._create_crawler(args[0])
+        keep_project_addon(crawler.settings)
         try:
             check_settings(crawler.settings)
             check_frontier_server(crawler)

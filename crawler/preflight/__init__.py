@@ -151,8 +151,8 @@ def _frontier_component_problems(settings: BaseSettings) -> list[str]:
     """On the frontier scheduler, the middlewares that settle each request's lease are on, and
     the send gate while the fleet is paced: without them pages would come back when their
     leases expire, and paced requests would go without their host's token. A dict given for a
-    run adds to the project's (crawler/addons.py), so only a component named with None, or an
-    ADDONS without the project's add-on, turns one off."""
+    run adds to the project's (crawler/addons.py), so only a component named with None, or the
+    project's add-on named with None in ADDONS, turns one off."""
     if not _on_frontier(settings):
         return []
     needed = [
