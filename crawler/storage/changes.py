@@ -11,11 +11,11 @@ Three forms of the write say so. :func:`history_update` is an update pipeline in
 compares the stored hash with the new one: it is right for any stored document, at the price of
 an aggregation per write. :func:`same_content_update` is a plain update, for the filter
 ``{<key>: ..., "change_hash": <new hash>}`` (:func:`same_content_filter`): it matches a stored
-document whose content did not change, and leaves alone the numbers it holds already (it sets
-``last_seen``, the volatile fields and the values the hash may not tell apart), or inserts a
-new one; a stored document whose content changed (or that has no hash yet) is not matched, so
-its insert fails on the key's unique index (a duplicate key), and the writer writes that
-document again with :func:`history_update`.
+document whose content did not change, and leaves its content alone (it sets ``last_seen``
+and the volatile fields; the whole content when the hash is marked as one whose values
+another value may share), or inserts a new one; a stored document whose content changed (or
+that has no hash yet) is not matched, so its insert fails on the key's unique index (a
+duplicate key), and the writer writes that document again with :func:`history_update`.
 :func:`new_document` is the document a key not stored yet is inserted as, the history of its
 first sighting with it (what either upsert inserts); its insert fails on the key's unique index
 when the key is stored, and the writer writes that document again with an upsert. Only a
@@ -36,6 +36,12 @@ from typing import Any
 CHANGE_HASH = "change_hash"
 # The suffix of the change_hash of a document stored trimmed.
 TRIMMED = "~"
+# The suffix of the change_hash of a document holding a value its digest may not tell from
+# another (an object, whose keys the digest sorts; bytes, read as their hex digits; a datetime or
+# any other type, read as its repr): see :func:`_told_apart`.
+LOSSY = "*"
+# The length of the digest, before either suffix.
+DIGEST_CHARS = 24
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
 HISTORY_FIELDS = ("first_seen", "last_seen", "last_changed", "change_count", CHANGE_HASH)
 # Fields that differ on every fetch (when it was fetched, how long it took) and never count as
@@ -44,10 +50,13 @@ VOLATILE_FIELDS = frozenset({"fetched_at", "checked_at", "scraped_at", "response
 
 
 def with_change_hash(document: dict[str, Any], volatile: Collection[str]) -> dict[str, Any]:
-    """``document`` with its ``change_hash``."""
-    document[CHANGE_HASH] = item_hash(
-        {name: value for name, value in document.items() if name not in HISTORY_FIELDS}, volatile
-    )
+    """``document`` with its ``change_hash``: the digest of its content, marked LOSSY when a
+    value of it may hash as another value would."""
+    content = {name: value for name, value in document.items() if name not in HISTORY_FIELDS}
+    digest = item_hash(content, volatile)
+    ignored = VOLATILE_FIELDS.union(volatile)
+    told = all(_told_apart(value) for name, value in content.items() if name not in ignored)
+    document[CHANGE_HASH] = digest if told else digest + LOSSY
     return document
 
 
@@ -59,7 +68,7 @@ def history_update(
 ) -> list[dict[str, Any]]:
     """The update pipeline that stores ``document`` (with its ``change_hash``) and its history,
     and removes the ``unset`` fields; a ``least`` field keeps the least value stored."""
-    content = document[CHANGE_HASH].removesuffix(TRIMMED)  # the content's digest alone
+    content = document[CHANGE_HASH][:DIGEST_CHARS]  # the content's digest alone
     known = {"$ne": [{"$type": f"${CHANGE_HASH}"}, "missing"]}
     stored = {"$substrCP": [f"${CHANGE_HASH}", 0, len(content)]}
     changed = {"$and": [known, {"$ne": [stored, content]}]}
@@ -109,22 +118,22 @@ def same_content_update(
     volatile: Collection[str] = (),
 ) -> dict[str, Any]:
     """The plain update that stores ``document`` (not trimmed) over a stored one of the same
-    content (:func:`same_content_filter`), or inserts it. A stored document of the same hash
-    holds the same values already where the hash tells a value from any other (numbers,
-    booleans, null: :func:`_told_apart`), so those fields are written on insert only, with
-    ``first_seen``, ``last_changed`` and ``change_count``. What is set is the rest:
+    content (:func:`same_content_filter`), or inserts it. A stored document of the same hash,
+    unless the hash is marked LOSSY, holds the same values already: its content is written on
+    insert only, with ``first_seen``, ``last_changed`` and ``change_count``. What is set is
     ``last_seen``, the volatile fields (the usual ones and ``volatile``), an item's own fields
-    named like the history's, and values whose hash other values share (a string and bytes of
-    its hex digits, an object and the same keys in another order); a ``least`` field keeps
-    the least value stored."""
+    named like the history's and, under a LOSSY hash, the whole content; a ``least`` field
+    keeps the least value stored."""
     unhashed = VOLATILE_FIELDS.union(volatile, HISTORY_FIELDS)
+    if document[CHANGE_HASH].endswith(LOSSY):
+        unhashed = unhashed.union(document)
     filtered = {*selector, CHANGE_HASH}  # an upsert inserts its filter's fields itself
     kept = {name: document[name] for name in least if name in document}
     fresh: dict[str, Any] = {}
     same: dict[str, Any] = {}
     for name, value in document.items():
         if name not in kept and name not in filtered:
-            (same if name not in unhashed and _told_apart(value) else fresh)[name] = value
+            (fresh if name in unhashed else same)[name] = value
     update: dict[str, Any] = {"$set": {**fresh, "last_seen": now}}
     if kept:
         update["$min"] = kept
@@ -134,11 +143,11 @@ def same_content_update(
 
 
 def _told_apart(value: Any) -> bool:
-    """Whether the hash of ``value`` differs from that of every other value MongoDB would
-    store differently: true of numbers, booleans and null, and of lists of them. Not of a
-    string, which hashes as bytes of its hex digits or an object of its ``repr`` would; not of
-    an object, whose keys the hash sorts."""
-    if value is None or type(value) in (int, float, bool):
+    """Whether the digest of ``value`` differs from that of any other value MongoDB would store
+    differently: true of strings, numbers, booleans and null, and of lists of them, among
+    values that are told apart too (a string hashes as bytes of its hex digits would, or an
+    object of its repr: both mark their document LOSSY)."""
+    if value is None or type(value) in (str, int, float, bool):
         return True
     return type(value) in (list, tuple) and all(_told_apart(element) for element in value)
 
