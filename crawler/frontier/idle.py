@@ -129,7 +129,3 @@ class FleetIdle:
             return []
         self.starts.leased(members)
         return members
-
-    def expect_start_requests(self, member: bytes, count: int) -> None:
-        """The entry ``member`` became ``count`` requests (tagged with START_META)."""
-        self.starts.expect(member, count)
