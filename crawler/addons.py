@@ -57,7 +57,10 @@ def keep_project_addon(settings: BaseSettings) -> None:
     """Put the project's add-on back into an ``ADDONS`` that leaves it out (given with ``-s``,
     Scrapyd's ``setting=`` or a spider's ``custom_settings``), saying so."""
     if kept := keep_components(settings, "ADDONS", project.ADDONS):
-        logger.info("ADDONS given for this run: kept %s (name it with null to turn it off)", *kept)
+        logger.info(
+            "ADDONS given for this run: kept %s (name it with null to turn it off)",
+            ", ".join(kept),
+        )
 
 
 def keep_components(

@@ -40,8 +40,9 @@ TRIMMED = "~"
 # another (an object, whose keys the digest sorts; bytes, read as their hex digits; a datetime or
 # any other type, read as its repr): see :func:`_told_apart`.
 LOSSY = "*"
-# The length of the digest, before either suffix.
-DIGEST_CHARS = 24
+# The digest's size in bytes (BLAKE2b), and its length in hex digits before either suffix.
+DIGEST_BYTES = 12
+DIGEST_CHARS = 2 * DIGEST_BYTES
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
 HISTORY_FIELDS = ("first_seen", "last_seen", "last_changed", "change_count", CHANGE_HASH)
 # Fields that differ on every fetch (when it was fetched, how long it took) and never count as
@@ -171,7 +172,7 @@ def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str]
         {name: value for name, value in item.items() if name not in ignored} for item in items
     ]
     text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    return hashlib.blake2b(text.encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
 def item_hash(item: Mapping[str, Any], volatile: Collection[str] = ()) -> str:
