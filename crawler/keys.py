@@ -136,6 +136,23 @@ def pause_key(spider: str) -> str:
     return tagged(spider, "paused")
 
 
+def jobs_key(spider: str) -> str:
+    """The spider's jobs by number (crawler/frontier/jobs.py): ``<job id>`` -> number,
+    ``#<number>`` -> job id, and ``:seq``, the last number given."""
+    return tagged(spider, "jobs")
+
+
+def job_key(spider: str, job: str) -> str:
+    """One job's state: ``started``, ``last`` (Unix times), ``pages``, ``items``, ``errors``
+    (counts), and once cancelled ``cancelled`` (when) and ``removed`` (requests and entries)."""
+    return tagged(spider, f"job:{job}")
+
+
+def cancelled_jobs_key(spider: str) -> str:
+    """The numbers of the spider's cancelled jobs (a set): their requests are dropped."""
+    return tagged(spider, "jobs:cancelled")
+
+
 def failure_window_key(spider: str) -> str:
     """The fleet's last FAILURE_PAUSE_WINDOW answers, "1" failed and "0" not (a list)."""
     return tagged(spider, "answers")
@@ -251,6 +268,10 @@ class FrontierKeys:
     @property
     def delayed(self) -> str:
         return self._key("delayed")
+
+    @property
+    def cancelled_jobs(self) -> str:
+        return cancelled_jobs_key(self.spider)
 
     @property
     def dead(self) -> str:

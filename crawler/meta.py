@@ -44,6 +44,10 @@ SEED_META = "frontier_seed"
 # redirect's target keeps its depth.
 DEPTH_META = "frontier_depth"
 DEPTH_LIMIT = 1000
+# Meta key of the number of the job a request belongs to (see crawler/frontier/jobs.py): set on
+# a start entry's requests when the entry names a job, and carried to every request and item
+# made from its answers. Stored with the request, as its record's first field ``"j"``.
+JOB_META = "frontier_job"
 # Meta key of a Crawl-delay of the request's own (see crawl_delay_of).
 CRAWL_DELAY_META = "crawl_delay"
 # Meta key naming the identity a request was (or is to be) sent as.

@@ -16,8 +16,9 @@ from scrapy.exceptions import CloseSpider, DropItem
 
 from crawler.config import setting
 from crawler.config.values import Destination
+from crawler.frontier.jobs import JobBook
 from crawler.items import STORED_ITEM_CLASSES
-from crawler.storage.destinations import Destinations, key_of
+from crawler.storage.destinations import Destinations, document_of, key_of
 from crawler.storage.mongo import ItemNotStored, MongoSettings, MongoUnavailable, MongoWriter
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# The field of a stored document naming its item's crawl job (crawler/frontier/jobs.py).
+JOB_FIELD = "job"
 
 # The finish reason of a crawl whose items all failed to store, and `scrapy crawl`'s exit status.
 ITEMS_NOT_STORED = "items_not_stored"
@@ -84,8 +88,10 @@ class MongoPipeline:
         stats: StatsCollector,
         spider_name: str,
         destinations: Destinations | None = None,
+        jobs: JobBook | None = None,
     ) -> None:
         self.config = config
+        self.jobs = jobs
         self.stats = stats
         self.spider_name = spider_name
         self.destinations = destinations or Destinations({}, spider_name)
@@ -101,7 +107,11 @@ class MongoPipeline:
         name = crawler.spidercls.name
         declared = setting(crawler.settings, "MONGO_COLLECTIONS")
         pipeline = cls(
-            MongoSettings.from_crawler(crawler), crawler.stats, name, Destinations(declared, name)
+            MongoSettings.from_crawler(crawler),
+            crawler.stats,
+            name,
+            Destinations(declared, name),
+            JobBook.of(crawler),
         )
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
         return pipeline
@@ -125,7 +135,18 @@ class MongoPipeline:
         volatile = getattr(type(item), "volatile_fields", ())
         least = getattr(type(item), "least_fields", ())
         values = {name: getattr(item, name, None) for name in least}
-        await self.writer.store(destination, key_of(item, destination), item, volatile, values)
+        key = key_of(item, destination)
+        await self.writer.store(destination, key, self._with_job(item), volatile, values)
+
+    def _with_job(self, item: Any) -> Any:
+        """The item, or its document with its crawl job (``job``) when it has one and no
+        ``job`` field of its own."""
+        job = self.jobs.job_of_item(item) if self.jobs is not None else None
+        if job is None:
+            return item
+        document = document_of(item)
+        document.setdefault(JOB_FIELD, job)
+        return document
 
     def spider_idle(self) -> None:
         """A crawl finishing with items failed and none stored closes as ``items_not_stored``."""

@@ -71,12 +71,16 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
     # Last before the download handler: a paced request takes its host's token as it goes.
     "crawler.middlewares.SendGateMiddleware": 950,
+    # A request of a cancelled crawl job is not sent (crawler/jobs.py).
+    "crawler.jobs.JobMiddleware": 5,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
     "crawler.middlewares.LeaseSpiderMiddleware": 1,
     # Gives every page with items its next visit (only with RECRAWL_ENABLED; see below).
     "crawler.recrawl.RecrawlMiddleware": 50,
+    # Carries a page's crawl job to its requests and items; drops a cancelled job's.
+    "crawler.jobs.JobMiddleware": 60,
 }
 # RETRY_TIMES (int, default 3), RETRY_HTTP_CODES, RETRY_EXCEPTIONS: Scrapy's settings, used by
 # crawler.middlewares.BackoffRetryMiddleware. 429 is not here: it is a ban (see below).

@@ -1,5 +1,5 @@
-"""``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume]``: look
-at and manage a spider's frontier.
+"""``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume|job ID
+[cancel]]``: look at and manage a spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
                                              revisits due now, in the next hour and later
@@ -17,6 +17,12 @@ scrapy frontier profiles pause [--reason TEXT] [--by NAME]
                                              (pages in flight finish; leases are kept); the
                                              crawl stays open, paused, until resumed
 scrapy frontier profiles resume              every worker goes on within 2 s
+scrapy frontier profiles job ID              a crawl job: its requests queued, delayed and
+                                             leased and its start entries waiting (counted
+                                             in the frontier), its pages, items and errors
+scrapy frontier profiles job ID cancel       remove the job's queued and delayed requests and
+                                             its start entries (the counts removed); its
+                                             requests are dropped from then on, everywhere
 
 The pause is the hash {profiles}:paused (since, by, reason): other tools pause with
 redis-cli HSET '{profiles}:paused' since "$(date +%s)" by ops reason "db upgrade" and resume
@@ -42,6 +48,7 @@ from crawler.bans.breaker import lift_block, lift_marks
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
+from crawler.frontier.jobs import InvalidJob, cancel_job, check_job_id, job_status
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
@@ -53,12 +60,15 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
 
-ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume")
+ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume", "job")
 
 
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
-        return "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume] [options]"
+        return (
+            "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume|job ID [cancel]]"
+            " [options]"
+        )
 
     def short_desc(self) -> str:
         return "Show or manage a spider's Redis frontier (queue, leases, dead letters)"
@@ -79,6 +89,8 @@ class Command(ProjectCommand, ScrapyCommand):
         try:
             if action == "unban":
                 self._unban(spider, domain, opts.json)
+            elif action == "job":
+                self._job(spider, domain, args[3:] == ["cancel"], opts.json)
             else:
                 self._act(spider, action, opts)
         except RedisError as exc:
@@ -104,12 +116,22 @@ class Command(ProjectCommand, ScrapyCommand):
             self._purge(server, spider, opts.yes)
 
     def _parse(self, args: list[str]) -> tuple[str, str, str]:
-        """Spider, action and the domain of ``unban`` ("" for the other actions)."""
-        if not 1 <= len(args) <= 3:
+        """Spider, action and the domain of ``unban`` or the job of ``job`` ("" for the other
+        actions)."""
+        if not 1 <= len(args) <= 4:
             raise UsageError("give a spider name and optionally an action")
         spider, action = args[0], args[1] if len(args) >= 2 else "status"
         if action not in ACTIONS:
             raise UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
+        if action == "job":
+            if len(args) not in (3, 4) or args[4:] != [] or args[3:] not in ([], ["cancel"]):
+                raise UsageError("scrapy frontier SPIDER job ID [cancel]")
+            try:
+                return self.known_spider(spider), action, check_job_id(args[2])
+            except InvalidJob as exc:
+                raise UsageError(str(exc)) from None
+        if len(args) == 4:
+            raise UsageError("give a spider name and optionally an action")
         if (action == "unban") != (len(args) == 3):
             raise UsageError("unban takes one domain: scrapy frontier SPIDER unban DOMAIN")
         domain = unban_host(args[2]) if action == "unban" else ""
@@ -135,6 +157,39 @@ class Command(ProjectCommand, ScrapyCommand):
             f"{len(lifted)} active cool-downs of {domain} lifted for {spider}; "
             f"{due} delayed requests due now"
         )
+
+    def _job(self, spider: str, job: str, cancel: bool, as_json: bool) -> None:
+        server = self.redis()
+        keys = self.frontier(server, spider).keys
+        status = cancel_job(server, keys, job) if cancel else job_status(server, keys, job)
+        if as_json:
+            print(
+                json.dumps(
+                    {"spider": spider, "cancelled" if cancel else "status": status.to_json()}
+                )
+            )
+            return
+        shown = status.to_json()
+        if cancel:
+            print(
+                f"job {job} of {spider} cancelled: removed {status.queued:,} queued and "
+                f"{status.delayed:,} delayed requests and {status.starts:,} start entries; "
+                f"{status.leased:,} leased requests finish in flight, their output dropped"
+            )
+            return
+        print(f"job {job} of {spider} @ {self.redis_url()}")
+        for name, value in shown.items():
+            if name == "job":
+                continue
+            if name in ("started", "last", "cancelled"):
+                value = (
+                    "-"
+                    if value is None
+                    else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+                )
+            elif isinstance(value, int):
+                value = f"{value:,}"
+            print(f"  {name:<14} {value:>10}")
 
     def _pause(
         self, server: RedisClient, spider: str, action: str, opts: argparse.Namespace

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy_playwright.page import PageMethod
 
+from crawler.meta import JOB_META
+
 if TYPE_CHECKING:
     from scrapy import Spider
 
@@ -45,6 +47,8 @@ SHORT_NAMES = {
     "cb_kwargs": "a",
 }
 LONG_NAMES = {short: name for name, short in SHORT_NAMES.items()}
+# The record's field holding its job's number (meta JOB_META), always first.
+JOB_FIELD = "j"
 
 _BYTES_TAG = "__bytes__"
 _PAGE_METHOD_TAG = "__page_method__"
@@ -86,15 +90,36 @@ def loads(data: str | bytes) -> dict[str, Any]:
 
 
 def shorten(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``Request.to_dict()`` mapping with the format 2 field names."""
-    return {SHORT_NAMES.get(name, name): value for name, value in record.items()}
+    """A ``Request.to_dict()`` mapping with the format 2 field names; a job's number (meta
+    JOB_META) is the first field, ``"j"``, so that a script reads it from the record's first
+    bytes (``{"j":<n>,``)."""
+    short = {SHORT_NAMES.get(name, name): value for name, value in record.items()}
+    meta = short.get("m")
+    if not isinstance(meta, dict) or not _job_number(meta.get(JOB_META)):
+        return short
+    meta = dict(meta)
+    job = meta.pop(JOB_META)
+    rest = {name: value for name, value in short.items() if name != "m"}
+    return {JOB_FIELD: job, **rest, **({"m": meta} if meta else {})}
 
 
 def expand(record: dict[str, Any]) -> dict[str, Any]:
     """The ``Request.to_dict()`` mapping of a stored record of either format."""
     if "url" in record or "u" not in record:
         return record
-    return {LONG_NAMES.get(name, name): value for name, value in record.items()}
+    expanded = {LONG_NAMES.get(name, name): value for name, value in record.items()}
+    if JOB_FIELD in expanded:
+        expanded["meta"] = {**(expanded.get("meta") or {}), JOB_META: expanded.pop(JOB_FIELD)}
+    return expanded
+
+
+def job_prefix(number: int) -> bytes:
+    """The first bytes of every record of the job numbered ``number``, and only of them."""
+    return b'{"%s":%d,' % (JOB_FIELD.encode(), number)
+
+
+def _job_number(value: Any) -> bool:
+    return type(value) is int and value > 0
 
 
 def _encode(value: Any, path: str) -> Any:

@@ -48,6 +48,10 @@ POP_START = _script("pop_start")
 FAILURES = _script("failures")
 # A host's failure for the fleet's circuit breaker (crawler/bans/breaker.py).
 BREAKER = _script("breaker")
+# A job's requests counted, or removed when it is cancelled (crawler/frontier/jobs.py).
+JOB = _PRELUDE + _script("job")
+JOB_STARTS = _script("job_starts")
+JOB_NUMBER = _script("job_number")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
 HAND_OVER = _script("hand_over")
 

@@ -134,8 +134,9 @@ def start_origins(base_url: str, allowed: Iterable[str]) -> frozenset[Origin]:
 
 def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) -> None:
     """SettingsError naming any ``-a`` argument the spider does not take (names starting with
-    ``_``, such as Scrapyd's ``_job``, pass): a misspelt argument must not be ignored."""
-    unknown = sorted(name for name in given if not name.startswith("_"))
+    ``_``, such as Scrapyd's ``_job``, pass, and ``job``, the crawl job of the entries that
+    name none): a misspelt argument must not be ignored."""
+    unknown = sorted(name for name in given if not name.startswith("_") and name != "job")
     if unknown:
         takes = sorted(
             name

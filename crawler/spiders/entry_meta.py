@@ -53,6 +53,7 @@ TYPED: dict[str, Callable[[Any], bool]] = {
 REFUSED = frozenset(
     {
         *("frontier_lease", "frontier_start", "frontier_due", "retry_times", "ban_times"),
+        "frontier_job",
         *("dont_obey_robotstxt", "dont_ban_check", "proxy", "dont_proxy", "bindaddress"),
         *("identity", "crawl_delay", "download_slot", "download_latency", "download_maxsize"),
         *("download_warnsize", "download_fail_on_dataloss", "fleet_slot", "fleet_slot_dont_filter"),

@@ -22,11 +22,13 @@ from scrapy.exceptions import DontCloseSpider
 from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
 from crawler.frontier import codec
+from crawler.frontier.jobs import InvalidJob
 from crawler.frontier.queue import fleet_busy
 from crawler.frontier.reports import frontier_scheduler
 from crawler.frontier.scheduler import START_META, FrontierScheduler
 from crawler.keys import invalid_key, start_key
 from crawler.spiders.attributes import own_batch_size
+from crawler.spiders.entry_job import entry_job, of_job, spider_job
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -154,6 +156,7 @@ class StartFeed:
         self.fed = False  # whether the last next_requests() read any entry
         self._found_none_at = -math.inf  # when top_up last found the start list empty
         self.idle_poll: float = setting(crawler.settings, "IDLE_POLL_INTERVAL")
+        self.job = spider_job(spider)  # -a job=: the job of entries that name none
 
     def next_requests(self) -> list[Request]:
         """Requests from the next batches of start entries in Redis, bad ones set aside: batches are
@@ -203,8 +206,15 @@ class StartFeed:
         its lease acked), or, if it could not be, left to come back when its lease expires."""
         shown = raw.decode("utf-8", "backslashreplace")
         try:
-            made = self.usable(list(self.make(raw)))
+            job, read = entry_job(raw, self.job, self.max_shown)
+            made = of_job(self.crawler, self.usable(list(self.make(read))), job)
+        except RedisError as exc:  # the job's number not known: the entry comes back
+            logger.error("Start entry %r left to come back: %s", shown[:200], exc)
+            self._settled(scheduler, lease, False, raw)
+            return []
         except Exception as exc:
+            if isinstance(exc, InvalidJob):
+                exc = InvalidStartEntry("bad_job", str(exc))
             self._settled(scheduler, lease, self.set_aside(shown, exc, raw), raw)
             return []
         self.count("start/entries")
@@ -256,7 +266,7 @@ class StartFeed:
     ) -> list[Request]:
         """``make()``'s requests, or none when it raises: the entry is set aside."""
         try:
-            requests = self.usable(list(make()))
+            requests = of_job(self.crawler, self.usable(list(make())), self.job)
         except Exception as exc:
             self.set_aside(shown, exc)
             return []

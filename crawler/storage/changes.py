@@ -45,9 +45,10 @@ DIGEST_BYTES = 12
 DIGEST_CHARS = 2 * DIGEST_BYTES
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
 HISTORY_FIELDS = ("first_seen", "last_seen", "last_changed", "change_count", CHANGE_HASH)
-# Fields that differ on every fetch (when it was fetched, how long it took) and never count as
-# a change, unless an item class names its own with a ``volatile_fields`` attribute.
-VOLATILE_FIELDS = frozenset({"fetched_at", "checked_at", "scraped_at", "response_time"})
+# Fields that differ on every fetch (when it was fetched, how long it took, the crawl job that
+# fetched it) and never count as a change; an item class names more with a ``volatile_fields``
+# attribute.
+VOLATILE_FIELDS = frozenset({"fetched_at", "checked_at", "scraped_at", "response_time", "job"})
 
 
 def with_change_hash(document: dict[str, Any], volatile: Collection[str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
--- KEYS: (prelude), delayed, leases, owner
+-- KEYS: (prelude), delayed, leases, owner, cancelled jobs
 -- ARGV: (prefix), now, count, lease deadline, worker, then pacing: bucket key prefix ("" for
 -- none), identity, rate (0 = unlimited), burst, recovery (factor/s), horizon (s), scan budget,
 -- look-ahead (s), then (domain, rate) pairs.
@@ -11,7 +11,8 @@
 -- its turn), id1, json1, id2, json2, ...}.
 -- Paced, a turn due within the look-ahead is leased at once (up to ``count`` of them besides
 -- the ``count`` sent now) until its time plus the lease: the worker holds it and sends it on
--- time, and needs no pop to get it.
+-- time, and needs no pop to get it. A record of a cancelled job is dropped instead.
+Q.cancelled = KEYS[9]
 local now, count, deadline, worker = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local pacing = read_pacing(6)
 migrate_legacy()
@@ -33,6 +34,7 @@ end
 
 -- One queued record: leased now, given its host's next turn, or (nil) left for later.
 local function place(n, priority, record)
+  if cancelled(record) then return true end
   local id = new_id(n, priority)
   local host = pacing and host_of(record)
   if not host then
@@ -80,7 +82,9 @@ for i = 1, #due, 2 do
   elseif at <= now and count > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record and late(record, at) then
+    if record and cancelled(record) then
+      redis.call('HDEL', Q.data, id)
+    elseif record and late(record, at) then
       missed[#missed + 1] = id
     elseif record then
       lease(id, record, true)
@@ -88,7 +92,11 @@ for i = 1, #due, 2 do
   elseif at > now and ahead_left > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record then lease(id, record, true, at) end
+    if record and cancelled(record) then
+      redis.call('HDEL', Q.data, id)
+    elseif record then
+      lease(id, record, true, at)
+    end
   end
 end
 if #back > 0 then

@@ -88,3 +88,19 @@ local function queued()
   end
   return total
 end
+
+-- Whether ``record`` belongs to a cancelled job: its first field is its job's number
+-- ("{"j":<n>,", see codec.py) and that number is in the set Q.cancelled (a script that
+-- drops cancelled records sets it). The set is read once per script call, and only when a
+-- record carries a job.
+local CANCELLED
+local function cancelled(record)
+  if not Q.cancelled then return false end
+  local n = string.match(record, '^{"j":(%d+),')
+  if not n then return false end
+  if not CANCELLED then
+    CANCELLED = {}
+    for _, member in ipairs(redis.call('SMEMBERS', Q.cancelled)) do CANCELLED[member] = true end
+  end
+  return CANCELLED[n] == true
+end

@@ -1,8 +1,10 @@
--- KEYS: (prelude), delayed, dupefilter base
+-- KEYS: (prelude), delayed, dupefilter base, cancelled jobs
 -- ARGV: (prefix), mode, capacity, error_rate, then per request 8 values:
 --       fingerprint hex, h1, h2, dont_filter (0, 1, or 2 for a seed), priority (integer),
 --       due (0 = now), json, depth ("" for none; see dupefilter.lua)
--- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate.
+-- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate. A request of a
+-- cancelled job passes the filter and is dropped (1).
+Q.cancelled = KEYS[8]
 
 local mode, capacity, error_rate = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local SEED_SALT = 2654435761  -- a seed's own place in the filter, apart from its URL's
@@ -23,6 +25,8 @@ for a = 5, #ARGV, 8 do
   end
   if seen then
     results[#results + 1] = 0
+  elseif cancelled(json) then
+    results[#results + 1] = 1
   else
     if due > 0 then
       local id = new_id(redis.call('INCR', Q.seq), priority)

@@ -1,0 +1,262 @@
+"""Crawl jobs: a start entry names a job, and every request and item made from it carries it.
+
+A job id is 1 to 64 letters, digits and ``._:-``, starting with a letter or digit
+(``acme-2026-11``). The frontier knows a job by a number, given the first time a worker meets
+the id (``{spider}:jobs``: id -> number, ``#<number>`` -> id): a request carries it in meta
+``frontier_job`` and its record in Redis as its first field, ``{"j":<number>,``, a few bytes
+that a script reads without decoding the record.
+
+Per job, ``{spider}:job:<id>`` holds ``started`` and ``last`` (Unix times), the ``pages``,
+``items`` and ``errors`` its workers counted, and once cancelled ``cancelled`` (when) and
+``removed``. It expires JOB_TTL seconds after the job's last activity.
+
+Cancelling a job (:func:`cancel_job`) adds its number to ``{spider}:jobs:cancelled`` and removes
+its queued and delayed requests and its waiting start entries, in one script call each; from
+then on the pop and the schedule script drop any record of it (a lease that expires, a request
+a worker schedules before it knows). Each worker reads the set every CHECK_INTERVAL seconds
+(:class:`JobBook`): a request of a cancelled job is not sent, and a page of one in flight has
+its items and new requests dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from redis.exceptions import RedisError
+
+from crawler.connection import crawl_redis
+from crawler.frontier import lua
+from crawler.frontier.codec import JOB_FIELD
+from crawler.keys import cancelled_jobs_key, job_key, jobs_key, tagged
+from crawler.meta import JOB_META
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from crawler.connection import RedisClient
+    from crawler.keys import FrontierKeys
+
+logger = logging.getLogger(__name__)
+
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+# Seconds between two reads of the cancelled jobs by a worker (and two writes of its counts).
+CHECK_INTERVAL = 1.0
+# Seconds a job's state is kept after its last activity (30 days).
+JOB_TTL = 30 * 86400
+# What a worker counts per job.
+COUNTS = ("pages", "items", "errors")
+ATTRIBUTE = "_frontier_jobs"
+
+assert JOB_FIELD == "j"  # the scripts read '{"j":<n>,'
+
+
+class InvalidJob(ValueError):
+    """A job id that is not 1-64 letters, digits and ``._:-``."""
+
+
+def check_job_id(value: Any) -> str:
+    """``value`` if it is a job id, else InvalidJob saying what one is."""
+    if isinstance(value, str) and JOB_ID.fullmatch(value):
+        return value
+    raise InvalidJob(
+        f"a job id is 1-64 letters, digits and ._:- starting with a letter or digit, "
+        f"not {repr(value)[:80]}"
+    )
+
+
+def job_number_of(request: Request) -> int | None:
+    value = request.meta.get(JOB_META)
+    return value if type(value) is int and value > 0 else None
+
+
+class JobBook:
+    """One worker's view of its spider's jobs: their numbers and ids (asked of Redis once per
+    job), the cancelled ones (read every CHECK_INTERVAL seconds by :meth:`tick`) and the counts
+    it has not written yet."""
+
+    def __init__(self, server: RedisClient, spider: str) -> None:
+        self.server = server
+        self.spider = spider
+        self._numbers: dict[str, int] = {}
+        self._names: dict[int, str] = {}
+        self.cancelled: frozenset[int] = frozenset()
+        self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
+        self._items: dict[int, tuple[Any, str]] = {}  # id(item) -> (item, its job's id)
+        self._number_script = server.register_script(lua.JOB_NUMBER)
+        self.met = False  # whether this worker met a job yet (else ticks ask Redis nothing)
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> JobBook:
+        """The crawl's book, made the first time it is asked for."""
+        book = crawler.__dict__.get(ATTRIBUTE)
+        if book is None:
+            assert crawler.spidercls is not None
+            book = cls(crawl_redis(crawler), crawler.spidercls.name)
+            setattr(crawler, ATTRIBUTE, book)
+        return cast(JobBook, book)
+
+    def number(self, job: str) -> int:
+        """The job's number (given it the first time any worker meets the id)."""
+        self.met = True
+        known = self._numbers.get(job)
+        if known is None:
+            keys = [jobs_key(self.spider), job_key(self.spider, job)]
+            known = int(self._number_script(keys, [job, f"{time.time():.3f}"]))
+            self._numbers[job], self._names[known] = known, job
+        return known
+
+    def name(self, number: int) -> str | None:
+        """The id of the job numbered ``number``; None if Redis does not know it."""
+        known = self._names.get(number)
+        if known is None:
+            raw = self.server.hget(jobs_key(self.spider), f"#{number}")
+            if raw is None:
+                return None
+            known = raw.decode() if isinstance(raw, bytes) else str(raw)
+            self._numbers[known], self._names[number] = number, known
+        return known
+
+    def is_cancelled(self, request: Request) -> bool:
+        number = job_number_of(request)
+        if number is None:
+            return False
+        self.met = True
+        return number in self.cancelled
+
+    def count(self, request: Request, what: str, value: int = 1) -> None:
+        number = job_number_of(request)
+        if number is not None:
+            self.met = True
+            self._counts[number][what] += value
+
+    def tag_item(self, item: Any, number: int) -> None:
+        """Remember the job of ``item`` until it leaves the pipelines (:meth:`untag_item`)."""
+        job = self.name(number)
+        if job is not None:
+            self._items[id(item)] = (item, job)
+
+    def job_of_item(self, item: Any) -> str | None:
+        found = self._items.get(id(item))
+        return found[1] if found is not None and found[0] is item else None
+
+    def untag_item(self, item: Any) -> str | None:
+        job = self.job_of_item(item)
+        if job is not None:
+            del self._items[id(item)]
+        return job
+
+    def tick(self) -> None:
+        """Write the counts taken since the last tick and read the cancelled jobs; Redis away,
+        the counts wait for the next tick."""
+        if not self.met:
+            return
+        try:
+            self._write_counts()
+            members = self.server.smembers(cancelled_jobs_key(self.spider))
+        except RedisError as exc:
+            logger.debug("Jobs not read: %s", exc)
+            return
+        cancelled = frozenset(int(member) for member in members)
+        for number in cancelled - self.cancelled:
+            logger.warning("Job %s cancelled: its requests are dropped", self.name(number))
+        self.cancelled = cancelled
+
+    def _write_counts(self) -> None:
+        if not self._counts:
+            return
+        now = f"{time.time():.3f}"
+        pipe = self.server.pipeline(transaction=False)
+        for number, counts in self._counts.items():
+            job = self.name(number)
+            if job is None:
+                continue
+            key = job_key(self.spider, job)
+            for what, value in counts.items():
+                pipe.hincrby(key, what, value)
+            pipe.hset(key, "last", now)
+            pipe.expire(key, JOB_TTL)
+        pipe.execute()
+        self._counts.clear()
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job as the frontier and its workers know it."""
+
+    job: str
+    number: int | None
+    queued: int
+    delayed: int
+    leased: int
+    starts: int
+    state: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
+        times = {name: _time(self.state.get(name)) for name in ("started", "last", "cancelled")}
+        counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
+        return {"job": self.job, **counted, "start_entries": self.starts, **numbers, **times}
+
+
+def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """The job's queued, delayed and leased requests and waiting start entries, counted in the
+    frontier, and its state."""
+    number = _known_number(server, keys.spider, job)
+    counts = _run_job(server, keys, number, "count") if number is not None else [0, 0, 0]
+    starts = _run_starts(server, keys.start, job, "count")
+    state = _strings(server.hgetall(job_key(keys.spider, job)))
+    return JobStatus(job, number, counts[0], counts[1], counts[2], starts, state)
+
+
+def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """Cancel the job: its queued and delayed requests and its waiting start entries removed
+    (their counts in the status returned), its requests dropped from then on, everywhere."""
+    number = _known_number(server, keys.spider, job)
+    if number is None:  # not met by any worker yet: numbered now, so that its entries drop
+        number = JobBook(server, keys.spider).number(job)
+    counts = _run_job(server, keys, number, "cancel")
+    starts = _run_starts(server, keys.start, job, "cancel")
+    key = job_key(keys.spider, job)
+    pipe = server.pipeline(transaction=True)
+    pipe.hsetnx(key, "cancelled", f"{time.time():.3f}")
+    pipe.hincrby(key, "removed", counts[0] + counts[1] + starts)
+    pipe.expire(key, JOB_TTL)
+    pipe.hgetall(key)
+    state = _strings(pipe.execute()[-1])
+    return JobStatus(job, number, counts[0], counts[1], counts[2], starts, state)
+
+
+def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
+    raw = server.hget(jobs_key(spider), job)
+    return None if raw is None else int(raw)
+
+
+def _run_job(server: RedisClient, keys: FrontierKeys, number: int, mode: str) -> list[int]:
+    spare = tagged(keys.spider, "jobs:sweep")
+    script_keys = keys.script_keys(keys.delayed, keys.leases, keys.cancelled_jobs, spare)
+    reply = server.eval(lua.JOB, len(script_keys), *script_keys, keys.queue_prefix, number, mode)
+    return [int(value) for value in reply]
+
+
+def _run_starts(server: RedisClient, start: str, job: str, mode: str) -> int:
+    return int(server.eval(lua.JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, mode))
+
+
+def _strings(raw: dict[Any, Any]) -> dict[str, str]:
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    return {text(name): text(value) for name, value in raw.items()}
+
+
+def _time(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

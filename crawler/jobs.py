@@ -1,0 +1,105 @@
+"""Jobs in a crawl (see crawler/frontier/jobs.py): the middleware that carries a page's job to
+what its callback makes, counts each job's pages, items and errors, and drops the work of a
+cancelled job.
+
+As a spider middleware it gives every request a page's callback makes the page's job (unless
+the request names its own) and remembers each item's job, which the MongoDB pipeline stores
+in the item's document as ``job``; the items and requests of a page whose job was cancelled
+are dropped. As a downloader middleware it turns away a request of a cancelled job before it
+is sent (its lease is acked: nothing is lost that was wanted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.exceptions import IgnoreRequest
+from twisted.internet import task
+
+from crawler.frontier.jobs import CHECK_INTERVAL, JobBook, job_number_of
+from crawler.meta import JOB_META
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+
+class JobMiddleware:
+    """Spider and downloader middleware of jobs (SPIDER_MIDDLEWARES and
+    DOWNLOADER_MIDDLEWARES in crawler/settings.py)."""
+
+    def __init__(self, crawler: Crawler, book: JobBook) -> None:
+        self.crawler = crawler
+        self.book = book
+        self._loop = task.LoopingCall(book.tick)
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        crawler.signals.connect(self._item_left, signal=signals.item_scraped)
+        crawler.signals.connect(self._item_left, signal=signals.item_dropped)
+        crawler.signals.connect(self._item_failed, signal=signals.item_error)
+        crawler.signals.connect(self._spider_error, signal=signals.spider_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> JobMiddleware:
+        return cls(crawler, JobBook.of(crawler))
+
+    def _opened(self) -> None:
+        self._loop.start(CHECK_INTERVAL, now=False)
+
+    def _closed(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+        self.book.tick()  # the last counts
+
+    # --- spider middleware ------------------------------------------------------------------
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        request = response.request
+        number = None if request is None else job_number_of(request)
+        if number is None or request is None:
+            async for output in result:
+                yield output
+            return
+        self.book.count(request, "pages")
+        cancelled = number in self.book.cancelled
+        async for output in result:
+            if cancelled:
+                self._count_dropped(output)
+                continue
+            if isinstance(output, Request):
+                output.meta.setdefault(JOB_META, number)
+            else:
+                self.book.tag_item(output, number)
+            yield output
+
+    def _count_dropped(self, output: Any) -> None:
+        assert self.crawler.stats is not None
+        kind = "requests" if isinstance(output, Request) else "items"
+        self.crawler.stats.inc_value(f"jobs/cancelled_{kind}_dropped")
+
+    def _item_left(self, item: Any, response: Response | None = None) -> None:
+        job = self.book.untag_item(item)
+        if job is not None and response is not None and response.request is not None:
+            self.book.count(response.request, "items")
+
+    def _item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
+        self.book.untag_item(item)
+        if response is not None and response.request is not None:
+            self.book.count(response.request, "errors")
+
+    def _spider_error(self, failure: Failure, response: Response | None = None) -> None:
+        if response is not None and response.request is not None:
+            self.book.count(response.request, "errors")
+
+    # --- downloader middleware --------------------------------------------------------------
+
+    def process_request(self, request: Request) -> None:
+        if self.book.is_cancelled(request):
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value("jobs/cancelled_requests_dropped")
+            raise IgnoreRequest(f"job {self.book.name(job_number_of(request) or 0)} cancelled")

@@ -1,0 +1,300 @@
+"""Crawl jobs: a start entry's job carried by its requests and items, counted per job in the
+frontier, and cancelled (crawler/frontier/jobs.py, crawler/jobs.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scrapy import Request
+
+from crawler.frontier import codec
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.jobs import InvalidJob, JobBook, cancel_job, check_job_id, job_status
+from crawler.frontier.queue import Frontier, Pending
+from crawler.keys import FrontierKeys
+from crawler.meta import JOB_META
+from crawler.spiders.entry_job import entry_job
+from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.test_frontier import fingerprint
+
+KEYS = FrontierKeys("jobbed", "jobbed:start_urls")
+JOB_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", fullmatch=True)
+
+
+# --- ids, entries and records ------------------------------------------------------------------
+
+
+@given(st.one_of(JOB_IDS, st.text(max_size=80), st.integers(), st.none()))
+def test_a_job_id_is_letters_digits_and_few_marks(value: Any) -> None:
+    valid = isinstance(value, str) and 1 <= len(value) <= 64 and value[0].isascii()
+    valid = valid and all(c.isascii() and (c.isalnum() or c in "._:-") for c in value)
+    valid = valid and value[0].isalnum()
+    if valid:
+        assert check_job_id(value) == value
+    else:
+        with pytest.raises(InvalidJob):
+            check_job_id(value)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5), JOB_IDS, JOB_IDS)
+def test_an_entry_names_its_job_and_the_spider_reads_the_rest(
+    entry: dict[str, Any], job: str, default: str
+) -> None:
+    entry.pop("job", None)
+    raw = json.dumps({**entry, "job": job}).encode()
+    found, rest = entry_job(raw, default, 10**6)
+    assert found == job
+    assert json.loads(rest) == entry
+    # An entry naming no job is the worker's (-a job=), left as it is.
+    plain = json.dumps(entry).encode()
+    assert entry_job(plain, default, 10**6) == (default, plain)
+
+
+@given(st.one_of(st.integers(), st.text(max_size=80).filter(lambda t: t[:1] == " "), st.none()))
+def test_an_entry_naming_a_bad_job_is_refused(job: Any) -> None:
+    with pytest.raises(InvalidJob):
+        entry_job(json.dumps({"url": "http://a.test/", "job": job}).encode(), None, 10**6)
+
+
+@given(st.integers(1, 10**6), st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4))
+def test_a_record_begins_with_its_job_and_loads_back(number: int, meta: dict[str, Any]) -> None:
+    request = Request("http://a.test/p", meta={**meta, JOB_META: number})
+    text = codec.dumps(codec.request_record(request, None)).encode()
+    assert text.startswith(codec.job_prefix(number))
+    loaded = codec.expand(codec.loads(text))
+    assert loaded["meta"] == {**meta, JOB_META: number}
+
+
+def test_a_job_costs_a_queued_request_at_most_8_bytes() -> None:
+    bare = codec.dumps(codec.request_record(Request("http://a.test/p"), None))
+    for number in (1, 99, 999):
+        request = Request("http://a.test/p", meta={JOB_META: number})
+        assert len(codec.dumps(codec.request_record(request, None))) - len(bare) <= 8
+
+
+# --- the frontier's counts and cancel ----------------------------------------------------------
+
+
+def _pending(index: int, job: int | None, priority: int, due: float) -> Pending:
+    meta = {} if job is None else {JOB_META: job}
+    request = Request(f"http://h{index % 3}.test/{index}", meta=meta, priority=priority)
+    record = codec.dumps(codec.request_record(request, None))
+    return Pending(record, fingerprint(request.url), priority, False, due)
+
+
+def _job_of(record: bytes) -> int | None:
+    meta = codec.expand(codec.loads(record)).get("meta") or {}
+    value = meta.get(JOB_META)
+    return value if isinstance(value, int) else None
+
+
+def _queued_records(client: redis.Redis) -> list[bytes]:
+    records: list[bytes] = []
+    priorities: Any = client.zrange(KEYS.queues, 0, -1)
+    for priority in priorities:
+        records += cast(list[bytes], client.lrange(KEYS.queue_prefix + priority.decode(), 0, -1))
+    return records
+
+
+def _records(client: redis.Redis, key: str) -> list[bytes]:
+    """The records of the ids in the sorted set ``key`` (delayed, leases)."""
+    ids: Any = client.zrange(key, 0, -1)
+    return [cast(bytes, client.hget(KEYS.data, i)) for i in ids]
+
+
+REQUESTS = st.lists(
+    st.tuples(st.sampled_from([None, 1, 2, 3]), st.integers(-2, 2), st.booleans()),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(requests=REQUESTS, leased=st.integers(0, 10))
+def test_a_jobs_counts_are_exact_and_cancel_removes_it_alone(
+    redis_client: redis.Redis, requests: list[tuple[int | None, int, bool]], leased: int
+) -> None:
+    """Requests of jobs 1-3 and of none, queued at several priorities, delayed and leased: the
+    job's counts are those of its records, and cancelling job 2 removes its queued and delayed
+    ones, leaves the others in their order, and drops it from every later pop."""
+    redis_client.flushdb()
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    batch = [
+        _pending(index, job, priority, time.time() + 600 if delayed else 0)
+        for index, (job, priority, delayed) in enumerate(requests)
+    ]
+    frontier.schedule(batch)
+    frontier.pop(leased, 60, "w1")
+    queued = _queued_records(redis_client)
+    delayed, held = _records(redis_client, KEYS.delayed), _records(redis_client, KEYS.leases)
+    expected = [
+        sum(1 for record in records if _job_of(record) == 2) for records in (queued, delayed, held)
+    ]
+    status = job_status(redis_client, KEYS, "j2")
+    assert [status.queued, status.delayed, status.leased] == expected
+
+    cancelled = cancel_job(redis_client, KEYS, "j2")
+    assert [cancelled.queued, cancelled.delayed, cancelled.leased] == expected
+    assert _queued_records(redis_client) == [r for r in queued if _job_of(r) != 2]
+    left = job_status(redis_client, KEYS, "j2")
+    assert (left.queued, left.delayed, left.leased) == (0, 0, expected[2])
+    assert int(left.state["removed"]) == expected[0] + expected[1]
+    # Nothing of job 2 is leased or scheduled from now on; the others come out whole.
+    frontier.schedule([_pending(1000, 2, 0, 0), _pending(1001, 1, 0, 0)])
+    popped = frontier.pop(1000, 60, "w1")
+    jobs = [_job_of(str(record).encode()) for _, record in popped.leased]
+    assert 2 not in jobs
+    others = sum(1 for r in queued if _job_of(r) != 2) + 1
+    assert len(jobs) == others
+
+
+def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:
+    entries = [
+        json.dumps({"url": "http://a.test/1", "job": "acme"}),
+        "http://a.test/2",
+        json.dumps({"url": "http://a.test/3", "job": "acme-2"}),
+        ' {"job": "acme", "url": "http://a.test/4"}',
+        json.dumps({"url": "http://a.test/5", "job": "acme", "deep": [[[[1]]]]}),
+        '{"broken json',
+    ]
+    redis_client.lpush(KEYS.start, *entries)
+    assert job_status(redis_client, KEYS, "acme").starts == 3
+    assert cancel_job(redis_client, KEYS, "acme").starts == 3
+    stored: Any = redis_client.lrange(KEYS.start, 0, -1)
+    left = [raw.decode() for raw in reversed(stored)]
+    assert left == [entries[1], entries[2], entries[5]]
+    assert JobBook(redis_client, KEYS.spider).number("acme") in {
+        int(n) for n in redis_client.smembers(KEYS.cancelled_jobs)
+    }
+
+
+# --- a crawl -------------------------------------------------------------------------------------
+
+LATENCY = 0.25
+WORKER = {
+    "FRONTIER_LEASE_SECONDS": 5,
+    "START_BATCH_SIZE": 10,
+    "CONCURRENT_REQUESTS": 2,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+}
+USERS = {"A": [f"missing.a{n}" for n in range(150)], "B": [f"missing.b{n}" for n in range(150)]}
+
+
+@pytest.mark.integration
+def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Two workers crawl jobs A and B (150 profiles each, interleaved); A is cancelled mid-crawl:
+    from 5 s after the cancel the site gets no request of A, B is stored whole with its job,
+    A's stored profiles carry A, and the counts add up."""
+    sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
+    entries = [
+        json.dumps({"unique_id": user, "job": job})
+        for pair in zip(USERS["A"], USERS["B"], strict=True)
+        for job, user in zip("AB", pair, strict=True)
+    ]
+    redis_client.lpush("profiles:start_urls", *entries)
+    logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(crawl.background("profiles", settings=WORKER, log=log))
+            for log in logs
+        ]
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
+        cancelled_at = time.time()
+        removed = _cancel(crawl, "profiles", "A")
+        for worker, log in zip(workers, logs, strict=True):
+            assert worker.wait(120) == 0, log.read_text()[-3000:]
+
+    served = sandbox.admin("stats")["requests"]
+    arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
+    late = [user for when, user in arrivals if user in USERS["A"] and when > cancelled_at + 5]
+    assert late == [], f"{len(late)} requests of the cancelled job reached the site"
+    stored = {doc["unique_id"]: doc.get("job") for doc in crawl.mongo.db.profiles.find({})}
+    assert {user for user, job in stored.items() if job == "B"} == set(USERS["B"])
+    assert all(stored[user] == "A" for user in USERS["A"] if user in stored)
+    fetched_a = {user for _, user in arrivals if user in USERS["A"]}
+    taken = removed["queued"] + removed["delayed"] + removed["start_entries"]
+    assert taken > 0, removed
+    assert len(fetched_a) + taken <= len(USERS["A"]), "a request of A removed and fetched"
+    after = _status(crawl, "profiles", "A")
+    assert (after["queued"], after["delayed"], after["start_entries"]) == (0, 0, 0)
+    b = _status(crawl, "profiles", "B")
+    assert (b["pages"], b["items"], b["errors"]) == (150, 150, 0)
+    assert b["cancelled"] is None
+    assert b["started"] <= b["last"]
+    assert redis_client.zcard("{profiles}:leases") == 0
+    assert redis_client.llen("{profiles}:dead") == 0
+
+
+@pytest.mark.integration
+def test_every_page_and_item_made_from_an_entry_carries_its_job(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """explore: an entry naming job "feed-5" and a worker's ``-a job=rest`` for the entry
+    naming none (and for its ``-a`` categories): every feed page of each (the next page made
+    from the last) is counted under its job, every video stored with it; an entry naming a bad
+    job is set aside."""
+    redis_client.lpush(
+        "explore:start_urls",
+        json.dumps({"category": 5, "max_pages": 3, "job": "feed-5"}),
+        json.dumps({"category": 6, "max_pages": 2}),
+        json.dumps({"category": 7, "job": "no spaces allowed"}),
+    )
+    result = crawl("explore", "-a", "job=rest", settings={"EXPLORE_HANDOFF_SPIDER": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    videos = list(crawl.mongo.db.videos.find({}, {"category": 1, "job": 1}))
+    assert {doc["category"] for doc in videos} == {5, 6}
+    assert all(doc["job"] == ("feed-5" if doc["category"] == 5 else "rest") for doc in videos)
+    invalid = [json.loads(raw) for raw in redis_client.lrange("explore:start_urls:invalid", 0, -1)]
+    assert [record["reason"].split(":")[0] for record in invalid] == ["bad_job"]
+    feed = sandbox.admin("stats")["by_path"]
+    pages = sum(count for path, count in feed.items() if "item_list" in path)
+    status = {job: _status(crawl, "explore", job) for job in ("feed-5", "rest")}
+    assert status["feed-5"]["pages"] == 3
+    assert status["feed-5"]["pages"] + status["rest"]["pages"] == pages
+    assert status["feed-5"]["items"] == sum(1 for doc in videos if doc["category"] == 5)
+    assert status["rest"]["items"] == sum(1 for doc in videos if doc["category"] == 6)
+    for job in status.values():
+        assert (job["queued"], job["delayed"], job["leased"], job["errors"]) == (0, 0, 0, 0)
+
+
+def _status(crawl: Crawl, spider: str, job: str) -> dict[str, Any]:
+    return dict(_job_command(crawl, spider, job)["status"])
+
+
+def _cancel(crawl: Crawl, spider: str, job: str) -> dict[str, Any]:
+    return dict(_job_command(crawl, spider, job, "cancel")["cancelled"])
+
+
+def _job_command(crawl: Crawl, spider: str, job: str, *action: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "frontier", spider, "job", job, *action, "--json"],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
