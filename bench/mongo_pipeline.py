@@ -215,9 +215,10 @@ def run(uri: str, items: int, per_item_items: int, rounds: int, stored: bool = F
         results["pipeline"] / results["per_item"],
     )
     print(f"  pipeline / raw bulk_write: {to_raw:.2f}  (target >= 0.80: {verdict(to_raw >= 0.8)})")
-    print(
-        f"  pipeline / per-item:       {to_item:.2f}  (target >= 2.50: {verdict(to_item >= 2.5)})"
-    )
+    # Batching new documents pays several times over; a recrawl's upserts of stored documents
+    # cost the server about what one update_one each does, so that ratio has no target there.
+    target = "no target on a recrawl" if stored else f"target >= 2.50: {verdict(to_item >= 2.5)}"
+    print(f"  pipeline / per-item:       {to_item:.2f}  ({target})")
     stall_ms = stall * 1000
     ok = verdict(stall_ms <= 50)
     print(f"  longest event-loop stall:  {stall_ms:.1f} ms  (target <= 50: {ok})")
