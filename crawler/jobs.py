@@ -5,12 +5,14 @@ cancelled job.
 As a spider middleware it gives every request a page's callback makes the page's job (unless
 the request names its own) and remembers each item's job, which the MongoDB pipeline stores
 in the item's document as ``job``; the items and requests of a page whose job was cancelled
-are dropped. As a downloader middleware it turns away a request of a cancelled job before it
-is sent (its lease is acked: nothing is lost that was wanted).
+are dropped. As a downloader middleware it turns away a request of a cancelled or expired job
+before it is sent (its lease is acked: nothing is lost that was wanted), and sends one of a
+paused job back to the frontier, which holds it until the job resumes.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,7 @@ from scrapy.exceptions import IgnoreRequest
 from twisted.internet import task
 
 from crawler.frontier.jobs import CHECK_INTERVAL, JobBook, job_number_of
-from crawler.meta import JOB_META
+from crawler.meta import JOB_META, send_back
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -98,8 +100,15 @@ class JobMiddleware:
 
     # --- downloader middleware --------------------------------------------------------------
 
-    def process_request(self, request: Request) -> None:
+    def process_request(self, request: Request) -> Request | None:
+        """A cancelled or expired job's request is not sent (its lease acked); a paused job's
+        goes back to the frontier, where the pop parks it until the job resumes."""
+        assert self.crawler.stats is not None
         if self.book.is_cancelled(request):
-            assert self.crawler.stats is not None
             self.crawler.stats.inc_value("jobs/cancelled_requests_dropped")
-            raise IgnoreRequest(f"job {self.book.name(job_number_of(request) or 0)} cancelled")
+            job = self.book.name(job_number_of(request) or 0)
+            raise IgnoreRequest(f"job {job} cancelled or past its deadline")
+        if self.book.is_paused(request):
+            self.crawler.stats.inc_value("jobs/paused_requests_sent_back")
+            return send_back(request, dict(request.meta), time.time() + CHECK_INTERVAL)
+        return None

@@ -153,6 +153,17 @@ def cancelled_jobs_key(spider: str) -> str:
     return tagged(spider, "jobs:cancelled")
 
 
+def job_deadlines_key(spider: str) -> str:
+    """Jobs' deadlines (a hash number -> Unix time): after it, a job's requests are dropped."""
+    return tagged(spider, "jobs:expires")
+
+
+def paused_jobs_key(spider: str) -> str:
+    """The numbers of the spider's paused jobs (a set); ``<key>:<number>`` holds the records
+    of one that the pop met while it was paused (a list of "<priority>\n<record>")."""
+    return tagged(spider, "jobs:paused")
+
+
 def failure_window_key(spider: str) -> str:
     """The fleet's last FAILURE_PAUSE_WINDOW answers, "1" failed and "0" not (a list)."""
     return tagged(spider, "answers")
@@ -272,6 +283,11 @@ class FrontierKeys:
     @property
     def cancelled_jobs(self) -> str:
         return cancelled_jobs_key(self.spider)
+
+    def job_keys(self) -> list[str]:
+        """The keys of the scripts that hold jobs' records back (``job_hold`` in queue.lua)."""
+        spider = self.spider
+        return [cancelled_jobs_key(spider), job_deadlines_key(spider), paused_jobs_key(spider)]
 
     @property
     def dead(self) -> str:

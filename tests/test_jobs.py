@@ -19,7 +19,16 @@ from scrapy import Request
 
 from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.jobs import InvalidJob, JobBook, cancel_job, check_job_id, job_status
+from crawler.frontier.jobs import (
+    InvalidJob,
+    JobBook,
+    cancel_job,
+    check_job_id,
+    expire_job,
+    job_status,
+    pause_job,
+    resume_job,
+)
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys
 from crawler.meta import JOB_META
@@ -167,6 +176,40 @@ def test_a_jobs_counts_are_exact_and_cancel_removes_it_alone(
     assert len(jobs) == others
 
 
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(requests=REQUESTS, expired=st.booleans())
+def test_a_paused_job_waits_parked_and_comes_back_whole_an_expired_one_is_dropped(
+    redis_client: redis.Redis, requests: list[tuple[int | None, int, bool]], expired: bool
+) -> None:
+    """Job 2 paused and job 3 given a deadline (past or to come): pops hand out neither job 2's
+    requests (parked, counted) nor, once past its deadline, job 3's; after the resume every
+    request of job 2 is popped once, with its priority, and nothing else is lost."""
+    redis_client.flushdb()
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2", "j3": 3, "#3": "j3"})
+    pause_job(redis_client, KEYS, "j2")
+    expire_job(redis_client, KEYS, "j3", time.time() + (-1 if expired else 600))
+    now = [_pending(i, job, priority, 0) for i, (job, priority, _) in enumerate(requests)]
+    frontier.schedule(now[: len(now) // 2])
+    first = frontier.pop(1000, 60, "w1")
+    frontier.schedule(now[len(now) // 2 :])  # the schedule script parks these
+    second = frontier.pop(1000, 60, "w1")
+    popped = [_job_of(str(record).encode()) for _, record in first.leased + second.leased]
+    wanted = [job for job, _, _ in requests if job != 2 and not (expired and job == 3)]
+    assert sorted(popped, key=str) == sorted(wanted, key=str)
+    assert job_status(redis_client, KEYS, "j2").parked == sum(1 for j, _, _ in requests if j == 2)
+
+    resume_job(redis_client, KEYS, "j2")
+    back = frontier.pop(1000, 60, "w1")
+    back_jobs = [_job_of(str(record).encode()) for _, record in back.leased]
+    assert back_jobs == [2] * sum(1 for job, _, _ in requests if job == 2)
+    priorities = sorted(int(i.split(":")[1]) if ":" in i else 0 for i, _ in back.leased)
+    assert priorities == sorted(priority for job, priority, _ in requests if job == 2)
+    assert job_status(redis_client, KEYS, "j2").parked == 0
+
+
 def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:
     entries = [
         json.dumps({"url": "http://a.test/1", "job": "acme"}),
@@ -207,12 +250,7 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
     from 5 s after the cancel the site gets no request of A, B is stored whole with its job,
     A's stored profiles carry A, and the counts add up."""
     sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
-    entries = [
-        json.dumps({"unique_id": user, "job": job})
-        for pair in zip(USERS["A"], USERS["B"], strict=True)
-        for job, user in zip("AB", pair, strict=True)
-    ]
-    redis_client.lpush("profiles:start_urls", *entries)
+    redis_client.lpush("profiles:start_urls", *_interleaved())
     logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
     with ExitStack() as running:
         workers = [
@@ -244,6 +282,51 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
     assert b["started"] <= b["last"]
     assert redis_client.zcard("{profiles}:leases") == 0
     assert redis_client.llen("{profiles}:dead") == 0
+
+
+@pytest.mark.integration
+def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Job A paused mid-crawl for 8 s: from 3 s after the pause the site gets no request of A
+    while B's keep coming; after the resume every profile of both is fetched and stored once."""
+    sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
+    redis_client.lpush("profiles:start_urls", *_interleaved())
+    logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(crawl.background("profiles", settings=WORKER, log=log))
+            for log in logs
+        ]
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
+        paused_at = time.time()
+        paused = _job_command(crawl, "profiles", "A", "pause")["pause"]
+        assert paused["paused"] is not None
+        poll(lambda: time.time() > paused_at + 8, 20, "the pause to last", pause=0.2)
+        resumed_at = time.time()
+        _job_command(crawl, "profiles", "A", "resume")
+        for worker, log in zip(workers, logs, strict=True):
+            assert worker.wait(120) == 0, log.read_text()[-3000:]
+
+    served = sandbox.admin("stats")["requests"]
+    arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
+    window = [user for when, user in arrivals if paused_at + 3 < when < resumed_at]
+    assert [user for user in window if user in USERS["A"]] == [], "A fetched while paused"
+    assert any(user in USERS["B"] for user in window), "B waited for A"
+    assert sorted(user for _, user in arrivals) == sorted(USERS["A"] + USERS["B"])
+    stored = {doc["unique_id"]: doc["job"] for doc in crawl.mongo.db.profiles.find({})}
+    assert stored == {user: job for job, users in USERS.items() for user in users}
+    assert _status(crawl, "profiles", "A")["paused_requests"] == 0
+    assert redis_client.zcard("{profiles}:leases") == 0
+    assert redis_client.llen("{profiles}:dead") == 0
+
+
+def _interleaved() -> list[str]:
+    return [
+        json.dumps({"unique_id": user, "job": job})
+        for pair in zip(USERS["A"], USERS["B"], strict=True)
+        for job, user in zip("AB", pair, strict=True)
+    ]
 
 
 @pytest.mark.integration
@@ -284,7 +367,7 @@ def _status(crawl: Crawl, spider: str, job: str) -> dict[str, Any]:
 
 
 def _cancel(crawl: Crawl, spider: str, job: str) -> dict[str, Any]:
-    return dict(_job_command(crawl, spider, job, "cancel")["cancelled"])
+    return dict(_job_command(crawl, spider, job, "cancel")["cancel"])
 
 
 def _job_command(crawl: Crawl, spider: str, job: str, *action: str) -> Any:

@@ -1,5 +1,5 @@
 """``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume|job ID
-[cancel]]``: look at and manage a spider's frontier.
+[cancel|pause|resume|expires WHEN]]``: look at and manage a spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
                                              revisits due now, in the next hour and later
@@ -23,6 +23,9 @@ scrapy frontier profiles job ID              a crawl job: its requests queued, d
 scrapy frontier profiles job ID cancel       remove the job's queued and delayed requests and
                                              its start entries (the counts removed); its
                                              requests are dropped from then on, everywhere
+scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on)
+scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
+                                             an ISO 8601 time (UTC if no zone) or +SECONDS
 
 The pause is the hash {profiles}:paused (since, by, reason): other tools pause with
 redis-cli HSET '{profiles}:paused' since "$(date +%s)" by ops reason "db upgrade" and resume
@@ -36,6 +39,7 @@ import json
 import socket
 import sys
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -48,7 +52,17 @@ from crawler.bans.breaker import lift_block, lift_marks
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
-from crawler.frontier.jobs import InvalidJob, cancel_job, check_job_id, job_status
+from crawler.frontier.jobs import (
+    TIMES,
+    InvalidJob,
+    JobStatus,
+    cancel_job,
+    check_job_id,
+    expire_job,
+    job_status,
+    pause_job,
+    resume_job,
+)
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
@@ -66,8 +80,8 @@ ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "res
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return (
-            "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume|job ID [cancel]]"
-            " [options]"
+            "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume"
+            "|job ID [cancel|pause|resume|expires WHEN]] [options]"
         )
 
     def short_desc(self) -> str:
@@ -90,7 +104,7 @@ class Command(ProjectCommand, ScrapyCommand):
             if action == "unban":
                 self._unban(spider, domain, opts.json)
             elif action == "job":
-                self._job(spider, domain, args[3:] == ["cancel"], opts.json)
+                self._job(spider, domain, args[3:], opts.json)
             else:
                 self._act(spider, action, opts)
         except RedisError as exc:
@@ -118,19 +132,23 @@ class Command(ProjectCommand, ScrapyCommand):
     def _parse(self, args: list[str]) -> tuple[str, str, str]:
         """Spider, action and the domain of ``unban`` or the job of ``job`` ("" for the other
         actions)."""
-        if not 1 <= len(args) <= 4:
+        if not 1 <= len(args) <= 5:
             raise UsageError("give a spider name and optionally an action")
         spider, action = args[0], args[1] if len(args) >= 2 else "status"
         if action not in ACTIONS:
             raise UsageError(f"unknown action {action!r}; use one of {', '.join(ACTIONS)}")
         if action == "job":
-            if len(args) not in (3, 4) or args[4:] != [] or args[3:] not in ([], ["cancel"]):
-                raise UsageError("scrapy frontier SPIDER job ID [cancel]")
+            rest = args[3:]
+            if len(args) < 3 or not (
+                (len(rest) <= 1 and rest[:1] in ([], ["cancel"], ["pause"], ["resume"]))
+                or (len(rest) == 2 and rest[0] == "expires")
+            ):
+                raise UsageError(JOB_USAGE)
             try:
                 return self.known_spider(spider), action, check_job_id(args[2])
             except InvalidJob as exc:
                 raise UsageError(str(exc)) from None
-        if len(args) == 4:
+        if len(args) >= 4:
             raise UsageError("give a spider name and optionally an action")
         if (action == "unban") != (len(args) == 3):
             raise UsageError("unban takes one domain: scrapy frontier SPIDER unban DOMAIN")
@@ -158,38 +176,25 @@ class Command(ProjectCommand, ScrapyCommand):
             f"{due} delayed requests due now"
         )
 
-    def _job(self, spider: str, job: str, cancel: bool, as_json: bool) -> None:
+    def _job(self, spider: str, job: str, action: list[str], as_json: bool) -> None:
         server = self.redis()
         keys = self.frontier(server, spider).keys
-        status = cancel_job(server, keys, job) if cancel else job_status(server, keys, job)
+        what = action[0] if action else "status"
+        if what == "expires":
+            status = expire_job(server, keys, job, deadline(action[1]))
+        else:
+            status = JOB_ACTIONS[what](server, keys, job)
         if as_json:
+            print(json.dumps({"spider": spider, what: status.to_json()}))
+        elif what == "cancel":
             print(
-                json.dumps(
-                    {"spider": spider, "cancelled" if cancel else "status": status.to_json()}
-                )
+                f"job {job} of {spider} cancelled: removed {status.queued:,} queued, "
+                f"{status.delayed:,} delayed and {status.parked:,} paused requests and "
+                f"{status.starts:,} start entries; {status.leased:,} leased requests finish in "
+                "flight, their output dropped"
             )
-            return
-        shown = status.to_json()
-        if cancel:
-            print(
-                f"job {job} of {spider} cancelled: removed {status.queued:,} queued and "
-                f"{status.delayed:,} delayed requests and {status.starts:,} start entries; "
-                f"{status.leased:,} leased requests finish in flight, their output dropped"
-            )
-            return
-        print(f"job {job} of {spider} @ {self.redis_url()}")
-        for name, value in shown.items():
-            if name == "job":
-                continue
-            if name in ("started", "last", "cancelled"):
-                value = (
-                    "-"
-                    if value is None
-                    else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
-                )
-            elif isinstance(value, int):
-                value = f"{value:,}"
-            print(f"  {name:<14} {value:>10}")
+        else:
+            print_job(spider, status, self.redis_url())
 
     def _pause(
         self, server: RedisClient, spider: str, action: str, opts: argparse.Namespace
@@ -253,6 +258,43 @@ class Command(ProjectCommand, ScrapyCommand):
                 return
         keys = purge_spider(server, self.settings, spider)
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
+
+
+JOB_USAGE = "scrapy frontier SPIDER job ID [cancel|pause|resume|expires WHEN]"
+JOB_ACTIONS = {
+    "status": job_status,
+    "cancel": cancel_job,
+    "pause": pause_job,
+    "resume": resume_job,
+}
+
+
+def print_job(spider: str, status: JobStatus, where: str) -> None:
+    print(f"job {status.job} of {spider} @ {where}")
+    for name, value in status.to_json().items():
+        if name in TIMES:
+            shown = (
+                "-" if value is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+            )
+        else:
+            shown = f"{value:,}" if isinstance(value, int) else str(value)
+        if name != "job":
+            print(f"  {name:<16} {shown:>10}")
+
+
+def deadline(text: str) -> float:
+    """A job's deadline: ``+SECONDS`` from now, or an ISO 8601 time (UTC if it names no
+    zone), as a Unix time."""
+    try:
+        if text.startswith("+"):
+            seconds = float(text[1:])
+            if not 0 <= seconds < 10**9:
+                raise ValueError(text)
+            return time.time() + seconds
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"expires: {text!r} is neither +SECONDS nor an ISO 8601 time") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def who() -> str:

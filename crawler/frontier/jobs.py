@@ -21,6 +21,7 @@ its items and new requests dropped.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections import Counter, defaultdict
@@ -32,7 +33,14 @@ from redis.exceptions import RedisError
 from crawler.connection import crawl_redis
 from crawler.frontier import lua
 from crawler.frontier.codec import JOB_FIELD
-from crawler.keys import cancelled_jobs_key, job_key, jobs_key, tagged
+from crawler.keys import (
+    cancelled_jobs_key,
+    job_deadlines_key,
+    job_key,
+    jobs_key,
+    paused_jobs_key,
+    tagged,
+)
 from crawler.meta import JOB_META
 
 if TYPE_CHECKING:
@@ -51,6 +59,8 @@ CHECK_INTERVAL = 1.0
 JOB_TTL = 30 * 86400
 # What a worker counts per job.
 COUNTS = ("pages", "items", "errors")
+# The times a job's state holds (Unix times).
+TIMES = ("started", "last", "paused", "cancelled", "expires")
 ATTRIBUTE = "_frontier_jobs"
 
 assert JOB_FIELD == "j"  # the scripts read '{"j":<n>,'
@@ -86,6 +96,8 @@ class JobBook:
         self._numbers: dict[str, int] = {}
         self._names: dict[int, str] = {}
         self.cancelled: frozenset[int] = frozenset()
+        self.paused: frozenset[int] = frozenset()
+        self.deadlines: dict[int, float] = {}
         self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
         self._items: dict[int, tuple[Any, str]] = {}  # id(item) -> (item, its job's id)
         self._number_script = server.register_script(lua.JOB_NUMBER)
@@ -123,11 +135,16 @@ class JobBook:
         return known
 
     def is_cancelled(self, request: Request) -> bool:
+        """Whether the request's job is cancelled or past its deadline."""
         number = job_number_of(request)
         if number is None:
             return False
         self.met = True
-        return number in self.cancelled
+        return number in self.cancelled or time.time() >= self.deadlines.get(number, math.inf)
+
+    def is_paused(self, request: Request) -> bool:
+        number = job_number_of(request)
+        return number is not None and number in self.paused
 
     def count(self, request: Request, what: str, value: int = 1) -> None:
         number = job_number_of(request)
@@ -158,14 +175,30 @@ class JobBook:
             return
         try:
             self._write_counts()
-            members = self.server.smembers(cancelled_jobs_key(self.spider))
+            pipe = self.server.pipeline(transaction=False)
+            pipe.smembers(cancelled_jobs_key(self.spider))
+            pipe.hgetall(job_deadlines_key(self.spider))
+            pipe.smembers(paused_jobs_key(self.spider))
+            cancelled, deadlines, paused = pipe.execute()
         except RedisError as exc:
             logger.debug("Jobs not read: %s", exc)
             return
-        cancelled = frozenset(int(member) for member in members)
+        self._read_holds(
+            frozenset(int(member) for member in cancelled),
+            frozenset(int(member) for member in paused),
+            {int(number): float(at) for number, at in deadlines.items()},
+        )
+
+    def _read_holds(
+        self, cancelled: frozenset[int], paused: frozenset[int], deadlines: dict[int, float]
+    ) -> None:
         for number in cancelled - self.cancelled:
             logger.warning("Job %s cancelled: its requests are dropped", self.name(number))
-        self.cancelled = cancelled
+        for number in paused - self.paused:
+            logger.warning("Job %s paused: its requests wait until it resumes", self.name(number))
+        for number in self.paused - paused:
+            logger.warning("Job %s resumed", self.name(number))
+        self.cancelled, self.paused, self.deadlines = cancelled, paused, deadlines
 
     def _write_counts(self) -> None:
         if not self._counts:
@@ -194,42 +227,70 @@ class JobStatus:
     queued: int
     delayed: int
     leased: int
+    parked: int  # held while the job is paused
     starts: int
     state: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
-        times = {name: _time(self.state.get(name)) for name in ("started", "last", "cancelled")}
+        times = {name: _time(self.state.get(name)) for name in TIMES}
         counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
-        return {"job": self.job, **counted, "start_entries": self.starts, **numbers, **times}
+        counted |= {"paused_requests": self.parked, "start_entries": self.starts}
+        return {"job": self.job, **counted, **numbers, **times}
 
 
 def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """The job's queued, delayed and leased requests and waiting start entries, counted in the
-    frontier, and its state."""
-    number = _known_number(server, keys.spider, job)
-    counts = _run_job(server, keys, number, "count") if number is not None else [0, 0, 0]
-    starts = _run_starts(server, keys.start, job, "count")
-    state = _strings(server.hgetall(job_key(keys.spider, job)))
-    return JobStatus(job, number, counts[0], counts[1], counts[2], starts, state)
+    """The job's queued, delayed, leased and paused requests and waiting start entries,
+    counted in the frontier, and its state."""
+    return _act(server, keys, job, "count")
 
 
 def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Cancel the job: its queued and delayed requests and its waiting start entries removed
-    (their counts in the status returned), its requests dropped from then on, everywhere."""
+    """Cancel the job: its queued, delayed and paused requests and its waiting start entries
+    removed (their counts in the status returned), its requests dropped from then on."""
+    return _act(server, keys, job, "cancel")
+
+
+def pause_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """Pause the job: the pop parks its requests as it meets them, workers send none."""
+    return _act(server, keys, job, "pause")
+
+
+def resume_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """Resume the job: its parked requests go back to the end of their queue lists."""
+    return _act(server, keys, job, "resume")
+
+
+def expire_job(server: RedisClient, keys: FrontierKeys, job: str, deadline: float) -> JobStatus:
+    """Give the job a deadline (Unix time): after it no request of the job is fetched."""
+    return _act(server, keys, job, "expire", deadline)
+
+
+def _act(
+    server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
+) -> JobStatus:
     number = _known_number(server, keys.spider, job)
-    if number is None:  # not met by any worker yet: numbered now, so that its entries drop
+    if number is None and mode != "count":  # numbered now, so that its entries are held too
         number = JobBook(server, keys.spider).number(job)
-    counts = _run_job(server, keys, number, "cancel")
-    starts = _run_starts(server, keys.start, job, "cancel")
+    counts = [0, 0, 0, 0] if number is None else _run_job(server, keys, number, mode, deadline)
+    starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)
-    pipe.hsetnx(key, "cancelled", f"{time.time():.3f}")
-    pipe.hincrby(key, "removed", counts[0] + counts[1] + starts)
-    pipe.expire(key, JOB_TTL)
+    if mode == "cancel":
+        pipe.hsetnx(key, "cancelled", f"{time.time():.3f}")
+        pipe.hincrby(key, "removed", counts[0] + counts[1] + counts[3] + starts)
+    elif mode == "pause":
+        pipe.hsetnx(key, "paused", f"{time.time():.3f}")
+    elif mode == "resume":
+        pipe.hdel(key, "paused")
+    elif mode == "expire":
+        pipe.hset(key, "expires", f"{deadline:.3f}")
+    if mode != "count":
+        pipe.expire(key, JOB_TTL)
     pipe.hgetall(key)
     state = _strings(pipe.execute()[-1])
-    return JobStatus(job, number, counts[0], counts[1], counts[2], starts, state)
+    queued, delayed, leased, parked = counts
+    return JobStatus(job, number, queued, delayed, leased, parked, starts, state)
 
 
 def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
@@ -237,10 +298,13 @@ def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
     return None if raw is None else int(raw)
 
 
-def _run_job(server: RedisClient, keys: FrontierKeys, number: int, mode: str) -> list[int]:
+def _run_job(
+    server: RedisClient, keys: FrontierKeys, number: int, mode: str, deadline: float
+) -> list[int]:
     spare = tagged(keys.spider, "jobs:sweep")
-    script_keys = keys.script_keys(keys.delayed, keys.leases, keys.cancelled_jobs, spare)
-    reply = server.eval(lua.JOB, len(script_keys), *script_keys, keys.queue_prefix, number, mode)
+    script_keys = keys.script_keys(keys.delayed, keys.leases, *keys.job_keys(), spare)
+    args: list[str | int] = [keys.queue_prefix, number, mode, f"{deadline:.3f}"]
+    reply = server.eval(lua.JOB, len(script_keys), *script_keys, *args)
     return [int(value) for value in reply]
 
 

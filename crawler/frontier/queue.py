@@ -147,7 +147,7 @@ class Frontier:
             args.extend(pending.script_args())
         result = _run(
             self._schedule,
-            keys.script_keys(keys.delayed, keys.dupefilter, keys.cancelled_jobs),
+            keys.script_keys(keys.delayed, keys.dupefilter, *keys.job_keys()),
             args,
             client,
         )
@@ -175,7 +175,7 @@ class Frontier:
         paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
         return _run(
             self._pop,
-            keys.script_keys(keys.delayed, keys.leases, keys.owner, keys.cancelled_jobs),
+            keys.script_keys(keys.delayed, keys.leases, keys.owner, *keys.job_keys()),
             [keys.queue_prefix, now, count, now + lease_seconds, worker, *paced],
             None if client is self.server else client,
         )

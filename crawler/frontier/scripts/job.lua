@@ -1,13 +1,21 @@
--- KEYS: (prelude), delayed, leases, cancelled jobs, a spare key of the spider (lists rebuilt)
--- ARGV: (prefix), job number, "count" or "cancel"
--- Counts the job's requests queued, delayed and leased (a record of the job begins with
--- '{"j":<number>,', see codec.py). With "cancel", the number joins the cancelled set first
--- (from then on the pop and the schedule script drop the job's records) and the job's queued
--- and delayed requests are removed: each queue list that holds some is rebuilt without them,
--- the others' order kept. Leased requests are in flight and left to their workers. Runs in
--- one call, so the counts are exact; it reads every queued record (about a second a million).
--- Returns {queued, delayed, leased}, counted before the removal.
-local n, cancel = ARGV[2], ARGV[3] == 'cancel'
+-- KEYS: (prelude), delayed, leases, cancelled jobs, job deadlines, paused jobs, a spare key of
+-- the spider (lists rebuilt)
+-- ARGV: (prefix), job number, "count", "cancel", "pause", "resume" or "expire", then for
+-- "expire" the Unix time of the deadline
+-- Counts the job's requests queued, delayed, leased and parked (held while the job is paused;
+-- a record of the job begins with '{"j":<number>,', see codec.py). "cancel" first adds the
+-- number to the cancelled set (from then on the pop and the schedule script drop the job's
+-- records) and removes the job's queued, delayed and parked requests: each queue list that
+-- holds some is rebuilt without them, the others' order kept. Leased requests are in flight
+-- and left to their workers. "pause" adds the number to the paused set (the pop parks the
+-- job's records as it meets them), "resume" removes it and puts the parked records back at the
+-- end of their lists, "expire" sets the job's deadline. Runs in one call, so the counts are
+-- exact; it reads every queued record (about a second a million).
+-- Returns {queued, delayed, leased, parked}, counted before any removal.
+local n, mode = ARGV[2], ARGV[3]
+local cancel = mode == 'cancel'
+set_job_keys(8)
+local spare = KEYS[11]
 local head = '{"j":' .. n .. ','
 local CHUNK = 1000
 local function of_job(record) return string.sub(record, 1, #head) == head end
@@ -23,16 +31,16 @@ local function count_list(list, size)
 end
 
 local function rebuild_list(list, size, priority)
-  redis.call('DEL', KEYS[9])
+  redis.call('DEL', spare)
   for first = 0, size - 1, CHUNK do
     local kept = {}
     for _, record in ipairs(redis.call('LRANGE', list, first, first + CHUNK - 1)) do
       if not of_job(record) then kept[#kept + 1] = record end
     end
-    if #kept > 0 then redis.call('RPUSH', KEYS[9], unpack(kept)) end
+    if #kept > 0 then redis.call('RPUSH', spare, unpack(kept)) end
   end
-  if redis.call('EXISTS', KEYS[9]) == 1 then
-    redis.call('RENAME', KEYS[9], list)
+  if redis.call('EXISTS', spare) == 1 then
+    redis.call('RENAME', spare, list)
   else
     redis.call('DEL', list)
     redis.call('ZREM', Q.queues, priority)
@@ -61,7 +69,25 @@ local function sweep_ids(key, drop)
   return #found
 end
 
-if cancel then redis.call('SADD', KEYS[8], n) end
+local parked_list = Q.paused .. ':' .. n
+local parked = redis.call('LLEN', parked_list)
+if cancel then
+  redis.call('SADD', Q.cancelled, n)
+  redis.call('DEL', parked_list)
+elseif mode == 'pause' then
+  redis.call('SADD', Q.paused, n)
+elseif mode == 'resume' then
+  redis.call('SREM', Q.paused, n)
+  for first = 0, parked - 1, CHUNK do
+    for _, entry in ipairs(redis.call('LRANGE', parked_list, first, first + CHUNK - 1)) do
+      local cut = string.find(entry, '\n', 1, true)
+      push(string.sub(entry, 1, cut - 1), string.sub(entry, cut + 1), false)
+    end
+  end
+  redis.call('DEL', parked_list)
+elseif mode == 'expire' then
+  redis.call('HSET', Q.expires, n, ARGV[4])
+end
 local queued = 0
 for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   local list = Q.prefix .. priority
@@ -70,4 +96,4 @@ for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   if cancel and found > 0 then rebuild_list(list, size, priority) end
   queued = queued + found
 end
-return {queued, sweep_ids(KEYS[6], cancel), sweep_ids(KEYS[7], false)}
+return {queued, sweep_ids(KEYS[6], cancel), sweep_ids(KEYS[7], false), parked}

@@ -1,4 +1,4 @@
--- KEYS: (prelude), delayed, leases, owner, cancelled jobs
+-- KEYS: (prelude), delayed, leases, owner, cancelled jobs, job deadlines, paused jobs
 -- ARGV: (prefix), now, count, lease deadline, worker, then pacing: bucket key prefix ("" for
 -- none), identity, rate (0 = unlimited), burst, recovery (factor/s), horizon (s), scan budget,
 -- look-ahead (s), then (domain, rate) pairs.
@@ -11,8 +11,9 @@
 -- its turn), id1, json1, id2, json2, ...}.
 -- Paced, a turn due within the look-ahead is leased at once (up to ``count`` of them besides
 -- the ``count`` sent now) until its time plus the lease: the worker holds it and sends it on
--- time, and needs no pop to get it. A record of a cancelled job is dropped instead.
-Q.cancelled = KEYS[9]
+-- time, and needs no pop to get it. A record of a cancelled or expired job is dropped
+-- instead, one of a paused job parked (queue.lua's held_back).
+set_job_keys(9)
 local now, count, deadline, worker = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local pacing = read_pacing(6)
 migrate_legacy()
@@ -34,7 +35,7 @@ end
 
 -- One queued record: leased now, given its host's next turn, or (nil) left for later.
 local function place(n, priority, record)
-  if cancelled(record) then return true end
+  if held_back(record, priority, now) then return true end
   local id = new_id(n, priority)
   local host = pacing and host_of(record)
   if not host then
@@ -82,7 +83,7 @@ for i = 1, #due, 2 do
   elseif at <= now and count > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record and cancelled(record) then
+    if record and held_back(record, priority_of(id), now) then
       redis.call('HDEL', Q.data, id)
     elseif record and late(record, at) then
       missed[#missed + 1] = id
@@ -92,7 +93,7 @@ for i = 1, #due, 2 do
   elseif at > now and ahead_left > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record and cancelled(record) then
+    if record and held_back(record, priority_of(id), now) then
       redis.call('HDEL', Q.data, id)
     elseif record then
       lease(id, record, true, at)

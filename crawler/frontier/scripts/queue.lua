@@ -89,18 +89,38 @@ local function queued()
   return total
 end
 
--- Whether ``record`` belongs to a cancelled job: its first field is its job's number
--- ("{"j":<n>,", see codec.py) and that number is in the set Q.cancelled (a script that
--- drops cancelled records sets it). The set is read once per script call, and only when a
--- record carries a job.
-local CANCELLED
-local function cancelled(record)
-  if not Q.cancelled then return false end
+-- What becomes of ``record`` by its job: its first field is its job's number ('{"j":<n>,',
+-- see codec.py). Returns nil to go on (no job, or a running one), 'drop' for a job cancelled
+-- or past its deadline (``now``), or the number of a paused job (its records wait in the list
+-- Q.paused .. ':' .. <n>, each "<priority>\n<record>"). Q.cancelled (set), Q.expires (hash
+-- number -> Unix time) and Q.paused (set) are set by a script that holds jobs' records back;
+-- they are read once per call, and only when a record carries a job.
+local JOBS
+local function job_hold(record, now)
+  if not Q.cancelled then return nil end
   local n = string.match(record, '^{"j":(%d+),')
-  if not n then return false end
-  if not CANCELLED then
-    CANCELLED = {}
-    for _, member in ipairs(redis.call('SMEMBERS', Q.cancelled)) do CANCELLED[member] = true end
+  if not n then return nil end
+  if not JOBS then
+    JOBS = {cancelled = {}, expires = {}, paused = {}}
+    for _, m in ipairs(redis.call('SMEMBERS', Q.cancelled)) do JOBS.cancelled[m] = true end
+    for _, m in ipairs(redis.call('SMEMBERS', Q.paused)) do JOBS.paused[m] = true end
+    local expires = redis.call('HGETALL', Q.expires)
+    for i = 1, #expires, 2 do JOBS.expires[expires[i]] = tonumber(expires[i + 1]) end
   end
-  return CANCELLED[n] == true
+  local deadline = JOBS.expires[n]
+  if JOBS.cancelled[n] or (deadline and now >= deadline) then return 'drop' end
+  if JOBS.paused[n] then return n end
+  return nil
+end
+
+-- Holds ``record`` back by its job (see job_hold): true when it is dropped or parked.
+local function held_back(record, priority, now)
+  local hold = job_hold(record, now)
+  if hold == nil then return false end
+  if hold ~= 'drop' then redis.call('RPUSH', Q.paused .. ':' .. hold, priority .. '\n' .. record) end
+  return true
+end
+
+local function set_job_keys(first)
+  Q.cancelled, Q.expires, Q.paused = KEYS[first], KEYS[first + 1], KEYS[first + 2]
 end

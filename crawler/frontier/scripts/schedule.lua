@@ -1,10 +1,12 @@
--- KEYS: (prelude), delayed, dupefilter base, cancelled jobs
+-- KEYS: (prelude), delayed, dupefilter base, cancelled jobs, job deadlines, paused jobs
 -- ARGV: (prefix), mode, capacity, error_rate, then per request 8 values:
 --       fingerprint hex, h1, h2, dont_filter (0, 1, or 2 for a seed), priority (integer),
 --       due (0 = now), json, depth ("" for none; see dupefilter.lua)
 -- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate. A request of a
--- cancelled job passes the filter and is dropped (1).
-Q.cancelled = KEYS[8]
+-- cancelled or expired job passes the filter and is dropped (1), one of a paused job is parked
+-- (queue.lua's held_back).
+set_job_keys(8)
+local now = tonumber(redis.call('TIME')[1])
 
 local mode, capacity, error_rate = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local SEED_SALT = 2654435761  -- a seed's own place in the filter, apart from its URL's
@@ -25,7 +27,9 @@ for a = 5, #ARGV, 8 do
   end
   if seen then
     results[#results + 1] = 0
-  elseif cancelled(json) then
+  elseif due == 0 and held_back(json, priority, now) then
+    results[#results + 1] = 1
+  elseif due > 0 and job_hold(json, now) == 'drop' then
     results[#results + 1] = 1
   else
     if due > 0 then
