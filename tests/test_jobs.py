@@ -278,6 +278,16 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
     assert (after["queued"], after["delayed"], after["start_entries"]) == (0, 0, 0)
     b = _status(crawl, "profiles", "B")
     assert (b["pages"], b["items"], b["errors"]) == (150, 150, 0)
+    shown = subprocess.run(
+        [sys.executable, "-m", "scrapy", "status", "profiles"],
+        cwd=ROOT,
+        env=crawl.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "job       B running: 150 pages, 150 items, 0 errors" in shown, shown
+    assert "job       A cancelled: " in shown, shown
     assert b["cancelled"] is None
     assert b["started"] <= b["last"]
     assert redis_client.zcard("{profiles}:leases") == 0

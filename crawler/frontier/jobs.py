@@ -61,6 +61,8 @@ JOB_TTL = 30 * 86400
 COUNTS = ("pages", "items", "errors")
 # The times a job's state holds (Unix times).
 TIMES = ("started", "last", "paused", "cancelled", "expires")
+# Jobs ``scrapy status`` and the fleet page show, the most recently active first.
+JOBS_SHOWN = 20
 ATTRIBUTE = "_frontier_jobs"
 
 assert JOB_FIELD == "j"  # the scripts read '{"j":<n>,'
@@ -324,3 +326,46 @@ def _time(value: str | None) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> list[dict[str, Any]]:
+    """The spider's jobs whose state is kept, the most recently active first (at most
+    ``limit``): id, state (running, paused, expired, cancelled) and what workers counted."""
+    names = [
+        text
+        for field in server.hkeys(jobs_key(spider))
+        if not (text := _text(field)).startswith(("#", ":"))
+    ]
+    pipe = server.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(job_key(spider, name))
+    now, jobs = time.time(), []
+    for name, raw in zip(names, pipe.execute(), strict=True):
+        if not raw:
+            continue  # its state expired
+        shown = JobStatus(name, None, 0, 0, 0, 0, 0, _strings(raw)).to_json()
+        counts = {key: shown[key] for key in COUNTS}
+        times = {key: shown[key] for key in TIMES}
+        jobs.append({"job": name, "state": _state(times, now), **counts, **times})
+    jobs.sort(key=lambda job: -(job["last"] or job["started"] or 0))
+    return jobs[:limit]
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """``acme-1 paused: 120 pages, 118 items, 0 errors``."""
+    return (
+        f"{job['job']} {job['state']}: {job['pages']:,} pages, {job['items']:,} items, "
+        f"{job['errors']:,} errors"
+    )
+
+
+def _state(times: dict[str, Any], now: float) -> str:
+    if times["cancelled"] is not None:
+        return "cancelled"
+    if times["expires"] is not None and now >= times["expires"]:
+        return "expired"
+    return "paused" if times["paused"] is not None else "running"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -134,6 +134,7 @@ def _spider(status: Report, state: str, now: float) -> str:
             *(_tile(label, data, value) for label, data, value in tiles),
             "</div>",
             _blocked(name, status["cooldowns"], now),
+            _jobs(status.get("jobs") or []),
             '<div class="charts">',
             bar_chart(history, "pages", key("history.pages")),
             bar_chart(history, "items", key("history.items")),
@@ -184,6 +185,15 @@ def _paused(spider: str, pause: Mapping[str, Any] | None, data: str) -> str:
         f"No worker takes a new request until <code>scrapy frontier {escape(spider)} resume"
         "</code>.</p>"
     )
+
+
+def _jobs(jobs: list[Mapping[str, Any]]) -> str:
+    """The crawl jobs, the most recently active first: state and what workers counted."""
+    if not jobs:
+        return ""
+    names = ("job", "state", "pages", "items", "errors")
+    rows = [[_cell(job[name]) for name in names] for job in jobs]
+    return _table("Jobs", names, rows)
 
 
 def _failures(failures: Mapping[str, Any] | None, data: str) -> str:

@@ -17,6 +17,7 @@ from crawler.bans.politeness import active_cooldowns
 from crawler.config import setting
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
+from crawler.frontier.jobs import job_line, recent_jobs
 from crawler.frontier.pause import describe_json, pause_from_replies, queue_read
 from crawler.frontier.queue import requests_per_entry, spider_frontier, work_left
 from crawler.frontier.riders import first_error
@@ -163,6 +164,7 @@ def spider_status(
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
         ],
         "workers": workers,
+        "jobs": recent_jobs(server, spider),
         "finish_reason": stats.get("finish_reason"),
         "stats": {name: value for name, value in stats.items() if name != "finish_reason"},
     }
@@ -269,6 +271,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
     ]
     if status.get("failures"):
         lines.append(f"  failures  {failure_text(status['failures'])}")
+    lines.extend(f"  job       {job_line(job)}" for job in status.get("jobs") or [])
     lines.extend(_domain_lines(counters["domains"]))
     # The spider's own figures (its fleet_report), one line each.
     lines.extend(
