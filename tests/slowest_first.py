@@ -63,6 +63,11 @@ SLOWEST = {
     "test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely": 60,
     "tests/test_chaos.py::test_workers_redis_and_mongodb_faults_lose_nothing": 37,
     "tests/test_pause.py::test_any_sequence_of_pause_resume_kill_and_start_loses_nothing": 80,
+    "tests/test_jobs.py::test_any_sequence_of_job_pause_resume_cancel_and_kill_loses_nothing_"
+    "else": 50,
+    "tests/test_jobs.py::test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_"
+    "resume": 25,
+    "tests/test_jobs.py::test_two_jobs_cancel_one_mid_crawl_and_the_other_completes": 20,
     "tests/test_host_breaker.py::test_a_host_answering_429_is_blocked_with_doubling_steps_"
     "and_the_others_keep_their_rate": 30,
     "tests/test_host_breaker.py::"

@@ -331,10 +331,10 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
     assert redis_client.llen("{profiles}:dead") == 0
 
 
-def _interleaved() -> list[str]:
+def _interleaved(users: dict[str, list[str]] = USERS) -> list[str]:
     return [
         json.dumps({"unique_id": user, "job": job})
-        for pair in zip(USERS["A"], USERS["B"], strict=True)
+        for pair in zip(users["A"], users["B"], strict=True)
         for job, user in zip("AB", pair, strict=True)
     ]
 
@@ -391,3 +391,115 @@ def _job_command(crawl: Crawl, spider: str, job: str, *action: str) -> Any:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+# --- sequences -----------------------------------------------------------------------------
+
+SEQUENCE_USERS = {"A": USERS["A"][:60], "B": USERS["B"][:60]}
+Step = tuple[str, float]
+job_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["pause", "resume", "cancel", "kill", "start"]),
+        st.sampled_from([0.5, 1.5, 3.0]),
+    ),
+    min_size=2,
+    max_size=5,
+).filter(lambda sequence: any(action in ("pause", "cancel") for action, _ in sequence))
+
+
+class JobFleet:
+    """Workers started and killed (-9), and job A paused, resumed and cancelled, as a sequence
+    says; the times A could not be fetched (from 3 s into a pause until its resume, from 5 s
+    after a cancel on)."""
+
+    def __init__(self, crawl: Crawl, stack: ExitStack, logs: Path) -> None:
+        self.crawl, self.stack, self.logs = crawl, stack, logs
+        self.workers: list[Any] = []
+        self.quiet: list[list[float]] = []  # [from, until] A may not be fetched
+        self.cancelled = False
+
+    def start(self) -> None:
+        log = self.logs / f"worker-{len(self.workers)}.log"
+        self.workers.append(
+            self.stack.enter_context(self.crawl.background("profiles", settings=WORKER, log=log))
+        )
+
+    def alive(self) -> list[Any]:
+        return [worker for worker in self.workers if worker.poll() is None]
+
+    def do(self, action: str) -> None:
+        now = time.time()
+        if action == "cancel" and not self.cancelled:
+            _cancel(self.crawl, "profiles", "A")
+            self.cancelled = True
+            self.quiet.append([now + 5, float("inf")])
+        elif action in ("pause", "resume") and not self.cancelled:
+            _job_command(self.crawl, "profiles", "A", action)
+            if action == "pause" and not (self.quiet and self.quiet[-1][1] == float("inf")):
+                self.quiet.append([now + 3, float("inf")])
+            elif action == "resume" and self.quiet and self.quiet[-1][1] == float("inf"):
+                self.quiet[-1][1] = now
+        elif action == "kill" and (alive := self.alive()):
+            alive[0].kill()
+        elif action == "start" and len(self.alive()) < 3:
+            self.start()
+
+
+@pytest.mark.integration
+@settings(
+    max_examples=3,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sequence=job_steps)
+def test_any_sequence_of_job_pause_resume_cancel_and_kill_loses_nothing_else(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path_factory: Any,
+    sequence: list[Step],
+) -> None:  # fmt: skip
+    """Jobs A and B crawled by two workers; then A paused, resumed and cancelled, workers
+    killed (-9) and started, in any order; then A resumed unless cancelled. No request of A
+    reaches the site while it may not; B is stored whole, once; A whole unless cancelled; the
+    fleet closes with nothing leased, dead or parked."""
+    redis_client.flushdb()
+    crawl.mongo.db.profiles.drop()
+    sandbox.admin("reset", {})
+    sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
+    redis_client.lpush("profiles:start_urls", *_interleaved(SEQUENCE_USERS))
+    with ExitStack() as stack:
+        fleet = JobFleet(crawl, stack, tmp_path_factory.mktemp("jobs"))
+        fleet.start()
+        fleet.start()
+        _wait(1.0)
+        for action, after in sequence:
+            fleet.do(action)
+            _wait(after)
+        fleet.do("resume")
+        if not fleet.alive():
+            fleet.start()
+        for worker in fleet.alive():
+            assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
+    served = sandbox.admin("stats")["requests"]
+    arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
+    early = [
+        (round(when - start, 2), user)
+        for start, until in fleet.quiet
+        for when, user in arrivals
+        if user in SEQUENCE_USERS["A"] and start < when < until
+    ]
+    assert early == [], f"requests of A reached the site when they may not: {early[:5]}"
+    stored = [(doc["unique_id"], doc["job"]) for doc in crawl.mongo.db.profiles.find({})]
+    assert len(stored) == len(set(stored)), "a profile stored twice"
+    assert {user for user, job in stored if job == "B"} == set(SEQUENCE_USERS["B"])
+    a_stored = {user for user, job in stored if job == "A"}
+    assert a_stored <= set(SEQUENCE_USERS["A"])
+    if not fleet.cancelled:
+        assert a_stored == set(SEQUENCE_USERS["A"])
+    assert redis_client.zcard("{profiles}:leases") == 0
+    assert redis_client.llen("{profiles}:dead") == 0
+    assert not redis_client.keys("{profiles}:jobs:paused:*"), "requests left parked"
+
+
+def _wait(seconds: float) -> None:
+    until = time.time() + seconds
+    poll(lambda: time.time() > until, seconds + 5, "the step's time", pause=0.1)
