@@ -344,17 +344,20 @@ def test_every_page_and_item_made_from_an_entry_carries_its_job(
     crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
 ) -> None:
     """explore: an entry naming job "feed-5" and a worker's ``-a job=rest`` for the entry
-    naming none (and for its ``-a`` categories): every feed page of each (the next page made
-    from the last) is counted under its job, every video stored with it; an entry naming a bad
-    job is set aside."""
+    naming none: every feed page of each (the next page made from the last) is counted under
+    its job, every video stored with it, every author handed to profiles names it; an entry
+    naming a bad job is set aside."""
     redis_client.lpush(
         "explore:start_urls",
         json.dumps({"category": 5, "max_pages": 3, "job": "feed-5"}),
         json.dumps({"category": 6, "max_pages": 2}),
         json.dumps({"category": 7, "job": "no spaces allowed"}),
     )
-    result = crawl("explore", "-a", "job=rest", settings={"EXPLORE_HANDOFF_SPIDER": ""})
+    result = crawl("explore", "-a", "job=rest")
     assert result.returncode == 0, result.stderr[-3000:]
+    handed = [json.loads(raw) for raw in redis_client.lrange("profiles:start_urls", 0, -1)]
+    assert handed, "no author handed to profiles"
+    assert {entry["job"] for entry in handed} <= {"feed-5", "rest"}
 
     videos = list(crawl.mongo.db.videos.find({}, {"category": 1, "job": 1}))
     assert {doc["category"] for doc in videos} == {5, 6}

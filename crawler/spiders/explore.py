@@ -27,6 +27,7 @@ from crawler.extractors.explore import (
     video_fields,
 )
 from crawler.extractors.jsondata import FieldReader, MalformedData
+from crawler.frontier.jobs import JobBook, job_number_of
 from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
@@ -191,11 +192,17 @@ class ExploreSpider(RedisFedSpider):
         if self.handoff is None:
             return
         entries: dict[str, dict[str, object]] = {}
+        job = self._job_of(request)
         for item in feed.items:
             author = popular_author(item, self.min_likes, self.min_followers)
             if author:
-                entries[author] = {"unique_id": author}
+                entries[author] = {"unique_id": author, **({"job": job} if job else {})}
         self.handoff.hand_over(entries, request)
+
+    def _job_of(self, request: Request | None) -> str | None:
+        """The crawl job of the page's request, which the authors it hands over keep."""
+        number = None if request is None else job_number_of(request)
+        return None if number is None else JobBook.of(self.crawler).name(number)
 
 
 def _category(value: Any) -> int:
