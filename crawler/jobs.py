@@ -12,6 +12,7 @@ paused job back to the frontier, which holds it until the job resumes.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from twisted.python.failure import Failure
 
+logger = logging.getLogger(__name__)
 
-class JobMiddleware:
-    """Spider and downloader middleware of jobs (SPIDER_MIDDLEWARES and
-    DOWNLOADER_MIDDLEWARES in crawler/settings.py)."""
+
+class JobSpiderMiddleware:
+    """The spider middleware of jobs (SPIDER_MIDDLEWARES in crawler/settings.py); it also
+    keeps the worker's view of the jobs fresh (JobBook.tick every CHECK_INTERVAL seconds)."""
 
     def __init__(self, crawler: Crawler, book: JobBook) -> None:
         self.crawler = crawler
@@ -39,17 +42,23 @@ class JobMiddleware:
         self._loop = task.LoopingCall(book.tick)
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
-        crawler.signals.connect(self._item_left, signal=signals.item_scraped)
-        crawler.signals.connect(self._item_left, signal=signals.item_dropped)
+        crawler.signals.connect(self._item_stored, signal=signals.item_scraped)
+        crawler.signals.connect(self._item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(self._item_failed, signal=signals.item_error)
         crawler.signals.connect(self._spider_error, signal=signals.spider_error)
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> JobMiddleware:
+    def from_crawler(cls, crawler: Crawler) -> JobSpiderMiddleware:
         return cls(crawler, JobBook.of(crawler))
 
     def _opened(self) -> None:
-        self._loop.start(CHECK_INTERVAL, now=False)
+        self._loop.start(CHECK_INTERVAL, now=False).addErrback(self._loop_failed)
+
+    def _loop_failed(self, failure: Failure) -> None:
+        """A tick that raised stops the loop: say why and start it again."""
+        logger.error("Reading the crawl jobs failed: %s", failure.getErrorMessage())
+        if not self._loop.running:
+            self._loop.start(CHECK_INTERVAL, now=False).addErrback(self._loop_failed)
 
     def _closed(self) -> None:
         if self._loop.running:
@@ -84,10 +93,13 @@ class JobMiddleware:
         kind = "requests" if isinstance(output, Request) else "items"
         self.crawler.stats.inc_value(f"jobs/cancelled_{kind}_dropped")
 
-    def _item_left(self, item: Any, response: Response | None = None) -> None:
+    def _item_stored(self, item: Any, response: Response | None = None) -> None:
         job = self.book.untag_item(item)
         if job is not None and response is not None and response.request is not None:
             self.book.count(response.request, "items")
+
+    def _item_dropped(self, item: Any) -> None:
+        self.book.untag_item(item)
 
     def _item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
         self.book.untag_item(item)
@@ -98,7 +110,17 @@ class JobMiddleware:
         if response is not None and response.request is not None:
             self.book.count(response.request, "errors")
 
-    # --- downloader middleware --------------------------------------------------------------
+
+class JobDownloaderMiddleware:
+    """The downloader middleware of jobs (DOWNLOADER_MIDDLEWARES in crawler/settings.py)."""
+
+    def __init__(self, crawler: Crawler, book: JobBook) -> None:
+        self.crawler = crawler
+        self.book = book
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> JobDownloaderMiddleware:
+        return cls(crawler, JobBook.of(crawler))
 
     def process_request(self, request: Request) -> Request | None:
         """A cancelled or expired job's request is not sent (its lease acked); a paused job's

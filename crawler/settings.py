@@ -72,7 +72,7 @@ DOWNLOADER_MIDDLEWARES = {
     # Last before the download handler: a paced request takes its host's token as it goes.
     "crawler.middlewares.SendGateMiddleware": 950,
     # A request of a cancelled crawl job is not sent (crawler/jobs.py).
-    "crawler.jobs.JobMiddleware": 5,
+    "crawler.jobs.JobDownloaderMiddleware": 5,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.
@@ -80,7 +80,7 @@ SPIDER_MIDDLEWARES = {
     # Gives every page with items its next visit (only with RECRAWL_ENABLED; see below).
     "crawler.recrawl.RecrawlMiddleware": 50,
     # Carries a page's crawl job to its requests and items; drops a cancelled job's.
-    "crawler.jobs.JobMiddleware": 60,
+    "crawler.jobs.JobSpiderMiddleware": 60,
 }
 # RETRY_TIMES (int, default 3), RETRY_HTTP_CODES, RETRY_EXCEPTIONS: Scrapy's settings, used by
 # crawler.middlewares.BackoffRetryMiddleware. 429 is not here: it is a ban (see below).

@@ -30,11 +30,13 @@ from crawler.frontier.jobs import (
     resume_job,
 )
 from crawler.frontier.queue import Frontier, Pending
+from crawler.frontier.records import job_fingerprint
 from crawler.keys import FrontierKeys
 from crawler.meta import JOB_META
 from crawler.spiders.entry_job import entry_job
 from tests.harness import ROOT, Crawl, Sandbox, poll
 from tests.test_frontier import fingerprint
+from tests.test_pacing import entry, pacing
 
 KEYS = FrontierKeys("jobbed", "jobbed:start_urls")
 JOB_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", fullmatch=True)
@@ -208,6 +210,67 @@ def test_a_paused_job_waits_parked_and_comes_back_whole_an_expired_one_is_droppe
     priorities = sorted(int(i.split(":")[1]) if ":" in i else 0 for i, _ in back.leased)
     assert priorities == sorted(priority for job, priority, _ in requests if job == 2)
     assert job_status(redis_client, KEYS, "j2").parked == 0
+
+
+@pytest.mark.parametrize("job", [None, 7])
+def test_a_jobs_requests_are_paced_as_any(redis_client: redis.Redis, job: int | None) -> None:
+    """Five requests of one host at 0.5/s, of a job or of none: the pop leases one and gives
+    the others their turns."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    meta = {} if job is None else {JOB_META: job}
+    frontier.schedule([entry(f"http://slow.test/{n}", meta) for n in range(5)])
+    popped = frontier.pop(10, 60, "w1", pacing(rate=0.5, burst=1.0))
+    assert len(popped.leased) == 1
+    assert redis_client.zcard(KEYS.delayed) == 4
+
+
+def test_each_job_has_its_own_duplicate_filter(redis_client: redis.Redis) -> None:
+    """A page job 1 queued is queued again for job 2 and for no job; cancelling job 1 leaves
+    the others whole, and a request of a cancelled job marks nothing seen."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="exact"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j1": 1, "#1": "j1", "j3": 3, "#3": "j3"})
+    plain = fingerprint("http://a.test/x")
+
+    def scheduled(job: int | None, url: str = "http://a.test/x") -> int:
+        request = Request(url, meta={} if job is None else {JOB_META: job})
+        record = codec.dumps(codec.request_record(request, None))
+        own = job_fingerprint(fingerprint(url), request)
+        return frontier.schedule([Pending(record, own, 0, False, 0)])[0]
+
+    assert job_fingerprint(plain, Request("http://a.test/x")) == plain
+    assert [scheduled(1), scheduled(2), scheduled(None), scheduled(1)] == [1, 1, 1, 0]
+    cancel_job(redis_client, KEYS, "j1")
+    assert len(_queued_records(redis_client)) == 2
+    cancel_job(redis_client, KEYS, "j3")
+    assert scheduled(3, "http://a.test/y") == 1  # dropped, and not marked seen:
+    redis_client.srem(KEYS.cancelled_jobs, 3)
+    assert scheduled(3, "http://a.test/y") == 1
+    assert len(_queued_records(redis_client)) == 3
+
+
+def test_a_paused_jobs_parked_requests_are_work_left(redis_client: redis.Redis) -> None:
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    pause_job(redis_client, KEYS, "j2")
+    frontier.schedule([_pending(n, 2, 0, 0) for n in range(3)])
+    assert frontier.pop(10, 60, "w1").leased == []
+    assert frontier.sizes()["queue"] == 3
+    resume_job(redis_client, KEYS, "j2")
+    assert len(frontier.pop(10, 60, "w1").leased) == 3
+    assert frontier.sizes()["queue"] == 0
+
+
+def test_a_worker_reads_on_past_keys_no_job_wrote(redis_client: redis.Redis) -> None:
+    """Another tool's member in the cancelled set: the worker says so and keeps reading."""
+    book = JobBook(redis_client, KEYS.spider)
+    number = book.number("j1")
+    redis_client.sadd(KEYS.cancelled_jobs, "not-a-number")
+    book.tick()
+    assert book.cancelled == frozenset()
+    redis_client.srem(KEYS.cancelled_jobs, "not-a-number")
+    redis_client.sadd(KEYS.cancelled_jobs, number)
+    book.tick()
+    assert book.cancelled == {number}
 
 
 def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:

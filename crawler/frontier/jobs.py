@@ -182,14 +182,15 @@ class JobBook:
             pipe.hgetall(job_deadlines_key(self.spider))
             pipe.smembers(paused_jobs_key(self.spider))
             cancelled, deadlines, paused = pipe.execute()
+            self._read_holds(
+                frozenset(int(member) for member in cancelled),
+                frozenset(int(member) for member in paused),
+                {int(number): float(at) for number, at in deadlines.items()},
+            )
         except RedisError as exc:
             logger.debug("Jobs not read: %s", exc)
-            return
-        self._read_holds(
-            frozenset(int(member) for member in cancelled),
-            frozenset(int(member) for member in paused),
-            {int(number): float(at) for number, at in deadlines.items()},
-        )
+        except ValueError as exc:  # a key written by another tool, not a job's
+            logger.error("The crawl jobs' keys hold what no job does: %s", exc)
 
     def _read_holds(
         self, cancelled: frozenset[int], paused: frozenset[int], deadlines: dict[int, float]

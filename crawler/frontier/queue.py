@@ -234,7 +234,8 @@ class Frontier:
     def queued(self, client: Any = None) -> int:
         """How many requests are queued (or queue the question on the pipeline ``client``)."""
         keys = self.keys
-        result = _run(self._queued, keys.script_keys(), [keys.queue_prefix], client)
+        script_keys = keys.script_keys(keys.job_keys()[2])
+        result = _run(self._queued, script_keys, [keys.queue_prefix], client)
         return int(result) if client is None else 0
 
     def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -304,7 +305,7 @@ def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
 
 def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
     """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
-    lua.queue_eval(pipe, lua.QUEUED, keys.script_keys(), [keys.queue_prefix])
+    lua.queue_eval(pipe, lua.QUEUED, keys.script_keys(keys.job_keys()[2]), [keys.queue_prefix])
 
 
 def read_sizes(replies: Sequence[Any]) -> dict[str, int]:

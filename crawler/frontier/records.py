@@ -5,6 +5,7 @@ fingerprint, priority and due time).
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 from scrapy import Request
@@ -15,6 +16,7 @@ from crawler.frontier.queue import Pending
 from crawler.meta import (
     DUE_META,
     HOLD_META,
+    JOB_META,
     PACED_META,
     SENT_AT_META,
     SENT_BACK_META,
@@ -58,6 +60,16 @@ def pending(
         due=due,
         depth=depth_of(request.meta),
     )
+
+
+def job_fingerprint(fingerprint: bytes, request: Request) -> bytes:
+    """``fingerprint`` of a request of no crawl job; a job's own one for a job's request
+    (meta JOB_META), so that each job's duplicate filter is its own: a page two jobs reach is
+    fetched for each, and cancelling one leaves the other's requests whole."""
+    number = request.meta.get(JOB_META)
+    if type(number) is not int or number <= 0:
+        return fingerprint
+    return hashlib.sha1(fingerprint + b"|job:%d" % number, usedforsecurity=False).digest()
 
 
 def leased_request(data: str, spider: Spider | None, paced: bool) -> Request:

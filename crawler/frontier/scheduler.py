@@ -43,7 +43,7 @@ from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.pause import Pause, PauseWatch
 from crawler.frontier.queue import Frontier, Popped, popped
-from crawler.frontier.records import leased_request, passes_again, pending
+from crawler.frontier.records import job_fingerprint, leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.frontier.turns import (
     PACED_GATHER,
@@ -210,8 +210,7 @@ class FrontierScheduler(BaseScheduler):
         lease_id = request.meta.pop(LEASE_META, None)
         start_member = request.meta.pop(START_META, None)
         host = chain_host(request)
-        assert self.crawler.request_fingerprinter is not None
-        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        fingerprint = self._fingerprint(request)
         again = passes_again(request)
         seed = bool(request.meta.pop(SEED_META, False))
         depth = depth_of(request.meta)
@@ -291,13 +290,17 @@ class FrontierScheduler(BaseScheduler):
         depth = depth_of(request.meta)
         if not depth or request.dont_filter or self.config.dupefilter.mode not in DEPTH_MODES:
             return False
-        assert self.crawler.request_fingerprinter is not None
-        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        fingerprint = self._fingerprint(request)
         if not self._seen_here.superseded(fingerprint, depth):
             return False
         self.ledger.end(lease_id_of(request), ACK)
         self._count("dupefilter/superseded")
         return True
+
+    def _fingerprint(self, request: Request) -> bytes:
+        """The request's fingerprint in the duplicate filter: each crawl job's is its own."""
+        assert self.crawler.request_fingerprinter is not None
+        return job_fingerprint(self.crawler.request_fingerprinter.fingerprint(request), request)
 
     async def gate_wait(self, request: Request) -> float:
         """0 when ``request``, whose turn the pop planned, may go to its host now (the host's

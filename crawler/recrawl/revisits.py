@@ -30,13 +30,14 @@ RECRAWL_META = "recrawl"
 # A request with this meta key set is never revisited.
 DONT_RECRAWL_META = "dont_recrawl"
 # Meta filled in while a request is fetched (download details, retries, redirects, leases,
-# identities, the browser page): a revisit starts without it.
+# identities, the browser page) and its crawl job (a revisit belongs to none): a revisit
+# starts without it.
 TRANSIENT_META = frozenset(
     {
         *("download_slot", "download_latency", "retry_times", "redirect_urls", "redirect_times"),
         *("redirect_ttl", "redirect_reasons", "frontier_lease", "frontier_start", "frontier_due"),
         *("playwright_page", "identity", "proxy", "bindaddress", "ban_times", "crawl_delay"),
-        "is_start_request",
+        *("is_start_request", "frontier_job"),
     }
 )
 

@@ -71,6 +71,15 @@ local function late(record, at)
   return rate > 0 and now - at > 1 / rate
 end
 
+-- A turn whose record its job holds back (dropped, or parked with its priority): its id
+-- leaves the data (and its legacy priority mark) as a leased one would not.
+local function turn_held(id, record)
+  if not held_back(record, function() return priority_of(id) end, now) then return false end
+  redis.call('HDEL', Q.data, id)
+  redis.call('HDEL', Q.legacy_prio, id)
+  return true
+end
+
 local horizon = now + (ahead_left > 0 and P.ahead or 0)
 local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', fmt(horizon), 'WITHSCORES', 'LIMIT', 0,
   1000)
@@ -83,21 +92,13 @@ for i = 1, #due, 2 do
   elseif at <= now and count > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record and held_back(record, priority_of(id), now) then
-      redis.call('HDEL', Q.data, id)
-    elseif record and late(record, at) then
-      missed[#missed + 1] = id
-    elseif record then
-      lease(id, record, true)
+    if record and not turn_held(id, record) then
+      if late(record, at) then missed[#missed + 1] = id else lease(id, record, true) end
     end
   elseif at > now and ahead_left > 0 then
     turns[#turns + 1] = id
     local record = redis.call('HGET', Q.data, id)
-    if record and held_back(record, priority_of(id), now) then
-      redis.call('HDEL', Q.data, id)
-    elseif record then
-      lease(id, record, true, at)
-    end
+    if record and not turn_held(id, record) then lease(id, record, true, at) end
   end
 end
 if #back > 0 then
@@ -120,13 +121,16 @@ end
 result[2] = #expired
 
 local budget, index, placed = pacing and P.budget or math.huge, 0, 0
-while count > 0 and budget > 0 do
+-- Records held back by their jobs (a paused job's backlog parked, a cancelled one's dropped)
+-- are looked at up to this many per call; the rest wait for the next pops.
+local held_limit = Q.held + 1000 + 10 * count
+while count > 0 and budget > 0 and Q.held < held_limit do
   local top = redis.call('ZRANGE', Q.queues, index, index)
   if #top == 0 then break end
   local priority = top[1]
   local list = Q.prefix .. priority
   local unseen, later = redis.call('LLEN', list), {}
-  while count > 0 and budget > 0 and unseen > 0 do
+  while count > 0 and budget > 0 and unseen > 0 and Q.held < held_limit do
     local records = redis.call('LPOP', list, math.min(count, budget, unseen))
     unseen, budget = unseen - #records, budget - #records
     local n = redis.call('INCRBY', Q.seq, #records) - #records

@@ -81,10 +81,17 @@ local function migrate_legacy()
   redis.call('ZREM', Q.legacy_queue, unpack(ids))
 end
 
-local function queued()
+-- Requests queued; ``parked``: with those of paused jobs parked too (work that keeps the
+-- fleet open, though no pop hands it out).
+local function queued(parked)
   local total = redis.call('ZCARD', Q.legacy_queue)
   for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
     total = total + redis.call('LLEN', Q.prefix .. priority)
+  end
+  if parked then
+    for _, n in ipairs(redis.call('SMEMBERS', Q.paused)) do
+      total = total + redis.call('LLEN', Q.paused .. ':' .. n)
+    end
   end
   return total
 end
@@ -114,10 +121,17 @@ local function job_hold(record, now)
 end
 
 -- Holds ``record`` back by its job (see job_hold): true when it is dropped or parked.
+-- ``priority`` is its priority, or a function giving it (called only to park it). Q.held
+-- counts the records held back in this call.
+Q.held = 0
 local function held_back(record, priority, now)
   local hold = job_hold(record, now)
   if hold == nil then return false end
-  if hold ~= 'drop' then redis.call('RPUSH', Q.paused .. ':' .. hold, priority .. '\n' .. record) end
+  Q.held = Q.held + 1
+  if hold ~= 'drop' then
+    if type(priority) == 'function' then priority = priority() end
+    redis.call('RPUSH', Q.paused .. ':' .. hold, priority .. '\n' .. record)
+  end
   return true
 end
 

@@ -1,3 +1,5 @@
--- KEYS, ARGV: (prelude). Returns how many requests are queued.
+-- KEYS: (prelude), paused jobs; ARGV: (prelude). Returns how many requests are queued, those
+-- of paused jobs parked included.
 
-return queued()
+Q.paused = KEYS[6]
+return queued(true)

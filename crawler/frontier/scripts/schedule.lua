@@ -16,7 +16,10 @@ for a = 5, #ARGV, 8 do
   local priority, due, json = ARGV[a + 4], tonumber(ARGV[a + 5]), ARGV[a + 6]
   local depth = tonumber(ARGV[a + 7])
   local seen = false
-  if dont_filter == '2' then
+  local dropped = job_hold(json, now) == 'drop'  -- a cancelled job's: the filter is left alone
+  if dropped then
+    seen = false
+  elseif dont_filter == '2' then
     -- A seed (a start entry's request): dropped only if seeded before, whatever link found
     -- its URL first; its URL is marked seen (at its depth), so links to it are dropped after it.
     local seed_h1 = string.format('%d', (tonumber(h1) + SEED_SALT) % 4294967296)
@@ -27,9 +30,7 @@ for a = 5, #ARGV, 8 do
   end
   if seen then
     results[#results + 1] = 0
-  elseif due == 0 and held_back(json, priority, now) then
-    results[#results + 1] = 1
-  elseif due > 0 and job_hold(json, now) == 'drop' then
+  elseif dropped or (due == 0 and held_back(json, priority, now)) then
     results[#results + 1] = 1
   else
     if due > 0 then
