@@ -321,8 +321,8 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
             for log in logs
         ]
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
-        cancelled_at = time.time()
         removed = _cancel(crawl, "profiles", "A")
+        cancelled_at = time.time()  # once the command has written to Redis
         for worker, log in zip(workers, logs, strict=True):
             assert worker.wait(120) == 0, log.read_text()[-3000:]
 
@@ -372,8 +372,8 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
             for log in logs
         ]
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
-        paused_at = time.time()
         paused = _job_command(crawl, "profiles", "A", "pause")["pause"]
+        paused_at = time.time()  # once the command has written to Redis
         assert paused["paused"] is not None
         poll(lambda: time.time() > paused_at + 8, 20, "the pause to last", pause=0.2)
         resumed_at = time.time()
@@ -494,15 +494,18 @@ class JobFleet:
         return [worker for worker in self.workers if worker.poll() is None]
 
     def do(self, action: str) -> None:
+        """The quiet times start once the command has written to Redis (a ``scrapy frontier``
+        process takes a second or more to start on a busy machine) and end as the resume's
+        command starts."""
         now = time.time()
         if action == "cancel" and not self.cancelled:
             _cancel(self.crawl, "profiles", "A")
             self.cancelled = True
-            self.quiet.append([now + 5, float("inf")])
+            self.quiet.append([time.time() + 5, float("inf")])
         elif action in ("pause", "resume") and not self.cancelled:
             _job_command(self.crawl, "profiles", "A", action)
             if action == "pause" and not (self.quiet and self.quiet[-1][1] == float("inf")):
-                self.quiet.append([now + 3, float("inf")])
+                self.quiet.append([time.time() + 3, float("inf")])
             elif action == "resume" and self.quiet and self.quiet[-1][1] == float("inf"):
                 self.quiet[-1][1] = now
         elif action == "kill" and (alive := self.alive()):
