@@ -158,6 +158,16 @@ def job_deadlines_key(spider: str) -> str:
     return tagged(spider, "jobs:expires")
 
 
+def job_budgets_key(spider: str) -> str:
+    """Jobs' page budgets (a hash number -> the most requests the pop hands out)."""
+    return tagged(spider, "jobs:max_pages")
+
+
+def job_sent_key(spider: str) -> str:
+    """Requests of each job with a budget the pop handed out (a hash number -> count)."""
+    return tagged(spider, "jobs:sent")
+
+
 def paused_jobs_key(spider: str) -> str:
     """The numbers of the spider's paused jobs (a set); ``<key>:<number>`` holds the records
     of one that the pop met while it was paused (a list of "<priority>\n<record>")."""
@@ -287,7 +297,8 @@ class FrontierKeys:
     def job_keys(self) -> list[str]:
         """The keys of the scripts that hold jobs' records back (``job_hold`` in queue.lua)."""
         spider = self.spider
-        return [cancelled_jobs_key(spider), job_deadlines_key(spider), paused_jobs_key(spider)]
+        held = [cancelled_jobs_key(spider), job_deadlines_key(spider), paused_jobs_key(spider)]
+        return [*held, job_budgets_key(spider), job_sent_key(spider)]
 
     @property
     def dead(self) -> str:

@@ -26,6 +26,7 @@ from crawler.frontier.jobs import (
     check_job_id,
     expire_job,
     job_status,
+    limit_job,
     pause_job,
     resume_job,
 )
@@ -273,6 +274,35 @@ def test_a_worker_reads_on_past_keys_no_job_wrote(redis_client: redis.Redis) -> 
     assert book.cancelled == {number}
 
 
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    budget=st.integers(0, 12),
+    requests=st.lists(st.sampled_from([None, 2]), max_size=20),
+    paced=st.booleans(),
+)
+def test_a_jobs_page_budget_holds_for_the_fleet(
+    redis_client: redis.Redis, budget: int, requests: list[int | None], paced: bool
+) -> None:
+    """Job 2 given a budget: pops by two workers, paced or not, hand out at most that many of
+    its requests (its turns included) and every request of no job."""
+    redis_client.flushdb()
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    limit_job(redis_client, KEYS, "j2", budget)
+    frontier.schedule([_pending(i, job, 0, 0) for i, job in enumerate(requests)])
+    rules = pacing(rate=1000.0, burst=1000.0) if paced else None
+    handed: list[int | None] = []
+    for worker in ("w1", "w2", "w1"):
+        popped = frontier.pop(7, 60, worker, rules)
+        handed += [_job_of(str(record).encode()) for _, record in popped.leased]
+    wanted = min(budget, requests.count(2))
+    assert handed.count(2) == wanted
+    assert handed.count(None) == requests.count(None)
+    assert job_status(redis_client, KEYS, "j2").sent == wanted
+
+
 def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:
     entries = [
         json.dumps({"url": "http://a.test/1", "job": "acme"}),
@@ -392,6 +422,31 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
     assert _status(crawl, "profiles", "A")["paused_requests"] == 0
     assert redis_client.zcard("{profiles}:leases") == 0
     assert redis_client.llen("{profiles}:dead") == 0
+
+
+@pytest.mark.integration
+def test_a_jobs_max_pages_holds_for_the_fleet(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Job A given 20 pages before its 60 entries come; two workers: the site gets exactly 20
+    of A's requests, B is stored whole."""
+    limited = _job_command(crawl, "profiles", "A", "max-pages", "20")["max-pages"]
+    assert limited["max_pages"] == 20
+    users = {"A": USERS["A"][:60], "B": USERS["B"][:60]}
+    redis_client.lpush("profiles:start_urls", *_interleaved(users))
+    logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(crawl.background("profiles", settings=WORKER, log=log))
+            for log in logs
+        ]
+        for worker, log in zip(workers, logs, strict=True):
+            assert worker.wait(120) == 0, log.read_text()[-3000:]
+    fetched = [entry["path"][2:] for entry in sandbox.admin("stats")["requests"]]
+    assert len([user for user in fetched if user in users["A"]]) == 20
+    stored = {doc["unique_id"]: doc["job"] for doc in crawl.mongo.db.profiles.find({})}
+    assert {user for user, job in stored.items() if job == "B"} == set(users["B"])
+    assert _status(crawl, "profiles", "A")["sent"] == 20
 
 
 def _interleaved(users: dict[str, list[str]] = USERS) -> list[str]:

@@ -1,5 +1,5 @@
 """``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume|job ID
-[cancel|pause|resume|expires WHEN]]``: look at and manage a spider's frontier.
+[cancel|pause|resume|expires WHEN|max-pages N]]``: look at and manage a spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
                                              revisits due now, in the next hour and later
@@ -26,6 +26,7 @@ scrapy frontier profiles job ID cancel       remove the job's queued and delayed
 scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on)
 scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
                                              an ISO 8601 time (UTC if no zone) or +SECONDS
+scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests
 
 The pause is the hash {profiles}:paused (since, by, reason): other tools pause with
 redis-cli HSET '{profiles}:paused' since "$(date +%s)" by ops reason "db upgrade" and resume
@@ -60,6 +61,7 @@ from crawler.frontier.jobs import (
     check_job_id,
     expire_job,
     job_status,
+    limit_job,
     pause_job,
     resume_job,
 )
@@ -81,7 +83,7 @@ class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return (
             "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume"
-            "|job ID [cancel|pause|resume|expires WHEN]] [options]"
+            "|job ID [cancel|pause|resume|expires WHEN|max-pages N]] [options]"
         )
 
     def short_desc(self) -> str:
@@ -141,7 +143,7 @@ class Command(ProjectCommand, ScrapyCommand):
             rest = args[3:]
             if len(args) < 3 or not (
                 (len(rest) <= 1 and rest[:1] in ([], ["cancel"], ["pause"], ["resume"]))
-                or (len(rest) == 2 and rest[0] == "expires")
+                or (len(rest) == 2 and rest[0] in ("expires", "max-pages"))
             ):
                 raise UsageError(JOB_USAGE)
             try:
@@ -182,6 +184,8 @@ class Command(ProjectCommand, ScrapyCommand):
         what = action[0] if action else "status"
         if what == "expires":
             status = expire_job(server, keys, job, deadline(action[1]))
+        elif what == "max-pages":
+            status = limit_job(server, keys, job, page_budget(action[1]))
         else:
             status = JOB_ACTIONS[what](server, keys, job)
         if as_json:
@@ -260,7 +264,7 @@ class Command(ProjectCommand, ScrapyCommand):
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
 
 
-JOB_USAGE = "scrapy frontier SPIDER job ID [cancel|pause|resume|expires WHEN]"
+JOB_USAGE = "scrapy frontier SPIDER job ID [cancel|pause|resume|expires WHEN|max-pages N]"
 JOB_ACTIONS = {
     "status": job_status,
     "cancel": cancel_job,
@@ -295,6 +299,13 @@ def deadline(text: str) -> float:
     except ValueError:
         raise UsageError(f"expires: {text!r} is neither +SECONDS nor an ISO 8601 time") from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def page_budget(text: str) -> int:
+    """A job's page budget: a whole number from 0."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 15:
+        raise UsageError(f"max-pages: {text!r} is not a whole number from 0")
+    return int(text)
 
 
 def who() -> str:

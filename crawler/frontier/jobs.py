@@ -233,13 +233,16 @@ class JobStatus:
     parked: int  # held while the job is paused
     starts: int
     state: dict[str, str]
+    sent: int = 0  # requests the pop handed out since the job was given a page budget
 
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
         times = {name: _time(self.state.get(name)) for name in TIMES}
         counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
         counted |= {"paused_requests": self.parked, "start_entries": self.starts}
-        return {"job": self.job, **counted, **numbers, **times}
+        budget = self.state.get("max_pages")
+        limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
+        return {"job": self.job, **counted, **numbers, **limits, **times}
 
 
 def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
@@ -269,13 +272,19 @@ def expire_job(server: RedisClient, keys: FrontierKeys, job: str, deadline: floa
     return _act(server, keys, job, "expire", deadline)
 
 
+def limit_job(server: RedisClient, keys: FrontierKeys, job: str, max_pages: int) -> JobStatus:
+    """Give the job a page budget for the fleet: the pop hands out at most ``max_pages`` of
+    its requests (counted from the first budget it was given), and drops the rest."""
+    return _act(server, keys, job, "limit", max_pages)
+
+
 def _act(
     server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
 ) -> JobStatus:
     number = _known_number(server, keys.spider, job)
     if number is None and mode != "count":  # numbered now, so that its entries are held too
         number = JobBook(server, keys.spider).number(job)
-    counts = [0, 0, 0, 0] if number is None else _run_job(server, keys, number, mode, deadline)
+    counts = [0] * 5 if number is None else _run_job(server, keys, number, mode, deadline)
     starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)
@@ -288,12 +297,14 @@ def _act(
         pipe.hdel(key, "paused")
     elif mode == "expire":
         pipe.hset(key, "expires", f"{deadline:.3f}")
+    elif mode == "limit":
+        pipe.hset(key, "max_pages", int(deadline))
     if mode != "count":
         pipe.expire(key, JOB_TTL)
     pipe.hgetall(key)
     state = _strings(pipe.execute()[-1])
-    queued, delayed, leased, parked = counts
-    return JobStatus(job, number, queued, delayed, leased, parked, starts, state)
+    queued, delayed, leased, parked, sent = counts
+    return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent)
 
 
 def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
@@ -306,7 +317,8 @@ def _run_job(
 ) -> list[int]:
     spare = tagged(keys.spider, "jobs:sweep")
     script_keys = keys.script_keys(keys.delayed, keys.leases, *keys.job_keys(), spare)
-    args: list[str | int] = [keys.queue_prefix, number, mode, f"{deadline:.3f}"]
+    value = str(int(deadline)) if mode == "limit" else f"{deadline:.3f}"
+    args: list[str | int] = [keys.queue_prefix, number, mode, value]
     reply = server.eval(lua.JOB, len(script_keys), *script_keys, *args)
     return [int(value) for value in reply]
 

@@ -1,7 +1,8 @@
--- KEYS: (prelude), delayed, leases, cancelled jobs, job deadlines, paused jobs, a spare key of
--- the spider (lists rebuilt)
--- ARGV: (prefix), job number, "count", "cancel", "pause", "resume" or "expire", then for
--- "expire" the Unix time of the deadline
+-- KEYS: (prelude), delayed, leases, cancelled jobs, job deadlines, paused jobs, job budgets,
+-- jobs' requests handed out, a spare key of the spider (lists rebuilt)
+-- ARGV: (prefix), job number, "count", "cancel", "pause", "resume", "expire" or "limit", then
+-- the Unix time of the deadline ("expire") or the budget ("limit": the most requests of the
+-- job the pop hands out, counted from the first budget the job was given)
 -- Counts the job's requests queued, delayed, leased and parked (held while the job is paused;
 -- a record of the job begins with '{"j":<number>,', see codec.py). "cancel" first adds the
 -- number to the cancelled set (from then on the pop and the schedule script drop the job's
@@ -9,13 +10,13 @@
 -- holds some is rebuilt without them, the others' order kept. Leased requests are in flight
 -- and left to their workers. "pause" adds the number to the paused set (the pop parks the
 -- job's records as it meets them), "resume" removes it and puts the parked records back at the
--- end of their lists, "expire" sets the job's deadline. Runs in one call, so the counts are
+-- end of their lists, "expire" sets the job's deadline, "limit" its budget. Runs in one call, so the counts are
 -- exact; it reads every queued record (0.3 s a million; a cancel rebuilding them, 1 s).
--- Returns {queued, delayed, leased, parked}, counted before any removal.
+-- Returns {queued, delayed, leased, parked, handed out}, counted before any removal.
 local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
 set_job_keys(8)
-local spare = KEYS[11]
+local spare = KEYS[13]
 local head = '{"j":' .. n .. ','
 local CHUNK = 1000
 local function of_job(record) return string.sub(record, 1, #head) == head end
@@ -87,6 +88,8 @@ elseif mode == 'resume' then
   redis.call('DEL', parked_list)
 elseif mode == 'expire' then
   redis.call('HSET', Q.expires, n, ARGV[4])
+elseif mode == 'limit' then
+  redis.call('HSET', Q.budgets, n, ARGV[4])
 end
 local queued = 0
 for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
@@ -96,4 +99,5 @@ for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   if cancel and found > 0 then rebuild_list(list, size, priority) end
   queued = queued + found
 end
-return {queued, sweep_ids(KEYS[6], cancel), sweep_ids(KEYS[7], false), parked}
+local handed = tonumber(redis.call('HGET', Q.spent, n) or '0')
+return {queued, sweep_ids(KEYS[6], cancel), sweep_ids(KEYS[7], false), parked, handed}

@@ -1,4 +1,5 @@
--- KEYS: (prelude), delayed, leases, owner, cancelled jobs, job deadlines, paused jobs
+-- KEYS: (prelude), delayed, leases, owner, cancelled jobs, job deadlines, paused jobs, job
+-- budgets, jobs' requests handed out
 -- ARGV: (prefix), now, count, lease deadline, worker, then pacing: bucket key prefix ("" for
 -- none), identity, rate (0 = unlimited), burst, recovery (factor/s), horizon (s), scan budget,
 -- look-ahead (s), then (domain, rate) pairs.
@@ -12,7 +13,8 @@
 -- Paced, a turn due within the look-ahead is leased at once (up to ``count`` of them besides
 -- the ``count`` sent now) until its time plus the lease: the worker holds it and sends it on
 -- time, and needs no pop to get it. A record of a cancelled or expired job is dropped
--- instead, one of a paused job parked (queue.lua's held_back).
+-- instead, one of a paused job parked (queue.lua's held_back), one of a job that spent its
+-- page budget dropped.
 set_job_keys(9)
 local now, count, deadline, worker = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local pacing = read_pacing(6)
@@ -35,10 +37,11 @@ end
 
 -- One queued record: leased now, given its host's next turn, or (nil) left for later.
 local function place(n, priority, record)
-  if held_back(record, priority, now) then return true end
+  if held_back(record, priority, now) or budget_spent(record) then return true end
   local id = new_id(n, priority)
   local host = pacing and host_of(record)
   if not host then
+    spend(record)
     redis.call('HSET', Q.data, id, record)
     mark_legacy(id, n, priority)
     lease(id, record, false)
@@ -48,6 +51,7 @@ local function place(n, priority, record)
   local at = now
   if rate > 0 then at = reserve(host, rate, burst, now) end
   if at == nil then return false end
+  spend(record)
   local ahead = at > now and at <= now + P.ahead and ahead_left > 0
   if at > now and not ahead then id = id .. '|s' end
   redis.call('HSET', Q.data, id, record)

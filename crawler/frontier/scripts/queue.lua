@@ -135,6 +135,36 @@ local function held_back(record, priority, now)
   return true
 end
 
+-- A job's page budget: Q.budgets (hash number -> the most requests the pop hands out) and
+-- Q.spent (hash number -> how many it did). Returns the record's job number when its job has a
+-- budget, else nil.
+local BUDGETS
+local function budget_of(record)
+  if not Q.budgets then return nil end
+  local n = string.match(record, '^{"j":(%d+),')
+  if not n then return nil end
+  if not BUDGETS then
+    BUDGETS = {}
+    local raw = redis.call('HGETALL', Q.budgets)
+    for i = 1, #raw, 2 do BUDGETS[raw[i]] = tonumber(raw[i + 1]) end
+  end
+  if BUDGETS[n] then return n end
+  return nil
+end
+
+-- Whether the record's job has had as many requests handed out as its budget allows.
+local function budget_spent(record)
+  local n = budget_of(record)
+  return n ~= nil and tonumber(redis.call('HGET', Q.spent, n) or '0') >= BUDGETS[n]
+end
+
+-- One more request of the record's job handed out (leased, or given a turn).
+local function spend(record)
+  local n = budget_of(record)
+  if n then redis.call('HINCRBY', Q.spent, n, 1) end
+end
+
 local function set_job_keys(first)
   Q.cancelled, Q.expires, Q.paused = KEYS[first], KEYS[first + 1], KEYS[first + 2]
+  Q.budgets, Q.spent = KEYS[first + 3], KEYS[first + 4]
 end

@@ -1,4 +1,5 @@
--- KEYS: (prelude), delayed, dupefilter base, cancelled jobs, job deadlines, paused jobs
+-- KEYS: (prelude), delayed, dupefilter base, cancelled jobs, job deadlines, paused jobs, job
+-- budgets, jobs' requests handed out
 -- ARGV: (prefix), mode, capacity, error_rate, then per request 8 values:
 --       fingerprint hex, h1, h2, dont_filter (0, 1, or 2 for a seed), priority (integer),
 --       due (0 = now), json, depth ("" for none; see dupefilter.lua)
