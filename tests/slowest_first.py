@@ -69,6 +69,7 @@ SLOWEST = {
     "resume": 25,
     "tests/test_jobs.py::test_two_jobs_cancel_one_mid_crawl_and_the_other_completes": 20,
     "tests/test_jobs.py::test_a_jobs_max_pages_holds_for_the_fleet": 15,
+    "tests/test_jobs.py::test_a_jobs_max_pages_holds_for_a_chain_of_feed_pages": 10,
     "tests/test_host_breaker.py::test_a_host_answering_429_is_blocked_with_doubling_steps_"
     "and_the_others_keep_their_rate": 30,
     "tests/test_host_breaker.py::"

@@ -493,6 +493,25 @@ def test_every_page_and_item_made_from_an_entry_carries_its_job(
         assert (job["queued"], job["delayed"], job["leased"], job["errors"]) == (0, 0, 0, 0)
 
 
+@pytest.mark.integration
+def test_a_jobs_max_pages_holds_for_a_chain_of_feed_pages(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """explore's next feed page is made from the last (a chain, kept on a turn taken ahead when
+    the job has no budget): a job given 2 pages gets 2 feed pages fetched of the 5 its entry
+    asks for."""
+    _job_command(crawl, "explore", "E", "max-pages", "2")
+    redis_client.lpush(
+        "explore:start_urls", json.dumps({"category": 5, "max_pages": 5, "job": "E"})
+    )
+    chained = {"POLITENESS_RATE": 5.0, "POLITENESS_BURST": 1, "EXPLORE_PAGE_SIZE": 4}
+    result = crawl("explore", settings={**chained, "EXPLORE_HANDOFF_SPIDER": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+    feed = sandbox.admin("stats")["by_path"]
+    assert sum(count for path, count in feed.items() if "categoryType" in path) == 2
+    assert _status(crawl, "explore", "E")["sent"] == 2
+
+
 def _status(crawl: Crawl, spider: str, job: str) -> dict[str, Any]:
     return dict(_job_command(crawl, spider, job)["status"])
 

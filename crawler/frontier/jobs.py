@@ -35,6 +35,7 @@ from crawler.frontier import lua
 from crawler.frontier.codec import JOB_FIELD
 from crawler.keys import (
     cancelled_jobs_key,
+    job_budgets_key,
     job_deadlines_key,
     job_key,
     jobs_key,
@@ -99,6 +100,7 @@ class JobBook:
         self._names: dict[int, str] = {}
         self.cancelled: frozenset[int] = frozenset()
         self.paused: frozenset[int] = frozenset()
+        self.budgeted: frozenset[int] = frozenset()  # jobs with a page budget
         self.deadlines: dict[int, float] = {}
         self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
         self._items: dict[int, tuple[Any, str]] = {}  # id(item) -> (item, its job's id)
@@ -117,7 +119,7 @@ class JobBook:
 
     def number(self, job: str) -> int:
         """The job's number (given it the first time any worker meets the id)."""
-        self.met = True
+        self._meet()
         known = self._numbers.get(job)
         if known is None:
             keys = [jobs_key(self.spider), job_key(self.spider, job)]
@@ -141,8 +143,22 @@ class JobBook:
         number = job_number_of(request)
         if number is None:
             return False
-        self.met = True
+        self._meet()
         return number in self.cancelled or time.time() >= self.deadlines.get(number, math.inf)
+
+    def has_budget(self, request: Request) -> bool:
+        number = job_number_of(request)
+        if number is None:
+            return False
+        self._meet()
+        return number in self.budgeted
+
+    def _meet(self) -> None:
+        """The first job this worker meets: the jobs' holds and budgets are read at once, not
+        at the next tick (a page's next page may be kept for a turn within that second)."""
+        if not self.met:
+            self.met = True
+            self.tick()
 
     def is_paused(self, request: Request) -> bool:
         number = job_number_of(request)
@@ -151,7 +167,7 @@ class JobBook:
     def count(self, request: Request, what: str, value: int = 1) -> None:
         number = job_number_of(request)
         if number is not None:
-            self.met = True
+            self._meet()
             self._counts[number][what] += value
 
     def tag_item(self, item: Any, number: int) -> None:
@@ -181,7 +197,9 @@ class JobBook:
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
             pipe.smembers(paused_jobs_key(self.spider))
-            cancelled, deadlines, paused = pipe.execute()
+            pipe.hkeys(job_budgets_key(self.spider))
+            cancelled, deadlines, paused, budgeted = pipe.execute()
+            self.budgeted = frozenset(int(number) for number in budgeted)
             self._read_holds(
                 frozenset(int(member) for member in cancelled),
                 frozenset(int(member) for member in paused),

@@ -30,6 +30,7 @@ from crawler.frontier.chains import Credits, chain_host, keep_on_turn, queue_tur
 from crawler.frontier.dupefilter import DEPTH_MODES, RecentlySeen
 from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import FleetIdle, WorkerState
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.leases import (
     ACK,
     LEASE_META,
@@ -236,7 +237,10 @@ class FrontierScheduler(BaseScheduler):
 
     def _keep(self, request: Request, host: str | None) -> bool:
         """Keep a request a page made for its own host on a turn of that host this worker took
-        ahead (see chains.py): held until then, written as leased to it with the next trip."""
+        ahead (see chains.py): held until then, written as leased to it with the next trip. Not
+        one of a crawl job with a page budget, which only the pop hands out."""
+        if JobBook.of(self.crawler).has_budget(request):
+            return False  # the pop counts a budgeted job's requests
         kept = keep_on_turn(self.credits, self.pacing, request, host, self.crawler.spider)
         if kept is None:
             return False
