@@ -36,12 +36,15 @@ end
 
 
 -- One queued record: leased now, given its host's next turn, or (nil) left for later.
-local function place(n, priority, record)
-  if held_back(record, priority, now) or budget_spent(record) then return true end
+-- ``counted``: a turn missed, placed again, whose job's budget counted it when it was given.
+local function place(n, priority, record, counted)
+  if held_back(record, priority, now) or (not counted and budget_spent(record)) then
+    return true
+  end
   local id = new_id(n, priority)
   local host = pacing and host_of(record)
   if not host then
-    spend(record)
+    if not counted then spend(record) end
     redis.call('HSET', Q.data, id, record)
     mark_legacy(id, n, priority)
     lease(id, record, false)
@@ -51,7 +54,7 @@ local function place(n, priority, record)
   local at = now
   if rate > 0 then at = reserve(host, rate, burst, now) end
   if at == nil then return false end
-  spend(record)
+  if not counted then spend(record) end
   local ahead = at > now and at <= now + P.ahead and ahead_left > 0
   if at > now and not ahead then id = id .. '|s' end
   redis.call('HSET', Q.data, id, record)
@@ -113,7 +116,9 @@ if #turns > 0 then redis.call('ZREM', KEYS[6], unpack(turns)) end
 for _, id in ipairs(missed) do
   local priority, record = priority_of(id), redis.call('HGET', Q.data, id)
   redis.call('HDEL', Q.data, id)
-  if not place(redis.call('INCR', Q.seq), priority, record) then push(priority, record, true) end
+  if not place(redis.call('INCR', Q.seq), priority, record, true) then
+    push(priority, record, true)
+  end
 end
 result[1] = #back
 local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[2], 'LIMIT', 0, 1000)
