@@ -168,6 +168,12 @@ def job_sent_key(spider: str) -> str:
     return tagged(spider, "jobs:sent")
 
 
+def jobs_done_key(spider: str) -> str:
+    """Pages each job's requests ended as done (acked), and dead letters: ``<key>`` and
+    ``<key>:dead`` (hashes number -> count), counted by the settle script."""
+    return tagged(spider, "jobs:done")
+
+
 def paused_jobs_key(spider: str) -> str:
     """The numbers of the spider's paused jobs (a set); ``<key>:<number>`` holds the records
     of one that the pop met while it was paused (a list of "<priority>\n<record>")."""
@@ -293,6 +299,11 @@ class FrontierKeys:
     @property
     def cancelled_jobs(self) -> str:
         return cancelled_jobs_key(self.spider)
+
+    def job_counts(self) -> list[str]:
+        """The hashes of the requests of each job ended as done and as dead letters."""
+        done = jobs_done_key(self.spider)
+        return [done, f"{done}:dead"]
 
     def job_keys(self) -> list[str]:
         """The keys of the scripts that hold jobs' records back (``job_hold`` in queue.lua)."""

@@ -303,6 +303,20 @@ def test_a_jobs_page_budget_holds_for_the_fleet(
     assert job_status(redis_client, KEYS, "j2").sent == wanted
 
 
+def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
+    redis_client: redis.Redis,
+) -> None:
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    frontier.schedule([_pending(n, 2 if n < 4 else None, 0, 0) for n in range(6)])
+    ids = [lease_id for lease_id, _ in frontier.pop(10, 60, "w1").leased]
+    ops = [("a", ids[0], ""), ("a", ids[1], ""), ("d", ids[2], '{"reason":"x"}')]
+    ops += [("a", ids[4], ""), ("a", ids[1], "")]  # no job; an ack of an ended lease
+    frontier.settle(ops, "w1", 60)
+    status = job_status(redis_client, KEYS, "j2")
+    assert (status.done, status.dead, status.leased) == (2, 1, 1)
+
+
 def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:
     entries = [
         json.dumps({"url": "http://a.test/1", "job": "acme"}),
@@ -371,6 +385,7 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
     assert (after["queued"], after["delayed"], after["start_entries"]) == (0, 0, 0)
     b = _status(crawl, "profiles", "B")
     assert (b["pages"], b["items"], b["errors"]) == (150, 150, 0)
+    assert (b["done"], b["dead_letters"]) == (150, 0)
     shown = subprocess.run(
         [sys.executable, "-m", "scrapy", "status", "profiles"],
         cwd=ROOT,
@@ -446,7 +461,8 @@ def test_a_jobs_max_pages_holds_for_the_fleet(
     assert len([user for user in fetched if user in users["A"]]) == 20
     stored = {doc["unique_id"]: doc["job"] for doc in crawl.mongo.db.profiles.find({})}
     assert {user for user, job in stored.items() if job == "B"} == set(users["B"])
-    assert _status(crawl, "profiles", "A")["sent"] == 20
+    limited_status = _status(crawl, "profiles", "A")
+    assert (limited_status["sent"], limited_status["done"]) == (20, 20)
 
 
 def _interleaved(users: dict[str, list[str]] = USERS) -> list[str]:

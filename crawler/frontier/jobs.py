@@ -252,12 +252,15 @@ class JobStatus:
     starts: int
     state: dict[str, str]
     sent: int = 0  # requests the pop handed out since the job was given a page budget
+    done: int = 0  # requests ended as done (acked), counted in the frontier
+    dead: int = 0  # requests ended as dead letters, counted in the frontier
 
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
         times = {name: _time(self.state.get(name)) for name in TIMES}
         counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
         counted |= {"paused_requests": self.parked, "start_entries": self.starts}
+        counted |= {"done": self.done, "dead_letters": self.dead}
         budget = self.state.get("max_pages")
         limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
         return {"job": self.job, **counted, **numbers, **limits, **times}
@@ -320,9 +323,14 @@ def _act(
     if mode != "count":
         pipe.expire(key, JOB_TTL)
     pipe.hgetall(key)
-    state = _strings(pipe.execute()[-1])
+    done, dead = keys.job_counts()
+    pipe.hget(done, str(number))
+    pipe.hget(dead, str(number))
+    *_, raw, done_count, dead_count = pipe.execute()
     queued, delayed, leased, parked, sent = counts
-    return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent)
+    ended = int(done_count or 0), int(dead_count or 0)
+    state = _strings(raw)
+    return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent, *ended)
 
 
 def _known_number(server: RedisClient, spider: str, job: str) -> int | None:

@@ -194,7 +194,7 @@ class Frontier:
             args.extend(op)
         result = _run(
             self._settle,
-            keys.script_keys(keys.leases, keys.owner, keys.dead),
+            keys.script_keys(keys.leases, keys.owner, keys.dead, *keys.job_counts()),
             args,
             client,
         )

@@ -1,9 +1,11 @@
--- KEYS: (prelude), leases, owner, dead
+-- KEYS: (prelude), leases, owner, dead, jobs' pages done, jobs' dead letters
 -- ARGV: (prefix), worker, lease deadline (for renewals), then ops as triples (op, id, payload):
 --   a = ack (done), r = release (back to the queue), n = renew the lease,
 --   d = dead letter (payload: JSON object describing why, stored with the request).
--- An op applies only while ``worker`` still owns the lease. Returns the number of leases owned
--- (an unknown op changes nothing).
+-- An op applies only while ``worker`` still owns the lease. An ack or a dead letter of a
+-- request of a crawl job (its record begins '{"j":<n>,') adds one to the job's count in the
+-- hash of pages done or of dead letters. Returns the number of leases owned (an unknown op
+-- changes nothing).
 
 local ACK, RELEASE, RENEW, DEAD = 'a', 'r', 'n', 'd'  -- as crawler/frontier/leases.py names them
 local worker, deadline = ARGV[2], ARGV[3]
@@ -23,9 +25,12 @@ for a = 4, #ARGV, 3 do
       forget(id)
       released[#released + 1] = id
     elseif op == ACK or op == DEAD then
+      local request = redis.call('HGET', Q.data, id)
+      local job = request and string.match(request, '^{"j":(%d+),')
+      if job then redis.call('HINCRBY', op == ACK and KEYS[9] or KEYS[10], job, 1) end
       if op == DEAD then
-        local request = redis.call('HGET', Q.data, id) or 'null'
-        redis.call('LPUSH', KEYS[8], '{"request":' .. request .. ',"failure":' .. payload .. '}')
+        local letter = '{"request":' .. (request or 'null') .. ',"failure":' .. payload .. '}'
+        redis.call('LPUSH', KEYS[8], letter)
       end
       forget(id)
       redis.call('HDEL', Q.data, id)
