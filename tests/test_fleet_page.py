@@ -35,9 +35,10 @@ from scrapy.settings import Settings
 import crawler.settings as project_settings
 from crawler.bans.politeness import FleetPoliteness, active_cooldowns, lift_cooldowns
 from crawler.commands.frontier import unban_host
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.pause import pause_crawl
-from crawler.keys import bans_key, failure_window_key, reasons_key
+from crawler.keys import bans_key, failure_window_key, job_key, reasons_key
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback
@@ -356,6 +357,12 @@ def test_the_page_shows_what_redis_holds(redis_client: redis.Redis, redis_url: s
         mapping={"gone.example|!host_unreachable": "timed out (5 in a row)", "slow.example": "503"},
     )
     pause_crawl(redis_client, "shop", "ops", "db upgrade")
+    JobBook(redis_client, "profiles").number("acme-1")
+    redis_client.hset(
+        job_key("profiles", "acme-1"), mapping={"pages": 3, "items": 2, "last": now - 10}
+    )
+    JobBook(redis_client, "profiles").number("acme-0")
+    redis_client.hset(job_key("profiles", "acme-0"), mapping={"cancelled": now, "last": now - 20})
     spiders = {
         "never": SimpleNamespace(),
         "profiles": SimpleNamespace(),
@@ -385,8 +392,13 @@ def test_the_page_shows_what_redis_holds(redis_client: redis.Redis, redis_url: s
     assert blocked["slow.example"][0] == "whole host"
     assert blocked["slow.example"][3] == "503"
     assert "Idle, no live worker and nothing queued (1): never (never ran)" in page.text
+    jobs = [row for row in page.rows if row[0].startswith("acme-")]
+    # The most recently active first.
+    assert jobs == [["acme-1", "running", "3", "2", "0"], ["acme-0", "cancelled", "0", "0", "0"]]
     # scrapy status says it too.
-    assert "  failures  7 of the fleet's last 20 answers failed;" in render_text(report)
+    text = render_text(report)
+    assert "  failures  7 of the fleet's last 20 answers failed;" in text
+    assert "  job       acme-1 running: 3 pages, 2 items, 0 errors" in text
 
 
 @needs_chromium
@@ -402,6 +414,7 @@ def test_chromium_shows_the_state_first_and_every_axis_label_inside_its_chart(
     paused = _status("halted", paused={"since": now - 60, "by": "ops", "reason": "db upgrade"})
     cooldown = {"domain": "gone.example", "identity": "!host_unreachable", "until": now + 60}
     crawling["cooldowns"] = [{**cooldown, "why": "refused (5 in a row)"}]
+    crawling["jobs"] = [{"job": "acme-1", "state": "paused", "pages": 12, "items": 10, "errors": 1}]
     html = render_page(_fleet(_status("aardvark", workers=[]), crawling, paused, now=now))
     page = chromium.new_page(viewport={"width": 1300, "height": 900})
     try:
@@ -431,6 +444,7 @@ def test_chromium_shows_the_state_first_and_every_axis_label_inside_its_chart(
     assert text.index("halted") < text.index("crawls") < text.index("aardvark (never ran)")
     assert "Paused since 2026-09-21 14:12:20 UTC by ops (db upgrade)." in text
     assert "gone.example\tunreachable" in text
+    assert "acme-1\tpaused\t12\t10\t1" in text
     assert labels[0][:4] == ["0", "1k", "2k", "3k"]  # the crawling spider's pages, 1,000-3,183
     assert "14:10" in labels[0]
     assert not outside  # every label drawn within its chart
