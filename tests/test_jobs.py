@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,9 +34,10 @@ from crawler.frontier.records import job_fingerprint
 from crawler.keys import FrontierKeys
 from crawler.meta import JOB_META
 from crawler.spiders.entry_job import entry_job
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import Crawl, Sandbox, Worker, poll
 from tests.test_frontier import fingerprint
 from tests.test_pacing import entry, pacing
+from tests.test_pause import _scrapy, _wait
 
 KEYS = FrontierKeys("jobbed", "jobbed:start_urls")
 JOB_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", fullmatch=True)
@@ -365,17 +364,13 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
     A's stored profiles carry A, and the counts add up."""
     sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
     redis_client.lpush("profiles:start_urls", *_interleaved())
-    logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
     with ExitStack() as running:
-        workers = [
-            running.enter_context(crawl.background("profiles", settings=WORKER, log=log))
-            for log in logs
-        ]
+        workers = _two_workers(running, crawl, tmp_path)
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
         removed = _cancel(crawl, "profiles", "A")
         cancelled_at = time.time()  # once the command has written to Redis
-        for worker, log in zip(workers, logs, strict=True):
-            assert worker.wait(120) == 0, log.read_text()[-3000:]
+        for worker in workers:
+            assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
 
     served = sandbox.admin("stats")["requests"]
     arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
@@ -393,14 +388,7 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
     b = _status(crawl, "profiles", "B")
     assert (b["pages"], b["items"], b["errors"]) == (150, 150, 0)
     assert (b["done"], b["dead_letters"]) == (150, 0)
-    shown = subprocess.run(
-        [sys.executable, "-m", "scrapy", "status", "profiles"],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
+    shown = _scrapy(crawl, "status", "profiles").stdout
     assert "job       B running: 150 pages, 150 items, 0 errors" in shown, shown
     assert "job       A cancelled: " in shown, shown
     assert b["cancelled"] is None
@@ -417,12 +405,8 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
     while B's keep coming; after the resume every profile of both is fetched and stored once."""
     sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
     redis_client.lpush("profiles:start_urls", *_interleaved())
-    logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
     with ExitStack() as running:
-        workers = [
-            running.enter_context(crawl.background("profiles", settings=WORKER, log=log))
-            for log in logs
-        ]
+        workers = _two_workers(running, crawl, tmp_path)
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
         paused = _job_command(crawl, "profiles", "A", "pause")["pause"]
         paused_at = time.time()  # once the command has written to Redis
@@ -430,8 +414,8 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
         poll(lambda: time.time() > paused_at + 8, 20, "the pause to last", pause=0.2)
         resumed_at = time.time()
         _job_command(crawl, "profiles", "A", "resume")
-        for worker, log in zip(workers, logs, strict=True):
-            assert worker.wait(120) == 0, log.read_text()[-3000:]
+        for worker in workers:
+            assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
 
     served = sandbox.admin("stats")["requests"]
     arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
@@ -456,14 +440,10 @@ def test_a_jobs_max_pages_holds_for_the_fleet(
     assert limited["max_pages"] == 20
     users = {"A": USERS["A"][:60], "B": USERS["B"][:60]}
     redis_client.lpush("profiles:start_urls", *_interleaved(users))
-    logs = [tmp_path / f"worker-{index}.log" for index in range(2)]
     with ExitStack() as running:
-        workers = [
-            running.enter_context(crawl.background("profiles", settings=WORKER, log=log))
-            for log in logs
-        ]
-        for worker, log in zip(workers, logs, strict=True):
-            assert worker.wait(120) == 0, log.read_text()[-3000:]
+        workers = _two_workers(running, crawl, tmp_path)
+        for worker in workers:
+            assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
     fetched = [entry["path"][2:] for entry in sandbox.admin("stats")["requests"]]
     assert len([user for user in fetched if user in users["A"]]) == 20
     stored = {doc["unique_id"]: doc["job"] for doc in crawl.mongo.db.profiles.find({})}
@@ -544,16 +524,18 @@ def _cancel(crawl: Crawl, spider: str, job: str) -> dict[str, Any]:
 
 
 def _job_command(crawl: Crawl, spider: str, job: str, *action: str) -> Any:
-    done = subprocess.run(
-        [sys.executable, "-m", "scrapy", "frontier", spider, "job", job, *action, "--json"],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _scrapy(crawl, "frontier", spider, "job", job, *action, "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+def _two_workers(running: ExitStack, crawl: Crawl, tmp_path: Path) -> list[Worker]:
+    return [
+        running.enter_context(
+            crawl.background("profiles", settings=WORKER, log=tmp_path / f"worker-{n}.log")
+        )
+        for n in range(2)
+    ]
 
 
 # --- sequences -----------------------------------------------------------------------------
@@ -577,7 +559,7 @@ class JobFleet:
 
     def __init__(self, crawl: Crawl, stack: ExitStack, logs: Path) -> None:
         self.crawl, self.stack, self.logs = crawl, stack, logs
-        self.workers: list[Any] = []
+        self.workers: list[Worker] = []
         self.quiet: list[list[float]] = []  # [from, until] A may not be fetched
         self.cancelled = False
 
@@ -587,7 +569,7 @@ class JobFleet:
             self.stack.enter_context(self.crawl.background("profiles", settings=WORKER, log=log))
         )
 
-    def alive(self) -> list[Any]:
+    def alive(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.poll() is None]
 
     def do(self, action: str) -> None:
@@ -664,8 +646,3 @@ def test_any_sequence_of_job_pause_resume_cancel_and_kill_loses_nothing_else(
     assert redis_client.zcard("{profiles}:leases") == 0
     assert redis_client.llen("{profiles}:dead") == 0
     assert not redis_client.keys("{profiles}:jobs:paused:*"), "requests left parked"
-
-
-def _wait(seconds: float) -> None:
-    until = time.time() + seconds
-    poll(lambda: time.time() > until, seconds + 5, "the step's time", pause=0.1)

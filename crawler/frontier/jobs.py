@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
 
-from crawler.connection import crawl_redis
+from crawler.connection import crawl_redis, reply_text
 from crawler.frontier import lua
 from crawler.frontier.codec import JOB_FIELD
 from crawler.keys import (
@@ -134,7 +134,7 @@ class JobBook:
             raw = self.server.hget(jobs_key(self.spider), f"#{number}")
             if raw is None:
                 return None
-            known = raw.decode() if isinstance(raw, bytes) else str(raw)
+            known = reply_text(raw)
             self._numbers[known], self._names[number] = number, known
         return known
 
@@ -354,10 +354,7 @@ def _run_starts(server: RedisClient, start: str, job: str, mode: str) -> int:
 
 
 def _strings(raw: dict[Any, Any]) -> dict[str, str]:
-    def text(value: Any) -> str:
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    return {text(name): text(value) for name, value in raw.items()}
+    return {reply_text(name): reply_text(value) for name, value in raw.items()}
 
 
 def _time(value: str | None) -> float | None:
@@ -373,7 +370,7 @@ def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> li
     names = [
         text
         for field in server.hkeys(jobs_key(spider))
-        if not (text := _text(field)).startswith(("#", ":"))
+        if not (text := reply_text(field)).startswith(("#", ":"))
     ]
     pipe = server.pipeline(transaction=False)
     for name in names:
@@ -404,7 +401,3 @@ def _state(times: dict[str, Any], now: float) -> str:
     if times["expires"] is not None and now >= times["expires"]:
         return "expired"
     return "paused" if times["paused"] is not None else "running"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
