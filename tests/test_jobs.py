@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,23 +18,23 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
+from scrapy.exceptions import UsageError
 
+from crawler.commands.frontier import deadline, page_budget
 from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.jobs import (
-    InvalidJob,
-    JobBook,
+from crawler.frontier.job_control import (
     cancel_job,
-    check_job_id,
     expire_job,
     job_status,
     limit_job,
     pause_job,
     resume_job,
 )
+from crawler.frontier.jobs import InvalidJob, JobBook, check_job_id, forget_ended_jobs
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
-from crawler.keys import FrontierKeys
+from crawler.keys import FrontierKeys, job_key, jobs_key
 from crawler.meta import JOB_META
 from crawler.spiders.entry_job import entry_job
 from tests.harness import Crawl, Sandbox, Worker, poll
@@ -94,11 +97,53 @@ def test_a_record_begins_with_its_job_and_loads_back(number: int, meta: dict[str
     assert loaded["meta"] == {**meta, JOB_META: number}
 
 
-def test_a_job_costs_a_queued_request_at_most_8_bytes() -> None:
+@given(st.integers(1, 99_999_999))
+def test_a_job_costs_a_queued_request_at_most_8_bytes(number: int) -> None:
     bare = codec.dumps(codec.request_record(Request("http://a.test/p"), None))
-    for number in (1, 99, 999):
-        request = Request("http://a.test/p", meta={JOB_META: number})
-        assert len(codec.dumps(codec.request_record(request, None))) - len(bare) <= 8
+    request = Request("http://a.test/p", meta={JOB_META: number})
+    assert len(codec.dumps(codec.request_record(request, None))) - len(bare) <= 8
+
+
+def _json_form(record: str) -> str:
+    """A record as the first jobs wrote it, ``{"j":<n>,"u":...}``."""
+    return json.dumps(codec.shorten(codec.loads(record)), separators=(",", ":"))
+
+
+def test_records_of_the_first_form_are_counted_held_and_paced_the_same(
+    redis_client: redis.Redis,
+) -> None:
+    """Requests queued as ``{"j":2,...}`` by the first workers with jobs: counted as job 2's,
+    parked while it is paused, paced by their URL's host, and dropped once it is cancelled."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    old = [_pending(n, 2, 0, 0) for n in range(4)]
+    frontier.schedule([replace(p, json=_json_form(p.json)) for p in old])
+    assert job_status(redis_client, KEYS, "j2").queued == 4
+    popped = frontier.pop(10, 60, "w1", pacing(rate=0.5, burst=1.0))
+    assert len(popped.leased) == 3  # one a host (h0, h1, h2): h0's second waits its turn
+    assert redis_client.zcard(KEYS.delayed) == 1
+    assert {_job_of(str(record).encode()) for _, record in popped.leased} == {2}
+    pause_job(redis_client, KEYS, "j2")
+    frontier.schedule([replace(_pending(9, 2, 0, 0), json=_json_form(old[0].json))])
+    assert job_status(redis_client, KEYS, "j2").parked == 1
+    assert cancel_job(redis_client, KEYS, "j2").parked == 1
+    assert frontier.pop(10, 60, "w1").leased == []
+
+
+def test_a_dead_letter_of_a_job_holds_its_request_and_is_requeued_with_it(
+    redis_client: redis.Redis,
+) -> None:
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    frontier.schedule([_pending(0, 2, 0, 0)])
+    [(lease_id, _)] = frontier.pop(10, 60, "w1").leased
+    frontier.settle([("d", lease_id, '{"reason":"x"}')], "w1", 60)
+    [letter] = frontier.dead_letters()
+    assert letter["request"]["meta"] == {JOB_META: 2}
+    assert frontier.requeue_dead(10) == 1
+    [record] = _queued_records(redis_client)
+    assert record.startswith(codec.job_prefix(2))
+    assert job_status(redis_client, KEYS, "j2").queued == 1
 
 
 # --- the frontier's counts and cancel ----------------------------------------------------------
@@ -323,6 +368,53 @@ def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
     assert (status.done, status.dead, status.leased) == (2, 1, 1)
 
 
+def test_a_job_ended_long_ago_is_forgotten_whole_a_paused_one_kept(
+    redis_client: redis.Redis,
+) -> None:
+    """Jobs whose state expired leave nothing in the spider's job keys; a paused job's state
+    does not expire, and a job still active is kept. A forgotten id is a new job."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    book = JobBook(redis_client, KEYS.spider)
+    names = ("gone", "cut", "waits", "asleep", "runs")
+    numbers = {name: book.number(name) for name in names}
+    cancel_job(redis_client, KEYS, "cut")
+    expire_job(redis_client, KEYS, "gone", time.time() + 600)
+    limit_job(redis_client, KEYS, "gone", 5)
+    frontier.schedule([_pending(0, numbers["gone"], 0, 0)])
+    [(lease_id, _)] = frontier.pop(10, 60, "w1").leased
+    frontier.settle([("a", lease_id, "")], "w1", 60)
+    pause_job(redis_client, KEYS, "waits")
+    pause_job(redis_client, KEYS, "asleep")
+    assert redis_client.ttl(job_key(KEYS.spider, "waits")) == -1  # kept while paused
+    for name in ("gone", "cut", "asleep"):  # 30 days without activity (a pause of old)
+        redis_client.delete(job_key(KEYS.spider, name))
+
+    assert sorted(forget_ended_jobs(redis_client, KEYS.spider)) == ["cut", "gone"]
+    found: Any = redis_client.keys("{jobbed}:jobs*")
+    for key in found:
+        kind = cast(bytes, redis_client.type(key)).decode()
+        members: Any = redis_client.smembers(key) if kind == "set" else redis_client.hkeys(key)
+        held = {member.decode() for member in members}
+        for name in ("gone", "cut"):
+            assert not held & {name, f"#{numbers[name]}", str(numbers[name])}, key
+    for name in ("waits", "asleep", "runs"):
+        assert job_status(redis_client, KEYS, name).number == numbers[name]
+    resume_job(redis_client, KEYS, "waits")
+    assert redis_client.ttl(job_key(KEYS.spider, "waits")) > 0
+    again = JobBook(redis_client, KEYS.spider).number("cut")
+    assert again > max(numbers.values())
+    frontier.schedule([_pending(1, again, 0, 0)])
+    assert len(frontier.pop(10, 60, "w1").leased) == 1  # not dropped as the old one's
+
+
+def test_a_worker_forgets_ended_jobs_as_it_meets_jobs(redis_client: redis.Redis) -> None:
+    book = JobBook(redis_client, KEYS.spider)
+    book.number("old")
+    redis_client.delete(job_key(KEYS.spider, "old"))
+    JobBook(redis_client, KEYS.spider).number("new")  # a worker's first job: its first tick
+    assert redis_client.hget(jobs_key(KEYS.spider), "old") is None
+
+
 def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:
     entries = [
         json.dumps({"url": "http://a.test/1", "job": "acme"}),
@@ -353,6 +445,54 @@ WORKER = {
     "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
 }
 USERS = {"A": [f"missing.a{n}" for n in range(150)], "B": [f"missing.b{n}" for n in range(150)]}
+
+
+@given(st.text(max_size=30))
+def test_a_deadline_or_a_budget_is_read_or_refused_with_usage(text: str) -> None:
+    """Whatever an operator types after ``expires`` or ``max-pages``: a finite time or a whole
+    number, or a usage error naming the value."""
+    for read in (deadline, page_budget):
+        value = _read_or_refused(read, text)
+        if isinstance(value, str):
+            assert repr(text) in value
+        else:
+            assert math.isfinite(value)
+            assert value >= (0 if read is page_budget else -1e12)
+
+
+def _read_or_refused(read: Callable[[str], float], text: str) -> float | str:
+    try:
+        return read(text)
+    except UsageError as exc:
+        return str(exc)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("crawl", "profiles", "-a", "job=no spaces"), "-a job: a job id is 1-64"),
+        (("crawl", "profiles", "-a", "job=" + "x" * 65), "-a job: a job id is 1-64"),
+        (("frontier", "profiles", "job", "A", "expires", "soon"), "expires: 'soon' is neither"),
+        (("frontier", "profiles", "job", "A", "expires", "+inf"), "expires: '+inf' is neither"),
+        (("frontier", "profiles", "job", "A", "max-pages", "-1"), "max-pages: '-1' is not"),
+        (("frontier", "profiles", "job", "A", "max-pages", "1e3"), "max-pages: '1e3' is not"),
+        (("frontier", "profiles", "job", "a b"), "a job id is 1-64"),
+        (("frontier", "profiles", "job", "A", "stop"), "scrapy frontier SPIDER job ID ["),
+    ],
+)
+def test_a_bad_job_value_is_refused_before_anything_changes(
+    crawl: Crawl, redis_client: redis.Redis, args: tuple[str, ...], said: str
+) -> None:
+    """A bad ``-a job=`` stops the worker before it takes anything; a bad job command changes
+    nothing in Redis. Both say what is wrong."""
+    redis_client.lpush("profiles:start_urls", "alice")
+    before = sorted(cast(list[bytes], redis_client.keys("*")))
+    done = _scrapy(crawl, *args)
+    assert done.returncode != 0
+    assert said in done.stderr + done.stdout
+    assert sorted(cast(list[bytes], redis_client.keys("*"))) == before
+    assert redis_client.llen("profiles:start_urls") == 1
 
 
 @pytest.mark.integration

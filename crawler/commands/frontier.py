@@ -53,18 +53,17 @@ from crawler.bans.breaker import lift_block, lift_marks
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
-from crawler.frontier.jobs import (
+from crawler.frontier.job_control import (
     TIMES,
-    InvalidJob,
     JobStatus,
     cancel_job,
-    check_job_id,
     expire_job,
     job_status,
     limit_job,
     pause_job,
     resume_job,
 )
+from crawler.frontier.jobs import InvalidJob, check_job_id
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier

@@ -12,6 +12,11 @@ Records are stored in format 2: ``Request.to_dict()`` with its field names short
 that have their default. The URL's key tells the format: a record with ``url`` is of format 1
 (every field, or the defaults left out) and loads as it is, so requests queued by older
 workers load the same.
+
+A request of a crawl job (meta ``frontier_job``) is stored with its job's number in front of
+its JSON object, ``12{"u":...}``: as many bytes as the number has digits, read by the scripts
+from the record's first bytes. Its JSON form (a dead letter's ``request``) holds the number as
+its first field, ``{"j":12,"u":...}``; records of either form load.
 """
 
 from __future__ import annotations
@@ -59,8 +64,12 @@ class RequestNotSerializable(ValueError):
 
 
 def dumps(obj: Mapping[str, Any]) -> str:
-    """Encode a ``Request.to_dict()`` mapping as a JSON string."""
+    """Encode a ``Request.to_dict()`` mapping as a JSON string, its job's number (field
+    ``"j"``, see :func:`shorten`) in front of it."""
     fields = dict(obj)
+    job = fields.pop(JOB_FIELD, None)
+    if _job_number(job):
+        return f"{job}{dumps(fields)}"
     headers = fields.get("headers")
     if headers:
         fields["headers"] = {_encode_key(key, "headers"): value for key, value in headers.items()}
@@ -83,16 +92,28 @@ def _tagged(value: Any) -> Any:
 def loads(data: str | bytes) -> dict[str, Any]:
     """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping (a
     format 2 record with its field names made whole again)."""
+    job, data = split_job(data)
     decoded = json.loads(data, object_hook=_decode_tagged)
     if not isinstance(decoded, dict):
         raise ValueError(f"stored request is not a JSON object: {decoded!r:.80}")
+    if job is not None:
+        decoded = {JOB_FIELD: job, **decoded}
     return expand(decoded)
+
+
+def split_job(data: str | bytes) -> tuple[int | None, str]:
+    """A stored record's job number (None without one) and its JSON object."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    start = text.find("{")
+    head = text[:start]
+    if start <= 0 or not (head.isascii() and head.isdigit()):
+        return None, text
+    return int(head), text[start:]
 
 
 def shorten(record: Mapping[str, Any]) -> dict[str, Any]:
     """A ``Request.to_dict()`` mapping with the format 2 field names; a job's number (meta
-    JOB_META) is the first field, ``"j"``, so that a script reads it from the record's first
-    bytes (``{"j":<n>,``)."""
+    JOB_META) is the first field, ``"j"``, which :func:`dumps` writes in front of the record."""
     short = {SHORT_NAMES.get(name, name): value for name, value in record.items()}
     meta = short.get("m")
     if not isinstance(meta, dict) or not _job_number(meta.get(JOB_META)):
@@ -115,7 +136,7 @@ def expand(record: dict[str, Any]) -> dict[str, Any]:
 
 def job_prefix(number: int) -> bytes:
     """The first bytes of every record of the job numbered ``number``, and only of them."""
-    return b'{"%s":%d,' % (JOB_FIELD.encode(), number)
+    return b"%d{" % number
 
 
 def _job_number(value: Any) -> bool:

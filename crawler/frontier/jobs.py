@@ -3,19 +3,21 @@
 A job id is 1 to 64 letters, digits and ``._:-``, starting with a letter or digit
 (``acme-2026-11``). The frontier knows a job by a number, given the first time a worker meets
 the id (``{spider}:jobs``: id -> number, ``#<number>`` -> id): a request carries it in meta
-``frontier_job`` and its record in Redis as its first field, ``{"j":<number>,``, a few bytes
-that a script reads without decoding the record.
+``frontier_job`` and its record in Redis in front of its JSON object, ``12{"u":...}`` (as
+many bytes as the number has digits), read by the scripts without decoding the record.
 
 Per job, ``{spider}:job:<id>`` holds ``started`` and ``last`` (Unix times), the ``pages``,
 ``items`` and ``errors`` its workers counted, and once cancelled ``cancelled`` (when) and
-``removed``. It expires JOB_TTL seconds after the job's last activity.
+``removed``. It expires JOB_TTL seconds after the job's last activity (a paused job's is
+kept until it resumes); then the job's id and number are forgotten (:func:`forget_ended_jobs`,
+by each worker that meets jobs, at once and every FORGET_INTERVAL seconds).
 
-Cancelling a job (:func:`cancel_job`) adds its number to ``{spider}:jobs:cancelled`` and removes
-its queued and delayed requests and its waiting start entries, in one script call each; from
-then on the pop and the schedule script drop any record of it (a lease that expires, a request
-a worker schedules before it knows). Each worker reads the set every CHECK_INTERVAL seconds
-(:class:`JobBook`): a request of a cancelled job is not sent, and a page of one in flight has
-its items and new requests dropped.
+Cancelling a job (``job_control.cancel_job``) adds its number to ``{spider}:jobs:cancelled`` and
+removes its queued and delayed requests and its waiting start entries, one script call each;
+from then on the pop and the schedule script drop any record of it (a lease that expires, a
+request a worker schedules before it knows). Each worker reads the set every CHECK_INTERVAL
+seconds (:class:`JobBook`): a request of a cancelled job is not sent, and a page of one in
+flight has its items and new requests dropped.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
@@ -38,9 +39,10 @@ from crawler.keys import (
     job_budgets_key,
     job_deadlines_key,
     job_key,
+    job_sent_key,
+    jobs_done_key,
     jobs_key,
     paused_jobs_key,
-    tagged,
 )
 from crawler.meta import JOB_META
 
@@ -49,24 +51,19 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from crawler.connection import RedisClient
-    from crawler.keys import FrontierKeys
 
 logger = logging.getLogger(__name__)
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 # Seconds between two reads of the cancelled jobs by a worker (and two writes of its counts).
 CHECK_INTERVAL = 1.0
-# Seconds a job's state is kept after its last activity (30 days).
+# Seconds a job's state is kept after its last activity (30 days; a paused job's until it
+# resumes), and seconds between two sweeps of what is left of the jobs whose state expired.
 JOB_TTL = 30 * 86400
-# What a worker counts per job.
-COUNTS = ("pages", "items", "errors")
-# The times a job's state holds (Unix times).
-TIMES = ("started", "last", "paused", "cancelled", "expires")
-# Jobs ``scrapy status`` and the fleet page show, the most recently active first.
-JOBS_SHOWN = 20
+FORGET_INTERVAL = 3600.0
 ATTRIBUTE = "_frontier_jobs"
 
-assert JOB_FIELD == "j"  # the scripts read '{"j":<n>,'
+assert JOB_FIELD == "j"  # the scripts read the JSON form '{"j":<n>,' too
 
 
 class InvalidJob(ValueError):
@@ -105,6 +102,7 @@ class JobBook:
         self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
         self._items: dict[int, tuple[Any, str]] = {}  # id(item) -> (item, its job's id)
         self._number_script = server.register_script(lua.JOB_NUMBER)
+        self._next_forget = 0.0
         self.met = False  # whether this worker met a job yet (else ticks ask Redis nothing)
 
     @classmethod
@@ -193,6 +191,9 @@ class JobBook:
             return
         try:
             self._write_counts()
+            if time.time() >= self._next_forget:
+                self._next_forget = time.time() + FORGET_INTERVAL
+                forget_ended_jobs(self.server, self.spider)
             pipe = self.server.pipeline(transaction=False)
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
@@ -234,170 +235,32 @@ class JobBook:
             for what, value in counts.items():
                 pipe.hincrby(key, what, value)
             pipe.hset(key, "last", now)
-            pipe.expire(key, JOB_TTL)
+            if number not in self.paused:
+                pipe.expire(key, JOB_TTL)
         pipe.execute()
         self._counts.clear()
 
 
-@dataclass(frozen=True)
-class JobStatus:
-    """A job as the frontier and its workers know it."""
-
-    job: str
-    number: int | None
-    queued: int
-    delayed: int
-    leased: int
-    parked: int  # held while the job is paused
-    starts: int
-    state: dict[str, str]
-    sent: int = 0  # requests the pop handed out since the job was given a page budget
-    done: int = 0  # requests ended as done (acked), counted in the frontier
-    dead: int = 0  # requests ended as dead letters, counted in the frontier
-
-    def to_json(self) -> dict[str, Any]:
-        numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
-        times = {name: _time(self.state.get(name)) for name in TIMES}
-        counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
-        counted |= {"paused_requests": self.parked, "start_entries": self.starts}
-        counted |= {"done": self.done, "dead_letters": self.dead}
-        budget = self.state.get("max_pages")
-        limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
-        return {"job": self.job, **counted, **numbers, **limits, **times}
+def forget_ended_jobs(server: RedisClient, spider: str, chunk: int = 500) -> list[str]:
+    """Forget the jobs whose state expired (JOB_TTL after their last activity) and that are
+    not paused: their ids and numbers, holds, budgets and counts. An id forgotten is a new job
+    the next time an entry names it. Returns the ids forgotten."""
+    names = job_names(server, spider)
+    keys = [jobs_key(spider), cancelled_jobs_key(spider), job_deadlines_key(spider)]
+    keys += [paused_jobs_key(spider), job_budgets_key(spider), job_sent_key(spider)]
+    keys += [jobs_done_key(spider), f"{jobs_done_key(spider)}:dead"]
+    forgotten: list[str] = []
+    for first in range(0, len(names), chunk):
+        some = names[first : first + chunk]
+        states = [job_key(spider, name) for name in some]
+        reply = server.eval(lua.FORGET_JOBS, len(keys) + len(some), *keys, *states, *some)
+        forgotten += [reply_text(name) for name in reply]
+    if forgotten:
+        logger.info("Forgot %d jobs ended over %d days ago", len(forgotten), JOB_TTL // 86400)
+    return forgotten
 
 
-def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """The job's queued, delayed, leased and paused requests and waiting start entries,
-    counted in the frontier, and its state."""
-    return _act(server, keys, job, "count")
-
-
-def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Cancel the job: its queued, delayed and paused requests and its waiting start entries
-    removed (their counts in the status returned), its requests dropped from then on."""
-    return _act(server, keys, job, "cancel")
-
-
-def pause_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Pause the job: the pop parks its requests as it meets them, workers send none."""
-    return _act(server, keys, job, "pause")
-
-
-def resume_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Resume the job: its parked requests go back to the end of their queue lists."""
-    return _act(server, keys, job, "resume")
-
-
-def expire_job(server: RedisClient, keys: FrontierKeys, job: str, deadline: float) -> JobStatus:
-    """Give the job a deadline (Unix time): after it no request of the job is fetched."""
-    return _act(server, keys, job, "expire", deadline)
-
-
-def limit_job(server: RedisClient, keys: FrontierKeys, job: str, max_pages: int) -> JobStatus:
-    """Give the job a page budget for the fleet: the pop hands out at most ``max_pages`` of
-    its requests (counted from the first budget it was given), and drops the rest."""
-    return _act(server, keys, job, "limit", max_pages)
-
-
-def _act(
-    server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
-) -> JobStatus:
-    number = _known_number(server, keys.spider, job)
-    if number is None and mode != "count":  # numbered now, so that its entries are held too
-        number = JobBook(server, keys.spider).number(job)
-    counts = [0] * 5 if number is None else _run_job(server, keys, number, mode, deadline)
-    starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
-    key = job_key(keys.spider, job)
-    pipe = server.pipeline(transaction=True)
-    if mode == "cancel":
-        pipe.hsetnx(key, "cancelled", f"{time.time():.3f}")
-        pipe.hincrby(key, "removed", counts[0] + counts[1] + counts[3] + starts)
-    elif mode == "pause":
-        pipe.hsetnx(key, "paused", f"{time.time():.3f}")
-    elif mode == "resume":
-        pipe.hdel(key, "paused")
-    elif mode == "expire":
-        pipe.hset(key, "expires", f"{deadline:.3f}")
-    elif mode == "limit":
-        pipe.hset(key, "max_pages", int(deadline))
-    if mode != "count":
-        pipe.expire(key, JOB_TTL)
-    pipe.hgetall(key)
-    done, dead = keys.job_counts()
-    pipe.hget(done, str(number))
-    pipe.hget(dead, str(number))
-    *_, raw, done_count, dead_count = pipe.execute()
-    queued, delayed, leased, parked, sent = counts
-    ended = int(done_count or 0), int(dead_count or 0)
-    state = _strings(raw)
-    return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent, *ended)
-
-
-def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
-    raw = server.hget(jobs_key(spider), job)
-    return None if raw is None else int(raw)
-
-
-def _run_job(
-    server: RedisClient, keys: FrontierKeys, number: int, mode: str, deadline: float
-) -> list[int]:
-    spare = tagged(keys.spider, "jobs:sweep")
-    script_keys = keys.script_keys(keys.delayed, keys.leases, *keys.job_keys(), spare)
-    value = str(int(deadline)) if mode == "limit" else f"{deadline:.3f}"
-    args: list[str | int] = [keys.queue_prefix, number, mode, value]
-    reply = server.eval(lua.JOB, len(script_keys), *script_keys, *args)
-    return [int(value) for value in reply]
-
-
-def _run_starts(server: RedisClient, start: str, job: str, mode: str) -> int:
-    return int(server.eval(lua.JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, mode))
-
-
-def _strings(raw: dict[Any, Any]) -> dict[str, str]:
-    return {reply_text(name): reply_text(value) for name, value in raw.items()}
-
-
-def _time(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> list[dict[str, Any]]:
-    """The spider's jobs whose state is kept, the most recently active first (at most
-    ``limit``): id, state (running, paused, expired, cancelled) and what workers counted."""
-    names = [
-        text
-        for field in server.hkeys(jobs_key(spider))
-        if not (text := reply_text(field)).startswith(("#", ":"))
-    ]
-    pipe = server.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(job_key(spider, name))
-    now, jobs = time.time(), []
-    for name, raw in zip(names, pipe.execute(), strict=True):
-        if not raw:
-            continue  # its state expired
-        shown = JobStatus(name, None, 0, 0, 0, 0, 0, _strings(raw)).to_json()
-        counts = {key: shown[key] for key in COUNTS}
-        times = {key: shown[key] for key in TIMES}
-        jobs.append({"job": name, "state": _state(times, now), **counts, **times})
-    jobs.sort(key=lambda job: -(job["last"] or job["started"] or 0))
-    return jobs[:limit]
-
-
-def job_line(job: dict[str, Any]) -> str:
-    """``acme-1 paused: 120 pages, 118 items, 0 errors``."""
-    return (
-        f"{job['job']} {job['state']}: {job['pages']:,} pages, {job['items']:,} items, "
-        f"{job['errors']:,} errors"
-    )
-
-
-def _state(times: dict[str, Any], now: float) -> str:
-    if times["cancelled"] is not None:
-        return "cancelled"
-    if times["expires"] is not None and now >= times["expires"]:
-        return "expired"
-    return "paused" if times["paused"] is not None else "running"
+def job_names(server: RedisClient, spider: str) -> list[str]:
+    """The ids of the spider's jobs that have a number."""
+    fields = (reply_text(field) for field in server.hkeys(jobs_key(spider)))
+    return [name for name in fields if not name.startswith(("#", ":"))]

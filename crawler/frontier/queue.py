@@ -253,7 +253,7 @@ class Frontier:
             due = {
                 member: now
                 for member, raw in zip(batch, records, strict=True)
-                if raw and wanted(str(codec.expand(json.loads(raw)).get("url", "")))
+                if raw and wanted(str(codec.loads(raw).get("url", "")))
             }
             if due:
                 changed: Any = self.server.zadd(self.keys.delayed, due, xx=True, ch=True)
@@ -270,7 +270,7 @@ class Frontier:
             request = _dead_letter(raw)["request"]
             request["dont_filter"] = True
             (request.get("meta") or {}).pop("retry_times", None)
-            record = json.dumps(codec.shorten(request), separators=(",", ":"))
+            record = codec.dumps(codec.shorten(request))
             pending = Pending(record, b"\0" * 8, request.get("priority", 0), True)
             self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
             self.server.lrem(self.keys.dead, -1, raw)

@@ -4,7 +4,7 @@
 -- the Unix time of the deadline ("expire") or the budget ("limit": the most requests of the
 -- job the pop hands out, counted from the first budget the job was given)
 -- Counts the job's requests queued, delayed, leased and parked (held while the job is paused;
--- a record of the job begins with '{"j":<number>,', see codec.py). "cancel" first adds the
+-- a record's job is read by job_of, queue.lua). "cancel" first adds the
 -- number to the cancelled set (from then on the pop and the schedule script drop the job's
 -- records) and removes the job's queued, delayed and parked requests: each queue list that
 -- holds some is rebuilt without them, the others' order kept. Leased requests are in flight
@@ -17,9 +17,8 @@ local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
 set_job_keys(8)
 local spare = KEYS[13]
-local head = '{"j":' .. n .. ','
 local CHUNK = 1000
-local function of_job(record) return string.sub(record, 1, #head) == head end
+local function of_job(record) return job_of(record) == n end
 
 local function count_list(list, size)
   local found = 0

@@ -7,13 +7,13 @@
 -- leased as soon as that turn comes; one whose turn lies beyond the horizon goes to the back of
 -- its list. So a worker is handed only requests it may send now, and a host without tokens is
 -- skipped, not waited on. A request's host is read from its record's URL, its Crawl-delay from
--- meta ``crawl_delay`` (one request per delay, no burst); its URL is its record's first field, or
--- its second after its job's number (codec.py); a record whose host cannot be read (older
+-- meta ``crawl_delay`` (one request per delay, no burst); its URL is its record's first field (after
+-- its job's number, codec.py); a record whose host cannot be read (older
 -- formats) is leased unpaced.
 local P = {}
 
 local function host_of(record)
-  local url = string.match(record, '^{"u":"([^"]*)"') or string.match(record, '^{"j":%d+,"u":"([^"]*)"')
+  local url = string.match(record, '^%d*{"u":"([^"]*)"') or string.match(record, '^{"j":%d+,"u":"([^"]*)"')
     or string.match(record, '^{"url":"([^"]*)"')
   if not url then return nil end
   local authority = string.match(url, '^[hH][tT][tT][pP][sS]?://([^/?#\\]+)')

@@ -96,8 +96,13 @@ local function queued(parked)
   return total
 end
 
--- What becomes of ``record`` by its job: its first field is its job's number ('{"j":<n>,',
--- see codec.py). Returns nil to go on (no job, or a running one), 'drop' for a job cancelled
+-- The number of ``record``'s job (a string), nil without one: the digits in front of the
+-- record ('12{"u":...'), or its first field in the JSON form ('{"j":12,', see codec.py).
+local function job_of(record)
+  return string.match(record, '^(%d+){') or string.match(record, '^{"j":(%d+),')
+end
+
+-- What becomes of ``record`` by its job (job_of). Returns nil to go on (no job, or a running one), 'drop' for a job cancelled
 -- or past its deadline (``now``), or the number of a paused job (its records wait in the list
 -- Q.paused .. ':' .. <n>, each "<priority>\n<record>"). Q.cancelled (set), Q.expires (hash
 -- number -> Unix time) and Q.paused (set) are set by a script that holds jobs' records back;
@@ -105,7 +110,7 @@ end
 local JOBS
 local function job_hold(record, now)
   if not Q.cancelled then return nil end
-  local n = string.match(record, '^{"j":(%d+),')
+  local n = job_of(record)
   if not n then return nil end
   if not JOBS then
     JOBS = {cancelled = {}, expires = {}, paused = {}}
@@ -141,7 +146,7 @@ end
 local BUDGETS
 local function budget_of(record)
   if not Q.budgets then return nil end
-  local n = string.match(record, '^{"j":(%d+),')
+  local n = job_of(record)
   if not n then return nil end
   if not BUDGETS then
     BUDGETS = {}

@@ -3,7 +3,7 @@
 --   a = ack (done), r = release (back to the queue), n = renew the lease,
 --   d = dead letter (payload: JSON object describing why, stored with the request).
 -- An op applies only while ``worker`` still owns the lease. An ack or a dead letter of a
--- request of a crawl job (its record begins '{"j":<n>,') adds one to the job's count in the
+-- request of a crawl job (its record begins with the job's number, see job_of) adds one to the job's count in the
 -- hash of pages done or of dead letters. Returns the number of leases owned (an unknown op
 -- changes nothing).
 
@@ -26,9 +26,12 @@ for a = 4, #ARGV, 3 do
       released[#released + 1] = id
     elseif op == ACK or op == DEAD then
       local request = redis.call('HGET', Q.data, id)
-      local job = request and string.match(request, '^{"j":(%d+),')
+      local job = request and job_of(request)
       if job then redis.call('HINCRBY', op == ACK and KEYS[9] or KEYS[10], job, 1) end
       if op == DEAD then
+        if job and string.sub(request, 1, 1) ~= '{' then  -- its JSON form in the letter
+          request = '{"j":' .. job .. ',' .. string.sub(request, #job + 2)
+        end
         local letter = '{"request":' .. (request or 'null') .. ',"failure":' .. payload .. '}'
         redis.call('LPUSH', KEYS[8], letter)
       end

@@ -1,0 +1,189 @@
+"""What an operator does to a crawl job (``scrapy frontier <spider> job <id> ...``): its status
+counted in the frontier, pause, resume, a deadline, a page budget and cancel, each in one script
+call (``scripts/job.lua``, ``job_starts.lua``); and the jobs ``scrapy status`` and the fleet page
+list. A job's ids and numbers are in :mod:`crawler.frontier.jobs`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawler.connection import reply_text
+from crawler.frontier import lua
+from crawler.frontier.jobs import JOB_TTL, JobBook, job_names
+from crawler.keys import job_key, jobs_key, tagged
+
+if TYPE_CHECKING:
+    from crawler.connection import RedisClient
+    from crawler.keys import FrontierKeys
+
+# What a worker counts per job.
+COUNTS = ("pages", "items", "errors")
+# The times a job's state holds (Unix times).
+TIMES = ("started", "last", "paused", "cancelled", "expires")
+# Jobs ``scrapy status`` and the fleet page show, the most recently active first.
+JOBS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job as the frontier and its workers know it."""
+
+    job: str
+    number: int | None
+    queued: int
+    delayed: int
+    leased: int
+    parked: int  # held while the job is paused
+    starts: int
+    state: dict[str, str]
+    sent: int = 0  # requests the pop handed out since the job was given a page budget
+    done: int = 0  # requests ended as done (acked), counted in the frontier
+    dead: int = 0  # requests ended as dead letters, counted in the frontier
+
+    def to_json(self) -> dict[str, Any]:
+        numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
+        times = {name: _time(self.state.get(name)) for name in TIMES}
+        counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
+        counted |= {"paused_requests": self.parked, "start_entries": self.starts}
+        counted |= {"done": self.done, "dead_letters": self.dead}
+        budget = self.state.get("max_pages")
+        limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
+        return {"job": self.job, **counted, **numbers, **limits, **times}
+
+
+def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """The job's queued, delayed, leased and paused requests and waiting start entries,
+    counted in the frontier, and its state."""
+    return _act(server, keys, job, "count")
+
+
+def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """Cancel the job: its queued, delayed and paused requests and its waiting start entries
+    removed (their counts in the status returned), its requests dropped from then on."""
+    return _act(server, keys, job, "cancel")
+
+
+def pause_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """Pause the job: the pop parks its requests as it meets them, workers send none."""
+    return _act(server, keys, job, "pause")
+
+
+def resume_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
+    """Resume the job: its parked requests go back to the end of their queue lists."""
+    return _act(server, keys, job, "resume")
+
+
+def expire_job(server: RedisClient, keys: FrontierKeys, job: str, deadline: float) -> JobStatus:
+    """Give the job a deadline (Unix time): after it no request of the job is fetched."""
+    return _act(server, keys, job, "expire", deadline)
+
+
+def limit_job(server: RedisClient, keys: FrontierKeys, job: str, max_pages: int) -> JobStatus:
+    """Give the job a page budget for the fleet: the pop hands out at most ``max_pages`` of
+    its requests (counted from the first budget it was given), and drops the rest."""
+    return _act(server, keys, job, "limit", max_pages)
+
+
+def _act(
+    server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
+) -> JobStatus:
+    number = _known_number(server, keys.spider, job)
+    if number is None and mode != "count":  # numbered now, so that its entries are held too
+        number = JobBook(server, keys.spider).number(job)
+    counts = [0] * 5 if number is None else _run_job(server, keys, number, mode, deadline)
+    starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
+    key = job_key(keys.spider, job)
+    pipe = server.pipeline(transaction=True)
+    if mode == "cancel":
+        pipe.hsetnx(key, "cancelled", f"{time.time():.3f}")
+        pipe.hincrby(key, "removed", counts[0] + counts[1] + counts[3] + starts)
+    elif mode == "pause":
+        pipe.hsetnx(key, "paused", f"{time.time():.3f}")
+    elif mode == "resume":
+        pipe.hdel(key, "paused")
+    elif mode == "expire":
+        pipe.hset(key, "expires", f"{deadline:.3f}")
+    elif mode == "limit":
+        pipe.hset(key, "max_pages", int(deadline))
+    if mode == "pause":
+        pipe.persist(key)
+    elif mode != "count":
+        pipe.expire(key, JOB_TTL)
+    pipe.hgetall(key)
+    done, dead = keys.job_counts()
+    pipe.hget(done, str(number))
+    pipe.hget(dead, str(number))
+    *_, raw, done_count, dead_count = pipe.execute()
+    queued, delayed, leased, parked, sent = counts
+    ended = int(done_count or 0), int(dead_count or 0)
+    state = _strings(raw)
+    return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent, *ended)
+
+
+def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
+    raw = server.hget(jobs_key(spider), job)
+    return None if raw is None else int(raw)
+
+
+def _run_job(
+    server: RedisClient, keys: FrontierKeys, number: int, mode: str, deadline: float
+) -> list[int]:
+    spare = tagged(keys.spider, "jobs:sweep")
+    script_keys = keys.script_keys(keys.delayed, keys.leases, *keys.job_keys(), spare)
+    value = str(int(deadline)) if mode == "limit" else f"{deadline:.3f}"
+    args: list[str | int] = [keys.queue_prefix, number, mode, value]
+    reply = server.eval(lua.JOB, len(script_keys), *script_keys, *args)
+    return [int(value) for value in reply]
+
+
+def _run_starts(server: RedisClient, start: str, job: str, mode: str) -> int:
+    return int(server.eval(lua.JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, mode))
+
+
+def _strings(raw: dict[Any, Any]) -> dict[str, str]:
+    return {reply_text(name): reply_text(value) for name, value in raw.items()}
+
+
+def _time(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> list[dict[str, Any]]:
+    """The spider's jobs whose state is kept, the most recently active first (at most
+    ``limit``): id, state (running, paused, expired, cancelled) and what workers counted."""
+    names = job_names(server, spider)
+    pipe = server.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(job_key(spider, name))
+    now, jobs = time.time(), []
+    for name, raw in zip(names, pipe.execute(), strict=True):
+        if not raw:
+            continue  # its state expired
+        shown = JobStatus(name, None, 0, 0, 0, 0, 0, _strings(raw)).to_json()
+        counts = {key: shown[key] for key in COUNTS}
+        times = {key: shown[key] for key in TIMES}
+        jobs.append({"job": name, "state": _state(times, now), **counts, **times})
+    jobs.sort(key=lambda job: -(job["last"] or job["started"] or 0))
+    return jobs[:limit]
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """``acme-1 paused: 120 pages, 118 items, 0 errors``."""
+    return (
+        f"{job['job']} {job['state']}: {job['pages']:,} pages, {job['items']:,} items, "
+        f"{job['errors']:,} errors"
+    )
+
+
+def _state(times: dict[str, Any], now: float) -> str:
+    if times["cancelled"] is not None:
+        return "cancelled"
+    if times["expires"] is not None and now >= times["expires"]:
+        return "expired"
+    return "paused" if times["paused"] is not None else "running"
