@@ -70,6 +70,14 @@ def reply_text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def reply_hash(raw: Mapping[Any, Any] | list[Any]) -> dict[Any, Any]:
+    """An HGETALL reply as a dict: a cluster client's transaction (MULTI) hands back the flat
+    list of names and values."""
+    if isinstance(raw, list):
+        return dict(zip(raw[::2], raw[1::2], strict=True))
+    return dict(raw)
+
+
 class RedisUnavailable(RuntimeError):
     """Redis could not be reached, even after retrying with backoff."""
 

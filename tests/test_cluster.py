@@ -16,6 +16,7 @@ from typing import Any, cast
 import pytest
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from scrapy import Request
 from scrapy.settings import Settings
 
 from crawler.connection import (
@@ -26,8 +27,18 @@ from crawler.connection import (
 )
 from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.job_control import (
+    cancel_job,
+    job_status,
+    limit_job,
+    pause_job,
+    resume_job,
+)
+from crawler.frontier.jobs import JobBook, forget_ended_jobs
+from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.queue import Frontier, Pending
-from crawler.keys import FrontierKeys
+from crawler.keys import FrontierKeys, job_key
+from crawler.meta import JOB_META
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import LocalCluster, start_cluster
@@ -169,6 +180,52 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
     assert not any(frontier.sizes().values())
     for name in FRONTIER_KEYS:
         assert not client.exists("{" + keys.spider + "}:" + name), name
+
+
+def test_crawl_jobs_on_the_cluster(cluster_client: RedisCluster) -> None:
+    """A job numbered, paused, resumed, given a budget, counted and cancelled (its start
+    entries on another node), and forgotten once its state is gone, and the fleet paused and
+    resumed, on the cluster."""
+    client = cluster_client
+    keys = _spider_on_two_nodes(client)
+    frontier = Frontier(client, keys, DupefilterConfig("none"))
+    book = JobBook(client, keys.spider)
+    number = book.number("acme")
+    assert book.number("acme") == number
+
+    def of_job(index: int, job: int | None) -> Pending:
+        request = Request(f"https://x/{index}", meta={} if job is None else {JOB_META: job})
+        record = codec.dumps(codec.request_record(request, None))
+        return Pending(record, hashlib.sha1(request.url.encode()).digest())
+
+    pause_job(client, keys, "acme")
+    frontier.schedule([of_job(n, number if n % 2 else None) for n in range(6)])
+    assert len(frontier.pop(10, 60, "w1").leased) == 3  # the job's three are parked
+    assert job_status(client, keys, "acme").parked == 3
+    resume_job(client, keys, "acme")
+    limit_job(client, keys, "acme", 2)
+    leased = frontier.pop(10, 60, "w1").leased
+    assert [codec.loads(data)["meta"] for _, data in leased] == [{JOB_META: number}] * 2
+    frontier.settle([("a", leased[0][0], ""), ("d", leased[1][0], "{}")], "w1", 60)
+    status = job_status(client, keys, "acme")
+    assert (status.sent, status.done, status.dead) == (2, 1, 1)
+
+    client.lpush(keys.start, json.dumps({"url": "https://x/e", "job": "acme"}), "https://x/f")
+    frontier.schedule([of_job(10, number)])
+    cancelled = cancel_job(client, keys, "acme")
+    assert (cancelled.queued, cancelled.starts) == (1, 1)
+    assert client.lrange(keys.start, 0, -1) == [b"https://x/f"]
+    assert frontier.pop(10, 60, "w1").leased == []
+
+    assert pause_crawl(client, keys.spider, "ops", "db upgrade").reason == "db upgrade"
+    lifted = resume_crawl(client, keys.spider)
+    assert lifted is not None
+    assert lifted.by == "ops"
+    assert read_pause(client, keys.spider) is None
+
+    client.delete(job_key(keys.spider, "acme"))  # its state expired
+    assert forget_ended_jobs(client, keys.spider) == ["acme"]
+    assert JobBook(client, keys.spider).number("acme") > number
 
 
 def test_cluster_outage_is_a_redis_error_and_loses_nothing(

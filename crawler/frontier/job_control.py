@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crawler.connection import reply_text
+from crawler.connection import reply_hash, reply_text
 from crawler.frontier import lua
 from crawler.frontier.jobs import JOB_TTL, JobBook, job_names
 from crawler.keys import job_key, jobs_key, tagged
@@ -119,7 +119,7 @@ def _act(
     *_, raw, done_count, dead_count = pipe.execute()
     queued, delayed, leased, parked, sent = counts
     ended = int(done_count or 0), int(dead_count or 0)
-    state = _strings(raw)
+    state = _strings(reply_hash(raw))
     return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent, *ended)
 
 

@@ -27,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from crawler.connection import reply_hash
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import pause_key
 
@@ -105,7 +106,7 @@ def pause_crawl(server: RedisClient, spider: str, by: str, reason: str) -> Pause
     pipe.hsetnx(key, "since", f"{time.time():.3f}")
     pipe.hset(key, mapping={"by": clean_text(by), "reason": clean_text(reason)})
     pipe.hgetall(key)
-    return Pause.from_hash(pipe.execute()[-1])
+    return Pause.from_hash(reply_hash(pipe.execute()[-1]))
 
 
 def resume_crawl(server: RedisClient, spider: str) -> Pause | None:
@@ -118,7 +119,7 @@ def resume_crawl(server: RedisClient, spider: str) -> Pause | None:
     kind, raw, deleted = pipe.execute(raise_on_error=False)
     if not deleted:
         return None
-    return Pause.from_hash(raw) if _text(kind) == "hash" else _not_a_hash(spider)
+    return Pause.from_hash(reply_hash(raw)) if _text(kind) == "hash" else _not_a_hash(spider)
 
 
 def read_pause(server: RedisClient, spider: str) -> Pause | None:
