@@ -1,6 +1,7 @@
 """Jobs in a crawl (see crawler/frontier/jobs.py): the middleware that carries a page's job to
-what its callback makes, counts each job's pages, items and errors, and drops the work of a
-cancelled job.
+what its callback makes, counts each job's pages, and drops the work of a cancelled job (its
+items stored and its errors are counted in the frontier as each page's lease ends, see
+``scripts/settle.lua``).
 
 As a spider middleware it gives every request a page's callback makes the page's job (unless
 the request names its own) and remembers each item's job, which the MongoDB pipeline stores
@@ -42,10 +43,8 @@ class JobSpiderMiddleware:
         self._loop = task.LoopingCall(book.tick)
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
-        crawler.signals.connect(self._item_stored, signal=signals.item_scraped)
-        crawler.signals.connect(self._item_dropped, signal=signals.item_dropped)
-        crawler.signals.connect(self._item_failed, signal=signals.item_error)
-        crawler.signals.connect(self._spider_error, signal=signals.spider_error)
+        for signal in (signals.item_scraped, signals.item_dropped, signals.item_error):
+            crawler.signals.connect(self._item_left, signal=signal)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> JobSpiderMiddleware:
@@ -93,22 +92,9 @@ class JobSpiderMiddleware:
         kind = "requests" if isinstance(output, Request) else "items"
         self.crawler.stats.inc_value(f"jobs/cancelled_{kind}_dropped")
 
-    def _item_stored(self, item: Any, response: Response | None = None) -> None:
-        job = self.book.untag_item(item)
-        if job is not None and response is not None and response.request is not None:
-            self.book.count(response.request, "items")
-
-    def _item_dropped(self, item: Any) -> None:
+    def _item_left(self, item: Any) -> None:
+        """The item left the pipelines (stored, dropped or failed): its job is forgotten."""
         self.book.untag_item(item)
-
-    def _item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
-        self.book.untag_item(item)
-        if response is not None and response.request is not None:
-            self.book.count(response.request, "errors")
-
-    def _spider_error(self, failure: Failure, response: Response | None = None) -> None:
-        if response is not None and response.request is not None:
-            self.book.count(response.request, "errors")
 
 
 class JobDownloaderMiddleware:

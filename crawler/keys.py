@@ -143,8 +143,9 @@ def jobs_key(spider: str) -> str:
 
 
 def job_key(spider: str, job: str) -> str:
-    """One job's state: ``started``, ``last`` (Unix times), ``pages``, ``items``, ``errors``
-    (counts), and once cancelled ``cancelled`` (when) and ``removed`` (requests and entries)."""
+    """One job's state: ``started``, ``last`` (Unix times), ``pages`` (fetched, as workers
+    count them), and once cancelled ``cancelled`` (when) and ``removed`` (requests and
+    entries)."""
     return tagged(spider, f"job:{job}")
 
 
@@ -169,8 +170,9 @@ def job_sent_key(spider: str) -> str:
 
 
 def jobs_done_key(spider: str) -> str:
-    """Pages each job's requests ended as done (acked), and dead letters: ``<key>`` and
-    ``<key>:dead`` (hashes number -> count), counted by the settle script."""
+    """Each job's requests ended as done (acked; ``<number>``), the items they stored
+    (``<number>:items``) and their errors (``<number>:errors``), and its dead letters
+    (``<key>:dead``, number -> count): hashes, counted by the settle script."""
     return tagged(spider, "jobs:done")
 
 

@@ -355,8 +355,8 @@ class LeaseSpiderMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.frontier = FrontierReports(crawler)
-        for signal in (signals.item_scraped, signals.item_dropped):
-            crawler.signals.connect(self.item_left_pipelines, signal=signal)
+        crawler.signals.connect(self.item_stored, signal=signals.item_scraped)
+        crawler.signals.connect(self.item_left_pipelines, signal=signals.item_dropped)
         crawler.signals.connect(self.item_failed, signal=signals.item_error)
 
     @classmethod
@@ -393,6 +393,11 @@ class LeaseSpiderMiddleware:
         else:
             reason = f"spider_error:{type(exception).__name__}"
             self.frontier.ledger.failed(response.request, reason, repr(exception))
+
+    def item_stored(self, item: Any, response: Response | None = None) -> None:
+        """The item went through every pipeline: counted with its page's ack (crawl jobs)."""
+        if response is not None and response.request is not None:
+            self.frontier.ledger.item_finished(response.request, stored=True)
 
     def item_left_pipelines(self, item: Any, response: Response | None = None) -> None:
         if response is not None and response.request is not None:

@@ -38,7 +38,7 @@ from crawler.commands.frontier import unban_host
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.pause import pause_crawl
-from crawler.keys import bans_key, failure_window_key, job_key, reasons_key
+from crawler.keys import bans_key, failure_window_key, job_key, jobs_done_key, reasons_key
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback
@@ -357,10 +357,9 @@ def test_the_page_shows_what_redis_holds(redis_client: redis.Redis, redis_url: s
         mapping={"gone.example|!host_unreachable": "timed out (5 in a row)", "slow.example": "503"},
     )
     pause_crawl(redis_client, "shop", "ops", "db upgrade")
-    JobBook(redis_client, "profiles").number("acme-1")
-    redis_client.hset(
-        job_key("profiles", "acme-1"), mapping={"pages": 3, "items": 2, "last": now - 10}
-    )
+    number = JobBook(redis_client, "profiles").number("acme-1")
+    redis_client.hset(job_key("profiles", "acme-1"), mapping={"pages": 3, "last": now - 10})
+    redis_client.hset(jobs_done_key("profiles"), f"{number}:items", 2)  # the settle script's
     JobBook(redis_client, "profiles").number("acme-0")
     redis_client.hset(job_key("profiles", "acme-0"), mapping={"cancelled": now, "last": now - 20})
     spiders = {

@@ -32,6 +32,7 @@ from crawler.frontier.job_control import (
     resume_job,
 )
 from crawler.frontier.jobs import InvalidJob, JobBook, check_job_id, forget_ended_jobs
+from crawler.frontier.leases import LEASE_META, LeaseLedger
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
 from crawler.keys import FrontierKeys, job_key, jobs_key
@@ -359,13 +360,37 @@ def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
 ) -> None:
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
-    frontier.schedule([_pending(n, 2 if n < 4 else None, 0, 0) for n in range(6)])
+    frontier.schedule([_pending(n, 2 if n < 5 else None, 0, 0) for n in range(7)])
     ids = [lease_id for lease_id, _ in frontier.pop(10, 60, "w1").leased]
-    ops = [("a", ids[0], ""), ("a", ids[1], ""), ("d", ids[2], '{"reason":"x"}')]
-    ops += [("a", ids[4], ""), ("a", ids[1], "")]  # no job; an ack of an ended lease
+    ops = [("a", ids[0], "3"), ("a", ids[1], ""), ("d", ids[2], '{"reason":"timeout"}')]
+    ops += [("d", ids[3], '{"reason":"spider_error:KeyError","items_stored":2}')]
+    ops += [("a", ids[5], "4"), ("a", ids[1], "5")]  # no job; an ack of an ended lease
     frontier.settle(ops, "w1", 60)
     status = job_status(redis_client, KEYS, "j2")
-    assert (status.done, status.dead, status.leased) == (2, 1, 1)
+    assert (status.done, status.dead, status.leased) == (2, 2, 1)
+    assert (status.items, status.errors) == (5, 1)
+
+
+def test_a_page_is_acked_with_the_items_it_stored_and_dead_lettered_with_them() -> None:
+    """The lease ledger's ops carry the items a page stored, the way the settle script counts
+    them: items that went through every pipeline, not those dropped."""
+    ledger = LeaseLedger(cast(Any, None), "w1")
+    requests = [Request(f"http://a.test/{n}", meta={LEASE_META: f"id{n}"}) for n in range(2)]
+    for n, request in enumerate(requests):
+        ledger.take(f"id{n}", 1, request.url)
+        ledger.scraping(request)
+        for _ in range(3):
+            ledger.item_started(request)
+        ledger.output_finished(request)
+    first, second = requests
+    ledger.item_finished(first, stored=True)
+    ledger.item_finished(first)  # dropped
+    ledger.item_finished(second, stored=True)
+    ledger.failed(second, "item_error:ValueError", "bad")
+    assert ledger.ops[0][:2] == ("d", "id1")
+    assert json.loads(ledger.ops[0][2])["items_stored"] == 1
+    ledger.item_finished(first, stored=True)
+    assert ledger.ops[1] == ("a", "id0", "2")
 
 
 def test_a_job_ended_long_ago_is_forgotten_whole_a_paused_one_kept(
@@ -786,3 +811,6 @@ def test_any_sequence_of_job_pause_resume_cancel_and_kill_loses_nothing_else(
     assert redis_client.zcard("{profiles}:leases") == 0
     assert redis_client.llen("{profiles}:dead") == 0
     assert not redis_client.keys("{profiles}:jobs:paused:*"), "requests left parked"
+    b = job_status(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "B")
+    whole = len(SEQUENCE_USERS["B"])  # each acked once, whatever worker was killed
+    assert (b.done, b.items, b.errors, b.dead) == (whole, whole, 0, 0)

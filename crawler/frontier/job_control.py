@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_hash, reply_text
 from crawler.frontier import lua
-from crawler.frontier.jobs import JOB_TTL, JobBook, job_names
-from crawler.keys import job_key, jobs_key, tagged
+from crawler.frontier.jobs import JOB_TTL, JobBook
+from crawler.keys import job_key, jobs_done_key, jobs_key, tagged
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
 
-# What a worker counts per job.
+# A job's counts ``scrapy status`` and the fleet page show: its pages (counted by its workers),
+# items stored and errors (counted in the frontier as each page's lease ends).
 COUNTS = ("pages", "items", "errors")
 # The times a job's state holds (Unix times).
 TIMES = ("started", "last", "paused", "cancelled", "expires")
@@ -42,9 +43,12 @@ class JobStatus:
     sent: int = 0  # requests the pop handed out since the job was given a page budget
     done: int = 0  # requests ended as done (acked), counted in the frontier
     dead: int = 0  # requests ended as dead letters, counted in the frontier
+    items: int = 0  # items its pages stored, counted in the frontier with their acks
+    errors: int = 0  # pages whose callback or pipelines failed (dead letters), likewise
 
     def to_json(self) -> dict[str, Any]:
-        numbers = {name: int(self.state.get(name, 0)) for name in (*COUNTS, "removed")}
+        numbers = {name: int(self.state.get(name, 0)) for name in ("pages", "removed")}
+        numbers |= {"items": self.items, "errors": self.errors}
         times = {name: _time(self.state.get(name)) for name in TIMES}
         counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
         counted |= {"paused_requests": self.parked, "start_entries": self.starts}
@@ -113,14 +117,39 @@ def _act(
     elif mode != "count":
         pipe.expire(key, JOB_TTL)
     pipe.hgetall(key)
-    done, dead = keys.job_counts()
-    pipe.hget(done, str(number))
-    pipe.hget(dead, str(number))
-    *_, raw, done_count, dead_count = pipe.execute()
+    _queue_ended(pipe, keys.spider, number)
+    *_, raw, ended, dead = pipe.execute()
     queued, delayed, leased, parked, sent = counts
-    ended = int(done_count or 0), int(dead_count or 0)
     state = _strings(reply_hash(raw))
-    return JobStatus(job, number, queued, delayed, leased, parked, starts, state, sent, *ended)
+    done, items, errors, dead_letters = _ended(ended, dead)
+    return JobStatus(
+        job,
+        number,
+        queued,
+        delayed,
+        leased,
+        parked,
+        starts,
+        state,
+        sent,
+        done,
+        dead_letters,
+        items,
+        errors,
+    )
+
+
+def _queue_ended(pipe: Any, spider: str, number: int | None) -> None:
+    """Queue the reads of the job's counts kept by the settle script (see _ended)."""
+    done = jobs_done_key(spider)
+    pipe.hmget(done, [str(number), f"{number}:items", f"{number}:errors"])
+    pipe.hget(f"{done}:dead", str(number))
+
+
+def _ended(ended: list[Any], dead: Any) -> tuple[int, int, int, int]:
+    """Requests done, items stored, errors and dead letters of a job (_queue_ended's replies)."""
+    done, items, errors = (int(value or 0) for value in ended)
+    return done, items, errors, int(dead or 0)
 
 
 def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
@@ -157,15 +186,21 @@ def _time(value: str | None) -> float | None:
 def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> list[dict[str, Any]]:
     """The spider's jobs whose state is kept, the most recently active first (at most
     ``limit``): id, state (running, paused, expired, cancelled) and what workers counted."""
-    names = job_names(server, spider)
+    numbers = _strings(server.hgetall(jobs_key(spider)))
+    names = [name for name in numbers if not name.startswith(("#", ":"))]
     pipe = server.pipeline(transaction=False)
     for name in names:
         pipe.hgetall(job_key(spider, name))
+        _queue_ended(pipe, spider, int(numbers[name]))
+    replies = pipe.execute()
     now, jobs = time.time(), []
-    for name, raw in zip(names, pipe.execute(), strict=True):
+    for index, name in enumerate(names):
+        raw, ended, dead = replies[3 * index : 3 * index + 3]
         if not raw:
             continue  # its state expired
-        shown = JobStatus(name, None, 0, 0, 0, 0, 0, _strings(raw)).to_json()
+        _, items, errors, _ = _ended(ended, dead)
+        status = JobStatus(name, None, 0, 0, 0, 0, 0, _strings(raw), items=items, errors=errors)
+        shown = status.to_json()
         counts = {key: shown[key] for key in COUNTS}
         times = {key: shown[key] for key in TIMES}
         jobs.append({"job": name, "state": _state(times, now), **counts, **times})

@@ -41,6 +41,7 @@ class Lease:
 
     phase: str = "ready"
     pending_items: int = 0
+    stored: int = 0  # items through the pipelines that were stored (item_scraped)
     output_done: bool = False
     attempts: int = 1
     url: str = ""
@@ -156,9 +157,10 @@ class LeaseLedger:
         if (lease := self.held.get(lease_id_of(request))) is not None:
             lease.pending_items += 1
 
-    def item_finished(self, request: Request) -> None:
+    def item_finished(self, request: Request, stored: bool = False) -> None:
         if (lease := self.held.get(lease_id_of(request))) is not None:
             lease.pending_items -= 1
+            lease.stored += stored
             self._ack_if_done(lease_id_of(request), lease)
 
     def output_finished(self, request: Request) -> None:
@@ -182,13 +184,15 @@ class LeaseLedger:
 
     def dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
         """Dead-letter the lease ``lease_id`` with the reason."""
-        failure = {
+        failure: dict[str, Any] = {
             "reason": reason,
             "error": error[:2000],
             "time": time.time(),
             "worker": self.worker,
             "attempts": attempts,
         }
+        if (lease := self.held.get(lease_id)) is not None and lease.stored:
+            failure["items_stored"] = lease.stored
         if self.end(lease_id, DEAD, codec.dumps(failure)):
             self._count("frontier/dead")
             self._count(f"frontier/dead/{reason}")
@@ -217,7 +221,7 @@ class LeaseLedger:
 
     def _ack_if_done(self, lease_id: str, lease: Lease) -> None:
         if lease.output_done and lease.pending_items <= 0:
-            self.end(lease_id, ACK)
+            self.end(lease_id, ACK, str(lease.stored) if lease.stored else "")
 
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler is not None and self.crawler.stats is not None:

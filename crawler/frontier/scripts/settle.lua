@@ -1,11 +1,13 @@
 -- KEYS: (prelude), leases, owner, dead, jobs' pages done, jobs' dead letters
 -- ARGV: (prefix), worker, lease deadline (for renewals), then ops as triples (op, id, payload):
---   a = ack (done), r = release (back to the queue), n = renew the lease,
---   d = dead letter (payload: JSON object describing why, stored with the request).
+--   a = ack (done; payload: the items of the page stored, or empty), r = release (back to the
+--   queue), n = renew the lease, d = dead letter (payload: JSON object describing why, stored
+--   with the request; its "items_stored" the items of the page stored before it failed).
 -- An op applies only while ``worker`` still owns the lease. An ack or a dead letter of a
--- request of a crawl job (its record begins with the job's number, see job_of) adds one to the job's count in the
--- hash of pages done or of dead letters. Returns the number of leases owned (an unknown op
--- changes nothing).
+-- request of a crawl job (its record begins with the job's number, see job_of) adds one to the
+-- job's count in the hash of pages done or of dead letters, the items stored to the field
+-- "<n>:items" of the first, and a dead letter whose reason is a spider's or a pipeline's error to
+-- "<n>:errors". Returns the number of leases owned (an unknown op changes nothing).
 
 local ACK, RELEASE, RENEW, DEAD = 'a', 'r', 'n', 'd'  -- as crawler/frontier/leases.py names them
 local worker, deadline = ARGV[2], ARGV[3]
@@ -14,6 +16,15 @@ local released = {}
 local function forget(id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
+end
+local function count_job(job, op, payload)
+  redis.call('HINCRBY', op == ACK and KEYS[9] or KEYS[10], job, 1)
+  local stored = op == ACK and payload or string.match(payload, '"items_stored":(%d+)')
+  if tonumber(stored) then redis.call('HINCRBY', KEYS[9], job .. ':items', tonumber(stored)) end
+  if op == DEAD and (string.find(payload, '"reason":"spider_error', 1, true)
+      or string.find(payload, '"reason":"item_error', 1, true)) then
+    redis.call('HINCRBY', KEYS[9], job .. ':errors', 1)
+  end
 end
 for a = 4, #ARGV, 3 do
   local op, id, payload = ARGV[a], ARGV[a + 1], ARGV[a + 2]
@@ -27,7 +38,7 @@ for a = 4, #ARGV, 3 do
     elseif op == ACK or op == DEAD then
       local request = redis.call('HGET', Q.data, id)
       local job = request and job_of(request)
-      if job then redis.call('HINCRBY', op == ACK and KEYS[9] or KEYS[10], job, 1) end
+      if job then count_job(job, op, payload) end
       if op == DEAD then
         if job and string.sub(request, 1, 1) ~= '{' then  -- its JSON form in the letter
           request = '{"j":' .. job .. ',' .. string.sub(request, #job + 2)
