@@ -288,8 +288,8 @@ def test_a_host_answering_429_is_blocked_with_doubling_steps_and_the_others_keep
     rates = _rates(web)
     kept = sum(rates.values()) / sum(control.values())
     # Held up by the failing host's 7.5 s of blocks, the others would fall to about half their
-    # rate; the rest of the margin is the load of the tests running beside this one.
-    assert kept >= 0.75, f"the other hosts at {kept:.0%} of their rate: {rates} vs {control}"
+    # rate. Run alone (a timed test), they kept 99.8-100 % of it in three runs.
+    assert kept >= 0.95, f"the other hosts at {kept:.0%} of their rate: {rates} vs {control}"
 
 
 def _rates(web: HostsWeb) -> dict[int, float]:
