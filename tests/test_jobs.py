@@ -141,10 +141,14 @@ def test_a_dead_letter_of_a_job_holds_its_request_and_is_requeued_with_it(
     frontier.settle([("d", lease_id, '{"reason":"x"}')], "w1", 60)
     [letter] = frontier.dead_letters()
     assert letter["request"]["meta"] == {JOB_META: 2}
-    assert frontier.requeue_dead(10) == 1
-    [record] = _queued_records(redis_client)
-    assert record.startswith(codec.job_prefix(2))
-    assert job_status(redis_client, KEYS, "j2").queued == 1
+    # A worker older than this form dead-lettered it (unreadable) with the record as it was.
+    older = '{"request":2{"u":"http://h1.test/1"},"failure":{"reason":"unreadable"}}'
+    redis_client.rpush(KEYS.dead, older)
+    assert frontier.dead_letters()[-1]["request"]["meta"] == {JOB_META: 2}
+    assert frontier.requeue_dead(10) == 2
+    records = _queued_records(redis_client)
+    assert all(record.startswith(codec.job_prefix(2)) for record in records)
+    assert job_status(redis_client, KEYS, "j2").queued == 2
 
 
 # --- the frontier's counts and cancel ----------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -289,8 +290,14 @@ def popped(raw: Any) -> Popped:
     return Popped(pairs, *counts, float(raw[3]), taken, bool(int(raw[5])), dues)
 
 
+# A dead letter written by a worker older than records with their job's number in front
+# ('{"request":12{"u":...'), which it could not read: its request in the JSON form.
+_OLD_LETTER = re.compile(r'^\{"request":(\d+)\{')
+
+
 def _dead_letter(raw: bytes | str) -> dict[str, Any]:
-    letter: dict[str, Any] = json.loads(raw)
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    letter: dict[str, Any] = json.loads(_OLD_LETTER.sub(r'{"request":{"j":\1,', text, count=1))
     if isinstance(letter.get("request"), dict):
         letter["request"] = codec.expand(letter["request"])
     return letter
