@@ -26,7 +26,7 @@ from twisted.internet import task
 
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
-from crawler.frontier.chains import Credits, chain_host, keep_on_turn, queue_turns_ask
+from crawler.frontier.chains import Credits, chain_host, keep_on_turn
 from crawler.frontier.dupefilter import DEPTH_MODES, RecentlySeen
 from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import FleetIdle, WorkerState
@@ -43,9 +43,10 @@ from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.pause import Pause, PauseWatch
-from crawler.frontier.queue import Frontier, Popped, popped
+from crawler.frontier.queue import Frontier, Popped
 from crawler.frontier.records import job_fingerprint, leased_request, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
+from crawler.frontier.trip import RoundTrips
 from crawler.frontier.turns import (
     PACED_GATHER,
     EngineCalls,
@@ -94,6 +95,7 @@ class FrontierScheduler(BaseScheduler):
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
         self.pause: PauseWatch | None = None
+        self.trips: RoundTrips | None = None
         self.ledger = LeaseLedger(crawler, self.worker)
         self._ready: deque[Request] = deque()
         self._held = HeldTurns()
@@ -137,6 +139,16 @@ class FrontierScheduler(BaseScheduler):
         # Paced at a rate (not only by the Crawl-delays of some hosts): pops gather new work
         # and wait between them, as a host's next turn is rarely now.
         self._rated = self.pacing if self.pacing is not None and self.pacing.limited else None
+        self.trips = RoundTrips(
+            self.server,
+            self.frontier,
+            self.outbox,
+            self.credits,
+            self.riders,
+            self.pacing,
+            self.worker,
+            self.config,
+        )
         self.riders.carried = True
         self.idle = FleetIdle(
             self.frontier,
@@ -364,53 +376,22 @@ class FrontierScheduler(BaseScheduler):
         return True
 
     def _trip(self, pop: bool, everything: bool = False) -> tuple[bool, Popped | None]:
-        """One round trip: buffered requests, lease and start-entry updates, then the pop if
-        ``pop``, then the riders waiting (only when something goes, a rider is due, or
-        ``everything``). Returns whether it went, and what the pop leased."""
-        buffered = bool(self.outbox)
+        """One round trip (``trip.py``), when it has anything to carry and Redis is not in
+        backoff. Returns whether it went (or had nothing to carry), and what the pop leased."""
         if self._in_backoff():
-            return not buffered, None
-        if not (buffered or pop or self.riders.due() or (everything and self.riders)):
+            return not self.outbox, None
+        assert self.trips is not None
+        if not self.trips.needed(pop, everything):
             return True, None
-        assert self.frontier is not None
-        pipe = self.server.pipeline(transaction=False)
-        # Riders' replies may add to the outbox (a revisit written lets its page be acked).
-        sealed = self.outbox.seal(pipe, self.frontier, self.worker, self.config.lease_seconds)
-        if pop:
-            config = self.config
-            args = (config.batch_size, config.lease_seconds, self.worker, self.pacing)
-            self.frontier.queue_pop(pipe, *args)
-        asked = queue_turns_ask(
-            self.credits, pipe, self.frontier, self.pacing, pop or not sealed.pushes
-        )
-        own = len(pipe)
-        boarded = self.riders.board(pipe)
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except RedisError as exc:
-            self.outbox.unsent(sealed)
-            self.credits.not_given(asked)
-            boarded.lost(exc)
-            self._outage(exc)
+        trip = self.trips.go(pop, self._backoff, self._outage)
+        if trip is None:
             return False, None
-        boarded.arrived(replies)
-        if (error := first_error(replies[:own])) is not None:
-            self.outbox.unsent(sealed)
-            self.credits.not_given(asked)
-            self._outage(error)
-            return False, None
-        if asked:
-            assert self.pacing is not None
-            given = self.credits.given(replies[own - 1], asked, self.pacing.ahead)
-            self._count("frontier/turns_ahead", given)
-        self.outbox.sent()
-        self._recovered()
-        self._count_filtered(sealed.schedule_replies(replies))
-        if sealed.pushes:
-            self._queue_size += len(sealed.pushes)
-            if not pop and sealed.eager:  # a pop in the same trip came after them, saw them
-                self._pop_soon()
-        return True, popped(replies[own - 1 - bool(asked)]) if pop else None
+        self._count("frontier/turns_ahead", trip.turns)
+        self._count("dupefilter/filtered", trip.filtered)
+        self._queue_size += trip.pushed - trip.filtered
+        if trip.pushed and not pop and trip.eager:  # a pop in the same trip saw them
+            self._pop_soon()
+        return True, trip.popped
 
     def _pop_soon(self) -> None:
         """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
@@ -524,11 +505,6 @@ class FrontierScheduler(BaseScheduler):
         self.ledger.take(lease_id, attempts, request.url)
         return request
 
-    def _count_filtered(self, results: list[Any]) -> None:
-        filtered = sum(flag == 0 for batch in results for flag in batch)
-        self._count("dupefilter/filtered", filtered)
-        self._queue_size -= filtered
-
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler.stats is not None:
             self.crawler.stats.inc_value(key, value)
@@ -548,6 +524,3 @@ class FrontierScheduler(BaseScheduler):
     def _outage(self, exc: RedisError) -> None:
         self._count("frontier/redis_errors")
         self._backoff.failed(exc)
-
-    def _recovered(self) -> None:
-        self._backoff.recovered()
