@@ -20,27 +20,36 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
-from twisted.internet import task
+from twisted.internet import task, threads
 
-from crawler.frontier.jobs import CHECK_INTERVAL, JobBook, job_number_of
+from crawler.frontier.job_control import sweep_ended_jobs
+from crawler.frontier.jobs import CHECK_INTERVAL, FORGET_INTERVAL, JobBook, job_number_of
+from crawler.frontier.reports import frontier_scheduler
 from crawler.meta import JOB_META, send_back
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
+
+    from crawler.keys import FrontierKeys
 
 logger = logging.getLogger(__name__)
 
 
 class JobSpiderMiddleware:
     """The spider middleware of jobs (SPIDER_MIDDLEWARES in crawler/settings.py); it also
-    keeps the worker's view of the jobs fresh (JobBook.tick every CHECK_INTERVAL seconds)."""
+    keeps the worker's view of the jobs fresh (JobBook.tick every CHECK_INTERVAL seconds) and
+    looks for jobs that ended, to forget them (in a thread, once a FORGET_INTERVAL for the
+    fleet: ``job_control.sweep_ended_jobs``)."""
 
     def __init__(self, crawler: Crawler, book: JobBook) -> None:
         self.crawler = crawler
         self.book = book
         self._loop = task.LoopingCall(book.tick)
+        self._sweeps = task.LoopingCall(self._sweep)
+        self._keys: FrontierKeys | None = None
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         for signal in (signals.item_scraped, signals.item_dropped, signals.item_error):
@@ -52,6 +61,20 @@ class JobSpiderMiddleware:
 
     def _opened(self) -> None:
         self._loop.start(CHECK_INTERVAL, now=False).addErrback(self._loop_failed)
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None and scheduler.frontier is not None:  # a crawl on the frontier
+            self._keys = scheduler.frontier.keys
+            self._sweeps.start(FORGET_INTERVAL, now=True)
+
+    def _sweep(self) -> Deferred[None]:
+        """Forget the jobs that ended, in a thread (a job's count reads the whole queue); a
+        failure is logged and the next sweep comes as planned."""
+        assert self._keys is not None
+        done = threads.deferToThread(sweep_ended_jobs, self.book.server, self._keys)
+        return done.addCallbacks(lambda _: None, self._sweep_failed)
+
+    def _sweep_failed(self, failure: Failure) -> None:
+        logger.warning("Looking for crawl jobs that ended failed: %s", failure.getErrorMessage())
 
     def _loop_failed(self, failure: Failure) -> None:
         """A tick that raised stops the loop: say why and start it again."""
@@ -60,8 +83,9 @@ class JobSpiderMiddleware:
             self._loop.start(CHECK_INTERVAL, now=False).addErrback(self._loop_failed)
 
     def _closed(self) -> None:
-        if self._loop.running:
-            self._loop.stop()
+        for loop in (self._loop, self._sweeps):
+            if loop.running:
+                loop.stop()
         self.book.tick()  # the last counts
 
     # --- spider middleware ------------------------------------------------------------------

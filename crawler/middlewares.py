@@ -404,11 +404,13 @@ class LeaseSpiderMiddleware:
             self.frontier.ledger.item_finished(response.request)
 
     def item_failed(self, item: Any, failure: Failure, response: Response | None = None) -> None:
-        """A pipeline failed on the item: its request is a dead letter (with why), never acked."""
+        """A pipeline failed on the item: its request is a dead letter (with why), never acked,
+        once its page's other items left the pipelines."""
         if response is not None and response.request is not None:
             error = failure.value
             reason = f"item_error:{type(error).__name__}"
             self.frontier.ledger.failed(response.request, reason, str(error) or repr(error))
+            self.frontier.ledger.item_finished(response.request)
 
 
 class LeaseDownloaderMiddleware:

@@ -29,12 +29,13 @@ from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.job_control import (
     cancel_job,
+    forget_ended_jobs,
     job_status,
     limit_job,
     pause_job,
     resume_job,
 )
-from crawler.frontier.jobs import JobBook, forget_ended_jobs
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys, job_key
@@ -224,7 +225,7 @@ def test_crawl_jobs_on_the_cluster(cluster_client: RedisCluster) -> None:
     assert read_pause(client, keys.spider) is None
 
     client.delete(job_key(keys.spider, "acme"))  # its state expired
-    assert forget_ended_jobs(client, keys.spider) == ["acme"]
+    assert forget_ended_jobs(client, keys) == ["acme"]
     assert JobBook(client, keys.spider).number("acme") > number
 
 

@@ -26,12 +26,14 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.job_control import (
     cancel_job,
     expire_job,
+    forget_ended_jobs,
     job_status,
     limit_job,
     pause_job,
     resume_job,
+    sweep_ended_jobs,
 )
-from crawler.frontier.jobs import InvalidJob, JobBook, check_job_id, forget_ended_jobs
+from crawler.frontier.jobs import JOB_TTL, InvalidJob, JobBook, check_job_id
 from crawler.frontier.leases import LEASE_META, LeaseLedger
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
@@ -377,7 +379,8 @@ def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
 
 def test_a_page_is_acked_with_the_items_it_stored_and_dead_lettered_with_them() -> None:
     """The lease ledger's ops carry the items a page stored, the way the settle script counts
-    them: items that went through every pipeline, not those dropped."""
+    them: items that went through every pipeline, not those dropped; a page whose item failed
+    is dead-lettered once its other items left the pipelines, with those stored."""
     ledger = LeaseLedger(cast(Any, None), "w1")
     requests = [Request(f"http://a.test/{n}", meta={LEASE_META: f"id{n}"}) for n in range(2)]
     for n, request in enumerate(requests):
@@ -390,58 +393,73 @@ def test_a_page_is_acked_with_the_items_it_stored_and_dead_lettered_with_them() 
     ledger.item_finished(first, stored=True)
     ledger.item_finished(first)  # dropped
     ledger.item_finished(second, stored=True)
-    ledger.failed(second, "item_error:ValueError", "bad")
+    ledger.failed(second, "item_error:ValueError", "bad")  # as LeaseSpiderMiddleware does
+    ledger.item_finished(second)
+    assert ledger.ops == []  # its third item is still in the pipelines
+    ledger.item_finished(second, stored=True)
     assert ledger.ops[0][:2] == ("d", "id1")
-    assert json.loads(ledger.ops[0][2])["items_stored"] == 1
+    failure = json.loads(ledger.ops[0][2])
+    assert (failure["reason"], failure["items_stored"]) == ("item_error:ValueError", 2)
     ledger.item_finished(first, stored=True)
     assert ledger.ops[1] == ("a", "id0", "2")
 
 
-def test_a_job_ended_long_ago_is_forgotten_whole_a_paused_one_kept(
+def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     redis_client: redis.Redis,
 ) -> None:
-    """Jobs whose state expired leave nothing in the spider's job keys; a paused job's state
-    does not expire, and a job still active is kept. A forgotten id is a new job."""
+    """Jobs whose state expired and that have no request left leave nothing in the spider's
+    job keys (a paused-then-cancelled one too); a paused job's state does not expire, a job
+    with requests queued gets its state back, and a running one is kept. A forgotten id is a
+    new job, and a job's state expires unless it is paused."""
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     book = JobBook(redis_client, KEYS.spider)
-    names = ("gone", "cut", "waits", "asleep", "runs")
+    names = ("gone", "cut", "waits", "asleep", "busy", "runs", "stopped")
     numbers = {name: book.number(name) for name in names}
+    assert 0 < redis_client.ttl(job_key(KEYS.spider, "runs")) <= JOB_TTL
     cancel_job(redis_client, KEYS, "cut")
     expire_job(redis_client, KEYS, "gone", time.time() + 600)
     limit_job(redis_client, KEYS, "gone", 5)
     frontier.schedule([_pending(0, numbers["gone"], 0, 0)])
     [(lease_id, _)] = frontier.pop(10, 60, "w1").leased
-    frontier.settle([("a", lease_id, "")], "w1", 60)
-    pause_job(redis_client, KEYS, "waits")
-    pause_job(redis_client, KEYS, "asleep")
-    assert redis_client.ttl(job_key(KEYS.spider, "waits")) == -1  # kept while paused
-    for name in ("gone", "cut", "asleep"):  # 30 days without activity (a pause of old)
+    frontier.settle([("a", lease_id, "3")], "w1", 60)
+    frontier.schedule([_pending(1, numbers["busy"], 0, 0)])
+    for name in ("waits", "asleep", "stopped"):
+        pause_job(redis_client, KEYS, name)
+    cancel_job(redis_client, KEYS, "stopped")
+    book.count(Request("http://a.test/", meta={JOB_META: numbers["waits"]}), "pages")
+    book.tick()  # a page of the paused job counted: its state is still kept
+    assert redis_client.ttl(job_key(KEYS.spider, "waits")) == -1
+    for name in ("gone", "cut", "asleep", "busy", "stopped"):  # 30 days without activity
         redis_client.delete(job_key(KEYS.spider, name))
 
-    assert sorted(forget_ended_jobs(redis_client, KEYS.spider)) == ["cut", "gone"]
+    assert sorted(forget_ended_jobs(redis_client, KEYS)) == ["cut", "gone", "stopped"]
     found: Any = redis_client.keys("{jobbed}:jobs*")
     for key in found:
         kind = cast(bytes, redis_client.type(key)).decode()
         members: Any = redis_client.smembers(key) if kind == "set" else redis_client.hkeys(key)
-        held = {member.decode() for member in members}
-        for name in ("gone", "cut"):
+        held = {member.decode().split(":")[0] for member in members}
+        for name in ("gone", "cut", "stopped"):
             assert not held & {name, f"#{numbers[name]}", str(numbers[name])}, key
-    for name in ("waits", "asleep", "runs"):
+    for name in ("waits", "asleep", "busy", "runs"):
         assert job_status(redis_client, KEYS, name).number == numbers[name]
+    assert redis_client.ttl(job_key(KEYS.spider, "busy")) > 0  # looked at again in 30 days
     resume_job(redis_client, KEYS, "waits")
     assert redis_client.ttl(job_key(KEYS.spider, "waits")) > 0
     again = JobBook(redis_client, KEYS.spider).number("cut")
     assert again > max(numbers.values())
-    frontier.schedule([_pending(1, again, 0, 0)])
-    assert len(frontier.pop(10, 60, "w1").leased) == 1  # not dropped as the old one's
+    frontier.schedule([_pending(2, again, 0, 0)])
+    assert len(frontier.pop(10, 60, "w1").leased) == 2  # busy's, and cut's anew
 
 
-def test_a_worker_forgets_ended_jobs_as_it_meets_jobs(redis_client: redis.Redis) -> None:
+def test_one_worker_a_sweep_looks_for_jobs_that_ended(redis_client: redis.Redis) -> None:
     book = JobBook(redis_client, KEYS.spider)
     book.number("old")
     redis_client.delete(job_key(KEYS.spider, "old"))
-    JobBook(redis_client, KEYS.spider).number("new")  # a worker's first job: its first tick
-    assert redis_client.hget(jobs_key(KEYS.spider), "old") is None
+    assert sweep_ended_jobs(redis_client, KEYS) == ["old"]
+    book.number("older")
+    redis_client.delete(job_key(KEYS.spider, "older"))
+    assert sweep_ended_jobs(redis_client, KEYS) == []  # another worker's, within the hour
+    assert redis_client.hget(jobs_key(KEYS.spider), "older") is not None
 
 
 def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) -> None:
@@ -530,11 +548,15 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
 ) -> None:
     """Two workers crawl jobs A and B (150 profiles each, interleaved); A is cancelled mid-crawl:
     from 5 s after the cancel the site gets no request of A, B is stored whole with its job,
-    A's stored profiles carry A, and the counts add up."""
+    A's stored profiles carry A, and the counts add up. A job that ended a month ago is
+    forgotten by the fleet as it starts."""
     sandbox.admin("config", {"latency_ms": int(LATENCY * 1000)})
     redis_client.lpush("profiles:start_urls", *_interleaved())
+    JobBook(redis_client, "profiles").number("last-month")
+    redis_client.delete(job_key("profiles", "last-month"))  # its state expired
     with ExitStack() as running:
         workers = _two_workers(running, crawl, tmp_path)
+        poll(lambda: redis_client.hget(jobs_key("profiles"), "last-month") is None, 30, "forgot")
         poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 30, 60, "progress")
         removed = _cancel(crawl, "profiles", "A")
         cancelled_at = time.time()  # once the command has written to Redis

@@ -67,8 +67,8 @@ def dumps(obj: Mapping[str, Any]) -> str:
     """Encode a ``Request.to_dict()`` mapping as a JSON string, its job's number (field
     ``"j"``, see :func:`shorten`) in front of it."""
     fields = dict(obj)
-    job = fields.pop(JOB_FIELD, None)
-    if _job_number(job):
+    if _job_number(job := fields.get(JOB_FIELD)):
+        del fields[JOB_FIELD]
         return f"{job}{dumps(fields)}"
     headers = fields.get("headers")
     if headers:

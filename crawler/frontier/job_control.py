@@ -6,18 +6,31 @@ list. A job's ids and numbers are in :mod:`crawler.frontier.jobs`.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_hash, reply_text
 from crawler.frontier import lua
-from crawler.frontier.jobs import JOB_TTL, JobBook
-from crawler.keys import job_key, jobs_done_key, jobs_key, tagged
+from crawler.frontier.jobs import FORGET_INTERVAL, JOB_TTL, JobBook
+from crawler.keys import (
+    cancelled_jobs_key,
+    job_budgets_key,
+    job_deadlines_key,
+    job_key,
+    job_sent_key,
+    jobs_done_key,
+    jobs_key,
+    paused_jobs_key,
+    tagged,
+)
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
+
+logger = logging.getLogger(__name__)
 
 # A job's counts ``scrapy status`` and the fleet page show: its pages (counted by its workers),
 # items stored and errors (counted in the frontier as each page's lease ends).
@@ -222,3 +235,79 @@ def _state(times: dict[str, Any], now: float) -> str:
     if times["expires"] is not None and now >= times["expires"]:
         return "expired"
     return "paused" if times["paused"] is not None else "running"
+
+
+def sweep_ended_jobs(server: RedisClient, keys: FrontierKeys) -> list[str]:
+    """:func:`forget_ended_jobs`, by the first worker of the fleet to ask in a FORGET_INTERVAL
+    (the others find it done); returns the ids forgotten."""
+    mark = tagged(keys.spider, "jobs:swept")
+    if not server.set(mark, f"{time.time():.3f}", nx=True, ex=int(FORGET_INTERVAL)):
+        return []
+    return forget_ended_jobs(server, keys)
+
+
+def forget_ended_jobs(server: RedisClient, keys: FrontierKeys, chunk: int = 500) -> list[str]:
+    """Forget the jobs that ended: their state expired (JOB_TTL after their last activity),
+    they are not paused, and none of their requests is queued, delayed or leased. Their ids
+    and numbers, holds, budgets and counts go; an id forgotten is a new job the next time an
+    entry names it. A job whose state expired with requests left gets a state again
+    (``started`` now) and is looked at again JOB_TTL later. Returns the ids forgotten."""
+    spider = keys.spider
+    numbers = _strings(server.hgetall(jobs_key(spider)))
+    names = [name for name in numbers if not name.startswith(("#", ":"))]
+    pipe = server.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(job_key(spider, name))
+    pipe.smembers(paused_jobs_key(spider))
+    *alive, paused = pipe.execute()
+    held = {reply_text(member) for member in paused}
+    gone = [n for n, a in zip(names, alive, strict=True) if not a and numbers[n] not in held]
+    ended = [name for name in gone if not _has_work(server, keys, int(numbers[name]))]
+    for name in set(gone) - set(ended):
+        _restart_state(server, spider, name)
+    forgotten: list[str] = []
+    for first in range(0, len(ended), chunk):
+        forgotten += _forget(server, spider, ended[first : first + chunk])
+    last = int(numbers.get(":seq", 0))
+    known = {numbers[name] for name in names if name not in forgotten}
+    _forget_stray_counts(server, spider, known, last)
+    if forgotten:
+        logger.info("Forgot %d crawl jobs that ended: %s", len(forgotten), ", ".join(forgotten))
+    return forgotten
+
+
+def _has_work(server: RedisClient, keys: FrontierKeys, number: int) -> bool:
+    queued, delayed, leased, parked, _ = _run_job(server, keys, number, "count", 0.0)
+    return queued + delayed + leased + parked > 0
+
+
+def _restart_state(server: RedisClient, spider: str, name: str) -> None:
+    key = job_key(spider, name)
+    pipe = server.pipeline(transaction=False)
+    pipe.hsetnx(key, "started", f"{time.time():.3f}")
+    pipe.expire(key, JOB_TTL)
+    pipe.execute()
+
+
+def _forget(server: RedisClient, spider: str, names: list[str]) -> list[str]:
+    """``forget_jobs.lua`` over ``names`` (each checked again there: state gone, not paused)."""
+    held = [jobs_key(spider), cancelled_jobs_key(spider), job_deadlines_key(spider)]
+    held += [paused_jobs_key(spider), job_budgets_key(spider), job_sent_key(spider)]
+    held += [jobs_done_key(spider), f"{jobs_done_key(spider)}:dead"]
+    states = [job_key(spider, name) for name in names]
+    reply = server.eval(lua.FORGET_JOBS, len(held) + len(names), *held, *states, *names)
+    return [reply_text(name) for name in reply]
+
+
+def _forget_stray_counts(server: RedisClient, spider: str, known: set[str], last: int) -> None:
+    """Counts of numbers no job holds any more (written as a requeued dead letter of a
+    forgotten job ended): only numbers given before this sweep read the jobs (up to ``last``)."""
+    done = jobs_done_key(spider)
+    for key in (done, f"{done}:dead"):
+        stray = []
+        for field in server.hkeys(key):
+            number = reply_text(field).split(":")[0]
+            if number.isdigit() and int(number) <= last and number not in known:
+                stray.append(field)
+        if stray:
+            server.hdel(key, *stray)

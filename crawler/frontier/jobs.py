@@ -6,11 +6,12 @@ the id (``{spider}:jobs``: id -> number, ``#<number>`` -> id): a request carries
 ``frontier_job`` and its record in Redis in front of its JSON object, ``12{"u":...}`` (as
 many bytes as the number has digits), read by the scripts without decoding the record.
 
-Per job, ``{spider}:job:<id>`` holds ``started`` and ``last`` (Unix times), the ``pages``,
-``items`` and ``errors`` its workers counted, and once cancelled ``cancelled`` (when) and
-``removed``. It expires JOB_TTL seconds after the job's last activity (a paused job's is
-kept until it resumes); then the job's id and number are forgotten (:func:`forget_ended_jobs`,
-by each worker that meets jobs, at once and every FORGET_INTERVAL seconds).
+Per job, ``{spider}:job:<id>`` holds ``started`` and ``last`` (Unix times), the ``pages``
+its workers fetched, and once cancelled ``cancelled`` (when) and ``removed``. It expires
+JOB_TTL seconds after the job's last activity (a paused job's is kept until it resumes); a
+job whose state expired and that has no request left in the frontier is then forgotten
+(``job_control.forget_ended_jobs``, every FORGET_INTERVAL seconds). Its items stored and
+errors are counted by the settle script as each page's lease ends (``{spider}:jobs:done``).
 
 Cancelling a job (``job_control.cancel_job``) adds its number to ``{spider}:jobs:cancelled`` and
 removes its queued and delayed requests and its waiting start entries, one script call each;
@@ -22,6 +23,7 @@ flight has its items and new requests dropped.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
@@ -39,8 +41,6 @@ from crawler.keys import (
     job_budgets_key,
     job_deadlines_key,
     job_key,
-    job_sent_key,
-    jobs_done_key,
     jobs_key,
     paused_jobs_key,
 )
@@ -58,7 +58,8 @@ JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 # Seconds between two reads of the cancelled jobs by a worker (and two writes of its counts).
 CHECK_INTERVAL = 1.0
 # Seconds a job's state is kept after its last activity (30 days; a paused job's until it
-# resumes), and seconds between two sweeps of what is left of the jobs whose state expired.
+# resumes), and seconds between two sweeps for the jobs that ended (and between two times a
+# worker forgets the ids and numbers it knows, to ask them again).
 JOB_TTL = 30 * 86400
 FORGET_INTERVAL = 3600.0
 ATTRIBUTE = "_frontier_jobs"
@@ -94,7 +95,7 @@ class JobBook:
         self.server = server
         self.spider = spider
         self._numbers: dict[str, int] = {}
-        self._names: dict[int, str] = {}
+        self._names: dict[int, str | None] = {}  # None: a number Redis does not know (any more)
         self.cancelled: frozenset[int] = frozenset()
         self.paused: frozenset[int] = frozenset()
         self.budgeted: frozenset[int] = frozenset()  # jobs with a page budget
@@ -102,7 +103,7 @@ class JobBook:
         self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
         self._items: dict[int, tuple[Any, str]] = {}  # id(item) -> (item, its job's id)
         self._number_script = server.register_script(lua.JOB_NUMBER)
-        self._next_forget = 0.0
+        self._forget_cache_at = time.monotonic() + FORGET_INTERVAL
         self.met = False  # whether this worker met a job yet (else ticks ask Redis nothing)
 
     @classmethod
@@ -120,20 +121,20 @@ class JobBook:
         self._meet()
         known = self._numbers.get(job)
         if known is None:
-            keys = [jobs_key(self.spider), job_key(self.spider, job)]
-            known = int(self._number_script(keys, [job, f"{time.time():.3f}"]))
+            keys = [jobs_key(self.spider), job_key(self.spider, job), paused_jobs_key(self.spider)]
+            known = int(self._number_script(keys, [job, f"{time.time():.3f}", JOB_TTL]))
             self._numbers[job], self._names[known] = known, job
         return known
 
     def name(self, number: int) -> str | None:
         """The id of the job numbered ``number``; None if Redis does not know it."""
-        known = self._names.get(number)
-        if known is None:
-            raw = self.server.hget(jobs_key(self.spider), f"#{number}")
-            if raw is None:
-                return None
-            known = reply_text(raw)
-            self._numbers[known], self._names[number] = number, known
+        if number in self._names:
+            return self._names[number]
+        raw = self.server.hget(jobs_key(self.spider), f"#{number}")
+        known = None if raw is None else reply_text(raw)
+        self._names[number] = known
+        if known is not None:
+            self._numbers[known] = number
         return known
 
     def is_cancelled(self, request: Request) -> bool:
@@ -189,11 +190,13 @@ class JobBook:
         the counts wait for the next tick."""
         if not self.met:
             return
+        if time.monotonic() >= self._forget_cache_at:
+            # Ids and numbers asked again: a job forgotten meanwhile is not named after it.
+            self._forget_cache_at = time.monotonic() + FORGET_INTERVAL
+            self._numbers.clear()
+            self._names.clear()
         try:
             self._write_counts()
-            if time.time() >= self._next_forget:
-                self._next_forget = time.time() + FORGET_INTERVAL
-                forget_ended_jobs(self.server, self.spider)
             pipe = self.server.pipeline(transaction=False)
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
@@ -231,36 +234,8 @@ class JobBook:
             job = self.name(number)
             if job is None:
                 continue
-            key = job_key(self.spider, job)
-            for what, value in counts.items():
-                pipe.hincrby(key, what, value)
-            pipe.hset(key, "last", now)
-            if number not in self.paused:
-                pipe.expire(key, JOB_TTL)
+            keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
+            args: list[Any] = [number, now, JOB_TTL, *itertools.chain(*counts.items())]
+            lua.queue_eval(pipe, lua.JOB_COUNTS, keys, args)
         pipe.execute()
         self._counts.clear()
-
-
-def forget_ended_jobs(server: RedisClient, spider: str, chunk: int = 500) -> list[str]:
-    """Forget the jobs whose state expired (JOB_TTL after their last activity) and that are
-    not paused: their ids and numbers, holds, budgets and counts. An id forgotten is a new job
-    the next time an entry names it. Returns the ids forgotten."""
-    names = job_names(server, spider)
-    keys = [jobs_key(spider), cancelled_jobs_key(spider), job_deadlines_key(spider)]
-    keys += [paused_jobs_key(spider), job_budgets_key(spider), job_sent_key(spider)]
-    keys += [jobs_done_key(spider), f"{jobs_done_key(spider)}:dead"]
-    forgotten: list[str] = []
-    for first in range(0, len(names), chunk):
-        some = names[first : first + chunk]
-        states = [job_key(spider, name) for name in some]
-        reply = server.eval(lua.FORGET_JOBS, len(keys) + len(some), *keys, *states, *some)
-        forgotten += [reply_text(name) for name in reply]
-    if forgotten:
-        logger.info("Forgot %d jobs ended over %d days ago", len(forgotten), JOB_TTL // 86400)
-    return forgotten
-
-
-def job_names(server: RedisClient, spider: str) -> list[str]:
-    """The ids of the spider's jobs that have a number."""
-    fields = (reply_text(field) for field in server.hkeys(jobs_key(spider)))
-    return [name for name in fields if not name.startswith(("#", ":"))]

@@ -43,6 +43,7 @@ class Lease:
     pending_items: int = 0
     stored: int = 0  # items through the pipelines that were stored (item_scraped)
     output_done: bool = False
+    failure: dict[str, Any] | None = None  # why it ends dead, once its items left the pipelines
     attempts: int = 1
     url: str = ""
 
@@ -170,7 +171,9 @@ class LeaseLedger:
 
     def finished(self, request: Request) -> None:
         """The request was handled without output to wait for (filtered, ignored)."""
-        self.end(lease_id_of(request), ACK)
+        lease_id = lease_id_of(request)
+        if (lease := self.held.get(lease_id)) is not None:
+            self.end(lease_id, ACK, _stored(lease))
 
     def release(self, request: Request) -> None:
         """Hand the request back to the queue untouched, for any worker to try again."""
@@ -183,7 +186,8 @@ class LeaseLedger:
         self.dead(lease_id_of(request), reason, error, attempts)
 
     def dead(self, lease_id: str, reason: str, error: str, attempts: int) -> None:
-        """Dead-letter the lease ``lease_id`` with the reason."""
+        """Dead-letter the lease ``lease_id`` with the reason: at once, or, with items of its
+        page still in the pipelines, once they left them (the first failure is kept)."""
         failure: dict[str, Any] = {
             "reason": reason,
             "error": error[:2000],
@@ -191,11 +195,19 @@ class LeaseLedger:
             "worker": self.worker,
             "attempts": attempts,
         }
-        if (lease := self.held.get(lease_id)) is not None and lease.stored:
+        lease = self.held.get(lease_id)
+        if lease is not None and lease.pending_items > 0:
+            lease.failure = lease.failure or failure
+            return
+        self._end_dead(lease_id, failure)
+
+    def _end_dead(self, lease_id: str, failure: dict[str, Any]) -> None:
+        lease = self.held.get(lease_id)
+        if lease is not None and lease.stored:
             failure["items_stored"] = lease.stored
         if self.end(lease_id, DEAD, codec.dumps(failure)):
             self._count("frontier/dead")
-            self._count(f"frontier/dead/{reason}")
+            self._count(f"frontier/dead/{failure['reason']}")
 
     def dead_letter_orphans(self) -> None:
         """Dead-letter leases given to the engine whose request left it with nothing left to
@@ -221,7 +233,10 @@ class LeaseLedger:
 
     def _ack_if_done(self, lease_id: str, lease: Lease) -> None:
         if lease.output_done and lease.pending_items <= 0:
-            self.end(lease_id, ACK, str(lease.stored) if lease.stored else "")
+            if lease.failure is not None:
+                self._end_dead(lease_id, lease.failure)
+            else:
+                self.end(lease_id, ACK, _stored(lease))
 
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler is not None and self.crawler.stats is not None:
@@ -260,6 +275,11 @@ def unguarded(errback: Callable[..., Any] | None) -> Callable[..., Any] | None:
     while isinstance(errback, LeaseErrback):
         errback = errback.errback
     return errback
+
+
+def _stored(lease: Lease) -> str:
+    """An ack's payload: the items the page stored (counted for its crawl job), or nothing."""
+    return str(lease.stored) if lease.stored else ""
 
 
 def lease_id_of(request: Request) -> str:

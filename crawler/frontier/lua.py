@@ -52,7 +52,8 @@ BREAKER = _script("breaker")
 JOB = _PRELUDE + _script("job")
 JOB_STARTS = _script("job_starts")
 JOB_NUMBER = _script("job_number")
-# What is left of the jobs whose state expired.
+JOB_COUNTS = _script("job_counts")
+# What is left of the jobs that ended.
 FORGET_JOBS = _script("forget_jobs")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
 HAND_OVER = _script("hand_over")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.frontier import lua
+from crawler.frontier.codec import split_job
 from crawler.frontier.leases import ACK
 from crawler.frontier.queue import PRIORITY_LIMIT
 
@@ -60,8 +61,10 @@ def queue_adopt(
 
 def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
     """What a round trip writes of ``adopted`` and the lease ``ops``: a request kept and
-    acknowledged since the last trip needs neither (a dead letter still needs its record)."""
-    acked = {op[1] for op in ops if op[0] == ACK} & {entry.lease_id for entry in adopted}
+    acknowledged since the last trip needs neither (a dead letter still needs its record),
+    unless it is a crawl job's, whose ack the settle script counts for the job."""
+    jobless = {entry.lease_id for entry in adopted if split_job(entry.record)[0] is None}
+    acked = {op[1] for op in ops if op[0] == ACK} & jobless
     if not acked:
         return adopted, ops
     kept = [entry for entry in adopted if entry.lease_id not in acked]

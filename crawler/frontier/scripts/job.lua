@@ -73,6 +73,7 @@ local parked_list = Q.paused .. ':' .. n
 local parked = redis.call('LLEN', parked_list)
 if cancel then
   redis.call('SADD', Q.cancelled, n)
+  redis.call('SREM', Q.paused, n)  -- cancelled, it waits for nothing
   redis.call('DEL', parked_list)
 elseif mode == 'pause' then
   redis.call('SADD', Q.paused, n)
