@@ -35,6 +35,7 @@ from crawler.frontier.job_control import (
 )
 from crawler.frontier.jobs import JOB_TTL, InvalidJob, JobBook, check_job_id
 from crawler.frontier.leases import LEASE_META, LeaseLedger
+from crawler.frontier.outbox import adopted, settled_here
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
 from crawler.keys import FrontierKeys, job_key, jobs_key
@@ -449,6 +450,25 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     assert again > max(numbers.values())
     frontier.schedule([_pending(2, again, 0, 0)])
     assert len(frontier.pop(10, 60, "w1").leased) == 2  # busy's, and cut's anew
+
+
+def test_an_id_whose_state_expired_goes_on_under_its_number_until_forgotten(
+    redis_client: redis.Redis,
+) -> None:
+    number = JobBook(redis_client, KEYS.spider).number("acme")
+    redis_client.delete(job_key(KEYS.spider, "acme"))
+    assert JobBook(redis_client, KEYS.spider).number("acme") == number
+    assert 0 < redis_client.ttl(job_key(KEYS.spider, "acme")) <= JOB_TTL
+    assert forget_ended_jobs(redis_client, KEYS) == []  # its state is back
+
+
+def test_a_kept_request_of_a_job_acked_before_it_was_written_is_still_settled() -> None:
+    """A request kept on a turn taken ahead and acked before the next round trip: without a
+    job neither goes to Redis; a job's goes, adopted then acked, for the job's counts."""
+    plain = adopted(7, 0, codec.dumps({"u": "http://a.test/1"}))
+    jobbed = adopted(8, 0, codec.dumps({"j": 3, "u": "http://a.test/2"}))
+    ops = [("a", "7", ""), ("a", "8", "2")]
+    assert settled_here([plain, jobbed], ops) == ([jobbed], [("a", "8", "2")])
 
 
 def test_one_worker_a_sweep_looks_for_jobs_that_ended(redis_client: redis.Redis) -> None:
