@@ -41,13 +41,13 @@ logger = logging.getLogger(__name__)
 class JobSpiderMiddleware:
     """The spider middleware of jobs (SPIDER_MIDDLEWARES in crawler/settings.py); it also
     keeps the worker's view of the jobs fresh (JobBook.tick every CHECK_INTERVAL seconds) and
-    looks for jobs that ended, to forget them (in a thread, once a FORGET_INTERVAL for the
-    fleet: ``job_control.sweep_ended_jobs``)."""
+    looks for jobs that ended, to forget them, from the first job it meets on (in a thread,
+    once a FORGET_INTERVAL for the fleet: ``job_control.sweep_ended_jobs``)."""
 
     def __init__(self, crawler: Crawler, book: JobBook) -> None:
         self.crawler = crawler
         self.book = book
-        self._loop = task.LoopingCall(book.tick)
+        self._loop = task.LoopingCall(self._tick)
         self._sweeps = task.LoopingCall(self._sweep)
         self._keys: FrontierKeys | None = None
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
@@ -64,6 +64,12 @@ class JobSpiderMiddleware:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is not None and scheduler.frontier is not None:  # a crawl on the frontier
             self._keys = scheduler.frontier.keys
+
+    def _tick(self) -> None:
+        """The book's tick; the sweeps start once this worker met a job (a fleet that runs
+        none asks Redis nothing for them)."""
+        self.book.tick()
+        if self.book.met and self._keys is not None and not self._sweeps.running:
             self._sweeps.start(FORGET_INTERVAL, now=True)
 
     def _sweep(self) -> Deferred[None]:

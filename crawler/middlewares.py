@@ -376,7 +376,7 @@ class LeaseSpiderMiddleware:
             async for output in result:
                 if isinstance(output, Request):
                     mark_chain(output, request)
-                else:
+                elif output is not None:  # Scrapy skips a None: no item signal comes
                     self.frontier.ledger.item_started(request)
                 yield output
         finally:

@@ -21,7 +21,7 @@ from scrapy import Request
 from scrapy.exceptions import UsageError
 
 from crawler.commands.frontier import deadline, page_budget
-from crawler.frontier import codec
+from crawler.frontier import codec, job_control
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.job_control import (
     cancel_job,
@@ -403,6 +403,18 @@ def test_a_page_is_acked_with_the_items_it_stored_and_dead_lettered_with_them() 
     assert (failure["reason"], failure["items_stored"]) == ("item_error:ValueError", 2)
     ledger.item_finished(first, stored=True)
     assert ledger.ops[1] == ("a", "id0", "2")
+    # An item failed, then the callback gave the page up (IgnoreRequest): still dead, once its
+    # last item left the pipelines.
+    third = Request("http://a.test/3", meta={LEASE_META: "id2"})
+    ledger.take("id2", 1, third.url)
+    ledger.item_started(third)
+    ledger.item_started(third)
+    ledger.failed(third, "item_error:ValueError", "bad")
+    ledger.item_finished(third)
+    ledger.finished(third)
+    assert len(ledger.ops) == 2
+    ledger.item_finished(third, stored=True)
+    assert ledger.ops[2][:2] == ("d", "id2")
 
 
 def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
@@ -469,6 +481,38 @@ def test_a_kept_request_of_a_job_acked_before_it_was_written_is_still_settled() 
     jobbed = adopted(8, 0, codec.dumps({"j": 3, "u": "http://a.test/2"}))
     ops = [("a", "7", ""), ("a", "8", "2")]
     assert settled_here([plain, jobbed], ops) == ([jobbed], [("a", "8", "2")])
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(requests=REQUESTS, leased=st.integers(0, 10))
+def test_a_sweep_finds_every_job_with_a_request_left_slice_by_slice(
+    redis_client: redis.Redis,
+    requests: list[tuple[int | None, int, bool]],
+    leased: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Jobs 1-3 whose state expired, with requests queued at several priorities, delayed and
+    leased, read two records a script call: exactly those with none left are forgotten."""
+    redis_client.flushdb()
+    monkeypatch.setattr(job_control, "WORK_SLICE", 2)
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    book = JobBook(redis_client, KEYS.spider)
+    assert [book.number(f"j{n}") for n in (1, 2, 3)] == [1, 2, 3]
+    batch = [
+        _pending(index, job, priority, time.time() + 600 if delayed else 0)
+        for index, (job, priority, delayed) in enumerate(requests)
+    ]
+    frontier.schedule(batch)
+    frontier.pop(leased, 60, "w1")
+    for n in (1, 2, 3):
+        redis_client.delete(job_key(KEYS.spider, f"j{n}"))
+    left = {job for job, _, _ in requests if job is not None}
+    forgotten = forget_ended_jobs(redis_client, KEYS)
+    assert sorted(forgotten) == [f"j{n}" for n in (1, 2, 3) if n not in left]
+    for n in left:
+        assert redis_client.ttl(job_key(KEYS.spider, f"j{n}")) > 0  # its state again
 
 
 def test_one_worker_a_sweep_looks_for_jobs_that_ended(redis_client: redis.Redis) -> None:

@@ -170,10 +170,12 @@ class LeaseLedger:
             self._ack_if_done(lease_id_of(request), lease)
 
     def finished(self, request: Request) -> None:
-        """The request was handled without output to wait for (filtered, ignored)."""
+        """The request was handled without output to wait for (filtered, ignored): acked once
+        the items it made, if any, left the pipelines."""
         lease_id = lease_id_of(request)
         if (lease := self.held.get(lease_id)) is not None:
-            self.end(lease_id, ACK, _stored(lease))
+            lease.output_done = True  # acked (or dead, for a failed item) once its items left
+            self._ack_if_done(lease_id, lease)
 
     def release(self, request: Request) -> None:
         """Hand the request back to the queue untouched, for any worker to try again."""
@@ -196,9 +198,10 @@ class LeaseLedger:
             "attempts": attempts,
         }
         lease = self.held.get(lease_id)
-        if lease is not None and lease.pending_items > 0:
-            lease.failure = lease.failure or failure
-            return
+        if lease is not None:
+            lease.failure = failure = lease.failure or failure
+            if lease.pending_items > 0:
+                return
         self._end_dead(lease_id, failure)
 
     def _end_dead(self, lease_id: str, failure: dict[str, Any]) -> None:

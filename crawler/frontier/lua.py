@@ -53,6 +53,8 @@ JOB = _PRELUDE + _script("job")
 JOB_STARTS = _script("job_starts")
 JOB_NUMBER = _script("job_number")
 JOB_COUNTS = _script("job_counts")
+# Which of some jobs have a request in a slice of the queue, the delayed set or the leases.
+JOB_WORK = _PRELUDE + _script("job_work")
 # What is left of the jobs that ended.
 FORGET_JOBS = _script("forget_jobs")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.

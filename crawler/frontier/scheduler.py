@@ -378,9 +378,8 @@ class FrontierScheduler(BaseScheduler):
     def _trip(self, pop: bool, everything: bool = False) -> tuple[bool, Popped | None]:
         """One round trip (``trip.py``), when it has anything to carry and Redis is not in
         backoff. Returns whether it went (or had nothing to carry), and what the pop leased."""
-        if self._in_backoff():
+        if self._in_backoff() or self.trips is None:  # Redis away, or never opened
             return not self.outbox, None
-        assert self.trips is not None
         if not self.trips.needed(pop, everything):
             return True, None
         trip = self.trips.go(pop, self._backoff, self._outage)
