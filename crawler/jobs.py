@@ -150,3 +150,25 @@ class JobDownloaderMiddleware:
             self.crawler.stats.inc_value("jobs/paused_requests_sent_back")
             return send_back(request, dict(request.meta), time.time() + CHECK_INTERVAL)
         return None
+
+
+class JobAnswersMiddleware:
+    """Counts each answer to a crawl job's request, every attempt, for the job's failure
+    threshold (FAILURE_PAUSE_RATIO, ``JobBook.answered``): a response, failed when 5xx, and a
+    download error. Next to Scrapy's DownloaderStats (DOWNLOADER_MIDDLEWARES), so it counts what
+    the crawl's window counts; a request turned away before it was sent is no answer."""
+
+    def __init__(self, book: JobBook) -> None:
+        self.book = book
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> JobAnswersMiddleware:
+        return cls(JobBook.of(crawler))
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self.book.answered(request, response.status >= 500)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        if not isinstance(exception, IgnoreRequest):
+            self.book.answered(request, True)

@@ -73,6 +73,8 @@ DOWNLOADER_MIDDLEWARES = {
     "crawler.middlewares.SendGateMiddleware": 950,
     # A request of a cancelled crawl job is not sent (crawler/jobs.py).
     "crawler.jobs.JobDownloaderMiddleware": 5,
+    # Each answer to a crawl job's request, for the job's failure threshold (crawler/jobs.py).
+    "crawler.jobs.JobAnswersMiddleware": 860,
 }
 SPIDER_MIDDLEWARES = {
     # Outermost: acknowledges a request's lease once its output is fully handled.

@@ -11,13 +11,18 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scrapy import Request
 
 from crawler.bans.failures import answers_since
+from crawler.frontier.job_control import job_line, job_status, recent_jobs, resume_job
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.lua import FAILURES
 from crawler.frontier.pause import read_pause
-from crawler.keys import failure_window_key, pause_key
+from crawler.keys import FrontierKeys, failure_window_key, pause_key
+from crawler.meta import JOB_META
+from sandbox.hosts import host_address
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import ROOT, Crawl, Sandbox, poll, served_hosts
 
 WINDOW_KEY, PAUSE_KEY = failure_window_key("shop"), pause_key("shop")
 
@@ -131,3 +136,94 @@ def test_a_site_answering_only_errors_pauses_the_crawl_until_resumed(
     stored = [doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})]
     assert sorted(stored) == sorted(USERS)
     assert redis_client.llen("{profiles}:dead") == 0
+
+
+# --- a crawl job's own threshold -----------------------------------------------------------------
+
+
+def test_a_jobs_failed_answers_pause_the_job_alone(redis_client: redis.Redis) -> None:
+    """Answers to job 2's requests, most failed, fill its window: the job pauses itself, says
+    why in its state, and the crawl's window is left their answers; job 3's go on."""
+    book = JobBook(redis_client, "shop", failure_ratio=0.5, window=10)
+    failing, fine = book.number("failing"), book.number("fine")
+    for n in range(12):
+        book.answered(Request("http://a.test/", meta={JOB_META: failing}), n % 4 != 0)
+        book.answered(Request("http://b.test/", meta={JOB_META: fine}), n % 4 == 0)
+    book.answered(Request("http://b.test/"), True)  # no job: the crawl's
+    book.answered(Request("http://b.test/", meta={JOB_META: fine}), True, counted=False)  # a ban
+    assert book.take_answered() == (24, 13)
+    book.tick()
+    keys = FrontierKeys("shop", "shop:start_urls")
+    state = job_status(redis_client, keys, "failing").to_json()
+    assert state["paused_by"] == "failure threshold"
+    assert "of the last 10 answers failed" in state["paused_reason"]
+    assert job_status(redis_client, keys, "fine").to_json()["paused_by"] is None
+    assert redis_client.smembers("{shop}:jobs:paused") == {str(failing).encode()}
+    assert read_pause(redis_client, "shop") is None
+    [line] = [job_line(job) for job in recent_jobs(redis_client, "shop") if job["job"] == "failing"]
+    assert line.startswith("failing paused (failure threshold: ")
+    resume_job(redis_client, keys, "failing")
+    assert job_status(redis_client, keys, "failing").to_json()["paused_by"] is None
+
+
+@pytest.mark.integration
+def test_a_job_whose_host_answers_only_errors_pauses_itself_and_the_other_goes_on(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """Job A's host answers 503 to everything, job B's answers: A pauses itself within its
+    window (20 answers), says why in `scrapy status`, the crawl is not paused and B is crawled
+    whole; once the host is back and A resumed, A is crawled whole and nothing is dead."""
+    with served_hosts(2, 30) as web:
+        pages = {
+            job: [f"http://{host_address(h)}:{web.port}/p/{k}" for k in range(1, 30)]
+            for job, h in (("A", 0), ("B", 1))
+        }
+        entries = [json.dumps({"url": url, "job": job}) for job in pages for url in pages[job]]
+        redis_client.lpush("links:start_urls", *entries)
+        web.faults[host_address(0)] = "503"
+        settings = {
+            "FAILURE_PAUSE_WINDOW": 20,
+            "FAILURE_PAUSE_RATIO": 0.5,
+            "HOST_BLOCK_START": 0,  # this test is about the job's window, not the breaker
+            "LINKS_SCOPE": "host",
+            "LINKS_SITEMAPS": False,
+            "LINKS_ROBOTS_OBEY": False,
+            # A's requests wait, retried, until the job pauses: none is given up.
+            "RETRY_TIMES": 50,
+            "RETRY_BACKOFF_BASE": 1.0,
+            "RETRY_BACKOFF_MAX": 1.0,
+            "POLITENESS_RATE": 20,
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+        }
+        keys = FrontierKeys("links", "links:start_urls")
+        with crawl.background("links", settings=settings) as worker:
+            poll(
+                lambda: job_status(redis_client, keys, "A").to_json()["paused_by"],
+                60,
+                "job A paused itself",
+            )
+
+            def b_whole() -> bool:
+                return {p for _, p in web.arrivals[host_address(1)]} >= {
+                    url.split(str(web.port), 1)[1] for url in pages["B"]
+                }
+
+            poll(b_whole, 60, "job B crawled whole")
+            assert read_pause(redis_client, "links") is None
+            status = subprocess.run(
+                [sys.executable, "-m", "scrapy", "status", "links"],
+                cwd=ROOT,
+                env=crawl.env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert "A paused (failure threshold: " in status.stdout, status.stdout
+            poll(lambda: "answers of job A failed" in worker.log_text(), 10, "the log")
+            assert worker.poll() is None, "the worker closed with job A paused"
+            web.faults.clear()
+            resume_job(redis_client, keys, "A")
+            assert worker.wait(180) == 0, worker.log_text()[-3000:]
+        a_fetched = {p for _, p in web.arrivals[host_address(0)] if p != "/robots.txt"}
+        assert a_fetched >= {url.split(str(web.port), 1)[1] for url in pages["A"]}
+    assert redis_client.llen("{links}:dead") == 0

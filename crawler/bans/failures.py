@@ -1,4 +1,5 @@
-"""The failure threshold: a crawl most of whose answers fail pauses itself, fleet-wide.
+"""The failure threshold: a crawl most of whose answers fail pauses itself, fleet-wide (and a
+crawl job, its own: ``JobBook.answered``; the crawl's window leaves a job's answers out).
 
 With FAILURE_PAUSE_RATIO r and FAILURE_PAUSE_WINDOW n, once more than r of the fleet's last n
 answers failed (a download error, a 5xx status, a ban), the crawl is paused as ``scrapy frontier
@@ -23,6 +24,7 @@ from twisted.internet import task
 
 from crawler.config import setting, switched_off
 from crawler.connection import crawl_redis
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.lua import FAILURES, queue_eval
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.keys import failure_window_key, pause_key
@@ -90,6 +92,10 @@ class FailurePause:
         stats = self.crawler.stats.get_stats() if self.crawler.stats is not None else {}
         answers, failed = answers_since(self._seen, stats)
         self._seen = dict(stats)
+        # Answers to crawl jobs' requests go to their jobs' windows (each job pauses itself).
+        jobs_answers, jobs_failed = JobBook.of(self.crawler).take_answered()
+        answers = max(0, answers - jobs_answers)
+        failed = min(answers, max(0, failed - jobs_failed))
         self._pending = (self._pending[0] + answers, self._pending[1] + failed)
         if not self._pending[0]:
             return

@@ -25,6 +25,7 @@ from crawler.bans.identities import without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.bans.waits import RedisWait, RetryBackoff, cooldown_max
 from crawler.config import setting, setting_int
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.reports import FrontierReports
 from crawler.meta import DUE_META, IDENTITY_META, send_back
 
@@ -75,6 +76,7 @@ class BanPolicy:
         domain = urlparse_cached(request).hostname or ""
         identity = str(request.meta.get(IDENTITY_META, "default"))
         self._count("ban/count")
+        JobBook.of(self.crawler).answered(request, True, counted=False)  # a job's threshold
         self._count(f"ban/rule/{verdict.rule}")
         self._count(f"ban/domain/{domain}")
         logger.warning(

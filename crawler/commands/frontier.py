@@ -279,6 +279,8 @@ def print_job(spider: str, status: JobStatus, where: str) -> None:
             shown = (
                 "-" if value is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
             )
+        elif value is None:
+            shown = "-"
         else:
             shown = f"{value:,}" if isinstance(value, int) else str(value)
         if name != "job":

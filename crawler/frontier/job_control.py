@@ -70,7 +70,8 @@ class JobStatus:
         counted |= {"done": self.done, "dead_letters": self.dead}
         budget = self.state.get("max_pages")
         limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
-        return {"job": self.job, **counted, **numbers, **limits, **times}
+        why = {name: self.state.get(name) for name in ("paused_by", "paused_reason")}
+        return {"job": self.job, **counted, **numbers, **limits, **times, **why}
 
 
 def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
@@ -122,7 +123,7 @@ def _act(
     elif mode == "pause":
         pipe.hsetnx(key, "paused", f"{time.time():.3f}")
     elif mode == "resume":
-        pipe.hdel(key, "paused")
+        pipe.hdel(key, "paused", "paused_by", "paused_reason")
     elif mode == "expire":
         pipe.hset(key, "expires", f"{deadline:.3f}")
     elif mode == "limit":
@@ -218,15 +219,19 @@ def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> li
         shown = status.to_json()
         counts = {key: shown[key] for key in COUNTS}
         times = {key: shown[key] for key in TIMES}
-        jobs.append({"job": name, "state": _state(times, now), **counts, **times})
+        state = _state(times, now)
+        why = shown["paused_by"] and f"{shown['paused_by']}: {shown['paused_reason']}"
+        jobs.append({"job": name, "state": state, **counts, **times, "why": why or None})
     jobs.sort(key=lambda job: -(job["last"] or job["started"] or 0))
     return jobs[:limit]
 
 
 def job_line(job: dict[str, Any]) -> str:
-    """``acme-1 paused: 120 pages, 118 items, 0 errors``."""
+    """``acme-1 paused: 120 pages, 118 items, 0 errors``, and why when the job paused itself
+    (``acme-1 paused (failure threshold: 12 of the last 20 answers failed ...): ...``)."""
+    why = f" ({job['why']})" if job.get("why") and job["state"] == "paused" else ""
     return (
-        f"{job['job']} {job['state']}: {job['pages']:,} pages, {job['items']:,} items, "
+        f"{job['job']} {job['state']}{why}: {job['pages']:,} pages, {job['items']:,} items, "
         f"{job['errors']:,} errors"
     )
 

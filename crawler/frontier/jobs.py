@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from redis.exceptions import RedisError
 
+from crawler.config import setting
 from crawler.connection import crawl_redis, reply_text
 from crawler.frontier import lua
 from crawler.frontier.codec import JOB_FIELD
@@ -43,6 +44,7 @@ from crawler.keys import (
     job_key,
     jobs_key,
     paused_jobs_key,
+    tagged,
 )
 from crawler.meta import JOB_META
 
@@ -91,9 +93,15 @@ class JobBook:
     job), the cancelled ones (read every CHECK_INTERVAL seconds by :meth:`tick`) and the counts
     it has not written yet."""
 
-    def __init__(self, server: RedisClient, spider: str) -> None:
+    def __init__(
+        self, server: RedisClient, spider: str, failure_ratio: float = 0.0, window: int = 0
+    ) -> None:
         self.server = server
         self.spider = spider
+        # The failure threshold of each job (FAILURE_PAUSE_RATIO, FAILURE_PAUSE_WINDOW; 0: off).
+        self.failure_ratio, self.window = failure_ratio, window
+        self._answers: defaultdict[int, list[int]] = defaultdict(lambda: [0, 0])
+        self._answered = [0, 0]  # jobs' answers and failed ones the crawl's window leaves out
         self._numbers: dict[str, int] = {}
         self._names: dict[int, str | None] = {}  # None: a number Redis does not know (any more)
         self.cancelled: frozenset[int] = frozenset()
@@ -112,7 +120,9 @@ class JobBook:
         book = crawler.__dict__.get(ATTRIBUTE)
         if book is None:
             assert crawler.spidercls is not None
-            book = cls(crawl_redis(crawler), crawler.spidercls.name)
+            ratio: float = setting(crawler.settings, "FAILURE_PAUSE_RATIO")
+            window: int = setting(crawler.settings, "FAILURE_PAUSE_WINDOW")
+            book = cls(crawl_redis(crawler), crawler.spidercls.name, ratio, window)
             setattr(crawler, ATTRIBUTE, book)
         return cast(JobBook, book)
 
@@ -169,6 +179,26 @@ class JobBook:
             self._meet()
             self._counts[number][what] += value
 
+    def answered(self, request: Request, failed: bool, counted: bool = True) -> None:
+        """An answer to a job's request, for the job's failure threshold: a response (failed
+        when 5xx) or a download error (failed), ``counted``; a ban found in a response already
+        counted, not ``counted`` (only failed), as the crawl's window counts them."""
+        number = job_number_of(request)
+        if number is None or not self.failure_ratio:
+            return
+        self._meet()
+        self._answers[number][0] += counted
+        self._answers[number][1] += failed
+        self._answered[0] += counted
+        self._answered[1] += failed
+
+    def take_answered(self) -> tuple[int, int]:
+        """The answers to jobs' requests, and the failed ones, since last asked: the crawl's
+        window leaves them to their jobs' windows."""
+        answers, failed = self._answered
+        self._answered = [0, 0]
+        return answers, failed
+
     def tag_item(self, item: Any, number: int) -> None:
         """Remember the job of ``item`` until it leaves the pipelines (:meth:`untag_item`)."""
         job = self.name(number)
@@ -197,6 +227,7 @@ class JobBook:
             self._names.clear()
         try:
             self._write_counts()
+            self._write_answers()
             pipe = self.server.pipeline(transaction=False)
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
@@ -239,3 +270,33 @@ class JobBook:
             lua.queue_eval(pipe, lua.JOB_COUNTS, keys, args)
         pipe.execute()
         self._counts.clear()
+
+    def _write_answers(self) -> None:
+        """Add the jobs' answers to their windows; a job past its threshold is paused."""
+        if not self._answers:
+            return
+        now, written = f"{time.time():.3f}", []
+        pipe = self.server.pipeline(transaction=False)
+        for number, (answers, failed) in self._answers.items():
+            job = self.name(number)
+            if job is None:
+                continue
+            keys = [tagged(self.spider, f"jobs:answers:{number}"), paused_jobs_key(self.spider)]
+            failed = min(failed, answers)
+            args = [self.window, failed, answers - failed, self.failure_ratio, now, number]
+            lua.queue_eval(pipe, lua.JOB_FAILURES, [*keys, job_key(self.spider, job)], args)
+            written.append(job)
+        replies = pipe.execute()
+        self._answers.clear()
+        for job, (seen, bad, paused) in zip(written, replies, strict=True):
+            if int(paused):
+                logger.error(
+                    "%d of the last %d answers of job %s failed (FAILURE_PAUSE_RATIO %g): the "
+                    "job is paused; `scrapy frontier %s job %s resume` once the cause is fixed",
+                    int(bad),
+                    int(seen),
+                    job,
+                    self.failure_ratio,
+                    self.spider,
+                    job,
+                )

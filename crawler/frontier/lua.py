@@ -44,8 +44,10 @@ QUEUED = _PRELUDE + _script("queued")
 # What the queue's head allows: its hosts, their rates and spare tokens (read only).
 DEMAND = _PRELUDE + _BUCKET + _script("pace") + _script("demand")
 POP_START = _script("pop_start")
-# The fleet's window of answers, and the pause once too many of them failed.
-FAILURES = _script("failures")
+# The fleet's window of answers, and the pause once too many of them failed; a job's too.
+_ANSWERS = _script("answers")
+FAILURES = _ANSWERS + _script("failures")
+JOB_FAILURES = _ANSWERS + _script("job_failures")
 # A host's failure for the fleet's circuit breaker (crawler/bans/breaker.py).
 BREAKER = _script("breaker")
 # A job's requests counted, or removed when it is cancelled (crawler/frontier/jobs.py).

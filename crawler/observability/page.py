@@ -192,8 +192,16 @@ def _jobs(jobs: list[Mapping[str, Any]]) -> str:
     if not jobs:
         return ""
     names = ("job", "state", "pages", "items", "errors")
-    rows = [[_cell(job[name]) for name in names] for job in jobs]
+    rows = [
+        [_cell(_job_state(job) if name == "state" else job[name]) for name in names] for job in jobs
+    ]
     return _table("Jobs", names, rows)
+
+
+def _job_state(job: Mapping[str, Any]) -> str:
+    """A job's state, with why when it paused itself (the failure threshold)."""
+    state = str(job["state"])
+    return f"{state} ({job['why']})" if job.get("why") and state == "paused" else state
 
 
 def _failures(failures: Mapping[str, Any] | None, data: str) -> str:
