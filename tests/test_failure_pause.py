@@ -11,6 +11,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import generate_latest
 from scrapy import Request
 
 from crawler.bans.failures import answers_since
@@ -20,6 +21,8 @@ from crawler.frontier.lua import FAILURES
 from crawler.frontier.pause import read_pause
 from crawler.keys import FrontierKeys, failure_window_key, pause_key
 from crawler.meta import JOB_META
+from crawler.observability.counters import Counters
+from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from sandbox.hosts import host_address
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll, served_hosts
@@ -162,6 +165,13 @@ def test_a_jobs_failed_answers_pause_the_job_alone(redis_client: redis.Redis) ->
     assert read_pause(redis_client, "shop") is None
     [line] = [job_line(job) for job in recent_jobs(redis_client, "shop") if job["job"] == "failing"]
     assert line.startswith("failing paused (failure threshold: ")
+    book.tick()  # the worker reads the pause, by whom and why: its metrics show it
+    [(job, by, reason)] = book.paused_jobs()
+    assert (job, by) == ("failing", "failure threshold")
+    info = WorkerInfo("shop", "w1", "h", 1, 0.0)
+    snapshot = Snapshot(info, Counters.from_stats({}), None, jobs_paused=(("failing", by, reason),))
+    page = generate_latest(registry_for(lambda: snapshot)).decode()
+    assert f'crawler_job_paused{{by="failure threshold",job="failing",reason="{reason}"' in page
     resume_job(redis_client, keys, "failing")
     assert job_status(redis_client, keys, "failing").to_json()["paused_by"] is None
 

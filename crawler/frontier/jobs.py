@@ -106,6 +106,7 @@ class JobBook:
         self._names: dict[int, str | None] = {}  # None: a number Redis does not know (any more)
         self.cancelled: frozenset[int] = frozenset()
         self.paused: frozenset[int] = frozenset()
+        self.paused_why: dict[int, tuple[str, str]] = {}  # by whom and why, as read at the pause
         self.budgeted: frozenset[int] = frozenset()  # jobs with a page budget
         self.deadlines: dict[int, float] = {}
         self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
@@ -252,9 +253,24 @@ class JobBook:
             logger.warning("Job %s cancelled: its requests are dropped", self.name(number))
         for number in paused - self.paused:
             logger.warning("Job %s paused: its requests wait until it resumes", self.name(number))
+            self.paused_why[number] = self._why_paused(number)
         for number in self.paused - paused:
             logger.warning("Job %s resumed", self.name(number))
+            self.paused_why.pop(number, None)
         self.cancelled, self.paused, self.deadlines = cancelled, paused, deadlines
+
+    def _why_paused(self, number: int) -> tuple[str, str]:
+        """By whom and why the job numbered ``number`` was paused (empty: by a command)."""
+        job = self.name(number)
+        if job is None:
+            return "", ""
+        by, reason = self.server.hmget(job_key(self.spider, job), ["paused_by", "paused_reason"])
+        return (reply_text(by) if by else ""), (reply_text(reason) if reason else "")
+
+    def paused_jobs(self) -> list[tuple[str, str, str]]:
+        """The jobs paused as this worker last read them: id, by whom and why."""
+        why = dict(self.paused_why)
+        return [(job, *why.get(n, ("", ""))) for n in self.paused if (job := self._names.get(n))]
 
     def _write_counts(self) -> None:
         if not self._counts:

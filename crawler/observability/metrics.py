@@ -44,6 +44,9 @@ Gauges:
 - ``crawler_paused{spider}``: 1 while this worker sees its crawl paused (``scrapy frontier
   SPIDER pause``), else 0; ``crawler_paused_since_seconds{spider}`` (Unix time, when the pause
   says) and ``crawler_pause_info{spider,by,reason}`` (always 1) while paused.
+- ``crawler_job_paused{spider,job,by,reason}``: 1 for each crawl job paused, as this worker
+  last read (within a second); ``by`` "failure threshold" with the count as ``reason`` when
+  the job paused itself, empty when a command paused it.
 - ``crawler_worker_start_time_seconds{spider}``: when this worker started (Unix time).
 - ``crawler_worker_info{spider,worker,host,pid}``: always 1; names this worker.
 
@@ -101,6 +104,7 @@ class Snapshot:
     fleet: FleetView | None
     own_pace: float = 0.0
     pause: Pause | None = None  # the crawl's pause, as this worker last read it
+    jobs_paused: tuple[tuple[str, str, str], ...] = ()  # (job, by, reason) as last read
 
 
 class WorkerCollector(Collector):
@@ -117,6 +121,7 @@ class WorkerCollector(Collector):
         yield from _fleet(spider, snapshot.fleet, snapshot.own_pace)
         yield from _sizing(spider, snapshot.fleet)
         yield from _pause(spider, snapshot.pause)
+        yield from _jobs_paused(spider, snapshot.jobs_paused)
         yield from _worker(snapshot.info)
 
 
@@ -266,6 +271,14 @@ def _pause(spider: str, pause: Pause | None) -> Iterator[Metric]:
             since.add_metric([spider], pause.since)
         info.add_metric([spider, pause.by, pause.reason], 1)
     yield from (paused, since, info)
+
+
+def _jobs_paused(spider: str, jobs: tuple[tuple[str, str, str], ...]) -> Iterator[Metric]:
+    labels = ("job", "by", "reason")
+    paused = _gauge("crawler_job_paused", "1 for each paused crawl job: by whom and why.", labels)
+    for job, by, reason in jobs:
+        paused.add_metric([spider, job, by, reason], 1)
+    yield paused
 
 
 def _worker(info: WorkerInfo) -> Iterator[Metric]:

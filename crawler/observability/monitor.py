@@ -26,6 +26,7 @@ from twisted.internet.error import CannotListenError
 from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import FleetKeys, FrontierKeys, start_key
@@ -237,7 +238,9 @@ class FleetMonitor:
         scheduler = FrontierReports(self.crawler).scheduler
         watch = scheduler.pause if scheduler is not None else None
         pause = watch.state if watch is not None else None
-        return Snapshot(self.info, counters, self.fleet, self.pace(stats).pages_per_min, pause)
+        jobs = tuple(JobBook.of(self.crawler).paused_jobs())
+        pace = self.pace(stats).pages_per_min
+        return Snapshot(self.info, counters, self.fleet, pace, pause, jobs)
 
     def metrics_page(self) -> str:
         """``/metrics`` as text."""
