@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
 
-DUPEFILTER_MODES = ("bloom", "redisbloom", "exact", "none")
 # Modes whose count of requests seen is an estimate.
 APPROXIMATE_MODES = ("bloom", "redisbloom")
 # The modes whose filter lets a URL found again by a shorter path (a smaller depth) through.
