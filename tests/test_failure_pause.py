@@ -4,8 +4,6 @@ and says why, and goes on, losing nothing, once resumed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import redis
@@ -25,7 +23,8 @@ from crawler.observability.counters import Counters
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from sandbox.hosts import host_address
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll, served_hosts
+from tests.harness import Crawl, Sandbox, poll, served_hosts
+from tests.test_pause import _scrapy
 
 WINDOW_KEY, PAUSE_KEY = failure_window_key("shop"), pause_key("shop")
 
@@ -123,14 +122,7 @@ def test_a_site_answering_only_errors_pauses_the_crawl_until_resumed(
         assert pause.by == "failure threshold"
         assert "of the last 20 answers failed" in pause.reason
         poll(lambda: "the crawl of profiles is paused" in worker.log_text(), 10, "the log")
-        status = subprocess.run(
-            [sys.executable, "-m", "scrapy", "status"],
-            cwd=ROOT,
-            env=crawl.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        status = _scrapy(crawl, "status")
         assert "failure threshold" in status.stdout, status.stdout + status.stderr
         assert worker.poll() is None, "a paused worker closed"
         sandbox.admin("config", {"faults": {"error_rate": 0.0}})
@@ -220,14 +212,7 @@ def test_a_job_whose_host_answers_only_errors_pauses_itself_and_the_other_goes_o
 
             poll(b_whole, 60, "job B crawled whole")
             assert read_pause(redis_client, "links") is None
-            status = subprocess.run(
-                [sys.executable, "-m", "scrapy", "status", "links"],
-                cwd=ROOT,
-                env=crawl.env(),
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            status = _scrapy(crawl, "status", "links")
             assert "A paused (failure threshold: " in status.stdout, status.stdout
             poll(lambda: "answers of job A failed" in worker.log_text(), 10, "the log")
             assert worker.poll() is None, "the worker closed with job A paused"

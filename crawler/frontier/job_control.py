@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -229,11 +230,16 @@ def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> li
 def job_line(job: dict[str, Any]) -> str:
     """``acme-1 paused: 120 pages, 118 items, 0 errors``, and why when the job paused itself
     (``acme-1 paused (failure threshold: 12 of the last 20 answers failed ...): ...``)."""
-    why = f" ({job['why']})" if job.get("why") and job["state"] == "paused" else ""
     return (
-        f"{job['job']} {job['state']}{why}: {job['pages']:,} pages, {job['items']:,} items, "
+        f"{job['job']} {job_state(job)}: {job['pages']:,} pages, {job['items']:,} items, "
         f"{job['errors']:,} errors"
     )
+
+
+def job_state(job: Mapping[str, Any]) -> str:
+    """A listed job's state, with why when it paused itself (the failure threshold)."""
+    state = str(job["state"])
+    return f"{state} ({job['why']})" if job.get("why") and state == "paused" else state
 
 
 def _state(times: dict[str, Any], now: float) -> str:
@@ -271,9 +277,10 @@ def forget_ended_jobs(server: RedisClient, keys: FrontierKeys, chunk: int = 500)
     held = {reply_text(member) for member in paused}
     gone = [n for n, a in zip(names, alive, strict=True) if not a and numbers[n] not in held]
     busy = _jobs_with_work(server, keys, {numbers[name] for name in gone})
+    book = JobBook(server, spider)
     for name in gone:
         if numbers[name] in busy:  # its state again, as when an entry names it (not if paused)
-            JobBook(server, spider).number(name)
+            book.number(name)
     ended = [name for name in gone if numbers[name] not in busy]
     forgotten: list[str] = []
     for first in range(0, len(ended), chunk):

@@ -217,8 +217,8 @@ class JobBook:
         return job
 
     def tick(self) -> None:
-        """Write the counts taken since the last tick and read the cancelled jobs; Redis away,
-        the counts wait for the next tick."""
+        """Write the counts and answers taken since the last tick and read the jobs' holds, in
+        one round trip; Redis away, the counts wait for the next tick."""
         if not self.met:
             return
         if time.monotonic() >= self._forget_cache_at:
@@ -227,14 +227,18 @@ class JobBook:
             self._numbers.clear()
             self._names.clear()
         try:
-            self._write_counts()
-            self._write_answers()
             pipe = self.server.pipeline(transaction=False)
+            now = f"{time.time():.3f}"
+            self._queue_counts(pipe, now)
+            written = self._queue_answers(pipe, now)
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
             pipe.smembers(paused_jobs_key(self.spider))
             pipe.hkeys(job_budgets_key(self.spider))
-            cancelled, deadlines, paused, budgeted = pipe.execute()
+            *writes, cancelled, deadlines, paused, budgeted = pipe.execute()
+            self._counts.clear()
+            self._answers.clear()
+            self._say_paused(written, writes[len(writes) - len(written) :])
             self.budgeted = frozenset(int(number) for number in budgeted)
             self._read_holds(
                 frozenset(int(member) for member in cancelled),
@@ -272,38 +276,29 @@ class JobBook:
         why = dict(self.paused_why)
         return [(job, *why.get(n, ("", ""))) for n in self.paused if (job := self._names.get(n))]
 
-    def _write_counts(self) -> None:
-        if not self._counts:
-            return
-        now = f"{time.time():.3f}"
-        pipe = self.server.pipeline(transaction=False)
+    def _queue_counts(self, pipe: Any, now: str) -> None:
+        """Queue the counts taken since the last tick, a script call a job."""
         for number, counts in self._counts.items():
-            job = self.name(number)
-            if job is None:
-                continue
-            keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
-            args: list[Any] = [number, now, JOB_TTL, *itertools.chain(*counts.items())]
-            lua.queue_eval(pipe, lua.JOB_COUNTS, keys, args)
-        pipe.execute()
-        self._counts.clear()
+            if (job := self.name(number)) is not None:
+                keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
+                args: list[Any] = [number, now, JOB_TTL, *itertools.chain(*counts.items())]
+                lua.queue_eval(pipe, lua.JOB_COUNTS, keys, args)
 
-    def _write_answers(self) -> None:
-        """Add the jobs' answers to their windows; a job past its threshold is paused."""
-        if not self._answers:
-            return
-        now, written = f"{time.time():.3f}", []
-        pipe = self.server.pipeline(transaction=False)
+    def _queue_answers(self, pipe: Any, now: str) -> list[str]:
+        """Queue the jobs' answers to their windows (a job past its threshold is paused);
+        returns the jobs written, in order."""
+        written = []
         for number, (answers, failed) in self._answers.items():
-            job = self.name(number)
-            if job is None:
+            if (job := self.name(number)) is None:
                 continue
             keys = [tagged(self.spider, f"jobs:answers:{number}"), paused_jobs_key(self.spider)]
             failed = min(failed, answers)
             args = [self.window, failed, answers - failed, self.failure_ratio, now, number]
             lua.queue_eval(pipe, lua.JOB_FAILURES, [*keys, job_key(self.spider, job)], args)
             written.append(job)
-        replies = pipe.execute()
-        self._answers.clear()
+        return written
+
+    def _say_paused(self, written: list[str], replies: list[Any]) -> None:
         for job, (seen, bad, paused) in zip(written, replies, strict=True):
             if int(paused):
                 logger.error(

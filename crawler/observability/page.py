@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from html import escape
 from typing import Any
 
+from crawler.frontier.job_control import job_state
 from crawler.frontier.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES
 from crawler.observability.charts import bar_chart
@@ -192,16 +193,8 @@ def _jobs(jobs: list[Mapping[str, Any]]) -> str:
     if not jobs:
         return ""
     names = ("job", "state", "pages", "items", "errors")
-    rows = [
-        [_cell(_job_state(job) if name == "state" else job[name]) for name in names] for job in jobs
-    ]
-    return _table("Jobs", names, rows)
-
-
-def _job_state(job: Mapping[str, Any]) -> str:
-    """A job's state, with why when it paused itself (the failure threshold)."""
-    state = str(job["state"])
-    return f"{state} ({job['why']})" if job.get("why") and state == "paused" else state
+    shown = [{**job, "state": job_state(job)} for job in jobs]
+    return _table("Jobs", names, [[_cell(job[name]) for name in names] for job in shown])
 
 
 def _failures(failures: Mapping[str, Any] | None, data: str) -> str:
