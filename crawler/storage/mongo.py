@@ -2,21 +2,16 @@
 
 Items are buffered per collection and written as one unordered ``bulk_write`` of upserts keyed
 on each item's unique key: the fields, ``last_seen``, ``first_seen`` on insert, and
-``last_changed``/``change_count`` when the content changed (``changes.py``). A batch of a
-collection whose last batch brought new documents is first written as inserts, the documents
-whose key is stored, refused as duplicate keys, then as upserts. Each upsert is first written
-in the plain form that matches an unchanged document through its hash; the documents whose
-content changed, refused by it as duplicate keys, are written again in the update-pipeline form
-that counts the change. The reactor only reads each item's key and
-buffers it: reading the items into documents, their hashes and trimming run in a preparer
-thread, the writes in a writer thread, a batch being prepared while the one before is written.
-``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns
-only once its item is written with the write concern
-MONGO_WRITE_CONCERN (journaled by default) or spilled to the local spill file, so the frontier
-acknowledges a request only after its items are durable. An item MongoDB does not store (too
-large even once trimmed, see ``documents.py``, or refused by the server) fails with
-:class:`ItemNotStored`: Scrapy sends ``item_error`` and its request is dead-lettered with the
-reason instead of acknowledged.
+``last_changed``/``change_count`` when the content changed (``changes.py``), each in the
+cheapest form that may do (``bulk.py``). The reactor only reads each item's key and buffers it:
+reading the items into documents, their hashes and trimming run in a preparer thread, the writes
+in a writer thread, a batch being prepared while the one before is written.
+``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns only
+once its item is written with the write concern MONGO_WRITE_CONCERN (journaled by default) or
+spilled to the local spill file, so the frontier acknowledges a request only after its items are
+durable. An item MongoDB does not store (too large even once trimmed, see ``documents.py``, or
+refused by the server) fails with :class:`ItemNotStored`: Scrapy sends ``item_error`` and its
+request is dead-lettered with the reason instead of acknowledged.
 """
 
 from __future__ import annotations
@@ -24,31 +19,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bson.errors import BSONError
-from pymongo import InsertOne, MongoClient, UpdateOne, WriteConcern
-from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+from pymongo import MongoClient, WriteConcern
+from pymongo.errors import PyMongoError
 
 from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
+from crawler.storage.bulk import BulkWrites, Write
 from crawler.storage.changes import (
-    history_update,
     marked_trimmed,
-    new_document,
-    same_content_filter,
-    same_content_update,
     with_change_hash,
 )
 from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
-from crawler.storage.spill import Record, SpillFile
-from crawler.storage.writes import Outcome, refused, transient, written
+from crawler.storage.spill import SpillFile
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -69,14 +59,6 @@ PREPARE_SLICE = 16
 Upsert = tuple[dict[str, Any], Any, Collection[str], dict[str, Any]]
 # Seconds without a new item after which a batch is written, however young.
 QUIET = 0.05
-# A collection whose documents mostly change is written in the pipeline form alone, and in the
-# plain form first again once in this many batches, to see whether they still do.
-PLAIN_PROBE_BATCHES = 8
-# A collection at least this share of whose last batch were new documents (keys not stored yet)
-# has its next batch inserted first. An insert refused because its key is stored costs a small
-# part of an upsert (its write is then upserted all the same), a new document inserted much
-# less than upserted (docs/storage.md has the figures): a quarter pays, with room.
-NEW_SHARE_FOR_INSERTS = 0.25
 
 
 class MongoUnavailable(RuntimeError):
@@ -158,14 +140,10 @@ class MongoWriter:
         self.spider_name = spider_name
         self.destinations = destinations
         self._indexed: dict[tuple[str, str], str] = {}  # (collection, unique key): index name
-        # Per collection: batches written, the share of changed documents in the last batch
-        # written in the plain form first, and the share of new documents in the last batch.
-        self._batch_counts: dict[str, int] = {}
-        self._changed_share: dict[str, float] = {}
-        self._new_share: dict[str, float] = {}
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
+        self.bulk: BulkWrites | None = None  # once connected
         self._batches: dict[str, CollectionBatch] = {}
         self._pending = 0
         self._room = asyncio.Event()
@@ -179,9 +157,13 @@ class MongoWriter:
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
         await self._in_thread(self._connect)
+        assert self.database is not None
         self.spill = SpillFile(self.config.spill_dir, self.spider_name)
-        await self._in_thread(self._replay_orphans)
-        await self._in_thread(self._replay_own)
+        self.bulk = BulkWrites(
+            self.database, self._indexed, self.stats, self.config.retry_times, self.spill
+        )
+        await self._in_thread(self.bulk.replay_orphans)
+        await self._in_thread(self.bulk.replay_own)
         self._room.set()
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
@@ -214,8 +196,8 @@ class MongoWriter:
             self._flush(collection)
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
-        if self.spill is not None:
-            await self._in_thread(self._replay_own)
+        if self.spill is not None and self.bulk is not None:
+            await self._in_thread(self.bulk.replay_own)
             self.spill.close()
         if self.client is not None:
             await self._in_thread(self.client.close)
@@ -278,8 +260,8 @@ class MongoWriter:
         for collection, batch in list(self._batches.items()):
             if now - batch.started >= self.config.flush_interval or now - batch.joined >= quiet:
                 self._flush(collection)
-        if self.spill is not None and self.spill.pending() and not self._writes:
-            await self._in_thread(self._replay_own)
+        if self.bulk is not None and self.bulk.spill.pending() and not self._writes:
+            await self._in_thread(self.bulk.replay_own)
 
     async def _write(self, collection: str, batch: CollectionBatch) -> None:
         keys, operations = list(batch.updates), list(batch.updates.values())
@@ -289,8 +271,9 @@ class MongoWriter:
             writes, failed = await self._in_thread(
                 self._prepare_batch, collection, operations, executor=self._preparer
             )
+            assert self.bulk is not None  # open() made it before any item was stored
             failed = await self._in_thread(
-                self._write_or_spill, collection, writes, destinations, failed, len(operations)
+                self.bulk.write_or_spill, collection, writes, destinations, failed, len(operations)
             )
         except Exception as exc:  # the spill file failed too: the items are not stored
             logger.exception(
@@ -333,78 +316,6 @@ class MongoWriter:
                 failed[index] = str(exc)
         return writes, failed
 
-    # --- writing (writer thread) ---------------------------------------------------------------
-
-    def _connect(self) -> None:
-        client: MongoClient[dict[str, Any]] = MongoClient(
-            self.config.uri,
-            serverSelectionTimeoutMS=self.config.timeout_ms,
-            socketTimeoutMS=self.config.answer_timeout_ms,
-            tz_aware=True,
-        )
-        try:
-            client.admin.command("ping")
-            database = client.get_database(
-                self.config.database, write_concern=self.config.write_concern
-            )
-            for destination in self.destinations.indexed():
-                collection, key = destination.collection, destination.unique_key
-                self._indexed[collection, key] = database[collection].create_index(key, unique=True)
-        except PyMongoError as exc:
-            client.close()
-            reason = str(exc).split(", Timeout:")[0]
-            message = f"MongoDB at {mask_uri(self.config.uri)} is unavailable: {reason}"
-            raise MongoUnavailable(message) from exc
-        self.client, self.database = client, database
-        logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
-
-    def _write_or_spill(
-        self,
-        collection: str,
-        writes: list[Write],
-        destinations: Collection[Destination],
-        failed: dict[int, str],
-        total: int,
-    ) -> dict[int, str]:
-        """Write (or spill) the prepared writes of a batch of ``total`` upserts, ``failed``
-        already failing; the ones not stored, by position: reason."""
-        for destination in destinations:
-            self._index(destination)
-        if writes:
-            failed = failed | self._write_updates(collection, writes, datetime.now(UTC))
-        if failed:
-            self.stats.inc_value("mongo/write_errors", len(failed))
-            logger.error(
-                "MongoDB did not store %d of %d %s documents; their requests are dead-lettered. "
-                "First: %s",
-                len(failed),
-                total,
-                collection,
-                next(iter(failed.values())),
-            )
-        return failed
-
-    def _index(self, destination: Destination) -> None:
-        """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
-        an item class of the user's, the spider's own collection), unless one is there; tried
-        again with the next batch if MongoDB is away. ``_id`` has its own."""
-        collection, key = destination.collection, destination.unique_key
-        if key == "_id" or (collection, key) in self._indexed or self.database is None:
-            return
-        try:
-            existing = self.database[collection].index_information().items()
-            names = [name for name, index in existing if _covers(index, key, destination.partial)]
-            if not names:
-                options: dict[str, Any] = {"unique": True}
-                if destination.partial:
-                    options["partialFilterExpression"] = {key: {"$gt": ""}}
-                names.append(self.database[collection].create_index(key, **options))
-        except PyMongoError as exc:
-            logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
-            return
-        # No hint on a partial index: a server may refuse one it cannot prove the query within.
-        self._indexed[collection, key] = "" if destination.partial else names[0]
-
     def _prepare(
         self,
         index: int,
@@ -436,215 +347,30 @@ class MongoWriter:
         )
         return Write(index, selector, fitted, least=tuple(least))
 
-    def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
-        """Write each document in the cheapest form that may do, then in the next form what that
-        one found stored or changed (refused as a duplicate key on the key's unique index):
-        inserted (a key with a unique index), unless few documents of the collection's last
-        batch were new (see :meth:`_insert_first`); in the plain form, unless its documents
-        mostly change (see :meth:`_plain_first`); in the pipeline form. Spill what MongoDB is
-        unavailable for. The writes not stored, by position: reason."""
-        indexes = [self._unique_index(collection, write) for write in writes]
-        insert, plain = self._insert_first(collection), self._plain_first(collection)
-        failed: dict[int, str] = {}
-        created, batch = 0, True
-        rest = list(range(len(writes)))  # positions in writes
-        if insert and (insertable := [p for p in rest if indexes[p] is not None]):
-            try:
-                outcome = self._bulk_write_with_retries(
-                    collection, [writes[p].inserted(now) for p in insertable], duplicates=False
-                )
-            except ConnectionFailure as exc:
-                return self._spill(collection, writes, now, exc)
-            self._count(collection, len(insertable), outcome)
-            if outcome.duplicates:
-                self.stats.inc_value("mongo/existing_writes", len(outcome.duplicates))
-            created, batch = outcome.upserted, False
-            failed = _failures(writes, insertable, outcome)
-            settled = {p for q, p in enumerate(insertable) if q not in outcome.duplicates}
-            rest = [p for p in rest if p not in settled]
-        if not rest:
-            self._new_share[collection] = created / len(writes)
-            return failed
-        first = [writes[p].first(now, indexes[p] if plain else None) for p in rest]
-        try:
-            outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
-        except ConnectionFailure as exc:
-            return failed | self._spill(collection, [writes[p] for p in rest], now, exc)
-        self._count(collection, len(first), outcome, batch=batch)
-        created += outcome.upserted
-        again = [rest[q] for q in sorted(outcome.duplicates)]
-        if plain:
-            self._changed_share[collection] = len(again) / len(rest)
-        failed |= _failures(writes, rest, outcome)
-        if again:
-            self.stats.inc_value("mongo/changed_writes", len(again))
-            try:
-                rewritten = self._bulk_write_with_retries(
-                    collection, [writes[p].tracked(now) for p in again]
-                )
-            except ConnectionFailure as exc:
-                return failed | self._spill(collection, [writes[p] for p in again], now, exc)
-            self._count(collection, len(again), rewritten, batch=False)
-            created += rewritten.upserted
-            failed |= {writes[again[q]].index: reason for q, reason in rewritten.refused.items()}
-        self._new_share[collection] = created / len(writes)
-        return failed
+    # --- writing (writer thread) ---------------------------------------------------------------
 
-    def _insert_first(self, collection: str) -> bool:
-        """Whether this batch of ``collection`` is inserted first: while at least
-        NEW_SHARE_FOR_INSERTS of its last batch were new documents (and for its first batch).
-        Every batch says how many it created, in whatever form, so a collection whose new
-        documents come back is inserted first again at its next batch."""
-        return self._new_share.get(collection, 1.0) >= NEW_SHARE_FOR_INSERTS
-
-    def _plain_first(self, collection: str) -> bool:
-        """Whether this batch of ``collection`` is written in the plain form first: not when
-        more than half of the stored documents of its last batch so written had changed (each
-        cost two writes, one form would do), except every PLAIN_PROBE_BATCHES batches, to see
-        again."""
-        count = self._batch_counts.get(collection, 0) + 1
-        self._batch_counts[collection] = count
-        changed = self._changed_share.get(collection, 0.0)
-        return changed <= 0.5 or count % PLAIN_PROBE_BATCHES == 0
-
-    def _unique_index(self, collection: str, write: Write) -> str | None:
-        """The name of the unique index on the write's key to hint ("" for ``_id`` and partial
-        indexes: unique, no hint), None if it has none."""
-        key = next(iter(write.selector))
-        return "" if key == "_id" else self._indexed.get((collection, key))
-
-    def _spill(
-        self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
-    ) -> dict[int, str]:
-        logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
-        assert self.spill is not None
-        self.spill.append(
-            [
-                {"collection": collection, "filter": w.selector, "update": w.history(now)}
-                for w in writes
-            ]
+    def _connect(self) -> None:
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            self.config.uri,
+            serverSelectionTimeoutMS=self.config.timeout_ms,
+            socketTimeoutMS=self.config.answer_timeout_ms,
+            tz_aware=True,
         )
-        self.stats.inc_value("mongo/spilled", len(writes))
-        return {}
-
-    def _bulk_write_with_retries(
-        self,
-        collection: str,
-        operations: Sequence[UpdateOne | InsertOne[dict[str, Any]]],
-        duplicates: bool = True,
-    ) -> Outcome:
-        """The outcome of the unordered bulk write, tried again on transient errors (duplicate
-        keys only if ``duplicates``)."""
-        assert self.database is not None
-        for attempt in range(self.config.retry_times + 1):
-            last = attempt == self.config.retry_times
-            try:
-                return written(self.database[collection].bulk_write(operations, ordered=False))
-            except BulkWriteError as exc:
-                if last or not transient(exc, duplicates):
-                    return refused(exc, len(operations))
-            except ConnectionFailure:
-                if last:
-                    raise
-            self.stats.inc_value("mongo/retries")
-            time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on
-        raise AssertionError("unreachable")
-
-    def _count(
-        self, collection: str, operations: int, outcome: Outcome, batch: bool = True
-    ) -> None:
-        stored = operations - len(outcome.refused)
-        if batch:
-            self.stats.inc_value("mongo/batches")
-        self.stats.inc_value("mongo/items", stored)
-        self.stats.inc_value(f"mongo/items/{collection}", stored)
-        self.stats.inc_value("mongo/upserted", outcome.upserted)
-        self.stats.inc_value("mongo/modified", outcome.modified)
-
-    def _replay_own(self) -> None:
-        assert self.spill is not None
-        assert self.client is not None
         try:
-            self.client.admin.command("ping")
-        except PyMongoError:
-            return
-        records = self.spill.read_own()
-        if records and self._replay(records):
-            self.spill.clear_own()
-
-    def _replay_orphans(self) -> None:
-        assert self.spill is not None
-        for path, records in self.spill.orphans():
-            if self._replay(records):
-                path.unlink(missing_ok=True)
-
-    def _replay(self, records: list[Record]) -> bool:
-        by_collection: dict[str, list[UpdateOne]] = {}
-        for record in records:
-            operation = UpdateOne(record["filter"], record["update"], upsert=True)
-            by_collection.setdefault(record["collection"], []).append(operation)
-        try:
-            for collection, operations in by_collection.items():
-                outcome = self._bulk_write_with_retries(collection, operations)
-                self._count(collection, len(operations), outcome)
-                for reason in outcome.refused.values():
-                    logger.error("MongoDB refused a spilled upsert into %s: %s", collection, reason)
-        except ConnectionFailure:
-            return False
-        self.stats.inc_value("mongo/replayed", len(records))
-        logger.info("Replayed %d spilled upserts into MongoDB", len(records))
-        return True
-
-
-@dataclass(frozen=True)
-class Write:
-    """One document of a batch, ready to write: ``index`` is its position in the batch,
-    ``unique`` says its key has a unique index (so the plain form may be tried first)."""
-
-    index: int
-    selector: dict[str, Any]
-    document: dict[str, Any]
-    unset: tuple[str, ...] = ()
-    least: tuple[str, ...] = ()  # fields whose stored value is the least ever stored
-    volatile: tuple[str, ...] = ()  # the item's own fields left out of its change hash
-
-    def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
-        """The plain upsert matching the stored document by key and hash, if the key has a
-        unique index (named, it is the query's hint: the hash in the filter leaves the server's
-        planner nothing to choose) and the document is whole; else the pipeline form."""
-        if unique_index is None or TRUNCATED_FIELD in self.document:
-            return self.tracked(now)
-        selector = same_content_filter(self.selector, self.document)
-        update = same_content_update(self.selector, self.document, now, self.least, self.volatile)
-        return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
-
-    def inserted(self, now: datetime) -> InsertOne[dict[str, Any]]:
-        """The insert of the document as new (refused as a duplicate key when its key is
-        stored): for a key with a unique index only."""
-        return InsertOne(new_document(self.selector, self.document, now))
-
-    def tracked(self, now: datetime) -> UpdateOne:
-        """The pipeline upsert, right whatever is stored."""
-        return UpdateOne(self.selector, self.history(now), upsert=True)
-
-    def history(self, now: datetime) -> list[dict[str, Any]]:
-        return history_update(self.document, now, self.unset, self.least)
-
-
-def _failures(writes: list[Write], positions: list[int], outcome: Outcome) -> dict[int, str]:
-    """The writes at ``positions`` (in ``writes``) the outcome refused for another reason than a
-    duplicate key, by their position in the batch: reason."""
-    return {
-        writes[positions[q]].index: reason
-        for q, reason in outcome.refused.items()
-        if q not in outcome.duplicates
-    }
-
-
-def _covers(index: dict[str, Any], key: str, partial: bool) -> bool:
-    """``index`` is a unique index on ``key`` alone that covers every document keyed on it."""
-    whole = "partialFilterExpression" not in index
-    return index["key"] == [(key, 1)] and bool(index.get("unique")) and (whole or partial)
+            client.admin.command("ping")
+            database = client.get_database(
+                self.config.database, write_concern=self.config.write_concern
+            )
+            for destination in self.destinations.indexed():
+                collection, key = destination.collection, destination.unique_key
+                self._indexed[collection, key] = database[collection].create_index(key, unique=True)
+        except PyMongoError as exc:
+            client.close()
+            reason = str(exc).split(", Timeout:")[0]
+            message = f"MongoDB at {mask_uri(self.config.uri)} is unavailable: {reason}"
+            raise MongoUnavailable(message) from exc
+        self.client, self.database = client, database
+        logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
 
 
 def _hashable(key: Any) -> Any:

@@ -1,0 +1,324 @@
+"""Writing a prepared batch to MongoDB, in the writer thread, in the cheapest form that may do.
+
+A batch of a collection whose last batch brought new documents is first written as inserts, the
+documents whose key is stored, refused as duplicate keys, then as upserts. Each upsert is first
+written in the plain form that matches an unchanged document through its hash; the documents
+whose content changed, refused by it as duplicate keys, are written again in the update-pipeline
+form that counts the change (``changes.py``). Transient errors are retried with backoff; what
+MongoDB is unavailable for goes to the spill file, replayed when it answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pymongo import InsertOne, UpdateOne
+from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+
+from crawler.config.values import Destination
+from crawler.storage.changes import (
+    history_update,
+    new_document,
+    same_content_filter,
+    same_content_update,
+)
+from crawler.storage.documents import TRUNCATED_FIELD
+from crawler.storage.spill import Record, SpillFile
+from crawler.storage.writes import Outcome, refused, transient, written
+
+if TYPE_CHECKING:
+    from pymongo.database import Database
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+# A collection whose documents mostly change is written in the pipeline form alone, and in the
+# plain form first again once in this many batches, to see whether they still do.
+PLAIN_PROBE_BATCHES = 8
+# A collection at least this share of whose last batch were new documents (keys not stored yet)
+# has its next batch inserted first. An insert refused because its key is stored costs a small
+# part of an upsert (its write is then upserted all the same), a new document inserted much
+# less than upserted (docs/storage.md has the figures): a quarter pays, with room.
+NEW_SHARE_FOR_INSERTS = 0.25
+
+
+class BulkWrites:
+    """The writes of prepared batches to ``database`` (from one thread: MongoWriter's writer),
+    tried again MONGO_RETRY_TIMES times on transient errors, spilled to ``spill`` when MongoDB
+    is unavailable. ``indexed``: the unique index made for each (collection, key) so far."""
+
+    def __init__(
+        self,
+        database: Database[dict[str, Any]],
+        indexed: dict[tuple[str, str], str],
+        stats: StatsCollector,
+        retry_times: int,
+        spill: SpillFile,
+    ) -> None:
+        self.database = database
+        self.stats = stats
+        self.retry_times = retry_times
+        self.spill = spill
+        self._indexed = indexed  # (collection, unique key): index name
+        # Per collection: batches written, the share of changed documents in the last batch
+        # written in the plain form first, and the share of new documents in the last batch.
+        self._batch_counts: dict[str, int] = {}
+        self._changed_share: dict[str, float] = {}
+        self._new_share: dict[str, float] = {}
+
+    def write_or_spill(
+        self,
+        collection: str,
+        writes: list[Write],
+        destinations: Collection[Destination],
+        failed: dict[int, str],
+        total: int,
+    ) -> dict[int, str]:
+        """Write (or spill) the prepared writes of a batch of ``total`` upserts, ``failed``
+        already failing; the ones not stored, by position: reason."""
+        for destination in destinations:
+            self._index(destination)
+        if writes:
+            failed = failed | self._write_updates(collection, writes, datetime.now(UTC))
+        if failed:
+            self.stats.inc_value("mongo/write_errors", len(failed))
+            logger.error(
+                "MongoDB did not store %d of %d %s documents; their requests are dead-lettered. "
+                "First: %s",
+                len(failed),
+                total,
+                collection,
+                next(iter(failed.values())),
+            )
+        return failed
+
+    def _index(self, destination: Destination) -> None:
+        """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
+        an item class of the user's, the spider's own collection), unless one is there; tried
+        again with the next batch if MongoDB is away. ``_id`` has its own."""
+        collection, key = destination.collection, destination.unique_key
+        if key == "_id" or (collection, key) in self._indexed or self.database is None:
+            return
+        try:
+            existing = self.database[collection].index_information().items()
+            names = [name for name, index in existing if _covers(index, key, destination.partial)]
+            if not names:
+                options: dict[str, Any] = {"unique": True}
+                if destination.partial:
+                    options["partialFilterExpression"] = {key: {"$gt": ""}}
+                names.append(self.database[collection].create_index(key, **options))
+        except PyMongoError as exc:
+            logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
+            return
+        # No hint on a partial index: a server may refuse one it cannot prove the query within.
+        self._indexed[collection, key] = "" if destination.partial else names[0]
+
+    def _write_updates(self, collection: str, writes: list[Write], now: datetime) -> dict[int, str]:
+        """Write each document in the cheapest form that may do, then in the next form what that
+        one found stored or changed (refused as a duplicate key on the key's unique index):
+        inserted (a key with a unique index), unless few documents of the collection's last
+        batch were new (see :meth:`_insert_first`); in the plain form, unless its documents
+        mostly change (see :meth:`_plain_first`); in the pipeline form. Spill what MongoDB is
+        unavailable for. The writes not stored, by position: reason."""
+        indexes = [self._unique_index(collection, write) for write in writes]
+        insert, plain = self._insert_first(collection), self._plain_first(collection)
+        failed: dict[int, str] = {}
+        created, batch = 0, True
+        rest = list(range(len(writes)))  # positions in writes
+        if insert and (insertable := [p for p in rest if indexes[p] is not None]):
+            try:
+                outcome = self._bulk_write_with_retries(
+                    collection, [writes[p].inserted(now) for p in insertable], duplicates=False
+                )
+            except ConnectionFailure as exc:
+                return self._spill(collection, writes, now, exc)
+            self._count(collection, len(insertable), outcome)
+            if outcome.duplicates:
+                self.stats.inc_value("mongo/existing_writes", len(outcome.duplicates))
+            created, batch = outcome.upserted, False
+            failed = _failures(writes, insertable, outcome)
+            settled = {p for q, p in enumerate(insertable) if q not in outcome.duplicates}
+            rest = [p for p in rest if p not in settled]
+        if not rest:
+            self._new_share[collection] = created / len(writes)
+            return failed
+        first = [writes[p].first(now, indexes[p] if plain else None) for p in rest]
+        try:
+            outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
+        except ConnectionFailure as exc:
+            return failed | self._spill(collection, [writes[p] for p in rest], now, exc)
+        self._count(collection, len(first), outcome, batch=batch)
+        created += outcome.upserted
+        again = [rest[q] for q in sorted(outcome.duplicates)]
+        if plain:
+            self._changed_share[collection] = len(again) / len(rest)
+        failed |= _failures(writes, rest, outcome)
+        if again:
+            self.stats.inc_value("mongo/changed_writes", len(again))
+            try:
+                rewritten = self._bulk_write_with_retries(
+                    collection, [writes[p].tracked(now) for p in again]
+                )
+            except ConnectionFailure as exc:
+                return failed | self._spill(collection, [writes[p] for p in again], now, exc)
+            self._count(collection, len(again), rewritten, batch=False)
+            created += rewritten.upserted
+            failed |= {writes[again[q]].index: reason for q, reason in rewritten.refused.items()}
+        self._new_share[collection] = created / len(writes)
+        return failed
+
+    def _insert_first(self, collection: str) -> bool:
+        """Whether this batch of ``collection`` is inserted first: while at least
+        NEW_SHARE_FOR_INSERTS of its last batch were new documents (and for its first batch).
+        Every batch says how many it created, in whatever form, so a collection whose new
+        documents come back is inserted first again at its next batch."""
+        return self._new_share.get(collection, 1.0) >= NEW_SHARE_FOR_INSERTS
+
+    def _plain_first(self, collection: str) -> bool:
+        """Whether this batch of ``collection`` is written in the plain form first: not when
+        more than half of the stored documents of its last batch so written had changed (each
+        cost two writes, one form would do), except every PLAIN_PROBE_BATCHES batches, to see
+        again."""
+        count = self._batch_counts.get(collection, 0) + 1
+        self._batch_counts[collection] = count
+        changed = self._changed_share.get(collection, 0.0)
+        return changed <= 0.5 or count % PLAIN_PROBE_BATCHES == 0
+
+    def _unique_index(self, collection: str, write: Write) -> str | None:
+        """The name of the unique index on the write's key to hint ("" for ``_id`` and partial
+        indexes: unique, no hint), None if it has none."""
+        key = next(iter(write.selector))
+        return "" if key == "_id" else self._indexed.get((collection, key))
+
+    def _spill(
+        self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
+    ) -> dict[int, str]:
+        logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
+        self.spill.append(
+            [
+                {"collection": collection, "filter": w.selector, "update": w.history(now)}
+                for w in writes
+            ]
+        )
+        self.stats.inc_value("mongo/spilled", len(writes))
+        return {}
+
+    def _bulk_write_with_retries(
+        self,
+        collection: str,
+        operations: Sequence[UpdateOne | InsertOne[dict[str, Any]]],
+        duplicates: bool = True,
+    ) -> Outcome:
+        """The outcome of the unordered bulk write, tried again on transient errors (duplicate
+        keys only if ``duplicates``)."""
+        for attempt in range(self.retry_times + 1):
+            last = attempt == self.retry_times
+            try:
+                return written(self.database[collection].bulk_write(operations, ordered=False))
+            except BulkWriteError as exc:
+                if last or not transient(exc, duplicates):
+                    return refused(exc, len(operations))
+            except ConnectionFailure:
+                if last:
+                    raise
+            self.stats.inc_value("mongo/retries")
+            time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on
+        raise AssertionError("unreachable")
+
+    def _count(
+        self, collection: str, operations: int, outcome: Outcome, batch: bool = True
+    ) -> None:
+        stored = operations - len(outcome.refused)
+        if batch:
+            self.stats.inc_value("mongo/batches")
+        self.stats.inc_value("mongo/items", stored)
+        self.stats.inc_value(f"mongo/items/{collection}", stored)
+        self.stats.inc_value("mongo/upserted", outcome.upserted)
+        self.stats.inc_value("mongo/modified", outcome.modified)
+
+    def replay_own(self) -> None:
+        try:
+            self.database.client.admin.command("ping")
+        except PyMongoError:
+            return
+        records = self.spill.read_own()
+        if records and self._replay(records):
+            self.spill.clear_own()
+
+    def replay_orphans(self) -> None:
+        for path, records in self.spill.orphans():
+            if self._replay(records):
+                path.unlink(missing_ok=True)
+
+    def _replay(self, records: list[Record]) -> bool:
+        by_collection: dict[str, list[UpdateOne]] = {}
+        for record in records:
+            operation = UpdateOne(record["filter"], record["update"], upsert=True)
+            by_collection.setdefault(record["collection"], []).append(operation)
+        try:
+            for collection, operations in by_collection.items():
+                outcome = self._bulk_write_with_retries(collection, operations)
+                self._count(collection, len(operations), outcome)
+                for reason in outcome.refused.values():
+                    logger.error("MongoDB refused a spilled upsert into %s: %s", collection, reason)
+        except ConnectionFailure:
+            return False
+        self.stats.inc_value("mongo/replayed", len(records))
+        logger.info("Replayed %d spilled upserts into MongoDB", len(records))
+        return True
+
+
+@dataclass(frozen=True)
+class Write:
+    """One document of a batch, ready to write: ``index`` is its position in the batch,
+    ``unique`` says its key has a unique index (so the plain form may be tried first)."""
+
+    index: int
+    selector: dict[str, Any]
+    document: dict[str, Any]
+    unset: tuple[str, ...] = ()
+    least: tuple[str, ...] = ()  # fields whose stored value is the least ever stored
+    volatile: tuple[str, ...] = ()  # the item's own fields left out of its change hash
+
+    def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
+        """The plain upsert matching the stored document by key and hash, if the key has a
+        unique index (named, it is the query's hint: the hash in the filter leaves the server's
+        planner nothing to choose) and the document is whole; else the pipeline form."""
+        if unique_index is None or TRUNCATED_FIELD in self.document:
+            return self.tracked(now)
+        selector = same_content_filter(self.selector, self.document)
+        update = same_content_update(self.selector, self.document, now, self.least, self.volatile)
+        return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
+
+    def inserted(self, now: datetime) -> InsertOne[dict[str, Any]]:
+        """The insert of the document as new (refused as a duplicate key when its key is
+        stored): for a key with a unique index only."""
+        return InsertOne(new_document(self.selector, self.document, now))
+
+    def tracked(self, now: datetime) -> UpdateOne:
+        """The pipeline upsert, right whatever is stored."""
+        return UpdateOne(self.selector, self.history(now), upsert=True)
+
+    def history(self, now: datetime) -> list[dict[str, Any]]:
+        return history_update(self.document, now, self.unset, self.least)
+
+
+def _failures(writes: list[Write], positions: list[int], outcome: Outcome) -> dict[int, str]:
+    """The writes at ``positions`` (in ``writes``) the outcome refused for another reason than a
+    duplicate key, by their position in the batch: reason."""
+    return {
+        writes[positions[q]].index: reason
+        for q, reason in outcome.refused.items()
+        if q not in outcome.duplicates
+    }
+
+
+def _covers(index: dict[str, Any], key: str, partial: bool) -> bool:
+    """``index`` is a unique index on ``key`` alone that covers every document keyed on it."""
+    whole = "partialFilterExpression" not in index
+    return index["key"] == [(key, 1)] and bool(index.get("unique")) and (whole or partial)
