@@ -19,12 +19,12 @@ from scrapy.utils.test import get_crawler
 
 import crawler.settings as project_settings
 from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.leases import ACK, LeaseLedger
+from crawler.frontier.leases import ACK, DEAD, LeaseLedger
 from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
-from crawler.frontier.queue import Frontier
+from crawler.frontier.queue import Frontier, Popped
 from crawler.frontier.riders import Rider, RiderBatch, Riders
-from crawler.frontier.turns import HeldTurns
+from crawler.frontier.turns import EngineCalls, HeldTurns, InHand, PopPlan
 from devtools.services import free_port
 from tests.harness import ROOT, Crawl, Sandbox
 from tests.test_pacing import entry
@@ -170,6 +170,69 @@ def test_held_turns_come_in_turn_order_never_early() -> None:
     next_in = held.next_in()
     assert next_in is not None
     assert 59 < next_in <= 60
+
+
+def test_a_pop_plan_backs_off_after_empty_pops_and_pops_again_on_new_work() -> None:
+    plan = PopPlan(base=1.0)
+    empty = Popped([], 0, 0, queue_size=0)
+    waits = []
+    for _ in range(4):
+        assert plan.after(empty, 16, holding=False) is None  # nothing due: no wake-up needed
+        waits.append(plan.at - time.monotonic())
+        assert not plan.due(time.monotonic())
+    assert [round(wait) for wait in waits] == [1, 2, 4, 4]
+    plan.soon()  # a page made new work: the engine's next ask pops
+    assert plan.due(time.monotonic())
+    # A pop that brought a batch leaves the next one to the engine's next ask.
+    full = Popped([(str(n), "{}") for n in range(16)], 0, 0, queue_size=40)
+    plan.at = 0.0
+    assert plan.after(full, 16, holding=False) is None
+    assert plan.due(time.monotonic())
+    assert plan.queue_size == 40
+
+
+def test_a_paced_pop_plan_wakes_the_engine_for_a_due_turn_and_gathers_new_work() -> None:
+    plan = PopPlan(rated=Pacing("default", rate=1.0, burst=1, recovery=0.01), base=1.0)
+    due = time.time() + 2
+    wake = plan.after(Popped([], 0, 0, queue_size=3, next_due=due), 16, holding=False)
+    assert wake is not None
+    assert 1.5 < wake <= 2.0
+    assert plan.paced_out()  # requests queued, none with a turn now
+    plan.soon()  # new work, paced: looked at within the gather time, not at once
+    assert 0 < plan.at - time.monotonic() <= 0.05
+
+
+def test_in_hand_holds_a_turned_away_request_and_dead_letters_an_unreadable_record() -> None:
+    from scrapy import Request
+
+    from crawler.frontier.leases import LEASE_META
+    from crawler.meta import HOLD_META
+
+    class Wakes(EngineCalls):  # the times the engine is asked to look again, no reactor
+        def __init__(self) -> None:
+            self.wakes: list[float] = []
+
+        def wake_in(self, seconds: float) -> None:
+            self.wakes.append(seconds)
+
+    crawler = get_crawler(settings_dict={"SCHEDULER": "scrapy.core.scheduler.Scheduler"})
+    ledger, engine = LeaseLedger(crawler, "w1"), Wakes()
+    hand = InHand(crawler, ledger, engine)
+    hand.take("l1", entry("http://x.test/a").json)
+    assert [r.url for r in hand.ready] == ["http://x.test/a"]
+    assert "l1" in ledger.held
+    hand.take("l2", "{not json")
+    assert [op[0] for op in ledger.ops if op[1] == "l2"] == [DEAD]  # dead-lettered, not kept
+    request = hand.ready.popleft()
+    request.meta[HOLD_META] = time.time() + 60
+    assert hand.hold_back(request)
+    assert not hand.ready
+    assert len(hand.held) == 1
+    assert 59 < engine.wakes[-1] <= 60  # the engine asks again when its turn comes
+    stranger = Request("http://x.test/b", meta={LEASE_META: "not-ours", HOLD_META: time.time()})
+    assert not hand.hold_back(stranger)  # not this worker's lease: scheduled as a new request
+    hand.clear()
+    assert not hand
 
 
 @pytest.mark.integration

@@ -195,7 +195,7 @@ def test_a_stored_record_that_cannot_be_rebuilt_is_dead_lettered_not_raised(
     scheduler.frontier.schedule(
         [Pending(json.dumps(record), b"f" * 20, 0, True, 0.0) for record in (bad, good)]
     )
-    scheduler._queue_size = 2
+    scheduler.plan.queue_size = 2
     request = poll(scheduler.next_request, 5, "the good request")
     assert request.url == GOOD + "good"
     assert scheduler.flush()

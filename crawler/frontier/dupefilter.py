@@ -50,13 +50,23 @@ class DupefilterConfig:
 
 class RecentlySeen:
     """Fingerprints this worker scheduled lately (at most ``size``, forgotten all at once when
-    full; DUPEFILTER_LOCAL_CACHE): the fleet's filter has them, so they need not go to Redis.
-    Each with the least depth it was scheduled at (0 without one: the fleet's filter holds such
-    a fingerprint as depth 0's, see dupefilter.lua)."""
+    full; DUPEFILTER_LOCAL_CACHE): the fleet's filter (of DUPEFILTER_MODE ``mode``) has them, so
+    they need not go to Redis. Each with the least depth it was scheduled at (0 without one: the
+    fleet's filter holds such a fingerprint as depth 0's, see dupefilter.lua)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, mode: str = "bloom") -> None:
         self.size = size
+        self.mode = mode
+        # The fleet's filter lets a shorter path through: a longer one scheduled here first
+        # may be superseded.
+        self.by_depth = mode in DEPTH_MODES
         self._seen: dict[bytes, int] = {}
+
+    def passes(self, fingerprint: bytes, seed: bool = False, depth: int | None = None) -> bool:
+        """False for a fingerprint this worker scheduled before (at ``depth`` or less): the
+        fleet's filter has it, so it is dropped here without serializing it or asking Redis. A
+        seed is noted and goes on: only the fleet's filter knows whether it was seeded before."""
+        return self.mode == "none" or self.first_time(fingerprint, depth) or seed
 
     def first_time(self, fingerprint: bytes, depth: int | None = None) -> bool:
         """False for a fingerprint seen lately at ``depth`` or less; True (and remembered)

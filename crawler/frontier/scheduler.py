@@ -15,7 +15,6 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -27,7 +26,7 @@ from twisted.internet import task
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.chains import Credits, chain_host, keep_on_turn
-from crawler.frontier.dupefilter import DEPTH_MODES, RecentlySeen
+from crawler.frontier.dupefilter import RecentlySeen
 from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import FleetIdle, WorkerState
 from crawler.frontier.jobs import JobBook
@@ -44,17 +43,12 @@ from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.pause import Pause, PauseWatch
 from crawler.frontier.queue import Frontier, Popped
-from crawler.frontier.records import job_fingerprint, leased_request, passes_again, pending
+from crawler.frontier.records import job_fingerprint, passes_again, pending
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.frontier.trip import RoundTrips
-from crawler.frontier.turns import (
-    PACED_GATHER,
-    EngineCalls,
-    HeldTurns,
-    pause_after,
-)
+from crawler.frontier.turns import EngineCalls, InHand, PopPlan
 from crawler.keys import FrontierKeys, start_key
-from crawler.meta import HOLD_META, PACED_META, SEED_META, depth_of
+from crawler.meta import PACED_META, SEED_META, depth_of
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -91,25 +85,20 @@ class FrontierScheduler(BaseScheduler):
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.frontier: Frontier | None = None
         self.pacing: Pacing | None = None
-        self._rated: Pacing | None = None
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
         self.pause: PauseWatch | None = None
         self.trips: RoundTrips | None = None
         self.ledger = LeaseLedger(crawler, self.worker)
-        self._ready: deque[Request] = deque()
-        self._held = HeldTurns()
+        self._engine = EngineCalls(crawler)
+        self.hand = InHand(crawler, self.ledger, self._engine)
+        self.plan = PopPlan(base=min(1.0, config.flush_interval * 4))
         self.credits = Credits()
         self.starts = self.ledger.starts
         self.outbox = Outbox(self.ledger)
-        self._seen_here = RecentlySeen(config.local_seen)
-        self._queue_size = 0
-        self._next_pop = 0.0
-        self._empty_pops = 0
+        self._seen_here = RecentlySeen(config.local_seen, config.dupefilter.mode)
         self._backoff = RedisBackoff()
         self._loops: list[task.LoopingCall] = []
-        self._engine = EngineCalls(crawler)
-        self._next_due = 0.0
         self.riders = Riders.of(crawler)
         # Called when the work this worker may send now runs short, or the fleet's queue is
         # short of START_READ_AHEAD (see _want_start_entries).
@@ -136,9 +125,7 @@ class FrontierScheduler(BaseScheduler):
         self.pacing = self.config.pacing
         if self.pacing is not None:
             self.gate = SendGate(self.server, keys.buckets, self.pacing)
-        # Paced at a rate (not only by the Crawl-delays of some hosts): pops gather new work
-        # and wait between them, as a host's next turn is rarely now.
-        self._rated = self.pacing if self.pacing is not None and self.pacing.limited else None
+        self.plan.rated = self.pacing if self.pacing is not None and self.pacing.limited else None
         self.trips = RoundTrips(
             self.server,
             self.frontier,
@@ -153,7 +140,7 @@ class FrontierScheduler(BaseScheduler):
         self.idle = FleetIdle(
             self.frontier,
             WorkerState(
-                self.known_busy, lambda: self._next_pop, self.drain, self._in_backoff, self._outage
+                self.known_busy, lambda: self.plan.at, self.drain, self.in_backoff, self._outage
             ),
             self.starts,
             self.marker,
@@ -165,7 +152,7 @@ class FrontierScheduler(BaseScheduler):
             self.idle.keep_open_while_work_left, signal=signals.spider_idle
         )
         if (sizes := self.idle.resume(spider)) is not None:
-            self._queue_size = sizes["queue"] + sizes["delayed"]
+            self.plan.queue_size = sizes["queue"] + sizes["delayed"]
         self._start_loop(self._tick, self.config.flush_interval)
         self._start_loop(self.renew, self.config.lease_seconds / 3)
 
@@ -180,8 +167,7 @@ class FrontierScheduler(BaseScheduler):
             self.crawler.signals.disconnect(
                 self.idle.keep_open_while_work_left, signal=signals.spider_idle
             )
-        self._ready.clear()
-        self._held.clear()
+        self.hand.clear()
         self.credits.clear()
         self.ledger.release_all()
         self._backoff.lift()
@@ -198,26 +184,26 @@ class FrontierScheduler(BaseScheduler):
         """Whether this worker knows of work left without asking Redis: requests in hand or
         buffered, requests queued at its last pop, or a delayed request due later (the pop
         due then looks again)."""
-        in_hand = self._ready or self._held or self.outbox.pushes
-        return bool(in_hand) or self._queue_size > 0 or self._next_due > 0
+        in_hand = self.hand or self.outbox.pushes
+        return bool(in_hand) or self.plan.queue_size > 0 or self.plan.next_due > 0
 
     def waiting_for_turns(self) -> bool:
         """Whether this worker has nothing to send now for politeness: no request ready, and
         its hosts' turns held for later, or its last paced pop found requests queued but none
         whose host had a turn to give (the pace's busy time: FleetMonitor)."""
-        paced_out = self._rated is not None and self._empty_pops > 0 and self._queue_size > 0
-        return not self._ready and (bool(self._held) or paced_out)
+        return not self.hand.ready and (bool(self.hand.held) or self.plan.paced_out())
 
     def has_pending_requests(self) -> bool:
         """Requests this worker can get now or at its next pop. Delayed requests and other
         workers' leases keep the crawl open through ``FleetIdle.keep_open_while_work_left``, so an
         idle spider still runs its idle handlers (new start entries) while they wait. While
         the crawl is paused, always: it never closes as idle."""
-        in_hand = self._ready or self._held or self.outbox.pushes
-        return self.paused() or bool(in_hand or self._queue_size > 0)
+        in_hand = self.hand or self.outbox.pushes
+        return self.paused() or bool(in_hand or self.plan.queue_size > 0)
 
     def enqueue_request(self, request: Request) -> bool:
-        if self._hold_back(request):
+        if self.hand.hold_back(request):
+            self._count("politeness/gate_held")
             return True
         request.errback = unguarded(request.errback)
         lease_id = request.meta.pop(LEASE_META, None)
@@ -227,7 +213,9 @@ class FrontierScheduler(BaseScheduler):
         again = passes_again(request)
         seed = bool(request.meta.pop(SEED_META, False))
         depth = depth_of(request.meta)
-        scheduled = request.dont_filter or again or self._first_time_here(fingerprint, seed, depth)
+        scheduled = request.dont_filter or again or self._seen_here.passes(fingerprint, seed, depth)
+        if not scheduled:
+            self._count("dupefilter/filtered")
         own = lease_id is None and not again  # made by a page here, not sent back or retried
         if scheduled and not (own and self._keep(request, host)):
             booked = own and host is not None and self.credits.booked(host)
@@ -236,7 +224,7 @@ class FrontierScheduler(BaseScheduler):
             if booked:
                 self._count("frontier/pushes_waited")
             else:
-                self._pop_soon()  # the engine's next ask writes it and may get it straight back
+                self.plan.soon()  # the engine's next ask writes it and may get it straight back
         if scheduled:
             self._count("scheduler/enqueued/redis")
         if lease_id is not None:
@@ -258,42 +246,28 @@ class FrontierScheduler(BaseScheduler):
             return False
         adopted, due = kept
         self.outbox.adopted.append(adopted)
-        self._take(adopted.lease_id, adopted.record, paced=True, due=due)
+        self.hand.take(adopted.lease_id, adopted.record, paced=True, due=due)
         self._count("frontier/chained")
         return True
-
-    def _first_time_here(
-        self, fingerprint: bytes, seed: bool = False, depth: int | None = None
-    ) -> bool:
-        """False for a fingerprint this worker scheduled before (at ``depth`` or less): the
-        fleet's filter has it, so it is dropped here without serializing it or asking Redis. A
-        seed is noted and goes on: only the fleet's filter knows whether it was seeded before."""
-        if self.config.dupefilter.mode == "none" or self._seen_here.first_time(fingerprint, depth):
-            return True
-        if seed:
-            return True
-        self._count("dupefilter/filtered")
-        return False
 
     def next_request(self) -> Request | None:
         if self.paused():
             return None
-        now = time.monotonic()
-        self._ready.extend(self._held.come())
-        if not self._ready and now >= self._next_pop:
+        now, ready = time.monotonic(), self.hand.ready
+        self.hand.come()
+        if not ready and self.plan.due(now):
             self._refill()
-            self._ready.extend(self._held.come())
+            self.hand.come()
         if self.paused():  # read with the pop: what it leased waits, its leases renewed
             return None
-        while self._ready and self._superseded(self._ready[0]):
-            self._ready.popleft()
-        if not self._ready:
-            if self._rated is not None and self._next_pop > now and self.has_pending_requests():
-                self._engine.wake_in(self._next_pop - now)  # not only at the 5 s heartbeat
-            if (held := self._held.next_in()) is not None:
-                self._engine.wake_in(held)
+        while ready and self._superseded(ready[0]):
+            ready.popleft()
+        if not ready:
+            if self.plan.rated is not None and self.plan.at > now and self.has_pending_requests():
+                self._engine.wake_in(self.plan.at - now)  # not only at the 5 s heartbeat
+            self.hand.wake_for_held()
             return None
-        request = self._ready.popleft()
+        request = ready.popleft()
         self.ledger.move(lease_id_of(request), "downloading")
         self._count("scheduler/dequeued/redis")
         return request
@@ -304,10 +278,9 @@ class FrontierScheduler(BaseScheduler):
         done (counted under dupefilter/superseded). Only with a fleet filter that lets a shorter
         path through ("bloom", "exact"): another one may have dropped the shorter request."""
         depth = depth_of(request.meta)
-        if not depth or request.dont_filter or self.config.dupefilter.mode not in DEPTH_MODES:
+        if not depth or request.dont_filter or not self._seen_here.by_depth:
             return False
-        fingerprint = self._fingerprint(request)
-        if not self._seen_here.superseded(fingerprint, depth):
+        if not self._seen_here.superseded(self._fingerprint(request), depth):
             return False
         self.ledger.end(lease_id_of(request), ACK)
         self._count("dupefilter/superseded")
@@ -339,21 +312,6 @@ class FrontierScheduler(BaseScheduler):
         if self.gate is not None and self.gate.sent_late(request, time.time(), answered):
             self._count("politeness/sent_late")
 
-    def _hold_back(self, request: Request) -> bool:
-        """A leased request the send gate turned away (meta HOLD_META: until when) is held
-        here, its lease kept, until then: waiting for its host's token holds no download slot."""
-        due = request.meta.pop(HOLD_META, None)
-        if due is None:
-            return False
-        lease_id = lease_id_of(request)
-        if lease_id not in self.ledger.held:
-            return False  # not this worker's (any more): scheduled as a new request
-        self.ledger.move(lease_id, "ready")
-        self._held.hold(request, float(due))
-        self._engine.wake_in(max(0.0, float(due) - time.time()))
-        self._count("politeness/gate_held")
-        return True
-
     # --- internals -------------------------------------------------------------------------------
 
     def flush(self) -> bool:
@@ -378,7 +336,7 @@ class FrontierScheduler(BaseScheduler):
     def _trip(self, pop: bool, everything: bool = False) -> tuple[bool, Popped | None]:
         """One round trip (``trip.py``), when it has anything to carry and Redis is not in
         backoff. Returns whether it went (or had nothing to carry), and what the pop leased."""
-        if self._in_backoff() or self.trips is None:  # Redis away, or never opened
+        if self.in_backoff() or self.trips is None:  # Redis away, or never opened
             return not self.outbox, None
         if not self.trips.needed(pop, everything):
             return True, None
@@ -387,19 +345,10 @@ class FrontierScheduler(BaseScheduler):
             return False, None
         self._count("frontier/turns_ahead", trip.turns)
         self._count("dupefilter/filtered", trip.filtered)
-        self._queue_size += trip.pushed - trip.filtered
+        self.plan.queue_size += trip.pushed - trip.filtered
         if trip.pushed and not pop and trip.eager:  # a pop in the same trip saw them
-            self._pop_soon()
+            self.plan.soon()
         return True, trip.popped
-
-    def _pop_soon(self) -> None:
-        """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
-        new request rarely has its host's turn now, and the requests of several pages go in
-        one flush and are looked at in one pop)."""
-        if self._rated is None:
-            self._next_pop = 0.0
-        else:
-            self._next_pop = min(self._next_pop, time.monotonic() + PACED_GATHER)
 
     def renew(self) -> None:
         """Extend the leases this worker holds, so only a dead worker's leases expire: with
@@ -432,25 +381,17 @@ class FrontierScheduler(BaseScheduler):
         sent, popped = self._trip(pop=True)
         if not sent or popped is None:
             return
-        self._queue_size = popped.queue_size
-        self._next_due = popped.next_due
         self._count("frontier/reclaimed", popped.reclaimed)
         self._count("frontier/promoted", popped.promoted)
         self._count("politeness/paced", len(popped.paced))
         for lease_id, data in popped.leased:
-            self._take(lease_id, data, lease_id in popped.paced, popped.dues.get(lease_id))
+            self.hand.take(lease_id, data, lease_id in popped.paced, popped.dues.get(lease_id))
         ready = len(popped.leased) - len(popped.dues)
         if ready < self.config.batch_size or popped.queue_size < self.config.read_ahead:
             self._want_start_entries()
-        if len(popped.leased) - len(popped.dues) < self.config.batch_size and (
-            popped.queue_size == 0 or self._rated is not None
-        ):
-            self._empty_pops = 0 if popped.leased else min(self._empty_pops + 1, 3)
-            base = min(1.0, self.config.flush_interval * 4)
-            pause = pause_after(popped, base, self._rated, self._empty_pops, bool(self._held))
-            self._next_pop = time.monotonic() + pause
-            if popped.next_due or popped.unscanned:
-                self._engine.wake_in(pause)
+        wake = self.plan.after(popped, self.config.batch_size, bool(self.hand.held))
+        if wake is not None:
+            self._engine.wake_in(wake)
 
     def paused(self) -> bool:
         """Whether the crawl is paused (``scrapy frontier SPIDER pause``), as last read."""
@@ -459,7 +400,7 @@ class FrontierScheduler(BaseScheduler):
     def _pause_turned(self, pause: Pause | None) -> None:
         """Resumed: pop at the engine's next ask, and have it ask now."""
         if pause is None:
-            self._next_pop = 0.0
+            self.plan.now()
             self._engine.wake_in(0)
 
     def _want_start_entries(self) -> None:
@@ -473,37 +414,6 @@ class FrontierScheduler(BaseScheduler):
 
         self._short_call = cast(Any, reactor).callLater(0, self.when_short)
 
-    def _take(
-        self, lease_id: str, data: str, paced: bool = False, due: float | None = None
-    ) -> None:
-        """Ready the leased request (or hold it until its turn is ``due``), or dead-letter a
-        record it cannot be rebuilt from: one bad record never stops the others."""
-        try:
-            request = self._request(lease_id, data, paced)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            logger.error(
-                "Request record %s cannot be rebuilt (%s): dead-lettered (unreadable)",
-                lease_id,
-                error[:300],
-                extra={"spider": self.crawler.spider},
-            )
-            self.ledger.take(lease_id, 1, "")
-            self.ledger.dead(lease_id, "unreadable", error, 1)
-            return
-        if due is None:
-            self._ready.append(request)
-        else:
-            self._held.hold(request, due)
-            self._engine.wake_in(max(0.0, due - time.time()))
-
-    def _request(self, lease_id: str, data: str, paced: bool) -> Request:
-        request = leased_request(data, self.crawler.spider, paced)
-        request.meta[LEASE_META] = lease_id
-        attempts = int(request.meta.get("retry_times", 0)) + 1
-        self.ledger.take(lease_id, attempts, request.url)
-        return request
-
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler.stats is not None:
             self.crawler.stats.inc_value(key, value)
@@ -513,12 +423,9 @@ class FrontierScheduler(BaseScheduler):
         loop.start(interval, now=False)
         self._loops.append(loop)
 
-    def _in_backoff(self) -> bool:
-        return self._backoff.active()
-
     def in_backoff(self) -> bool:
         """Whether Redis was found down lately: callers skip their calls until it is over."""
-        return self._in_backoff()
+        return self._backoff.active()
 
     def _outage(self, exc: RedisError) -> None:
         self._count("frontier/redis_errors")

@@ -1,4 +1,4 @@
-"""Paced turns a worker holds until they come, and when a paced worker pops next.
+"""The leased requests a worker holds (ready, or held until their turn), and when it pops next.
 
 A paced pop leases the turns due within its look-ahead at once (see ``scripts/pop.lua``):
 the worker holds each request until its turn and hands it to the engine then, so a host
@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
+
+from crawler.frontier.leases import LEASE_META, lease_id_of
+from crawler.frontier.records import leased_request
+from crawler.meta import HOLD_META
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from twisted.internet.base import DelayedCall
 
+    from crawler.frontier.leases import LeaseLedger
     from crawler.frontier.pacing import Pacing
     from crawler.frontier.queue import Popped
+
+logger = logging.getLogger(__name__)
 
 # Seconds between two pops that wait for paced turns: turns due meanwhile go out together, this
 # much late at most (a turn is given up only when a whole interval late).
@@ -55,6 +65,125 @@ class HeldTurns:
 
     def clear(self) -> None:
         self._heap.clear()
+
+
+class InHand:
+    """The leased requests this worker holds: ready for the engine, or held until their host's
+    turn (the engine is woken then). A record no request can be rebuilt from is dead-lettered
+    (``unreadable``): one bad record never stops the others."""
+
+    def __init__(self, crawler: Crawler, ledger: LeaseLedger, engine: EngineCalls) -> None:
+        self.crawler = crawler
+        self.ledger = ledger
+        self.engine = engine
+        self.ready: deque[Request] = deque()
+        self.held = HeldTurns()
+
+    def __bool__(self) -> bool:
+        return bool(self.ready or self.held)
+
+    def take(self, lease_id: str, data: str, paced: bool = False, due: float | None = None) -> None:
+        """Ready the request leased as ``lease_id`` (or hold it until its turn is ``due``)."""
+        try:
+            request = self._rebuilt(lease_id, data, paced)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            logger.error(
+                "Request record %s cannot be rebuilt (%s): dead-lettered (unreadable)",
+                lease_id,
+                error[:300],
+                extra={"spider": self.crawler.spider},
+            )
+            self.ledger.take(lease_id, 1, "")
+            self.ledger.dead(lease_id, "unreadable", error, 1)
+            return
+        if due is None:
+            self.ready.append(request)
+        else:
+            self.hold(request, due)
+
+    def hold(self, request: Request, due: float) -> None:
+        """Hold ``request`` until ``due`` (Unix time), the engine woken then."""
+        self.held.hold(request, due)
+        self.engine.wake_in(max(0.0, due - time.time()))
+
+    def hold_back(self, request: Request) -> bool:
+        """Hold a leased request the send gate turned away (meta HOLD_META: until when), its
+        lease kept, until then: waiting for its host's token holds no download slot. False for
+        any other request, or one no longer leased to this worker (scheduled as a new one)."""
+        due = request.meta.pop(HOLD_META, None)
+        if due is None or lease_id_of(request) not in self.ledger.held:
+            return False
+        self.ledger.move(lease_id_of(request), "ready")
+        self.hold(request, float(due))
+        return True
+
+    def come(self) -> None:
+        """The held requests whose turn has come join the ready ones."""
+        self.ready.extend(self.held.come())
+
+    def wake_for_held(self) -> None:
+        if (held := self.held.next_in()) is not None:
+            self.engine.wake_in(held)
+
+    def clear(self) -> None:
+        self.ready.clear()
+        self.held.clear()
+
+    def _rebuilt(self, lease_id: str, data: str, paced: bool) -> Request:
+        request = leased_request(data, self.crawler.spider, paced)
+        request.meta[LEASE_META] = lease_id
+        attempts = int(request.meta.get("retry_times", 0)) + 1
+        self.ledger.take(lease_id, attempts, request.url)
+        return request
+
+
+@dataclass
+class PopPlan:
+    """What this worker's last pop found of the fleet's queue, and when it pops next (monotonic
+    time ``at``). ``rated``: paced at a rate (not only by the Crawl-delays of some hosts), pops
+    gather new work and wait between them, as a host's next turn is rarely now."""
+
+    rated: Pacing | None = None
+    base: float = 1.0  # seconds: the pause after one empty pop
+    queue_size: int = 0
+    next_due: float = 0.0
+    at: float = 0.0
+    empty_pops: int = 0
+
+    def due(self, now: float) -> bool:
+        return now >= self.at
+
+    def now(self) -> None:
+        """Pop at the engine's next ask."""
+        self.at = 0.0
+
+    def soon(self) -> None:
+        """New work: the next pop at the engine's next ask, or, paced, within PACED_GATHER (a
+        new request rarely has its host's turn now, and the requests of several pages go in
+        one flush and are looked at in one pop)."""
+        if self.rated is None:
+            self.at = 0.0
+        else:
+            self.at = min(self.at, time.monotonic() + PACED_GATHER)
+
+    def paced_out(self) -> bool:
+        """The last paced pop found requests queued but none whose host had a turn to give."""
+        return self.rated is not None and self.empty_pops > 0 and self.queue_size > 0
+
+    def after(self, popped: Popped, batch_size: int, holding: bool) -> float | None:
+        """Read what a pop found; when it brought less than a batch to send now and the queue
+        is empty (or the worker paced), the next pop waits (:func:`pause_after`). The seconds
+        after which the engine must ask again when the wait ends on a due time, else None."""
+        self.queue_size, self.next_due = popped.queue_size, popped.next_due
+        if len(popped.leased) - len(popped.dues) >= batch_size or not (
+            popped.queue_size == 0 or self.rated is not None
+        ):
+            return None
+        self.empty_pops = 0 if popped.leased else min(self.empty_pops + 1, 3)
+        pause = pause_after(popped, self.base, self.rated, self.empty_pops, holding)
+        self.at = time.monotonic() + pause
+        return pause if popped.next_due or popped.unscanned else None
 
 
 def pause_after(
