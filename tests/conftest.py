@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pymongo
 import pytest
 import redis
 from hypothesis import strategies
+from hypothesis.errors import HypothesisSideeffectWarning
 
 from devtools.services import free_port, start_mongo, start_redis, start_sandbox
 from tests import slowest_first
@@ -142,8 +144,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # pytest parses (to rewrite its asserts) each hypothesis module when it is first imported, and
 # CPython 3.11's parser can fail spuriously in a process that has run threads ("AST constructor
 # recursion depth mismatch", python/cpython#106905). from_regex imports its module lazily, at
-# a test's first draw: it is imported here, before any test runs.
-strategies.from_regex("a").validate()
+# a test's first draw: it is imported here, before any test runs (hypothesis warns of it as slow
+# code at start-up, which it is meant to be).
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+    strategies.from_regex("a").validate()
 
 
 @pytest.hookimpl(tryfirst=True)
