@@ -195,7 +195,7 @@ def test_the_worker_cache_never_drops_what_the_filter_would_pass(
     """The worker's cache of fingerprints it scheduled drops a request before Redis sees it:
     only one the fleet's filter drops too (each request the cache lets through goes to the
     fleet's filter: the model), and, while it forgets nothing, every one of those."""
-    cache, model = RecentlySeen(size), Model()
+    cache, model = RecentlySeen(size, "bloom"), Model()
     for n, (url, depth) in enumerate(requests):
         first = cache.first_time(fingerprint(url), depth)
         fleet = model.schedule(url, depth, "filter")
@@ -211,7 +211,7 @@ def test_a_request_is_superseded_only_by_a_shorter_path_this_worker_scheduled(
 ) -> None:
     """A leased request at depth d is not sent when this worker scheduled its URL at a depth
     below d since: never for the least depth scheduled, nor once the cache forgot the URL."""
-    cache = RecentlySeen(size)
+    cache = RecentlySeen(size, "bloom")
     least: dict[str, int] = {}
     for url, depth in requests:
         if len(least) >= size and url not in least:

@@ -54,7 +54,7 @@ class RecentlySeen:
     they need not go to Redis. Each with the least depth it was scheduled at (0 without one: the
     fleet's filter holds such a fingerprint as depth 0's, see dupefilter.lua)."""
 
-    def __init__(self, size: int, mode: str = "bloom") -> None:
+    def __init__(self, size: int, mode: str) -> None:
         self.size = size
         self.mode = mode
         # The fleet's filter lets a shorter path through: a longer one scheduled here first
@@ -65,7 +65,8 @@ class RecentlySeen:
     def passes(self, fingerprint: bytes, seed: bool = False, depth: int | None = None) -> bool:
         """False for a fingerprint this worker scheduled before (at ``depth`` or less): the
         fleet's filter has it, so it is dropped here without serializing it or asking Redis. A
-        seed is noted and goes on: only the fleet's filter knows whether it was seeded before."""
+        seed is noted and goes on: only the fleet's filter knows whether it was seeded before.
+        With mode "none" everything passes, and nothing is remembered."""
         return self.mode == "none" or self.first_time(fingerprint, depth) or seed
 
     def first_time(self, fingerprint: bytes, depth: int | None = None) -> bool:

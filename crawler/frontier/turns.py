@@ -123,6 +123,7 @@ class InHand:
         self.ready.extend(self.held.come())
 
     def wake_for_held(self) -> None:
+        """Have the engine ask again when the next held turn comes, if one is held."""
         if (held := self.held.next_in()) is not None:
             self.engine.wake_in(held)
 
@@ -174,7 +175,8 @@ class PopPlan:
     def after(self, popped: Popped, batch_size: int, holding: bool) -> float | None:
         """Read what a pop found; when it brought less than a batch to send now and the queue
         is empty (or the worker paced), the next pop waits (:func:`pause_after`). The seconds
-        after which the engine must ask again when the wait ends on a due time, else None."""
+        after which the engine must ask again when the wait ends on a due time (0 when the pop
+        left queued requests unlooked at), else None."""
         self.queue_size, self.next_due = popped.queue_size, popped.next_due
         if len(popped.leased) - len(popped.dues) >= batch_size or not (
             popped.queue_size == 0 or self.rated is not None
@@ -207,7 +209,7 @@ def pause_after(
         return base / 4
     if holding:  # its turns come without a pop; new work of its own pops sooner
         return max(4 * base, pacing.ahead) if pacing is not None else 4 * base
-    if popped.leased:  # paced, not at once: its own new work pops sooner (``_pop_soon``)
+    if popped.leased:  # paced, not at once: its own new work pops sooner (``PopPlan.soon``)
         return 0.0 if pacing is None else base
     return base * 2.0 ** (empty_pops - 1)
 

@@ -50,7 +50,8 @@ NEW_SHARE_FOR_INSERTS = 0.25
 class BulkWrites:
     """The writes of prepared batches to ``database`` (from one thread: MongoWriter's writer),
     tried again MONGO_RETRY_TIMES times on transient errors, spilled to ``spill`` when MongoDB
-    is unavailable. ``indexed``: the unique index made for each (collection, key) so far."""
+    is unavailable. ``indexed``: the name of the unique index to hint for each (collection, key)
+    whose index was found or made so far ("" for a partial one); this adds those it makes."""
 
     def __init__(
         self,
@@ -102,7 +103,7 @@ class BulkWrites:
         an item class of the user's, the spider's own collection), unless one is there; tried
         again with the next batch if MongoDB is away. ``_id`` has its own."""
         collection, key = destination.collection, destination.unique_key
-        if key == "_id" or (collection, key) in self._indexed or self.database is None:
+        if key == "_id" or (collection, key) in self._indexed:
             return
         try:
             existing = self.database[collection].index_information().items()
@@ -276,7 +277,8 @@ class BulkWrites:
 @dataclass(frozen=True)
 class Write:
     """One document of a batch, ready to write: ``index`` is its position in the batch,
-    ``unique`` says its key has a unique index (so the plain form may be tried first)."""
+    ``selector`` its unique key, ``unset`` the fields its upsert removes (``_truncated`` from a
+    document stored trimmed before)."""
 
     index: int
     selector: dict[str, Any]

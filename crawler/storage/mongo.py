@@ -143,7 +143,7 @@ class MongoWriter:
         self.client: MongoClient[dict[str, Any]] | None = None
         self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
-        self.bulk: BulkWrites | None = None  # once connected
+        self.bulk: BulkWrites | None = None  # once connected and the spill file open
         self._batches: dict[str, CollectionBatch] = {}
         self._pending = 0
         self._room = asyncio.Event()
