@@ -217,6 +217,24 @@ def background(
 MONGO_PAUSE = 0.25
 
 
+@contextmanager
+def status_page(env: dict[str, str], *args: str) -> Iterator[str]:
+    """``scrapy status [args] --serve 0`` in the background: the fleet page's URL, read from
+    the command's first line; stopped with SIGINT afterwards, and asserted to exit 0."""
+    command = [sys.executable, "-m", "scrapy", "status", *args, "--serve", "0"]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("Fleet page at http://"), line
+        yield line.split()[3]
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+
+
 def poll(
     check: Callable[[], T | None],
     timeout: float = 10.0,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -51,7 +50,7 @@ from crawler.observability.report import (
 )
 from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll
+from tests.harness import ROOT, Crawl, Sandbox, poll, status_page
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 needs_chromium = pytest.mark.skipif(
@@ -570,17 +569,7 @@ def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_onl
     tmp_path: Path,
 ) -> None:
     env = {**os.environ, "REDIS_URL": f"redis://:s3cret@127.0.0.1:{free_port()}/0"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().split()[3]
+    with status_page(env) as url:
         with pytest.raises(HTTPError) as away:
             urlopen(url, timeout=30)
         assert away.value.code == 503
@@ -599,19 +588,10 @@ def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_onl
         with pytest.raises(HTTPError) as elsewhere:
             urlopen(url + "elsewhere", timeout=30)
         assert elsewhere.value.code == 404
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
 
 
-def _serve(*settings: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
-    command = [sys.executable, "-m", "scrapy", "status", "--serve", "0", "--host", "0.0.0.0"]
-    for setting in settings:
-        command += ["-s", setting]
-    return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def _env_without_redis() -> dict[str, str]:
+    return {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
 
 
 def _status_with_host(url: str, host: str) -> int:
@@ -624,22 +604,19 @@ def _status_with_host(url: str, host: str) -> int:
 
 
 def test_the_served_page_follows_fleet_page_and_answers_only_its_own_name() -> None:
-    process = _serve()  # FLEET_PAGE=local by default
-    try:
-        assert process.stdout is not None
-        port = urlsplit(process.stdout.readline().split()[3]).port
+    with status_page(_env_without_redis(), "--host", "0.0.0.0") as served:  # FLEET_PAGE=local
+        port = urlsplit(served).port
         url = f"http://127.0.0.1:{port}/"
         assert _status_with_host(url, "attacker.example") == 403
         assert _status_with_host(url, f"attacker.example:{port}") == 403
         for name in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST."):
             assert _status_with_host(url, name) == 503  # shown: Redis is away
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
-    off = _serve("FLEET_PAGE=off")
-    _, errors = off.communicate(timeout=60)
+    command = [sys.executable, "-m", "scrapy", "status", "--serve", "0", "-s", "FLEET_PAGE=off"]
+    off = subprocess.run(
+        command, cwd=ROOT, env=_env_without_redis(), capture_output=True, text=True, timeout=60
+    )
     assert off.returncode != 0
-    assert "FLEET_PAGE is off" in errors
+    assert "FLEET_PAGE is off" in off.stderr
 
 
 # --- cool-downs and unban (real Redis) ------------------------------------------------------------
@@ -799,22 +776,9 @@ def _assert_page_matches(values: dict[str, str], status: dict[str, Any]) -> None
 @pytest.fixture
 def served_page(crawl: Crawl) -> Iterator[str]:
     """``scrapy status profiles --serve 0``: the page's URL; stopped with SIGINT afterwards."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scrapy", "status", "profiles", "--serve", "0"],
-        cwd=ROOT,
-        env=crawl.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("Fleet page at http://127.0.0.1:"), line
-    try:
-        yield line.split()[3]
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
+    with status_page(crawl.env(), "profiles") as url:
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
 
 
 def _steady(crawl: Crawl) -> dict[str, Any]:

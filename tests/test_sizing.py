@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import signal
 import subprocess
 import sys
 from urllib.request import urlopen
@@ -25,7 +24,7 @@ from crawler.observability.counters import Counters
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
 from crawler.observability.sizing import Sizing, SizingConfig, measured_pace, size
-from tests.harness import ROOT, Crawl
+from tests.harness import ROOT, Crawl, status_page
 
 KEYS = FrontierKeys("sized", "sized:start_urls")
 POLITE = Pacing(identity="direct", rate=1.0, burst=1.0, recovery=0.001)
@@ -161,22 +160,8 @@ def test_status_serve_shows_every_spiders_sizing_at_metrics(
     """What KEDA's trigger reads when a spider has no worker to serve its own gauges."""
     entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
     redis_client.lpush("profiles:start_urls", *entries)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scrapy", "status", "--serve", "0"],
-        cwd=ROOT,
-        env=crawl.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().split()[3]
-        with urlopen(url + "metrics", timeout=30) as answer:
-            text = answer.read().decode()
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+    with status_page(crawl.env()) as url, urlopen(url + "metrics", timeout=30) as answer:
+        text = answer.read().decode()
     assert 'crawler_workers_wanted{spider="profiles"} 1.0' in text
     assert 'crawler_workers_wanted{spider="explore"} 0.0' in text
     assert 'crawler_queue_ready{spider="profiles"} 3.0' in text
