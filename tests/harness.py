@@ -51,6 +51,7 @@ class Restartable:
     data: Path
     kind: str = "redis"  # or "mongo"
     server: ServerProcess | None = None
+    redis_args: tuple[str, ...] = ()  # e.g. ("--appendonly", "no"): it starts again empty
 
     @property
     def uri(self) -> str:
@@ -59,8 +60,10 @@ class Restartable:
         return f"mongodb://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        start = start_redis if self.kind == "redis" else start_mongo
-        self.server = start(self.port, self.data)
+        if self.kind == "redis":
+            self.server = start_redis(self.port, self.data, *self.redis_args)
+        else:
+            self.server = start_mongo(self.port, self.data)
 
     def kill(self) -> None:
         assert self.server is not None

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,9 @@ from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.queue import Frontier
 from crawler.frontier.riders import Riders
 from crawler.keys import FrontierKeys
-from devtools.services import free_port, start_redis
+from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Sandbox, poll
+from tests.harness import Crawl, Restartable, Sandbox, poll
 
 USERS = [author.unique_id for author in build_dataset().authors]
 
@@ -87,10 +85,10 @@ def test_an_empty_frontier_reset_is_only_a_warning(
 def test_a_redis_restarted_empty_mid_crawl_is_reported(
     crawl: Crawl, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    port = free_port()
-    server = start_redis(port, tmp_path / "redis", "--appendonly", "no")
-    crawl.redis_url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis(port=port)
+    server = Restartable(free_port(), tmp_path / "redis", redis_args=("--appendonly", "no"))
+    server.start()
+    crawl.redis_url = server.uri
+    client = redis.Redis(port=server.port)
     sandbox.admin("config", {"latency_ms": 150})
     client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
     log = tmp_path / "worker.log"
@@ -100,9 +98,8 @@ def test_a_redis_restarted_empty_mid_crawl_is_reported(
             poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 3, 30, "progress")
             held = client.zcard("{profiles}:queues") + client.zcard("{profiles}:leases")
             assert held, "nothing queued or leased to lose"
-            os.kill(server.process.pid, signal.SIGKILL)
-            server.process.wait(10)
-            server = start_redis(port, tmp_path / "redis", "--appendonly", "no")
+            server.kill()
+            server.start()
             assert worker.wait(120) == 0, log.read_text()[-3000:]
         text = log.read_text()
         assert text.count("Frontier of profiles vanished from Redis") == 1, text[-3000:]
