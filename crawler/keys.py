@@ -187,6 +187,11 @@ def failure_window_key(spider: str) -> str:
     return tagged(spider, "answers")
 
 
+def job_failure_window_key(spider: str, number: int) -> str:
+    """The last FAILURE_PAUSE_WINDOW answers to one crawl job's requests (as the fleet's)."""
+    return tagged(spider, f"jobs:answers:{number}")
+
+
 def frontier_marker_key(spider: str) -> str:
     """The token that tells a worker its frontier is still the one it wrote to."""
     return tagged(spider, "frontier")

@@ -41,10 +41,10 @@ from crawler.keys import (
     cancelled_jobs_key,
     job_budgets_key,
     job_deadlines_key,
+    job_failure_window_key,
     job_key,
     jobs_key,
     paused_jobs_key,
-    tagged,
 )
 from crawler.meta import JOB_META
 
@@ -257,23 +257,29 @@ class JobBook:
             logger.warning("Job %s cancelled: its requests are dropped", self.name(number))
         for number in paused - self.paused:
             logger.warning("Job %s paused: its requests wait until it resumes", self.name(number))
-            self.paused_why[number] = self._why_paused(number)
+        self.paused_why.update(self._why_paused(paused - self.paused))
         for number in self.paused - paused:
             logger.warning("Job %s resumed", self.name(number))
             self.paused_why.pop(number, None)
         self.cancelled, self.paused, self.deadlines = cancelled, paused, deadlines
 
-    def _why_paused(self, number: int) -> tuple[str, str]:
-        """By whom and why the job numbered ``number`` was paused (empty: by a command)."""
-        job = self.name(number)
-        if job is None:
-            return "", ""
-        by, reason = self.server.hmget(job_key(self.spider, job), ["paused_by", "paused_reason"])
-        return (reply_text(by) if by else ""), (reply_text(reason) if reason else "")
+    def _why_paused(self, numbers: frozenset[int]) -> dict[int, tuple[str, str]]:
+        """By whom and why each of the jobs ``numbers`` was paused (empty: by a command), read
+        in one round trip."""
+        named = [(number, job) for number in numbers if (job := self.name(number)) is not None]
+        if not named:
+            return {}
+        pipe = self.server.pipeline(transaction=False)
+        for _, job in named:
+            pipe.hmget(job_key(self.spider, job), ["paused_by", "paused_reason"])
+        return {
+            number: (reply_text(by) if by else "", reply_text(reason) if reason else "")
+            for (number, _), (by, reason) in zip(named, pipe.execute(), strict=True)
+        }
 
     def paused_jobs(self) -> list[tuple[str, str, str]]:
         """The jobs paused as this worker last read them: id, by whom and why."""
-        why = dict(self.paused_why)
+        why = self.paused_why
         return [(job, *why.get(n, ("", ""))) for n in self.paused if (job := self._names.get(n))]
 
     def _queue_counts(self, pipe: Any, now: str) -> None:
@@ -291,7 +297,7 @@ class JobBook:
         for number, (answers, failed) in self._answers.items():
             if (job := self.name(number)) is None:
                 continue
-            keys = [tagged(self.spider, f"jobs:answers:{number}"), paused_jobs_key(self.spider)]
+            keys = [job_failure_window_key(self.spider, number), paused_jobs_key(self.spider)]
             failed = min(failed, answers)
             args = [self.window, failed, answers - failed, self.failure_ratio, now, number]
             lua.queue_eval(pipe, lua.JOB_FAILURES, [*keys, job_key(self.spider, job)], args)

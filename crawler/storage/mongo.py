@@ -139,9 +139,7 @@ class MongoWriter:
         self.stats = stats
         self.spider_name = spider_name
         self.destinations = destinations
-        self._indexed: dict[tuple[str, str], str] = {}  # (collection, unique key): index name
         self.client: MongoClient[dict[str, Any]] | None = None
-        self.database: Database[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
         self.bulk: BulkWrites | None = None  # once connected and the spill file open
         self._batches: dict[str, CollectionBatch] = {}
@@ -156,12 +154,9 @@ class MongoWriter:
 
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
-        await self._in_thread(self._connect)
-        assert self.database is not None
+        database, indexed = await self._in_thread(self._connect)
         self.spill = SpillFile(self.config.spill_dir, self.spider_name)
-        self.bulk = BulkWrites(
-            self.database, self._indexed, self.stats, self.config.retry_times, self.spill
-        )
+        self.bulk = BulkWrites(database, indexed, self.stats, self.config.retry_times, self.spill)
         await self._in_thread(self.bulk.replay_orphans)
         await self._in_thread(self.bulk.replay_own)
         self._room.set()
@@ -349,7 +344,10 @@ class MongoWriter:
 
     # --- writing (writer thread) ---------------------------------------------------------------
 
-    def _connect(self) -> None:
+    def _connect(self) -> tuple[Database[dict[str, Any]], dict[tuple[str, str], str]]:
+        """The database, and the unique index made for each (collection, key) the settings
+        name (MONGO_COLLECTIONS, the item classes'); raises MongoUnavailable."""
+        indexed: dict[tuple[str, str], str] = {}
         client: MongoClient[dict[str, Any]] = MongoClient(
             self.config.uri,
             serverSelectionTimeoutMS=self.config.timeout_ms,
@@ -363,14 +361,15 @@ class MongoWriter:
             )
             for destination in self.destinations.indexed():
                 collection, key = destination.collection, destination.unique_key
-                self._indexed[collection, key] = database[collection].create_index(key, unique=True)
+                indexed[collection, key] = database[collection].create_index(key, unique=True)
         except PyMongoError as exc:
             client.close()
             reason = str(exc).split(", Timeout:")[0]
             message = f"MongoDB at {mask_uri(self.config.uri)} is unavailable: {reason}"
             raise MongoUnavailable(message) from exc
-        self.client, self.database = client, database
+        self.client = client
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
+        return database, indexed
 
 
 def _hashable(key: Any) -> Any:
