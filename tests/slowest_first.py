@@ -29,32 +29,40 @@ GROUPED = {
 }
 
 # Modules (or single tests) that measure what a busy machine skews, marked ``timed`` (conftest):
-# ``make unit`` runs them after the others, one at a time; under xdist they are one unit. Side
-# by side with other tests, the elastic autoscaler's (up to 8 crawl processes at once) starved
-# the domains sweeps' reactors past their probes' timeouts (alive domains stored as timeouts),
-# the recrawl's hot documents past their freshness and the breaker test's hosts below their
-# rate; and the many-hosts server (a thread of the test's process) stamped a batch of arrivals
-# 0.12 s late, so three hosts' next requests looked 0.88 s after their previous ones at 1/s.
-_TIMED = "starts-many-processes-or-times-something"
+# ``make unit`` runs them after the others, with nothing else beside them. Side by side with the
+# other tests, the elastic autoscaler's (up to 8 crawl processes at once) starved the domains
+# sweeps' reactors past their probes' timeouts (alive domains stored as timeouts), the
+# recrawl's hot documents past their freshness and the breaker test's hosts below their rate;
+# and the many-hosts server (a thread of the test's process) stamped a batch of arrivals 0.12 s
+# late, so three hosts' next requests looked 0.88 s after their previous ones at 1/s.
+# The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
+# (marker ``alone``); the others, which keep a core a third busy or less, then run in two
+# lanes, one unit each, so that at most two of them run at once (``-n 2``).
+_ALONE = "timed-alone: starts up to 8 crawl processes"
+_SWEEPS = "timed-lane-1: domain sweeps"
+_RATES = "timed-lane-2: rates and freshness"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
 _HELD_UP = "test_a_request_held_up_on_its_way_still_reaches_its_host_on_time"
 SHARED_UNITS = {
-    "tests/test_autoscale.py": _TIMED,
-    "tests/test_domains.py": _TIMED,
-    "tests/test_domains_dnsmasq.py": _TIMED,
+    "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": (
+        _ALONE
+    ),
+    "tests/test_autoscale.py": _SWEEPS,
+    "tests/test_domains.py": _SWEEPS,
+    "tests/test_domains_dnsmasq.py": _SWEEPS,
     "tests/test_recrawl.py::test_hot_documents_are_revisited_often_and_stay_fresh_"
-    "cold_ones_rarely": _TIMED,
+    "cold_ones_rarely": _RATES,
     "tests/test_host_breaker.py::test_a_host_answering_429_is_blocked_with_doubling_steps_and_"
-    "the_others_keep_their_rate": _TIMED,
+    "the_others_keep_their_rate": _RATES,
     _MANY_HOSTS + "test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_"
-    "nearer": _TIMED,
+    "nearer": _RATES,
     **{
-        f"{_MANY_HOSTS}{_HELD_UP}[{where}]": _TIMED
+        f"{_MANY_HOSTS}{_HELD_UP}[{where}]": _RATES
         for where in ("before_the_gate", "after_the_gate", "slow_first_connection")
     },
 }
 
-# Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter. A test
+# Seconds each took in a full run (5 to 7 workers on 2 busy cores); only their ratios matter. A test
 # not named here counts for DEFAULT.
 SLOWEST = {
     "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": 65,
@@ -136,8 +144,14 @@ DEFAULT = 1.0
 
 def timed(nodeid: str) -> bool:
     """Whether the test measures something a busy machine skews (a rate, freshness, a probe's
-    timeout): ``make unit`` runs these after the others, one at a time (marker ``timed``)."""
-    return unit(nodeid) == _TIMED
+    timeout): ``make unit`` runs these after the others (marker ``timed``)."""
+    return unit(nodeid) in (_ALONE, _SWEEPS, _RATES)
+
+
+def alone(nodeid: str) -> bool:
+    """Whether the test keeps the machine's cores busy: ``make unit`` runs it before the other
+    timed tests, with nothing beside it (marker ``alone``)."""
+    return unit(nodeid) == _ALONE
 
 
 def unit(nodeid: str) -> str:
