@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 # `timed`, tests/slowest_first.py) run after the others: the one that keeps the cores busy
 # (marker `alone`) by itself, then the rest in TIMED_WORKERS lanes (each a third of a core).
 # A step that PYTEST_ARGS leaves without a test (pytest's exit status 5) is not a failure.
-PYTEST_WORKERS ?= 7
+PYTEST_WORKERS ?= 5
 TIMED_WORKERS ?= 2
 unit: $(STAMP) chromium dnsmasq
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not timed" $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -62,7 +62,7 @@ SHARED_UNITS = {
     },
 }
 
-# Seconds each took in a full run (5 to 7 workers on 2 busy cores); only their ratios matter. A test
+# Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter. A test
 # not named here counts for DEFAULT.
 SLOWEST = {
     "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": 65,
