@@ -380,7 +380,7 @@ class LeaseSpiderMiddleware:
                     self.frontier.ledger.item_started(request)
                 yield output
         finally:
-            self.frontier.ledger.output_finished(request)
+            self.frontier.ledger.finished(request)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
         if response.request is None:

@@ -389,7 +389,7 @@ def test_a_page_is_acked_with_the_items_it_stored_and_dead_lettered_with_them() 
         ledger.scraping(request)
         for _ in range(3):
             ledger.item_started(request)
-        ledger.output_finished(request)
+        ledger.finished(request)
     first, second = requests
     ledger.item_finished(first, stored=True)
     ledger.item_finished(first)  # dropped

@@ -164,18 +164,13 @@ class LeaseLedger:
             lease.stored += stored
             self._ack_if_done(lease_id_of(request), lease)
 
-    def output_finished(self, request: Request) -> None:
+    def finished(self, request: Request) -> None:
+        """The request's output is done (its callback's output went through, or there was none to
+        wait for: filtered, ignored): acked, or dead for a failed item, once its items left the
+        pipelines."""
         if (lease := self.held.get(lease_id_of(request))) is not None:
             lease.output_done = True
             self._ack_if_done(lease_id_of(request), lease)
-
-    def finished(self, request: Request) -> None:
-        """The request was handled without output to wait for (filtered, ignored): acked once
-        the items it made, if any, left the pipelines."""
-        lease_id = lease_id_of(request)
-        if (lease := self.held.get(lease_id)) is not None:
-            lease.output_done = True  # acked (or dead, for a failed item) once its items left
-            self._ack_if_done(lease_id, lease)
 
     def release(self, request: Request) -> None:
         """Hand the request back to the queue untouched, for any worker to try again."""
