@@ -51,8 +51,9 @@ JOB_FAILURES = _ANSWERS + _script("job_failures")
 # A host's failure for the fleet's circuit breaker (crawler/bans/breaker.py).
 BREAKER = _script("breaker")
 # A job's requests counted, or removed when it is cancelled (crawler/frontier/jobs.py).
-JOB = _PRELUDE + _script("job")
-JOB_STARTS = _script("job_starts")
+_LISTS = _script("lists")
+JOB = _PRELUDE + _LISTS + _script("job")
+JOB_STARTS = _LISTS + _script("job_starts")
 JOB_NUMBER = _script("job_number")
 JOB_COUNTS = _script("job_counts")
 # Which of some jobs have a request in a slice of the queue, the delayed set or the leases.

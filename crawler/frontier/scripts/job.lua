@@ -17,35 +17,7 @@ local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
 set_job_keys(8)
 local spare = KEYS[13]
-local CHUNK = 1000
 local function of_job(record) return job_of(record) == n end
-
-local function count_list(list, size)
-  local found = 0
-  for first = 0, size - 1, CHUNK do
-    for _, record in ipairs(redis.call('LRANGE', list, first, first + CHUNK - 1)) do
-      if of_job(record) then found = found + 1 end
-    end
-  end
-  return found
-end
-
-local function rebuild_list(list, size, priority)
-  redis.call('DEL', spare)
-  for first = 0, size - 1, CHUNK do
-    local kept = {}
-    for _, record in ipairs(redis.call('LRANGE', list, first, first + CHUNK - 1)) do
-      if not of_job(record) then kept[#kept + 1] = record end
-    end
-    if #kept > 0 then redis.call('RPUSH', spare, unpack(kept)) end
-  end
-  if redis.call('EXISTS', spare) == 1 then
-    redis.call('RENAME', spare, list)
-  else
-    redis.call('DEL', list)
-    redis.call('ZREM', Q.queues, priority)
-  end
-end
 
 -- The job's ids in the sorted set ``key`` (delayed, leases), removed with their records if
 -- ``drop``.
@@ -95,8 +67,10 @@ local queued = 0
 for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   local list = Q.prefix .. priority
   local size = redis.call('LLEN', list)
-  local found = count_list(list, size)
-  if cancel and found > 0 then rebuild_list(list, size, priority) end
+  local found = count_in_list(list, size, of_job)
+  if cancel and found > 0 and not remove_from_list(list, size, spare, of_job) then
+    redis.call('ZREM', Q.queues, priority)
+  end
   queued = queued + found
 end
 local handed = tonumber(redis.call('HGET', Q.spent, n) or '0')
