@@ -36,7 +36,7 @@ GROUPED = {
 # and the many-hosts server (a thread of the test's process) stamped a batch of arrivals 0.12 s
 # late, so three hosts' next requests looked 0.88 s after their previous ones at 1/s.
 # The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
-# (marker ``alone``); the others, which keep a core a third busy or less, then run in two
+# (marker ``alone``); the others, each using about half a core at most, then run in two
 # lanes, one unit each, so that at most two of them run at once (``-n 2``).
 _ALONE = "timed-alone: starts up to 8 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps"
