@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pymongo
+from scrapy.utils.reactor import is_reactor_installed
 
 from devtools.services import ServerProcess, ServiceError, free_port, start_mongo, start_redis
 from sandbox.client import SandboxClient
@@ -236,6 +237,13 @@ def status_page(env: dict[str, str], *args: str) -> Iterator[str]:
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
+
+
+def no_reactor_needed() -> dict[str, bool]:
+    """The setting for a crawler built in the test's process that runs nothing: no reactor is
+    installed, but one an earlier test of the process installed is accepted (Scrapy refuses
+    a crawler with TWISTED_REACTOR_ENABLED off once a reactor is installed)."""
+    return {"TWISTED_REACTOR_ENABLED": is_reactor_installed()}
 
 
 def poll(

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from scrapy.crawler import Crawler
 from scrapy.settings import SETTINGS_PRIORITIES, Settings
 from scrapy.utils.project import get_project_settings
-from scrapy.utils.reactor import is_reactor_installed
 
 from crawler.addons import COMPONENT_DICTS, keep_components, keep_project_addon
 from crawler.config.rules import SettingsError
 from crawler.spiders.loader import SpiderLoader
+from tests.harness import no_reactor_needed
 
 SPIDERS = ["explore", "profiles", "maps", "links", "domains"]
 
@@ -27,9 +27,7 @@ def _effective(spider: str, **run: Any) -> Crawler:
     settings = get_project_settings()
     for name, value in run.items():
         settings.set(name, json.dumps(value), priority="cmdline")
-    # Only the settings are applied: no reactor is installed, but one another test of this
-    # process installed is accepted (Scrapy refuses it with TWISTED_REACTOR_ENABLED off).
-    settings.set("TWISTED_REACTOR_ENABLED", is_reactor_installed())
+    settings.update(no_reactor_needed())  # only the settings are applied
     crawler = Crawler(SpiderLoader.from_settings(settings).load(spider), settings)
     keep_project_addon(crawler.settings)  # as the crawl command does
     crawler._apply_settings()

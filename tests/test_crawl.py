@@ -24,7 +24,7 @@ from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
 from crawler.recrawl.middleware import RecrawlMiddleware
 from devtools.services import free_port, start_sandbox
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, closed_port
+from tests.harness import ROOT, Crawl, Sandbox, closed_port, no_reactor_needed
 
 pytestmark = pytest.mark.integration
 
@@ -201,9 +201,7 @@ def test_remote_control_is_scrapys_when_turned_on_and_never_imported_when_off() 
     settings = get_project_settings()
     assert "scrapy.extensions.remote_control.RemoteControl" not in settings["EXTENSIONS_BASE"]
     assert settings.getwithbase("EXTENSIONS")["crawler.extensions.RemoteControl"] == 0
-    crawler = get_crawler(
-        Spider, {"REMOTE_CONTROL_ENABLED": True, "TWISTED_REACTOR_ENABLED": False}
-    )
+    crawler = get_crawler(Spider, {"REMOTE_CONTROL_ENABLED": True, **no_reactor_needed()})
     console = RemoteControl.from_crawler(crawler)
     assert type(console).__module__ == "scrapy.extensions.remote_control"
     assert type(console).__name__ == "RemoteControl"

@@ -15,7 +15,6 @@ import pytest
 import redis
 from playwright.async_api import Page, Route, async_playwright
 from scrapy.utils.project import get_project_settings
-from scrapy.utils.reactor import is_reactor_installed
 from scrapy.utils.request import request_from_dict
 from scrapy.utils.test import get_crawler
 
@@ -25,7 +24,7 @@ from crawler.spiders.base import InvalidStartEntry
 from crawler.spiders.maps import MapsSpider, _argument_queries
 from sandbox.maps import BATCH_SIZE, render_place
 from sandbox.places import build_places
-from tests.harness import Crawl, Sandbox
+from tests.harness import Crawl, Sandbox, no_reactor_needed
 
 PLACES = build_places()
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -142,12 +141,8 @@ async def _scroll_while_batch_lands(spider: MapsSpider, query: str) -> list[str]
 def test_feed_read_while_its_last_batch_lands(sandbox: Sandbox) -> None:
     searches = sandbox.admin("maps/searches")
     query = next(q for q, ids in searches.items() if 1 < len(ids) <= BATCH_SIZE)
-    settings = get_project_settings().copy_to_dict() | {
-        "MAPS_BASE_URL": sandbox.url,
-        # No reactor is needed here; one installed by an earlier test in this process is
-        # accepted as it is (get_crawler refuses to switch it off).
-        "TWISTED_REACTOR_ENABLED": is_reactor_installed(),
-    }
+    settings = {**get_project_settings().copy_to_dict(), "MAPS_BASE_URL": sandbox.url}
+    settings |= no_reactor_needed()  # the spider scrolls outside a crawl
     spider = MapsSpider.from_crawler(get_crawler(MapsSpider, settings_dict=settings))
     links = asyncio.run(_scroll_while_batch_lands(spider, query))
     assert [place_id_from_url(link) for link in links] == searches[query]
