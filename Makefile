@@ -34,7 +34,8 @@ typecheck: $(STAMP)
 # processes would each compile the project again, and pytest rewrite every test module.
 # The tests that measure what a busy machine skews (rates, freshness, probe timeouts: marker
 # `timed`, tests/slowest_first.py) run after the others: the one that keeps the cores busy
-# (marker `alone`) by itself, then the rest in TIMED_WORKERS lanes (each test about half a core at most).
+# (marker `alone`) by itself, then the rest in TIMED_WORKERS lanes (each test about half a core
+# at most).
 # A step that PYTEST_ARGS leaves without a test (pytest's exit status 5) is not a failure.
 PYTEST_WORKERS ?= 5
 TIMED_WORKERS ?= 2

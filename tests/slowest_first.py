@@ -39,7 +39,7 @@ GROUPED = {
 # (marker ``alone``); the others, each using about half a core at most, then run in two
 # lanes, one unit each, so that at most two of them run at once (``-n 2``).
 _ALONE = "timed-alone: starts up to 8 crawl processes"
-_SWEEPS = "timed-lane-1: domain sweeps"
+_SWEEPS = "timed-lane-1: domain sweeps, a politeness-bound fleet"
 _RATES = "timed-lane-2: rates and freshness"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
 _HELD_UP = "test_a_request_held_up_on_its_way_still_reaches_its_host_on_time"
