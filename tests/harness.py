@@ -24,6 +24,7 @@ from devtools.services import ServerProcess, ServiceError, free_port, start_mong
 from sandbox.client import SandboxClient
 from sandbox.hosts import HostsWeb, serve
 from sandbox.hosts import free_port as free_hosts_port
+from tests import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -134,13 +135,8 @@ class Crawl:
     def __call__(
         self, spider: str, *args: str, settings: dict[str, Any] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(spider, *args, settings=settings),
-            cwd=ROOT,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
+        return forkserver.run(
+            self.command(spider, *args, settings=settings), ROOT, self.env(), timeout
         )
 
 
@@ -148,7 +144,7 @@ class Crawl:
 class Worker:
     """A crawl running in the background (``background``), its output in ``log``."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | forkserver.Forked
     log: Path
     terminated: bool = False
 
@@ -196,6 +192,13 @@ class Worker:
         return self.log.read_text(errors="replace")
 
 
+def scrapy(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m scrapy ARGS`` in ROOT, run to its end with its output captured (as text)."""
+    return forkserver.run([*forkserver.SCRAPY, *args], ROOT, env or dict(os.environ), timeout)
+
+
 @contextmanager
 def background(
     command: Sequence[str], env: dict[str, str], log: Path | None = None
@@ -207,7 +210,7 @@ def background(
         if log is None:
             log = Path(cleanup.enter_context(tempfile.TemporaryDirectory())) / "worker.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+            process = forkserver.start(command, ROOT, env, out, out)
         worker = Worker(process, log)
         try:
             yield worker

@@ -18,7 +18,7 @@ import redis
 from crawler.aws.instances import FLEET_TAG
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, on_free_port, poll
+from tests.harness import ROOT, Crawl, on_free_port, poll, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def _fleet(
     command = [sys.executable, "-m", "scrapy", "fleet", *args]
     for name, value in {"FLEET_INSTALL": INSTALL, **(settings or {})}.items():
         command += ["-s", f"{name}={value}"]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return scrapy(*command[3:], env=env)
 
 
 def _json(result: subprocess.CompletedProcess[str]) -> Any:

@@ -6,8 +6,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,7 +41,7 @@ from crawler.meta import JOB_META
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import LocalCluster, start_cluster
-from tests.harness import ROOT, Crawl, Mongo, Sandbox
+from tests.harness import Crawl, Mongo, Sandbox, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -95,14 +93,10 @@ def _pending(url: str, **kwargs: Any) -> Pending:
 
 def test_settings_choose_the_cluster_client(redis_cluster: LocalCluster) -> None:
     for value, expected in (("yes", "True"), ("", "False")):
-        shown = subprocess.run(
-            [sys.executable, "-m", "scrapy", "settings", "--get", "REDIS_CLUSTER"],
-            cwd=ROOT,
-            env={**os.environ, "REDIS_CLUSTER": value},
-            capture_output=True,
-            text=True,
-            check=True,
+        shown = scrapy(
+            "settings", "--get", "REDIS_CLUSTER", env={**os.environ, "REDIS_CLUSTER": value}
         )
+        assert shown.returncode == 0, shown.stderr
         assert shown.stdout.strip() == expected
     # The project's plain client class and REDIS_DB=0 are fine with REDIS_CLUSTER on.
     client = _client(redis_cluster.url, redis_cls="crawler.connection.Redis", db=0)

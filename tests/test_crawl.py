@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from typing import Any, cast
 
@@ -24,7 +22,7 @@ from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
 from crawler.recrawl.middleware import RecrawlMiddleware
 from devtools.services import free_port, start_sandbox
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, closed_port, no_reactor_needed
+from tests.harness import Crawl, Sandbox, closed_port, no_reactor_needed, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -45,9 +43,7 @@ def _expected_videos(*categories: int) -> set[str]:
 
 
 def test_scrapy_list_shows_the_spiders() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "list"], cwd=ROOT, capture_output=True, text=True
-    )
+    result = scrapy("list")
     assert result.returncode == 0, result.stderr
     assert {"explore", "profiles"} <= set(result.stdout.split())
 
@@ -263,13 +259,7 @@ def _dead_letters_then_requeue(crawl: Crawl, port: int) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
     def frontier(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "scrapy", "frontier", "profiles", *args],
-            cwd=ROOT,
-            env=crawl.env(),
-            capture_output=True,
-            text=True,
-        )
+        done = scrapy("frontier", "profiles", *args, env=crawl.env())
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -323,14 +313,7 @@ def test_an_idle_worker_says_once_where_it_waits(crawl: Crawl) -> None:
 @pytest.mark.parametrize("action", ["status", "dead", "requeue"])
 def test_frontier_command_with_redis_down_says_so_in_one_line(crawl: Crawl, action: str) -> None:
     env = {**crawl.env(), "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "frontier", "profiles", action],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = scrapy("frontier", "profiles", action, env=env)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("Redis at redis://127.0.0.1:")
     assert "Traceback" not in result.stderr
@@ -344,11 +327,6 @@ def test_frontier_command_with_redis_down_says_so_in_one_line(crawl: Crawl, acti
     ],
 )
 def test_command_help_keeps_its_examples_one_per_line(command: str, example: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", command, "-h"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = scrapy(command, "-h")
+    assert result.returncode == 0, result.stderr
     assert any(line.startswith(example) for line in result.stdout.splitlines()), result.stdout

@@ -28,7 +28,7 @@ import yaml
 
 from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox
+from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox, scrapy
 
 BIN = Path(sys.executable).parent
 # What an egg build needs from the working tree (setup.py reads pyproject.toml and README.md).
@@ -47,9 +47,7 @@ def _load_yaml_all(path: Path) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def spiders() -> set[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "list"], cwd=ROOT, capture_output=True, text=True
-    )
+    result = scrapy("list")
     assert result.returncode == 0, result.stderr
     return set(result.stdout.split())
 
@@ -462,14 +460,7 @@ def test_k8s_has_a_deployment_per_spider_reading_config_and_secret(
 
 def _setting(name: str, env: dict[str, str], *args: str) -> str:
     base = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "MONGO_DATABASE"}}
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "settings", "--get", name, *args],
-        cwd=ROOT,
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = scrapy("settings", "--get", name, *args, env={**base, **env})
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 

@@ -50,7 +50,7 @@ from crawler.observability.report import (
 )
 from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, poll, status_page
+from tests.harness import ROOT, Crawl, Sandbox, poll, scrapy, status_page
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 needs_chromium = pytest.mark.skipif(
@@ -61,14 +61,7 @@ FRONTIER = ("queue", "leased", "delayed", "dead", "start", "start_leased")
 
 
 def _scrapy(crawl: Crawl, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *args],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return scrapy(*args, env=crawl.env(), timeout=timeout)
 
 
 def _status(spider: str = "profiles", **status: Any) -> dict[str, Any]:
@@ -611,10 +604,7 @@ def test_the_served_page_follows_fleet_page_and_answers_only_its_own_name() -> N
         assert _status_with_host(url, f"attacker.example:{port}") == 403
         for name in (f"localhost:{port}", f"127.0.0.1:{port}", "LOCALHOST."):
             assert _status_with_host(url, name) == 503  # shown: Redis is away
-    command = [sys.executable, "-m", "scrapy", "status", "--serve", "0", "-s", "FLEET_PAGE=off"]
-    off = subprocess.run(
-        command, cwd=ROOT, env=_env_without_redis(), capture_output=True, text=True, timeout=60
-    )
+    off = scrapy("status", "--serve", "0", "-s", "FLEET_PAGE=off", env=_env_without_redis())
     assert off.returncode != 0
     assert "FLEET_PAGE is off" in off.stderr
 

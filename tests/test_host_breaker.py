@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,7 @@ from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
 from crawler.keys import bans_key
 from sandbox.hosts import HostsWeb, host_address
-from tests.harness import ROOT, Crawl, poll, served_hosts
+from tests.harness import Crawl, poll, scrapy, served_hosts
 
 SPIDER = "breakertest"
 
@@ -202,14 +201,7 @@ def _waves(times: list[float], apart: float) -> list[list[float]]:
 
 
 def _frontier(crawl: Crawl, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "scrapy", "frontier", "links", *args],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = scrapy("frontier", "links", *args, env=crawl.env())
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

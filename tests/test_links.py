@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
-import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ import redis
 
 from crawler.frontier.codec import expand
 from crawler.links.ledger import HostLedger
-from tests.harness import MONGO_PAUSE, ROOT, Crawl, Mongo, Sandbox, poll
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Sandbox, poll, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -137,21 +135,18 @@ def test_every_allowed_page_stored_once_and_nothing_forbidden_requested(
     assert shown["hosts"]["pages"] == len(pages)
     assert shown["hosts"]["errors:http_404"] == len(hosts)
     assert len(shown["top hosts"]) == 10
-    text = subprocess.run(
-        [*STATUS, "links"], cwd=ROOT, env=crawl.env(), capture_output=True, text=True, check=True
-    ).stdout
+    done = scrapy("status", "links", env=crawl.env())
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
     hosts_line = next(line for line in text.splitlines() if line.startswith("  hosts "))
     assert f"pages {len(pages)}" in hosts_line
 
 
-STATUS = [sys.executable, "-m", "scrapy", "status"]
-
-
 def status(crawl: Crawl) -> dict[str, Any]:
     """The links figures of ``scrapy status links --json``."""
-    out = subprocess.run(
-        [*STATUS, "links", "--json"], cwd=ROOT, env=crawl.env(), capture_output=True, check=True
-    ).stdout
+    done = scrapy("status", "links", "--json", env=crawl.env())
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     report: dict[str, Any] = json.loads(out)["spiders"]["links"]["report"]
     return report
 

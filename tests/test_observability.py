@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -47,7 +46,7 @@ from crawler.observability.report import render_text, spider_status
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import start_cluster
-from tests.harness import ROOT, Crawl, Sandbox, Worker, poll
+from tests.harness import Crawl, Sandbox, Worker, poll, scrapy
 
 SPIDER = "shop"
 STATS = "{shop}:stats"
@@ -333,14 +332,7 @@ def test_rates_and_estimates() -> None:
 
 def test_status_text_never_shows_a_password(tmp_path: Path) -> None:
     env = {**os.environ, "REDIS_URL": f"redis://:s3cret@127.0.0.1:{free_port()}/0"}
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "status", "profiles"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = scrapy("status", "profiles", env=env)
     assert result.returncode == 1
     assert "s3cret" not in result.stdout + result.stderr
     assert "redis://:***@127.0.0.1" in result.stderr
@@ -393,14 +385,7 @@ def _worker(crawl: Crawl, log: Path, **settings: Any) -> AbstractContextManager[
 
 
 def _status(crawl: Crawl, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", "status", *args],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return scrapy("status", *args, env=crawl.env())
 
 
 def _status_json(crawl: Crawl) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import unicodedata
 import urllib.request
@@ -28,20 +27,13 @@ from crawler.frontier.pause import (
 from crawler.keys import pause_key
 from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Sandbox, Worker, poll
+from tests.harness import Crawl, Sandbox, Worker, poll, scrapy
 
 KEY = pause_key("profiles")
 
 
 def _scrapy(crawl: Crawl, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *args],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return scrapy(*args, env=crawl.env())
 
 
 # --- the text a pause carries ----------------------------------------------------------------

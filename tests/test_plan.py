@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import redis
@@ -13,7 +12,7 @@ import redis
 from crawler.fleet.plan import explain, parse_duration, plan
 from crawler.frontier.demand import Demand, HostDemand
 from crawler.observability.sizing import Sizing
-from tests.harness import ROOT, Crawl, Sandbox
+from tests.harness import Crawl, Sandbox, scrapy
 
 
 def _sizing(hosts: tuple[HostDemand, ...], queued: int, pace: float = 10.0) -> Sizing:
@@ -63,14 +62,7 @@ def test_the_ceiling_caps_the_workers_the_pace_would_ask() -> None:
 
 
 def _fleet(crawl: Crawl, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", "fleet", *args],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return scrapy("fleet", *args, env=crawl.env())
 
 
 def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -36,7 +34,7 @@ from crawler.recrawl.revisits import RECRAWL_META, items_hash
 from crawler.recrawl.store import Revisit
 from crawler.spiders.profiles import ProfilesSpider
 from crawler.storage.changes import content_hash, history_update, item_hash, with_change_hash
-from tests.harness import ROOT, Mongo, poll
+from tests.harness import Mongo, poll, scrapy
 
 intervals = st.floats(min_value=0.01, max_value=1e7, allow_nan=False)
 
@@ -357,14 +355,7 @@ def test_waiting_revisits_show_in_scrapy_frontier_and_scrapy_status(
     env = {**os.environ, "REDIS_URL": redis_url}
 
     def command(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "scrapy", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = scrapy(*args, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
