@@ -27,9 +27,11 @@ typecheck: $(STAMP)
 
 # The tests run in PYTEST_WORKERS processes (pytest-xdist), each with its own Redis, MongoDB and
 # sandbox: most of a test's time is spent waiting on real crawls, so more workers than cores
-# pay. PYTEST_WORKERS=0 runs them in one process; PYTEST_ARGS adds pytest arguments. A worker
-# takes the next test from one queue, the longest first, and the tests that share a server or
-# a build of their module's own go to one worker together (tests/slowest_first.py).
+# pay: 8 on 2 cores, as the scrapy commands they run are forked (tests/forkserver.py) and
+# cost little CPU to start. PYTEST_WORKERS=0 runs them in one process; PYTEST_ARGS adds pytest
+# arguments. A worker takes the next test from one queue, the longest first, and the tests that
+# share a server or a build of their module's own go to one worker together
+# (tests/slowest_first.py).
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: some 200 crawl
 # processes would each compile the project again, and pytest rewrite every test module.
 # The tests that measure what a busy machine skews (rates, freshness, probe timeouts: marker
@@ -37,8 +39,8 @@ typecheck: $(STAMP)
 # (marker `alone`) by itself, then the rest in TIMED_WORKERS lanes (each test about half a core
 # at most).
 # A step that PYTEST_ARGS leaves without a test (pytest's exit status 5) is not a failure.
-PYTEST_WORKERS ?= 5
-TIMED_WORKERS ?= 2
+PYTEST_WORKERS ?= 8
+TIMED_WORKERS ?= 3
 unit: $(STAMP) chromium dnsmasq
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not timed" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -m "timed and alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]

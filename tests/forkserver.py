@@ -8,7 +8,8 @@ Scrapy and the project before doing anything: on 2 cores, most of the suite's ti
 is a real process of its own, with its own pid: the tests stop it, kill -9 it and read its exit
 status and output as they would a ``subprocess.Popen``.
 
-What the child gets that a fresh ``python -m scrapy`` would not: modules already imported.
+What the child gets that a fresh ``python -m scrapy`` would not: modules already imported, and
+the server's seed for ``hash()`` of strings (the project does not rely on either).
 ``crawler.settings`` reads the environment when it runs, so the child runs it again with its
 own; the server installs no Twisted reactor and starts no thread, and checks both before it
 serves. A command run elsewhere than the project's directory, or with

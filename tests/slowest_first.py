@@ -36,28 +36,31 @@ GROUPED = {
 # and the many-hosts server (a thread of the test's process) stamped a batch of arrivals 0.12 s
 # late, so three hosts' next requests looked 0.88 s after their previous ones at 1/s.
 # The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
-# (marker ``alone``); the others, each using about half a core at most, then run in two
-# lanes, one unit each, so that at most two of them run at once (``-n 2``).
+# (marker ``alone``); the others, each using about half a core at most, then run in three
+# lanes, one unit each, so that at most three of them run at once (``-n 3``): the domain
+# sweeps; freshness and the breaker's rates; the many-hosts rates, DNS and the fleet bound by
+# politeness.
 _ALONE = "timed-alone: starts up to 8 crawl processes"
-_SWEEPS = "timed-lane-1: domain sweeps, a politeness-bound fleet"
-_RATES = "timed-lane-2: rates and freshness"
+_SWEEPS = "timed-lane-1: domain sweeps"
+_RATES = "timed-lane-2: freshness, a breaker's rates"
+_HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
 _HELD_UP = "test_a_request_held_up_on_its_way_still_reaches_its_host_on_time"
 SHARED_UNITS = {
     "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": (
         _ALONE
     ),
-    "tests/test_autoscale.py": _SWEEPS,
+    "tests/test_autoscale.py": _HOSTS,
     "tests/test_domains.py": _SWEEPS,
-    "tests/test_domains_dnsmasq.py": _SWEEPS,
+    "tests/test_domains_dnsmasq.py": _HOSTS,
     "tests/test_recrawl.py::test_hot_documents_are_revisited_often_and_stay_fresh_"
     "cold_ones_rarely": _RATES,
     "tests/test_host_breaker.py::test_a_host_answering_429_is_blocked_with_doubling_steps_and_"
     "the_others_keep_their_rate": _RATES,
     _MANY_HOSTS + "test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_"
-    "nearer": _RATES,
+    "nearer": _HOSTS,
     **{
-        f"{_MANY_HOSTS}{_HELD_UP}[{where}]": _RATES
+        f"{_MANY_HOSTS}{_HELD_UP}[{where}]": _HOSTS
         for where in ("before_the_gate", "after_the_gate", "slow_first_connection")
     },
 }
@@ -179,7 +182,7 @@ DEFAULT = 1.0
 def timed(nodeid: str) -> bool:
     """Whether the test measures something a busy machine skews (a rate, freshness, a probe's
     timeout): ``make unit`` runs these after the others (marker ``timed``)."""
-    return unit(nodeid) in (_ALONE, _SWEEPS, _RATES)
+    return unit(nodeid) in (_ALONE, _SWEEPS, _RATES, _HOSTS)
 
 
 def alone(nodeid: str) -> bool:
