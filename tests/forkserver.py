@@ -9,11 +9,11 @@ is a real process of its own, with its own pid: the tests stop it, kill -9 it an
 status and output as they would a ``subprocess.Popen``.
 
 What the child gets that a fresh ``python -m scrapy`` would not: modules already imported, and
-the server's seed for ``hash()`` of strings (the project does not rely on either).
+the server's seed for ``hash()`` of strings (the project relies on neither).
 ``crawler.settings`` reads the environment when it runs, so the child runs it again with its
-own; the server installs no Twisted reactor and starts no thread, and checks both before it
-serves. A command run elsewhere than the project's directory, or with
-another ``PYTHONPATH``, is started the ordinary way (``ScrapyProcess`` decides).
+own. The server installs no Twisted reactor and starts no thread, and checks both before it
+serves. A command run elsewhere than the project's directory, or with another ``PYTHONPATH``,
+is started the ordinary way (``forkable``), and so is every command with CRAWLER_TEST_FORK=0.
 
 Run as ``python -m tests.forkserver SOCKET``: it prints ``ready`` once it listens, and exits when
 its standard input closes (the test process that started it is gone).
