@@ -16,7 +16,8 @@ serves. A command run elsewhere than the project's directory, or with another ``
 is started the ordinary way (``forkable``), and so is every command with CRAWLER_TEST_FORK=0.
 
 Run as ``python -m tests.forkserver SOCKET``: it prints ``ready`` once it listens, and exits when
-its standard input closes (the test process that started it is gone).
+its standard input closes (the test process that started it is gone), removing the socket and
+its directory.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def serve(path: str) -> dict[str, Any]:
     while True:
         readable, _, _ = select.select([listener, wake_read, sys.stdin], [], [])
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))
             os._exit(0)
         if wake_read in readable:
             os.read(wake_read, 4096)
@@ -189,7 +192,7 @@ class Server:
         self.path = ""
 
     def start(self) -> None:
-        self.path = tempfile.mktemp(prefix="crawler-forkserver-", suffix=".sock")
+        self.path = os.path.join(tempfile.mkdtemp(prefix="crawler-forkserver-"), "socket")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.forkserver", self.path],
             cwd=ROOT,
