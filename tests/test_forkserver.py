@@ -53,6 +53,7 @@ def test_a_forked_command_is_a_process_of_its_own_that_a_signal_ends(
         assert forkserver.SERVER.process is not None
         assert served.pid not in (os.getpid(), forkserver.SERVER.process.pid)
         assert served.poll() is None
+        # The command says where it serves once its reactor runs, and handles SIGINT.
         poll(lambda: b"Fleet page at http://" in log.read_bytes(), what="the page's address")
         served.send_signal(signal_number)
         assert served.wait(30) == status, log.read_text()

@@ -152,5 +152,8 @@ class Command(ProjectCommand, ScrapyCommand):
             self.exitcode = 1
             return
         shown = f"[{opts.host}]" if ":" in opts.host else opts.host
-        print(f"Fleet page at http://{shown}:{listening.port}/ (Ctrl-C to stop)", flush=True)
+        # Said once the reactor runs, and so handles Ctrl-C: a stop sent on seeing the line ends
+        # the command cleanly (exit 0).
+        line = f"Fleet page at http://{shown}:{listening.port}/ (Ctrl-C to stop)"
+        reactor.callWhenRunning(print, line, flush=True)
         reactor.run()
