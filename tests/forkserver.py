@@ -16,8 +16,8 @@ serves. A command run elsewhere than the project's directory, or with another ``
 is started the ordinary way (``forkable``), and so is every command with CRAWLER_TEST_FORK=0.
 
 Run as ``python -m tests.forkserver SOCKET``: it prints ``ready`` once it listens, and exits when
-its standard input closes (the test process that started it is gone), removing the socket and
-its directory.
+its standard input closes (the test process that started it is gone), removing its directory
+(the socket, and the log of its stderr).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import os
 import pkgutil
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,7 +43,9 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Modules imported once, in the server, besides the project's own.
+# Modules imported once, in the server: what every ``scrapy`` command of the project imports
+# before it runs (Scrapy imports every module of COMMANDS_MODULE), and Scrapy's crawl machinery.
+# The spiders and what only they use are imported in the child, as a fresh command would.
 PRELOAD = (
     "scrapy.cmdline",
     "scrapy.crawler",
@@ -50,19 +53,20 @@ PRELOAD = (
     "scrapy.core.downloader.handlers.http11",
     "scrapy.extensions.telnet",
     "scrapy.pipelines",
-    "scrapy_redis.scheduler",
 )
+COMMANDS = "crawler.commands"
 READS_THE_ENVIRONMENT = "crawler.settings"  # when it runs: the child runs it again
 MAX_REQUEST = 1 << 20
 
 
 def preload() -> None:
-    """Import what a Scrapy command of the project imports, then check the fork is safe."""
+    """Import what every Scrapy command of the project imports, then check the fork is safe."""
     for name in PRELOAD:
         import_module(name)
-    package = import_module("crawler")
-    for module in pkgutil.walk_packages(package.__path__, "crawler."):
+    package = import_module(COMMANDS)
+    for module in pkgutil.iter_modules(package.__path__, f"{COMMANDS}."):
         import_module(module.name)
+    import_module(READS_THE_ENVIRONMENT)
     assert "twisted.internet.reactor" not in sys.modules, "a reactor was installed"
     assert threading.active_count() == 1, "a thread was started: forking is unsafe"
 
@@ -78,23 +82,31 @@ def serve(path: str) -> dict[str, Any]:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_write)
     waiting: dict[int, socket.socket] = {}
+    # Ctrl-C reaches the server too (pytest's process group): it goes on until pytest is gone,
+    # and each child gets SIGINT as the server got it.
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
     print("ready", flush=True)
     while True:
         readable, _, _ = select.select([listener, wake_read, sys.stdin], [], [])
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
-            os.unlink(path)
-            os.rmdir(os.path.dirname(path))
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             os._exit(0)
         if wake_read in readable:
             os.read(wake_read, 4096)
             report_exits(waiting)
         if listener in readable:
             connection, _ = listener.accept()
-            request, fds = receive(connection)
+            try:
+                request, fds = receive(connection)
+            except (OSError, ValueError) as exc:  # a requester gone, or a broken request
+                print(f"fork server: request refused: {exc!r}", file=sys.stderr, flush=True)
+                connection.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, interrupt)
                 for held in (listener, connection, *waiting.values()):
                     held.close()
                 for fd in (wake_read, wake_write):
@@ -103,8 +115,9 @@ def serve(path: str) -> dict[str, Any]:
                 return request
             for fd in fds:
                 os.close(fd)
-            connection.sendall(json.dumps({"pid": pid}).encode())
             waiting[pid] = connection
+            with contextlib.suppress(OSError):  # its requester went away: it still gets reaped
+                connection.sendall(json.dumps({"pid": pid}).encode())
 
 
 def receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -153,11 +166,13 @@ class Forked:
         self.returncode: int | None = None
 
     def message(self, timeout: float | None = None) -> dict[str, Any]:
-        if not select.select([self.connection], [], [], timeout)[0]:
-            raise subprocess.TimeoutExpired(self.args, timeout or 0)
-        data = self.connection.recv(4096)
+        self.connection.settimeout(timeout)
+        try:
+            data = self.connection.recv(4096)
+        except (TimeoutError, BlockingIOError):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
         if not data:
-            raise RuntimeError("the fork server went away before the command ended")
+            raise RuntimeError(f"the fork server went away before the command ended: {SERVER}")
         message: dict[str, Any] = json.loads(data)
         return message
 
@@ -190,19 +205,29 @@ class Server:
     def __init__(self) -> None:
         self.process: subprocess.Popen[str] | None = None
         self.path = ""
+        self.log = Path(os.devnull)
 
     def start(self) -> None:
-        self.path = os.path.join(tempfile.mkdtemp(prefix="crawler-forkserver-"), "socket")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.forkserver", self.path],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        directory = tempfile.mkdtemp(prefix="crawler-forkserver-")
+        self.path = os.path.join(directory, "socket")
+        self.log = Path(directory) / "server.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.forkserver", self.path],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         assert self.process.stdout is not None
         if self.process.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"the fork server did not start: exit {self.process.wait()}")
+            raise RuntimeError(f"the fork server did not start: exit {self.process.wait()}: {self}")
+
+    def __str__(self) -> str:
+        """What the server wrote to its stderr (a traceback, if it died), in its log."""
+        tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return f"its log {self.log}:\n{tail}"
 
     def fork(self, args: Sequence[str], env: Mapping[str, str], stdout: int, stderr: int) -> Forked:
         if self.process is None or self.process.poll() is not None:
@@ -261,16 +286,15 @@ def run(
             raise
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(
-            list(args),
-            code,
-            out.read().decode(errors="replace"),
-            err.read().decode(errors="replace"),
-        )
+        return subprocess.CompletedProcess(list(args), code, _text(out.read()), _text(err.read()))
+
+
+def _text(output: bytes) -> str:
+    """Output as ``subprocess.run(text=True)`` gives it: decoded strictly, universal newlines."""
+    return output.decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     preload()
     serve(sys.argv[1])
     # Only a forked child gets here, as ``python -m scrapy`` with the request's arguments.

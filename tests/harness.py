@@ -196,7 +196,8 @@ def scrapy(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """``python -m scrapy ARGS`` in ROOT, run to its end with its output captured (as text)."""
-    return forkserver.run([*forkserver.SCRAPY, *args], ROOT, env or dict(os.environ), timeout)
+    environment = dict(os.environ) if env is None else env
+    return forkserver.run([*forkserver.SCRAPY, *args], ROOT, environment, timeout)
 
 
 @contextmanager
