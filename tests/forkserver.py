@@ -1,15 +1,17 @@
 """``python -m scrapy ...`` for the tests, at a fraction of the CPU: a process that imported
-Scrapy and the project once forks a child per command, and the child runs the command as
-``python -m scrapy`` does (``runpy``), with the test's arguments, environment, directory and
-output files.
+Scrapy and the project's commands once forks a child per command, and the child runs the
+command as ``python -m scrapy`` does (``runpy``), with the test's arguments, environment,
+directory and output files.
 
 A test suite starts a few hundred Scrapy processes, and each spent about 0.6 s of CPU importing
-Scrapy and the project before doing anything: on 2 cores, most of the suite's time. The child
-is a real process of its own, with its own pid: the tests stop it, kill -9 it and read its exit
+Scrapy and the project before doing anything: about a third of the suite's CPU. The child is a
+real process of its own, with its own pid: the tests stop it, kill -9 it and read its exit
 status and output as they would a ``subprocess.Popen``.
 
-What the child gets that a fresh ``python -m scrapy`` would not: modules already imported, and
-the server's seed for ``hash()`` of strings (the project relies on neither).
+What the child gets that a fresh ``python -m scrapy`` would not: Scrapy's crawl machinery
+imported before its command runs (every command imports the project's commands, so those are
+imported either way; spiders and what only they use are imported in the child), and the
+server's seed for ``hash()`` of strings (the project relies on neither).
 ``crawler.settings`` reads the environment when it runs, so the child runs it again with its
 own. The server installs no Twisted reactor and starts no thread, and checks both before it
 serves. A command run elsewhere than the project's directory, or with another ``PYTHONPATH``,
