@@ -28,7 +28,6 @@ import array
 import contextlib
 import json
 import os
-import pkgutil
 import runpy
 import select
 import shutil
@@ -43,11 +42,14 @@ from importlib import import_module, reload
 from pathlib import Path
 from typing import IO, Any
 
+from scrapy.utils.misc import walk_modules_iter
+
 ROOT = Path(__file__).resolve().parents[1]
 
-# Modules imported once, in the server: what every ``scrapy`` command of the project imports
-# before it runs (Scrapy imports every module of COMMANDS_MODULE), and Scrapy's crawl machinery.
-# The spiders and what only they use are imported in the child, as a fresh command would.
+# Modules imported once, in the server: Scrapy's crawl machinery, and then what every
+# ``scrapy`` command of the project imports before it runs (Scrapy imports every module of the
+# settings' COMMANDS_MODULE). The spiders and what only they use are imported in the child, as
+# a fresh command would.
 PRELOAD = (
     "scrapy.cmdline",
     "scrapy.crawler",
@@ -56,7 +58,6 @@ PRELOAD = (
     "scrapy.extensions.telnet",
     "scrapy.pipelines",
 )
-COMMANDS = "crawler.commands"
 READS_THE_ENVIRONMENT = "crawler.settings"  # when it runs: the child runs it again
 MAX_REQUEST = 1 << 20
 
@@ -65,10 +66,7 @@ def preload() -> None:
     """Import what every Scrapy command of the project imports, then check the fork is safe."""
     for name in PRELOAD:
         import_module(name)
-    package = import_module(COMMANDS)
-    for module in pkgutil.iter_modules(package.__path__, f"{COMMANDS}."):
-        import_module(module.name)
-    import_module(READS_THE_ENVIRONMENT)
+    list(walk_modules_iter(import_module(READS_THE_ENVIRONMENT).COMMANDS_MODULE))
     assert "twisted.internet.reactor" not in sys.modules, "a reactor was installed"
     assert threading.active_count() == 1, "a thread was started: forking is unsafe"
 
@@ -279,7 +277,7 @@ def run(
             args, cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout
         )
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = start(args, cwd, env, out, err)
+        process = SERVER.fork(args, env, out.fileno(), err.fileno())
         try:
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -96,10 +96,10 @@ def test_crawl_exports_its_items_to_s3(crawl: Crawl, aws_env: dict[str, str]) ->
 def _fleet(
     env: dict[str, str], *args: str, settings: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "scrapy", "fleet", *args]
+    command = ["fleet", *args]
     for name, value in {"FLEET_INSTALL": INSTALL, **(settings or {})}.items():
         command += ["-s", f"{name}={value}"]
-    return scrapy(*command[3:], env=env)
+    return scrapy(*command, env=env)
 
 
 def _json(result: subprocess.CompletedProcess[str]) -> Any:
