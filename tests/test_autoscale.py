@@ -71,13 +71,14 @@ def _assert_every_profile_once(mongo: Mongo, users: list[str]) -> None:
     assert set(stored) == set(users), f"{len(set(users) - set(stored))} profiles lost"
 
 
-@pytest.mark.timeout(600)  # about 65 s on 2 cores, with nothing beside it
+@pytest.mark.timeout(600)  # about 50 s on 2 cores, with nothing beside it
 def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
     crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """10,000 profiles in four waves (the backlog stepping up, then down to nothing): 2 to 8
-    workers, at least 20 of them stopped, each stopped one exits 0, every profile stored once
-    and the frontier empty."""
+    workers, the 6 beyond the minimum started once a wave and stopped once at its tail (not
+    stopped while they hold work, then started again for what they gave back), each stopped
+    one exits 0, every profile stored once and the frontier empty."""
     settings = {**WORKERS, "AUTOSCALE_BACKLOG_SECONDS": 0.1, "AUTOSCALE_WORKER_PACE": 20}
     command = _autoscale(
         crawl, "profiles", "--min", "2", "--max", "8", "--cooldown", "1", "--interval", "0.3",
@@ -97,7 +98,8 @@ def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
         assert autoscaler.wait(90) == 0, log.read_text()[-3000:]
     steps, exits = _steps(log), _exits(log)
     assert len(users) == 10_000
-    assert _stopped(log) >= 20
+    # 6 a wave; a few more if the pace measured wavers at a tail.
+    assert 6 * len(WAVES) <= _stopped(log) <= 6 * len(WAVES) + 4
     assert max(step["running"] for step in steps) <= 8
     assert max(step["wanted"] for step in steps) == 8
     assert min(step["running"] for step in steps[5:]) >= 2

@@ -17,7 +17,7 @@ from tests.harness import Crawl, Sandbox, scrapy
 
 def _sizing(hosts: tuple[HostDemand, ...], queued: int, pace: float = 10.0) -> Sizing:
     demand = Demand(queued, sum(h.count for h in hosts), hosts)
-    return Sizing(0.0, 0.0, pace, True, queued, 1, demand)
+    return Sizing(0.0, 0.0, pace, True, queued, 1, demand=demand)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ import ipaddress
 import json
 import ssl
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.client import HTTPException
@@ -39,7 +38,7 @@ from devtools.services import (
 )
 from sandbox.domains_tls import write_self_signed
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, Mongo, Sandbox, Worker, poll
+from tests.harness import Crawl, Mongo, Sandbox, Worker, poll, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -78,14 +77,7 @@ def private_mongo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _scrapy(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return scrapy(*args, env=env)
 
 
 def test_credentials_work_and_passwords_stay_hidden(

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from urllib.request import urlopen
 
 import pytest
@@ -17,14 +15,15 @@ from crawler import settings as project_settings
 from crawler.config.rules import SettingsError
 from crawler.frontier.demand import entry_host, queue_demand, read_demand
 from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.leases import ACK, RELEASE
 from crawler.frontier.pacing import Pacing
-from crawler.frontier.queue import Frontier, Pending
+from crawler.frontier.queue import Frontier, Pending, held_work
 from crawler.keys import FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
 from crawler.observability.sizing import Sizing, SizingConfig, measured_pace, size
-from tests.harness import ROOT, Crawl, status_page
+from tests.harness import Crawl, scrapy, status_page
 
 KEYS = FrontierKeys("sized", "sized:start_urls")
 POLITE = Pacing(identity="direct", rate=1.0, burst=1.0, recovery=0.001)
@@ -50,7 +49,8 @@ def _sizing(server: redis.Redis, pacing: Pacing | None, config: SizingConfig = C
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, KEYS, pacing, config.sample)
     demand = read_demand(pipe.execute(), int(server.llen(KEYS.start)), pacing)
-    return size(demand, demand.queued + demand.start, None, config)
+    held = held_work(Frontier(server, KEYS, DupefilterConfig("none")).sizes())
+    return size(demand, demand.queued + demand.start + held, None, config, held)
 
 
 def test_a_politeness_bound_web_wants_one_worker_whatever_the_queue(
@@ -89,6 +89,32 @@ def test_an_unthrottled_web_wants_more_workers_as_its_queue_grows(
     assert _sizing(redis_client, POLITE).wanted <= 40
 
 
+def test_work_the_workers_hold_keeps_them_until_it_is_done(redis_client: redis.Redis) -> None:
+    """A fleet at the tail of its work: the queue is empty but its workers hold what they
+    leased. Stopping them would put it back in the queue and ask for workers again."""
+    config = SizingConfig(max_workers=1000, backlog_seconds=1, default_pace=10)
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig("none"))
+    _queue(redis_client, 400, 1)
+    assert _sizing(redis_client, None, config).wanted == 40
+    popped = frontier.pop(400, 60, "w1")
+    assert len(popped.leased) == 400
+    sizing = _sizing(redis_client, None, config)
+    assert (sizing.ready, sizing.held, sizing.wanted) == (0, 400, 40)
+    assert _sizing(redis_client, POLITE, config).wanted == 40  # their turns were taken
+    # Half done, half given back by a worker told to go: the work left decides, as before.
+    ids = [lease_id for lease_id, _ in popped.leased]
+    frontier.settle([(ACK, i, "") for i in ids[:200]], "w1", 60)
+    frontier.settle([(RELEASE, i, "") for i in ids[200:300]], "w1", 60)
+    sizing = _sizing(redis_client, None, config)
+    assert (sizing.ready, sizing.held, sizing.wanted) == (100, 100, 20)
+    frontier.settle([(ACK, i, "") for i in ids[300:]], "w1", 60)
+    assert _sizing(redis_client, None, config).wanted == 10  # the 100 given back
+    again = frontier.pop(100, 60, "w2").leased
+    assert _sizing(redis_client, None, config).wanted == 10
+    frontier.settle([(ACK, i, "") for i, _ in again], "w2", 60)
+    assert _sizing(redis_client, None, config).wanted == 0
+
+
 def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: redis.Redis) -> None:
     redis_client.lpush(KEYS.start, *(f"http://h{n % 5}.example/{n}" for n in range(5000)))
     assert _sizing(redis_client, POLITE).wanted == 1
@@ -117,27 +143,13 @@ def test_the_minimum_may_not_exceed_the_maximum() -> None:
 def test_status_json_shows_the_sizing(crawl: Crawl, redis_client: redis.Redis) -> None:
     entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
     redis_client.lpush("profiles:start_urls", *entries)
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapy", "status", "profiles", "--json"],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = scrapy("status", "profiles", "--json", env=crawl.env())
     assert result.returncode == 0, result.stderr[-3000:]
     sizing = json.loads(result.stdout)["spiders"]["profiles"]["sizing"]
     assert sizing["workers_wanted"] == 1
     assert sizing["work_left"] == 3
     assert sizing["pace_measured"] is False
-    text = subprocess.run(
-        [sys.executable, "-m", "scrapy", "status", "profiles"],
-        cwd=ROOT,
-        env=crawl.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    text = scrapy("status", "profiles", env=crawl.env())
     assert (
         "  sizing    1 workers wanted: 3 ready, ceiling 0.05 requests/s, pace 10.00" in text.stdout
     )

@@ -20,6 +20,7 @@ from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
 from crawler.frontier.queue import (
     SIZE_NAMES,
+    held_work,
     queue_sizes,
     read_sizes,
     requests_per_entry,
@@ -232,7 +233,8 @@ class StatsPublisher:
         if self.sizing is None:
             return view
         demand = read_demand(replies, view.sizes["start"], self.sizing.pacing)
-        sizing = size(demand, view.remaining, measured_pace(view.minutes), self.sizing.config)
+        pace, held = measured_pace(view.minutes), held_work(view.sizes)
+        sizing = size(demand, view.remaining, pace, self.sizing.config, held)
         return replace(view, sizing=sizing)
 
 

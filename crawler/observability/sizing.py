@@ -5,10 +5,14 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
   buckets: pages over the seconds workers were busy (a worker is busy while it has a request
   in the downloader: see ``BusyClock``), so a worker that waits for its hosts' turns does not
   look slow; AUTOSCALE_WORKER_PACE until any was measured;
-- **workers wanted**: the lesser of the ready requests over what a worker fetches in
-  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling over the pace (both rounded up); at
-  least one while any work is left (queued, leased, delayed or start entries); within
-  AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS.
+- **held**: requests and start entries the workers hold now (leased): being done, and back in
+  the queue if their worker stops. They count as ready work of a host without a rate (their
+  turns were taken), so a fleet at the tail of its work does not stop workers for the queue
+  looking empty, and start them again for the work those workers gave back;
+- **workers wanted**: the lesser of the ready and held requests over what a worker fetches in
+  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the held work added) over the pace
+  (both rounded up); at least one while any work is left (queued, leased, delayed or start
+  entries); within AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.frontier.demand import queue_demand, read_demand
 from crawler.frontier.pacing import fleet_pacing
-from crawler.frontier.queue import spider_frontier, work_left
+from crawler.frontier.queue import held_work, spider_frontier, work_left
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -79,6 +83,7 @@ class Sizing:
     measured: bool  # whether ``pace`` was measured
     work: int  # work left: requests queued, leased, delayed and start entries
     wanted: int
+    held: int = 0  # requests and start entries the workers hold
     demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
 
     def to_json(self) -> dict[str, Any]:
@@ -88,6 +93,7 @@ class Sizing:
             "pace_per_worker_second": round(self.pace, 3),
             "pace_measured": self.measured,
             "work_left": self.work,
+            "held": self.held,
             "workers_wanted": self.wanted,
         }
 
@@ -99,17 +105,20 @@ def measured_pace(minutes: Mapping[int, Mapping[str, int]]) -> float | None:
     return pages / busy if busy >= MIN_BUSY_SECONDS and pages > 0 else None
 
 
-def size(demand: Demand, work: int, pace: float | None, config: SizingConfig) -> Sizing:
-    """The workers ``demand`` asks for with ``work`` left at ``pace`` (None: not measured)."""
+def size(
+    demand: Demand, work: int, pace: float | None, config: SizingConfig, held: int = 0
+) -> Sizing:
+    """The workers ``demand`` and the ``held`` work ask for with ``work`` left at ``pace``
+    (None: not measured)."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
-    by_ready = _workers(ready, per_worker * config.backlog_seconds)
-    by_ceiling = _workers(ceiling, per_worker)
+    by_ready = _workers(ready + held, per_worker * config.backlog_seconds)
+    by_ceiling = _workers(ceiling + held / config.backlog_seconds, per_worker)
     wanted = min(by_ready, by_ceiling)
     if work > 0:
         wanted = max(1, wanted)
     wanted = max(config.min_workers, min(config.max_workers, wanted))
-    return Sizing(ready, ceiling, per_worker, pace is not None, work, wanted, demand)
+    return Sizing(ready, ceiling, per_worker, pace is not None, work, wanted, held, demand)
 
 
 def _workers(work: float, per_worker: float) -> int:
@@ -149,4 +158,5 @@ def read_sizing(
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, keys, inputs.pacing, inputs.config.sample)
     demand = read_demand(pipe.execute(), sizes.get("start", 0), inputs.pacing)
-    return size(demand, work_left(sizes, per_entry), measured_pace(minutes), inputs.config)
+    pace = measured_pace(minutes)
+    return size(demand, work_left(sizes, per_entry), pace, inputs.config, held_work(sizes))
