@@ -74,7 +74,7 @@ SHARED_UNITS = {
 # Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter. A test
 # not named here counts for DEFAULT.
 SLOWEST = {
-    "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": 65,
+    "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": 35,
     "tests/test_pause.py::test_any_sequence_of_pause_resume_kill_and_start_loses_nothing": 64,
     "tests/test_recrawl.py::"
     "test_hot_documents_are_revisited_often_and_stay_fresh_cold_ones_rarely": 60,
