@@ -38,10 +38,10 @@ GROUPED = {
 # The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
 # (marker ``alone``); the others, each using about half a core at most, then run in three
 # lanes, one unit each, so that at most three of them run at once (``-n 3``): the domain
-# sweeps; freshness and the breaker's rates; the many-hosts rates, DNS and the fleet bound by
-# politeness.
+# sweeps and a crawl delay; freshness and the breaker's rates; the many-hosts rates, DNS, the
+# sweep property test and the fleet bound by politeness (about 80 s each).
 _ALONE = "timed-alone: starts up to 8 crawl processes"
-_SWEEPS = "timed-lane-1: domain sweeps"
+_SWEEPS = "timed-lane-1: domain sweeps, a crawl delay"
 _RATES = "timed-lane-2: freshness, a breaker's rates"
 _HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
@@ -52,6 +52,8 @@ SHARED_UNITS = {
     ),
     "tests/test_autoscale.py": _HOSTS,
     "tests/test_domains.py": _SWEEPS,
+    # The sweep property test has a sandbox of its own: in lane 3 it evens the lanes out.
+    "tests/test_domains.py::test_any_mix_of_hosts_is_stored_as_each_host_behaves": _HOSTS,
     "tests/test_domains_dnsmasq.py": _HOSTS,
     "tests/test_recrawl.py::test_hot_documents_are_revisited_often_and_stay_fresh_"
     "cold_ones_rarely": _RATES,
@@ -59,7 +61,7 @@ SHARED_UNITS = {
     "the_others_keep_their_rate": _RATES,
     # Crawl-delay spacing of 0.3 s, stamped at the sandbox: with 8 test processes beside it, one
     # arrival came 0.79 s after the one before and the next 0.11 s after it.
-    "tests/test_links.py::test_crawl_delay_is_kept_per_host": _RATES,
+    "tests/test_links.py::test_crawl_delay_is_kept_per_host": _SWEEPS,
     # Turns at 10/s handed out in order: a pop more than one interval (0.1 s) late gives its
     # turn up, and the request goes behind the host's others.
     "tests/test_pacing.py::test_turns_are_handed_out_when_they_come": _HOSTS,
