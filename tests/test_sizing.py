@@ -22,6 +22,7 @@ from crawler.keys import FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
+from crawler.observability.report import sizing_line
 from crawler.observability.sizing import Sizing, SizingConfig, measured_pace, size
 from tests.harness import Crawl, scrapy, status_page
 
@@ -113,6 +114,15 @@ def test_work_the_workers_hold_keeps_them_until_it_is_done(redis_client: redis.R
     assert _sizing(redis_client, None, config).wanted == 10
     frontier.settle([(ACK, i, "") for i, _ in again], "w2", 60)
     assert _sizing(redis_client, None, config).wanted == 0
+
+
+def test_status_names_the_held_work_when_there_is_some() -> None:
+    sizing = Sizing(0.0, 0.0, 50.0, True, 389, 8, held=389).to_json()
+    assert sizing_line(sizing) == [
+        "  sizing    8 workers wanted: 0 ready, 389 held, ceiling 0.00 requests/s, pace 50.00 "
+        "pages per worker-second (measured)"
+    ]
+    assert "held" not in sizing_line({**sizing, "held": 0})[0]
 
 
 def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: redis.Redis) -> None:
