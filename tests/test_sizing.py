@@ -9,11 +9,13 @@ from urllib.request import urlopen
 
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from crawler import settings as project_settings
 from crawler.config.rules import SettingsError
-from crawler.frontier.demand import entry_host, queue_demand, read_demand
+from crawler.frontier.demand import Demand, HostDemand, entry_host, queue_demand, read_demand
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import ACK, RELEASE
 from crawler.frontier.pacing import Pacing
@@ -114,6 +116,60 @@ def test_work_the_workers_hold_keeps_them_until_it_is_done(redis_client: redis.R
     assert _sizing(redis_client, None, config).wanted == 10
     frontier.settle([(ACK, i, "") for i, _ in again], "w2", 60)
     assert _sizing(redis_client, None, config).wanted == 0
+
+
+_HOSTS = st.lists(
+    st.tuples(st.integers(0, 500), st.sampled_from([0.0, 0.5, 2.0]), st.integers(0, 5)),
+    max_size=5,
+)
+
+
+def _demand(hosts: list[tuple[int, float, int]]) -> Demand:
+    entries = tuple(
+        HostDemand(f"h{n}", count, rate, spare if rate else -1)
+        for n, (count, rate, spare) in enumerate(hosts)
+    )
+    queued = sum(count for count, _, _ in hosts)
+    return Demand(queued, queued, entries)
+
+
+@given(
+    hosts=_HOSTS,
+    held=st.integers(0, 3000),
+    back=st.integers(0, 3000),
+    to=st.integers(0, 5),
+    limits=st.tuples(st.integers(0, 4), st.integers(1, 12)).filter(lambda m: m[0] <= m[1]),
+    seconds=st.sampled_from([0.1, 1.0, 60.0]),
+    pace=st.sampled_from([None, 0.5, 50.0]),
+)
+def test_work_given_back_never_asks_for_more_workers_than_while_it_was_held(
+    hosts: list[tuple[int, float, int]],
+    held: int,
+    back: int,
+    to: int,
+    limits: tuple[int, int],
+    seconds: float,
+    pace: float | None,
+) -> None:
+    """A worker told to go gives its held work back to the queue (to a host of the sample, or
+    one outside it): the fleet wants no more workers for it than it did while it was held, and
+    more held work never lowers the workers wanted."""
+    config = SizingConfig(min_workers=limits[0], max_workers=limits[1], backlog_seconds=seconds)
+    back = min(back, held)
+    before = _demand(hosts)
+    work = before.queued + held
+    wanted = size(before, work, pace, config, held).wanted
+    assert limits[0] <= wanted <= limits[1]
+    assert wanted >= 1 or work == 0
+    assert size(before, work + 1, pace, config, held + 1).wanted >= wanted
+    given_back = list(hosts)
+    if to < len(hosts):
+        count, rate, spare = hosts[to]
+        given_back[to] = (count + back, rate, spare)
+    else:
+        given_back.append((back, 0.0, 0))
+    after = size(_demand(given_back), work, pace, config, held - back)
+    assert after.wanted <= wanted, (before, after)
 
 
 def test_status_names_the_held_work_when_there_is_some() -> None:
