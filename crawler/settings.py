@@ -389,7 +389,7 @@ PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # FLEET_SECURITY_GROUP_IDS, FLEET_CRAWL_SETTINGS, AWS_ENDPOINT_URL: see docs/settings.md.
 
 # --- Autoscaling (crawler_workers_wanted; scrapy fleet plan|autoscale) --------------------------
-# AUTOSCALE_MIN_WORKERS (int >= 0, default 0): workers wanted at least, work or none.
+# AUTOSCALE_MIN_WORKERS (int >= 0, default 0): workers wanted at least, work or none (paused: this).
 AUTOSCALE_MIN_WORKERS = 0
 # AUTOSCALE_MAX_WORKERS (int >= 1, default 8): workers wanted at most.
 AUTOSCALE_MAX_WORKERS = 8

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -121,6 +122,14 @@ class Crawl:
             command += ["-s", f"{name}={value}"]
         return command
 
+    def autoscale(self, spider: str, *options: str, settings: dict[str, Any]) -> list[str]:
+        """``scrapy fleet autoscale SPIDER --local --json OPTIONS``, its workers started as
+        ``command`` has them (with ``settings``)."""
+        command = self.command(spider, settings=settings)
+        pairs = command[command.index(spider) + 1 :]
+        fleet = ("fleet", "autoscale", spider, "--local", "--json")
+        return [*forkserver.SCRAPY, *fleet, *options, *pairs]
+
     def background(
         self,
         spider: str,
@@ -198,6 +207,15 @@ def scrapy(
     """``python -m scrapy ARGS`` in ROOT, run to its end with its output captured (as text)."""
     environment = dict(os.environ) if env is None else env
     return forkserver.run([*forkserver.SCRAPY, *args], ROOT, environment, timeout)
+
+
+def autoscaler_steps(log: Path) -> list[dict[str, Any]]:
+    """The looks ``scrapy fleet autoscale --json`` printed to ``log``: wanted, running,
+    started, stopped, time, and the workers that exited since the look before."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [
+        step for line in lines if line.startswith("{") and "wanted" in (step := json.loads(line))
+    ]
 
 
 @contextmanager

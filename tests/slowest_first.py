@@ -165,6 +165,8 @@ SLOWEST = {
     "tests/test_bans.py::test_rotate_policy_cools_down_only_the_banned_address": 7,
     "tests/test_maps.py::test_one_batch_searches_store_every_place": 7,
     "tests/test_links.py::test_crawl_delay_is_kept_per_host": 6,
+    "tests/test_fleet.py::"
+    "test_a_paused_crawl_lets_the_autoscaler_stop_its_workers_and_resumes_whole": 12,
     "tests/test_host_concurrency.py::test_two_workers_share_each_hosts_slots": 6,
     "tests/test_crawl.py::test_recrawl_updates_without_duplicates": 6,
     "tests/test_hostile_responses.py::test_a_retry_after_of_ten_years_is_capped": 6,

@@ -5,7 +5,6 @@ loses nothing. Real Redis, the MongoDB-wire server and the sandbox."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 import redis
 
 from sandbox.hosts import HostsWeb, fetched_pages, host_address, site_pages
-from tests.harness import Crawl, Mongo, background, poll, served_hosts
+from tests.harness import Crawl, Mongo, autoscaler_steps, background, poll, served_hosts
 
 pytestmark = pytest.mark.integration
 
@@ -30,24 +29,10 @@ WORKERS = {
 }
 
 
-def _autoscale(crawl: Crawl, spider: str, *options: str, settings: dict[str, Any]) -> list[str]:
-    command = crawl.command(spider, settings=settings)
-    pairs = command[command.index(spider) + 1 :]
-    return [
-        *(sys.executable, "-m", "scrapy", "fleet", "autoscale", spider, "--local", "--json"),
-        *options,
-        *pairs,
-    ]
-
-
 def _lines(log: Path) -> list[dict[str, Any]]:
     """What the autoscaler printed: one JSON line per look, and one once it closed."""
     lines = log.read_text(errors="replace").splitlines()
     return [json.loads(line) for line in lines if line.startswith("{")]
-
-
-def _steps(log: Path) -> list[dict[str, Any]]:
-    return [line for line in _lines(log) if "wanted" in line]
 
 
 def _exits(log: Path) -> dict[str, int]:
@@ -62,7 +47,7 @@ def _work_left(client: redis.Redis, spider: str) -> int:
 
 
 def _stopped(log: Path) -> int:
-    return sum(len(step.get("stopped", [])) for step in _steps(log))
+    return sum(len(step.get("stopped", [])) for step in autoscaler_steps(log))
 
 
 def _assert_every_profile_once(mongo: Mongo, users: list[str]) -> None:
@@ -80,8 +65,8 @@ def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
     stopped while they hold work, then started again for what they gave back), each stopped
     one exits 0, every profile stored once and the frontier empty."""
     settings = {**WORKERS, "AUTOSCALE_BACKLOG_SECONDS": 0.1, "AUTOSCALE_WORKER_PACE": 20}
-    command = _autoscale(
-        crawl, "profiles", "--min", "2", "--max", "8", "--cooldown", "1", "--interval", "0.3",
+    command = crawl.autoscale(
+        "profiles", "--min", "2", "--max", "8", "--cooldown", "1", "--interval", "0.3",
         "--logs", str(tmp_path / "workers"), settings=settings,
     )  # fmt: skip
     log, users = tmp_path / "autoscale.log", []
@@ -93,10 +78,10 @@ def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
                 "profiles:start_urls", *(json.dumps({"unique_id": u}) for u in batch)
             )
             poll(lambda: _work_left(redis_client, "profiles") == 0, 240, f"wave {wave} done")
-            poll(lambda: _steps(log)[-1]["running"] == 2, 60, f"wave {wave}'s scale-in")
+            poll(lambda: autoscaler_steps(log)[-1]["running"] == 2, 60, f"wave {wave}'s scale-in")
         autoscaler.terminate()
         assert autoscaler.wait(90) == 0, log.read_text()[-3000:]
-    steps, exits = _steps(log), _exits(log)
+    steps, exits = autoscaler_steps(log), _exits(log)
     assert len(users) == sum(WAVES)
     # 6 a wave; a few more if the pace measured wavers at a tail.
     assert 6 * len(WAVES) <= _stopped(log) <= 6 * len(WAVES) + 4
@@ -139,8 +124,8 @@ def test_a_politeness_bound_web_never_gets_a_second_worker(
         "LINKS_SITEMAPS": False,
         "METRICS_PORT": 0,
     }
-    command = _autoscale(
-        crawl, "links", "--max", "8", "--cooldown", "1", "--interval", "0.3",
+    command = crawl.autoscale(
+        "links", "--max", "8", "--cooldown", "1", "--interval", "0.3",
         "--logs", str(tmp_path / "workers"), settings=settings,
     )  # fmt: skip
     log = tmp_path / "autoscale.log"
@@ -150,10 +135,10 @@ def test_a_politeness_bound_web_never_gets_a_second_worker(
         site = site_pages(5, 12, web.port)
         poll(lambda: site <= fetched_pages(dict(web.arrivals)), 120, "the whole web fetched")
         poll(lambda: _work_left(redis_client, "links") == 0, 60, "the frontier drained")
-        poll(lambda: _steps(log)[-1]["running"] == 0, 30, "the worker stopped once done")
+        poll(lambda: autoscaler_steps(log)[-1]["running"] == 0, 30, "the worker stopped once done")
         autoscaler.terminate()
         assert autoscaler.wait(60) == 0, log.read_text()[-3000:]
-    steps = _steps(log)
+    steps = autoscaler_steps(log)
     assert max(step["wanted"] for step in steps) == 1
     assert max(step["running"] for step in steps) <= 1
     exits = _exits(log)

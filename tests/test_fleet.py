@@ -1,16 +1,28 @@
-"""A fleet loses nothing: a worker killed mid-crawl, Redis restarted mid-crawl."""
+"""A fleet loses nothing: a worker killed mid-crawl, Redis restarted mid-crawl, a crawl paused
+under the autoscaler and resumed."""
 
 from __future__ import annotations
 
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
 from sandbox.seed import build_dataset
-from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, poll
+from tests.harness import (
+    MONGO_PAUSE,
+    Crawl,
+    Mongo,
+    Restartable,
+    Sandbox,
+    autoscaler_steps,
+    background,
+    poll,
+    scrapy,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -104,5 +116,62 @@ def test_a_stop_signal_releases_leases_at_once(
     assert redis_client.zcard("{profiles:start_urls}:leases") == 0
     with crawl.background("profiles", settings=settings, log=tmp_path / "second.log") as second:
         assert second.wait(180) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    _assert_every_profile_once(crawl.mongo)
+    _assert_frontier_empty(redis_client)
+
+
+def test_a_paused_crawl_lets_the_autoscaler_stop_its_workers_and_resumes_whole(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Paused mid-crawl, the fleet wants no worker: the autoscaler stops them (they give back
+    what they hold) and starts none while the crawl stays paused; resumed, it starts them
+    again and every profile is stored once."""
+    sandbox.admin("config", {"latency_ms": 60})
+    redis_client.lpush("profiles:start_urls", *(json.dumps({"unique_id": u}) for u in USERS))
+    settings = {**WORKER, "MAX_IDLE_TIME_BEFORE_CLOSE": 0, "STATS_PUBLISH_INTERVAL": 1}
+    command = crawl.autoscale(
+        "profiles", "--min", "0", "--max", "2", "--cooldown", "0", "--interval", "0.3",
+        "--logs", str(tmp_path / "workers"), settings=settings,
+    )  # fmt: skip
+    log = tmp_path / "autoscale.log"
+    with background(command, crawl.env(), log) as autoscaler:
+        poll(lambda: crawl.mongo.db.profiles.count_documents({}) >= 20, 60, "progress", MONGO_PAUSE)
+        paused = scrapy("frontier", "profiles", "pause", "--reason", "test", env=crawl.env())
+        assert paused.returncode == 0, paused.stderr[-3000:]
+        paused_at = time.time()
+        poll(lambda: autoscaler_steps(log)[-1]["running"] == 0, 60, "the workers stopped")
+        # A few looks more while the crawl stays paused: none may start a worker.
+        poll(
+            lambda: sum(step["time"] > paused_at + 1 for step in autoscaler_steps(log)) >= 5,
+            30,
+            "looks while paused",
+        )
+        assert redis_client.zcard("{profiles}:leases") == 0, "a stopped worker kept its leases"
+        left = redis_client.llen("profiles:start_urls") + sum(
+            int(redis_client.llen(key)) for key in redis_client.keys("{profiles}:queue:*")
+        )
+        assert left > 0, "the crawl ended before the pause: nothing shows the fleet waits"
+        status = scrapy("status", "profiles", "--json", env=crawl.env())
+        assert json.loads(status.stdout)["spiders"]["profiles"]["sizing"]["paused"] is True
+        resumed_at = time.time()
+        resumed = scrapy("frontier", "profiles", "resume", env=crawl.env())
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        poll(
+            lambda: crawl.mongo.db.profiles.count_documents({}) == len(USERS),
+            120,
+            "every profile after the resume",
+            MONGO_PAUSE,
+        )
+        poll(lambda: autoscaler_steps(log)[-1]["running"] == 0, 60, "the fleet scaled in")
+        autoscaler.terminate()
+        assert autoscaler.wait(60) == 0, log.read_text()[-3000:]
+    steps = autoscaler_steps(log)
+    while_paused = [step for step in steps if paused_at + 1 < step["time"] < resumed_at]
+    assert len(while_paused) >= 5
+    assert all(step["wanted"] == 0 and not step["started"] for step in while_paused)
+    assert any(step["started"] for step in steps if step["time"] > resumed_at)
+    exits = {w: code for line in log.read_text().splitlines() if line.startswith("{")
+             for w, code in json.loads(line)["exited"].items()}  # fmt: skip
+    assert set(exits.values()) == {0}, exits
     _assert_every_profile_once(crawl.mongo)
     _assert_frontier_empty(redis_client)

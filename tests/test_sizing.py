@@ -162,6 +162,8 @@ def test_work_given_back_never_asks_for_more_workers_than_while_it_was_held(
     assert limits[0] <= wanted <= limits[1]
     assert wanted >= 1 or work == 0
     assert size(before, work + 1, pace, config, held + 1).wanted >= wanted
+    # Paused, no work may go: the minimum, whatever is queued or held.
+    assert size(before, work, pace, config, held, paused=True).wanted == limits[0]
     given_back = list(hosts)
     if to < len(hosts):
         count, rate, spare = hosts[to]
@@ -179,6 +181,10 @@ def test_status_names_the_held_work_when_there_is_some() -> None:
         "pages per worker-second (measured)"
     ]
     assert "held" not in sizing_line({**sizing, "held": 0})[0]
+    paused = Sizing(3.0, 0.05, 10.0, False, 3, 0, paused=True).to_json()
+    assert sizing_line(paused)[0].startswith(
+        "  sizing    0 workers wanted (the crawl is paused): 3 ready, ceiling 0.05"
+    )
 
 
 def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: redis.Redis) -> None:

@@ -310,8 +310,10 @@ def sizing_line(sizing: Mapping[str, Any] | None) -> list[str]:
         return []
     source = "measured" if sizing["pace_measured"] else "assumed"
     held = f"{sizing['held']:,} held, " if sizing.get("held") else ""
+    paused = " (the crawl is paused)" if sizing.get("paused") else ""
     return [
-        f"  sizing    {sizing['workers_wanted']} workers wanted: {sizing['ready']:,.0f} ready, "
+        f"  sizing    {sizing['workers_wanted']} workers wanted{paused}: "
+        f"{sizing['ready']:,.0f} ready, "
         f"{held}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
         f"{sizing['pace_per_worker_second']:,.2f} pages per worker-second ({source})"
     ]

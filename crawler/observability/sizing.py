@@ -12,7 +12,10 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
 - **workers wanted**: the lesser of the ready and held requests over what a worker fetches in
   AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the held work added) over the pace
   (both rounded up); at least one while any work is left (queued, leased, delayed or start
-  entries); within AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS.
+  entries); within AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS;
+- **paused**: while the crawl is paused (``{spider}:paused``) no work may go: the workers
+  wanted are AUTOSCALE_MIN_WORKERS, so an autoscaler lets the idle ones go (they give back
+  what they hold) and starts them again once the crawl is resumed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from crawler.config.rules import SettingsError
 from crawler.frontier.demand import queue_demand, read_demand
 from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.queue import held_work, spider_frontier, work_left
+from crawler.keys import pause_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -84,6 +88,7 @@ class Sizing:
     work: int  # work left: requests queued, leased, delayed and start entries
     wanted: int
     held: int = 0  # requests and start entries the workers hold
+    paused: bool = False  # the crawl is paused: no work may go
     demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
 
     def to_json(self) -> dict[str, Any]:
@@ -94,6 +99,7 @@ class Sizing:
             "pace_measured": self.measured,
             "work_left": self.work,
             "held": self.held,
+            "paused": self.paused,
             "workers_wanted": self.wanted,
         }
 
@@ -106,10 +112,15 @@ def measured_pace(minutes: Mapping[int, Mapping[str, int]]) -> float | None:
 
 
 def size(
-    demand: Demand, work: int, pace: float | None, config: SizingConfig, held: int = 0
+    demand: Demand,
+    work: int,
+    pace: float | None,
+    config: SizingConfig,
+    held: int = 0,
+    paused: bool = False,
 ) -> Sizing:
     """The workers ``demand`` and the ``held`` work ask for with ``work`` left at ``pace``
-    (None: not measured)."""
+    (None: not measured); the minimum while the crawl is ``paused``."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
     by_ready = _workers(ready + held, per_worker * config.backlog_seconds)
@@ -117,8 +128,10 @@ def size(
     wanted = min(by_ready, by_ceiling)
     if work > 0:
         wanted = max(1, wanted)
-    wanted = max(config.min_workers, min(config.max_workers, wanted))
-    return Sizing(ready, ceiling, per_worker, pace is not None, work, wanted, held, demand)
+    wanted = config.min_workers if paused else max(config.min_workers, wanted)
+    wanted = min(config.max_workers, wanted)
+    measured = pace is not None
+    return Sizing(ready, ceiling, per_worker, measured, work, wanted, held, paused, demand)
 
 
 def _workers(work: float, per_worker: float) -> int:
@@ -152,11 +165,13 @@ def read_sizing(
     per_entry: float = 1.0,
 ) -> Sizing:
     """The fleet's sizing now, for a command: the frontier's ``sizes`` and ``minutes`` of the
-    fleet's buckets read already, the queue's head in one more round trip."""
+    fleet's buckets read already, the queue's head and the pause in one more round trip."""
     inputs = SizingInputs.from_settings(settings)
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, keys, inputs.pacing, inputs.config.sample)
-    demand = read_demand(pipe.execute(), sizes.get("start", 0), inputs.pacing)
-    pace = measured_pace(minutes)
-    return size(demand, work_left(sizes, per_entry), pace, inputs.config, held_work(sizes))
+    pipe.exists(pause_key(spider))
+    *replies, paused = pipe.execute()
+    demand = read_demand(replies, sizes.get("start", 0), inputs.pacing)
+    work, held = work_left(sizes, per_entry), held_work(sizes)
+    return size(demand, work, measured_pace(minutes), inputs.config, held, bool(paused))
