@@ -17,12 +17,14 @@ from redis.retry import Retry
 from scrapy import Request
 from scrapy.settings import Settings
 
+from crawler import settings as project_settings
 from crawler.connection import (
     ClusterUnavailable,
     RedisCluster,
     RedisUnavailable,
     redis_from_settings,
 )
+from crawler.fleet.measure import fleet_sizing
 from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.job_control import (
@@ -175,6 +177,25 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
     assert not any(frontier.sizes().values())
     for name in FRONTIER_KEYS:
         assert not client.exists("{" + keys.spider + "}:" + name), name
+
+
+def test_sizing_on_the_cluster(cluster_client: RedisCluster) -> None:
+    """The fleet's sizing reads the frontier, the start list (on another node) and the pause:
+    held work counts, and a paused crawl wants the minimum."""
+    client = cluster_client
+    settings = Settings()
+    settings.setmodule(project_settings)
+    keys = FrontierKeys("profiles", "profiles:start_urls")
+    assert _node(client, keys.queue) != _node(client, keys.start)
+    frontier = Frontier(client, keys, DupefilterConfig("none"))
+    frontier.schedule([_pending(f"https://x/{i}") for i in range(10)])
+    client.lpush(keys.start, "someone")
+    assert len(frontier.pop(4, 60, "w1").leased) == 4
+    sizing = fleet_sizing(client, settings, "profiles")
+    assert (sizing.work, sizing.held, sizing.ready, sizing.wanted) == (11, 4, 7, 1)
+    pause_crawl(client, "profiles", "ops", "test")
+    assert fleet_sizing(client, settings, "profiles").to_json()["paused"] is True
+    assert fleet_sizing(client, settings, "profiles").wanted == 0
 
 
 def test_crawl_jobs_on_the_cluster(cluster_client: RedisCluster) -> None:
