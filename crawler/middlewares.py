@@ -44,7 +44,7 @@ from crawler.frontier.leases import LEASE_META
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
-from crawler.meta import HOLD_META, PACED_META, SENT_AT_META, crawl_delay_of
+from crawler.meta import HOLD_META, PACED_META, SENT_AT_META, crawl_delay_of, send_back
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -199,6 +199,7 @@ class SendGateMiddleware:
     headers arrive)."""
 
     def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
         self.frontier = FrontierReports(crawler)
 
     @classmethod
@@ -217,6 +218,10 @@ class SendGateMiddleware:
                 if request.meta.get(LEASE_META):
                     request.meta[HOLD_META] = time.time() + wait
                     return request
+                if scheduler.paused() and not self.crawler.crawling:
+                    # Told to go while paused: waiting here would keep the engine from closing
+                    # (robots.txt is asked again later, see links/robots.py).
+                    return send_back(request, dict(request.meta), time.time() + wait)
                 await asyncio.sleep(wait)
             request.meta.pop(PACED_META, None)
         request.meta[SENT_AT_META] = time.time()

@@ -26,8 +26,9 @@ from crawler.frontier.pause import (
 )
 from crawler.keys import pause_key
 from devtools.services import free_port
+from sandbox.hosts import fetched_pages, host_address, site_pages
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Sandbox, Worker, poll, scrapy
+from tests.harness import Crawl, Sandbox, Worker, poll, scrapy, served_hosts
 
 KEY = pause_key("profiles")
 
@@ -354,3 +355,30 @@ def test_any_sequence_of_pause_resume_kill_and_start_loses_nothing(
     assert {path for _, path in arrivals} == {f"/@{user}" for user in SEQUENCE_USERS}
     assert redis_client.zcard("{profiles}:leases") == 0
     assert redis_client.llen("{profiles}:dead") == 0
+
+
+def test_a_links_worker_told_to_go_while_paused_exits_at_once_and_loses_nothing(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Paused as it starts on 200 sites, a worker holds robots.txt requests no page waits for
+    in its downloader; told to go (what an autoscaler does to a paused crawl's workers), it
+    gives them up to be asked again and exits 0 at once, instead of waiting for a resume. A
+    worker started after the resume fetches every page."""
+    settings = {"LINKS_SCOPE": "host", "LINKS_SITEMAPS": False, "MAX_IDLE_TIME_BEFORE_CLOSE": 0}
+    with served_hosts(200, 2) as web:
+        homes = [f"http://{host_address(h)}:{web.port}/" for h in range(200)]
+        first = tmp_path / "first.log"
+        with crawl.background("links", settings=settings, log=first) as worker:
+            redis_client.lpush("links:start_urls", *homes)
+            poll(lambda: len(web.arrivals) >= 1, 60, "the first arrival")
+            assert _scrapy(crawl, "frontier", "links", "pause").returncode == 0
+            poll(lambda: "Crawl of links paused" in first.read_text(), 30, "the pause seen")
+            worker.terminate()
+            assert worker.wait(20) == 0, first.read_text()[-3000:]
+        assert redis_client.zcard("{links}:leases") == 0
+        assert redis_client.zcard("{links:start_urls}:leases") == 0
+        assert _scrapy(crawl, "frontier", "links", "resume").returncode == 0
+        settings["MAX_IDLE_TIME_BEFORE_CLOSE"] = 1
+        with crawl.background("links", settings=settings, log=tmp_path / "second.log") as again:
+            assert again.wait(120) == 0, (tmp_path / "second.log").read_text()[-3000:]
+        assert site_pages(200, 2, web.port) <= fetched_pages(dict(web.arrivals))
