@@ -347,7 +347,7 @@ class FrontierKeys:
     def demand(self) -> str:
         """The last look at the queue's head (``scripts/demand.lua``): when, and what it saw,
         shared by the fleet so the look runs once per period, however many workers ask."""
-        return self._key("demand")
+        return self._key("look")
 
     @property
     def buckets(self) -> str:

@@ -19,13 +19,13 @@ from crawler.frontier.demand import Demand, HostDemand, entry_host, queue_demand
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import ACK, RELEASE
 from crawler.frontier.pacing import Pacing
-from crawler.frontier.queue import Frontier, Pending, held_work
+from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
 from crawler.observability.report import sizing_line
-from crawler.observability.sizing import Sizing, SizingConfig, measured_pace, size
+from crawler.observability.sizing import Sizing, SizingConfig, held_work, measured_pace, size
 from tests.harness import Crawl, scrapy, status_page
 
 KEYS = FrontierKeys("sized", "sized:start_urls")
@@ -52,7 +52,7 @@ def _sizing(server: redis.Redis, pacing: Pacing | None, config: SizingConfig = C
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, KEYS, pacing, config.sample)
     demand = read_demand(pipe.execute(), int(server.llen(KEYS.start)), pacing)
-    held = held_work(Frontier(server, KEYS, DupefilterConfig("none")).sizes())
+    held = held_work(demand, Frontier(server, KEYS, DupefilterConfig("none")).sizes())
     return size(demand, demand.queued + demand.start + held, None, config, held)
 
 
@@ -172,6 +172,40 @@ def test_work_given_back_never_asks_for_more_workers_than_while_it_was_held(
         given_back.append((back, 0.0, 0))
     after = size(_demand(given_back), work, pace, config, held - back)
     assert after.wanted <= wanted, (before, after)
+
+
+def test_a_shared_look_and_the_work_held_since_count_each_request_once(
+    redis_client: redis.Redis,
+) -> None:
+    """A worker may size from the fleet's last look, a few seconds old: requests popped since
+    are in that look's queue, and are not counted again as held."""
+    config = SizingConfig(max_workers=1000, backlog_seconds=1, default_pace=10)
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig("none"))
+    _queue(redis_client, 400, 1)
+
+    def wanted(fresh: float) -> int:
+        pipe = redis_client.pipeline(transaction=False)
+        queue_demand(pipe, KEYS, None, 1000, fresh)
+        demand = read_demand(pipe.execute(), 0, None)
+        return size(demand, 400, None, config, held_work(demand, frontier.sizes())).wanted
+
+    assert wanted(0) == 40
+    assert len(frontier.pop(400, 60, "w1").leased) == 400
+    assert wanted(60) == 40  # the shared look, from before the pop
+    assert wanted(0) == 40  # a look now: all 400 held
+
+
+def test_turns_held_ahead_by_a_paced_fleet_ask_no_more_than_their_hosts_allow() -> None:
+    """400 hosts at 1 request/s, a worker's pace 40: the sites allow 10 workers. Paced pops
+    lease turns up to 10 s ahead (about 4,000 held): they go at the hosts' rate, however short
+    AUTOSCALE_BACKLOG_SECONDS, so they add at most that rate again to the ceiling."""
+    hosts = tuple(HostDemand(f"h{n}", 100, 1.0, 0) for n in range(400))
+    demand = Demand(40_000, 40_000, hosts)
+    config = SizingConfig(max_workers=1000, backlog_seconds=1)
+    sizing = size(demand, 44_000, 40.0, config, held=4000, ahead=10.0)
+    assert sizing.ceiling == pytest.approx(400)
+    assert sizing.wanted == 20  # without the look-ahead: 100
+    assert size(demand, 44_000, 40.0, SizingConfig(max_workers=1000), 4000, ahead=10.0).wanted == 2
 
 
 def test_status_names_the_held_work_when_there_is_some() -> None:

@@ -1,12 +1,15 @@
 """One rule for every engine: start workers at once when more are wanted, stop the surplus only
-once AUTOSCALE_COOLDOWN has passed since the fleet last changed, idle workers first, then the
-newest. A worker is told to go with SIGTERM (or its instance's shutdown): it stops taking work,
-releases what it holds, flushes its items and exits 0 (docs/scaling.md, "An elastic fleet").
+once AUTOSCALE_COOLDOWN has passed since the fleet last changed, and only beyond the most
+workers wanted over that long (a dip of the estimate, or a pause of the crawl, shorter than the
+cool-down stops none), idle workers first, then the newest. A worker is told to go with SIGTERM
+(or its instance's shutdown): it stops taking work, releases what it holds, flushes its items
+and exits 0 (docs/scaling.md, "An elastic fleet").
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -87,26 +90,34 @@ class Autoscaler:
         self.clock = clock
         self.mark = mark
         self.changed = float("-inf")  # when the fleet last grew or shrank
+        self.looks: deque[tuple[float, int]] = deque()  # (when, wanted) over the cool-down
 
     def step(self) -> Step:
         target, members = self.wanted(), self.engine.members()
         now = self.clock()
         if self.mark is not None:
             self.changed = max(self.changed, self.mark.read())
-        step = self._move(target, members, now)
+        step = self._move(target, self._kept(now, target), members, now)
         if (step.started or step.stopped) and self.mark is not None:
             self.mark.write(now)
         return step
 
-    def _move(self, target: int, members: list[Member], now: float) -> Step:
+    def _kept(self, now: float, target: int) -> int:
+        """The most workers wanted over the last cool-down, this look's included."""
+        self.looks.append((now, target))
+        while self.looks[0][0] < now - self.cooldown:
+            self.looks.popleft()
+        return max(wanted for _, wanted in self.looks)
+
+    def _move(self, target: int, kept: int, members: list[Member], now: float) -> Step:
         step = Step(time.time(), target, len(members))
         if target > len(members):
             step.started = self.engine.start(target - len(members))
             self.changed = now
         elif target < len(members):
             step.waiting = max(0.0, self.changed + self.cooldown - now)
-            if not step.waiting:
-                step.stopped = [m.id for m in surplus(members, len(members) - target)]
+            if not step.waiting and kept < len(members):
+                step.stopped = [m.id for m in surplus(members, len(members) - kept)]
                 if step.stopped:
                     self.engine.stop(step.stopped)
                     self.changed = now

@@ -54,6 +54,7 @@ class Demand:
     start: int = 0
     start_sampled: int = 0
     start_hosts: tuple[HostDemand, ...] = ()
+    leased: int = 0  # requests the workers held when the queue was looked at
 
     def estimated(self) -> dict[str, tuple[float, HostDemand]]:
         """Host -> (its requests in the queue and start list, estimated; what the queue's
@@ -97,7 +98,7 @@ def queue_demand(
     ``fresh`` seconds (0: look now)."""
     paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
     args = [keys.queue_prefix, time.time(), sample, fresh, *paced]
-    lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(keys.demand), args)
+    lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(keys.demand, keys.leases), args)
     pipe.lrange(keys.start, 0, min(sample, START_SAMPLE) - 1)
 
 
@@ -106,10 +107,11 @@ def read_demand(replies: list[Any], start: int, pacing: Pacing | None) -> Demand
     raw, entries = replies
     hosts = tuple(
         HostDemand(reply_text(raw[i]), int(raw[i + 1]), float(raw[i + 2]), int(raw[i + 3]))
-        for i in range(2, len(raw), 4)
+        for i in range(3, len(raw), 4)
     )
     start_hosts = _start_hosts(entries, pacing)
-    return Demand(int(raw[0]), int(raw[1]), hosts, start, len(entries), start_hosts)
+    queued, leased, sampled = (int(value) for value in raw[:3])
+    return Demand(queued, sampled, hosts, start, len(entries), start_hosts, leased)
 
 
 def _start_hosts(entries: list[Any], pacing: Pacing | None) -> tuple[HostDemand, ...]:

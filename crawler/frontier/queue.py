@@ -42,8 +42,6 @@ PRIORITY_LIMIT = 2**53
 SIZE_NAMES = ("queue", "leased", "delayed", "dead", "start", "start_leased")
 REQUESTS_LEFT = ("queue", "leased", "delayed")
 WORK_LEFT = (*REQUESTS_LEFT, "start", "start_leased")
-# Work the fleet's workers hold (leased): being done now, and back in the queue if they stop.
-HELD = ("leased", "start_leased")
 
 
 def requests_left(sizes: Mapping[str, int]) -> bool:
@@ -63,11 +61,6 @@ def work_left(sizes: Mapping[str, int], per_entry: float = 1.0) -> int:
     entries = sum(sizes.get(name, 0) for name in WORK_LEFT if name not in REQUESTS_LEFT)
     requests = sum(sizes.get(name, 0) for name in REQUESTS_LEFT)
     return requests + round(entries * max(1.0, per_entry))
-
-
-def held_work(sizes: Mapping[str, int]) -> int:
-    """Requests and start entries the fleet's workers hold now (HELD)."""
-    return sum(sizes.get(name, 0) for name in HELD)
 
 
 def requests_per_entry(stats: Mapping[str, Any]) -> float:

@@ -20,7 +20,6 @@ from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
 from crawler.frontier.queue import (
     SIZE_NAMES,
-    held_work,
     queue_sizes,
     read_sizes,
     requests_per_entry,
@@ -30,7 +29,7 @@ from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys, pause_key
 from crawler.observability.counters import numeric
 from crawler.observability.rates import bucket_rate
-from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, measured_pace, size
+from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, held_work, measured_pace, size
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -235,8 +234,11 @@ class StatsPublisher:
             return view
         *looked, paused = replies
         demand = read_demand(looked, view.sizes["start"], self.sizing.pacing)
-        pace, held = measured_pace(view.minutes), held_work(view.sizes)
-        sizing = size(demand, view.remaining, pace, self.sizing.config, held, bool(paused))
+        pace, held = measured_pace(view.minutes), held_work(demand, view.sizes)
+        inputs = self.sizing
+        sizing = size(
+            demand, view.remaining, pace, inputs.config, held, bool(paused), inputs.ahead()
+        )
         return replace(view, sizing=sizing)
 
 

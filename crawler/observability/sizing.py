@@ -10,7 +10,8 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
   turns were taken), so a fleet at the tail of its work does not stop workers for the queue
   looking empty, and start them again for the work those workers gave back;
 - **workers wanted**: the lesser of the ready and held requests over what a worker fetches in
-  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the held work added) over the pace
+  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the held work added, over as many
+  seconds, or over the look-ahead of a paced pop when longer) over the pace
   (both rounded up); at least one while any work is left (queued, leased, delayed or start
   entries); within AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS;
 - **paused**: while the crawl is paused (``{spider}:paused``) no work may go: the workers
@@ -29,7 +30,7 @@ from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.frontier.demand import queue_demand, read_demand
 from crawler.frontier.pacing import fleet_pacing
-from crawler.frontier.queue import held_work, spider_frontier, work_left
+from crawler.frontier.queue import spider_frontier, work_left
 from crawler.keys import pause_key
 
 if TYPE_CHECKING:
@@ -118,13 +119,17 @@ def size(
     config: SizingConfig,
     held: int = 0,
     paused: bool = False,
+    ahead: float = 0.0,
 ) -> Sizing:
     """The workers ``demand`` and the ``held`` work ask for with ``work`` left at ``pace``
-    (None: not measured); the minimum while the crawl is ``paused``."""
+    (None: not measured); the minimum while the crawl is ``paused``. ``ahead``: the seconds a
+    paced pop leases turns ahead (``Pacing.ahead``; 0 unpaced)."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
     by_ready = _workers(ready + held, per_worker * config.backlog_seconds)
-    by_ceiling = _workers(ceiling + held / config.backlog_seconds, per_worker)
+    # Paced turns are held up to ``ahead`` seconds before they go: no faster than that.
+    held_rate = held / max(config.backlog_seconds, ahead)
+    by_ceiling = _workers(ceiling + held_rate, per_worker)
     wanted = min(by_ready, by_ceiling)
     if work > 0:
         wanted = max(1, wanted)
@@ -155,6 +160,10 @@ class SizingInputs:
         fresh = float(setting(settings, "STATS_PUBLISH_INTERVAL"))
         return cls(SizingConfig.from_settings(settings), fleet_pacing(settings, lease), fresh)
 
+    def ahead(self) -> float:
+        """The seconds a paced pop leases turns ahead; 0 unpaced."""
+        return self.pacing.ahead if self.pacing is not None else 0.0
+
 
 def read_sizing(
     server: RedisClient,
@@ -173,5 +182,13 @@ def read_sizing(
     pipe.exists(pause_key(spider))
     *replies, paused = pipe.execute()
     demand = read_demand(replies, sizes.get("start", 0), inputs.pacing)
-    work, held = work_left(sizes, per_entry), held_work(sizes)
-    return size(demand, work, measured_pace(minutes), inputs.config, held, bool(paused))
+    work, held = work_left(sizes, per_entry), held_work(demand, sizes)
+    pace, ahead = measured_pace(minutes), inputs.ahead()
+    return size(demand, work, pace, inputs.config, held, bool(paused), ahead)
+
+
+def held_work(demand: Demand, sizes: Mapping[str, int]) -> int:
+    """Requests the workers held when ``demand`` looked at the queue (a look the fleet shares
+    may be a few seconds old: requests popped since count in its queue, not twice), and the
+    start entries they hold now (the start list is read afresh)."""
+    return demand.leased + sizes.get("start_leased", 0)

@@ -1,9 +1,10 @@
--- KEYS: (prelude), the last look. ARGV: (prefix), now, sample (queued records read at most),
+-- KEYS: (prelude), the last look, the leases. ARGV: (prefix), now, sample (queued records read at most),
 -- the age (seconds) of a last look still good to answer with, then the pacing as pop.lua takes
 -- it (bucket key prefix "" for none, identity, rate, burst, recovery, horizon, scan budget,
 -- look-ahead, then (domain, rate) pairs).
 -- What the queue allows, from its head: reads up to ``sample`` queued requests in pop order
--- (highest priority first) and returns {queued, sampled, host1, count1, rate1, spare1, ...}:
+-- (highest priority first) and returns {queued, leased, sampled, host1, count1, rate1, spare1,
+-- ...} (leased: the requests the workers hold, counted in the same look):
 -- for each host of the sample, its requests in the sample, its rate now in requests per second
 -- (its ban factor applied; "0": unlimited) and the tokens its bucket has to spare now (not
 -- promised to turns planned; "-1" when unlimited). A record whose host cannot be read counts
@@ -34,7 +35,7 @@ while sampled < sample do
   sampled = sampled + #records
   index = index + 1
 end
-local result = {queued(), sampled}
+local result = {queued(), redis.call('ZCARD', KEYS[7]), sampled}
 for _, host in ipairs(hosts) do
   local rate, burst, spare = 0, 1, -1
   if paced and host ~= '' then rate, burst = rate_of(host, first[host]) end
