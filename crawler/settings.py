@@ -393,7 +393,7 @@ PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 AUTOSCALE_MIN_WORKERS = 0
 # AUTOSCALE_MAX_WORKERS (int >= 1, default 8): workers wanted at most.
 AUTOSCALE_MAX_WORKERS = 8
-# AUTOSCALE_BACKLOG_SECONDS (float > 0 seconds, default 60): the ready and held work a worker is
+# AUTOSCALE_BACKLOG_SECONDS (float > 0 seconds, default 60): the ready and leased work a worker is
 # given (its pace times this), and the time a host's backlog is spread over in the ceiling.
 AUTOSCALE_BACKLOG_SECONDS = 60.0
 # AUTOSCALE_WORKER_PACE (float > 0 pages/s, default 10): a worker's pace until one is measured.

@@ -181,7 +181,7 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
 
 def test_sizing_on_the_cluster(cluster_client: RedisCluster) -> None:
     """The fleet's sizing reads the frontier, the start list (on another node) and the pause:
-    held work counts, and a paused crawl wants the minimum."""
+    leased work counts, and a paused crawl wants the minimum."""
     client = cluster_client
     settings = Settings()
     settings.setmodule(project_settings)
@@ -192,7 +192,7 @@ def test_sizing_on_the_cluster(cluster_client: RedisCluster) -> None:
     client.lpush(keys.start, "someone")
     assert len(frontier.pop(4, 60, "w1").leased) == 4
     sizing = fleet_sizing(client, settings, "profiles")
-    assert (sizing.work, sizing.held, sizing.ready, sizing.wanted) == (11, 4, 7, 1)
+    assert (sizing.work, sizing.leased, sizing.ready, sizing.wanted) == (11, 4, 7, 1)
     pause_crawl(client, "profiles", "ops", "test")
     assert fleet_sizing(client, settings, "profiles").to_json()["paused"] is True
     assert fleet_sizing(client, settings, "profiles").wanted == 0

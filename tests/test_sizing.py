@@ -25,7 +25,7 @@ from crawler.observability.counters import Counters
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
 from crawler.observability.report import sizing_line
-from crawler.observability.sizing import Sizing, SizingConfig, held_work, measured_pace, size
+from crawler.observability.sizing import Sizing, SizingConfig, leased_work, measured_pace, size
 from tests.harness import Crawl, scrapy, status_page
 
 KEYS = FrontierKeys("sized", "sized:start_urls")
@@ -52,8 +52,8 @@ def _sizing(server: redis.Redis, pacing: Pacing | None, config: SizingConfig = C
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, KEYS, pacing, config.sample)
     demand = read_demand(pipe.execute(), int(server.llen(KEYS.start)), pacing)
-    held = held_work(demand, Frontier(server, KEYS, DupefilterConfig("none")).sizes())
-    return size(demand, demand.queued + demand.start + held, None, config, held)
+    leased = leased_work(demand, Frontier(server, KEYS, DupefilterConfig("none")).sizes())
+    return size(demand, demand.queued + demand.start + leased, None, config, leased)
 
 
 def test_a_politeness_bound_web_wants_one_worker_whatever_the_queue(
@@ -102,14 +102,14 @@ def test_work_the_workers_hold_keeps_them_until_it_is_done(redis_client: redis.R
     popped = frontier.pop(400, 60, "w1")
     assert len(popped.leased) == 400
     sizing = _sizing(redis_client, None, config)
-    assert (sizing.ready, sizing.held, sizing.wanted) == (0, 400, 40)
+    assert (sizing.ready, sizing.leased, sizing.wanted) == (0, 400, 40)
     assert _sizing(redis_client, POLITE, config).wanted == 40  # their turns were taken
     # Half done, half given back by a worker told to go: the work left decides, as before.
     ids = [lease_id for lease_id, _ in popped.leased]
     frontier.settle([(ACK, i, "") for i in ids[:200]], "w1", 60)
     frontier.settle([(RELEASE, i, "") for i in ids[200:300]], "w1", 60)
     sizing = _sizing(redis_client, None, config)
-    assert (sizing.ready, sizing.held, sizing.wanted) == (100, 100, 20)
+    assert (sizing.ready, sizing.leased, sizing.wanted) == (100, 100, 20)
     frontier.settle([(ACK, i, "") for i in ids[300:]], "w1", 60)
     assert _sizing(redis_client, None, config).wanted == 10  # the 100 given back
     again = frontier.pop(100, 60, "w2").leased
@@ -135,7 +135,7 @@ def _demand(hosts: list[tuple[int, float, int]]) -> Demand:
 
 @given(
     hosts=_HOSTS,
-    held=st.integers(0, 3000),
+    leased=st.integers(0, 3000),
     back=st.integers(0, 3000),
     to=st.integers(0, 5),
     limits=st.tuples(st.integers(0, 4), st.integers(1, 12)).filter(lambda m: m[0] <= m[1]),
@@ -144,33 +144,33 @@ def _demand(hosts: list[tuple[int, float, int]]) -> Demand:
 )
 def test_work_given_back_never_asks_for_more_workers_than_while_it_was_held(
     hosts: list[tuple[int, float, int]],
-    held: int,
+    leased: int,
     back: int,
     to: int,
     limits: tuple[int, int],
     seconds: float,
     pace: float | None,
 ) -> None:
-    """A worker told to go gives its held work back to the queue (to a host of the sample, or
-    one outside it): the fleet wants no more workers for it than it did while it was held, and
-    more held work never lowers the workers wanted."""
+    """A worker told to go gives its leased work back to the queue (to a host of the sample, or
+    one outside it): the fleet wants no more workers for it than it did while it was leased, and
+    more leased work never lowers the workers wanted."""
     config = SizingConfig(min_workers=limits[0], max_workers=limits[1], backlog_seconds=seconds)
-    back = min(back, held)
+    back = min(back, leased)
     before = _demand(hosts)
-    work = before.queued + held
-    wanted = size(before, work, pace, config, held).wanted
+    work = before.queued + leased
+    wanted = size(before, work, pace, config, leased).wanted
     assert limits[0] <= wanted <= limits[1]
     assert wanted >= 1 or work == 0
-    assert size(before, work + 1, pace, config, held + 1).wanted >= wanted
-    # Paused, no work may go: the minimum, whatever is queued or held.
-    assert size(before, work, pace, config, held, paused=True).wanted == limits[0]
+    assert size(before, work + 1, pace, config, leased + 1).wanted >= wanted
+    # Paused, no work may go: the minimum, whatever is queued or leased.
+    assert size(before, work, pace, config, leased, paused=True).wanted == limits[0]
     given_back = list(hosts)
     if to < len(hosts):
         count, rate, spare = hosts[to]
         given_back[to] = (count + back, rate, spare)
     else:
         given_back.append((back, 0.0, 0))
-    after = size(_demand(given_back), work, pace, config, held - back)
+    after = size(_demand(given_back), work, pace, config, leased - back)
     assert after.wanted <= wanted, (before, after)
 
 
@@ -178,7 +178,7 @@ def test_a_shared_look_and_the_work_held_since_count_each_request_once(
     redis_client: redis.Redis,
 ) -> None:
     """A worker may size from the fleet's last look, a few seconds old: requests popped since
-    are in that look's queue, and are not counted again as held."""
+    are in that look's queue, and are not counted again as leased."""
     config = SizingConfig(max_workers=1000, backlog_seconds=1, default_pace=10)
     frontier = Frontier(redis_client, KEYS, DupefilterConfig("none"))
     _queue(redis_client, 400, 1)
@@ -187,34 +187,34 @@ def test_a_shared_look_and_the_work_held_since_count_each_request_once(
         pipe = redis_client.pipeline(transaction=False)
         queue_demand(pipe, KEYS, None, 1000, fresh)
         demand = read_demand(pipe.execute(), 0, None)
-        return size(demand, 400, None, config, held_work(demand, frontier.sizes())).wanted
+        return size(demand, 400, None, config, leased_work(demand, frontier.sizes())).wanted
 
     assert wanted(0) == 40
     assert len(frontier.pop(400, 60, "w1").leased) == 400
     assert wanted(60) == 40  # the shared look, from before the pop
-    assert wanted(0) == 40  # a look now: all 400 held
+    assert wanted(0) == 40  # a look now: all 400 leased
 
 
 def test_turns_held_ahead_by_a_paced_fleet_ask_no_more_than_their_hosts_allow() -> None:
     """400 hosts at 1 request/s, a worker's pace 40: the sites allow 10 workers. Paced pops
-    lease turns up to 10 s ahead (about 4,000 held): they go at the hosts' rate, however short
+    lease turns up to 10 s ahead (about 4,000 leased): they go at the hosts' rate, however short
     AUTOSCALE_BACKLOG_SECONDS, so they add at most that rate again to the ceiling."""
     hosts = tuple(HostDemand(f"h{n}", 100, 1.0, 0) for n in range(400))
     demand = Demand(40_000, 40_000, hosts)
     config = SizingConfig(max_workers=1000, backlog_seconds=1)
-    sizing = size(demand, 44_000, 40.0, config, held=4000, ahead=10.0)
+    sizing = size(demand, 44_000, 40.0, config, leased=4000, ahead=10.0)
     assert sizing.ceiling == pytest.approx(400)
     assert sizing.wanted == 20  # without the look-ahead: 100
     assert size(demand, 44_000, 40.0, SizingConfig(max_workers=1000), 4000, ahead=10.0).wanted == 2
 
 
-def test_status_names_the_held_work_when_there_is_some() -> None:
-    sizing = Sizing(0.0, 0.0, 50.0, True, 389, 8, held=389).to_json()
+def test_status_names_the_leased_work_when_there_is_some() -> None:
+    sizing = Sizing(0.0, 0.0, 50.0, True, 389, 8, leased=389).to_json()
     assert sizing_line(sizing) == [
-        "  sizing    8 workers wanted: 0 ready, 389 held, ceiling 0.00 requests/s, pace 50.00 "
+        "  sizing    8 workers wanted: 0 ready, 389 leased, ceiling 0.00 requests/s, pace 50.00 "
         "pages per worker-second (measured)"
     ]
-    assert "held" not in sizing_line({**sizing, "held": 0})[0]
+    assert "leased" not in sizing_line({**sizing, "leased": 0})[0]
     paused = Sizing(3.0, 0.05, 10.0, False, 3, 0, paused=True).to_json()
     assert sizing_line(paused)[0].startswith(
         "  sizing    0 workers wanted (the crawl is paused): 3 ready, ceiling 0.05"

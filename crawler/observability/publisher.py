@@ -29,7 +29,7 @@ from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys, pause_key
 from crawler.observability.counters import numeric
 from crawler.observability.rates import bucket_rate
-from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, held_work, measured_pace, size
+from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, leased_work, measured_pace, size
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -234,10 +234,10 @@ class StatsPublisher:
             return view
         *looked, paused = replies
         demand = read_demand(looked, view.sizes["start"], self.sizing.pacing)
-        pace, held = measured_pace(view.minutes), held_work(demand, view.sizes)
+        pace, leased = measured_pace(view.minutes), leased_work(demand, view.sizes)
         inputs = self.sizing
         sizing = size(
-            demand, view.remaining, pace, inputs.config, held, bool(paused), inputs.ahead()
+            demand, view.remaining, pace, inputs.config, leased, bool(paused), inputs.ahead()
         )
         return replace(view, sizing=sizing)
 

@@ -309,12 +309,12 @@ def sizing_line(sizing: Mapping[str, Any] | None) -> list[str]:
     if not sizing:
         return []
     source = "measured" if sizing["pace_measured"] else "assumed"
-    held = f"{sizing['held']:,} held, " if sizing.get("held") else ""
+    leased = f"{sizing['leased']:,} leased, " if sizing.get("leased") else ""
     paused = " (the crawl is paused)" if sizing.get("paused") else ""
     return [
         f"  sizing    {sizing['workers_wanted']} workers wanted{paused}: "
         f"{sizing['ready']:,.0f} ready, "
-        f"{held}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
+        f"{leased}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
         f"{sizing['pace_per_worker_second']:,.2f} pages per worker-second ({source})"
     ]
 

@@ -5,12 +5,13 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
   buckets: pages over the seconds workers were busy (a worker is busy while it has a request
   in the downloader: see ``BusyClock``), so a worker that waits for its hosts' turns does not
   look slow; AUTOSCALE_WORKER_PACE until any was measured;
-- **held**: requests and start entries the workers hold now (leased): being done, and back in
-  the queue if their worker stops. They count as ready work of a host without a rate (their
-  turns were taken), so a fleet at the tail of its work does not stop workers for the queue
-  looking empty, and start them again for the work those workers gave back;
-- **workers wanted**: the lesser of the ready and held requests over what a worker fetches in
-  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the held work added, over as many
+- **leased**: requests the workers held (leases) when the queue's head was looked at, and the
+  start entries they hold now: being done, and back in the queue if their worker stops. They
+  count as ready work of a host without a rate (their turns were taken), so a fleet at the
+  tail of its work does not stop workers for the queue looking empty, and start them again
+  for the work those workers gave back;
+- **workers wanted**: the lesser of the ready and leased requests over what a worker fetches in
+  AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the leased work added, over as many
   seconds, or over the look-ahead of a paced pop when longer) over the pace
   (both rounded up); at least one while any work is left (queued, leased, delayed or start
   entries); within AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS;
@@ -88,7 +89,7 @@ class Sizing:
     measured: bool  # whether ``pace`` was measured
     work: int  # work left: requests queued, leased, delayed and start entries
     wanted: int
-    held: int = 0  # requests and start entries the workers hold
+    leased: int = 0  # requests and start entries the workers hold
     paused: bool = False  # the crawl is paused: no work may go
     demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
 
@@ -99,7 +100,7 @@ class Sizing:
             "pace_per_worker_second": round(self.pace, 3),
             "pace_measured": self.measured,
             "work_left": self.work,
-            "held": self.held,
+            "leased": self.leased,
             "paused": self.paused,
             "workers_wanted": self.wanted,
         }
@@ -117,26 +118,26 @@ def size(
     work: int,
     pace: float | None,
     config: SizingConfig,
-    held: int = 0,
+    leased: int = 0,
     paused: bool = False,
     ahead: float = 0.0,
 ) -> Sizing:
-    """The workers ``demand`` and the ``held`` work ask for with ``work`` left at ``pace``
+    """The workers ``demand`` and the ``leased`` work ask for with ``work`` left at ``pace``
     (None: not measured); the minimum while the crawl is ``paused``. ``ahead``: the seconds a
     paced pop leases turns ahead (``Pacing.ahead``; 0 unpaced)."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
-    by_ready = _workers(ready + held, per_worker * config.backlog_seconds)
-    # Paced turns are held up to ``ahead`` seconds before they go: no faster than that.
-    held_rate = held / max(config.backlog_seconds, ahead)
-    by_ceiling = _workers(ceiling + held_rate, per_worker)
+    by_ready = _workers(ready + leased, per_worker * config.backlog_seconds)
+    # Paced turns are leased up to ``ahead`` seconds before they go: no sooner than that.
+    leased_rate = leased / max(config.backlog_seconds, ahead)
+    by_ceiling = _workers(ceiling + leased_rate, per_worker)
     wanted = min(by_ready, by_ceiling)
     if work > 0:
         wanted = max(1, wanted)
     wanted = config.min_workers if paused else max(config.min_workers, wanted)
     wanted = min(config.max_workers, wanted)
     measured = pace is not None
-    return Sizing(ready, ceiling, per_worker, measured, work, wanted, held, paused, demand)
+    return Sizing(ready, ceiling, per_worker, measured, work, wanted, leased, paused, demand)
 
 
 def _workers(work: float, per_worker: float) -> int:
@@ -182,13 +183,13 @@ def read_sizing(
     pipe.exists(pause_key(spider))
     *replies, paused = pipe.execute()
     demand = read_demand(replies, sizes.get("start", 0), inputs.pacing)
-    work, held = work_left(sizes, per_entry), held_work(demand, sizes)
+    work, leased = work_left(sizes, per_entry), leased_work(demand, sizes)
     pace, ahead = measured_pace(minutes), inputs.ahead()
-    return size(demand, work, pace, inputs.config, held, bool(paused), ahead)
+    return size(demand, work, pace, inputs.config, leased, bool(paused), ahead)
 
 
-def held_work(demand: Demand, sizes: Mapping[str, int]) -> int:
-    """Requests the workers held when ``demand`` looked at the queue (a look the fleet shares
+def leased_work(demand: Demand, sizes: Mapping[str, int]) -> int:
+    """Requests the workers leased when ``demand`` looked at the queue (a look the fleet shares
     may be a few seconds old: requests popped since count in its queue, not twice), and the
     start entries they hold now (the start list is read afresh)."""
     return demand.leased + sizes.get("start_leased", 0)
