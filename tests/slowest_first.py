@@ -38,11 +38,11 @@ GROUPED = {
 # The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
 # (marker ``alone``); the others, each using about half a core at most, then run in three
 # lanes, one unit each, so that at most three of them run at once (``-n 3``): the domain
-# sweeps and a crawl delay; freshness and the breaker's rates; the many-hosts rates, DNS, the
-# sweep property test and the fleet bound by politeness (about 80 s each).
+# sweeps and a crawl delay; freshness, the breaker's rates and 4 workers on many hosts; the
+# many-hosts rates, DNS and the fleet bound by politeness (about 100 s each).
 _ALONE = "timed-alone: starts up to 8 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps, a crawl delay"
-_RATES = "timed-lane-2: freshness, a breaker's rates"
+_RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"
 _HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
 _HELD_UP = "test_a_request_held_up_on_its_way_still_reaches_its_host_on_time"
@@ -52,8 +52,6 @@ SHARED_UNITS = {
     ),
     "tests/test_autoscale.py": _HOSTS,
     "tests/test_domains.py": _SWEEPS,
-    # The sweep property test has a sandbox of its own: in lane 3 it evens the lanes out.
-    "tests/test_domains.py::test_any_mix_of_hosts_is_stored_as_each_host_behaves": _HOSTS,
     "tests/test_domains_dnsmasq.py": _HOSTS,
     "tests/test_recrawl.py::test_hot_documents_are_revisited_often_and_stay_fresh_"
     "cold_ones_rarely": _RATES,
@@ -67,6 +65,11 @@ SHARED_UNITS = {
     "tests/test_pacing.py::test_turns_are_handed_out_when_they_come": _HOSTS,
     _MANY_HOSTS + "test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_"
     "nearer": _HOSTS,
+    # 100 hosts at 0.25/s, spacing stamped at the sandbox (a thread of the test's process): with
+    # 8 test processes beside it, four hosts' arrivals were stamped together 0.45 s late, and
+    # their next ones looked 3.54 s after them (0.9 / RATE is 3.6 s).
+    f"{_MANY_HOSTS}test_workers_keep_every_host_busy_and_none_early[2]": _HOSTS,
+    f"{_MANY_HOSTS}test_workers_keep_every_host_busy_and_none_early[4]": _RATES,
     **{
         f"{_MANY_HOSTS}{_HELD_UP}[{where}]": _HOSTS
         for where in ("before_the_gate", "after_the_gate", "slow_first_connection")
