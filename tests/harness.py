@@ -212,10 +212,18 @@ def scrapy(
 def autoscaler_steps(log: Path) -> list[dict[str, Any]]:
     """The looks ``scrapy fleet autoscale --json`` printed to ``log``: wanted, running,
     started, stopped, time, and the workers that exited since the look before."""
+    return [line for line in _autoscaler_lines(log) if "wanted" in line]
+
+
+def autoscaler_exits(log: Path) -> dict[str, int]:
+    """Worker -> exit status, of every worker ``scrapy fleet autoscale --json`` saw exit."""
+    return {w: code for line in _autoscaler_lines(log) for w, code in line["exited"].items()}
+
+
+def _autoscaler_lines(log: Path) -> list[dict[str, Any]]:
+    """What the autoscaler printed: one JSON line per look, and one once it closed."""
     lines = log.read_text(errors="replace").splitlines()
-    return [
-        step for line in lines if line.startswith("{") and "wanted" in (step := json.loads(line))
-    ]
+    return [json.loads(line) for line in lines if line.startswith("{")]
 
 
 @contextmanager

@@ -7,13 +7,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
 from sandbox.hosts import HostsWeb, fetched_pages, host_address, site_pages
-from tests.harness import Crawl, Mongo, autoscaler_steps, background, poll, served_hosts
+from tests.harness import (
+    Crawl,
+    Mongo,
+    autoscaler_exits,
+    autoscaler_steps,
+    background,
+    poll,
+    served_hosts,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,17 +34,6 @@ WORKERS = {
     "FRONTIER_LEASE_SECONDS": 10,
     "START_BATCH_SIZE": 50,
 }
-
-
-def _lines(log: Path) -> list[dict[str, Any]]:
-    """What the autoscaler printed: one JSON line per look, and one once it closed."""
-    lines = log.read_text(errors="replace").splitlines()
-    return [json.loads(line) for line in lines if line.startswith("{")]
-
-
-def _exits(log: Path) -> dict[str, int]:
-    """Worker -> exit status, of every worker that exited."""
-    return {worker: code for line in _lines(log) for worker, code in line["exited"].items()}
 
 
 def _work_left(client: redis.Redis, spider: str) -> int:
@@ -81,7 +77,7 @@ def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
             poll(lambda: autoscaler_steps(log)[-1]["running"] == 2, 60, f"wave {wave}'s scale-in")
         autoscaler.terminate()
         assert autoscaler.wait(90) == 0, log.read_text()[-3000:]
-    steps, exits = autoscaler_steps(log), _exits(log)
+    steps, exits = autoscaler_steps(log), autoscaler_exits(log)
     assert len(users) == sum(WAVES)
     # 6 a wave; a few more if the pace measured wavers at a tail.
     assert 6 * len(WAVES) <= _stopped(log) <= 6 * len(WAVES) + 4
@@ -141,6 +137,6 @@ def test_a_politeness_bound_web_never_gets_a_second_worker(
     steps = autoscaler_steps(log)
     assert max(step["wanted"] for step in steps) == 1
     assert max(step["running"] for step in steps) <= 1
-    exits = _exits(log)
+    exits = autoscaler_exits(log)
     assert len(exits) == sum(len(step["started"]) for step in steps) >= 1
     assert set(exits.values()) == {0}, exits

@@ -3,29 +3,8 @@ on a clock advanced one look at a time."""
 
 from __future__ import annotations
 
-from crawler.fleet.autoscaler import Autoscaler, Member
-
-
-class InstantEngine:
-    """Workers as names in a list: started and gone at once."""
-
-    errors: tuple[type[Exception], ...] = ()
-
-    def __init__(self) -> None:
-        self.running: list[str] = []
-        self.made = 0
-
-    def members(self) -> list[Member]:
-        return [Member(worker, float(n)) for n, worker in enumerate(self.running)]
-
-    def start(self, count: int) -> list[str]:
-        started = [f"w{self.made + n}" for n in range(count)]
-        self.made += count
-        self.running += started
-        return started
-
-    def stop(self, ids: list[str]) -> None:
-        self.running = [worker for worker in self.running if worker not in ids]
+from bench.autoscale import InstantEngine
+from crawler.fleet.autoscaler import Autoscaler
 
 
 def _run(wanted: list[int], cooldown: float, every: float = 10.0) -> list[int]:
@@ -35,7 +14,7 @@ def _run(wanted: list[int], cooldown: float, every: float = 10.0) -> list[int]:
     running = []
     for _ in wanted:
         scaler.step()
-        running.append(len(engine.running))
+        running.append(len(engine.workers))
         clock[0] += every
     return running
 

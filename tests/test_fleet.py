@@ -18,6 +18,7 @@ from tests.harness import (
     Mongo,
     Restartable,
     Sandbox,
+    autoscaler_exits,
     autoscaler_steps,
     background,
     poll,
@@ -177,8 +178,7 @@ def test_a_paused_crawl_lets_the_autoscaler_stop_its_workers_and_resumes_whole(
     assert len(while_paused) >= 5
     assert all(step["wanted"] == 0 and not step["started"] for step in while_paused)
     assert any(step["started"] for step in steps if step["time"] > resumed_at)
-    exits = {w: code for line in log.read_text().splitlines() if line.startswith("{")
-             for w, code in json.loads(line)["exited"].items()}  # fmt: skip
+    exits = autoscaler_exits(log)
     assert set(exits.values()) == {0}, exits
     _assert_every_profile_once(crawl.mongo)
     _assert_frontier_empty(redis_client)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from urllib.request import urlopen
 
 import pytest
@@ -163,7 +164,7 @@ def test_work_given_back_never_asks_for_more_workers_than_while_it_was_held(
     assert wanted >= 1 or work == 0
     assert size(before, work + 1, pace, config, leased + 1).wanted >= wanted
     # Paused, no work may go: the minimum, whatever is queued or leased.
-    assert size(before, work, pace, config, leased, paused=True).wanted == limits[0]
+    assert size(replace(before, paused=True), work, pace, config, leased).wanted == limits[0]
     given_back = list(hosts)
     if to < len(hosts):
         count, rate, spare = hosts[to]

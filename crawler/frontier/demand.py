@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from crawler.connection import reply_text
 from crawler.frontier import lua
 from crawler.frontier.pacing import NO_PACING
+from crawler.keys import pause_key
 
 if TYPE_CHECKING:
     from crawler.frontier.pacing import Pacing
@@ -55,6 +56,7 @@ class Demand:
     start_sampled: int = 0
     start_hosts: tuple[HostDemand, ...] = ()
     leased: int = 0  # requests the workers held when the queue was looked at
+    paused: bool = False  # the crawl is paused ({spider}:paused): no work may go
 
     def estimated(self) -> dict[str, tuple[float, HostDemand]]:
         """Host -> (its requests in the queue and start list, estimated; what the queue's
@@ -93,25 +95,27 @@ def queue_demand(
     sample: int = DEFAULT_SAMPLE,
     fresh: float = 0.0,
 ) -> None:
-    """Queue on ``pipe`` the look at the queue's and the start list's heads (two replies, read
-    with :func:`read_demand`); the fleet's last look answers instead while it is younger than
-    ``fresh`` seconds (0: look now)."""
+    """Queue on ``pipe`` the look at the queue's and the start list's heads and at the pause
+    (three replies, read with :func:`read_demand`); the fleet's last look at the queue answers
+    instead while it is younger than ``fresh`` seconds (0: look now)."""
     paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
     args = [keys.queue_prefix, time.time(), sample, fresh, *paced]
     lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(keys.demand, keys.leases), args)
     pipe.lrange(keys.start, 0, min(sample, START_SAMPLE) - 1)
+    pipe.exists(pause_key(keys.spider))  # any value pauses (frontier/pause.py)
 
 
 def read_demand(replies: list[Any], start: int, pacing: Pacing | None) -> Demand:
     """The :func:`queue_demand` replies; ``start`` the start list's length."""
-    raw, entries = replies
+    raw, entries, paused = replies
     hosts = tuple(
         HostDemand(reply_text(raw[i]), int(raw[i + 1]), float(raw[i + 2]), int(raw[i + 3]))
         for i in range(3, len(raw), 4)
     )
     start_hosts = _start_hosts(entries, pacing)
     queued, leased, sampled = (int(value) for value in raw[:3])
-    return Demand(queued, sampled, hosts, start, len(entries), start_hosts, leased)
+    entry_count = len(entries)
+    return Demand(queued, sampled, hosts, start, entry_count, start_hosts, leased, bool(paused))
 
 
 def _start_hosts(entries: list[Any], pacing: Pacing | None) -> tuple[HostDemand, ...]:

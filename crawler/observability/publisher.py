@@ -26,7 +26,7 @@ from crawler.frontier.queue import (
     work_left,
 )
 from crawler.frontier.riders import first_error
-from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys, pause_key
+from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
 from crawler.observability.rates import bucket_rate
 from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, leased_work, measured_pace, size
@@ -211,7 +211,6 @@ class StatsPublisher:
         if self.sizing is not None:
             sizing = self.sizing
             queue_demand(pipe, self.frontier, sizing.pacing, sizing.config.sample, sizing.fresh)
-            pipe.exists(pause_key(self.frontier.spider))
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
         sizes = read_sizes(results[: len(SIZE_NAMES)])
@@ -232,13 +231,10 @@ class StatsPublisher:
         """``view`` with what the work allows, from the look at the queue's ``replies``."""
         if self.sizing is None:
             return view
-        *looked, paused = replies
-        demand = read_demand(looked, view.sizes["start"], self.sizing.pacing)
-        pace, leased = measured_pace(view.minutes), leased_work(demand, view.sizes)
         inputs = self.sizing
-        sizing = size(
-            demand, view.remaining, pace, inputs.config, leased, bool(paused), inputs.ahead()
-        )
+        demand = read_demand(replies, view.sizes["start"], inputs.pacing)
+        pace, leased = measured_pace(view.minutes), leased_work(demand, view.sizes)
+        sizing = size(demand, view.remaining, pace, inputs.config, leased, inputs.ahead())
         return replace(view, sizing=sizing)
 
 

@@ -32,7 +32,6 @@ from crawler.config.rules import SettingsError
 from crawler.frontier.demand import queue_demand, read_demand
 from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.queue import spider_frontier, work_left
-from crawler.keys import pause_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -119,12 +118,11 @@ def size(
     pace: float | None,
     config: SizingConfig,
     leased: int = 0,
-    paused: bool = False,
     ahead: float = 0.0,
 ) -> Sizing:
     """The workers ``demand`` and the ``leased`` work ask for with ``work`` left at ``pace``
-    (None: not measured); the minimum while the crawl is ``paused``. ``ahead``: the seconds a
-    paced pop leases turns ahead (``Pacing.ahead``; 0 unpaced)."""
+    (None: not measured); the minimum while the crawl is paused. ``ahead``: the seconds a paced
+    pop leases turns ahead (``Pacing.ahead``; 0 unpaced)."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
     by_ready = _workers(ready + leased, per_worker * config.backlog_seconds)
@@ -134,10 +132,10 @@ def size(
     wanted = min(by_ready, by_ceiling)
     if work > 0:
         wanted = max(1, wanted)
-    wanted = config.min_workers if paused else max(config.min_workers, wanted)
+    wanted = config.min_workers if demand.paused else max(config.min_workers, wanted)
     wanted = min(config.max_workers, wanted)
     measured = pace is not None
-    return Sizing(ready, ceiling, per_worker, measured, work, wanted, leased, paused, demand)
+    return Sizing(ready, ceiling, per_worker, measured, work, wanted, leased, demand.paused, demand)
 
 
 def _workers(work: float, per_worker: float) -> int:
@@ -180,12 +178,9 @@ def read_sizing(
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, keys, inputs.pacing, inputs.config.sample)
-    pipe.exists(pause_key(spider))
-    *replies, paused = pipe.execute()
-    demand = read_demand(replies, sizes.get("start", 0), inputs.pacing)
+    demand = read_demand(pipe.execute(), sizes.get("start", 0), inputs.pacing)
     work, leased = work_left(sizes, per_entry), leased_work(demand, sizes)
-    pace, ahead = measured_pace(minutes), inputs.ahead()
-    return size(demand, work, pace, inputs.config, leased, bool(paused), ahead)
+    return size(demand, work, measured_pace(minutes), inputs.config, leased, inputs.ahead())
 
 
 def leased_work(demand: Demand, sizes: Mapping[str, int]) -> int:

@@ -1,7 +1,7 @@
--- KEYS: (prelude), the last look, the leases. ARGV: (prefix), now, sample (queued records read at most),
--- the age (seconds) of a last look still good to answer with, then the pacing as pop.lua takes
--- it (bucket key prefix "" for none, identity, rate, burst, recovery, horizon, scan budget,
--- look-ahead, then (domain, rate) pairs).
+-- KEYS: (prelude), the last look, the leases. ARGV: (prefix), now, sample (queued records read
+-- at most), the age (seconds) of a last look still good to answer with, then the pacing as
+-- pop.lua takes it (bucket key prefix "" for none, identity, rate, burst, recovery, horizon,
+-- scan budget, look-ahead, then (domain, rate) pairs).
 -- What the queue allows, from its head: reads up to ``sample`` queued requests in pop order
 -- (highest priority first) and returns {queued, leased, sampled, host1, count1, rate1, spare1,
 -- ...} (leased: the requests the workers hold, counted in the same look):
