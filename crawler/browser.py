@@ -63,6 +63,9 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
             self._restarting = True
             browser, self._pages_since_launch = self.browser, 0
             del self.browser
+            # Counted as it starts: a crawl may close before the old browser has.
+            self.stats.inc_value("maps/browser/restarts")
+            logger.info("Restarting the browser after %d pages", self.restart_after)
             try:
                 contexts = [wrapper.context for wrapper in self.context_wrappers.values()]
                 with suppress(PlaywrightError):
@@ -70,8 +73,6 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
                     await browser.close()
             finally:
                 self._restarting = False
-            self.stats.inc_value("maps/browser/restarts")
-            logger.info("Browser restarted after %d pages", self.restart_after)
 
     async def _browser_disconnected_callback(self) -> None:
         if not self._restarting:

@@ -29,8 +29,9 @@ GROUPED = {
 }
 
 # Modules (or single tests) that measure what a busy machine skews, marked ``timed`` (conftest):
-# ``make unit`` runs them after the others, with nothing else beside them. Side by side with the
-# other tests, the elastic autoscaler's (up to 8 crawl processes at once) starved the domains
+# ``make unit`` runs them apart, the other tests beside them only on the CPU time they leave
+# idle (SCHED_IDLE, devtools/beside.py). Side by side with the other tests at the same
+# priority, the elastic autoscaler's (up to 8 crawl processes at once) starved the domains
 # sweeps' reactors past their probes' timeouts (alive domains stored as timeouts), the
 # recrawl's hot documents past their freshness and the breaker test's hosts below their rate;
 # and the many-hosts server (a thread of the test's process) stamped a batch of arrivals 0.12 s
@@ -39,7 +40,8 @@ GROUPED = {
 # (marker ``alone``); the others, each using about half a core at most, then run in three
 # lanes, one unit each, so that at most three of them run at once (``-n 3``): the domain
 # sweeps and a crawl delay; freshness, the breaker's rates and 4 workers on many hosts; the
-# many-hosts rates, DNS and the fleet bound by politeness (about 100 s each).
+# many-hosts rates, DNS and the fleet bound by politeness (about 100 s each), with the
+# untimed tests beside them.
 _ALONE = "timed-alone: starts up to 8 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps, a crawl delay"
 _RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"

@@ -5,7 +5,9 @@ every host counts the most requests it had in flight at once."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -112,12 +114,21 @@ def test_two_workers_share_each_hosts_slots(
         for worker in workers:
             worker.wait(120)
             assert worker.returncode == 0, worker.log_text()[-3000:]
+        logs = [worker.log_text() for worker in workers]
 
     pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
     assert pages == truth(report)
     report = web.admin("web")
     counts = report["counts"]
-    # A request sent back to wait that then redirects (/old -> /p/2) is filtered as any link.
-    assert {counts[host][path] for host, path in truth(report)} == {1}
+    # A request sent back to wait that then redirects (/old -> /p/2) is filtered as any link:
+    # the two workers asked each path once (their per-host request counts against the paths
+    # the web saw); the web counts one twice only when the HTTP client resent a GET on a
+    # keep-alive connection that died first (Twisted's pool does, unseen by the crawl).
+    asked: Counter[str] = Counter()
+    for log in logs:
+        for host, n in re.findall(r"'domain/([^/']+)/request_count': (\d+)", log):
+            asked[host] += int(n)
+    assert asked == {host: len(paths) for host, paths in counts.items()}
+    assert sum(sum(paths.values()) for paths in counts.values()) - asked.total() <= 1
     assert max(report["peak_in_flight"].values()) == 2, report["peak_in_flight"]
     assert not redis_client.keys("{links}:inflight:*"), "every lease was given back"

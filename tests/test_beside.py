@@ -1,0 +1,77 @@
+"""devtools.beside, which runs the untimed tests on the CPU time the timed ones leave idle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from devtools.beside import parse
+
+POLICY = "import os; print('idle' if os.sched_getscheduler(0) == os.SCHED_IDLE else 'other')"
+
+
+def beside(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "devtools.beside", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_idle_command_runs_idle_and_the_first_one_as_usual_printed_after_it() -> None:
+    done = beside(
+        sys.executable,
+        "-c",
+        POLICY,
+        "--idle",
+        sys.executable,
+        "-c",
+        POLICY.replace("print(", "print('second', "),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    assert lines[:2] == ["second", "idle"]
+    # The first command keeps this process's policy (make unit runs this test idle itself).
+    assert lines[-1] == ("idle" if os.sched_getscheduler(0) == os.SCHED_IDLE else "other")
+
+
+@pytest.mark.parametrize(
+    ("first", "idle", "ok", "status"),
+    [
+        (0, 0, [], 0),
+        (5, 5, ["--ok", "5"], 0),
+        (5, 0, [], 5),
+        (3, 4, [], 3),
+        (0, 4, ["--ok", "5,6"], 4),
+        (-9, 0, [], 137),
+    ],
+)
+def test_the_status_is_the_first_failure(first: int, idle: int, ok: list[str], status: int) -> None:
+    def exiting(code: int) -> list[str]:
+        if code < 0:
+            return ["sh", "-c", f"kill {code} $$"]
+        return ["sh", "-c", f"exit {code}"]
+
+    assert beside(*ok, *exiting(first), "--idle", *exiting(idle)).returncode == status
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["true"],
+        ["true", "--idle"],
+        ["--idle", "true"],
+        ["--ok"],
+        ["--ok", "x", "a", "--idle", "b"],
+    ],
+)
+def test_a_wrong_command_line_says_how_to_call_it(argv: list[str]) -> None:
+    with pytest.raises(SystemExit, match="usage"):
+        parse(argv)
