@@ -18,7 +18,9 @@ from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 from crawler.config import setting_int
 
 if TYPE_CHECKING:
+    from playwright.async_api import Page
     from playwright.async_api import Request as PlaywrightRequest
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
@@ -27,7 +29,13 @@ logger = logging.getLogger(__name__)
 class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
     """scrapy-playwright's handler bounded by MAPS_BLOCKED_RESOURCE_TYPES and
     MAPS_BROWSER_RESTART_PAGES; at close it counts the pages left open in
-    ``maps/pages/open_at_close``."""
+    ``maps/pages/open_at_close``.
+
+    A browser opens at most MAPS_BROWSER_RESTART_PAGES pages: a page asked for after that waits
+    until the browser's pages are closed and a new browser is launched (the old one closed), at
+    most MAPS_BROWSER_DRAIN_SECONDS; then it opens in the old browser, which is restarted once
+    none of its pages is open.
+    """
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
@@ -36,47 +44,98 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
         if blocked and not crawler.settings.get("PLAYWRIGHT_ABORT_REQUEST"):
             self.abort_request = ResourceBlocker(blocked)
         self.restart_after = setting_int(crawler.settings, "MAPS_BROWSER_RESTART_PAGES", 0)
-        self._pages_since_launch = 0
+        self.drain_seconds = setting_int(crawler.settings, "MAPS_BROWSER_DRAIN_SECONDS", 1)
+        self._pages_in_browser = 0  # pages begun in the current browser
+        self._opening = 0  # pages being opened now
         self._restarting = False
+        self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         crawler.signals.connect(self._count_open_pages, signal=signals.spider_closed)
+
+    async def _create_page(self, request: Request, spider: Spider) -> Page:
+        await self._wait_for_a_page_in_this_browser()
+        self._pages_in_browser += 1
+        self._opening += 1
+        try:
+            page: Page = await super()._create_page(request, spider)
+        finally:
+            self._opening -= 1
+            self._note_change()
+        return page
+
+    async def _wait_for_a_page_in_this_browser(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_seconds
+        while self._browser_full():
+            left = deadline - loop.time()
+            if left <= 0:
+                self.stats.inc_value("maps/browser/drain_timeouts")
+                logger.warning(
+                    "A full browser's pages are still open after %d s (%d open): a page opens "
+                    "in it anyway (MAPS_BROWSER_DRAIN_SECONDS)",
+                    self.drain_seconds,
+                    self._get_total_page_count(),
+                )
+                return
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    def _browser_full(self) -> bool:
+        return bool(self.restart_after) and (
+            self._restarting or self._pages_in_browser >= self.restart_after
+        )
+
+    def _note_change(self) -> None:
+        """Wake the pages waiting for a browser, and restart a full one that may be idle."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+        if self._browser_full() and not self._restarting:
+            task = asyncio.ensure_future(self._restart_browser())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _make_close_page_callback(self, context_name: str) -> Any:
         release = super()._make_close_page_callback(context_name)
 
         def page_closed() -> None:
             release()
-            self._pages_since_launch += 1
-            if self.restart_after and self._pages_since_launch >= self.restart_after:
-                task = asyncio.ensure_future(self._restart_browser())
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            self._note_change()
 
         return page_closed
 
     async def _restart_browser(self) -> None:
         async with self.browser_launch_lock:
-            if self._restarting or not hasattr(self, "browser"):
+            if self._restarting or not self._browser_full():
                 return
-            if self._get_total_page_count() or self._pages_since_launch < self.restart_after:
+            if self._opening or self._get_total_page_count():
                 return
-            self._restarting = True
-            browser, self._pages_since_launch = self.browser, 0
-            del self.browser
-            # Counted as it starts: a crawl may close before the old browser has.
-            self.stats.inc_value("maps/browser/restarts")
-            logger.info("Restarting the browser after %d pages", self.restart_after)
-            try:
-                contexts = [wrapper.context for wrapper in self.context_wrappers.values()]
-                with suppress(PlaywrightError):
-                    await asyncio.gather(*(context.close() for context in contexts))
-                    await browser.close()
-            finally:
-                self._restarting = False
+            if not hasattr(self, "browser"):  # none launched since, or a persistent context
+                self._pages_in_browser = 0
+            else:
+                await self._close_full_browser()
+        self._note_change()
+
+    async def _close_full_browser(self) -> None:
+        self._restarting = True
+        browser = self.browser
+        del self.browser
+        # Counted as it starts: a crawl may close before the old browser has.
+        self.stats.inc_value("maps/browser/restarts")
+        logger.info("Restarting the browser after %d pages", self._pages_in_browser)
+        try:
+            contexts = [wrapper.context for wrapper in self.context_wrappers.values()]
+            with suppress(PlaywrightError):
+                await asyncio.gather(*(context.close() for context in contexts))
+                await browser.close()
+        finally:
+            self._restarting = False
+            self._pages_in_browser = 0
 
     async def _browser_disconnected_callback(self) -> None:
         if not self._restarting:
             await super()._browser_disconnected_callback()
+            self._pages_in_browser = 0
+            self._note_change()
 
     def _count_open_pages(self) -> None:
         # Summed over the handlers (http, https), each with its own browser.

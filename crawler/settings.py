@@ -356,9 +356,12 @@ MAPS_SCROLL_MAX_STALLS = 3
 MAPS_PLACES_WITH_BROWSER = False
 # MAPS_BLOCKED_RESOURCE_TYPES (list, default image, font, media): Playwright types not loaded.
 MAPS_BLOCKED_RESOURCE_TYPES = ["image", "font", "media"]
-# MAPS_BROWSER_RESTART_PAGES (int, default 200): close the browser once this many pages were
-# closed and none is open (launched again at the next request), capping its memory; 0 never.
+# MAPS_BROWSER_RESTART_PAGES (int, default 200): a browser opens at most this many pages, then
+# is closed once they are and a new one launched, capping its memory; 0 never.
 MAPS_BROWSER_RESTART_PAGES = 200
+# MAPS_BROWSER_DRAIN_SECONDS (int >= 1, default 120): how long a page waits for a full browser's
+# pages to close; then it opens in that browser anyway (stat maps/browser/drain_timeouts).
+MAPS_BROWSER_DRAIN_SECONDS = 120
 # PLAYWRIGHT_*: scrapy-playwright's settings. Debian's Chromium (apt-get install chromium),
 # env CHROMIUM_PATH overrides its path; `playwright install` is not needed.
 PLAYWRIGHT_BROWSER_TYPE = "chromium"

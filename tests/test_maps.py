@@ -24,7 +24,7 @@ from crawler.spiders.base import InvalidStartEntry
 from crawler.spiders.maps import MapsSpider, _argument_queries
 from sandbox.maps import BATCH_SIZE, render_place
 from sandbox.places import build_places
-from tests.harness import Crawl, Sandbox, no_reactor_needed
+from tests.harness import Crawl, Sandbox, no_reactor_needed, scrapy
 
 PLACES = build_places()
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -200,7 +200,9 @@ def test_listing_consent_and_single_match(
     assert stats["maps/pages/open_at_close"] == 0
     assert stats["maps/pages/closed"] == stats["playwright/page_count"] == 3
     assert stats["playwright/request_count/aborted"] > 0
+    # MAPS_BROWSER_RESTART_PAGES=2: the third search waits for a browser of its own.
     assert stats.get("maps/browser/restarts", 0) >= 1
+    assert stats["playwright/browser_count"] >= 2
 
 
 @pytest.mark.integration
@@ -209,17 +211,25 @@ def test_one_batch_searches_store_every_place(
     crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
 ) -> None:
     """A feed of one batch ends with its first batch, which lands about when the spider starts
-    reading the page (with images blocked, the load event does not wait for it)."""
+    reading the page (with images blocked, the load event does not wait for it). A browser
+    opens two pages at most here: the later searches wait for new browsers, and nothing is lost
+    across them."""
     searches = sandbox.admin("maps/searches")
     one_batch = {query: ids for query, ids in searches.items() if 1 < len(ids) <= BATCH_SIZE}
     assert len(one_batch) >= 5
     for query in one_batch:
         redis_client.lpush("maps:start_urls", json.dumps({"query": query}))
-    result = crawl("maps", settings={"MAPS_BASE_URL": sandbox.url})
+    settings = {"MAPS_BASE_URL": sandbox.url, "MAPS_BROWSER_RESTART_PAGES": 2}
+    result = crawl("maps", settings=settings)
     assert result.returncode == 0, result.stderr[-3000:]
     stored = {doc["place_id"] for doc in crawl.mongo.db.places.find({}, {"place_id": 1})}
     assert stored == {place_id for ids in one_batch.values() for place_id in ids}
-    assert _log_stats(result.stderr)["maps/feed/ended"] == len(one_batch)
+    stats = _log_stats(result.stderr)
+    assert stats["maps/feed/ended"] == len(one_batch)
+    assert stats["playwright/page_count/max_concurrent"] <= 2
+    assert stats["playwright/browser_count"] >= (len(one_batch) + 1) // 2
+    assert stats["maps/pages/closed"] == stats["playwright/page_count"] == len(one_batch)
+    assert "maps/browser/drain_timeouts" not in stats
 
 
 @pytest.mark.integration
@@ -240,3 +250,60 @@ def test_block_page_is_a_ban_and_its_page_is_closed(
     assert crawl.mongo.db.places.count_documents({}) == 0
     served = cast(dict[str, int], sandbox.admin("stats")["by_path"])
     assert served.get("/sorry/index", 0) >= 1
+
+
+HELD_PAGE_SPIDER = """
+import scrapy
+
+
+class HeldPage(scrapy.Spider):
+    name = "held_page"
+    custom_settings = {
+        "DOWNLOAD_HANDLERS": {"http": "crawler.browser.BrowserHandler"},
+        "MAPS_BROWSER_RESTART_PAGES": 1,
+        "MAPS_BROWSER_DRAIN_SECONDS": 1,
+    }
+
+    async def start(self):
+        yield self.page("/@quote.user0", self.keep_page_open)
+
+    def page(self, path, callback):
+        meta = {"playwright": True, "playwright_include_page": True}
+        return scrapy.Request(self.base + path, callback=callback, meta=meta)
+
+    def keep_page_open(self, response):
+        yield {"url": response.url}
+        yield self.page("/@quote.user1", self.close_page)
+
+    async def close_page(self, response):
+        await response.meta["playwright_page"].close()
+        yield {"url": response.url}
+"""
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_a_page_never_closed_holds_up_the_next_one_only_for_the_drain_time(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A browser full at one page whose page is never closed: the next page waits
+    MAPS_BROWSER_DRAIN_SECONDS for it, then opens in that browser, and the crawl ends."""
+    spider = tmp_path / "held_page.py"
+    spider.write_text(HELD_PAGE_SPIDER)
+    result = scrapy(
+        "runspider",
+        str(spider),
+        "-a",
+        f"base={sandbox.url}",
+        "-s",
+        "MAX_IDLE_TIME_BEFORE_CLOSE=1",
+        env=crawl.env(),
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = _log_stats(result.stderr)
+    assert stats.get("item_scraped_count") == 2, result.stderr[-4000:]
+    assert stats["maps/browser/drain_timeouts"] == 1
+    assert stats["maps/pages/open_at_close"] == 1
+    assert stats["playwright/browser_count"] == 1
+    assert "A full browser's pages are still open after 1 s (1 open)" in result.stderr

@@ -292,6 +292,7 @@ RULES: dict[str, Rule] = {
         f"Playwright resource types ({', '.join(RESOURCE_TYPES)})",
     ),
     "MAPS_BROWSER_RESTART_PAGES": integer(0),
+    "MAPS_BROWSER_DRAIN_SECONDS": integer(1),
     "PLAYWRIGHT_BROWSER_TYPE": choice("chromium", "firefox", "webkit"),
     "PLAYWRIGHT_LAUNCH_OPTIONS": mapping("Playwright launch options", show=hidden),
     "PLAYWRIGHT_PROCESS_REQUEST_HEADERS": Rule(
