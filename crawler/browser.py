@@ -32,9 +32,9 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
     ``maps/pages/open_at_close``.
 
     A browser opens at most MAPS_BROWSER_RESTART_PAGES pages: a page asked for after that waits
-    until the browser's pages are closed and a new browser is launched (the old one closed), at
-    most MAPS_BROWSER_DRAIN_SECONDS; then it opens in the old browser, which is restarted once
-    none of its pages is open.
+    until the browser's pages are closed and a new browser is launched (the old one closed). A
+    page that waited MAPS_BROWSER_DRAIN_SECONDS opens in the old browser, and so do the next
+    ones, without waiting, until it is restarted once none of its pages is open.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -47,7 +47,9 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
         self.drain_seconds = setting_int(crawler.settings, "MAPS_BROWSER_DRAIN_SECONDS", 1)
         self._pages_in_browser = 0  # pages begun in the current browser
         self._opening = 0  # pages being opened now
+        self._drain_given_up = False  # a page waited too long: no page waits until a restart
         self._restarting = False
+        self._closing = False
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         crawler.signals.connect(self._count_open_pages, signal=signals.spider_closed)
@@ -66,30 +68,36 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
     async def _wait_for_a_page_in_this_browser(self) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.drain_seconds
-        while self._browser_full():
+        while self._restarting or self._browser_full():
             left = deadline - loop.time()
-            if left <= 0:
-                self.stats.inc_value("maps/browser/drain_timeouts")
-                logger.warning(
-                    "A full browser's pages are still open after %d s (%d open): a page opens "
-                    "in it anyway (MAPS_BROWSER_DRAIN_SECONDS)",
-                    self.drain_seconds,
-                    self._get_total_page_count(),
-                )
-                return
+            if left <= 0 and not self._restarting:
+                self._give_up_draining()
+                continue
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
+                await asyncio.wait_for(self._changed.wait(), left if left > 0 else None)
+
+    def _restart_due(self) -> bool:
+        return bool(self.restart_after) and self._pages_in_browser >= self.restart_after
 
     def _browser_full(self) -> bool:
-        return bool(self.restart_after) and (
-            self._restarting or self._pages_in_browser >= self.restart_after
+        return self._restart_due() and not self._drain_given_up
+
+    def _give_up_draining(self) -> None:
+        self._drain_given_up = True
+        self.stats.inc_value("maps/browser/drain_timeouts")
+        logger.warning(
+            "A full browser's pages are still open after %d s (%d open): pages open in it "
+            "until it restarts (MAPS_BROWSER_DRAIN_SECONDS)",
+            self.drain_seconds,
+            self._get_total_page_count(),
         )
+        self._note_change()
 
     def _note_change(self) -> None:
         """Wake the pages waiting for a browser, and restart a full one that may be idle."""
         self._changed.set()
         self._changed = asyncio.Event()
-        if self._browser_full() and not self._restarting:
+        if self._restart_due() and not self._restarting and not self._closing:
             task = asyncio.ensure_future(self._restart_browser())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -105,37 +113,40 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
 
     async def _restart_browser(self) -> None:
         async with self.browser_launch_lock:
-            if self._restarting or not self._browser_full():
+            if self._restarting or self._closing or not self._restart_due():
                 return
             if self._opening or self._get_total_page_count():
                 return
-            if not hasattr(self, "browser"):  # none launched since, or a persistent context
-                self._pages_in_browser = 0
-            else:
+            if hasattr(self, "browser"):
                 await self._close_full_browser()
+            self._pages_in_browser, self._drain_given_up = 0, False
         self._note_change()
 
     async def _close_full_browser(self) -> None:
         self._restarting = True
         browser = self.browser
         del self.browser
+        browser.remove_listener("disconnected", self._browser_disconnected_callback)
         # Counted as it starts: a crawl may close before the old browser has.
         self.stats.inc_value("maps/browser/restarts")
         logger.info("Restarting the browser after %d pages", self._pages_in_browser)
         try:
             contexts = [wrapper.context for wrapper in self.context_wrappers.values()]
+            await asyncio.gather(*(context.close() for context in contexts), return_exceptions=True)
             with suppress(PlaywrightError):
-                await asyncio.gather(*(context.close() for context in contexts))
                 await browser.close()
         finally:
             self._restarting = False
-            self._pages_in_browser = 0
 
     async def _browser_disconnected_callback(self) -> None:
-        if not self._restarting:
-            await super()._browser_disconnected_callback()
-            self._pages_in_browser = 0
-            self._note_change()
+        """A browser that crashed or was closed from outside: its pages are gone."""
+        await super()._browser_disconnected_callback()
+        self._pages_in_browser, self._drain_given_up = 0, False
+        self._note_change()
+
+    async def _close(self) -> None:
+        self._closing = True
+        await super()._close()
 
     def _count_open_pages(self) -> None:
         # Summed over the handlers (http, https), each with its own browser.

@@ -3,16 +3,16 @@
     python -m devtools.beside [--ok STATUS,...] COMMAND... --idle COMMAND...
 
 ``make unit`` runs the tests that measure rates and timeouts (marker ``timed``) this way, with
-the other tests beside them: those run under Linux's ``SCHED_IDLE`` policy (``nice 19`` where
-there is none), which gives them a core only while no other process wants it, so they take the
-CPU the timed tests leave (about three quarters of two cores) without skewing what those
-measure. The idle command's processes inherit the policy.
+the other tests beside them under Linux's ``SCHED_IDLE`` policy: a core goes to them only while
+no other process wants it, so they take the CPU the timed tests leave (about three quarters of
+two cores) without skewing what those measure. Their processes inherit the policy. Where the
+system refuses it they run at ``nice 19``, which only lowers their share.
 
-The idle command's output goes straight through; the first command's is kept in a file and
-printed once both have ended, so the two never interleave. The exit status is 0 when each
-command exited 0 or with a status given to ``--ok`` (pytest's 5: no test selected), else the
-first command's failing status, else the idle one's (128 + the signal that killed it). SIGINT
-and SIGTERM are passed on to both.
+The idle command's output goes straight through; the first command's is kept in a file (its
+name printed first) and printed once both have ended, so the two never interleave. The exit
+status is 0 when each command exited 0 or with a status given to ``--ok`` (pytest's 5: no test
+selected), else the first command's failing status, else the idle one's (128 + the signal that
+killed it). SIGINT and SIGTERM are passed on to each command's process group, once.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from contextlib import suppress
 from types import FrameType
+from typing import Any
 
 USAGE = "usage: python -m devtools.beside [--ok STATUS,...] COMMAND... --idle COMMAND..."
 
@@ -58,22 +60,43 @@ def run_on_idle_time() -> None:
         os.nice(19)
 
 
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    if process.poll() is None:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signum)
+
+
 def main(argv: Sequence[str]) -> int:
     ok, first_command, idle_command = parse(argv)
-    with tempfile.TemporaryFile("w+b") as held:
-        first = subprocess.Popen(first_command, stdout=held, stderr=subprocess.STDOUT)
-        idle = subprocess.Popen(idle_command, preexec_fn=run_on_idle_time)
+    started: list[subprocess.Popen[bytes]] = []
+    received: list[int] = []
 
-        def pass_on(signum: int, _frame: FrameType | None) -> None:
-            for process in (first, idle):
+    def pass_on(signum: int, _frame: FrameType | None) -> None:
+        # Each command has a process group of its own, out of the terminal's reach: one signal
+        # each (a second SIGINT would cut pytest's teardown short).
+        received.append(signum)
+        for process in started:
+            signal_group(process, signum)
+
+    def start(command: list[str], **options: Any) -> None:
+        started.append(subprocess.Popen(command, process_group=0, **options))
+        if received:  # a signal that came before it started
+            signal_group(started[-1], received[-1])
+
+    signal.signal(signal.SIGINT, pass_on)
+    signal.signal(signal.SIGTERM, pass_on)
+    with tempfile.NamedTemporaryFile("w+b", prefix="beside-", suffix=".log") as held:
+        print(f"==== {' '.join(first_command)} > {held.name}, printed at the end", flush=True)
+        try:
+            start(first_command, stdout=held, stderr=subprocess.STDOUT)
+            start(idle_command, preexec_fn=run_on_idle_time)
+            statuses = [process.wait() for process in started]
+        finally:
+            for process in started:
                 if process.poll() is None:
-                    process.send_signal(signum)
-
-        signal.signal(signal.SIGINT, pass_on)
-        signal.signal(signal.SIGTERM, pass_on)
-        statuses = (first.wait(), idle.wait())
-        sys.stdout.write(f"\n==== {' '.join(first_command)}\n")
-        sys.stdout.flush()
+                    process.terminate()
+                    process.wait()
+        print(f"\n==== {' '.join(first_command)}", flush=True)
         held.seek(0)
         shutil.copyfileobj(held, sys.stdout.buffer)
         sys.stdout.flush()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -35,8 +37,9 @@ def test_the_idle_command_runs_idle_and_the_first_one_as_usual_printed_after_it(
         POLICY.replace("print(", "print('second', "),
     )
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.split()
-    assert lines[:2] == ["second", "idle"]
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("printed at the end")
+    assert lines[1] == "second idle"
     # The first command keeps this process's policy (make unit runs this test idle itself).
     assert lines[-1] == ("idle" if os.sched_getscheduler(0) == os.SCHED_IDLE else "other")
 
@@ -75,3 +78,25 @@ def test_the_status_is_the_first_failure(first: int, idle: int, ok: list[str], s
 def test_a_wrong_command_line_says_how_to_call_it(argv: list[str]) -> None:
     with pytest.raises(SystemExit, match="usage"):
         parse(argv)
+
+
+def test_a_stop_signal_stops_both_commands() -> None:
+    beside = subprocess.Popen(
+        [sys.executable, "-m", "devtools.beside", "sleep", "60", "--idle", "sleep", "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert beside.stdout is not None
+    assert beside.stdout.readline().startswith("==== sleep 60")
+    started = time.monotonic()
+    beside.send_signal(signal.SIGTERM)
+    assert beside.wait(timeout=30) == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 30
+
+
+def test_an_idle_command_that_cannot_start_stops_the_first_one() -> None:
+    started = time.monotonic()
+    done = beside("sleep", "60", "--idle", "/nonexistent/command")
+    assert done.returncode != 0
+    assert "/nonexistent/command" in done.stderr
+    assert time.monotonic() - started < 30
