@@ -119,6 +119,11 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
                 return
             if hasattr(self, "browser"):
                 await self._close_full_browser()
+            else:  # the pages were a persistent context's: nothing to restart, ever
+                logger.warning(
+                    "MAPS_BROWSER_RESTART_PAGES is off: a persistent context is never restarted"
+                )
+                self.restart_after = 0
             self._pages_in_browser, self._drain_given_up = 0, False
         self._note_change()
 
