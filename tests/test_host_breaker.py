@@ -282,8 +282,9 @@ def test_a_host_answering_429_is_blocked_with_doubling_steps_and_the_others_keep
     rates = _rates(web)
     kept = sum(rates.values()) / sum(control.values())
     # Held up by the failing host's 7.5 s of blocks, the others would fall to about half their
-    # rate. Run alone (a timed test), they kept 99.8-100 % of it in three runs.
-    assert kept >= 0.95, f"the other hosts at {kept:.0%} of their rate: {rates} vs {control}"
+    # rate. Run alone (a timed test), they kept 99.8-100 % of it in three runs; with the untimed
+    # tests beside it on idle CPU (make unit), 94.5 % in one run of twelve.
+    assert kept >= 0.9, f"the other hosts at {kept:.0%} of their rate: {rates} vs {control}"
 
 
 def _rates(web: HostsWeb) -> dict[int, float]:
