@@ -39,11 +39,11 @@ GROUPED = {
 # The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
 # (marker ``alone``); the others, each using about half a core at most, then run in three
 # lanes, one unit each, so that at most three of them run at once (``-n 3``): the domain
-# sweeps and a crawl delay; freshness, the breaker's rates and 4 workers on many hosts; the
-# many-hosts rates, DNS and the fleet bound by politeness (about 100 s each), with the
-# untimed tests beside them.
+# sweeps, a crawl delay and a polite crawl's round trips; freshness, the breaker's rates and
+# 4 workers on many hosts; the many-hosts rates, DNS and the fleet bound by politeness (about
+# 100 s each), with the untimed tests beside them.
 _ALONE = "timed-alone: starts up to 8 crawl processes"
-_SWEEPS = "timed-lane-1: domain sweeps, a crawl delay"
+_SWEEPS = "timed-lane-1: domain sweeps, a crawl delay, a polite crawl's round trips"
 _RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"
 _HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
@@ -62,6 +62,9 @@ SHARED_UNITS = {
     # Crawl-delay spacing of 0.3 s, stamped at the sandbox: with 8 test processes beside it, one
     # arrival came 0.79 s after the one before and the next 0.11 s after it.
     "tests/test_links.py::test_crawl_delay_is_kept_per_host": _SWEEPS,
+    # A polite crawl's token takes, one a page and one more for a request held back: starved
+    # beside the other tests, its worker held back 37 of 30 pages' requests again.
+    "tests/test_round_trips.py::test_a_polite_crawl_talks_to_redis_about_once_a_page": _SWEEPS,
     # Turns at 10/s handed out in order: a pop more than one interval (0.1 s) late gives its
     # turn up, and the request goes behind the host's others.
     "tests/test_pacing.py::test_turns_are_handed_out_when_they_come": _HOSTS,
