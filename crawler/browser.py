@@ -97,7 +97,7 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
         """Wake the pages waiting for a browser, and restart a full one that may be idle."""
         self._changed.set()
         self._changed = asyncio.Event()
-        if self._restart_due() and not self._restarting and not self._closing:
+        if self._restart_due() and not (self._opening or self._restarting or self._closing):
             task = asyncio.ensure_future(self._restart_browser())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

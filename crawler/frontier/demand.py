@@ -114,8 +114,7 @@ def read_demand(replies: list[Any], start: int, pacing: Pacing | None) -> Demand
     )
     start_hosts = _start_hosts(entries, pacing)
     queued, leased, sampled = (int(value) for value in raw[:3])
-    entry_count = len(entries)
-    return Demand(queued, sampled, hosts, start, entry_count, start_hosts, leased, bool(paused))
+    return Demand(queued, sampled, hosts, start, len(entries), start_hosts, leased, bool(paused))
 
 
 def _start_hosts(entries: list[Any], pacing: Pacing | None) -> tuple[HostDemand, ...]:

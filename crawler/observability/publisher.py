@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts
-from crawler.frontier.demand import queue_demand, read_demand
+from crawler.frontier.demand import queue_demand
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
 from crawler.frontier.queue import (
@@ -29,7 +29,7 @@ from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
 from crawler.observability.rates import bucket_rate
-from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, leased_work, measured_pace, size
+from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, measured_pace
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -231,10 +231,8 @@ class StatsPublisher:
         """``view`` with what the work allows, from the look at the queue's ``replies``."""
         if self.sizing is None:
             return view
-        inputs = self.sizing
-        demand = read_demand(replies, view.sizes["start"], inputs.pacing)
-        pace, leased = measured_pace(view.minutes), leased_work(demand, view.sizes)
-        sizing = size(demand, view.remaining, pace, inputs.config, leased, inputs.ahead())
+        pace = measured_pace(view.minutes)
+        sizing = self.sizing.size_from(replies, view.sizes, view.remaining, pace)
         return replace(view, sizing=sizing)
 
 

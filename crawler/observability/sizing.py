@@ -163,6 +163,13 @@ class SizingInputs:
         """The seconds a paced pop leases turns ahead; 0 unpaced."""
         return self.pacing.ahead if self.pacing is not None else 0.0
 
+    def size_from(
+        self, replies: list[Any], sizes: Mapping[str, int], work: int, pace: float | None
+    ) -> Sizing:
+        """The sizing from the replies of :func:`queue_demand` and the frontier's ``sizes``."""
+        demand = read_demand(replies, sizes.get("start", 0), self.pacing)
+        return size(demand, work, pace, self.config, leased_work(demand, sizes), self.ahead())
+
 
 def read_sizing(
     server: RedisClient,
@@ -178,9 +185,9 @@ def read_sizing(
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
     queue_demand(pipe, keys, inputs.pacing, inputs.config.sample)
-    demand = read_demand(pipe.execute(), sizes.get("start", 0), inputs.pacing)
-    work, leased = work_left(sizes, per_entry), leased_work(demand, sizes)
-    return size(demand, work, measured_pace(minutes), inputs.config, leased, inputs.ahead())
+    return inputs.size_from(
+        pipe.execute(), sizes, work_left(sizes, per_entry), measured_pace(minutes)
+    )
 
 
 def leased_work(demand: Demand, sizes: Mapping[str, int]) -> int:
