@@ -85,6 +85,7 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("ITEM_PIPELINES", '{"no.such.Pipeline": 1}', "loadable components"),
         ("POLITENESS_DOMAIN_RATES", '{"a.example": -1}', "domains to rates >= 0"),
         ("ALLOWED_START_HOSTS", "ftp://host", "scheme://host[:port]"),
+        ("MAPS_BROWSER_DRAIN_SECONDS", "0", "an integer >= 1"),
     ],
 )
 def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:
