@@ -35,18 +35,18 @@ typecheck: $(STAMP)
 # Bytecode is cached even where the environment sets PYTHONDONTWRITEBYTECODE: some 200 crawl
 # processes would each compile the project again, and pytest rewrite every test module.
 # The tests that measure what a busy machine skews (rates, freshness, probe timeouts: marker
-# `timed`, tests/slowest_first.py) run apart: the one that keeps the cores busy (marker
-# `alone`) first, by itself; then the rest in TIMED_WORKERS lanes (each test about half a core
-# at most), with the other tests beside them on the CPU time they leave idle (SCHED_IDLE,
-# devtools/beside.py).
+# `timed`, tests/slowest_first.py) run apart from each other: the one that keeps the cores busy
+# (marker `alone`) first, by itself; then the rest in TIMED_WORKERS lanes (each test about half
+# a core at most). The other tests run beside them from the start, on the CPU time they leave
+# idle (SCHED_IDLE, devtools/beside.py).
 # A step that PYTEST_ARGS leaves without a test (pytest's exit status 5) is not a failure.
 PYTEST_WORKERS ?= 8
 TIMED_WORKERS ?= 3
 PYTEST := env PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 unit: $(STAMP) chromium dnsmasq
-	$(PYTEST) -m "timed and alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/python -m devtools.beside --ok 5 \
-		$(PYTEST) -n $(TIMED_WORKERS) -m "timed and not alone" $(PYTEST_ARGS) \
+		$(PYTEST) -m "timed and alone" $(PYTEST_ARGS) \
+		--then $(PYTEST) -n $(TIMED_WORKERS) -m "timed and not alone" $(PYTEST_ARGS) \
 		--idle $(PYTEST) -n $(PYTEST_WORKERS) -m "not timed" $(PYTEST_ARGS)
 
 bench: $(STAMP) chromium

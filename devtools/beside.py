@@ -1,18 +1,20 @@
-"""Run two commands at once, the second only on the CPU time the first leaves idle.
+"""Run commands one after another, and beside them one more only on the CPU time they leave idle.
 
-    python -m devtools.beside [--ok STATUS,...] COMMAND... --idle COMMAND...
+    python -m devtools.beside [--ok STATUS,...] COMMAND... [--then COMMAND...]... --idle COMMAND...
 
 ``make unit`` runs the tests that measure rates and timeouts (marker ``timed``) this way, with
 the other tests beside them under Linux's ``SCHED_IDLE`` policy: a core goes to them only while
-no other process wants it, so they take the CPU the timed tests leave (about three quarters of
-two cores) without skewing what those measure. Their processes inherit the policy. Where the
-system refuses it they run at ``nice 19``, which only lowers their share.
+no other process wants it, so they take the CPU the timed tests leave without skewing what those
+measure. Their processes inherit the policy. Where the system refuses it they run at
+``nice 19``, which only lowers their share.
 
-The idle command's output goes straight through; the first command's is kept in a file (its
-name printed first) and printed once both have ended, so the two never interleave. The exit
-status is 0 when each command exited 0 or with a status given to ``--ok`` (pytest's 5: no test
-selected), else the first command's failing status, else the idle one's (128 + the signal that
-killed it). SIGINT and SIGTERM are passed on to each command's process group, once.
+The commands before ``--idle`` run in turn, each once the one before it has succeeded; the idle
+command runs from the start until it ends. Its output goes straight through; the others' is
+kept in a file (its name printed first) and printed once all have ended, so the two never
+interleave. The exit status is 0 when each command that ran exited 0 or with a status given to
+``--ok`` (pytest's 5: no test selected), else the first failing status of the commands in turn,
+else the idle one's (128 + the signal that killed it). SIGINT and SIGTERM are passed on to each
+running command's process group, once, and no command starts after one of them came.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from contextlib import suppress
 from types import FrameType
 from typing import Any
 
-USAGE = "usage: python -m devtools.beside [--ok STATUS,...] COMMAND... --idle COMMAND..."
+USAGE = (
+    "usage: python -m devtools.beside [--ok STATUS,...] COMMAND... [--then COMMAND...]... "
+    "--idle COMMAND..."
+)
 
 
-def parse(argv: Sequence[str]) -> tuple[set[int], list[str], list[str]]:
-    """The statuses that count as success, the first command and the idle one."""
+def parse(argv: Sequence[str]) -> tuple[set[int], list[list[str]], list[str]]:
+    """The statuses that count as success, the commands run in turn and the idle one."""
     args = list(argv)
     ok = {0}
     if args[:1] == ["--ok"]:
@@ -46,10 +51,16 @@ def parse(argv: Sequence[str]) -> tuple[set[int], list[str], list[str]]:
     if "--idle" not in args:
         raise SystemExit(USAGE)
     split = args.index("--idle")
-    first, idle = args[:split], args[split + 1 :]
-    if not first or not idle:
+    steps: list[list[str]] = [[]]
+    for arg in args[:split]:
+        if arg == "--then":
+            steps.append([])
+        else:
+            steps[-1].append(arg)
+    idle = args[split + 1 :]
+    if not all(steps) or not idle:
         raise SystemExit(USAGE)
-    return ok, first, idle
+    return ok, steps, idle
 
 
 def run_on_idle_time() -> None:
@@ -67,7 +78,7 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    ok, first_command, idle_command = parse(argv)
+    ok, steps, idle_command = parse(argv)
     started: list[subprocess.Popen[bytes]] = []
     received: list[int] = []
 
@@ -78,25 +89,32 @@ def main(argv: Sequence[str]) -> int:
         for process in started:
             signal_group(process, signum)
 
-    def start(command: list[str], **options: Any) -> None:
+    def start(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
         started.append(subprocess.Popen(command, process_group=0, **options))
         if received:  # a signal that came before it started
             signal_group(started[-1], received[-1])
+        return started[-1]
 
     signal.signal(signal.SIGINT, pass_on)
     signal.signal(signal.SIGTERM, pass_on)
+    named = " --then ".join(" ".join(step) for step in steps)
     with tempfile.NamedTemporaryFile("w+b", prefix="beside-", suffix=".log") as held:
-        print(f"==== {' '.join(first_command)} > {held.name}, printed at the end", flush=True)
+        print(f"==== {named} > {held.name}, printed at the end", flush=True)
         try:
-            start(first_command, stdout=held, stderr=subprocess.STDOUT)
-            start(idle_command, preexec_fn=run_on_idle_time)
-            statuses = [process.wait() for process in started]
+            first = start(steps[0], stdout=held, stderr=subprocess.STDOUT)
+            idle = start(idle_command, preexec_fn=run_on_idle_time)
+            statuses = [first.wait()]
+            for step in steps[1:]:
+                if statuses[-1] not in ok or received:
+                    break
+                statuses.append(start(step, stdout=held, stderr=subprocess.STDOUT).wait())
+            statuses.append(idle.wait())
         finally:
             for process in started:
                 if process.poll() is None:
                     process.terminate()
                     process.wait()
-        print(f"\n==== {' '.join(first_command)}", flush=True)
+        print(f"\n==== {named}", flush=True)
         held.seek(0)
         shutil.copyfileobj(held, sys.stdout.buffer)
         sys.stdout.flush()

@@ -36,12 +36,12 @@ GROUPED = {
 # recrawl's hot documents past their freshness and the breaker test's hosts below their rate;
 # and the many-hosts server (a thread of the test's process) stamped a batch of arrivals 0.12 s
 # late, so three hosts' next requests looked 0.88 s after their previous ones at 1/s.
-# The autoscaler's test, which alone keeps both cores busy, runs first with nothing beside it
-# (marker ``alone``); the others, each using about half a core at most, then run in three
-# lanes, one unit each, so that at most three of them run at once (``-n 3``): the domain
-# sweeps, a crawl delay and a polite crawl's round trips; freshness, the breaker's rates and
-# 4 workers on many hosts; the many-hosts rates, DNS and the fleet bound by politeness (about
-# 100 s each), with the untimed tests beside them.
+# The autoscaler's test, which alone keeps both cores busy most of the time, runs first with no
+# other timed test beside it (marker ``alone``); the others, each using about half a core at
+# most, then run in three lanes, one unit each, so that at most three of them run at once
+# (``-n 3``): the domain sweeps, a crawl delay and a polite crawl's round trips; freshness, the
+# breaker's rates and 4 workers on many hosts; the many-hosts rates, DNS and the fleet bound by
+# politeness (about 100 s each). The untimed tests run beside all of them.
 _ALONE = "timed-alone: starts up to 8 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps, a crawl delay, a polite crawl's round trips"
 _RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"
@@ -199,13 +199,14 @@ DEFAULT = 1.0
 
 def timed(nodeid: str) -> bool:
     """Whether the test measures something a busy machine skews (a rate, freshness, a probe's
-    timeout): ``make unit`` runs these after the others (marker ``timed``)."""
+    timeout): ``make unit`` runs these apart, the others beside them only on idle CPU time
+    (marker ``timed``)."""
     return unit(nodeid) in (_ALONE, _SWEEPS, _RATES, _HOSTS)
 
 
 def alone(nodeid: str) -> bool:
     """Whether the test keeps the machine's cores busy: ``make unit`` runs it before the other
-    timed tests, with nothing beside it (marker ``alone``)."""
+    timed tests, with no other timed test beside it (marker ``alone``)."""
     return unit(nodeid) == _ALONE
 
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,11 +74,37 @@ def test_the_status_is_the_first_failure(first: int, idle: int, ok: list[str], s
         ["--idle", "true"],
         ["--ok"],
         ["--ok", "x", "a", "--idle", "b"],
+        ["a", "--then", "--idle", "b"],
+        ["--then", "a", "--idle", "b"],
+        ["a", "--then", "--then", "b", "--idle", "c"],
     ],
 )
 def test_a_wrong_command_line_says_how_to_call_it(argv: list[str]) -> None:
     with pytest.raises(SystemExit, match="usage"):
         parse(argv)
+
+
+def test_commands_given_with_then_run_in_turn_beside_the_idle_one(tmp_path: Path) -> None:
+    """Each command starts once the one before it ended; the idle one runs beside them all (it
+    ends only when the last one has made its file)."""
+    last = tmp_path / "last"
+    wait_for_last = f"for i in $(seq 300); do [ -e {last} ] && exit 0; sleep 0.1; done; exit 1"
+    done = beside(
+        "sh", "-c", "echo one",
+        "--then", "sh", "-c", "echo two",
+        "--then", "sh", "-c", f"echo three; touch {last}",
+        "--idle", "sh", "-c", f"{wait_for_last}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-3:] == ["one", "two", "three"]
+
+
+@pytest.mark.parametrize(("ok", "ran"), [([], False), (["--ok", "5"], True)])
+def test_a_failing_command_stops_those_after_it(tmp_path: Path, ok: list[str], ran: bool) -> None:
+    after = tmp_path / "after"
+    done = beside(*ok, "sh", "-c", "exit 5", "--then", "touch", str(after), "--idle", "true")
+    assert done.returncode == (0 if ran else 5)
+    assert after.exists() is ran
 
 
 def test_a_stop_signal_stops_both_commands() -> None:
@@ -92,6 +119,23 @@ def test_a_stop_signal_stops_both_commands() -> None:
     beside.send_signal(signal.SIGTERM)
     assert beside.wait(timeout=30) == 128 + signal.SIGTERM
     assert time.monotonic() - started < 30
+
+
+def test_no_command_starts_after_a_stop_signal(tmp_path: Path) -> None:
+    """The first command ends well on SIGTERM: the one after it still does not run."""
+    after = tmp_path / "after"
+    ends_well = "trap 'exit 0' TERM; sleep 60 & wait"
+    beside = subprocess.Popen(
+        [sys.executable, "-m", "devtools.beside", "sh", "-c", ends_well,
+         "--then", "touch", str(after), "--idle", "sleep", "60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert beside.stdout is not None
+    assert beside.stdout.readline().startswith("==== sh -c")
+    beside.send_signal(signal.SIGTERM)
+    assert beside.wait(timeout=30) == 128 + signal.SIGTERM  # the idle command's
+    assert not after.exists()
 
 
 def test_an_idle_command_that_cannot_start_stops_the_first_one() -> None:
