@@ -31,7 +31,7 @@ GROUPED = {
 # Modules (or single tests) that measure what a busy machine skews, marked ``timed`` (conftest):
 # ``make unit`` runs them apart, the other tests beside them only on the CPU time they leave
 # idle (SCHED_IDLE, devtools/beside.py). Side by side with the other tests at the same
-# priority, the elastic autoscaler's (up to 8 crawl processes at once) starved the domains
+# priority, the elastic autoscaler's (then up to 8 crawl processes at once) starved the domains
 # sweeps' reactors past their probes' timeouts (alive domains stored as timeouts), the
 # recrawl's hot documents past their freshness and the breaker test's hosts below their rate;
 # and the many-hosts server (a thread of the test's process) stamped a batch of arrivals 0.12 s
@@ -42,7 +42,7 @@ GROUPED = {
 # (``-n 3``): the domain sweeps, a crawl delay and a polite crawl's round trips; freshness, the
 # breaker's rates and 4 workers on many hosts; the many-hosts rates, DNS and the fleet bound by
 # politeness (about 100 s each). The untimed tests run beside all of them.
-_ALONE = "timed-alone: starts up to 8 crawl processes"
+_ALONE = "timed-alone: starts up to 5 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps, a crawl delay, a polite crawl's round trips"
 _RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"
 _HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet"
