@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Sequence
 from contextlib import suppress
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
 USAGE = (
     "usage: python -m devtools.beside [--ok STATUS,...] COMMAND... [--then COMMAND...]... "
@@ -77,43 +77,56 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
             os.killpg(process.pid, signum)
 
 
-def main(argv: Sequence[str]) -> int:
-    ok, steps, idle_command = parse(argv)
-    started: list[subprocess.Popen[bytes]] = []
-    received: list[int] = []
+class Commands:
+    """The commands started, each in a process group of its own, and the stop signals that came
+    (passed on to each running group once: a second SIGINT would cut pytest's teardown short)."""
 
-    def pass_on(signum: int, _frame: FrameType | None) -> None:
-        # Each command has a process group of its own, out of the terminal's reach: one signal
-        # each (a second SIGINT would cut pytest's teardown short).
-        received.append(signum)
-        for process in started:
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.received: list[int] = []
+        signal.signal(signal.SIGINT, self.pass_on)
+        signal.signal(signal.SIGTERM, self.pass_on)
+
+    def pass_on(self, signum: int, _frame: FrameType | None) -> None:
+        self.received.append(signum)
+        for process in self.started:
             signal_group(process, signum)
 
-    def start(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
-        started.append(subprocess.Popen(command, process_group=0, **options))
-        if received:  # a signal that came before it started
-            signal_group(started[-1], received[-1])
-        return started[-1]
+    def start(self, command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        self.started.append(subprocess.Popen(command, process_group=0, **options))
+        if self.received:  # a signal that came before it started
+            signal_group(self.started[-1], self.received[-1])
+        return self.started[-1]
 
-    signal.signal(signal.SIGINT, pass_on)
-    signal.signal(signal.SIGTERM, pass_on)
+    def stop_all(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                process.terminate()
+                process.wait()
+
+
+def run(ok: set[int], steps: list[list[str]], idle: list[str], held: IO[bytes]) -> list[int]:
+    """The statuses of the steps that ran, in turn, and then the idle command's."""
+    commands = Commands()
+    try:
+        first = commands.start(steps[0], stdout=held, stderr=subprocess.STDOUT)
+        beside = commands.start(idle, preexec_fn=run_on_idle_time)
+        statuses = [first.wait()]
+        for step in steps[1:]:
+            if statuses[-1] not in ok or commands.received:
+                break
+            statuses.append(commands.start(step, stdout=held, stderr=subprocess.STDOUT).wait())
+        return [*statuses, beside.wait()]
+    finally:
+        commands.stop_all()
+
+
+def main(argv: Sequence[str]) -> int:
+    ok, steps, idle_command = parse(argv)
     named = " --then ".join(" ".join(step) for step in steps)
     with tempfile.NamedTemporaryFile("w+b", prefix="beside-", suffix=".log") as held:
         print(f"==== {named} > {held.name}, printed at the end", flush=True)
-        try:
-            first = start(steps[0], stdout=held, stderr=subprocess.STDOUT)
-            idle = start(idle_command, preexec_fn=run_on_idle_time)
-            statuses = [first.wait()]
-            for step in steps[1:]:
-                if statuses[-1] not in ok or received:
-                    break
-                statuses.append(start(step, stdout=held, stderr=subprocess.STDOUT).wait())
-            statuses.append(idle.wait())
-        finally:
-            for process in started:
-                if process.poll() is None:
-                    process.terminate()
-                    process.wait()
+        statuses = run(ok, steps, idle_command, held)
         print(f"\n==== {named}", flush=True)
         held.seek(0)
         shutil.copyfileobj(held, sys.stdout.buffer)
