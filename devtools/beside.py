@@ -11,10 +11,12 @@ measure. Their processes inherit the policy. Where the system refuses it they ru
 The commands before ``--idle`` run in turn, each once the one before it has succeeded; the idle
 command runs from the start until it ends. Its output goes straight through; the others' is
 kept in a file (its name printed first) and printed once all have ended, so the two never
-interleave. The exit status is 0 when each command that ran exited 0 or with a status given to
-``--ok`` (pytest's 5: no test selected), else the first failing status of the commands in turn,
-else the idle one's (128 + the signal that killed it). SIGINT and SIGTERM are passed on to each
-running command's process group, once, and no command starts after one of them came.
+interleave; a command in turn that fails is named at once. The exit status is 0 when each
+command that ran exited 0 or with a status given to ``--ok`` (pytest's 5: no test selected),
+else the first failing status of the commands in turn (127: it could not start), else the idle
+one's (128 + the signal that killed it). SIGINT and SIGTERM are passed on to each running
+command's process group, once; no command starts after one of them came, and the run then
+fails (128 + the signal, unless a command failed first).
 """
 
 from __future__ import annotations
@@ -98,24 +100,41 @@ class Commands:
             signal_group(self.started[-1], self.received[-1])
         return self.started[-1]
 
+    def start_step(self, command: list[str], held: IO[bytes]) -> subprocess.Popen[bytes] | int:
+        """A step started, its output into ``held``; or 127, as a shell says, if it cannot be."""
+        try:
+            return self.start(command, stdout=held, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            print(f"beside: cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
+            return 127
+
     def stop_all(self) -> None:
         for process in self.started:
             if process.poll() is None:
-                process.terminate()
+                signal_group(process, signal.SIGTERM)
                 process.wait()
 
 
-def run(ok: set[int], steps: list[list[str]], idle: list[str], held: IO[bytes]) -> list[int]:
+def wait(step: subprocess.Popen[bytes] | int, command: list[str], ok: set[int]) -> int:
+    """The step's status, said at once when it failed (its output is printed at the end)."""
+    status = step if isinstance(step, int) else step.wait()
+    if status not in ok:
+        print(f"==== failed with status {status}: {' '.join(command)}", flush=True)
+    return status
+
+
+def run(
+    commands: Commands, ok: set[int], steps: list[list[str]], idle: list[str], held: IO[bytes]
+) -> list[int]:
     """The statuses of the steps that ran, in turn, and then the idle command's."""
-    commands = Commands()
     try:
-        first = commands.start(steps[0], stdout=held, stderr=subprocess.STDOUT)
+        first = commands.start_step(steps[0], held)
         beside = commands.start(idle, preexec_fn=run_on_idle_time)
-        statuses = [first.wait()]
+        statuses = [wait(first, steps[0], ok)]
         for step in steps[1:]:
             if statuses[-1] not in ok or commands.received:
                 break
-            statuses.append(commands.start(step, stdout=held, stderr=subprocess.STDOUT).wait())
+            statuses.append(wait(commands.start_step(step, held), step, ok))
         return [*statuses, beside.wait()]
     finally:
         commands.stop_all()
@@ -123,18 +142,22 @@ def run(ok: set[int], steps: list[list[str]], idle: list[str], held: IO[bytes]) 
 
 def main(argv: Sequence[str]) -> int:
     ok, steps, idle_command = parse(argv)
-    named = " --then ".join(" ".join(step) for step in steps)
+    commands = Commands()  # signals are passed on from here
+    title = " --then ".join(" ".join(step) for step in steps)
     with tempfile.NamedTemporaryFile("w+b", prefix="beside-", suffix=".log") as held:
-        print(f"==== {named} > {held.name}, printed at the end", flush=True)
-        statuses = run(ok, steps, idle_command, held)
-        print(f"\n==== {named}", flush=True)
-        held.seek(0)
-        shutil.copyfileobj(held, sys.stdout.buffer)
-        sys.stdout.flush()
+        print(f"==== {title} > {held.name}, printed at the end", flush=True)
+        try:
+            statuses = run(commands, ok, steps, idle_command, held)
+        finally:
+            print(f"\n==== {title}", flush=True)
+            held.seek(0)
+            shutil.copyfileobj(held, sys.stdout.buffer)
+            sys.stdout.flush()
     failed = [status for status in statuses if status not in ok]
-    if not failed:
-        return 0
-    return 128 - failed[0] if failed[0] < 0 else failed[0]
+    if failed:
+        return 128 - failed[0] if failed[0] < 0 else failed[0]
+    # A stop signal that left steps out is no success, however the others ended.
+    return 128 + commands.received[0] if commands.received else 0
 
 
 if __name__ == "__main__":

@@ -153,7 +153,7 @@ with warnings.catch_warnings():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:  # before -m selects: `make unit` runs these after the others
+    for item in items:  # before -m selects: `make unit` runs these apart from the others
         if slowest_first.timed(item.nodeid):
             item.add_marker(pytest.mark.timed)
         if slowest_first.alone(item.nodeid):

@@ -10,8 +10,9 @@ status and output as they would a ``subprocess.Popen``.
 
 What the child gets that a fresh ``python -m scrapy`` would not: Scrapy's crawl machinery
 imported before its command runs (every command imports the project's commands, so those are
-imported either way; spiders and what only they use are imported in the child), and the
-server's seed for ``hash()`` of strings (the project relies on neither).
+imported either way; spiders and what only they use are imported in the child), the
+server's seed for ``hash()`` of strings (the project relies on neither), and what the server
+imported left out of the garbage collector's reach (``gc.freeze``: it is never garbage).
 ``crawler.settings`` reads the environment when it runs, so the child runs it again with its
 own. The server installs no Twisted reactor and starts no thread, and checks both before it
 serves. A command run elsewhere than the project's directory, or with another ``PYTHONPATH``,
@@ -300,6 +301,8 @@ def main() -> None:
     # What the server imported is left out of the children's garbage collections: they neither
     # walk it nor write to its memory pages, which the fork then shares instead of copying
     # (a quarter less CPU in all for the crawls of tests/test_crawl.py and tests/test_links.py).
+    # Its garbage is collected first, so that no child inherits it.
+    gc.collect()
     gc.freeze()
     serve(sys.argv[1])
     # Only a forked child gets here, as ``python -m scrapy`` with the request's arguments.

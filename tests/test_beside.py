@@ -121,21 +121,54 @@ def test_a_stop_signal_stops_both_commands() -> None:
     assert time.monotonic() - started < 30
 
 
-def test_no_command_starts_after_a_stop_signal(tmp_path: Path) -> None:
-    """The first command ends well on SIGTERM: the one after it still does not run."""
+def test_no_command_starts_after_a_stop_signal_and_the_run_fails(tmp_path: Path) -> None:
+    """The first command and the idle one end well on SIGTERM: the one after the first still
+    does not run, and the run is no success."""
     after = tmp_path / "after"
-    ends_well = "trap 'exit 0' TERM; sleep 60 & wait"
+
+    def ends_well(ready: Path) -> str:
+        return f"trap 'exit 0' TERM; touch '{ready}'; sleep 60 & wait"
+
     beside = subprocess.Popen(
-        [sys.executable, "-m", "devtools.beside", "sh", "-c", ends_well,
-         "--then", "touch", str(after), "--idle", "sleep", "60"],
+        [sys.executable, "-m", "devtools.beside", "sh", "-c", ends_well(tmp_path / "first"),
+         "--then", "touch", str(after), "--idle", "sh", "-c", ends_well(tmp_path / "idle")],
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    assert beside.stdout is not None
-    assert beside.stdout.readline().startswith("==== sh -c")
+    deadline = time.monotonic() + 30
+    while not ((tmp_path / "first").exists() and (tmp_path / "idle").exists()):
+        assert time.monotonic() < deadline, "the commands did not start"
+        time.sleep(0.05)
     beside.send_signal(signal.SIGTERM)
-    assert beside.wait(timeout=30) == 128 + signal.SIGTERM  # the idle command's
+    assert beside.wait(timeout=30) == 128 + signal.SIGTERM
     assert not after.exists()
+
+
+def test_a_command_in_turn_that_cannot_start_fails_the_run_and_keeps_the_output() -> None:
+    done = beside(
+        "sh", "-c", "echo one", "--then", "/nonexistent/command", "--then", "sh", "-c", "echo two",
+        "--idle", "sh", "-c", "echo idle ran",
+    )  # fmt: skip
+    assert done.returncode == 127
+    assert "/nonexistent/command" in done.stderr
+    lines = done.stdout.splitlines()
+    assert "idle ran" in lines
+    assert "==== failed with status 127: /nonexistent/command" in lines
+    assert lines[-1] == "one"  # the held output, printed; the step after it never ran
+
+
+def test_a_failing_command_is_named_before_the_others_end(tmp_path: Path) -> None:
+    first_done = tmp_path / "first done"
+    wait = f"for i in $(seq 300); do [ -e '{first_done}' ] && break; sleep 0.1; done"
+    done = beside(
+        "sh", "-c", f"touch '{first_done}'; exit 3",
+        "--idle", "sh", "-c", f"{wait}; echo idle ended",
+    )  # fmt: skip
+    assert done.returncode == 3
+    lines = done.stdout.splitlines()
+    assert lines.index("==== failed with status 3: sh -c " + f"touch '{first_done}'; exit 3") < (
+        lines.index("idle ended")
+    )
 
 
 def test_an_idle_command_that_cannot_start_stops_the_first_one() -> None:
