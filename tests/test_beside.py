@@ -158,17 +158,21 @@ def test_a_command_in_turn_that_cannot_start_fails_the_run_and_keeps_the_output(
 
 
 def test_a_failing_command_is_named_before_the_others_end(tmp_path: Path) -> None:
-    first_done = tmp_path / "first done"
-    wait = f"for i in $(seq 300); do [ -e '{first_done}' ] && break; sleep 0.1; done"
-    done = beside(
-        "sh", "-c", f"touch '{first_done}'; exit 3",
-        "--idle", "sh", "-c", f"{wait}; echo idle ended",
+    """The idle command prints only once this test lets it: the failure comes before."""
+    release = tmp_path / "release"
+    wait = f"for i in $(seq 300); do [ -e '{release}' ] && break; sleep 0.1; done"
+    beside = subprocess.Popen(
+        [sys.executable, "-m", "devtools.beside", "sh", "-c", "exit 3",
+         "--idle", "sh", "-c", f"{wait}; echo idle ended"],
+        stdout=subprocess.PIPE,
+        text=True,
     )  # fmt: skip
-    assert done.returncode == 3
-    lines = done.stdout.splitlines()
-    assert lines.index("==== failed with status 3: sh -c " + f"touch '{first_done}'; exit 3") < (
-        lines.index("idle ended")
-    )
+    assert beside.stdout is not None
+    assert beside.stdout.readline().startswith("==== sh -c exit 3 > ")
+    assert beside.stdout.readline() == "==== failed with status 3: sh -c exit 3\n"
+    release.touch()
+    assert "idle ended" in beside.stdout.read().splitlines()
+    assert beside.wait(timeout=30) == 3
 
 
 def test_an_idle_command_that_cannot_start_stops_the_first_one() -> None:
