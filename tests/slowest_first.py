@@ -40,12 +40,12 @@ GROUPED = {
 # other timed test beside it (marker ``alone``); the others, each using about half a core at
 # most, then run in three lanes, one unit each, so that at most three of them run at once
 # (``-n 3``): the domain sweeps, a crawl delay and a polite crawl's round trips; freshness, the
-# breaker's rates and 4 workers on many hosts; the many-hosts rates, DNS and the fleet bound by
-# politeness (about 100 s each). The untimed tests run beside all of them.
+# breaker's rates and 4 workers on many hosts; the many-hosts rates, DNS, the fleet bound by
+# politeness and a Redis outage (about 100 s each). The untimed tests run beside all of them.
 _ALONE = "timed-alone: starts up to 5 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps, a crawl delay, a polite crawl's round trips"
 _RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"
-_HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet"
+_HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet, Redis out"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
 _HELD_UP = "test_a_request_held_up_on_its_way_still_reaches_its_host_on_time"
 SHARED_UNITS = {
@@ -65,6 +65,10 @@ SHARED_UNITS = {
     # A polite crawl's token takes, one a page and one more for a request held back: starved
     # beside the other tests, its worker held back 37 of 30 pages' requests again.
     "tests/test_round_trips.py::test_a_polite_crawl_talks_to_redis_about_once_a_page": _SWEEPS,
+    # Requests waiting in the ban middleware for their next token when Redis goes: the worker
+    # must fetch faster than the rate (5/s). Starved beside the autoscaler's test, it fetched
+    # slower, no request waited for a token, and the outage found none.
+    "tests/test_redis_outage.py::test_redis_killed_and_restarted_mid_crawl_loses_nothing": _HOSTS,
     # Turns at 10/s handed out in order: a pop more than one interval (0.1 s) late gives its
     # turn up, and the request goes behind the host's others.
     "tests/test_pacing.py::test_turns_are_handed_out_when_they_come": _HOSTS,
