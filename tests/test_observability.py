@@ -372,6 +372,13 @@ def _scrape(port: int) -> tuple[str, dict[Any, float]] | None:
         return None
 
 
+def _still_running(workers: list[Worker], logs: list[Path]) -> str:
+    """Which workers had not exited by the deadline, and how each log ends (closed or not)."""
+    alive = [(log, w.pid) for w, log in zip(workers, logs, strict=True) if w.poll() is None]
+    tails = [f"== {log.name} (pid {pid}):\n{log.read_text()[-1500:]}" for log, pid in alive]
+    return f"the crawl took too long: {len(alive)} worker(s) still running\n" + "\n".join(tails)
+
+
 def _worker(crawl: Crawl, log: Path, **settings: Any) -> AbstractContextManager[Worker]:
     """A profiles worker exporting its metrics on loopback, logging to ``log``."""
     defaults = {
@@ -421,7 +428,7 @@ def test_status_and_metrics_of_two_workers_match_the_sandbox(
         ]
         deadline = time.monotonic() + 90
         while any(worker.poll() is None for worker in workers):
-            assert time.monotonic() < deadline, "the crawl took too long"
+            assert time.monotonic() < deadline, _still_running(workers, fleet_logs)
             for index, port in enumerate(ports):
                 scraped = _scrape(port)
                 if scraped is None:
