@@ -100,13 +100,17 @@ class Commands:
             signal_group(self.started[-1], self.received[-1])
         return self.started[-1]
 
-    def start_step(self, command: list[str], held: IO[bytes]) -> subprocess.Popen[bytes] | int:
-        """A step started, its output into ``held``; or 127, as a shell says, if it cannot be."""
+    def run_step(self, command: list[str], held: IO[bytes], ok: set[int]) -> int:
+        """Run one step to its end, its output into ``held``; its status (127, as a shell says,
+        if it cannot start), said at once when it is a failure."""
         try:
-            return self.start(command, stdout=held, stderr=subprocess.STDOUT)
+            status = self.start(command, stdout=held, stderr=subprocess.STDOUT).wait()
         except OSError as exc:
             print(f"beside: cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
-            return 127
+            status = 127
+        if status not in ok:
+            print(f"==== failed with status {status}: {' '.join(command)}", flush=True)
+        return status
 
     def stop_all(self) -> None:
         for process in self.started:
@@ -115,26 +119,17 @@ class Commands:
                 process.wait()
 
 
-def wait(step: subprocess.Popen[bytes] | int, command: list[str], ok: set[int]) -> int:
-    """The step's status, said at once when it failed (its output is printed at the end)."""
-    status = step if isinstance(step, int) else step.wait()
-    if status not in ok:
-        print(f"==== failed with status {status}: {' '.join(command)}", flush=True)
-    return status
-
-
 def run(
     commands: Commands, ok: set[int], steps: list[list[str]], idle: list[str], held: IO[bytes]
 ) -> list[int]:
     """The statuses of the steps that ran, in turn, and then the idle command's."""
     try:
-        first = commands.start_step(steps[0], held)
         beside = commands.start(idle, preexec_fn=run_on_idle_time)
-        statuses = [wait(first, steps[0], ok)]
-        for step in steps[1:]:
-            if statuses[-1] not in ok or commands.received:
+        statuses: list[int] = []
+        for step in steps:
+            if commands.received or (statuses and statuses[-1] not in ok):
                 break
-            statuses.append(wait(commands.start_step(step, held), step, ok))
+            statuses.append(commands.run_step(step, held, ok))
         return [*statuses, beside.wait()]
     finally:
         commands.stop_all()
@@ -156,7 +151,7 @@ def main(argv: Sequence[str]) -> int:
     failed = [status for status in statuses if status not in ok]
     if failed:
         return 128 - failed[0] if failed[0] < 0 else failed[0]
-    # A stop signal that left steps out is no success, however the others ended.
+    # A run a stop signal came to is no success, however its commands ended.
     return 128 + commands.received[0] if commands.received else 0
 
 

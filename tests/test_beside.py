@@ -175,7 +175,7 @@ def test_a_failing_command_is_named_before_the_others_end(tmp_path: Path) -> Non
     assert beside.wait(timeout=30) == 3
 
 
-def test_an_idle_command_that_cannot_start_stops_the_first_one() -> None:
+def test_an_idle_command_that_cannot_start_ends_the_run_at_once() -> None:
     started = time.monotonic()
     done = beside("sleep", "60", "--idle", "/nonexistent/command")
     assert done.returncode != 0

@@ -9,6 +9,7 @@ import json
 import re
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -89,7 +90,7 @@ def test_every_allowed_page_stored_once_and_nothing_forbidden_requested(
         for path in report["truth"][host]:
             # /p/2 is also reached through the /old redirect: still fetched once.
             assert counts[host][path] >= 1, (host, path)
-    assert_each_path_asked_once(result.stderr, counts)
+    assert_each_path_asked_once(counts, result.stderr)
     assert not requested(report, lambda path: path.startswith(report["disallowed"]))
     assert not requested(report, lambda path: path.endswith(".pdf") or path.startswith("/a/a"))
     calendar = requested(report, lambda path: path.startswith(report["trap"]))
@@ -333,7 +334,7 @@ def test_a_crawl_on_the_redisbloom_duplicate_filter(
     assert {key for key in pages if not key[1].startswith(report["trap"])} == truth(report)
     counts: dict[str, dict[str, int]] = web.admin("web")["counts"]
     # The filter lets no URL be asked twice.
-    assert_each_path_asked_once(result.stderr, counts)
+    assert_each_path_asked_once(counts, result.stderr)
     info = cast(Any, client.bf().info("{links}:dupefilter"))
     assert info.capacity == 5000
     assert info.insertedNum >= len(pages)
@@ -341,21 +342,25 @@ def test_a_crawl_on_the_redisbloom_duplicate_filter(
 
 
 def assert_each_path_asked_once(
-    stderr: str, counts: dict[str, dict[str, int]], leave_out: frozenset[str] = frozenset()
+    counts: dict[str, dict[str, int]], *logs: str, leave_out: frozenset[str] = frozenset()
 ) -> None:
-    """The crawl asked each path the web saw once: its own per-host request counts (its log's
-    stats) are as many as the paths the web saw asked of each host (but those left out). The
-    web counts a path twice only when the HTTP client resent a GET on a keep-alive connection
-    that died first (Twisted's pool does, unseen by the crawl): once at most."""
-    asked = {host: n for host, n in asked_per_host(stderr).items() if host not in leave_out}
+    """The crawl asked each path the web saw once: its workers' per-host request counts (their
+    logs' stats) are as many as the paths the web saw asked of each host (but those left out).
+    The web counts a path twice only when the HTTP client resent a GET on a keep-alive
+    connection that died first (Twisted's pool does, unseen by the crawl): once at most."""
+    asked = {host: n for host, n in asked_per_host(*logs).items() if host not in leave_out}
     seen = {host: paths for host, paths in counts.items() if host not in leave_out}
-    assert asked == {host: len(paths) for host, paths in seen.items()}, stderr[-6000:]
+    assert asked == {host: len(paths) for host, paths in seen.items()}, logs[-1][-6000:]
     assert sum(sum(paths.values()) for paths in seen.values()) - sum(asked.values()) <= 1
 
 
-def asked_per_host(stderr: str) -> dict[str, int]:
-    """The crawl's own requests per host (its log's stats)."""
-    return {h: int(n) for h, n in re.findall(r"'domain/([^/']+)/request_count': (\d+)", stderr)}
+def asked_per_host(*logs: str) -> Counter[str]:
+    """The crawl's own requests per host, summed over its workers' logs (their stats)."""
+    asked: Counter[str] = Counter()
+    for log in logs:
+        for host, n in re.findall(r"'domain/([^/']+)/request_count': (\d+)", log):
+            asked[host] += int(n)
+    return asked
 
 
 def host_stats(redis_client: redis.Redis, sandbox: Sandbox, host: str) -> dict[str, int]:
@@ -382,7 +387,7 @@ def test_a_slow_host_and_a_banning_host_hold_up_nobody(
     pages = stored(crawl)
     assert {key for key in pages if not key[1].startswith(report["trap"])} == truth(report)
     counts = report["counts"]
-    assert_each_path_asked_once(result.stderr, counts, leave_out=frozenset({banning}))
+    assert_each_path_asked_once(counts, result.stderr, leave_out=frozenset({banning}))
     assert {key: doc["status"] for key, doc in pages.items() if doc["status"] != 200} == {}
     assert not any("Too Many Requests" in str(doc.get("title")) for doc in pages.values())
     banned = set(report["bans"][banning])
