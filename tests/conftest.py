@@ -21,7 +21,7 @@ from typing import Any
 import pymongo
 import pytest
 import redis
-from hypothesis import strategies
+from hypothesis import HealthCheck, settings, strategies
 from hypothesis.errors import HypothesisSideeffectWarning
 
 from devtools.services import free_port, start_mongo, start_redis, start_sandbox
@@ -141,6 +141,13 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# No property test has a time limit per example: `make unit` runs most tests on the CPU time
+# the timed ones leave idle (devtools/beside.py), where an example can wait a second for a core.
+settings.register_profile(
+    "suite", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("suite")
+
 # pytest parses (to rewrite its asserts) each hypothesis module when it is first imported, and
 # CPython 3.11's parser can fail spuriously in a process that has run threads ("AST constructor
 # recursion depth mismatch", python/cpython#106905). from_regex imports its module lazily, at
@@ -166,3 +173,4 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getvalue("dist") == "load":
         return slowest_first.Scheduling(config, log)
     return None
+
