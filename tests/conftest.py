@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, settings, strategies
 from hypothesis.errors import HypothesisSideeffectWarning
 
 from devtools.services import free_port, start_mongo, start_redis, start_sandbox
-from tests import slowest_first
+from tests import precompile, slowest_first
 from tests.harness import SPILL_DIR, Crawl, Mongo, Restartable, Sandbox, on_free_port
 
 
@@ -174,3 +174,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return slowest_first.Scheduling(config, log)
     return None
 
+
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
+    """Before the workers start, the test modules compiled once (tests/precompile.py)."""
+    precompile.compile_once(config)
