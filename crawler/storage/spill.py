@@ -1,37 +1,49 @@
 """A durable, append-only local file for writes MongoDB could not take, replayed later.
 
 Each line is one upsert in MongoDB extended JSON. A worker holds an exclusive lock on its own
-file while it runs, so a later start (or another worker on the same machine) replays only files
-no live worker is appending to.
+file from before the file has its name until the worker ends, so a later start (or another
+worker sharing the directory) replays only files no live worker is appending to. A file left
+behind is claimed by one worker at a time: it holds the file's lock while it replays it and
+removes it, and a worker that took the lock after the file was removed leaves it alone.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from bson import json_util
+from bson.errors import BSONError
+
+logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]  # {"collection", "filter", "update"}
 
 
 class SpillFile:
-    """This worker's spill file: ``<dir>/<spider>-<pid>.jsonl``, locked while open."""
+    """This worker's spill file, ``<dir>/<spider>-<pid>-<random>.jsonl``, locked while open."""
 
     def __init__(self, directory: Path, spider: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.spider = spider
-        self.path = directory / f"{spider}-{os.getpid()}.jsonl"
-        self._file: IO[str] = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115
+        name = f"{spider}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        self.path = directory / name
+        # Locked under a name no other worker looks at, then named: never seen unlocked.
+        hidden = directory / f".{name}.new"
+        self._file: IO[bytes] = open(hidden, "a+b")  # noqa: SIM115
         fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(hidden, self.path)
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash."""
-        self._file.write("".join(json_util.dumps(record) + "\n" for record in records))
+        self._file.write("".join(json_util.dumps(record) + "\n" for record in records).encode())
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -40,7 +52,7 @@ class SpillFile:
 
     def read_own(self) -> list[Record]:
         self._file.seek(0)
-        return [json_util.loads(line) for line in self._file if line.strip()]
+        return _records(self._file, self.path)
 
     def clear_own(self) -> None:
         self._file.truncate(0)
@@ -48,26 +60,82 @@ class SpillFile:
         os.fsync(self._file.fileno())
 
     def orphans(self) -> Iterator[tuple[Path, list[Record]]]:
-        """Files of this spider left by workers that are gone, with their records."""
+        """Files of this spider left by workers that are gone, with their records, each one
+        locked until the caller asks for the next: the caller replays it and removes it."""
         for path in sorted(self.directory.glob(f"{self.spider}-*.jsonl")):
-            if path == self.path:
-                continue
-            records = _read_unlocked(path)
-            if records is not None:
-                yield path, records
+            if path != self.path:
+                with _claimed(path) as records:
+                    if records is not None:
+                        yield path, records
 
     def close(self) -> None:
-        empty = not self.pending()
+        if not self.pending():
+            self.path.unlink(missing_ok=True)  # while still locked: nobody claims it meanwhile
         self._file.close()
-        if empty:
-            self.path.unlink(missing_ok=True)
 
 
-def _read_unlocked(path: Path) -> list[Record] | None:
-    """The file's records if no live worker holds its lock, else None."""
-    with open(path, encoding="utf-8") as handle:
+@contextmanager
+def _claimed(path: Path) -> Iterator[list[Record] | None]:
+    """The file's records, its lock held, if no live worker holds it and it is still there
+    (another worker may have replayed and removed it since it was listed); else None."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        yield None
+        return
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return None
-        return [json_util.loads(line) for line in handle if line.strip()]
+            yield None
+            return
+        yield _records(handle, path) if _still_named(handle, path) else None
+
+
+def _still_named(handle: IO[bytes], path: Path) -> bool:
+    """Whether ``path`` still names the file ``handle`` has open."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _records(handle: IO[bytes], path: Path) -> list[Record]:
+    """The file's records. A line that is not one (cut short when its writer was killed
+    mid-append, before the fsync that confirms a write; or damaged) is logged and left out."""
+    records = []
+    for number, line in enumerate(handle, start=1):
+        if line.strip():
+            record = _record(line)
+            if record is None:
+                logger.error(
+                    "Spill file %s: line %d is not a record, left out: %.200r", path, number, line
+                )
+            else:
+                records.append(record)
+    return records
+
+
+def _record(line: bytes) -> Record | None:
+    """The upsert a line holds, or None."""
+    try:
+        record = json_util.loads(line.decode())
+    except (ValueError, TypeError, BSONError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("collection"), str):
+        return None
+    return (
+        record if isinstance(record.get("filter"), dict) and _update(record.get("update")) else None
+    )
+
+
+def _update(update: Any) -> bool:
+    """Whether ``update`` is one MongoDB takes: operators, or a pipeline of stages."""
+    stages = update if isinstance(update, list) else [update]
+    return bool(stages) and all(_operators(stage) for stage in stages)
+
+
+def _operators(part: Any) -> bool:
+    return isinstance(part, dict) and bool(part) and all(str(key).startswith("$") for key in part)

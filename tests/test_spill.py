@@ -1,0 +1,136 @@
+"""Spill files shared by the workers of one machine (crawler/storage/spill.py): a file left by a
+dead worker is replayed by exactly one of the workers that start together, a live worker's file
+by none, and a damaged file never stops a worker from starting."""
+
+from __future__ import annotations
+
+import multiprocessing
+import tempfile
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import NamedTuple
+
+from bson import json_util
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crawler.storage.spill import Record, SpillFile
+
+SPIDER = "profiles"
+
+
+def _record(n: int) -> Record:
+    return {"collection": SPIDER, "filter": {"_id": n}, "update": [{"$set": {"n": n}}]}
+
+
+def _left_behind(directory: Path, name: str, records: list[Record]) -> None:
+    """A spill file as a worker killed mid-crawl leaves it: not locked by anyone."""
+    lines = "".join(json_util.dumps(record) + "\n" for record in records)
+    (directory / f"{SPIDER}-{name}.jsonl").write_text(lines)
+
+
+def _worker(directory: Path, together: Barrier, done: Barrier, out: Queue[Outcome]) -> None:
+    """One worker starting: its spill file opened, the files left behind replayed and removed;
+    once every worker got that far, whether its own file is still there and its own."""
+    replayed: list[int] = []
+    try:
+        together.wait(timeout=30)
+        spill = SpillFile(directory, SPIDER)
+        for path, records in spill.orphans():
+            replayed.extend(record["filter"]["_id"] for record in records)  # stored, then:
+            path.unlink()
+        done.wait(timeout=30)
+        spill.append([_record(-1)])
+        own = spill.path.exists() and spill.read_own() == [_record(-1)]
+        out.put(Outcome(replayed, own, ""))
+    except BaseException as exc:
+        done.abort()  # the others go on to their outcomes (a BrokenBarrierError)
+        out.put(Outcome(replayed, False, repr(exc)))
+
+
+class Outcome(NamedTuple):
+    replayed: list[int]
+    own_file_kept: bool
+    error: str
+
+
+def _start_together(directory: Path, workers: int) -> list[Outcome]:
+    """``workers`` processes starting at once on ``directory``: what each one saw."""
+    context = multiprocessing.get_context("fork")
+    together, done, out = context.Barrier(workers), context.Barrier(workers), context.Queue()
+    processes = [
+        context.Process(target=_worker, args=(directory, together, done, out))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [out.get(timeout=30) for _ in processes]
+    for process in processes:
+        process.join(30)
+    return outcomes
+
+
+def test_workers_starting_together_replay_each_dead_workers_file_once(tmp_path: Path) -> None:
+    for round_ in range(12):
+        directory = tmp_path / f"round-{round_}"
+        directory.mkdir()
+        dead = {n: [_record(n * 10 + k) for k in range(3)] for n in range(6)}
+        for n, records in dead.items():
+            _left_behind(directory, str(n), records)
+
+        outcomes = _start_together(directory, workers=4)
+
+        assert [o.error for o in outcomes] == [""] * 4, round_
+        replayed = sorted(n for outcome in outcomes for n in outcome.replayed)
+        assert replayed == sorted(r["filter"]["_id"] for rs in dead.values() for r in rs), round_
+        assert all(outcome.own_file_kept for outcome in outcomes), round_
+
+
+def test_a_live_workers_file_is_not_replayed_and_an_emptied_one_goes_at_close(
+    tmp_path: Path,
+) -> None:
+    running = SpillFile(tmp_path, SPIDER)
+    running.append([_record(1)])
+    starting = SpillFile(tmp_path, SPIDER)
+    assert list(starting.orphans()) == []
+    starting.close()
+    assert not starting.path.exists()
+
+    running.close()  # MongoDB never came back: the file stays for the next start
+    assert list(SpillFile(tmp_path, SPIDER).orphans()) == [(running.path, [_record(1)])]
+
+
+lines = st.one_of(
+    st.binary(max_size=60),
+    st.text(max_size=60).map(str.encode),
+    st.sampled_from(
+        [
+            b'{"collection": "c", "filter": {}, "update": {"x": 1}}',  # not an operator
+            b'{"collection": "c", "filter": {}, "update": []}',
+            b'{"collection": 3, "filter": {}, "update": {"$set": {}}}',
+            b'{"filter": {}, "update": {"$set": {}}}',
+            b'{"collection": "c", "filter": {"_id": {"$oid": "zz"}}, "update": {"$set": {}}}',
+            b"[1, 2]",
+            b'{"collection": "c", "filter": {}, "upd',  # cut short by a kill
+        ]
+    ),
+)
+
+
+@settings(max_examples=150)
+@given(st.lists(st.one_of(st.integers(0, 99), lines.filter(lambda line: b"\n" not in line))))
+def test_damaged_lines_are_left_out_and_every_record_is_replayed(
+    content: list[int | bytes],
+) -> None:
+    """An int stands for a record's line, bytes for a damaged line."""
+    with tempfile.TemporaryDirectory() as name:
+        directory = Path(name)
+        body = b"".join(
+            (json_util.dumps(_record(part)).encode() if isinstance(part, int) else part) + b"\n"
+            for part in content
+        )
+        (directory / f"{SPIDER}-dead.jsonl").write_bytes(body)
+        orphans = list(SpillFile(directory, SPIDER).orphans())
+        expected = [_record(part) for part in content if isinstance(part, int)]
+        assert [records for _, records in orphans] == [expected]
