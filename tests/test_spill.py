@@ -11,6 +11,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 from bson import json_util
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -134,3 +135,13 @@ def test_damaged_lines_are_left_out_and_every_record_is_replayed(
         orphans = list(SpillFile(directory, SPIDER).orphans())
         expected = [_record(part) for part in content if isinstance(part, int)]
         assert [records for _, records in orphans] == [expected]
+
+
+def test_a_spill_name_that_cannot_be_read_is_named_and_passed_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / f"{SPIDER}-a.jsonl").mkdir()  # not a file: it cannot be opened as one
+    _left_behind(tmp_path, "b", [_record(2)])
+    orphans = list(SpillFile(tmp_path, SPIDER).orphans())
+    assert orphans == [(tmp_path / f"{SPIDER}-b.jsonl", [_record(2)])]
+    assert f"{SPIDER}-a.jsonl cannot be read" in caplog.text

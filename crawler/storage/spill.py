@@ -80,7 +80,9 @@ def _claimed(path: Path) -> Iterator[list[Record] | None]:
     (another worker may have replayed and removed it since it was listed); else None."""
     try:
         handle = open(path, "rb")  # noqa: SIM115
-    except FileNotFoundError:
+    except OSError as exc:  # gone since it was listed, or not ours to read
+        if not isinstance(exc, FileNotFoundError):
+            logger.error("Spill file %s cannot be read, left for later: %s", path, exc)
         yield None
         return
     with handle:
