@@ -9,6 +9,7 @@ caches them all (about 6 s alone), and the workers then load what it wrote.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+# Seconds the collection may take: the workers then collect (and report) for themselves.
+TIMEOUT = 120
 
 
 def rewritten(module: Path) -> Path:
@@ -42,10 +45,12 @@ def compile_once(config: pytest.Config) -> None:
     if sys.dont_write_bytecode or not stale():
         return
     command = [sys.executable, "-m", "pytest", "--collect-only", "-qq", "-p", "no:cacheprovider"]
-    subprocess.run(
-        [*command, str(TESTS)],
-        cwd=config.rootpath,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
+    with contextlib.suppress(subprocess.TimeoutExpired):  # a module that hangs on import
+        subprocess.run(
+            [*command, str(TESTS)],
+            cwd=config.rootpath,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=TIMEOUT,
+        )
