@@ -36,12 +36,12 @@ def _worker(directory: Path, together: Barrier, done: Barrier, out: Queue[Outcom
     once every worker got that far, whether its own file is still there and its own."""
     replayed: list[int] = []
     try:
-        together.wait(timeout=30)
+        together.wait(timeout=60)
         spill = SpillFile(directory, SPIDER)
         for path, records in spill.orphans():
             replayed.extend(record["filter"]["_id"] for record in records)  # stored, then:
             path.unlink()
-        done.wait(timeout=30)
+        done.wait(timeout=60)
         spill.append([_record(-1)])
         own = spill.path.exists() and spill.read_own() == [_record(-1)]
         out.put(Outcome(replayed, own, ""))
@@ -66,14 +66,18 @@ def _start_together(directory: Path, workers: int) -> list[Outcome]:
     ]
     for process in processes:
         process.start()
-    outcomes = [out.get(timeout=30) for _ in processes]
-    for process in processes:
-        process.join(30)
-    return outcomes
+    try:
+        return [out.get(timeout=60) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(5)
+            if process.is_alive():
+                process.terminate()
+                process.join()
 
 
 def test_workers_starting_together_replay_each_dead_workers_file_once(tmp_path: Path) -> None:
-    for round_ in range(12):
+    for round_ in range(8):
         directory = tmp_path / f"round-{round_}"
         directory.mkdir()
         dead = {n: [_record(n * 10 + k) for k in range(3)] for n in range(6)}
@@ -99,42 +103,80 @@ def test_a_live_workers_file_is_not_replayed_and_an_emptied_one_goes_at_close(
     assert not starting.path.exists()
 
     running.close()  # MongoDB never came back: the file stays for the next start
-    assert list(SpillFile(tmp_path, SPIDER).orphans()) == [(running.path, [_record(1)])]
+    later = SpillFile(tmp_path, SPIDER)
+    assert list(later.orphans()) == [(running.path, [_record(1)])]
+    later.close()
 
 
-lines = st.one_of(
-    st.binary(max_size=60),
-    st.text(max_size=60).map(str.encode),
-    st.sampled_from(
-        [
-            b'{"collection": "c", "filter": {}, "update": {"x": 1}}',  # not an operator
-            b'{"collection": "c", "filter": {}, "update": []}',
-            b'{"collection": 3, "filter": {}, "update": {"$set": {}}}',
-            b'{"filter": {}, "update": {"$set": {}}}',
-            b'{"collection": "c", "filter": {"_id": {"$oid": "zz"}}, "update": {"$set": {}}}',
-            b"[1, 2]",
-            b'{"collection": "c", "filter": {}, "upd',  # cut short by a kill
-        ]
-    ),
+def _orphans(directory: Path) -> list[tuple[Path, list[Record]]]:
+    """The files left behind in ``directory`` as a worker starting there reads them."""
+    spill = SpillFile(directory, SPIDER)
+    try:
+        return list(spill.orphans())
+    finally:
+        spill.close()
+
+
+def _line(collection: str = '"c"', selector: str = '{"_id": 1}', update: str = "") -> bytes:
+    """A line of JSON shaped as an upsert, with these parts (an update that writes, if none)."""
+    update = update or '{"$set": {"a": 1}}'
+    return f'{{"collection": {collection}, "filter": {selector}, "update": {update}}}'.encode()
+
+
+# Lines that are not records: MongoDB would refuse them, or they would select or write
+# something else than the writer's upserts do.
+NOT_RECORDS = [
+    _line(update='{"x": 1}'),  # not an operator
+    _line(update="[]"),
+    _line(update="[[]]"),
+    _line(selector="{}"),  # any document
+    _line(selector='{"_id": 1, "b": 2}'),
+    _line(selector='{"$where": "1"}'),
+    _line(selector="[]"),
+    _line(collection="3"),
+    _line(collection='""'),
+    _line(collection='"pro$iles"'),
+    _line(collection='"system.users"'),
+    b'{"filter": {"_id": 1}, "update": {"$set": {}}}',
+    _line(selector='{"_id": {"$oid": "zz"}}'),
+    _line(selector='{"_id": {"$binary": {"base64": "AA=="}}}'),
+    _line(selector='{"_id": {"$numberDecimal": "abc"}}'),
+    _line(selector='{"_id": 99999999999999999999}'),
+    _line(selector='{"a\\u0000": 1}'),
+    b"[" * 5000,
+    b"[1, 2]",
+    b"\xff\xfe",
+    _line()[:-12],  # cut short by a kill
+]
+lines = st.one_of(st.binary(max_size=60), st.text(max_size=60).map(str.encode))
+damaged = st.one_of(lines, st.sampled_from(NOT_RECORDS)).filter(
+    lambda line: b"\n" not in line and bool(line.strip())
 )
 
 
 @settings(max_examples=150)
-@given(st.lists(st.one_of(st.integers(0, 99), lines.filter(lambda line: b"\n" not in line))))
-def test_damaged_lines_are_left_out_and_every_record_is_replayed(
-    content: list[int | bytes],
+@given(st.lists(st.one_of(st.integers(0, 99), damaged)), st.booleans())
+def test_damaged_lines_are_kept_aside_and_every_record_is_replayed(
+    content: list[int | bytes], torn: bool
 ) -> None:
-    """An int stands for a record's line, bytes for a damaged line."""
+    """An int stands for a record's line, bytes for a damaged one; ``torn``: the file ends
+    without its last newline, as a kill mid-append leaves it."""
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
         body = b"".join(
             (json_util.dumps(_record(part)).encode() if isinstance(part, int) else part) + b"\n"
             for part in content
         )
-        (directory / f"{SPIDER}-dead.jsonl").write_bytes(body)
-        orphans = list(SpillFile(directory, SPIDER).orphans())
+        left = directory / f"{SPIDER}-dead.jsonl"
+        left.write_bytes(body[:-1] if torn and content and isinstance(content[-1], bytes) else body)
+
+        orphans = _orphans(directory)
+
         expected = [_record(part) for part in content if isinstance(part, int)]
-        assert [records for _, records in orphans] == [expected]
+        assert orphans == [(left, expected)]
+        damaged_lines = [part + b"\n" for part in content if isinstance(part, bytes)]
+        rejected = directory / f"{left.name}.rejected"
+        assert (rejected.read_bytes() if rejected.exists() else b"") == b"".join(damaged_lines)
 
 
 def test_a_spill_name_that_cannot_be_read_is_named_and_passed_over(
@@ -142,6 +184,5 @@ def test_a_spill_name_that_cannot_be_read_is_named_and_passed_over(
 ) -> None:
     (tmp_path / f"{SPIDER}-a.jsonl").mkdir()  # not a file: it cannot be opened as one
     _left_behind(tmp_path, "b", [_record(2)])
-    orphans = list(SpillFile(tmp_path, SPIDER).orphans())
-    assert orphans == [(tmp_path / f"{SPIDER}-b.jsonl", [_record(2)])]
+    assert _orphans(tmp_path) == [(tmp_path / f"{SPIDER}-b.jsonl", [_record(2)])]
     assert f"{SPIDER}-a.jsonl cannot be read" in caplog.text

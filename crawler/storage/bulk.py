@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -252,8 +253,17 @@ class BulkWrites:
             self.spill.clear_own()
 
     def replay_orphans(self) -> None:
-        for path, records in self.spill.orphans():
-            if self._replay(records):
+        """Replay and remove the spill files dead workers left, each under its lock (see
+        ``spill.py``); stop at the first one MongoDB cannot take now (the rest wait for the
+        next start). A file whose replay fails otherwise is named and left for later."""
+        with closing(self.spill.orphans()) as orphans:
+            for path, records in orphans:
+                try:
+                    if not self._replay(records):
+                        return
+                except PyMongoError:
+                    logger.exception("Could not replay spill file %s; it is left for later", path)
+                    continue
                 path.unlink(missing_ok=True)
 
     def _replay(self, records: list[Record]) -> bool:

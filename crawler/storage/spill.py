@@ -13,13 +13,13 @@ import fcntl
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+import bson
 from bson import json_util
-from bson.errors import BSONError
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class SpillFile:
         self._file: IO[bytes] = open(hidden, "a+b")  # noqa: SIM115
         fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.rename(hidden, self.path)
+        _sync(directory)  # the name survives a power loss as the records do
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash."""
@@ -59,7 +60,7 @@ class SpillFile:
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    def orphans(self) -> Iterator[tuple[Path, list[Record]]]:
+    def orphans(self) -> Generator[tuple[Path, list[Record]], None, None]:
         """Files of this spider left by workers that are gone, with their records, each one
         locked until the caller asks for the next: the caller replays it and removes it."""
         for path in sorted(self.directory.glob(f"{self.spider}-*.jsonl")):
@@ -106,31 +107,56 @@ def _still_named(handle: IO[bytes], path: Path) -> bool:
 
 def _records(handle: IO[bytes], path: Path) -> list[Record]:
     """The file's records. A line that is not one (cut short when its writer was killed
-    mid-append, before the fsync that confirms a write; or damaged) is logged and left out."""
-    records = []
-    for number, line in enumerate(handle, start=1):
+    mid-append, before the fsync that confirms a write; or damaged) is left out of them and
+    kept in ``<file>.rejected``, named in an ERROR, before the file is replayed and removed."""
+    records, rejected = [], []
+    for line in handle:
         if line.strip():
             record = _record(line)
             if record is None:
-                logger.error(
-                    "Spill file %s: line %d is not a record, left out: %.200r", path, number, line
-                )
+                rejected.append(line if line.endswith(b"\n") else line + b"\n")
             else:
                 records.append(record)
+    if rejected:
+        _keep_rejected(path, rejected)
     return records
 
 
+def _keep_rejected(path: Path, lines: list[bytes]) -> None:
+    """The lines of ``path`` that are not records, in ``<path>.rejected`` (fsynced), named."""
+    kept = path.with_name(f"{path.name}.rejected")
+    with open(kept, "wb") as out:
+        out.write(b"".join(lines))
+        out.flush()
+        os.fsync(out.fileno())
+    logger.error("Spill file %s: %d lines are not records, kept in %s", path, len(lines), kept)
+
+
 def _record(line: bytes) -> Record | None:
-    """The upsert a line holds, or None."""
+    """The upsert a line holds, or None: one MongoDB may take (into a collection, by one key)."""
     try:
         record = json_util.loads(line.decode())
-    except (ValueError, TypeError, BSONError):  # UnicodeDecodeError is a ValueError
+        if not isinstance(record, dict):
+            return None
+        bson.encode({"filter": record.get("filter"), "update": record.get("update")})
+    except Exception:  # the line is anything a damaged file holds
         return None
-    if not isinstance(record, dict) or not isinstance(record.get("collection"), str):
-        return None
-    return (
-        record if isinstance(record.get("filter"), dict) and _update(record.get("update")) else None
-    )
+    valid = _collection(record.get("collection")) and _key(record.get("filter"))
+    return record if valid and _update(record.get("update")) else None
+
+
+def _collection(name: Any) -> bool:
+    """Whether ``name`` can name a MongoDB collection."""
+    if not isinstance(name, str) or not name or "$" in name or "\0" in name:
+        return False
+    return not (name.startswith((".", "system.")) or name.endswith("."))
+
+
+def _key(selector: Any) -> bool:
+    """Whether ``selector`` selects by one field's value, as the writer's filters do."""
+    if not isinstance(selector, dict) or len(selector) != 1:
+        return False
+    return not str(next(iter(selector))).startswith("$")
 
 
 def _update(update: Any) -> bool:
@@ -141,3 +167,12 @@ def _update(update: Any) -> bool:
 
 def _operators(part: Any) -> bool:
     return isinstance(part, dict) and bool(part) and all(str(key).startswith("$") for key in part)
+
+
+def _sync(directory: Path) -> None:
+    """fsync a directory: the names made in it are on disk."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
