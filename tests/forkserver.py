@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import faulthandler
 import gc
 import json
 import os
@@ -297,6 +298,9 @@ def _text(output: bytes) -> str:
 
 
 def main() -> None:
+    # A child's fatal signals (and SIGABRT, tests.harness.Worker.dump_stacks) write its threads'
+    # stacks to its own stderr, as PYTHONFAULTHANDLER=1 has a fresh ``python -m scrapy`` do.
+    faulthandler.enable()
     preload()
     # What the server imported is left out of the children's garbage collections: they neither
     # walk it nor write to its memory pages, which the fork then shares instead of copying

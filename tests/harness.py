@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -99,6 +99,7 @@ class Crawl:
             MONGO_URI=self.mongo.uri,
             MONGO_DATABASE=self.mongo.database,
             MONGO_SPILL_DIR=str(SPILL_DIR),
+            PYTHONFAULTHANDLER="1",  # a stuck crawl's stacks: Worker.dump_stacks
         )
         return env
 
@@ -195,6 +196,14 @@ class Worker:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+
+    def dump_stacks(self, timeout: float = 10) -> None:
+        """If it still runs: have it write each of its threads' stacks to its log and end
+        (SIGABRT, which the crawls' faulthandler answers), to show where it was stuck."""
+        if self.process.poll() is None:
+            self.send_signal(signal.SIGABRT)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout)
 
     def log_text(self) -> str:
         """Everything it wrote, stdout and stderr together."""

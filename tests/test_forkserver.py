@@ -38,7 +38,8 @@ def test_a_failing_command_has_the_same_status_and_message_as_a_fresh_one() -> N
 
 
 @pytest.mark.parametrize(
-    ("signal_number", "status"), [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 0)]
+    ("signal_number", "status"),
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 0), (signal.SIGABRT, -signal.SIGABRT)],
 )
 def test_a_forked_command_is_a_process_of_its_own_that_a_signal_ends(
     tmp_path: Path, signal_number: int, status: int
@@ -58,3 +59,5 @@ def test_a_forked_command_is_a_process_of_its_own_that_a_signal_ends(
         served.send_signal(signal_number)
         assert served.wait(30) == status, log.read_text()
         assert served.poll() == status
+    if signal_number == signal.SIGABRT:  # its threads' stacks, for a test to show (dump_stacks)
+        assert "(most recent call first)" in log.read_text()

@@ -373,9 +373,12 @@ def _scrape(port: int) -> tuple[str, dict[Any, float]] | None:
 
 
 def _still_running(workers: list[Worker], logs: list[Path]) -> str:
-    """Which workers had not exited by the deadline, and how each log ends (closed or not)."""
-    alive = [(log, w.pid) for w, log in zip(workers, logs, strict=True) if w.poll() is None]
-    tails = [f"== {log.name} (pid {pid}):\n{log.read_text()[-1500:]}" for log, pid in alive]
+    """Which workers had not exited by the deadline, and how each log ends (closed or not),
+    with the stacks of its threads where it was stuck."""
+    alive = [(log, w) for w, log in zip(workers, logs, strict=True) if w.poll() is None]
+    for _, worker in alive:
+        worker.dump_stacks()
+    tails = [f"== {log.name} (pid {w.pid}):\n{log.read_text()[-6000:]}" for log, w in alive]
     return f"the crawl took too long: {len(alive)} worker(s) still running\n" + "\n".join(tails)
 
 
