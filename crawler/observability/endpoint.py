@@ -1,12 +1,14 @@
-"""The worker's HTTP endpoint on the crawler's own reactor: ``/metrics`` (prometheus_client's
-resource, from memory: it never waits on Redis) and ``/``, the fleet page (read from Redis on a
+"""The worker's HTTP endpoint on the crawler's own reactor: ``/metrics`` (from memory, on the
+reactor's thread: it never waits on Redis) and ``/``, the fleet page (read from Redis on a
 thread of its own); neither blocks the crawl, and neither writes to Scrapy's log.
 """
 
 from __future__ import annotations
 
+import gzip
 from typing import TYPE_CHECKING, Any, cast
 
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from twisted.internet import defer
 from twisted.internet.error import CannotListenError
 from twisted.web import http, resource, server
@@ -33,15 +35,41 @@ def parse_ports(raw: object) -> list[int]:
     return list(RULES["METRICS_PORT"].read("METRICS_PORT", raw))
 
 
+class Metrics(resource.Resource):
+    """``GET /metrics``: the registry's samples, in the format the scraper accepts (Prometheus
+    text or OpenMetrics), gzipped when it accepts that, only the ``name[]`` asked for if any:
+    what prometheus_client's own resource answers. That one answers on a thread of the
+    reactor's pool, which hands the answer back to the reactor and waits for it: a scrape under
+    way as the crawl ended left that thread waiting for a reactor that was waiting to join it,
+    and the worker never exited. Rendering from memory takes a few milliseconds."""
+
+    isLeaf = True
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.registry = registry
+
+    def render_GET(self, request: server.Request) -> bytes:
+        encoder, content_type = choose_encoder(_header(request, b"accept"))
+        names = [name.decode(errors="replace") for name in request.args.get(b"name[]", [])]
+        output = encoder(self.registry.restricted_registry(names) if names else self.registry)
+        if gzip_accepted(_header(request, b"accept-encoding")):
+            output = gzip.compress(output)
+            request.setHeader(b"Content-Encoding", b"gzip")  # type: ignore[no-untyped-call]
+        request.setHeader(b"Content-Type", content_type.encode())  # type: ignore[no-untyped-call]
+        return output
+
+
+def _header(request: server.Request, name: bytes) -> str:
+    value = request.getHeader(name)
+    return "" if value is None else value.decode("latin-1")
+
+
 def site(registry: CollectorRegistry | None, page: resource.Resource | None) -> QuietSite:
     """``/metrics`` from ``registry`` and the fleet page at ``/``, each when given."""
-    # Imported here: prometheus_client.twisted imports (so installs) the reactor at import time.
-    from prometheus_client.twisted import MetricsResource
-
     root = resource.Resource()  # type: ignore[no-untyped-call]
     if registry is not None:
-        metrics: Any = MetricsResource(registry)  # type: ignore[no-untyped-call]
-        root.putChild(b"metrics", metrics)
+        root.putChild(b"metrics", cast(Any, Metrics(registry)))
     if page is not None:
         root.putChild(b"", cast(Any, page))
     return QuietSite(root)  # type: ignore[no-untyped-call]
