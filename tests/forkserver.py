@@ -11,8 +11,9 @@ status and output as they would a ``subprocess.Popen``.
 What the child gets that a fresh ``python -m scrapy`` would not: Scrapy's crawl machinery
 imported before its command runs (every command imports the project's commands, so those are
 imported either way; spiders and what only they use are imported in the child), the
-server's seed for ``hash()`` of strings (the project relies on neither), and what the server
-imported left out of the garbage collector's reach (``gc.freeze``: it is never garbage).
+server's seed for ``hash()`` of strings (the project relies on neither), what the server
+imported left out of the garbage collector's reach (``gc.freeze``: it is never garbage), and
+``faulthandler`` on (a crawl's environment has PYTHONFAULTHANDLER=1 for a fresh one too).
 ``crawler.settings`` reads the environment when it runs, so the child runs it again with its
 own. The server installs no Twisted reactor and starts no thread, and checks both before it
 serves. A command run elsewhere than the project's directory, or with another ``PYTHONPATH``,
