@@ -96,12 +96,12 @@ def test_metrics_answer_in_the_format_asked_for() -> None:
     assert "pages_total" not in named
 
 
-@pytest.mark.parametrize("stop_after", [0.2, 0.25, 0.3, 0.35, 0.4, 0.45])
+@pytest.mark.parametrize("stop_after", [0.2, 0.3, 0.4])
 def test_a_scrape_under_way_when_the_reactor_stops_never_keeps_the_process(
     stop_after: float,
 ) -> None:
     """prometheus_client's own resource answered on the reactor's thread pool: a scrape under
-    way as the reactor stopped kept the process forever, in 6 of 10 such runs."""
+    way as the reactor stopped kept the process forever (each of these failed so)."""
     try:
         served = _serve("stop", str(stop_after))
     except subprocess.TimeoutExpired:
