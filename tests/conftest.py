@@ -10,6 +10,7 @@ and its own MongoDB database.
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import uuid
@@ -139,6 +140,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # No core files from the crawls a test aborts to see their stacks (Worker.dump_stacks): the
+    # processes the tests start inherit the limit.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 
 # No property test has a time limit per example: `make unit` runs most tests on the CPU time

@@ -28,7 +28,7 @@ url = f"http://127.0.0.1:{port}/metrics"
 
 def get(path="", **headers):
     request = urllib.request.Request(url + path, headers=headers)
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=60) as response:
         body = response.read()
         if response.headers.get("Content-Encoding") == "gzip":
             body = __import__("gzip").decompress(body)
@@ -41,7 +41,7 @@ def answers():
             "plain": get(),
             "openmetrics": get(Accept="application/openmetrics-text; version=1.0.0"),
             "gzip": get(**{"Accept-Encoding": "gzip"}),
-            "named": get("?name[]=other_total"),
+            "named": get("?name[]=other_total&name[]="),
         }
         print(json.dumps(found))
     finally:
@@ -75,13 +75,14 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
     )
 
 
 def test_metrics_answer_in_the_format_asked_for() -> None:
     served = _serve("answers")
     assert served.returncode == 0, served.stderr
+    assert served.stdout.startswith("{"), served.stderr
     found = json.loads(served.stdout.splitlines()[0])
     content_type, encoding, body = found["plain"]
     assert content_type.startswith("text/plain; version=0.0.4")
@@ -105,6 +106,6 @@ def test_a_scrape_under_way_when_the_reactor_stops_never_keeps_the_process(
     try:
         served = _serve("stop", str(stop_after))
     except subprocess.TimeoutExpired:
-        pytest.fail("the process was still running 30 s after its reactor stopped")
+        pytest.fail("the process was still running 2 min after it started (its reactor stops)")
     assert served.returncode == 0, served.stderr
     assert served.stdout.strip().endswith("exited")

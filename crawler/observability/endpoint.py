@@ -1,19 +1,24 @@
-"""The worker's HTTP endpoint on the crawler's own reactor: ``/metrics`` (from memory, on the
-reactor's thread: it never waits on Redis) and ``/``, the fleet page (read from Redis on a
-thread of its own); neither blocks the crawl, and neither writes to Scrapy's log.
+"""The worker's HTTP endpoint on the crawler's own reactor: ``/metrics`` (rendered on a thread
+of its own) and ``/``, the fleet page (read from Redis on a thread of its own); neither blocks
+the crawl, and neither writes to Scrapy's log.
 """
 
 from __future__ import annotations
 
 import gzip
+import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from prometheus_client.exposition import choose_encoder, gzip_accepted
-from twisted.internet import defer
+from twisted.internet import defer, threads
 from twisted.internet.error import CannotListenError
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 from twisted.web import http, resource, server
 
 from crawler.config.table import RULES
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -38,31 +43,79 @@ def parse_ports(raw: object) -> list[int]:
 class Metrics(resource.Resource):
     """``GET /metrics``: the registry's samples, in the format the scraper accepts (Prometheus
     text or OpenMetrics), gzipped when it accepts that, only the ``name[]`` asked for if any:
-    what prometheus_client's own resource answers. That one answers on a thread of the
-    reactor's pool, which hands the answer back to the reactor and waits for it: a scrape under
-    way as the crawl ended left that thread waiting for a reactor that was waiting to join it,
-    and the worker never exited. Rendering from memory takes a few milliseconds."""
+    what prometheus_client's own resource answers.
+
+    They are rendered on a thread of their own, never the reactor's: a large registry (a
+    crawl of many hosts) or one that reads Redis (``scrapy status --serve``) does not hold up
+    the crawl, and the thread hands the answer to the reactor without waiting for it.
+    prometheus_client's resource waited (Twisted's WSGI resource, on the reactor's pool): a
+    scrape under way as the crawl ended left that thread waiting for a reactor that was waiting
+    to join it, and the worker never exited."""
 
     isLeaf = True
 
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.registry = registry
+        self._pool: ThreadPool | None = None
 
-    def render_GET(self, request: server.Request) -> bytes:
-        encoder, content_type = choose_encoder(_header(request, b"accept"))
+    def render_GET(self, request: server.Request) -> int:
+        from twisted.internet import reactor
+
         names = [name.decode(errors="replace") for name in request.args.get(b"name[]", [])]
+        asked = (_header(request, b"accept"), _header(request, b"accept-encoding"))
+        rendered = threads.deferToThreadPool(
+            reactor, self._threads(), self._render, *asked, [name for name in names if name]
+        )
+        gone: list[object] = []
+        request.notifyFinish().addBoth(gone.append)
+        rendered.addCallbacks(
+            self._answer, self._failed, callbackArgs=(request, gone), errbackArgs=(request, gone)
+        )
+        return server.NOT_DONE_YET
+
+    def _render(self, accept: str, encoding: str, names: list[str]) -> tuple[bytes, str, bool]:
+        encoder, content_type = choose_encoder(accept)
         output = encoder(self.registry.restricted_registry(names) if names else self.registry)
-        if gzip_accepted(_header(request, b"accept-encoding")):
-            output = gzip.compress(output)
+        zipped = gzip_accepted(encoding)
+        return (gzip.compress(output) if zipped else output), content_type, zipped
+
+    @staticmethod
+    def _answer(
+        rendered: tuple[bytes, str, bool], request: server.Request, gone: list[object]
+    ) -> None:
+        output, content_type, zipped = rendered
+        if gone:  # the scraper hung up meanwhile
+            return
+        if zipped:
             request.setHeader(b"Content-Encoding", b"gzip")  # type: ignore[no-untyped-call]
         request.setHeader(b"Content-Type", content_type.encode())  # type: ignore[no-untyped-call]
-        return output
+        request.write(output)  # type: ignore[no-untyped-call]
+        request.finish()  # type: ignore[no-untyped-call]
+
+    @staticmethod
+    def _failed(failure: Failure, request: server.Request, gone: list[object]) -> None:
+        logger.error("Rendering /metrics failed: %s", failure.getErrorMessage())
+        if not gone:
+            request.setResponseCode(500)
+            request.write(b"rendering the metrics failed\n")  # type: ignore[no-untyped-call]
+            request.finish()  # type: ignore[no-untyped-call]
+
+    def _threads(self) -> ThreadPool:
+        from twisted.internet import reactor as installed
+
+        reactor: Any = installed
+        if self._pool is None:
+            self._pool = ThreadPool(minthreads=0, maxthreads=1, name="metrics")
+            self._pool.start()
+            reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)
+        return self._pool
 
 
 def _header(request: server.Request, name: bytes) -> str:
-    value = request.getHeader(name)
-    return "" if value is None else value.decode("latin-1")
+    """A request header's values, joined as one (a header sent twice counts whole)."""
+    values = request.requestHeaders.getRawHeaders(name, [])
+    return ",".join(value.decode("latin-1") for value in values)
 
 
 def site(registry: CollectorRegistry | None, page: resource.Resource | None) -> QuietSite:

@@ -231,7 +231,7 @@ class FleetMonitor:
         )
 
     def snapshot(self) -> Snapshot:
-        """What a scrape of ``/metrics`` shows (called on the reactor's thread pool)."""
+        """What a scrape of ``/metrics`` shows (called on the endpoint's own thread)."""
         assert self.info is not None
         stats = self._stats()
         counters = Counters.from_stats(stats)
