@@ -39,15 +39,19 @@ GROUPED = {
 # The autoscaler's test, which alone keeps both cores busy most of the time, runs first with no
 # other timed test beside it (marker ``alone``); the others, each using about half a core at
 # most, then run in three lanes, one unit each, so that at most three of them run at once
-# (``-n 3``): the domain sweeps, a crawl delay and a polite crawl's round trips; freshness, the
-# breaker's rates and 4 workers on many hosts; the many-hosts rates, DNS, the fleet bound by
-# politeness and a Redis outage (about 100 s each). The untimed tests run beside all of them.
+# (``-n 3``): the domain sweeps, a crawl delay, a polite crawl's round trips and a resume;
+# freshness, the breaker's rates, 4 workers on many hosts and another resume; the many-hosts
+# rates, DNS, the fleet bound by politeness and a Redis outage (about 100-130 s each). The
+# untimed tests run beside all of them.
 _ALONE = "timed-alone: starts up to 5 crawl processes"
 _SWEEPS = "timed-lane-1: domain sweeps, a crawl delay, a polite crawl's round trips"
 _RATES = "timed-lane-2: freshness, a breaker's rates, 4 workers on many hosts"
 _HOSTS = "timed-lane-3: many hosts' rates, a real DNS server, a politeness-bound fleet, Redis out"
 _MANY_HOSTS = "tests/test_politeness_many_hosts.py::"
 _HELD_UP = "test_a_request_held_up_on_its_way_still_reaches_its_host_on_time"
+_PAUSED = (
+    "tests/test_pause.py::test_a_paused_fleet_sends_nothing_loses_nothing_and_closes_after_resume"
+)
 SHARED_UNITS = {
     "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": (
         _ALONE
@@ -72,6 +76,10 @@ SHARED_UNITS = {
     # Turns at 10/s handed out in order: a pop more than one interval (0.1 s) late gives its
     # turn up, and the request goes behind the host's others.
     "tests/test_pacing.py::test_turns_are_handed_out_when_they_come": _HOSTS,
+    # The fleet goes on within 2 s of a resume, stamped at the sandbox: starved beside the
+    # autoscaler's test, the first request after one came 2.06 s later.
+    f"{_PAUSED}[one_killed_while_paused]": _SWEEPS,
+    f"{_PAUSED}[all_resume]": _RATES,
     _MANY_HOSTS + "test_scope_any_takes_every_seed_at_depth_0_and_fetches_a_page_again_only_"
     "nearer": _HOSTS,
     # 100 hosts at 0.25/s, spacing stamped at the sandbox (a thread of the test's process): with
