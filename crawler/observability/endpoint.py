@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import gzip
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from twisted.internet import defer, threads
@@ -19,6 +20,7 @@ from twisted.web import http, resource, server
 from crawler.config.table import RULES
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -40,6 +42,27 @@ def parse_ports(raw: object) -> list[int]:
     return list(RULES["METRICS_PORT"].read("METRICS_PORT", raw))
 
 
+class OwnThread:
+    """A thread of its own for work the reactor must not wait on (nor the reactor's pool, which
+    DNS lookups use): started at first use, joined as the reactor shuts down. What runs there
+    hands its result to the reactor without waiting for it, so that join always ends."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pool: ThreadPool | None = None
+
+    def run(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        """``function(*args)`` on the thread; its result (or failure) on the reactor."""
+        from twisted.internet import reactor as installed
+
+        reactor: Any = installed
+        if self._pool is None:
+            self._pool = ThreadPool(minthreads=0, maxthreads=1, name=self.name)
+            self._pool.start()
+            reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)
+        return threads.deferToThreadPool(reactor, self._pool, function, *args)
+
+
 class Metrics(resource.Resource):
     """``GET /metrics``: the registry's samples, in the format the scraper accepts (Prometheus
     text or OpenMetrics), gzipped when it accepts that, only the ``name[]`` asked for if any:
@@ -57,16 +80,12 @@ class Metrics(resource.Resource):
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.registry = registry
-        self._pool: ThreadPool | None = None
+        self._thread = OwnThread("metrics")
 
     def render_GET(self, request: server.Request) -> int:
-        from twisted.internet import reactor
-
         names = [name.decode(errors="replace") for name in request.args.get(b"name[]", [])]
         asked = (_header(request, b"accept"), _header(request, b"accept-encoding"))
-        rendered = threads.deferToThreadPool(
-            reactor, self._threads(), self._render, *asked, [name for name in names if name]
-        )
+        rendered = self._thread.run(self._render, *asked, [name for name in names if name])
         gone: list[object] = []
         request.notifyFinish().addBoth(gone.append)
         rendered.addCallbacks(
@@ -100,16 +119,6 @@ class Metrics(resource.Resource):
             request.setResponseCode(500)
             request.write(b"rendering the metrics failed\n")  # type: ignore[no-untyped-call]
             request.finish()  # type: ignore[no-untyped-call]
-
-    def _threads(self) -> ThreadPool:
-        from twisted.internet import reactor as installed
-
-        reactor: Any = installed
-        if self._pool is None:
-            self._pool = ThreadPool(minthreads=0, maxthreads=1, name="metrics")
-            self._pool.start()
-            reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)
-        return self._pool
 
 
 def _header(request: server.Request, name: bytes) -> str:

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
-from twisted.internet import defer, threads
+from twisted.internet import defer
 from twisted.python.failure import Failure
-from twisted.python.threadpool import ThreadPool
 from twisted.web import resource, server
 
+from crawler.observability.endpoint import OwnThread
 from crawler.observability.page import Report, render_error, render_page
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class PageBuilds:
 
     def __init__(self, build: Callable[[], Report]) -> None:
         self.build = build
-        self._pool: ThreadPool | None = None
+        self._thread = OwnThread("fleet-page")
         self._building = False
         self._waiters: list[defer.Deferred[str]] = []
         self._cached: tuple[float, str] | None = None
@@ -52,23 +52,9 @@ class PageBuilds:
         waiter.addTimeout(PAGE_DEADLINE_SECONDS, reactor)
         if not self._building:
             self._building = True
-            built = threads.deferToThreadPool(
-                reactor,
-                self._threads(),
-                lambda: render_page(self.build()),
-            )
+            built = self._thread.run(lambda: render_page(self.build()))
             built.addBoth(self._done)
         return waiter
-
-    def _threads(self) -> ThreadPool:
-        from twisted.internet import reactor as installed
-
-        reactor: Any = installed
-        if self._pool is None:
-            self._pool = ThreadPool(minthreads=0, maxthreads=1, name="fleet-page")
-            self._pool.start()
-            reactor.addSystemEventTrigger("during", "shutdown", self._pool.stop)
-        return self._pool
 
     def _done(self, result: str | Failure) -> None:
         self._building = False
