@@ -82,6 +82,8 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("BAN_RULES", "no.such.rule", "of importable rule functions"),
         ("STATS_REDIS_KEY", "%(name)s:stats", "may use %(spider)s"),
         ("MONGO_DATABASE", "a.b", "a MongoDB database name"),
+        ("MONGO_COLLECTIONS", '{"dict": "system.users:url"}', '"collection:unique key field"'),
+        ("MONGO_COLLECTIONS", '{"dict": "pro$iles:url"}', '"collection:unique key field"'),
         ("ITEM_PIPELINES", '{"no.such.Pipeline": 1}', "loadable components"),
         ("POLITENESS_DOMAIN_RATES", '{"a.example": -1}', "domains to rates >= 0"),
         ("ALLOWED_START_HOSTS", "ftp://host", "scheme://host[:port]"),

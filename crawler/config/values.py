@@ -77,12 +77,20 @@ class Destination:
     partial: bool = False
 
 
+def collection_name(name: object) -> bool:
+    """Whether ``name`` can name a MongoDB collection: not empty, no ``$`` nor NUL, no dot at
+    either end, not one of MongoDB's own (``system.``)."""
+    if not isinstance(name, str) or not name or "$" in name or "\0" in name:
+        return False
+    return not (name.startswith((".", "system.")) or name.endswith("."))
+
+
 def parse_destination(value: Any) -> str | Destination:
     """A MONGO_COLLECTIONS value: ``"collection:key"``, or ``""`` for items not stored here."""
     text = str(value).strip()
     if text == NOT_STORED:
         return NOT_STORED
     collection, _, key = text.partition(":")
-    if not collection.strip() or not key.strip() or "$" in collection or "\0" in text:
+    if not collection_name(collection.strip()) or not key.strip() or "\0" in key:
         raise ValueError(value)
     return Destination(collection.strip(), key.strip())

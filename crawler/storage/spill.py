@@ -21,6 +21,8 @@ from typing import IO, Any
 import bson
 from bson import json_util
 
+from crawler.config.values import collection_name
+
 logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]  # {"collection", "filter", "update"}
@@ -141,15 +143,8 @@ def _record(line: bytes) -> Record | None:
         bson.encode({"filter": record.get("filter"), "update": record.get("update")})
     except Exception:  # the line is anything a damaged file holds
         return None
-    valid = _collection(record.get("collection")) and _key(record.get("filter"))
+    valid = collection_name(record.get("collection")) and _key(record.get("filter"))
     return record if valid and _update(record.get("update")) else None
-
-
-def _collection(name: Any) -> bool:
-    """Whether ``name`` can name a MongoDB collection."""
-    if not isinstance(name, str) or not name or "$" in name or "\0" in name:
-        return False
-    return not (name.startswith((".", "system.")) or name.endswith("."))
 
 
 def _key(selector: Any) -> bool:
