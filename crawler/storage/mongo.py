@@ -155,7 +155,7 @@ class MongoWriter:
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
         database, indexed = await self._in_thread(self._connect)
-        self.spill = SpillFile(self.config.spill_dir, self.spider_name)
+        self.spill = await self._in_thread(SpillFile, self.config.spill_dir, self.spider_name)
         self.bulk = BulkWrites(database, indexed, self.stats, self.config.retry_times, self.spill)
         await self._in_thread(self.bulk.replay_orphans)
         await self._in_thread(self.bulk.replay_own)
