@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -96,6 +97,30 @@ def test_a_value_json_cannot_hold_is_refused_naming_its_key() -> None:
     request = Request("https://example.com", meta={"page": {"when": object()}})
     with pytest.raises(RequestNotSerializable, match=r"meta\['page'\]\['when'\]"):
         codec.dumps(request.to_dict())
+
+
+@given(
+    key=st.integers() | st.floats(allow_nan=False) | st.booleans() | st.none() | st.binary(),
+    depth=st.integers(0, 3),
+    headers=st.booleans(),
+    compact=st.booleans(),
+)
+def test_a_key_that_is_not_a_string_is_refused_not_stored_changed(
+    key: Any, depth: int, headers: bool, compact: bool
+) -> None:
+    """JSON would store ``{1: "x"}`` as ``{"1": "x"}``: the request would come back with
+    another meta. It is refused, naming where, whatever else the request holds."""
+    meta: dict[Any, Any] = {key: "x"}
+    for _ in range(depth):
+        meta = {"level": [meta]}
+    request = Request(
+        "https://example.com", headers={"X-A": "b"} if headers else None, meta={"m": meta}
+    )
+    record = request_record(request, None) if compact else request.to_dict()
+    with pytest.raises(
+        RequestNotSerializable, match=rf"meta\['m'\].*key {re.escape(repr(key))} is not a string"
+    ):
+        codec.dumps(record)
 
 
 def test_nan_is_refused() -> None:

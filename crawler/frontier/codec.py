@@ -64,29 +64,20 @@ class RequestNotSerializable(ValueError):
 
 
 def dumps(obj: Mapping[str, Any]) -> str:
-    """Encode a ``Request.to_dict()`` mapping as a JSON string, its job's number (field
-    ``"j"``, see :func:`shorten`) in front of it."""
+    """Encode a ``Request.to_dict()`` mapping (either field names) as a JSON string, its job's
+    number (field ``"j"``, see :func:`shorten`) in front of it. A value JSON cannot hold as it
+    is (a key that is not a string, NaN, an object) raises :class:`RequestNotSerializable`
+    naming it, rather than coming back changed."""
     fields = dict(obj)
     if _job_number(job := fields.get(JOB_FIELD)):
         del fields[JOB_FIELD]
         return f"{job}{dumps(fields)}"
-    headers = fields.get("headers")
-    if headers:
-        fields["headers"] = {_encode_key(key, "headers"): value for key, value in headers.items()}
-    try:
-        return json.dumps(fields, default=_tagged, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        # Walk the request to name the value at fault (or to encode keys JSON refused).
-        return json.dumps(_encode(fields, ""), separators=(",", ":"), allow_nan=False)
-
-
-def _tagged(value: Any) -> Any:
-    """What ``json.dumps`` cannot encode by itself: bytes and page methods, else TypeError."""
-    if isinstance(value, bytes):
-        return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
-    if isinstance(value, PageMethod):
-        return _encode_page_method(value, "")
-    raise TypeError(type(value).__name__)
+    for name in ("h", "headers"):
+        if headers := fields.get(name):
+            # Header names are bytes; HTTP header names are ASCII/latin-1 by definition.
+            fields[name] = {_header_name(key): value for key, value in headers.items()}
+    encoded = {name: _encode(value, LONG_NAMES.get(name, name)) for name, value in fields.items()}
+    return json.dumps(encoded, separators=(",", ":"), allow_nan=False)
 
 
 def loads(data: str | bytes) -> dict[str, Any]:
@@ -181,12 +172,13 @@ def _encode_float(value: float, path: str) -> float:
     return value
 
 
+def _header_name(key: Any) -> Any:
+    return key.decode("latin-1") if isinstance(key, bytes) else key
+
+
 def _encode_key(key: Any, path: str) -> str:
     if isinstance(key, str):
         return key
-    if isinstance(key, bytes):
-        # Header names are bytes; HTTP header names are ASCII/latin-1 by definition.
-        return key.decode("latin-1")
     raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
 
 
