@@ -88,7 +88,7 @@ class FrontierMarker:
         self.token = token
         self.seen, self._seen_at = sizes, now
 
-    def _queue_read(self, pipe: Any) -> int:
+    def _queue_read(self, pipe: Any) -> None:
         """Queue the read of the marker (written first when there is none: a worker finding
         none, or another than its own, adopts the one it reads) and of the sizes."""
         keys = self.frontier.keys
@@ -99,7 +99,6 @@ class FrontierMarker:
         pipe.zcard(keys.leases)
         pipe.llen(keys.start)
         pipe.zcard(keys.start_leases)
-        return 2 + len(SIZES)
 
     def _lost(self, leased_here: int, now: float) -> None:
         spider, seen = self.frontier.keys.spider, self.seen

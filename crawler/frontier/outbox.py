@@ -147,11 +147,9 @@ class Outbox:
 
     def queue_renewals(
         self, pipe: Any, frontier: Frontier, worker: str, lease_seconds: float
-    ) -> int:
-        """Queue on ``pipe`` the renewal of every lease held; returns how many commands."""
-        before = len(pipe)
+    ) -> None:
+        """Queue on ``pipe`` the renewal of every lease held."""
         ops = self.leases.renewals()
         if ops:
             frontier.settle(ops, worker, lease_seconds, client=pipe)
         frontier.renew_start(self.starts.renewable(), lease_seconds, pipe)
-        return len(pipe) - before

@@ -129,12 +129,11 @@ def read_pause(server: RedisClient, spider: str) -> Pause | None:
     return pause_from_replies(spider, pipe.execute(raise_on_error=False))
 
 
-def queue_read(pipe: Any, spider: str) -> int:
+def queue_read(pipe: Any, spider: str) -> None:
     """Queue the read of the pause key on ``pipe`` (two commands; see pause_from_replies)."""
     key = pause_key(spider)
     pipe.exists(key)
     pipe.hgetall(key)
-    return 2
 
 
 def pause_from_replies(spider: str, replies: list[Any]) -> Pause | None:
@@ -163,7 +162,7 @@ def _text(value: Any) -> str:
 
 
 class PauseWatch:
-    """One worker's view of its crawl's pause, read every ``interval`` seconds riding the
+    """One worker's view of its crawl's pause, read every CHECK_INTERVAL seconds riding the
     scheduler's round trips; ``changed(pause)`` is called when it turns (None: resumed)."""
 
     def __init__(
@@ -171,12 +170,10 @@ class PauseWatch:
         spider: str,
         stats: StatsCollector | None,
         changed: Callable[[Pause | None], None],
-        interval: float = CHECK_INTERVAL,
     ) -> None:
         self.spider = spider
         self.stats = stats
         self.changed = changed
-        self.interval = interval
         self.state: Pause | None = None
         self._since = 0.0  # monotonic time this worker saw the pause
         self._next_check = 0.0
@@ -186,17 +183,14 @@ class PauseWatch:
         return self.state is not None
 
     def ride(self, riders: Riders) -> None:
-        """Have the key read with the next round trip, when ``interval`` has passed since the
+        """Have the key read with the next round trip, when CHECK_INTERVAL has passed since the
         last read was asked for; the read goes on its own after RIDE_WITHIN seconds."""
         now = time.monotonic()
         if now < self._next_check or riders.waiting(RIDER):
             return
-        self._next_check = now + self.interval
-
-        def write(pipe: Any) -> int:
-            return queue_read(pipe, self.spider)
-
-        riders.add(RIDER, Rider(write, self._read, self._failed), RIDE_WITHIN)
+        self._next_check = now + CHECK_INTERVAL
+        rider = Rider(lambda pipe: queue_read(pipe, self.spider), self._read, self._failed)
+        riders.add(RIDER, rider, RIDE_WITHIN)
 
     def look(self, server: RedisClient) -> None:
         """Read the key now, on a round trip of its own (as the scheduler opens: a worker

@@ -24,7 +24,6 @@ from crawler.frontier.pacing import NO_PACING, Pacing
 from crawler.keys import FrontierKeys, start_key
 
 if TYPE_CHECKING:
-    from redis.commands.core import Script
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
@@ -127,11 +126,6 @@ class Frontier:
         self.server = server
         self.keys = keys
         self.dupefilter = dupefilter
-        self._schedule = server.register_script(lua.SCHEDULE)
-        self._pop = server.register_script(lua.POP)
-        self._settle = server.register_script(lua.SETTLE)
-        self._pop_start = server.register_script(lua.POP_START)
-        self._queued = server.register_script(lua.QUEUED)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -146,8 +140,8 @@ class Frontier:
         ]
         for pending in batch:
             args.extend(pending.script_args())
-        result = _run(
-            self._schedule,
+        result = self._run(
+            lua.SCHEDULE,
             keys.script_keys(keys.delayed, keys.dupefilter, *keys.job_keys()),
             args,
             client,
@@ -174,11 +168,11 @@ class Frontier:
         now = time.time()
         keys = self.keys
         paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
-        return _run(
-            self._pop,
+        return self._run(
+            lua.POP,
             keys.script_keys(keys.delayed, keys.leases, keys.owner, *keys.job_keys()),
             [keys.queue_prefix, now, count, now + lease_seconds, worker, *paced],
-            None if client is self.server else client,
+            client,
         )
 
     def settle(
@@ -193,8 +187,8 @@ class Frontier:
         args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
         for op in ops:
             args.extend(op)
-        result = _run(
-            self._settle,
+        result = self._run(
+            lua.SETTLE,
             keys.script_keys(keys.leases, keys.owner, keys.dead, *keys.job_counts()),
             args,
             client,
@@ -207,8 +201,8 @@ class Frontier:
         """Lease up to ``count`` start entries; each comes back if not acked in time."""
         now = time.time()
         keys = [self.keys.start, self.keys.start_leases]
-        members = _run(self._pop_start, keys, [now, count, now + lease_seconds, worker], None)
-        return start_members(members)
+        members = self._run(lua.POP_START, keys, [now, count, now + lease_seconds, worker])
+        return [bytes(member) for member in members or []]
 
     def ack_start(self, members: Iterable[bytes], client: Any = None) -> None:
         members = list(members)
@@ -234,10 +228,13 @@ class Frontier:
 
     def queued(self, client: Any = None) -> int:
         """How many requests are queued (or queue the question on the pipeline ``client``)."""
-        keys = self.keys
-        script_keys = keys.script_keys(keys.job_keys()[2])
-        result = _run(self._queued, script_keys, [keys.queue_prefix], client)
+        result = queue_queued(self.server if client is None else client, self.keys)
         return int(result) if client is None else 0
+
+    def _run(self, script: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        """Run ``script`` as EVAL on the server, or queue it on the pipeline ``client`` (see
+        lua.queue_eval): never a NOSCRIPT answer and two more round trips to load it."""
+        return lua.queue_eval(self.server if client is None else client, script, keys, args)
 
     def dead_letters(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest dead letters, each {"request": {...}, "failure": {...}}, the request with
@@ -303,16 +300,11 @@ def _dead_letter(raw: bytes | str) -> dict[str, Any]:
     return letter
 
 
-def _run(script: Script, keys: list[str], args: list[Any], client: Any) -> Any:
-    """Run ``script`` as EVAL on its server, or queue it on the pipeline ``client`` (see
-    lua.queue_eval): never a NOSCRIPT answer and two more round trips to load it."""
-    on = script.registered_client if client is None else client  # an empty pipeline is falsy
-    return lua.queue_eval(on, script.script, keys, args)
-
-
-def queue_queued(pipe: Any, keys: FrontierKeys) -> None:
-    """Queue on ``pipe`` the question how many requests are queued (see ``Frontier.queued``)."""
-    lua.queue_eval(pipe, lua.QUEUED, keys.script_keys(keys.job_keys()[2]), [keys.queue_prefix])
+def queue_queued(client: Any, keys: FrontierKeys) -> Any:
+    """How many requests are queued, asked on ``client`` (its answer), or queued on a pipeline
+    (see ``Frontier.queued``)."""
+    args = [keys.queue_prefix]
+    return lua.queue_eval(client, lua.QUEUED, keys.script_keys(keys.job_keys()[2]), args)
 
 
 def read_sizes(replies: Sequence[Any]) -> dict[str, int]:
@@ -337,8 +329,3 @@ def spider_frontier(server: RedisClient, settings: BaseSettings, spider: str) ->
     start list, its duplicate filter): what the commands and ``scrapy status`` read."""
     keys = FrontierKeys(spider, start_key(settings, spider))
     return Frontier(server, keys, DupefilterConfig.from_settings(settings))
-
-
-def start_members(reply: Any) -> list[bytes]:
-    """The start entries a pop_start leased, from its reply."""
-    return [bytes(member) for member in reply or []]

@@ -96,10 +96,6 @@ class Riders:
     def waiting(self, name: str) -> bool:
         return name in self._waiting
 
-    def cancel(self, name: str) -> None:
-        """Drop the rider ``name`` if it still waits."""
-        self._waiting.pop(name, None)
-
     def due(self) -> bool:
         """Whether a rider's latest time has come."""
         now = time.monotonic()

@@ -319,16 +319,13 @@ class FrontierScheduler(BaseScheduler):
         along (see ``riders.py``), in one round trip; False if Redis is away."""
         return self._trip(pop=False)[0]
 
-    def drain(self, before_trip: Callable[[], None] | None = None) -> bool:
+    def drain(self) -> bool:
         """Write everything waiting, the riders not due yet too, then what their replies let
-        be written (a revisit written lets its page be acked), ``before_trip()`` called before
-        each round trip: an idle worker's look at the fleet's end need not wait for riders'
-        latest times. False if Redis is away."""
+        be written (a revisit written lets its page be acked): an idle worker's look at the
+        fleet's end need not wait for riders' latest times. False if Redis is away."""
         for _ in range(DRAIN_TRIPS):  # a revisit or hand-off written, then its page acked
             if not (self.outbox or self.riders):
                 return True
-            if before_trip:
-                before_trip()
             if not self._trip(pop=False, everything=True)[0]:
                 return False
         return True
@@ -355,11 +352,12 @@ class FrontierScheduler(BaseScheduler):
         the next round trip, at the latest a sixth of a lease from now."""
         if self.frontier is not None:
             frontier, worker, seconds = self.frontier, self.worker, self.config.lease_seconds
-
-            def queue(pipe: Any) -> int:
-                return self.outbox.queue_renewals(pipe, frontier, worker, seconds)
-
-            self.riders.add("renew", Rider(queue, self._renewed, self._outage), seconds / 6)
+            rider = Rider(
+                lambda pipe: self.outbox.queue_renewals(pipe, frontier, worker, seconds),
+                self._renewed,
+                self._outage,
+            )
+            self.riders.add("renew", rider, seconds / 6)
 
     def _renewed(self, replies: list[Any]) -> None:
         if (error := first_error(replies)) is not None:

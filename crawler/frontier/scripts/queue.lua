@@ -109,7 +109,6 @@ end
 -- they are read once per call, and only when a record carries a job.
 local JOBS
 local function job_hold(record, now)
-  if not Q.cancelled then return nil end
   local n = job_of(record)
   if not n then return nil end
   if not JOBS then
@@ -145,7 +144,6 @@ end
 -- budget, else nil.
 local BUDGETS
 local function budget_of(record)
-  if not Q.budgets then return nil end
   local n = job_of(record)
   if not n then return nil end
   if not BUDGETS then

@@ -12,8 +12,8 @@
 local now, rate = tonumber(ARGV[1]), tonumber(ARGV[2])
 local burst, want = tonumber(ARGV[3]), tonumber(ARGV[4])
 local recovery, floor, penalize = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+local tokens, factor, planned, pts, ts = bucket_read(KEYS[1], rate, burst, now, recovery)
 if want == 1 and ARGV[9] == '1' and not KEYS[2] then
-  local tokens, factor, planned, pts, ts = bucket_read(KEYS[1], rate, burst, now, recovery)
   local interval = 1 / (rate * factor)
   if tokens < 1 and (1 - tokens) * interval > 0.001 then
     local at = math.max(now, ts) + (1 - tokens) * interval
@@ -23,7 +23,6 @@ if want == 1 and ARGV[9] == '1' and not KEYS[2] then
     return {0, fmt(math.max(0.001, at - now)), fmt(factor)}
   end
 end
-local tokens, factor, planned, pts, ts = bucket_read(KEYS[1], rate, burst, now, recovery)
 if penalize then factor = math.max(floor, factor / 2) end
 -- A token due within EARLY seconds counts as come (the times are written to the microsecond:
 -- a turn planned for the token's very time would otherwise miss it by a rounding).
