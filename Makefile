@@ -1,6 +1,7 @@
-# The README's two commands: `make demo` and `make test`. Both build the virtualenv first
-# (compiled on every core: pip would compile it on one; a file that does not compile is named,
-# and, as with pip, is no failure).
+# The README's two commands: `make demo` and `make test`. Both build the virtualenv first: uv
+# installs it (its downloads in parallel; pip where uv cannot be had, as behind an index that only
+# pip's configuration names). Nothing is compiled ahead: a module is compiled the first time it
+# is imported (most of the virtualenv never is), and `make test` caches what it compiles.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,9 +11,8 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
-	-$(BIN)/python -m compileall -q -j 0 $(VENV)/lib
+	$(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' \
+		|| $(BIN)/python -m pip install --quiet --no-compile -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP) chromium
