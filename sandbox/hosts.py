@@ -1,13 +1,14 @@
 """A web of many hosts, each on its own loopback address, that counts every request it receives.
 
 Host ``i`` (``i`` below the host count) is ``http://127.0.<1 + i // 250>.<1 + i % 250>:<port>/``
-(up to 250 x 254 hosts), all served by one asyncio server on one port. Every host has PAGES
+(up to 250 x 254 hosts), all served from one asyncio loop on one port. Every host has PAGES
 small HTML pages, ``/`` and ``/p/<k>``; page ``k`` links ``LOCAL_LINKS`` pages of its host
 (``8k + 1`` to ``8k + 8``, so every page is within a few hops of ``/``) and ``FOREIGN_LINKS``
 seeded pages of other hosts. ``/robots.txt`` allows everything; anything else is a 404.
 
-The server notes when each request arrived (wall clock) per host address: that is where a
-polite crawler's promise is kept, and where tests and benchmarks count it
+The server notes when each request arrived per host address, as the kernel received its
+first bytes (Linux's SO_TIMESTAMPNS, wall clock), however late a busy server reads them: that is
+where a polite crawler's promise is kept, and where tests and benchmarks count it
 (:func:`early_requests`, :func:`busy_hosts`). ``GET /__arrivals`` (on any host) answers them as
 JSON, ``{address: [[time, path], ...]}``, and ``GET /__reset`` forgets them; neither is counted.
 
@@ -27,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import random
 import socket
+import struct
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -83,17 +86,21 @@ class HostsWeb:
         self._index = {host_address(h): h for h in range(hosts)}
         self._seed = seed
         self.faults: dict[str, str] = {}
+        self.server: Server | None = None  # once served (serve)
 
-    def answer(self, address: str, path: str, depth: int | None = None) -> bytes | None:
+    def answer(
+        self, address: str, path: str, depth: int | None = None, arrived: float | None = None
+    ) -> bytes | None:
         """The bytes to answer ``path`` on host ``address`` with; None: close the connection.
-        ``depth``: the request's Depth header, noted when it has one."""
+        ``depth``: the request's Depth header, noted when it has one; ``arrived``: when the
+        request reached the host (now when not given)."""
         if path == "/__arrivals":
             body = json.dumps(self.arrivals).encode()
             return _response(b"200 OK", body, b"application/json")
         if path == "/__reset":
             self.arrivals.clear()
             return _response(b"200 OK", b"{}", b"application/json")
-        self.arrivals[address].append((time.time(), path))
+        self.arrivals[address].append((time.time() if arrived is None else arrived, path))
         if depth is not None:
             self.depths[address, path].append(depth)
         host = self._index.get(address)
@@ -138,38 +145,125 @@ def _page_number(path: str) -> int | None:
         return None
 
 
-class _Protocol(asyncio.Protocol):
-    def __init__(self, web: HostsWeb) -> None:
-        self.web = web
-        self.buffer = b""
-        self.transport: asyncio.Transport | None = None
+# Linux's receive timestamps: the kernel notes when each packet came in (CLOCK_REALTIME).
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_STAMP_SPACE = socket.CMSG_SPACE(16)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.address = str(transport.get_extra_info("sockname")[0])
 
-    def data_received(self, data: bytes) -> None:
+def _kernel_time(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """When the kernel received the bytes a ``recvmsg`` read (SO_TIMESTAMPNS); now without."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return float(seconds + nanoseconds / 1e9)
+    return time.time()
+
+
+class _Connection:
+    """One client connection. A request's arrival is when the kernel received its first bytes,
+    not when this process got round to reading them: a busy machine (the test's own process, a
+    loaded CI) delays the reading, never the time counted."""
+
+    def __init__(self, server: Server, sock: socket.socket) -> None:
+        self.server, self.sock, self.loop = server, sock, server.loop
+        self.address = str(sock.getsockname()[0])
+        self.buffer = self.out = b""
+        self.started = 0.0  # the kernel's time of the first bytes of the request in the buffer
+        sock.setblocking(False)
+        self.loop.add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, _STAMP_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        if not self.buffer:
+            self.started = _kernel_time(ancillary)
         self.buffer += data
         while b"\r\n\r\n" in self.buffer:
             head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
             parts = head.split(b"\r\n", 1)[0].split(b" ")
             path = parts[1].decode("latin-1").split("?")[0] if len(parts) > 1 else "/"
-            assert self.transport is not None
-            answer = self.web.answer(self.address, path, _depth_header(head))
+            answer = self.server.web.answer(self.address, path, _depth_header(head), self.started)
             if answer is None:
-                self.transport.abort()
+                self.close()
                 return
-            self.transport.write(answer)
+            self.out += answer
+            self._flush()
+
+    def _flush(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        self.out = self.out[sent:]
+        if self.out:
+            self.loop.add_writer(self.sock.fileno(), self._flush)
+        else:
+            self.loop.remove_writer(self.sock.fileno())
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+            self.loop.remove_writer(self.sock.fileno())
+            self.sock.close()
+        self.server.connections.discard(self)
 
 
-async def serve(web: HostsWeb) -> asyncio.AbstractServer:
+class Server:
+    """Listens on every host's address at ``web.port`` on the running loop; ``close()`` stops
+    listening and drops every connection."""
+
+    def __init__(self, web: HostsWeb, loop: asyncio.AbstractEventLoop) -> None:
+        self.web, self.loop = web, loop
+        self.connections: set[_Connection] = set()
+        self.listeners: list[socket.socket] = []
+        try:
+            for address in (host_address(h) for h in range(web.hosts)):
+                self.listeners.append(self._listen(address))
+        except OSError:
+            self.close()
+            raise
+
+    def _listen(self, address: str) -> socket.socket:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # no receive timestamps here: the read's time counts
+            listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # accepted ones inherit it
+        listener.bind((address, self.web.port))
+        listener.listen(1024)
+        listener.setblocking(False)
+        self.loop.add_reader(listener.fileno(), self._accept, listener)
+        return listener
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            sock, _ = listener.accept()
+        except OSError:  # gone meanwhile, or out of descriptors: the client retries or fails
+            return
+        self.connections.add(_Connection(self, sock))
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            if listener.fileno() >= 0:
+                self.loop.remove_reader(listener.fileno())
+                listener.close()
+        for connection in list(self.connections):
+            connection.close()
+
+
+async def serve(web: HostsWeb) -> Server:
     """Listen on every host's address at ``web.port``."""
-    addresses = [host_address(h) for h in range(web.hosts)]
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: _Protocol(web), host=addresses, port=web.port, reuse_address=True, backlog=1024
-    )
+    web.server = Server(web, asyncio.get_running_loop())
+    return web.server
 
 
 def free_port(hosts: int) -> int:
@@ -225,9 +319,9 @@ def main() -> None:
     web = HostsWeb(options.hosts, options.pages, port, options.seed)
 
     async def run() -> None:
-        server = await serve(web)
+        await serve(web)
         print(port, flush=True)
-        await server.serve_forever()
+        await asyncio.Event().wait()  # until terminated
 
     asyncio.run(run())
 
