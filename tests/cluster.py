@@ -13,6 +13,7 @@ from typing import Any
 import redis
 
 from devtools.services import ServerProcess, free_port, redis_server_binary, start_redis
+from tests.harness import on_free_port
 
 READY_TIMEOUT = 30.0
 CREATE_OPTIONS = ("--cluster-replicas", "0", "--cluster-yes")
@@ -77,8 +78,13 @@ class LocalCluster:
 
 
 def _start_node(data_dir: Path) -> ServerProcess:
+    """A cluster-enabled server on free ports, again on others when one was taken meanwhile
+    (by a connection of another test process, say)."""
+    return on_free_port(lambda port: _start_node_on(data_dir, port, free_port()))
+
+
+def _start_node_on(data_dir: Path, port: int, bus_port: int) -> ServerProcess:
     # The cluster bus port is given, not derived (port + 10000 may be out of range).
-    port, bus_port = free_port(), free_port()
     node_dir = data_dir / str(port)
     return start_redis(
         port,
