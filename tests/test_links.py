@@ -350,7 +350,12 @@ def assert_each_path_asked_once(
     connection that died first (Twisted's pool does, unseen by the crawl): once at most."""
     asked = {host: n for host, n in asked_per_host(*logs).items() if host not in leave_out}
     seen = {host: paths for host, paths in counts.items() if host not in leave_out}
-    assert asked == {host: len(paths) for host, paths in seen.items()}, logs[-1][-6000:]
+    again = {(host, path): n for host, paths in seen.items() for path, n in paths.items() if n > 1}
+    stats = [
+        re.findall(r"'(?:dupefilter|links|start|politeness|recrawl)/[^']*': \d+", log)
+        for log in logs
+    ]
+    assert asked == {host: len(paths) for host, paths in seen.items()}, (again, stats)
     assert sum(sum(paths.values()) for paths in seen.values()) - sum(asked.values()) <= 1
 
 
