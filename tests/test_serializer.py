@@ -123,6 +123,15 @@ def test_a_key_that_is_not_a_string_is_refused_not_stored_changed(
         codec.dumps(record)
 
 
+@pytest.mark.parametrize("tag", ["__bytes__", "__page_method__"])
+def test_a_dict_shaped_like_a_tag_is_refused_not_read_back_as_another_value(tag: str) -> None:
+    request = Request("https://example.com", meta={"m": [{tag: "aGk="}]})
+    with pytest.raises(RequestNotSerializable, match=r"meta\['m'\]\[0\]: a dict whose only key"):
+        codec.dumps(request_record(request, None))
+    again = {tag: "aGk=", "other": 1}
+    assert _round_trip(Request("https://example.com", meta={"m": again})).meta["m"] == again
+
+
 def test_nan_is_refused() -> None:
     with pytest.raises(RequestNotSerializable, match="nan"):
         codec.dumps(Request("https://example.com", meta={"score": float("nan")}).to_dict())
