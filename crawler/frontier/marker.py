@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from crawler.frontier.queue import SIZE_NAMES, WORK_LEFT, queue_sizes, read_sizes
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.keys import frontier_marker_key
 
@@ -37,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 # Seconds between two reads of the marker by one worker.
 CHECK_INTERVAL = 2.0
-SIZES = ("queue", "delayed", "leased", "start", "start_leased")
 RIDER = "frontier-marker"
 
 
@@ -52,7 +52,7 @@ class FrontierMarker:
         self.interval = interval
         self.key = frontier_marker_key(frontier.keys.spider)
         self.token: bytes | None = None
-        self.seen: dict[str, int] = dict.fromkeys(SIZES, 0)
+        self.seen: dict[str, int] = dict.fromkeys(SIZE_NAMES, 0)
         self._seen_at = 0.0
         self._next_check = 0.0
 
@@ -82,7 +82,7 @@ class FrontierMarker:
     def _compare(self, replies: list[Any], leased_here: int) -> None:
         now = time.monotonic()
         token = _bytes(replies[1])
-        sizes = dict(zip(SIZES, (int(size) for size in replies[2:]), strict=True))
+        sizes = read_sizes(replies[2:])
         if self.token is not None and token != self.token:
             self._lost(leased_here, now)
         self.token = token
@@ -91,19 +91,14 @@ class FrontierMarker:
     def _queue_read(self, pipe: Any) -> None:
         """Queue the read of the marker (written first when there is none: a worker finding
         none, or another than its own, adopts the one it reads) and of the sizes."""
-        keys = self.frontier.keys
         pipe.set(self.key, f"{time.time():.0f}:{uuid.uuid4().hex}", nx=True)
         pipe.get(self.key)
-        self.frontier.queued(pipe)
-        pipe.zcard(keys.delayed)
-        pipe.zcard(keys.leases)
-        pipe.llen(keys.start)
-        pipe.zcard(keys.start_leases)
+        queue_sizes(pipe, self.frontier.keys)
 
     def _lost(self, leased_here: int, now: float) -> None:
         spider, seen = self.frontier.keys.spider, self.seen
         self._count("frontier/lost", 1)
-        if not (leased_here or any(seen.values())):
+        if not (leased_here or any(seen[name] for name in WORK_LEFT)):
             logger.warning(
                 "Frontier of %s was reset in Redis (restarted without persistence, flushed or "
                 "purged); it held no requests when last seen. Its duplicate filter and dead "
