@@ -16,6 +16,9 @@ from typing import Any, cast
 import pytest
 import redis
 from redis.crc import key_slot
+from scrapy import Request
+from scrapy.utils.request import request_from_dict
+from scrapy_playwright.page import PageMethod
 
 from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
@@ -311,6 +314,34 @@ def test_dead_letters_keep_request_and_failure(
     assert frontier.sizes()["dead"] == 0
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
     assert codec.loads(data) == {**second, "dont_filter": True}
+
+
+def test_a_dead_letter_requeued_keeps_its_bytes_and_page_methods(frontier: Frontier) -> None:
+    """A request as a spider makes it (bytes headers and body, a Playwright page method, a job)
+    comes back from the dead letters as it was."""
+    made = Request(
+        "https://a/form",
+        method="POST",
+        body=b"\x00q=1",
+        headers={"Accept": "text/html"},
+        meta={"job": 7, "playwright_page_methods": [PageMethod("wait_for_timeout", 10)]},
+    )
+    record = codec.dumps(codec.request_record(made, None))
+    frontier.schedule([Pending(record, fingerprint("https://a/form"))])
+    ((lease_id, _),) = frontier.pop(1, LEASE, "w1").leased
+    assert frontier.settle([("d", lease_id, json.dumps({"reason": "x"}))], "w1", LEASE) == 1
+    assert frontier.requeue_dead(1) == 1
+    ((_, data),) = frontier.pop(1, LEASE, "w2").leased
+    again = request_from_dict(codec.loads(data))
+    assert (again.method, again.body, again.headers.get("Accept")) == (
+        "POST",
+        made.body,
+        b"text/html",
+    )
+    assert again.meta["job"] == 7
+    (method,) = again.meta["playwright_page_methods"]
+    assert (method.method, method.args) == ("wait_for_timeout", (10,))
+    assert again.dont_filter
 
 
 # --- duplicate filter ------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def loads(data: str | bytes) -> dict[str, Any]:
     """Decode what :func:`dumps` produced back into a ``request_from_dict`` mapping (a
     format 2 record with its field names made whole again)."""
     job, data = split_job(data)
-    decoded = json.loads(data, object_hook=_decode_tagged)
+    decoded = json.loads(data, object_hook=decode_tags)
     if not isinstance(decoded, dict):
         raise ValueError(f"stored request is not a JSON object: {decoded!r:.80}")
     if job is not None:
@@ -187,7 +187,7 @@ def _encode_key(key: Any, path: str) -> str:
     raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
 
 
-def _decode_tagged(obj: dict[str, Any]) -> Any:
+def decode_tags(obj: dict[str, Any]) -> Any:
     if len(obj) == 1 and _BYTES_TAG in obj:
         return base64.b64decode(obj[_BYTES_TAG])
     if len(obj) == 1 and _PAGE_METHOD_TAG in obj:

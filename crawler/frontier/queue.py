@@ -265,7 +265,7 @@ class Frontier:
             raw: Any = self.server.lindex(self.keys.dead, -1)
             if raw is None:
                 break
-            request = _dead_letter(raw)["request"]
+            request = _dead_letter(raw, decoded=True)["request"]
             request["dont_filter"] = True
             (request.get("meta") or {}).pop("retry_times", None)
             record = codec.dumps(codec.shorten(request))
@@ -292,9 +292,12 @@ def popped(raw: Any) -> Popped:
 _OLD_LETTER = re.compile(r'^\{"request":(\d+)\{')
 
 
-def _dead_letter(raw: bytes | str) -> dict[str, Any]:
+def _dead_letter(raw: bytes | str, decoded: bool = False) -> dict[str, Any]:
+    """A dead letter read; ``decoded``: its request's bytes and page methods as they were
+    (to schedule it again), else as stored in JSON (to show it)."""
     text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    letter: dict[str, Any] = json.loads(_OLD_LETTER.sub(r'{"request":{"j":\1,', text, count=1))
+    text = _OLD_LETTER.sub(r'{"request":{"j":\1,', text, count=1)
+    letter: dict[str, Any] = json.loads(text, object_hook=codec.decode_tags if decoded else None)
     if isinstance(letter.get("request"), dict):
         letter["request"] = codec.expand(letter["request"])
     return letter
