@@ -11,6 +11,7 @@ start.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -276,6 +277,52 @@ def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
     aside = [json.loads(raw) for raw in redis_client.lrange("ours:seeds:invalid", 0, -1)]
     assert [record["entry"] for record in aside] == ["not a url"]
     assert not redis_client.exists("ours:seeds", "{ours:seeds}:leases", "{ours}:dead")
+
+
+# A spider whose callback makes requests the frontier cannot store (meta keyed by numbers, as
+# pickle would have kept them), more of them than CONCURRENT_ITEMS, then good ones.
+REFUSED = """
+import scrapy
+
+
+class Refused(scrapy.Spider):
+    name = 'refused'
+
+    def __init__(self, domain='', *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.home = domain
+
+    async def start(self):
+        yield scrapy.Request(self.home)
+
+    def parse(self, response):
+        for n in range(12):
+            yield scrapy.Request(response.urljoin(f'/p/{n}?v=2'), meta={'pages': {n: 'x'}},
+                                 callback=self.parse_page)
+        for path in ('/p/0', '/p/1'):
+            yield scrapy.Request(response.urljoin(path), callback=self.parse_page)
+
+    def parse_page(self, response):
+        return {'url': response.url}
+"""
+
+
+def test_requests_redis_cannot_hold_are_refused_by_name_and_the_crawl_goes_on(
+    crawl: Crawl, sandbox: Sandbox, example_project: Path
+) -> None:
+    """Each is named in an ERROR and counted, the spider's other requests are fetched and
+    stored, and the crawl ends: no callback's output is left half processed."""
+    (example_project / "example" / "spiders" / "refused.py").write_text(REFUSED)
+    sandbox.admin("web", {"sites": 1, "pages": 2, "extras": False})
+    result = run_example(crawl, example_project, "refused", site_url(sandbox, 0), timeout=90)
+    assert result.returncode == 0, result.stderr[-4000:]
+    stored = {doc["url"] for doc in crawl.mongo.db.refused.find({}, {"url": 1})}
+    assert stored == {site_url(sandbox, 0, "/p/0"), site_url(sandbox, 0, "/p/1")}
+    refusals = re.findall(
+        r"ERROR: <GET (\S+)> not scheduled: meta\['pages'\]: key (\d+)", result.stderr
+    )
+    assert sorted(int(n) for _, n in refusals) == list(range(12)), result.stderr[-4000:]
+    assert "'scheduler/unserializable': 12" in result.stderr
 
 
 # scrapy-redis settings the frontier would not honour, a value of each, and what the refusal

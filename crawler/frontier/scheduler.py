@@ -26,6 +26,7 @@ from twisted.internet import task
 from crawler.connection import crawl_redis
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.chains import Credits, chain_host, keep_on_turn
+from crawler.frontier.codec import RequestNotSerializable
 from crawler.frontier.dupefilter import RecentlySeen
 from crawler.frontier.gate import SendGate
 from crawler.frontier.idle import FleetIdle, WorkerState
@@ -219,7 +220,10 @@ class FrontierScheduler(BaseScheduler):
         own = lease_id is None and not again  # made by a page here, not sent back or retried
         if scheduled and not (own and self._keep(request, host)):
             booked = own and host is not None and self.credits.booked(host)
-            entry = pending(request, fingerprint, self.crawler.spider, again, seed)
+            try:
+                entry = pending(request, fingerprint, self.crawler.spider, again, seed)
+            except RequestNotSerializable as exc:
+                return self._refuse(request, lease_id, exc)
             self.outbox.push(entry, not booked)
             if booked:
                 self._count("frontier/pushes_waited")
@@ -234,6 +238,16 @@ class FrontierScheduler(BaseScheduler):
         if len(self.outbox.pushes) >= PUSH_BATCHES * self.config.batch_size:
             self.flush()
         return scheduled
+
+    def _refuse(self, request: Request, lease_id: str | None, exc: Exception) -> bool:
+        """A request whose meta Redis cannot hold as JSON is not scheduled (dropped, as Scrapy
+        counts a scheduler's refusal): named in an ERROR, counted; a retry's lease ends as a dead
+        letter, the request it was kept whole there."""
+        logger.error("%s not scheduled: %s", request, exc, extra={"spider": self.crawler.spider})
+        self._count("scheduler/unserializable")
+        if lease_id is not None:
+            self.ledger.dead(lease_id, "not_serializable", str(exc), 1)
+        return False
 
     def _keep(self, request: Request, host: str | None) -> bool:
         """Keep a request a page made for its own host on a turn of that host this worker took
