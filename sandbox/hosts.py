@@ -169,6 +169,7 @@ class _Connection:
         self.address = str(sock.getsockname()[0])
         self.buffer = self.out = b""
         self.started = 0.0  # the kernel's time of the first bytes of the request in the buffer
+        self.ending = False  # the client sent all it will: closed once the answers are out
         sock.setblocking(False)
         self.loop.add_reader(sock.fileno(), self._readable)
 
@@ -180,7 +181,10 @@ class _Connection:
         except OSError:
             data = b""
         if not data:
-            self.close()
+            self.loop.remove_reader(self.sock.fileno())
+            self.ending = True
+            if not self.out:
+                self.close()
             return
         if not self.buffer:
             self.started = _kernel_time(ancillary)
@@ -195,6 +199,8 @@ class _Connection:
                 return
             self.out += answer
             self._flush()
+            if self.sock.fileno() < 0:
+                return
 
     def _flush(self) -> None:
         try:
@@ -207,6 +213,8 @@ class _Connection:
         self.out = self.out[sent:]
         if self.out:
             self.loop.add_writer(self.sock.fileno(), self._flush)
+        elif self.ending:
+            self.close()
         else:
             self.loop.remove_writer(self.sock.fileno())
 
@@ -216,6 +224,12 @@ class _Connection:
             self.loop.remove_writer(self.sock.fileno())
             self.sock.close()
         self.server.connections.discard(self)
+
+
+# Connections one wake-up of a listener accepts at most; seconds it rests when accept fails
+# (out of file descriptors), rather than spinning on a listener that stays readable.
+ACCEPTS_PER_WAKE = 64
+ACCEPT_PAUSE = 1.0
 
 
 class Server:
@@ -245,11 +259,20 @@ class Server:
         return listener
 
     def _accept(self, listener: socket.socket) -> None:
-        try:
-            sock, _ = listener.accept()
-        except OSError:  # gone meanwhile, or out of descriptors: the client retries or fails
-            return
-        self.connections.add(_Connection(self, sock))
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError:  # out of descriptors: the clients wait in the backlog meanwhile
+                self.loop.remove_reader(listener.fileno())
+                self.loop.call_later(ACCEPT_PAUSE, self._resume, listener)
+                return
+            self.connections.add(_Connection(self, sock))
+
+    def _resume(self, listener: socket.socket) -> None:
+        if listener.fileno() >= 0:
+            self.loop.add_reader(listener.fileno(), self._accept, listener)
 
     def close(self) -> None:
         for listener in self.listeners:

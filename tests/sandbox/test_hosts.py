@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
+import subprocess
+import sys
 import threading
 import time
 
 from sandbox.hosts import HostsWeb, host_address
-from tests.harness import poll, served_hosts
+from tests.harness import ROOT, poll, served_hosts
 
 
 def _get(sock: socket.socket, path: str) -> bytes:
@@ -25,6 +29,13 @@ def _answer(sock: socket.socket) -> bytes:
     while len(body) < length:
         body += sock.recv(65536)
     return head.split(b"\r\n")[0] + b"\r\n" + body
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The user and system CPU time process ``pid`` has used (Linux's /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _block_loop(web: HostsWeb, seconds: float) -> threading.Event:
@@ -91,3 +102,50 @@ def test_a_request_counts_as_arrived_when_it_reached_the_host_not_when_a_busy_se
         assert first <= at_first < first + 0.1
         assert second <= at_second < second + 0.1
         assert abs((at_second - at_first) - (second - first)) < 0.1
+
+
+def test_a_client_that_stops_sending_still_gets_its_whole_answer() -> None:
+    """A client that half-closes after its request (``nc -N``) reads the whole answer, however
+    much is still waiting in the server's buffer."""
+    with served_hosts(1, 1) as web:
+        web.arrivals["127.0.9.9"] = [(float(n), f"/p/{n}") for n in range(300_000)]
+        with socket.create_connection((host_address(0), web.port)) as sock:
+            sock.sendall(b"GET /__arrivals HTTP/1.1\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := sock.recv(1 << 20):
+                data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    assert length > 5_000_000
+    assert len(body) == length
+
+
+def test_out_of_descriptors_the_server_rests_instead_of_spinning() -> None:
+    """With more clients than file descriptors, the server waits for descriptors to free up
+    (using next to no CPU meanwhile) and then serves the clients left waiting."""
+    limit = (64, 64)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "sandbox.hosts", "--hosts", "1", "--pages", "1"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limit),
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        clients = [socket.create_connection((host_address(0), port)) for _ in range(100)]
+        before = _cpu_seconds(server.pid)
+        start = time.monotonic()
+        poll(lambda: time.monotonic() - start >= 2.0, timeout=10)
+        assert _cpu_seconds(server.pid) - before < 0.5
+        for client in clients[:60]:
+            client.close()
+        last = clients[-1]
+        last.settimeout(20)
+        assert _get(last, "/").startswith(b"HTTP/1.1 200 OK")
+        for client in clients[60:]:
+            client.close()
+    finally:
+        server.kill()
+        server.wait()
