@@ -344,6 +344,31 @@ def test_a_dead_letter_requeued_keeps_its_bytes_and_page_methods(frontier: Front
     assert again.dont_filter
 
 
+def test_a_dead_letter_that_cannot_be_read_back_is_named_and_left_the_others_requeued(
+    frontier: Frontier, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    letters = [
+        '{"request":{"u":"https://a/1"},"failure":{"reason":"x"}}',
+        '{"request":{"u":"https://a/2","m":{"x":{"__bytes__":"abc"}}},"failure":{}}',
+        "not json",
+        '{"request":{"u":"https://a/3","m":{"p":{"__page_method__":{"m":1}}}},"failure":{}}',
+        '{"request":{"u":"https://a/4","m":[1]},"failure":{}}',
+        '{"request":{"u":"https://a/5"},"failure":{"reason":"y"}}',
+    ]
+    redis_client.lpush(frontier.keys.dead, *letters)  # the first pushed is the oldest
+    with caplog.at_level("ERROR"):
+        assert frontier.requeue_dead(10) == 2
+    assert [codec.loads(data)["url"] for _, data in frontier.pop(10, LEASE, "w").leased] == [
+        "https://a/1",
+        "https://a/5",
+    ]
+    left = [
+        raw.decode() for raw in cast(list[bytes], redis_client.lrange(frontier.keys.dead, 0, -1))
+    ]
+    assert left == letters[4:0:-1]
+    assert sum("cannot be requeued" in record.message for record in caplog.records) == 4
+
+
 # --- duplicate filter ------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
+
+logger = logging.getLogger(__name__)
 
 # Higher Scrapy priority first, FIFO within one priority (one list per priority, see
 # scripts/queue.lua). The priorities index is a sorted set scored -priority, and a double holds
@@ -259,17 +262,19 @@ class Frontier:
         return moved
 
     def requeue_dead(self, limit: int) -> int:
-        """Move up to ``limit`` dead letters back to the queue (oldest first); returns how many."""
-        moved = 0
+        """Move up to ``limit`` dead letters back to the queue (oldest first); returns how many.
+        A letter whose request cannot be read back is named in an ERROR and left where it is."""
+        moved = left = 0
         while moved < limit:
-            raw: Any = self.server.lindex(self.keys.dead, -1)
+            raw: Any = self.server.lindex(self.keys.dead, -1 - left)
             if raw is None:
                 break
-            request = _dead_letter(raw, decoded=True)["request"]
-            request["dont_filter"] = True
-            (request.get("meta") or {}).pop("retry_times", None)
-            record = codec.dumps(codec.shorten(request))
-            pending = Pending(record, b"\0" * 8, request.get("priority", 0), True)
+            try:
+                pending = _requeued(raw)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                logger.error("Dead letter %.300r cannot be requeued (%r): left", raw, exc)
+                left += 1
+                continue
             self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
             self.server.lrem(self.keys.dead, -1, raw)
             moved += 1
@@ -290,6 +295,15 @@ def popped(raw: Any) -> Popped:
 # A dead letter written by a worker older than records with their job's number in front
 # ('{"request":12{"u":...'), which it could not read: its request in the JSON form.
 _OLD_LETTER = re.compile(r'^\{"request":(\d+)\{')
+
+
+def _requeued(raw: bytes | str) -> Pending:
+    """A dead letter's request to schedule again: past the duplicate filter, without its retries."""
+    request = _dead_letter(raw, decoded=True)["request"]
+    request["dont_filter"] = True
+    (request.get("meta") or {}).pop("retry_times", None)
+    record = codec.dumps(codec.shorten(request))
+    return Pending(record, b"\0" * 8, request.get("priority", 0), True)
 
 
 def _dead_letter(raw: bytes | str, decoded: bool = False) -> dict[str, Any]:
