@@ -23,6 +23,7 @@ from twisted.internet.error import TimeoutError as TwistedTimeoutError
 from crawler import settings as project_settings
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
+from crawler.frontier.leases import LEASE_META
 from crawler.frontier.scheduler import FrontierScheduler
 from crawler.meta import DUE_META
 from crawler.middlewares import BackoffRetryMiddleware
@@ -309,6 +310,23 @@ def test_exhausted_response_is_a_dead_letter(monkeypatch: pytest.MonkeyPatch) ->
     response = _response(502, request)
     assert mw.process_response(request, response) is response
     assert failures == [(URL, "retries_exhausted:http_502", "502 Bad Gateway")]
+
+
+def test_a_retry_whose_meta_redis_cannot_hold_is_a_dead_letter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A middleware that put a value JSON cannot hold in a retry's meta: the retry is not
+    scheduled, and its lease ends as a dead letter (which keeps the request as stored)."""
+    crawler = _crawler()
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    dead: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(scheduler.ledger, "dead", lambda *args: dead.append(args[:3]))
+    retry = Request(URL, meta={LEASE_META: "id7", "pages": {1: "x"}}, dont_filter=True)
+    assert scheduler.enqueue_request(retry) is False
+    assert dead == [("id7", "not_serializable", "meta['pages']: key 1 is not a string")]
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("scheduler/unserializable") == 1
+    assert crawler.stats.get_value("scheduler/enqueued/redis") is None
 
 
 def test_stats_count_each_retry_by_reason() -> None:
