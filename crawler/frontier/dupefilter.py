@@ -83,6 +83,10 @@ class RecentlySeen:
         self._seen[fingerprint] = depth
         return True
 
+    def forget(self, fingerprint: bytes) -> None:
+        """Forget a fingerprint noted here whose request was not scheduled after all."""
+        self._seen.pop(fingerprint, None)
+
     def superseded(self, fingerprint: bytes, depth: int) -> bool:
         """Whether this worker scheduled the fingerprint lately at a depth less than ``depth``
         (a shorter path to the page, fetched from there instead)."""

@@ -223,6 +223,7 @@ class FrontierScheduler(BaseScheduler):
             try:
                 entry = pending(request, fingerprint, self.crawler.spider, again, seed)
             except RequestNotSerializable as exc:
+                self._seen_here.forget(fingerprint)  # never sent: it may be asked again
                 return self._refuse(request, lease_id, exc)
             self.outbox.push(entry, not booked)
             if booked:
