@@ -146,10 +146,10 @@ def _encode(value: Any, path: str) -> Any:
     if isinstance(value, PageMethod):
         return _encode_page_method(value, path)
     if isinstance(value, Mapping):
-        if len(value) == 1 and next(iter(value)) in (_BYTES_TAG, _PAGE_METHOD_TAG):
+        if len(value) == 1 and (tag := next(iter(value))) in (_BYTES_TAG, _PAGE_METHOD_TAG):
             raise RequestNotSerializable(
-                f"{path}: a dict whose only key is {next(iter(value))!r} would come back as "
-                "what that tag stands for; add another key"
+                f"{path}: a dict whose only key is {tag!r} would come back as what that tag "
+                "stands for; add another key"
             )
         return {
             _encode_key(key, path): _encode(item, f"{path}[{key!r}]" if path else str(key))

@@ -223,8 +223,7 @@ class FrontierScheduler(BaseScheduler):
             try:
                 entry = pending(request, fingerprint, self.crawler.spider, again, seed)
             except RequestNotSerializable as exc:
-                self._seen_here.forget(fingerprint)  # never sent: it may be asked again
-                return self._refuse(request, lease_id, exc)
+                return self._refuse(request, fingerprint, lease_id, exc)
             self.outbox.push(entry, not booked)
             if booked:
                 self._count("frontier/pushes_waited")
@@ -240,12 +239,16 @@ class FrontierScheduler(BaseScheduler):
             self.flush()
         return scheduled
 
-    def _refuse(self, request: Request, lease_id: str | None, exc: Exception) -> bool:
+    def _refuse(
+        self, request: Request, fingerprint: bytes, lease_id: str | None, exc: ValueError
+    ) -> bool:
         """A request whose meta Redis cannot hold as JSON is not scheduled (dropped, as Scrapy
-        counts a scheduler's refusal): named in an ERROR, counted; a retry's lease ends as a dead
-        letter, the request it was kept whole there."""
+        counts a scheduler's refusal): named in an ERROR, counted, and not noted as scheduled
+        here (the page may be asked again); a retry's lease ends as a dead letter, the request
+        it was kept whole there."""
         logger.error("%s not scheduled: %s", request, exc, extra={"spider": self.crawler.spider})
         self._count("scheduler/unserializable")
+        self._seen_here.forget(fingerprint)
         if lease_id is not None:
             self.ledger.dead(lease_id, "not_serializable", str(exc), 1)
         return False
