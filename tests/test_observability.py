@@ -260,12 +260,43 @@ def test_the_monitor_publishes_counts_per_domain_and_serves_them(
     assert not redis_client.exists("{shop}:workers:here:42:abc")
 
 
+def test_a_worker_names_domain_stats_max_domains_and_counts_the_others_as_one(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Past DOMAIN_STATS_MAX domains, a worker's per-domain counts go to ``(other)``: the stats
+    in Redis and the /metrics series stop growing with the hosts met, and still add up."""
+    crawler = get_crawler(settings_dict=_project_settings(redis_url, DOMAIN_STATS_MAX=2))
+    monitor = FleetMonitor.from_crawler(crawler)
+    monitor.open("shop", "here:42:abc")
+    hosts = ["a.example", "b.example", "c.example", "a.example", "d.example", "b.example"]
+    for host in hosts:
+        request = Request(f"https://{host}/page")
+        response = HtmlResponse(request.url, status=200, body=b"", request=request)
+        monitor.request_reached_downloader(request)
+        monitor.response_downloaded(response, request)
+        monitor.item_scraped({"x": 1}, response)
+
+    monitor.tick()
+
+    stats = _hash(redis_client, STATS)
+    named = {name.split("/")[1] for name in stats if name.startswith("domain/")}
+    assert named == {"a.example", "b.example", "(other)"}
+    for stat in ("request_count", "response_status_count/200", "item_scraped_count"):
+        counted = {host: int(stats[f"domain/{host}/{stat}"]) for host in named}
+        assert counted == {"a.example": 2, "b.example": 2, "(other)": 2}, stat
+    page = monitor.metrics_page()
+    assert 'crawler_domain_requests_total{domain="(other)",spider="shop"} 2.0' in page
+    assert not any(host in page for host in ("c.example", "d.example"))
+    asyncio.run(monitor.spider_closed(Spider("shop"), "finished"))
+
+
 def test_settings_are_checked(redis_url: str) -> None:
     for bad in (
         {"STATS_PUBLISH_INTERVAL": 0},
         {"WORKER_HEARTBEAT_TTL": 0},
         {"METRICS_PORT": "x"},
         {"PACE_WINDOW": 0},
+        {"DOMAIN_STATS_MAX": -1},
     ):
         with pytest.raises(SettingsError, match=next(iter(bad))):
             FleetMonitor.from_crawler(

@@ -274,6 +274,7 @@ RULES: dict[str, Rule] = {
     "STATS_PUBLISH_INTERVAL": number(0, above=True),
     "WORKER_HEARTBEAT_TTL": integer(1),
     "PROGRESS_INTERVAL": number(0),
+    "DOMAIN_STATS_MAX": integer(0),
     "PACE_WINDOW": number(0, above=True),
     "METRICS_PORT": Rule("a port 1-65535, a range like 9410-9419, or 0 (off)", ports),
     "METRICS_HOST": text(empty=False),

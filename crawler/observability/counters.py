@@ -3,7 +3,8 @@
 The same reading serves a worker's own stats (``/metrics``) and the fleet's ``{spider}:stats``
 hash (``scrapy status``). Per-domain counters are stats this package adds:
 ``domain/<host>/request_count``, ``domain/<host>/response_status_count/<status>`` and
-``domain/<host>/item_scraped_count``.
+``domain/<host>/item_scraped_count``, for DOMAIN_STATS_MAX domains at most by name and the
+others under ``(other)`` (:mod:`crawler.domain_stats`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-DOMAIN_PREFIX = "domain/"
-
-
-def domain_stat(host: str, name: str) -> str:
-    """The stats key of a per-domain counter, e.g. ``domain/example.com/request_count``."""
-    return f"{DOMAIN_PREFIX}{host or '-'}/{name}"
+from crawler.domain_stats import DOMAIN_PREFIX
 
 
 def numeric(stats: Mapping[str, Any]) -> dict[str, int | float]:

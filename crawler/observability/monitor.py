@@ -25,12 +25,13 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
+from crawler.domain_stats import DomainNames, domain_stat
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import FleetKeys, FrontierKeys, start_key
-from crawler.observability.counters import Counters, domain_stat
+from crawler.observability.counters import Counters
 from crawler.observability.endpoint import Listening, listen, parse_ports, site
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from crawler.observability.page import HISTORY_MINUTES
@@ -69,6 +70,7 @@ class MonitorSettings:
     metrics_ports: list[int]
     metrics_host: str
     fleet_page: str
+    domain_stats_max: int
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> MonitorSettings:
@@ -81,6 +83,7 @@ class MonitorSettings:
             metrics_ports=parse_ports(settings.get("METRICS_PORT")),
             metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
             fleet_page=setting(settings, "FLEET_PAGE"),
+            domain_stats_max=setting_int(settings, "DOMAIN_STATS_MAX", 0),
         )
 
     @property
@@ -95,7 +98,8 @@ class FleetMonitor:
     Settings: STATS_*, WORKER_HEARTBEAT_TTL, PROGRESS_INTERVAL, PACE_WINDOW, METRICS_*, FLEET_PAGE.
     """
 
-    # Requests, responses and items counted per domain (``domain/<host>/...``), from signals.
+    # Requests, responses and items counted per domain (``domain/<host>/...``), from signals;
+    # DOMAIN_STATS_MAX domains at most by name, the others as one (crawler/domain_stats.py).
     per_domain_counters = True
 
     def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
@@ -121,6 +125,7 @@ class FleetMonitor:
         )
         self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
         self._busy = BusyClock()
+        self._domain = DomainNames(config.domain_stats_max)
         self._sampler: task.LoopingCall | None = None
 
     @classmethod
@@ -272,15 +277,20 @@ class FleetMonitor:
     # --- per-domain counters -------------------------------------------------------------------
 
     def request_reached_downloader(self, request: Request) -> None:
-        self._count(domain_stat(_host(request), "request_count"))
+        self._count_domain(request, "request_count")
 
     def response_downloaded(self, response: Response, request: Request) -> None:
-        self._count(domain_stat(_host(request), f"response_status_count/{response.status}"))
+        self._count_domain(request, f"response_status_count/{response.status}")
 
     def item_scraped(self, item: Any, response: Any = None) -> None:
         request = getattr(response, "request", None)
         if request is not None:
-            self._count(domain_stat(_host(request), "item_scraped_count"))
+            self._count_domain(request, "item_scraped_count")
+
+    def _count_domain(self, request: Request, name: str) -> None:
+        """Count ``name`` for the request's domain, as DOMAIN_STATS_MAX allows."""
+        host = urlparse_cached(request).hostname or ""
+        self._count(domain_stat(self._domain(host), name))
 
     def _stats(self) -> dict[str, Any]:
         assert self.crawler.stats is not None
@@ -374,7 +384,3 @@ def _shown_host(config: MonitorSettings) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
-
-
-def _host(request: Request) -> str:
-    return urlparse_cached(request).hostname or ""
