@@ -292,7 +292,8 @@ class FrontierKeys:
         return self._key("prio")
 
     def script_keys(self, *more: str) -> list[str]:
-        """The keys every frontier script starts with (``scripts/prelude.lua``), then ``more``."""
+        """The keys every frontier script starts with (the prelude, ``scripts/queue.lua``), then
+        ``more``."""
         return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
 
     @property

@@ -125,11 +125,6 @@ def expand(record: dict[str, Any]) -> dict[str, Any]:
     return expanded
 
 
-def job_prefix(number: int) -> bytes:
-    """The first bytes of every record of the job numbered ``number``, and only of them."""
-    return b"%d{" % number
-
-
 def _job_number(value: Any) -> bool:
     return type(value) is int and value > 0
 

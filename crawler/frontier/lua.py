@@ -8,8 +8,8 @@ one has its record in the ``data`` hash under its id, and a leased one its worke
 The scripts are the ``.lua`` files in ``crawler/frontier/scripts/`` (package data); each opens
 with comments saying what it does and its KEYS and ARGV, which are left out of the text sent to
 Redis. Shared pieces are prepended here: the duplicate filter (``dupefilter.lua``, for
-SCHEDULE) and the queue functions with the prelude every frontier script begins with
-(``queue.lua``, ``prelude.lua``).
+SCHEDULE) and the queue functions with the keys every frontier script begins with
+(``queue.lua``).
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ def _script(name: str) -> str:
 
 
 _DUPEFILTER = _script("dupefilter")
-_QUEUE = _script("queue")
-_PRELUDE = _QUEUE + _script("prelude")
+_PRELUDE = _script("queue")
 SCHEDULE = _DUPEFILTER + _PRELUDE + _script("schedule")
 _BUCKET = _script("bucket")
 POP = _PRELUDE + _BUCKET + _script("pace") + _script("pop")

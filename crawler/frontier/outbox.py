@@ -41,7 +41,7 @@ class Adopted:
 
 def adopted(seq: int, priority: int, record: str) -> Adopted:
     """A request of ``priority`` kept on the turn numbered ``seq``, with the lease id the queue
-    gives a request leased as that number (see ``new_id`` in scripts/prelude.lua)."""
+    gives a request leased as that number (see ``new_id`` in scripts/queue.lua)."""
     clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
     lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
     return Adopted(lease_id, str(clamped), record)

@@ -10,7 +10,9 @@
 -- lists (up to 1000 per call), and a leased or delayed entry of theirs finds its priority in
 -- ``prio``, so a fleet can upgrade while a crawl runs.
 --
--- Every script sets Q (keys and list prefix) before calling these.
+-- The prelude, set in Q at the end of this file: every frontier script begins with the same
+-- five keys and the queue lists' prefix. KEYS: queues, data, legacy queue, legacy prio, seq;
+-- ARGV[1]: "{spider}:queue:".
 
 local Q = {}
 local LISTED = {}
@@ -170,4 +172,12 @@ end
 local function set_job_keys(first)
   Q.cancelled, Q.expires, Q.paused = KEYS[first], KEYS[first + 1], KEYS[first + 2]
   Q.budgets, Q.spent = KEYS[first + 3], KEYS[first + 4]
+end
+
+Q.queues, Q.data, Q.legacy_queue, Q.legacy_prio, Q.seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+  KEYS[5]
+Q.prefix = ARGV[1]
+local function new_id(n, priority)
+  if priority == '0' then return string.format('%d', n) end
+  return string.format('%d', n) .. ':' .. priority
 end
