@@ -372,6 +372,11 @@ class FleetKeys:
     def from_settings(cls, settings: BaseSettings, spider: str) -> FleetKeys:
         return cls(spider, stats_key(settings, spider))
 
+    @property
+    def domains(self) -> str:
+        """Set of the domains the fleet's per-domain stats name (DOMAIN_STATS_MAX at most)."""
+        return f"{self.stats}:domains"
+
     def minute(self, epoch_minute: int) -> str:
         """Hash of the requests, pages and items the fleet counted during one minute."""
         return f"{self.stats}:minute:{epoch_minute}"

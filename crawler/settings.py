@@ -321,10 +321,11 @@ WORKER_HEARTBEAT_TTL = 30
 # PROGRESS_INTERVAL (float seconds, default 60): one INFO line this often with this worker's and
 # the fleet's pages and items per minute, the frontier's sizes and an ETA; 0 turns it off.
 PROGRESS_INTERVAL = 60.0
-# DOMAIN_STATS_MAX (int, default 1000): the domains a worker counts requests, responses, items
+# DOMAIN_STATS_MAX (int, default 1000): the domains the fleet counts requests, responses, items
 # and bans of by name (stats `domain/<host>/...` and `ban/domain/<host>`, their /metrics series
-# and fields of the fleet's stats hash), the first it meets; the others are counted together
-# as the domain "(other)". Bounds what a crawl of many sites adds per host; 0: all as "(other)".
+# and fields of the fleet's stats hash), the first its workers publish; the others are counted
+# together as the domain "(other)". Bounds what a crawl of many sites adds per host; 0: all as
+# "(other)". The names are kept in `<STATS_REDIS_KEY>:domains`.
 DOMAIN_STATS_MAX = 1000
 # PACE_WINDOW (float seconds, default 60): a worker's own pages and items per minute (its
 # heartbeat, /metrics, the progress line, and the ETA `scrapy status` and the fleet page show)

@@ -17,7 +17,6 @@ from typing import Any, cast
 import pytest
 import redis
 from scrapy import Request
-from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
 from crawler.bans.policy import BAN_TIMES_META
@@ -74,9 +73,9 @@ def _assert_cooldowns_respected(sandbox: Sandbox, concurrency: int) -> None:
     assert bans["responses"] <= bans["issued"] * (concurrency + 1), bans
 
 
-def _worker(redis_url: str, **overrides: Any) -> BanMiddleware:
+def _worker(redis_url: str) -> BanMiddleware:
     """The BanMiddleware of one profiles worker of a fleet sharing ``redis_url``."""
-    settings = {**_settings(), "REDIS_URL": redis_url, "BAN_COOLDOWN": COOLDOWN, **overrides}
+    settings = {**_settings(), "REDIS_URL": redis_url, "BAN_COOLDOWN": COOLDOWN}
     crawler = get_crawler(ProfilesSpider, settings_dict=settings)
     crawler.spider = crawler._create_spider()
     return BanMiddleware.from_crawler(crawler)
@@ -106,25 +105,6 @@ def test_every_ban_mode_cools_the_fleet_down_and_keeps_the_request(
     deferred = asyncio.run(other.process_request(Request("https://www.tiktok.com/@other.user")))
     assert isinstance(deferred, Request)
     assert deferred.meta[DUE_META] >= before + COOLDOWN
-
-
-def test_bans_are_counted_by_domain_for_domain_stats_max_domains_then_as_other(
-    redis_url: str,
-) -> None:
-    worker = _worker(redis_url, DOMAIN_STATS_MAX=1)
-    for host in ("a.example", "b.example", "a.example", "c.example"):
-        request = Request(f"https://{host}/page")
-        answer = Response(request.url, status=429, headers={"Retry-After": "30"}, request=request)
-        assert isinstance(asyncio.run(worker.process_response(request, answer)), Request)
-    stats = worker.crawler.stats
-    assert stats is not None
-    by_domain = {
-        name.removeprefix("ban/domain/"): count
-        for name, count in stats.get_stats().items()
-        if name.startswith("ban/domain/")
-    }
-    assert by_domain == {"a.example": 2, "(other)": 2}
-    assert stats.get_value("ban/count") == 4
 
 
 @pytest.mark.parametrize("mode", END_TO_END_MODES)

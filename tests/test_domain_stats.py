@@ -1,60 +1,103 @@
-"""Per-domain stats, bounded by DOMAIN_STATS_MAX: a crawl of many sites counts the first
-domains it meets by name and the others as ``(other)``, and the counts still match what each
-host received. Real Redis, the MongoDB-wire server and a web of hosts on their own addresses."""
+"""Per-domain stats, bounded by DOMAIN_STATS_MAX for the whole fleet: the fleet names the first
+domains its workers publish and counts the others as ``(other)``; a named domain's counts are
+whole (every worker counts it by name), and every count is somewhere. Real Redis; the crawl
+test also the MongoDB-wire server and a web of hosts on their own addresses."""
 
 from __future__ import annotations
 
 import json
-from typing import cast
+from collections import Counter
+from typing import Any, cast
 
 import pytest
 import redis
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler.domain_stats import OTHER, DomainNames
+from crawler.keys import FleetKeys, FrontierKeys
+from crawler.observability.domain_stats import OTHER, domain_stat
+from crawler.observability.publisher import StatsPublisher
 from sandbox.hosts import host_address
 from tests.harness import Crawl, scrapy, served_hosts
 
-HOSTS, PAGES, MOST = 12, 3, 4
+SPIDER = "shop"
+KEYS = FleetKeys.for_spider(SPIDER, "{%(spider)s}:stats")
+HOSTS = st.sampled_from(["a", "b", "c", "d", "e", "f", ""])
+# A step: which of three workers, the hosts it meets, whether it publishes after.
+STEP = st.tuples(st.integers(0, 2), st.lists(HOSTS, max_size=6), st.booleans())
+STEPS = st.lists(STEP, max_size=12)
 
 
-HOST_NAMES = st.sampled_from(["a", "b", "c", "d", "e", "f", ""])
+def _requests_by_domain(stats: dict[Any, Any]) -> dict[str, int]:
+    """The request counts per domain name in a worker's stats or the fleet's hash."""
+    named: dict[str, int] = {}
+    for name, value in stats.items():
+        text = name.decode() if isinstance(name, bytes) else name
+        if text.startswith("domain/") and text.endswith("/request_count"):
+            named[text.split("/")[1]] = int(value)
+    return named
 
 
-@given(st.lists(HOST_NAMES, max_size=30), st.integers(0, 8))
-def test_the_domains_named_are_the_first_met_and_never_more_than_the_most(
-    hosts: list[str], most: int
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(most=st.integers(0, 4), steps=STEPS)
+def test_any_workers_and_publishes_name_at_most_the_most_and_lose_no_count(
+    redis_client: redis.Redis, most: int, steps: list[tuple[int, list[str], bool]]
 ) -> None:
-    name = DomainNames(most)
-    names = [name(host) for host in hosts]
-    first_met = list(dict.fromkeys(hosts))[:most]
-    assert [n for n in names if n != OTHER] == [h for h in hosts if h in first_met]
-    assert names.count(OTHER) == sum(h not in first_met for h in hosts)
+    redis_client.flushdb()
+    frontier = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")
+    workers = [
+        StatsPublisher(redis_client, KEYS, frontier, "bloom", f"w{n}", 30, most_domains=most)
+        for n in range(3)
+    ]
+    own: list[dict[str, Any]] = [{}, {}, {}]
+    met: list[Counter[str]] = [Counter(), Counter(), Counter()]
+    for index, hosts, publish in [*steps, *((n, [], True) for n in range(3))]:
+        worker, stats = workers[index], own[index]
+        for host in hosts:
+            key = domain_stat(worker.domains(host), "request_count")
+            stats[key] = stats.get(key, 0) + 1
+            met[index][host or "-"] += 1
+        if publish:
+            worker.publish(dict(stats), {})
+            worker.fold_into(stats)
+
+    fleet = _requests_by_domain(redis_client.hgetall(KEYS.stats))
+    named = set(fleet) - {OTHER}
+    members = cast(set[bytes], redis_client.smembers(KEYS.domains))
+    assert named == {member.decode() for member in members}
+    assert len(named) <= most
+    everyone = sum(met, Counter())
+    assert {host: fleet[host] for host in named} == {host: everyone[host] for host in named}
+    assert sum(fleet.values()) == sum(everyone.values())
+    for stats, counted in zip(own, met, strict=True):
+        mine = _requests_by_domain(stats)
+        assert set(mine) <= named | {OTHER}
+        assert sum(mine.values()) == sum(counted.values())
 
 
 @pytest.mark.integration
-def test_a_crawl_of_more_sites_than_domain_stats_max_counts_the_rest_as_other(
+def test_two_workers_crawling_more_sites_than_domain_stats_max_name_the_same_domains(
     crawl: Crawl, redis_client: redis.Redis
 ) -> None:
-    """12 sites, 4 domains named: in the fleet's stats and in `scrapy status`, each named
-    domain's requests are what its host received, and ``(other)``'s are the other hosts' sum."""
-    settings = {"DOMAIN_STATS_MAX": MOST, "LINKS_SCOPE": "host", "LINKS_SITEMAPS": False}
-    with served_hosts(HOSTS, PAGES) as web:
-        homes = [f"http://{host_address(h)}:{web.port}/" for h in range(HOSTS)]
+    """12 sites, 4 domains named, two workers: in the fleet's stats and in `scrapy status`,
+    each named domain's requests are what its host received, and ``(other)``'s are the
+    other hosts' sum."""
+    most, sites = 4, 12
+    settings = {"DOMAIN_STATS_MAX": most, "LINKS_SCOPE": "host", "LINKS_SITEMAPS": False}
+    with served_hosts(sites, 3) as web:
+        homes = [f"http://{host_address(h)}:{web.port}/" for h in range(sites)]
         redis_client.lpush("links:start_urls", *homes)
-        result = crawl("links", settings=settings)
-        assert result.returncode == 0, result.stderr[-3000:]
+        with (
+            crawl.background("links", settings=settings) as first,
+            crawl.background("links", settings=settings) as second,
+        ):
+            for worker in (first, second):
+                assert worker.wait(120) == 0, worker.log_text()[-3000:]
         received = {host: len(arrivals) for host, arrivals in web.arrivals.items()}
-    assert len(received) == HOSTS
-    stats = cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats"))
-    counted = {
-        name.decode().split("/")[1]: int(value)
-        for name, value in stats.items()
-        if name.startswith(b"domain/") and name.endswith(b"/request_count")
-    }
+    assert len(received) == sites
+    counted = _requests_by_domain(cast(dict[bytes, bytes], redis_client.hgetall("{links}:stats")))
     named = set(counted) - {OTHER}
-    assert len(named) == MOST
+    assert len(named) == most
     assert {host: received[host] for host in named} == {host: counted[host] for host in named}
     assert counted[OTHER] == sum(n for host, n in received.items() if host not in named)
 

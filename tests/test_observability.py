@@ -260,15 +260,8 @@ def test_the_monitor_publishes_counts_per_domain_and_serves_them(
     assert not redis_client.exists("{shop}:workers:here:42:abc")
 
 
-def test_a_worker_names_domain_stats_max_domains_and_counts_the_others_as_one(
-    redis_url: str, redis_client: redis.Redis
-) -> None:
-    """Past DOMAIN_STATS_MAX domains, a worker's per-domain counts go to ``(other)``: the stats
-    in Redis and the /metrics series stop growing with the hosts met, and still add up."""
-    crawler = get_crawler(settings_dict=_project_settings(redis_url, DOMAIN_STATS_MAX=2))
-    monitor = FleetMonitor.from_crawler(crawler)
-    monitor.open("shop", "here:42:abc")
-    hosts = ["a.example", "b.example", "c.example", "a.example", "d.example", "b.example"]
+def _meet(monitor: FleetMonitor, *hosts: str) -> None:
+    """A request, its 200 and an item for each of ``hosts``, as the signals tell the monitor."""
     for host in hosts:
         request = Request(f"https://{host}/page")
         response = HtmlResponse(request.url, status=200, body=b"", request=request)
@@ -276,17 +269,48 @@ def test_a_worker_names_domain_stats_max_domains_and_counts_the_others_as_one(
         monitor.response_downloaded(response, request)
         monitor.item_scraped({"x": 1}, response)
 
+
+def _by_domain(stats: dict[str, Any], stat: str) -> dict[str, int]:
+    return {
+        name.split("/")[1]: int(value)
+        for name, value in stats.items()
+        if name.startswith("domain/") and name.endswith(f"/{stat}")
+    }
+
+
+def test_the_fleet_names_domain_stats_max_domains_and_counts_the_others_as_one(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Past DOMAIN_STATS_MAX domains, per-domain counts go to ``(other)``, in the fleet's stats
+    and in the worker's own (its /metrics): they stop growing with the hosts met, and add up."""
+    crawler = get_crawler(settings_dict=_project_settings(redis_url, DOMAIN_STATS_MAX=2))
+    assert crawler.stats is not None
+    monitor = FleetMonitor.from_crawler(crawler)
+    monitor.open("shop", "here:42:abc")
+    _meet(monitor, "a.example", "b.example", "c.example", "a.example", "d.example", "b.example")
+    crawler.stats.inc_value("ban/domain/c.example")
+    crawler.stats.inc_value("ban/domain/a.example")
+
     monitor.tick()
 
     stats = _hash(redis_client, STATS)
-    named = {name.split("/")[1] for name in stats if name.startswith("domain/")}
-    assert named == {"a.example", "b.example", "(other)"}
     for stat in ("request_count", "response_status_count/200", "item_scraped_count"):
-        counted = {host: int(stats[f"domain/{host}/{stat}"]) for host in named}
-        assert counted == {"a.example": 2, "b.example": 2, "(other)": 2}, stat
+        expected = {"a.example": 2, "b.example": 2, "(other)": 2}
+        assert _by_domain(stats, stat) == expected, stat
+    assert stats["ban/domain/a.example"] == stats["ban/domain/(other)"] == "1"
+    own = crawler.stats.get_stats()
+    assert not [name for name in own if "c.example" in name or "d.example" in name]
+    assert _by_domain(own, "request_count") == {"a.example": 2, "b.example": 2, "(other)": 2}
     page = monitor.metrics_page()
     assert 'crawler_domain_requests_total{domain="(other)",spider="shop"} 2.0' in page
-    assert not any(host in page for host in ("c.example", "d.example"))
+
+    # The fleet's names are full: a new host is counted as (other) at once.
+    _meet(monitor, "e.example", "a.example")
+    assert "domain/e.example/request_count" not in crawler.stats.get_stats()
+    monitor.tick()
+    expected = {"a.example": 3, "b.example": 2, "(other)": 3}
+    assert _by_domain(_hash(redis_client, STATS), "request_count") == expected
+    assert redis_client.smembers(STATS + ":domains") == {b"a.example", b"b.example"}
     asyncio.run(monitor.spider_closed(Spider("shop"), "finished"))
 
 

@@ -199,7 +199,7 @@ def test_booleans_are_what_scrapy_reads_as_booleans(value: str) -> None:
         (FleetMonitor, "METRICS_PORT", "abc"),
         (FleetMonitor, "PROGRESS_INTERVAL", -1),
         (FleetMonitor, "DOMAIN_STATS_MAX", -1),
-        (BanMiddleware, "DOMAIN_STATS_MAX", "many"),
+        (FleetMonitor, "DOMAIN_STATS_MAX", "many"),
         (SettingsCheck, "FRONTIER_LEASE_SECONDS", 1),
     ],
 )

@@ -25,7 +25,6 @@ from crawler.bans.identities import without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
 from crawler.bans.waits import RedisWait, RetryBackoff, cooldown_max
 from crawler.config import setting, setting_int
-from crawler.domain_stats import DomainNames
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.reports import FrontierReports
 from crawler.meta import DUE_META, IDENTITY_META, send_back
@@ -57,7 +56,6 @@ class BanPolicy:
         self.cooldown: float = setting(settings, "BAN_COOLDOWN")
         self.cooldown_max = cooldown_max(settings)
         self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
-        self.domain_name = DomainNames(setting_int(settings, "DOMAIN_STATS_MAX", 0))
         extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
         self.rules: tuple[Rule, ...] = (*extra, *DEFAULT_RULES)
 
@@ -80,7 +78,7 @@ class BanPolicy:
         self._count("ban/count")
         JobBook.of(self.crawler).answered(request, True, counted=False)  # a job's threshold
         self._count(f"ban/rule/{verdict.rule}")
-        self._count(f"ban/domain/{self.domain_name(domain)}")
+        self._count(f"ban/domain/{domain}")
         logger.warning(
             "Ban (%s) on %s <%d %s> via %s",
             verdict.rule,

@@ -4,7 +4,7 @@ The same reading serves a worker's own stats (``/metrics``) and the fleet's ``{s
 hash (``scrapy status``). Per-domain counters are stats this package adds:
 ``domain/<host>/request_count``, ``domain/<host>/response_status_count/<status>`` and
 ``domain/<host>/item_scraped_count``, for DOMAIN_STATS_MAX domains at most by name and the
-others under ``(other)`` (:mod:`crawler.domain_stats`).
+others under ``(other)`` (:mod:`crawler.observability.domain_stats`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from crawler.domain_stats import DOMAIN_PREFIX
+from crawler.observability.domain_stats import DOMAIN_PREFIX
 
 
 def numeric(stats: Mapping[str, Any]) -> dict[str, int | float]:

@@ -23,8 +23,8 @@ Counters (labels):
 - ``crawler_domain_requests_total{spider,domain}``: requests sent, by domain.
 - ``crawler_domain_responses_total{spider,domain,status}``: responses, by domain and status.
 - ``crawler_domain_items_total{spider,domain}``: items scraped, by the domain of their page.
-  A worker names DOMAIN_STATS_MAX domains in these and in the bans by domain, the first it
-  meets; the others are counted as the domain ``(other)``.
+  The fleet names DOMAIN_STATS_MAX domains in these and in the bans by domain, the first its
+  workers publish; the others are counted as the domain ``(other)``.
 
 Gauges:
 

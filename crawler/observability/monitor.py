@@ -25,13 +25,13 @@ from twisted.internet.error import CannotListenError
 
 from crawler.config import setting, setting_int
 from crawler.connection import crawl_redis
-from crawler.domain_stats import DomainNames, domain_stat
 from crawler.frontier.backoff import RedisBackoff
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import FleetKeys, FrontierKeys, start_key
 from crawler.observability.counters import Counters
+from crawler.observability.domain_stats import domain_stat
 from crawler.observability.endpoint import Listening, listen, parse_ports, site
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from crawler.observability.page import HISTORY_MINUTES
@@ -99,7 +99,7 @@ class FleetMonitor:
     """
 
     # Requests, responses and items counted per domain (``domain/<host>/...``), from signals;
-    # DOMAIN_STATS_MAX domains at most by name, the others as one (crawler/domain_stats.py).
+    # DOMAIN_STATS_MAX domains of the fleet by name, the others as one (domain_stats.py).
     per_domain_counters = True
 
     def __init__(self, crawler: Crawler, server: RedisClient, config: MonitorSettings) -> None:
@@ -125,7 +125,6 @@ class FleetMonitor:
         )
         self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
         self._busy = BusyClock()
-        self._domain = DomainNames(config.domain_stats_max)
         self._sampler: task.LoopingCall | None = None
 
     @classmethod
@@ -166,6 +165,7 @@ class FleetMonitor:
             worker,
             self.config.heartbeat_ttl,
             SizingInputs.from_settings(settings) if self.config.metrics_ports else None,
+            self.config.domain_stats_max,
         )
         self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())
         self.registry = registry_for(self.snapshot)
@@ -222,6 +222,8 @@ class FleetMonitor:
             self._backoff.failed(exc)
             return
         self._backoff.recovered()
+        if self.publisher is not None and self.crawler.stats is not None:
+            self.publisher.fold_into(self.crawler.stats.get_stats())
         if self.config.progress_interval and time.monotonic() >= self._next_progress:
             self._next_progress = time.monotonic() + self.config.progress_interval
             if self.fleet is not None and self.info is not None:
@@ -290,7 +292,9 @@ class FleetMonitor:
     def _count_domain(self, request: Request, name: str) -> None:
         """Count ``name`` for the request's domain, as DOMAIN_STATS_MAX allows."""
         host = urlparse_cached(request).hostname or ""
-        self._count(domain_stat(self._domain(host), name))
+        if self.publisher is not None:
+            host = self.publisher.domains(host)
+        self._count(domain_stat(host, name))
 
     def _stats(self) -> dict[str, Any]:
         assert self.crawler.stats is not None

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from crawler.connection import decode_counts
+from crawler.connection import decode_counts, reply_text
 from crawler.frontier.demand import queue_demand
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import queue_eval
@@ -28,8 +28,10 @@ from crawler.frontier.queue import (
 from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
+from crawler.observability.domain_stats import DomainNames, fold
 from crawler.observability.rates import bucket_rate
 from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, measured_pace
+from crawler.settings import DOMAIN_STATS_MAX
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -46,19 +48,44 @@ MINUTE_FIELDS = {
 # Minutes of buckets the fleet's pace is measured over.
 RATE_MINUTES = 5
 
-# KEYS: stats hash, minute bucket, heartbeat hash, workers index
-# ARGV: worker, seq, now, heartbeat ttl (0: the worker is leaving), bucket ttl,
-#       n, n x (stat, "i"|"f", delta), m, m x (bucket field, delta), heartbeat field/value pairs
-# Applies the deltas unless the heartbeat shows this seq applied already; returns 1 if applied.
+# KEYS: stats hash, minute bucket, heartbeat hash, workers index, named domains (set)
+# ARGV: worker, seq, now, heartbeat ttl (0: the worker is leaving), bucket ttl, most domains
+#       named, 1 to be told every name once the set is full, n, n x (stat, "i"|"f", delta), m,
+#       m x (bucket field, delta), heartbeat field/value pairs
+# Applies the deltas unless the heartbeat shows this seq applied already, those of a domain
+# the fleet does not name under "(other)" (domain_stats.py): a new one is named while the set
+# has room. Returns {1 if applied, 1 if the set is full, the hosts named (of the deltas, or
+# all once full if asked), the hosts of the deltas not named}.
 PUBLISH = r"""
 local worker, seq, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local ttl, bucket_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+local ttl, bucket_ttl, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local fresh = seq > tonumber(redis.call('HGET', KEYS[3], 'seq') or '0')
-local i = 7
-for _ = 1, tonumber(ARGV[6]) do
+local known, named, folded = {}, {}, {}
+local function name_of(host)
+  if host == '(other)' then return host end
+  if known[host] == nil then
+    local is_named = redis.call('SISMEMBER', KEYS[5], host) == 1
+    if not is_named and fresh and redis.call('SCARD', KEYS[5]) < most then
+      is_named = redis.call('SADD', KEYS[5], host) == 1
+    end
+    known[host] = is_named
+    if is_named then named[#named + 1] = host else folded[#folded + 1] = host end
+  end
+  return known[host] and host or '(other)'
+end
+local function field_of(stat)
+  local host, rest = string.match(stat, '^domain/([^/]*)(/.*)$')
+  if host then return 'domain/' .. name_of(host) .. rest end
+  host = string.match(stat, '^ban/domain/(.*)$')
+  if host then return 'ban/domain/' .. name_of(host) end
+  return stat
+end
+local i = 9
+for _ = 1, tonumber(ARGV[8]) do
+  local stat = field_of(ARGV[i])
   if fresh then
     local command = ARGV[i + 1] == 'f' and 'HINCRBYFLOAT' or 'HINCRBY'
-    redis.call(command, KEYS[1], ARGV[i], ARGV[i + 2])
+    redis.call(command, KEYS[1], stat, ARGV[i + 2])
   end
   i = i + 3
 end
@@ -81,7 +108,9 @@ else
   redis.call('DEL', KEYS[3])
   redis.call('ZREM', KEYS[4], worker)
 end
-return fresh and 1 or 0
+local full = redis.call('SCARD', KEYS[5]) >= most
+if full and ARGV[7] == '1' then named = redis.call('SMEMBERS', KEYS[5]) end
+return {fresh and 1 or 0, full and 1 or 0, named, folded}
 """
 
 
@@ -130,6 +159,7 @@ class StatsPublisher:
         worker: str,
         heartbeat_ttl: int,
         sizing: SizingInputs | None = None,
+        most_domains: int = DOMAIN_STATS_MAX,
     ) -> None:
         self.server = server
         self.keys = keys
@@ -138,9 +168,12 @@ class StatsPublisher:
         self.worker = worker
         self.heartbeat_ttl = heartbeat_ttl
         self.sizing = sizing
+        self.most_domains = most_domains
+        self.domains = DomainNames()  # the fleet's named domains, as the last publish said
         self._sent: dict[str, int | float] = {}
         self._unacked: list[_Batch] = []
         self._seq = 0
+        self._folded: set[str] = set()  # hosts the fleet does not name, not folded here yet
 
     def publish(self, stats: Mapping[str, Any], heartbeat: Mapping[str, Any]) -> FleetView:
         """Send the stats' deltas and the heartbeat, read sizes and pace; raises RedisError."""
@@ -163,9 +196,19 @@ class StatsPublisher:
             if (error := first_error(replies)) is not None:
                 raise error
             del self._unacked[:sent]
+            for _, full, named, folded in replies[:sent]:
+                self.domains.heard(map(reply_text, named), bool(full))
+                self._folded.update(map(reply_text, folded))
             return self._view(now, minutes, replies[sent:])
 
         return read
+
+    def fold_into(self, stats: dict[str, Any]) -> None:
+        """Move the counts of the hosts the fleet does not name to ``(other)`` in this
+        worker's live ``stats`` (see ``domain_stats.py``)."""
+        if self._folded:
+            fold(stats, self._sent, self._folded)
+            self._folded.clear()
 
     def close(self, stats: Mapping[str, Any], reason: str) -> None:
         """Send the last deltas and the finish reason, and remove the heartbeat."""
@@ -195,10 +238,12 @@ class StatsPublisher:
             self.keys.minute(minute),
             self.keys.worker(self.worker),
             self.keys.workers,
+            self.keys.domains,
         ]
         beat = [str(part) for pair in heartbeat.items() for part in pair]
         for batch in self._unacked:
             args: list[Any] = [self.worker, batch.seq, now, ttl, MINUTE_BUCKET_TTL]
+            args += [self.most_domains, int(not self.domains.full)]
             args += _increments(batch.deltas) + _bucket(batch.deltas) + beat
             queue_eval(pipe, PUBLISH, keys, args)
 
