@@ -377,6 +377,10 @@ class FleetKeys:
         """Set of the domains the fleet's per-domain stats name (DOMAIN_STATS_MAX at most)."""
         return f"{self.stats}:domains"
 
+    def applied(self, worker_id: str) -> str:
+        """The last batch of stats deltas of one worker applied to the fleet's (its seq)."""
+        return f"{self.stats}:applied:{worker_id}"
+
     def minute(self, epoch_minute: int) -> str:
         """Hash of the requests, pages and items the fleet counted during one minute."""
         return f"{self.stats}:minute:{epoch_minute}"

@@ -23,8 +23,11 @@ from tests.harness import Crawl, scrapy, served_hosts
 SPIDER = "shop"
 KEYS = FleetKeys.for_spider(SPIDER, "{%(spider)s}:stats")
 HOSTS = st.sampled_from(["a", "b", "c", "d", "e", "f", ""])
-# A step: which of three workers, the hosts it meets, whether it publishes after.
-STEP = st.tuples(st.integers(0, 2), st.lists(HOSTS, max_size=6), st.booleans())
+# A step: which of three workers, the hosts it meets, then whether it publishes, and whether the
+# publish's reply is lost (applied in Redis, its batch sent again with the next).
+STEP = st.tuples(
+    st.integers(0, 2), st.lists(HOSTS, max_size=6), st.sampled_from(["", "publish", "lost"])
+)
 STEPS = st.lists(STEP, max_size=12)
 
 
@@ -41,7 +44,7 @@ def _requests_by_domain(stats: dict[Any, Any]) -> dict[str, int]:
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(most=st.integers(0, 4), steps=STEPS)
 def test_any_workers_and_publishes_name_at_most_the_most_and_lose_no_count(
-    redis_client: redis.Redis, most: int, steps: list[tuple[int, list[str], bool]]
+    redis_client: redis.Redis, most: int, steps: list[tuple[int, list[str], str]]
 ) -> None:
     redis_client.flushdb()
     frontier = FrontierKeys(SPIDER, f"{SPIDER}:start_urls")
@@ -51,15 +54,19 @@ def test_any_workers_and_publishes_name_at_most_the_most_and_lose_no_count(
     ]
     own: list[dict[str, Any]] = [{}, {}, {}]
     met: list[Counter[str]] = [Counter(), Counter(), Counter()]
-    for index, hosts, publish in [*steps, *((n, [], True) for n in range(3))]:
+    for index, hosts, publish in [*steps, *((n, [], "publish") for n in range(3))]:
         worker, stats = workers[index], own[index]
         for host in hosts:
             key = domain_stat(worker.domains(host), "request_count")
             stats[key] = stats.get(key, 0) + 1
             met[index][host or "-"] += 1
-        if publish:
-            worker.publish(dict(stats), {})
+        if publish == "publish":
+            worker.publish(dict(stats), {"host": "here"})
             worker.fold_into(stats)
+        elif publish == "lost":
+            pipe = redis_client.pipeline(transaction=False)
+            worker.queue_publish(pipe, dict(stats), {"host": "here"})
+            pipe.execute()
 
     fleet = _requests_by_domain(redis_client.hgetall(KEYS.stats))
     named = set(fleet) - {OTHER}
@@ -73,6 +80,13 @@ def test_any_workers_and_publishes_name_at_most_the_most_and_lose_no_count(
         mine = _requests_by_domain(stats)
         assert set(mine) <= named | {OTHER}
         assert sum(mine.values()) == sum(counted.values())
+    for worker, stats in zip(workers, own, strict=True):
+        worker.close(stats, "finished")
+    assert sum(_requests_by_domain(redis_client.hgetall(KEYS.stats)).values()) == len(
+        [host for _, hosts, _ in steps for host in hosts]
+    )
+    assert redis_client.keys(f"{KEYS.stats}:applied:*") == []
+    assert redis_client.zcard(KEYS.workers) == 0
 
 
 @pytest.mark.integration

@@ -10,8 +10,9 @@ publish script (``publisher.py``) adds a new host to the set ``<stats key>:domai
 has room, and writes the counts of any other host under the domain OTHER, ``(other)``. A host
 a worker met since its last publish is counted under its own name until then; once the fleet
 says it is not named, the worker moves its counts to ``(other)`` (:func:`fold`), and, the set
-being full, counts new hosts there at once. Every worker names the same domains, so a named
-domain's fleet counts are whole, and every count is somewhere.
+being full, counts new hosts' requests, responses and items there at once (their bans at its
+next publish). Every worker names the same domains (give them the same DOMAIN_STATS_MAX), so a
+named domain's fleet counts are whole, and every count is somewhere.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ class DomainNames:
         return host
 
     def heard(self, named: Iterable[str], full: bool) -> None:
+        """What a publish said: hosts named, and whether the set is full (it may be emptied
+        again: ``scrapy frontier purge``)."""
         self.named.update(named)
-        self.full = self.full or full
+        self.full = full
 
 
 def fold(stats: dict[str, Any], sent: dict[str, Any], hosts: set[str]) -> None:

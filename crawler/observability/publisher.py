@@ -48,18 +48,22 @@ MINUTE_FIELDS = {
 # Minutes of buckets the fleet's pace is measured over.
 RATE_MINUTES = 5
 
-# KEYS: stats hash, minute bucket, heartbeat hash, workers index, named domains (set)
-# ARGV: worker, seq, now, heartbeat ttl (0: the worker is leaving), bucket ttl, most domains
-#       named, 1 to be told every name once the set is full, n, n x (stat, "i"|"f", delta), m,
-#       m x (bucket field, delta), heartbeat field/value pairs
-# Applies the deltas unless the heartbeat shows this seq applied already, those of a domain
+# KEYS: stats hash, minute bucket, heartbeat hash, workers index, named domains (set), the
+#       worker's last seq applied
+# ARGV: worker, seq, now, heartbeat ttl, bucket ttl, most domains named, 1 to be told every
+#       name once the set is full, n, n x (stat, "i"|"f", delta), m, m x (bucket field, delta),
+#       heartbeat field/value pairs
+# Applies the deltas unless this seq or a later one was applied already (kept a day, apart from
+# the heartbeat, which expires with the worker's TTL: a batch resent after an outage longer
+# than that is still applied once), those of a domain
 # the fleet does not name under "(other)" (domain_stats.py): a new one is named while the set
 # has room. Returns {1 if applied, 1 if the set is full, the hosts named (of the deltas, or
 # all once full if asked), the hosts of the deltas not named}.
 PUBLISH = r"""
 local worker, seq, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl, bucket_ttl, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local fresh = seq > tonumber(redis.call('HGET', KEYS[3], 'seq') or '0')
+local fresh = seq > tonumber(redis.call('GET', KEYS[6]) or '0')
+if fresh then redis.call('SET', KEYS[6], seq, 'EX', 86400) end
 local known, named, folded = {}, {}, {}
 local function name_of(host)
   if host == '(other)' then return host end
@@ -96,18 +100,11 @@ for _ = 1, buckets do
   i = i + 2
 end
 if fresh and buckets > 0 then redis.call('EXPIRE', KEYS[2], bucket_ttl) end
-if ttl > 0 then
-  local beat = {'seq', ARGV[2]}
-  for j = i, #ARGV do beat[#beat + 1] = ARGV[j] end
-  redis.call('HSET', KEYS[3], unpack(beat))
-  redis.call('EXPIRE', KEYS[3], ttl)
-  redis.call('ZADD', KEYS[4], now + ttl, worker)
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
-  if redis.call('TTL', KEYS[4]) < 2 * ttl then redis.call('EXPIRE', KEYS[4], 2 * ttl) end
-else
-  redis.call('DEL', KEYS[3])
-  redis.call('ZREM', KEYS[4], worker)
-end
+if i <= #ARGV then redis.call('HSET', KEYS[3], unpack(ARGV, i)) end
+redis.call('EXPIRE', KEYS[3], ttl)
+redis.call('ZADD', KEYS[4], now + ttl, worker)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
+if redis.call('TTL', KEYS[4]) < 2 * ttl then redis.call('EXPIRE', KEYS[4], 2 * ttl) end
 local full = redis.call('SCARD', KEYS[5]) >= most
 if full and ARGV[7] == '1' then named = redis.call('SMEMBERS', KEYS[5]) end
 return {fresh and 1 or 0, full and 1 or 0, named, folded}
@@ -214,8 +211,11 @@ class StatsPublisher:
         """Send the last deltas and the finish reason, and remove the heartbeat."""
         self._batch(stats)
         pipe = self.server.pipeline(transaction=False)
-        self._queue_batches(pipe, time.time(), 0, {})
+        self._queue_batches(pipe, time.time(), self.heartbeat_ttl, {})
         pipe.hset(self.keys.stats, "finish_reason", reason)
+        pipe.delete(self.keys.worker(self.worker))
+        pipe.delete(self.keys.applied(self.worker))
+        pipe.zrem(self.keys.workers, self.worker)
         pipe.execute()
         self._unacked.clear()
 
@@ -239,6 +239,7 @@ class StatsPublisher:
             self.keys.worker(self.worker),
             self.keys.workers,
             self.keys.domains,
+            self.keys.applied(self.worker),
         ]
         beat = [str(part) for pair in heartbeat.items() for part in pair]
         for batch in self._unacked:
