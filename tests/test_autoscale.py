@@ -25,8 +25,8 @@ from tests.harness import (
 pytestmark = pytest.mark.integration
 
 # Profiles of missing users (one request and one document each), pushed in waves: the backlog
-# steps up, then down to nothing, four times; 5,000 pages in all.
-WAVES = [1250, 750, 1750, 1250]
+# steps up, then down to nothing, four times; 2,500 pages in all.
+WAVES = [625, 375, 875, 625]
 # Workers the autoscaler keeps, at least and at most.
 LEAST, MOST = 2, 5
 # Workers stay up when idle (the autoscaler stops them), publish every second, lease 10 s.
@@ -62,7 +62,7 @@ def _assert_every_profile_once(mongo: Mongo, users: list[str]) -> None:
 def test_the_local_autoscaler_scales_out_and_in_and_loses_nothing(
     crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    """5,000 profiles in four waves (the backlog stepping up, then down to nothing): 2 to 5
+    """2,500 profiles in four waves (the backlog stepping up, then down to nothing): 2 to 5
     workers, the 3 beyond the minimum started once a wave and stopped once at its tail (not
     stopped while they hold work, then started again for what they gave back), each stopped
     one exits 0, every profile stored once and the frontier empty."""
