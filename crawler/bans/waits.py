@@ -111,13 +111,13 @@ def send_back_counted(crawler: Crawler, request: Request, due: float, reason: st
 
 class TokenLines:
     """This worker's requests waiting for a token: one first-come line per (domain, identity),
-    and per line the time up to which requests sent back to the delayed set are booked."""
+    and per line the time up to which requests sent back to the delayed set are spaced."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._waiting: Counter[tuple[str, str]] = Counter()
-        self._booked: dict[tuple[str, str], float] = {}
+        self._spaced: dict[tuple[str, str], float] = {}
         self._groups: dict[tuple[str, str], tuple[float, int]] = {}
 
     @classmethod
@@ -149,17 +149,17 @@ class TokenLines:
                 del self._waiting[key]
                 self._locks.pop(key, None)
 
-    def book(self, key: tuple[str, str], earliest: float, interval: float) -> float:
+    def due_back(self, key: tuple[str, str], earliest: float, interval: float) -> float:
         """When a request sent back now should be due (Unix time). Its turn is at ``earliest``,
         and one ``interval`` after the previous one of its line sent back; such turns come back
         in groups of a line's worth less one, due together a turn before the first of them, so
         one pop brings a group back to a line that is not empty yet."""
         now = time.time()
-        if len(self._booked) > 10_000:
-            self._booked = {k: t for k, t in self._booked.items() if t > now}
-            self._groups = {k: g for k, g in self._groups.items() if k in self._booked}
-        turn = max(earliest, self._booked.get(key, 0.0))
-        self._booked[key] = turn + interval
+        if len(self._spaced) > 10_000:
+            self._spaced = {k: t for k, t in self._spaced.items() if t > now}
+            self._groups = {k: g for k, g in self._groups.items() if k in self._spaced}
+        turn = max(earliest, self._spaced.get(key, 0.0))
+        self._spaced[key] = turn + interval
         first, size = self._groups.get(key, (0.0, self.capacity))
         if size >= max(1, self.capacity - 1) or turn > first + size * interval + interval / 2:
             first, size = turn, 0
@@ -187,11 +187,11 @@ class TokenTurns:
         interval = self.fleet.interval(domain, delay)
         turn = self.lines.turn_in(key, wait, interval)
         if turn > LOCAL_WAIT or (turn > SHORT_WAIT and self.lines.full(key)):
-            return self.lines.book(key, time.time() + turn, interval)
+            return self.lines.due_back(key, time.time() + turn, interval)
         async with self.lines.place(key):
             while (wait := self.fleet.acquire(domain, identity, delay)) > 0:
                 if wait > LOCAL_WAIT:
-                    return self.lines.book(key, time.time() + wait, interval)
+                    return self.lines.due_back(key, time.time() + wait, interval)
                 if self.redis.engine_closing():
                     raise RedisError("the engine is closing: the request goes back untouched")
                 await asyncio.sleep(wait)

@@ -148,12 +148,12 @@ class SendGate:
         for ask in asks:
             ask.counted = now + ask.allowance + late
             # A host's second ask of this trip on, turned away, moves to the host's first turn
-            # not planned (take.lua's ``book``): requests that come together (held for the same
+            # not planned (take.lua's ``plan``): requests that come together (held for the same
             # token) leave one by one, instead of all coming back at the next token to be
             # turned away again but one.
-            book = int(ask.key in asked)
+            plan = int(ask.key in asked)
             asked.add(ask.key)
-            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late, book]
+            args = [now, ask.rate, ask.burst, 1, recovery, 1, 0, ask.allowance + late, plan]
             queue_eval(pipe, TAKE, [ask.key], args)
         try:
             replies: list[Any] = pipe.execute(raise_on_error=False)[len(told) :]

@@ -93,8 +93,8 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', fmt(horizon), 'WITHSCOR
 local back, turns, missed = {}, {}, {}
 for i = 1, #due, 2 do
   local id, at = due[i], tonumber(due[i + 1])
-  local slotted = string.sub(id, -2) == '|s'
-  if not slotted then
+  local on_turn = string.sub(id, -2) == '|s'  -- waiting for its host's turn (pace.lua)
+  if not on_turn then
     if at <= now then back[#back + 1] = id end
   elseif at <= now and count > 0 then
     turns[#turns + 1] = id

@@ -1,7 +1,7 @@
 -- KEYS: bucket [, bans hash]. ARGV: now, rate (tokens/s at factor 1), burst, want, recovery
 -- (factor/s), floor (lowest factor), penalize (1 after a ban), and optionally an allowance
 -- (seconds): requests granted now may reach the host up to that much later (a connection to
--- open first), so the bucket counts them as sent then; and optionally ``book`` (1, for the
+-- open first), so the bucket counts them as sent then; and optionally ``plan`` (1, for the
 -- send gate's requests, each with a turn the pop planned): a request refused moves its turn to
 -- the host's first one not planned yet, its wait until then (the count of turns planned kept).
 -- Takes up to ``want`` tokens of the bucket (see bucket.lua) for requests sent now; each is one
