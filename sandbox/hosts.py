@@ -14,7 +14,8 @@ JSON, ``{address: [[time, path], ...]}``, and ``GET /__reset`` forgets them; nei
 
 A host can be made to fail (``HostsWeb.faults``, address -> fault): ``"429"`` or ``"503"`` answers
 every page with that status and no Retry-After, ``"robots-503"`` answers its robots.txt 503,
-``"drop"`` closes every connection without an answer. The failed requests are counted too.
+``"robots-drop"`` closes the connection of a robots.txt request without an answer, ``"drop"``
+closes every connection without an answer. The failed requests are counted too.
 
 A request that carries a ``Depth`` header (a test's crawler adds it: tests/depth_header.py) has
 its depth noted beside its arrival too, in ``HostsWeb.depths``: (address, path) -> the depths it
@@ -106,6 +107,8 @@ class HostsWeb:
         host = self._index.get(address)
         fault = self.faults.get(address, "")
         if fault == "drop":
+            return None
+        if fault == "robots-drop" and path == "/robots.txt":
             return None
         if fault == "robots-503" and path == "/robots.txt":
             return _response(b"503 Service Unavailable", b"down")

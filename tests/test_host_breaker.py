@@ -335,6 +335,36 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
         assert len(fetched) == PAGES
 
 
+def _arrived(web: HostsWeb, host: str, robots: bool) -> list[float]:
+    """When ``host`` received its robots.txt requests (``robots``), or its other requests."""
+    return [at for at, path in web.arrivals[host] if (path == "/robots.txt") == robots]
+
+
+@pytest.mark.integration
+def test_a_robots_txt_without_an_answer_holds_its_host_back_until_it_answers(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    """A host's robots.txt drops the connection: that is no answer, not "allow everything"
+    (which would let the fleet fetch what it forbids for LINKS_ROBOTS_TTL). No page of the host
+    is asked for until its robots.txt answered, asked again after each block; then every one."""
+    silent = host_address(0)
+    web.faults[silent] = "robots-drop"
+    redis_client.lpush("links:start_urls", *_pages(web, 0))
+    log = tmp_path / "crawl.log"
+    with crawl.background("links", settings=LINKS, log=log) as worker:
+        poll(
+            lambda: len(_arrived(web, silent, True)) >= 2 or _arrived(web, silent, False),
+            60,
+            "robots.txt asked again (or a page asked for)",
+        )
+        assert _arrived(web, silent, False) == []
+        del web.faults[silent]
+        assert worker.wait(120) == 0, log.read_text()[-3000:]
+    pages = {path for _, path in web.arrivals[silent] if path != "/robots.txt"}
+    assert len(pages) == PAGES
+    assert max(_arrived(web, silent, True)) < min(_arrived(web, silent, False))
+
+
 @pytest.mark.parametrize(
     ("url", "site"),
     [

@@ -3,11 +3,16 @@ fleet, cached in Redis, obeyed with Protego (docs/spiders.md).
 
 When Redis has no rules for an origin, one worker wins the claim (SET NX,
 LINKS_ROBOTS_CLAIM_SECONDS) and downloads them; the origin's requests in other workers go back to
-the delayed set until then. A robots.txt that answers 4xx, or cannot be downloaded, allows
-everything (as Scrapy's RobotsTxtMiddleware does); one that answers 5xx blocks its host for the
-fleet (a step of the circuit breaker, :mod:`crawler.bans.breaker`) and is asked again after, and
-after LINKS_ROBOTS_5XX_TRIES such answers in a row the host's requests are dead letters
-(``robots_unavailable``), as Google treats a robots.txt it cannot read. The rules are stored
+the delayed set until then. A robots.txt that answers 4xx allows everything (as Scrapy's
+RobotsTxtMiddleware does); one that answers 5xx blocks its host for the fleet (a step of the
+circuit breaker, :mod:`crawler.bans.breaker`) and is asked again after, and after
+LINKS_ROBOTS_5XX_TRIES such answers in a row the host's requests are dead letters
+(``robots_unavailable``), as Google treats a robots.txt it cannot read. One that cannot be
+downloaded (refused, reset, timed out, no DNS answer) is no answer either: it is asked again
+after the host's block (the breaker's step for that failure), no page of the host is fetched
+meanwhile, and once the host is unreachable its requests are dead letters (``host_unreachable``).
+With the breaker off (HOST_BLOCK_START 0) a robots.txt that cannot be downloaded allows
+everything. The rules are stored
 only once the requests they seed (sitemaps) are in the frontier: a worker killed in between
 leaves the claim to expire. robots.txt goes out on the turn of the request that needed it,
 which goes back to the frontier for the host's next turn; its Crawl-delay goes in meta
@@ -29,7 +34,13 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.bans.breaker import ROBOTS_UNAVAILABLE, HostBreaker, HostMarked, site_of_url
+from crawler.bans.breaker import (
+    CONNECTION_FAILURES,
+    ROBOTS_UNAVAILABLE,
+    HostBreaker,
+    HostMarked,
+    site_of_url,
+)
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.reports import FrontierReports, frontier_scheduler
@@ -253,22 +264,27 @@ class FleetRobotsMiddleware:
             raise
         except Exception as exc:
             self._count(f"robotstxt/error/{type(exc).__name__}")
+            if self.breaker.enabled and isinstance(exc, CONNECTION_FAILURES):
+                # No answer: asked again after the block the breaker middleware gave the host
+                # for this failure (counted there towards host_unreachable).
+                self._unanswered(origin, robots, f"robots.txt {type(exc).__name__}", "")
             return b""
         self._count(f"robotstxt/response_status_count/{response.status}")
         if response.status >= 500 and self.breaker.enabled:
-            self._server_error(origin, response)
+            why = f"robots.txt HTTP {response.status}"
+            self._unanswered(origin, robots, why, ROBOTS_UNAVAILABLE)
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
 
-    def _server_error(self, origin: str, response: Response) -> None:
-        """robots.txt answered 5xx: the host is blocked (a step of the circuit breaker) and its
-        robots.txt asked again after; after LINKS_ROBOTS_5XX_TRIES in a row its requests are
-        dead letters (robots_unavailable)."""
+    def _unanswered(self, origin: str, robots: Request, why: str, counted: str) -> None:
+        """robots.txt got no usable answer: the host is blocked (a step of the circuit breaker)
+        and its robots.txt asked again after. Counted towards the mark ``counted``: after
+        LINKS_ROBOTS_5XX_TRIES 5xx answers in a row the host's requests are dead letters
+        (robots_unavailable)."""
         host = site_of_url(origin)
-        sent = float(response.meta.get(SENT_AT_META) or time.time())
-        why = f"robots.txt HTTP {response.status}"
-        block = self.breaker.failed(host, sent, why, ROBOTS_UNAVAILABLE)
+        sent = float(robots.meta.get(SENT_AT_META) or time.time())
+        block = self.breaker.failed(host, sent, why, counted)
         if block.marked:
-            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {block.failures} times in a row")
+            raise HostMarked(counted, f"{why}, {block.failures} times in a row")
         raise RobotsDeferred(block.until)
 
     def _seed(self, request: Request, rules: Protego) -> bool:
