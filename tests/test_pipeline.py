@@ -286,6 +286,39 @@ def test_spill_left_by_a_dead_worker_is_replayed_at_start(
     assert not list(spill.glob("*.jsonl"))
 
 
+def test_spilled_upserts_mongodb_refuses_are_kept_aside_not_lost(
+    own_mongo: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dead worker's spill file whose replay MongoDB refuses in part (here another unique
+    index): the rest is stored, the refused upsert kept in ``<file>.rejected`` and named."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
+    client["crawler"]["videos"].create_index("sku", unique=True)
+    records = [
+        {"collection": "videos", "filter": {"video_id": video}, "update": {"$set": {"sku": 7}}}
+        for video in ("first", "second")
+    ]
+    left = spill / "videos-test-99999999.jsonl"
+    left.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+    async def scenario() -> Any:
+        pipeline, stats = _pipeline(_settings(own_mongo.uri, "crawler", spill))
+        await pipeline.open_spider()
+        await pipeline.close_spider()
+        return stats
+
+    stats = asyncio.run(scenario())
+    stored = [doc["video_id"] for doc in client["crawler"]["videos"].find()]
+    client.close()
+    assert stored == ["first"]
+    kept = [json.loads(line) for line in (spill / f"{left.name}.rejected").read_text().splitlines()]
+    assert kept == [records[1]]
+    assert not left.exists()
+    assert stats.get_value("mongo/replayed") == 1
+    assert "MongoDB refused 1 spilled upserts" in caplog.text
+
+
 def test_mongodb_stopped_mid_crawl_loses_nothing(
     crawl: Crawl,
     redis_client: redis.Redis,

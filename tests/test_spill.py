@@ -186,3 +186,24 @@ def test_a_spill_name_that_cannot_be_read_is_named_and_passed_over(
     _left_behind(tmp_path, "b", [_record(2)])
     assert _orphans(tmp_path) == [(tmp_path / f"{SPIDER}-b.jsonl", [_record(2)])]
     assert f"{SPIDER}-a.jsonl cannot be read" in caplog.text
+
+
+def test_an_append_that_fails_leaves_no_part_of_a_line_for_the_next_to_join(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk fails an append after part of it was written (its records are not stored:
+    their requests are dead letters); the next append's records are read back whole."""
+    spill = SpillFile(tmp_path, SPIDER)
+    spill.append([_record(1)])
+
+    def full_disk(descriptor: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("crawler.storage.spill.os.fsync", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            spill.append([_record(2), _record(3)])
+    spill.append([_record(4)])
+    assert spill.read_own() == [_record(1), _record(4)]
+    assert not (tmp_path / f"{spill.path.name}.rejected").exists()
+    spill.close()

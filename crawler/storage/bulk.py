@@ -29,10 +29,12 @@ from crawler.storage.changes import (
     same_content_update,
 )
 from crawler.storage.documents import TRUNCATED_FIELD
-from crawler.storage.spill import Record, SpillFile
-from crawler.storage.writes import Outcome, refused, transient, written
+from crawler.storage.spill import Record, SpillFile, keep_refused
+from crawler.storage.writes import UNCONFIRMED, Outcome, refused, transient, written
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pymongo.database import Database
     from scrapy.statscollectors import StatsCollector
 
@@ -249,7 +251,7 @@ class BulkWrites:
         except PyMongoError:
             return
         records = self.spill.read_own()
-        if records and self._replay(records):
+        if records and self._replay(records, self.spill.path):
             self.spill.clear_own()
 
     def replay_orphans(self) -> None:
@@ -259,28 +261,35 @@ class BulkWrites:
         with closing(self.spill.orphans()) as orphans:
             for path, records in orphans:
                 try:
-                    if not self._replay(records):
+                    if not self._replay(records, path):
                         return
                 except PyMongoError:
                     logger.exception("Could not replay spill file %s; it is left for later", path)
                     continue
                 path.unlink(missing_ok=True)
 
-    def _replay(self, records: list[Record]) -> bool:
-        by_collection: dict[str, list[UpdateOne]] = {}
+    def _replay(self, records: list[Record], path: Path) -> bool:
+        """Write the spill file ``path``'s records; False when MongoDB cannot take or confirm
+        them now (the file waits). Records MongoDB refuses (a validation rule, another unique
+        index) are kept in ``<path>.rejected``, named in an ERROR, not dropped with the file."""
+        by_collection: dict[str, list[Record]] = {}
         for record in records:
-            operation = UpdateOne(record["filter"], record["update"], upsert=True)
-            by_collection.setdefault(record["collection"], []).append(operation)
+            by_collection.setdefault(record["collection"], []).append(record)
+        stored = 0
         try:
-            for collection, operations in by_collection.items():
+            for collection, spilled in by_collection.items():
+                operations = [UpdateOne(r["filter"], r["update"], upsert=True) for r in spilled]
                 outcome = self._bulk_write_with_retries(collection, operations)
+                if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
+                    return False
                 self._count(collection, len(operations), outcome)
-                for reason in outcome.refused.values():
-                    logger.error("MongoDB refused a spilled upsert into %s: %s", collection, reason)
+                stored += len(operations) - len(outcome.refused)
+                if outcome.refused:
+                    keep_refused(path, [spilled[i] for i in outcome.refused], outcome.refused)
         except ConnectionFailure:
             return False
-        self.stats.inc_value("mongo/replayed", len(records))
-        logger.info("Replayed %d spilled upserts into MongoDB", len(records))
+        self.stats.inc_value("mongo/replayed", stored)
+        logger.info("Replayed %d spilled upserts into MongoDB", stored)
         return True
 
 

@@ -384,6 +384,8 @@ def _hashable(key: Any) -> Any:
 def _resolve_waiter(
     waiter: asyncio.Future[None], collection: str, key: Any, reason: str | None
 ) -> None:
+    if waiter.done():  # cancelled meanwhile: the others of its batch are still told
+        return
     if reason is None:
         waiter.set_result(None)
     else:

@@ -45,10 +45,18 @@ class SpillFile:
         _sync(directory)  # the name survives a power loss as the records do
 
     def append(self, records: list[Record]) -> None:
-        """Write the records and fsync: once this returns they survive a crash."""
-        self._file.write("".join(json_util.dumps(record) + "\n" for record in records).encode())
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        """Write the records and fsync: once this returns they survive a crash. One that
+        fails (a full disk) leaves the file as it was, not a part of a line the next records
+        would be joined to."""
+        self._file.seek(0, os.SEEK_END)
+        size = self._file.tell()
+        try:
+            self._file.write("".join(json_util.dumps(r) + "\n" for r in records).encode())
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError:
+            self._file.truncate(size)
+            raise
 
     def pending(self) -> bool:
         return self.path.stat().st_size > 0
@@ -126,12 +134,29 @@ def _records(handle: IO[bytes], path: Path) -> list[Record]:
 
 def _keep_rejected(path: Path, lines: list[bytes]) -> None:
     """The lines of ``path`` that are not records, in ``<path>.rejected`` (fsynced), named."""
+    kept = _append_rejected(path, lines)
+    logger.error("Spill file %s: %d lines are not records, kept in %s", path, len(lines), kept)
+
+
+def keep_refused(path: Path, records: list[Record], reasons: dict[int, str]) -> None:
+    """Records of ``path`` that MongoDB refused, in ``<path>.rejected`` (fsynced), named."""
+    kept = _append_rejected(path, [json_util.dumps(r).encode() + b"\n" for r in records])
+    logger.error(
+        "MongoDB refused %d spilled upserts of %s (%s), kept in %s",
+        len(records),
+        path,
+        next(iter(reasons.values())),
+        kept,
+    )
+
+
+def _append_rejected(path: Path, lines: list[bytes]) -> Path:
     kept = path.with_name(f"{path.name}.rejected")
-    with open(kept, "wb") as out:
+    with open(kept, "ab") as out:
         out.write(b"".join(lines))
         out.flush()
         os.fsync(out.fileno())
-    logger.error("Spill file %s: %d lines are not records, kept in %s", path, len(lines), kept)
+    return kept
 
 
 def _record(line: bytes) -> Record | None:

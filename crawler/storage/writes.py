@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from pymongo.results import BulkWriteResult
 
 DUPLICATE_KEY = 11000
+# How the reason of a write left unconfirmed by an unmet write concern begins.
+UNCONFIRMED = "write concern not met"
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ def refused(exc: BulkWriteError, count: int) -> Outcome:
     )
     concern = details.get("writeConcernErrors") or []
     if concern:
-        unconfirmed = f"write concern not met: {describe(concern[0])}"
+        unconfirmed = f"{UNCONFIRMED}: {describe(concern[0])}"
         reasons = {index: reasons.get(index, unconfirmed) for index in range(count)}
     upserted = int(details.get("nInserted", 0)) + int(details.get("nUpserted", 0))
     modified = int(details.get("nModified", 0))
