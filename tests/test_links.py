@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from crawler.bans.breaker import UNREACHABLE
 from crawler.frontier.codec import expand
 from crawler.links.ledger import HostLedger
 from tests.harness import MONGO_PAUSE, Crawl, Mongo, Sandbox, poll, scrapy
@@ -201,10 +202,13 @@ def test_scope_any_spreads_over_hosts_and_traps_stay_bounded(
     months = sorted(key for key in pages if key[1].startswith(report["trap"]))
     assert months == [(host, f"/cal/2024/0{m}") for host in report["hosts"] for m in (1, 2, 3)]
     assert pages[("site5.test", "/")]["depth"] == 1
-    # site0 links to site0.test:1, where nothing listens: its home page and its sitemap (robots.txt
-    # failed: everything allowed, /sitemap.xml tried) are errors of that host, by class.
+    # site0 links to site0.test:1, where nothing listens: its robots.txt never answered, so no
+    # page of it was asked for; once the host was unreachable its home page became a dead letter.
     refused = HostLedger(redis_client, "links", 60).host("site0.test:1")
-    assert refused == {"errors:DownloadConnectionRefusedError": 2, "backlinks": 1}
+    assert refused == {"backlinks": 1}
+    dead = [json.loads(raw) for raw in redis_client.lrange("{links}:dead", 0, -1)]
+    letters = [(expand(letter["request"])["url"], letter["failure"]["reason"]) for letter in dead]
+    assert letters == [("http://site0.test:1/", UNREACHABLE)]
 
 
 def test_scope_host_page_budget_and_bodies(
