@@ -389,3 +389,45 @@ def test_links_carry_their_depth_and_a_shorter_path_is_asked_again(redis_url: st
     assert links_of(3, "/other") == []
     assert links_of(1, "/shallow") == [("/a", 2), ("/b", 2)]
     assert links_of(2, "/middle") == []
+
+
+def _sitemap_answer(request: Request, kind: str, children: int) -> Response:
+    """A sitemap of ``kind`` ("sitemapindex" or "urlset") listing ``children`` new URLs of its
+    host, each named after the request's URL (so every one is new)."""
+    tag, suffix = ("sitemap", ".xml") if kind == "sitemapindex" else ("url", "")
+    base = request.url.removesuffix(".xml")
+    entries = "".join(f"<{tag}><loc>{base}-{n}{suffix}</loc></{tag}>" for n in range(children))
+    body = f'<?xml version="1.0"?><{kind} xmlns="{SITEMAP_NS}">{entries}</{kind}>'
+    return Response(request.url, body=body.encode(), request=request)
+
+
+SITEMAP_NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
+
+
+def test_sitemap_indexes_that_nest_without_end_are_followed_one_level_down() -> None:
+    """Every sitemap of a hostile host is an index of 5 new ones: the robots.txt one, its 5
+    and their 25 are read, and no further (sitemaps.org indexes do not nest)."""
+    spider = _spider()
+    (home,) = spider.requests_from_entry("http://h.test/")
+    waiting, read = spider.robots_requests(home, ["http://h.test/sm.xml"]), 0
+    while waiting and read < 1000:
+        request = waiting.pop()
+        read += 1
+        waiting += list(spider.parse_sitemap(_sitemap_answer(request, "sitemapindex", 5)))
+    assert read == 1 + 5 + 25
+
+
+def test_sitemaps_ask_for_no_more_of_a_host_than_its_page_budget() -> None:
+    spider = _spider()
+    (home,) = spider.requests_from_entry({"url": "http://h.test/", "max_pages": 30})
+    (index,) = spider.robots_requests(home, ["http://h.test/sm.xml"])
+    sitemaps = list(spider.parse_sitemap(_sitemap_answer(index, "sitemapindex", 50)))
+    assert len(sitemaps) == 30
+    pages = [
+        page
+        for sitemap in sitemaps
+        for page in spider.parse_sitemap(_sitemap_answer(sitemap, "urlset", 20))
+    ]
+    assert len(pages) == 30
+    assert spider.crawler.stats is not None
+    assert spider.crawler.stats.get_value("links/skipped/sitemap_over_budget") >= 1

@@ -64,6 +64,15 @@ MAX_PAGES_LIMIT = 1_000_000_000
 COUNTED_ERRORS = [404, 410]
 # Content types parsed as pages; a page answering another one is not downloaded further.
 HTML_TYPES = (b"text/html", b"application/xhtml+xml")
+# Sitemap indexes followed below the sitemaps robots.txt names: one level (an index of
+# indexes, which sitemaps.org does not allow, is followed once; deeper ones are not).
+SITEMAP_NESTING = 2
+SITEMAP_LEVEL_META = "links_sitemap_level"
+# Pages, and sitemaps, one worker asks for from sitemaps per host and start entry: its page
+# budget of each, or this many without one. Hosts whose counts a worker keeps before it starts
+# afresh.
+SITEMAP_ENTRIES_UNBUDGETED = 1_000_000
+SITEMAP_HOSTS_KEPT = 10_000
 
 
 class LinksSpider(RedisFedSpider):
@@ -148,6 +157,9 @@ class LinksSpider(RedisFedSpider):
         # DUPEFILTER_LOCAL_CACHE, remembers as many), so no request is made.
         self.asked: dict[str, int] = {}
         self.asked_limit = 0
+        # Sitemap entries asked for per (start entry, host, "page" or "sitemap"), bounded by its
+        # budget: sitemaps cannot queue more of a host than it may store.
+        self.sitemap_entries: Counter[tuple[str, str, str]] = Counter()
         if settings.get("DUPEFILTER_MODE") != "none":
             self.asked_limit = settings.getint("DUPEFILTER_LOCAL_CACHE")
 
@@ -341,12 +353,11 @@ class LinksSpider(RedisFedSpider):
         origin = request.url.split("/", 3)[:3]
         base = "/".join(origin)
         urls = [url for url in sitemaps if url.startswith(base + "/")] or [f"{base}/sitemap.xml"]
-        return [self._sitemap_request(url, state) for url in urls[:10]]
+        return [self._sitemap_request(url, state, 0) for url in urls[:10]]
 
-    def _sitemap_request(self, url: str, state: dict[str, Any]) -> Request:
-        return Request(
-            url, callback=self.parse_sitemap, priority=5, meta={LINKS_META: {**state, "depth": 0}}
-        )
+    def _sitemap_request(self, url: str, state: dict[str, Any], level: int) -> Request:
+        meta = {LINKS_META: {**state, "depth": 0}, SITEMAP_LEVEL_META: level}
+        return Request(url, callback=self.parse_sitemap, priority=5, meta=meta)
 
     def parse_sitemap(self, response: Response) -> Iterator[Request]:
         state: dict[str, Any] = response.meta[LINKS_META]
@@ -354,15 +365,31 @@ class LinksSpider(RedisFedSpider):
         kind, locations = sitemap_urls(body or b"", self.sitemap_max_urls)
         self.count(f"links/sitemaps/{kind or 'unreadable'}")
         host = host_of(canonical_url(response.url))
+        level = int(response.meta.get(SITEMAP_LEVEL_META, 0)) + 1
         if state["max_depth"] < 1:
+            return
+        if kind == "sitemapindex" and level > SITEMAP_NESTING:
+            self.count("links/skipped/sitemap_nested")
             return
         for link in self._canonical_links(locations):
             if host_of(link) != host:
                 self.count("links/skipped/sitemap_foreign")
+            elif not self._sitemap_room(state, host, kind):
+                self.count("links/skipped/sitemap_over_budget")
+                return
             elif kind == "sitemapindex":
-                yield self._sitemap_request(link, state)
+                yield self._sitemap_request(link, state, level)
             elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
                 yield self._page_request(link, child, priority=-2 + 1)
+
+    def _sitemap_room(self, state: dict[str, Any], host: str, kind: str) -> bool:
+        """Whether this worker may ask for one more page (or, from an index, sitemap) of
+        ``host`` from a sitemap (counted)."""
+        key = (str(state["start"]), host, "sitemap" if kind == "sitemapindex" else "page")
+        if key not in self.sitemap_entries and len(self.sitemap_entries) >= SITEMAP_HOSTS_KEPT:
+            self.sitemap_entries.clear()
+        self.sitemap_entries[key] += 1
+        return self.sitemap_entries[key] <= (state["max_pages"] or SITEMAP_ENTRIES_UNBUDGETED)
 
 
 def _scope(value: Any) -> str:
