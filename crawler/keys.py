@@ -118,6 +118,10 @@ class LedgerKeys:
         """Pages of ``host`` crawled from the start entry ``start``."""
         return tagged(self.spider, "pages:") + start + ":" + host
 
+    def applied(self, worker: str) -> str:
+        """The last batch of a worker's counts applied (its number; crawler/links/ledger.py)."""
+        return tagged(self.spider, "ledger:applied:") + worker
+
 
 def breaker_key(spider: str) -> str:
     """The circuit breaker's hosts (crawler/bans/breaker.py): host -> "step incident end"."""

@@ -3,10 +3,14 @@ fleet-wide (exact with one worker, bounded overshoot with several), nothing lost
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawler.links.ledger import HostLedger
 from devtools.services import free_port
@@ -80,3 +84,42 @@ def test_counts_kept_while_redis_is_away_arrive_with_the_next_flush(
     ledger.page("s", "a.test", 10, {})
     ledger.flush()
     assert ledger.host("a.test") == {"pages": 3, "bytes": 30, "external_links": 0}
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.tuples(st.sampled_from(["a.test", "b.test"]), st.booleans()), max_size=40))
+def test_a_batch_whose_reply_is_lost_is_counted_once_when_sent_again(
+    redis_client: redis.Redis, pages: list[tuple[str, bool]]
+) -> None:
+    """Each page is counted; after a page marked lost, the next round trip's reply is lost
+    (Redis applied it, the worker never heard): the batches go again with the next flush."""
+    redis_client.flushdb()
+    ledger = HostLedger(redis_client, "links", 60, flush_pages=3, flush_seconds=3600)
+    real = type(redis_client.pipeline()).execute
+    lose = [False]
+
+    def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        replies = real(pipe, *args, **kwargs)
+        if lose[0]:
+            lose[0] = False
+            raise RedisTimeoutError("the reply was lost")
+        return replies
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(redis_client.pipeline()), "execute", execute)
+        for host, lost in pages:
+            lose[0] = lose[0] or lost
+            with contextlib.suppress(RedisTimeoutError):
+                ledger.page("s", host, 10, {"c.test": 1})
+        lose[0] = False
+        ledger.flush()
+    for host in ("a.test", "b.test"):
+        count = sum(1 for name, _ in pages if name == host)
+        expected = {"pages": count, "bytes": 10 * count, "external_links": count} if count else {}
+        assert ledger.host(host) == expected
+        assert int(redis_client.get(ledger.keys.budget("s", host)) or 0) == count
+    assert ledger.host("c.test") == ({"backlinks": len(pages)} if pages else {})
+    totals = ledger.summary()["totals"]
+    assert totals.get("pages", 0) == len(pages)

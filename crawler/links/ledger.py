@@ -2,26 +2,29 @@
 LedgerKeys), bounded by TTLs: counters per host, page budgets per start entry and host, their
 totals and the top hosts (trimmed to TOP_HOSTS every TRIM_EVERY pages, approximately).
 
-A worker sends its counts in one pipeline every FLUSH_PAGES pages or FLUSH_SECONDS (and when the
-spider goes idle or closes), and each page at once when its host is within FLUSH_PAGES of its
-budget: with W workers a host gets at most (W - 1) x FLUSH_PAGES pages beyond its budget.
-Backlinks used for link priority are the fleet's at the last flush plus the worker's own.
+A worker sends its counts in one script call every FLUSH_PAGES pages or FLUSH_SECONDS (and when
+the spider goes idle or closes), and each page at once when its host is within FLUSH_PAGES of
+its budget: with W workers a host gets at most (W - 1) x FLUSH_PAGES pages beyond its budget.
+Backlinks used for link priority are the fleet's at the last flush plus the worker's own. Each
+batch of counts has a number, and the script applies it once: a batch sent again (its reply
+lost, the client's retry after a timeout) is not counted twice.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.config import setting
 from crawler.connection import crawl_redis, reply_text
+from crawler.frontier.lua import queue_eval
 from crawler.keys import LedgerKeys
 
 if TYPE_CHECKING:
@@ -39,22 +42,65 @@ FLUSH_SECONDS = 1.0
 # Fleet-wide page budgets and backlinks a worker remembers from its flushes, at most.
 KNOWN_LIMIT = 100_000
 
+# KEYS: the worker's last batch applied, the totals, the top hosts, then the batch's keys.
+# ARGV: seq, ttl, top hosts kept (0: not trimmed now), then budgets: n, n x (key index, count);
+#   backlinks: n, n x (key index, count); hosts: n, n x (key index, host, m, m x (name, value)).
+# Applies the batch unless this seq or a later one was applied already (kept a day); returns
+# the budgets and backlinks as they are after it.
+FLUSH = r"""
+local seq, ttl, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local fresh = seq > tonumber(redis.call('GET', KEYS[1]) or '0')
+if fresh then redis.call('SET', KEYS[1], seq, 'EX', 86400) end
+local at = 3
+local function take() at = at + 1; return ARGV[at] end
+local out = {}
+for _ = 1, tonumber(take()) do
+  local key, count = KEYS[tonumber(take())], take()
+  if fresh then
+    out[#out + 1] = redis.call('INCRBY', key, count)
+    redis.call('EXPIRE', key, ttl)
+  else
+    out[#out + 1] = tonumber(redis.call('GET', key) or '0')
+  end
+end
+for _ = 1, tonumber(take()) do
+  local key, count = KEYS[tonumber(take())], take()
+  if fresh then
+    out[#out + 1] = redis.call('HINCRBY', key, 'backlinks', count)
+    redis.call('EXPIRE', key, ttl)
+  else
+    out[#out + 1] = tonumber(redis.call('HGET', key, 'backlinks') or '0')
+  end
+end
+for _ = 1, tonumber(take()) do
+  local key, host = KEYS[tonumber(take())], take()
+  for _ = 1, tonumber(take()) do
+    local name, value = take(), take()
+    if fresh then
+      redis.call('HINCRBY', key, name, value)
+      redis.call('HINCRBY', KEYS[2], name, value)
+      if name == 'pages' then redis.call('ZINCRBY', KEYS[3], value, host) end
+    end
+  end
+  if fresh then redis.call('EXPIRE', key, ttl) end
+end
+if fresh and kept > 0 then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -kept - 1) end
+return out
+"""
+
 
 @dataclass
 class _Pending:
     """Counts of a worker not sent to Redis yet."""
 
     pages: int = 0
+    seq: int = 0  # the batch's number, once it was sent
     budgets: Counter[tuple[str, str]] = field(default_factory=Counter)
     hosts: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     backlinks: Counter[str] = field(default_factory=Counter)
 
-    def merge(self, other: _Pending) -> None:
-        self.pages += other.pages
-        self.budgets.update(other.budgets)
-        for host, counters in other.hosts.items():
-            self.hosts[host].update(counters)
-        self.backlinks.update(other.backlinks)
+    def __bool__(self) -> bool:
+        return bool(self.pages or self.hosts)
 
 
 class HostLedger:
@@ -73,6 +119,9 @@ class HostLedger:
         self.flush_seconds = flush_seconds
         self._counted = 0
         self._pending = _Pending()
+        self._unsent: list[_Pending] = []  # batches sent whose reply did not come, oldest first
+        self._worker = uuid.uuid4().hex
+        self._seq = 0
         self._flushed_at = time.monotonic()
         # Fleet-wide values read at the last flushes (bounded: cleared past KNOWN_LIMIT).
         self._budgets: dict[tuple[str, str], int] = {}
@@ -121,57 +170,60 @@ class HostLedger:
         )
 
     def flush(self) -> None:
-        """Send the counts kept since the last flush, in one round trip."""
+        """Send the counts kept since the last flush, with any batch whose reply did not come,
+        in one round trip."""
         pending, self._pending = self._pending, _Pending()
         self._flushed_at = time.monotonic()
-        if not pending.pages:
+        if pending:
+            self._seq += 1
+            pending.seq = self._seq
+            self._unsent.append(pending)
+        if not self._unsent:
             return
         pipe = self.server.pipeline(transaction=False)
-        budgets = list(pending.budgets.items())
-        for (start, host), count in budgets:
-            pipe.incrby(self.keys.budget(start, host), count)
-            pipe.expire(self.keys.budget(start, host), self.ttl)
-        backlinks = list(pending.backlinks.items())
-        for target, count in backlinks:
-            pipe.hincrby(self.keys.host(target), "backlinks", count)
-            pipe.expire(self.keys.host(target), self.ttl)
-        totals: Counter[str] = Counter()
-        for host, counters in pending.hosts.items():
-            key = self.keys.host(host)
-            for name, value in counters.items():
-                pipe.hincrby(key, name, value)
-            pipe.expire(key, self.ttl)
-            pipe.zincrby(self.keys.top, counters["pages"], host)
-            totals.update(counters)
-        for name, value in totals.items():
-            pipe.hincrby(self.keys.totals, name, value)
-        if self._counted // TRIM_EVERY != (self._counted + pending.pages) // TRIM_EVERY:
-            pipe.zremrangebyrank(self.keys.top, 0, -TOP_HOSTS - 1)
-        try:
-            results: list[Any] = pipe.execute()
-        except RedisError:
-            self._pending.merge(pending)  # sent again with the next flush
-            raise
-        self._counted += pending.pages
-        self._remember(self._budgets, budgets, results[0 : 2 * len(budgets) : 2])
-        offset = 2 * len(budgets)
-        self._remember(
-            self._backlinks, backlinks, results[offset : offset + 2 * len(backlinks) : 2]
-        )
+        for batch in self._unsent:
+            self._queue_flush(pipe, batch)
+        results: list[Any] = pipe.execute()  # RedisError: the batches go with the next flush
+        for batch, values in zip(self._unsent, results, strict=True):
+            budgets, backlinks = list(batch.budgets), list(batch.backlinks)
+            self._remember(self._budgets, budgets, values[: len(budgets)])
+            self._remember(self._backlinks, backlinks, values[len(budgets) :])
+            self._counted += batch.pages
+        self._unsent = []
+
+    def _queue_flush(self, pipe: Any, batch: _Pending) -> None:
+        keys = [self.keys.applied(self._worker), self.keys.totals, self.keys.top]
+
+        def index(key: str) -> int:
+            keys.append(key)
+            return len(keys)
+
+        args: list[Any] = [batch.seq, self.ttl]
+        trim = self._counted // TRIM_EVERY != (self._counted + batch.pages) // TRIM_EVERY
+        args.append(TOP_HOSTS if trim else 0)
+        args.append(len(batch.budgets))
+        for (start, host), count in batch.budgets.items():
+            args += [index(self.keys.budget(start, host)), count]
+        args.append(len(batch.backlinks))
+        for target, count in batch.backlinks.items():
+            args += [index(self.keys.host(target)), count]
+        args.append(len(batch.hosts))
+        for host, counters in batch.hosts.items():
+            args += [index(self.keys.host(host)), host, len(counters)]
+            args += [part for pair in counters.items() for part in pair]
+        queue_eval(pipe, FLUSH, keys, args)
 
     @staticmethod
-    def _remember(known: dict[Any, int], sent: list[tuple[Any, int]], values: list[Any]) -> None:
+    def _remember(known: dict[Any, int], sent: list[Any], values: list[Any]) -> None:
         if len(known) + len(sent) > KNOWN_LIMIT:
             known.clear()
-        for (name, _), value in zip(sent, values, strict=True):
+        for name, value in zip(sent, values, strict=True):
             known[name] = int(value)
 
     def error(self, host: str, kind: str) -> None:
-        pipe = self.server.pipeline(transaction=False)
-        pipe.hincrby(self.keys.host(host), f"errors:{kind}", 1)
-        pipe.expire(self.keys.host(host), self.ttl)
-        pipe.hincrby(self.keys.totals, f"errors:{kind}", 1)
-        pipe.execute()
+        """Count a failed download of ``host`` by its kind, sent at once."""
+        self._pending.hosts[host][f"errors:{kind}"] += 1
+        self.flush()
 
     def host(self, host: str) -> dict[str, int]:
         """The counters of ``host`` (what ``scrapy status`` and tests read)."""
