@@ -7,7 +7,7 @@ import json
 import signal
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,7 +16,7 @@ import hypothesis
 import pymongo
 import pytest
 import redis
-from bson import SON, CodecOptions
+from bson import SON, CodecOptions, json_util
 from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 from itemadapter import ItemAdapter
@@ -317,6 +317,45 @@ def test_spilled_upserts_mongodb_refuses_are_kept_aside_not_lost(
     assert not left.exists()
     assert stats.get_value("mongo/replayed") == 1
     assert "MongoDB refused 1 spilled upserts" in caplog.text
+
+
+def test_a_spilled_upsert_leaves_a_document_written_since_alone(
+    own_mongo: Restartable, tmp_path: Path
+) -> None:
+    """A worker spilled v1 of an item, MongoDB came back and another worker stored v2, then the
+    spill file is replayed: v2 stays (v1 is stale), and a spilled item never stored is."""
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    spilled_at = datetime(2026, 1, 1, tzinfo=UTC)
+    newer = {"video_id": "k", "digg_count": 2, "last_seen": spilled_at + timedelta(minutes=5)}
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
+    client["crawler"]["videos"].create_index("video_id", unique=True)
+    client["crawler"]["videos"].insert_one(newer)
+    records = [
+        {
+            "collection": "videos",
+            "filter": {"video_id": video},
+            "update": {"$set": {"digg_count": 1, "last_seen": spilled_at}},
+            "at": spilled_at,
+        }
+        for video in ("k", "new")
+    ]
+    left = spill / "videos-test-99999999.jsonl"
+    left.write_text("".join(json_util.dumps(record) + "\n" for record in records))
+
+    async def scenario() -> Any:
+        pipeline, stats = _pipeline(_settings(own_mongo.uri, "crawler", spill))
+        await pipeline.open_spider()
+        await pipeline.close_spider()
+        return stats
+
+    stats = asyncio.run(scenario())
+    stored = {doc["video_id"]: doc["digg_count"] for doc in client["crawler"]["videos"].find()}
+    client.close()
+    assert stored == {"k": 2, "new": 1}
+    assert (stats.get_value("mongo/replayed"), stats.get_value("mongo/replay_stale")) == (1, 1)
+    assert not left.exists()
+    assert not (spill / f"{left.name}.rejected").exists()
 
 
 def test_mongodb_stopped_mid_crawl_loses_nothing(

@@ -203,9 +203,11 @@ class BulkWrites:
         self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
     ) -> dict[int, str]:
         logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
+        # "at": when it was spilled, so a replay leaves alone a document written since.
         self.spill.append(
             [
                 {"collection": collection, "filter": w.selector, "update": w.history(now)}
+                | {"at": now}
                 for w in writes
             ]
         )
@@ -270,27 +272,49 @@ class BulkWrites:
 
     def _replay(self, records: list[Record], path: Path) -> bool:
         """Write the spill file ``path``'s records; False when MongoDB cannot take or confirm
-        them now (the file waits). Records MongoDB refuses (a validation rule, another unique
-        index) are kept in ``<path>.rejected``, named in an ERROR, not dropped with the file."""
+        them now (the file waits)."""
         by_collection: dict[str, list[Record]] = {}
         for record in records:
             by_collection.setdefault(record["collection"], []).append(record)
         stored = 0
         try:
             for collection, spilled in by_collection.items():
-                operations = [UpdateOne(r["filter"], r["update"], upsert=True) for r in spilled]
-                outcome = self._bulk_write_with_retries(collection, operations)
-                if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
+                written = self._replay_into(collection, spilled, path)
+                if written is None:
                     return False
-                self._count(collection, len(operations), outcome)
-                stored += len(operations) - len(outcome.refused)
-                if outcome.refused:
-                    keep_refused(path, [spilled[i] for i in outcome.refused], outcome.refused)
+                stored += written
         except ConnectionFailure:
             return False
         self.stats.inc_value("mongo/replayed", stored)
         logger.info("Replayed %d spilled upserts into MongoDB", stored)
         return True
+
+    def _replay_into(self, collection: str, spilled: list[Record], path: Path) -> int | None:
+        """The upserts of ``spilled`` written into ``collection`` (None: not confirmed). A
+        record's upsert applies only where the stored document was not seen after it was
+        spilled (a newer write wins: the record is stale, counted as ``mongo/replay_stale``).
+        Records MongoDB refuses otherwise (a validation rule, another unique index) are kept
+        in ``<path>.rejected``, named in an ERROR, not dropped with the file."""
+        operations = [UpdateOne(_unless_newer(r), r["update"], upsert=True) for r in spilled]
+        outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
+        if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
+            return None
+        stale = {i for i in outcome.duplicates if "at" in spilled[i]}
+        refused = {i: why for i, why in outcome.refused.items() if i not in stale}
+        self._count(collection, len(operations), outcome)
+        self.stats.inc_value("mongo/replay_stale", len(stale))
+        if refused:
+            keep_refused(path, [spilled[i] for i in refused], refused)
+        return len(operations) - len(refused) - len(stale)
+
+
+def _unless_newer(record: Record) -> dict[str, Any]:
+    """A spilled record's filter, matching only a document not seen since it was spilled
+    (records of older spill files, without their time, match as they are)."""
+    at = record.get("at")
+    if not isinstance(at, datetime):
+        return dict(record["filter"])
+    return {**record["filter"], "last_seen": {"$not": {"$gt": at}}}
 
 
 @dataclass(frozen=True)
