@@ -299,13 +299,26 @@ class BulkWrites:
         outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
         if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
             return None
-        stale = {i for i in outcome.duplicates if "at" in spilled[i]}
+        stale = {i for i in outcome.duplicates if self._newer_stored(collection, spilled[i])}
         refused = {i: why for i, why in outcome.refused.items() if i not in stale}
         self._count(collection, len(operations), outcome)
         self.stats.inc_value("mongo/replay_stale", len(stale))
         if refused:
             keep_refused(path, [spilled[i] for i in refused], refused)
         return len(operations) - len(refused) - len(stale)
+
+    def _newer_stored(self, collection: str, record: Record) -> bool:
+        """Whether the duplicate key a record's upsert met is its own document, seen since it
+        was spilled (not another unique index's refusal)."""
+        newer = _newer_filter(record)
+        return newer is not None and bool(self.database[collection].find_one(newer, {"_id": 1}))
+
+
+def _newer_filter(record: Record) -> dict[str, Any] | None:
+    """What finds the document of a spilled record seen since it was spilled (None for a
+    record of an older spill file, without its time)."""
+    at = record.get("at")
+    return {**record["filter"], "last_seen": {"$gt": at}} if isinstance(at, datetime) else None
 
 
 def _unless_newer(record: Record) -> dict[str, Any]:
