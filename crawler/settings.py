@@ -444,8 +444,8 @@ LINKS_STATE_TTL = 7 * 24 * 3600
 # LINKS_ROBOTS_OBEY (bool, default True): obey robots.txt, fetched once per host per
 # LINKS_ROBOTS_TTL for the fleet (Scrapy's ROBOTSTXT_OBEY stays off); a 4xx allows everything, a
 # 5xx or a failed download blocks the host (HOST_BLOCK_*) and is asked again, the host's pages
-# waiting; LINKS_ROBOTS_5XX_TRIES (int >= 0,
-# default 4; 0 = never) 5xx answers in a row dead-letter its requests as robots_unavailable.
+# waiting; LINKS_ROBOTS_5XX_TRIES (int >= 0, default 4; 0 = never) such robots.txt failures
+# in a row (5xx, or no answer) dead-letter its requests as robots_unavailable.
 LINKS_ROBOTS_OBEY = True
 LINKS_ROBOTS_5XX_TRIES = 4
 # LINKS_ROBOTS_TTL (int seconds >= 1, default 86400): how long a host's robots.txt is kept.

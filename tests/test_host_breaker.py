@@ -303,7 +303,9 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
     dropping, no_robots = host_address(0), host_address(1)
     web.faults.update({dropping: "drop", no_robots: "robots-503"})
     redis_client.lpush("links:start_urls", *(url for h in range(HOSTS) for url in _pages(web, h)))
-    settings = {**LINKS, "HOST_MAX_EXCEPTIONS": 3, "LINKS_ROBOTS_5XX_TRIES": 2}
+    # The dropping host's robots.txt gets no answer: each failure counts towards both marks,
+    # and host_unreachable, reached as soon, wins.
+    settings = {**LINKS, "HOST_MAX_EXCEPTIONS": 2, "LINKS_ROBOTS_5XX_TRIES": 2}
     _crawl(crawl, settings, tmp_path / "first.log")
 
     dead = json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000"))
@@ -363,6 +365,24 @@ def test_a_robots_txt_without_an_answer_holds_its_host_back_until_it_answers(
     pages = {path for _, path in web.arrivals[silent] if path != "/robots.txt"}
     assert len(pages) == PAGES
     assert max(_arrived(web, silent, True)) < min(_arrived(web, silent, False))
+
+
+@pytest.mark.integration
+def test_a_robots_txt_that_never_answers_ends_as_dead_letters_even_with_no_unreachable_mark(
+    crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
+) -> None:
+    """HOST_MAX_EXCEPTIONS 0 never marks a host unreachable: its robots.txt getting no answer
+    counts towards robots_unavailable, so the crawl ends, none of the host's pages asked for."""
+    silent = host_address(0)
+    web.faults[silent] = "robots-drop"
+    redis_client.lpush("links:start_urls", *_pages(web, 0))
+    settings = {**LINKS, "HOST_MAX_EXCEPTIONS": 0, "LINKS_ROBOTS_5XX_TRIES": 2}
+    _crawl(crawl, settings, tmp_path / "crawl.log")
+    dead = json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000"))
+    assert len(dead) == PAGES
+    assert {letter["failure"]["reason"] for letter in dead} == {ROBOTS_UNAVAILABLE}
+    assert _arrived(web, silent, False) == []
+    assert len(_arrived(web, silent, True)) == 2
 
 
 @pytest.mark.parametrize(

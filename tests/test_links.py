@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from crawler.bans.breaker import UNREACHABLE
+from crawler.bans.breaker import ROBOTS_UNAVAILABLE
 from crawler.frontier.codec import expand
 from crawler.links.ledger import HostLedger
 from tests.harness import MONGO_PAUSE, Crawl, Mongo, Sandbox, poll, scrapy
@@ -203,12 +203,13 @@ def test_scope_any_spreads_over_hosts_and_traps_stay_bounded(
     assert months == [(host, f"/cal/2024/0{m}") for host in report["hosts"] for m in (1, 2, 3)]
     assert pages[("site5.test", "/")]["depth"] == 1
     # site0 links to site0.test:1, where nothing listens: its robots.txt never answered, so no
-    # page of it was asked for; once the host was unreachable its home page became a dead letter.
+    # page of it was asked for; after LINKS_ROBOTS_5XX_TRIES (4) such failures, before
+    # HOST_MAX_EXCEPTIONS (5), its home page became a dead letter.
     refused = HostLedger(redis_client, "links", 60).host("site0.test:1")
     assert refused == {"backlinks": 1}
     dead = [json.loads(raw) for raw in redis_client.lrange("{links}:dead", 0, -1)]
     letters = [(expand(letter["request"])["url"], letter["failure"]["reason"]) for letter in dead]
-    assert letters == [("http://site0.test:1/", UNREACHABLE)]
+    assert letters == [("http://site0.test:1/", ROBOTS_UNAVAILABLE)]
 
 
 def test_scope_host_page_budget_and_bodies(

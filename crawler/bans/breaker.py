@@ -207,6 +207,11 @@ class HostBreaker:
             self.noted(field, time.time() + steps.longest)
         return block
 
+    def marked(self, host: str, mark: str) -> bool:
+        """Whether ``host`` holds ``mark`` for the fleet now (one read)."""
+        until: Any = self.server.hget(bans_key(self.spider), f"{host}|{mark_scope(mark)}")
+        return until is not None and float(until) > time.time()
+
     def succeeded(self, host: str) -> None:
         """A host that answered: its failures in a row, if this worker knows of any, are over."""
         if host in self.watched:

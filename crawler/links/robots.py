@@ -10,7 +10,9 @@ LINKS_ROBOTS_5XX_TRIES such answers in a row the host's requests are dead letter
 (``robots_unavailable``), as Google treats a robots.txt it cannot read. One that cannot be
 downloaded (refused, reset, timed out, no DNS answer) is no answer either: it is asked again
 after the host's block (the breaker's step for that failure), no page of the host is fetched
-meanwhile, and once the host is unreachable its requests are dead letters (``host_unreachable``).
+meanwhile, and it counts towards both marks: once the host is unreachable (HOST_MAX_EXCEPTIONS,
+which wins) or its robots.txt unavailable (LINKS_ROBOTS_5XX_TRIES), its requests are dead
+letters.
 With the breaker off (HOST_BLOCK_START 0) a robots.txt that cannot be downloaded allows
 everything. The rules are stored
 only once the requests they seed (sitemaps) are in the frontier: a worker killed in between
@@ -37,6 +39,7 @@ from scrapy.http.request import NO_CALLBACK
 from crawler.bans.breaker import (
     CONNECTION_FAILURES,
     ROBOTS_UNAVAILABLE,
+    UNREACHABLE,
     HostBreaker,
     HostMarked,
     site_of_url,
@@ -266,8 +269,11 @@ class FleetRobotsMiddleware:
             self._count(f"robotstxt/error/{type(exc).__name__}")
             if self.breaker.enabled and isinstance(exc, CONNECTION_FAILURES):
                 # No answer: asked again after the block the breaker middleware gave the host
-                # for this failure (counted there towards host_unreachable).
-                self._unanswered(origin, robots, f"robots.txt {type(exc).__name__}", "")
+                # for this failure (counted there towards host_unreachable, which wins).
+                why = f"robots.txt {type(exc).__name__}"
+                if self.breaker.marked(site_of_url(origin), UNREACHABLE):
+                    raise HostMarked(UNREACHABLE, f"{why}: the host is unreachable") from exc
+                self._unanswered(origin, robots, why, ROBOTS_UNAVAILABLE)
             return b""
         self._count(f"robotstxt/response_status_count/{response.status}")
         if response.status >= 500 and self.breaker.enabled:
@@ -278,8 +284,8 @@ class FleetRobotsMiddleware:
     def _unanswered(self, origin: str, robots: Request, why: str, counted: str) -> None:
         """robots.txt got no usable answer: the host is blocked (a step of the circuit breaker)
         and its robots.txt asked again after. Counted towards the mark ``counted``: after
-        LINKS_ROBOTS_5XX_TRIES 5xx answers in a row the host's requests are dead letters
-        (robots_unavailable)."""
+        LINKS_ROBOTS_5XX_TRIES such answers in a row (5xx, or none) the host's requests are dead
+        letters (robots_unavailable)."""
         host = site_of_url(origin)
         sent = float(robots.meta.get(SENT_AT_META) or time.time())
         block = self.breaker.failed(host, sent, why, counted)

@@ -64,13 +64,11 @@ MAX_PAGES_LIMIT = 1_000_000_000
 COUNTED_ERRORS = [404, 410]
 # Content types parsed as pages; a page answering another one is not downloaded further.
 HTML_TYPES = (b"text/html", b"application/xhtml+xml")
-# Sitemap indexes followed below the sitemaps robots.txt names: one level (an index of
-# indexes, which sitemaps.org does not allow, is followed once; deeper ones are not).
+# Sitemap levels below robots.txt's (an index of indexes, which sitemaps.org does not allow,
+# is followed once); pages, and sitemaps, one worker asks for from sitemaps per host and start
+# entry without a page budget; hosts whose counts a worker keeps before it starts afresh.
 SITEMAP_NESTING = 2
 SITEMAP_LEVEL_META = "links_sitemap_level"
-# Pages, and sitemaps, one worker asks for from sitemaps per host and start entry: its page
-# budget of each, or this many without one. Hosts whose counts a worker keeps before it starts
-# afresh.
 SITEMAP_ENTRIES_UNBUDGETED = 1_000_000
 SITEMAP_HOSTS_KEPT = 10_000
 
@@ -374,13 +372,17 @@ class LinksSpider(RedisFedSpider):
         for link in self._canonical_links(locations):
             if host_of(link) != host:
                 self.count("links/skipped/sitemap_foreign")
-            elif not self._sitemap_room(state, host, kind):
+                continue
+            if kind == "sitemapindex":
+                request = self._sitemap_request(link, state, level)
+            elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
+                request = self._page_request(link, child, priority=-2 + 1)
+            else:
+                continue
+            if not self._sitemap_room(state, host, kind):
                 self.count("links/skipped/sitemap_over_budget")
                 return
-            elif kind == "sitemapindex":
-                yield self._sitemap_request(link, state, level)
-            elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
-                yield self._page_request(link, child, priority=-2 + 1)
+            yield request
 
     def _sitemap_room(self, state: dict[str, Any], host: str, kind: str) -> bool:
         """Whether this worker may ask for one more page (or, from an index, sitemap) of

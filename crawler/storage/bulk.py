@@ -272,40 +272,43 @@ class BulkWrites:
 
     def _replay(self, records: list[Record], path: Path) -> bool:
         """Write the spill file ``path``'s records; False when MongoDB cannot take or confirm
-        them now (the file waits)."""
+        them now (the file waits). Records MongoDB refuses (a validation rule, another unique
+        index) are kept in ``<path>.refused``, named in an ERROR, not dropped with the file."""
         by_collection: dict[str, list[Record]] = {}
         for record in records:
             by_collection.setdefault(record["collection"], []).append(record)
-        stored = 0
+        stored, refused = 0, []
         try:
             for collection, spilled in by_collection.items():
-                written = self._replay_into(collection, spilled, path)
-                if written is None:
+                replayed = self._replay_into(collection, spilled)
+                if replayed is None:
                     return False
-                stored += written
+                stored += replayed[0]
+                refused += replayed[1]
         except ConnectionFailure:
             return False
+        if refused:
+            keep_refused(path, [record for record, _ in refused], refused[0][1])
         self.stats.inc_value("mongo/replayed", stored)
         logger.info("Replayed %d spilled upserts into MongoDB", stored)
         return True
 
-    def _replay_into(self, collection: str, spilled: list[Record], path: Path) -> int | None:
-        """The upserts of ``spilled`` written into ``collection`` (None: not confirmed). A
-        record's upsert applies only where the stored document was not seen after it was
-        spilled (a newer write wins: the record is stale, counted as ``mongo/replay_stale``).
-        Records MongoDB refuses otherwise (a validation rule, another unique index) are kept
-        in ``<path>.rejected``, named in an ERROR, not dropped with the file."""
+    def _replay_into(
+        self, collection: str, spilled: list[Record]
+    ) -> tuple[int, list[tuple[Record, str]]] | None:
+        """The upserts of ``spilled`` written into ``collection``, and those refused with why
+        (None: not confirmed). A record's upsert applies only where the stored document was not
+        seen after it was spilled (a newer write wins: the record is stale, counted as
+        ``mongo/replay_stale``)."""
         operations = [UpdateOne(_unless_newer(r), r["update"], upsert=True) for r in spilled]
         outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
         if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
             return None
         stale = {i for i in outcome.duplicates if self._newer_stored(collection, spilled[i])}
-        refused = {i: why for i, why in outcome.refused.items() if i not in stale}
+        refused = [(spilled[i], why) for i, why in outcome.refused.items() if i not in stale]
         self._count(collection, len(operations), outcome)
         self.stats.inc_value("mongo/replay_stale", len(stale))
-        if refused:
-            keep_refused(path, [spilled[i] for i in refused], refused)
-        return len(operations) - len(refused) - len(stale)
+        return len(operations) - len(outcome.refused), refused
 
     def _newer_stored(self, collection: str, record: Record) -> bool:
         """Whether the duplicate key a record's upsert met is its own document, seen since it

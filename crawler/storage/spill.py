@@ -48,14 +48,15 @@ class SpillFile:
         """Write the records and fsync: once this returns they survive a crash. One that
         fails (a full disk) leaves the file as it was, not a part of a line the next records
         would be joined to."""
-        self._file.seek(0, os.SEEK_END)
-        size = self._file.tell()
+        data = memoryview("".join(json_util.dumps(r) + "\n" for r in records).encode())
+        descriptor = self._file.fileno()  # written unbuffered: nothing left behind to flush
+        size = os.lseek(descriptor, 0, os.SEEK_END)
         try:
-            self._file.write("".join(json_util.dumps(r) + "\n" for r in records).encode())
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            while data:
+                data = data[os.write(descriptor, data) :]
+            os.fsync(descriptor)
         except OSError:
-            self._file.truncate(size)
+            os.ftruncate(descriptor, size)
             raise
 
     def pending(self) -> bool:
@@ -133,26 +134,29 @@ def _records(handle: IO[bytes], path: Path) -> list[Record]:
 
 
 def _keep_rejected(path: Path, lines: list[bytes]) -> None:
-    """The lines of ``path`` that are not records, in ``<path>.rejected`` (fsynced), named."""
-    kept = _append_rejected(path, lines)
+    """The lines of ``path`` that are not records, in ``<path>.rejected`` (fsynced), named:
+    each read of the file writes all of them again."""
+    kept = _keep_lines(path, "rejected", lines, "wb")
     logger.error("Spill file %s: %d lines are not records, kept in %s", path, len(lines), kept)
 
 
-def keep_refused(path: Path, records: list[Record], reasons: dict[int, str]) -> None:
-    """Records of ``path`` that MongoDB refused, in ``<path>.rejected`` (fsynced), named."""
-    kept = _append_rejected(path, [json_util.dumps(r).encode() + b"\n" for r in records])
+def keep_refused(path: Path, records: list[Record], first_reason: str) -> None:
+    """Records of ``path`` that MongoDB refused, added to ``<path>.refused`` (fsynced), named
+    (once a replay of the file ended: a file kept for later is not replayed twice into it)."""
+    lines = [json_util.dumps(r).encode() + b"\n" for r in records]
+    kept = _keep_lines(path, "refused", lines, "ab")
     logger.error(
         "MongoDB refused %d spilled upserts of %s (%s), kept in %s",
         len(records),
         path,
-        next(iter(reasons.values())),
+        first_reason,
         kept,
     )
 
 
-def _append_rejected(path: Path, lines: list[bytes]) -> Path:
-    kept = path.with_name(f"{path.name}.rejected")
-    with open(kept, "ab") as out:
+def _keep_lines(path: Path, suffix: str, lines: list[bytes], mode: str) -> Path:
+    kept = path.with_name(f"{path.name}.{suffix}")
+    with open(kept, mode) as out:
         out.write(b"".join(lines))
         out.flush()
         os.fsync(out.fileno())
