@@ -32,7 +32,7 @@ from crawler.bans.breaker import (
 )
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
-from crawler.keys import bans_key
+from crawler.keys import bans_key, breaker_failures_key, breaker_key
 from sandbox.hosts import HostsWeb, host_address
 from tests.harness import Crawl, poll, scrapy, served_hosts
 
@@ -157,6 +157,25 @@ def test_a_quiet_host_is_forgiven_and_unban_starts_it_over(redis_client: redis.R
     assert again.level == 2
     lift_block(redis_client, SPIDER, "f.example")
     assert breaker.failed("f.example", time.time(), "HTTP 429").level == 1
+
+
+def test_hosts_forgiven_long_ago_leave_the_breaker_with_their_failures(
+    redis_client: redis.Redis,
+) -> None:
+    """A crawl meeting many hosts that fail once does not keep them: each later failure
+    deletes a few states forgiven long ago, and their failures in a row with them."""
+    breaker = _breaker(redis_client, start=0.01, longest=0.02, forgive=0.05)
+    for n in range(40):
+        breaker.failed(f"gone{n}.example", time.time(), "refused", UNREACHABLE)
+    assert redis_client.hlen(breaker_failures_key(SPIDER)) == 40
+
+    def pruned() -> bool:
+        breaker.failed("live.example", time.time(), "refused", UNREACHABLE)
+        left = [key for key in redis_client.hkeys(breaker_key(SPIDER)) if key != b"live.example"]
+        return not left
+
+    poll(pruned, 30, "the forgiven hosts' states deleted")
+    assert redis_client.hkeys(breaker_failures_key(SPIDER)) == [b"live.example|!host_unreachable"]
 
 
 def test_a_longest_block_shorter_than_the_first_is_refused() -> None:

@@ -150,6 +150,10 @@ class Block:
     marked: bool
 
 
+# Hosts with failures a worker remembers, to clear their counts when they answer, at most.
+WATCHED_HOSTS = 10_000
+
+
 class HostBreaker:
     """One per crawl (:meth:`of`): the circuit breaker of the module's docstring."""
 
@@ -199,6 +203,8 @@ class HostBreaker:
         args: list[str | float] = [host, f"{time.time():.3f}", f"{sent:.3f}", steps.start]
         args += [steps.longest, steps.forgive, random.uniform(1.0, 1.1), why, field, limit]
         reply: Any = self._script(keys=keys, args=args)
+        if len(self.watched) >= WATCHED_HOSTS:
+            self.watched.clear()  # their counts end with a failure after HOST_BLOCK_FORGIVE
         self.watched.add(host)
         until, level, failures, fresh = float(reply_text(reply[0])), *map(int, reply[1:])
         block = Block(until, level, failures, bool(fresh), bool(limit) and failures >= limit)

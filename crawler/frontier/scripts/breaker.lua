@@ -45,10 +45,14 @@ if counted ~= '' then
     redis.call('HSET', KEYS[4], counted, string.format('%s (%d in a row)', why, failures))
   end
 end
--- States forgiven long ago are deleted, a few sampled ones per call.
+-- States forgiven long ago are deleted, with their failures in a row, a few sampled per call.
 local sampled = redis.call('HRANDFIELD', KEYS[1], 8, 'WITHVALUES')
 for i = 1, #sampled, 2 do
   local last = tonumber(string.match(sampled[i + 1], '(%S+)$')) or 0
-  if now - last > forgive then redis.call('HDEL', KEYS[1], sampled[i]) end
+  if now - last > forgive then
+    local gone = sampled[i]
+    redis.call('HDEL', KEYS[1], gone)
+    redis.call('HDEL', KEYS[2], gone .. '|!host_unreachable', gone .. '|!robots_unavailable')
+  end
 end
 return {string.format('%.3f', ends), level, failures, fresh}
