@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import http.client
 import ipaddress
 import json
@@ -178,7 +179,8 @@ class TlsTerminator:
             except (ConnectionError, ssl.SSLError):
                 pass
             finally:
-                sink.close()
+                with contextlib.suppress(RuntimeError):  # its loop stopped with the test
+                    sink.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
