@@ -167,7 +167,6 @@ def test_hosts_forgiven_long_ago_leave_the_breaker_with_their_failures(
     breaker = _breaker(redis_client, start=0.01, longest=0.02, forgive=0.05)
     for n in range(40):
         breaker.failed(f"gone{n}.example", time.time(), "refused", UNREACHABLE)
-    assert redis_client.hlen(breaker_failures_key(SPIDER)) == 40
 
     def pruned() -> bool:
         breaker.failed("live.example", time.time(), "refused", UNREACHABLE)
