@@ -286,40 +286,48 @@ def test_spill_left_by_a_dead_worker_is_replayed_at_start(
     assert not list(spill.glob("*.jsonl"))
 
 
+SPILLED_AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _spilled(videos: list[str], fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """Spill records of ``videos`` as a worker writes them, setting ``fields``."""
+    update = {"$set": {**fields, "last_seen": SPILLED_AT}}
+    return [
+        {"collection": "videos", "filter": {"video_id": v}, "update": update, "at": SPILLED_AT}
+        for v in videos
+    ]
+
+
+def _replay_left(uri: str, spill: Path, records: list[dict[str, Any]]) -> tuple[Path, Any]:
+    """A dead worker's spill file of ``records``, replayed by a pipeline that opens and
+    closes: the file, and the pipeline's stats."""
+    spill.mkdir()
+    left = spill / "videos-test-99999999.jsonl"
+    left.write_text("".join(json_util.dumps(record) + "\n" for record in records))
+
+    async def scenario() -> Any:
+        pipeline, stats = _pipeline(_settings(uri, "crawler", spill))
+        await pipeline.open_spider()
+        await pipeline.close_spider()
+        return stats
+
+    return left, asyncio.run(scenario())
+
+
 def test_spilled_upserts_mongodb_refuses_are_kept_aside_not_lost(
     own_mongo: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A dead worker's spill file whose replay MongoDB refuses in part (here another unique
     index): the rest is stored, the refused upsert kept in ``<file>.refused`` and named."""
-    spill = tmp_path / "spill"
-    spill.mkdir()
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
     client["crawler"]["videos"].create_index("sku", unique=True)
-    at = datetime(2026, 1, 1, tzinfo=UTC)
-    records = [
-        {
-            "collection": "videos",
-            "filter": {"video_id": video},
-            "update": {"$set": {"sku": 7, "last_seen": at}},
-            "at": at,
-        }
-        for video in ("first", "second")
-    ]
-    left = spill / "videos-test-99999999.jsonl"
-    left.write_text("".join(json_util.dumps(record) + "\n" for record in records))
-
-    async def scenario() -> Any:
-        pipeline, stats = _pipeline(_settings(own_mongo.uri, "crawler", spill))
-        await pipeline.open_spider()
-        await pipeline.close_spider()
-        return stats
-
-    stats = asyncio.run(scenario())
+    spill = tmp_path / "spill"
+    left, stats = _replay_left(own_mongo.uri, spill, _spilled(["first", "second"], {"sku": 7}))
     stored = [doc["video_id"] for doc in client["crawler"]["videos"].find()]
     client.close()
     assert stored == ["first"]
-    rejected = (spill / f"{left.name}.refused").read_text().splitlines()
-    kept = [json_util.loads(line) for line in rejected]
+    refused = (spill / f"{left.name}.refused").read_text().splitlines()
+    kept = [json_util.loads(line) for line in refused]
     assert [(record["filter"], record["update"]["$set"]["sku"]) for record in kept] == [
         ({"video_id": "second"}, 7)
     ]
@@ -333,32 +341,12 @@ def test_a_spilled_upsert_leaves_a_document_written_since_alone(
 ) -> None:
     """A worker spilled v1 of an item, MongoDB came back and another worker stored v2, then the
     spill file is replayed: v2 stays (v1 is stale), and a spilled item never stored is."""
-    spill = tmp_path / "spill"
-    spill.mkdir()
-    spilled_at = datetime(2026, 1, 1, tzinfo=UTC)
-    newer = {"video_id": "k", "digg_count": 2, "last_seen": spilled_at + timedelta(minutes=5)}
+    newer = {"video_id": "k", "digg_count": 2, "last_seen": SPILLED_AT + timedelta(minutes=5)}
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
     client["crawler"]["videos"].create_index("video_id", unique=True)
     client["crawler"]["videos"].insert_one(newer)
-    records = [
-        {
-            "collection": "videos",
-            "filter": {"video_id": video},
-            "update": {"$set": {"digg_count": 1, "last_seen": spilled_at}},
-            "at": spilled_at,
-        }
-        for video in ("k", "new")
-    ]
-    left = spill / "videos-test-99999999.jsonl"
-    left.write_text("".join(json_util.dumps(record) + "\n" for record in records))
-
-    async def scenario() -> Any:
-        pipeline, stats = _pipeline(_settings(own_mongo.uri, "crawler", spill))
-        await pipeline.open_spider()
-        await pipeline.close_spider()
-        return stats
-
-    stats = asyncio.run(scenario())
+    spill = tmp_path / "spill"
+    left, stats = _replay_left(own_mongo.uri, spill, _spilled(["k", "new"], {"digg_count": 1}))
     stored = {doc["video_id"]: doc["digg_count"] for doc in client["crawler"]["videos"].find()}
     client.close()
     assert stored == {"k": 2, "new": 1}
