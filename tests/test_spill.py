@@ -167,7 +167,7 @@ def test_damaged_lines_are_kept_aside_and_every_record_is_replayed(
             (json_util.dumps(_record(part)).encode() if isinstance(part, int) else part) + b"\n"
             for part in content
         )
-        left = directory / f"{SPIDER}-dead.jsonl"
+        left = directory / f"{SPIDER}-4242.jsonl"
         left.write_bytes(body[:-1] if torn and content and isinstance(content[-1], bytes) else body)
 
         orphans = _orphans(directory)
@@ -182,10 +182,10 @@ def test_damaged_lines_are_kept_aside_and_every_record_is_replayed(
 def test_a_spill_name_that_cannot_be_read_is_named_and_passed_over(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tmp_path / f"{SPIDER}-a.jsonl").mkdir()  # not a file: it cannot be opened as one
-    _left_behind(tmp_path, "b", [_record(2)])
-    assert _orphans(tmp_path) == [(tmp_path / f"{SPIDER}-b.jsonl", [_record(2)])]
-    assert f"{SPIDER}-a.jsonl cannot be read" in caplog.text
+    (tmp_path / f"{SPIDER}-1.jsonl").mkdir()  # not a file: it cannot be opened as one
+    _left_behind(tmp_path, "2", [_record(2)])
+    assert _orphans(tmp_path) == [(tmp_path / f"{SPIDER}-2.jsonl", [_record(2)])]
+    assert f"{SPIDER}-1.jsonl cannot be read" in caplog.text
 
 
 def test_an_append_that_fails_leaves_no_part_of_a_line_for_the_next_to_join(
@@ -207,3 +207,14 @@ def test_an_append_that_fails_leaves_no_part_of_a_line_for_the_next_to_join(
     assert spill.read_own() == [_record(1), _record(4)]
     assert not (tmp_path / f"{spill.path.name}.rejected").exists()
     spill.close()
+
+
+def test_a_spider_replays_its_own_workers_files_not_those_of_a_spider_named_after_it(
+    tmp_path: Path,
+) -> None:
+    """``profiles`` and ``profiles-fr`` share a spill directory: each replays its own."""
+    _left_behind(tmp_path, "77", [_record(1)])  # profiles, as older workers named it
+    _left_behind(tmp_path, "78-0123abcd", [_record(2)])  # profiles
+    _left_behind(tmp_path, "fr-79-0123abcd", [_record(3)])  # profiles-fr's
+    replayed = [path.name for path, _ in _orphans(tmp_path)]
+    assert replayed == [f"{SPIDER}-77.jsonl", f"{SPIDER}-78-0123abcd.jsonl"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import uuid
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -75,7 +76,7 @@ class SpillFile:
         """Files of this spider left by workers that are gone, with their records, each one
         locked until the caller asks for the next: the caller replays it and removes it."""
         for path in sorted(self.directory.glob(f"{self.spider}-*.jsonl")):
-            if path != self.path:
+            if path != self.path and _written_by_a_worker_of(self.spider, path.name):
                 with _claimed(path) as records:
                     if records is not None:
                         yield path, records
@@ -84,6 +85,13 @@ class SpillFile:
         if not self.pending():
             self.path.unlink(missing_ok=True)  # while still locked: nobody claims it meanwhile
         self._file.close()
+
+
+def _written_by_a_worker_of(spider: str, name: str) -> bool:
+    """Whether ``name`` is a spill file of ``spider``'s workers (``<spider>-<pid>-<random>``, or
+    ``<spider>-<pid>`` as older workers named them), not one of a spider whose name begins with
+    ``<spider>-`` (``books`` and ``books-fr`` sharing a directory)."""
+    return re.fullmatch(re.escape(spider) + r"-\d+(-[0-9a-f]{8})?\.jsonl", name) is not None
 
 
 @contextmanager
