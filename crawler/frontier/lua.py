@@ -59,6 +59,8 @@ JOB_COUNTS = _script("job_counts")
 JOB_WORK = _PRELUDE + _script("job_work")
 # What is left of the jobs that ended.
 FORGET_JOBS = _script("forget_jobs")
+# Not the frontier's: a batch of counts applied once (the fleet's stats, the links ledger).
+APPLIED = _script("applied")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
 HAND_OVER = _script("hand_over")
 

@@ -24,7 +24,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from crawler.config import setting
 from crawler.connection import crawl_redis, reply_text
-from crawler.frontier.lua import queue_eval
+from crawler.frontier.lua import APPLIED, queue_eval
 from crawler.keys import LedgerKeys
 
 if TYPE_CHECKING:
@@ -45,12 +45,11 @@ KNOWN_LIMIT = 100_000
 # KEYS: the worker's last batch applied, the totals, the top hosts, then the batch's keys.
 # ARGV: seq, ttl, top hosts kept (0: not trimmed now), then budgets: n, n x (key index, count);
 #   backlinks: n, n x (key index, count); hosts: n, n x (key index, host, m, m x (name, value)).
-# Applies the batch unless this seq or a later one was applied already (kept a day); returns
+# Applies the batch unless this seq or a later one was applied already (applied.lua); returns
 # the budgets and backlinks as they are after it.
-FLUSH = r"""
-local seq, ttl, kept = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local fresh = seq > tonumber(redis.call('GET', KEYS[1]) or '0')
-if fresh then redis.call('SET', KEYS[1], seq, 'EX', 86400) end
+FLUSH = APPLIED + r"""
+local ttl, kept = tonumber(ARGV[2]), tonumber(ARGV[3])
+local fresh = first_time(KEYS[1], ARGV[1])
 local at = 3
 local function take() at = at + 1; return ARGV[at] end
 local out = {}

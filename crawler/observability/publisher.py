@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.demand import queue_demand
 from crawler.frontier.dupefilter import queue_seen, read_seen
-from crawler.frontier.lua import queue_eval
+from crawler.frontier.lua import APPLIED, queue_eval
 from crawler.frontier.queue import (
     SIZE_NAMES,
     queue_sizes,
@@ -53,17 +53,16 @@ RATE_MINUTES = 5
 # ARGV: worker, seq, now, heartbeat ttl, bucket ttl, most domains named, 1 to be told every
 #       name once the set is full, n, n x (stat, "i"|"f", delta), m, m x (bucket field, delta),
 #       heartbeat field/value pairs
-# Applies the deltas unless this seq or a later one was applied already (kept a day, apart from
-# the heartbeat, which expires with the worker's TTL: a batch resent after an outage longer
-# than that is still applied once), those of a domain
+# Applies the deltas unless this seq or a later one was applied already (applied.lua: kept apart
+# from the heartbeat, which expires with the worker's TTL, so a batch resent after an outage
+# longer than that is still applied once), those of a domain
 # the fleet does not name under "(other)" (domain_stats.py): a new one is named while the set
 # has room. Returns {1 if applied, 1 if the set is full, the hosts named (of the deltas, or
 # all once full if asked), the hosts of the deltas not named}.
-PUBLISH = r"""
-local worker, seq, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+PUBLISH = APPLIED + r"""
+local worker, now = ARGV[1], tonumber(ARGV[3])
 local ttl, bucket_ttl, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local fresh = seq > tonumber(redis.call('GET', KEYS[6]) or '0')
-if fresh then redis.call('SET', KEYS[6], seq, 'EX', 86400) end
+local fresh = first_time(KEYS[6], ARGV[2])
 local known, named, folded = {}, {}, {}
 local function name_of(host)
   if host == '(other)' then return host end
