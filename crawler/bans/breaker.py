@@ -168,6 +168,8 @@ class HostBreaker:
         # Told of each block and mark this worker writes (field, end): the ban middleware's
         # view of the fleet's cool-downs, so it holds the host back at once.
         self.noted: Callable[[str, float], None] = lambda field, until: None
+        # The marks this worker set (field: end), for a caller that saw the same failure.
+        self._marks: dict[str, float] = {}
 
     @classmethod
     def of(cls, crawler: Crawler) -> HostBreaker:
@@ -210,13 +212,17 @@ class HostBreaker:
         block = Block(until, level, failures, bool(fresh), bool(limit) and failures >= limit)
         self.noted(host, until)
         if block.marked:
-            self.noted(field, time.time() + steps.longest)
+            if len(self._marks) >= WATCHED_HOSTS:
+                self._marks.clear()
+            self._marks[field] = time.time() + steps.longest
+            self.noted(field, self._marks[field])
         return block
 
     def marked(self, host: str, mark: str) -> bool:
-        """Whether ``host`` holds ``mark`` for the fleet now (one read)."""
-        until: Any = self.server.hget(bans_key(self.spider), f"{host}|{mark_scope(mark)}")
-        return until is not None and float(until) > time.time()
+        """Whether this worker marked ``host`` with ``mark`` (its failure just now, say), and the
+        mark still holds (no Redis read: a mark another worker set stops the host's requests
+        before they go, in the ban middleware)."""
+        return self._marks.get(f"{host}|{mark_scope(mark)}", 0.0) > time.time()
 
     def succeeded(self, host: str) -> None:
         """A host that answered: its failures in a row, if this worker knows of any, are over."""

@@ -47,7 +47,9 @@ KNOWN_LIMIT = 100_000
 #   backlinks: n, n x (key index, count); hosts: n, n x (key index, host, m, m x (name, value)).
 # Applies the batch unless this seq or a later one was applied already (applied.lua); returns
 # the budgets and backlinks as they are after it.
-FLUSH = APPLIED + r"""
+FLUSH = (
+    APPLIED
+    + r"""
 local ttl, kept = tonumber(ARGV[2]), tonumber(ARGV[3])
 local fresh = first_time(KEYS[1], ARGV[1])
 local at = 3
@@ -86,6 +88,7 @@ end
 if fresh and kept > 0 then redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -kept - 1) end
 return out
 """
+)
 
 
 @dataclass

@@ -273,24 +273,22 @@ class FleetRobotsMiddleware:
                 why = f"robots.txt {type(exc).__name__}"
                 if self.breaker.marked(site_of_url(origin), UNREACHABLE):
                     raise HostMarked(UNREACHABLE, f"{why}: the host is unreachable") from exc
-                self._unanswered(origin, robots, why, ROBOTS_UNAVAILABLE)
+                self._unanswered(origin, robots, why)
             return b""
         self._count(f"robotstxt/response_status_count/{response.status}")
         if response.status >= 500 and self.breaker.enabled:
-            why = f"robots.txt HTTP {response.status}"
-            self._unanswered(origin, robots, why, ROBOTS_UNAVAILABLE)
+            self._unanswered(origin, robots, f"robots.txt HTTP {response.status}")
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
 
-    def _unanswered(self, origin: str, robots: Request, why: str, counted: str) -> None:
+    def _unanswered(self, origin: str, robots: Request, why: str) -> None:
         """robots.txt got no usable answer: the host is blocked (a step of the circuit breaker)
-        and its robots.txt asked again after. Counted towards the mark ``counted``: after
-        LINKS_ROBOTS_5XX_TRIES such answers in a row (5xx, or none) the host's requests are dead
-        letters (robots_unavailable)."""
+        and its robots.txt asked again after; after LINKS_ROBOTS_5XX_TRIES such answers in a row
+        (5xx, or none) the host's requests are dead letters (robots_unavailable)."""
         host = site_of_url(origin)
         sent = float(robots.meta.get(SENT_AT_META) or time.time())
-        block = self.breaker.failed(host, sent, why, counted)
+        block = self.breaker.failed(host, sent, why, ROBOTS_UNAVAILABLE)
         if block.marked:
-            raise HostMarked(counted, f"{why}, {block.failures} times in a row")
+            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {block.failures} times in a row")
         raise RobotsDeferred(block.until)
 
     def _seed(self, request: Request, rules: Protego) -> bool:

@@ -59,7 +59,9 @@ RATE_MINUTES = 5
 # the fleet does not name under "(other)" (domain_stats.py): a new one is named while the set
 # has room. Returns {1 if applied, 1 if the set is full, the hosts named (of the deltas, or
 # all once full if asked), the hosts of the deltas not named}.
-PUBLISH = APPLIED + r"""
+PUBLISH = (
+    APPLIED
+    + r"""
 local worker, now = ARGV[1], tonumber(ARGV[3])
 local ttl, bucket_ttl, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local fresh = first_time(KEYS[6], ARGV[2])
@@ -108,6 +110,7 @@ local full = redis.call('SCARD', KEYS[5]) >= most
 if full and ARGV[7] == '1' then named = redis.call('SMEMBERS', KEYS[5]) end
 return {fresh and 1 or 0, full and 1 or 0, named, folded}
 """
+)
 
 
 # The fleet's stats that tell what a start entry is worth (``requests_per_entry``).

@@ -14,6 +14,9 @@
 local host, now, sent = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local start, most, forgive = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local jitter, why, counted, limit = tonumber(ARGV[7]), ARGV[8], ARGV[9], tonumber(ARGV[10])
+local function forget_failures(of)
+  redis.call('HDEL', KEYS[2], of .. '|!host_unreachable', of .. '|!robots_unavailable')
+end
 local level, incident, ends = 0, 0, 0
 local state = redis.call('HGET', KEYS[1], host)
 if state then
@@ -23,7 +26,7 @@ if state then
 end
 if now - ends > forgive then
   level = 0
-  redis.call('HDEL', KEYS[2], host .. '|!host_unreachable', host .. '|!robots_unavailable')
+  forget_failures(host)
 end
 local fresh = 0
 if level == 0 or sent >= ends then
@@ -50,9 +53,8 @@ local sampled = redis.call('HRANDFIELD', KEYS[1], 8, 'WITHVALUES')
 for i = 1, #sampled, 2 do
   local last = tonumber(string.match(sampled[i + 1], '(%S+)$')) or 0
   if now - last > forgive then
-    local gone = sampled[i]
-    redis.call('HDEL', KEYS[1], gone)
-    redis.call('HDEL', KEYS[2], gone .. '|!host_unreachable', gone .. '|!robots_unavailable')
+    redis.call('HDEL', KEYS[1], sampled[i])
+    forget_failures(sampled[i])
   end
 end
 return {string.format('%.3f', ends), level, failures, fresh}
