@@ -304,33 +304,43 @@ class BulkWrites:
         outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
         if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
             return None
-        stale = {i for i in outcome.duplicates if self._newer_stored(collection, spilled[i])}
+        stale = self._newer_stored(collection, spilled, outcome.duplicates)
         refused = [(spilled[i], why) for i, why in outcome.refused.items() if i not in stale]
         self._count(collection, len(operations), outcome)
         self.stats.inc_value("mongo/replay_stale", len(stale))
         return len(operations) - len(outcome.refused), refused
 
-    def _newer_stored(self, collection: str, record: Record) -> bool:
-        """Whether the duplicate key a record's upsert met is its own document, seen since it
-        was spilled (not another unique index's refusal)."""
-        newer = _newer_filter(record)
-        return newer is not None and bool(self.database[collection].find_one(newer, {"_id": 1}))
+    def _newer_stored(
+        self, collection: str, spilled: list[Record], duplicates: Collection[int]
+    ) -> set[int]:
+        """The records (positions in ``spilled``) whose upsert met a duplicate key because
+        their own document was seen since they were spilled (not another unique index's
+        refusal): one query for them all."""
+        newer = {i: _newer(spilled[i]) for i in duplicates if "at" in spilled[i]}
+        if not newer:
+            return set()
+        keys = {next(iter(query)): 1 for query in newer.values()}
+        found = self.database[collection].find({"$or": list(newer.values())}, keys)
+        return {i for doc in found for i, query in newer.items() if _matches_key(doc, query)}
 
 
-def _newer_filter(record: Record) -> dict[str, Any] | None:
-    """What finds the document of a spilled record seen since it was spilled (None for a
-    record of an older spill file, without its time)."""
-    at = record.get("at")
-    return {**record["filter"], "last_seen": {"$gt": at}} if isinstance(at, datetime) else None
+def _newer(record: Record) -> dict[str, Any]:
+    """The query of a spilled record's document seen since it was spilled."""
+    return {**record["filter"], "last_seen": {"$gt": record["at"]}}
 
 
 def _unless_newer(record: Record) -> dict[str, Any]:
     """A spilled record's filter, matching only a document not seen since it was spilled
     (records of older spill files, without their time, match as they are)."""
-    at = record.get("at")
-    if not isinstance(at, datetime):
+    if "at" not in record:
         return dict(record["filter"])
-    return {**record["filter"], "last_seen": {"$not": {"$gt": at}}}
+    return {**record["filter"], "last_seen": {"$not": {"$gt": record["at"]}}}
+
+
+def _matches_key(document: dict[str, Any], query: dict[str, Any]) -> bool:
+    """Whether ``document`` has the key a spilled record's query selects by."""
+    key, value = next(iter(query.items()))
+    return bool(document.get(key) == value)
 
 
 @dataclass(frozen=True)

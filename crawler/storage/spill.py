@@ -14,8 +14,9 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,7 +50,7 @@ class SpillFile:
         """Write the records and fsync: once this returns they survive a crash. One that
         fails (a full disk) leaves the file as it was, not a part of a line the next records
         would be joined to."""
-        data = memoryview("".join(json_util.dumps(r) + "\n" for r in records).encode())
+        data = memoryview(_lines(records))
         descriptor = self._file.fileno()  # written unbuffered: nothing left behind to flush
         size = os.lseek(descriptor, 0, os.SEEK_END)
         try:
@@ -151,8 +152,7 @@ def _keep_rejected(path: Path, lines: list[bytes]) -> None:
 def keep_refused(path: Path, records: list[Record], first_reason: str) -> None:
     """Records of ``path`` that MongoDB refused, added to ``<path>.refused`` (fsynced), named
     (once a replay of the file ended: a file kept for later is not replayed twice into it)."""
-    lines = [json_util.dumps(r).encode() + b"\n" for r in records]
-    kept = _keep_lines(path, "refused", lines, "ab")
+    kept = _keep_lines(path, "refused", [_lines(records)], "ab")
     logger.error(
         "MongoDB refused %d spilled upserts of %s (%s), kept in %s",
         len(records),
@@ -160,6 +160,11 @@ def keep_refused(path: Path, records: list[Record], first_reason: str) -> None:
         first_reason,
         kept,
     )
+
+
+def _lines(records: Iterable[Record]) -> bytes:
+    """Records as a spill file holds them: one line of MongoDB extended JSON each."""
+    return "".join(json_util.dumps(record) + "\n" for record in records).encode()
 
 
 def _keep_lines(path: Path, suffix: str, lines: list[bytes], mode: str) -> Path:
@@ -181,6 +186,8 @@ def _record(line: bytes) -> Record | None:
     except Exception:  # the line is anything a damaged file holds
         return None
     valid = collection_name(record.get("collection")) and _key(record.get("filter"))
+    if not isinstance(record.get("at", datetime.min), datetime):
+        del record["at"]  # no spill time to go by: replayed as a record of an older file
     return record if valid and _update(record.get("update")) else None
 
 
