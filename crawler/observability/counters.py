@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from crawler.observability.domain_stats import DOMAIN_PREFIX
+from crawler.observability.domain_stats import BAN_PREFIX, DOMAIN_PREFIX
 
 
 def numeric(stats: Mapping[str, Any]) -> dict[str, int | float]:
@@ -72,7 +72,7 @@ class Counters:
             retries=_int(values, "retry/count"),
             bans=_int(values, "ban/count"),
             bans_by_rule=_by_prefix(values, "ban/rule/"),
-            bans_by_domain=_by_prefix(values, "ban/domain/"),
+            bans_by_domain=_by_prefix(values, BAN_PREFIX),
             dead_letters=_int(values, "frontier/dead"),
             dead_letters_by_reason=_by_prefix(values, "frontier/dead/"),
             duplicates=_int(values, "dupefilter/filtered"),

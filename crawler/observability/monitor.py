@@ -83,7 +83,7 @@ class MonitorSettings:
             metrics_ports=parse_ports(settings.get("METRICS_PORT")),
             metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
             fleet_page=setting(settings, "FLEET_PAGE"),
-            domain_stats_max=setting_int(settings, "DOMAIN_STATS_MAX", 0),
+            domain_stats_max=setting(settings, "DOMAIN_STATS_MAX"),
         )
 
     @property

@@ -186,7 +186,7 @@ class StatsPublisher:
         """Queue :meth:`publish` on ``pipe``; what reads the replies (raising the first error)."""
         now = time.time()
         self._batch(stats)
-        self._queue_batches(pipe, now, self.heartbeat_ttl, heartbeat)
+        self._queue_batches(pipe, now, heartbeat)
         minutes = _recent_minutes(now)
         self._queue_reads(pipe, minutes)
         sent = len(self._unacked)
@@ -213,7 +213,7 @@ class StatsPublisher:
         """Send the last deltas and the finish reason, and remove the heartbeat."""
         self._batch(stats)
         pipe = self.server.pipeline(transaction=False)
-        self._queue_batches(pipe, time.time(), self.heartbeat_ttl, {})
+        self._queue_batches(pipe, time.time(), {})
         pipe.hset(self.keys.stats, "finish_reason", reason)
         pipe.delete(self.keys.worker(self.worker))
         pipe.delete(self.keys.applied(self.worker))
@@ -233,7 +233,7 @@ class StatsPublisher:
             self._seq += 1
             self._unacked.append(_Batch(self._seq, deltas))
 
-    def _queue_batches(self, pipe: Any, now: float, ttl: int, heartbeat: Mapping[str, Any]) -> None:
+    def _queue_batches(self, pipe: Any, now: float, heartbeat: Mapping[str, Any]) -> None:
         minute = int(now // 60)
         keys = [
             self.keys.stats,
@@ -245,7 +245,7 @@ class StatsPublisher:
         ]
         beat = [str(part) for pair in heartbeat.items() for part in pair]
         for batch in self._unacked:
-            args: list[Any] = [self.worker, batch.seq, now, ttl, MINUTE_BUCKET_TTL]
+            args: list[Any] = [self.worker, batch.seq, now, self.heartbeat_ttl, MINUTE_BUCKET_TTL]
             args += [self.most_domains, int(not self.domains.full)]
             args += _increments(batch.deltas) + _bucket(batch.deltas) + beat
             queue_eval(pipe, PUBLISH, keys, args)
