@@ -464,6 +464,37 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     assert len(frontier.pop(10, 60, "w1").leased) == 2  # busy's, and cut's anew
 
 
+def test_a_command_on_a_new_job_says_nothing_of_the_others(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pausing, cancelling or budgeting a job the frontier never met numbers it without
+    reading (and logging) the holds of the jobs cancelled or paused before it."""
+    cancel_job(redis_client, KEYS, "old-1")
+    pause_job(redis_client, KEYS, "old-2")
+    caplog.clear()
+    pause_job(redis_client, KEYS, "new-3")
+    cancel_job(redis_client, KEYS, "new-4")
+    limit_job(redis_client, KEYS, "new-5", 10)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    assert job_status(redis_client, KEYS, "new-3").to_json()["paused"] is not None
+
+
+def test_a_paused_job_stays_listed_after_the_worker_forgets_its_ids(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's metrics name a paused job for as long as it stays paused, also after the
+    hourly forgetting of the ids and numbers it knows."""
+    book = JobBook(redis_client, KEYS.spider)
+    book.number("asleep")
+    pause_job(redis_client, KEYS, "asleep")
+    book.tick()
+    assert [job for job, _, _ in book.paused_jobs()] == ["asleep"]
+    monkeypatch.setattr(book, "_forget_cache_at", 0.0)
+    book.tick()
+    book.tick()
+    assert [job for job, _, _ in book.paused_jobs()] == ["asleep"]
+
+
 def test_an_id_whose_state_expired_goes_on_under_its_number_until_forgotten(
     redis_client: redis.Redis,
 ) -> None:

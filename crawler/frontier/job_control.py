@@ -14,13 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.connection import reply_hash, reply_text
 from crawler.frontier import lua
-from crawler.frontier.jobs import FORGET_INTERVAL, JOB_TTL, JobBook
+from crawler.frontier.jobs import FORGET_INTERVAL, JOB_TTL, job_number
 from crawler.keys import (
-    cancelled_jobs_key,
-    job_budgets_key,
-    job_deadlines_key,
     job_key,
-    job_sent_key,
     jobs_done_key,
     jobs_key,
     paused_jobs_key,
@@ -33,15 +29,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# A job's counts ``scrapy status`` and the fleet page show: its pages (counted by its workers),
-# items stored and errors (counted in the frontier as each page's lease ends).
-COUNTS = ("pages", "items", "errors")
 # The times a job's state holds (Unix times).
 TIMES = ("started", "last", "paused", "cancelled", "expires")
 # Jobs ``scrapy status`` and the fleet page show, the most recently active first.
 JOBS_SHOWN = 20
-# Records a script call reads when a sweep looks for the jobs that ended (about 10 ms).
+# Records a script call reads when a sweep looks for the jobs that ended (about 10 ms), and
+# jobs one script call forgets.
 WORK_SLICE = 20_000
+FORGET_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -54,13 +49,13 @@ class JobStatus:
     delayed: int
     leased: int
     parked: int  # held while the job is paused
+    sent: int  # requests the pop handed out since the job was given a page budget
     starts: int
     state: dict[str, str]
-    sent: int = 0  # requests the pop handed out since the job was given a page budget
-    done: int = 0  # requests ended as done (acked), counted in the frontier
-    dead: int = 0  # requests ended as dead letters, counted in the frontier
-    items: int = 0  # items its pages stored, counted in the frontier with their acks
-    errors: int = 0  # pages whose callback or pipelines failed (dead letters), likewise
+    done: int  # requests ended as done (acked), counted in the frontier
+    items: int  # items its pages stored, counted in the frontier with their acks
+    errors: int  # pages whose callback or pipelines failed (dead letters), likewise
+    dead: int  # requests ended as dead letters, counted in the frontier
 
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in ("pages", "removed")}
@@ -113,7 +108,7 @@ def _act(
 ) -> JobStatus:
     number = _known_number(server, keys.spider, job)
     if number is None and mode != "count":  # numbered now, so that its entries are held too
-        number = JobBook(server, keys.spider).number(job)
+        number = job_number(server, keys.spider, job)
     counts = [0] * 5 if number is None else _run_job(server, keys, number, mode, deadline)
     starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
     key = job_key(keys.spider, job)
@@ -138,22 +133,8 @@ def _act(
     *_, raw, ended, dead = pipe.execute()
     queued, delayed, leased, parked, sent = counts
     state = _strings(reply_hash(raw))
-    done, items, errors, dead_letters = _ended(ended, dead)
-    return JobStatus(
-        job,
-        number,
-        queued,
-        delayed,
-        leased,
-        parked,
-        starts,
-        state,
-        sent,
-        done,
-        dead_letters,
-        items,
-        errors,
-    )
+    counted = (queued, delayed, leased, parked, sent, starts)
+    return JobStatus(job, number, *counted, state, *_ended(ended, dead))
 
 
 def _queue_ended(pipe: Any, spider: str, number: int | None) -> None:
@@ -200,9 +181,10 @@ def _time(value: str | None) -> float | None:
         return None
 
 
-def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> list[dict[str, Any]]:
+def recent_jobs(server: RedisClient, spider: str) -> list[dict[str, Any]]:
     """The spider's jobs whose state is kept, the most recently active first (at most
-    ``limit``): id, state (running, paused, expired, cancelled) and what workers counted."""
+    JOBS_SHOWN): id, state (running, paused, expired, cancelled), its pages (counted by its
+    workers), items stored and errors (counted in the frontier as each page's lease ends)."""
     numbers = _strings(server.hgetall(jobs_key(spider)))
     names = [name for name in numbers if not name.startswith(("#", ":"))]
     pipe = server.pipeline(transaction=False)
@@ -210,21 +192,21 @@ def recent_jobs(server: RedisClient, spider: str, limit: int = JOBS_SHOWN) -> li
         pipe.hgetall(job_key(spider, name))
         _queue_ended(pipe, spider, int(numbers[name]))
     replies = pipe.execute()
-    now, jobs = time.time(), []
+    now, jobs = time.time(), list[dict[str, Any]]()
     for index, name in enumerate(names):
         raw, ended, dead = replies[3 * index : 3 * index + 3]
         if not raw:
             continue  # its state expired
+        state = _strings(raw)
         _, items, errors, _ = _ended(ended, dead)
-        status = JobStatus(name, None, 0, 0, 0, 0, 0, _strings(raw), items=items, errors=errors)
-        shown = status.to_json()
-        counts = {key: shown[key] for key in COUNTS}
-        times = {key: shown[key] for key in TIMES}
-        state = _state(times, now)
-        why = shown["paused_by"] and f"{shown['paused_by']}: {shown['paused_reason']}"
-        jobs.append({"job": name, "state": state, **counts, **times, "why": why or None})
+        counts = {"pages": int(state.get("pages", 0)), "items": items, "errors": errors}
+        times = {key: _time(state.get(key)) for key in TIMES}
+        why = state.get("paused_by") and f"{state['paused_by']}: {state.get('paused_reason')}"
+        jobs.append(
+            {"job": name, "state": _state(times, now), **counts, **times, "why": why or None}
+        )
     jobs.sort(key=lambda job: -(job["last"] or job["started"] or 0))
-    return jobs[:limit]
+    return jobs[:JOBS_SHOWN]
 
 
 def job_line(job: dict[str, Any]) -> str:
@@ -259,7 +241,7 @@ def sweep_ended_jobs(server: RedisClient, keys: FrontierKeys) -> list[str]:
     return forget_ended_jobs(server, keys)
 
 
-def forget_ended_jobs(server: RedisClient, keys: FrontierKeys, chunk: int = 500) -> list[str]:
+def forget_ended_jobs(server: RedisClient, keys: FrontierKeys) -> list[str]:
     """Forget the jobs that ended: their state expired (JOB_TTL after their last activity),
     they are not paused, and none of their requests is queued, delayed or leased (their start
     entries still waiting are not looked for). Their ids and numbers, holds, budgets and counts
@@ -277,14 +259,13 @@ def forget_ended_jobs(server: RedisClient, keys: FrontierKeys, chunk: int = 500)
     held = {reply_text(member) for member in paused}
     gone = [n for n, a in zip(names, alive, strict=True) if not a and numbers[n] not in held]
     busy = _jobs_with_work(server, keys, {numbers[name] for name in gone})
-    book = JobBook(server, spider)
     for name in gone:
         if numbers[name] in busy:  # its state again, as when an entry names it (not if paused)
-            book.number(name)
+            job_number(server, spider, name)
     ended = [name for name in gone if numbers[name] not in busy]
     forgotten: list[str] = []
-    for first in range(0, len(ended), chunk):
-        forgotten += _forget(server, spider, ended[first : first + chunk])
+    for first in range(0, len(ended), FORGET_CHUNK):
+        forgotten += _forget(server, keys, ended[first : first + FORGET_CHUNK])
     last = int(numbers.get(":seq", 0))
     known = {numbers[name] for name in names if name not in forgotten}
     _forget_stray_counts(server, spider, known, last)
@@ -312,12 +293,10 @@ def _jobs_with_work(server: RedisClient, keys: FrontierKeys, numbers: set[str]) 
     return found
 
 
-def _forget(server: RedisClient, spider: str, names: list[str]) -> list[str]:
+def _forget(server: RedisClient, keys: FrontierKeys, names: list[str]) -> list[str]:
     """``forget_jobs.lua`` over ``names`` (each checked again there: state gone, not paused)."""
-    held = [jobs_key(spider), cancelled_jobs_key(spider), job_deadlines_key(spider)]
-    held += [paused_jobs_key(spider), job_budgets_key(spider), job_sent_key(spider)]
-    held += [jobs_done_key(spider), f"{jobs_done_key(spider)}:dead"]
-    states = [job_key(spider, name) for name in names]
+    held = [jobs_key(keys.spider), *keys.job_keys(), *keys.job_counts()]
+    states = [job_key(keys.spider, name) for name in names]
     reply = server.eval(lua.FORGET_JOBS, len(held) + len(names), *held, *states, *names)
     return [reply_text(name) for name in reply]
 

@@ -83,6 +83,13 @@ def check_job_id(value: Any) -> str:
     )
 
 
+def job_number(server: RedisClient, spider: str, job: str) -> int:
+    """The job's number, given it the first time any worker or command meets the id."""
+    keys = [jobs_key(spider), job_key(spider, job), paused_jobs_key(spider)]
+    args = [job, f"{time.time():.3f}", JOB_TTL]
+    return int(lua.queue_eval(server, lua.JOB_NUMBER, keys, args))
+
+
 def job_number_of(request: Request) -> int | None:
     value = request.meta.get(JOB_META)
     return value if type(value) is int and value > 0 else None
@@ -106,12 +113,12 @@ class JobBook:
         self._names: dict[int, str | None] = {}  # None: a number Redis does not know (any more)
         self.cancelled: frozenset[int] = frozenset()
         self.paused: frozenset[int] = frozenset()
-        self.paused_why: dict[int, tuple[str, str]] = {}  # by whom and why, as read at the pause
+        # The paused jobs' ids, by whom and why, as read at the pause.
+        self.paused_why: dict[int, tuple[str, str, str]] = {}
         self.budgeted: frozenset[int] = frozenset()  # jobs with a page budget
         self.deadlines: dict[int, float] = {}
         self._counts: defaultdict[int, Counter[str]] = defaultdict(Counter)
         self._items: dict[int, tuple[Any, str]] = {}  # id(item) -> (item, its job's id)
-        self._number_script = server.register_script(lua.JOB_NUMBER)
         self._forget_cache_at = time.monotonic() + FORGET_INTERVAL
         self.met = False  # whether this worker met a job yet (else ticks ask Redis nothing)
 
@@ -132,8 +139,7 @@ class JobBook:
         self._meet()
         known = self._numbers.get(job)
         if known is None:
-            keys = [jobs_key(self.spider), job_key(self.spider, job), paused_jobs_key(self.spider)]
-            known = int(self._number_script(keys, [job, f"{time.time():.3f}", JOB_TTL]))
+            known = job_number(self.server, self.spider, job)
             self._numbers[job], self._names[known] = known, job
         return known
 
@@ -207,14 +213,11 @@ class JobBook:
             self._items[id(item)] = (item, job)
 
     def job_of_item(self, item: Any) -> str | None:
-        found = self._items.get(id(item))
-        return found[1] if found is not None and found[0] is item else None
+        found = self._items.get(id(item))  # holds the item: its id is not another's meanwhile
+        return None if found is None else found[1]
 
-    def untag_item(self, item: Any) -> str | None:
-        job = self.job_of_item(item)
-        if job is not None:
-            del self._items[id(item)]
-        return job
+    def untag_item(self, item: Any) -> None:
+        self._items.pop(id(item), None)
 
     def tick(self) -> None:
         """Write the counts and answers taken since the last tick and read the jobs' holds, in
@@ -263,9 +266,9 @@ class JobBook:
             self.paused_why.pop(number, None)
         self.cancelled, self.paused, self.deadlines = cancelled, paused, deadlines
 
-    def _why_paused(self, numbers: frozenset[int]) -> dict[int, tuple[str, str]]:
-        """By whom and why each of the jobs ``numbers`` was paused (empty: by a command), read
-        in one round trip."""
+    def _why_paused(self, numbers: frozenset[int]) -> dict[int, tuple[str, str, str]]:
+        """The id of each of the jobs ``numbers``, by whom and why it was paused (empty: by a
+        command), read in one round trip."""
         named = [(number, job) for number in numbers if (job := self.name(number)) is not None]
         if not named:
             return {}
@@ -273,14 +276,13 @@ class JobBook:
         for _, job in named:
             pipe.hmget(job_key(self.spider, job), ["paused_by", "paused_reason"])
         return {
-            number: (reply_text(by) if by else "", reply_text(reason) if reason else "")
-            for (number, _), (by, reason) in zip(named, pipe.execute(), strict=True)
+            number: (job, reply_text(by) if by else "", reply_text(reason) if reason else "")
+            for (number, job), (by, reason) in zip(named, pipe.execute(), strict=True)
         }
 
     def paused_jobs(self) -> list[tuple[str, str, str]]:
         """The jobs paused as this worker last read them: id, by whom and why."""
-        why = self.paused_why
-        return [(job, *why.get(n, ("", ""))) for n in self.paused if (job := self._names.get(n))]
+        return [self.paused_why[number] for number in self.paused if number in self.paused_why]
 
     def _queue_counts(self, pipe: Any, now: str) -> None:
         """Queue the counts taken since the last tick, a script call a job."""
