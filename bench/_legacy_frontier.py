@@ -1,9 +1,9 @@
 """The frontier's previous Redis layout, written as the code before it wrote it.
 
-Used only by ``bench/frontier_memory.py`` (bytes side by side) and by the tests that check that
-entries written this way still load. Every queued request had an id (a sequence number) in the
-``queue`` sorted set scored ``-priority * 1e13 + id``, that score again in the ``prio`` hash
-and its record in the ``data`` hash; delayed ones waited in ``delayed`` under their id.
+Used only by ``bench/frontier_memory.py`` (bytes side by side). Every queued request had an
+id (a sequence number) in the ``queue`` sorted set scored ``-priority * 1e13 + id``, that score
+again in the ``prio`` hash and its record in the ``data`` hash; delayed ones waited in
+``delayed`` under their id.
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from crawler.keys import FrontierKeys
 
 STEP = 10**13
+
+
+def _queue(keys: FrontierKeys) -> str:
+    return keys.queue_prefix.rstrip(":")  # "{spider}:queue"
+
+
+def _prio(keys: FrontierKeys) -> str:
+    return _queue(keys).replace(":queue", ":prio")
+
 
 # KEYS: queue, data, prio, seq, delayed; ARGV: per request priority score part, due, json.
 _SCHEDULE = r"""
@@ -46,14 +55,14 @@ def schedule(
         args: list[Any] = []
         for priority, due, json in records[first : first + 500]:
             args.extend((-max(-400, min(400, priority)) * STEP, due, json))
-        script(keys=[keys.queue, keys.data, keys.prio, keys.seq, keys.delayed], args=args)
+        script(keys=[_queue(keys), keys.data, _prio(keys), keys.seq, keys.delayed], args=args)
 
 
 def lease(
     server: RedisClient, keys: FrontierKeys, lease_id: str, worker: str, until: float
 ) -> None:
     """Lease a queued request to ``worker`` as the previous POP did."""
-    server.zrem(keys.queue, lease_id)
+    server.zrem(_queue(keys), lease_id)
     server.zadd(keys.leases, {lease_id: until})
     server.hset(keys.owner, lease_id, worker)
 
@@ -104,7 +113,7 @@ def pop(
     """Run the previous POP: {promoted, reclaimed, queue size, id1, json1, ...}."""
     script = server.register_script(_POP)
     result: list[Any] = script(
-        keys=[keys.queue, keys.leases, keys.owner, keys.delayed, keys.prio, keys.data],
+        keys=[_queue(keys), keys.leases, keys.owner, keys.delayed, _prio(keys), keys.data],
         args=[now, count, until, worker],
     )
     return result

@@ -274,11 +274,6 @@ class FrontierKeys:
         return self._key("queue:")
 
     @property
-    def queue(self) -> str:
-        """The queue as older versions kept it (ids in a sorted set); drained on pop."""
-        return self._key("queue")
-
-    @property
     def leases(self) -> str:
         return self._key("leases")
 
@@ -290,15 +285,10 @@ class FrontierKeys:
     def data(self) -> str:
         return self._key("data")
 
-    @property
-    def prio(self) -> str:
-        """Queue scores of requests written by older versions; read while any is left."""
-        return self._key("prio")
-
     def script_keys(self, *more: str) -> list[str]:
         """The keys every frontier script starts with (the prelude, ``scripts/queue.lua``), then
         ``more``."""
-        return [self.queues, self.data, self.queue, self.prio, self.seq, *more]
+        return [self.queues, self.data, self.seq, *more]
 
     @property
     def seq(self) -> str:

@@ -140,10 +140,10 @@ def test_a_kept_request_acked_before_any_trip_writes_nothing(
 
 def test_a_failed_trip_keeps_the_kept_requests() -> None:
     outbox = _outbox()
-    kept = Adopted("5", "0", "{}")
+    kept = Adopted("5", "{}")
     outbox.adopted.append(kept)
     sealed = outbox.seal(redis.Redis().pipeline(), _fake_frontier(), WORKER, 30)
-    outbox.adopted.append(Adopted("6", "0", "{}"))
+    outbox.adopted.append(Adopted("6", "{}"))
     outbox.unsent(sealed)
     assert [entry.lease_id for entry in outbox.adopted] == ["5", "6"]
     assert outbox  # and they wait for the next trip

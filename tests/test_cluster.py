@@ -48,7 +48,7 @@ from tests.harness import Crawl, Mongo, Sandbox, scrapy
 pytestmark = pytest.mark.integration
 
 DATASET = build_dataset()
-FRONTIER_KEYS = ("queue", "leases", "owner", "data", "prio", "delayed")
+FRONTIER_KEYS = ("queues", "leases", "owner", "data", "delayed")
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +80,7 @@ def _spider_on_two_nodes(client: RedisCluster) -> FrontierKeys:
     while True:
         name = f"spider{uuid.uuid4().hex[:8]}"
         keys = FrontierKeys(name, f"{name}:start_urls")
-        if _node(client, keys.queue) != _node(client, keys.start):
+        if _node(client, keys.queues) != _node(client, keys.start):
             return keys
 
 
@@ -119,7 +119,7 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
 
     # The start list and its leases share a slot; every other key shares the spider's.
     assert client.cluster_keyslot(keys.start) == client.cluster_keyslot(keys.start_leases)
-    spider_slot = client.cluster_keyslot(keys.queue)
+    spider_slot = client.cluster_keyslot(keys.queues)
     internal = [*FRONTIER_KEYS, "seq", "dead", "dupefilter", "dupefilter:meta", "dupefilter:0"]
     for name in [*internal, "stats", "handed_authors"]:
         assert client.cluster_keyslot("{" + keys.spider + "}:" + name) == spider_slot, name
@@ -186,7 +186,7 @@ def test_sizing_on_the_cluster(cluster_client: RedisCluster) -> None:
     settings = Settings()
     settings.setmodule(project_settings)
     keys = FrontierKeys("profiles", "profiles:start_urls")
-    assert _node(client, keys.queue) != _node(client, keys.start)
+    assert _node(client, keys.queues) != _node(client, keys.start)
     frontier = Frontier(client, keys, DupefilterConfig("none"))
     frontier.schedule([_pending(f"https://x/{i}") for i in range(10)])
     client.lpush(keys.start, "someone")

@@ -514,7 +514,7 @@ def test_sizes(frontier: Frontier, redis_client: redis.Redis) -> None:
 
 EVERY_KEY = (
     KEYS.queues, f"{KEYS.queue_prefix}0", KEYS.leases, KEYS.owner, KEYS.data, KEYS.seq,
-    KEYS.delayed, KEYS.dead, KEYS.prio,  # prio: scores for workers on the older layout
+    KEYS.delayed, KEYS.dead,
     KEYS.dupefilter, f"{KEYS.dupefilter}:meta", f"{KEYS.dupefilter}:0", KEYS.start,
     KEYS.start_leases,
 )  # fmt: skip

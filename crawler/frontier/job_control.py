@@ -288,7 +288,8 @@ def _jobs_with_work(server: RedisClient, keys: FrontierKeys, numbers: set[str]) 
             if not (left := numbers - found):
                 return found
             args: list[str | int] = [keys.queue_prefix, kind, first, WORK_SLICE, *sorted(left)]
-            reply = server.eval(lua.JOB_WORK, 6, *keys.script_keys(key), *args)
+            script_keys = keys.script_keys(key)
+            reply = server.eval(lua.JOB_WORK, len(script_keys), *script_keys, *args)
             found |= {reply_text(number) for number in reply}
     return found
 

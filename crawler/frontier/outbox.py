@@ -29,14 +29,10 @@ SCHEDULE_CHUNK = 500
 
 @dataclass(frozen=True)
 class Adopted:
-    """A request a worker kept for itself: its lease id, priority and record."""
+    """A request a worker kept for itself: its lease id (its priority in it) and record."""
 
     lease_id: str
-    priority: str
     record: str
-
-    def script_args(self) -> list[str]:
-        return [self.lease_id, self.priority, self.record]
 
 
 def adopted(seq: int, priority: int, record: str) -> Adopted:
@@ -44,7 +40,7 @@ def adopted(seq: int, priority: int, record: str) -> Adopted:
     gives a request leased as that number (see ``new_id`` in scripts/queue.lua)."""
     clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
     lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
-    return Adopted(lease_id, str(clamped), record)
+    return Adopted(lease_id, record)
 
 
 def queue_adopt(
@@ -55,7 +51,7 @@ def queue_adopt(
         keys = frontier.keys
         args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
         for entry in adopted:
-            args += entry.script_args()
+            args += [entry.lease_id, entry.record]
         lua.queue_eval(pipe, lua.ADOPT, keys.script_keys(keys.leases, keys.owner), args)
 
 

@@ -12,7 +12,7 @@
 -- for a minute) and given again to whoever asks while it is younger than the age given: a
 -- fleet's workers asking every few seconds share one look.
 local now, sample, fresh = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local last = redis.call('GET', KEYS[6])
+local last = redis.call('GET', KEYS[4])
 if last and fresh > 0 then
   local at, answer = string.match(last, '^([^|]*)|(.*)$')
   if tonumber(at) and now - tonumber(at) < fresh then return cjson.decode(answer) end
@@ -35,7 +35,7 @@ while sampled < sample do
   sampled = sampled + #records
   index = index + 1
 end
-local result = {queued(), redis.call('ZCARD', KEYS[7]), sampled}
+local result = {queued(), redis.call('ZCARD', KEYS[5]), sampled}
 for _, host in ipairs(hosts) do
   local rate, burst, spare = 0, 1, -1
   if paced and host ~= '' then rate, burst = rate_of(host, first[host]) end
@@ -49,5 +49,5 @@ for _, host in ipairs(hosts) do
   result[#result + 1] = fmt(rate)
   result[#result + 1] = spare
 end
-redis.call('SET', KEYS[6], fmt(now) .. '|' .. cjson.encode(result), 'EX', 60)
+redis.call('SET', KEYS[4], fmt(now) .. '|' .. cjson.encode(result), 'EX', 60)
 return result

@@ -15,8 +15,8 @@
 -- Returns {queued, delayed, leased, parked, handed out}, counted before any removal.
 local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
-set_job_keys(8)
-local spare = KEYS[13]
+set_job_keys(6)
+local spare = KEYS[11]
 local function of_job(record) return job_of(record) == n end
 
 -- The job's ids in the sorted set ``key`` (delayed, leases), removed with their records if
@@ -35,7 +35,6 @@ local function sweep_ids(key, drop)
       local part = {unpack(found, i, math.min(i + CHUNK - 1, #found))}
       redis.call('ZREM', key, unpack(part))
       redis.call('HDEL', Q.data, unpack(part))
-      redis.call('HDEL', Q.legacy_prio, unpack(part))
     end
   end
   return #found
@@ -74,4 +73,4 @@ for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   queued = queued + found
 end
 local handed = tonumber(redis.call('HGET', Q.spent, n) or '0')
-return {queued, sweep_ids(KEYS[6], cancel), sweep_ids(KEYS[7], false), parked, handed}
+return {queued, sweep_ids(KEYS[4], cancel), sweep_ids(KEYS[5], false), parked, handed}

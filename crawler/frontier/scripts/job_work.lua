@@ -1,6 +1,6 @@
 -- KEYS: (prelude), a queue list, or a sorted set of ids (delayed, leases)
 -- ARGV: (prefix), "list" or "ids", the first index, how many, then job numbers
--- Reads ``how many`` records of KEYS[6] from the first index (a list's records, or the records
+-- Reads ``how many`` records of KEYS[4] from the first index (a list's records, or the records
 -- of a sorted set's ids) and returns the job numbers among ARGV that one of them carries: jobs
 -- with work left (``job_control.forget_ended_jobs``). One slice a call: the caller walks a
 -- whole key slice by slice, so Redis is never held for long.
@@ -15,11 +15,11 @@ local function look(record)
   end
 end
 if ARGV[2] == 'list' then
-  for _, record in ipairs(redis.call('LRANGE', KEYS[6], first, first + count - 1)) do
+  for _, record in ipairs(redis.call('LRANGE', KEYS[4], first, first + count - 1)) do
     look(record)
   end
 else
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[6], first, first + count - 1)) do
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[4], first, first + count - 1)) do
     look(redis.call('HGET', Q.data, id))
   end
 end

@@ -15,18 +15,17 @@
 -- time, and needs no pop to get it. A record of a cancelled or expired job is dropped
 -- instead, one of a paused job parked (queue.lua's held_back), one of a job that spent its
 -- page budget dropped.
-set_job_keys(9)
+set_job_keys(7)
 local now, count, deadline, worker = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local pacing = read_pacing(6)
-migrate_legacy()
 local result, flags, dues = {0, 0, 0, '0', '', 0, ''}, {}, {}
 local ahead_left = pacing and P.ahead > 0 and count or 0
 local lease_seconds = tonumber(deadline) - now
 
 -- Leases the request to the worker; ``at``, when given, is its turn within the look-ahead.
 local function lease(id, record, paced, at)
-  redis.call('ZADD', KEYS[7], at and fmt(at + lease_seconds) or deadline, id)
-  redis.call('HSET', KEYS[8], id, worker)
+  redis.call('ZADD', KEYS[5], at and fmt(at + lease_seconds) or deadline, id)
+  redis.call('HSET', KEYS[6], id, worker)
   result[#result + 1] = id
   result[#result + 1] = record
   flags[#flags + 1] = paced and '1' or '0'
@@ -46,7 +45,6 @@ local function place(n, priority, record, counted)
   if not host then
     if not counted then spend(record) end
     redis.call('HSET', Q.data, id, record)
-    mark_legacy(id, n, priority)
     lease(id, record, false)
     return true
   end
@@ -58,11 +56,10 @@ local function place(n, priority, record, counted)
   local ahead = at > now and at <= now + P.ahead and ahead_left > 0
   if at > now and not ahead then id = id .. '|s' end
   redis.call('HSET', Q.data, id, record)
-  mark_legacy(id, n, priority)
   if ahead then
     lease(id, record, true, at)
   elseif at > now then
-    redis.call('ZADD', KEYS[6], at, id)
+    redis.call('ZADD', KEYS[4], at, id)
   else
     lease(id, record, true)
   end
@@ -79,16 +76,15 @@ local function late(record, at)
 end
 
 -- A turn whose record its job holds back (dropped, or parked with its priority): its id
--- leaves the data (and its legacy priority mark) as a leased one would not.
+-- leaves the data as a leased one would not.
 local function turn_held(id, record)
   if not held_back(record, function() return priority_of(id) end, now) then return false end
   redis.call('HDEL', Q.data, id)
-  redis.call('HDEL', Q.legacy_prio, id)
   return true
 end
 
 local horizon = now + (ahead_left > 0 and P.ahead or 0)
-local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', fmt(horizon), 'WITHSCORES', 'LIMIT', 0,
+local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', fmt(horizon), 'WITHSCORES', 'LIMIT', 0,
   1000)
 local back, turns, missed = {}, {}, {}
 for i = 1, #due, 2 do
@@ -110,9 +106,9 @@ for i = 1, #due, 2 do
 end
 if #back > 0 then
   requeue(back)
-  redis.call('ZREM', KEYS[6], unpack(back))
+  redis.call('ZREM', KEYS[4], unpack(back))
 end
-if #turns > 0 then redis.call('ZREM', KEYS[6], unpack(turns)) end
+if #turns > 0 then redis.call('ZREM', KEYS[4], unpack(turns)) end
 for _, id in ipairs(missed) do
   local priority, record = priority_of(id), redis.call('HGET', Q.data, id)
   redis.call('HDEL', Q.data, id)
@@ -121,11 +117,11 @@ for _, id in ipairs(missed) do
   end
 end
 result[1] = #back
-local expired = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', ARGV[2], 'LIMIT', 0, 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', ARGV[2], 'LIMIT', 0, 1000)
 if #expired > 0 then
   requeue(expired)
-  redis.call('ZREM', KEYS[7], unpack(expired))
-  redis.call('HDEL', KEYS[8], unpack(expired))
+  redis.call('ZREM', KEYS[5], unpack(expired))
+  redis.call('HDEL', KEYS[6], unpack(expired))
 end
 result[2] = #expired
 
@@ -159,7 +155,7 @@ while count > 0 and budget > 0 and Q.held < held_limit do
   end
 end
 result[3] = queued()
-local first = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 if #first > 0 then result[4] = first[2] end
 result[5] = table.concat(flags)
 if budget <= 0 and placed > 0 then result[6] = 1 end

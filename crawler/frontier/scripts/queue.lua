@@ -5,14 +5,8 @@
 -- rides in the id ("<n>" for priority 0, "<n>:<priority>" otherwise), so it finds its list
 -- again. A record outside the queue (leased, delayed) waits in the ``data`` hash under its id.
 --
--- Older frontiers kept every request in the ``queue`` sorted set (score -priority * 1e13 + n)
--- with its score in the ``prio`` hash and its record in ``data``: POP moves such entries to the
--- lists (up to 1000 per call), and a leased or delayed entry of theirs finds its priority in
--- ``prio``, so a fleet can upgrade while a crawl runs.
---
 -- The prelude, set in Q at the end of this file: every frontier script begins with the same
--- five keys and the queue lists' prefix. KEYS: queues, data, legacy queue, legacy prio, seq;
--- ARGV[1]: "{spider}:queue:".
+-- three keys and the queue lists' prefix. KEYS: queues, data, seq; ARGV[1]: "{spider}:queue:".
 
 local Q = {}
 local LISTED = {}
@@ -25,27 +19,8 @@ local function push(priority, record, head)
   end
 end
 
-local OLD_STEP = 1e13
-local function legacy_priority(score)
-  return string.format('%d', -math.floor(tonumber(score) / OLD_STEP))
-end
-
 local function priority_of(id)
-  local score = redis.call('HGET', Q.legacy_prio, id)
-  if score then redis.call('HDEL', Q.legacy_prio, id) end
-  local own = string.match(id, '^%d+:(-?%d+)')
-  if own then return own end
-  if score then return legacy_priority(score) end
-  return '0'
-end
-
--- A delayed or leased id also gets its score of the older layout in ``prio``: a worker still
--- running the older POP requeues a due or expired id only when it finds it there (and drops it
--- from ``delayed``/``leases`` either way), so without it a rolling upgrade loses requests.
--- Whoever settles or requeues the id deletes the entry.
-local function mark_legacy(id, n, priority)
-  local clamped = math.max(-400, math.min(400, tonumber(priority)))
-  redis.call('HSET', Q.legacy_prio, id, string.format('%d', -clamped * OLD_STEP + n))
+  return string.match(id, '^%d+:(-?%d+)') or '0'
 end
 
 local function seq_of(id)
@@ -68,25 +43,10 @@ local function requeue(ids)
   end
 end
 
-local function migrate_legacy()
-  if redis.call('EXISTS', Q.legacy_queue) == 0 then return end
-  local old = redis.call('ZRANGE', Q.legacy_queue, 0, 999, 'WITHSCORES')
-  local ids = {}
-  for i = 1, #old, 2 do
-    local id = old[i]
-    ids[#ids + 1] = id
-    local record = redis.call('HGET', Q.data, id)
-    redis.call('HDEL', Q.data, id)
-    redis.call('HDEL', Q.legacy_prio, id)
-    if record then push(legacy_priority(old[i + 1]), record, false) end
-  end
-  redis.call('ZREM', Q.legacy_queue, unpack(ids))
-end
-
 -- Requests queued; ``parked``: with those of paused jobs parked too (work that keeps the
 -- fleet open, though no pop hands it out).
 local function queued(parked)
-  local total = redis.call('ZCARD', Q.legacy_queue)
+  local total = 0
   for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
     total = total + redis.call('LLEN', Q.prefix .. priority)
   end
@@ -174,8 +134,7 @@ local function set_job_keys(first)
   Q.budgets, Q.spent = KEYS[first + 3], KEYS[first + 4]
 end
 
-Q.queues, Q.data, Q.legacy_queue, Q.legacy_prio, Q.seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-  KEYS[5]
+Q.queues, Q.data, Q.seq = KEYS[1], KEYS[2], KEYS[3]
 Q.prefix = ARGV[1]
 local function new_id(n, priority)
   if priority == '0' then return string.format('%d', n) end

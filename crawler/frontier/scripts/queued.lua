@@ -1,5 +1,5 @@
 -- KEYS: (prelude), paused jobs; ARGV: (prelude). Returns how many requests are queued, those
 -- of paused jobs parked included.
 
-Q.paused = KEYS[6]
+Q.paused = KEYS[4]
 return queued(true)

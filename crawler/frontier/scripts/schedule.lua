@@ -6,7 +6,7 @@
 -- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate. A request of a
 -- cancelled or expired job passes the filter and is dropped (1), one of a paused job is parked
 -- (queue.lua's held_back).
-set_job_keys(8)
+set_job_keys(6)
 local now = tonumber(redis.call('TIME')[1])
 
 local mode, capacity, error_rate = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -24,10 +24,10 @@ for a = 5, #ARGV, 8 do
     -- A seed (a start entry's request): dropped only if seeded before, whatever link found
     -- its URL first; its URL is marked seen (at its depth), so links to it are dropped after it.
     local seed_h1 = string.format('%d', (tonumber(h1) + SEED_SALT) % 4294967296)
-    seen = seen_or_add(mode, KEYS[7], 'seed:' .. fp, seed_h1, h2, capacity, error_rate)
-    seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate, depth)
+    seen = seen_or_add(mode, KEYS[5], 'seed:' .. fp, seed_h1, h2, capacity, error_rate)
+    seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
   elseif dont_filter ~= '1' then
-    seen = seen_or_add(mode, KEYS[7], fp, h1, h2, capacity, error_rate, depth)
+    seen = seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
   end
   if seen then
     results[#results + 1] = 0
@@ -37,8 +37,7 @@ for a = 5, #ARGV, 8 do
     if due > 0 then
       local id = new_id(redis.call('INCR', Q.seq), priority)
       redis.call('HSET', Q.data, id, json)
-      redis.call('ZADD', KEYS[6], due, id)
-      mark_legacy(id, seq_of(id), priority)
+      redis.call('ZADD', KEYS[4], due, id)
     else
       push(priority, json, false)
     end

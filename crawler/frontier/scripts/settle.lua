@@ -14,24 +14,24 @@ local worker, deadline = ARGV[2], ARGV[3]
 local applied = 0
 local released = {}
 local function forget(id)
-  redis.call('ZREM', KEYS[6], id)
-  redis.call('HDEL', KEYS[7], id)
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
 end
 local function count_job(job, op, payload)
-  redis.call('HINCRBY', op == ACK and KEYS[9] or KEYS[10], job, 1)
+  redis.call('HINCRBY', op == ACK and KEYS[7] or KEYS[8], job, 1)
   local stored = op == ACK and payload or string.match(payload, '"items_stored":(%d+)')
-  if tonumber(stored) then redis.call('HINCRBY', KEYS[9], job .. ':items', tonumber(stored)) end
+  if tonumber(stored) then redis.call('HINCRBY', KEYS[7], job .. ':items', tonumber(stored)) end
   if op == DEAD and (string.find(payload, '"reason":"spider_error', 1, true)
       or string.find(payload, '"reason":"item_error', 1, true)) then
-    redis.call('HINCRBY', KEYS[9], job .. ':errors', 1)
+    redis.call('HINCRBY', KEYS[7], job .. ':errors', 1)
   end
 end
 for a = 4, #ARGV, 3 do
   local op, id, payload = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  if redis.call('HGET', KEYS[7], id) == worker then
+  if redis.call('HGET', KEYS[5], id) == worker then
     applied = applied + 1
     if op == RENEW then
-      redis.call('ZADD', KEYS[6], 'XX', deadline, id)
+      redis.call('ZADD', KEYS[4], 'XX', deadline, id)
     elseif op == RELEASE then
       forget(id)
       released[#released + 1] = id
@@ -44,11 +44,10 @@ for a = 4, #ARGV, 3 do
           request = '{"j":' .. job .. ',' .. string.sub(request, #job + 2)
         end
         local letter = '{"request":' .. (request or 'null') .. ',"failure":' .. payload .. '}'
-        redis.call('LPUSH', KEYS[8], letter)
+        redis.call('LPUSH', KEYS[6], letter)
       end
       forget(id)
       redis.call('HDEL', Q.data, id)
-      redis.call('HDEL', Q.legacy_prio, id)
     end
   end
 end
