@@ -376,7 +376,6 @@ class LeaseSpiderMiddleware:
             async for output in result:
                 yield output
             return
-        self.frontier.ledger.scraping(request)
         try:
             async for output in result:
                 if isinstance(output, Request):

@@ -49,8 +49,8 @@ HOSTILE: list[bytes] = [
     b"@" + b"y" * 40,
 ]
 FRONTIER_KEYS = (
-    "{profiles}:queue",
     "{profiles}:queues",
+    "{profiles}:queue:0",
     "{profiles}:leases",
     "{profiles}:delayed",
     "{profiles}:data",

@@ -35,8 +35,8 @@ def _fill_fleet(client: redis.Redis, mongo: Mongo, spill_dir: Path) -> None:
     for spider in ("explore", "profiles"):
         for name, value in FLEET_STATS.items():
             client.hset("{" + spider + "}:stats", name, value)
-    client.zadd("{profiles}:queue", {"request-1": 1.0})
-    client.hset("{profiles}:data", "request-1", json.dumps({"url": "https://example/@x"}))
+    client.rpush("{profiles}:queue:0", json.dumps({"u": "https://example/@x"}))
+    client.zadd("{profiles}:queues", {"0": 0})
     client.sadd("{explore}:handed_authors", "some.user")
     client.rpush("explore:start_urls:invalid", json.dumps({"entry": "x", "reason": "bad"}))
     mongo.db.videos.insert_one({"video_id": "fleet-1", "desc": "stored by the fleet"})

@@ -33,8 +33,8 @@ MISSING = [f"missing.user{index}" for index in range(60)]
 # stopped after 40-60 of them leaves most of the work in flight or queued.
 USERS = [author.unique_id for author in DATASET.authors[::2]] + MISSING
 FRONTIER_KEYS = (
-    "{profiles}:queue",
     "{profiles}:queues",
+    "{profiles}:queue:0",
     "{profiles}:leases",
     "{profiles}:delayed",
     "{profiles}:data",

@@ -337,7 +337,8 @@ def test_the_page_shows_what_redis_holds(redis_client: redis.Redis, redis_url: s
     settings.setmodule(project_settings)
     settings.setdict({"REDIS_URL": redis_url, "FAILURE_PAUSE_WINDOW": 20})
     now = time.time()
-    redis_client.zadd("{profiles}:queue", {"r1": 1, "r2": 2})
+    redis_client.rpush("{profiles}:queue:0", "r1", "r2")
+    redis_client.zadd("{profiles}:queues", {"0": 0})
     # The newest 20 answers (the window) hold 7 failures; older ones beyond it do not count.
     redis_client.rpush(failure_window_key("profiles"), *("1" * 7 + "0" * 13 + "1" * 10))
     redis_client.hset(

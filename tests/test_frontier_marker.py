@@ -45,7 +45,8 @@ def test_a_flushed_frontier_is_reported_once_by_every_worker(
     check(second, 0)
     assert redis_client.exists("{profiles}:frontier")
     redis_client.lpush("profiles:start_urls", *(f"user{n}" for n in range(7)))
-    redis_client.zadd("{profiles}:queue", {f"request{n}": n for n in range(20)})
+    redis_client.rpush("{profiles}:queue:0", *(f"request{n}" for n in range(20)))
+    redis_client.zadd("{profiles}:queues", {"0": 0})
     check(first, 4)
     check(second, 0)
     assert not caplog.records, "an untouched frontier was reported"

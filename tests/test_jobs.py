@@ -386,7 +386,7 @@ def test_a_page_is_acked_with_the_items_it_stored_and_dead_lettered_with_them() 
     requests = [Request(f"http://a.test/{n}", meta={LEASE_META: f"id{n}"}) for n in range(2)]
     for n, request in enumerate(requests):
         ledger.take(f"id{n}", 1, request.url)
-        ledger.scraping(request)
+        ledger.downloaded(request)
         for _ in range(3):
             ledger.item_started(request)
         ledger.finished(request)

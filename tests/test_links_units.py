@@ -21,7 +21,6 @@ from scrapy.utils.test import get_crawler
 from crawler import settings as project_settings
 from crawler.extractors.links import content_hash, parse_page
 from crawler.keys import robots_claim_key, robots_key
-from crawler.links import robots
 from crawler.links.resolver import mapped_address
 from crawler.links.robots import FleetRobotsMiddleware, RobotsCache, parse_rules
 from crawler.links.sitemaps import sitemap_body, sitemap_urls
@@ -344,9 +343,9 @@ def test_robots_rules_are_shared_once_what_they_seed_is_written(
     crawled: list[Any] = []
     spider.crawler.engine = SimpleNamespace(crawl=crawled.append)  # type: ignore[assignment]
     spider.crawler.spider = spider
-    scheduler = SimpleNamespace(flush=lambda: written)  # writes the seeded requests, or not
-    monkeypatch.setattr(robots, "frontier_scheduler", lambda crawler: scheduler)
     middleware = FleetRobotsMiddleware.from_crawler(spider.crawler)
+    # The frontier writes the seeded requests, or not.
+    monkeypatch.setattr(middleware.frontier, "flush", lambda: written)
     origin = "http://example.org"
     client = redis.Redis.from_url(redis_url)
     client.delete(robots_key("links", origin), robots_claim_key("links", origin))

@@ -168,7 +168,8 @@ def test_deltas_wait_while_redis_is_away(redis_client: redis.Redis) -> None:
 
 
 def test_the_fleet_view_reads_sizes_seen_count_and_pace(redis_client: redis.Redis) -> None:
-    redis_client.zadd("{shop}:queue", {"1": 1, "2": 2, "3": 3})
+    redis_client.rpush("{shop}:queue:0", "1", "2", "3")
+    redis_client.zadd("{shop}:queues", {"0": 0})
     redis_client.zadd("{shop}:leases", {"4": 1})
     redis_client.rpush("{shop}:dead", "{}")
     redis_client.hset("{shop}:dupefilter:meta", mapping={"filters": 2, "count:0": 7, "count:1": 3})

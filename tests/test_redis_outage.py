@@ -18,8 +18,8 @@ pytestmark = pytest.mark.integration
 # after 60 of them, with most of the work still to do.
 USERS = [author.unique_id for author in build_dataset().authors[:160]]
 FRONTIER_KEYS = (
-    "{profiles}:queue",
     "{profiles}:queues",
+    "{profiles}:queue:0",
     "{profiles}:leases",
     "{profiles}:delayed",
     "profiles:start_urls",

@@ -24,7 +24,7 @@ from crawler.frontier.outbox import Outbox
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.queue import Frontier, Popped
 from crawler.frontier.riders import Rider, RiderBatch, Riders
-from crawler.frontier.turns import PACED_GATHER, EngineCalls, HeldTurns, InHand, PopPlan
+from crawler.frontier.turns import PACED_GATHER, EngineCalls, InHand, PopPlan
 from devtools.services import free_port
 from tests.harness import ROOT, Crawl, Sandbox
 from tests.test_pacing import entry
@@ -157,19 +157,30 @@ def test_a_paced_pop_leases_the_turns_of_its_look_ahead(redis_client: redis.Redi
     assert not {data for _, data in again.leased} & {data for _, data in popped.leased}
 
 
+class Wakes(EngineCalls):  # the times the engine is asked to look again, no reactor
+    def __init__(self) -> None:
+        self.wakes: list[float] = []
+
+    def wake_in(self, seconds: float) -> None:
+        self.wakes.append(seconds)
+
+
 def test_held_turns_come_in_turn_order_never_early() -> None:
     from scrapy import Request
 
-    held = HeldTurns()
+    crawler = get_crawler(settings_dict={"SCHEDULER": "scrapy.core.scheduler.Scheduler"})
+    engine = Wakes()
+    hand = InHand(crawler, LeaseLedger(crawler, "w1"), engine)
     now = time.time()
-    held.hold(Request("http://x.test/late"), now + 60)
-    held.hold(Request("http://x.test/due"), now - 1)
-    held.hold(Request("http://x.test/first"), now - 2)
-    assert [r.url for r in held.come()] == ["http://x.test/first", "http://x.test/due"]
-    assert len(held) == 1
-    next_in = held.next_in()
-    assert next_in is not None
-    assert 59 < next_in <= 60
+    hand.hold(Request("http://x.test/late"), now + 60)
+    hand.hold(Request("http://x.test/due"), now - 1)
+    hand.hold(Request("http://x.test/first"), now - 2)
+    hand.come()
+    assert [r.url for r in hand.ready] == ["http://x.test/first", "http://x.test/due"]
+    assert len(hand.held) == 1
+    engine.wakes.clear()
+    hand.wake_for_held()
+    assert 59 < engine.wakes[-1] <= 60
 
 
 def test_a_pop_plan_backs_off_after_empty_pops_and_pops_again_on_new_work() -> None:
@@ -208,13 +219,6 @@ def test_in_hand_holds_a_turned_away_request_and_dead_letters_an_unreadable_reco
 
     from crawler.frontier.leases import LEASE_META
     from crawler.meta import HOLD_META
-
-    class Wakes(EngineCalls):  # the times the engine is asked to look again, no reactor
-        def __init__(self) -> None:
-            self.wakes: list[float] = []
-
-        def wake_in(self, seconds: float) -> None:
-            self.wakes.append(seconds)
 
     crawler = get_crawler(settings_dict={"SCHEDULER": "scrapy.core.scheduler.Scheduler"})
     ledger, engine = LeaseLedger(crawler, "w1"), Wakes()

@@ -173,7 +173,8 @@ def test_example_crawler_loses_nothing_when_a_worker_is_killed(
     assert len(stored) == len(set(stored))
     assert set(stored) == expected, sorted(expected - set(stored))[:10]
     assert all(doc["name"] for doc in pages.find({}, {"name": 1}))
-    for key in ("mycrawler:start_urls", "{mycrawler:start_urls}:leases", "{mycrawler_redis}:queue"):
+    left = ("mycrawler:start_urls", "{mycrawler:start_urls}:leases", "{mycrawler_redis}:queues")
+    for key in left:
         assert not redis_client.exists(key), f"{key} still holds work"
     assert not redis_client.exists("{mycrawler_redis}:leases")
     assert redis_client.llen("{mycrawler_redis}:dead") == 0

@@ -422,7 +422,7 @@ def test_at_no_rate_new_work_goes_at_the_next_ask(
     scheduler = FrontierScheduler.from_crawler(crawler)
     scheduler.open(spider)
     try:
-        assert scheduler.pacing is not None  # Crawl-delays still pace their hosts
+        assert scheduler.config.pacing is not None  # Crawl-delays still pace their hosts
         for path in ("a", "b", "c"):
             scheduler.enqueue_request(Request(f"https://example.org/{path}", dont_filter=True))
             request = scheduler.next_request()

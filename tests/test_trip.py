@@ -36,7 +36,7 @@ def _trips(server: Any) -> tuple[RoundTrips, Outbox, Riders]:
     outbox, riders = Outbox(LeaseLedger(cast(Any, None), "w1")), Riders()
     frontier = Frontier(server, KEYS, CONFIG.dupefilter)
     return (
-        RoundTrips(server, frontier, outbox, Credits(), riders, None, "w1", CONFIG),
+        RoundTrips(frontier, outbox, Credits(), riders, "w1", CONFIG),
         outbox,
         riders,
     )
@@ -88,7 +88,7 @@ def test_a_trip_redis_fails_keeps_everything_for_the_next(redis_client: redis.Re
     assert len(lost) == 1
     assert [pending.json for pending in outbox.pushes] == [_pending("http://a.test/kept").json]
 
-    trips.server, trips.frontier = redis_client, Frontier(redis_client, KEYS, CONFIG.dupefilter)
+    trips.frontier = Frontier(redis_client, KEYS, CONFIG.dupefilter)
     trip = trips.go(True, RedisBackoff(), failures.append)
     assert trip is not None
     assert trip.popped is not None

@@ -105,8 +105,14 @@ class Credits:
             self._turns.pop(host, None)  # a host seen once (a sweep) is not kept
         return turns.pop(0) if turns else None
 
-    def queue_ask(self, pipe: Any, frontier: Frontier, pacing: Pacing) -> list[str]:
-        """Queue on ``pipe`` the ask for the wanted hosts' turns; returns the hosts asked."""
+    def queue_ask(
+        self, pipe: Any, frontier: Frontier, pacing: Pacing | None, after: bool = True
+    ) -> list[str]:
+        """Queue on ``pipe`` the ask for the wanted hosts' turns, behind the requests queued
+        already (``after``: the pop of this trip placed them, never with a push but a pop's);
+        returns the hosts asked."""
+        if pacing is None or not self.wanted or not after:
+            return []
         hosts, self.wanted = sorted(self.wanted), set()
         self._forget_gone()
         keys = frontier.keys
@@ -173,14 +179,3 @@ def keep_on_turn(
         return None
     kept = adopted(turn.seq, request.priority, pending(request, b"", spider).json)
     return kept, turn.at
-
-
-def queue_turns_ask(
-    credits: Credits, pipe: Any, frontier: Frontier | None, pacing: Pacing | None, after: bool
-) -> list[str]:
-    """Queue on ``pipe`` the ask for turns of the hosts whose chains want them, behind the
-    requests queued already (``after``: the pop of this trip placed them, never with a push but
-    a pop's); returns the hosts asked."""
-    if pacing is None or frontier is None or not credits.wanted or not after:
-        return []
-    return credits.queue_ask(pipe, frontier, pacing)

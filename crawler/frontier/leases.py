@@ -6,8 +6,8 @@ the queue untouched (Redis away, the worker closing), or dead-lettered with a re
 records each decision as an op (see ``scripts/settle.lua``); the scheduler writes them in batches.
 
 Where a lease is: ``ready`` (popped, not yet given to the engine), ``downloading`` (in the
-downloader and its middlewares), ``downloaded`` (the response left the downloader middlewares)
-and ``scraping`` (the callback's output is being consumed).
+downloader and its middlewares) and ``downloaded`` (the response left the downloader
+middlewares: its callback's output and items are what the lease waits for).
 """
 
 from __future__ import annotations
@@ -55,9 +55,6 @@ class StartLeases:
     def __init__(self) -> None:
         self.held: dict[bytes, int] = {}
         self.acks: list[bytes] = []
-
-    def renewable(self) -> list[bytes]:
-        return list(self.held)
 
     def leased(self, members: list[bytes]) -> None:
         self.held.update(dict.fromkeys(members, 0))
@@ -151,9 +148,6 @@ class LeaseLedger:
         """The response went through every downloader middleware."""
         self.move(lease_id_of(request), "downloaded")
 
-    def scraping(self, request: Request) -> None:
-        self.move(lease_id_of(request), "scraping")
-
     def item_started(self, request: Request) -> None:
         if (lease := self.held.get(lease_id_of(request))) is not None:
             lease.pending_items += 1
@@ -234,7 +228,8 @@ class LeaseLedger:
             if lease.failure is not None:
                 self._end_dead(lease_id, lease.failure)
             else:
-                self.end(lease_id, ACK, _stored(lease))
+                # The items the page stored, counted for its crawl job.
+                self.end(lease_id, ACK, str(lease.stored) if lease.stored else "")
 
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler is not None and self.crawler.stats is not None:
@@ -273,11 +268,6 @@ def unguarded(errback: Callable[..., Any] | None) -> Callable[..., Any] | None:
     while isinstance(errback, LeaseErrback):
         errback = errback.errback
     return errback
-
-
-def _stored(lease: Lease) -> str:
-    """An ack's payload: the items the page stored (counted for its crawl job), or nothing."""
-    return str(lease.stored) if lease.stored else ""
 
 
 def lease_id_of(request: Request) -> str:

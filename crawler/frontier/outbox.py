@@ -148,4 +148,4 @@ class Outbox:
         ops = self.leases.renewals()
         if ops:
             frontier.settle(ops, worker, lease_seconds, client=pipe)
-        frontier.renew_start(self.starts.renewable(), lease_seconds, pipe)
+        frontier.renew_start(list(self.starts.held), lease_seconds, pipe)

@@ -35,12 +35,6 @@ class FrontierReports:
     def scheduler(self) -> FrontierScheduler | None:
         return frontier_scheduler(self.crawler)
 
-    @property
-    def worker(self) -> str | None:
-        """The worker id owning this crawl's leases, None without a frontier."""
-        scheduler = self.scheduler
-        return None if scheduler is None else scheduler.worker
-
     def in_backoff(self) -> bool:
         """Whether Redis was found down lately: skip calls that would block the reactor."""
         scheduler = self.scheduler

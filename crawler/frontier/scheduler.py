@@ -41,7 +41,6 @@ from crawler.frontier.leases import (
 from crawler.frontier.marker import FrontierMarker
 from crawler.frontier.options import PUSH_BATCHES, FrontierSettings, hold_acks
 from crawler.frontier.outbox import Outbox
-from crawler.frontier.pacing import Pacing
 from crawler.frontier.pause import Pause, PauseWatch
 from crawler.frontier.queue import Frontier, Popped
 from crawler.frontier.records import job_fingerprint, passes_again, pending
@@ -85,7 +84,6 @@ class FrontierScheduler(BaseScheduler):
         self.config = config
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.frontier: Frontier | None = None
-        self.pacing: Pacing | None = None
         self.gate: SendGate | None = None
         self.idle: FleetIdle | None = None
         self.pause: PauseWatch | None = None
@@ -123,19 +121,11 @@ class FrontierScheduler(BaseScheduler):
         self.marker = FrontierMarker(self.frontier, self.crawler.stats)
         self.pause = PauseWatch(spider.name, self.crawler.stats, self._pause_turned)
         self.pause.look(self.server)
-        self.pacing = self.config.pacing
-        if self.pacing is not None:
-            self.gate = SendGate(self.server, keys.buckets, self.pacing)
-        self.plan.rated = self.pacing if self.pacing is not None and self.pacing.limited else None
+        if (pacing := self.config.pacing) is not None:
+            self.gate = SendGate(self.server, keys.buckets, pacing)
+        self.plan.rated = pacing if pacing is not None and pacing.limited else None
         self.trips = RoundTrips(
-            self.server,
-            self.frontier,
-            self.outbox,
-            self.credits,
-            self.riders,
-            self.pacing,
-            self.worker,
-            self.config,
+            self.frontier, self.outbox, self.credits, self.riders, self.worker, self.config
         )
         self.riders.carried = True
         self.idle = FleetIdle(
@@ -259,7 +249,7 @@ class FrontierScheduler(BaseScheduler):
         one of a crawl job with a page budget, which only the pop hands out."""
         if JobBook.of(self.crawler).has_budget(request):
             return False  # the pop counts a budgeted job's requests
-        kept = keep_on_turn(self.credits, self.pacing, request, host, self.crawler.spider)
+        kept = keep_on_turn(self.credits, self.config.pacing, request, host, self.crawler.spider)
         if kept is None:
             return False
         adopted, due = kept

@@ -16,16 +16,14 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from crawler.frontier.chains import Credits, queue_turns_ask
+from crawler.frontier.chains import Credits
 from crawler.frontier.queue import Popped, popped
 from crawler.frontier.riders import Riders, first_error
 
 if TYPE_CHECKING:
-    from crawler.connection import RedisClient
     from crawler.frontier.backoff import RedisBackoff
     from crawler.frontier.options import FrontierSettings
     from crawler.frontier.outbox import Outbox
-    from crawler.frontier.pacing import Pacing
     from crawler.frontier.queue import Frontier
 
 
@@ -47,18 +45,15 @@ class RoundTrips:
 
     def __init__(
         self,
-        server: RedisClient,
         frontier: Frontier,
         outbox: Outbox,
         credits: Credits,
         riders: Riders,
-        pacing: Pacing | None,
         worker: str,
         config: FrontierSettings,
     ) -> None:
-        self.server, self.frontier, self.outbox = server, frontier, outbox
-        self.credits, self.riders, self.pacing = credits, riders, pacing
-        self.worker, self.config = worker, config
+        self.frontier, self.outbox, self.credits, self.riders = frontier, outbox, credits, riders
+        self.worker, self.config, self.pacing = worker, config, config.pacing
 
     def needed(self, pop: bool, everything: bool) -> bool:
         """Whether a trip has anything to carry: the outbox, a pop, a rider due, or (with
@@ -70,14 +65,14 @@ class RoundTrips:
     ) -> Trip | None:
         """One round trip (see the module's text); None when Redis failed it (``outage``
         told, everything it carried kept for the next)."""
-        pipe = self.server.pipeline(transaction=False)
+        pipe = self.frontier.server.pipeline(transaction=False)
         config = self.config
         sealed = self.outbox.seal(pipe, self.frontier, self.worker, config.lease_seconds)
         if pop:
             args = (config.batch_size, config.lease_seconds, self.worker, self.pacing)
             self.frontier.queue_pop(pipe, *args)
         after = pop or not sealed.pushes
-        asked = queue_turns_ask(self.credits, pipe, self.frontier, self.pacing, after)
+        asked = self.credits.queue_ask(pipe, self.frontier, self.pacing, after)
         own = len(pipe)
         boarded = self.riders.board(pipe)
         try:

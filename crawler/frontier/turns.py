@@ -37,36 +37,6 @@ logger = logging.getLogger(__name__)
 PACED_GATHER = 0.05
 
 
-class HeldTurns:
-    """Requests leased ahead of their turn, earliest first."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Request]] = []
-        self._order = itertools.count()
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def hold(self, request: Request, due: float) -> None:
-        """Hold ``request`` until ``due`` (Unix time)."""
-        heapq.heappush(self._heap, (due, next(self._order), request))
-
-    def come(self) -> list[Request]:
-        """The requests whose turn has come, in turn order (never one before its turn)."""
-        ready = []
-        now = time.time()
-        while self._heap and self._heap[0][0] <= now:
-            ready.append(heapq.heappop(self._heap)[2])
-        return ready
-
-    def next_in(self) -> float | None:
-        """Seconds until the next held turn, None when none is held."""
-        return max(0.0, self._heap[0][0] - time.time()) if self._heap else None
-
-    def clear(self) -> None:
-        self._heap.clear()
-
-
 class InHand:
     """The leased requests this worker holds: ready for the engine, or held until their host's
     turn (the engine is woken then). A record no request can be rebuilt from is dead-lettered
@@ -77,7 +47,9 @@ class InHand:
         self.ledger = ledger
         self.engine = engine
         self.ready: deque[Request] = deque()
-        self.held = HeldTurns()
+        # Requests held until their turn (Unix time), earliest first: a heap.
+        self.held: list[tuple[float, int, Request]] = []
+        self._order = itertools.count()
 
     def __bool__(self) -> bool:
         return bool(self.ready or self.held)
@@ -104,7 +76,7 @@ class InHand:
 
     def hold(self, request: Request, due: float) -> None:
         """Hold ``request`` until ``due`` (Unix time), the engine woken then."""
-        self.held.hold(request, due)
+        heapq.heappush(self.held, (due, next(self._order), request))
         self.engine.wake_in(max(0.0, due - time.time()))
 
     def hold_back(self, request: Request) -> bool:
@@ -119,13 +91,16 @@ class InHand:
         return True
 
     def come(self) -> None:
-        """The held requests whose turn has come join the ready ones."""
-        self.ready.extend(self.held.come())
+        """The held requests whose turn has come join the ready ones, in turn order (never
+        one before its turn)."""
+        now = time.time()
+        while self.held and self.held[0][0] <= now:
+            self.ready.append(heapq.heappop(self.held)[2])
 
     def wake_for_held(self) -> None:
         """Have the engine ask again when the next held turn comes, if one is held."""
-        if (held := self.held.next_in()) is not None:
-            self.engine.wake_in(held)
+        if self.held:
+            self.engine.wake_in(max(0.0, self.held[0][0] - time.time()))
 
     def clear(self) -> None:
         self.ready.clear()

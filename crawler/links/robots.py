@@ -46,7 +46,7 @@ from crawler.bans.breaker import (
 )
 from crawler.config import setting
 from crawler.connection import crawl_redis
-from crawler.frontier.reports import FrontierReports, frontier_scheduler
+from crawler.frontier.reports import FrontierReports
 from crawler.keys import robots_claim_key, robots_key
 from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, SENT_AT_META, send_back
 
@@ -300,8 +300,7 @@ class FleetRobotsMiddleware:
         made: Iterable[Request] = seed(request, list(rules.sitemaps))
         for follow in made:
             engine.crawl(follow)
-        scheduler = frontier_scheduler(self.crawler)
-        return scheduler is None or scheduler.flush()  # another scheduler keeps none of its own
+        return self.frontier.flush()
 
     def _defer_origin(self, origin: str, until: float) -> None:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""

@@ -376,8 +376,12 @@ class BusyClock:
 
 def _worker_id(crawler: Crawler) -> str:
     """The frontier scheduler's worker id (the owner of this worker's leases), or a new one."""
-    worker = FrontierReports(crawler).worker
-    return worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    scheduler = FrontierReports(crawler).scheduler
+    return (
+        scheduler.worker
+        if scheduler is not None
+        else f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    )
 
 
 def _shown_host(config: MonitorSettings) -> str:

@@ -42,16 +42,12 @@ local function place(n, priority, record, counted)
   end
   local id = new_id(n, priority)
   local host = pacing and host_of(record)
-  if not host then
-    if not counted then spend(record) end
-    redis.call('HSET', Q.data, id, record)
-    lease(id, record, false)
-    return true
-  end
-  local rate, burst = rate_of(host, record)
   local at = now
-  if rate > 0 then at = reserve(host, rate, burst, now) end
-  if at == nil then return false end
+  if host then
+    local rate, burst = rate_of(host, record)
+    if rate > 0 then at = reserve(host, rate, burst, now) end
+    if at == nil then return false end
+  end
   if not counted then spend(record) end
   local ahead = at > now and at <= now + P.ahead and ahead_left > 0
   if at > now and not ahead then id = id .. '|s' end
@@ -61,7 +57,7 @@ local function place(n, priority, record, counted)
   elseif at > now then
     redis.call('ZADD', KEYS[4], at, id)
   else
-    lease(id, record, true)
+    lease(id, record, host and true or false)
   end
   return true
 end

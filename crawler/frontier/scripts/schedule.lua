@@ -29,11 +29,7 @@ for a = 5, #ARGV, 8 do
   elseif dont_filter ~= '1' then
     seen = seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
   end
-  if seen then
-    results[#results + 1] = 0
-  elseif dropped or (due == 0 and held_back(json, priority, now)) then
-    results[#results + 1] = 1
-  else
+  if not (seen or dropped or (due == 0 and held_back(json, priority, now))) then
     if due > 0 then
       local id = new_id(redis.call('INCR', Q.seq), priority)
       redis.call('HSET', Q.data, id, json)
@@ -41,7 +37,7 @@ for a = 5, #ARGV, 8 do
     else
       push(priority, json, false)
     end
-    results[#results + 1] = 1
   end
+  results[#results + 1] = seen and 0 or 1
 end
 return results
