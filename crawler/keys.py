@@ -298,10 +298,6 @@ class FrontierKeys:
     def delayed(self) -> str:
         return self._key("delayed")
 
-    @property
-    def cancelled_jobs(self) -> str:
-        return cancelled_jobs_key(self.spider)
-
     def job_counts(self) -> list[str]:
         """The hashes of the requests of each job ended as done and as dead letters."""
         done = jobs_done_key(self.spider)

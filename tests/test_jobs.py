@@ -38,7 +38,7 @@ from crawler.frontier.leases import LEASE_META, LeaseLedger
 from crawler.frontier.outbox import adopted, settled_here
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
-from crawler.keys import FrontierKeys, job_key, jobs_key
+from crawler.keys import FrontierKeys, cancelled_jobs_key, job_key, jobs_key
 from crawler.meta import JOB_META
 from crawler.spiders.entry_job import entry_job
 from tests.harness import Crawl, Sandbox, Worker, poll
@@ -297,7 +297,7 @@ def test_each_job_has_its_own_duplicate_filter(redis_client: redis.Redis) -> Non
     assert len(_queued_records(redis_client)) == 2
     cancel_job(redis_client, KEYS, "j3")
     assert scheduled(3, "http://a.test/y") == 1  # dropped, and not marked seen:
-    redis_client.srem(KEYS.cancelled_jobs, 3)
+    redis_client.srem(cancelled_jobs_key(KEYS.spider), 3)
     assert scheduled(3, "http://a.test/y") == 1
     assert len(_queued_records(redis_client)) == 3
 
@@ -318,11 +318,11 @@ def test_a_worker_reads_on_past_keys_no_job_wrote(redis_client: redis.Redis) -> 
     """Another tool's member in the cancelled set: the worker says so and keeps reading."""
     book = JobBook(redis_client, KEYS.spider)
     number = book.number("j1")
-    redis_client.sadd(KEYS.cancelled_jobs, "not-a-number")
+    redis_client.sadd(cancelled_jobs_key(KEYS.spider), "not-a-number")
     book.tick()
     assert book.cancelled == frozenset()
-    redis_client.srem(KEYS.cancelled_jobs, "not-a-number")
-    redis_client.sadd(KEYS.cancelled_jobs, number)
+    redis_client.srem(cancelled_jobs_key(KEYS.spider), "not-a-number")
+    redis_client.sadd(cancelled_jobs_key(KEYS.spider), number)
     book.tick()
     assert book.cancelled == {number}
 
@@ -573,7 +573,7 @@ def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) 
     left = [raw.decode() for raw in reversed(stored)]
     assert left == [entries[1], entries[2], entries[5]]
     assert JobBook(redis_client, KEYS.spider).number("acme") in {
-        int(n) for n in redis_client.smembers(KEYS.cancelled_jobs)
+        int(n) for n in redis_client.smembers(cancelled_jobs_key(KEYS.spider))
     }
 
 

@@ -114,9 +114,7 @@ class FleetIdle:
     def no_start_entries_known(self) -> bool:
         """Whether this worker, busy with work it knows of, saw the start list empty lately
         (the marker's read rides its pops): the feed need not ask for entries."""
-        return self.worker.known_busy() and self.marker.saw_no_start_entries(
-            2 * self.marker.interval
-        )
+        return self.worker.known_busy() and self.marker.saw_no_start_entries()
 
     def lease_start_entries(self, count: int) -> list[bytes]:
         """Lease up to ``count`` start entries; they come back if this worker dies first."""

@@ -72,16 +72,16 @@ class FrontierMarker:
 
         riders.add(RIDER, Rider(self._queue_read, read, self._failed), 5 * self.interval)
 
-    def saw_no_start_entries(self, within: float) -> bool:
-        """Whether the start list was empty at a read less than ``within`` seconds ago."""
-        return self.seen["start"] == 0 and time.monotonic() - self._seen_at < within
+    def saw_no_start_entries(self) -> bool:
+        """Whether the start list was empty at a read less than two intervals ago."""
+        return self.seen["start"] == 0 and time.monotonic() - self._seen_at < 2 * self.interval
 
     def _failed(self, exc: RedisError) -> None:
         self._next_check = 0.0
 
     def _compare(self, replies: list[Any], leased_here: int) -> None:
         now = time.monotonic()
-        token = _bytes(replies[1])
+        token = replies[1]  # bytes (responses are not decoded), None without a marker
         sizes = read_sizes(replies[2:])
         if self.token is not None and token != self.token:
             self._lost(leased_here, now)
@@ -128,7 +128,3 @@ class FrontierMarker:
     def _count(self, key: str, value: int) -> None:
         if value and self.stats is not None:
             self.stats.inc_value(key, value)
-
-
-def _bytes(value: Any) -> bytes | None:
-    return None if value is None else bytes(value)

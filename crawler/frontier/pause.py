@@ -23,9 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError, ResponseError
 
 from crawler.connection import reply_hash
 from crawler.frontier.riders import Rider, Riders
@@ -113,13 +111,10 @@ def resume_crawl(server: RedisClient, spider: str) -> Pause | None:
     """Lift the pause of ``spider``; the pause lifted, or None if it was not paused."""
     key = pause_key(spider)
     pipe = server.pipeline(transaction=True)
-    pipe.type(key)
     pipe.hgetall(key)
     pipe.delete(key)
-    kind, raw, deleted = pipe.execute(raise_on_error=False)
-    if not deleted:
-        return None
-    return Pause.from_hash(reply_hash(raw)) if _text(kind) == "hash" else _not_a_hash(spider)
+    raw, deleted = pipe.execute(raise_on_error=False)
+    return pause_from_replies(spider, [raw]) if deleted else None
 
 
 def read_pause(server: RedisClient, spider: str) -> Pause | None:
@@ -130,25 +125,20 @@ def read_pause(server: RedisClient, spider: str) -> Pause | None:
 
 
 def queue_read(pipe: Any, spider: str) -> None:
-    """Queue the read of the pause key on ``pipe`` (two commands; see pause_from_replies)."""
-    key = pause_key(spider)
-    pipe.exists(key)
-    pipe.hgetall(key)
+    """Queue the read of the pause key on ``pipe`` (one command; see pause_from_replies)."""
+    pipe.hgetall(pause_key(spider))
 
 
 def pause_from_replies(spider: str, replies: list[Any]) -> Pause | None:
-    """The pause that ``queue_read``'s replies show; RedisError if Redis failed the read. A key
-    of another type than a hash pauses too (it says no more)."""
-    exists, raw = replies
-    if isinstance(exists, RedisError):
-        raise exists
-    if not exists:
-        return None
-    if isinstance(raw, RedisError):
-        if isinstance(raw, (RedisConnectionError, RedisTimeoutError)):
-            raise raw
+    """The pause that ``queue_read``'s reply shows (Redis keeps no empty hash: none is no key);
+    RedisError if Redis failed the read. A key of another type than a hash pauses too (it
+    says no more)."""
+    (raw,) = replies
+    if isinstance(raw, ResponseError) and str(raw).startswith("WRONGTYPE"):
         return _not_a_hash(spider)
-    return Pause.from_hash(raw)
+    if isinstance(raw, RedisError):
+        raise raw
+    return Pause.from_hash(reply_hash(raw)) if raw else None
 
 
 def _not_a_hash(spider: str) -> Pause:

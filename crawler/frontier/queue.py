@@ -229,10 +229,9 @@ class Frontier:
         queue_sizes(pipe, self.keys, with_queued=not on_cluster)
         return read_sizes(queued + pipe.execute())
 
-    def queued(self, client: Any = None) -> int:
-        """How many requests are queued (or queue the question on the pipeline ``client``)."""
-        result = queue_queued(self.server if client is None else client, self.keys)
-        return int(result) if client is None else 0
+    def queued(self) -> int:
+        """How many requests are queued."""
+        return int(queue_queued(self.server, self.keys))
 
     def _run(self, script: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
         """Run ``script`` as EVAL on the server, or queue it on the pipeline ``client`` (see

@@ -101,10 +101,10 @@ def spider_status(
     for minute in window:
         pipe.hgetall(keys.minute(minute))
     replies = pipe.execute(raise_on_error=False)
-    raw_stats, raw_seen, raw_answers, raw_minutes = replies[0], replies[1], replies[4], replies[5:]
+    raw_stats, raw_seen, raw_answers, raw_minutes = replies[0], replies[1], replies[3], replies[4:]
     if (error := first_error([raw_stats, raw_seen, raw_answers, *raw_minutes])) is not None:
         raise error
-    pause = pause_from_replies(spider, replies[2:4])
+    pause = pause_from_replies(spider, replies[2:3])
     stats = _decode_stats(raw_stats)
     all_minutes = [
         {"minute": minute * 60, **dict.fromkeys(MINUTE_FIELDS, 0), **decode_counts(raw)}
