@@ -282,11 +282,12 @@ def _middleware(redis_url: str) -> RecrawlMiddleware:
     return RecrawlMiddleware.from_crawler(crawler)
 
 
-def _visit(middleware: RecrawlMiddleware, request: Request, item: Any) -> list[Any]:
+def _visit(middleware: RecrawlMiddleware, request: Request, *items: Any) -> list[Any]:
     response = HtmlResponse(request.url, body=b"<html></html>", request=request)
 
     async def output() -> AsyncIterator[Any]:
-        yield item
+        for item in items:
+            yield item
 
     async def consume() -> list[Any]:
         return [out async for out in middleware.process_spider_output(response, output())]
@@ -344,6 +345,19 @@ def test_pages_without_items_or_with_dont_recrawl_are_not_revisited(
     _visit(middleware, Request("https://www.tiktok.com/@b"), Request("https://www.tiktok.com/@c"))
     middleware.flush()
     assert redis_client.zcard("{profiles}:revisit") == 0
+
+
+def test_a_none_among_a_pages_output_does_not_cost_its_revisit(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """Scrapy skips a None a callback yields: the page's item still gets its next visit."""
+    middleware = _middleware(redis_url)
+    item = ProfileItem("a", "ok", follower_count=1)
+    assert _visit(middleware, Request("https://www.tiktok.com/@a"), item, None) == [item, None]
+    assert middleware.flush()
+    assert redis_client.zcard("{profiles}:revisit") == 1
+    assert middleware.crawler.stats is not None
+    assert not middleware.crawler.stats.get_value("recrawl/not_revisited")
 
 
 def test_waiting_revisits_show_in_scrapy_frontier_and_scrapy_status(

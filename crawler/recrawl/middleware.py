@@ -117,7 +117,7 @@ class RecrawlMiddleware:
     ) -> AsyncIterator[Any]:
         items: list[Any] = []
         async for output in result:
-            if not isinstance(output, Request):
+            if output is not None and not isinstance(output, Request):  # Scrapy skips a None
                 items.append(output)
             yield output
         request = response.request
