@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from scrapy import Request, Spider
+from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 from crawler.bans.concurrency import HostSlots
@@ -95,6 +96,22 @@ def test_a_worker_remembers_a_full_host_and_backs_off_without_asking_redis(
     assert held.meta[DUE_META] - time.time() > 1.5
     assert before_ban.process_request(Request("https://free.test/")) is None
     assert _script_calls(redis_client) - calls == 4
+
+
+def test_a_request_sent_back_before_its_download_gives_its_slot_back(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A request a later middleware sends back holding its slot (the send gate holds it for
+    its host's turn) is admitted again when it comes back: its old slot does not refuse it,
+    and the domain holds one lease, not two."""
+    crawler = get_crawler(_Links, {"REDIS_URL": redis_url, "POLITENESS_CONCURRENCY": 1})
+    middleware = HostConcurrencyMiddleware.from_crawler(crawler)
+    request = Request("https://held.test/1")
+    assert asyncio.run(middleware._admit(request)) is None
+    assert asyncio.run(middleware._admit(request)) is None  # back from the send gate
+    assert redis_client.zcard(middleware.admission.slots.key("held.test")) == 1
+    middleware.process_response(request, HtmlResponse(request.url, request=request))
+    assert redis_client.zcard(middleware.admission.slots.key("held.test")) == 0
 
 
 def _script_calls(server: redis.Redis) -> int:

@@ -92,7 +92,10 @@ class HostAdmission:
         self.refusals: dict[str, int] = {}
 
     def admit(self, request: Request) -> Request | None:
-        """None once ``request`` holds a lease (meta SLOT_META), else it going back for a while."""
+        """None once ``request`` holds a lease (meta SLOT_META), else it going back for a while.
+        One that comes holding a lease already (a later middleware sent it back before its
+        download: the send gate, a paused job) gives that one back first."""
+        self.give_back(request)
         domain = request_domain(request)
         full = full_wait(self.full_until, domain)
         if full is not None:
