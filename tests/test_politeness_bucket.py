@@ -71,6 +71,39 @@ def test_a_broad_crawl_leaves_a_bounded_memory_of_buckets(
     assert len(worker._next_token) <= 50 + 1
 
 
+class _Clock:
+    """The time as the politeness module reads it, moved on at will (no sleep)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+
+def test_tokens_kept_for_later_never_add_to_a_full_bucket(
+    redis_client: redis.Redis, monkeypatch: Any
+) -> None:
+    """Several identities (tokens taken by the ban middleware): the tokens one call granted
+    beyond its request are spent within an interval or not at all, so after a quiet spell at
+    most the burst goes at once; and the worker keeps a bounded memory of them."""
+    clock = _Clock()
+    monkeypatch.setattr(politeness, "time", clock)
+    monkeypatch.setattr(politeness, "KNOWN_BUCKETS", 50)
+    worker = FleetPoliteness(redis_client, "shop", RatePolicy(rate=10.0, burst=5.0))
+    assert worker.acquire("a.test", "proxy:p:1") == 0
+    clock.offset += 2.0  # the bucket is full again
+    went = sum(worker.acquire("a.test", "proxy:p:1") == 0 for _ in range(20))
+    assert went == 5  # the burst
+    for n in range(400):
+        worker.acquire(f"site{n}.example", "proxy:p:1")
+        clock.offset += 0.2
+    assert len(worker._tokens) <= 50 + 1
+
+
 # --- the one bucket: turns planned by the pop, tokens taken by the send gate ---------------------
 
 PLAN = "local at = bucket_plan(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), " + (

@@ -114,7 +114,10 @@ class FleetPoliteness:
         self._extend = server.register_script(EXTEND_BAN)
         self._bans: dict[str, float] = {}
         self._bans_read = 0.0
-        self._tokens: dict[str, int] = {}
+        # Tokens a call granted beyond the request that asked, per bucket, and until when
+        # (monotonic time) they may be spent: one interval, so that tokens kept for later never
+        # add to a bucket that filled up meanwhile (the burst holds).
+        self._tokens: dict[str, tuple[int, float]] = {}
         # When the bucket said its next token comes (monotonic time), per bucket: requests
         # waiting for it wait that long without asking Redis again, so one round trip serves
         # all of them. Tokens only come with time and other workers only take them, so
@@ -207,10 +210,7 @@ class FleetPoliteness:
         if rate <= 0:
             return 0.0
         key = self._bucket_key(domain, identity)
-        if self._tokens.get(key, 0) > 0:
-            self._tokens[key] -= 1
-            if not self._tokens[key]:
-                del self._tokens[key]
+        if self._spend_kept(key):
             return 0.0
         if (wait := self._known_wait(key)) > 0:
             return wait
@@ -222,9 +222,26 @@ class FleetPoliteness:
         self._wait_for_token(key, wait)
         if granted:
             if granted > 1:
-                self._tokens[key] = granted - 1
+                self._keep(key, granted - 1, 1 / rate)
             return 0.0
         return wait
+
+    def _keep(self, key: str, tokens: int, seconds: float) -> None:
+        """Keep ``tokens`` of the bucket ``key`` to spend within ``seconds`` (forgetting the
+        spent-out ones when many buckets are kept)."""
+        now = time.monotonic()
+        if len(self._tokens) >= KNOWN_BUCKETS:
+            self._tokens = {k: kept for k, kept in self._tokens.items() if kept[1] > now}
+        self._tokens[key] = (tokens, now + seconds)
+
+    def _spend_kept(self, key: str) -> bool:
+        """Spend one of the tokens kept for ``key``, if one is left and still in time."""
+        count, until = self._tokens.pop(key, (0, 0.0))
+        if count <= 0 or until < time.monotonic():
+            return False
+        if count > 1:
+            self._tokens[key] = (count - 1, until)
+        return True
 
     def _acquire_spaced(self, domain: str, identity: str, delay: float) -> float:
         configured = self.policy.rate_for(domain)
@@ -239,7 +256,8 @@ class FleetPoliteness:
     def next_token_in(self, domain: str, identity: str) -> float:
         """Seconds until the bucket has a token, as Redis last said (0: maybe now); no I/O."""
         key = self._bucket_key(domain, identity)
-        return 0.0 if self._tokens.get(key, 0) > 0 else self._known_wait(key)
+        kept, until = self._tokens.get(key, (0, 0.0))
+        return 0.0 if kept > 0 and until >= time.monotonic() else self._known_wait(key)
 
     def interval(self, domain: str, delay: float = 0.0) -> float:
         """Seconds between two tokens at the domain's full rate and ``delay``; 0 if unlimited."""
