@@ -55,6 +55,11 @@ def response(
     return cls(url, status=status, headers=headers, body=data, request=Request(url))
 
 
+def landed(status: int, body: str, url: str, origin: str = PROFILE) -> Response:
+    """A page a redirect from ``origin`` led to (followed before the ban rules read it)."""
+    return HtmlResponse(url, status=status, body=body.encode(), request=Request(origin))
+
+
 def redirect(status: int, location: str, url: str = PROFILE) -> Response:
     return response(status, url=url, headers={"Location": location}, cls=Response)
 
@@ -303,12 +308,12 @@ BANS = [
         id="307-captcha",
     ),
     pytest.param(
-        response(200, "<html><form id='captcha-form'></form></html>", SORRY),
+        landed(200, "<html><form id='captcha-form'></form></html>", SORRY),
         "challenge_page",
         id="200-on-google-sorry",
     ),
     pytest.param(
-        response(200, "<html><div id='tcaptcha'></div></html>", SEC_DOUBAN),
+        landed(200, "<html><div id='tcaptcha'></div></html>", SEC_DOUBAN),
         "challenge_page",
         id="200-on-douban-sec",
     ),
@@ -477,6 +482,20 @@ NOT_BANS = [
 def test_bans_are_caught_by_the_right_rule(page: Response, rule: str) -> None:
     verdict = classify(page_of(page))
     assert (verdict.kind, verdict.rule) == ("ban", rule)
+
+
+@pytest.mark.parametrize(
+    "path", ["/login", "/users/signin/", "/account/verify", "/blog/challenge", "/sorry"]
+)
+def test_a_sites_own_login_or_verify_page_is_a_page_unless_a_redirect_led_there(
+    path: str,
+) -> None:
+    """A link to a site's own login (or verify, challenge...) page answers 200: a page like
+    any other; the same page reached by a redirect from another is a ban's challenge."""
+    url = f"https://blog.example{path}"
+    assert classify(page_of(response(200, "<html><form></form></html>", url))).kind == "ok"
+    redirected = landed(200, "<html><form></form></html>", url, "https://blog.example/post/1")
+    assert classify(page_of(redirected)) == Verdict("ban", "challenge_page")
 
 
 @pytest.mark.parametrize(("page", "kind", "rule"), NOT_BANS)
@@ -669,7 +688,7 @@ def test_plain_redirects_pass_the_spider_rules(
 # --- what the sandbox sends for each ban mode --------------------------------------------------
 
 
-def _from_sandbox(answer: web.StreamResponse, url: str) -> Response:
+def _from_sandbox(answer: web.StreamResponse, url: str, origin: str | None = None) -> Response:
     """A Scrapy response built from a sandbox answer, of the class the downloader would pick."""
     assert isinstance(answer, web.Response)
     headers = Headers()
@@ -679,7 +698,8 @@ def _from_sandbox(answer: web.StreamResponse, url: str) -> Response:
         headers.appendlist("Set-Cookie", morsel.OutputString())
     body = answer.body if isinstance(answer.body, bytes) else b""
     cls = responsetypes.from_args(headers=headers, url=url, body=body)
-    return cls(url, status=answer.status, headers=headers, body=body, request=Request(url))
+    request = Request(origin or url)
+    return cls(url, status=answer.status, headers=headers, body=body, request=request)
 
 
 def _sandbox_answer(mode: str, path: str) -> Response:
@@ -730,7 +750,7 @@ def test_sandbox_feed_bans(
 def test_sandbox_challenge_pages(path: str, handler: str, status: int, rule: str) -> None:
     request = make_mocked_request("GET", path, headers={"Host": "www.tiktok.com"})
     answer = asyncio.run(getattr(ChallengePages(), handler)(request))
-    page = _from_sandbox(answer, f"https://www.tiktok.com{path}")
+    page = _from_sandbox(answer, f"https://www.tiktok.com{path}", PROFILE)  # redirected there
     assert page.status == status
     verdict = classify(page_of(page))
     assert (verdict.kind, verdict.rule) == ("ban", rule)

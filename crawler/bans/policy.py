@@ -154,7 +154,11 @@ def page_of(response: Response) -> Page:
         name.decode("latin-1").lower(): b", ".join(values).decode("latin-1")
         for name, values in response.headers.items()
     }
-    return Page(response.status, response.url, headers, response.body)
+    request = response.request
+    redirected = request is not None and (
+        response.url != request.url or bool(request.meta.get("redirect_urls"))
+    )
+    return Page(response.status, response.url, headers, response.body, redirected)
 
 
 def retry_after(response: Response, maximum: float = math.inf) -> float:

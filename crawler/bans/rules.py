@@ -41,6 +41,7 @@ class Page:
     url: str
     headers: Mapping[str, str]  # lower-case names, decoded values (joined with ", ")
     body: bytes
+    redirected: bool = False  # reached by a redirect (followed by a middleware or a browser)
 
     def header(self, name: str) -> str:
         return self.headers.get(name.lower(), "")
@@ -117,11 +118,12 @@ def forbidden(page: Page) -> Verdict | None:
 
 
 def challenge_redirect(page: Page) -> Verdict | None:
-    """A redirect to a captcha/login/sorry page, or having landed on one."""
+    """A redirect to a captcha/login/sorry page, or having landed on one by a redirect (a
+    site's own login page, asked for as such, is a page like any other)."""
     location = page.header("location")
     if 300 <= page.status < 400 and location and _challenge_url(location):
         return Verdict(BAN, "challenge_redirect")
-    if page.status in (200, 403, 429) and _challenge_url(page.url):
+    if page.status in (200, 403, 429) and page.redirected and _challenge_url(page.url):
         return Verdict(BAN, "challenge_page")
     return None
 
