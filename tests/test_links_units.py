@@ -106,10 +106,24 @@ def test_url_rules() -> None:
             rules.check(url)
 
 
+@given(st.lists(st.sampled_from(["a", "b", "c", "d", "e"]), max_size=12))
+def test_a_path_repeating_a_segment_more_than_allowed_is_refused(segments: list[str]) -> None:
+    url = "http://example.org/" + "/".join(segments)
+    refused = bool(segments) and max(segments.count(s) for s in segments) > 2
+    if refused:
+        with pytest.raises(BadUrl, match="repeated_segments"):
+            UrlRules(max_repeats=2).check(url)
+    else:
+        UrlRules(max_repeats=2).check(url)
+
+
 def test_scopes_and_calendars() -> None:
     url = "http://blog.example.co.uk/x"
     assert registered_domain("blog.example.co.uk") == "example.co.uk"
     assert registered_domain("www.site1.test:8080") == "site1.test"
+    assert registered_domain("192.168.1.1:8080") == "192.168.1.1"  # not "1.1"
+    assert not in_scope("http://10.0.1.1/", "domain", scope_root("http://192.168.1.1/", "domain"))
+    assert registered_domain("[::1]") == "[::1]"
     assert scope_root(url, "host") == "blog.example.co.uk"
     assert in_scope("http://shop.example.co.uk/", "domain", scope_root(url, "domain"))
     assert not in_scope("http://shop.example.co.uk/", "host", scope_root(url, "host"))
@@ -430,3 +444,7 @@ def test_sitemaps_ask_for_no_more_of_a_host_than_its_page_budget() -> None:
     assert len(pages) == 30
     assert spider.crawler.stats is not None
     assert spider.crawler.stats.get_value("links/skipped/sitemap_over_budget") >= 1
+    # A page the sitemaps had no room for is still followed when a page links to it.
+    unasked = sitemaps[-1].url.removesuffix(".xml") + "-0"
+    assert unasked not in spider.asked
+    assert spider._first_ask(unasked, 1)

@@ -8,8 +8,10 @@ frontier's dupefilter sees ``/a?utm_source=x#top`` and ``/a`` as one page.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -89,10 +91,20 @@ def registered_domain(host: str) -> str:
     public suffix list bundled with tldextract (never fetched); for a suffix the list does not
     know (``site1.test``), the last two labels."""
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if _is_ip(name):
+        return name  # an address is its own domain (not its last two numbers)
     result = _EXTRACT(name)
     if result.suffix and result.domain:
         return f"{result.domain}.{result.suffix}"
     return ".".join(name.split(".")[-2:])
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def scope_root(url: str, scope: str) -> str:
@@ -127,8 +139,8 @@ class UrlRules:
         last = path.rsplit("/", 1)[-1].lower()
         if "." in last and last[last.rindex(".") :] in SKIPPED_EXTENSIONS:
             raise BadUrl("extension")
-        segments = [segment for segment in path.split("/") if segment]
-        if segments and max(segments.count(s) for s in set(segments)) > self.max_repeats:
+        repeats = Counter(segment for segment in path.split("/") if segment)
+        if repeats and max(repeats.values()) > self.max_repeats:
             raise BadUrl("repeated_segments")
 
 

@@ -369,29 +369,31 @@ class LinksSpider(RedisFedSpider):
         if kind == "sitemapindex" and level > SITEMAP_NESTING:
             self.count("links/skipped/sitemap_nested")
             return
+        key = self._sitemap_key(state, host, kind)
+        most = state["max_pages"] or SITEMAP_ENTRIES_UNBUDGETED
         for link in self._canonical_links(locations):
             if host_of(link) != host:
                 self.count("links/skipped/sitemap_foreign")
                 continue
+            if self.sitemap_entries[key] >= most:
+                self.count("links/skipped/sitemap_over_budget")
+                return
             if kind == "sitemapindex":
                 request = self._sitemap_request(link, state, level)
             elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
                 request = self._page_request(link, child, priority=-2 + 1)
             else:
                 continue
-            if not self._sitemap_room(state, host, kind):
-                self.count("links/skipped/sitemap_over_budget")
-                return
+            self.sitemap_entries[key] += 1
             yield request
 
-    def _sitemap_room(self, state: dict[str, Any], host: str, kind: str) -> bool:
-        """Whether this worker may ask for one more page (or, from an index, sitemap) of
-        ``host`` from a sitemap (counted)."""
+    def _sitemap_key(self, state: dict[str, Any], host: str, kind: str) -> tuple[str, str, str]:
+        """What this worker counts the pages (or, from an index, sitemaps) of ``host`` a
+        sitemap asked for under: at most the start entry's page budget of each."""
         key = (str(state["start"]), host, "sitemap" if kind == "sitemapindex" else "page")
         if key not in self.sitemap_entries and len(self.sitemap_entries) >= SITEMAP_HOSTS_KEPT:
             self.sitemap_entries.clear()
-        self.sitemap_entries[key] += 1
-        return self.sitemap_entries[key] <= (state["max_pages"] or SITEMAP_ENTRIES_UNBUDGETED)
+        return key
 
 
 def _scope(value: Any) -> str:
