@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import html
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import tracemalloc
@@ -217,11 +219,34 @@ def test_answers() -> None:
     assert response_outcome(503, b"") == Outcome("http_error", 503)
     assert response_outcome(301, b"", "offsite") == Outcome("redirect_offsite", 301)
     assert response_outcome(302, b"", "loop") == Outcome("redirect_loop", 302)
+    for lander in (
+        "https://www.hugedomains.com/domain_profile.cfm?d=example.com",
+        "https://dan.com/buy-domain/example.com?redirected=true",
+        "https://www.afternic.com/forsale/example.com?traffic_id=x",
+    ):  # a domain-sales lander, redirected to: parked
+        assert response_outcome(302, b"", "offsite", lander) == Outcome("parked", 302)
+    offsite = response_outcome(301, b"", "offsite", "https://www.example-shop.com/domain/")
+    assert offsite == Outcome("redirect_offsite", 301)
     assert response_outcome(200, b"<p>This domain is FOR SALE</p>") == Outcome("parked", 200)
     assert response_outcome(404, b"buy this domain") == Outcome("http_error", 404)
     assert page_title(page) == "Shop & more"
     assert page_title(b"<p>no title</p>") is None
+    assert page_title(b"<title>" * 20_000) is None  # unclosed titles, read in one pass
     assert is_parked(b"<script src='//sedoparking.com/x.js'>")
+
+
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+_HTML_BITS = st.sampled_from(
+    [b"<title>", b"<TITLE lang=x>", b"</title>", b"</TiTlE", b"<title", b">"]
+)
+
+
+@given(st.lists(st.one_of(_HTML_BITS, st.binary(max_size=8)), max_size=12))
+def test_a_title_is_the_text_of_the_first_title_element(parts: list[bytes]) -> None:
+    body = b"".join(parts)
+    match = _TITLE.search(body)
+    expected = match and " ".join(html.unescape(match.group(1).decode("utf-8", "replace")).split())
+    assert page_title(body) == (expected[:300] if expected else None)
 
 
 def test_accessible_is_the_seed_rule() -> None:

@@ -39,7 +39,6 @@ The seed's "accessible" rule (:func:`accessible`): a code other than 1000, 0, 40
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +53,7 @@ from twisted.internet.defer import TimeoutError as DeferredTimeout
 from twisted.python.failure import Failure
 from twisted.web._newclient import ParseError, ResponseFailed, ResponseNeverReceived
 
-from crawler.domains.parking import is_parked
+from crawler.domains.parking import is_parked, names_a_service
 from crawler.domains.resolver import DnsFailure
 
 DNS_NOT_FOUND_CODE = 1000
@@ -86,7 +85,6 @@ _KINDS: tuple[tuple[str, tuple[type[BaseException], ...]], ...] = (
     ),
     ("refused", (net.ConnectionRefusedError, DownloadConnectionRefusedError)),
 )
-_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
 TITLE_MAX = 300
 
 
@@ -176,11 +174,15 @@ def falls_back(kind: str, scheme: str) -> bool:
     return scheme == "http" and kind in FALLBACK_KINDS
 
 
-def response_outcome(status: int, body: bytes, redirect: str | None = None) -> Outcome:
+def response_outcome(
+    status: int, body: bytes, redirect: str | None = None, location: str = ""
+) -> Outcome:
     """The class of an answer (redirects within the domain already followed); ``redirect``
-    is "offsite" or "loop" for a redirect that was not followed."""
+    is "offsite" or "loop" for a redirect to ``location`` that was not followed. A redirect
+    to a domain-sales or parking service (a HugeDomains or Afternic lander) is parked."""
     if redirect == "offsite":
-        return Outcome("redirect_offsite", status)
+        parked = names_a_service(location.lower().encode("utf-8", "replace"))
+        return Outcome("parked" if parked else "redirect_offsite", status)
     if redirect == "loop":
         return Outcome("redirect_loop", status)
     if status >= 400:
@@ -191,11 +193,16 @@ def response_outcome(status: int, body: bytes, redirect: str | None = None) -> O
 
 
 def page_title(body: bytes) -> str | None:
-    """The page's <title>, unescaped, whitespace collapsed, at most TITLE_MAX characters."""
-    match = _TITLE.search(body)
-    if match is None:
+    """The page's <title>, unescaped, whitespace collapsed, at most TITLE_MAX characters: what
+    lies between the first ``<title ...>`` and the next ``</title`` (found in one pass: a
+    body of unclosed titles costs no more than any other)."""
+    lower = body.lower()
+    start = lower.find(b"<title")
+    opened = lower.find(b">", start) if start >= 0 else -1
+    end = lower.find(b"</title", opened) if opened >= 0 else -1
+    if end < 0:
         return None
-    text = html.unescape(match.group(1).decode("utf-8", "replace"))
+    text = html.unescape(body[opened + 1 : end].decode("utf-8", "replace"))
     title = " ".join(text.split())
     return title[:TITLE_MAX] or None
 

@@ -283,7 +283,8 @@ class DomainsSpider(RedisFedSpider):
             visited = [*state["visited"], location]
             yield self._again(location, state, redirects=state["redirects"] + 1, visited=visited)
             return
-        yield self._item(state, response_outcome(response.status, b"", redirect), response)
+        outcome = response_outcome(response.status, b"", redirect, location)
+        yield self._item(state, outcome, response)
 
     def _redirect(self, location: str, state: dict[str, Any]) -> str | None:
         """None when the redirect to ``location`` is followed, else why not: "offsite", or
