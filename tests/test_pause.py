@@ -239,6 +239,14 @@ def test_a_paused_idle_fleet_stays_open_and_shows_why(
         assert worker.poll() is None, log.read_text()[-3000:]
         assert redis_client.llen("profiles:start_urls") == 1, "a start entry was read"
         assert sandbox.admin("stats")["total"] == 0
+        # Waiting for the resume is not busy time (the autoscaler's pace per busy second).
+        stats = "{profiles}:stats"
+        poll(
+            lambda: int(redis_client.hget(stats, "frontier/pause_reads") or 0) >= 5,
+            30,
+            "a stats publish 5 s into the pause",
+        )
+        assert int(redis_client.hget(stats, "fleet/busy_ms") or 0) < 2000
         resumed = time.monotonic()
         redis_client.delete(KEY)
         assert worker.wait(60) == 0, log.read_text()[-3000:]

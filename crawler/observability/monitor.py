@@ -268,10 +268,10 @@ class FleetMonitor:
         self._busy.sample(not working and self._waiting())
 
     def _waiting(self) -> bool:
-        """Whether the worker waits for its hosts' turns, or the fleet has nothing to fetch
-        (no request queued, no start entry) as of the last look."""
+        """Whether the worker waits for its hosts' turns or for the crawl to resume, or the
+        fleet has nothing to fetch (no request queued, no start entry) as of the last look."""
         scheduler = FrontierReports(self.crawler).scheduler
-        if scheduler is not None and scheduler.waiting_for_turns():
+        if scheduler is not None and (scheduler.waiting_for_turns() or scheduler.paused()):
             return True
         sizes = self.fleet.sizes if self.fleet is not None else None
         return sizes is not None and not sizes.get("queue") and not sizes.get("start")
