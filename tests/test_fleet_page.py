@@ -608,6 +608,10 @@ def test_the_served_page_follows_fleet_page_and_answers_only_its_own_name() -> N
     off = scrapy("status", "--serve", "0", "-s", "FLEET_PAGE=off", env=_env_without_redis())
     assert off.returncode != 0
     assert "FLEET_PAGE is off" in off.stderr
+    typo = scrapy("status", "--serve", "0", "-s", "FLEET_PAGE=Local", env=_env_without_redis())
+    assert typo.returncode != 0  # never served to any host name, as "all" would be
+    assert "FLEET_PAGE" in typo.stderr
+    assert "local" in typo.stderr
 
 
 # --- cool-downs and unban (real Redis) ------------------------------------------------------------

@@ -33,6 +33,8 @@ from scrapy.spiderloader import get_spider_loader
 from twisted.internet.error import CannotListenError
 
 from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.config import setting
+from crawler.config.rules import SettingsError
 from crawler.fleet.exporter import sizing_registry
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
@@ -135,7 +137,10 @@ class Command(ProjectCommand, ScrapyCommand):
         assert self.settings is not None
         reactor: Any = installed
         settings, classes = self.settings, self._classes(spiders)
-        mode = settings.get("FLEET_PAGE", "local")
+        try:
+            mode = setting(settings, "FLEET_PAGE")
+        except SettingsError as exc:  # a typo never serves the page beyond this machine
+            raise UsageError(str(exc)) from exc
         if mode == "off":
             raise UsageError("FLEET_PAGE is off: the fleet page is not served")
         page = FleetPage(
