@@ -29,6 +29,7 @@ import redis
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Browser, sync_playwright
+from scrapy import Spider
 from scrapy.settings import Settings
 
 import crawler.settings as project_settings
@@ -356,9 +357,11 @@ def test_the_page_shows_what_redis_holds(redis_client: redis.Redis, redis_url: s
     JobBook(redis_client, "profiles").number("acme-0")
     redis_client.hset(job_key("profiles", "acme-0"), mapping={"cancelled": now, "last": now - 20})
     spiders = {
-        "never": SimpleNamespace(),
-        "profiles": SimpleNamespace(),
-        "shop": SimpleNamespace(custom_settings={"FAILURE_PAUSE_RATIO": 0}),
+        "never": type("Never", (Spider,), {"name": "never"}),
+        "profiles": type("Profiles", (Spider,), {"name": "profiles"}),
+        "shop": type(
+            "Shop", (Spider,), {"name": "shop", "custom_settings": {"FAILURE_PAUSE_RATIO": 0}}
+        ),
     }
 
     report = fleet_report(redis_client, settings, spiders, history=60)

@@ -25,8 +25,9 @@ from crawler.keys import FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
-from crawler.observability.report import sizing_line
+from crawler.observability.report import fleet_report, sizing_line
 from crawler.observability.sizing import Sizing, SizingConfig, leased_work, measured_pace, size
+from crawler.spiders.domains import DomainsSpider
 from tests.harness import Crawl, scrapy, status_page
 
 KEYS = FrontierKeys("sized", "sized:start_urls")
@@ -34,8 +35,10 @@ POLITE = Pacing(identity="direct", rate=1.0, burst=1.0, recovery=0.001)
 CONFIG = SizingConfig(max_workers=1000, backlog_seconds=60, default_pace=10)
 
 
-def _queue(server: redis.Redis, hosts: int, per_host: int, start: int = 0) -> None:
-    frontier = Frontier(server, KEYS, DupefilterConfig("none"))
+def _queue(
+    server: redis.Redis, hosts: int, per_host: int, start: int = 0, keys: FrontierKeys = KEYS
+) -> None:
+    frontier = Frontier(server, keys, DupefilterConfig("none"))
     batch = []
     for n in range(start, start + per_host):
         for h in range(hosts):
@@ -232,6 +235,17 @@ def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: re
     assert _sizing(redis_client, None).wanted == 0
     assert entry_host('{"url": "https://A.example:8080/x"}') == "a.example"
     assert entry_host('{"unique_id": "someone"}') == ""
+
+
+def test_status_sizes_each_spider_as_its_workers_run(redis_client: redis.Redis) -> None:
+    """The domains spider paces nothing (its own settings turn the ban middleware off): every
+    request queued may go now, as its workers and ``status --serve``'s /metrics see it, not
+    the project's paced hosts' few."""
+    _queue(redis_client, hosts=5, per_host=400, keys=FrontierKeys("domains", "domains:start_urls"))
+    settings = Settings()
+    settings.setmodule(project_settings)
+    report = fleet_report(redis_client, settings, {"domains": DomainsSpider})
+    assert report["spiders"]["domains"]["sizing"]["ready"] == 2000
 
 
 def test_the_pace_is_pages_per_busy_worker_second() -> None:

@@ -39,7 +39,7 @@ from crawler.fleet.exporter import sizing_registry
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
-from crawler.observability.report import fleet_report, render_text
+from crawler.observability.report import fleet_report, render_text, spider_settings
 
 if TYPE_CHECKING:
     import argparse
@@ -123,12 +123,7 @@ class Command(ProjectCommand, ScrapyCommand):
     def _sizing_settings(self, classes: dict[str, Any]) -> dict[str, Any]:
         """Each spider's settings as its workers have them (its own update_settings)."""
         assert self.settings is not None
-        found = {}
-        for spider, spidercls in classes.items():
-            ours = self.settings.copy()
-            spidercls.update_settings(ours)
-            found[spider] = ours
-        return found
+        return {spider: spider_settings(self.settings, cls) for spider, cls in classes.items()}
 
     def _serve(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
         """Serve the fleet page until Ctrl-C (or SIGTERM)."""

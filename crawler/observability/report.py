@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import BaseSettings
 
-import crawler.settings as defaults
 from crawler.bans.politeness import active_cooldowns
 from crawler.config import setting
 from crawler.connection import decode_counts, reply_text
@@ -39,7 +38,6 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 URL_META = ("proxy", "_auth_proxy")
 # How many of the newest dead letters a report carries.
 DEAD_LETTERS_SHOWN = 10
-THRESHOLD = ("FAILURE_PAUSE_RATIO", "FAILURE_PAUSE_WINDOW")
 
 
 def fleet_report(
@@ -56,8 +54,7 @@ def fleet_report(
         "spiders": {},
     }
     for name, spidercls in spiders.items():
-        threshold = failure_threshold(settings, spidercls)
-        status = spider_status(server, settings, name, minutes, history, threshold)
+        status = spider_status(server, spider_settings(settings, spidercls), name, minutes, history)
         own = getattr(spidercls, "fleet_report", None)
         if own is not None:
             status["report"] = own(server, settings)
@@ -65,14 +62,12 @@ def fleet_report(
     return report
 
 
-def failure_threshold(settings: BaseSettings, spidercls: Any = None) -> tuple[float, int]:
-    """FAILURE_PAUSE_RATIO and FAILURE_PAUSE_WINDOW as a spider's workers run with them: the
-    spider's own ``custom_settings`` first (the ``domains`` spider turns the threshold off)."""
-    own = getattr(spidercls, "custom_settings", None) or {}
-    values = BaseSettings(
-        {name: own.get(name, settings.get(name, getattr(defaults, name))) for name in THRESHOLD}
-    )
-    return setting(values, THRESHOLD[0]), setting(values, THRESHOLD[1])
+def spider_settings(settings: BaseSettings, spidercls: Any) -> BaseSettings:
+    """The project's settings as the workers of ``spidercls`` run with them (its own
+    ``custom_settings``: the ``domains`` spider paces nothing and has no failure threshold)."""
+    own = settings.copy()
+    spidercls.update_settings(own)
+    return own
 
 
 def spider_status(
@@ -81,12 +76,12 @@ def spider_status(
     spider: str,
     minutes: int = 5,
     history: int = 0,
-    threshold: tuple[float, int] | None = None,
 ) -> dict[str, Any]:
-    """All ``scrapy status`` knows of ``spider``, JSON-ready (``history`` minutes of counts;
-    ``threshold``, the failure threshold's ratio and window, read from ``settings`` if None)."""
+    """All ``scrapy status`` knows of ``spider``, JSON-ready (``history`` minutes of counts),
+    from the spider's own ``settings`` (see :func:`spider_settings`)."""
     now = time.time()
-    ratio, window_size = threshold or failure_threshold(settings)
+    ratio = setting(settings, "FAILURE_PAUSE_RATIO")
+    window_size = setting(settings, "FAILURE_PAUSE_WINDOW")
     frontier = spider_frontier(server, settings, spider)
     frontier_keys, mode = frontier.keys, frontier.dupefilter.mode
     keys = FleetKeys.from_settings(settings, spider)
