@@ -336,6 +336,30 @@ def test_spilled_upserts_mongodb_refuses_are_kept_aside_not_lost(
     assert "MongoDB refused 1 spilled upserts" in caplog.text
 
 
+def test_a_spill_file_is_replayed_only_into_the_database_it_was_for(
+    own_mongo: Restartable, tmp_path: Path
+) -> None:
+    """A dead worker's items for database ``shop_a``: a run storing into ``crawler`` leaves the
+    file (and says so); a run storing into ``shop_a`` replays it there."""
+    spill = tmp_path / "spill"
+    records = [record | {"db": "shop_a"} for record in _spilled(["a1"], {"digg_count": 1})]
+    left, _ = _replay_left(own_mongo.uri, spill, records)
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
+    assert client["crawler"]["videos"].count_documents({}) == 0
+    assert left.exists()
+
+    async def scenario() -> None:
+        pipeline, _ = _pipeline(_settings(own_mongo.uri, "shop_a", spill))
+        await pipeline.open_spider()
+        await pipeline.close_spider()
+
+    asyncio.run(scenario())
+    stored = [doc["video_id"] for doc in client["shop_a"]["videos"].find()]
+    client.close()
+    assert stored == ["a1"]
+    assert not left.exists()
+
+
 def test_a_spilled_upsert_leaves_a_document_written_since_alone(
     own_mongo: Restartable, tmp_path: Path
 ) -> None:

@@ -203,11 +203,12 @@ class BulkWrites:
         self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
     ) -> dict[int, str]:
         logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
-        # "at": when it was spilled, so a replay leaves alone a document written since.
+        # "at": when it was spilled, so a replay leaves alone a document written since; "db":
+        # the database it was for, so only a run storing there replays it.
         self.spill.append(
             [
                 {"collection": collection, "filter": w.selector, "update": w.history(now)}
-                | {"at": now}
+                | {"at": now, "db": self.database.name}
                 for w in writes
             ]
         )
@@ -262,6 +263,14 @@ class BulkWrites:
         next start). A file whose replay fails otherwise is named and left for later."""
         with closing(self.spill.orphans()) as orphans:
             for path, records in orphans:
+                if (other := _other_database(records, self.database.name)) is not None:
+                    logger.warning(
+                        "Spill file %s holds items of MongoDB database %s: left for a run "
+                        "that stores into it (MONGO_DATABASE)",
+                        path,
+                        other,
+                    )
+                    continue
                 try:
                     if not self._replay(records, path):
                         return
@@ -322,6 +331,12 @@ class BulkWrites:
         keys = {next(iter(query)): 1 for query in newer.values()}
         found = self.database[collection].find({"$or": list(newer.values())}, keys)
         return {i for doc in found for i, query in newer.items() if _matches_key(doc, query)}
+
+
+def _other_database(records: list[Record], ours: str) -> str | None:
+    """The database other than ``ours`` a spill file's records were for, if they were (files
+    of workers that did not name it are taken as ours)."""
+    return next((db for r in records if (db := r.get("db", ours)) != ours), None)
 
 
 def _newer(record: Record) -> dict[str, Any]:

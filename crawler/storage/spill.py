@@ -27,7 +27,7 @@ from crawler.config.values import collection_name
 
 logger = logging.getLogger(__name__)
 
-Record = dict[str, Any]  # {"collection", "filter", "update"}
+Record = dict[str, Any]  # {"collection", "filter", "update"}, "at" and "db" when spilled
 
 
 class SpillFile:
@@ -188,6 +188,8 @@ def _record(line: bytes) -> Record | None:
     valid = collection_name(record.get("collection")) and _key(record.get("filter"))
     if not isinstance(record.get("at", datetime.min), datetime):
         del record["at"]  # no spill time to go by: replayed as a record of an older file
+    if not isinstance(record.get("db", ""), str) or record.get("db") == "":
+        record.pop("db", None)  # no database named: the replaying run's
     return record if valid and _update(record.get("update")) else None
 
 
