@@ -16,6 +16,7 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
+from crawler.bans import concurrency
 from crawler.bans.concurrency import HostSlots
 from crawler.meta import DUE_META
 from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
@@ -112,6 +113,23 @@ def test_a_request_sent_back_before_its_download_gives_its_slot_back(
     assert redis_client.zcard(middleware.admission.slots.key("held.test")) == 1
     middleware.process_response(request, HtmlResponse(request.url, request=request))
     assert redis_client.zcard(middleware.admission.slots.key("held.test")) == 0
+
+
+def test_a_broad_crawl_leaves_a_bounded_memory_of_full_domains(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Domains refused once each (full elsewhere) are forgotten once their wait ended and many
+    were met: the worker's memory does not grow with the web."""
+    monkeypatch.setattr(concurrency, "KNOWN_FULL", 50)
+    crawler = get_crawler(_Links, {"REDIS_URL": redis_url, "POLITENESS_CONCURRENCY": 1})
+    admission = HostConcurrencyMiddleware.from_crawler(crawler).admission
+    other = HostSlots(redis_client, "links", cap=1)
+    for n in range(400):
+        assert other.take(f"site{n}.test", 30) is not None
+        assert admission.admit(Request(f"https://site{n}.test/")) is not None
+        admission.full_until[f"site{n}.test"] = 0.0  # its wait ended
+    assert len(admission.refusals) <= 50
+    assert len(admission.full_until) <= 50
 
 
 def _script_calls(server: redis.Redis) -> int:

@@ -30,6 +30,8 @@ SLOT_META = "fleet_slot"
 # takes the domain as full and sends its requests back without asking Redis.
 RETRY_WINDOW = (0.2, 0.8)
 FULL_WAIT_MAX = 10.0
+# Domains a worker remembers as full, or refused in a row, before it forgets the ended ones.
+KNOWN_FULL = 10_000
 # Per crawler: domain -> monotonic time until which this worker takes the domain as full.
 _FULL_UNTIL: WeakKeyDictionary[Crawler, dict[str, float]] = WeakKeyDictionary()
 
@@ -110,11 +112,20 @@ class HostAdmission:
 
     def _refused(self, domain: str) -> float:
         """Seconds this worker takes ``domain`` as full, doubling with each refusal in a row."""
+        if len(self.refusals) >= KNOWN_FULL:
+            self._forget_ended()
         refusals = self.refusals.get(domain, 0) + 1
         self.refusals[domain] = refusals
         wait = min(FULL_WAIT_MAX, random.uniform(*RETRY_WINDOW) * 2.0 ** min(refusals - 1, 16))
         self.full_until[domain] = time.monotonic() + wait
         return wait
+
+    def _forget_ended(self) -> None:
+        """Forget the domains whose full time ended (a broad crawl meets each one once)."""
+        now = time.monotonic()
+        for domain in [d for d, until in self.full_until.items() if until <= now]:
+            del self.full_until[domain]
+        self.refusals = {d: n for d, n in self.refusals.items() if d in self.full_until}
 
     def give_back(self, request: Request) -> bool:
         """Give back the lease ``request`` holds; False if Redis did not answer (it expires)."""
