@@ -90,10 +90,7 @@ class MongoPipeline:
         destinations: Destinations | None = None,
         jobs: JobBook | None = None,
     ) -> None:
-        self.config = config
         self.jobs = jobs
-        self.stats = stats
-        self.spider_name = spider_name
         self.destinations = destinations or Destinations({}, spider_name)
         self.writer = MongoWriter(config, stats, spider_name, self.destinations)
         self.stored = 0

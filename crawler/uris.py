@@ -83,7 +83,8 @@ def _replace(text: str, spans: list[tuple[int, int]]) -> str:
 # --- identities: a bind address ("bind:127.0.0.2"), a proxy ("proxy:host:3128") or the default
 
 DEFAULT_IDENTITY = "default"
-DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
+WEB_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = {**WEB_PORTS, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
 
 
 def identity_names(bind_addresses: list[str], proxies: list[str]) -> list[str]:

@@ -20,8 +20,9 @@ import tldextract
 from scrapy.linkextractors import IGNORED_EXTENSIONS
 from w3lib.url import canonicalize_url
 
+from crawler.uris import WEB_PORTS
+
 SCHEMES = frozenset({"http", "https"})
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # Query parameters that only say where a visitor came from, removed from every URL: exact
 # names, and every name starting with one of TRACKING_PREFIXES (compared in lower case).
 TRACKING_PARAMS = frozenset(
@@ -69,9 +70,9 @@ def canonical_url(url: str) -> str:
         raise BadUrl("no_host")
     if "@" in parts.netloc:
         raise BadUrl("credentials")
-    netloc = host if port in (None, DEFAULT_PORTS[scheme]) else f"{host}:{port}"
+    netloc = host if port in (None, WEB_PORTS[scheme]) else f"{host}:{port}"
     if ":" in host:
-        netloc = f"[{host}]" if port in (None, DEFAULT_PORTS[scheme]) else f"[{host}]:{port}"
+        netloc = f"[{host}]" if port in (None, WEB_PORTS[scheme]) else f"[{host}]:{port}"
     query = parts.query
     pairs = parse_qsl(query, keep_blank_values=True)
     if any(is_tracking(name) for name, _ in pairs):

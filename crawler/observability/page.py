@@ -12,7 +12,7 @@ from typing import Any
 
 from crawler.frontier.job_control import job_state
 from crawler.frontier.pause import describe_json
-from crawler.frontier.queue import SIZE_NAMES
+from crawler.frontier.queue import SIZE_NAMES, WORK_LEFT
 from crawler.observability.charts import bar_chart
 from crawler.observability.rates import format_duration
 from crawler.observability.report import failure_text, figure_text, revisit_line
@@ -21,8 +21,6 @@ REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60
 # A table shows its first rows (the most banned domains, the first blocked hosts) only.
 ROWS_SHOWN = 50
-# The frontier's sizes that are work still to do (dead letters wait for a person).
-WORK = ("queue", "leased", "delayed", "start", "start_leased")
 # A spider's state, in the order the page shows them; "idle" ones are folded into one line.
 STATES = ("paused", "crawling", "waiting", "stopped")
 # The circuit breaker's marks: a cool-down of a pseudo-identity (crawler/bans/breaker.py).
@@ -71,7 +69,9 @@ def spider_state(status: Report) -> str:
         return "paused"
     if status["workers"]:
         return "crawling"
-    if any(frontier.get(size, 0) for size in WORK) or (status.get("revisits") or {}).get("due"):
+    if any(frontier.get(size, 0) for size in WORK_LEFT) or (status.get("revisits") or {}).get(
+        "due"
+    ):
         return "waiting"
     if frontier.get("dead", 0) or status["cooldowns"]:
         return "stopped"

@@ -2,7 +2,8 @@
 buckets and heartbeat out, frontier sizes and the fleet's pace back.
 
 A worker adds the *deltas* of its numeric stats to ``{spider}:stats``. Each batch of deltas has a
-sequence number kept in the worker's heartbeat, and the script applies a batch only once: one
+sequence number (the last applied is kept in ``{spider}:stats:applied:<worker>``), and the
+script applies a batch only once: one
 resent after a lost reply is not counted twice, and one that could not be sent waits for the
 next period, so Redis going away loses no counts. The script goes as EVAL (cached by Redis).
 """

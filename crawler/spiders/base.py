@@ -23,6 +23,7 @@ from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
 from crawler.spiders.feed import StartEntries, StartFeed
+from crawler.uris import WEB_PORTS
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 # (scheme, host, port) a start URL may point at.
 Origin = tuple[str, str, int]
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # Control characters: none in a plain entry; in a JSON entry only the whitespace JSON allows.
 _PLAIN_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _JSON_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -98,11 +98,11 @@ def url_origin(url: str) -> Origin:
         port = parts.port
     except ValueError as exc:
         raise InvalidStartEntry("bad_url", str(exc)) from None
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+    if parts.scheme not in WEB_PORTS or not parts.hostname:
         raise InvalidStartEntry("bad_url", "expected an http(s) URL with a host")
     if "@" in parts.netloc:
         raise InvalidStartEntry("credentials", "a start URL carries no user or password")
-    return parts.scheme, parts.hostname, port or DEFAULT_PORTS[parts.scheme]
+    return parts.scheme, parts.hostname, port or WEB_PORTS[parts.scheme]
 
 
 def check_start_url(value: Any, origins: frozenset[Origin]) -> SplitResult:

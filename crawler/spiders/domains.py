@@ -61,6 +61,7 @@ from crawler.frontier.reports import FrontierReports
 from crawler.items import DomainItem
 from crawler.keys import stats_key
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
+from crawler.uris import WEB_PORTS
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
 # A file's domains are read while the fleet's queue holds fewer than this many batches.
 FILE_AHEAD_BATCHES = 10
 FILE_POLL_SECONDS = 0.1
@@ -231,7 +231,7 @@ class DomainsSpider(RedisFedSpider):
 
     def probe(self, domain: str, scheme: str = "http") -> Request:
         port = self.ports[scheme]
-        netloc = domain if port == DEFAULT_PORTS[scheme] else f"{domain}:{port}"
+        netloc = domain if port == WEB_PORTS[scheme] else f"{domain}:{port}"
         url = f"{scheme}://{netloc}/"
         state = {
             "domain": domain,
@@ -375,7 +375,7 @@ def _location(response: Response) -> str | None:
     if not location:
         return None
     target = urljoin(response.url, location.decode("latin-1").strip())
-    return target if urlsplit(target).scheme in DEFAULT_PORTS else None
+    return target if urlsplit(target).scheme in WEB_PORTS else None
 
 
 def _domain(value: Any) -> str:
