@@ -69,9 +69,8 @@ def spider_state(status: Report) -> str:
         return "paused"
     if status["workers"]:
         return "crawling"
-    if any(frontier.get(size, 0) for size in WORK_LEFT) or (status.get("revisits") or {}).get(
-        "due"
-    ):
+    due = (status.get("revisits") or {}).get("due")
+    if any(frontier.get(size, 0) for size in WORK_LEFT) or due:
         return "waiting"
     if frontier.get("dead", 0) or status["cooldowns"]:
         return "stopped"
