@@ -35,23 +35,6 @@ class DomainsSummary:
     def dead_share(self) -> float:
         return self.dead / self.total if self.total else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "by_class": dict(sorted(self.by_class.items())),
-            "by_code": {str(code): count for code, count in sorted(self.by_code.items())},
-            "total": self.total,
-            "dead": self.dead,
-            "dead_share": round(self.dead_share, 4),
-        }
-
-    def lines(self) -> list[str]:
-        """The summary as text lines."""
-        classes = ", ".join(f"{name} {count:,}" for name, count in sorted(self.by_class.items()))
-        return [
-            f"domains: {self.total:,} checked, {self.dead:,} dead ({self.dead_share:.1%})",
-            f"  by class: {classes or '-'}",
-        ]
-
 
 def summarize(stats: Mapping[Any, Any]) -> DomainsSummary:
     """The summary of a flat stats mapping (a worker's stats or the fleet's hash, str or bytes

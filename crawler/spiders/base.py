@@ -217,12 +217,8 @@ class RedisFedSpider(Spider):
         for entry in self.argument_entries():
             for request in self._requests_or_set_aside(entry, str(entry)):
                 yield request
-        for request in self.next_start_requests():
+        for request in self.feed.next_requests():
             yield request
-
-    def next_start_requests(self) -> list[Request]:
-        """Requests from the next batches of start entries in Redis, skipping invalid ones."""
-        return self.feed.next_requests()
 
     def requests_from_raw(self, raw: bytes) -> list[Request]:
         """The requests of an entry as Redis holds it, decoded within limits; raises if unusable."""
@@ -243,9 +239,6 @@ class RedisFedSpider(Spider):
             return request.replace(dont_filter=True)
         request.meta[SEED_META] = True
         return request
-
-    def _set_aside(self, shown: str, exc: Exception) -> None:
-        self.feed.set_aside(shown, exc)
 
     def count(self, key: str, value: int = 1) -> None:
         assert self.crawler.stats is not None

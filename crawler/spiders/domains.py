@@ -191,7 +191,7 @@ class DomainsSpider(RedisFedSpider):
             if number % batch == 0:
                 await self._room_in_queue(most)
                 await asyncio.sleep(0)  # the reactor's turn
-        while requests := self.next_start_requests():
+        while requests := self.feed.next_requests():
             for request in requests:
                 engine.crawl(request)
             await self._room_in_queue(most)
@@ -224,7 +224,7 @@ class DomainsSpider(RedisFedSpider):
             try:
                 requests.append(self.probe(_domain(name)))
             except InvalidStartEntry as exc:
-                self._set_aside(str(name), exc)
+                self.feed.set_aside(str(name), exc)
         return requests
 
     # --- probes ------------------------------------------------------------------------------
