@@ -244,6 +244,7 @@ def test_status_sizes_each_spider_as_its_workers_run(redis_client: redis.Redis) 
     _queue(redis_client, hosts=5, per_host=400, keys=FrontierKeys("domains", "domains:start_urls"))
     settings = Settings()
     settings.setmodule(project_settings)
+    settings.freeze()  # as a worker's are (its fleet page reads this report too)
     report = fleet_report(redis_client, settings, {"domains": DomainsSpider})
     assert report["spiders"]["domains"]["sizing"]["ready"] == 2000
 

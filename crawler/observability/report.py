@@ -66,6 +66,7 @@ def spider_settings(settings: BaseSettings, spidercls: Any) -> BaseSettings:
     """The project's settings as the workers of ``spidercls`` run with them (its own
     ``custom_settings``: the ``domains`` spider paces nothing and has no failure threshold)."""
     own = settings.copy()
+    own.frozen = False  # a worker's settings are frozen: its copy is ours to change
     spidercls.update_settings(own)
     return own
 
