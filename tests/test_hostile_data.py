@@ -187,6 +187,36 @@ def test_malformed_profile_is_not_a_ban(path: str) -> None:
     assert _spider(ProfilesSpider).ban_rule(response) is None
 
 
+def _page(cursor: str, has_more: bool = True, items: int = 1) -> bytes:
+    video = {"id": "1", "author": {"uniqueId": "a"}, "stats": {"diggCount": 1}}
+    body = {"statusCode": 0, "cursor": cursor, "hasMore": has_more, "itemList": [video] * items}
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("asked", "body", "stalled"),
+    [
+        ("16", _page("16"), "same_cursor"),
+        ("32", _page("0"), "cursor_back"),
+        ("16", _page("32", items=0), "empty"),
+        ("16", _page("32"), None),
+        ("abc", _page("abd"), None),  # not numbers: only the same one stalls
+    ],
+)
+def test_a_feed_that_says_more_but_does_not_move_on_ends_its_walk(
+    asked: str, body: bytes, stalled: str | None
+) -> None:
+    """With no page limit (EXPLORE_MAX_PAGES 0) a feed answering hasMore with the cursor it was
+    asked for, one going back, or no items would be walked for ever: the walk ends there."""
+    spider = _spider(ExploreSpider)
+    url = f"http://127.0.0.1:9/api/explore/item_list/?categoryType=3&cursor={asked}"
+    response = TextResponse(url, body=body, encoding="utf-8", request=Request(url))
+    following = [out for out in spider.parse_feed(response, 3, 5, 0) if isinstance(out, Request)]
+    assert len(following) == (0 if stalled else 1)
+    if stalled is not None:
+        assert spider.crawler.stats.get_value(f"explore/chain_stalled/{stalled}") == 1
+
+
 def test_malformed_feed_is_retried_later_until_its_retries_are_spent() -> None:
     spider = _spider(ExploreSpider, RETRY_TIMES=1, RETRY_BACKOFF_BASE=10)
     (retry,) = spider.parse_feed(_feed_response(TRUNCATED_FEED), 3, 1, 1)

@@ -184,9 +184,15 @@ class ExploreSpider(RedisFedSpider):
             self.count_bad_fields(reader.bad)
             yield VideoItem(**fields)
         self._hand_over_authors(feed, response.request)
-        if feed.has_more and feed.cursor and (max_pages == 0 or page < max_pages):
-            next_url = _with_cursor(response.url, feed.cursor)
-            yield self._feed_request(next_url, category, page + 1, max_pages)
+        if not (feed.has_more and feed.cursor and (max_pages == 0 or page < max_pages)):
+            return
+        if (stalled := _stalled(response.url, feed)) is not None:
+            self.count(f"explore/chain_stalled/{stalled}")
+            self.logger.warning("Feed %s says hasMore but %s: its walk ends", response.url, stalled)
+            return
+        yield self._feed_request(
+            _with_cursor(response.url, feed.cursor), category, page + 1, max_pages
+        )
 
     def _hand_over_authors(self, feed: FeedPage, request: Request | None) -> None:
         if self.handoff is None:
@@ -213,6 +219,20 @@ def _category(value: Any) -> int:
         shown = repr(value)[:80]
         raise InvalidStartEntry("unknown_category", f"{shown}; known: {sorted(CATEGORIES)}")
     return value
+
+
+def _stalled(url: str, feed: FeedPage) -> str | None:
+    """Why a feed that says it has more would never end, if it would: a page with no items
+    ("empty"), the cursor it was asked for ("same_cursor"), or a number not past it
+    ("cursor_back"). Each page is fetched anew (dont_filter): the walk must stop itself."""
+    if not feed.items:
+        return "empty"
+    asked, cursor = dict(parse_qsl(urlsplit(url).query)).get("cursor", "0"), feed.cursor or ""
+    if cursor == asked:
+        return "same_cursor"
+    if asked.isdigit() and cursor.isdigit() and int(cursor) <= int(asked):
+        return "cursor_back"
+    return None
 
 
 def _with_cursor(url: str, cursor: str) -> str:
