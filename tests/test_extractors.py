@@ -347,8 +347,33 @@ def test_profile_unique_id_is_a_username_or_the_one_asked_for(unique_id: Any) ->
 
 def test_sigi_layout_with_odd_keys() -> None:
     data = {"UserModule": {"users": {"a.b": USER}}, "UserPage": {"uniqueId": ["a.b"]}}
-    page = parse_profile_page(_page("SIGI_STATE", data), "x.y")
+    page = parse_profile_page(_page("SIGI_STATE", data), "A.B")  # a URL's case is not the name's
     assert (page.status, page.user["id"]) == ("ok", "6600")
+
+
+@pytest.mark.parametrize(
+    ("layout", "data", "status"),
+    [
+        ("SIGI_STATE", {"UserModule": {"users": {"other": USER}}}, "not_found"),
+        ("SIGI_STATE", {}, "blocked"),
+        ("SIGI_STATE", {"UserPage": {"statusCode": 10000}}, "captcha"),
+        ("SIGI_STATE", {"UserPage": {"statusCode": 10202}}, "not_found"),
+        (
+            "__UNIVERSAL_DATA_FOR_REHYDRATION__",
+            {"__DEFAULT_SCOPE__": {"webapp.user-detail": {"statusCode": 0}}},
+            "blocked",
+        ),
+        ("__NEXT_DATA__", {"props": {"pageProps": {"statusCode": 0, "userInfo": {}}}}, "blocked"),
+    ],
+)
+def test_a_page_without_the_users_data_is_never_stored_as_their_profile(
+    layout: str, data: dict[str, Any], status: str
+) -> None:
+    """A page holding another user only, no user, or a status of its own: never "ok" (whose
+    empty fields would overwrite a stored profile), never another user's data for the one
+    asked for."""
+    page = parse_profile_page(_page(layout, data), "wanted")
+    assert page.status == status
 
 
 @pytest.mark.parametrize(

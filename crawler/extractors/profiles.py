@@ -70,21 +70,29 @@ def _load(text: str) -> Mapping[str, Any]:
 def _read_universal(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
     detail = _path(data, "__DEFAULT_SCOPE__", "webapp.user-detail")
     info = _path(detail, "userInfo")
+    user = _path(info, "user")
     return ProfilePage(
-        status=_status(detail.get("statusCode", 0 if info else None)),
+        status=_with_user(_status(detail.get("statusCode", 0 if info else None)), user),
         layout="universal",
-        user=_path(info, "user"),
+        user=user,
         stats=_path(info, "stats") or _path(info, "statsV2"),
     )
 
 
+def _with_user(status: str, user: Mapping[str, Any]) -> str:
+    """A page that says "ok" but holds no user is not the user's page: a block (its data left
+    out), fetched again later, never stored as a profile of empty fields."""
+    return "blocked" if status == "ok" and not user else status
+
+
 def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
     users = _path(data, "UserModule", "users")
-    key = next(
-        (key for key in (unique_id, _path(data, "UserPage").get("uniqueId")) if _has(users, key)),
-        next(iter(users), None),
-    )
-    if key is None:
+    page = _path(data, "UserPage")
+    if not users:  # the page's own status, or no data: a block
+        return ProfilePage(status=_status(page.get("statusCode")), layout="sigi")
+    key = next((key for key in (unique_id, page.get("uniqueId")) if _has(users, key)), None)
+    key = key or _same_name(users, unique_id)
+    if key is None:  # other users only: never one of them stored as the one asked for
         return ProfilePage(status="not_found", layout="sigi")
     user = _path(users, key)
     private = as_flag(user.get("privateAccount")) and not _path(data, "UserModule", "stats")
@@ -100,10 +108,11 @@ def _read_next_data(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
     props = _path(data, "props", "pageProps")
     info = _path(props, "userInfo")
     code = props.get("statusCode", 0 if info else None)
+    user = _path(info, "user")
     return ProfilePage(
-        status=_status(code),
+        status=_with_user(_status(code), user),
         layout="next_data",
-        user=_path(info, "user"),
+        user=user,
         stats=_path(info, "stats"),
     )
 
@@ -117,6 +126,12 @@ _READERS = (
 
 def _has(users: Mapping[str, Any], key: Any) -> bool:
     return isinstance(key, str) and key in users
+
+
+def _same_name(users: Mapping[str, Any], unique_id: str | None) -> str | None:
+    """The key of ``users`` that is ``unique_id`` but for case (profile URLs ignore it)."""
+    wanted = (unique_id or "").lower()
+    return next((key for key in users if isinstance(key, str) and key.lower() == wanted), None)
 
 
 def _status(code: Any) -> str:
