@@ -105,6 +105,16 @@ def test_video_fields_fall_back_to_string_stats() -> None:
     assert video_fields(item, None)["digg_count"] == 7
 
 
+def test_a_popular_author_is_found_by_the_newer_counts_too() -> None:
+    """An item whose counts come only as statsV2 / authorStatsV2 (strings): its likes and
+    followers are read as the stored video's are."""
+    item = {"author": {"uniqueId": "big.star"}, "statsV2": {"diggCount": "900000"}}
+    assert video_fields(item, 3)["digg_count"] == 900_000
+    assert popular_author(item, 250_000, 10_000) == "big.star"
+    followed = {"author": {"uniqueId": "big.star"}, "authorStatsV2": {"followerCount": "20000"}}
+    assert popular_author(followed, 250_000, 10_000) == "big.star"
+
+
 @pytest.mark.parametrize(
     ("likes", "followers", "popular"),
     [(250_000, 0, True), (249_999, 9_999, False), (0, 10_000, True)],

@@ -111,7 +111,7 @@ def video_fields(
     value is "" or 0; a value of the wrong type is None and its name goes to ``reader.bad``."""
     read = reader or FieldReader()
     author = _mapping(item.get("author"))
-    stats = _mapping(item.get("stats")) or _mapping(item.get("statsV2"))
+    stats = _either(item, "stats", "statsV2")
     return {
         "video_id": as_id(item.get("id")) or "",
         "description": read.text("description", item.get("desc"), ""),
@@ -132,9 +132,15 @@ def popular_author(item: Mapping[str, Any], min_likes: int, min_followers: int) 
     unique_id = _mapping(item.get("author")).get("uniqueId")
     if not isinstance(unique_id, str) or not UNIQUE_ID.fullmatch(unique_id):
         return None
-    likes = as_int(_mapping(item.get("stats")).get("diggCount")) or 0
-    followers = as_int(_mapping(item.get("authorStats")).get("followerCount")) or 0
+    likes = as_int(_either(item, "stats", "statsV2").get("diggCount")) or 0
+    followers = as_int(_either(item, "authorStats", "authorStatsV2").get("followerCount")) or 0
     return unique_id if likes >= min_likes or followers >= min_followers else None
+
+
+def _either(item: Mapping[str, Any], name: str, v2: str) -> Mapping[str, Any]:
+    """The item's counts under ``name``, or under ``v2`` (the feed's newer copy, its numbers as
+    strings) when the first is absent."""
+    return _mapping(item.get(name)) or _mapping(item.get(v2))
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
