@@ -123,7 +123,7 @@ def render_place(place: Place) -> str:
         parts.append(
             '<div class="F7nice"><span><span aria-hidden="true">'
             f"{place.rating:.1f}</span></span><span><span>"
-            f'<span aria-label="{place.review_count:,} reviews">({place.review_count:,})'
+            f'<span aria-label="{_reviews(place.review_count)}">({place.review_count:,})'
             "</span></span></span></div>"
         )
     parts.append(f'<button class="DkEaL">{esc(place.category_label)}</button>')
@@ -267,3 +267,8 @@ class MapsPages:
             return web.Response(body=body, content_type=content_type, headers=headers)
 
         return handler
+
+
+def _reviews(count: int) -> str:
+    """The label Google gives a place's review count: "1,234 reviews", "1 review"."""
+    return f"{count:,} review" + ("" if count == 1 else "s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
@@ -63,6 +64,15 @@ def test_place_page_fields_and_pin_from_url() -> None:
     assert fields["website"] == place.website
     assert fields["plus_code"] == place.plus_code
     assert fields["hours"] == place.hours
+
+
+@pytest.mark.parametrize("count", [1, 2, 1234])
+def test_a_places_review_count_is_read_however_many(count: int) -> None:
+    """Google labels one review "1 review", more "1,234 reviews"."""
+    place = next(p for group in PLACES.by_query.values() for p in group if p.review_count)
+    one = dataclasses.replace(place, review_count=count)
+    url = f"https://www.google.com{place.path}?entry=ttu"
+    assert place_fields(render_place(one), url)["review_count"] == count
 
 
 def test_postal_code_arguments(tmp_path: Path) -> None:

@@ -63,6 +63,12 @@ def parse_float(text: str | None) -> float | None:
         return None
 
 
+# The count after the rating, labelled "1,234 reviews" (or "1 review").
+_REVIEWS = ", ".join(
+    f'div.F7nice span[aria-label$="{label}"]::text' for label in ("reviews", "review")
+)
+
+
 def place_fields(html: str, url: str) -> dict[str, Any]:
     """Every field of a place page, None where the page does not show it."""
     sel = Selector(text=html)
@@ -72,7 +78,7 @@ def place_fields(html: str, url: str) -> dict[str, Any]:
         "place_id": place_id_from_url(url),
         "name": _text(sel, "h1.DUwDvf"),
         "rating": parse_float(sel.css('div.F7nice span[aria-hidden="true"]::text').get()),
-        "review_count": parse_count(sel.css('div.F7nice span[aria-label$="reviews"]::text').get()),
+        "review_count": parse_count(sel.css(_REVIEWS).get()),
         "category": _text(sel, "button.DkEaL"),
         "address": _text(sel, 'button[data-item-id="address"]'),
         "phone": _text(sel, 'button[data-item-id^="phone:tel:"]'),
