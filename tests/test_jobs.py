@@ -84,6 +84,8 @@ def test_an_entry_names_its_job_and_the_spider_reads_the_rest(
     # An entry naming no job is the worker's (-a job=), left as it is.
     plain = json.dumps(entry).encode()
     assert entry_job(plain, default, 10**6) == (default, plain)
+    marked = b'\xef\xbb\xbf{"category": 5, "job": "acme"}'  # a byte-order mark in front
+    assert entry_job(marked, default, 10**6) == ("acme", b'{"category":5}')
 
 
 @given(st.one_of(st.integers(), st.text(max_size=80).filter(lambda t: t[:1] == " "), st.none()))

@@ -51,6 +51,7 @@ def _reason(spider: Any, raw: str | bytes) -> str:
     [
         ("2", 2, "categoryType=2"),
         ('{"category": 12}', 12, "categoryType=12"),
+        ('\ufeff{"category": 12}', 12, "categoryType=12"),  # a byte-order mark in front
         ('{"category": "120", "max_pages": 2}', 120, "count=16"),
         (f"http://127.0.0.1:9{FEED}?aid=1988&categoryType=5&msToken=x", 5, "msToken=x"),
         (f"HTTP://127.0.0.1:9{FEED}?categoryType=5", 5, "http://127.0.0.1:9/"),

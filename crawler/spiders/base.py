@@ -48,7 +48,7 @@ def decode_entry(raw: bytes | str, limits: EntryLimits | None = None) -> str | d
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError:
         raise InvalidStartEntry("not_utf8") from None
-    text = text.strip()
+    text = text.lstrip("\ufeff").strip()  # a byte-order mark an editor wrote is not the entry's
     if not text:
         raise InvalidStartEntry("empty")
     if not text.startswith(("{", "[")):

@@ -36,6 +36,7 @@ def entry_job(raw: bytes, default: str | None, max_bytes: int) -> tuple[str | No
     """The entry's job (``default`` when it names none) and the entry without it; InvalidJob
     when its ``job`` is not a job id. An entry that is not a JSON object within ``max_bytes``
     is left to the spider as it is."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as the spider's reading
     if b'"job"' not in raw or len(raw) > max_bytes or not raw.lstrip().startswith(b"{"):
         return default, raw
     try:
