@@ -14,8 +14,12 @@ from typing import Any
 import boto3
 import pytest
 import redis
+from scrapy.settings import Settings
 
+from crawler.aws.config import FleetConfig
 from crawler.aws.instances import FLEET_TAG
+from crawler.config import setting
+from crawler.config.rules import SettingsError
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, on_free_port, poll, scrapy
@@ -188,9 +192,13 @@ def test_fleet_launch_list_rotate_and_scale_to_zero(
     assert report.returncode == 0, report.stderr
     assert redis_client.hexists("{profiles}:fleet:banned", banned)
 
+    typo = _fleet(env, "rotate", "profiles", settings={**settings, "FLEET_SECRETS": "SSM"})
+    assert typo.returncode == 2
+    assert "FLEET_SECRETS" in typo.stderr
     rotated = _json(_fleet(env, "rotate", "profiles", "--json", settings=settings))
     assert rotated["terminated"] == [banned]
     (replacement,) = rotated["launched"]
+    assert password not in _user_data(ec2, replacement["id"])
     assert replacement["id"] != banned
     assert replacement["image"] == ami
     assert replacement["public_ip"] != launched[0]["public_ip"]
@@ -216,6 +224,27 @@ def test_fleet_launch_list_rotate_and_scale_to_zero(
     ]
 
 
+def test_fleet_settings_are_read_by_their_rules_and_reach_a_worker_as_it_reads_them() -> None:
+    """FLEET_CRAWL_SETTINGS is set over BAN_POLICY=stop, its values written so that the
+    worker's own rules read them back; a bad FLEET_* value is refused, naming it."""
+    crawl_settings = {
+        "RETRY_HTTP_CODES": [500, 502],
+        "POLITENESS_DOMAIN_RATES": {"a.com": 0.2},
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 600,
+    }
+    given = {"FLEET_CRAWL_SETTINGS": json.dumps(crawl_settings)}
+    config = FleetConfig.from_settings(
+        Settings({**given, "FLEET_SECURITY_GROUP_IDS": "sg-a, sg-b"})
+    )
+    assert config.crawl_settings["BAN_POLICY"] == "stop"
+    assert config.security_group_ids == ("sg-a", "sg-b")
+    for name, value in crawl_settings.items():
+        assert setting(Settings({name: config.crawl_settings[name]}), name) == value, name
+    for bad in ({"FLEET_SECRETS": "SSM"}, {"FLEET_CRAWL_SETTINGS": '{"BAN_POLICY": "stop",}'}):
+        with pytest.raises(SettingsError, match=next(iter(bad))):
+            FleetConfig.from_settings(Settings(bad))
+
+
 def test_fleet_launch_needs_an_install_target(aws_env: dict[str, str], crawl: Crawl) -> None:
     result = _fleet(
         {**crawl.env(), **aws_env},
@@ -227,6 +256,11 @@ def test_fleet_launch_needs_an_install_target(aws_env: dict[str, str], crawl: Cr
     )
     assert result.returncode != 0
     assert "FLEET_INSTALL" in result.stderr + result.stdout
+    none = _fleet(
+        {**crawl.env(), **aws_env}, "launch", "profiles", "--ami", "ami-1", "--count", "0"
+    )
+    assert none.returncode == 2
+    assert "--count must be at least 1" in none.stderr
 
 
 def _beat(client: redis.Redis, spider: str, host: str, pages_per_min: float) -> None:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from crawler.config import setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 SECRET_MODES = ("ssm", "env")
+# What workers run with unless FLEET_CRAWL_SETTINGS says otherwise (its names are set over it):
+# a banned worker exits (3) for ``scrapy fleet rotate`` to replace it.
+CRAWL_DEFAULTS = {"BAN_POLICY": "stop"}
 
 
 @dataclass(frozen=True)
@@ -33,21 +39,34 @@ class FleetConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FleetConfig:
-        crawl_settings = settings.getdict("FLEET_CRAWL_SETTINGS", {"BAN_POLICY": "stop"})
+        """FLEET_* as their rules read them (SettingsError naming a bad one)."""
+        crawl_settings = {**CRAWL_DEFAULTS, **(setting(settings, "FLEET_CRAWL_SETTINGS") or {})}
+        groups = setting(settings, "FLEET_SECURITY_GROUP_IDS") or ()
         return cls(
             name=str(settings.get("FLEET_NAME") or "crawler"),
             region=settings.get("FLEET_REGION") or None,
             ami=str(settings.get("FLEET_AMI") or ""),
             instance_type=str(settings.get("FLEET_INSTANCE_TYPE") or "t3.small"),
             install=str(settings.get("FLEET_INSTALL") or ""),
-            secrets=str(settings.get("FLEET_SECRETS") or "ssm"),
+            secrets=setting(settings, "FLEET_SECRETS") or "ssm",
             ssm_redis_url=str(settings.get("FLEET_SSM_REDIS_URL") or "/crawler/REDIS_URL"),
             ssm_mongo_uri=str(settings.get("FLEET_SSM_MONGO_URI") or "/crawler/MONGO_URI"),
             iam_instance_profile=str(settings.get("FLEET_IAM_INSTANCE_PROFILE") or ""),
             subnet_id=str(settings.get("FLEET_SUBNET_ID") or ""),
             key_name=str(settings.get("FLEET_KEY_NAME") or ""),
-            security_group_ids=tuple(settings.getlist("FLEET_SECURITY_GROUP_IDS")),
-            crawl_settings={str(k): str(v) for k, v in crawl_settings.items()},
+            security_group_ids=tuple(str(group).strip() for group in groups),
+            crawl_settings={str(k): _setting_text(v) for k, v in crawl_settings.items()},
             endpoint_url=settings.get("AWS_ENDPOINT_URL") or None,
             mongo_database=str(settings.get("MONGO_DATABASE") or "crawler"),
         )
+
+
+def _setting_text(value: Any) -> str:
+    """A value as ``-s NAME=VALUE`` gives it to a worker, as Scrapy's settings read it back:
+    text as it is, a list comma-separated, a dict as JSON, a number or a flag as Python
+    writes it."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)

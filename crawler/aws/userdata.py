@@ -91,6 +91,8 @@ def render(
 ) -> str:
     """The user-data script of a worker of ``spider``: REDIS_URL and MONGO_URI read from the SSM
     parameters ``ssm_names`` (``secrets`` "ssm"), or ``env_values`` written into it ("env")."""
+    if secrets not in ("ssm", "env"):
+        raise ValueError(f"secrets mode {secrets!r}: 'ssm' or 'env'")
     if secrets == "ssm":
         lines = [_ssm(variable, ssm_names[variable]) for variable in ("REDIS_URL", "MONGO_URI")]
     else:

@@ -24,7 +24,6 @@ and autoscale (--min, --max, --cooldown and --interval set them for one run).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +35,7 @@ from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.config.rules import SettingsError
 from crawler.fleet.cli import (
     add_sizing_options,
     autoscale,
@@ -89,7 +89,10 @@ class Command(ProjectCommand, ScrapyCommand):
             elif not autoscale_local(self.redis(), settings, spider, opts):
                 self.exitcode = 1
             return
-        config = FleetConfig.from_settings(self.settings)
+        try:
+            config = FleetConfig.from_settings(self.settings)
+        except SettingsError as exc:
+            raise UsageError(str(exc)) from exc
         fleet = Fleet(config)
         if action == "list":
             self._print(fleet.instances(spider), opts.json)
@@ -100,7 +103,7 @@ class Command(ProjectCommand, ScrapyCommand):
         elif action == "autoscale":
             self._autoscale(fleet, spider, opts)
         elif action == "rotate":
-            self._rotate(fleet, spider, opts.json)
+            self._rotate(fleet, spider, opts)
         else:
             self._scale_to_zero(fleet, spider, opts.json)
 
@@ -113,7 +116,8 @@ class Command(ProjectCommand, ScrapyCommand):
         return action, self.known_spider(rest[0]) if rest else None
 
     def _launch(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
-        count = self._planned_count(spider, opts) if opts.deadline else opts.count or 1
+        count = self._planned_count(spider, opts) if opts.deadline else opts.count
+        count = 1 if count is None else count
         if count < 1:
             raise UsageError("--count must be at least 1")
         launched = fleet.launch(spider, count, **self._launch_options(fleet, spider, opts))
@@ -125,25 +129,29 @@ class Command(ProjectCommand, ScrapyCommand):
         """``Fleet.launch``'s keyword arguments for new workers of ``spider``, from the options
         and FLEET_* (UsageError when the install target, the image or the secrets mode is
         missing or wrong)."""
-        config = fleet.config
-        install = opts.install or config.install
-        if not install:
-            raise UsageError("say what workers install: --install or FLEET_INSTALL")
-        if not (opts.ami or config.ami):
+        if not (opts.ami or fleet.config.ami):
             raise UsageError("give an image: --ami or FLEET_AMI")
-        secrets = opts.secrets or config.secrets
-        if secrets not in SECRET_MODES:
-            raise UsageError(f"FLEET_SECRETS must be one of {SECRET_MODES}, got {secrets!r}")
-        env = {}
-        if secrets == "env":
-            assert self.settings is not None
-            env = {n: os.environ.get(n) or self.settings.get(n) for n in ("REDIS_URL", "MONGO_URI")}
         return {
-            "user_data": fleet.user_data(spider, install, secrets, env),
+            "user_data": self._user_data(fleet, spider, opts),
             "spot": opts.spot,
             "instance_type": opts.instance_type,
             "ami": opts.ami,
         }
+
+    def _user_data(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> str:
+        """The user data of new workers of ``spider`` (launched, or replacing banned ones):
+        what they install, and REDIS_URL and MONGO_URI from SSM or written in ("env": the
+        settings' values, ``-s`` over the environment)."""
+        config = fleet.config
+        install = opts.install or config.install
+        if not install:
+            raise UsageError("say what workers install: --install or FLEET_INSTALL")
+        secrets = opts.secrets or config.secrets
+        env = {}
+        if secrets == "env":
+            assert self.settings is not None
+            env = {name: str(self.settings.get(name)) for name in ("REDIS_URL", "MONGO_URI")}
+        return fleet.user_data(spider, install, secrets, env)
 
     def _autoscale(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
         """EC2 instances toward the workers the work allows (see crawler/fleet/autoscaler.py)."""
@@ -166,16 +174,17 @@ class Command(ProjectCommand, ScrapyCommand):
         print("\n".join(explain(chosen, max_workers)), file=sys.stderr)
         return chosen.workers
 
-    def _rotate(self, fleet: Fleet, spider: str, as_json: bool) -> None:
-        assert self.settings is not None
+    def _rotate(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
+        """Replace each worker that reported a ban: its replacement launched, then it is
+        terminated and its report cleared, one at a time (a launch that fails leaves the
+        instances not replaced yet, and their reports, for the next rotate)."""
         server = self.redis()
         reported = banned_instances(server, spider)
         live = {instance.id: instance for instance in fleet.instances(spider)}
         banned = [live[instance_id] for instance_id in reported if instance_id in live]
-        if banned and not fleet.config.install:
-            raise UsageError("say what workers install: FLEET_INSTALL")
-        env = {name: str(self.settings.get(name)) for name in ("REDIS_URL", "MONGO_URI")}
-        user_data = fleet.user_data(spider, fleet.config.install, fleet.config.secrets, env)
+        # Reports of instances that are gone already are done with.
+        clear_banned(server, spider, [i for i in reported if i not in live])
+        user_data = self._user_data(fleet, spider, opts) if banned else ""
         replacements: list[Instance] = []
         for instance in banned:
             replacements += fleet.launch(
@@ -186,9 +195,9 @@ class Command(ProjectCommand, ScrapyCommand):
                 instance_type=instance.instance_type,
                 ami=instance.image,
             )
-        fleet.terminate([instance.id for instance in banned])
-        # Reports of instances that are gone already (or were replaced now) are done with.
-        clear_banned(server, spider, list(reported))
+            fleet.terminate([instance.id])
+            clear_banned(server, spider, [instance.id])
+        as_json = opts.json
         if as_json:
             launched = [instance.to_json() for instance in replacements]
             print(json.dumps({"terminated": [i.id for i in banned], "launched": launched}))
