@@ -15,6 +15,7 @@ from scrapy.utils.project import get_project_settings
 
 from crawler import settings as project_settings
 from crawler.commands.frontier import Command as FrontierCommand
+from tests.harness import scrapy
 
 SPIDER = """
 from scrapy import Spider
@@ -89,3 +90,11 @@ def test_a_command_names_a_spider_of_the_project_or_lists_them() -> None:
         "no spider 'nosuch' in this project; spiders: "
         "['domains', 'explore', 'links', 'maps', 'profiles']"
     )
+
+
+def test_scrapy_crawl_of_an_unknown_spider_is_a_usage_error() -> None:
+    """Exit status 2 (a worker's loop retries 1, never 2) and one line naming the spiders."""
+    done = scrapy("crawl", "nosuch")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "no spider 'nosuch' in this project; spiders: ['domains'," in done.stderr
+    assert "Traceback" not in done.stderr

@@ -41,7 +41,11 @@ class Command(ScrapyCrawlCommand):
         if len(args) != 1:
             raise UsageError("give exactly one spider name")
         assert self.crawler_process is not None
-        crawler = self._create_crawler(args[0])
+        try:
+            crawler = self._create_crawler(args[0])
+        except KeyError:  # exit status 2, as any usage error (a worker's loop does not retry it)
+            known = sorted(self.crawler_process.spider_loader.list())
+            raise UsageError(f"no spider {args[0]!r} in this project; spiders: {known}") from None
         keep_project_addon(crawler.settings)
         try:
             check_settings(crawler.settings)
