@@ -4,6 +4,7 @@ allowed rates, with the arithmetic shown and a warning when the deadline cannot 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -12,6 +13,7 @@ import redis
 from crawler.fleet.plan import explain, parse_duration, plan
 from crawler.frontier.demand import Demand, HostDemand
 from crawler.observability.sizing import Sizing
+from devtools.services import free_port
 from tests.harness import Crawl, Sandbox, scrapy
 
 
@@ -123,3 +125,14 @@ def test_bad_autoscale_options_are_usage_errors(crawl: Crawl) -> None:
     result = _fleet(crawl, "plan", "profiles", "--deadline", "soon", "--pages", "10")
     assert result.returncode == 2
     assert "--deadline: not a duration: 'soon'" in result.stderr
+    result = _fleet(crawl, "plan", "profiles", "--deadline", "1h", "--pages", "0")
+    assert result.returncode == 2
+    assert "--pages must be at least 1, got 0" in result.stderr
+
+
+def test_scrapy_fleet_with_redis_away_says_so_in_one_line() -> None:
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    result = scrapy("fleet", "plan", "profiles", "--deadline", "1h", "--pages", "100", env=env)
+    assert result.returncode == 1
+    assert "is unreachable" in result.stderr
+    assert "Traceback" not in result.stderr

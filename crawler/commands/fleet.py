@@ -27,6 +27,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
@@ -79,6 +80,12 @@ class Command(ProjectCommand, ScrapyCommand):
         add_sizing_options(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        try:
+            self._run(args, opts)
+        except RedisError as exc:  # one line, as `scrapy status` says it, not a traceback
+            self.redis_unreachable(exc)
+
+    def _run(self, args: list[str], opts: argparse.Namespace) -> None:
         action, spider = self._parse(args)
         assert self.settings is not None
         if action == "plan" or (action == "autoscale" and opts.local):

@@ -93,6 +93,8 @@ def planned(sizing: Sizing, opts: Any, spider: str) -> Plan:
         deadline = parse_duration(opts.deadline or "")
     except ValueError as exc:
         raise UsageError(f"--deadline: {exc}") from exc
+    if opts.pages is not None and opts.pages < 1:
+        raise UsageError(f"--pages must be at least 1, got {opts.pages}")
     pages = opts.pages if opts.pages is not None else sizing.work
     if pages < 1:
         raise UsageError(f"{spider} has no work left: give --pages N")
