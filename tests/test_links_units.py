@@ -100,6 +100,7 @@ def test_url_rules() -> None:
     for url, reason in [
         ("http://example.org/" + "x" * 60, "too_long"),
         ("http://example.org/report.PDF", "extension"),
+        ("http://example.org/logo.png", "extension"),
         ("http://example.org/a/a/a/", "repeated_segments"),
     ]:
         with pytest.raises(BadUrl, match=reason):
@@ -115,6 +116,11 @@ def test_a_path_repeating_a_segment_more_than_allowed_is_refused(segments: list[
             UrlRules(max_repeats=2).check(url)
     else:
         UrlRules(max_repeats=2).check(url)
+
+
+@pytest.mark.parametrize("path", ["/tags/node.js", "/docs/setup.py", "/man/ls.sh"])
+def test_pages_named_like_source_files_are_followed(path: str) -> None:
+    UrlRules().check(f"http://example.org{path}")  # cut off at its headers if not HTML
 
 
 def test_scopes_and_calendars() -> None:
@@ -150,6 +156,18 @@ def test_parse_page_fields_and_links() -> None:
     assert page.canonical == "http://site.org/canon"
     assert page.links == ["http://site.org/docs/one", "https://other.org/x", "http://cdn.org/img"]
     assert page.bad_fields == []
+
+
+def test_frames_and_a_base_outside_head_are_read_as_browsers_do() -> None:
+    frames = '<frameset><frame src="menu.html"><frame src="main.html"></frameset>'
+    assert parse_page(frames, "http://s.org/").links == [
+        "http://s.org/menu.html",
+        "http://s.org/main.html",
+    ]
+    framed = '<p><iframe src="/embedded"></iframe></p>'
+    assert parse_page(framed, "http://s.org/").links == ["http://s.org/embedded"]
+    late_base = '<head><div></div><base href="/app/"></head><a href="page">p</a>'
+    assert parse_page(late_base, "http://s.org/dir/x").links == ["http://s.org/app/page"]
 
 
 def test_parse_page_costs_only_the_bad_field() -> None:
@@ -206,6 +224,8 @@ def test_robots_rules_and_cache() -> None:
     assert rules.can_fetch("http://s/", "bot")
     assert rules.crawl_delay("bot") == 2
     assert list(rules.sitemaps) == ["http://s/sm"]
+    marked = parse_rules(b"\xef\xbb\xbfUser-agent: *\r\nDisallow: /priv\r\n")  # a BOM, CRLF
+    assert not marked.can_fetch("http://s/priv", "bot")
     cache = RobotsCache(size=2, ttl=60)
     for origin in ("a", "b", "c"):
         cache.put(origin, rules)

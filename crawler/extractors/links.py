@@ -24,8 +24,10 @@ _LANGUAGE = re.compile(r"[A-Za-z]{1,8}(?:[-_][A-Za-z0-9]{1,8})*")
 _LINK_SCHEMES = ("http", "https")
 # The queries, compiled once and run on the lxml tree itself (several times faster than
 # parsel's Selector.xpath, which compiles each query and wraps every result).
-_HREFS = etree.XPath("//a/@href | //area/@href")
-_BASE = etree.XPath("//head/base/@href")
+# A site's pages are linked from anchors, image maps and frames (a frameset site has no other).
+_HREFS = etree.XPath("//a/@href | //area/@href | //frame/@src | //iframe/@src")
+# The first <base> of the document, as browsers take it (a parser may put it outside <head>).
+_BASE = etree.XPath("(//base[@href])[1]/@href")
 _TITLE = etree.XPath("//title[1]//text()")
 _LANG = etree.XPath("/html/@lang")
 _DESCRIPTION = etree.XPath(

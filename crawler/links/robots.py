@@ -142,7 +142,8 @@ class RobotsCache:
 
 
 def parse_rules(body: bytes) -> Protego:
-    return Protego.parse(body.decode("utf-8", "replace"))
+    # utf-8-sig: a byte-order mark glued to the first "User-agent" hid its whole group.
+    return Protego.parse(body.decode("utf-8-sig", "replace"))
 
 
 class FleetRobotsMiddleware:

@@ -35,7 +35,12 @@ TRACKING_PARAMS = frozenset(
 TRACKING_PREFIXES = ("utm_", "pk_", "mtm_")
 SCOPES = ("host", "domain", "any")
 # File extensions that are not HTML: links to them are never requested.
-SKIPPED_EXTENSIONS = frozenset(f".{ext}" for ext in IGNORED_EXTENSIONS) | {".gz", ".xml", ".json"}
+# Scrapy's list, but for endings HTML pages often have (/tags/node.js, /docs/setup.py): a
+# response that is not HTML is cut off at its headers all the same.
+PAGE_LIKE = frozenset({".js", ".py", ".rb", ".sh", ".ps"})
+SKIPPED_EXTENSIONS = (
+    frozenset(f".{ext}" for ext in IGNORED_EXTENSIONS) | {".gz", ".xml", ".json"}
+) - PAGE_LIKE
 # A path step that looks like a calendar: /2024/01, /2024-01-31, /cal/202401.
 _CALENDAR = re.compile(r"(?:^|/)(?:19|20)\d\d(?:[/-]?(?:0[1-9]|1[0-2]))(?:[/-]?\d\d)?(?:/|$)")
 _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
