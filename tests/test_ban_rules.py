@@ -484,6 +484,108 @@ def test_bans_are_caught_by_the_right_rule(page: Response, rule: str) -> None:
     assert (verdict.kind, verdict.rule) == ("ban", rule)
 
 
+AKAMAI_INTERSTITIAL = (
+    '<html><head><meta http-equiv="refresh" content="5; URL=\'/?bm-verify=AAQ\'"></head>'
+    '<body><script>var i = 12; var j = i + Number("34");'
+    'fetch("/_sec/verify?provider=interstitial", {method: "POST"})</script></body></html>'
+)
+PROTECTIONS = [
+    pytest.param(
+        response(202, "", headers={"x-amzn-waf-action": "challenge"}), "aws_waf", id="aws-waf-202"
+    ),
+    pytest.param(
+        response(405, "<html>captcha</html>", headers={"x-amzn-waf-action": "captcha"}),
+        "aws_waf",
+        id="aws-waf-405",
+    ),
+    pytest.param(response(200, AKAMAI_INTERSTITIAL), "akamai", id="akamai-interstitial"),
+    pytest.param(
+        response(
+            428,
+            '<iframe id="sec-cpt-if" src="/_sec/cp_challenge/ak-challenge-4-4.htm"></iframe>',
+            headers={"Set-Cookie": "sec_cpt=ABC~1; path=/"},
+        ),
+        "akamai",
+        id="akamai-crypto-challenge",
+    ),
+    pytest.param(
+        response(
+            200,
+            '<html><iframe src="/_Incapsula_Resource?CWUDNSAI=9&incident_id=1-2">'
+            "Request unsuccessful. Incapsula incident ID: 1-2</iframe></html>",
+        ),
+        "incapsula",
+        id="incapsula-block",
+    ),
+    pytest.param(
+        response(
+            200,
+            "<html><title>You are being redirected...</title><script>var s={},u,c,U,r,i,l=0,"
+            "a,e=eval,w=String.fromCharCode,sucuri_cloudproxy_js='',S='cz0n';</script></html>",
+            headers={"Server": "Sucuri/Cloudproxy"},
+        ),
+        "sucuri",
+        id="sucuri-js-challenge",
+    ),
+    pytest.param(
+        response(
+            200,
+            "<html><head><title>Request Rejected</title></head><body>The requested URL was "
+            "rejected. Please consult with your administrator.<br><br>Your support ID is: "
+            "4045223310930217765</body></html>",
+        ),
+        "f5",
+        id="f5-asm-block",
+    ),
+    pytest.param(
+        response(202, '<meta http-equiv="refresh" content="0;/.well-known/sgcaptcha/?r=%2F">'),
+        "sgcaptcha",
+        id="siteground-captcha",
+    ),
+    pytest.param(
+        redirect(302, "https://validate.perfdrive.com/ab12/?ssa=1&ssk=botmanager_support"),
+        "challenge_redirect",
+        id="radware-redirect",
+    ),
+    pytest.param(response(430, "Security Rejection"), "http_430", id="shopify-430"),
+    pytest.param(response(999, ""), "http_999", id="linkedin-999"),
+    pytest.param(
+        landed(503, "<html>Our systems have detected unusual traffic</html>", SORRY),
+        "challenge_page",
+        id="google-sorry-503",
+    ),
+]
+
+
+@pytest.mark.parametrize(("page", "rule"), PROTECTIONS)
+def test_bot_protections_are_caught_by_what_only_they_send(page: Response, rule: str) -> None:
+    assert classify(page_of(page)) == Verdict("ban", rule)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(redirect(301, "/login/", "https://blog.example/login"), id="login-slash"),
+        pytest.param(
+            redirect(301, "https://blog.example/help/verify", "http://blog.example/help/verify"),
+            id="verify-to-https",
+        ),
+        pytest.param(
+            response(
+                200,
+                '<script src="/_Incapsula_Resource?SWJIYLWA=719d&ns=1&cb=1"></script>'
+                + "<p>"
+                + "A normal page. " * 20
+                + "</p>",
+            ),
+            id="incapsula-injected-script",
+        ),
+    ],
+)
+def test_protection_scripts_and_a_sites_own_redirects_are_not_bans(page: Response) -> None:
+    assert classify(page_of(page)).kind == "ok"
+
+
 @pytest.mark.parametrize(
     "path", ["/login", "/users/signin/", "/account/verify", "/blog/challenge", "/sorry"]
 )

@@ -56,7 +56,7 @@ Rule = Callable[[Page], Verdict | None]
 # Hosts and paths of the captcha, login and "sorry" pages that bans send clients to. Only the
 # host and the path are looked at, as whole path segments: a query or a user name ("/@captcha.fan",
 # "?q=login") may hold any word.
-CHALLENGE_HOSTS = frozenset({"sec.douban.com"})
+CHALLENGE_HOSTS = frozenset({"sec.douban.com", "validate.perfdrive.com"})
 CHALLENGE_PATH = re.compile(
     r"/(sorry|captcha|challenge|verify|login|signin|blocked|distil_r_captcha)(?=[/.]|$)"
     r"|^/sec/a/?$|^/cdn-cgi/challenge-platform/",
@@ -109,6 +109,40 @@ def cloudflare(page: Page) -> Verdict | None:
     return None
 
 
+# What bot protections send, and only they: (marker in the body, the body's size at most, rule).
+# Akamai's interstitial and crypto challenge, Imperva (Incapsula) blocks, Sucuri's JS
+# challenge, F5's default block page, SiteGround's captcha.
+PROTECTION_MARKERS = (
+    (b"/_sec/cp_challenge/", 65536, "akamai"),
+    (b"/_sec/verify?provider=interstitial", 65536, "akamai"),
+    (b"/_Incapsula_Resource?CWUDNSAI=", 16384, "incapsula"),
+    (b"Incapsula incident ID", 16384, "incapsula"),
+    (b"sucuri_cloudproxy_js", 32768, "sucuri"),
+    (b"/.well-known/sgcaptcha/", 16384, "sgcaptcha"),
+)
+# Statuses no normal page answers with: Shopify's 430 "Security Rejection", LinkedIn's 999.
+BLOCK_STATUSES = frozenset({430, 999})
+
+
+def protection_challenge(page: Page) -> Verdict | None:
+    """A challenge or block page a bot protection sends, by its own header or markup."""
+    if page.header("x-amzn-waf-action").lower() in ("challenge", "captcha"):
+        return Verdict(BAN, "aws_waf")
+    if "sec_cpt=" in page.header("set-cookie"):
+        return Verdict(BAN, "akamai")
+    if page.header("x-sucuri-block"):
+        return Verdict(BAN, "sucuri")
+    for marker, most, rule in PROTECTION_MARKERS:
+        if len(page.body) <= most and marker in page.body:
+            return Verdict(BAN, rule)
+    rejected = b"The requested URL was rejected" in page.body or b"/TSPD/" in page.body
+    if len(page.body) <= 8192 and rejected and b"Your support ID is:" in page.body:
+        return Verdict(BAN, "f5")
+    if page.status in BLOCK_STATUSES:
+        return Verdict(BAN, f"http_{page.status}")
+    return None
+
+
 def too_many_requests(page: Page) -> Verdict | None:
     return Verdict(BAN, "http_429") if page.status == 429 else None
 
@@ -121,9 +155,11 @@ def challenge_redirect(page: Page) -> Verdict | None:
     """A redirect to a captcha/login/sorry page, or having landed on one by a redirect (a
     site's own login page, asked for as such, is a page like any other)."""
     location = page.header("location")
+    if _challenge_url(page.url) and not page.redirected:
+        return None  # a site's own /login asked for (and its /login/ or https redirect)
     if 300 <= page.status < 400 and location and _challenge_url(location):
         return Verdict(BAN, "challenge_redirect")
-    if page.status in (200, 403, 429) and page.redirected and _challenge_url(page.url):
+    if page.status in (200, 403, 429, 503) and page.redirected and _challenge_url(page.url):
         return Verdict(BAN, "challenge_page")
     return None
 
@@ -168,7 +204,8 @@ def json_error(page: Page) -> Verdict | None:
 
 # In order: the first rule that decides wins.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    *(akamai, datadome, cloudflare, too_many_requests, forbidden, challenge_redirect),
+    *(akamai, datadome, cloudflare, protection_challenge, too_many_requests, forbidden),
+    challenge_redirect,
     *(empty_body, javascript_redirect, json_error),
 )
 
