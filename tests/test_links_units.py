@@ -366,6 +366,43 @@ def test_a_start_url_that_redirects_moves_the_scope(redis_url: str) -> None:
     assert [request.url for request in requests] == ["https://www.example.org/a"]
 
 
+def test_the_sitemaps_of_a_start_url_that_moved_to_www_are_read_in_its_new_scope() -> None:
+    """http://example.net/ lands on https://www.example.net/: its robots.txt names its sitemap
+    as http://WWW.example.net/...; the sitemap is asked for, and its pages are followed."""
+    spider = _spider()
+    (start,) = spider.requests_from_entry("http://example.net/")
+    landed = start.replace(
+        url="https://www.example.net/", meta={**start.meta, "redirect_urls": [start.url]}
+    )
+    (sitemap,) = spider.robots_requests(landed, ["http://WWW.example.net/sitemap_index.xml"])
+    assert sitemap.url == "http://www.example.net/sitemap_index.xml"
+    sitemap = sitemap.replace(url="https://www.example.net/sitemap_index.xml")
+    pages = list(spider.parse_sitemap(_sitemap_answer(sitemap, "urlset", 3)))
+    assert [page.url for page in pages] == [
+        f"https://www.example.net/sitemap_index-{n}" for n in range(3)
+    ]
+
+
+def test_a_redirect_off_the_site_is_neither_stored_nor_followed(redis_url: str) -> None:
+    """A site's /go/ link that lands on a partner, and a start URL (an expired domain) that
+    lands on a parking service: no page of the other site is stored or followed."""
+    spider = _spider(REDIS_URL=redis_url)
+    (start,) = spider.requests_from_entry("http://example.org/")
+    body = b'<a href="/about">about</a>'
+    for hops, landed_url in (
+        (1, "https://partner.com/landing"),
+        (0, "https://www.hugedomains.com/domain_profile.cfm?d=example.org"),
+    ):
+        state = {**start.meta["links"], "depth": hops}
+        redirected = "http://example.org/go/partner" if hops else "http://example.org/"
+        landed = start.replace(
+            url=landed_url, meta={**start.meta, "links": state, "redirect_urls": [redirected]}
+        )
+        assert list(spider.parse_page(HtmlResponse(landed_url, body=body, request=landed))) == []
+    assert spider.crawler.stats is not None
+    assert spider.crawler.stats.get_value("links/skipped/redirect_out_of_scope") == 2
+
+
 @pytest.mark.parametrize("written", [True, False])
 def test_robots_rules_are_shared_once_what_they_seed_is_written(
     redis_url: str, monkeypatch: pytest.MonkeyPatch, written: bool

@@ -122,6 +122,13 @@ def scope_root(url: str, scope: str) -> str:
     return ""
 
 
+def same_domain(url: str, other: str) -> bool:
+    """Whether two URLs are of one registered domain (``www.example.org``, ``example.org``)."""
+    return registered_domain(host_of(canonical_url(url))) == registered_domain(
+        host_of(canonical_url(other))
+    )
+
+
 def in_scope(url: str, scope: str, root: str) -> bool:
     return scope == "any" or scope_root(url, scope) == root
 

@@ -41,6 +41,7 @@ from crawler.links.urls import (
     in_scope,
     is_calendar,
     link_priority,
+    same_domain,
     scope_root,
 )
 from crawler.meta import CRAWL_DELAY_META, DEPTH_LIMIT, DEPTH_META
@@ -230,8 +231,12 @@ class LinksSpider(RedisFedSpider):
         state: dict[str, Any] = response.meta[LINKS_META]
         url = canonical_url(response.url)
         host = host_of(url)
-        if state["depth"] == 0 and response.meta.get("redirect_urls"):
-            # A start URL that redirects (to www., to https): the scope is where it landed.
+        redirects = response.meta.get("redirect_urls")
+        if redirects and not in_scope(url, state["scope"], state["root"]):
+            if state["depth"] > 0 or not same_domain(url, redirects[0]):
+                self._left_scope(response, state)
+                return
+            # A start URL that redirects within its domain (to www.): the scope moves there.
             state = {**state, "root": scope_root(url, state["scope"])}
         if response.status >= 400:
             self.count(f"links/errors/http_{response.status}")
@@ -257,6 +262,17 @@ class LinksSpider(RedisFedSpider):
         yield self._item(response, url, host, state, fields, len(links))
         delay = response.meta.get(CRAWL_DELAY_META)
         yield from self._follow(links, host, state, backlinks, delay)
+
+    def _left_scope(self, response: Response, state: dict[str, Any]) -> None:
+        """A page whose redirects took it off the crawl's scope (a /go/ link, an expired
+        domain parked elsewhere) is neither stored nor followed."""
+        self.count("links/skipped/redirect_out_of_scope")
+        if state["depth"] == 0:
+            self.logger.warning(
+                "Start URL %s redirects off its domain to %s: not crawled",
+                response.meta["redirect_urls"][0],
+                response.url,
+            )
 
     def _item(
         self, response: Response, url: str, host: str, state: dict[str, Any], fields: Any, n: int
@@ -348,9 +364,12 @@ class LinksSpider(RedisFedSpider):
         state = request.meta.get(LINKS_META)
         if not self.sitemaps or state is None:
             return []
-        origin = request.url.split("/", 3)[:3]
-        base = "/".join(origin)
-        urls = [url for url in sitemaps if url.startswith(base + "/")] or [f"{base}/sitemap.xml"]
+        here = canonical_url(request.url)
+        redirects = request.meta.get("redirect_urls")
+        if state["depth"] == 0 and redirects and same_domain(here, redirects[0]):
+            state = {**state, "root": scope_root(here, state["scope"])}  # as parse_page moves it
+        base = "/".join(here.split("/", 3)[:3])
+        urls = [url for url in sitemaps if _on_host(url, host_of(here))] or [f"{base}/sitemap.xml"]
         return [self._sitemap_request(url, state, 0) for url in urls[:10]]
 
     def _sitemap_request(self, url: str, state: dict[str, Any], level: int) -> Request:
@@ -394,6 +413,14 @@ class LinksSpider(RedisFedSpider):
         if key not in self.sitemap_entries and len(self.sitemap_entries) >= SITEMAP_HOSTS_KEPT:
             self.sitemap_entries.clear()
         return key
+
+
+def _on_host(url: str, host: str) -> bool:
+    """Whether a robots.txt's ``Sitemap:`` URL is on ``host`` (whatever its scheme or case)."""
+    try:
+        return host_of(canonical_url(url)) == host
+    except BadUrl:
+        return False
 
 
 def _scope(value: Any) -> str:
