@@ -640,6 +640,23 @@ def verdict(middlewares: dict[str, BanMiddleware]) -> Callable[[str, Response], 
     return check
 
 
+def test_a_sites_own_403_is_a_links_pages_error_but_a_protections_403_a_ban() -> None:
+    """The links spider crawls any site: its private file's 403 is that page's error (not a
+    block of the whole domain); a protection's 403 is a ban for it as for any spider."""
+    from crawler.spiders.links import LinksSpider
+
+    links = _middleware(LinksSpider).bans
+    private = response(403, "<Error><Code>AccessDenied</Code></Error>", "https://s3.example/x")
+    assert links.classify(private).kind == "ok"
+    assert _middleware(ProfilesSpider).bans.classify(private) == Verdict("ban", "http_403")
+    blocked = response(403, '<div id="px-captcha"></div><script>window._pxAppId="PX1"</script>')
+    assert links.classify(blocked) == Verdict("ban", "perimeterx")
+    cloudflare = response(
+        403, "<title>Just a moment...</title>", headers={"cf-mitigated": "challenge"}
+    )
+    assert links.classify(cloudflare).is_ban
+
+
 SPIDER_CASES = [
     pytest.param("profiles", response(200, captcha_page()), "ban", "profile_captcha", id="captcha"),
     pytest.param(

@@ -57,7 +57,11 @@ class BanPolicy:
         self.cooldown_max = cooldown_max(settings)
         self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
         extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
-        self.rules: tuple[Rule, ...] = (*extra, *DEFAULT_RULES)
+        # A spider may leave default rules out by name (``links``: a site's own 403, a private
+        # file, is a page's error, not a block of the whole domain).
+        left_out = set(getattr(crawler.spidercls, "ban_rules_left_out", ()))
+        own = tuple(rule for rule in DEFAULT_RULES if rule.__name__ not in left_out)
+        self.rules: tuple[Rule, ...] = (*extra, *own)
 
     def classify(self, response: Response) -> Verdict:
         verdict = classify(page_of(response), self.rules)

@@ -87,6 +87,14 @@ def akamai(page: Page) -> Verdict | None:
     return None
 
 
+def perimeterx(page: Page) -> Verdict | None:
+    """HUMAN (PerimeterX)'s block page: a 403 with its captcha (a normal page may load its
+    client, with a 200)."""
+    if page.status == 403 and (b"_pxAppId" in page.body or b"px-captcha" in page.body):
+        return Verdict(BAN, "perimeterx")
+    return None
+
+
 def datadome(page: Page) -> Verdict | None:
     marked = (
         "datadome=" in page.header("set-cookie").lower()
@@ -204,8 +212,8 @@ def json_error(page: Page) -> Verdict | None:
 
 # In order: the first rule that decides wins.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    *(akamai, datadome, cloudflare, protection_challenge, too_many_requests, forbidden),
-    challenge_redirect,
+    *(akamai, perimeterx, datadome, cloudflare, protection_challenge, too_many_requests),
+    *(forbidden, challenge_redirect),
     *(empty_body, javascript_redirect, json_error),
 )
 

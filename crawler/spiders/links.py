@@ -81,6 +81,9 @@ class LinksSpider(RedisFedSpider):
     entry_kind = "links start entry"
     # Start URLs go through the dupefilter: a site is crawled again after a frontier purge.
     refetch_start_urls = False
+    # Any site's 403 (a private file, a forbidden directory) is that page's error; blocks are
+    # still told by what their protection sends (crawler/bans/rules.py).
+    ban_rules_left_out = ("forbidden",)
     custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
         # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
         "DOWNLOAD_MAXSIZE": 10 * 1024 * 1024,
