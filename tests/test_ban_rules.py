@@ -567,6 +567,18 @@ def test_bot_protections_are_caught_by_what_only_they_send(page: Response, rule:
     [
         pytest.param(redirect(301, "/login/", "https://blog.example/login"), id="login-slash"),
         pytest.param(
+            response(200, "<script>window.location.replace('/en/')</script>", "https://s.example/"),
+            id="own-js-redirect",
+        ),
+        pytest.param(
+            response(
+                200,
+                '<script>location.href = "https://s.example/home";</script>',
+                "https://s.example/",
+            ),
+            id="own-js-href",
+        ),
+        pytest.param(
             redirect(301, "https://blog.example/help/verify", "http://blog.example/help/verify"),
             id="verify-to-https",
         ),
@@ -583,6 +595,8 @@ def test_bot_protections_are_caught_by_what_only_they_send(page: Response, rule:
     ],
 )
 def test_protection_scripts_and_a_sites_own_redirects_are_not_bans(page: Response) -> None:
+    """A protection's script loaded by a normal page, a site's /login/ or https redirect of its
+    own challenge-shaped page, a site's own home page sending the browser to its /en/."""
     assert classify(page_of(page)).kind == "ok"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from crawler.extractors import jsondata
 
@@ -67,6 +67,12 @@ CHALLENGE_PATH = re.compile(
 CLOUDFLARE_CHALLENGE_SCRIPT = re.compile(r"/cdn-cgi/challenge-platform/(?!(h/\w+/)?scripts/)")
 JS_REDIRECT = re.compile(
     r"\blocation(\.href)?\s*=(?!=)|\blocation\.(replace|assign)\s*\(", re.IGNORECASE
+)
+# The URL a JS_REDIRECT sends the browser to, when written out as a string.
+JS_TARGET = re.compile(
+    r"""\blocation(?:\.href)?\s*=(?!=)\s*(["'])([^"'\\]*)\1"""
+    r"""|\blocation\.(?:replace|assign)\s*\(\s*(["'])([^"'\\]*)\3\s*\)""",
+    re.IGNORECASE,
 )
 SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script\s*>", re.IGNORECASE | re.DOTALL)
 # Scripts that hold data, not code (a profile's JSON may quote any text).
@@ -187,9 +193,20 @@ def javascript_redirect(page: Page) -> Verdict | None:
         code for attrs, code in SCRIPT.findall(text) if not DATA_SCRIPT.search(attrs)
     )
     visible = TAG.sub(" ", SCRIPT.sub(" ", text)).strip()
-    if JS_REDIRECT.search(scripts) and len(visible) < 80:
+    if JS_REDIRECT.search(scripts) and len(visible) < 80 and not _own_redirect(page, scripts):
         return Verdict(BAN, "js_redirect")
     return None
+
+
+def _own_redirect(page: Page, scripts: str) -> bool:
+    """Whether every place the scripts send the browser to is a written-out URL of the page's
+    own host that is no challenge page (a site's ``location.replace('/en/')``)."""
+    targets = [m.group(2) if m.group(1) else m.group(4) for m in JS_TARGET.finditer(scripts)]
+    if not targets or len(targets) != len(JS_REDIRECT.findall(scripts)):
+        return False  # a target computed, not written out
+    own = urlsplit(page.url).hostname
+    urls = [urljoin(page.url, target) for target in targets]
+    return all(urlsplit(u).hostname == own and not _challenge_url(u) for u in urls)
 
 
 def json_error(page: Page) -> Verdict | None:
