@@ -170,6 +170,17 @@ def test_frames_and_a_base_outside_head_are_read_as_browsers_do() -> None:
     assert parse_page(late_base, "http://s.org/dir/x").links == ["http://s.org/app/page"]
 
 
+def test_a_links_query_is_sent_in_its_pages_encoding_as_a_browser_sends_it() -> None:
+    links = '<a href="/s?q=café">1</a><a href="/s?q=日本">2</a><a href="/é">3</a>'
+    assert [canonical_url(u) for u in parse_page(links, "http://s.org/", "cp1252").links] == [
+        "http://s.org/s?q=caf%E9",
+        "http://s.org/s?q=%E6%97%A5%E6%9C%AC",  # not in cp1252: UTF-8, as a browser falls back
+        "http://s.org/%C3%A9",  # a path is UTF-8 whatever the page
+    ]
+    assert parse_page(links, "http://s.org/", "shift_jis").links[1].endswith("?q=%93%FA%96%7B")
+    assert canonical_url("http://s.org/list?si=20") == "http://s.org/list?si=20"  # a site's own
+
+
 def test_parse_page_costs_only_the_bad_field() -> None:
     page = parse_page('<html lang="<script>"><title>t</title></html>', "http://s.org/")
     assert page.title == "t"

@@ -16,6 +16,7 @@ from urllib.parse import urljoin, urlsplit
 from lxml import etree
 from parsel import Selector
 from w3lib.html import strip_html5_whitespace
+from w3lib.url import safe_url_string
 
 MAX_TEXT = 2000
 MAX_LINKS = 5000
@@ -56,8 +57,9 @@ def content_hash(body: bytes) -> str:
     return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 
-def parse_page(html: str, url: str) -> PageFields:
-    """The fields and out-links of the page ``html`` fetched from ``url``."""
+def parse_page(html: str, url: str, encoding: str = "utf-8") -> PageFields:
+    """The fields and out-links of the page ``html`` fetched from ``url``, in ``encoding`` (a
+    link's query is sent in the page's encoding, as a browser sends it)."""
     page = PageFields()
     try:
         selector = Selector(text=html.replace("\x00", "") or "<html></html>", type="html")
@@ -77,17 +79,18 @@ def parse_page(html: str, url: str) -> PageFields:
         except Exception:
             page.bad_fields.append(name)
     try:
-        page.links = out_links(selector, base)
+        page.links = out_links(selector, base, encoding)
     except Exception:
         page.bad_fields.append("links")
     return page
 
 
-def out_links(selector: Selector, base: str) -> list[str]:
-    """Absolute http(s) URLs of ``<a>``/``<area>``, without fragments, once, MAX_LINKS at most."""
+def out_links(selector: Selector, base: str, encoding: str = "utf-8") -> list[str]:
+    """Absolute http(s) URLs of anchors, image maps and frames, without fragments, once,
+    MAX_LINKS at most; their queries percent-encoded in ``encoding``."""
     seen: dict[str, None] = {}
     for href in _strings(_HREFS, selector):
-        absolute = absolute_url(href, base)
+        absolute = absolute_url(href, base, encoding)
         if absolute is not None:
             seen.setdefault(absolute, None)
             if len(seen) >= MAX_LINKS:
@@ -95,8 +98,9 @@ def out_links(selector: Selector, base: str) -> list[str]:
     return list(seen)
 
 
-def absolute_url(href: str, base: str) -> str | None:
-    """``href`` resolved against ``base``, without fragment; None unless http(s) with a host."""
+def absolute_url(href: str, base: str, encoding: str = "utf-8") -> str | None:
+    """``href`` resolved against ``base``, without fragment (its query percent-encoded in
+    ``encoding``, its path in UTF-8); None unless http(s) with a host."""
     href = strip_html5_whitespace(href)
     if not href or href.startswith("#"):
         return None
@@ -107,7 +111,18 @@ def absolute_url(href: str, base: str) -> str | None:
         return None
     if parts.scheme.lower() not in _LINK_SCHEMES or not parts.hostname:
         return None
+    if not parts.query.isascii():
+        joined = _query_encoded(joined, encoding)
     return joined.split("#", 1)[0]
+
+
+def _query_encoded(url: str, encoding: str) -> str:
+    """``url`` with its query percent-encoded in ``encoding`` (UTF-8 where it cannot hold it,
+    as a browser falls back to)."""
+    try:
+        return safe_url_string(url, encoding=encoding)
+    except (UnicodeError, LookupError):
+        return safe_url_string(url, encoding="utf-8")
 
 
 def _strings(query: etree.XPath, selector: Selector) -> list[str]:

@@ -24,11 +24,12 @@ from crawler.uris import WEB_PORTS
 
 SCHEMES = frozenset({"http", "https"})
 # Query parameters that only say where a visitor came from, removed from every URL: exact
-# names, and every name starting with one of TRACKING_PREFIXES (compared in lower case).
+# names, and every name starting with one of TRACKING_PREFIXES (compared in lower case). Not
+# names a site may page or search with (``si``, ``ref``).
 TRACKING_PARAMS = frozenset(
     {
         *("gclid", "gclsrc", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid"),
-        *("mc_cid", "mc_eid", "_hsenc", "_hsmi", "igshid", "si", "ref_src", "spm"),
+        *("mc_cid", "mc_eid", "_hsenc", "_hsmi", "igshid", "ref_src", "spm"),
         *("_ga", "_gl", "oly_anon_id", "oly_enc_id", "vero_id", "mkt_tok", "twclid"),
     }
 )

@@ -248,7 +248,7 @@ class LinksSpider(RedisFedSpider):
         if not isinstance(response, HtmlResponse):
             self.count("links/not_html")
             return
-        fields = parse_page(body_text(response), response.url)
+        fields = parse_page(body_text(response), response.url, response.encoding)
         self.count_bad_fields(fields.bad_fields)
         links = self._canonical_links(fields.links)
         external = Counter(h for link in links if (h := host_of(link)) != host)
