@@ -394,6 +394,17 @@ def test_the_sitemaps_of_a_start_url_that_moved_to_www_are_read_in_its_new_scope
     ]
 
 
+def test_a_redirect_target_is_the_page_of_its_canonical_url_to_the_duplicate_filter() -> None:
+    """A Location written with a tracking parameter, the host's case or its default port is
+    the page the crawl reached by a link: one fingerprint, one fetch."""
+    spider = _spider()
+    fingerprint = spider.crawler.request_fingerprinter.fingerprint
+    page = fingerprint(Request("https://example.org/b"))
+    for written in ("https://example.org/b?utm_source=x", "https://EXAMPLE.org:443/b#top"):
+        assert fingerprint(Request(written)) == page
+    assert fingerprint(Request("https://example.org/c")) != page
+
+
 def test_a_redirect_off_the_site_is_neither_stored_nor_followed(redis_url: str) -> None:
     """A site's /go/ link that lands on a partner, and a start URL (an expired domain) that
     lands on a parking service: no page of the other site is stored or followed."""

@@ -85,6 +85,8 @@ class LinksSpider(RedisFedSpider):
     # still told by what their protection sends (crawler/bans/rules.py).
     ban_rules_left_out = ("forbidden",)
     custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
+        # A redirect's target is one page with its canonical URL (links/fingerprint.py).
+        "REQUEST_FINGERPRINTER_CLASS": "crawler.links.fingerprint.CanonicalFingerprinter",
         # A broad crawl meets huge files: refuse bodies over 10 MiB, warn over 2 MiB.
         "DOWNLOAD_MAXSIZE": 10 * 1024 * 1024,
         "DOWNLOAD_WARNSIZE": 2 * 1024 * 1024,
