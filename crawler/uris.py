@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from collections import Counter
 from urllib.parse import unquote
@@ -133,3 +134,12 @@ def _user(url: str) -> str:
 
 def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP address (an IPv6 one with or without its brackets)."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True

@@ -19,11 +19,12 @@ or with characters other than letters, digits and inner hyphens, a name over 253
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from urllib.parse import urlsplit
 
 import idna
+
+from crawler.uris import is_ip
 
 MAX_NAME = 253
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -44,7 +45,7 @@ def normalize_domain(raw: str) -> str:
     if not host:
         raise InvalidDomain("empty", "no host name")
     host = host.lower().rstrip(".")
-    if _is_ip(host):
+    if is_ip(host):
         raise InvalidDomain("ip_address", f"{host[:80]!r} is an address, not a domain")
     name = _ascii(host)
     if name.startswith("www.") and "." in name[4:]:
@@ -71,14 +72,6 @@ def _host_part(text: str) -> str:
     if port and not (port.isascii() and port.isdigit()):
         raise InvalidDomain("bad_port", f"{port[:20]!r}")
     return name
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
 
 
 def _ascii(host: str) -> str:

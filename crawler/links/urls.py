@@ -8,7 +8,6 @@ frontier's dupefilter sees ``/a?utm_source=x#top`` and ``/a`` as one page.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections import Counter
@@ -20,7 +19,7 @@ import tldextract
 from scrapy.linkextractors import IGNORED_EXTENSIONS
 from w3lib.url import canonicalize_url
 
-from crawler.uris import WEB_PORTS
+from crawler.uris import WEB_PORTS, is_ip
 
 SCHEMES = frozenset({"http", "https"})
 # Query parameters that only say where a visitor came from, removed from every URL: exact
@@ -98,20 +97,12 @@ def registered_domain(host: str) -> str:
     public suffix list bundled with tldextract (never fetched); for a suffix the list does not
     know (``site1.test``), the last two labels."""
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    if _is_ip(name):
+    if is_ip(name):
         return name  # an address is its own domain (not its last two numbers)
     result = _EXTRACT(name)
     if result.suffix and result.domain:
         return f"{result.domain}.{result.suffix}"
     return ".".join(name.split(".")[-2:])
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name.strip("[]"))
-    except ValueError:
-        return False
-    return True
 
 
 def scope_root(url: str, scope: str) -> str:
