@@ -600,6 +600,18 @@ def test_protection_scripts_and_a_sites_own_redirects_are_not_bans(page: Respons
     assert classify(page_of(page)).kind == "ok"
 
 
+def test_a_login_page_sending_to_a_captcha_and_a_computed_js_target_are_bans() -> None:
+    to_captcha = redirect(302, "/captcha?r=1", "https://blog.example/login")
+    assert classify(page_of(to_captcha)) == Verdict("ban", "challenge_redirect")
+    computed = '<script>location = "/?security_verify_data=" + stringToHex(screen)</script>'
+    page = response(200, computed, "https://s.example/")
+    assert classify(page_of(page)) == Verdict("ban", "js_redirect")
+    asked = Request("https://blog.example/login/", meta={"redirect_urls": ["http://e.test/x"]})
+    asked.meta["redirect_urls"] = ["http://blog.example/login"]  # its own page, by https
+    slash = HtmlResponse(asked.url, body=b"<html><form></form></html>", request=asked)
+    assert classify(page_of(slash)).kind == "ok"
+
+
 @pytest.mark.parametrize(
     "path", ["/login", "/users/signin/", "/account/verify", "/blog/challenge", "/sorry"]
 )
@@ -669,6 +681,13 @@ def test_a_sites_own_403_is_a_links_pages_error_but_a_protections_403_a_ban() ->
         403, "<title>Just a moment...</title>", headers={"cf-mitigated": "challenge"}
     )
     assert links.classify(cloudflare).is_ban
+    denied = response(
+        403,
+        '<div id="cf-error-details"><h1><span>Error</span><span class="cf-error-code">1020'
+        "</span></h1><h2>Access denied</h2></div>",
+        headers={"Server": "cloudflare", "CF-RAY": "8a1b2c3d4e5f-FRA"},
+    )
+    assert links.classify(denied) == Verdict("ban", "cloudflare")  # Cloudflare's 1020
 
 
 SPIDER_CASES = [

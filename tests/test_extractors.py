@@ -368,6 +368,7 @@ def test_sigi_layout_with_odd_keys() -> None:
         ("SIGI_STATE", {}, "blocked"),
         ("SIGI_STATE", {"UserPage": {"statusCode": 10000}}, "captcha"),
         ("SIGI_STATE", {"UserPage": {"statusCode": 10202}}, "not_found"),
+        ("SIGI_STATE", {"UserModule": {"users": {}}, "UserPage": {"statusCode": 0}}, "blocked"),
         (
             "__UNIVERSAL_DATA_FOR_REHYDRATION__",
             {"__DEFAULT_SCOPE__": {"webapp.user-detail": {"statusCode": 0}}},

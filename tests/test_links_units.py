@@ -399,10 +399,14 @@ def test_a_redirect_target_is_the_page_of_its_canonical_url_to_the_duplicate_fil
     the page the crawl reached by a link: one fingerprint, one fetch."""
     spider = _spider()
     fingerprint = spider.crawler.request_fingerprinter.fingerprint
-    page = fingerprint(Request("https://example.org/b"))
+    page_url = "https://example.org/b"
+    page = fingerprint(Request(page_url))
     for written in ("https://example.org/b?utm_source=x", "https://EXAMPLE.org:443/b#top"):
         assert fingerprint(Request(written)) == page
     assert fingerprint(Request("https://example.org/c")) != page
+    # /b that redirects to itself with a tracking parameter: the target passes the filter once.
+    itself = Request("https://example.org/b?utm_source=x", meta={"redirect_urls": [page_url]})
+    assert fingerprint(itself) != page
 
 
 def test_a_redirect_off_the_site_is_neither_stored_nor_followed(redis_url: str) -> None:

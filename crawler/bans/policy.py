@@ -22,7 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from crawler.bans.identities import without_identity
-from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify
+from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify, same_page
 from crawler.bans.waits import RedisWait, RetryBackoff, cooldown_max
 from crawler.config import setting, setting_int
 from crawler.frontier.jobs import JobBook
@@ -159,9 +159,9 @@ def page_of(response: Response) -> Page:
         for name, values in response.headers.items()
     }
     request = response.request
-    redirected = request is not None and (
-        response.url != request.url or bool(request.meta.get("redirect_urls"))
-    )
+    # Where the request started: its first URL before any redirect.
+    first = (request.meta.get("redirect_urls") or [request.url])[0] if request else response.url
+    redirected = not same_page(first, response.url)
     return Page(response.status, response.url, headers, response.body, redirected)
 
 

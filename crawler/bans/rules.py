@@ -70,7 +70,7 @@ JS_REDIRECT = re.compile(
 )
 # The URL a JS_REDIRECT sends the browser to, when written out as a string.
 JS_TARGET = re.compile(
-    r"""\blocation(?:\.href)?\s*=(?!=)\s*(["'])([^"'\\]*)\1"""
+    r"""\blocation(?:\.href)?\s*=(?!=)\s*(["'])([^"'\\]*)\1(?=\s*(?:[;}<]|$))"""
     r"""|\blocation\.(?:replace|assign)\s*\(\s*(["'])([^"'\\]*)\3\s*\)""",
     re.IGNORECASE,
 )
@@ -119,6 +119,9 @@ def cloudflare(page: Page) -> Verdict | None:
         or "<title>Just a moment...</title>" in page.text
     )
     if page.status in (403, 429, 503) and challenged:
+        return Verdict(BAN, "cloudflare")
+    # Its own error pages (1020 access denied, 1010, 1015...): a site's 403 has no such markup.
+    if page.status in (403, 429) and b'class="cf-error-code"' in page.body:
         return Verdict(BAN, "cloudflare")
     return None
 
@@ -169,10 +172,9 @@ def challenge_redirect(page: Page) -> Verdict | None:
     """A redirect to a captcha/login/sorry page, or having landed on one by a redirect (a
     site's own login page, asked for as such, is a page like any other)."""
     location = page.header("location")
-    if _challenge_url(page.url) and not page.redirected:
-        return None  # a site's own /login asked for (and its /login/ or https redirect)
-    if 300 <= page.status < 400 and location and _challenge_url(location):
-        return Verdict(BAN, "challenge_redirect")
+    target = urljoin(page.url, location) if 300 <= page.status < 400 and location else ""
+    if target and _challenge_url(target) and not same_page(page.url, target):
+        return Verdict(BAN, "challenge_redirect")  # not a page's own /login/ or https
     if page.status in (200, 403, 429, 503) and page.redirected and _challenge_url(page.url):
         return Verdict(BAN, "challenge_page")
     return None
@@ -241,6 +243,14 @@ def classify(page: Page, rules: Iterable[Rule] = DEFAULT_RULES) -> Verdict:
         if verdict is not None:
             return verdict
     return FINE
+
+
+def same_page(url: str, other: str) -> bool:
+    """Whether two URLs name one page but for the scheme and a trailing slash (``/login`` and
+    ``https://.../login/``)."""
+    one, two = urlsplit(url.strip()), urlsplit(other.strip())
+    same_host = (one.hostname or "") == (two.hostname or "")
+    return same_host and one.path.rstrip("/") == two.path.rstrip("/")
 
 
 def _challenge_url(url: str) -> bool:

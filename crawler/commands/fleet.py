@@ -27,7 +27,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
@@ -82,7 +83,7 @@ class Command(ProjectCommand, ScrapyCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         try:
             self._run(args, opts)
-        except RedisError as exc:  # one line, as `scrapy status` says it, not a traceback
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # one line, as `status` says
             self.redis_unreachable(exc)
 
     def _run(self, args: list[str], opts: argparse.Namespace) -> None:

@@ -119,10 +119,14 @@ def absolute_url(href: str, base: str, encoding: str = "utf-8") -> str | None:
 def _query_encoded(url: str, encoding: str) -> str:
     """``url`` with its query percent-encoded in ``encoding`` (UTF-8 where it cannot hold it,
     as a browser falls back to)."""
+    if encoding.lower().replace("_", "-").startswith(("utf-16", "utf-32")):
+        encoding = "utf-8"  # as browsers take a UTF-16 page's links
     try:
         return safe_url_string(url, encoding=encoding)
     except (UnicodeError, LookupError):
         return safe_url_string(url, encoding="utf-8")
+    except ValueError:  # a port out of range: the link alone is dropped, by the spider's rules
+        return url
 
 
 def _strings(query: etree.XPath, selector: Selector) -> list[str]:

@@ -89,7 +89,7 @@ def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
     users = _path(data, "UserModule", "users")
     page = _path(data, "UserPage")
     if not users:  # the page's own status, or no data: a block
-        return ProfilePage(status=_status(page.get("statusCode")), layout="sigi")
+        return ProfilePage(status=_with_user(_status(page.get("statusCode")), {}), layout="sigi")
     key = next((key for key in (unique_id, page.get("uniqueId")) if _has(users, key)), None)
     key = key or _same_name(users, unique_id)
     if key is None:  # other users only: never one of them stored as the one asked for

@@ -282,7 +282,8 @@ class JobBook:
 
     def paused_jobs(self) -> list[tuple[str, str, str]]:
         """The jobs paused as this worker last read them: id, by whom and why."""
-        return [self.paused_why[number] for number in self.paused if number in self.paused_why]
+        # Read from the metrics thread: an entry may go meanwhile (a resume seen by a tick).
+        return [why for number in self.paused if (why := self.paused_why.get(number))]
 
     def _queue_counts(self, pipe: Any, now: str) -> None:
         """Queue the counts taken since the last tick, a script call a job."""

@@ -34,5 +34,19 @@ class CanonicalFingerprinter:
             url = canonical_url(request.url)
         except BadUrl:  # not a URL the spider follows: as Scrapy takes it
             return self._scrapy.fingerprint(request)
-        same = url == request.url
-        return self._scrapy.fingerprint(request if same else request.replace(url=url))
+        if url == request.url or _to_itself(request, url):
+            return self._scrapy.fingerprint(request)
+        return self._scrapy.fingerprint(request.replace(url=url))
+
+
+def _to_itself(request: Request, url: str) -> bool:
+    """Whether ``request`` is a redirect's target whose canonical URL is that of the URL that
+    redirected to it (``/x`` to ``/x?utm_source=a``): the page itself, fetched as the server
+    asks (its canonical fingerprint, the redirecting request's, is seen already)."""
+    redirects = request.meta.get("redirect_urls")
+    if not redirects:
+        return False
+    try:
+        return canonical_url(redirects[-1]) == url
+    except BadUrl:
+        return False
