@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -14,6 +15,7 @@ from scrapy_playwright.page import PageMethod
 
 from crawler.frontier import codec
 from crawler.frontier.codec import RequestNotSerializable, request_record
+from crawler.frontier.records import pending
 
 
 class _Spider(Spider):
@@ -268,3 +270,26 @@ def test_a_request_subclass_is_stored_in_format_2_and_loads() -> None:
     stored = request_from_dict(codec.loads(codec.dumps(record)), spider=SPIDER)
     assert type(stored) is FormRequest
     assert _same(stored, request)
+
+
+def test_a_browser_page_a_request_still_holds_is_closed_not_stored() -> None:
+    """A maps request sent back (a ban, a redirect) before its callback had the page: the
+    page is closed, and the request is stored without it."""
+
+    class Page:
+        closed = False
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def scheduled() -> tuple[Page, str]:
+        page = Page()
+        request = Request("https://www.google.com/maps/search/x", meta={"playwright_page": page})
+        entry = pending(request, b"\0" * 8, None)
+        await asyncio.sleep(0)  # the close runs on the loop
+        await asyncio.sleep(0)
+        return page, entry.json
+
+    page, stored = asyncio.run(scheduled())
+    assert page.closed
+    assert "playwright_page" not in stored

@@ -5,7 +5,10 @@ fingerprint, priority and due time).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from scrapy import Request
@@ -29,6 +32,10 @@ from crawler.meta import (
 if TYPE_CHECKING:
     from scrapy import Spider
 
+# The scrapy-playwright page a browser request's response carries (PLAYWRIGHT_INCLUDE_PAGE).
+BROWSER_PAGE_META = "playwright_page"
+_CLOSING: set[asyncio.Future[None]] = set()
+
 
 def passes_again(request: Request) -> bool:
     """Whether ``request`` was sent back for its own URL (the mark is used up)."""
@@ -46,6 +53,7 @@ def pending(
     pool proxy's credentials stay out of Redis. ``again``: past the duplicate filter this once
     (sent back), while its record keeps the request's own ``dont_filter``."""
     forget_proxy_secrets(request)
+    _let_go_of_page(request)
     request.meta.pop(PACED_META, None)
     request.meta.pop(HOLD_META, None)
     request.meta.pop(SENT_META, None)
@@ -60,6 +68,22 @@ def pending(
         due=due,
         depth=depth_of(request.meta),
     )
+
+
+def _let_go_of_page(request: Request) -> None:
+    """A browser page the request still holds (sent back, retried or redirected before a
+    callback had it) is closed, never stored: a page object is no JSON, and a page kept open
+    holds one of the browser's PLAYWRIGHT_MAX_PAGES_PER_CONTEXT."""
+    page = request.meta.pop(BROWSER_PAGE_META, None)
+    if page is not None and callable(close := getattr(page, "close", None)):
+        closing = asyncio.ensure_future(_closed(close))
+        _CLOSING.add(closing)  # held until done: a task no one holds may be collected
+        closing.add_done_callback(_CLOSING.discard)
+
+
+async def _closed(close: Callable[[], Awaitable[None]]) -> None:
+    with suppress(Exception):  # closed already, or its browser gone
+        await close()
 
 
 def job_fingerprint(fingerprint: bytes, request: Request) -> bytes:
