@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request, signals
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import CloseSpider, IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
@@ -389,7 +389,8 @@ class LeaseSpiderMiddleware:
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
         if response.request is None:
             return
-        if isinstance(exception, HttpError | IgnoreRequest):
+        if isinstance(exception, HttpError | IgnoreRequest | CloseSpider):
+            # CloseSpider: the spider chose to stop there; its page is done, not a dead letter.
             self.frontier.ledger.finished(response.request)
         elif isinstance(exception, RedisError):
             # Redis was away while the callback handed work on: try the response again later.

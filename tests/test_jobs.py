@@ -17,8 +17,10 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scrapy import Request
-from scrapy.exceptions import UsageError
+from scrapy import Request, Spider
+from scrapy.exceptions import CloseSpider, UsageError
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
 
 from crawler.commands.frontier import deadline, page_budget
 from crawler.frontier import codec, job_control
@@ -38,8 +40,10 @@ from crawler.frontier.leases import LEASE_META, LeaseLedger
 from crawler.frontier.outbox import adopted, settled_here
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
+from crawler.frontier.reports import FrontierReports
 from crawler.keys import FrontierKeys, cancelled_jobs_key, job_key, jobs_key
 from crawler.meta import JOB_META
+from crawler.middlewares import LeaseSpiderMiddleware
 from crawler.spiders.entry_job import entry_job
 from tests.harness import Crawl, Sandbox, Worker, poll
 from tests.test_frontier import fingerprint
@@ -505,6 +509,21 @@ def test_an_id_whose_state_expired_goes_on_under_its_number_until_forgotten(
     assert JobBook(redis_client, KEYS.spider).number("acme") == number
     assert 0 < redis_client.ttl(job_key(KEYS.spider, "acme")) <= JOB_TTL
     assert forget_ended_jobs(redis_client, KEYS) == []  # its state is back
+
+
+def test_close_spider_raised_by_a_callback_acks_its_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spider that stops the crawl from a callback (CloseSpider) chose to: the page that
+    raised it is done, not a dead letter."""
+    crawler = get_crawler(Spider)
+    ledger = LeaseLedger(crawler, "w1")
+    monkeypatch.setattr(FrontierReports, "ledger", property(lambda self: ledger))
+    middleware = LeaseSpiderMiddleware(crawler)
+    request = Request("http://a.test/", meta={LEASE_META: "l1"})
+    ledger.take("l1", 1, request.url)
+    ledger.downloaded(request)
+    response = HtmlResponse(request.url, body=b"<p>", request=request)
+    middleware.process_spider_exception(response, CloseSpider("enough"))
+    assert ledger.ops == [("a", "l1", "")]
 
 
 def test_a_kept_request_of_a_job_acked_before_it_was_written_is_still_settled() -> None:
