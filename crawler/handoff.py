@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis.cluster
+from redis.exceptions import RedisError, ResponseError
 
 from crawler.connection import reply_text
 from crawler.frontier.lua import HAND_OVER, queue_eval
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.frontier.reports import FrontierReports
 
+logger = logging.getLogger(__name__)
 DAY = 86_400.0
 
 
@@ -136,15 +139,30 @@ class RidingHandoff:
         self.riders = riders
         self.reports = reports
         self.count = count
+        lost = self._lost
         self._checks: RiderBatch[_Page] = RiderBatch(
-            riders, "handoff-check", self._queue_check, self._checked, lambda: hold
+            riders, "handoff-check", self._queue_check, self._checked, lambda: hold, lost
         )
         self._pushes: RiderBatch[_Page] = RiderBatch(
-            riders, "handoff-push", self._queue_push, self._pushed, lambda: hold
+            riders, "handoff-push", self._queue_push, self._pushed, lambda: hold, lost
         )
         self._handovers: RiderBatch[_Page] = RiderBatch(
-            riders, "handoff", self._queue_hand_over, self._handed, lambda: hold
+            riders, "handoff", self._queue_hand_over, self._handed, lambda: hold, lost
         )
+        self._said: str | None = None
+
+    def _lost(self, pages: list[_Page], exc: RedisError) -> None:
+        """A hand-off Redis refused (a start list of another type, say) waits and is tried
+        again, as one it could not send; said once in an ERROR, not silently for ever."""
+        if isinstance(exc, ResponseError) and str(exc) != self._said:
+            self._said = str(exc)
+            logger.error(
+                "Hand-off of %d pages' authors refused by Redis (%s): it is tried again; "
+                "fix the key (%s) and it goes through",
+                len(pages),
+                exc,
+                self.handoff.start_key,
+            )
 
     def hand_over(self, entries: dict[str, dict[str, object]], request: Request | None) -> None:
         if not entries:

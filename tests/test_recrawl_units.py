@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pymongo
 import pytest
@@ -24,7 +24,8 @@ from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
 from crawler.config.rules import SettingsError
-from crawler.handoff import Handoff
+from crawler.frontier.riders import Riders
+from crawler.handoff import Handoff, RidingHandoff
 from crawler.items import PageItem, ProfileItem
 from crawler.meta import SENT_BACK_META
 from crawler.preflight import check_settings
@@ -171,6 +172,36 @@ def test_an_author_is_handed_over_again_once_the_record_expires(
     assert redis_client.zrange("{explore}:handed_until", 0, -1) == [b"a"]
     pushed = [json.loads(raw) for raw in redis_client.lrange("profiles:start_urls", 0, -1)]
     assert sorted(entry["unique_id"] for entry in pushed) == ["a", "a", "b"]
+
+
+def test_a_hand_off_redis_refuses_is_said_once_and_tried_again(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The receiving spider's start list is a set (scrapy-redis's REDIS_START_URLS_AS_SET): the
+    hand-off waits and is tried again, and an ERROR says why, once."""
+    redis_client.sadd("profiles:start_urls", "left.over")
+    riders = Riders()
+    riders.carried = True
+    handoff = Handoff(redis_client, "profiles:start_urls", "{explore}:handed")
+    riding = RidingHandoff(handoff, riders, cast(Any, _NoLedger()), 0.0, lambda n: None)
+    riding.hand_over({"a.b": {"unique_id": "a.b"}}, Request("https://x.test/feed"))
+    for _ in range(3):
+        riders.send(redis_client)
+    refused = [r for r in caplog.records if r.levelname == "ERROR" and "refused" in r.message]
+    assert len(refused) == 1
+    assert "profiles:start_urls" in refused[0].message
+    redis_client.delete("profiles:start_urls")
+    riders.send(redis_client)
+    assert redis_client.lrange("profiles:start_urls", 0, -1) == [b'{"unique_id": "a.b"}']
+
+
+class _NoLedger:
+    class ledger:
+        @staticmethod
+        def item_started(request: Request) -> None: ...
+
+        @staticmethod
+        def item_finished(request: Request) -> None: ...
 
 
 def test_an_author_whose_profile_has_a_revisit_waiting_is_not_handed_over(
