@@ -357,6 +357,8 @@ def test_stats_count_each_retry_by_reason() -> None:
         pytest.param(b"1.5", 0.0, id="fraction"),
         pytest.param(b"", 0.0, id="blank"),
         pytest.param(None, 0.0, id="absent"),
+        pytest.param(b"1.5", 1.5, id="decimal"),
+        pytest.param(b"-3", 0.0, id="negative"),
     ],
 )
 def test_retry_after(value: bytes | None, seconds: float) -> None:

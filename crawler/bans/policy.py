@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
@@ -152,6 +153,9 @@ def retry_later(
     return retry
 
 
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
 def page_of(response: Response) -> Page:
     """The response as the ban rules read it."""
     headers = {
@@ -166,14 +170,19 @@ def page_of(response: Response) -> Page:
 
 
 def retry_after(response: Response, maximum: float = math.inf) -> float:
-    """Seconds of a Retry-After (seconds or HTTP date), at most ``maximum``; 0 if unreadable."""
+    """Seconds of a Retry-After (seconds, with decimals too, or an HTTP date), at most
+    ``maximum``; 0 if unreadable or "now" (0, a date passed), which the host breaker takes for
+    no header: the server gave no wait to keep to."""
     value = response.headers.get(b"Retry-After")
     if not value:
         return 0.0
     text = value.decode("latin-1").strip()
-    if text.isdecimal() and text.isascii():
-        return min(maximum, float(text))
     try:
-        return min(maximum, max(0.0, parsedate_to_datetime(text).timestamp() - time.time()))
+        seconds = float(text) if _NUMBER.fullmatch(text) else _until(text)
     except (TypeError, ValueError, OverflowError):
         return 0.0
+    return min(maximum, max(0.0, seconds))
+
+
+def _until(date: str) -> float:
+    return parsedate_to_datetime(date).timestamp() - time.time()
