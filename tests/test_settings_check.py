@@ -209,6 +209,20 @@ def test_components_raise_settings_error(component: Any, name: str, value: Any) 
         component.from_crawler(crawler)
 
 
+def test_item_pipelines_without_the_mongodb_pipeline_say_items_are_not_stored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A project that keeps its own ITEM_PIPELINES (a scrapy-redis example's) stores nothing in
+    MongoDB: not an error, never silent."""
+    own = {"scrapy_redis.pipelines.RedisPipeline": 400}
+    SettingsCheck.from_crawler(get_crawler(ProfilesSpider, settings_dict=_project()))
+    assert "items are not stored" not in caplog.text
+    SettingsCheck.from_crawler(
+        get_crawler(ProfilesSpider, settings_dict=_project(ITEM_PIPELINES=own))
+    )
+    assert "ITEM_PIPELINES has no crawler.pipelines.MongoPipeline" in caplog.text
+
+
 def test_frontier_checks_need_a_list_at_the_start_key(redis_client: redis.Redis) -> None:
     keys = FrontierKeys("profiles", "profiles:start_urls")
     check_frontier(redis_client, keys, "bloom")

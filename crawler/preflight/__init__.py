@@ -8,6 +8,7 @@ their settings through the same rules; none switches itself off for a bad value.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -36,6 +37,8 @@ from crawler.uris import mask_uri
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CROSS_CHECKS",
@@ -229,4 +232,10 @@ class SettingsCheck:
     def from_crawler(cls, crawler: Crawler) -> SettingsCheck:
         check_settings(crawler.settings)
         check_components(crawler.settings)
+        if not _enabled(crawler.settings, "ITEM_PIPELINES", MongoPipeline):
+            # Not an error (a project may store items its own way), but never silent.
+            logger.warning(
+                "ITEM_PIPELINES has no crawler.pipelines.MongoPipeline: items are not stored "
+                "in MongoDB; ITEM_PIPELINES = {**ITEM_PIPELINES, ...} keeps the project's"
+            )
         return cls(crawler)
