@@ -371,3 +371,23 @@ def test_retry_after_http_date_in_the_future() -> None:
     headers = {"Retry-After": _http_date(300)}
     response = Response(URL, status=503, headers=headers, request=Request(URL))
     assert 298 <= retry_after(response) <= 300
+
+
+def test_the_browsers_network_errors_are_retried_for_maps() -> None:
+    """A search the browser could not reach (net::ERR_CONNECTION_REFUSED, a navigation
+    timeout) is retried as a download error is, not dead-lettered at once."""
+    from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+    from crawler.spiders.maps import MapsSpider
+
+    defaults = {n: getattr(project_settings, n) for n in dir(project_settings) if n.isupper()}
+    crawler = get_crawler(MapsSpider, settings_dict=defaults)
+    crawler.spider = crawler._create_spider()
+    mw = BackoffRetryMiddleware.from_crawler(crawler)
+    for error in (
+        PlaywrightError("net::ERR_CONNECTION_REFUSED at https://www.google.com/maps/search/x"),
+        PlaywrightTimeout("Timeout 30000ms exceeded"),
+    ):
+        retry = mw.process_exception(Request(URL), error)
+        assert isinstance(retry, Request), error

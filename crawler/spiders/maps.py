@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from scrapy import Request, signals
+from scrapy.settings import default_settings
 from scrapy_playwright.page import PageMethod
 
 from crawler.config import setting, setting_int
@@ -75,6 +76,9 @@ class MapsSpider(RedisFedSpider):
             "http": "crawler.browser.BrowserHandler",
             "https": "crawler.browser.BrowserHandler",
         },
+        # The browser's own network errors and timeouts (net::ERR_CONNECTION_REFUSED, a
+        # navigation timeout) are retried as Scrapy's download errors are.
+        "RETRY_EXCEPTIONS": [*default_settings.RETRY_EXCEPTIONS, "playwright.async_api.Error"],
         # Places change slowly: revisited after a week, then 1 day..90 days.
         "RECRAWL_ENABLED": True,
         "RECRAWL_INITIAL_INTERVAL": 7 * 86_400.0,
