@@ -21,6 +21,7 @@ from crawler.fleet.autoscaler import Autoscaler, Engine, Step
 from crawler.fleet.local import LocalWorkers
 from crawler.fleet.measure import RedisMark, fleet_sizing, local_beats
 from crawler.fleet.plan import Plan, explain, parse_duration, plan
+from crawler.observability.report import spider_settings
 from crawler.observability.sizing import Sizing, SizingConfig
 
 if TYPE_CHECKING:
@@ -61,8 +62,7 @@ def add_sizing_options(parser: argparse.ArgumentParser) -> None:
 def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -> Settings:
     """The project's settings as ``spider``'s workers have them, with the options' AUTOSCALE_*
     (UsageError naming the setting when one is refused)."""
-    ours = settings.copy()
-    get_spider_loader(settings).load(spider).update_settings(ours)
+    ours = spider_settings(settings, get_spider_loader(settings).load(spider))
     for option, name in OPTION_SETTINGS.items():
         if getattr(opts, option) is not None:
             ours.set(name, getattr(opts, option), priority="cmdline")

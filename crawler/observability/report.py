@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy.settings import BaseSettings
 
@@ -40,6 +40,9 @@ URL_META = ("proxy", "_auth_proxy")
 DEAD_LETTERS_SHOWN = 10
 
 
+AnySettings = TypeVar("AnySettings", bound="BaseSettings")
+
+
 def fleet_report(
     server: RedisClient,
     settings: BaseSettings,
@@ -62,7 +65,7 @@ def fleet_report(
     return report
 
 
-def spider_settings(settings: BaseSettings, spidercls: Any) -> BaseSettings:
+def spider_settings(settings: AnySettings, spidercls: Any) -> AnySettings:
     """The project's settings as the workers of ``spidercls`` run with them (its own
     ``custom_settings``: the ``domains`` spider paces nothing and has no failure threshold)."""
     own = settings.copy()
