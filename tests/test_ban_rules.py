@@ -478,12 +478,6 @@ NOT_BANS = [
 ]
 
 
-@pytest.mark.parametrize(("page", "rule"), BANS)
-def test_bans_are_caught_by_the_right_rule(page: Response, rule: str) -> None:
-    verdict = classify(page_of(page))
-    assert (verdict.kind, verdict.rule) == ("ban", rule)
-
-
 AKAMAI_INTERSTITIAL = (
     '<html><head><meta http-equiv="refresh" content="5; URL=\'/?bm-verify=AAQ\'"></head>'
     '<body><script>var i = 12; var j = i + Number("34");'
@@ -557,9 +551,11 @@ PROTECTIONS = [
 ]
 
 
-@pytest.mark.parametrize(("page", "rule"), PROTECTIONS)
-def test_bot_protections_are_caught_by_what_only_they_send(page: Response, rule: str) -> None:
-    assert classify(page_of(page)) == Verdict("ban", rule)
+@pytest.mark.parametrize(("page", "rule"), [*BANS, *PROTECTIONS])
+def test_bans_are_caught_by_the_right_rule(page: Response, rule: str) -> None:
+    """Each ban page, those of bot protections by what only they send among them."""
+    verdict = classify(page_of(page))
+    assert (verdict.kind, verdict.rule) == ("ban", rule)
 
 
 @pytest.mark.parametrize(
