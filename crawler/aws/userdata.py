@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
+from crawler.aws.config import SECRET_MODES
 from crawler.bans.policy import EXIT_BANNED
 from crawler.bans.ratelimit import EXIT_RATE_LIMITED
 from crawler.config.rules import EXIT_BAD_SETTING
@@ -91,8 +92,8 @@ def render(
 ) -> str:
     """The user-data script of a worker of ``spider``: REDIS_URL and MONGO_URI read from the SSM
     parameters ``ssm_names`` (``secrets`` "ssm"), or ``env_values`` written into it ("env")."""
-    if secrets not in ("ssm", "env"):
-        raise ValueError(f"secrets mode {secrets!r}: 'ssm' or 'env'")
+    if secrets not in SECRET_MODES:
+        raise ValueError(f"secrets mode {secrets!r}: one of {SECRET_MODES}")
     if secrets == "ssm":
         lines = [_ssm(variable, ssm_names[variable]) for variable in ("REDIS_URL", "MONGO_URI")]
     else:

@@ -60,7 +60,7 @@ class JobStatus:
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in ("pages", "removed")}
         numbers |= {"items": self.items, "errors": self.errors}
-        times = {name: _time(self.state.get(name)) for name in TIMES}
+        times = _times(self.state)
         counted = {"queued": self.queued, "delayed": self.delayed, "leased": self.leased}
         counted |= {"paused_requests": self.parked, "start_entries": self.starts}
         counted |= {"done": self.done, "dead_letters": self.dead}
@@ -174,6 +174,11 @@ def _strings(raw: dict[Any, Any]) -> dict[str, str]:
     return {reply_text(name): reply_text(value) for name, value in raw.items()}
 
 
+def _times(state: Mapping[str, str]) -> dict[str, float | None]:
+    """A job's times (TIMES) as its state hash holds them, None where it has none."""
+    return {name: _time(state.get(name)) for name in TIMES}
+
+
 def _time(value: str | None) -> float | None:
     try:
         return float(value) if value is not None else None
@@ -200,7 +205,7 @@ def recent_jobs(server: RedisClient, spider: str) -> list[dict[str, Any]]:
         state = _strings(raw)
         _, items, errors, _ = _ended(ended, dead)
         counts = {"pages": int(state.get("pages", 0)), "items": items, "errors": errors}
-        times = {key: _time(state.get(key)) for key in TIMES}
+        times = _times(state)
         why = state.get("paused_by") and f"{state['paused_by']}: {state.get('paused_reason')}"
         jobs.append(
             {"job": name, "state": _state(times, now), **counts, **times, "why": why or None}
