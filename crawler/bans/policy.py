@@ -61,6 +61,8 @@ class BanPolicy:
         # A spider may leave default rules out by name (``links``: a site's own 403, a private
         # file, is a page's error, not a block of the whole domain).
         left_out = set(getattr(crawler.spidercls, "ban_rules_left_out", ()))
+        if unknown := left_out - {rule.__name__ for rule in DEFAULT_RULES}:
+            raise ValueError(f"ban_rules_left_out names no default rule: {sorted(unknown)}")
         own = tuple(rule for rule in DEFAULT_RULES if rule.__name__ not in left_out)
         self.rules: tuple[Rule, ...] = (*extra, *own)
 
