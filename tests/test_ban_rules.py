@@ -662,6 +662,16 @@ def verdict(middlewares: dict[str, BanMiddleware]) -> Callable[[str, Response], 
     return check
 
 
+def test_a_rule_left_out_by_a_name_no_rule_has_is_refused() -> None:
+    from crawler.spiders.links import LinksSpider
+
+    class Misspelt(LinksSpider):
+        ban_rules_left_out = ("forbiden",)
+
+    with pytest.raises(ValueError, match="forbiden"):
+        _middleware(Misspelt)
+
+
 def test_a_sites_own_403_is_a_links_pages_error_but_a_protections_403_a_ban() -> None:
     """The links spider crawls any site: its private file's 403 is that page's error (not a
     block of the whole domain); a protection's 403 is a ban for it as for any spider."""
