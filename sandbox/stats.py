@@ -61,8 +61,11 @@ class TrafficStats:
         self.first_seen: dict[str, float] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
 
-    def record_request(self, client: str, key: str, path_qs: str, status: int) -> None:
-        """Count one answered (or dropped, ``status`` 0) request."""
+    def record_request(
+        self, client: str, key: str, path_qs: str, status: int, arrived: float | None = None
+    ) -> None:
+        """Count one answered (or dropped, ``status`` 0) request, which reached the sandbox at
+        ``arrived`` (Unix time; now when not given)."""
         now = time.time()
         self.total += 1
         self.by_path[key] += 1
@@ -70,7 +73,15 @@ class TrafficStats:
         self.by_client_path[client][key] += 1
         self.by_status[str(status)] += 1
         self.first_seen.setdefault(key, now)
-        self.requests.append({"t": now, "client": client, "path": path_qs, "status": status})
+        self.requests.append(
+            {
+                "t": now,
+                "arrived": now if arrived is None else arrived,
+                "client": client,
+                "path": path_qs,
+                "status": status,
+            }
+        )
 
     def record_ban_issued(self) -> None:
         """Count a client newly banned."""
@@ -113,13 +124,14 @@ def traffic_middleware(stats: TrafficStats) -> Middleware:
             return await handler(request)
         client = client_address(request)
         key = path_key(request.path, request.query_string)
+        arrived = time.time()  # before the latency and the handler: when the request came
         try:
             response = await handler(request)
         except web.HTTPException as exc:
-            stats.record_request(client, key, request.path_qs, exc.status)
+            stats.record_request(client, key, request.path_qs, exc.status, arrived)
             raise
         status = STATUS_DROPPED if isinstance(response, DroppedResponse) else response.status
-        stats.record_request(client, key, request.path_qs, status)
+        stats.record_request(client, key, request.path_qs, status, arrived)
         return response
 
     return record

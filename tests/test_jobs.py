@@ -680,7 +680,7 @@ def test_two_jobs_cancel_one_mid_crawl_and_the_other_completes(
             assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
 
     served = sandbox.admin("stats")["requests"]
-    arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
+    arrivals = [(entry["arrived"], entry["path"][2:]) for entry in served]
     late = [user for when, user in arrivals if user in USERS["A"] and when > cancelled_at + 5]
     assert late == [], f"{len(late)} requests of the cancelled job reached the site"
     stored = {doc["unique_id"]: doc.get("job") for doc in crawl.mongo.db.profiles.find({})}
@@ -725,7 +725,7 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
             assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
 
     served = sandbox.admin("stats")["requests"]
-    arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
+    arrivals = [(entry["arrived"], entry["path"][2:]) for entry in served]
     window = [user for when, user in arrivals if paused_at + 3 < when < resumed_at]
     assert [user for user in window if user in USERS["A"]] == [], "A fetched while paused"
     assert any(user in USERS["B"] for user in window), "B waited for A"
@@ -935,7 +935,7 @@ def test_any_sequence_of_job_pause_resume_cancel_and_kill_loses_nothing_else(
         for worker in fleet.alive():
             assert worker.wait(120) == 0, worker.log.read_text()[-3000:]
     served = sandbox.admin("stats")["requests"]
-    arrivals = [(entry["t"] - LATENCY, entry["path"][2:]) for entry in served]
+    arrivals = [(entry["arrived"], entry["path"][2:]) for entry in served]
     early = [
         (round(when - start, 2), user)
         for start, until in fleet.quiet

@@ -282,7 +282,7 @@ def test_a_polite_crawl_talks_to_redis_about_once_a_page(
     assert 0 < taken < 2 * len(users), sites
     assert late <= len(users), sites
     # The rest, but the reads of the pause key (one a second, on a trip of their own when none
-    # goes within half a second): a bound against a regression (the round-trip goal is
+    # goes within a quarter second): a bound against a regression (the round-trip goal is
     # retired), with room for what a loaded machine adds.
     reads = result["pause_reads"]
     assert reads > 0

@@ -7,11 +7,13 @@ Unix time; ``by``; ``reason``) and ``resume`` deletes it; other tools do the sam
 Each worker reads the key at most every CHECK_INTERVAL seconds, riding the scheduler's next
 round trip (a pop, a flush, a lease renewal, see ``riders.py``), or on a trip of its own when
 none went within RIDE_WITHIN seconds (the scheduler's tick sends it): so a worker notices a
-pause or a resume within CHECK_INTERVAL + RIDE_WITHIN + FRONTIER_FLUSH_INTERVAL (under 2 s with
-the defaults), popping or not. While paused the scheduler hands the engine no request (it pops
-none, and the requests and turns it holds wait, their leases renewed as always), holds back
-the ones the engine had but not sent yet (at the send gate's middleware), and says it has
-requests pending, so the crawl never closes as idle; pages in flight finish and are stored.
+pause or a resume within CHECK_INTERVAL + RIDE_WITHIN + 2 x FRONTIER_FLUSH_INTERVAL (the tick
+asks for the read, then sends it), popping or not: 1.75 s with the defaults, which leaves a
+busy machine a quarter second of the 2 s the commands promise. While paused the scheduler hands
+the engine no request (it pops none, and the requests and turns it holds wait, their leases
+renewed as always), holds back the ones the engine had but not sent yet (at the send gate's
+middleware), and says it has requests pending, so the crawl never closes as idle; pages in
+flight finish and are stored.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 # Seconds between two reads of the pause key by one worker, and the longest a read waits for a
 # round trip that goes anyway before it goes on its own.
 CHECK_INTERVAL = 1.0
-RIDE_WITHIN = 0.5
+RIDE_WITHIN = 0.25
 RIDER = "frontier-pause"
 # Characters kept of a reason or a name ("by").
 MAX_TEXT = 300

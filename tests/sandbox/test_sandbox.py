@@ -598,8 +598,14 @@ def test_drop_fault(site: Site) -> None:
 def test_latency(site: Site) -> None:
     site.configure({"latency_ms": 250})
     started = time.monotonic()
+    sent = time.time()
     site.get(explore_path(1))
     assert time.monotonic() - started >= 0.25
+    (entry,) = site.stats()["requests"]
+    # Stamped as it arrived, and as it was answered: the latency between (tests count
+    # arrivals at the server).
+    assert sent <= entry["arrived"] < sent + 0.2
+    assert entry["t"] - entry["arrived"] >= 0.25
 
 
 # --- admin ----------------------------------------------------------------------------------
