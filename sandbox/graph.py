@@ -6,8 +6,9 @@ order matters (sandbox/web.py generates its sites; this one is given, page by pa
 links the paths it lists; a page with ``after`` holds its answer until each of those paths has
 been asked for (at most ``hold_s`` seconds), so a test decides which of two paths a crawl finds
 first, whatever the machine's load. Any other path answers 404 (robots.txt too: everything is
-allowed). ``GET /__admin__/graph`` answers the requests in the order they came, each with its
-path, when it came, when it was answered, and whether a page's wait ran out (``held_out``).
+allowed). A page is its path, whatever the query. ``GET /__admin__/graph`` answers the
+requests in the order they came, each with its path, its query as sent, when it came, when it
+was answered, and whether a page's wait ran out (``held_out``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ class Graph:
                 await asyncio.wait_for(self.asked[other].wait(), came + self.hold_s - time.time())
             except TimeoutError:
                 held_out = True
-        self.log.append({"path": path, "came": came, "answered": time.time(), "held_out": held_out})
+        query = request.raw_path.partition("?")[2]  # as the client wrote it
+        answered = time.time()
+        self.log.append(
+            {"path": path, "query": query, "came": came, "answered": answered, "held_out": held_out}
+        )
         if page is None:
             return web.Response(status=404, text="<html>Not found</html>", content_type="text/html")
         port = request.host.rsplit(":", 1)[1] if ":" in request.host else ""

@@ -111,3 +111,32 @@ def test_each_page_is_stored_at_its_shortest_link_path(
     asked = Counter(entry["path"] for entry in log if entry["path"] != "/robots.txt")
     again = {f"{top}/{name}" for top in tops for name in ("target", "t1")}
     assert asked == {page: 1 + (page in again) for page in depths}
+
+
+def test_a_link_is_asked_for_with_its_query_as_the_page_wrote_it(
+    crawl: Crawl, redis_client: redis.Redis, graph: Sandbox, tmp_path: Path
+) -> None:
+    """A site may read a query's order and escapes: the request goes with the link's own (its
+    tracking parameters left out), while the duplicate filter knows its page by the canonical
+    URL, so two links to one page in another order fetch it once."""
+    pages = {
+        "/": {"links": ["/search?q=a%2Fb&page=2&utm_source=mail", "/list?b=2&a=1"]},
+        "/search": {"links": ["/search?page=2&q=a%2Fb", "/list?a=1&b=2"]},
+        "/list": {"links": []},
+    }
+    graph.admin("graph", {"pages": pages})
+    home = f"http://graph.test:{urlsplit(graph.url).port}/"
+    redis_client.lpush("links:start_urls", json.dumps({"url": home}))
+    settings = links_settings(LINKS_SITEMAPS=False, MAX_IDLE_TIME_BEFORE_CLOSE=1)
+    result = crawl("links", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = graph.admin("graph")["log"]
+    asked = sorted((entry["path"], entry["query"]) for entry in log)
+    assert asked == [
+        ("/", ""),
+        ("/list", "b=2&a=1"),
+        ("/robots.txt", ""),
+        ("/search", "q=a%2Fb&page=2"),
+    ]
+    urls = {doc["url"] for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
+    assert urls == {home, f"{home}list?a=1&b=2", f"{home}search?page=2&q=a%2Fb"}

@@ -8,7 +8,7 @@ import gzip
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import pytest
 import redis
@@ -30,8 +30,10 @@ from crawler.links.urls import (
     canonical_url,
     in_scope,
     is_calendar,
+    is_tracking,
     link_priority,
     registered_domain,
+    request_url,
     scope_root,
 )
 from crawler.meta import DEPTH_META
@@ -92,6 +94,51 @@ def test_canonical_url_is_stable(scheme: str, host: str, path: str, query: str) 
     assert canonical_url(once) == once
     assert urlsplit(once).scheme in ("http", "https")
     assert "#" not in once
+
+
+@pytest.mark.parametrize(
+    ("url", "sent"),
+    [
+        # A site's own query, in its order and escapes; tracking parameters and fragment gone.
+        ("HTTP://Example.ORG:80/s?q=a%2Fb&b=2&a=1#frag", "http://example.org/s?q=a%2Fb&b=2&a=1"),
+        ("http://example.org/p?utm_source=x&id=3&fbclid=z&x", "http://example.org/p?id=3&x"),
+        ("http://example.org/p?a+b=1&%75tm_x=2", "http://example.org/p?a+b=1"),
+        ("https://example.org:443", "https://example.org/"),
+    ],
+)
+def test_request_url_keeps_the_query_as_the_page_wrote_it(url: str, sent: str) -> None:
+    assert request_url(url) == sent
+    assert canonical_url(sent) == canonical_url(url)
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from(["http", "https", "HTTP"]),
+    st.from_regex(r"[a-z0-9]{1,10}(\.[a-z0-9]{1,10}){0,3}", fullmatch=True),
+    st.text(max_size=40),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["id", "utm_source", "q", "Fbclid", "a b", "%75tm_x", "ref"]),
+            st.text(max_size=8),
+        ),
+        max_size=5,
+    ),
+)
+def test_a_link_is_asked_for_by_a_url_of_its_own_page(
+    scheme: str, host: str, path: str, query: list[tuple[str, str]]
+) -> None:
+    """Whatever a page links to: the URL asked for is the link's page to the duplicate filter
+    (one canonical URL), keeps what is not tracking in its order, and asking again is the same."""
+    url = f"{scheme}://{host}/{path}?" + "&".join(f"{name}={value}" for name, value in query)
+    try:
+        sent = request_url(url)
+    except BadUrl:
+        return
+    assert canonical_url(sent) == canonical_url(url)
+    assert request_url(sent) == sent
+    assert "#" not in sent
+    names = [unquote_plus(pair.split("=", 1)[0]) for pair in urlsplit(sent).query.split("&")]
+    assert not any(is_tracking(name) for name in names)
 
 
 def test_url_rules() -> None:

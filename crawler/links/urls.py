@@ -3,7 +3,8 @@ what order. Pure functions, no I/O.
 
 A canonical URL (:func:`canonical_url`) has its scheme and host in lower case, no default port, no
 fragment, its query sorted (w3lib) and no tracking parameters (:data:`TRACKING_PARAMS`): the
-frontier's dupefilter sees ``/a?utm_source=x#top`` and ``/a`` as one page.
+frontier's dupefilter sees ``/a?utm_source=x#top`` and ``/a`` as one page. A request goes to
+the link's :func:`request_url`: the same, but its query in its own order and escapes.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import tldextract
 from scrapy.linkextractors import IGNORED_EXTENSIONS
-from w3lib.url import canonicalize_url
+from w3lib.url import canonicalize_url, safe_url_string
 
 from crawler.uris import WEB_PORTS, is_ip
 
 SCHEMES = frozenset({"http", "https"})
+# What a browser strips from both ends of a link (WHATWG URL: C0 controls and space), not
+# other white space, which belongs to the URL (U+0085 is escaped as any other character).
+C0_OR_SPACE = "".join(map(chr, range(0x21)))
 # Query parameters that only say where a visitor came from, removed from every URL: exact
 # names, and every name starting with one of TRACKING_PREFIXES (compared in lower case). Not
 # names a site may page or search with (``si``, ``ref``).
@@ -61,9 +65,21 @@ def is_tracking(name: str) -> bool:
 
 @lru_cache(maxsize=65536)
 def canonical_url(url: str) -> str:
-    """The canonical form of an absolute http(s) URL without credentials, else BadUrl; cached."""
+    """The canonical form of an absolute http(s) URL without credentials, else BadUrl; cached.
+    What the duplicate filter and the stored pages know a page by, never what is sent: its
+    query sorted and its escapes redone, it may not be the page (see :func:`request_url`)."""
+    return canonicalize_url(request_url(url), keep_fragments=False)
+
+
+@lru_cache(maxsize=65536)
+def request_url(url: str) -> str:
+    """The URL the spider asks for ``url`` by (else BadUrl): the link as the page wrote it,
+    its scheme and host in lower case, no default port, fragment or tracking parameters; the
+    rest of its query in its own order and escapes (a site may read ``?b=1&a=2`` otherwise
+    than ``?a=2&b=1``, or ``%2F`` otherwise than ``/``); what is not ASCII escaped, as Scrapy
+    sends it."""
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url.strip(C0_OR_SPACE))
         port = parts.port
     except ValueError:
         raise BadUrl("malformed") from None
@@ -78,12 +94,15 @@ def canonical_url(url: str) -> str:
     netloc = host if port in (None, WEB_PORTS[scheme]) else f"{host}:{port}"
     if ":" in host:
         netloc = f"[{host}]" if port in (None, WEB_PORTS[scheme]) else f"[{host}]:{port}"
-    query = parts.query
-    pairs = parse_qsl(query, keep_blank_values=True)
-    if any(is_tracking(name) for name, _ in pairs):
-        query = urlencode([(name, value) for name, value in pairs if not is_tracking(name)])
-    rebuilt = urlunsplit((scheme, netloc, parts.path or "/", query, ""))
-    return canonicalize_url(rebuilt, keep_fragments=False)
+    query = _without_tracking(parts.query)
+    return safe_url_string(urlunsplit((scheme, netloc, parts.path or "/", query, "")))
+
+
+def _without_tracking(query: str) -> str:
+    """``query`` without its tracking parameters, the others as written."""
+    pairs = query.split("&")
+    kept = [pair for pair in pairs if not is_tracking(unquote_plus(pair.split("=", 1)[0]))]
+    return query if len(kept) == len(pairs) else "&".join(kept)
 
 
 def host_of(url: str) -> str:

@@ -41,6 +41,7 @@ from crawler.links.urls import (
     in_scope,
     is_calendar,
     link_priority,
+    request_url,
     same_domain,
     scope_root,
 )
@@ -188,8 +189,8 @@ class LinksSpider(RedisFedSpider):
             value = f"{self.default_scheme}://{value.strip()}"
         self.start_url(value)  # no base URL: any http(s) host
         try:
-            url = canonical_url(value)
-            root = scope_root(url, scope)
+            url = request_url(value)
+            root = scope_root(canonical_url(url), scope)
         except BadUrl as exc:
             raise InvalidStartEntry("bad_url", exc.reason) from None
         state = {
@@ -198,7 +199,7 @@ class LinksSpider(RedisFedSpider):
             "max_pages": max_pages,
             "scope": scope,
             "root": root,
-            "start": hashlib.blake2b(url.encode(), digest_size=6).hexdigest(),
+            "start": hashlib.blake2b(canonical_url(url).encode(), digest_size=6).hexdigest(),
             "hops": 0,
         }
         return self._page_request(url, state, priority=10)
@@ -304,18 +305,20 @@ class LinksSpider(RedisFedSpider):
             body=zlib.compress(response.body[: self.body_max_bytes]) if self.store_body else None,
         )
 
-    def _canonical_links(self, links: Iterable[str]) -> list[str]:
-        canonical: dict[str, None] = {}
+    def _canonical_links(self, links: Iterable[str]) -> dict[str, str]:
+        """Each page the links lead to once: its canonical URL, and the URL of the first link
+        to it, which is asked for (``urls.request_url``)."""
+        canonical: dict[str, str] = {}
         for link in links:
             try:
-                canonical.setdefault(canonical_url(link), None)
+                canonical.setdefault(canonical_url(link), request_url(link))
             except BadUrl as exc:
                 self.count(f"links/skipped/{exc.reason}")
-        return list(canonical)
+        return canonical
 
     def _follow(
         self,
-        links: list[str],
+        links: dict[str, str],
         host: str,
         state: dict[str, Any],
         backlinks: dict[str, int],
@@ -324,13 +327,13 @@ class LinksSpider(RedisFedSpider):
         depth = int(state["depth"]) + 1
         if depth > state["max_depth"]:
             return
-        for link in links:
+        for link, url in links.items():
             child = self._child_state(link, state, depth)
             if child is not None and self._first_ask(link, depth):
                 target = host_of(link)
                 same = target == host
                 rank = link_priority(depth, same, backlinks.get(target, 0))
-                yield self._page_request(link, child, rank, delay if same else None)
+                yield self._page_request(url, child, rank, delay if same else None)
 
     def _first_ask(self, link: str, depth: int) -> bool:
         """False for a link this worker has followed before at ``depth`` or less (counted as
@@ -395,7 +398,7 @@ class LinksSpider(RedisFedSpider):
             return
         key = self._sitemap_key(state, host, kind)
         most = state["max_pages"] or SITEMAP_ENTRIES_UNBUDGETED
-        for link in self._canonical_links(locations):
+        for link, url in self._canonical_links(locations).items():
             if host_of(link) != host:
                 self.count("links/skipped/sitemap_foreign")
                 continue
@@ -403,9 +406,9 @@ class LinksSpider(RedisFedSpider):
                 self.count("links/skipped/sitemap_over_budget")
                 return
             if kind == "sitemapindex":
-                request = self._sitemap_request(link, state, level)
+                request = self._sitemap_request(url, state, level)
             elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
-                request = self._page_request(link, child, priority=-2 + 1)
+                request = self._page_request(url, child, priority=-2 + 1)
             else:
                 continue
             self.sitemap_entries[key] += 1
