@@ -150,6 +150,14 @@ class Crawl:
         )
 
 
+class StillRunning(subprocess.TimeoutExpired):
+    """A background worker still running after the time it was waited for; says how its log
+    ends (what it was waiting for)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}; its log ends:\n{self.output}"
+
+
 @dataclass(eq=False)
 class Worker:
     """A crawl running in the background (``background``), its output in ``log``."""
@@ -170,8 +178,12 @@ class Worker:
         return self.process.poll()
 
     def wait(self, timeout: float | None = None) -> int:
-        """Its exit status; ``subprocess.TimeoutExpired`` if it still runs after ``timeout``."""
-        return self.process.wait(timeout)
+        """Its exit status; ``StillRunning`` (a ``subprocess.TimeoutExpired`` that shows the end
+        of its log) if it still runs after ``timeout``."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise StillRunning(exc.cmd, exc.timeout, self.log_text()[-4000:]) from None
 
     def send_signal(self, signal_number: int) -> None:
         self.process.send_signal(signal_number)
