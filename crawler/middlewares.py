@@ -91,7 +91,7 @@ class BanMiddleware:
         policy = RatePolicy.from_settings(settings)
         server, riders = crawl_redis(crawler), Riders.of(crawler)
         fleet = FleetPoliteness(server, crawler.spidercls.name, policy, riders=riders)
-        pool = IdentityPool(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
+        pool = IdentityPool(setting(settings, "BIND_ADDRESSES"), setting(settings, "PROXY_POOL"))
         return cls(crawler, fleet, pool)
 
     async def process_request(self, request: Request) -> Request | None:

@@ -162,7 +162,7 @@ def test_rotate_policy_cools_down_only_the_banned_address(
         "profiles",
         settings={
             "BAN_POLICY": "rotate",
-            "BIND_ADDRESSES": ",".join(addresses),
+            "BIND_ADDRESSES": ", ".join(addresses),  # as a command line writes a list
             "BAN_COOLDOWN": BAN_SECONDS + 1,
             "CONCURRENT_REQUESTS": 1,
             "BAN_MAX_TIMES": 0,

@@ -206,6 +206,7 @@ def test_the_pop_reads_the_host_python_reads(
     [
         ({}, "default"),
         ({"BIND_ADDRESSES": ["127.0.0.2"]}, "bind:127.0.0.2"),
+        ({"BIND_ADDRESSES": " 127.0.0.2 "}, "bind:127.0.0.2"),  # -s BIND_ADDRESSES=" 127.0.0.2 "
         ({"PROXY_POOL": ["http://user:secret@proxy.test:3128"]}, "proxy:proxy.test:3128"),
         ({"BIND_ADDRESSES": ["127.0.0.2", "127.0.0.3"]}, None),
         ({"DOWNLOADER_MIDDLEWARES": {"crawler.middlewares.BanMiddleware": None}}, None),

@@ -14,13 +14,12 @@ import random
 import re
 import time
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.misc import load_object
 
 from crawler.bans.identities import without_identity
 from crawler.bans.rules import DEFAULT_RULES, Page, Rule, Verdict, classify, same_page
@@ -57,7 +56,7 @@ class BanPolicy:
         self.cooldown: float = setting(settings, "BAN_COOLDOWN")
         self.cooldown_max = cooldown_max(settings)
         self.max_times = setting_int(settings, "BAN_MAX_TIMES", 0)
-        extra = [load_object(path) for path in settings.getlist("BAN_RULES")]
+        extra: list[Any] = setting(settings, "BAN_RULES")  # loaded by its rule
         # A spider may leave default rules out by name (``links``: a site's own 403, a private
         # file, is a page's error, not a block of the whole domain).
         left_out = set(getattr(crawler.spidercls, "ban_rules_left_out", ()))

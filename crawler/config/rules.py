@@ -109,9 +109,12 @@ def as_bool(value: Any) -> bool:
 
 
 def as_list(value: Any) -> list[Any]:
+    """A list, or a comma-separated string's items (``"a, b"``: white space around each is
+    no part of it, which Scrapy's ``getlist`` keeps)."""
     if not isinstance(value, str | list | tuple):
         raise TypeError(value)
-    return BaseSettings({"value": value}).getlist("value")
+    listed = BaseSettings({"value": value}).getlist("value")
+    return [item.strip() if isinstance(item, str) else item for item in listed]
 
 
 def as_dict(value: Any) -> dict[Any, Any]:

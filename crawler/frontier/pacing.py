@@ -105,7 +105,7 @@ def fleet_pacing(settings: BaseSettings, lease_seconds: float) -> Pacing | None:
     """The politeness the frontier's pop and send gate take: POLITENESS_* for the one identity
     of BIND_ADDRESSES and PROXY_POOL; None with several identities (the ban middleware takes
     their tokens) or when no enabled downloader middleware keeps the fleet's politeness."""
-    names = identity_names(settings.getlist("BIND_ADDRESSES"), settings.getlist("PROXY_POOL"))
+    names = identity_names(setting(settings, "BIND_ADDRESSES"), setting(settings, "PROXY_POOL"))
     if len(names) != 1 or not _politeness_kept(settings):
         return None
     pacing = RatePolicy.from_settings(settings).pacing(names[0])
