@@ -20,6 +20,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, from_settings
 
+from crawler import settings as project_settings
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -169,23 +170,37 @@ def crawl_redis(crawler: Crawler) -> RedisClient:
 
 
 def redis_from_settings(settings: BaseSettings) -> RedisClient:
-    """The client for ``REDIS_URL`` and ``REDIS_PARAMS``, as scrapy-redis builds it; with
-    ``REDIS_CLUSTER``, a :class:`RedisCluster` (or ``REDIS_PARAMS``'s RedisCluster class)."""
+    """The client for ``REDIS_URL`` and ``REDIS_PARAMS`` (:func:`redis_params`), as
+    scrapy-redis builds it; with ``REDIS_CLUSTER``, a :class:`RedisCluster` (or
+    ``REDIS_PARAMS``'s RedisCluster class)."""
+    params = redis_params(settings)
     if not settings.getbool("REDIS_CLUSTER"):
-        client: redis.Redis = from_settings(settings)
+        client: redis.Redis = from_settings(_with_params(settings, params))
         return client
-    params = settings.getdict("REDIS_PARAMS")
     configured = params.get("redis_cls")
     if isinstance(configured, str):
         configured = load_object(configured)
     if not (isinstance(configured, type) and issubclass(configured, redis.cluster.RedisCluster)):
         params["redis_cls"] = RedisCluster
-    # What scrapy-redis reads (REDIS_URL, REDIS_HOST, ...), with the cluster class in REDIS_PARAMS.
-    cluster_settings = BaseSettings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
-    cluster_settings.set("REDIS_PARAMS", params)
+    cluster_settings = _with_params(settings, params)
     try:
         cluster: redis.cluster.RedisCluster = from_settings(cluster_settings)
     except ClusterUnavailable as exc:
         url = mask_uri(str(settings.get("REDIS_URL") or ""))
         raise RedisUnavailable(f"Redis Cluster at {url} is unreachable: {exc}") from exc
     return cluster
+
+
+def redis_params(settings: BaseSettings) -> dict[str, Any]:
+    """``REDIS_PARAMS`` over the project's own (crawler/settings.py), as scrapy-redis lays its
+    over its defaults: a run that gives a CA file or a password keeps the client class that
+    reconnects with backoff and the short timeouts (Redis calls run on the reactor thread),
+    unless it names them."""
+    return {**project_settings.REDIS_PARAMS, **settings.getdict("REDIS_PARAMS")}
+
+
+def _with_params(settings: BaseSettings, params: dict[str, Any]) -> BaseSettings:
+    """What scrapy-redis reads (REDIS_URL, REDIS_HOST, ...), with ``params`` as REDIS_PARAMS."""
+    chosen = BaseSettings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
+    chosen.set("REDIS_PARAMS", params)
+    return chosen

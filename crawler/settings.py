@@ -149,9 +149,10 @@ PROXY_POOL: list[str] = []
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # REDIS_CLUSTER (bool, default False): REDIS_URL names a Redis Cluster node. Env REDIS_CLUSTER.
 REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").strip().lower() in {"1", "true", "yes"}
-# REDIS_PARAMS (dict): extra redis-py client arguments; keep redis_cls (it reconnects with
-# backoff) when overriding. Timeouts are short: Redis calls run on the reactor thread. The
-# client speaks RESP2 (no handshake round trips) unless "protocol": 3 is given here.
+# REDIS_PARAMS (dict): redis-py client arguments; a run's own are laid over these (redis_cls,
+# which reconnects with backoff, and the timeouts stay unless named). Timeouts are short: Redis
+# calls run on the reactor thread. The client speaks RESP2 (no handshake round trips) unless
+# "protocol": 3 is given.
 REDIS_PARAMS = {
     "redis_cls": "crawler.connection.Redis",
     "socket_timeout": 5,

@@ -13,6 +13,8 @@ from scrapy import FormRequest, Request
 from scrapy.settings import Settings
 
 from crawler.config.rules import SettingsError
+from crawler.connection import Redis as ReconnectingRedis
+from crawler.connection import redis_from_settings
 from crawler.preflight import check_settings
 from crawler.preflight.scrapy_redis import scrapy_redis_problems
 from crawler.spiders.feed import EntryLimits, InvalidStartEntry
@@ -212,6 +214,24 @@ def test_redis_params_cannot_do_what_the_refused_settings_do(
 
 def test_redis_params_that_agree_pass() -> None:
     check_settings(project_settings(REDIS_PARAMS={"decode_responses": False, "encoding": "utf8"}))
+
+
+@pytest.mark.parametrize(
+    ("params", "timeout"),
+    [
+        ('{"ssl_ca_certs": "/etc/ssl/redis-ca.pem"}', 5),  # -s REDIS_PARAMS=..., a CA file
+        ({"socket_timeout": 1, "ssl_ca_certs": "/etc/ssl/redis-ca.pem"}, 1),
+    ],
+)
+def test_a_runs_redis_params_are_laid_over_the_projects(params: Any, timeout: int) -> None:
+    """A run that gives REDIS_PARAMS of its own (a CA file, a password) keeps the client that
+    reconnects with backoff and the short timeouts, unless it names them."""
+    client = redis_from_settings(project_settings(REDIS_PARAMS=params))
+    assert isinstance(client, ReconnectingRedis)
+    arguments = client.connection_pool.connection_kwargs
+    assert arguments["socket_timeout"] == timeout
+    assert arguments["socket_connect_timeout"] == 2
+    assert arguments["ssl_ca_certs"] == "/etc/ssl/redis-ca.pem"
 
 
 def test_scrapy_redis_default_filter_passes_under_either_name() -> None:

@@ -203,13 +203,7 @@ def test_crawl_over_tls_with_a_password(
         mongo_client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(private_mongo)
         mongo = Mongo(private_mongo, "tls", mongo_client)
         crawl = Crawl(url, mongo, sandbox.url)
-        params = {
-            "redis_cls": "crawler.connection.Redis",
-            "socket_timeout": 5,
-            "socket_connect_timeout": 2,
-            "ssl_ca_certs": str(cert),
-            "ssl_cert_reqs": "required",
-        }
+        params = {"ssl_ca_certs": str(cert), "ssl_cert_reqs": "required"}  # as deploy/ says
         users = [author.unique_id for author in DATASET.authors[3:5]]
         before = terminator.handshakes
         result = crawl(
