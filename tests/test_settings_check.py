@@ -88,6 +88,8 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("POLITENESS_DOMAIN_RATES", '{"a.example": -1}', "domains to rates >= 0"),
         ("ALLOWED_START_HOSTS", "ftp://host", "scheme://host[:port]"),
         ("MAPS_BROWSER_DRAIN_SECONDS", "0", "an integer >= 1"),
+        # scrapy-redis's spiders take int() of it: "1.5" stopped them with a traceback.
+        ("MAX_IDLE_TIME_BEFORE_CLOSE", "1.5", "an integer >= 0"),
     ],
 )
 def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:

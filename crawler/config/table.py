@@ -234,7 +234,7 @@ RULES: dict[str, Rule] = {
     "ALLOWED_START_HOSTS": items(
         Rule("a host", start_host), "hosts: scheme://host[:port] (http or https) or host[:port]"
     ),
-    "MAX_IDLE_TIME_BEFORE_CLOSE": number(0),
+    "MAX_IDLE_TIME_BEFORE_CLOSE": integer(0),  # scrapy-redis's spiders take int() of it
     "IDLE_POLL_INTERVAL": number(0, above=True),
     "STATS_REDIS_KEY": key_template("spider"),
     # recrawl (crawler/recrawl/); MIN <= INITIAL <= MAX is checked with the others

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
-from crawler.config.rules import SettingsError, integer, number
+from crawler.config.rules import SettingsError, integer
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -24,11 +24,12 @@ def own_batch_size(spider: Any) -> int | None:
 
 
 def own_idle_time(spider: Any, settings: BaseSettings) -> float:
-    """The spider's own ``max_idle_time`` (seconds >= 0), else MAX_IDLE_TIME_BEFORE_CLOSE."""
+    """The spider's own ``max_idle_time`` (whole seconds >= 0, as scrapy-redis's spiders take
+    it: ``int()``), else MAX_IDLE_TIME_BEFORE_CLOSE."""
     value = getattr(spider, "max_idle_time", None)
     if value is None:
         return float(setting(settings, "MAX_IDLE_TIME_BEFORE_CLOSE"))
-    return float(number(0).read(f"{type(spider).__name__}.max_idle_time", value))
+    return float(integer(0).read(f"{type(spider).__name__}.max_idle_time", value))
 
 
 # scrapy-redis's hooks to its start list: the feed reads the list itself and would skip them.
