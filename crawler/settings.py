@@ -130,7 +130,8 @@ BAN_RULES: list[str] = []
 # POLITENESS_RATE (float, default 0.5): requests/s per domain per identity for the whole fleet
 # (0 = no limit); halved by a ban, back over POLITENESS_RECOVERY (float seconds, default 600).
 # POLITENESS_BURST (float, default 5): requests at once after a quiet spell.
-# POLITENESS_DOMAIN_RATES (dict, default {}): per-domain rates, e.g. {"www.tiktok.com": 0.2}.
+# POLITENESS_DOMAIN_RATES (dict, default {}): a host's own rate, {"www.tiktok.com": 0.2}, or a
+# domain's for each of its hosts, {"tiktok.com": 0.2} (the nearest name wins).
 POLITENESS_RATE = 0.5
 POLITENESS_BURST = 5.0
 POLITENESS_RECOVERY = 600.0

@@ -19,7 +19,7 @@ from scrapy.settings import Settings
 from crawler import settings as project
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.options import FrontierSettings
-from crawler.frontier.pacing import Pacing
+from crawler.frontier.pacing import Pacing, RatePolicy
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import pending as record_of
 from crawler.keys import FrontierKeys
@@ -141,6 +141,31 @@ def test_per_domain_rates_win(frontier: Frontier, redis_client: redis.Redis) -> 
     rules = pacing(rate=100.0, burst=1.0, per_domain={"slow.test": 0.5})
     assert len(leased_urls(frontier, rules)) == 1
     assert [round(gap, 2) for gap in gaps(turn_times(redis_client))] == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("host", "per_domain", "gap"),
+    [
+        ("www.slow.test", {"slow.test": 0.5}, 2.0),  # a domain covers its hosts
+        ("a.b.slow.test", {"slow.test": 0.5, "b.slow.test": 0.25}, 4.0),  # the nearest wins
+        ("notslow.test", {"slow.test": 0.5}, 0.01),  # a name that only ends the same does not
+        ("127.0.0.1", {"0.0.1": 0.5}, 0.01),  # an address is only its own
+    ],
+)
+def test_a_domains_rate_covers_its_hosts(
+    frontier: Frontier,
+    redis_client: redis.Redis,
+    host: str,
+    per_domain: dict[str, float],
+    gap: float,
+) -> None:
+    """POLITENESS_DOMAIN_RATES {"tiktok.com": 0.2} paces www.tiktok.com, as the pop (Lua) and
+    the ban middleware (Python) read it alike."""
+    frontier.schedule([entry(f"http://{host}/{n}") for n in range(3)])
+    rules = pacing(rate=100.0, burst=1.0, per_domain=per_domain)
+    leased_urls(frontier, rules)
+    assert [round(gap, 2) for gap in gaps(turn_times(redis_client))] == [gap]
+    assert RatePolicy(100.0, 1.0, per_domain).rate_for(host) == round(1 / gap, 2)
 
 
 def test_a_turn_survives_its_worker(frontier: Frontier, redis_client: redis.Redis) -> None:

@@ -85,7 +85,10 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("MONGO_COLLECTIONS", '{"dict": "system.users:url"}', '"collection:unique key field"'),
         ("MONGO_COLLECTIONS", '{"dict": "pro$iles:url"}', '"collection:unique key field"'),
         ("ITEM_PIPELINES", '{"no.such.Pipeline": 1}', "loadable components"),
-        ("POLITENESS_DOMAIN_RATES", '{"a.example": -1}', "domains to rates >= 0"),
+        ("POLITENESS_DOMAIN_RATES", '{"a.example": -1}', "to rates >= 0"),
+        # A URL or host:port never matches a request's host: refused, not ignored.
+        ("POLITENESS_DOMAIN_RATES", '{"https://www.tiktok.com": 0.2}', "host or domain names"),
+        ("POLITENESS_DOMAIN_RATES", '{"host.test:8080": 1}', "host or domain names"),
         ("ALLOWED_START_HOSTS", "ftp://host", "scheme://host[:port]"),
         ("MAPS_BROWSER_DRAIN_SECONDS", "0", "an integer >= 1"),
         # scrapy-redis's spiders take int() of it: "1.5" stopped them with a traceback.

@@ -67,6 +67,15 @@ def ip_address(value: Any) -> str:
     return str(ipaddress.ip_address(as_text(value).strip()))
 
 
+def host_name(value: Any) -> str:
+    """A host or domain name as URLs give it (lower case, no trailing dot; an IDN in its ASCII
+    form), not a URL or ``host:port``."""
+    name = as_text(value).strip().lower().rstrip(".")
+    if not name or any(char in name for char in "/:@?#[] \t"):
+        raise ValueError(value)
+    return name.encode("idna").decode("ascii")
+
+
 def nameserver(value: Any) -> Any:
     """DOMAINS_NAMESERVERS item: an IP address with an optional port (``host[:port]``)."""
     return NameServer.parse(as_text(value))
@@ -210,7 +219,11 @@ RULES: dict[str, Rule] = {
     "POLITENESS_RATE": RATE,
     "POLITENESS_BURST": number(1),
     "POLITENESS_RECOVERY": number(0, above=True),
-    "POLITENESS_DOMAIN_RATES": mapping("domains to rates >= 0", value=RATE.parse),
+    "POLITENESS_DOMAIN_RATES": mapping(
+        "host or domain names (example.com: its hosts too) to rates >= 0",
+        key=host_name,
+        value=RATE.parse,
+    ),
     "POLITENESS_CONCURRENCY": integer(0),
     "BIND_ADDRESSES": items(Rule("an IP address", ip_address), "IP addresses"),
     "PROXY_POOL": items(url("http", "https"), "http(s):// proxy URLs"),

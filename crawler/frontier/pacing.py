@@ -51,7 +51,7 @@ class Pacing:
     def rate_of(self, host: str, crawl_delay: float = 0.0) -> tuple[float, float]:
         """Requests per second and burst for a request of ``host`` spaced by ``crawl_delay``
         (one request per delay, no burst), as the pop reads them (``rate_of`` in pace.lua)."""
-        rate = self.per_domain.get(host, self.rate)
+        rate = domain_rate(self.per_domain, host, self.rate)
         if crawl_delay > 0:
             return (min(rate, 1 / crawl_delay) if rate > 0 else 1 / crawl_delay), 1.0
         return rate, max(1.0, self.burst)
@@ -65,6 +65,21 @@ class Pacing:
 
 
 NO_PACING: list[Any] = ["", "", 0, 1, 1, 0, 0, 0]
+
+
+def domain_rate(per_domain: dict[str, float], host: str, default: float) -> float:
+    """The rate POLITENESS_DOMAIN_RATES gives ``host``: its own, else its nearest parent
+    domain's (``example.com`` covers ``www.example.com``, each host with its own bucket); an
+    IP address only its own. Else ``default`` (``domain_rate`` in pace.lua)."""
+    if host in per_domain:
+        return per_domain[host]
+    if ":" not in host and not host.replace(".", "").isdigit():  # not an IP address
+        parent = host.partition(".")[2]
+        while parent:
+            if parent in per_domain:
+                return per_domain[parent]
+            parent = parent.partition(".")[2]
+    return default
 
 
 @dataclass(frozen=True)
@@ -88,7 +103,7 @@ class RatePolicy:
         )
 
     def rate_for(self, domain: str) -> float:
-        return self.per_domain.get(domain, self.rate)
+        return domain_rate(self.per_domain, domain, self.rate)
 
     def pacing(self, identity: str) -> Pacing:
         """This policy as the frontier's pop takes it for ``identity`` (see ``Pacing``)."""

@@ -24,9 +24,22 @@ local function host_of(record)
   return string.lower(host)
 end
 
+-- The rate POLITENESS_DOMAIN_RATES gives ``host``: its own, else its nearest parent domain's
+-- (``example.com`` covers ``www.example.com``); an IP address only its own. Else the default.
+local function domain_rate(host)
+  if P.rates[host] then return P.rates[host] end
+  if string.find(host, ':', 1, true) or string.match(host, '^[%d.]+$') then return P.rate end
+  local parent = string.match(host, '^[^.]*%.(.+)$')
+  while parent do
+    if P.rates[parent] then return P.rates[parent] end
+    parent = string.match(parent, '^[^.]*%.(.+)$')
+  end
+  return P.rate
+end
+
 -- Requests per second for a record of ``host`` and the bucket's burst (0: unlimited).
 local function rate_of(host, record)
-  local rate = P.rates[host] or P.rate
+  local rate = domain_rate(host)
   local delay = tonumber(string.match(record, '"crawl_delay":(%d[%d%.eE+-]*)'))
   if delay and delay > 0 then
     if rate > 0 then return math.min(rate, 1 / delay), 1 end
