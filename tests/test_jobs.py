@@ -368,6 +368,29 @@ def test_a_jobs_page_budget_holds_for_the_fleet(
     assert job_status(redis_client, KEYS, "j2").sent == wanted
 
 
+def test_a_spent_budgets_backlog_is_dropped_a_slice_a_pop_and_counted(
+    redis_client: redis.Redis,
+) -> None:
+    """Job 2 given a budget of 3 with 5,000 requests queued: a pop hands out 3 and drops a
+    slice of the rest, not the whole backlog at once; the job's status counts what was dropped
+    (``over_budget``), and once the pops drained it every request is accounted for and the
+    request of no job behind them was handed out."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    limit_job(redis_client, KEYS, "j2", 3)
+    frontier.schedule([_pending(i, 2, 0, 0) for i in range(5000)] + [_pending(5000, None, 0, 0)])
+    handed = [_job_of(str(r).encode()) for _, r in frontier.pop(10, 60, "w1").leased]
+    first = job_status(redis_client, KEYS, "j2").to_json()
+    assert handed == [2, 2, 2]
+    assert 0 < first["over_budget"] < 4997 / 2
+    assert first["queued"] + first["over_budget"] + first["sent"] == 5000
+    for _ in range(20):
+        handed += [_job_of(str(r).encode()) for _, r in frontier.pop(10, 60, "w1").leased]
+    drained = job_status(redis_client, KEYS, "j2").to_json()
+    assert (drained["queued"], drained["sent"], drained["over_budget"]) == (0, 3, 4997)
+    assert handed == [2, 2, 2, None]
+
+
 def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
     redis_client: redis.Redis,
 ) -> None:
@@ -437,8 +460,8 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     assert 0 < redis_client.ttl(job_key(KEYS.spider, "runs")) <= JOB_TTL
     cancel_job(redis_client, KEYS, "cut")
     expire_job(redis_client, KEYS, "gone", time.time() + 600)
-    limit_job(redis_client, KEYS, "gone", 5)
-    frontier.schedule([_pending(0, numbers["gone"], 0, 0)])
+    limit_job(redis_client, KEYS, "gone", 1)  # its second request dropped, counted
+    frontier.schedule([_pending(n, numbers["gone"], 0, 0) for n in (0, 3)])
     [(lease_id, _)] = frontier.pop(10, 60, "w1").leased
     frontier.settle([("a", lease_id, "3")], "w1", 60)
     frontier.schedule([_pending(1, numbers["busy"], 0, 0)])

@@ -26,7 +26,8 @@ scrapy frontier profiles job ID cancel       remove the job's queued and delayed
 scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on)
 scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
                                              an ISO 8601 time (UTC if no zone) or +SECONDS
-scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests
+scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests;
+                                             the rest are dropped, counted as over_budget
 
 The pause is the hash {profiles}:paused (since, by, reason): other tools pause with
 redis-cli HSET '{profiles}:paused' since "$(date +%s)" by ops reason "db upgrade" and resume

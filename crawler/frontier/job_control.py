@@ -50,6 +50,7 @@ class JobStatus:
     leased: int
     parked: int  # held while the job is paused
     sent: int  # requests the pop handed out since the job was given a page budget
+    over_budget: int  # requests the pop dropped once the budget was spent
     starts: int
     state: dict[str, str]
     done: int  # requests ended as done (acked), counted in the frontier
@@ -66,6 +67,7 @@ class JobStatus:
         counted |= {"done": self.done, "dead_letters": self.dead}
         budget = self.state.get("max_pages")
         limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
+        limits |= {"over_budget": self.over_budget}
         why = {name: self.state.get(name) for name in ("paused_by", "paused_reason")}
         return {"job": self.job, **counted, **numbers, **limits, **times, **why}
 
@@ -109,7 +111,7 @@ def _act(
     number = _known_number(server, keys.spider, job)
     if number is None and mode != "count":  # numbered now, so that its entries are held too
         number = job_number(server, keys.spider, job)
-    counts = [0] * 5 if number is None else _run_job(server, keys, number, mode, deadline)
+    counts = [0] * 6 if number is None else _run_job(server, keys, number, mode, deadline)
     starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)
@@ -131,9 +133,9 @@ def _act(
     pipe.hgetall(key)
     _queue_ended(pipe, keys.spider, number)
     *_, raw, ended, dead = pipe.execute()
-    queued, delayed, leased, parked, sent = counts
+    queued, delayed, leased, parked, sent, over_budget = counts
     state = _strings(reply_hash(raw))
-    counted = (queued, delayed, leased, parked, sent, starts)
+    counted = (queued, delayed, leased, parked, sent, over_budget, starts)
     return JobStatus(job, number, *counted, state, *_ended(ended, dead))
 
 

@@ -12,7 +12,8 @@
 -- job's records as it meets them), "resume" removes it and puts the parked records back at the
 -- end of their lists, "expire" sets the job's deadline, "limit" its budget. Runs in one call, so the counts are
 -- exact; it reads every queued record (0.3 s a million; a cancel rebuilding them, 1 s).
--- Returns {queued, delayed, leased, parked, handed out}, counted before any removal.
+-- Returns {queued, delayed, leased, parked, handed out, dropped past the budget}, counted
+-- before any removal.
 local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
 set_job_keys(6)
@@ -73,4 +74,5 @@ for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   queued = queued + found
 end
 local handed = tonumber(redis.call('HGET', Q.spent, n) or '0')
-return {queued, sweep_ids(KEYS[4], cancel), sweep_ids(KEYS[5], false), parked, handed}
+local over = tonumber(redis.call('HGET', Q.spent, n .. ':dropped') or '0')
+return {queued, sweep_ids(KEYS[4], cancel), sweep_ids(KEYS[5], false), parked, handed, over}
