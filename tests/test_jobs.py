@@ -32,6 +32,7 @@ from crawler.frontier.job_control import (
     job_status,
     limit_job,
     pause_job,
+    recent_jobs,
     resume_job,
     sweep_ended_jobs,
 )
@@ -493,6 +494,45 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     assert len(frontier.pop(10, 60, "w1").leased) == 2  # busy's, and cut's anew
 
 
+def _thirty_days_pass(client: redis.Redis) -> None:
+    """Every job state that expires is gone, as 30 days without activity leave it."""
+    for key in cast(list[bytes], client.keys(job_key(KEYS.spider, "*"))):
+        if client.ttl(key) != -1:
+            client.delete(key)
+
+
+def test_a_paused_job_is_kept_whatever_deadline_or_budget_it_is_given(
+    redis_client: redis.Redis,
+) -> None:
+    """A paused job given a deadline and a budget is still listed, paused, with its requests
+    parked, 30 days on; resumed, it ends as any job."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    number = JobBook(redis_client, KEYS.spider).number("asleep")
+    pause_job(redis_client, KEYS, "asleep")
+    frontier.schedule([_pending(n, number, 0, 0) for n in range(3)])
+    expire_job(redis_client, KEYS, "asleep", time.time() + 90 * 86400)
+    limit_job(redis_client, KEYS, "asleep", 10)
+    _thirty_days_pass(redis_client)
+    listed = {job["job"]: job["state"] for job in recent_jobs(redis_client, KEYS.spider)}
+    assert listed == {"asleep": "paused"}
+    assert job_status(redis_client, KEYS, "asleep").parked == 3
+    resume_job(redis_client, KEYS, "asleep")
+    assert len(frontier.pop(10, 60, "w1").leased) == 3
+    _thirty_days_pass(redis_client)
+    assert recent_jobs(redis_client, KEYS.spider) == []
+
+
+def test_a_cancelled_job_is_not_paused_and_is_still_forgotten(redis_client: redis.Redis) -> None:
+    """Pausing a cancelled job is refused and changes nothing: once its state expired, the job
+    is forgotten."""
+    cancel_job(redis_client, KEYS, "cut")
+    with pytest.raises(ValueError, match="job cut is cancelled: not paused"):
+        pause_job(redis_client, KEYS, "cut")
+    assert job_status(redis_client, KEYS, "cut").to_json()["paused"] is None
+    _thirty_days_pass(redis_client)
+    assert forget_ended_jobs(redis_client, KEYS) == ["cut"]
+
+
 def test_a_command_on_a_new_job_says_nothing_of_the_others(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -679,6 +719,15 @@ def test_a_bad_job_value_is_refused_before_anything_changes(
     assert said in done.stderr + done.stdout
     assert sorted(cast(list[bytes], redis_client.keys("*"))) == before
     assert redis_client.llen("profiles:start_urls") == 1
+
+
+@pytest.mark.integration
+def test_pausing_a_cancelled_job_is_refused_with_why(crawl: Crawl) -> None:
+    _job_command(crawl, "profiles", "acme-1", "cancel")
+    done = _scrapy(crawl, "frontier", "profiles", "job", "acme-1", "pause")
+    assert done.returncode == 1
+    assert "job acme-1 is cancelled: not paused" in done.stderr
+    assert _status(crawl, "profiles", "acme-1")["paused"] is None
 
 
 @pytest.mark.integration

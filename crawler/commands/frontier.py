@@ -23,7 +23,8 @@ scrapy frontier profiles job ID              a crawl job: its requests queued, d
 scrapy frontier profiles job ID cancel       remove the job's queued and delayed requests and
                                              its start entries (the counts removed); its
                                              requests are dropped from then on, everywhere
-scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on)
+scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on); a
+                                             cancelled job is not paused (exit status 1)
 scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
                                              an ISO 8601 time (UTC if no zone) or +SECONDS
 scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests;
@@ -56,6 +57,7 @@ from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
 from crawler.frontier.job_control import (
     TIMES,
+    JobCancelled,
     JobStatus,
     cancel_job,
     expire_job,
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     import argparse
 
     from crawler.connection import RedisClient
+    from crawler.keys import FrontierKeys
 
 ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume", "job")
 
@@ -182,12 +185,12 @@ class Command(ProjectCommand, ScrapyCommand):
         server = self.redis()
         keys = self.frontier(server, spider).keys
         what = action[0] if action else "status"
-        if what == "expires":
-            status = expire_job(server, keys, job, deadline(action[1]))
-        elif what == "max-pages":
-            status = limit_job(server, keys, job, page_budget(action[1]))
-        else:
-            status = JOB_ACTIONS[what](server, keys, job)
+        try:
+            status = self._job_action(server, keys, job, action)
+        except JobCancelled as exc:
+            print(f"{exc}; nothing changed", file=sys.stderr)
+            self.exitcode = 1
+            return
         if as_json:
             print(json.dumps({"spider": spider, what: status.to_json()}))
         elif what == "cancel":
@@ -199,6 +202,16 @@ class Command(ProjectCommand, ScrapyCommand):
             )
         else:
             print_job(spider, status, self.redis_url())
+
+    def _job_action(
+        self, server: RedisClient, keys: FrontierKeys, job: str, action: list[str]
+    ) -> JobStatus:
+        what = action[0] if action else "status"
+        if what == "expires":
+            return expire_job(server, keys, job, deadline(action[1]))
+        if what == "max-pages":
+            return limit_job(server, keys, job, page_budget(action[1]))
+        return JOB_ACTIONS[what](server, keys, job)
 
     def _pause(
         self, server: RedisClient, spider: str, action: str, opts: argparse.Namespace

@@ -39,6 +39,11 @@ WORK_SLICE = 20_000
 FORGET_CHUNK = 500
 
 
+class JobCancelled(ValueError):
+    """A cancelled job cannot be paused: its requests are dropped, and a paused job is kept
+    until it resumes, which a cancelled one never does."""
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """A job as the frontier and its workers know it."""
@@ -85,7 +90,8 @@ def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
 
 
 def pause_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Pause the job: the pop parks its requests as it meets them, workers send none."""
+    """Pause the job: the pop parks its requests as it meets them, workers send none. A
+    cancelled job is left as it is: JobCancelled."""
     return _act(server, keys, job, "pause")
 
 
@@ -111,7 +117,9 @@ def _act(
     number = _known_number(server, keys.spider, job)
     if number is None and mode != "count":  # numbered now, so that its entries are held too
         number = job_number(server, keys.spider, job)
-    counts = [0] * 6 if number is None else _run_job(server, keys, number, mode, deadline)
+    *counts, paused = [0] * 7 if number is None else _run_job(server, keys, number, mode, deadline)
+    if mode == "pause" and not paused:
+        raise JobCancelled(f"job {job} is cancelled: not paused (start a new job under a new id)")
     starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)
@@ -126,10 +134,8 @@ def _act(
         pipe.hset(key, "expires", f"{deadline:.3f}")
     elif mode == "limit":
         pipe.hset(key, "max_pages", int(deadline))
-    if mode == "pause":
-        pipe.persist(key)
-    elif mode != "count":
-        pipe.expire(key, JOB_TTL)
+    if mode != "count":
+        _queue_kept(pipe, key, paused)
     pipe.hgetall(key)
     _queue_ended(pipe, keys.spider, number)
     *_, raw, ended, dead = pipe.execute()
@@ -137,6 +143,15 @@ def _act(
     state = _strings(reply_hash(raw))
     counted = (queued, delayed, leased, parked, sent, over_budget, starts)
     return JobStatus(job, number, *counted, state, *_ended(ended, dead))
+
+
+def _queue_kept(pipe: Any, key: str, paused: int) -> None:
+    """Queue how long the job's state ``key`` is kept: until it resumes while it is paused,
+    whatever else is set, else JOB_TTL from now."""
+    if paused:
+        pipe.persist(key)
+    else:
+        pipe.expire(key, JOB_TTL)
 
 
 def _queue_ended(pipe: Any, spider: str, number: int | None) -> None:
