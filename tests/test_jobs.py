@@ -155,10 +155,37 @@ def test_a_dead_letter_of_a_job_holds_its_request_and_is_requeued_with_it(
     older = '{"request":2{"u":"http://h1.test/1"},"failure":{"reason":"unreadable"}}'
     redis_client.rpush(KEYS.dead, older)
     assert frontier.dead_letters()[-1]["request"]["meta"] == {JOB_META: 2}
-    assert frontier.requeue_dead(10) == 2
+    assert frontier.requeue_dead(10).moved == 2
     records = _queued_records(redis_client)
     assert all(record.startswith(b"2{") for record in records)
     assert job_status(redis_client, KEYS, "j2").queued == 2
+
+
+def test_dead_letters_of_a_cancelled_or_expired_job_stay_dead_and_are_counted(
+    redis_client: redis.Redis,
+) -> None:
+    """Requeue brings back the dead letters of a running job and of none; those of a
+    cancelled job and of one past its deadline stay in the dead list, counted by job (requeued,
+    they would be dropped), and come back once that job's deadline is put off."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    book = JobBook(redis_client, KEYS.spider)
+    cut, late, runs = (book.number(name) for name in ("cut", "late", "runs"))
+    frontier.schedule(
+        [_pending(n, job, 0, 0) for n, job in enumerate([cut, late, late, runs, None])]
+    )
+    ids = [lease_id for lease_id, _ in frontier.pop(10, 60, "w1").leased]
+    frontier.settle([("d", lease_id, '{"reason":"timeout"}') for lease_id in ids], "w1", 60)
+    cancel_job(redis_client, KEYS, "cut")
+    expire_job(redis_client, KEYS, "late", time.time() - 1)
+
+    requeued = frontier.requeue_dead(10)
+    assert (requeued.moved, requeued.kept) == (2, {cut: 1, late: 2})
+    assert [_job_of(record) for record in _queued_records(redis_client)] == [runs, None]
+    left = [letter["request"]["meta"][JOB_META] for letter in frontier.dead_letters()]
+    assert sorted(left) == [cut, late, late]
+    expire_job(redis_client, KEYS, "late", time.time() + 600)
+    assert frontier.requeue_dead(10).moved == 2
+    assert job_status(redis_client, KEYS, "late").queued == 2
 
 
 # --- the frontier's counts and cancel ----------------------------------------------------------
@@ -728,6 +755,26 @@ def test_pausing_a_cancelled_job_is_refused_with_why(crawl: Crawl) -> None:
     assert done.returncode == 1
     assert "job acme-1 is cancelled: not paused" in done.stderr
     assert _status(crawl, "profiles", "acme-1")["paused"] is None
+
+
+@pytest.mark.integration
+def test_requeue_says_which_dead_letters_it_left_and_why(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    book = JobBook(redis_client, "profiles")
+    cut, runs = book.number("acme-1"), book.number("acme-2")
+    cancel_job(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "acme-1")
+    for n, job in enumerate([cut, runs, cut]):
+        letter = {"request": {"j": job, "u": f"http://a.test/{n}"}, "failure": {"reason": "x"}}
+        redis_client.lpush("{profiles}:dead", json.dumps(letter))
+    done = _scrapy(crawl, "frontier", "profiles", "requeue")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "requeued 1 dead letters of profiles",
+        "left 2 dead letters in the dead list: their jobs are cancelled or past their deadline "
+        "(acme-1: 2)",
+    ]
+    assert redis_client.llen("{profiles}:dead") == 2
 
 
 @pytest.mark.integration

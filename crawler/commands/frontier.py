@@ -5,7 +5,9 @@ scrapy frontier profiles                     sizes: queued, leased, delayed, dea
                                              revisits due now, in the next hour and later
 scrapy frontier profiles dead --limit 20     the newest dead letters, with their reasons
 scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
-                                             (hosts marked unreachable are given a new chance)
+                                             (hosts marked unreachable are given a new chance);
+                                             those of a job cancelled or past its deadline
+                                             are left in the dead list, counted by job
 scrapy frontier profiles hosts               hosts blocked (circuit breaker, bans) or marked
                                              unreachable: until when, why, at which step
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
@@ -43,7 +45,7 @@ import socket
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import idna
@@ -55,6 +57,7 @@ from crawler.bans.breaker import lift_block, lift_marks
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
+from crawler.connection import reply_text
 from crawler.frontier.job_control import (
     TIMES,
     JobCancelled,
@@ -70,6 +73,7 @@ from crawler.frontier.jobs import InvalidJob, check_job_id
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
+from crawler.keys import jobs_key
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
 
@@ -126,9 +130,11 @@ class Command(ProjectCommand, ScrapyCommand):
             self._pause(server, spider, action, opts)
         elif action == "requeue":
             lifted = lift_marks(server, spider)
-            moved = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
+            requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
             marks = f"; {len(lifted)} hosts' marks lifted" if lifted else ""
-            print(f"requeued {moved} dead letters of {spider}{marks}")
+            print(f"requeued {requeued.moved} dead letters of {spider}{marks}")
+            if requeued.kept:
+                print(kept_letters(server, spider, requeued.kept))
         elif action == "hosts":
             print_hosts(server, spider, opts.json)
         else:
@@ -284,6 +290,20 @@ JOB_ACTIONS = {
     "pause": pause_job,
     "resume": resume_job,
 }
+
+
+def kept_letters(server: RedisClient, spider: str, kept: dict[int, int]) -> str:
+    """``left 30 dead letters in the dead list: their jobs are cancelled or past their deadline
+    (acme-1: 20, acme-2: 10)``."""
+    names: Any = server.hmget(jobs_key(spider), [f"#{number}" for number in kept])
+    jobs = ", ".join(
+        f"{reply_text(name) if name else f'#{number}'}: {count:,}"
+        for (number, count), name in zip(kept.items(), names, strict=True)
+    )
+    return (
+        f"left {sum(kept.values()):,} dead letters in the dead list: their jobs are cancelled "
+        f"or past their deadline ({jobs})"
+    )
 
 
 def print_job(spider: str, status: JobStatus, where: str) -> None:
