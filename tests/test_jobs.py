@@ -575,6 +575,20 @@ def test_a_command_on_a_new_job_says_nothing_of_the_others(
     assert job_status(redis_client, KEYS, "new-3").to_json()["paused"] is not None
 
 
+def test_a_job_no_entry_named_is_said_unknown_and_an_action_on_it_new(
+    redis_client: redis.Redis,
+) -> None:
+    """A job no worker met and no command named is unknown, and stays so while it is only
+    looked at; an action numbers it (numbering ahead of its entries) and says it was new."""
+    JobBook(redis_client, KEYS.spider).number("acme-2026-11")
+    assert job_status(redis_client, KEYS, "acme-2026-11").to_json()["known"] is True
+    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert pause_job(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is True
+    assert limit_job(redis_client, KEYS, "acme-2026-1", 5).to_json()["known"] is True
+
+
 def test_a_paused_job_stays_listed_after_the_worker_forgets_its_ids(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -775,6 +789,26 @@ def test_requeue_says_which_dead_letters_it_left_and_why(
         "(acme-1: 2)",
     ]
     assert redis_client.llen("{profiles}:dead") == 2
+
+
+@pytest.mark.integration
+def test_an_action_on_a_new_job_warns_and_a_status_says_unknown(crawl: Crawl) -> None:
+    """A typo in a job id: the action is done (an operator may number a job ahead of its
+    entries) with a one-line warning on stderr; a status of an id never named says so."""
+    shown = _scrapy(crawl, "frontier", "profiles", "job", "acme-2026-1")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "unknown to the frontier: no entry naming it was read yet" in shown.stdout
+    assert _status(crawl, "profiles", "acme-2026-1")["known"] is False
+    paused = _scrapy(crawl, "frontier", "profiles", "job", "acme-2026-1", "pause")
+    assert paused.returncode == 0, paused.stderr[-3000:]
+    warnings = [line for line in paused.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "warning: job acme-2026-1 of profiles is new: no entry naming it was read yet and "
+        "nothing was counted; `pause` holds for the entries that name it later (is the id right?)"
+    ]
+    again = _scrapy(crawl, "frontier", "profiles", "job", "acme-2026-1", "resume")
+    assert "warning" not in again.stderr
+    assert _status(crawl, "profiles", "acme-2026-1")["known"] is True
 
 
 @pytest.mark.integration

@@ -21,7 +21,9 @@ scrapy frontier profiles pause [--reason TEXT] [--by NAME]
 scrapy frontier profiles resume              every worker goes on within 2 s
 scrapy frontier profiles job ID              a crawl job: its requests queued, delayed and
                                              leased and its start entries waiting (counted
-                                             in the frontier), its pages, items and errors
+                                             in the frontier), its pages, items and errors;
+                                             an id the frontier does not know is said so, and
+                                             an action on one warns that the job is new
 scrapy frontier profiles job ID cancel       remove the job's queued and delayed requests and
                                              its start entries (the counts removed); its
                                              requests are dropped from then on, everywhere
@@ -197,6 +199,8 @@ class Command(ProjectCommand, ScrapyCommand):
             print(f"{exc}; nothing changed", file=sys.stderr)
             self.exitcode = 1
             return
+        if not status.known and what != "status":
+            print(new_job_warning(spider, job, what), file=sys.stderr)
         if as_json:
             print(json.dumps({"spider": spider, what: status.to_json()}))
         elif what == "cancel":
@@ -306,8 +310,19 @@ def kept_letters(server: RedisClient, spider: str, kept: dict[int, int]) -> str:
     )
 
 
+def new_job_warning(spider: str, job: str, what: str) -> str:
+    """The one line that says an action numbered a job the frontier did not know (a typo in
+    the id makes a job of its own, kept as the action left it)."""
+    return (
+        f"warning: job {job} of {spider} is new: no entry naming it was read yet and nothing "
+        f"was counted; `{what}` holds for the entries that name it later (is the id right?)"
+    )
+
+
 def print_job(spider: str, status: JobStatus, where: str) -> None:
     print(f"job {status.job} of {spider} @ {where}")
+    if not status.known:
+        print("  unknown to the frontier: no entry naming it was read yet, no command named it")
     for name, value in status.to_json().items():
         if name in TIMES:
             shown = (
@@ -317,7 +332,7 @@ def print_job(spider: str, status: JobStatus, where: str) -> None:
             shown = "-"
         else:
             shown = f"{value:,}" if isinstance(value, int) else str(value)
-        if name != "job":
+        if name not in ("job", "known"):
             print(f"  {name:<16} {shown:>10}")
 
 

@@ -62,6 +62,7 @@ class JobStatus:
     items: int  # items its pages stored, counted in the frontier with their acks
     errors: int  # pages whose callback or pipelines failed (dead letters), likewise
     dead: int  # requests ended as dead letters, counted in the frontier
+    known: bool  # the frontier had numbered the job before (an entry or a command named it)
 
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in ("pages", "removed")}
@@ -74,7 +75,8 @@ class JobStatus:
         limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
         limits |= {"over_budget": self.over_budget}
         why = {name: self.state.get(name) for name in ("paused_by", "paused_reason")}
-        return {"job": self.job, **counted, **numbers, **limits, **times, **why}
+        known = {"job": self.job, "known": self.known}
+        return {**known, **counted, **numbers, **limits, **times, **why}
 
 
 def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
@@ -115,6 +117,7 @@ def _act(
     server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
 ) -> JobStatus:
     number = _known_number(server, keys.spider, job)
+    known = number is not None
     if number is None and mode != "count":  # numbered now, so that its entries are held too
         number = job_number(server, keys.spider, job)
     *counts, paused = [0] * 7 if number is None else _run_job(server, keys, number, mode, deadline)
@@ -142,7 +145,7 @@ def _act(
     queued, delayed, leased, parked, sent, over_budget = counts
     state = _strings(reply_hash(raw))
     counted = (queued, delayed, leased, parked, sent, over_budget, starts)
-    return JobStatus(job, number, *counted, state, *_ended(ended, dead))
+    return JobStatus(job, number, *counted, state, *_ended(ended, dead), known=known)
 
 
 def _queue_kept(pipe: Any, key: str, paused: int) -> None:
