@@ -163,7 +163,7 @@ def test_frontier_on_the_cluster(cluster_client: RedisCluster) -> None:
     frontier.renew_start(members[1:], 60, client=pipe)
     assert pipe.execute() == [[1], 2, 1, 0]
 
-    assert frontier.requeue_dead(10) == 1
+    assert frontier.requeue_dead(10).moved == 1
     leased = frontier.pop(10, 60, "w2").leased
     assert sorted(codec.loads(data)["url"] for _, data in leased) == [
         "https://x/1",

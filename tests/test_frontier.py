@@ -304,13 +304,13 @@ def test_dead_letters_keep_request_and_failure(
 
     # Oldest first back to the queue, as dont_filter (its fingerprint was seen) without its
     # retry count; it leaves the dead list.
-    assert frontier.requeue_dead(1) == 1
+    assert frontier.requeue_dead(1).moved == 1
     assert frontier.dead_letters() == [{"request": second, "failure": failures[1]}]
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
     assert codec.loads(data) == {**first, "dont_filter": True, "meta": {"category": 5}}
 
-    assert frontier.requeue_dead(10) == 1
-    assert frontier.requeue_dead(10) == 0
+    assert frontier.requeue_dead(10).moved == 1
+    assert frontier.requeue_dead(10).moved == 0
     assert frontier.sizes()["dead"] == 0
     ((_, data),) = frontier.pop(10, LEASE, "w2").leased
     assert codec.loads(data) == {**second, "dont_filter": True}
@@ -330,7 +330,7 @@ def test_a_dead_letter_requeued_keeps_its_bytes_and_page_methods(frontier: Front
     frontier.schedule([Pending(record, fingerprint("https://a/form"))])
     ((lease_id, _),) = frontier.pop(1, LEASE, "w1").leased
     assert frontier.settle([("d", lease_id, json.dumps({"reason": "x"}))], "w1", LEASE) == 1
-    assert frontier.requeue_dead(1) == 1
+    assert frontier.requeue_dead(1).moved == 1
     ((_, data),) = frontier.pop(1, LEASE, "w2").leased
     again = request_from_dict(codec.loads(data))
     assert (again.method, again.body, again.headers.get("Accept")) == (
@@ -357,7 +357,7 @@ def test_a_dead_letter_that_cannot_be_read_back_is_named_and_left_the_others_req
     ]
     redis_client.lpush(frontier.keys.dead, *letters)  # the first pushed is the oldest
     with caplog.at_level("ERROR"):
-        assert frontier.requeue_dead(10) == 2
+        assert frontier.requeue_dead(10).moved == 2
     assert [codec.loads(data)["url"] for _, data in frontier.pop(10, LEASE, "w").leased] == [
         "https://a/1",
         "https://a/5",
@@ -574,7 +574,7 @@ def test_scripts_run_on_redis_cluster(cluster_node: redis.Redis) -> None:
         assert command("CLUSTER", "KEYSLOT", name) == key_slot(name.encode())
     ((lease_id, _),) = frontier.pop(1, LEASE, "w1").leased
     assert frontier.settle([("r", lease_id, "")], "w1", LEASE) == 1
-    assert frontier.requeue_dead(1) == 1
+    assert frontier.requeue_dead(1).moved == 1
     assert frontier.sizes()["queue"] == 3
     frontier.ack_start(frontier.pop_start(5, LEASE, "w1"))
     assert frontier.sizes()["start"] == 0

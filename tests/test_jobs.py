@@ -32,6 +32,7 @@ from crawler.frontier.job_control import (
     job_status,
     limit_job,
     pause_job,
+    recent_jobs,
     resume_job,
     sweep_ended_jobs,
 )
@@ -154,10 +155,37 @@ def test_a_dead_letter_of_a_job_holds_its_request_and_is_requeued_with_it(
     older = '{"request":2{"u":"http://h1.test/1"},"failure":{"reason":"unreadable"}}'
     redis_client.rpush(KEYS.dead, older)
     assert frontier.dead_letters()[-1]["request"]["meta"] == {JOB_META: 2}
-    assert frontier.requeue_dead(10) == 2
+    assert frontier.requeue_dead(10).moved == 2
     records = _queued_records(redis_client)
     assert all(record.startswith(b"2{") for record in records)
     assert job_status(redis_client, KEYS, "j2").queued == 2
+
+
+def test_dead_letters_of_a_cancelled_or_expired_job_stay_dead_and_are_counted(
+    redis_client: redis.Redis,
+) -> None:
+    """Requeue brings back the dead letters of a running job and of none; those of a
+    cancelled job and of one past its deadline stay in the dead list, counted by job (requeued,
+    they would be dropped), and come back once that job's deadline is put off."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    book = JobBook(redis_client, KEYS.spider)
+    cut, late, runs = (book.number(name) for name in ("cut", "late", "runs"))
+    frontier.schedule(
+        [_pending(n, job, 0, 0) for n, job in enumerate([cut, late, late, runs, None])]
+    )
+    ids = [lease_id for lease_id, _ in frontier.pop(10, 60, "w1").leased]
+    frontier.settle([("d", lease_id, '{"reason":"timeout"}') for lease_id in ids], "w1", 60)
+    cancel_job(redis_client, KEYS, "cut")
+    expire_job(redis_client, KEYS, "late", time.time() - 1)
+
+    requeued = frontier.requeue_dead(10)
+    assert (requeued.moved, requeued.kept) == (2, {cut: 1, late: 2})
+    assert [_job_of(record) for record in _queued_records(redis_client)] == [runs, None]
+    left = [letter["request"]["meta"][JOB_META] for letter in frontier.dead_letters()]
+    assert sorted(left) == [cut, late, late]
+    expire_job(redis_client, KEYS, "late", time.time() + 600)
+    assert frontier.requeue_dead(10).moved == 2
+    assert job_status(redis_client, KEYS, "late").queued == 2
 
 
 # --- the frontier's counts and cancel ----------------------------------------------------------
@@ -368,6 +396,29 @@ def test_a_jobs_page_budget_holds_for_the_fleet(
     assert job_status(redis_client, KEYS, "j2").sent == wanted
 
 
+def test_a_spent_budgets_backlog_is_dropped_a_slice_a_pop_and_counted(
+    redis_client: redis.Redis,
+) -> None:
+    """Job 2 given a budget of 3 with 5,000 requests queued: a pop hands out 3 and drops a
+    slice of the rest, not the whole backlog at once; the job's status counts what was dropped
+    (``over_budget``), and once the pops drained it every request is accounted for and the
+    request of no job behind them was handed out."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
+    limit_job(redis_client, KEYS, "j2", 3)
+    frontier.schedule([_pending(i, 2, 0, 0) for i in range(5000)] + [_pending(5000, None, 0, 0)])
+    handed = [_job_of(str(r).encode()) for _, r in frontier.pop(10, 60, "w1").leased]
+    first = job_status(redis_client, KEYS, "j2").to_json()
+    assert handed == [2, 2, 2]
+    assert 0 < first["over_budget"] < 4997 / 2
+    assert first["queued"] + first["over_budget"] + first["sent"] == 5000
+    for _ in range(20):
+        handed += [_job_of(str(r).encode()) for _, r in frontier.pop(10, 60, "w1").leased]
+    drained = job_status(redis_client, KEYS, "j2").to_json()
+    assert (drained["queued"], drained["sent"], drained["over_budget"]) == (0, 3, 4997)
+    assert handed == [2, 2, 2, None]
+
+
 def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
     redis_client: redis.Redis,
 ) -> None:
@@ -437,8 +488,8 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     assert 0 < redis_client.ttl(job_key(KEYS.spider, "runs")) <= JOB_TTL
     cancel_job(redis_client, KEYS, "cut")
     expire_job(redis_client, KEYS, "gone", time.time() + 600)
-    limit_job(redis_client, KEYS, "gone", 5)
-    frontier.schedule([_pending(0, numbers["gone"], 0, 0)])
+    limit_job(redis_client, KEYS, "gone", 1)  # its second request dropped, counted
+    frontier.schedule([_pending(n, numbers["gone"], 0, 0) for n in (0, 3)])
     [(lease_id, _)] = frontier.pop(10, 60, "w1").leased
     frontier.settle([("a", lease_id, "3")], "w1", 60)
     frontier.schedule([_pending(1, numbers["busy"], 0, 0)])
@@ -470,6 +521,45 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     assert len(frontier.pop(10, 60, "w1").leased) == 2  # busy's, and cut's anew
 
 
+def _thirty_days_pass(client: redis.Redis) -> None:
+    """Every job state that expires is gone, as 30 days without activity leave it."""
+    for key in cast(list[bytes], client.keys(job_key(KEYS.spider, "*"))):
+        if client.ttl(key) != -1:
+            client.delete(key)
+
+
+def test_a_paused_job_is_kept_whatever_deadline_or_budget_it_is_given(
+    redis_client: redis.Redis,
+) -> None:
+    """A paused job given a deadline and a budget is still listed, paused, with its requests
+    parked, 30 days on; resumed, it ends as any job."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    number = JobBook(redis_client, KEYS.spider).number("asleep")
+    pause_job(redis_client, KEYS, "asleep")
+    frontier.schedule([_pending(n, number, 0, 0) for n in range(3)])
+    expire_job(redis_client, KEYS, "asleep", time.time() + 90 * 86400)
+    limit_job(redis_client, KEYS, "asleep", 10)
+    _thirty_days_pass(redis_client)
+    listed = {job["job"]: job["state"] for job in recent_jobs(redis_client, KEYS.spider)}
+    assert listed == {"asleep": "paused"}
+    assert job_status(redis_client, KEYS, "asleep").parked == 3
+    resume_job(redis_client, KEYS, "asleep")
+    assert len(frontier.pop(10, 60, "w1").leased) == 3
+    _thirty_days_pass(redis_client)
+    assert recent_jobs(redis_client, KEYS.spider) == []
+
+
+def test_a_cancelled_job_is_not_paused_and_is_still_forgotten(redis_client: redis.Redis) -> None:
+    """Pausing a cancelled job is refused and changes nothing: once its state expired, the job
+    is forgotten."""
+    cancel_job(redis_client, KEYS, "cut")
+    with pytest.raises(ValueError, match="job cut is cancelled: not paused"):
+        pause_job(redis_client, KEYS, "cut")
+    assert job_status(redis_client, KEYS, "cut").to_json()["paused"] is None
+    _thirty_days_pass(redis_client)
+    assert forget_ended_jobs(redis_client, KEYS) == ["cut"]
+
+
 def test_a_command_on_a_new_job_says_nothing_of_the_others(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -483,6 +573,20 @@ def test_a_command_on_a_new_job_says_nothing_of_the_others(
     limit_job(redis_client, KEYS, "new-5", 10)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
     assert job_status(redis_client, KEYS, "new-3").to_json()["paused"] is not None
+
+
+def test_a_job_no_entry_named_is_said_unknown_and_an_action_on_it_new(
+    redis_client: redis.Redis,
+) -> None:
+    """A job no worker met and no command named is unknown, and stays so while it is only
+    looked at; an action numbers it (numbering ahead of its entries) and says it was new."""
+    JobBook(redis_client, KEYS.spider).number("acme-2026-11")
+    assert job_status(redis_client, KEYS, "acme-2026-11").to_json()["known"] is True
+    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert pause_job(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is True
+    assert limit_job(redis_client, KEYS, "acme-2026-1", 5).to_json()["known"] is True
 
 
 def test_a_paused_job_stays_listed_after_the_worker_forgets_its_ids(
@@ -656,6 +760,55 @@ def test_a_bad_job_value_is_refused_before_anything_changes(
     assert said in done.stderr + done.stdout
     assert sorted(cast(list[bytes], redis_client.keys("*"))) == before
     assert redis_client.llen("profiles:start_urls") == 1
+
+
+@pytest.mark.integration
+def test_pausing_a_cancelled_job_is_refused_with_why(crawl: Crawl) -> None:
+    _job_command(crawl, "profiles", "acme-1", "cancel")
+    done = _scrapy(crawl, "frontier", "profiles", "job", "acme-1", "pause")
+    assert done.returncode == 1
+    assert "job acme-1 is cancelled: not paused" in done.stderr
+    assert _status(crawl, "profiles", "acme-1")["paused"] is None
+
+
+@pytest.mark.integration
+def test_requeue_says_which_dead_letters_it_left_and_why(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    book = JobBook(redis_client, "profiles")
+    cut, runs = book.number("acme-1"), book.number("acme-2")
+    cancel_job(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "acme-1")
+    for n, job in enumerate([cut, runs, cut]):
+        letter = {"request": {"j": job, "u": f"http://a.test/{n}"}, "failure": {"reason": "x"}}
+        redis_client.lpush("{profiles}:dead", json.dumps(letter))
+    done = _scrapy(crawl, "frontier", "profiles", "requeue")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "requeued 1 dead letters of profiles",
+        "left 2 dead letters in the dead list: their jobs are cancelled or past their deadline "
+        "(acme-1: 2)",
+    ]
+    assert redis_client.llen("{profiles}:dead") == 2
+
+
+@pytest.mark.integration
+def test_an_action_on_a_new_job_warns_and_a_status_says_unknown(crawl: Crawl) -> None:
+    """A typo in a job id: the action is done (an operator may number a job ahead of its
+    entries) with a one-line warning on stderr; a status of an id never named says so."""
+    shown = _scrapy(crawl, "frontier", "profiles", "job", "acme-2026-1")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "unknown to the frontier: no entry naming it was read yet" in shown.stdout
+    assert _status(crawl, "profiles", "acme-2026-1")["known"] is False
+    paused = _scrapy(crawl, "frontier", "profiles", "job", "acme-2026-1", "pause")
+    assert paused.returncode == 0, paused.stderr[-3000:]
+    warnings = [line for line in paused.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "warning: job acme-2026-1 of profiles is new: no entry naming it was read yet and "
+        "nothing was counted; `pause` holds for the entries that name it later (is the id right?)"
+    ]
+    again = _scrapy(crawl, "frontier", "profiles", "job", "acme-2026-1", "resume")
+    assert "warning" not in again.stderr
+    assert _status(crawl, "profiles", "acme-2026-1")["known"] is True
 
 
 @pytest.mark.integration

@@ -5,7 +5,9 @@ scrapy frontier profiles                     sizes: queued, leased, delayed, dea
                                              revisits due now, in the next hour and later
 scrapy frontier profiles dead --limit 20     the newest dead letters, with their reasons
 scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
-                                             (hosts marked unreachable are given a new chance)
+                                             (hosts marked unreachable are given a new chance);
+                                             those of a job cancelled or past its deadline
+                                             are left in the dead list, counted by job
 scrapy frontier profiles hosts               hosts blocked (circuit breaker, bans) or marked
                                              unreachable: until when, why, at which step
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
@@ -19,14 +21,18 @@ scrapy frontier profiles pause [--reason TEXT] [--by NAME]
 scrapy frontier profiles resume              every worker goes on within 2 s
 scrapy frontier profiles job ID              a crawl job: its requests queued, delayed and
                                              leased and its start entries waiting (counted
-                                             in the frontier), its pages, items and errors
+                                             in the frontier), its pages, items and errors;
+                                             an id the frontier does not know is said so, and
+                                             an action on one warns that the job is new
 scrapy frontier profiles job ID cancel       remove the job's queued and delayed requests and
                                              its start entries (the counts removed); its
                                              requests are dropped from then on, everywhere
-scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on)
+scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on); a
+                                             cancelled job is not paused (exit status 1)
 scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
                                              an ISO 8601 time (UTC if no zone) or +SECONDS
-scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests
+scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests;
+                                             the rest are dropped, counted as over_budget
 
 The pause is the hash {profiles}:paused (since, by, reason): other tools pause with
 redis-cli HSET '{profiles}:paused' since "$(date +%s)" by ops reason "db upgrade" and resume
@@ -41,7 +47,7 @@ import socket
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import idna
@@ -53,8 +59,10 @@ from crawler.bans.breaker import lift_block, lift_marks
 from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
+from crawler.connection import reply_text
 from crawler.frontier.job_control import (
     TIMES,
+    JobCancelled,
     JobStatus,
     cancel_job,
     expire_job,
@@ -67,6 +75,7 @@ from crawler.frontier.jobs import InvalidJob, check_job_id
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
+from crawler.keys import jobs_key
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
 
@@ -74,6 +83,7 @@ if TYPE_CHECKING:
     import argparse
 
     from crawler.connection import RedisClient
+    from crawler.keys import FrontierKeys
 
 ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume", "job")
 
@@ -122,9 +132,11 @@ class Command(ProjectCommand, ScrapyCommand):
             self._pause(server, spider, action, opts)
         elif action == "requeue":
             lifted = lift_marks(server, spider)
-            moved = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
+            requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
             marks = f"; {len(lifted)} hosts' marks lifted" if lifted else ""
-            print(f"requeued {moved} dead letters of {spider}{marks}")
+            print(f"requeued {requeued.moved} dead letters of {spider}{marks}")
+            if requeued.kept:
+                print(kept_letters(server, spider, requeued.kept))
         elif action == "hosts":
             print_hosts(server, spider, opts.json)
         else:
@@ -181,12 +193,14 @@ class Command(ProjectCommand, ScrapyCommand):
         server = self.redis()
         keys = self.frontier(server, spider).keys
         what = action[0] if action else "status"
-        if what == "expires":
-            status = expire_job(server, keys, job, deadline(action[1]))
-        elif what == "max-pages":
-            status = limit_job(server, keys, job, page_budget(action[1]))
-        else:
-            status = JOB_ACTIONS[what](server, keys, job)
+        try:
+            status = self._job_action(server, keys, job, action)
+        except JobCancelled as exc:
+            print(f"{exc}; nothing changed", file=sys.stderr)
+            self.exitcode = 1
+            return
+        if not status.known and what != "status":
+            print(new_job_warning(spider, job, what), file=sys.stderr)
         if as_json:
             print(json.dumps({"spider": spider, what: status.to_json()}))
         elif what == "cancel":
@@ -198,6 +212,16 @@ class Command(ProjectCommand, ScrapyCommand):
             )
         else:
             print_job(spider, status, self.redis_url())
+
+    def _job_action(
+        self, server: RedisClient, keys: FrontierKeys, job: str, action: list[str]
+    ) -> JobStatus:
+        what = action[0] if action else "status"
+        if what == "expires":
+            return expire_job(server, keys, job, deadline(action[1]))
+        if what == "max-pages":
+            return limit_job(server, keys, job, page_budget(action[1]))
+        return JOB_ACTIONS[what](server, keys, job)
 
     def _pause(
         self, server: RedisClient, spider: str, action: str, opts: argparse.Namespace
@@ -272,8 +296,33 @@ JOB_ACTIONS = {
 }
 
 
+def kept_letters(server: RedisClient, spider: str, kept: dict[int, int]) -> str:
+    """``left 30 dead letters in the dead list: their jobs are cancelled or past their deadline
+    (acme-1: 20, acme-2: 10)``."""
+    names: Any = server.hmget(jobs_key(spider), [f"#{number}" for number in kept])
+    jobs = ", ".join(
+        f"{reply_text(name) if name else f'#{number}'}: {count:,}"
+        for (number, count), name in zip(kept.items(), names, strict=True)
+    )
+    return (
+        f"left {sum(kept.values()):,} dead letters in the dead list: their jobs are cancelled "
+        f"or past their deadline ({jobs})"
+    )
+
+
+def new_job_warning(spider: str, job: str, what: str) -> str:
+    """The one line that says an action numbered a job the frontier did not know (a typo in
+    the id makes a job of its own, kept as the action left it)."""
+    return (
+        f"warning: job {job} of {spider} is new: no entry naming it was read yet and nothing "
+        f"was counted; `{what}` holds for the entries that name it later (is the id right?)"
+    )
+
+
 def print_job(spider: str, status: JobStatus, where: str) -> None:
     print(f"job {status.job} of {spider} @ {where}")
+    if not status.known:
+        print("  unknown to the frontier: no entry naming it was read yet, no command named it")
     for name, value in status.to_json().items():
         if name in TIMES:
             shown = (
@@ -283,7 +332,7 @@ def print_job(spider: str, status: JobStatus, where: str) -> None:
             shown = "-"
         else:
             shown = f"{value:,}" if isinstance(value, int) else str(value)
-        if name != "job":
+        if name not in ("job", "known"):
             print(f"  {name:<16} {shown:>10}")
 
 

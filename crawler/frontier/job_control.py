@@ -39,6 +39,11 @@ WORK_SLICE = 20_000
 FORGET_CHUNK = 500
 
 
+class JobCancelled(ValueError):
+    """A cancelled job cannot be paused: its requests are dropped, and a paused job is kept
+    until it resumes, which a cancelled one never does."""
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """A job as the frontier and its workers know it."""
@@ -50,12 +55,14 @@ class JobStatus:
     leased: int
     parked: int  # held while the job is paused
     sent: int  # requests the pop handed out since the job was given a page budget
+    over_budget: int  # requests the pop dropped once the budget was spent
     starts: int
     state: dict[str, str]
     done: int  # requests ended as done (acked), counted in the frontier
     items: int  # items its pages stored, counted in the frontier with their acks
     errors: int  # pages whose callback or pipelines failed (dead letters), likewise
     dead: int  # requests ended as dead letters, counted in the frontier
+    known: bool  # the frontier had numbered the job before (an entry or a command named it)
 
     def to_json(self) -> dict[str, Any]:
         numbers = {name: int(self.state.get(name, 0)) for name in ("pages", "removed")}
@@ -66,8 +73,10 @@ class JobStatus:
         counted |= {"done": self.done, "dead_letters": self.dead}
         budget = self.state.get("max_pages")
         limits = {"max_pages": int(budget) if budget else None, "sent": self.sent}
+        limits |= {"over_budget": self.over_budget}
         why = {name: self.state.get(name) for name in ("paused_by", "paused_reason")}
-        return {"job": self.job, **counted, **numbers, **limits, **times, **why}
+        known = {"job": self.job, "known": self.known}
+        return {**known, **counted, **numbers, **limits, **times, **why}
 
 
 def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
@@ -83,7 +92,8 @@ def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
 
 
 def pause_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Pause the job: the pop parks its requests as it meets them, workers send none."""
+    """Pause the job: the pop parks its requests as it meets them, workers send none. A
+    cancelled job is left as it is: JobCancelled."""
     return _act(server, keys, job, "pause")
 
 
@@ -107,9 +117,12 @@ def _act(
     server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
 ) -> JobStatus:
     number = _known_number(server, keys.spider, job)
+    known = number is not None
     if number is None and mode != "count":  # numbered now, so that its entries are held too
         number = job_number(server, keys.spider, job)
-    counts = [0] * 5 if number is None else _run_job(server, keys, number, mode, deadline)
+    *counts, paused = [0] * 7 if number is None else _run_job(server, keys, number, mode, deadline)
+    if mode == "pause" and not paused:
+        raise JobCancelled(f"job {job} is cancelled: not paused (start a new job under a new id)")
     starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)
@@ -124,17 +137,24 @@ def _act(
         pipe.hset(key, "expires", f"{deadline:.3f}")
     elif mode == "limit":
         pipe.hset(key, "max_pages", int(deadline))
-    if mode == "pause":
-        pipe.persist(key)
-    elif mode != "count":
-        pipe.expire(key, JOB_TTL)
+    if mode != "count":
+        _queue_kept(pipe, key, paused)
     pipe.hgetall(key)
     _queue_ended(pipe, keys.spider, number)
     *_, raw, ended, dead = pipe.execute()
-    queued, delayed, leased, parked, sent = counts
+    queued, delayed, leased, parked, sent, over_budget = counts
     state = _strings(reply_hash(raw))
-    counted = (queued, delayed, leased, parked, sent, starts)
-    return JobStatus(job, number, *counted, state, *_ended(ended, dead))
+    counted = (queued, delayed, leased, parked, sent, over_budget, starts)
+    return JobStatus(job, number, *counted, state, *_ended(ended, dead), known=known)
+
+
+def _queue_kept(pipe: Any, key: str, paused: int) -> None:
+    """Queue how long the job's state ``key`` is kept: until it resumes while it is paused,
+    whatever else is set, else JOB_TTL from now."""
+    if paused:
+        pipe.persist(key)
+    else:
+        pipe.expire(key, JOB_TTL)
 
 
 def _queue_ended(pipe: Any, spider: str, number: int | None) -> None:

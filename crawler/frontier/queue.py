@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from crawler.connection import reply_text
 from crawler.frontier import codec, lua
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.pacing import NO_PACING, Pacing
-from crawler.keys import FrontierKeys, start_key
+from crawler.keys import FrontierKeys, cancelled_jobs_key, job_deadlines_key, start_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -118,6 +119,16 @@ class Popped:
     paced: frozenset[str] = frozenset()  # leased ids whose host's token the pop took
     unscanned: bool = False  # paced, the pop looked at as many as it may and more are queued
     dues: dict[str, float] = field(default_factory=dict)  # leased ids whose turn is to come
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """What :meth:`Frontier.requeue_dead` did: the dead letters moved back to the queue, and
+    those left in the dead list because their job is cancelled or past its deadline (job
+    number -> letters), whose requests the frontier would drop."""
+
+    moved: int
+    kept: dict[int, int]
 
 
 class Frontier:
@@ -260,9 +271,11 @@ class Frontier:
                 moved += int(changed)
         return moved
 
-    def requeue_dead(self, limit: int) -> int:
-        """Move up to ``limit`` dead letters back to the queue (oldest first); returns how many.
-        A letter whose request cannot be read back is named in an ERROR and left where it is."""
+    def requeue_dead(self, limit: int) -> Requeued:
+        """Move up to ``limit`` dead letters back to the queue (oldest first). A letter of a job
+        cancelled or past its deadline is left where it is (requeued, it would be dropped) and
+        counted; one whose request cannot be read back is named in an ERROR and left too."""
+        dropped, kept = self._dropped_jobs(), Counter[int]()
         moved = left = 0
         while moved < limit:
             raw: Any = self.server.lindex(self.keys.dead, -1 - left)
@@ -274,10 +287,25 @@ class Frontier:
                 logger.error("Dead letter %.300r cannot be requeued (%r): left", raw, exc)
                 left += 1
                 continue
+            job, _ = codec.split_job(pending.json)
+            if job in dropped:
+                kept[job] += 1
+                left += 1
+                continue
             self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
             self.server.lrem(self.keys.dead, -1, raw)
             moved += 1
-        return moved
+        return Requeued(moved, dict(kept))
+
+    def _dropped_jobs(self) -> set[int]:
+        """The numbers of the jobs whose requests the frontier drops: cancelled, or past their
+        deadline."""
+        spider = self.keys.spider
+        cancelled: Any = self.server.smembers(cancelled_jobs_key(spider))
+        deadlines: Any = self.server.hgetall(job_deadlines_key(spider))
+        now = time.time()
+        past = {number for number, at in deadlines.items() if float(at) <= now}
+        return {int(number) for number in set(cancelled) | past if number.isdigit()}
 
 
 def popped(raw: Any) -> Popped:

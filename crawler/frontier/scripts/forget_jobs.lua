@@ -12,6 +12,7 @@ for i, job in ipairs(ARGV) do
     redis.call('HDEL', KEYS[1], job, '#' .. n)
     redis.call('SREM', KEYS[2], n)
     for k = 5, 8 do redis.call('HDEL', KEYS[k], n) end
+    redis.call('HDEL', KEYS[6], n .. ':dropped')
     redis.call('HDEL', KEYS[7], n .. ':items', n .. ':errors')
     redis.call('HDEL', KEYS[3], n)
     forgotten[#forgotten + 1] = job

@@ -9,10 +9,12 @@
 -- records) and removes the job's queued, delayed and parked requests: each queue list that
 -- holds some is rebuilt without them, the others' order kept. Leased requests are in flight
 -- and left to their workers. "pause" adds the number to the paused set (the pop parks the
--- job's records as it meets them), "resume" removes it and puts the parked records back at the
--- end of their lists, "expire" sets the job's deadline, "limit" its budget. Runs in one call, so the counts are
--- exact; it reads every queued record (0.3 s a million; a cancel rebuilding them, 1 s).
--- Returns {queued, delayed, leased, parked, handed out}, counted before any removal.
+-- job's records as it meets them; a cancelled job is left alone), "resume" removes it and
+-- puts the parked records back at the end of their lists, "expire" sets the job's deadline,
+-- "limit" its budget. Runs in one call, so the counts are exact; it reads every queued record
+-- (0.3 s a million; a cancel rebuilding them, 1 s).
+-- Returns {queued, delayed, leased, parked, handed out, dropped past the budget}, counted
+-- before any removal, then 1 if the job is paused (after ``mode``), else 0.
 local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
 set_job_keys(6)
@@ -46,7 +48,7 @@ if cancel then
   redis.call('SADD', Q.cancelled, n)
   redis.call('SREM', Q.paused, n)  -- cancelled, it waits for nothing
   redis.call('DEL', parked_list)
-elseif mode == 'pause' then
+elseif mode == 'pause' and redis.call('SISMEMBER', Q.cancelled, n) == 0 then
   redis.call('SADD', Q.paused, n)
 elseif mode == 'resume' then
   redis.call('SREM', Q.paused, n)
@@ -73,4 +75,6 @@ for _, priority in ipairs(redis.call('ZRANGE', Q.queues, 0, -1)) do
   queued = queued + found
 end
 local handed = tonumber(redis.call('HGET', Q.spent, n) or '0')
-return {queued, sweep_ids(KEYS[4], cancel), sweep_ids(KEYS[5], false), parked, handed}
+local over = tonumber(redis.call('HGET', Q.spent, n .. ':dropped') or '0')
+local paused = redis.call('SISMEMBER', Q.paused, n)
+return {queued, sweep_ids(KEYS[4], cancel), sweep_ids(KEYS[5], false), parked, handed, over, paused}

@@ -37,7 +37,7 @@ end
 -- One queued record: leased now, given its host's next turn, or (nil) left for later.
 -- ``counted``: a turn missed, placed again, whose job's budget counted it when it was given.
 local function place(n, priority, record, counted)
-  if held_back(record, priority, now) or (not counted and budget_spent(record)) then
+  if held_back(record, priority, now) or (not counted and dropped_over_budget(record)) then
     return true
   end
   local id = new_id(n, priority)
@@ -122,8 +122,9 @@ end
 result[2] = #expired
 
 local budget, index, placed = pacing and P.budget or math.huge, 0, 0
--- Records held back by their jobs (a paused job's backlog parked, a cancelled one's dropped)
--- are looked at up to this many per call; the rest wait for the next pops.
+-- Records held back by their jobs (a paused job's backlog parked, a cancelled one's or one
+-- past its page budget dropped) are looked at up to this many per call; the rest wait for the
+-- next pops.
 local held_limit = Q.held + 1000 + 10 * count
 while count > 0 and budget > 0 and Q.held < held_limit do
   local top = redis.call('ZRANGE', Q.queues, index, index)

@@ -102,8 +102,8 @@ local function held_back(record, priority, now)
 end
 
 -- A job's page budget: Q.budgets (hash number -> the most requests the pop hands out) and
--- Q.spent (hash number -> how many it did). Returns the record's job number when its job has a
--- budget, else nil.
+-- Q.spent (hash number -> how many it did; "<number>:dropped" -> how many it dropped past the
+-- budget). Returns the record's job number when its job has a budget, else nil.
 local BUDGETS
 local function budget_of(record)
   local n = job_of(record)
@@ -117,10 +117,17 @@ local function budget_of(record)
   return nil
 end
 
--- Whether the record's job has had as many requests handed out as its budget allows.
-local function budget_spent(record)
+-- Drops the record when its job has had as many requests handed out as its budget allows:
+-- counted for the job's status (``over_budget``) and in Q.held, as a record held back is (a
+-- pop looks at a bounded number of them). Returns whether it dropped it.
+local function dropped_over_budget(record)
   local n = budget_of(record)
-  return n ~= nil and tonumber(redis.call('HGET', Q.spent, n) or '0') >= BUDGETS[n]
+  if n == nil or tonumber(redis.call('HGET', Q.spent, n) or '0') < BUDGETS[n] then
+    return false
+  end
+  redis.call('HINCRBY', Q.spent, n .. ':dropped', 1)
+  Q.held = Q.held + 1
+  return true
 end
 
 -- One more request of the record's job handed out (leased, or given a turn).
