@@ -13,7 +13,13 @@ from prometheus_client import generate_latest
 from scrapy import Request
 
 from crawler.bans.failures import answers_since
-from crawler.frontier.job_control import job_line, job_status, recent_jobs, resume_job
+from crawler.frontier.job_control import (
+    cancel_job,
+    job_line,
+    job_status,
+    recent_jobs,
+    resume_job,
+)
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.lua import FAILURES
 from crawler.frontier.pause import read_pause
@@ -166,6 +172,21 @@ def test_a_jobs_failed_answers_pause_the_job_alone(redis_client: redis.Redis) ->
     assert f'crawler_job_paused{{by="failure threshold",job="failing",reason="{reason}"' in page
     resume_job(redis_client, keys, "failing")
     assert job_status(redis_client, keys, "failing").to_json()["paused_by"] is None
+
+
+def test_a_cancelled_jobs_failed_answers_do_not_pause_it(redis_client: redis.Redis) -> None:
+    """Answers to a cancelled job's requests that were in flight, all failed, do not pause it:
+    paused, a job is kept until it resumes, which a cancelled one never does."""
+    book = JobBook(redis_client, "shop", failure_ratio=0.5, window=10)
+    number = book.number("gone")
+    keys = FrontierKeys("shop", "shop:start_urls")
+    cancel_job(redis_client, keys, "gone")
+    for _ in range(12):
+        book.answered(Request("http://a.test/", meta={JOB_META: number}), True)
+    book.tick()
+    assert job_status(redis_client, keys, "gone").to_json()["paused_by"] is None
+    assert redis_client.smembers("{shop}:jobs:paused") == set()
+    assert redis_client.ttl("{shop}:job:gone") > 0  # forgotten in time
 
 
 @pytest.mark.integration

@@ -303,7 +303,8 @@ class JobBook:
             keys = [job_failure_window_key(self.spider, number), paused_jobs_key(self.spider)]
             failed = min(failed, answers)
             args = [self.window, failed, answers - failed, self.failure_ratio, now, number]
-            lua.queue_eval(pipe, lua.JOB_FAILURES, [*keys, job_key(self.spider, job)], args)
+            keys += [job_key(self.spider, job), cancelled_jobs_key(self.spider)]
+            lua.queue_eval(pipe, lua.JOB_FAILURES, keys, args)
             written.append(job)
         return written
 
