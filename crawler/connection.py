@@ -21,6 +21,7 @@ from scrapy.utils.misc import load_object
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, from_settings
 
 from crawler import settings as project_settings
+from crawler.config import setting
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def redis_from_settings(settings: BaseSettings) -> RedisClient:
     scrapy-redis builds it; with ``REDIS_CLUSTER``, a :class:`RedisCluster` (or
     ``REDIS_PARAMS``'s RedisCluster class)."""
     params = redis_params(settings)
-    if not settings.getbool("REDIS_CLUSTER"):
+    if not setting(settings, "REDIS_CLUSTER"):
         client: redis.Redis = from_settings(_with_params(settings, params))
         return client
     configured = params.get("redis_cls")

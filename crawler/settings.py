@@ -17,6 +17,15 @@ import os
 import scrapy.core.downloader.contextfactory  # noqa: F401
 from scrapy.settings import default_settings
 
+
+def _env_flag(name: str) -> bool | str:
+    """An environment variable read as a flag (1/true/yes, 0/false/no or unset); another value
+    as it is, for the settings check to refuse with its name."""
+    value = os.environ.get(name, "").strip()
+    said = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+    return said.get(value.lower(), value) if value else False
+
+
 # The project's spiders and `scrapy` commands (crawler/commands/).
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
@@ -148,8 +157,9 @@ PROXY_POOL: list[str] = []
 # --- Redis: scheduling and start entries (scrapy-redis) ----------------------------------------
 # REDIS_URL (str): the shared Redis every worker of the fleet uses. Env REDIS_URL overrides it.
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-# REDIS_CLUSTER (bool, default False): REDIS_URL names a Redis Cluster node. Env REDIS_CLUSTER.
-REDIS_CLUSTER = os.environ.get("REDIS_CLUSTER", "").strip().lower() in {"1", "true", "yes"}
+# REDIS_CLUSTER (bool, default False): REDIS_URL names a Redis Cluster node. Env REDIS_CLUSTER
+# (1/true/yes, 0/false/no; another value is refused at start, not taken for "no").
+REDIS_CLUSTER: bool | str = _env_flag("REDIS_CLUSTER")
 # REDIS_PARAMS (dict): redis-py client arguments; a run's own are laid over these (redis_cls,
 # which reconnects with backoff, and the timeouts stay unless named). Timeouts are short: Redis
 # calls run on the reactor thread. The client speaks RESP2 (no handshake round trips) unless

@@ -25,7 +25,7 @@ from crawler.pipelines import MongoPipeline
 from crawler.preflight import SettingsCheck, check_settings
 from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
-from tests.harness import ROOT, Crawl
+from tests.harness import ROOT, Crawl, scrapy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -325,6 +325,21 @@ def test_a_bad_setting_stops_the_crawl_before_any_lease(
     assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
     assert redis_client.keys("*") == [b"profiles:start_urls"]
     assert crawl.mongo.db.list_collection_names() == []
+
+
+def test_a_redis_cluster_the_environment_misspells_is_refused(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """REDIS_CLUSTER=on in a worker's environment is refused at start with one line, not taken
+    for "no" (the worker then failed on a cluster node's MOVED replies)."""
+    redis_client.lpush("profiles:start_urls", "someone")
+    _assert_refused(_run(crawl, "profiles", {}, REDIS_CLUSTER="on"), "REDIS_CLUSTER = on")
+    assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
+    for command in (["status"], ["frontier", "profiles"]):
+        shown = scrapy(*command, env={**crawl.env(), "REDIS_CLUSTER": "on"})
+        assert shown.returncode == 2, shown.stderr
+        assert "error: REDIS_CLUSTER = on: must be True or False" in shown.stderr
+        assert "Traceback" not in shown.stderr
 
 
 def test_a_set_at_the_start_key_is_named_with_its_type(

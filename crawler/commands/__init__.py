@@ -12,6 +12,7 @@ from scrapy.commands import ScrapyHelpFormatter
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.config.rules import SettingsError
 from crawler.connection import redis_from_settings
 from crawler.frontier.queue import spider_frontier
 from crawler.uris import mask_uri
@@ -61,8 +62,13 @@ class ProjectCommand:
         return name
 
     def redis(self) -> RedisClient:
+        """The Redis client of the settings; a setting it reads that is refused (REDIS_CLUSTER=on)
+        is a UsageError: one line, exit status 2."""
         assert self.settings is not None
-        return redis_from_settings(self.settings)
+        try:
+            return redis_from_settings(self.settings)
+        except SettingsError as exc:
+            raise UsageError(str(exc), print_help=False) from None
 
     def redis_url(self) -> str:
         """REDIS_URL as shown: its secrets masked."""
