@@ -243,6 +243,11 @@ def test_fleet_settings_are_read_by_their_rules_and_reach_a_worker_as_it_reads_t
     for bad in ({"FLEET_SECRETS": "SSM"}, {"FLEET_CRAWL_SETTINGS": '{"BAN_POLICY": "stop",}'}):
         with pytest.raises(SettingsError, match=next(iter(bad))):
             FleetConfig.from_settings(Settings(bad))
+    # A value a worker would refuse (each instance exiting 2, and billed) is refused here.
+    for name, value in (("BAN_POLICY", "halt"), ("MAX_IDLE_TIME_BEFORE_CLOSE", "soon")):
+        given = {"FLEET_CRAWL_SETTINGS": json.dumps({name: value})}
+        with pytest.raises(SettingsError, match=rf"FLEET_CRAWL_SETTINGS\['{name}'\] = {value}"):
+            FleetConfig.from_settings(Settings(given))
 
 
 def test_fleet_launch_needs_an_install_target(aws_env: dict[str, str], crawl: Crawl) -> None:

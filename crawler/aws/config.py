@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
+from crawler.config.table import RULES
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -55,10 +56,20 @@ class FleetConfig:
             subnet_id=str(settings.get("FLEET_SUBNET_ID") or ""),
             key_name=str(settings.get("FLEET_KEY_NAME") or ""),
             security_group_ids=tuple(str(group).strip() for group in groups),
-            crawl_settings={str(k): _setting_text(v) for k, v in crawl_settings.items()},
+            crawl_settings=_checked({str(k): _setting_text(v) for k, v in crawl_settings.items()}),
             endpoint_url=settings.get("AWS_ENDPOINT_URL") or None,
             mongo_database=str(settings.get("MONGO_DATABASE") or ""),  # "": the URI's
         )
+
+
+def _checked(crawl_settings: dict[str, str]) -> dict[str, str]:
+    """``crawl_settings``, each value read by its setting's rule as a worker will read it from
+    ``-s``: a bad one is a SettingsError naming it here, not an exit 2 on every instance
+    launched (each running, and billed, until someone looks)."""
+    for name, text in crawl_settings.items():
+        if name in RULES:
+            RULES[name].read(f"FLEET_CRAWL_SETTINGS[{name!r}]", text)
+    return crawl_settings
 
 
 def _setting_text(value: Any) -> str:
