@@ -19,6 +19,7 @@ from scrapy.http import HtmlResponse, Response, TextResponse
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
+from crawler.config.rules import SettingsError
 from crawler.extractors.links import content_hash, parse_page
 from crawler.keys import robots_claim_key, robots_key
 from crawler.links.resolver import mapped_address
@@ -399,6 +400,27 @@ def test_file_argument(tmp_path: Any) -> None:
         "example.org",
         "https://example.net/a",
     ]
+
+
+def test_a_file_saved_with_a_bom_keeps_its_first_url(tmp_path: Any) -> None:
+    listing = tmp_path / "sites.txt"
+    listing.write_bytes("\ufeffhttps://example.org/\r\nexample.net\r\n".encode())
+    spider = LinksSpider(file=str(listing))
+    assert list(spider.argument_entries()) == ["https://example.org/", "example.net"]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(None, "No such file or directory"), (b"example.org\n\xff\xfe\n", "not UTF-8")],
+)
+def test_a_file_that_cannot_be_read_is_refused_with_why(
+    tmp_path: Any, content: bytes | None, said: str
+) -> None:
+    listing = tmp_path / "sites.txt"
+    if content is not None:
+        listing.write_bytes(content)
+    with pytest.raises(SettingsError, match=f"-a file={listing}: {said}"):
+        LinksSpider(file=str(listing))
 
 
 def test_link_priority_is_breadth_first() -> None:

@@ -342,6 +342,19 @@ def test_a_redis_cluster_the_environment_misspells_is_refused(
         assert "Traceback" not in shown.stderr
 
 
+@pytest.mark.parametrize("spider", ["links", "domains"])
+def test_a_start_file_that_is_not_there_is_refused_in_one_line(
+    crawl: Crawl, spider: str, tmp_path: Any
+) -> None:
+    missing = tmp_path / "sites.txt"
+    command = [*crawl.command(spider, settings={}), "-a", f"file={missing}"]
+    result = subprocess.run(
+        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=60
+    )
+    _assert_refused(result, f"-a file={missing}")
+    assert "Crawler.stats" not in result.stderr
+
+
 def test_a_set_at_the_start_key_is_named_with_its_type(
     crawl: Crawl, redis_client: redis.Redis
 ) -> None:

@@ -1,6 +1,7 @@
 """``scrapy crawl``, with an exit status that tells a fleet manager why a worker stopped: 2, a
-setting is invalid (one ERROR line names it; checked, with what the frontier needs from Redis,
-before anything is taken from Redis); 3, banned with ``BAN_POLICY = "stop"`` (replace the IP
+setting is invalid, or a spider's start file (``-a file=``) cannot be read (one ERROR line names
+it; settings are checked, with what the frontier needs from Redis, before anything is taken
+from Redis); 3, banned with ``BAN_POLICY = "stop"`` (replace the IP
 address before starting again); 4, items yielded and none stored (``items_not_stored``); 5, only
 rate-limited answers for a while (``RATE_LIMIT_EXIT``; its leases released; start it later).
 """
@@ -57,10 +58,11 @@ class Command(ScrapyCrawlCommand):
         self.crawler_process.start()
         if self.exitcode:
             return
-        reason = crawler.stats.get_value("finish_reason") if crawler.stats is not None else None
-        if self.crawler_process.bootstrap_failed:
+        if self.crawler_process.bootstrap_failed:  # said already; the crawler may have no stats
             self.exitcode = 1
-        elif reason in FAILED_REASONS:
+            return
+        reason = crawler.stats.get_value("finish_reason") if crawler.stats is not None else None
+        if reason in FAILED_REASONS:
             self.exitcode = FAILED_REASONS[reason]
 
     def _refuse(self, exc: SettingsError) -> None:

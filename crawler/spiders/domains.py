@@ -45,6 +45,7 @@ from scrapy import Request
 
 from crawler import settings as project
 from crawler.config import setting
+from crawler.config.rules import SettingsError
 from crawler.domains.classify import (
     Outcome,
     failure_outcome,
@@ -137,7 +138,7 @@ class DomainsSpider(RedisFedSpider):
         self.domain_args = [part.strip() for part in domains.split(",") if part.strip()]
         self.file = file
         if file and not Path(file).is_file():
-            raise ValueError(f"-a file={file}: no such file")
+            raise SettingsError(f"-a file={file}: no such file")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> DomainsSpider:

@@ -27,6 +27,7 @@ from scrapy.http import HtmlResponse
 
 from crawler import settings as project
 from crawler.config import setting
+from crawler.config.rules import SettingsError
 from crawler.extractors.links import content_hash, parse_page
 from crawler.items import PageItem
 from crawler.links.ledger import HostLedger
@@ -118,8 +119,7 @@ class LinksSpider(RedisFedSpider):
         super().__init__(**kwargs)
         self.url_args = [part.strip() for part in urls.split(",") if part.strip()]
         if file:
-            lines = Path(file).read_text(encoding="utf-8").splitlines()
-            self.url_args += [s for line in lines if (s := line.strip()) and s[0] != "#"]
+            self.url_args += _file_lines(file)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinksSpider:
@@ -421,6 +421,19 @@ class LinksSpider(RedisFedSpider):
         if key not in self.sitemap_entries and len(self.sitemap_entries) >= SITEMAP_HOSTS_KEPT:
             self.sitemap_entries.clear()
         return key
+
+
+def _file_lines(file: str) -> list[str]:
+    """The entries of ``-a file=``: its lines but blank ones and ``#`` comments (UTF-8, a BOM
+    no part of them); SettingsError if it cannot be read or is not UTF-8."""
+    try:
+        text = Path(file).read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise SettingsError(f"-a file={file}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        where = f"{exc.reason} at byte {exc.start}"
+        raise SettingsError(f"-a file={file}: not UTF-8 ({where})") from None
+    return [entry for line in text.splitlines() if (entry := line.strip()) and entry[0] != "#"]
 
 
 def _on_host(url: str, host: str) -> bool:
