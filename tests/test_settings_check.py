@@ -93,6 +93,8 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("MAPS_BROWSER_DRAIN_SECONDS", "0", "an integer >= 1"),
         # scrapy-redis's spiders take int() of it: "1.5" stopped them with a traceback.
         ("MAX_IDLE_TIME_BEFORE_CLOSE", "1.5", "an integer >= 0"),
+        # A typo left the crawl running without its metrics endpoint.
+        ("METRICS_HOST", "locahost.invalid", "an IP address or a name of this machine"),
     ],
 )
 def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:

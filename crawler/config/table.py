@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import ipaddress
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,6 +75,21 @@ def host_name(value: Any) -> str:
     if not name or any(char in name for char in "/:@?#[] \t"):
         raise ValueError(value)
     return name.encode("idna").decode("ascii")
+
+
+def listen_host(value: Any) -> str:
+    """METRICS_HOST: an IP address, or a name this machine resolves (``localhost``; looked up
+    once, as the crawl starts): a typo is refused, not a metrics endpoint left off."""
+    name = as_text(value).strip()
+    try:
+        return ip_address(name)
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(name, None)
+    except (OSError, UnicodeError):
+        raise ValueError(value) from None
+    return name
 
 
 def nameserver(value: Any) -> Any:
@@ -295,7 +311,7 @@ RULES: dict[str, Rule] = {
     "DOMAIN_STATS_MAX": integer(0),
     "PACE_WINDOW": number(0, above=True),
     "METRICS_PORT": Rule("a port 1-65535, a range like 9410-9419, or 0 (off)", ports),
-    "METRICS_HOST": text(empty=False),
+    "METRICS_HOST": Rule("an IP address or a name of this machine", listen_host),
     "FLEET_PAGE": choice("local", "all", "off"),
     # maps and the browser
     "MAPS_BASE_URL": base_url(),

@@ -81,7 +81,7 @@ class MonitorSettings:
             progress_interval=setting(settings, "PROGRESS_INTERVAL"),
             pace_window=setting(settings, "PACE_WINDOW"),
             metrics_ports=parse_ports(settings.get("METRICS_PORT")),
-            metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0"),
+            metrics_host=str(settings.get("METRICS_HOST") or "0.0.0.0").strip(),  # as checked
             fleet_page=setting(settings, "FLEET_PAGE"),
             domain_stats_max=setting(settings, "DOMAIN_STATS_MAX"),
         )
@@ -332,7 +332,7 @@ class FleetMonitor:
             )
         except CannotListenError as exc:
             logger.error(
-                "Metrics not served: no free port in METRICS_PORT on %s (%s)",
+                "Metrics not served: cannot listen on %s at a port of METRICS_PORT (%s)",
                 self.config.metrics_host,
                 exc,
             )
