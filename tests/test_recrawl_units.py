@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
@@ -447,3 +448,25 @@ def test_explore_looks_for_the_revisit_under_the_profiles_spiders_fingerprint(
     page = profiles.spider._user_request("some.user")
     expected = profiles.request_fingerprinter.fingerprint(page)[:16].hex()
     assert (key, fingerprint("some.user")) == ("{profiles}:revisit", expected)
+
+
+def test_explore_says_when_its_hand_off_spider_is_none_of_the_projects(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EXPLORE_HANDOFF_SPIDER = "profile" (a typo) hands authors to a start list no spider of
+    the project reads: the explore worker says so as it starts (another project may read it)."""
+    from crawler.spiders.explore import ExploreSpider
+
+    base = _middleware(redis_url).crawler.settings.copy_to_dict()
+    for target, warned in (("profile", True), ("profiles", False)):
+        caplog.clear()
+        explore = get_crawler(ExploreSpider, {**base, "EXPLORE_HANDOFF_SPIDER": target})
+        with caplog.at_level(logging.WARNING):
+            explore._create_spider()
+        said = [
+            r.getMessage() for r in caplog.records if "EXPLORE_HANDOFF_SPIDER" in r.getMessage()
+        ]
+        assert bool(said) == warned, said
+        if warned:
+            assert "is no spider of this project" in said[0]
+            assert "profile:start_urls" in said[0]

@@ -95,6 +95,9 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("MAX_IDLE_TIME_BEFORE_CLOSE", "1.5", "an integer >= 0"),
         # A typo left the crawl running without its metrics endpoint.
         ("METRICS_HOST", "locahost.invalid", "an IP address or a name of this machine"),
+        # Authors went to "None:start_urls", which no spider reads, and nothing was said.
+        ("EXPLORE_HANDOFF_SPIDER", "None", "a spider's name"),
+        ("EXPLORE_HANDOFF_SPIDER", "my spider", "a spider's name"),
     ],
 )
 def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:

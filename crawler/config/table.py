@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import ipaddress
 import logging
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,14 @@ def listen_host(value: Any) -> str:
         socket.getaddrinfo(name, None)
     except (OSError, UnicodeError):
         raise ValueError(value) from None
+    return name
+
+
+def spider_name(value: Any) -> str:
+    """EXPLORE_HANDOFF_SPIDER: a spider's name (letters, digits, ``_.-``), or "" for none."""
+    name = as_text(value).strip()
+    if name.lower() in ("none", "null") or not re.fullmatch(r"[A-Za-z0-9_.-]*", name):
+        raise ValueError(value)
     return name
 
 
@@ -300,7 +309,9 @@ RULES: dict[str, Rule] = {
     "EXPLORE_MAX_PAGES": integer(0),
     "EXPLORE_POPULAR_MIN_LIKES": integer(0),
     "EXPLORE_POPULAR_MIN_FOLLOWERS": integer(0),
-    "EXPLORE_HANDOFF_SPIDER": text(),
+    "EXPLORE_HANDOFF_SPIDER": Rule(
+        "a spider's name (letters, digits, _.-), or empty for no hand-off", spider_name
+    ),
     "EXPLORE_HANDED_KEY": key_template("spider"),
     "EXPLORE_HANDOFF_TTL": number(0, above=True),
     "PROFILES_BASE_URL": base_url(),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from scrapy import Request
+from scrapy.spiderloader import get_spider_loader
 
 from crawler.config import setting, setting_int, validate_base_url
 from crawler.extractors.explore import (
@@ -40,6 +41,7 @@ from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
 # Category ids of the explore feed (TARGETS.md §1); 120 is "All".
 CATEGORIES = {
@@ -88,9 +90,16 @@ class ExploreSpider(RedisFedSpider):
         self.handoff = self._build_handoff(crawler)
 
     def _build_handoff(self, crawler: Crawler) -> RidingHandoff | None:
-        target = crawler.settings.get("EXPLORE_HANDOFF_SPIDER")
+        target: str = setting(crawler.settings, "EXPLORE_HANDOFF_SPIDER")
         if not target:
             return None
+        if not _project_spider(crawler.settings, target):
+            self.logger.warning(
+                "EXPLORE_HANDOFF_SPIDER = %s is no spider of this project: popular authors go to "
+                "its start list %s for another project to read",
+                target,
+                start_key(crawler.settings, target),
+            )
         start = start_key(crawler.settings, target)
         handed = handed_key(crawler.settings, self.name)
         ttl = setting(crawler.settings, "EXPLORE_HANDOFF_TTL")
@@ -240,3 +249,12 @@ def _with_cursor(url: str, cursor: str) -> str:
     query = [(key, value) for key, value in parse_qsl(parts.query) if key != "cursor"]
     query.append(("cursor", cursor))
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _project_spider(settings: BaseSettings, name: str) -> bool:
+    """Whether the project has a spider called ``name`` (its own module is looked in first)."""
+    try:
+        get_spider_loader(settings).load(name)
+    except KeyError:
+        return False
+    return True
