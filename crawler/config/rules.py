@@ -170,8 +170,8 @@ def number(
     return Rule(f"a number {bounds}".strip(), within(as_float, low, high, above, below))
 
 
-def flag() -> Rule:
-    return Rule("True or False (or 1/0, true/false)", as_bool)
+def flag(*, optional: bool = False) -> Rule:
+    return Rule("True or False (or 1/0, true/false)", as_bool, optional)
 
 
 def text(*, empty: bool = True, optional: bool = False) -> Rule:

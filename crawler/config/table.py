@@ -254,7 +254,7 @@ RULES: dict[str, Rule] = {
     "PROXY_POOL": items(url("http", "https"), "http(s):// proxy URLs"),
     # Redis, the frontier and start entries
     "REDIS_URL": url("redis", "rediss", "unix"),
-    "REDIS_CLUSTER": flag(),
+    "REDIS_CLUSTER": flag(optional=True),  # not set (settings built by hand): no cluster
     "REDIS_PARAMS": mapping("redis-py client arguments", show=hidden),
     "FRONTIER_BATCH_SIZE": integer(1, 1000),
     "FRONTIER_LEASE_SECONDS": integer(5),
