@@ -190,19 +190,34 @@ def test_redirects_and_fallbacks_are_described(
     assert (truncated["http_status"], truncated["truncated"]) == (200, True)
 
 
+@pytest.mark.parametrize(
+    ("header", "encoding", "newline"),
+    [
+        (["rank,domain"], "utf-8", "\n"),
+        ([], "utf-8-sig", "\r\n"),  # Excel's "CSV UTF-8": a byte order mark, no header
+    ],
+)
 def test_csv_file_is_read_as_a_stream(
-    sweep: Crawl, mongo: Mongo, domains_sandbox: DomainsSandbox, tmp_path: Path
+    sweep: Crawl,
+    mongo: Mongo,
+    domains_sandbox: DomainsSandbox,
+    tmp_path: Path,
+    header: list[str],
+    encoding: str,
+    newline: str,
 ) -> None:
     sample = [d for d in domains_sandbox.domains.values() if d.behaviour in ("alive", "nxdomain")]
     sample = sample[:20]
-    lines = ["rank,domain", *(f"{rank},{d.entry}" for rank, d in enumerate(sample, 1)), ""]
+    lines = [*header, *(f"{rank},{d.entry}" for rank, d in enumerate(sample, 1)), ""]
     csv_file = tmp_path / "top.csv"
-    csv_file.write_text("\n".join(lines))
+    csv_file.write_bytes(newline.join(lines).encode(encoding))
 
     result = sweep("domains", "-a", f"file={csv_file}", settings=sweep_settings(domains_sandbox))
 
     assert result.returncode == 0, result.stderr[-3000:]
-    check_truth(stored(mongo), sample)
+    documents = stored(mongo)
+    assert len(documents) == len(sample)
+    check_truth(documents, sample)
 
 
 def test_a_worker_killed_mid_sweep_loses_nothing(

@@ -269,6 +269,20 @@ def test_csv_header_blank_lines_and_plain_lists(tmp_path: Path) -> None:
     assert list(csv_domains(plain)) == ["a.com", "b.org"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1,google.com\r\n2,youtube.com\r\n",  # Excel's "CSV UTF-8": no header
+        "rank,domain\r\n1,google.com\r\n2,youtube.com\r\n",
+        "google.com\nyoutube.com\n",  # one domain a line
+    ],
+)
+def test_a_file_with_a_byte_order_mark_keeps_its_first_domain(tmp_path: Path, text: str) -> None:
+    excel = tmp_path / "top.csv"
+    excel.write_bytes("\ufeff".encode() + text.encode())
+    assert list(csv_domains(excel)) == ["google.com", "youtube.com"]
+
+
 def test_csv_is_read_as_it_comes(tmp_path: Path) -> None:
     """A domain is handed on while the rest of the file is not even written yet."""
     fifo = tmp_path / "top.csv"

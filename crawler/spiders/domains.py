@@ -6,7 +6,8 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
     ``{"domains": ["a.com", ...]}``  a batch; a bad name in it is set aside alone
     ``-a domains=a.com,b.org``       spider arguments
     ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line), read line by
-                                     line as the crawl goes, never whole; a header is skipped.
+                                     line as the crawl goes, never whole; a header is skipped,
+                                     a byte order mark (Excel's "CSV UTF-8") too.
                                      Reading pauses while the fleet's queue holds
                                      FILE_AHEAD_BATCHES x FRONTIER_BATCH_SIZE requests: neither
                                      the worker nor Redis ever holds the whole list
@@ -389,8 +390,9 @@ def _domain(value: Any) -> str:
 
 def csv_domains(path: Path) -> Iterator[str]:
     """The domains of a ``rank,domain`` CSV (or one domain a line), one row at a time; a first
-    row whose rank is not a number is a header and skipped, blank rows too."""
-    with path.open(encoding="utf-8", errors="replace", newline="") as lines:
+    row whose rank is not a number is a header and skipped, blank rows too. A file that starts
+    with a byte order mark (Excel's "CSV UTF-8") is read without it: its first domain is kept."""
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as lines:
         for number, row in enumerate(csv.reader(lines)):
             cells = [cell.strip() for cell in row]
             if not any(cells):
