@@ -118,7 +118,7 @@ class LinksSpider(RedisFedSpider):
         super().__init__(**kwargs)
         self.url_args = [part.strip() for part in urls.split(",") if part.strip()]
         if file:
-            lines = Path(file).read_text(encoding="utf-8").splitlines()
+            lines = Path(file).read_text(encoding="utf-8-sig").splitlines()
             self.url_args += [s for line in lines if (s := line.strip()) and s[0] != "#"]
 
     @classmethod
