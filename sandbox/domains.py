@@ -39,6 +39,11 @@ from sandbox.domains_tls import self_signed_context
 
 # Every pair of port behaviours, the web host's first: each gets an address (.1, .2, ...).
 PAIRS = (WEB, *sorted(set(SIDES.values())))
+# GoDaddy's parking page, on /lander of its parked domains: only its service's script.
+GODADDY_LANDER = (
+    "<html><head><title>{name}</title></head><body><div id='root'></div><script"
+    " src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>"
+)
 # Parking pages as services serve them (one per domain, by its name): the phrase split by
 # markup or entities, other wordings, a lander that is only a parking service's script.
 PARKED_PAGES = (
@@ -52,8 +57,18 @@ PARKED_PAGES = (
     "<html><head><title>Domain for sale</title></head><body><img src='/sale.png'></body></html>",
     "<html><body><p>This web page is parked <em>FREE</em>, courtesy of <a href='#'>Sandbox"
     " Registrar</a>.</p></body></html>",
-    "<html><head><title>{name}</title></head><body><div id='root'></div><script"
-    " src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>",
+    GODADDY_LANDER,
+)
+# Pages that only send the browser on, by a script or a meta refresh (one per domain, by its
+# name), as GoDaddy's parked domains answer "/"; {target} is where.
+SCRIPT_REDIRECTS = (
+    "<!DOCTYPE html><html><head><script>window.onload=function(){{window.location.href="
+    '"{target}"}}</script></head></html>',
+    "<script>window.location.replace('{target}')</script>",
+    '<html><body><script>location.href = "{target}";</script><noscript>Please enable'
+    " JavaScript</noscript></body></html>",
+    '<html><head><meta http-equiv="refresh" content="0;url={target}"></head>'
+    "<body><p>Redirecting...</p></body></html>",
 )
 PAGE = "<html><head><title>{title}</title></head><body><p>Welcome to {name}.</p></body></html>"
 SHOP = (
@@ -194,6 +209,13 @@ class DomainsSandbox:
             return _redirect(f"https://{domain.name}:{self.https_port}/")
         if behaviour == "redirect_loop":
             return _redirect("/loop" if request.path == "/" else "/", 302)
+        if behaviour == "script_parked":
+            if request.path == "/lander":
+                return _html(200, GODADDY_LANDER.format(name=domain.name))
+            return _html(200, script_redirect(domain.name, "/lander"))
+        if behaviour == "script_offsite":
+            away = f"http://moved-{domain.name.split('.')[0]}.example/"
+            return _html(200, SCRIPT_REDIRECTS[-1].format(target=away))
         if behaviour == "big_page":
             return await _big_page(request, domain.name)
         if behaviour == "deep_parked":
@@ -218,6 +240,12 @@ def parked_page(name: str) -> str:
     """The parking page of ``name`` (one of PARKED_PAGES, by the name)."""
     template = PARKED_PAGES[sum(name.encode()) % len(PARKED_PAGES)]
     return template.format(name=name)
+
+
+def script_redirect(name: str, target: str) -> str:
+    """A page that only sends the browser to ``target`` (one of SCRIPT_REDIRECTS, by name)."""
+    template = SCRIPT_REDIRECTS[sum(name.encode()) % len(SCRIPT_REDIRECTS)]
+    return template.format(target=target)
 
 
 def deep_parked_page(name: str) -> str:

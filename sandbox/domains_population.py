@@ -23,6 +23,11 @@ redirect_loop       redirect_loop     302    ``/`` redirects to ``/loop``, which
                                              ``/``
 redirect_https      alive (https)     200    HTTP redirects to HTTPS, which answers
 redirect_https_bad  tls_error         0      HTTP redirects to HTTPS, which speaks plain text
+script_parked       parked            200    ``/`` is a page that only sends the browser to
+                                             ``/lander`` (a script or a meta refresh, as
+                                             GoDaddy's parked domains), a parking lander
+script_offsite      redirect_offsite  200    ``/`` is a page whose meta refresh sends the
+                                             browser to another domain
 big_page            alive             200    a 5 MB page, announced in Content-Length
 truncated           alive             200    Content-Length 20000, 3000 bytes sent, closed
                                              (stored with ``truncated``)
@@ -67,6 +72,8 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "redirect_loop": ("redirect_loop", 302),
     "redirect_https": ("alive", 200),
     "redirect_https_bad": ("tls_error", 0),
+    "script_parked": ("parked", 200),
+    "script_offsite": ("redirect_offsite", 200),
     "big_page": ("alive", 200),
     "truncated": ("alive", 200),
     "deep_parked": ("alive", 200),
@@ -98,6 +105,8 @@ WEIGHTS: dict[str, int] = {
     "redirect_loop": 1,
     "redirect_https": 3,
     "redirect_https_bad": 1,
+    "script_parked": 1,
+    "script_offsite": 1,
     "big_page": 1,
     "truncated": 1,
     "deep_parked": 1,

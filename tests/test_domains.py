@@ -150,6 +150,14 @@ def test_redirects_and_fallbacks_are_described(
     assert tls["server"] == "sandbox-domains/1"
     offsite = documents[by_behaviour["redirect_offsite"].name]
     assert offsite["final_url"].startswith("http://moved-")
+    # A page that only sends the browser on, by a script or a meta refresh: followed within
+    # the domain (GoDaddy's parked / and its /lander), a redirect when it leaves.
+    lander = documents[by_behaviour["script_parked"].name]
+    assert (lander["status"], lander["attempts"]) == ("parked", 2)
+    assert lander["final_url"] == f"http://{lander['domain']}:{port}/lander"
+    away = documents[by_behaviour["script_offsite"].name]
+    assert (away["status"], away["http_status"]) == ("redirect_offsite", 200)
+    assert away["final_url"].startswith("http://moved-")
     slow = documents[by_behaviour["slow"].name]
     assert slow["attempts"] == 2  # one retry of a timeout
     assert slow["response_time"] >= DOWNLOAD_TIMEOUT

@@ -31,13 +31,15 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
     StopDownload,
 )
-from scrapy.http import Response
+from scrapy.http import HtmlResponse, Response
 from scrapy.statscollectors import StatsCollector
+from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 from twisted.internet import error as net
 from twisted.python.failure import Failure
 from twisted.web._newclient import BadResponseVersion, ParseError, ResponseNeverReceived
 
+from crawler import settings as project_settings
 from crawler.config.values import NameServer
 from crawler.domains import probes
 from crawler.domains.classify import (
@@ -52,6 +54,7 @@ from crawler.domains.classify import (
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
+from crawler.domains.page_redirect import page_redirect
 from crawler.domains.parking import is_parked, page_text
 from crawler.domains.probes import (
     CERTIFICATE_STAT,
@@ -67,6 +70,7 @@ from crawler.domains.probes import (
 )
 from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound
 from crawler.domains.summary import summarize
+from crawler.items import DomainItem
 from crawler.spiders.domains import DomainsSpider, csv_domains
 from sandbox.dns import Answer, start_dns
 
@@ -627,3 +631,120 @@ def test_parking_text_is_read_around_its_words_wherever_they_are() -> None:
     shop = b"<p>Car for sale</p>" * 2000
     assert not is_parked(shop)
     assert is_parked(b"<h1>example.com is for sale</h1>" + shop)
+
+
+# --- the spider's answers, without a crawl --------------------------------------------------
+
+
+def domains_spider(**settings: Any) -> DomainsSpider:
+    """The spider as a worker builds it (another resolver named: none is installed here)."""
+    values = {
+        name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()
+    }
+    values.update(TWISTED_DNS_RESOLVER="scrapy.resolver.CachingThreadedResolver", **settings)
+    if not is_reactor_installed():  # never run; the spider looks at the reactor's resolver
+        install_reactor(values["TWISTED_REACTOR"])
+    crawler = get_crawler(DomainsSpider, values)
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    assert isinstance(spider, DomainsSpider)
+    return spider
+
+
+def answered(
+    spider: DomainsSpider, request: Request, status: int, body: bytes = b"", **headers: str
+) -> Request | DomainItem:
+    """What the spider makes of ``request``'s answer: the next request, or the document."""
+    response = HtmlResponse(request.url, status=status, body=body, headers=headers, request=request)
+    (output,) = spider.parse_probe(response)
+    assert isinstance(output, Request | DomainItem)
+    return output
+
+
+# GoDaddy's parked domains: / sends the browser to /lander, which shows the parking page.
+LANDER = (
+    b"<html><head><title>example.com</title></head><body><div id='root'></div><script"
+    b" src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>"
+)
+SCRIPT_REDIRECTS = (
+    b'<!DOCTYPE html><html><head><script>window.onload=function(){window.location.href="/lander"}'
+    b"</script></head></html>",
+    b'<script>window.location.href="/lander"</script>',
+    b"<script>window.location.replace('/lander');</script>",
+    b'<html><body><script>location.href = "/lander"</script><noscript>Enable JavaScript'
+    b"</noscript></body></html>",
+    b'<meta http-equiv="refresh" content="0;url=/lander">',
+    b"<html><head><title>Redirecting</title><meta http-equiv='Refresh' content='0; URL=/lander'>"
+    b"</head><body><p>Redirecting...</p></body></html>",
+)
+
+
+@pytest.mark.parametrize("page", SCRIPT_REDIRECTS)
+def test_a_page_that_only_redirects_is_followed_and_classed_by_where_it_lands(page: bytes) -> None:
+    spider = domains_spider()
+    lander = answered(spider, spider.probe("example.com"), 200, page)
+    assert isinstance(lander, Request)
+    assert lander.url == "http://example.com/lander"
+    item = answered(spider, lander, 200, LANDER)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url, item.attempts) == (
+        "parked",
+        200,
+        "http://example.com/lander",
+        2,
+    )
+
+
+def test_a_page_that_only_redirects_elsewhere_is_classed_as_a_redirect_there() -> None:
+    spider = domains_spider()
+    refresh = b'<meta http-equiv="refresh" content="0;url=https://other.org/">'
+    item = answered(spider, spider.probe("example.com"), 200, refresh)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url, item.attempts) == (
+        "redirect_offsite",
+        200,
+        "https://other.org/",
+        1,
+    )
+    sales = b'<script>top.location = "https://www.hugedomains.com/domain_profile.cfm?d=x.com"'
+    item = answered(spider, spider.probe("example.com"), 200, sales + b"</script>")
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code) == ("parked", 200)
+
+
+def test_redirecting_pages_count_against_the_redirects_followed() -> None:
+    spider = domains_spider(DOMAINS_MAX_REDIRECTS=2)
+    request: Request | DomainItem = spider.probe("example.com")
+    for hop in range(1, 10):
+        assert isinstance(request, Request)
+        page = f"<script>location.href='/page{hop}'</script>".encode()
+        request = answered(spider, request, 200, page)
+        if isinstance(request, DomainItem):
+            break
+    assert isinstance(request, DomainItem)
+    assert (request.status, request.attempts) == ("redirect_loop", 3)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        # a site's page: text of its own beside the script
+        b"<html><body><h1>Welcome to our shop</h1><p>Opening hours, products, prices and"
+        b" directions to the shop, and what our customers say.</p>"
+        b"<script>location.href='/en/'</script></body></html>",
+        # two targets, chosen as the page runs
+        b"<script>if (mobile) { location.href = '/m/' } else { location.href = '/d/' }</script>",
+        # a URL built as the page runs
+        b"<script>location.href = '/lander?ref=' + document.referrer</script>",
+        b"<script>if (location.href == '/old') { track() }</script>",
+        b"<script>location.href = 'javascript:void(0)'</script>",
+        b"<script>location.href='/lander'</script>" + b" " * 5000,  # not a small page
+        b'<meta http-equiv="refresh" content="30">',  # a reload
+    ],
+)
+def test_a_page_that_does_more_than_redirect_is_the_answer(page: bytes) -> None:
+    assert page_redirect(page, "http://example.com/") is None
+    spider = domains_spider()
+    item = answered(spider, spider.probe("example.com"), 200, page)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.final_url) == ("alive", "http://example.com/")

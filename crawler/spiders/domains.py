@@ -21,7 +21,9 @@ Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/
 fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
 timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (``www.``
 included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result, one
-back to a URL already visited (or one too many) is a loop. Each scheme's failure is kept in
+back to a URL already visited (or one too many) is a loop. A small page that only sends the
+browser on by a script or a meta refresh (GoDaddy's parked ``/`` and its ``/lander``;
+crawler/domains/page_redirect.py) is a redirect like any other. Each scheme's failure is kept in
 the document (``http_error``, ``https_error``) and the class is the one that got furthest;
 any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of it read; a body cut
 short is stored with ``truncated``). The classes and codes are in
@@ -55,6 +57,7 @@ from crawler.domains.classify import (
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
+from crawler.domains.page_redirect import page_redirect
 from crawler.domains.probes import FAILURE_META, PROBE_META, TRUNCATED_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
@@ -275,7 +278,7 @@ class DomainsSpider(RedisFedSpider):
         if failure is not None:
             yield from self._failed(response, state, failure)
             return
-        location = _location(response)
+        location = _next_url(response)
         if location is None:
             yield self._item(state, response_outcome(response.status, response.body), response)
             return
@@ -359,7 +362,7 @@ def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
     item.http_status = response.status
     item.scheme = urlsplit(response.url).scheme
     redirected = outcome.status in ("redirect_offsite", "redirect_loop")
-    item.final_url = _location(response) if redirected else response.url
+    item.final_url = _next_url(response) if redirected else response.url
     latency = response.meta.get("download_latency")
     item.response_time = round(latency, 3) if isinstance(latency, float) else None
     server = response.headers.get(b"Server")
@@ -368,8 +371,12 @@ def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
     item.truncated = bool(response.meta.get(TRUNCATED_META))
 
 
-def _location(response: Response) -> str | None:
-    """The absolute target of a redirect answer, else None."""
+def _next_url(response: Response) -> str | None:
+    """Where the answer sends the browser: the absolute target of a redirect answer, or of a
+    page that only redirects by a script or a meta refresh
+    (crawler/domains/page_redirect.py); else None."""
+    if 200 <= response.status < 300:
+        return page_redirect(response.body, response.url)
     if not 300 <= response.status < 400:
         return None
     location = response.headers.get(b"Location")
