@@ -478,10 +478,10 @@ DOMAINS_DNS_CONCURRENCY = 200
 DOMAINS_DOWNLOAD_TIMEOUT = 10.0
 # DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a timed-out probe is sent again (then "timeout").
 DOMAINS_TIMEOUT_RETRIES = 1
-# DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (www. included)
-# followed at most, a page that only redirects by a script or a meta refresh counted as one
-# (one more, or one back to a URL visited, is "redirect_loop"); a redirect to another domain
-# is never followed ("redirect_offsite").
+# DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (to names under it,
+# www. or en., too) followed at most, a page that only redirects by a script or a meta refresh
+# counted as one (one more, or one back to a URL visited, is "redirect_loop"); a redirect to
+# another domain is never followed ("redirect_offsite").
 DOMAINS_MAX_REDIRECTS = 5
 # DOMAINS_HTTP_PORT (int 1..65535, default 80) and DOMAINS_HTTPS_PORT (default 443): the ports
 # probes go to; the sandbox's domains listen on high ports (tests and benchmarks set these).

@@ -59,6 +59,11 @@ PARKED_PAGES = (
     " Registrar</a>.</p></body></html>",
     GODADDY_LANDER,
 )
+# Bodis's parking page, on ww25.<domain> of its parked domains.
+BODIS_PAGE = (
+    "<html><head><title>{name}</title></head><body><p>Related searches</p>"
+    "<a href='https://www.bodis.com/privacy'>Privacy Policy</a></body></html>"
+)
 # Pages that only send the browser on, by a script or a meta refresh (one per domain, by its
 # name), as GoDaddy's parked domains answer "/"; {target} is where.
 SCRIPT_REDIRECTS = (
@@ -166,8 +171,10 @@ class DomainsSandbox:
     # --- DNS ---------------------------------------------------------------------------------
 
     def domain_of(self, host: str) -> FakeDomain | None:
+        """The domain ``host`` is one of the names of (FakeDomain.hosts), or None."""
         host = host.lower().rstrip(".")
-        return self.domains.get(host) or self.domains.get(host.removeprefix("www."))
+        domain = self.domains.get(host) or self.domains.get(host.partition(".")[2])
+        return domain if domain is not None and host in domain.hosts else None
 
     def lookup(self, name: str) -> Answer:
         domain = self.domain_of(name)
@@ -205,6 +212,13 @@ class DomainsSandbox:
             return _redirect(f"http://moved-{domain.name.split('.')[0]}.example/")
         if behaviour == "redirect_www" and not host.startswith("www."):
             return _redirect(f"http://www.{domain.name}:{self.http_port}/")
+        if behaviour == "redirect_subdomain" and host == domain.name:
+            return _redirect(f"http://en.{domain.name}:{self.http_port}/")
+        if behaviour == "parked_subdomain":
+            if host == domain.name:
+                where = f"http://ww25.{domain.name}:{self.http_port}/?subid1=20240611-0316-4f1c"
+                return _redirect(where, 302)
+            return _html(200, BODIS_PAGE.format(name=domain.name))
         if behaviour in ("redirect_https", "redirect_https_bad"):
             return _redirect(f"https://{domain.name}:{self.https_port}/")
         if behaviour == "redirect_loop":

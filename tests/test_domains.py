@@ -145,6 +145,12 @@ def test_redirects_and_fallbacks_are_described(
     www = documents[by_behaviour["redirect_www"].name]
     assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
     assert www["attempts"] == 2
+    # A name under the domain is its site: followed, classed by where it lands.
+    en = documents[by_behaviour["redirect_subdomain"].name]
+    assert (en["status"], en["final_url"]) == ("alive", f"http://en.{en['domain']}:{port}/")
+    bodis = documents[by_behaviour["parked_subdomain"].name]
+    assert (bodis["status"], bodis["attempts"]) == ("parked", 2)
+    assert bodis["final_url"].startswith(f"http://ww25.{bodis['domain']}:{port}/?subid1=")
     tls = documents[by_behaviour["tls_only"].name]
     assert tls["final_url"] == f"https://{tls['domain']}:{tls_port}/"
     assert tls["server"] == "sandbox-domains/1"

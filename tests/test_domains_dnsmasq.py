@@ -84,7 +84,7 @@ def zone_of(
     shapes: dict[str, str] = {}
     edges = set()
     for index, domain in enumerate(sandbox.domains.values()):
-        names = [domain.name, f"www.{domain.name}"]
+        names = domain.hosts
         behaviour = domain.behaviour
         if behaviour == "nxdomain":
             shapes[domain.name] = "nxdomain"

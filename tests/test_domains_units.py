@@ -144,6 +144,14 @@ def test_www_and_bare_forms_are_one_domain(labels: list[str], top: str) -> None:
     assert same_site(name.upper(), name)
 
 
+def test_the_names_under_the_domain_are_its_site() -> None:
+    for host in ("en.example.com", "ww25.example.com", "M.Example.com.", "a.b.example.com"):
+        assert same_site(host, "example.com"), host
+    for host in ("example.org", "notexample.com", "example.com.other.org", "com"):
+        assert not same_site(host, "example.com"), host
+    assert not same_site("example.com", "shop.example.com")  # above the domain: another site
+
+
 # --- classification -------------------------------------------------------------------------
 
 
@@ -748,3 +756,38 @@ def test_a_page_that_does_more_than_redirect_is_the_answer(page: bytes) -> None:
     item = answered(spider, spider.probe("example.com"), 200, page)
     assert isinstance(item, DomainItem)
     assert (item.status, item.final_url) == ("alive", "http://example.com/")
+
+
+# Bodis's parked domains: / redirects to ww25.<domain>, whose page is the parking page.
+BODIS = (
+    b"<html><head><title>example.com</title></head><body><p>Related searches</p>"
+    b"<a href='https://www.bodis.com/privacy'>Privacy Policy</a></body></html>"
+)
+
+
+@pytest.mark.parametrize(
+    ("location", "page", "status"),
+    [
+        ("http://ww25.example.com/?subid1=20240611-0316-4f1c", BODIS, "parked"),
+        ("https://en.example.com/", b"<html><title>Example</title><p>Hello</p></html>", "alive"),
+        ("http://m.example.com/home", b"", "alive"),
+    ],
+)
+def test_a_redirect_to_a_name_under_the_domain_is_followed(
+    location: str, page: bytes, status: str
+) -> None:
+    spider = domains_spider()
+    followed = answered(spider, spider.probe("example.com"), 302, Location=location)
+    assert isinstance(followed, Request)
+    assert followed.url == location
+    item = answered(spider, followed, 200, page)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url, item.attempts) == (status, 200, location, 2)
+
+
+def test_a_redirect_above_or_beside_the_domain_leaves_it() -> None:
+    spider = domains_spider()
+    for location in ("http://example.com/", "http://example.com.other.org/"):
+        item = answered(spider, spider.probe("shop.example.com"), 301, Location=location)
+        assert isinstance(item, DomainItem)
+        assert (item.status, item.final_url) == ("redirect_offsite", location)

@@ -10,9 +10,10 @@ alive               status     an answer below 400 that is not a parking page (a
 parked              status     a 200..399 page of a parking or domain-sales service
                                (crawler/domains/parking.py)
 http_error          status     an answer of 400 or more (404, 5xx, ...)
-redirect_offsite    status     a redirect to another domain (``www.`` of the same domain is
-                               on-site and followed), by HTTP or by a page that only redirects
-                               (a script or a meta refresh: crawler/domains/page_redirect.py)
+redirect_offsite    status     a redirect to another domain (a name under the domain, ``www.``,
+                               ``en.``, ``ww25.``..., is its own site and followed), by HTTP or
+                               by a page that only redirects (a script or a meta refresh:
+                               crawler/domains/page_redirect.py)
 redirect_loop       status     redirects within the domain that come back to a URL already
                                visited, or more than DOMAINS_MAX_REDIRECTS of them (the status
                                of the last redirect)

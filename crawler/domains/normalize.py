@@ -10,7 +10,11 @@ is stored under:
    into their ASCII (IDNA, punycode ``xn--``) form;
 3. one leading ``www.`` is removed when a dotted name remains (``www.com`` stays):
    ``www.example.com`` and ``example.com`` are one domain, stored as ``example.com`` and probed
-   at ``http://example.com/`` (a redirect between the two forms is on-site and followed).
+   at ``http://example.com/``.
+
+A domain's site is the domain and every name under it (:func:`same_site`): a redirect from
+``example.com`` to ``www.example.com``, ``en.example.com`` or ``ww25.example.com`` stays on it
+and is followed; one to ``example.org`` or ``example.com.evil.org`` leaves it.
 
 A name that is not a public host name is refused with :class:`InvalidDomain` (``reason`` is a
 short slug): an IP address, a single label (``localhost``), a label longer than 63 characters
@@ -95,6 +99,6 @@ def _check(name: str) -> None:
 
 
 def same_site(host: str, domain: str) -> bool:
-    """True when ``host`` is ``domain`` or its ``www.`` form (the one-domain rule)."""
+    """True when ``host`` is ``domain`` or a name under it (``www.``, ``en.``, ``ww25.``...)."""
     host = host.lower().rstrip(".")
-    return host == domain or host == f"www.{domain}"
+    return host == domain or host.endswith(f".{domain}")

@@ -19,18 +19,18 @@ A name that is not a domain is set aside in ``domains:start_urls:invalid`` with 
 
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
 fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
-timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (``www.``
-included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result, one
-back to a URL already visited (or one too many) is a loop. A small page that only sends the
-browser on by a script or a meta refresh (GoDaddy's parked ``/`` and its ``/lander``;
-crawler/domains/page_redirect.py) is a redirect like any other. Each scheme's failure is kept in
-the document (``http_error``, ``https_error``) and the class is the one that got furthest;
-any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of it read; a body cut
-short is stored with ``truncated``). The classes and codes are in
-crawler/domains/classify.py. Failures are results: no backoff retry,
-no ban check, no dead letter (crawler/domains/probes.py); per-domain politeness does not apply
-(one request per domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters
-are off (crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
+timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (to a name
+under it too: ``www.``, ``en.``, ``ww25.``...) are followed up to DOMAINS_MAX_REDIRECTS, a
+redirect elsewhere is the result, one back to a URL already visited (or one too many) is a loop.
+A small page that only sends the browser on by a script or a meta refresh (GoDaddy's parked
+``/`` and its ``/lander``; crawler/domains/page_redirect.py) is a redirect like any other. Each
+scheme's failure is kept in the document (``http_error``, ``https_error``) and the class is the
+one that got furthest; any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of
+it read; a body cut short is stored with ``truncated``). The classes and codes are in
+crawler/domains/classify.py. Failures are results: no backoff retry, no ban check, no dead
+letter (crawler/domains/probes.py); per-domain politeness does not apply (one request per
+domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters are off
+(crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
 """
 
 from __future__ import annotations
