@@ -103,6 +103,12 @@ def test_normalize_gives_one_spelling(raw: str, domain: str) -> None:
         ("localhost", "single_label"),
         ("127.0.0.1", "ip_address"),
         ("[::1]:80", "ip_address"),
+        # spellings a browser reads as an address: full-width digits and dots, short forms
+        ("\uff11\uff12\uff17.\uff10.\uff10.\uff11", "ip_address"),  # 127.0.0.1, full width
+        ("http://169\u3002254\u3002169\u3002254/latest/", "ip_address"),  # ideographic dots
+        ("127.1", "ip_address"),
+        ("0x7f.0.0.1", "ip_address"),
+        ("www.10.0.0.1", "ip_address"),
         ("bad name.com", "bad_label"),
         ("-bad.com", "bad_label"),
         ("a" * 64 + ".com", "bad_label"),

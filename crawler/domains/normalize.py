@@ -17,8 +17,10 @@ A domain's site is the domain and every name under it (:func:`same_site`): a red
 and is followed; one to ``example.org`` or ``example.com.evil.org`` leaves it.
 
 A name that is not a public host name is refused with :class:`InvalidDomain` (``reason`` is a
-short slug): an IP address, a single label (``localhost``), a label longer than 63 characters
-or with characters other than letters, digits and inner hyphens, a name over 253 characters.
+short slug): an IP address, in any spelling a browser reads as one (``127.0.0.1`` in
+full-width digits or dots, ``127.1``, ``0x7f.0.0.1``: a name whose last label is a number),
+a single label (``localhost``), a label longer than 63 characters or with characters other than
+letters, digits and inner hyphens, a name over 253 characters.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from crawler.uris import is_ip
 MAX_NAME = 253
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CUT = re.compile(r"[/?#]")
+# A last label a browser reads as a number: the name is an IPv4 address (the URL standard).
+_NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 
 
 class InvalidDomain(ValueError):
@@ -49,9 +53,9 @@ def normalize_domain(raw: str) -> str:
     if not host:
         raise InvalidDomain("empty", "no host name")
     host = host.lower().rstrip(".")
-    if is_ip(host):
-        raise InvalidDomain("ip_address", f"{host[:80]!r} is an address, not a domain")
     name = _ascii(host)
+    if _is_address(name):
+        raise InvalidDomain("ip_address", f"{host[:80]!r} is an address, not a domain")
     if name.startswith("www.") and "." in name[4:]:
         name = name[4:]
     _check(name)
@@ -76,6 +80,11 @@ def _host_part(text: str) -> str:
     if port and not (port.isascii() and port.isdigit()):
         raise InvalidDomain("bad_port", f"{port[:20]!r}")
     return name
+
+
+def _is_address(name: str) -> bool:
+    """True for an IP address, or a name a browser reads as one (its last label a number)."""
+    return is_ip(name) or _NUMBER.fullmatch(name.rsplit(".", 1)[-1]) is not None
 
 
 def _ascii(host: str) -> str:
