@@ -10,7 +10,8 @@ nothing listening (refused), HTTPS only with a self-signed certificate, plain te
 HTTPS port (broken TLS), or a port that misbehaves below HTTP (sandbox/domains_raw.py: reset,
 close, SSH and SMTP banners, a body cut short). The HTTP port and the HTTPS port are the same
 on every address, so a crawler reaches them with ``-s DOMAINS_HTTP_PORT=<http_port>
--s DOMAINS_HTTPS_PORT=<https_port> -s DOMAINS_NAMESERVERS=<nameserver>``.
+-s DOMAINS_HTTPS_PORT=<https_port> -s DOMAINS_NAMESERVERS=<nameserver>
+-s DOMAINS_PRIVATE_ADDRESSES=True`` (loopback addresses are not probed otherwise).
 
 Command line: ``python -m sandbox.domains --count 20000 --seed 1 [--truth FILE]`` prints one
 JSON line (nameserver, ports, addresses) once listening, writes the ground truth (domain ->
@@ -27,6 +28,7 @@ import signal
 import sys
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,7 @@ class DomainsSandbox:
         self.web_ip = self.addresses[WEB]
         self.http_port = self.https_port = self.dns_port = 0
         self.dns: DnsProtocol | None = None
+        self.requests: Counter[str] = Counter()  # HTTP(S) requests answered, by Host
         self._runners: list[web.AppRunner] = []
         self._servers: list[asyncio.Server] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="sandbox-domains-")
@@ -198,6 +201,7 @@ class DomainsSandbox:
 
     async def _web(self, request: web.Request) -> web.StreamResponse:
         host = (request.host or "").rsplit(":", 1)[0].lower()
+        self.requests[host] += 1
         domain = self.domain_of(host)
         if domain is None:
             return _page(404, "unknown host", host)
@@ -239,7 +243,9 @@ class DomainsSandbox:
         return _page(200, page_title(domain.name), domain.name)
 
     async def _tls(self, request: web.Request) -> web.StreamResponse:
-        domain = self.domain_of((request.host or "").rsplit(":", 1)[0])
+        host = (request.host or "").rsplit(":", 1)[0].lower()
+        self.requests[host] += 1
+        domain = self.domain_of(host)
         if domain is None:
             return _page(404, "unknown host", request.host or "")
         return _page(200, page_title(domain.name), domain.name)

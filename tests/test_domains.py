@@ -25,6 +25,7 @@ from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port
+from sandbox.dns import Answer
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
 from sandbox.domains_population import (
     EXPECTED,
@@ -64,6 +65,7 @@ def sweep_settings(sandbox: DomainsSandbox, **extra: Any) -> dict[str, Any]:
         "DOMAINS_HTTPS_PORT": sandbox.https_port,
         "DOMAINS_DNS_TIMEOUT": 1.0,  # 0.3 s timed out twice in a row once on a loaded machine
         "DOMAINS_DOWNLOAD_TIMEOUT": DOWNLOAD_TIMEOUT,
+        "DOMAINS_PRIVATE_ADDRESSES": True,  # the sandbox's domains are on loopback
         "LOG_LEVEL": "WARNING",
         **extra,
     }
@@ -433,6 +435,64 @@ def test_start_entries_are_read_while_a_slow_domain_waits(
     check_truth(documents, [slow, *quick])
     last_quick = max(documents[domain.name]["checked_at"] for domain in quick)
     assert last_quick < documents[slow.name]["checked_at"] - 3  # before its second try
+
+
+METADATA = "metadata-service.test"  # a name whose address is the cloud metadata service's
+
+
+class MetadataSandbox(DomainsSandbox):
+    """The sandbox, and METADATA, whose DNS answer is 169.254.169.254."""
+
+    def lookup(self, name: str) -> Answer:
+        if name == METADATA:
+            return Answer("address", "169.254.169.254")
+        return super().lookup(name)
+
+
+@pytest.fixture
+def own_sandbox() -> Iterator[MetadataSandbox]:
+    """A sandbox of this test's own: no other sweep's request reached it."""
+    sandbox = MetadataSandbox(build_population(40, seed=5))
+    runner = SandboxThread(sandbox)
+    runner.start()
+    yield sandbox
+    runner.stop()
+
+
+def test_a_domain_on_an_address_that_is_not_public_is_stored_and_never_probed(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, own_sandbox: MetadataSandbox
+) -> None:
+    """Without DOMAINS_PRIVATE_ADDRESSES, the sandbox's domains (on 127.x addresses where its
+    servers listen) and a name on the cloud metadata service's address are stored as
+    private_address with their address, and no request reaches the servers."""
+    served = ("alive", "parked", "redirect_www", "not_found", "tls_only", "script_parked")
+    by_behaviour = {d.behaviour: d for d in own_sandbox.domains.values()}
+    domains = [by_behaviour[behaviour] for behaviour in served]
+    gone = by_behaviour["nxdomain"]
+    names = [*(domain.entry for domain in domains), METADATA, gone.entry]
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": names}))
+    settings = sweep_settings(own_sandbox, DOMAINS_PRIVATE_ADDRESSES=False)
+
+    result = sweep("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    expected = {domain.name: own_sandbox.address_of(domain) for domain in domains}
+    expected[METADATA] = "169.254.169.254"
+    for name, address in expected.items():
+        document = documents[name]
+        assert (document["status"], document["code"]) == ("private_address", 1000), document
+        assert (document["address"], document["attempts"]) == (address, 1), document
+        assert document["http_status"] is None
+    assert own_sandbox.requests == {}  # nothing was sent to the sandbox's servers
+    assert documents[gone.name]["status"] == "dns_not_found"
+    assert documents[gone.name]["address"] is None
+    # The same sandbox with the setting on: its servers are asked (the count above means it).
+    other = by_behaviour["for_sale_shop"]
+    redis_client.lpush("domains:start_urls", other.entry)
+    assert sweep("domains", settings=sweep_settings(own_sandbox)).returncode == 0
+    assert stored(mongo)[other.name]["status"] == "alive"
+    assert own_sandbox.requests[other.name] == 1
 
 
 EXAMPLES = itertools.count()

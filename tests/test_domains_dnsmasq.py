@@ -120,7 +120,13 @@ def zone_of(
 
 def resolver_of(server: Dnsmasq) -> AsyncResolver:
     host, port = server.nameserver.split(":")
-    return AsyncResolver([NameServer(host, int(port))], timeout=0.5, retries=1, concurrency=50)
+    return AsyncResolver(
+        [NameServer(host, int(port))],
+        timeout=0.5,
+        retries=1,
+        concurrency=50,
+        private_addresses=True,  # the sandbox's domains are on loopback
+    )
 
 
 def by_shape(world: World) -> dict[str, FakeDomain]:

@@ -40,6 +40,7 @@ from twisted.python.failure import Failure
 from twisted.web._newclient import BadResponseVersion, ParseError, ResponseNeverReceived
 
 from crawler import settings as project_settings
+from crawler.config.rules import SettingsError
 from crawler.config.values import NameServer
 from crawler.domains import probes
 from crawler.domains.classify import (
@@ -68,7 +69,13 @@ from crawler.domains.probes import (
     RateCap,
     readable_body,
 )
-from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound
+from crawler.domains.resolver import (
+    AsyncResolver,
+    DnsError,
+    DomainNotFound,
+    PrivateAddress,
+    is_public,
+)
 from crawler.domains.summary import summarize
 from crawler.items import DomainItem
 from crawler.spiders.domains import DomainsSpider, csv_domains
@@ -192,6 +199,7 @@ def test_failure_kinds(exception: Exception, kind: str) -> None:
 def test_failure_codes_follow_the_seed() -> None:
     assert failure_outcome("dns_not_found") == Outcome("dns_not_found", 1000)
     assert failure_outcome("dns_error") == Outcome("dns_error", 1000)
+    assert failure_outcome("private_address") == Outcome("private_address", 1000)
     for kind in ("timeout", "refused", "tls_error", "connection_error", "not_http"):
         assert failure_outcome(kind) == Outcome(kind, 0)
 
@@ -356,6 +364,7 @@ ANSWERS = {
     "empty.test": Answer("no_address"),
     "broken.test": Answer("servfail"),
     "silent.test": Answer("silent"),
+    "metadata.test": Answer("address", "169.254.169.254"),
 }
 
 
@@ -383,9 +392,14 @@ def with_servers(
     asyncio.run(run())
 
 
+def loopback_resolver(names: list[NameServer], **options: Any) -> AsyncResolver:
+    """A resolver that gives loopback addresses too (the test server's answers are 127.0.0.7)."""
+    return AsyncResolver(names, private_addresses=True, **options)
+
+
 def test_nxdomain_is_definitive_and_never_asked_again() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        resolver = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         for name in ("gone.test", "empty.test"):
             with pytest.raises(DomainNotFound):
                 await resolver.resolve(name)
@@ -398,7 +412,7 @@ def test_nxdomain_is_definitive_and_never_asked_again() -> None:
 
 def test_timeouts_and_servfail_are_asked_once_more_of_the_next_server() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        resolver = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         for name in ("silent.test", "broken.test"):
             with pytest.raises(DnsError):
                 await resolver.resolve(name)
@@ -411,7 +425,7 @@ def test_timeouts_and_servfail_are_asked_once_more_of_the_next_server() -> None:
 
 def test_answers_are_spread_over_servers_and_cached() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        resolver = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         for index in range(10):
             assert await resolver.resolve(f"site{index}.test") == ["127.0.0.7"]
         assert [sum(server.queries.values()) for server in servers] == [5, 5]
@@ -423,7 +437,7 @@ def test_answers_are_spread_over_servers_and_cached() -> None:
 
 def test_each_server_has_its_own_cap_of_queries_in_flight() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.2, retries=0, concurrency=2)
+        resolver = loopback_resolver(names, timeout=0.2, retries=0, concurrency=2)
         started = time.monotonic()
         results = await asyncio.gather(
             *(resolver.resolve(f"silent{index}.test") for index in range(6)),
@@ -434,6 +448,78 @@ def test_each_server_has_its_own_cap_of_queries_in_flight() -> None:
         assert time.monotonic() - started >= 3 * 0.2
 
     with_servers(1, test)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        *("127.0.0.1", "127.9.9.9", "10.1.2.3", "172.16.0.1", "172.31.255.254", "192.168.1.1"),
+        *("169.254.169.254", "0.0.0.0", "100.64.0.1", "224.0.0.1", "255.255.255.255"),
+        *("::1", "::", "fc00::1", "fd12:3456::1", "fe80::1"),
+    ],
+)
+def test_addresses_that_are_not_on_the_internet_are_not_public(address: str) -> None:
+    assert not is_public(address)
+
+
+def test_internet_addresses_are_public() -> None:
+    for address in ("8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111"):
+        assert is_public(address), address
+
+
+def test_a_name_on_an_address_that_is_not_public_is_not_given() -> None:
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        for name, address in (("site.test", "127.0.0.7"), ("metadata.test", "169.254.169.254")):
+            for _ in range(2):  # asked, then from the cache: refused both times
+                with pytest.raises(PrivateAddress) as caught:
+                    await resolver.resolve(name)
+                assert caught.value.address == address
+            assert sum(server.queries[name] for server in servers) == 1
+            failure = resolver.failure(name)
+            assert isinstance(failure, PrivateAddress)
+            assert (failure.outcome, failure.address) == ("private_address", address)
+        assert resolver.counts["private"] == 4
+        allowed = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
+        assert await allowed.resolve("metadata.test") == ["169.254.169.254"]
+
+    with_servers(1, test)
+
+
+def test_a_probe_of_a_name_on_a_private_address_stores_it_unprobed() -> None:
+    resolvers: list[AsyncResolver] = []
+
+    async def resolve(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        with pytest.raises(PrivateAddress):
+            await resolver.resolve("metadata.test")
+        resolvers.append(resolver)
+
+    with_servers(1, resolve)
+    middleware = DomainProbeMiddleware(0, 65536, resolvers[0])
+    spider = domains_spider()
+    probe = spider.probe("metadata.test")
+    # What Scrapy raises when the reactor's resolver found no address it may use.
+    answer = middleware.process_exception(probe, CannotResolveHostError("metadata.test"))
+    assert answer is not None
+    (item,) = spider.parse_probe(answer)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.address, item.attempts) == (
+        "private_address",
+        1000,
+        "169.254.169.254",
+        1,
+    )
+    assert "metadata.test: 169.254.169.254 is not a public address" in str(item.error)
+    assert item.https_error is None  # not tried over HTTPS either
+
+
+def test_another_resolver_is_refused_unless_private_addresses_are_probed() -> None:
+    """The spider's resolver is what keeps probes off private addresses: another one, named
+    with TWISTED_DNS_RESOLVER, is refused unless DOMAINS_PRIVATE_ADDRESSES says to probe them."""
+    with pytest.raises(SettingsError, match="DOMAINS_PRIVATE_ADDRESSES = True"):
+        domains_spider(DOMAINS_PRIVATE_ADDRESSES=False)
+    assert domains_spider(DOMAINS_PRIVATE_ADDRESSES=True).resolver is None
 
 
 def test_name_servers_are_parsed() -> None:
@@ -655,7 +741,9 @@ def domains_spider(**settings: Any) -> DomainsSpider:
     values = {
         name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()
     }
-    values.update(TWISTED_DNS_RESOLVER="scrapy.resolver.CachingThreadedResolver", **settings)
+    # Another resolver may be named only with private addresses probed (this one has none).
+    other = "scrapy.resolver.CachingThreadedResolver"
+    values.update({"TWISTED_DNS_RESOLVER": other, "DOMAINS_PRIVATE_ADDRESSES": True, **settings})
     if not is_reactor_installed():  # never run; the spider looks at the reactor's resolver
         install_reactor(values["TWISTED_REACTOR"])
     crawler = get_crawler(DomainsSpider, values)

@@ -17,6 +17,10 @@ the file is read (see :meth:`DomainsSpider.start`).
 
 A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
 
+A domain whose DNS answer holds no public address (127.0.0.1, 10.x, 169.254.169.254...) is
+not probed: it is stored as ``private_address`` with the address (DOMAINS_PRIVATE_ADDRESSES
+probes such addresses, for a sweep of one's own network or a test).
+
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
 fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
 timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (to a name
@@ -48,6 +52,7 @@ from scrapy import Request
 
 from crawler import settings as project
 from crawler.config import setting
+from crawler.config.rules import SettingsError
 from crawler.domains.classify import (
     Outcome,
     failure_outcome,
@@ -85,7 +90,7 @@ class DomainsSpider(RedisFedSpider):
     Settings (crawler/settings.py): DOMAINS_DOWNLOAD_TIMEOUT, DOMAINS_TIMEOUT_RETRIES,
     DOMAINS_MAX_REDIRECTS, DOMAINS_HTTP_PORT, DOMAINS_HTTPS_PORT, DOMAINS_RATE,
     DOMAINS_BODY_BYTES and the resolver's DOMAINS_NAMESERVERS, DOMAINS_DNS_TIMEOUT,
-    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY.
+    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY, DOMAINS_PRIVATE_ADDRESSES.
     """
 
     name = "domains"
@@ -168,6 +173,13 @@ class DomainsSpider(RedisFedSpider):
             "https": setting(settings, "DOMAINS_HTTPS_PORT"),
         }
         self.resolver = install(crawler)
+        if self.resolver is None and not setting(settings, "DOMAINS_PRIVATE_ADDRESSES"):
+            raise SettingsError(
+                "TWISTED_DNS_RESOLVER names another resolver than the domains spider's: only"
+                " the spider's keeps probes off addresses that are not public (loopback,"
+                " private, 169.254.169.254); set DOMAINS_PRIVATE_ADDRESSES = True to sweep"
+                " with it"
+            )
 
     # --- start entries ---------------------------------------------------------------------
 
@@ -347,6 +359,7 @@ class DomainsSpider(RedisFedSpider):
             failure = response.meta[FAILURE_META]
             item.error = error.split(": ", 1)[1]
             item.response_time = failure["elapsed"]
+            item.address = failure.get("address")
             if state["redirects"]:
                 item.final_url = response.url  # where the redirects within the domain led
             return item
