@@ -842,6 +842,8 @@ def test_redirecting_pages_count_against_the_redirects_followed() -> None:
         b"<script>location.href = 'javascript:void(0)'</script>",
         b"<script>location.href='/lander'</script>" + b" " * 5000,  # not a small page
         b'<meta http-equiv="refresh" content="30">',  # a reload
+        b'<meta http-equiv="refresh" content="60;url=/">',  # a reload, named
+        b"<script>location.href = '#top'</script>",  # this page
     ],
 )
 def test_a_page_that_does_more_than_redirect_is_the_answer(page: bytes) -> None:

@@ -13,13 +13,14 @@ A page is such a redirect (:func:`page_redirect`) when
 - it names one target: a ``<meta http-equiv="refresh" content="0;url=...">``, or a script
   that sets ``location`` or ``location.href`` (of ``window``, ``document``, ``top``...) to a
   string, or calls ``location.replace(...)`` or ``location.assign(...)`` with one. A page that
-  names two targets chooses between them as it runs: it is not followed.
+  names two targets chooses between them as it runs: it is not followed, nor is one that
+  names itself (a reload, or a ``#fragment`` of it).
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urldefrag, urljoin, urlsplit
 
 from lxml import etree
 from w3lib.html import get_meta_refresh
@@ -51,7 +52,14 @@ def page_redirect(body: bytes, url: str) -> str | None:
     if len(targets) != 1 or len(_seen_text(root)) > MOST_TEXT:
         return None
     (target,) = targets
-    return target if urlsplit(target).scheme in ("http", "https") else None
+    if urlsplit(target).scheme not in ("http", "https") or _same_page(target, url):
+        return None
+    return target
+
+
+def _same_page(target: str, url: str) -> bool:
+    """True when ``target`` is the page at ``url`` again (a reload, a #fragment of it)."""
+    return urldefrag(target)[0] == urldefrag(url)[0]
 
 
 def _may_redirect(lowered: bytes) -> bool:
