@@ -107,6 +107,7 @@ def sweep_command(
         "DOMAINS_NAMESERVERS": sandbox.nameserver,
         "DOMAINS_HTTP_PORT": sandbox.http_port,
         "DOMAINS_HTTPS_PORT": sandbox.https_port,
+        "DOMAINS_PRIVATE_ADDRESSES": True,  # the sandbox's domains are on loopback
         "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
         "LOG_LEVEL": "INFO",
         "METRICS_PORT": metrics_port,

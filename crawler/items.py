@@ -132,7 +132,9 @@ class DomainItem:
     """One domain of the ``domains`` sweep, keyed by ``domain`` (normalized:
     crawler/domains/normalize.py). ``status`` is its class and ``code`` the seed's number (1000 DNS,
     0 unreachable, else the HTTP status), as docs/spiders.md describes with every other field;
-    ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made."""
+    ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made;
+    ``address`` is the address of a domain not probed because none of its addresses is public
+    (class ``private_address``)."""
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"
@@ -155,6 +157,7 @@ class DomainItem:
     error: str | None = None
     http_error: str | None = None
     https_error: str | None = None
+    address: str | None = None
 
 
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.

@@ -487,12 +487,17 @@ DOMAINS_DNS_TIMEOUT = 2.0
 DOMAINS_DNS_RETRIES = 1
 # DOMAINS_DNS_CONCURRENCY (int >= 1, default 200): DNS queries in flight per name server.
 DOMAINS_DNS_CONCURRENCY = 200
+# DOMAINS_PRIVATE_ADDRESSES (bool, default False): probe addresses that are not public (loopback,
+# private, link-local such as 169.254.169.254, ...), for a sweep of your own network or a test.
+# Off, a domain whose addresses are none of them public is stored "private_address", unprobed.
+DOMAINS_PRIVATE_ADDRESSES = False
 # DOMAINS_DOWNLOAD_TIMEOUT (float seconds > 0, default 10): a probe's download timeout.
 DOMAINS_DOWNLOAD_TIMEOUT = 10.0
 # DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a timed-out probe is sent again (then "timeout").
 DOMAINS_TIMEOUT_RETRIES = 1
-# DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (www. included)
-# followed at most (one more, or one back to a URL visited, is "redirect_loop"); a redirect to
+# DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (to names under it,
+# www. or en., too) followed at most, a page that only redirects by a script or a meta refresh
+# counted as one (one more, or one back to a URL visited, is "redirect_loop"); a redirect to
 # another domain is never followed ("redirect_offsite").
 DOMAINS_MAX_REDIRECTS = 5
 # DOMAINS_HTTP_PORT (int 1..65535, default 80) and DOMAINS_HTTPS_PORT (default 443): the ports

@@ -10,7 +10,8 @@ nothing listening (refused), HTTPS only with a self-signed certificate, plain te
 HTTPS port (broken TLS), or a port that misbehaves below HTTP (sandbox/domains_raw.py: reset,
 close, SSH and SMTP banners, a body cut short). The HTTP port and the HTTPS port are the same
 on every address, so a crawler reaches them with ``-s DOMAINS_HTTP_PORT=<http_port>
--s DOMAINS_HTTPS_PORT=<https_port> -s DOMAINS_NAMESERVERS=<nameserver>``.
+-s DOMAINS_HTTPS_PORT=<https_port> -s DOMAINS_NAMESERVERS=<nameserver>
+-s DOMAINS_PRIVATE_ADDRESSES=True`` (loopback addresses are not probed otherwise).
 
 Command line: ``python -m sandbox.domains --count 20000 --seed 1 [--truth FILE]`` prints one
 JSON line (nameserver, ports, addresses) once listening, writes the ground truth (domain ->
@@ -27,6 +28,7 @@ import signal
 import sys
 import tempfile
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,11 @@ from sandbox.domains_tls import self_signed_context
 
 # Every pair of port behaviours, the web host's first: each gets an address (.1, .2, ...).
 PAIRS = (WEB, *sorted(set(SIDES.values())))
+# GoDaddy's parking page, on /lander of its parked domains: only its service's script.
+GODADDY_LANDER = (
+    "<html><head><title>{name}</title></head><body><div id='root'></div><script"
+    " src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>"
+)
 # Parking pages as services serve them (one per domain, by its name): the phrase split by
 # markup or entities, other wordings, a lander that is only a parking service's script.
 PARKED_PAGES = (
@@ -52,8 +59,23 @@ PARKED_PAGES = (
     "<html><head><title>Domain for sale</title></head><body><img src='/sale.png'></body></html>",
     "<html><body><p>This web page is parked <em>FREE</em>, courtesy of <a href='#'>Sandbox"
     " Registrar</a>.</p></body></html>",
-    "<html><head><title>{name}</title></head><body><div id='root'></div><script"
-    " src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>",
+    GODADDY_LANDER,
+)
+# Bodis's parking page, on ww25.<domain> of its parked domains.
+BODIS_PAGE = (
+    "<html><head><title>{name}</title></head><body><p>Related searches</p>"
+    "<a href='https://www.bodis.com/privacy'>Privacy Policy</a></body></html>"
+)
+# Pages that only send the browser on, by a script or a meta refresh (one per domain, by its
+# name), as GoDaddy's parked domains answer "/"; {target} is where.
+SCRIPT_REDIRECTS = (
+    "<!DOCTYPE html><html><head><script>window.onload=function(){{window.location.href="
+    '"{target}"}}</script></head></html>',
+    "<script>window.location.replace('{target}')</script>",
+    '<html><body><script>location.href = "{target}";</script><noscript>Please enable'
+    " JavaScript</noscript></body></html>",
+    '<html><head><meta http-equiv="refresh" content="0;url={target}"></head>'
+    "<body><p>Redirecting...</p></body></html>",
 )
 PAGE = "<html><head><title>{title}</title></head><body><p>Welcome to {name}.</p></body></html>"
 SHOP = (
@@ -86,6 +108,7 @@ class DomainsSandbox:
         self.web_ip = self.addresses[WEB]
         self.http_port = self.https_port = self.dns_port = 0
         self.dns: DnsProtocol | None = None
+        self.requests: Counter[str] = Counter()  # HTTP(S) requests answered, by Host
         self._runners: list[web.AppRunner] = []
         self._servers: list[asyncio.Server] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="sandbox-domains-")
@@ -151,8 +174,10 @@ class DomainsSandbox:
     # --- DNS ---------------------------------------------------------------------------------
 
     def domain_of(self, host: str) -> FakeDomain | None:
+        """The domain ``host`` is one of the names of (FakeDomain.hosts), or None."""
         host = host.lower().rstrip(".")
-        return self.domains.get(host) or self.domains.get(host.removeprefix("www."))
+        domain = self.domains.get(host) or self.domains.get(host.partition(".")[2])
+        return domain if domain is not None and host in domain.hosts else None
 
     def lookup(self, name: str) -> Answer:
         domain = self.domain_of(name)
@@ -176,6 +201,7 @@ class DomainsSandbox:
 
     async def _web(self, request: web.Request) -> web.StreamResponse:
         host = (request.host or "").rsplit(":", 1)[0].lower()
+        self.requests[host] += 1
         domain = self.domain_of(host)
         if domain is None:
             return _page(404, "unknown host", host)
@@ -190,10 +216,24 @@ class DomainsSandbox:
             return _redirect(f"http://moved-{domain.name.split('.')[0]}.example/")
         if behaviour == "redirect_www" and not host.startswith("www."):
             return _redirect(f"http://www.{domain.name}:{self.http_port}/")
+        if behaviour == "redirect_subdomain" and host == domain.name:
+            return _redirect(f"http://en.{domain.name}:{self.http_port}/")
+        if behaviour == "parked_subdomain":
+            if host == domain.name:
+                where = f"http://ww25.{domain.name}:{self.http_port}/?subid1=20240611-0316-4f1c"
+                return _redirect(where, 302)
+            return _html(200, BODIS_PAGE.format(name=domain.name))
         if behaviour in ("redirect_https", "redirect_https_bad"):
             return _redirect(f"https://{domain.name}:{self.https_port}/")
         if behaviour == "redirect_loop":
             return _redirect("/loop" if request.path == "/" else "/", 302)
+        if behaviour == "script_parked":
+            if request.path == "/lander":
+                return _html(200, GODADDY_LANDER.format(name=domain.name))
+            return _html(200, script_redirect(domain.name, "/lander"))
+        if behaviour == "script_offsite":
+            away = f"http://moved-{domain.name.split('.')[0]}.example/"
+            return _html(200, SCRIPT_REDIRECTS[-1].format(target=away))
         if behaviour == "big_page":
             return await _big_page(request, domain.name)
         if behaviour == "deep_parked":
@@ -203,7 +243,9 @@ class DomainsSandbox:
         return _page(200, page_title(domain.name), domain.name)
 
     async def _tls(self, request: web.Request) -> web.StreamResponse:
-        domain = self.domain_of((request.host or "").rsplit(":", 1)[0])
+        host = (request.host or "").rsplit(":", 1)[0].lower()
+        self.requests[host] += 1
+        domain = self.domain_of(host)
         if domain is None:
             return _page(404, "unknown host", request.host or "")
         return _page(200, page_title(domain.name), domain.name)
@@ -218,6 +260,12 @@ def parked_page(name: str) -> str:
     """The parking page of ``name`` (one of PARKED_PAGES, by the name)."""
     template = PARKED_PAGES[sum(name.encode()) % len(PARKED_PAGES)]
     return template.format(name=name)
+
+
+def script_redirect(name: str, target: str) -> str:
+    """A page that only sends the browser to ``target`` (one of SCRIPT_REDIRECTS, by name)."""
+    template = SCRIPT_REDIRECTS[sum(name.encode()) % len(SCRIPT_REDIRECTS)]
+    return template.format(target=target)
 
 
 def deep_parked_page(name: str) -> str:

@@ -19,10 +19,18 @@ tls_only            alive (https)     200    nothing on HTTP; HTTPS with a self-
 tls_broken          tls_error         0      nothing on HTTP; the HTTPS port speaks plain text
 redirect_offsite    redirect_offsite  301    301 to another domain
 redirect_www        alive             200    301 to ``www.<domain>``, which answers 200
+redirect_subdomain  alive             200    301 to ``en.<domain>``, which answers 200
+parked_subdomain    parked            200    302 to ``ww25.<domain>/?subid1=...``, a parking
+                                             service's page (Bodis's parked domains)
 redirect_loop       redirect_loop     302    ``/`` redirects to ``/loop``, which redirects to
                                              ``/``
 redirect_https      alive (https)     200    HTTP redirects to HTTPS, which answers
 redirect_https_bad  tls_error         0      HTTP redirects to HTTPS, which speaks plain text
+script_parked       parked            200    ``/`` is a page that only sends the browser to
+                                             ``/lander`` (a script or a meta refresh, as
+                                             GoDaddy's parked domains), a parking lander
+script_offsite      redirect_offsite  200    ``/`` is a page whose meta refresh sends the
+                                             browser to another domain
 big_page            alive             200    a 5 MB page, announced in Content-Length
 truncated           alive             200    Content-Length 20000, 3000 bytes sent, closed
                                              (stored with ``truncated``)
@@ -64,9 +72,13 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "tls_broken": ("tls_error", 0),
     "redirect_offsite": ("redirect_offsite", 301),
     "redirect_www": ("alive", 200),
+    "redirect_subdomain": ("alive", 200),
+    "parked_subdomain": ("parked", 200),
     "redirect_loop": ("redirect_loop", 302),
     "redirect_https": ("alive", 200),
     "redirect_https_bad": ("tls_error", 0),
+    "script_parked": ("parked", 200),
+    "script_offsite": ("redirect_offsite", 200),
     "big_page": ("alive", 200),
     "truncated": ("alive", 200),
     "deep_parked": ("alive", 200),
@@ -95,9 +107,13 @@ WEIGHTS: dict[str, int] = {
     "tls_broken": 2,
     "redirect_offsite": 4,
     "redirect_www": 5,
+    "redirect_subdomain": 1,
+    "parked_subdomain": 1,
     "redirect_loop": 1,
     "redirect_https": 3,
     "redirect_https_bad": 1,
+    "script_parked": 1,
+    "script_offsite": 1,
     "big_page": 1,
     "truncated": 1,
     "deep_parked": 1,
@@ -142,8 +158,10 @@ HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https"})
 # Pages with a title the sweep must store (page_title in sandbox/domains.py).
 TITLED = frozenset(
     {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
-    | {"reset_then_tls", "redirect_https"}
+    | {"reset_then_tls", "redirect_https", "redirect_subdomain"}
 )
+# The name under the domain a behaviour redirects to (besides www., which every domain has).
+SUBDOMAINS = {"redirect_subdomain": "en", "parked_subdomain": "ww25"}
 WORDS = ("blue", "river", "stone", "maple", "cloud", "pixel", "north", "ember", "quiet", "delta")
 
 
@@ -162,6 +180,12 @@ class FakeDomain:
             return "https"
         answered = HTTP_BEHAVIOURS - {"slow"} | {"truncated"}
         return "http" if self.behaviour in answered else None
+
+    @property
+    def hosts(self) -> list[str]:
+        """The names the domain answers under: its own, ``www.`` and the one it redirects to."""
+        under = SUBDOMAINS.get(self.behaviour)
+        return [self.name, f"www.{self.name}", *([f"{under}.{self.name}"] if under else [])]
 
     @property
     def sides(self) -> tuple[str, str]:

@@ -25,6 +25,7 @@ from crawler.frontier.queue import Frontier
 from crawler.keys import FrontierKeys
 from crawler.spiders.domains import FILE_AHEAD_BATCHES
 from devtools.services import free_port
+from sandbox.dns import Answer
 from sandbox.domains import DomainsSandbox, SandboxThread, page_title
 from sandbox.domains_population import (
     EXPECTED,
@@ -64,6 +65,7 @@ def sweep_settings(sandbox: DomainsSandbox, **extra: Any) -> dict[str, Any]:
         "DOMAINS_HTTPS_PORT": sandbox.https_port,
         "DOMAINS_DNS_TIMEOUT": 1.0,  # 0.3 s timed out twice in a row once on a loaded machine
         "DOMAINS_DOWNLOAD_TIMEOUT": DOWNLOAD_TIMEOUT,
+        "DOMAINS_PRIVATE_ADDRESSES": True,  # the sandbox's domains are on loopback
         "LOG_LEVEL": "WARNING",
         **extra,
     }
@@ -145,11 +147,25 @@ def test_redirects_and_fallbacks_are_described(
     www = documents[by_behaviour["redirect_www"].name]
     assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
     assert www["attempts"] == 2
+    # A name under the domain is its site: followed, classed by where it lands.
+    en = documents[by_behaviour["redirect_subdomain"].name]
+    assert (en["status"], en["final_url"]) == ("alive", f"http://en.{en['domain']}:{port}/")
+    bodis = documents[by_behaviour["parked_subdomain"].name]
+    assert (bodis["status"], bodis["attempts"]) == ("parked", 2)
+    assert bodis["final_url"].startswith(f"http://ww25.{bodis['domain']}:{port}/?subid1=")
     tls = documents[by_behaviour["tls_only"].name]
     assert tls["final_url"] == f"https://{tls['domain']}:{tls_port}/"
     assert tls["server"] == "sandbox-domains/1"
     offsite = documents[by_behaviour["redirect_offsite"].name]
     assert offsite["final_url"].startswith("http://moved-")
+    # A page that only sends the browser on, by a script or a meta refresh: followed within
+    # the domain (GoDaddy's parked / and its /lander), a redirect when it leaves.
+    lander = documents[by_behaviour["script_parked"].name]
+    assert (lander["status"], lander["attempts"]) == ("parked", 2)
+    assert lander["final_url"] == f"http://{lander['domain']}:{port}/lander"
+    away = documents[by_behaviour["script_offsite"].name]
+    assert (away["status"], away["http_status"]) == ("redirect_offsite", 200)
+    assert away["final_url"].startswith("http://moved-")
     slow = documents[by_behaviour["slow"].name]
     assert slow["attempts"] == 2  # one retry of a timeout
     assert slow["response_time"] >= DOWNLOAD_TIMEOUT
@@ -190,19 +206,34 @@ def test_redirects_and_fallbacks_are_described(
     assert (truncated["http_status"], truncated["truncated"]) == (200, True)
 
 
+@pytest.mark.parametrize(
+    ("header", "encoding", "newline"),
+    [
+        (["rank,domain"], "utf-8", "\n"),
+        ([], "utf-8-sig", "\r\n"),  # Excel's "CSV UTF-8": a byte order mark, no header
+    ],
+)
 def test_csv_file_is_read_as_a_stream(
-    sweep: Crawl, mongo: Mongo, domains_sandbox: DomainsSandbox, tmp_path: Path
+    sweep: Crawl,
+    mongo: Mongo,
+    domains_sandbox: DomainsSandbox,
+    tmp_path: Path,
+    header: list[str],
+    encoding: str,
+    newline: str,
 ) -> None:
     sample = [d for d in domains_sandbox.domains.values() if d.behaviour in ("alive", "nxdomain")]
     sample = sample[:20]
-    lines = ["rank,domain", *(f"{rank},{d.entry}" for rank, d in enumerate(sample, 1)), ""]
+    lines = [*header, *(f"{rank},{d.entry}" for rank, d in enumerate(sample, 1)), ""]
     csv_file = tmp_path / "top.csv"
-    csv_file.write_text("\n".join(lines))
+    csv_file.write_bytes(newline.join(lines).encode(encoding))
 
     result = sweep("domains", "-a", f"file={csv_file}", settings=sweep_settings(domains_sandbox))
 
     assert result.returncode == 0, result.stderr[-3000:]
-    check_truth(stored(mongo), sample)
+    documents = stored(mongo)
+    assert len(documents) == len(sample)
+    check_truth(documents, sample)
 
 
 def test_a_worker_killed_mid_sweep_loses_nothing(
@@ -404,6 +435,64 @@ def test_start_entries_are_read_while_a_slow_domain_waits(
     check_truth(documents, [slow, *quick])
     last_quick = max(documents[domain.name]["checked_at"] for domain in quick)
     assert last_quick < documents[slow.name]["checked_at"] - 3  # before its second try
+
+
+METADATA = "metadata-service.test"  # a name whose address is the cloud metadata service's
+
+
+class MetadataSandbox(DomainsSandbox):
+    """The sandbox, and METADATA, whose DNS answer is 169.254.169.254."""
+
+    def lookup(self, name: str) -> Answer:
+        if name == METADATA:
+            return Answer("address", "169.254.169.254")
+        return super().lookup(name)
+
+
+@pytest.fixture
+def own_sandbox() -> Iterator[MetadataSandbox]:
+    """A sandbox of this test's own: no other sweep's request reached it."""
+    sandbox = MetadataSandbox(build_population(40, seed=5))
+    runner = SandboxThread(sandbox)
+    runner.start()
+    yield sandbox
+    runner.stop()
+
+
+def test_a_domain_on_an_address_that_is_not_public_is_stored_and_never_probed(
+    sweep: Crawl, redis_client: redis.Redis, mongo: Mongo, own_sandbox: MetadataSandbox
+) -> None:
+    """Without DOMAINS_PRIVATE_ADDRESSES, the sandbox's domains (on 127.x addresses where its
+    servers listen) and a name on the cloud metadata service's address are stored as
+    private_address with their address, and no request reaches the servers."""
+    served = ("alive", "parked", "redirect_www", "not_found", "tls_only", "script_parked")
+    by_behaviour = {d.behaviour: d for d in own_sandbox.domains.values()}
+    domains = [by_behaviour[behaviour] for behaviour in served]
+    gone = by_behaviour["nxdomain"]
+    names = [*(domain.entry for domain in domains), METADATA, gone.entry]
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": names}))
+    settings = sweep_settings(own_sandbox, DOMAINS_PRIVATE_ADDRESSES=False)
+
+    result = sweep("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    expected = {domain.name: own_sandbox.address_of(domain) for domain in domains}
+    expected[METADATA] = "169.254.169.254"
+    for name, address in expected.items():
+        document = documents[name]
+        assert (document["status"], document["code"]) == ("private_address", 1000), document
+        assert (document["address"], document["attempts"]) == (address, 1), document
+        assert document["http_status"] is None
+    assert own_sandbox.requests == {}  # nothing was sent to the sandbox's servers
+    assert documents[gone.name]["status"] == "dns_not_found"
+    assert documents[gone.name]["address"] is None
+    # The same sandbox with the setting on: its servers are asked (the count above means it).
+    other = by_behaviour["for_sale_shop"]
+    redis_client.lpush("domains:start_urls", other.entry)
+    assert sweep("domains", settings=sweep_settings(own_sandbox)).returncode == 0
+    assert stored(mongo)[other.name]["status"] == "alive"
+    assert own_sandbox.requests[other.name] == 1
 
 
 EXAMPLES = itertools.count()

@@ -84,7 +84,7 @@ def zone_of(
     shapes: dict[str, str] = {}
     edges = set()
     for index, domain in enumerate(sandbox.domains.values()):
-        names = [domain.name, f"www.{domain.name}"]
+        names = domain.hosts
         behaviour = domain.behaviour
         if behaviour == "nxdomain":
             shapes[domain.name] = "nxdomain"
@@ -120,7 +120,13 @@ def zone_of(
 
 def resolver_of(server: Dnsmasq) -> AsyncResolver:
     host, port = server.nameserver.split(":")
-    return AsyncResolver([NameServer(host, int(port))], timeout=0.5, retries=1, concurrency=50)
+    return AsyncResolver(
+        [NameServer(host, int(port))],
+        timeout=0.5,
+        retries=1,
+        concurrency=50,
+        private_addresses=True,  # the sandbox's domains are on loopback
+    )
 
 
 def by_shape(world: World) -> dict[str, FakeDomain]:

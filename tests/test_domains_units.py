@@ -31,13 +31,16 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
     StopDownload,
 )
-from scrapy.http import Response
+from scrapy.http import HtmlResponse, Response
 from scrapy.statscollectors import StatsCollector
+from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 from twisted.internet import error as net
 from twisted.python.failure import Failure
 from twisted.web._newclient import BadResponseVersion, ParseError, ResponseNeverReceived
 
+from crawler import settings as project_settings
+from crawler.config.rules import SettingsError
 from crawler.config.values import NameServer
 from crawler.domains import probes
 from crawler.domains.classify import (
@@ -52,6 +55,7 @@ from crawler.domains.classify import (
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
+from crawler.domains.page_redirect import page_redirect
 from crawler.domains.parking import is_parked, page_text
 from crawler.domains.probes import (
     CERTIFICATE_STAT,
@@ -65,8 +69,15 @@ from crawler.domains.probes import (
     RateCap,
     readable_body,
 )
-from crawler.domains.resolver import AsyncResolver, DnsError, DomainNotFound
+from crawler.domains.resolver import (
+    AsyncResolver,
+    DnsError,
+    DomainNotFound,
+    PrivateAddress,
+    is_public,
+)
 from crawler.domains.summary import summarize
+from crawler.items import DomainItem
 from crawler.spiders.domains import DomainsSpider, csv_domains
 from sandbox.dns import Answer, start_dns
 
@@ -99,6 +110,12 @@ def test_normalize_gives_one_spelling(raw: str, domain: str) -> None:
         ("localhost", "single_label"),
         ("127.0.0.1", "ip_address"),
         ("[::1]:80", "ip_address"),
+        # spellings a browser reads as an address: full-width digits and dots, short forms
+        ("\uff11\uff12\uff17.\uff10.\uff10.\uff11", "ip_address"),  # 127.0.0.1, full width
+        ("http://169\u3002254\u3002169\u3002254/latest/", "ip_address"),  # ideographic dots
+        ("127.1", "ip_address"),
+        ("0x7f.0.0.1", "ip_address"),
+        ("www.10.0.0.1", "ip_address"),
         ("bad name.com", "bad_label"),
         ("-bad.com", "bad_label"),
         ("a" * 64 + ".com", "bad_label"),
@@ -140,6 +157,14 @@ def test_www_and_bare_forms_are_one_domain(labels: list[str], top: str) -> None:
     assert same_site(name.upper(), name)
 
 
+def test_the_names_under_the_domain_are_its_site() -> None:
+    for host in ("en.example.com", "ww25.example.com", "M.Example.com.", "a.b.example.com"):
+        assert same_site(host, "example.com"), host
+    for host in ("example.org", "notexample.com", "example.com.other.org", "com"):
+        assert not same_site(host, "example.com"), host
+    assert not same_site("example.com", "shop.example.com")  # above the domain: another site
+
+
 # --- classification -------------------------------------------------------------------------
 
 
@@ -174,6 +199,7 @@ def test_failure_kinds(exception: Exception, kind: str) -> None:
 def test_failure_codes_follow_the_seed() -> None:
     assert failure_outcome("dns_not_found") == Outcome("dns_not_found", 1000)
     assert failure_outcome("dns_error") == Outcome("dns_error", 1000)
+    assert failure_outcome("private_address") == Outcome("private_address", 1000)
     for kind in ("timeout", "refused", "tls_error", "connection_error", "not_http"):
         assert failure_outcome(kind) == Outcome(kind, 0)
 
@@ -269,6 +295,20 @@ def test_csv_header_blank_lines_and_plain_lists(tmp_path: Path) -> None:
     assert list(csv_domains(plain)) == ["a.com", "b.org"]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1,google.com\r\n2,youtube.com\r\n",  # Excel's "CSV UTF-8": no header
+        "rank,domain\r\n1,google.com\r\n2,youtube.com\r\n",
+        "google.com\nyoutube.com\n",  # one domain a line
+    ],
+)
+def test_a_file_with_a_byte_order_mark_keeps_its_first_domain(tmp_path: Path, text: str) -> None:
+    excel = tmp_path / "top.csv"
+    excel.write_bytes("\ufeff".encode() + text.encode())
+    assert list(csv_domains(excel)) == ["google.com", "youtube.com"]
+
+
 def test_csv_is_read_as_it_comes(tmp_path: Path) -> None:
     """A domain is handed on while the rest of the file is not even written yet."""
     fifo = tmp_path / "top.csv"
@@ -324,6 +364,7 @@ ANSWERS = {
     "empty.test": Answer("no_address"),
     "broken.test": Answer("servfail"),
     "silent.test": Answer("silent"),
+    "metadata.test": Answer("address", "169.254.169.254"),
 }
 
 
@@ -351,9 +392,14 @@ def with_servers(
     asyncio.run(run())
 
 
+def loopback_resolver(names: list[NameServer], **options: Any) -> AsyncResolver:
+    """A resolver that gives loopback addresses too (the test server's answers are 127.0.0.7)."""
+    return AsyncResolver(names, private_addresses=True, **options)
+
+
 def test_nxdomain_is_definitive_and_never_asked_again() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        resolver = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         for name in ("gone.test", "empty.test"):
             with pytest.raises(DomainNotFound):
                 await resolver.resolve(name)
@@ -366,7 +412,7 @@ def test_nxdomain_is_definitive_and_never_asked_again() -> None:
 
 def test_timeouts_and_servfail_are_asked_once_more_of_the_next_server() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        resolver = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         for name in ("silent.test", "broken.test"):
             with pytest.raises(DnsError):
                 await resolver.resolve(name)
@@ -379,7 +425,7 @@ def test_timeouts_and_servfail_are_asked_once_more_of_the_next_server() -> None:
 
 def test_answers_are_spread_over_servers_and_cached() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        resolver = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         for index in range(10):
             assert await resolver.resolve(f"site{index}.test") == ["127.0.0.7"]
         assert [sum(server.queries.values()) for server in servers] == [5, 5]
@@ -391,7 +437,7 @@ def test_answers_are_spread_over_servers_and_cached() -> None:
 
 def test_each_server_has_its_own_cap_of_queries_in_flight() -> None:
     async def test(servers: list[Any], names: list[NameServer]) -> None:
-        resolver = AsyncResolver(names, timeout=0.2, retries=0, concurrency=2)
+        resolver = loopback_resolver(names, timeout=0.2, retries=0, concurrency=2)
         started = time.monotonic()
         results = await asyncio.gather(
             *(resolver.resolve(f"silent{index}.test") for index in range(6)),
@@ -402,6 +448,78 @@ def test_each_server_has_its_own_cap_of_queries_in_flight() -> None:
         assert time.monotonic() - started >= 3 * 0.2
 
     with_servers(1, test)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        *("127.0.0.1", "127.9.9.9", "10.1.2.3", "172.16.0.1", "172.31.255.254", "192.168.1.1"),
+        *("169.254.169.254", "0.0.0.0", "100.64.0.1", "224.0.0.1", "255.255.255.255"),
+        *("::1", "::", "fc00::1", "fd12:3456::1", "fe80::1"),
+    ],
+)
+def test_addresses_that_are_not_on_the_internet_are_not_public(address: str) -> None:
+    assert not is_public(address)
+
+
+def test_internet_addresses_are_public() -> None:
+    for address in ("8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111"):
+        assert is_public(address), address
+
+
+def test_a_name_on_an_address_that_is_not_public_is_not_given() -> None:
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        for name, address in (("site.test", "127.0.0.7"), ("metadata.test", "169.254.169.254")):
+            for _ in range(2):  # asked, then from the cache: refused both times
+                with pytest.raises(PrivateAddress) as caught:
+                    await resolver.resolve(name)
+                assert caught.value.address == address
+            assert sum(server.queries[name] for server in servers) == 1
+            failure = resolver.failure(name)
+            assert isinstance(failure, PrivateAddress)
+            assert (failure.outcome, failure.address) == ("private_address", address)
+        assert resolver.counts["private"] == 4
+        allowed = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
+        assert await allowed.resolve("metadata.test") == ["169.254.169.254"]
+
+    with_servers(1, test)
+
+
+def test_a_probe_of_a_name_on_a_private_address_stores_it_unprobed() -> None:
+    resolvers: list[AsyncResolver] = []
+
+    async def resolve(servers: list[Any], names: list[NameServer]) -> None:
+        resolver = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10)
+        with pytest.raises(PrivateAddress):
+            await resolver.resolve("metadata.test")
+        resolvers.append(resolver)
+
+    with_servers(1, resolve)
+    middleware = DomainProbeMiddleware(0, 65536, resolvers[0])
+    spider = domains_spider()
+    probe = spider.probe("metadata.test")
+    # What Scrapy raises when the reactor's resolver found no address it may use.
+    answer = middleware.process_exception(probe, CannotResolveHostError("metadata.test"))
+    assert answer is not None
+    (item,) = spider.parse_probe(answer)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.address, item.attempts) == (
+        "private_address",
+        1000,
+        "169.254.169.254",
+        1,
+    )
+    assert "metadata.test: 169.254.169.254 is not a public address" in str(item.error)
+    assert item.https_error is None  # not tried over HTTPS either
+
+
+def test_another_resolver_is_refused_unless_private_addresses_are_probed() -> None:
+    """The spider's resolver is what keeps probes off private addresses: another one, named
+    with TWISTED_DNS_RESOLVER, is refused unless DOMAINS_PRIVATE_ADDRESSES says to probe them."""
+    with pytest.raises(SettingsError, match="DOMAINS_PRIVATE_ADDRESSES = True"):
+        domains_spider(DOMAINS_PRIVATE_ADDRESSES=False)
+    assert domains_spider(DOMAINS_PRIVATE_ADDRESSES=True).resolver is None
 
 
 def test_name_servers_are_parsed() -> None:
@@ -613,3 +731,159 @@ def test_parking_text_is_read_around_its_words_wherever_they_are() -> None:
     shop = b"<p>Car for sale</p>" * 2000
     assert not is_parked(shop)
     assert is_parked(b"<h1>example.com is for sale</h1>" + shop)
+
+
+# --- the spider's answers, without a crawl --------------------------------------------------
+
+
+def domains_spider(**settings: Any) -> DomainsSpider:
+    """The spider as a worker builds it (another resolver named: none is installed here)."""
+    values = {
+        name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()
+    }
+    # Another resolver may be named only with private addresses probed (this one has none).
+    other = "scrapy.resolver.CachingThreadedResolver"
+    values.update({"TWISTED_DNS_RESOLVER": other, "DOMAINS_PRIVATE_ADDRESSES": True, **settings})
+    if not is_reactor_installed():  # never run; the spider looks at the reactor's resolver
+        install_reactor(values["TWISTED_REACTOR"])
+    crawler = get_crawler(DomainsSpider, values)
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    assert isinstance(spider, DomainsSpider)
+    return spider
+
+
+def answered(
+    spider: DomainsSpider, request: Request, status: int, body: bytes = b"", **headers: str
+) -> Request | DomainItem:
+    """What the spider makes of ``request``'s answer: the next request, or the document."""
+    response = HtmlResponse(request.url, status=status, body=body, headers=headers, request=request)
+    (output,) = spider.parse_probe(response)
+    assert isinstance(output, Request | DomainItem)
+    return output
+
+
+# GoDaddy's parked domains: / sends the browser to /lander, which shows the parking page.
+LANDER = (
+    b"<html><head><title>example.com</title></head><body><div id='root'></div><script"
+    b" src='https://img1.wsimg.com/parking-lander/static/js/main.js'></script></body></html>"
+)
+SCRIPT_REDIRECTS = (
+    b'<!DOCTYPE html><html><head><script>window.onload=function(){window.location.href="/lander"}'
+    b"</script></head></html>",
+    b'<script>window.location.href="/lander"</script>',
+    b"<script>window.location.replace('/lander');</script>",
+    b'<html><body><script>location.href = "/lander"</script><noscript>Enable JavaScript'
+    b"</noscript></body></html>",
+    b'<meta http-equiv="refresh" content="0;url=/lander">',
+    b"<html><head><title>Redirecting</title><meta http-equiv='Refresh' content='0; URL=/lander'>"
+    b"</head><body><p>Redirecting...</p></body></html>",
+)
+
+
+@pytest.mark.parametrize("page", SCRIPT_REDIRECTS)
+def test_a_page_that_only_redirects_is_followed_and_classed_by_where_it_lands(page: bytes) -> None:
+    spider = domains_spider()
+    lander = answered(spider, spider.probe("example.com"), 200, page)
+    assert isinstance(lander, Request)
+    assert lander.url == "http://example.com/lander"
+    item = answered(spider, lander, 200, LANDER)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url, item.attempts) == (
+        "parked",
+        200,
+        "http://example.com/lander",
+        2,
+    )
+
+
+def test_a_page_that_only_redirects_elsewhere_is_classed_as_a_redirect_there() -> None:
+    spider = domains_spider()
+    refresh = b'<meta http-equiv="refresh" content="0;url=https://other.org/">'
+    item = answered(spider, spider.probe("example.com"), 200, refresh)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url, item.attempts) == (
+        "redirect_offsite",
+        200,
+        "https://other.org/",
+        1,
+    )
+    sales = b'<script>top.location = "https://www.hugedomains.com/domain_profile.cfm?d=x.com"'
+    item = answered(spider, spider.probe("example.com"), 200, sales + b"</script>")
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code) == ("parked", 200)
+
+
+def test_redirecting_pages_count_against_the_redirects_followed() -> None:
+    spider = domains_spider(DOMAINS_MAX_REDIRECTS=2)
+    request: Request | DomainItem = spider.probe("example.com")
+    for hop in range(1, 10):
+        assert isinstance(request, Request)
+        page = f"<script>location.href='/page{hop}'</script>".encode()
+        request = answered(spider, request, 200, page)
+        if isinstance(request, DomainItem):
+            break
+    assert isinstance(request, DomainItem)
+    assert (request.status, request.attempts) == ("redirect_loop", 3)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        # a site's page: text of its own beside the script
+        b"<html><body><h1>Welcome to our shop</h1><p>Opening hours, products, prices and"
+        b" directions to the shop, and what our customers say.</p>"
+        b"<script>location.href='/en/'</script></body></html>",
+        # two targets, chosen as the page runs
+        b"<script>if (mobile) { location.href = '/m/' } else { location.href = '/d/' }</script>",
+        # a URL built as the page runs
+        b"<script>location.href = '/lander?ref=' + document.referrer</script>",
+        b"<script>if (location.href == '/old') { track() }</script>",
+        b"<script>location.href = 'javascript:void(0)'</script>",
+        b"<script>location.href='/lander'</script>" + b" " * 5000,  # not a small page
+        b'<meta http-equiv="refresh" content="30">',  # a reload
+        b'<meta http-equiv="refresh" content="60;url=/">',  # a reload, named
+        b"<script>location.href = '#top'</script>",  # this page
+    ],
+)
+def test_a_page_that_does_more_than_redirect_is_the_answer(page: bytes) -> None:
+    assert page_redirect(page, "http://example.com/") is None
+    spider = domains_spider()
+    item = answered(spider, spider.probe("example.com"), 200, page)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.final_url) == ("alive", "http://example.com/")
+
+
+# Bodis's parked domains: / redirects to ww25.<domain>, whose page is the parking page.
+BODIS = (
+    b"<html><head><title>example.com</title></head><body><p>Related searches</p>"
+    b"<a href='https://www.bodis.com/privacy'>Privacy Policy</a></body></html>"
+)
+
+
+@pytest.mark.parametrize(
+    ("location", "page", "status"),
+    [
+        ("http://ww25.example.com/?subid1=20240611-0316-4f1c", BODIS, "parked"),
+        ("https://en.example.com/", b"<html><title>Example</title><p>Hello</p></html>", "alive"),
+        ("http://m.example.com/home", b"", "alive"),
+    ],
+)
+def test_a_redirect_to_a_name_under_the_domain_is_followed(
+    location: str, page: bytes, status: str
+) -> None:
+    spider = domains_spider()
+    followed = answered(spider, spider.probe("example.com"), 302, Location=location)
+    assert isinstance(followed, Request)
+    assert followed.url == location
+    item = answered(spider, followed, 200, page)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url, item.attempts) == (status, 200, location, 2)
+
+
+def test_a_redirect_above_or_beside_the_domain_leaves_it() -> None:
+    spider = domains_spider()
+    for location in ("http://example.com/", "http://example.com.other.org/"):
+        item = answered(spider, spider.probe("shop.example.com"), 301, Location=location)
+        assert isinstance(item, DomainItem)
+        assert (item.status, item.final_url) == ("redirect_offsite", location)

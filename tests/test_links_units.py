@@ -423,6 +423,12 @@ def test_a_file_that_cannot_be_read_is_refused_with_why(
         LinksSpider(file=str(listing))
 
 
+def test_a_file_with_a_byte_order_mark_is_read_without_it(tmp_path: Any) -> None:
+    listing = tmp_path / "domains.txt"
+    listing.write_bytes("\ufeff# sites\r\nexample.org\r\n".encode())
+    assert list(LinksSpider(file=str(listing)).argument_entries()) == ["example.org"]
+
+
 def test_link_priority_is_breadth_first() -> None:
     assert link_priority(1, True, 0) > link_priority(1, False, 0) > link_priority(2, True, 0)
     assert link_priority(2, False, 10) == link_priority(2, True, 0)

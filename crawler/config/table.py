@@ -371,6 +371,7 @@ RULES: dict[str, Rule] = {
     "DOMAINS_DNS_TIMEOUT": number(0, above=True),
     "DOMAINS_DNS_RETRIES": integer(0, 10),
     "DOMAINS_DNS_CONCURRENCY": integer(1),
+    "DOMAINS_PRIVATE_ADDRESSES": flag(),
     "DOMAINS_DOWNLOAD_TIMEOUT": number(0, above=True),
     "DOMAINS_TIMEOUT_RETRIES": integer(0, 10),
     "DOMAINS_MAX_REDIRECTS": integer(0, 20),

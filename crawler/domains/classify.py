@@ -10,14 +10,19 @@ alive               status     an answer below 400 that is not a parking page (a
 parked              status     a 200..399 page of a parking or domain-sales service
                                (crawler/domains/parking.py)
 http_error          status     an answer of 400 or more (404, 5xx, ...)
-redirect_offsite    status     a redirect to another domain (``www.`` of the same domain is
-                               on-site and followed)
+redirect_offsite    status     a redirect to another domain (a name under the domain, ``www.``,
+                               ``en.``, ``ww25.``..., is its own site and followed), by HTTP or
+                               by a page that only redirects (a script or a meta refresh:
+                               crawler/domains/page_redirect.py)
 redirect_loop       status     redirects within the domain that come back to a URL already
                                visited, or more than DOMAINS_MAX_REDIRECTS of them (the status
                                of the last redirect)
 dns_not_found       1000       NXDOMAIN or no A record (definitive, never retried)
 dns_error           1000       SERVFAIL, REFUSED or DNS timeouts after the retries (the seed
                                counts every failed resolution as 1000)
+private_address     1000       the name's addresses are none of them public (127.0.0.1,
+                               10.x, 169.254.169.254...): not probed, the first stored as
+                               ``address`` (DOMAINS_PRIVATE_ADDRESSES probes them)
 timeout             0          no answer within DOMAINS_DOWNLOAD_TIMEOUT, after its retries
 refused             0          nothing listens on the HTTP nor the HTTPS port
 not_http            0          something answered on the port, but not in HTTP (an SSH or
@@ -58,6 +63,8 @@ from crawler.domains.resolver import DnsFailure
 
 DNS_NOT_FOUND_CODE = 1000
 TIMEOUT_CODE = 0
+# Failures of the name, not of a connection: the seed's code 1000.
+DNS_KINDS = frozenset({"dns_not_found", "dns_error", "private_address"})
 # Failures of a probe over HTTP after which it is tried over HTTPS ("a protocol error").
 FALLBACK_KINDS = frozenset({"refused", "connection_error", "tls_error", "not_http"})
 # How far a failed probe got, least first: the class of a domain whose two schemes failed is
@@ -65,6 +72,7 @@ FALLBACK_KINDS = frozenset({"refused", "connection_error", "tls_error", "not_htt
 FAILURE_RANK = {
     "dns_not_found": 0,
     "dns_error": 0,
+    "private_address": 0,
     "refused": 1,  # nothing listens
     "timeout": 2,  # something holds the port, silent
     "tls_error": 3,  # accepted; the TLS handshake failed
@@ -160,7 +168,7 @@ def _is_not_http(exc: BaseException) -> bool:
 
 
 def failure_outcome(kind: str) -> Outcome:
-    code = DNS_NOT_FOUND_CODE if kind in ("dns_not_found", "dns_error") else TIMEOUT_CODE
+    code = DNS_NOT_FOUND_CODE if kind in DNS_KINDS else TIMEOUT_CODE
     return Outcome(kind, code)
 
 

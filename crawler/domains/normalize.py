@@ -10,11 +10,17 @@ is stored under:
    into their ASCII (IDNA, punycode ``xn--``) form;
 3. one leading ``www.`` is removed when a dotted name remains (``www.com`` stays):
    ``www.example.com`` and ``example.com`` are one domain, stored as ``example.com`` and probed
-   at ``http://example.com/`` (a redirect between the two forms is on-site and followed).
+   at ``http://example.com/``.
+
+A domain's site is the domain and every name under it (:func:`same_site`): a redirect from
+``example.com`` to ``www.example.com``, ``en.example.com`` or ``ww25.example.com`` stays on it
+and is followed; one to ``example.org`` or ``example.com.evil.org`` leaves it.
 
 A name that is not a public host name is refused with :class:`InvalidDomain` (``reason`` is a
-short slug): an IP address, a single label (``localhost``), a label longer than 63 characters
-or with characters other than letters, digits and inner hyphens, a name over 253 characters.
+short slug): an IP address, in any spelling a browser reads as one (``127.0.0.1`` in
+full-width digits or dots, ``127.1``, ``0x7f.0.0.1``: a name whose last label is a number),
+a single label (``localhost``), a label longer than 63 characters or with characters other than
+letters, digits and inner hyphens, a name over 253 characters.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from crawler.uris import is_ip
 MAX_NAME = 253
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _CUT = re.compile(r"[/?#]")
+# A last label a browser reads as a number: the name is an IPv4 address (the URL standard).
+_NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 
 
 class InvalidDomain(ValueError):
@@ -45,9 +53,9 @@ def normalize_domain(raw: str) -> str:
     if not host:
         raise InvalidDomain("empty", "no host name")
     host = host.lower().rstrip(".")
-    if is_ip(host):
-        raise InvalidDomain("ip_address", f"{host[:80]!r} is an address, not a domain")
     name = _ascii(host)
+    if _is_address(name):
+        raise InvalidDomain("ip_address", f"{host[:80]!r} is an address, not a domain")
     if name.startswith("www.") and "." in name[4:]:
         name = name[4:]
     _check(name)
@@ -74,6 +82,11 @@ def _host_part(text: str) -> str:
     return name
 
 
+def _is_address(name: str) -> bool:
+    """True for an IP address, or a name a browser reads as one (its last label a number)."""
+    return is_ip(name) or _NUMBER.fullmatch(name.rsplit(".", 1)[-1]) is not None
+
+
 def _ascii(host: str) -> str:
     if host.isascii():
         return host
@@ -95,6 +108,6 @@ def _check(name: str) -> None:
 
 
 def same_site(host: str, domain: str) -> bool:
-    """True when ``host`` is ``domain`` or its ``www.`` form (the one-domain rule)."""
+    """True when ``host`` is ``domain`` or a name under it (``www.``, ``en.``, ``ww25.``...)."""
     host = host.lower().rstrip(".")
-    return host == domain or host == f"www.{domain}"
+    return host == domain or host.endswith(f".{domain}")

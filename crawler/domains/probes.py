@@ -41,7 +41,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.domains.classify import failure_kind, refine_dns
-from crawler.domains.resolver import AsyncResolver, install
+from crawler.domains.resolver import AsyncResolver, PrivateAddress, install
 from crawler.frontier.lua import TAKE
 from crawler.keys import fleet_rate_key
 
@@ -261,6 +261,7 @@ class DomainProbeMiddleware:
             "kind": kind,
             "error": error[:300],
             "elapsed": round(time.time() - sent, 3) if sent else None,
+            "address": self._private_address(request) if kind == "private_address" else None,
         }
         return Response(request.url, status=0, request=request, flags=[FAILURE_FLAG])
 
@@ -279,6 +280,13 @@ class DomainProbeMiddleware:
                 f"{type(recorded).__name__}: {recorded}" if recorded else "DNS: no answer in time"
             )
         return refined, error
+
+    def _private_address(self, request: Request) -> str | None:
+        """The address the request was not sent to, not being public."""
+        if self.resolver is None:
+            return None
+        recorded = self.resolver.failure(urlparse_cached(request).hostname or "")
+        return recorded.address if isinstance(recorded, PrivateAddress) else None
 
     def bytes_received(self, data: bytes, request: Request) -> None:
         if PROBE_META not in request.meta:

@@ -13,7 +13,12 @@ the asyncio loop the reactor runs on:
 - NXDOMAIN, or a name without an A record, is a definitive answer: never asked again, raised
   as :class:`DomainNotFound`; what is still failing after the retries is :class:`DnsError`.
   Both are Twisted ``DNSLookupError`` s, so Scrapy treats them as DNS failures; the spider tells
-  them apart by type (crawler/domains/classify.py).
+  them apart by type (crawler/domains/classify.py);
+- only public addresses are given (:func:`is_public`: not loopback, private, link-local such as
+  the cloud metadata service's 169.254.169.254, shared 100.64/10, unspecified, reserved nor
+  multicast): a name whose addresses are none of them public raises :class:`PrivateAddress`,
+  so a sweep never probes the network it runs in. DOMAINS_PRIVATE_ADDRESSES gives every
+  address (a sweep of one's own network, or a test on loopback).
 
 :class:`DomainsResolver` is the Twisted side (``IResolverSimple``, like Scrapy's resolvers): use
 it as ``TWISTED_DNS_RESOLVER = "crawler.domains.resolver.DomainsResolver"``. That setting is read
@@ -24,6 +29,7 @@ itself when it starts (:func:`install`), unless TWISTED_DNS_RESOLVER names anoth
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import itertools
 import time
 from collections import Counter, OrderedDict
@@ -61,6 +67,10 @@ class DnsFailure(DNSLookupError):
 
     outcome: ClassVar[str] = "dns_error"
 
+    def bare(self) -> DnsFailure:
+        """A copy without traceback nor context (10,000 of them stay small)."""
+        return type(self)(*self.args)
+
 
 class DomainNotFound(DnsFailure):
     """NXDOMAIN, or no A record: the name has no address. Definitive, never retried."""
@@ -72,6 +82,27 @@ class DnsError(DnsFailure):
     """SERVFAIL, REFUSED or no answer in time, still so after the retries."""
 
     outcome = "dns_error"
+
+
+class PrivateAddress(DnsFailure):
+    """A name whose addresses are none of them public: not probed (``address``: the first)."""
+
+    outcome = "private_address"
+
+    def __init__(self, name: str, address: str) -> None:
+        super().__init__(f"{name}: {address} is not a public address")
+        self.name = name
+        self.address = address
+
+    def bare(self) -> PrivateAddress:
+        return PrivateAddress(self.name, self.address)
+
+
+def is_public(address: str) -> bool:
+    """True for an address on the internet: not loopback, private, link-local, shared
+    (100.64/10), unspecified, reserved nor multicast."""
+    parsed = ipaddress.ip_address(address)
+    return parsed.is_global and not parsed.is_multicast
 
 
 class _Retryable(Exception):
@@ -92,12 +123,18 @@ def system_nameservers() -> list[NameServer]:
 class AsyncResolver:
     """IPv4 addresses of names, from ``nameservers`` in turn (see the module's docstring).
 
-    ``counts`` holds what happened (queries, retries, timeouts, nxdomain, servfail, cached)
-    and ``seconds`` the time spent waiting for answers, for stats and benchmarks.
+    ``counts`` holds what happened (queries, retries, timeouts, nxdomain, servfail, cached,
+    private: answers without a public address) and ``seconds`` the time spent waiting for
+    answers, for stats and benchmarks.
     """
 
     def __init__(
-        self, nameservers: Sequence[NameServer], timeout: float, retries: int, concurrency: int
+        self,
+        nameservers: Sequence[NameServer],
+        timeout: float,
+        retries: int,
+        concurrency: int,
+        private_addresses: bool = False,
     ) -> None:
         if not nameservers:
             raise ValueError("no name servers")
@@ -105,6 +142,7 @@ class AsyncResolver:
         self.timeout = timeout
         self.retries = retries
         self.concurrency = concurrency
+        self.private_addresses = private_addresses
         self._clients = [self._client(server) for server in self.nameservers]
         self._slots: list[asyncio.Semaphore] | None = None
         self._turn = itertools.count()
@@ -122,6 +160,7 @@ class AsyncResolver:
             timeout=setting(settings, "DOMAINS_DNS_TIMEOUT"),
             retries=setting(settings, "DOMAINS_DNS_RETRIES"),
             concurrency=setting(settings, "DOMAINS_DNS_CONCURRENCY"),
+            private_addresses=setting(settings, "DOMAINS_PRIVATE_ADDRESSES"),
         )
 
     def _client(self, server: NameServer) -> dns.asyncresolver.Resolver:
@@ -143,8 +182,16 @@ class AsyncResolver:
         return self._pending[name.lower().rstrip(".")] > 0
 
     async def resolve(self, name: str) -> list[str]:
-        """The name's IPv4 addresses; DomainNotFound or DnsError when it has none."""
+        """The name's public IPv4 addresses (every one with ``private_addresses``);
+        DomainNotFound or DnsError when it has none, PrivateAddress when none is public."""
         name = name.lower().rstrip(".")
+        try:
+            return self._allowed(name, await self._addresses(name))
+        except DnsFailure as exc:
+            _bounded_put(self._failures, name, exc.bare())
+            raise
+
+    async def _addresses(self, name: str) -> list[str]:
         cached = self._cached(name)
         if cached is not None:
             self.counts["cached"] += 1
@@ -152,14 +199,19 @@ class AsyncResolver:
         self._pending[name] += 1
         try:
             return await self._resolve(name)
-        except DnsFailure as exc:
-            # A copy without traceback nor context: 10,000 of them stay small.
-            _bounded_put(self._failures, name, type(exc)(*exc.args))
-            raise
         finally:
             self._pending[name] -= 1
             if self._pending[name] <= 0:
                 del self._pending[name]
+
+    def _allowed(self, name: str, addresses: list[str]) -> list[str]:
+        if self.private_addresses:
+            return addresses
+        public = [address for address in addresses if is_public(address)]
+        if not public:
+            self.counts["private"] += 1
+            raise PrivateAddress(name, addresses[0])
+        return public
 
     async def _resolve(self, name: str) -> list[str]:
         first = next(self._turn)

@@ -6,7 +6,8 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
     ``{"domains": ["a.com", ...]}``  a batch; a bad name in it is set aside alone
     ``-a domains=a.com,b.org``       spider arguments
     ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line), read line by
-                                     line as the crawl goes, never whole; a header is skipped.
+                                     line as the crawl goes, never whole; a header is skipped,
+                                     a byte order mark (Excel's "CSV UTF-8") too.
                                      Reading pauses while the fleet's queue holds
                                      FILE_AHEAD_BATCHES x FRONTIER_BATCH_SIZE requests: neither
                                      the worker nor Redis ever holds the whole list
@@ -16,18 +17,24 @@ the file is read (see :meth:`DomainsSpider.start`).
 
 A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
 
+A domain whose DNS answer holds no public address (127.0.0.1, 10.x, 169.254.169.254...) is
+not probed: it is stored as ``private_address`` with the address (DOMAINS_PRIVATE_ADDRESSES
+probes such addresses, for a sweep of one's own network or a test).
+
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
 fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
-timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (``www.``
-included) are followed up to DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result, one
-back to a URL already visited (or one too many) is a loop. Each scheme's failure is kept in
-the document (``http_error``, ``https_error``) and the class is the one that got furthest;
-any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of it read; a body cut
-short is stored with ``truncated``). The classes and codes are in
-crawler/domains/classify.py. Failures are results: no backoff retry,
-no ban check, no dead letter (crawler/domains/probes.py); per-domain politeness does not apply
-(one request per domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters
-are off (crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
+timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (to a name
+under it too: ``www.``, ``en.``, ``ww25.``...) are followed up to DOMAINS_MAX_REDIRECTS, a
+redirect elsewhere is the result, one back to a URL already visited (or one too many) is a loop.
+A small page that only sends the browser on by a script or a meta refresh (GoDaddy's parked
+``/`` and its ``/lander``; crawler/domains/page_redirect.py) is a redirect like any other. Each
+scheme's failure is kept in the document (``http_error``, ``https_error``) and the class is the
+one that got furthest; any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of
+it read; a body cut short is stored with ``truncated``). The classes and codes are in
+crawler/domains/classify.py. Failures are results: no backoff retry, no ban check, no dead
+letter (crawler/domains/probes.py); per-domain politeness does not apply (one request per
+domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters are off
+(crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from crawler.domains.classify import (
     response_outcome,
 )
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
+from crawler.domains.page_redirect import page_redirect
 from crawler.domains.probes import FAILURE_META, PROBE_META, TRUNCATED_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
@@ -82,7 +90,7 @@ class DomainsSpider(RedisFedSpider):
     Settings (crawler/settings.py): DOMAINS_DOWNLOAD_TIMEOUT, DOMAINS_TIMEOUT_RETRIES,
     DOMAINS_MAX_REDIRECTS, DOMAINS_HTTP_PORT, DOMAINS_HTTPS_PORT, DOMAINS_RATE,
     DOMAINS_BODY_BYTES and the resolver's DOMAINS_NAMESERVERS, DOMAINS_DNS_TIMEOUT,
-    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY.
+    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY, DOMAINS_PRIVATE_ADDRESSES.
     """
 
     name = "domains"
@@ -165,6 +173,13 @@ class DomainsSpider(RedisFedSpider):
             "https": setting(settings, "DOMAINS_HTTPS_PORT"),
         }
         self.resolver = install(crawler)
+        if self.resolver is None and not setting(settings, "DOMAINS_PRIVATE_ADDRESSES"):
+            raise SettingsError(
+                "TWISTED_DNS_RESOLVER names another resolver than the domains spider's: only"
+                " the spider's keeps probes off addresses that are not public (loopback,"
+                " private, 169.254.169.254); set DOMAINS_PRIVATE_ADDRESSES = True to sweep"
+                " with it"
+            )
 
     # --- start entries ---------------------------------------------------------------------
 
@@ -275,7 +290,7 @@ class DomainsSpider(RedisFedSpider):
         if failure is not None:
             yield from self._failed(response, state, failure)
             return
-        location = _location(response)
+        location = _next_url(response)
         if location is None:
             yield self._item(state, response_outcome(response.status, response.body), response)
             return
@@ -344,6 +359,7 @@ class DomainsSpider(RedisFedSpider):
             failure = response.meta[FAILURE_META]
             item.error = error.split(": ", 1)[1]
             item.response_time = failure["elapsed"]
+            item.address = failure.get("address")
             if state["redirects"]:
                 item.final_url = response.url  # where the redirects within the domain led
             return item
@@ -359,7 +375,7 @@ def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
     item.http_status = response.status
     item.scheme = urlsplit(response.url).scheme
     redirected = outcome.status in ("redirect_offsite", "redirect_loop")
-    item.final_url = _location(response) if redirected else response.url
+    item.final_url = _next_url(response) if redirected else response.url
     latency = response.meta.get("download_latency")
     item.response_time = round(latency, 3) if isinstance(latency, float) else None
     server = response.headers.get(b"Server")
@@ -368,8 +384,12 @@ def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
     item.truncated = bool(response.meta.get(TRUNCATED_META))
 
 
-def _location(response: Response) -> str | None:
-    """The absolute target of a redirect answer, else None."""
+def _next_url(response: Response) -> str | None:
+    """Where the answer sends the browser: the absolute target of a redirect answer, or of a
+    page that only redirects by a script or a meta refresh
+    (crawler/domains/page_redirect.py); else None."""
+    if 200 <= response.status < 300:
+        return page_redirect(response.body, response.url)
     if not 300 <= response.status < 400:
         return None
     location = response.headers.get(b"Location")
@@ -390,8 +410,9 @@ def _domain(value: Any) -> str:
 
 def csv_domains(path: Path) -> Iterator[str]:
     """The domains of a ``rank,domain`` CSV (or one domain a line), one row at a time; a first
-    row whose rank is not a number is a header and skipped, blank rows too."""
-    with path.open(encoding="utf-8", errors="replace", newline="") as lines:
+    row whose rank is not a number is a header and skipped, blank rows too. A file that starts
+    with a byte order mark (Excel's "CSV UTF-8") is read without it: its first domain is kept."""
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as lines:
         for number, row in enumerate(csv.reader(lines)):
             cells = [cell.strip() for cell in row]
             if not any(cells):
