@@ -330,6 +330,19 @@ def test_a_host_with_a_rate_of_its_own_of_zero_takes_no_turns() -> None:
     one_paced = pacing(rate=0.0, per_domain={"slow.test": 0.2})
     assert paced(one_paced, "slow.test")
     assert not paced(one_paced, "fast.test")
+    assert paced(one_paced, "www.slow.test")  # a domain's rate covers its hosts
+    assert not paced(one_free, "v2.api.test")
+
+
+def test_turns_taken_ahead_keep_a_domains_rate_for_its_hosts(frontier: Frontier) -> None:
+    """POLITENESS_DOMAIN_RATES {"tiktok.test": 1} paces the turns a feed's next pages take on
+    www.tiktok.test as the pop paces that host: one a second, not the default's two."""
+    credits = Credits()
+    credits.wanted.add("www.tiktok.test")
+    _ask(frontier, credits, rate=2.0, ahead=3.0, per_domain={"tiktok.test": 1.0})
+    times = _turns(credits, "www.tiktok.test")
+    assert [round(b - a, 3) for a, b in itertools.pairwise(times)] == [1.0] * (len(times) - 1)
+    assert len(times) >= 3
 
 
 def test_a_push_for_a_booked_host_waits_for_a_trip_that_goes_anyway() -> None:

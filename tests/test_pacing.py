@@ -17,6 +17,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from crawler import settings as project
+from crawler.config import setting
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.options import FrontierSettings
 from crawler.frontier.pacing import Pacing, RatePolicy
@@ -166,6 +167,14 @@ def test_a_domains_rate_covers_its_hosts(
     leased_urls(frontier, rules)
     assert [round(gap, 2) for gap in gaps(turn_times(redis_client))] == [gap]
     assert RatePolicy(100.0, 1.0, per_domain).rate_for(host) == round(1 / gap, 2)
+
+
+def test_domain_rates_keys_are_read_as_hosts() -> None:
+    """Keys as a request's host gives them: lower case, no trailing dot, an IDN in ASCII, an
+    IPv6 address without brackets."""
+    given = '{"Slow.Test.": 1, "bücher.test": 2, "[2001:DB8::1]": 3, "10.0.0.1": 4}'
+    rates = setting(Settings({"POLITENESS_DOMAIN_RATES": given}), "POLITENESS_DOMAIN_RATES")
+    assert rates == {"slow.test": 1, "xn--bcher-kva.test": 2, "2001:db8::1": 3, "10.0.0.1": 4}
 
 
 def test_a_turn_survives_its_worker(frontier: Frontier, redis_client: redis.Redis) -> None:

@@ -73,6 +73,10 @@ def host_name(value: Any) -> str:
     """A host or domain name as URLs give it (lower case, no trailing dot; an IDN in its ASCII
     form), not a URL or ``host:port``."""
     name = as_text(value).strip().lower().rstrip(".")
+    try:
+        return str(ipaddress.ip_address(name.strip("[]")))  # as a URL's host gives it
+    except ValueError:
+        pass
     if not name or any(char in name for char in "/:@?#[] \t"):
         raise ValueError(value)
     return name.encode("idna").decode("ascii")

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from crawler.connection import reply_text
 from crawler.frontier import lua
 from crawler.frontier.outbox import Adopted, adopted
+from crawler.frontier.pacing import domain_rate
 from crawler.frontier.records import pending
 from crawler.meta import DUE_META, crawl_delay_of
 
@@ -63,7 +64,7 @@ def _host(url: str) -> str | None:
 def paced(pacing: Pacing, host: str) -> bool:
     """Whether ``host``'s requests take turns: a rate of 0, the host's own or else the
     default, is unlimited (as the pop and credit scripts read it)."""
-    return pacing.per_domain.get(host, pacing.rate) > 0
+    return domain_rate(pacing.per_domain, host, pacing.rate) > 0
 
 
 def mark_chain(request: Request, parent: Request) -> None:

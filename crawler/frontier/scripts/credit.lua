@@ -14,7 +14,7 @@ P.horizon = P.ahead
 local result = {}
 for i = 1, hosts do
   local host = ARGV[4 + i]
-  local rate, burst = P.rates[host] or P.rate, P.burst
+  local rate, burst = domain_rate(host), P.burst
   local times = {}
   while rate > 0 and #times < most do
     local at = reserve(host, rate, burst, now)
