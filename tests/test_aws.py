@@ -20,6 +20,7 @@ from crawler.aws.config import FleetConfig
 from crawler.aws.instances import FLEET_TAG
 from crawler.config import setting
 from crawler.config.rules import SettingsError
+from crawler.config.table import ON_THE_WORKER, RULES
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, on_free_port, poll, scrapy
@@ -243,11 +244,18 @@ def test_fleet_settings_are_read_by_their_rules_and_reach_a_worker_as_it_reads_t
     for bad in ({"FLEET_SECRETS": "SSM"}, {"FLEET_CRAWL_SETTINGS": '{"BAN_POLICY": "stop",}'}):
         with pytest.raises(SettingsError, match=next(iter(bad))):
             FleetConfig.from_settings(Settings(bad))
-    # A value a worker would refuse (each instance exiting 2, and billed) is refused here.
+    # A value a worker would refuse (each instance exiting 2, and billed) is refused before a
+    # launch; one only the workers can judge (a component they install, a name they resolve)
+    # is left to them.
     for name, value in (("BAN_POLICY", "halt"), ("MAX_IDLE_TIME_BEFORE_CLOSE", "soon")):
         given = {"FLEET_CRAWL_SETTINGS": json.dumps({name: value})}
+        config = FleetConfig.from_settings(Settings(given))  # list and scale-to-zero go on
         with pytest.raises(SettingsError, match=rf"FLEET_CRAWL_SETTINGS\['{name}'\] = {value}"):
-            FleetConfig.from_settings(Settings(given))
+            config.check_crawl_settings()
+    theirs = {"ITEM_PIPELINES": {"their_plugin.Pipeline": 300}, "METRICS_HOST": "worker.lan"}
+    given = {"FLEET_CRAWL_SETTINGS": json.dumps(theirs)}
+    FleetConfig.from_settings(Settings(given)).check_crawl_settings()
+    assert set(RULES) >= ON_THE_WORKER
 
 
 def test_fleet_launch_needs_an_install_target(aws_env: dict[str, str], crawl: Crawl) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
-from crawler.config.table import RULES
+from crawler.config.table import ON_THE_WORKER, RULES
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -56,20 +56,19 @@ class FleetConfig:
             subnet_id=str(settings.get("FLEET_SUBNET_ID") or ""),
             key_name=str(settings.get("FLEET_KEY_NAME") or ""),
             security_group_ids=tuple(str(group).strip() for group in groups),
-            crawl_settings=_checked({str(k): _setting_text(v) for k, v in crawl_settings.items()}),
+            crawl_settings={str(k): _setting_text(v) for k, v in crawl_settings.items()},
             endpoint_url=settings.get("AWS_ENDPOINT_URL") or None,
             mongo_database=str(settings.get("MONGO_DATABASE") or ""),  # "": the URI's
         )
 
-
-def _checked(crawl_settings: dict[str, str]) -> dict[str, str]:
-    """``crawl_settings``, each value read by its setting's rule as a worker will read it from
-    ``-s``: a bad one is a SettingsError naming it here, not an exit 2 on every instance
-    launched (each running, and billed, until someone looks)."""
-    for name, text in crawl_settings.items():
-        if name in RULES:
-            RULES[name].read(f"FLEET_CRAWL_SETTINGS[{name!r}]", text)
-    return crawl_settings
+    def check_crawl_settings(self) -> None:
+        """Read each of ``crawl_settings`` by its setting's rule, as a worker will from ``-s``:
+        a bad one is a SettingsError naming it before instances are launched, not an exit 2 on
+        each of them (running, and billed, until someone looks). Rules that read the machine
+        (ON_THE_WORKER: an import, a directory, a name) are left to the workers."""
+        for name, text in self.crawl_settings.items():
+            if name in RULES and name not in ON_THE_WORKER:
+                RULES[name].read(f"FLEET_CRAWL_SETTINGS[{name!r}]", text)
 
 
 def _setting_text(value: Any) -> str:

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     import argparse
 
 ACTIONS = ("launch", "list", "rotate", "scale-to-zero", "plan", "autoscale")
+# The actions that start instances: FLEET_CRAWL_SETTINGS is checked before them (list and
+# scale-to-zero go on whatever it holds: a fleet can always be looked at and stopped).
+LAUNCHING = ("launch", "rotate", "autoscale")
 
 
 class Command(ProjectCommand, ScrapyCommand):
@@ -99,6 +102,8 @@ class Command(ProjectCommand, ScrapyCommand):
             return
         try:
             config = FleetConfig.from_settings(self.settings)
+            if action in LAUNCHING:
+                config.check_crawl_settings()
         except SettingsError as exc:
             raise UsageError(str(exc)) from exc
         fleet = Fleet(config)

@@ -398,3 +398,14 @@ RULES: dict[str, Rule] = {
     "FLEET_SECURITY_GROUP_IDS": items(Rule("a group id", as_text), "group ids", optional=True),
     "FLEET_CRAWL_SETTINGS": mapping("setting names to values", optional=True, show=hidden),
 }
+
+# Settings whose rule reads the machine it runs on (it imports a path, looks at a directory or
+# resolves a name): a value given for other machines (FLEET_CRAWL_SETTINGS) is checked there,
+# as each worker starts.
+ON_THE_WORKER = frozenset(
+    {
+        *("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ADDONS", "EXTENSIONS"),
+        *("EXTENSIONS_BASE", "ITEM_PIPELINES", "DOWNLOAD_HANDLERS", "SCHEDULER", "BAN_RULES"),
+        *("MONGO_SPILL_DIR", "METRICS_HOST", "PLAYWRIGHT_PROCESS_REQUEST_HEADERS"),
+    }
+)
