@@ -260,9 +260,8 @@ STATS_REDIS_KEY = "{%(spider)s}:stats"
 # --- MongoDB storage ----------------------------------------------------------------------------
 # MONGO_URI (str): MongoDB connection string. Env MONGO_URI overrides it.
 MONGO_URI = os.environ.get("MONGO_URI", "mongodb://127.0.0.1:27017")
-# MONGO_DATABASE (str, default ""): database items are stored in; empty: the one MONGO_URI
-# names (mongodb://host/mydb), else "crawler". Env MONGO_DATABASE.
-MONGO_DATABASE = os.environ.get("MONGO_DATABASE", "")
+# MONGO_DATABASE (str, default "crawler"): database items are stored in. Env MONGO_DATABASE.
+MONGO_DATABASE = os.environ.get("MONGO_DATABASE", "crawler")
 # MONGO_CONNECT_TIMEOUT_MS (int, default 5000): how long opening the pipeline and each write wait.
 MONGO_CONNECT_TIMEOUT_MS = 5000
 # MONGO_ANSWER_TIMEOUT_MS (int >= 1, default 60000): a MongoDB operation with no answer within it

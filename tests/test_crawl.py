@@ -217,20 +217,6 @@ def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redi
     assert "ban/count" not in stats
 
 
-def test_items_go_to_the_database_mongo_uri_names_when_mongo_database_is_empty(
-    crawl: Crawl,
-) -> None:
-    """``MONGO_URI=mongodb+srv://.../mydb`` (Atlas' form) and no MONGO_DATABASE: items are
-    stored in mydb, as pymongo's default database, not in "crawler"."""
-    named = f"{crawl.mongo.database}_uri"
-    crawl.mongo.client.drop_database(named)
-    crawl.mongo = replace(crawl.mongo, uri=f"{crawl.mongo.uri}/{named}", database="")
-    result = crawl("profiles", "-a", "users=thechef319")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [doc["unique_id"] for doc in crawl.mongo.client[named].profiles.find()] == ["thechef319"]
-    crawl.mongo.client.drop_database(named)
-
-
 def test_unreachable_mongodb_fails_at_start_with_masked_uri(crawl: Crawl) -> None:
     crawl.mongo = replace(crawl.mongo, uri=f"mongodb://bob:s3cret@127.0.0.1:{free_port()}")
     result = crawl("profiles", "-a", "users=someone", settings={"MONGO_CONNECT_TIMEOUT_MS": 300})

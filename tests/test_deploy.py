@@ -473,7 +473,7 @@ def test_workers_expose_no_console(console: str) -> None:
 @pytest.mark.parametrize(
     ("name", "env", "args", "expected"),
     [
-        pytest.param("MONGO_DATABASE", {}, (), "", id="settings.py"),  # "": MONGO_URI's
+        pytest.param("MONGO_DATABASE", {}, (), "crawler", id="settings.py"),
         pytest.param(
             "REDIS_URL",
             {"REDIS_URL": "redis://env.example:6379/3"},

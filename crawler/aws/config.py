@@ -58,7 +58,7 @@ class FleetConfig:
             security_group_ids=tuple(str(group).strip() for group in groups),
             crawl_settings={str(k): _setting_text(v) for k, v in crawl_settings.items()},
             endpoint_url=settings.get("AWS_ENDPOINT_URL") or None,
-            mongo_database=str(settings.get("MONGO_DATABASE") or ""),  # "": the URI's
+            mongo_database=str(settings.get("MONGO_DATABASE") or "crawler"),
         )
 
     def check_crawl_settings(self) -> None:

@@ -183,11 +183,8 @@ def resource_type(value: Any) -> str:
 
 
 def mongo_database(value: Any) -> str:
-    """MONGO_DATABASE: a database name, or "" (the one MONGO_URI names, else "crawler")."""
     name = as_text(value)
-    if not name:
-        return ""
-    if len(name.encode()) > 63 or any(c in name for c in '/\\. "$\0'):
+    if not name or len(name.encode()) > 63 or any(c in name for c in '/\\. "$\0'):
         raise ValueError(value)
     return name
 
@@ -289,9 +286,7 @@ RULES: dict[str, Rule] = {
     "RECRAWL_BATCH_SIZE": integer(1, 10_000),
     # MongoDB
     "MONGO_URI": url("mongodb", "mongodb+srv"),
-    "MONGO_DATABASE": Rule(
-        'a MongoDB database name (no /\\. "$ or spaces), or empty', mongo_database, optional=True
-    ),
+    "MONGO_DATABASE": Rule('a MongoDB database name (no /\\. "$ or spaces)', mongo_database),
     "MONGO_CONNECT_TIMEOUT_MS": integer(1),
     "MONGO_ANSWER_TIMEOUT_MS": integer(1),
     "MONGO_BATCH_SIZE": integer(1, 100_000),

@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 from bson.errors import BSONError
 from pymongo import MongoClient, WriteConcern
@@ -60,8 +59,6 @@ PREPARE_SLICE = 16
 Upsert = tuple[dict[str, Any], Any, Collection[str], dict[str, Any]]
 # Seconds without a new item after which a batch is written, however young.
 QUIET = 0.05
-# The database items go to when neither MONGO_DATABASE nor MONGO_URI names one.
-DEFAULT_DATABASE = "crawler"
 
 
 class MongoUnavailable(RuntimeError):
@@ -70,14 +67,6 @@ class MongoUnavailable(RuntimeError):
 
 class ItemNotStored(RuntimeError):
     """MongoDB did not store the item; the message says why."""
-
-
-def database_name(uri: str, configured: str | None) -> str:
-    """MONGO_DATABASE, else the database MONGO_URI names (``mongodb+srv://u:p@host/mydb``, as
-    pymongo's ``get_default_database`` reads it), else DEFAULT_DATABASE."""
-    if configured:
-        return configured
-    return unquote(urlsplit(uri).path.lstrip("/")) or DEFAULT_DATABASE
 
 
 @dataclass(frozen=True)
@@ -102,7 +91,7 @@ class MongoSettings:
         settings = crawler.settings
         return cls(
             uri=settings.get("MONGO_URI"),
-            database=database_name(settings.get("MONGO_URI"), settings.get("MONGO_DATABASE")),
+            database=settings.get("MONGO_DATABASE"),
             timeout_ms=setting_int(settings, "MONGO_CONNECT_TIMEOUT_MS", 1),
             batch_size=setting_int(settings, "MONGO_BATCH_SIZE", 1, 100_000),
             flush_interval=setting(settings, "MONGO_FLUSH_INTERVAL"),
