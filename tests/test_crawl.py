@@ -217,6 +217,24 @@ def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redi
     assert "ban/count" not in stats
 
 
+def test_a_database_mongo_uri_names_is_said_and_items_go_to_mongo_database(
+    crawl: Crawl,
+) -> None:
+    """MONGO_URI=mongodb+srv://.../mydb (Atlas' form) while items go to MONGO_DATABASE: a
+    WARNING says how to store them in mydb; a URI naming its auth database (/admin) is not
+    said. Items never move to another database on their own."""
+    for path, said in (("/mydb", True), ("/admin", False)):
+        crawl.mongo.db.profiles.drop()
+        uri = crawl.mongo.uri
+        crawl.mongo = replace(crawl.mongo, uri=f"{uri}{path}")
+        result = crawl("profiles", "-a", "users=thechef319")
+        crawl.mongo = replace(crawl.mongo, uri=uri)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert [doc["unique_id"] for doc in crawl.mongo.db.profiles.find()] == ["thechef319"]
+        expected = f"MONGO_URI names the database {path[1:]}, but items go to MONGO_DATABASE"
+        assert (expected in result.stderr) == said, result.stderr[-3000:]
+
+
 def test_unreachable_mongodb_fails_at_start_with_masked_uri(crawl: Crawl) -> None:
     crawl.mongo = replace(crawl.mongo, uri=f"mongodb://bob:s3cret@127.0.0.1:{free_port()}")
     result = crawl("profiles", "-a", "users=someone", settings={"MONGO_CONNECT_TIMEOUT_MS": 300})

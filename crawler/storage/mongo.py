@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from bson.errors import BSONError
 from pymongo import MongoClient, WriteConcern
@@ -59,6 +60,8 @@ PREPARE_SLICE = 16
 Upsert = tuple[dict[str, Any], Any, Collection[str], dict[str, Any]]
 # Seconds without a new item after which a batch is written, however young.
 QUIET = 0.05
+# MongoDB's own databases: a URI's path naming one is its database to authenticate against.
+SYSTEM_DATABASES = ("admin", "local", "config")
 
 
 class MongoUnavailable(RuntimeError):
@@ -354,6 +357,7 @@ class MongoWriter:
             socketTimeoutMS=self.config.answer_timeout_ms,
             tz_aware=True,
         )
+        _say_other_database(self.config.uri, self.config.database)
         try:
             client.admin.command("ping")
             database = client.get_database(
@@ -406,3 +410,19 @@ def _less(value: Any, other: Any) -> bool:
         return other is None or bool(value < other)
     except TypeError:
         return False
+
+
+def _say_other_database(uri: str, database: str) -> None:
+    """A WARNING when MONGO_URI names a database (``mongodb+srv://.../mydb``) other than
+    MONGO_DATABASE, where items go: said, not followed (a deployment's items never move to
+    another database on an upgrade). A system database (``/admin``, often the one to
+    authenticate against) is no place for items and is not said."""
+    named = unquote(urlsplit(uri).path.lstrip("/"))
+    if named and named != database and named not in SYSTEM_DATABASES:
+        logger.warning(
+            "MONGO_URI names the database %s, but items go to MONGO_DATABASE %s: set "
+            "MONGO_DATABASE=%s to store them there",
+            named,
+            database,
+            named,
+        )
