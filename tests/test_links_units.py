@@ -482,6 +482,15 @@ def test_a_redirect_target_is_the_page_of_its_canonical_url_to_the_duplicate_fil
     # /b that redirects to itself with a tracking parameter: the target passes the filter once.
     itself = Request("https://example.org/b?utm_source=x", meta={"redirect_urls": [page_url]})
     assert fingerprint(itself) != page
+    # A link asked for as the page wrote it (?b=1&a=2, %c3%a9), which the server sends on to
+    # its own spelling of the same URL: the target passes the filter once too.
+    for asked, spelled in (("/q?b=1&a=2", "/q?a=2&b=1"), ("/caf%c3%a9", "/caf%C3%A9")):
+        first = fingerprint(Request(f"https://example.org{asked}"))
+        moved = Request(
+            f"https://example.org{spelled}", meta={"redirect_urls": [f"https://example.org{asked}"]}
+        )
+        assert fingerprint(moved) != first
+        assert fingerprint(moved) == fingerprint(moved.replace())  # the same each time
 
 
 def test_a_redirect_off_the_site_is_neither_stored_nor_followed(redis_url: str) -> None:

@@ -8,6 +8,7 @@ crawl reached by a link is fetched again under a second URL.
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 from scrapy.utils.request import RequestFingerprinter
@@ -34,7 +35,11 @@ class CanonicalFingerprinter:
             url = canonical_url(request.url)
         except BadUrl:  # not a URL the spider follows: as Scrapy takes it
             return self._scrapy.fingerprint(request)
-        if url == request.url or _to_itself(request, url):
+        if _to_itself(request, url):
+            # Scrapy's own fingerprint sorts a query and redoes its escapes too: the URL as the
+            # server wrote it, so that /q?a=2&b=1 moved on from /q?b=1&a=2 is fetched.
+            return hashlib.sha1(f"to-itself {request.method} {request.url}".encode()).digest()
+        if url == request.url:
             return self._scrapy.fingerprint(request)
         return self._scrapy.fingerprint(request.replace(url=url))
 
