@@ -161,12 +161,12 @@ def test_a_dead_letter_of_a_job_holds_its_request_and_is_requeued_with_it(
     assert job_status(redis_client, KEYS, "j2").queued == 2
 
 
-def test_dead_letters_of_a_cancelled_or_expired_job_stay_dead_and_are_counted(
+def test_dead_letters_of_a_cancelled_or_expired_job_are_dropped_and_counted(
     redis_client: redis.Redis,
 ) -> None:
     """Requeue brings back the dead letters of a running job and of none; those of a
-    cancelled job and of one past its deadline stay in the dead list, counted by job (requeued,
-    they would be dropped), and come back once that job's deadline is put off."""
+    cancelled job and of one past its deadline are dropped, counted by job (requeued, the pop
+    would drop them); a deadline put off first has its job's letters requeued."""
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     book = JobBook(redis_client, KEYS.spider)
     cut, late, runs = (book.number(name) for name in ("cut", "late", "runs"))
@@ -177,15 +177,15 @@ def test_dead_letters_of_a_cancelled_or_expired_job_stay_dead_and_are_counted(
     frontier.settle([("d", lease_id, '{"reason":"timeout"}') for lease_id in ids], "w1", 60)
     cancel_job(redis_client, KEYS, "cut")
     expire_job(redis_client, KEYS, "late", time.time() - 1)
+    expire_job(redis_client, KEYS, "late", time.time() + 600)  # put off: requeued
+    expire_job(redis_client, KEYS, "runs", time.time() - 1)
 
     requeued = frontier.requeue_dead(10)
-    assert (requeued.moved, requeued.kept) == (2, {cut: 1, late: 2})
-    assert [_job_of(record) for record in _queued_records(redis_client)] == [runs, None]
-    left = [letter["request"]["meta"][JOB_META] for letter in frontier.dead_letters()]
-    assert sorted(left) == [cut, late, late]
-    expire_job(redis_client, KEYS, "late", time.time() + 600)
-    assert frontier.requeue_dead(10).moved == 2
-    assert job_status(redis_client, KEYS, "late").queued == 2
+    assert (requeued.moved, requeued.dropped) == (3, {cut: 1, runs: 1})
+    assert sorted(map(str, (_job_of(r) for r in _queued_records(redis_client)))) == sorted(
+        map(str, [late, late, None])
+    )
+    assert frontier.dead_letters() == []
 
 
 # --- the frontier's counts and cancel ----------------------------------------------------------
@@ -772,7 +772,7 @@ def test_pausing_a_cancelled_job_is_refused_with_why(crawl: Crawl) -> None:
 
 
 @pytest.mark.integration
-def test_requeue_says_which_dead_letters_it_left_and_why(
+def test_requeue_says_which_dead_letters_it_dropped_and_why(
     crawl: Crawl, redis_client: redis.Redis
 ) -> None:
     book = JobBook(redis_client, "profiles")
@@ -785,10 +785,10 @@ def test_requeue_says_which_dead_letters_it_left_and_why(
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "requeued 1 dead letters of profiles",
-        "left 2 dead letters in the dead list: their jobs are cancelled or past their deadline "
-        "(acme-1: 2)",
+        "dropped 2 dead letters of jobs cancelled or past their deadline (acme-1: 2); put a "
+        "deadline off before a requeue to have its letters requeued",
     ]
-    assert redis_client.llen("{profiles}:dead") == 2
+    assert redis_client.llen("{profiles}:dead") == 0
 
 
 @pytest.mark.integration

@@ -7,7 +7,7 @@ scrapy frontier profiles dead --limit 20     the newest dead letters, with their
 scrapy frontier profiles requeue [--limit N] dead letters back into the queue, oldest first
                                              (hosts marked unreachable are given a new chance);
                                              those of a job cancelled or past its deadline
-                                             are left in the dead list, counted by job
+                                             are dropped, counted by job
 scrapy frontier profiles hosts               hosts blocked (circuit breaker, bans) or marked
                                              unreachable: until when, why, at which step
 scrapy frontier profiles purge [--yes]       delete every key of the spider (asks first)
@@ -135,8 +135,8 @@ class Command(ProjectCommand, ScrapyCommand):
             requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
             marks = f"; {len(lifted)} hosts' marks lifted" if lifted else ""
             print(f"requeued {requeued.moved} dead letters of {spider}{marks}")
-            if requeued.kept:
-                print(kept_letters(server, spider, requeued.kept))
+            if requeued.dropped:
+                print(dropped_letters(server, spider, requeued.dropped))
         elif action == "hosts":
             print_hosts(server, spider, opts.json)
         else:
@@ -296,17 +296,17 @@ JOB_ACTIONS = {
 }
 
 
-def kept_letters(server: RedisClient, spider: str, kept: dict[int, int]) -> str:
-    """``left 30 dead letters in the dead list: their jobs are cancelled or past their deadline
-    (acme-1: 20, acme-2: 10)``."""
-    names: Any = server.hmget(jobs_key(spider), [f"#{number}" for number in kept])
+def dropped_letters(server: RedisClient, spider: str, dropped: dict[int, int]) -> str:
+    """``dropped 30 dead letters of jobs cancelled or past their deadline (acme-1: 20,
+    acme-2: 10)``."""
+    names: Any = server.hmget(jobs_key(spider), [f"#{number}" for number in dropped])
     jobs = ", ".join(
         f"{reply_text(name) if name else f'#{number}'}: {count:,}"
-        for (number, count), name in zip(kept.items(), names, strict=True)
+        for (number, count), name in zip(dropped.items(), names, strict=True)
     )
     return (
-        f"left {sum(kept.values()):,} dead letters in the dead list: their jobs are cancelled "
-        f"or past their deadline ({jobs})"
+        f"dropped {sum(dropped.values()):,} dead letters of jobs cancelled or past their "
+        f"deadline ({jobs}); put a deadline off before a requeue to have its letters requeued"
     )
 
 

@@ -124,11 +124,11 @@ class Popped:
 @dataclass(frozen=True)
 class Requeued:
     """What :meth:`Frontier.requeue_dead` did: the dead letters moved back to the queue, and
-    those left in the dead list because their job is cancelled or past its deadline (job
-    number -> letters), whose requests the frontier would drop."""
+    those removed because their job is cancelled or past its deadline (job number -> letters),
+    whose requests the frontier drops."""
 
     moved: int
-    kept: dict[int, int]
+    dropped: dict[int, int]
 
 
 class Frontier:
@@ -273,9 +273,10 @@ class Frontier:
 
     def requeue_dead(self, limit: int) -> Requeued:
         """Move up to ``limit`` dead letters back to the queue (oldest first). A letter of a job
-        cancelled or past its deadline is left where it is (requeued, it would be dropped) and
-        counted; one whose request cannot be read back is named in an ERROR and left too."""
-        dropped, kept = self._dropped_jobs(), Counter[int]()
+        cancelled or past its deadline is removed, counted by job (requeued, the pop would drop
+        it: put a deadline off first to have its letters requeued); one whose request cannot be
+        read back is named in an ERROR and left where it is."""
+        ended, dropped = self._dropped_jobs(), Counter[int]()
         moved = left = 0
         while moved < limit:
             raw: Any = self.server.lindex(self.keys.dead, -1 - left)
@@ -288,14 +289,13 @@ class Frontier:
                 left += 1
                 continue
             job, _ = codec.split_job(pending.json)
-            if job in dropped:
-                kept[job] += 1
-                left += 1
-                continue
-            self.schedule([pending])  # scheduled before it leaves the dead list: nothing lost
+            if job in ended:
+                dropped[job] += 1
+            else:
+                self.schedule([pending])  # scheduled before it leaves the dead list
+                moved += 1
             self.server.lrem(self.keys.dead, -1, raw)
-            moved += 1
-        return Requeued(moved, dict(kept))
+        return Requeued(moved, dict(dropped))
 
     def _dropped_jobs(self) -> set[int]:
         """The numbers of the jobs whose requests the frontier drops: cancelled, or past their
