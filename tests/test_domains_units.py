@@ -75,6 +75,7 @@ from crawler.domains.resolver import (
     DomainNotFound,
     PrivateAddress,
     is_public,
+    proxy_hosts,
 )
 from crawler.domains.summary import summarize
 from crawler.items import DomainItem
@@ -482,8 +483,20 @@ def test_a_name_on_an_address_that_is_not_public_is_not_given() -> None:
         assert resolver.counts["private"] == 4
         allowed = loopback_resolver(names, timeout=0.3, retries=1, concurrency=10)
         assert await allowed.resolve("metadata.test") == ["169.254.169.254"]
+        # A proxy's own name (PROXY_POOL, http_proxy) is on the sweep's network: resolved.
+        proxies = proxy_hosts(["http://user:pw@Site.test.:3128"])
+        via = AsyncResolver(names, timeout=0.3, retries=1, concurrency=10, proxies=proxies)
+        assert await via.resolve("site.test") == ["127.0.0.7"]
+        with pytest.raises(PrivateAddress):
+            await via.resolve("metadata.test")
 
     with_servers(1, test)
+
+
+def test_the_proxies_of_the_environment_are_proxy_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("https_proxy", "http://squid.lan:3128")
+    monkeypatch.setenv("no_proxy", "localhost,internal.lan")
+    assert proxy_hosts([]) == {"squid.lan"}
 
 
 def test_a_probe_of_a_name_on_a_private_address_stores_it_unprobed() -> None:

@@ -34,6 +34,8 @@ import itertools
 import time
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
+from urllib.request import getproxies
 
 import dns.asyncresolver
 import dns.exception
@@ -51,7 +53,7 @@ from crawler.config.rules import SettingsError
 from crawler.config.values import NameServer
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -98,6 +100,15 @@ class PrivateAddress(DnsFailure):
         return PrivateAddress(self.name, self.address)
 
 
+def proxy_hosts(pool: Iterable[str]) -> frozenset[str]:
+    """The names of the proxies requests may go through (PROXY_POOL, and the ``http_proxy``
+    and ``https_proxy`` of the environment, which Scrapy's HttpProxyMiddleware reads): a
+    proxy on the network the sweep runs in is reached, and resolves the domains itself."""
+    proxies = [*pool, *(url for scheme, url in getproxies().items() if scheme != "no")]
+    names = {urlsplit(url if "://" in url else f"http://{url}").hostname for url in proxies}
+    return frozenset(name.rstrip(".") for name in names if name)
+
+
 def is_public(address: str) -> bool:
     """True for an address on the internet: not loopback, private, link-local, shared
     (100.64/10), unspecified, reserved nor multicast."""
@@ -135,6 +146,7 @@ class AsyncResolver:
         retries: int,
         concurrency: int,
         private_addresses: bool = False,
+        proxies: frozenset[str] = frozenset(),
     ) -> None:
         if not nameservers:
             raise ValueError("no name servers")
@@ -143,6 +155,7 @@ class AsyncResolver:
         self.retries = retries
         self.concurrency = concurrency
         self.private_addresses = private_addresses
+        self.proxies = proxies  # proxies' own names: resolved as they are (proxy_hosts)
         self._clients = [self._client(server) for server in self.nameservers]
         self._slots: list[asyncio.Semaphore] | None = None
         self._turn = itertools.count()
@@ -161,6 +174,7 @@ class AsyncResolver:
             retries=setting(settings, "DOMAINS_DNS_RETRIES"),
             concurrency=setting(settings, "DOMAINS_DNS_CONCURRENCY"),
             private_addresses=setting(settings, "DOMAINS_PRIVATE_ADDRESSES"),
+            proxies=proxy_hosts(setting(settings, "PROXY_POOL")),
         )
 
     def _client(self, server: NameServer) -> dns.asyncresolver.Resolver:
@@ -205,7 +219,7 @@ class AsyncResolver:
                 del self._pending[name]
 
     def _allowed(self, name: str, addresses: list[str]) -> list[str]:
-        if self.private_addresses:
+        if self.private_addresses or name in self.proxies:
             return addresses
         public = [address for address in addresses if is_public(address)]
         if not public:
