@@ -900,3 +900,32 @@ def test_a_redirect_above_or_beside_the_domain_leaves_it() -> None:
         item = answered(spider, spider.probe("shop.example.com"), 301, Location=location)
         assert isinstance(item, DomainItem)
         assert (item.status, item.final_url) == ("redirect_offsite", location)
+
+
+CHALLENGES: tuple[tuple[int, bytes, dict[str, str]], ...] = (
+    # Cloudflare's "Under Attack" interstitial, by its title and by its header.
+    (503, b"<html><head><title>Just a moment...</title></head><body></body></html>", {}),
+    (403, b"<html><body>challenge</body></html>", {"cf-mitigated": "challenge"}),
+    (405, b"<html></html>", {"x-amzn-waf-action": "captcha"}),  # AWS WAF
+    (403, b"<html><body>Access Denied ... Reference #18.a1b2</body></html>", {}),  # Akamai
+)
+
+
+@pytest.mark.parametrize(("status", "body", "headers"), CHALLENGES)
+def test_a_bot_protections_answer_is_challenged_not_an_http_error(
+    status: int, body: bytes, headers: dict[str, str]
+) -> None:
+    """A site behind a bot protection is up: its challenge or block page is told apart from
+    the site's own error, its code kept (the seed's rule counts by code)."""
+    spider = domains_spider()
+    item = answered(spider, spider.probe("example.com"), status, body, **headers)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code) == ("challenged", status)
+
+
+def test_a_sites_own_error_is_an_http_error() -> None:
+    spider = domains_spider()
+    for status, body in ((403, b"<html><title>Forbidden</title></html>"), (503, b"down")):
+        item = answered(spider, spider.probe("example.com"), status, body)
+        assert isinstance(item, DomainItem)
+        assert (item.status, item.code) == ("http_error", status)

@@ -10,6 +10,9 @@ alive               status     an answer below 400 that is not a parking page (a
 parked              status     a 200..399 page of a parking or domain-sales service
                                (crawler/domains/parking.py)
 http_error          status     an answer of 400 or more (404, 5xx, ...)
+challenged          status     an answer of 400 or more that a bot protection sends (Cloudflare's
+                               "Just a moment...", AWS WAF, Akamai, Imperva, Sucuri...: the
+                               rules of crawler/bans/rules.py): the site is up behind it
 redirect_offsite    status     a redirect to another domain (a name under the domain, ``www.``,
                                ``en.``, ``ww25.``..., is its own site and followed), by HTTP or
                                by a page that only redirects (a script or a meta refresh:
@@ -183,18 +186,23 @@ def falls_back(kind: str, scheme: str) -> bool:
 
 
 def response_outcome(
-    status: int, body: bytes, redirect: str | None = None, location: str = ""
+    status: int,
+    body: bytes,
+    redirect: str | None = None,
+    location: str = "",
+    challenged: bool = False,
 ) -> Outcome:
     """The class of an answer (redirects within the domain already followed); ``redirect``
     is "offsite" or "loop" for a redirect to ``location`` that was not followed. A redirect
-    to a domain-sales or parking service (a HugeDomains or Afternic lander) is parked."""
+    to a domain-sales or parking service (a HugeDomains or Afternic lander) is parked; an
+    error answer a bot protection sent (``challenged``) is challenged."""
     if redirect == "offsite":
         parked = names_a_service(location.lower().encode("utf-8", "replace"))
         return Outcome("parked" if parked else "redirect_offsite", status)
     if redirect == "loop":
         return Outcome("redirect_loop", status)
     if status >= 400:
-        return Outcome("http_error", status)
+        return Outcome("challenged" if challenged else "http_error", status)
     if is_parked(body):
         return Outcome("parked", status)
     return Outcome("alive", status)

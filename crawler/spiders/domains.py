@@ -51,6 +51,8 @@ from redis.exceptions import RedisError
 from scrapy import Request
 
 from crawler import settings as project
+from crawler.bans import rules
+from crawler.bans.policy import page_of
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.domains.classify import (
@@ -82,6 +84,16 @@ if TYPE_CHECKING:
 # A file's domains are read while the fleet's queue holds fewer than this many batches.
 FILE_AHEAD_BATCHES = 10
 FILE_POLL_SECONDS = 0.1
+
+
+# The ban rules that know a bot protection's own error pages (not a site's own 403, nor a 429).
+CHALLENGE_RULES = (
+    rules.cloudflare,
+    rules.protection_challenge,
+    rules.akamai,
+    rules.perimeterx,
+    rules.datadome,
+)
 
 
 class DomainsSpider(RedisFedSpider):
@@ -292,7 +304,9 @@ class DomainsSpider(RedisFedSpider):
             return
         location = _next_url(response)
         if location is None:
-            yield self._item(state, response_outcome(response.status, response.body), response)
+            challenged = response.status >= 400 and _challenge(response)
+            outcome = response_outcome(response.status, response.body, challenged=challenged)
+            yield self._item(state, outcome, response)
             return
         redirect = self._redirect(location, state)
         if redirect is None:
@@ -369,6 +383,13 @@ class DomainsSpider(RedisFedSpider):
         if item.response_time is not None:
             self.count("domains/response_ms", int(item.response_time * 1000))
         return item
+
+
+def _challenge(response: Response) -> bool:
+    """Whether an error answer is a bot protection's challenge or block page (the ban rules
+    that know them by their own headers and markup: a site's own 403 is not one)."""
+    page = page_of(response)
+    return any(rule(page) is not None for rule in CHALLENGE_RULES)
 
 
 def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
