@@ -24,6 +24,9 @@ from typing import Any
 
 import pytest
 
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.queue import Frontier
+from crawler.keys import FrontierKeys, pause_key
 from tests.harness import MONGO_PAUSE, Crawl, Mongo, Sandbox, Worker, poll
 
 HOT, COLD = 20, 180
@@ -263,3 +266,27 @@ def test_revisits_survive_a_killed_worker(
     )
     assert mongo.db.profiles.count_documents({}) == 20
     assert set(_intervals(redis_client)) <= set(users)
+
+
+def test_a_paused_crawl_queues_no_copies_of_its_due_revisits(
+    workers: Workers, sandbox: Sandbox, mongo: Mongo, redis_client: Any
+) -> None:
+    """Paused longer than twice the pages' intervals, a worker hands the frontier no revisit:
+    before, each one due was claimed, queued (where it waited, the crawl paused) and due again
+    twice its interval later, so a long pause queued copy after copy of every page."""
+    churn = sandbox.admin("churn", {"hot": 4, "cold": 0, "hot_period": HOT_PERIOD})
+    users = sorted(churn["documents"])
+    fast = {"RECRAWL_INITIAL_INTERVAL": MIN_INTERVAL, "RECRAWL_MAX_INTERVAL": 2}
+    workers.start("-a", "users=" + ",".join(users), **fast)
+    poll(
+        lambda: mongo.db.profiles.count_documents({}) == len(users),
+        timeout=40,
+        what="every profile stored",
+        pause=MONGO_PAUSE,
+    )
+    redis_client.hset(pause_key("profiles"), mapping={"since": time.time(), "by": "test"})
+    until = time.time() + 2 + 3 * 2 * fast["RECRAWL_MAX_INTERVAL"]  # seen, then 3 fallbacks
+    poll(lambda: time.time() > until, until - time.time() + 5, "the pause's time", pause=0.2)
+    keys = FrontierKeys("profiles", "profiles:start_urls")
+    sizes = Frontier(redis_client, keys, DupefilterConfig(mode="none")).sizes()
+    assert sizes["queue"] + sizes["delayed"] + sizes["leased"] <= len(users), sizes

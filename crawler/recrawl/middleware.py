@@ -188,11 +188,13 @@ class RecrawlMiddleware:
 
     def promote(self) -> None:
         """Claim due revisits and crawl their requests; once queued they wait one interval again."""
-        engine = self.crawler.engine
-        if self.frontier.scheduler is None or engine is None or engine.spider is None:
+        engine, scheduler = self.crawler.engine, self.frontier.scheduler
+        if scheduler is None or engine is None or engine.spider is None:
             return
         if self.frontier.in_backoff():  # Redis is down: a call would block the reactor
             return
+        if scheduler.paused() and not self._unsettled.items:
+            return  # paused: a revisit claimed now would wait, and come due again meanwhile
         if not self._unsettled.items and time.time() < self._next_claim:
             return  # nothing due yet, as far as this worker knows
         riders = Riders.of(self.crawler)
