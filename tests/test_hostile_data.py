@@ -24,6 +24,7 @@ from crawler import settings as project_settings
 from crawler.frontier.codec import expand
 from crawler.meta import DUE_META
 from crawler.spiders.explore import ExploreSpider
+from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl
 
@@ -227,6 +228,24 @@ def test_malformed_feed_is_retried_later_until_its_retries_are_spent() -> None:
     stats = spider.crawler.stats
     assert stats.get_value("retry/reason_count/feed_malformed") == 1
     assert stats.get_value("explore/malformed") == 2
+
+
+def test_an_unreadable_place_page_is_retried_later_never_acked_as_stored() -> None:
+    """A place page without its place (filled by a script the plain fetch does not run, a
+    consent page): tried again after the backoff, then given up as a dead letter; before, its
+    lease was acked as if the place were stored."""
+    spider = _spider(MapsSpider, MAPS_BASE_URL="http://127.0.0.1:9", RETRY_TIMES=1)
+    url = "http://127.0.0.1:9/maps/place/Shop/data=!4m2!3m1!1s0x1:0x2"
+    page = HtmlResponse(
+        url, body=b"<html><body><div id=app></div></body></html>", request=Request(url)
+    )
+    (retry,) = spider.parse_place(page, "shop near 00501")
+    assert isinstance(retry, Request)
+    assert retry.meta["retry_times"] == 1
+    assert retry.meta[DUE_META] > time.time()
+    again = HtmlResponse(url, body=page.body, request=retry)
+    assert list(spider.parse_place(again, "shop near 00501")) == []
+    assert spider.crawler.stats.get_value("maps/place/unreadable") == 2
 
 
 # --- crawls -------------------------------------------------------------------------------------

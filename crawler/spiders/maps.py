@@ -26,6 +26,7 @@ from scrapy.settings import default_settings
 from scrapy_playwright.page import PageMethod
 
 from crawler.config import setting, setting_int
+from crawler.extractors.jsondata import MalformedData
 from crawler.extractors.maps import (
     END_OF_LIST,
     is_block_page,
@@ -35,7 +36,7 @@ from crawler.extractors.maps import (
 )
 from crawler.items import PlaceItem
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
-from crawler.spiders.responses import BlockedPage, body_text
+from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -214,14 +215,20 @@ class MapsSpider(RedisFedSpider):
             meta = {"playwright": True, "playwright_page_goto_kwargs": {"wait_until": "load"}}
         return Request(url, callback=self.parse_place, cb_kwargs={"query": query}, meta=meta)
 
-    def parse_place(self, response: Response, query: str) -> Iterable[PlaceItem]:
+    def parse_place(self, response: Response, query: str) -> Iterable[PlaceItem | Request]:
         fields = place_fields(body_text(response), response.url)
         if fields["place_id"] and fields["name"]:
             self.count("maps/places")
             yield PlaceItem(**fields, query=query)
-        else:
-            self.count("maps/place/unreadable")
-            logger.warning("Unreadable place page %s", response.url, extra={"spider": self})
+            return
+        # No place in it (a page the site fills by script, MAPS_PLACES_WITH_BROWSER off; a
+        # consent page): tried again after the retry backoff, then a dead letter, never acked
+        # as if its place were stored.
+        self.count("maps/place/unreadable")
+        error = MalformedData("no place id and name in the page")
+        retry = retry_malformed(self.crawler, response, "place_unreadable", error)
+        if retry is not None:
+            yield retry
 
     # --- bans and closing pages ----------------------------------------------------------------
 
