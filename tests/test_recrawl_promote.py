@@ -21,13 +21,18 @@ from tests.test_recrawl_units import _middleware
 
 @dataclass
 class _Scheduler:
-    """The part of the frontier scheduler promotion uses: Redis up or in backoff."""
+    """The part of the frontier scheduler promotion uses: Redis up or in backoff, the crawl
+    paused or not."""
 
     down: bool = False
     flushes: bool = True
+    held: bool = False
 
     def in_backoff(self) -> bool:
         return self.down
+
+    def paused(self) -> bool:
+        return self.held
 
     def flush(self) -> bool:
         return self.flushes
@@ -87,6 +92,22 @@ def test_no_revisit_is_claimed_while_redis_is_in_backoff(
     middleware.promote()
     assert (engine.crawled, redis_client.zscore("{profiles}:revisit", "aa")) == ([], due)
     scheduler.down = False
+    middleware.promote()
+    assert [request.url for request in engine.crawled] == ["https://x.test/a"]
+
+
+def test_no_revisit_is_claimed_while_the_crawl_is_paused(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claimed while paused, a revisit would wait in the queue and come due again meanwhile:
+    a long pause queued copy after copy of each page."""
+    scheduler = _Scheduler(held=True)
+    middleware, engine = _promoting(redis_url, monkeypatch, scheduler)
+    due = time.time() - 1
+    RevisitStore(redis_client, "profiles").add([Revisit("aa", due, _record("https://x.test/a"))])
+    middleware.promote()
+    assert (engine.crawled, redis_client.zscore("{profiles}:revisit", "aa")) == ([], due)
+    scheduler.held = False
     middleware.promote()
     assert [request.url for request in engine.crawled] == ["https://x.test/a"]
 
