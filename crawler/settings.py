@@ -357,7 +357,8 @@ FLEET_PAGE = "local"
 # Only the maps spider uses the browser (DOWNLOAD_HANDLERS in its custom_settings).
 # MAPS_BASE_URL (str): scheme and host of map pages; point it at the sandbox to test.
 MAPS_BASE_URL = "https://www.google.com"
-# MAPS_LANGUAGE (str, default "en"): ``hl`` of search URLs; the end-of-list marker is English.
+# MAPS_LANGUAGE (str, default "en"): ``hl`` of search URLs, English (en, en-GB...): the spider
+# reads the pages' English words (end of the list, consent buttons, review counts).
 MAPS_LANGUAGE = "en"
 # MAPS_REGION (str, default ""): ``gl`` of search URLs; EU regions get the consent page first.
 MAPS_REGION = ""

@@ -98,6 +98,10 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         # Authors went to "None:start_urls", which no spider reads, and nothing was said.
         ("EXPLORE_HANDOFF_SPIDER", "None", "a spider's name"),
         ("EXPLORE_HANDOFF_SPIDER", "my spider", "a spider's name"),
+        # Pages in German: no end of the list found, the consent click waited 30 s and failed.
+        ("MAPS_LANGUAGE", "de", "English (en, or en-GB"),
+        ("MAPS_LANGUAGE", "", "English (en, or en-GB"),
+        ("MAPS_REGION", "Germany", "a region code of 2 letters"),
     ],
 )
 def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:

@@ -105,6 +105,23 @@ def spider_name(value: Any) -> str:
     return name
 
 
+def english_language(value: Any) -> str:
+    """MAPS_LANGUAGE: ``en`` or a variant (``en-GB``): the end of a results list, the consent
+    buttons and the review counts are read by their English words."""
+    name = as_text(value).strip()
+    if not re.fullmatch(r"en(-[A-Za-z0-9]{2,8})?", name):
+        raise ValueError(value)
+    return name
+
+
+def region_code(value: Any) -> str:
+    """MAPS_REGION: two letters, or "" (the site picks one)."""
+    code = as_text(value).strip()
+    if code and not re.fullmatch(r"[A-Za-z]{2}", code):
+        raise ValueError(value)
+    return code.lower()
+
+
 def nameserver(value: Any) -> Any:
     """DOMAINS_NAMESERVERS item: an IP address with an optional port (``host[:port]``)."""
     return NameServer.parse(as_text(value))
@@ -325,8 +342,11 @@ RULES: dict[str, Rule] = {
     "FLEET_PAGE": choice("local", "all", "off"),
     # maps and the browser
     "MAPS_BASE_URL": base_url(),
-    "MAPS_LANGUAGE": text(),
-    "MAPS_REGION": text(),
+    "MAPS_LANGUAGE": Rule(
+        "English (en, or en-GB and the like): the spider reads the pages' English words",
+        english_language,
+    ),
+    "MAPS_REGION": Rule("a region code of 2 letters (de, us), or empty", region_code),
     "MAPS_CONSENT": choice("reject", "accept"),
     "MAPS_MAX_RESULTS": integer(0),
     "MAPS_SCROLL_TIMEOUT": number(0, above=True),

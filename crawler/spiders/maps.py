@@ -104,8 +104,8 @@ class MapsSpider(RedisFedSpider):
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> MapsSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
         settings = crawler.settings
-        spider.language = str(settings.get("MAPS_LANGUAGE") or "")
-        spider.region = str(settings.get("MAPS_REGION") or "")
+        spider.language = setting(settings, "MAPS_LANGUAGE")
+        spider.region = setting(settings, "MAPS_REGION")
         spider.consent = setting(settings, "MAPS_CONSENT")
         spider.max_results = setting_int(settings, "MAPS_MAX_RESULTS", 0)
         spider.scroll_timeout_ms = setting(settings, "MAPS_SCROLL_TIMEOUT") * 1000
