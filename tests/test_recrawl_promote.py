@@ -82,32 +82,20 @@ def test_a_revisit_that_cannot_be_loaded_does_not_stop_the_others(
     assert stats.get_value("recrawl/promoted") == 1
 
 
-def test_no_revisit_is_claimed_while_redis_is_in_backoff(
-    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("held_by", ["down", "held"], ids=["redis_in_backoff", "crawl_paused"])
+def test_no_revisit_is_claimed_while_redis_is_in_backoff_or_the_crawl_paused(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, held_by: str
 ) -> None:
-    scheduler = _Scheduler(down=True)
+    """Redis in backoff: a call would block the reactor. Paused: a revisit claimed would wait in
+    the queue and come due again meanwhile, so a long pause queued copy after copy of each page.
+    Either way it waits in Redis, and is claimed once the worker goes on."""
+    scheduler = _Scheduler(**{held_by: True})
     middleware, engine = _promoting(redis_url, monkeypatch, scheduler)
     due = time.time() - 1
     RevisitStore(redis_client, "profiles").add([Revisit("aa", due, _record("https://x.test/a"))])
     middleware.promote()
     assert (engine.crawled, redis_client.zscore("{profiles}:revisit", "aa")) == ([], due)
-    scheduler.down = False
-    middleware.promote()
-    assert [request.url for request in engine.crawled] == ["https://x.test/a"]
-
-
-def test_no_revisit_is_claimed_while_the_crawl_is_paused(
-    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Claimed while paused, a revisit would wait in the queue and come due again meanwhile:
-    a long pause queued copy after copy of each page."""
-    scheduler = _Scheduler(held=True)
-    middleware, engine = _promoting(redis_url, monkeypatch, scheduler)
-    due = time.time() - 1
-    RevisitStore(redis_client, "profiles").add([Revisit("aa", due, _record("https://x.test/a"))])
-    middleware.promote()
-    assert (engine.crawled, redis_client.zscore("{profiles}:revisit", "aa")) == ([], due)
-    scheduler.held = False
+    setattr(scheduler, held_by, False)
     middleware.promote()
     assert [request.url for request in engine.crawled] == ["https://x.test/a"]
 
