@@ -229,9 +229,19 @@ def json_error(page: Page) -> Verdict | None:
     return None
 
 
+# The rules that know a bot protection's own pages by their headers and markup (not a site's own
+# 403, nor a 429): the domains spider classes such an answer "challenged".
+PROTECTION_RULES: tuple[Rule, ...] = (
+    akamai,
+    perimeterx,
+    datadome,
+    cloudflare,
+    protection_challenge,
+)
 # In order: the first rule that decides wins.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    *(akamai, perimeterx, datadome, cloudflare, protection_challenge, too_many_requests),
+    *PROTECTION_RULES,
+    too_many_requests,
     *(forbidden, challenge_redirect),
     *(empty_body, javascript_redirect, json_error),
 )

@@ -51,8 +51,8 @@ from redis.exceptions import RedisError
 from scrapy import Request
 
 from crawler import settings as project
-from crawler.bans import rules
 from crawler.bans.policy import page_of
+from crawler.bans.rules import PROTECTION_RULES
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.domains.classify import (
@@ -84,16 +84,6 @@ if TYPE_CHECKING:
 # A file's domains are read while the fleet's queue holds fewer than this many batches.
 FILE_AHEAD_BATCHES = 10
 FILE_POLL_SECONDS = 0.1
-
-
-# The ban rules that know a bot protection's own error pages (not a site's own 403, nor a 429).
-CHALLENGE_RULES = (
-    rules.cloudflare,
-    rules.protection_challenge,
-    rules.akamai,
-    rules.perimeterx,
-    rules.datadome,
-)
 
 
 class DomainsSpider(RedisFedSpider):
@@ -389,7 +379,7 @@ def _challenge(response: Response) -> bool:
     """Whether an error answer is a bot protection's challenge or block page (the ban rules
     that know them by their own headers and markup: a site's own 403 is not one)."""
     page = page_of(response)
-    return any(rule(page) is not None for rule in CHALLENGE_RULES)
+    return any(rule(page) is not None for rule in PROTECTION_RULES)
 
 
 def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
