@@ -8,6 +8,8 @@ import re
 from collections import Counter
 from urllib.parse import unquote
 
+import idna
+
 MASK = "***"
 # Query parameters whose value is a secret: names containing one of these words, once
 # lower-cased without "-" and "_" (password, pass, pwd, token, secret, api_key, X-Amz-Signature,
@@ -143,3 +145,11 @@ def is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def ascii_host(raw: str) -> str:
+    """A host name as URLs, bans and buckets carry it: lower case, no final dot, an IDN in its
+    ASCII form (IDNA 2008 with UTS 46, as browsers map it); ValueError (idna's IDNAError) if it
+    is none."""
+    host = raw.strip().lower().rstrip(".")
+    return host if host.isascii() else str(idna.encode(host, uts46=True).decode("ascii"))

@@ -50,7 +50,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import idna
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -78,6 +77,7 @@ from crawler.frontier.queue import Frontier
 from crawler.keys import jobs_key
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
+from crawler.uris import ascii_host
 
 if TYPE_CHECKING:
     import argparse
@@ -369,10 +369,7 @@ def who() -> str:
 
 def unban_host(raw: str) -> str:
     """The host name as bans and URLs carry it: lower case, no final dot, IDNA (punycode)."""
-    host = raw.strip().lower().rstrip(".")
-    if host.isascii():
-        return host
     try:
-        return str(idna.encode(host, uts46=True).decode("ascii"))
-    except idna.IDNAError as exc:
+        return ascii_host(raw)
+    except ValueError as exc:
         raise UsageError(f"unban: {raw!r} is not a host name ({exc})") from None

@@ -40,6 +40,7 @@ from crawler.config.rules import (
 )
 from crawler.config.values import NameServer, parse_destination
 from crawler.config.values import write_concern as read_write_concern
+from crawler.uris import ascii_host, is_ip
 
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 RESOURCE_TYPES = (
@@ -72,14 +73,12 @@ def ip_address(value: Any) -> str:
 def host_name(value: Any) -> str:
     """A host or domain name as URLs give it (lower case, no trailing dot; an IDN in its ASCII
     form), not a URL or ``host:port``."""
-    name = as_text(value).strip().lower().rstrip(".")
-    try:
+    name = as_text(value).strip().lower()
+    if is_ip(name):
         return str(ipaddress.ip_address(name.strip("[]")))  # as a URL's host gives it
-    except ValueError:
-        pass
-    if not name or any(char in name for char in "/:@?#[] \t"):
+    if not name.rstrip(".") or any(char in name for char in "/:@?#[] \t"):
         raise ValueError(value)
-    return name.encode("idna").decode("ascii")
+    return ascii_host(name)
 
 
 def listen_host(value: Any) -> str:

@@ -28,9 +28,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-import idna
-
-from crawler.uris import is_ip
+from crawler.uris import ascii_host, is_ip
 
 MAX_NAME = 253
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -88,11 +86,9 @@ def _is_address(name: str) -> bool:
 
 
 def _ascii(host: str) -> str:
-    if host.isascii():
-        return host
     try:
-        return idna.encode(host, uts46=True).decode("ascii")
-    except idna.IDNAError as exc:
+        return ascii_host(host)
+    except ValueError as exc:
         raise InvalidDomain("bad_idna", str(exc)[:200]) from None
 
 
