@@ -194,7 +194,7 @@ class Command(ProjectCommand, ScrapyCommand):
         keys = self.frontier(server, spider).keys
         what = action[0] if action else "status"
         try:
-            status = self._job_action(server, keys, job, action)
+            status = self._job_action(server, keys, job, what, action[1:])
         except JobCancelled as exc:
             print(f"{exc}; nothing changed", file=sys.stderr)
             self.exitcode = 1
@@ -214,13 +214,12 @@ class Command(ProjectCommand, ScrapyCommand):
             print_job(spider, status, self.redis_url())
 
     def _job_action(
-        self, server: RedisClient, keys: FrontierKeys, job: str, action: list[str]
+        self, server: RedisClient, keys: FrontierKeys, job: str, what: str, values: list[str]
     ) -> JobStatus:
-        what = action[0] if action else "status"
         if what == "expires":
-            return expire_job(server, keys, job, deadline(action[1]))
+            return expire_job(server, keys, job, deadline(values[0]))
         if what == "max-pages":
-            return limit_job(server, keys, job, page_budget(action[1]))
+            return limit_job(server, keys, job, page_budget(values[0]))
         return JOB_ACTIONS[what](server, keys, job)
 
     def _pause(

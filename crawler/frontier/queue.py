@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
 
-from crawler.connection import reply_text
+from crawler.connection import reply_hash, reply_text
 from crawler.frontier import codec, lua
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.pacing import NO_PACING, Pacing
@@ -301,8 +301,11 @@ class Frontier:
         """The numbers of the jobs whose requests the frontier drops: cancelled, or past their
         deadline."""
         spider = self.keys.spider
-        cancelled: Any = self.server.smembers(cancelled_jobs_key(spider))
-        deadlines: Any = self.server.hgetall(job_deadlines_key(spider))
+        pipe = self.server.pipeline(transaction=False)
+        pipe.smembers(cancelled_jobs_key(spider))
+        pipe.hgetall(job_deadlines_key(spider))
+        cancelled, raw = pipe.execute()
+        deadlines = reply_hash(raw)
         now = time.time()
         past = {number for number, at in deadlines.items() if float(at) <= now}
         return {int(number) for number in set(cancelled) | past if number.isdigit()}
