@@ -78,6 +78,10 @@ SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script\s*>", re.IGNORECASE | re.DO
 # Scripts that hold data, not code (a profile's JSON may quote any text).
 DATA_SCRIPT = re.compile(r"""\btype\s*=\s*["']?application/(ld\+)?json""", re.IGNORECASE)
 TAG = re.compile(r"<[^>]+>")
+# A page that only sends the browser on: at most this many bytes, and fewer characters a reader
+# sees ("Redirecting..."); the domains spider follows such pages (domains/page_redirect.py).
+REDIRECT_PAGE_BYTES = 4096
+REDIRECT_PAGE_TEXT = 80
 # Feed and API status codes meaning "this client is not allowed" (TARGETS.md §1, §2).
 JSON_BAN_CODES = frozenset({8, 10000, 10113, 10114})
 # JSON bodies nested deeper than this are not read by the rules.
@@ -188,14 +192,15 @@ def empty_body(page: Page) -> Verdict | None:
 
 def javascript_redirect(page: Page) -> Verdict | None:
     """A 200 whose whole content is a script sending the browser elsewhere."""
-    if page.status != 200 or len(page.body) > 4096:
+    if page.status != 200 or len(page.body) > REDIRECT_PAGE_BYTES:
         return None
     text = page.text
     scripts = " ".join(
         code for attrs, code in SCRIPT.findall(text) if not DATA_SCRIPT.search(attrs)
     )
     visible = TAG.sub(" ", SCRIPT.sub(" ", text)).strip()
-    if JS_REDIRECT.search(scripts) and len(visible) < 80 and not _own_redirect(page, scripts):
+    short = len(visible) < REDIRECT_PAGE_TEXT
+    if JS_REDIRECT.search(scripts) and short and not _own_redirect(page, scripts):
         return Verdict(BAN, "js_redirect")
     return None
 

@@ -7,9 +7,9 @@ The spider follows such a page as it follows an HTTP redirect (crawler/spiders/d
 
 A page is such a redirect (:func:`page_redirect`) when
 
-- it is at most PAGE_REDIRECT_BYTES long;
-- a reader sees at most a line of text on it (MOST_TEXT characters, "Redirecting..."), its
-  title and ``<noscript>`` aside;
+- it is at most REDIRECT_PAGE_BYTES long (the ban rules' measure, crawler/bans/rules.py);
+- a reader sees at most a line of text on it (REDIRECT_PAGE_TEXT characters,
+  "Redirecting..."), its title and ``<noscript>`` aside;
 - it names one target: a ``<meta http-equiv="refresh" content="0;url=...">``, or a script
   that sets ``location`` or ``location.href`` (of ``window``, ``document``, ``top``...) to a
   string, or calls ``location.replace(...)`` or ``location.assign(...)`` with one. A page that
@@ -25,8 +25,8 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from lxml import etree
 from w3lib.html import get_meta_refresh
 
-PAGE_REDIRECT_BYTES = 4096
-MOST_TEXT = 80
+from crawler.bans.rules import REDIRECT_PAGE_BYTES, REDIRECT_PAGE_TEXT
+
 # A quoted string assigned to location (not a piece of a longer expression: "/a" + b), or
 # given to location.replace() or location.assign().
 _SCRIPT_TARGETS = re.compile(
@@ -40,7 +40,7 @@ _NOT_SEEN = ("script", "style", "template", "noscript", "title")
 def page_redirect(body: bytes, url: str) -> str | None:
     """The absolute http(s) URL the page ``body`` (at ``url``) only sends the browser to, or
     None when it is not such a page (see the module)."""
-    if len(body) > PAGE_REDIRECT_BYTES or not _may_redirect(body.lower()):
+    if len(body) > REDIRECT_PAGE_BYTES or not _may_redirect(body.lower()):
         return None
     root = _parse(body)
     if root is None:
@@ -49,7 +49,7 @@ def page_redirect(body: bytes, url: str) -> str | None:
     _, refresh = get_meta_refresh(body.decode("utf-8", "replace"), url)
     if refresh:
         targets.add(refresh)
-    if len(targets) != 1 or len(_seen_text(root)) > MOST_TEXT:
+    if len(targets) != 1 or len(_seen_text(root)) > REDIRECT_PAGE_TEXT:
         return None
     (target,) = targets
     if urlsplit(target).scheme not in ("http", "https") or _same_page(target, url):
