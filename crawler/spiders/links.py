@@ -239,11 +239,11 @@ class LinksSpider(RedisFedSpider):
         host = host_of(url)
         redirects = response.meta.get("redirect_urls")
         if redirects and not in_scope(url, state["scope"], state["root"]):
-            if state["depth"] > 0 or not same_domain(url, redirects[0]):
+            moved = _moved_start(state, url, redirects)
+            if moved is None:
                 self._left_scope(response, state)
                 return
-            # A start URL that redirects within its domain (to www.): the scope moves there.
-            state = {**state, "root": scope_root(url, state["scope"])}
+            state = moved
         if response.status >= 400:
             self.count(f"links/errors/http_{response.status}")
             self.ledger.error(host, f"http_{response.status}")
@@ -373,9 +373,8 @@ class LinksSpider(RedisFedSpider):
         if not self.sitemaps or state is None:
             return []
         here = canonical_url(request.url)
-        redirects = request.meta.get("redirect_urls")
-        if state["depth"] == 0 and redirects and same_domain(here, redirects[0]):
-            state = {**state, "root": scope_root(here, state["scope"])}  # as parse_page moves it
+        if redirects := request.meta.get("redirect_urls"):
+            state = _moved_start(state, here, redirects) or state  # as parse_page moves it
         base = "/".join(here.split("/", 3)[:3])
         urls = [url for url in sitemaps if _on_host(url, host_of(here))] or [f"{base}/sitemap.xml"]
         return [self._sitemap_request(url, state, 0) for url in urls[:10]]
@@ -434,6 +433,14 @@ def _file_lines(file: str) -> list[str]:
         where = f"{exc.reason} at byte {exc.start}"
         raise SettingsError(f"-a file={file}: not UTF-8 ({where})") from None
     return [entry for line in text.splitlines() if (entry := line.strip()) and entry[0] != "#"]
+
+
+def _moved_start(state: dict[str, Any], url: str, redirects: list[str]) -> dict[str, Any] | None:
+    """A start URL that redirected within its domain (to www., to https) to ``url``: its state
+    with the scope moved there; None for any other redirect."""
+    if state["depth"] > 0 or not same_domain(url, redirects[0]):
+        return None
+    return {**state, "root": scope_root(url, state["scope"])}
 
 
 def _on_host(url: str, host: str) -> bool:
