@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from crawler.fleet.plan import explain, parse_duration, plan
-from crawler.frontier.demand import Demand, HostDemand
+from crawler.observability.demand import Demand, HostDemand
 from crawler.observability.sizing import Sizing
 from devtools.services import free_port
 from tests.harness import Crawl, Sandbox, scrapy

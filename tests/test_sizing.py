@@ -16,13 +16,13 @@ from scrapy.settings import Settings
 
 from crawler import settings as project_settings
 from crawler.config.rules import SettingsError
-from crawler.frontier.demand import Demand, HostDemand, entry_host, queue_demand, read_demand
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import ACK, RELEASE
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys
 from crawler.observability.counters import Counters
+from crawler.observability.demand import Demand, HostDemand, entry_host, queue_demand, read_demand
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView
 from crawler.observability.report import fleet_report, sizing_line

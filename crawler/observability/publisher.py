@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts, reply_text
-from crawler.frontier.demand import queue_demand
 from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import APPLIED, queue_eval
 from crawler.frontier.queue import (
@@ -29,6 +28,7 @@ from crawler.frontier.queue import (
 from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
+from crawler.observability.demand import queue_demand
 from crawler.observability.domain_stats import DomainNames, fold
 from crawler.observability.rates import bucket_rate
 from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, measured_pace

@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
 from crawler.config.rules import SettingsError
-from crawler.frontier.demand import queue_demand, read_demand
 from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.queue import spider_frontier, work_left
+from crawler.observability.demand import queue_demand, read_demand
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
-    from crawler.frontier.demand import Demand
     from crawler.frontier.pacing import Pacing
+    from crawler.observability.demand import Demand
 
 # The minute bucket field of the worker-milliseconds busy (the stat a worker counts them in).
 BUSY_FIELD = "busy_ms"
