@@ -173,7 +173,9 @@ def crawl_redis(crawler: Crawler) -> RedisClient:
 def redis_from_settings(settings: BaseSettings) -> RedisClient:
     """The client for ``REDIS_URL`` and ``REDIS_PARAMS`` (:func:`redis_params`), as
     scrapy-redis builds it; with ``REDIS_CLUSTER``, a :class:`RedisCluster` (or
-    ``REDIS_PARAMS``'s RedisCluster class)."""
+    ``REDIS_PARAMS``'s RedisCluster class). SettingsError for a ``REDIS_URL`` redis-py cannot
+    connect with."""
+    setting(settings, "REDIS_URL")
     params = redis_params(settings)
     if not setting(settings, "REDIS_CLUSTER"):
         client: redis.Redis = from_settings(_with_params(settings, params))

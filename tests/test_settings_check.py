@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -102,6 +103,10 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         ("MAPS_LANGUAGE", "de", "English (en, or en-GB"),
         ("MAPS_LANGUAGE", "", "English (en, or en-GB"),
         ("MAPS_REGION", "Germany", "a region code of 2 letters"),
+        # redis-py took the path as database 0, or failed at the first command with a traceback.
+        ("REDIS_URL", "redis://127.0.0.1:6379/crawl", "a database number as its path"),
+        ("REDIS_URL", "redis://127.0.0.1:6379/0?socket_timeout=5s", "redis-py's options"),
+        ("REDIS_URL", "redis://127.0.0.1:6379/0?sockettimeout=5", "redis-py's options"),
     ],
 )
 def test_a_bad_value_is_named(name: str, value: str, allowed: str) -> None:
@@ -183,6 +188,37 @@ def test_integers_in_range_read_as_integers(value: int) -> None:
 def test_numbers_below_zero_or_not_numbers_are_refused(value: Any) -> None:
     with pytest.raises(SettingsError, match=r"^POLITENESS_RATE = .*: must be a number >= 0$"):
         RULES["POLITENESS_RATE"].read("POLITENESS_RATE", value)
+
+
+_REDIS_OPTIONS = st.sampled_from(
+    ["db", "socket_timeout", "ssl_cert_reqs", "client_name", "max_connections", "path", "dbname"]
+)
+
+
+@given(
+    st.sampled_from(["redis", "rediss", "unix"]),
+    st.one_of(st.just(""), st.from_regex(r"/[0-9]{1,3}", fullmatch=True), st.text(max_size=8)),
+    st.lists(st.tuples(_REDIS_OPTIONS, st.text(max_size=6)), max_size=3),
+)
+def test_a_redis_url_read_is_one_redis_py_connects_with(
+    scheme: str, path: str, options: list[tuple[str, str]]
+) -> None:
+    """Whatever the URL, the rule accepts it only if redis-py builds its connection from it (no
+    command sent), and refuses it with the setting named, never another error."""
+    query = "&".join(f"{quote(key)}={quote(value)}" for key, value in options)
+    value = f"{scheme}://{'' if scheme == 'unix' else '127.0.0.1:6379'}{quote(path)}?{query}"
+    try:
+        redis.Redis.from_url(value).connection_pool.make_connection()
+    except (redis.RedisError, ValueError, TypeError):
+        with pytest.raises(SettingsError, match=r"^REDIS_URL = "):
+            RULES["REDIS_URL"].read("REDIS_URL", value)
+    else:
+        path = value.split("://", 1)[1].partition("?")[0].partition("/")[2]
+        if value.startswith("unix:") or not path or path.isdigit():
+            assert RULES["REDIS_URL"].read("REDIS_URL", value) == value
+        else:  # redis-py would take it as database 0
+            with pytest.raises(SettingsError, match="a database number as its path"):
+                RULES["REDIS_URL"].read("REDIS_URL", value)
 
 
 @given(st.text().filter(lambda s: s not in ("pause", "rotate", "stop")))
@@ -336,18 +372,28 @@ def test_a_bad_setting_stops_the_crawl_before_any_lease(
     assert crawl.mongo.db.list_collection_names() == []
 
 
-def test_a_redis_cluster_the_environment_misspells_is_refused(
-    crawl: Crawl, redis_client: redis.Redis
+@pytest.mark.parametrize(
+    ("name", "value", "refusal"),
+    [
+        # Taken for "no": the worker then failed on a cluster node's MOVED replies.
+        ("REDIS_CLUSTER", "on", "must be True or False"),
+        # Failed at the first command, with a traceback.
+        ("REDIS_URL", "redis://127.0.0.1:1/0?sockettimeout=5", "redis-py's options as its query"),
+    ],
+)
+def test_a_redis_setting_the_environment_gets_wrong_is_refused(
+    crawl: Crawl, redis_client: redis.Redis, name: str, value: str, refusal: str
 ) -> None:
-    """REDIS_CLUSTER=on in a worker's environment is refused at start with one line, not taken
-    for "no" (the worker then failed on a cluster node's MOVED replies)."""
+    """A Redis setting from a worker's environment is refused at start with one line, by the
+    crawl and by the commands that read the frontier."""
     redis_client.lpush("profiles:start_urls", "someone")
-    _assert_refused(_run(crawl, "profiles", {}, REDIS_CLUSTER="on"), "REDIS_CLUSTER = on")
+    _assert_refused(_run(crawl, "profiles", {}, **{name: value}), f"{name} = {value}")
     assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
     for command in (["status"], ["frontier", "profiles"]):
-        shown = scrapy(*command, env={**crawl.env(), "REDIS_CLUSTER": "on"})
+        shown = scrapy(*command, env={**crawl.env(), name: value})
         assert shown.returncode == 2, shown.stderr
-        assert "error: REDIS_CLUSTER = on: must be True or False" in shown.stderr
+        assert f"error: {name} = {value}: must be " in shown.stderr
+        assert refusal in shown.stderr
         assert "Traceback" not in shown.stderr
 
 

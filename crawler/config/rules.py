@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from redis import ConnectionPool
+from redis.exceptions import RedisError
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
@@ -232,6 +234,27 @@ def url(*schemes: str, optional: bool = False) -> Rule:
         return str(value)
 
     return Rule(f"a {either([s + '://' for s in schemes])} URL", parse, optional, masked)
+
+
+def redis_url() -> Rule:
+    """A URL redis-py builds a connection from (no command sent): its path a database number
+    (redis-py would take another path as database 0), its query options that redis-py knows,
+    each with a value it reads (another would fail the crawl at its first command)."""
+    plain = url("redis", "rediss", "unix")
+
+    def parse(value: Any) -> str:
+        text: str = plain.parse(value)
+        database = urlsplit(text).path.strip("/")
+        if not text.startswith("unix:") and database and not database.isdigit():
+            raise ValueError(value)
+        try:
+            ConnectionPool.from_url(text).make_connection()
+        except RedisError as exc:
+            raise ValueError(value) from exc
+        return text
+
+    allowed = f"{plain.allowed} (a database number as its path, redis-py's options as its query)"
+    return Rule(allowed, parse, show=masked)
 
 
 def base_url() -> Rule:

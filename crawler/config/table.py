@@ -34,6 +34,7 @@ from crawler.config.rules import (
     key_template,
     mapping,
     number,
+    redis_url,
     text,
     url,
     within,
@@ -270,7 +271,7 @@ RULES: dict[str, Rule] = {
     "BIND_ADDRESSES": items(Rule("an IP address", ip_address), "IP addresses"),
     "PROXY_POOL": items(url("http", "https"), "http(s):// proxy URLs"),
     # Redis, the frontier and start entries
-    "REDIS_URL": url("redis", "rediss", "unix"),
+    "REDIS_URL": redis_url(),
     "REDIS_CLUSTER": flag(optional=True),  # not set (settings built by hand): no cluster
     "REDIS_PARAMS": mapping("redis-py client arguments", show=hidden),
     "FRONTIER_BATCH_SIZE": integer(1, 1000),
