@@ -232,8 +232,7 @@ class JobBook:
         try:
             pipe = self.server.pipeline(transaction=False)
             now = f"{time.time():.3f}"
-            self._queue_counts(pipe, now)
-            written = self._queue_answers(pipe, now)
+            written = self._queue_ticks(pipe, now)
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
             pipe.smembers(paused_jobs_key(self.spider))
@@ -241,7 +240,7 @@ class JobBook:
             *writes, cancelled, deadlines, paused, budgeted = pipe.execute()
             self._counts.clear()
             self._answers.clear()
-            self._say_paused(written, writes[len(writes) - len(written) :])
+            self._say_paused(written, writes)
             self.budgeted = frozenset(int(number) for number in budgeted)
             self._read_holds(
                 frozenset(int(member) for member in cancelled),
@@ -285,26 +284,22 @@ class JobBook:
         # Read from the metrics thread: an entry may go meanwhile (a resume seen by a tick).
         return [why for number in self.paused if (why := self.paused_why.get(number))]
 
-    def _queue_counts(self, pipe: Any, now: str) -> None:
-        """Queue the counts taken since the last tick, a script call a job."""
-        for number, counts in self._counts.items():
-            if (job := self.name(number)) is not None:
-                keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
-                args: list[Any] = [number, now, JOB_TTL, *itertools.chain(*counts.items())]
-                lua.queue_eval(pipe, lua.JOB_COUNTS, keys, args)
-
-    def _queue_answers(self, pipe: Any, now: str) -> list[str]:
-        """Queue the jobs' answers to their windows (a job past its threshold is paused);
-        returns the jobs written, in order."""
+    def _queue_ticks(self, pipe: Any, now: str) -> list[str]:
+        """Queue each job's counts and answers (to its window: a job past its threshold is
+        paused) taken since the last tick, a script call a job; returns the jobs written, in
+        order."""
         written = []
-        for number, (answers, failed) in self._answers.items():
+        for number in self._counts.keys() | self._answers.keys():
             if (job := self.name(number)) is None:
                 continue
-            keys = [job_failure_window_key(self.spider, number), paused_jobs_key(self.spider)]
+            keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
+            keys += [cancelled_jobs_key(self.spider), job_failure_window_key(self.spider, number)]
+            answers, failed = self._answers.get(number, (0, 0))
             failed = min(failed, answers)
-            args = [self.window, failed, answers - failed, self.failure_ratio, now, number]
-            keys += [job_key(self.spider, job), cancelled_jobs_key(self.spider)]
-            lua.queue_eval(pipe, lua.JOB_FAILURES, keys, args)
+            window = self.window if number in self._answers else 0
+            args: list[Any] = [number, now, JOB_TTL, window, failed, answers - failed]
+            args += [self.failure_ratio, *itertools.chain(*self._counts.get(number, {}).items())]
+            lua.queue_eval(pipe, lua.JOB_TICK, keys, args)
             written.append(job)
         return written
 
