@@ -13,7 +13,7 @@ job whose state expired and that has no request left in the frontier is then for
 (``job_control.forget_ended_jobs``, every FORGET_INTERVAL seconds). Its items stored and
 errors are counted by the settle script as each page's lease ends (``{spider}:jobs:done``).
 
-Cancelling a job (``job_control.cancel_job``) adds its number to ``{spider}:jobs:cancelled`` and
+Cancelling a job (``job_control.act_on_job``) adds its number to ``{spider}:jobs:cancelled`` and
 removes its queued and delayed requests and its waiting start entries, one script call each;
 from then on the pop and the schedule script drop any record of it (a lease that expires, a
 request a worker schedules before it knows). Each worker reads the set every CHECK_INTERVAL
