@@ -156,18 +156,25 @@ class JobBook:
 
     def is_cancelled(self, request: Request) -> bool:
         """Whether the request's job is cancelled or past its deadline."""
-        number = job_number_of(request)
+        number = self._met(request)
         if number is None:
             return False
-        self._meet()
         return number in self.cancelled or time.time() >= self.deadlines.get(number, math.inf)
 
     def has_budget(self, request: Request) -> bool:
+        number = self._met(request)
+        return number is not None and number in self.budgeted
+
+    def is_paused(self, request: Request) -> bool:
         number = job_number_of(request)
-        if number is None:
-            return False
-        self._meet()
-        return number in self.budgeted
+        return number is not None and number in self.paused
+
+    def _met(self, request: Request) -> int | None:
+        """The request's job number, met by this worker (see :meth:`_meet`)."""
+        number = job_number_of(request)
+        if number is not None:
+            self._meet()
+        return number
 
     def _meet(self) -> None:
         """The first job this worker meets: the jobs' holds and budgets are read at once, not
@@ -176,24 +183,16 @@ class JobBook:
             self.met = True
             self.tick()
 
-    def is_paused(self, request: Request) -> bool:
-        number = job_number_of(request)
-        return number is not None and number in self.paused
-
     def count(self, request: Request, what: str, value: int = 1) -> None:
-        number = job_number_of(request)
-        if number is not None:
-            self._meet()
+        if (number := self._met(request)) is not None:
             self._counts[number][what] += value
 
     def answered(self, request: Request, failed: bool, counted: bool = True) -> None:
         """An answer to a job's request, for the job's failure threshold: a response (failed
         when 5xx) or a download error (failed), ``counted``; a ban found in a response already
         counted, not ``counted`` (only failed), as the crawl's window counts them."""
-        number = job_number_of(request)
-        if number is None or not self.failure_ratio:
+        if not self.failure_ratio or (number := self._met(request)) is None:
             return
-        self._meet()
         self._answers[number][0] += counted
         self._answers[number][1] += failed
         self._answered[0] += counted
