@@ -13,11 +13,7 @@ from prometheus_client import generate_latest
 from scrapy import Request
 
 from crawler.bans.failures import answers_since
-from crawler.frontier.job_control import (
-    act_on_job,
-    job_line,
-    recent_jobs,
-)
+from crawler.frontier.job_control import act_on_job, recent_jobs
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.lua import FAILURES
 from crawler.frontier.pause import read_pause
@@ -25,6 +21,7 @@ from crawler.keys import FrontierKeys, failure_window_key, pause_key
 from crawler.meta import JOB_META
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
+from crawler.observability.report import job_line
 from sandbox.hosts import host_address
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox, poll, served_hosts

@@ -214,21 +214,6 @@ def recent_jobs(server: RedisClient, spider: str) -> list[dict[str, Any]]:
     return jobs[:JOBS_SHOWN]
 
 
-def job_line(job: dict[str, Any]) -> str:
-    """``acme-1 paused: 120 pages, 118 items, 0 errors``, and why when the job paused itself
-    (``acme-1 paused (failure threshold: 12 of the last 20 answers failed ...): ...``)."""
-    return (
-        f"{job['job']} {job_state(job)}: {job['pages']:,} pages, {job['items']:,} items, "
-        f"{job['errors']:,} errors"
-    )
-
-
-def job_state(job: Mapping[str, Any]) -> str:
-    """A listed job's state, with why when it paused itself (the failure threshold)."""
-    state = str(job["state"])
-    return f"{state} ({job['why']})" if job.get("why") and state == "paused" else state
-
-
 def _state(times: dict[str, Any], now: float) -> str:
     if times["cancelled"] is not None:
         return "cancelled"
