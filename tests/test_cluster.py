@@ -28,12 +28,8 @@ from crawler.fleet.measure import fleet_sizing
 from crawler.frontier import codec
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.job_control import (
-    cancel_job,
+    act_on_job,
     forget_ended_jobs,
-    job_status,
-    limit_job,
-    pause_job,
-    resume_job,
 )
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
@@ -214,21 +210,21 @@ def test_crawl_jobs_on_the_cluster(cluster_client: RedisCluster) -> None:
         record = codec.dumps(codec.request_record(request, None))
         return Pending(record, hashlib.sha1(request.url.encode()).digest())
 
-    pause_job(client, keys, "acme")
+    act_on_job(client, keys, "acme", "pause")
     frontier.schedule([of_job(n, number if n % 2 else None) for n in range(6)])
     assert len(frontier.pop(10, 60, "w1").leased) == 3  # the job's three are parked
-    assert job_status(client, keys, "acme").parked == 3
-    resume_job(client, keys, "acme")
-    limit_job(client, keys, "acme", 2)
+    assert act_on_job(client, keys, "acme").parked == 3
+    act_on_job(client, keys, "acme", "resume")
+    act_on_job(client, keys, "acme", "limit", 2)
     leased = frontier.pop(10, 60, "w1").leased
     assert [codec.loads(data)["meta"] for _, data in leased] == [{JOB_META: number}] * 2
     frontier.settle([("a", leased[0][0], ""), ("d", leased[1][0], "{}")], "w1", 60)
-    status = job_status(client, keys, "acme")
+    status = act_on_job(client, keys, "acme")
     assert (status.sent, status.done, status.dead) == (2, 1, 1)
 
     client.lpush(keys.start, json.dumps({"url": "https://x/e", "job": "acme"}), "https://x/f")
     frontier.schedule([of_job(10, number)])
-    cancelled = cancel_job(client, keys, "acme")
+    cancelled = act_on_job(client, keys, "acme", "cancel")
     assert (cancelled.queued, cancelled.starts) == (1, 1)
     assert client.lrange(keys.start, 0, -1) == [b"https://x/f"]
     assert frontier.pop(10, 60, "w1").leased == []

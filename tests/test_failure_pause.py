@@ -13,13 +13,7 @@ from prometheus_client import generate_latest
 from scrapy import Request
 
 from crawler.bans.failures import answers_since
-from crawler.frontier.job_control import (
-    cancel_job,
-    job_line,
-    job_status,
-    recent_jobs,
-    resume_job,
-)
+from crawler.frontier.job_control import act_on_job, recent_jobs
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.lua import FAILURES
 from crawler.frontier.pause import read_pause
@@ -27,6 +21,7 @@ from crawler.keys import FrontierKeys, failure_window_key, pause_key
 from crawler.meta import JOB_META
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
+from crawler.observability.report import job_line
 from sandbox.hosts import host_address
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox, poll, served_hosts
@@ -155,10 +150,10 @@ def test_a_jobs_failed_answers_pause_the_job_alone(redis_client: redis.Redis) ->
     assert book.take_answered() == (24, 13)
     book.tick()
     keys = FrontierKeys("shop", "shop:start_urls")
-    state = job_status(redis_client, keys, "failing").to_json()
+    state = act_on_job(redis_client, keys, "failing").to_json()
     assert state["paused_by"] == "failure threshold"
     assert "of the last 10 answers failed" in state["paused_reason"]
-    assert job_status(redis_client, keys, "fine").to_json()["paused_by"] is None
+    assert act_on_job(redis_client, keys, "fine").to_json()["paused_by"] is None
     assert redis_client.smembers("{shop}:jobs:paused") == {str(failing).encode()}
     assert read_pause(redis_client, "shop") is None
     [line] = [job_line(job) for job in recent_jobs(redis_client, "shop") if job["job"] == "failing"]
@@ -170,8 +165,8 @@ def test_a_jobs_failed_answers_pause_the_job_alone(redis_client: redis.Redis) ->
     snapshot = Snapshot(info, Counters.from_stats({}), None, jobs_paused=(("failing", by, reason),))
     page = generate_latest(registry_for(lambda: snapshot)).decode()
     assert f'crawler_job_paused{{by="failure threshold",job="failing",reason="{reason}"' in page
-    resume_job(redis_client, keys, "failing")
-    assert job_status(redis_client, keys, "failing").to_json()["paused_by"] is None
+    act_on_job(redis_client, keys, "failing", "resume")
+    assert act_on_job(redis_client, keys, "failing").to_json()["paused_by"] is None
 
 
 def test_a_cancelled_jobs_failed_answers_do_not_pause_it(redis_client: redis.Redis) -> None:
@@ -180,11 +175,11 @@ def test_a_cancelled_jobs_failed_answers_do_not_pause_it(redis_client: redis.Red
     book = JobBook(redis_client, "shop", failure_ratio=0.5, window=10)
     number = book.number("gone")
     keys = FrontierKeys("shop", "shop:start_urls")
-    cancel_job(redis_client, keys, "gone")
+    act_on_job(redis_client, keys, "gone", "cancel")
     for _ in range(12):
         book.answered(Request("http://a.test/", meta={JOB_META: number}), True)
     book.tick()
-    assert job_status(redis_client, keys, "gone").to_json()["paused_by"] is None
+    assert act_on_job(redis_client, keys, "gone").to_json()["paused_by"] is None
     assert redis_client.smembers("{shop}:jobs:paused") == set()
     assert redis_client.ttl("{shop}:job:gone") > 0  # forgotten in time
 
@@ -221,7 +216,7 @@ def test_a_job_whose_host_answers_only_errors_pauses_itself_and_the_other_goes_o
         keys = FrontierKeys("links", "links:start_urls")
         with crawl.background("links", settings=settings) as worker:
             poll(
-                lambda: job_status(redis_client, keys, "A").to_json()["paused_by"],
+                lambda: act_on_job(redis_client, keys, "A").to_json()["paused_by"],
                 60,
                 "job A paused itself",
             )
@@ -238,7 +233,7 @@ def test_a_job_whose_host_answers_only_errors_pauses_itself_and_the_other_goes_o
             poll(lambda: "answers of job A failed" in worker.log_text(), 10, "the log")
             assert worker.poll() is None, "the worker closed with job A paused"
             web.faults.clear()
-            resume_job(redis_client, keys, "A")
+            act_on_job(redis_client, keys, "A", "resume")
             assert worker.wait(180) == 0, worker.log_text()[-3000:]
         a_fetched = {p for _, p in web.arrivals[host_address(0)] if p != "/robots.txt"}
         assert a_fetched >= {url.split(str(web.port), 1)[1] for url in pages["A"]}

@@ -26,14 +26,9 @@ from crawler.commands.frontier import deadline, page_budget
 from crawler.frontier import codec, job_control
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.job_control import (
-    cancel_job,
-    expire_job,
+    act_on_job,
     forget_ended_jobs,
-    job_status,
-    limit_job,
-    pause_job,
     recent_jobs,
-    resume_job,
     sweep_ended_jobs,
 )
 from crawler.frontier.jobs import JOB_TTL, InvalidJob, JobBook, check_job_id
@@ -129,15 +124,15 @@ def test_records_of_the_first_form_are_counted_held_and_paced_the_same(
     redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
     old = [_pending(n, 2, 0, 0) for n in range(4)]
     frontier.schedule([replace(p, json=_json_form(p.json)) for p in old])
-    assert job_status(redis_client, KEYS, "j2").queued == 4
+    assert act_on_job(redis_client, KEYS, "j2").queued == 4
     popped = frontier.pop(10, 60, "w1", pacing(rate=0.5, burst=1.0))
     assert len(popped.leased) == 3  # one a host (h0, h1, h2): h0's second waits its turn
     assert redis_client.zcard(KEYS.delayed) == 1
     assert {_job_of(str(record).encode()) for _, record in popped.leased} == {2}
-    pause_job(redis_client, KEYS, "j2")
+    act_on_job(redis_client, KEYS, "j2", "pause")
     frontier.schedule([replace(_pending(9, 2, 0, 0), json=_json_form(old[0].json))])
-    assert job_status(redis_client, KEYS, "j2").parked == 1
-    assert cancel_job(redis_client, KEYS, "j2").parked == 1
+    assert act_on_job(redis_client, KEYS, "j2").parked == 1
+    assert act_on_job(redis_client, KEYS, "j2", "cancel").parked == 1
     assert frontier.pop(10, 60, "w1").leased == []
 
 
@@ -158,7 +153,7 @@ def test_a_dead_letter_of_a_job_holds_its_request_and_is_requeued_with_it(
     assert frontier.requeue_dead(10).moved == 2
     records = _queued_records(redis_client)
     assert all(record.startswith(b"2{") for record in records)
-    assert job_status(redis_client, KEYS, "j2").queued == 2
+    assert act_on_job(redis_client, KEYS, "j2").queued == 2
 
 
 def test_dead_letters_of_a_cancelled_or_expired_job_are_dropped_and_counted(
@@ -175,10 +170,10 @@ def test_dead_letters_of_a_cancelled_or_expired_job_are_dropped_and_counted(
     )
     ids = [lease_id for lease_id, _ in frontier.pop(10, 60, "w1").leased]
     frontier.settle([("d", lease_id, '{"reason":"timeout"}') for lease_id in ids], "w1", 60)
-    cancel_job(redis_client, KEYS, "cut")
-    expire_job(redis_client, KEYS, "late", time.time() - 1)
-    expire_job(redis_client, KEYS, "late", time.time() + 600)  # put off: requeued
-    expire_job(redis_client, KEYS, "runs", time.time() - 1)
+    act_on_job(redis_client, KEYS, "cut", "cancel")
+    act_on_job(redis_client, KEYS, "late", "expire", time.time() - 1)
+    act_on_job(redis_client, KEYS, "late", "expire", time.time() + 600)  # put off: requeued
+    act_on_job(redis_client, KEYS, "runs", "expire", time.time() - 1)
 
     requeued = frontier.requeue_dead(10)
     assert (requeued.moved, requeued.dropped) == (3, {cut: 1, runs: 1})
@@ -248,13 +243,13 @@ def test_a_jobs_counts_are_exact_and_cancel_removes_it_alone(
     expected = [
         sum(1 for record in records if _job_of(record) == 2) for records in (queued, delayed, held)
     ]
-    status = job_status(redis_client, KEYS, "j2")
+    status = act_on_job(redis_client, KEYS, "j2")
     assert [status.queued, status.delayed, status.leased] == expected
 
-    cancelled = cancel_job(redis_client, KEYS, "j2")
+    cancelled = act_on_job(redis_client, KEYS, "j2", "cancel")
     assert [cancelled.queued, cancelled.delayed, cancelled.leased] == expected
     assert _queued_records(redis_client) == [r for r in queued if _job_of(r) != 2]
-    left = job_status(redis_client, KEYS, "j2")
+    left = act_on_job(redis_client, KEYS, "j2")
     assert (left.queued, left.delayed, left.leased) == (0, 0, expected[2])
     assert int(left.state["removed"]) == expected[0] + expected[1]
     # Nothing of job 2 is leased or scheduled from now on; the others come out whole.
@@ -279,8 +274,8 @@ def test_a_paused_job_waits_parked_and_comes_back_whole_an_expired_one_is_droppe
     redis_client.flushdb()
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2", "j3": 3, "#3": "j3"})
-    pause_job(redis_client, KEYS, "j2")
-    expire_job(redis_client, KEYS, "j3", time.time() + (-1 if expired else 600))
+    act_on_job(redis_client, KEYS, "j2", "pause")
+    act_on_job(redis_client, KEYS, "j3", "expire", time.time() + (-1 if expired else 600))
     now = [_pending(i, job, priority, 0) for i, (job, priority, _) in enumerate(requests)]
     frontier.schedule(now[: len(now) // 2])
     first = frontier.pop(1000, 60, "w1")
@@ -289,15 +284,15 @@ def test_a_paused_job_waits_parked_and_comes_back_whole_an_expired_one_is_droppe
     popped = [_job_of(str(record).encode()) for _, record in first.leased + second.leased]
     wanted = [job for job, _, _ in requests if job != 2 and not (expired and job == 3)]
     assert sorted(popped, key=str) == sorted(wanted, key=str)
-    assert job_status(redis_client, KEYS, "j2").parked == sum(1 for j, _, _ in requests if j == 2)
+    assert act_on_job(redis_client, KEYS, "j2").parked == sum(1 for j, _, _ in requests if j == 2)
 
-    resume_job(redis_client, KEYS, "j2")
+    act_on_job(redis_client, KEYS, "j2", "resume")
     back = frontier.pop(1000, 60, "w1")
     back_jobs = [_job_of(str(record).encode()) for _, record in back.leased]
     assert back_jobs == [2] * sum(1 for job, _, _ in requests if job == 2)
     priorities = sorted(int(i.split(":")[1]) if ":" in i else 0 for i, _ in back.leased)
     assert priorities == sorted(priority for job, priority, _ in requests if job == 2)
-    assert job_status(redis_client, KEYS, "j2").parked == 0
+    assert act_on_job(redis_client, KEYS, "j2").parked == 0
 
 
 @pytest.mark.parametrize("job", [None, 7])
@@ -327,9 +322,9 @@ def test_each_job_has_its_own_duplicate_filter(redis_client: redis.Redis) -> Non
 
     assert job_fingerprint(plain, Request("http://a.test/x")) == plain
     assert [scheduled(1), scheduled(2), scheduled(None), scheduled(1)] == [1, 1, 1, 0]
-    cancel_job(redis_client, KEYS, "j1")
+    act_on_job(redis_client, KEYS, "j1", "cancel")
     assert len(_queued_records(redis_client)) == 2
-    cancel_job(redis_client, KEYS, "j3")
+    act_on_job(redis_client, KEYS, "j3", "cancel")
     assert scheduled(3, "http://a.test/y") == 1  # dropped, and not marked seen:
     redis_client.srem(cancelled_jobs_key(KEYS.spider), 3)
     assert scheduled(3, "http://a.test/y") == 1
@@ -339,11 +334,11 @@ def test_each_job_has_its_own_duplicate_filter(redis_client: redis.Redis) -> Non
 def test_a_paused_jobs_parked_requests_are_work_left(redis_client: redis.Redis) -> None:
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
-    pause_job(redis_client, KEYS, "j2")
+    act_on_job(redis_client, KEYS, "j2", "pause")
     frontier.schedule([_pending(n, 2, 0, 0) for n in range(3)])
     assert frontier.pop(10, 60, "w1").leased == []
     assert frontier.sizes()["queue"] == 3
-    resume_job(redis_client, KEYS, "j2")
+    act_on_job(redis_client, KEYS, "j2", "resume")
     assert len(frontier.pop(10, 60, "w1").leased) == 3
     assert frontier.sizes()["queue"] == 0
 
@@ -378,7 +373,7 @@ def test_a_jobs_page_budget_holds_for_the_fleet(
     redis_client.flushdb()
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
-    limit_job(redis_client, KEYS, "j2", budget)
+    act_on_job(redis_client, KEYS, "j2", "limit", budget)
     frontier.schedule([_pending(i, job, 0, 0) for i, job in enumerate(requests)])
     rules = pacing(rate=1000.0, burst=1000.0) if paced else None
     handed: list[int | None] = []
@@ -393,7 +388,7 @@ def test_a_jobs_page_budget_holds_for_the_fleet(
     wanted = min(budget, requests.count(2))
     assert handed.count(2) == wanted
     assert handed.count(None) == requests.count(None)
-    assert job_status(redis_client, KEYS, "j2").sent == wanted
+    assert act_on_job(redis_client, KEYS, "j2").sent == wanted
 
 
 def test_a_spent_budgets_backlog_is_dropped_a_slice_a_pop_and_counted(
@@ -405,16 +400,16 @@ def test_a_spent_budgets_backlog_is_dropped_a_slice_a_pop_and_counted(
     request of no job behind them was handed out."""
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     redis_client.hset("{jobbed}:jobs", mapping={"j2": 2, "#2": "j2"})
-    limit_job(redis_client, KEYS, "j2", 3)
+    act_on_job(redis_client, KEYS, "j2", "limit", 3)
     frontier.schedule([_pending(i, 2, 0, 0) for i in range(5000)] + [_pending(5000, None, 0, 0)])
     handed = [_job_of(str(r).encode()) for _, r in frontier.pop(10, 60, "w1").leased]
-    first = job_status(redis_client, KEYS, "j2").to_json()
+    first = act_on_job(redis_client, KEYS, "j2").to_json()
     assert handed == [2, 2, 2]
     assert 0 < first["over_budget"] < 4997 / 2
     assert first["queued"] + first["over_budget"] + first["sent"] == 5000
     for _ in range(20):
         handed += [_job_of(str(r).encode()) for _, r in frontier.pop(10, 60, "w1").leased]
-    drained = job_status(redis_client, KEYS, "j2").to_json()
+    drained = act_on_job(redis_client, KEYS, "j2").to_json()
     assert (drained["queued"], drained["sent"], drained["over_budget"]) == (0, 3, 4997)
     assert handed == [2, 2, 2, None]
 
@@ -430,7 +425,7 @@ def test_a_jobs_pages_done_and_dead_letters_are_counted_as_their_leases_end(
     ops += [("d", ids[3], '{"reason":"spider_error:KeyError","items_stored":2}')]
     ops += [("a", ids[5], "4"), ("a", ids[1], "5")]  # no job; an ack of an ended lease
     frontier.settle(ops, "w1", 60)
-    status = job_status(redis_client, KEYS, "j2")
+    status = act_on_job(redis_client, KEYS, "j2")
     assert (status.done, status.dead, status.leased) == (2, 2, 1)
     assert (status.items, status.errors) == (5, 1)
 
@@ -486,16 +481,16 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
     names = ("gone", "cut", "waits", "asleep", "busy", "runs", "stopped")
     numbers = {name: book.number(name) for name in names}
     assert 0 < redis_client.ttl(job_key(KEYS.spider, "runs")) <= JOB_TTL
-    cancel_job(redis_client, KEYS, "cut")
-    expire_job(redis_client, KEYS, "gone", time.time() + 600)
-    limit_job(redis_client, KEYS, "gone", 1)  # its second request dropped, counted
+    act_on_job(redis_client, KEYS, "cut", "cancel")
+    act_on_job(redis_client, KEYS, "gone", "expire", time.time() + 600)
+    act_on_job(redis_client, KEYS, "gone", "limit", 1)  # its second request dropped, counted
     frontier.schedule([_pending(n, numbers["gone"], 0, 0) for n in (0, 3)])
     [(lease_id, _)] = frontier.pop(10, 60, "w1").leased
     frontier.settle([("a", lease_id, "3")], "w1", 60)
     frontier.schedule([_pending(1, numbers["busy"], 0, 0)])
     for name in ("waits", "asleep", "stopped"):
-        pause_job(redis_client, KEYS, name)
-    cancel_job(redis_client, KEYS, "stopped")
+        act_on_job(redis_client, KEYS, name, "pause")
+    act_on_job(redis_client, KEYS, "stopped", "cancel")
     book.count(Request("http://a.test/", meta={JOB_META: numbers["waits"]}), "pages")
     book.tick()  # a page of the paused job counted: its state is still kept
     assert redis_client.ttl(job_key(KEYS.spider, "waits")) == -1
@@ -511,9 +506,9 @@ def test_a_job_that_ended_is_forgotten_whole_a_paused_or_busy_one_kept(
         for name in ("gone", "cut", "stopped"):
             assert not held & {name, f"#{numbers[name]}", str(numbers[name])}, key
     for name in ("waits", "asleep", "busy", "runs"):
-        assert job_status(redis_client, KEYS, name).number == numbers[name]
+        assert act_on_job(redis_client, KEYS, name).number == numbers[name]
     assert redis_client.ttl(job_key(KEYS.spider, "busy")) > 0  # looked at again in 30 days
-    resume_job(redis_client, KEYS, "waits")
+    act_on_job(redis_client, KEYS, "waits", "resume")
     assert redis_client.ttl(job_key(KEYS.spider, "waits")) > 0
     again = JobBook(redis_client, KEYS.spider).number("cut")
     assert again > max(numbers.values())
@@ -535,15 +530,15 @@ def test_a_paused_job_is_kept_whatever_deadline_or_budget_it_is_given(
     parked, 30 days on; resumed, it ends as any job."""
     frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
     number = JobBook(redis_client, KEYS.spider).number("asleep")
-    pause_job(redis_client, KEYS, "asleep")
+    act_on_job(redis_client, KEYS, "asleep", "pause")
     frontier.schedule([_pending(n, number, 0, 0) for n in range(3)])
-    expire_job(redis_client, KEYS, "asleep", time.time() + 90 * 86400)
-    limit_job(redis_client, KEYS, "asleep", 10)
+    act_on_job(redis_client, KEYS, "asleep", "expire", time.time() + 90 * 86400)
+    act_on_job(redis_client, KEYS, "asleep", "limit", 10)
     _thirty_days_pass(redis_client)
     listed = {job["job"]: job["state"] for job in recent_jobs(redis_client, KEYS.spider)}
     assert listed == {"asleep": "paused"}
-    assert job_status(redis_client, KEYS, "asleep").parked == 3
-    resume_job(redis_client, KEYS, "asleep")
+    assert act_on_job(redis_client, KEYS, "asleep").parked == 3
+    act_on_job(redis_client, KEYS, "asleep", "resume")
     assert len(frontier.pop(10, 60, "w1").leased) == 3
     _thirty_days_pass(redis_client)
     assert recent_jobs(redis_client, KEYS.spider) == []
@@ -552,10 +547,10 @@ def test_a_paused_job_is_kept_whatever_deadline_or_budget_it_is_given(
 def test_a_cancelled_job_is_not_paused_and_is_still_forgotten(redis_client: redis.Redis) -> None:
     """Pausing a cancelled job is refused and changes nothing: once its state expired, the job
     is forgotten."""
-    cancel_job(redis_client, KEYS, "cut")
+    act_on_job(redis_client, KEYS, "cut", "cancel")
     with pytest.raises(ValueError, match="job cut is cancelled: not paused"):
-        pause_job(redis_client, KEYS, "cut")
-    assert job_status(redis_client, KEYS, "cut").to_json()["paused"] is None
+        act_on_job(redis_client, KEYS, "cut", "pause")
+    assert act_on_job(redis_client, KEYS, "cut").to_json()["paused"] is None
     _thirty_days_pass(redis_client)
     assert forget_ended_jobs(redis_client, KEYS) == ["cut"]
 
@@ -565,14 +560,14 @@ def test_a_command_on_a_new_job_says_nothing_of_the_others(
 ) -> None:
     """Pausing, cancelling or budgeting a job the frontier never met numbers it without
     reading (and logging) the holds of the jobs cancelled or paused before it."""
-    cancel_job(redis_client, KEYS, "old-1")
-    pause_job(redis_client, KEYS, "old-2")
+    act_on_job(redis_client, KEYS, "old-1", "cancel")
+    act_on_job(redis_client, KEYS, "old-2", "pause")
     caplog.clear()
-    pause_job(redis_client, KEYS, "new-3")
-    cancel_job(redis_client, KEYS, "new-4")
-    limit_job(redis_client, KEYS, "new-5", 10)
+    act_on_job(redis_client, KEYS, "new-3", "pause")
+    act_on_job(redis_client, KEYS, "new-4", "cancel")
+    act_on_job(redis_client, KEYS, "new-5", "limit", 10)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
-    assert job_status(redis_client, KEYS, "new-3").to_json()["paused"] is not None
+    assert act_on_job(redis_client, KEYS, "new-3").to_json()["paused"] is not None
 
 
 def test_a_job_no_entry_named_is_said_unknown_and_an_action_on_it_new(
@@ -581,12 +576,12 @@ def test_a_job_no_entry_named_is_said_unknown_and_an_action_on_it_new(
     """A job no worker met and no command named is unknown, and stays so while it is only
     looked at; an action numbers it (numbering ahead of its entries) and says it was new."""
     JobBook(redis_client, KEYS.spider).number("acme-2026-11")
-    assert job_status(redis_client, KEYS, "acme-2026-11").to_json()["known"] is True
-    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
-    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
-    assert pause_job(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
-    assert job_status(redis_client, KEYS, "acme-2026-1").to_json()["known"] is True
-    assert limit_job(redis_client, KEYS, "acme-2026-1", 5).to_json()["known"] is True
+    assert act_on_job(redis_client, KEYS, "acme-2026-11").to_json()["known"] is True
+    assert act_on_job(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert act_on_job(redis_client, KEYS, "acme-2026-1").to_json()["known"] is False
+    assert act_on_job(redis_client, KEYS, "acme-2026-1", "pause").to_json()["known"] is False
+    assert act_on_job(redis_client, KEYS, "acme-2026-1").to_json()["known"] is True
+    assert act_on_job(redis_client, KEYS, "acme-2026-1", "limit", 5).to_json()["known"] is True
 
 
 def test_a_paused_job_stays_listed_after_the_worker_forgets_its_ids(
@@ -596,7 +591,7 @@ def test_a_paused_job_stays_listed_after_the_worker_forgets_its_ids(
     hourly forgetting of the ids and numbers it knows."""
     book = JobBook(redis_client, KEYS.spider)
     book.number("asleep")
-    pause_job(redis_client, KEYS, "asleep")
+    act_on_job(redis_client, KEYS, "asleep", "pause")
     book.tick()
     assert [job for job, _, _ in book.paused_jobs()] == ["asleep"]
     monkeypatch.setattr(book, "_forget_cache_at", 0.0)
@@ -692,8 +687,8 @@ def test_cancel_removes_the_jobs_start_entries_alone(redis_client: redis.Redis) 
         '{"broken json',
     ]
     redis_client.lpush(KEYS.start, *entries)
-    assert job_status(redis_client, KEYS, "acme").starts == 3
-    assert cancel_job(redis_client, KEYS, "acme").starts == 3
+    assert act_on_job(redis_client, KEYS, "acme").starts == 3
+    assert act_on_job(redis_client, KEYS, "acme", "cancel").starts == 3
     stored: Any = redis_client.lrange(KEYS.start, 0, -1)
     left = [raw.decode() for raw in reversed(stored)]
     assert left == [entries[1], entries[2], entries[5]]
@@ -777,7 +772,7 @@ def test_requeue_says_which_dead_letters_it_dropped_and_why(
 ) -> None:
     book = JobBook(redis_client, "profiles")
     cut, runs = book.number("acme-1"), book.number("acme-2")
-    cancel_job(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "acme-1")
+    act_on_job(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "acme-1", "cancel")
     for n, job in enumerate([cut, runs, cut]):
         letter = {"request": {"j": job, "u": f"http://a.test/{n}"}, "failure": {"reason": "x"}}
         redis_client.lpush("{profiles}:dead", json.dumps(letter))
@@ -1106,6 +1101,6 @@ def test_any_sequence_of_job_pause_resume_cancel_and_kill_loses_nothing_else(
     assert redis_client.zcard("{profiles}:leases") == 0
     assert redis_client.llen("{profiles}:dead") == 0
     assert not redis_client.keys("{profiles}:jobs:paused:*"), "requests left parked"
-    b = job_status(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "B")
+    b = act_on_job(redis_client, FrontierKeys("profiles", "profiles:start_urls"), "B")
     whole = len(SEQUENCE_USERS["B"])  # each acked once, whatever worker was killed
     assert (b.done, b.items, b.errors, b.dead) == (whole, whole, 0, 0)

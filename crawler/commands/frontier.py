@@ -47,7 +47,7 @@ import socket
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
@@ -59,17 +59,7 @@ from crawler.bans.politeness import lift_cooldowns
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
 from crawler.connection import reply_text
-from crawler.frontier.job_control import (
-    TIMES,
-    JobCancelled,
-    JobStatus,
-    cancel_job,
-    expire_job,
-    job_status,
-    limit_job,
-    pause_job,
-    resume_job,
-)
+from crawler.frontier.job_control import TIMES, JobAction, JobCancelled, JobStatus, act_on_job
 from crawler.frontier.jobs import InvalidJob, check_job_id
 from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.purge import purge_spider
@@ -217,10 +207,10 @@ class Command(ProjectCommand, ScrapyCommand):
         self, server: RedisClient, keys: FrontierKeys, job: str, what: str, values: list[str]
     ) -> JobStatus:
         if what == "expires":
-            return expire_job(server, keys, job, deadline(values[0]))
+            return act_on_job(server, keys, job, "expire", deadline(values[0]))
         if what == "max-pages":
-            return limit_job(server, keys, job, page_budget(values[0]))
-        return JOB_ACTIONS[what](server, keys, job)
+            return act_on_job(server, keys, job, "limit", page_budget(values[0]))
+        return act_on_job(server, keys, job, cast(JobAction, what))  # status, cancel, (un)pause
 
     def _pause(
         self, server: RedisClient, spider: str, action: str, opts: argparse.Namespace
@@ -287,12 +277,6 @@ class Command(ProjectCommand, ScrapyCommand):
 
 
 JOB_USAGE = "scrapy frontier SPIDER job ID [cancel|pause|resume|expires WHEN|max-pages N]"
-JOB_ACTIONS = {
-    "status": job_status,
-    "cancel": cancel_job,
-    "pause": pause_job,
-    "resume": resume_job,
-}
 
 
 def dropped_letters(server: RedisClient, spider: str, dropped: dict[int, int]) -> str:

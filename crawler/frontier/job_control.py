@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from crawler.connection import reply_hash, reply_text
 from crawler.frontier import lua
@@ -37,6 +37,10 @@ JOBS_SHOWN = 20
 # jobs one script call forgets.
 WORK_SLICE = 20_000
 FORGET_CHUNK = 500
+
+
+# What an operator does to a job (``act_on_job``): "status" only reads it.
+JobAction = Literal["status", "cancel", "pause", "resume", "expire", "limit"]
 
 
 class JobCancelled(ValueError):
@@ -79,66 +83,51 @@ class JobStatus:
         return {**known, **counted, **numbers, **limits, **times, **why}
 
 
-def job_status(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """The job's queued, delayed, leased and paused requests and waiting start entries,
-    counted in the frontier, and its state."""
-    return _act(server, keys, job, "count")
-
-
-def cancel_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Cancel the job: its queued, delayed and paused requests and its waiting start entries
-    removed (their counts in the status returned), its requests dropped from then on."""
-    return _act(server, keys, job, "cancel")
-
-
-def pause_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Pause the job: the pop parks its requests as it meets them, workers send none. A
-    cancelled job is left as it is: JobCancelled."""
-    return _act(server, keys, job, "pause")
-
-
-def resume_job(server: RedisClient, keys: FrontierKeys, job: str) -> JobStatus:
-    """Resume the job: its parked requests go back to the end of their queue lists."""
-    return _act(server, keys, job, "resume")
-
-
-def expire_job(server: RedisClient, keys: FrontierKeys, job: str, deadline: float) -> JobStatus:
-    """Give the job a deadline (Unix time): after it no request of the job is fetched."""
-    return _act(server, keys, job, "expire", deadline)
-
-
-def limit_job(server: RedisClient, keys: FrontierKeys, job: str, max_pages: int) -> JobStatus:
-    """Give the job a page budget for the fleet: the pop hands out at most ``max_pages`` of
-    its requests (counted from the first budget it was given), and drops the rest."""
-    return _act(server, keys, job, "limit", max_pages)
-
-
-def _act(
-    server: RedisClient, keys: FrontierKeys, job: str, mode: str, deadline: float = 0.0
+def act_on_job(
+    server: RedisClient,
+    keys: FrontierKeys,
+    job: str,
+    action: JobAction = "status",
+    value: float = 0.0,
 ) -> JobStatus:
+    """Do ``action`` to the job; its status: its queued, delayed, leased and paused requests
+    and waiting start entries, counted in the frontier before the action, and its state after.
+
+    - ``status``: nothing more.
+    - ``cancel``: its queued, delayed and paused requests and its waiting start entries are
+      removed (their counts in the status returned), its requests dropped from then on.
+    - ``pause``: the pop parks its requests as it meets them, workers send none. A cancelled
+      job is left as it is: JobCancelled.
+    - ``resume``: its parked requests go back to the end of their queue lists.
+    - ``expire``: ``value`` is its deadline (Unix time): after it no request of it is fetched.
+    - ``limit``: ``value`` is its page budget for the fleet: the pop hands out at most that
+      many of its requests (counted from the first budget it was given), and drops the rest.
+    """
     number = _known_number(server, keys.spider, job)
     known = number is not None
-    if number is None and mode != "count":  # numbered now, so that its entries are held too
+    if number is None and action != "status":  # numbered now, so that its entries are held too
         number = job_number(server, keys.spider, job)
-    *counts, paused = [0] * 7 if number is None else _run_job(server, keys, number, mode, deadline)
-    if mode == "pause" and not paused:
+    *counts, paused = [0] * 7 if number is None else _run_job(server, keys, number, action, value)
+    if action == "pause" and not paused:
         raise JobCancelled(f"job {job} is cancelled: not paused (start a new job under a new id)")
-    starts = _run_starts(server, keys.start, job, "cancel" if mode == "cancel" else "count")
+    starts = _run_starts(server, keys.start, job, action)
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)
-    if mode == "cancel":
+    if action == "cancel":
         pipe.hsetnx(key, "cancelled", f"{time.time():.3f}")
         pipe.hincrby(key, "removed", counts[0] + counts[1] + counts[3] + starts)
-    elif mode == "pause":
+    elif action == "pause":
         pipe.hsetnx(key, "paused", f"{time.time():.3f}")
-    elif mode == "resume":
+    elif action == "resume":
         pipe.hdel(key, "paused", "paused_by", "paused_reason")
-    elif mode == "expire":
-        pipe.hset(key, "expires", f"{deadline:.3f}")
-    elif mode == "limit":
-        pipe.hset(key, "max_pages", int(deadline))
-    if mode != "count":
-        _queue_kept(pipe, key, paused)
+    elif action == "expire":
+        pipe.hset(key, "expires", f"{value:.3f}")
+    elif action == "limit":
+        pipe.hset(key, "max_pages", int(value))
+    if action != "status" and paused:  # kept until it resumes, whatever else is set
+        pipe.persist(key)
+    elif action != "status":
+        pipe.expire(key, JOB_TTL)
     pipe.hgetall(key)
     _queue_ended(pipe, keys.spider, number)
     *_, raw, ended, dead = pipe.execute()
@@ -146,15 +135,6 @@ def _act(
     state = _strings(reply_hash(raw))
     counted = (queued, delayed, leased, parked, sent, over_budget, starts)
     return JobStatus(job, number, *counted, state, *_ended(ended, dead), known=known)
-
-
-def _queue_kept(pipe: Any, key: str, paused: int) -> None:
-    """Queue how long the job's state ``key`` is kept: until it resumes while it is paused,
-    whatever else is set, else JOB_TTL from now."""
-    if paused:
-        pipe.persist(key)
-    else:
-        pipe.expire(key, JOB_TTL)
 
 
 def _queue_ended(pipe: Any, spider: str, number: int | None) -> None:
@@ -176,18 +156,18 @@ def _known_number(server: RedisClient, spider: str, job: str) -> int | None:
 
 
 def _run_job(
-    server: RedisClient, keys: FrontierKeys, number: int, mode: str, deadline: float
+    server: RedisClient, keys: FrontierKeys, number: int, action: JobAction, value: float
 ) -> list[int]:
     spare = tagged(keys.spider, "jobs:sweep")
     script_keys = keys.script_keys(keys.delayed, keys.leases, *keys.job_keys(), spare)
-    value = str(int(deadline)) if mode == "limit" else f"{deadline:.3f}"
-    args: list[str | int] = [keys.queue_prefix, number, mode, value]
+    shown = str(int(value)) if action == "limit" else f"{value:.3f}"
+    args: list[str | int] = [keys.queue_prefix, number, action, shown]
     reply = server.eval(lua.JOB, len(script_keys), *script_keys, *args)
     return [int(value) for value in reply]
 
 
-def _run_starts(server: RedisClient, start: str, job: str, mode: str) -> int:
-    return int(server.eval(lua.JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, mode))
+def _run_starts(server: RedisClient, start: str, job: str, action: JobAction) -> int:
+    return int(server.eval(lua.JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, action))
 
 
 def _strings(raw: dict[Any, Any]) -> dict[str, str]:
@@ -232,21 +212,6 @@ def recent_jobs(server: RedisClient, spider: str) -> list[dict[str, Any]]:
         )
     jobs.sort(key=lambda job: -(job["last"] or job["started"] or 0))
     return jobs[:JOBS_SHOWN]
-
-
-def job_line(job: dict[str, Any]) -> str:
-    """``acme-1 paused: 120 pages, 118 items, 0 errors``, and why when the job paused itself
-    (``acme-1 paused (failure threshold: 12 of the last 20 answers failed ...): ...``)."""
-    return (
-        f"{job['job']} {job_state(job)}: {job['pages']:,} pages, {job['items']:,} items, "
-        f"{job['errors']:,} errors"
-    )
-
-
-def job_state(job: Mapping[str, Any]) -> str:
-    """A listed job's state, with why when it paused itself (the failure threshold)."""
-    state = str(job["state"])
-    return f"{state} ({job['why']})" if job.get("why") and state == "paused" else state
 
 
 def _state(times: dict[str, Any], now: float) -> str:

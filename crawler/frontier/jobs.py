@@ -13,7 +13,7 @@ job whose state expired and that has no request left in the frontier is then for
 (``job_control.forget_ended_jobs``, every FORGET_INTERVAL seconds). Its items stored and
 errors are counted by the settle script as each page's lease ends (``{spider}:jobs:done``).
 
-Cancelling a job (``job_control.cancel_job``) adds its number to ``{spider}:jobs:cancelled`` and
+Cancelling a job (``job_control.act_on_job``) adds its number to ``{spider}:jobs:cancelled`` and
 removes its queued and delayed requests and its waiting start entries, one script call each;
 from then on the pop and the schedule script drop any record of it (a lease that expires, a
 request a worker schedules before it knows). Each worker reads the set every CHECK_INTERVAL
@@ -156,18 +156,25 @@ class JobBook:
 
     def is_cancelled(self, request: Request) -> bool:
         """Whether the request's job is cancelled or past its deadline."""
-        number = job_number_of(request)
+        number = self._met(request)
         if number is None:
             return False
-        self._meet()
         return number in self.cancelled or time.time() >= self.deadlines.get(number, math.inf)
 
     def has_budget(self, request: Request) -> bool:
+        number = self._met(request)
+        return number is not None and number in self.budgeted
+
+    def is_paused(self, request: Request) -> bool:
         number = job_number_of(request)
-        if number is None:
-            return False
-        self._meet()
-        return number in self.budgeted
+        return number is not None and number in self.paused
+
+    def _met(self, request: Request) -> int | None:
+        """The request's job number, met by this worker (see :meth:`_meet`)."""
+        number = job_number_of(request)
+        if number is not None:
+            self._meet()
+        return number
 
     def _meet(self) -> None:
         """The first job this worker meets: the jobs' holds and budgets are read at once, not
@@ -176,24 +183,16 @@ class JobBook:
             self.met = True
             self.tick()
 
-    def is_paused(self, request: Request) -> bool:
-        number = job_number_of(request)
-        return number is not None and number in self.paused
-
     def count(self, request: Request, what: str, value: int = 1) -> None:
-        number = job_number_of(request)
-        if number is not None:
-            self._meet()
+        if (number := self._met(request)) is not None:
             self._counts[number][what] += value
 
     def answered(self, request: Request, failed: bool, counted: bool = True) -> None:
         """An answer to a job's request, for the job's failure threshold: a response (failed
         when 5xx) or a download error (failed), ``counted``; a ban found in a response already
         counted, not ``counted`` (only failed), as the crawl's window counts them."""
-        number = job_number_of(request)
-        if number is None or not self.failure_ratio:
+        if not self.failure_ratio or (number := self._met(request)) is None:
             return
-        self._meet()
         self._answers[number][0] += counted
         self._answers[number][1] += failed
         self._answered[0] += counted
@@ -232,8 +231,7 @@ class JobBook:
         try:
             pipe = self.server.pipeline(transaction=False)
             now = f"{time.time():.3f}"
-            self._queue_counts(pipe, now)
-            written = self._queue_answers(pipe, now)
+            written = self._queue_ticks(pipe, now)
             pipe.smembers(cancelled_jobs_key(self.spider))
             pipe.hgetall(job_deadlines_key(self.spider))
             pipe.smembers(paused_jobs_key(self.spider))
@@ -241,7 +239,7 @@ class JobBook:
             *writes, cancelled, deadlines, paused, budgeted = pipe.execute()
             self._counts.clear()
             self._answers.clear()
-            self._say_paused(written, writes[len(writes) - len(written) :])
+            self._say_paused(written, writes)
             self.budgeted = frozenset(int(number) for number in budgeted)
             self._read_holds(
                 frozenset(int(member) for member in cancelled),
@@ -285,26 +283,22 @@ class JobBook:
         # Read from the metrics thread: an entry may go meanwhile (a resume seen by a tick).
         return [why for number in self.paused if (why := self.paused_why.get(number))]
 
-    def _queue_counts(self, pipe: Any, now: str) -> None:
-        """Queue the counts taken since the last tick, a script call a job."""
-        for number, counts in self._counts.items():
-            if (job := self.name(number)) is not None:
-                keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
-                args: list[Any] = [number, now, JOB_TTL, *itertools.chain(*counts.items())]
-                lua.queue_eval(pipe, lua.JOB_COUNTS, keys, args)
-
-    def _queue_answers(self, pipe: Any, now: str) -> list[str]:
-        """Queue the jobs' answers to their windows (a job past its threshold is paused);
-        returns the jobs written, in order."""
+    def _queue_ticks(self, pipe: Any, now: str) -> list[str]:
+        """Queue each job's counts and answers (to its window: a job past its threshold is
+        paused) taken since the last tick, a script call a job; returns the jobs written, in
+        order."""
         written = []
-        for number, (answers, failed) in self._answers.items():
+        for number in self._counts.keys() | self._answers.keys():
             if (job := self.name(number)) is None:
                 continue
-            keys = [job_failure_window_key(self.spider, number), paused_jobs_key(self.spider)]
+            keys = [job_key(self.spider, job), paused_jobs_key(self.spider)]
+            keys += [cancelled_jobs_key(self.spider), job_failure_window_key(self.spider, number)]
+            answers, failed = self._answers.get(number, (0, 0))
             failed = min(failed, answers)
-            args = [self.window, failed, answers - failed, self.failure_ratio, now, number]
-            keys += [job_key(self.spider, job), cancelled_jobs_key(self.spider)]
-            lua.queue_eval(pipe, lua.JOB_FAILURES, keys, args)
+            window = self.window if number in self._answers else 0
+            args: list[Any] = [number, now, JOB_TTL, window, failed, answers - failed]
+            args += [self.failure_ratio, *itertools.chain(*self._counts.get(number, {}).items())]
+            lua.queue_eval(pipe, lua.JOB_TICK, keys, args)
             written.append(job)
         return written
 

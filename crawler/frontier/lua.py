@@ -43,10 +43,9 @@ QUEUED = _PRELUDE + _script("queued")
 # What the queue's head allows: its hosts, their rates and spare tokens (read only).
 DEMAND = _PRELUDE + _BUCKET + _script("pace") + _script("demand")
 POP_START = _script("pop_start")
-# The fleet's window of answers, and the pause once too many of them failed; a job's too.
+# The fleet's window of answers, and the pause once too many of them failed.
 _ANSWERS = _script("answers")
 FAILURES = _ANSWERS + _script("failures")
-JOB_FAILURES = _ANSWERS + _script("job_failures")
 # A host's failure for the fleet's circuit breaker (crawler/bans/breaker.py).
 BREAKER = _script("breaker")
 # A job's requests counted, or removed when it is cancelled (crawler/frontier/jobs.py).
@@ -54,7 +53,8 @@ _LISTS = _script("lists")
 JOB = _PRELUDE + _LISTS + _script("job")
 JOB_STARTS = _LISTS + _script("job_starts")
 JOB_NUMBER = _script("job_number")
-JOB_COUNTS = _script("job_counts")
+# A worker's counts and answers of one job since its last tick (its own failure threshold).
+JOB_TICK = _ANSWERS + _script("job_tick")
 # Which of some jobs have a request in a slice of the queue, the delayed set or the leases.
 JOB_WORK = _PRELUDE + _script("job_work")
 # What is left of the jobs that ended.

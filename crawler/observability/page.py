@@ -10,12 +10,11 @@ from collections.abc import Callable, Iterable, Mapping
 from html import escape
 from typing import Any
 
-from crawler.frontier.job_control import job_state
 from crawler.frontier.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES, WORK_LEFT
 from crawler.observability.charts import bar_chart
 from crawler.observability.rates import format_duration
-from crawler.observability.report import failure_text, figure_text, revisit_line
+from crawler.observability.report import failure_text, figure_text, job_state, revisit_line
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60

@@ -16,7 +16,7 @@ from crawler.bans.politeness import active_cooldowns
 from crawler.config import setting
 from crawler.connection import decode_counts, reply_text
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
-from crawler.frontier.job_control import job_line, recent_jobs
+from crawler.frontier.job_control import recent_jobs
 from crawler.frontier.pause import describe_json, pause_from_replies, queue_read
 from crawler.frontier.queue import requests_per_entry, spider_frontier, work_left
 from crawler.frontier.riders import first_error
@@ -234,6 +234,21 @@ def revisit_line(counts: Mapping[str, int]) -> str:
         f"  revisits  {counts.get('due', 0):,} due now, {counts.get('next_hour', 0):,} "
         f"in the next hour, {counts.get('later', 0):,} later"
     )
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """``acme-1 paused: 120 pages, 118 items, 0 errors``, and why when the job paused itself
+    (``acme-1 paused (failure threshold: 12 of the last 20 answers failed ...): ...``)."""
+    return (
+        f"{job['job']} {job_state(job)}: {job['pages']:,} pages, {job['items']:,} items, "
+        f"{job['errors']:,} errors"
+    )
+
+
+def job_state(job: Mapping[str, Any]) -> str:
+    """A listed job's state, with why when it paused itself (the failure threshold)."""
+    state = str(job["state"])
+    return f"{state} ({job['why']})" if job.get("why") and state == "paused" else state
 
 
 def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:

@@ -11,10 +11,9 @@ for i, job in ipairs(ARGV) do
   if n and redis.call('EXISTS', KEYS[8 + i]) == 0 and redis.call('SISMEMBER', KEYS[4], n) == 0 then
     redis.call('HDEL', KEYS[1], job, '#' .. n)
     redis.call('SREM', KEYS[2], n)
-    for k = 5, 8 do redis.call('HDEL', KEYS[k], n) end
-    redis.call('HDEL', KEYS[6], n .. ':dropped')
-    redis.call('HDEL', KEYS[7], n .. ':items', n .. ':errors')
-    redis.call('HDEL', KEYS[3], n)
+    for _, k in ipairs({3, 5, 6, 7, 8}) do
+      redis.call('HDEL', KEYS[k], n, n .. ':dropped', n .. ':items', n .. ':errors')
+    end
     forgotten[#forgotten + 1] = job
   end
 end

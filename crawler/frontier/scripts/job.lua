@@ -1,6 +1,6 @@
 -- KEYS: (prelude), delayed, leases, cancelled jobs, job deadlines, paused jobs, job budgets,
 -- jobs' requests handed out, a spare key of the spider (lists rebuilt)
--- ARGV: (prefix), job number, "count", "cancel", "pause", "resume", "expire" or "limit", then
+-- ARGV: (prefix), job number, "status", "cancel", "pause", "resume", "expire" or "limit", then
 -- the Unix time of the deadline ("expire") or the budget ("limit": the most requests of the
 -- job the pop hands out, counted from the first budget the job was given)
 -- Counts the job's requests queued, delayed, leased and parked (held while the job is paused;

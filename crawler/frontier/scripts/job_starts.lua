@@ -1,5 +1,5 @@
 -- KEYS: a start list, a spare key in its slot ("{<start list>}:sweep")
--- ARGV: job id, "count" or "cancel"
+-- ARGV: job id, the action on the job ("cancel" or another, see job.lua)
 -- Counts the start entries naming the job (JSON objects whose "job" is the id); with "cancel"
 -- removes them, the list rebuilt in its order. Returns the count.
 local job, cancel = ARGV[1], ARGV[2] == 'cancel'
