@@ -3,9 +3,9 @@
 -- ARGV: (prefix), mode, capacity, error_rate, then per request 8 values:
 --       fingerprint hex, h1, h2, dont_filter (0, 1, or 2 for a seed), priority (integer),
 --       due (0 = now), json, depth ("" for none; see dupefilter.lua)
--- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate. A request of a
--- cancelled or expired job passes the filter and is dropped (1), one of a paused job is parked
--- (queue.lua's held_back).
+-- Returns one flag per request: 1 scheduled, 0 filtered as a duplicate, 2 dropped: a request
+-- of a cancelled or expired job passes the filter and is dropped; one of a paused job is
+-- parked (1, queue.lua's held_back).
 set_job_keys(6)
 local now = tonumber(redis.call('TIME')[1])
 
@@ -38,6 +38,6 @@ for a = 5, #ARGV, 8 do
       push(priority, json, false)
     end
   end
-  results[#results + 1] = seen and 0 or 1
+  results[#results + 1] = (seen and 0) or (dropped and 2) or 1
 end
 return results
