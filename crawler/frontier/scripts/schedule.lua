@@ -18,15 +18,13 @@ for a = 5, #ARGV, 8 do
   local depth = tonumber(ARGV[a + 7])
   local seen = false
   local dropped = job_hold(json, now) == 'drop'  -- a cancelled job's: the filter is left alone
-  if dropped then
-    seen = false
-  elseif dont_filter == '2' then
+  if not dropped and dont_filter == '2' then
     -- A seed (a start entry's request): dropped only if seeded before, whatever link found
     -- its URL first; its URL is marked seen (at its depth), so links to it are dropped after it.
     local seed_h1 = string.format('%d', (tonumber(h1) + SEED_SALT) % 4294967296)
     seen = seen_or_add(mode, KEYS[5], 'seed:' .. fp, seed_h1, h2, capacity, error_rate)
     seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
-  elseif dont_filter ~= '1' then
+  elseif not dropped and dont_filter ~= '1' then
     seen = seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
   end
   if not (seen or dropped or (due == 0 and held_back(json, priority, now))) then
