@@ -221,8 +221,11 @@ def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
     errback = _method_name(spider, request.errback)
     if type(request) is not Request or callback is False or errback is False:
         return shorten(request.to_dict(spider=spider))
-    record = {name: getattr(request, name) for name in request.attributes}
-    record.update(callback=callback, errback=errback, headers=dict(request.headers))
+    headers = dict(request.headers)
+    record = {"url": request.url, "callback": callback, "errback": errback, "headers": headers}
+    record.update(
+        (name, getattr(request, name)) for name in request.attributes if name not in record
+    )
     return shorten(without_defaults(record))
 
 
