@@ -79,7 +79,6 @@ def _script_names() -> dict[str, str]:
         "SCHEDULE",
         "POP",
         "CREDIT",
-        "ADOPT",
         "SETTLE",
         "QUEUED",
         "POP_START",

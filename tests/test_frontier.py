@@ -688,3 +688,18 @@ def test_a_seed_passes_a_link_that_found_its_url_first_but_not_itself(
     fresh = replace(pending("https://new.test/"), seed=True)
     assert frontier.schedule([fresh]) == [1]
     assert frontier.schedule([pending("https://new.test/")]) == [0]  # its URL is seen
+
+
+def test_purge_deletes_every_key_of_the_spider_and_names_them(redis_client: redis.Redis) -> None:
+    from scrapy.settings import Settings
+
+    from crawler.frontier.purge import purge_spider
+
+    settings = Settings({"REDIS_START_URLS_KEY": "%(name)s:start_urls"})
+    redis_client.lpush(KEYS.start, "entry")
+    redis_client.zadd(KEYS.start_leases, {"entry": 1})
+    redis_client.set("{" + SPIDER + "}:stats", 1)
+    redis_client.set("{other}:stats", 1)
+    deleted = purge_spider(redis_client, settings, SPIDER)
+    assert deleted == sorted([KEYS.start, KEYS.start_leases, "{" + SPIDER + "}:stats"])
+    assert redis_client.keys("*") == [b"{other}:stats"]

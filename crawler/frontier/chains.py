@@ -9,7 +9,7 @@ due within the pop's look-ahead, from the host's token bucket the pops use too, 
 is paced for the whole fleet as before) with as many queue ids. The next requests its pages
 make for that host each take such a turn and are held until it comes, without a round trip
 (the send gate then takes the host's token as each goes, see ``gate.py``); each is written
-as leased to the worker (``scripts/adopt.lua``) with its next round trip, before the
+as leased to the worker (``scripts/settle.lua``) with its next round trip, before the
 acknowledgement of the page that made it. So a worker that dies leaves the page that made it
 leased, to come back to the queue and make it again: nothing is lost.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -130,10 +131,10 @@ def _job_number(value: Any) -> bool:
 
 
 def _encode(value: Any, path: str) -> Any:
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RequestNotSerializable(f"{path}: {value} cannot be stored in Redis as JSON")
+    if value is None or isinstance(value, bool | int | float | str):
         return value
-    if isinstance(value, float):
-        return _encode_float(value, path)
     if isinstance(value, bytes):
         return {_BYTES_TAG: base64.b64encode(value).decode("ascii")}
     if isinstance(value, list | tuple):
@@ -146,9 +147,11 @@ def _encode(value: Any, path: str) -> Any:
                 f"{path}: a dict whose only key is {tag!r} would come back as what that tag "
                 "stands for; add another key"
             )
+        for key in value:
+            if not isinstance(key, str):
+                raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
         return {
-            _encode_key(key, path): _encode(item, f"{path}[{key!r}]" if path else str(key))
-            for key, item in value.items()
+            key: _encode(item, f"{path}[{key!r}]" if path else key) for key, item in value.items()
         }
     raise RequestNotSerializable(
         f"{path}: a {type(value).__name__} cannot be stored in Redis as JSON; "
@@ -166,20 +169,8 @@ def _encode_page_method(method: PageMethod, path: str) -> dict[str, Any]:
     return {_PAGE_METHOD_TAG: _encode(stored, f"{path}.PageMethod")}
 
 
-def _encode_float(value: float, path: str) -> float:
-    if value != value or value in (float("inf"), float("-inf")):
-        raise RequestNotSerializable(f"{path}: {value} cannot be stored in Redis as JSON")
-    return value
-
-
 def _header_name(key: Any) -> Any:
     return key.decode("latin-1") if isinstance(key, bytes) else key
-
-
-def _encode_key(key: Any, path: str) -> str:
-    if isinstance(key, str):
-        return key
-    raise RequestNotSerializable(f"{path}: key {key!r} is not a string")
 
 
 def decode_tags(obj: dict[str, Any]) -> Any:
@@ -208,6 +199,17 @@ DEFAULTS: dict[str, Any] = {
     "method": "GET",
     "priority": 0,
 }
+_MISSING = object()
+
+
+def without_defaults(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` without the fields that have their default (Scrapy's request_from_dict gives
+    a missing field its default)."""
+    return {
+        name: value
+        for name, value in record.items()
+        if name == "url" or value != DEFAULTS.get(name, _MISSING)
+    }
 
 
 def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
@@ -219,23 +221,12 @@ def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
     errback = _method_name(spider, request.errback)
     if type(request) is not Request or callback is False or errback is False:
         return shorten(request.to_dict(spider=spider))
-    fields = {
-        "callback": callback,
-        "errback": errback,
-        "headers": dict(request.headers),
-        "body": request.body,
-        "cookies": request.cookies,
-        "meta": request.meta,
-        "encoding": request.encoding,
-        "flags": request.flags,
-        "cb_kwargs": request.cb_kwargs,
-        "dont_filter": request.dont_filter,
-        "method": request.method,
-        "priority": request.priority,
-    }
-    record: dict[str, Any] = {"url": request.url}
-    record.update((name, value) for name, value in fields.items() if value != DEFAULTS[name])
-    return shorten(record)
+    headers = dict(request.headers)
+    record = {"url": request.url, "callback": callback, "errback": errback, "headers": headers}
+    record.update(
+        (name, getattr(request, name)) for name in request.attributes if name not in record
+    )
+    return shorten(without_defaults(record))
 
 
 def _method_name(spider: Spider | None, function: Any) -> str | bool | None:

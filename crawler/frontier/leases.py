@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 Op = tuple[str, str, str]  # (op, lease id, payload), see scripts/settle.lua
 # The ops, as scripts/settle.lua names them too: a lease ends acked (done), released (back to
-# the queue untouched) or dead (a dead letter with its reason), or is renewed.
-ACK, RELEASE, RENEW, DEAD = "a", "r", "n", "d"
+# the queue untouched) or dead (a dead letter with its reason), or is renewed; a request this
+# worker kept for itself is adopted (written as leased to it, see chains.py).
+ACK, RELEASE, RENEW, DEAD, ADOPT = "a", "r", "n", "d", "l"
 
 
 @dataclass

@@ -37,7 +37,6 @@ CREDIT = _PRELUDE + _BUCKET + _script("pace") + _script("credit")
 TAKE = _BUCKET + _script("take")
 # A request that left later than its token counted: its host's bucket moves to then.
 SENT_LATE = _BUCKET + _script("sent_late")
-ADOPT = _PRELUDE + _script("adopt")
 SETTLE = _PRELUDE + _script("settle")
 QUEUED = _PRELUDE + _script("queued")
 # What the queue's head allows: its hosts, their rates and spare tokens (read only).

@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawler.frontier import lua
 from crawler.frontier.codec import split_job
-from crawler.frontier.leases import ACK
+from crawler.frontier.leases import ACK, ADOPT
 from crawler.frontier.queue import PRIORITY_LIMIT
 
 if TYPE_CHECKING:
@@ -41,18 +40,6 @@ def adopted(seq: int, priority: int, record: str) -> Adopted:
     clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
     lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
     return Adopted(lease_id, record)
-
-
-def queue_adopt(
-    pipe: Any, frontier: Frontier, worker: str, lease_seconds: float, adopted: list[Adopted]
-) -> None:
-    """Queue on ``pipe`` the writing of ``adopted`` as leased to ``worker``."""
-    if adopted:
-        keys = frontier.keys
-        args: list[Any] = [keys.queue_prefix, worker, time.time() + lease_seconds]
-        for entry in adopted:
-            args += [entry.lease_id, entry.record]
-        lua.queue_eval(pipe, lua.ADOPT, keys.script_keys(keys.leases, keys.owner), args)
 
 
 def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
@@ -124,7 +111,7 @@ class Outbox:
         for first in range(0, len(sealed.pushes), SCHEDULE_CHUNK):
             frontier.schedule(sealed.pushes[first : first + SCHEDULE_CHUNK], client=pipe)
         adopted, ops = settled_here(sealed.adopted, sealed.ops)
-        queue_adopt(pipe, frontier, worker, lease_seconds, adopted)  # before the acks
+        ops = [(ADOPT, entry.lease_id, entry.record) for entry in adopted] + ops  # before acks
         if ops:
             frontier.settle(ops, worker, lease_seconds, client=pipe)
         frontier.ack_start(sealed.start_acks, client=pipe)

@@ -17,22 +17,15 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 
-def spider_keys(server: RedisClient, settings: BaseSettings, spider: str) -> list[str]:
-    """Every existing key of the spider: ``{spider}:*``, its start list, the list's leases and
-    the set-aside invalid entries."""
+def purge_spider(server: RedisClient, settings: BaseSettings, spider: str) -> list[str]:
+    """Delete the spider's queue, leases, duplicate filter, dead letters, stats and start lists
+    (``{spider}:*``, its start list, the list's leases and the set-aside invalid entries);
+    returns the keys deleted.
+
+    Closing a spider never does this: a fleet shares these keys.
+    """
     start = start_key(settings, spider)
     keys = {start, start_leases_key(start), invalid_key(settings, spider)}
     pattern = spider_pattern(spider)
     keys.update(key.decode() for key in server.scan_iter(match=pattern, count=1000))
-    return sorted(key for key in keys if server.exists(key))
-
-
-def purge_spider(server: RedisClient, settings: BaseSettings, spider: str) -> list[str]:
-    """Delete the spider's queue, leases, duplicate filter, dead letters, stats and start lists.
-
-    Closing a spider never does this: a fleet shares these keys.
-    """
-    keys = spider_keys(server, settings, spider)
-    for key in keys:
-        server.delete(key)
-    return keys
+    return sorted(key for key in keys if server.delete(key))

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
 
-from crawler.connection import reply_hash, reply_text
+from crawler.connection import reply_text
 from crawler.frontier import codec, lua
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.pacing import NO_PACING, Pacing
-from crawler.keys import FrontierKeys, cancelled_jobs_key, job_deadlines_key, start_key
+from crawler.keys import FrontierKeys, start_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -144,7 +144,8 @@ class Frontier:
     # --- requests ----------------------------------------------------------------------------
 
     def schedule(self, batch: Sequence[Pending], client: Any = None) -> list[int]:
-        """Add requests not seen before (1) and report duplicates (0), atomically per batch."""
+        """Add requests not seen before (1) and report duplicates (0) and those dropped, their
+        job cancelled or past its deadline (2), atomically per batch."""
         keys = self.keys
         args: list[Any] = [
             keys.queue_prefix,
@@ -276,8 +277,7 @@ class Frontier:
         cancelled or past its deadline is removed, counted by job (requeued, the pop would drop
         it: put a deadline off first to have its letters requeued); one whose request cannot be
         read back is named in an ERROR and left where it is."""
-        ended, dropped = self._dropped_jobs(), Counter[int]()
-        moved = left = 0
+        dropped, moved, left = Counter[int](), 0, 0
         while moved < limit:
             raw: Any = self.server.lindex(self.keys.dead, -1 - left)
             if raw is None:
@@ -288,27 +288,12 @@ class Frontier:
                 logger.error("Dead letter %.300r cannot be requeued (%r): left", raw, exc)
                 left += 1
                 continue
-            job, _ = codec.split_job(pending.json)
-            if job in ended:
-                dropped[job] += 1
+            if self.schedule([pending]) == [2]:  # scheduled before it leaves the dead list
+                dropped[codec.split_job(pending.json)[0] or 0] += 1
             else:
-                self.schedule([pending])  # scheduled before it leaves the dead list
                 moved += 1
             self.server.lrem(self.keys.dead, -1, raw)
         return Requeued(moved, dict(dropped))
-
-    def _dropped_jobs(self) -> set[int]:
-        """The numbers of the jobs whose requests the frontier drops: cancelled, or past their
-        deadline."""
-        spider = self.keys.spider
-        pipe = self.server.pipeline(transaction=False)
-        pipe.smembers(cancelled_jobs_key(spider))
-        pipe.hgetall(job_deadlines_key(spider))
-        cancelled, raw = pipe.execute()
-        deadlines = reply_hash(raw)
-        now = time.time()
-        past = {number for number, at in deadlines.items() if float(at) <= now}
-        return {int(number) for number in set(cancelled) | past if number.isdigit()}
 
 
 def popped(raw: Any) -> Popped:

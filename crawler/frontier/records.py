@@ -54,10 +54,8 @@ def pending(
     (sent back), while its record keeps the request's own ``dont_filter``."""
     forget_proxy_secrets(request)
     _let_go_of_page(request)
-    request.meta.pop(PACED_META, None)
-    request.meta.pop(HOLD_META, None)
-    request.meta.pop(SENT_META, None)
-    request.meta.pop(SENT_AT_META, None)
+    for transient in (PACED_META, HOLD_META, SENT_META, SENT_AT_META):
+        request.meta.pop(transient, None)
     due = float(request.meta.pop(DUE_META, 0.0))
     return Pending(
         json=codec.dumps(codec.request_record(request, spider)),

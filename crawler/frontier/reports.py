@@ -51,7 +51,7 @@ class FrontierReports:
         scheduler = self.scheduler
         if scheduler is None or scheduler.frontier is None:
             return None
-        return scheduler.frontier.sizes()["queue"]
+        return scheduler.frontier.queued()
 
     @property
     def ledger(self) -> LeaseLedger:

@@ -12,7 +12,6 @@ from itemadapter import ItemAdapter
 from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 
 from crawler.frontier import codec
-from crawler.frontier.codec import DEFAULTS
 from crawler.frontier.leases import unguarded
 from crawler.meta import SENT_BACK_META
 from crawler.recrawl.policy import RecrawlPolicy
@@ -40,9 +39,6 @@ TRANSIENT_META = frozenset(
         *("is_start_request", "frontier_job"),
     }
 )
-
-
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ def plan_visit(
     revisit.headers.pop(b"Proxy-Authorization", None)
     assert crawler.request_fingerprinter is not None
     fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
-    record = codec.dumps(compact(revisit.to_dict(spider=crawler.spider)))
+    record = codec.dumps(codec.without_defaults(revisit.to_dict(spider=crawler.spider)))
     due = time.time() + policy.delay(interval, random.random())
     return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
 
@@ -102,16 +98,6 @@ def _forget_default_headers(request: Request, settings: BaseSettings) -> None:
 
 def _as_bytes(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
-
-
-def compact(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` without the fields that have their default (Scrapy's request_from_dict
-    gives a missing field its default), to keep each waiting revisit small in Redis."""
-    return {
-        name: value
-        for name, value in record.items()
-        if name == "url" or value != DEFAULTS.get(name, _MISSING)
-    }
 
 
 def revisit_request(request: Request, state: dict[str, Any], priority: int) -> Request:

@@ -3,9 +3,9 @@
 -- ARGV: (prefix), mode, capacity, error_rate, then per request 8 values:
 --       fingerprint hex, h1, h2, dont_filter (0, 1, or 2 for a seed), priority (integer),
 --       due (0 = now), json, depth ("" for none; see dupefilter.lua)
--- Returns one 0/1 per request: 1 scheduled, 0 filtered as a duplicate. A request of a
--- cancelled or expired job passes the filter and is dropped (1), one of a paused job is parked
--- (queue.lua's held_back).
+-- Returns one flag per request: 1 scheduled, 0 filtered as a duplicate, 2 dropped: a request
+-- of a cancelled or expired job passes the filter and is dropped; one of a paused job is
+-- parked (1, queue.lua's held_back).
 set_job_keys(6)
 local now = tonumber(redis.call('TIME')[1])
 
@@ -18,15 +18,13 @@ for a = 5, #ARGV, 8 do
   local depth = tonumber(ARGV[a + 7])
   local seen = false
   local dropped = job_hold(json, now) == 'drop'  -- a cancelled job's: the filter is left alone
-  if dropped then
-    seen = false
-  elseif dont_filter == '2' then
+  if not dropped and dont_filter == '2' then
     -- A seed (a start entry's request): dropped only if seeded before, whatever link found
     -- its URL first; its URL is marked seen (at its depth), so links to it are dropped after it.
     local seed_h1 = string.format('%d', (tonumber(h1) + SEED_SALT) % 4294967296)
     seen = seen_or_add(mode, KEYS[5], 'seed:' .. fp, seed_h1, h2, capacity, error_rate)
     seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
-  elseif dont_filter ~= '1' then
+  elseif not dropped and dont_filter ~= '1' then
     seen = seen_or_add(mode, KEYS[5], fp, h1, h2, capacity, error_rate, depth)
   end
   if not (seen or dropped or (due == 0 and held_back(json, priority, now))) then
@@ -38,6 +36,6 @@ for a = 5, #ARGV, 8 do
       push(priority, json, false)
     end
   end
-  results[#results + 1] = seen and 0 or 1
+  results[#results + 1] = (seen and 0) or (dropped and 2) or 1
 end
 return results

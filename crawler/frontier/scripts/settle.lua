@@ -1,15 +1,19 @@
 -- KEYS: (prelude), leases, owner, dead, jobs' pages done, jobs' dead letters
 -- ARGV: (prefix), worker, lease deadline (for renewals), then ops as triples (op, id, payload):
+--   l = adopt (payload: the record of a request the worker made and kept for itself, on a turn
+--   it took ahead, see credit.lua: written as leased to it, as if popped, before the ack of the
+--   page that made it, so a worker that dies leaves it to expire and come back like any lease),
 --   a = ack (done; payload: the items of the page stored, or empty), r = release (back to the
 --   queue), n = renew the lease, d = dead letter (payload: JSON object describing why, stored
 --   with the request; its "items_stored" the items of the page stored before it failed).
--- An op applies only while ``worker`` still owns the lease. An ack or a dead letter of a
+-- Any other op applies only while ``worker`` still owns the lease. An ack or a dead letter of a
 -- request of a crawl job (its record begins with the job's number, see job_of) adds one to the
 -- job's count in the hash of pages done or of dead letters, the items stored to the field
 -- "<n>:items" of the first, and a dead letter whose reason is a spider's or a pipeline's error to
 -- "<n>:errors". Returns the number of leases owned (an unknown op changes nothing).
 
-local ACK, RELEASE, RENEW, DEAD = 'a', 'r', 'n', 'd'  -- as crawler/frontier/leases.py names them
+-- As crawler/frontier/leases.py names them.
+local ADOPT, ACK, RELEASE, RENEW, DEAD = 'l', 'a', 'r', 'n', 'd'
 local worker, deadline = ARGV[2], ARGV[3]
 local applied = 0
 local released = {}
@@ -28,6 +32,11 @@ local function count_job(job, op, payload)
 end
 for a = 4, #ARGV, 3 do
   local op, id, payload = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  if op == ADOPT then
+    redis.call('HSET', Q.data, id, payload)
+    redis.call('ZADD', KEYS[4], deadline, id)
+    redis.call('HSET', KEYS[5], id, worker)
+  end
   if redis.call('HGET', KEYS[5], id) == worker then
     applied = applied + 1
     if op == RENEW then
