@@ -87,6 +87,7 @@ def _assert_egg_holds_the_project(egg: Path) -> None:
         "middlewares.py",
         "storage/mongo.py",
         "frontier/scripts/pop.lua",
+        "bans/scripts/breaker.lua",
     )
     for module in modules:
         assert f"crawler/{module}" in names

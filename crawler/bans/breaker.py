@@ -9,7 +9,7 @@ once the host has been quiet for HOST_BLOCK_FORGIVE seconds after its last block
 requests that went before the current block ended are the same incident: N requests in flight
 failing together advance the backoff by one step. State per host lives in ``{spider}:breaker``
 (step, incident, end) and ``{spider}:breaker_failures`` (failures in a row, by kind), one atomic
-script (``crawler/frontier/scripts/breaker.lua``) per failure; a success of the host seen by a
+script (``crawler/bans/scripts/breaker.lua``) per failure; a success of the host seen by a
 worker that knows of its failures clears the count.
 
 After HOST_MAX_EXCEPTIONS connection-level failures in a row the host is *unreachable*, and after
@@ -45,7 +45,7 @@ from twisted.internet import error as net
 from crawler.config import setting
 from crawler.config.rules import SettingsError, problem
 from crawler.connection import crawl_redis, reply_text
-from crawler.frontier.lua import BREAKER
+from crawler.frontier.lua import read_script
 from crawler.keys import bans_key, breaker_failures_key, breaker_key, reasons_key
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
     TunnelError,
 )
 ATTRIBUTE = "_crawler_host_breaker"
+# A host's failure for the fleet, one atomic call (scripts/breaker.lua).
+BREAKER = read_script("breaker", "crawler.bans")
 
 
 class HostMarked(IgnoreRequest):

@@ -5,7 +5,8 @@ Queued requests wait in one list per priority (see ``scripts/queue.lua``); a lea
 one has its record in the ``data`` hash under its id, and a leased one its worker in the
 ``owner`` hash.
 
-The scripts are the ``.lua`` files in ``crawler/frontier/scripts/`` (package data); each opens
+The scripts are the ``.lua`` files in ``crawler/frontier/scripts/`` (package data; another
+package's own scripts are read from its ``scripts/`` by :func:`read_script`); each opens
 with comments saying what it does and its KEYS and ARGV, which are left out of the text sent to
 Redis. Shared pieces are prepended here: the duplicate filter (``dupefilter.lua``, for
 SCHEDULE) and the queue functions with the keys every frontier script begins with
@@ -19,49 +20,48 @@ from importlib.resources import files
 from typing import Any
 
 
-def _script(name: str) -> str:
-    """``scripts/<name>.lua`` without its opening comment lines: the text Redis runs."""
-    text = files("crawler.frontier").joinpath("scripts", f"{name}.lua").read_text("utf-8")
+def read_script(name: str, package: str = "crawler.frontier") -> str:
+    """``scripts/<name>.lua`` of ``package`` without its opening comment lines: the text Redis
+    runs."""
+    text = files(package).joinpath("scripts", f"{name}.lua").read_text("utf-8")
     lines = text.split("\n")
     first = next(n for n, line in enumerate(lines) if not line.startswith("--"))
     return "\n".join(lines[first:])
 
 
-_DUPEFILTER = _script("dupefilter")
-_PRELUDE = _script("queue")
-SCHEDULE = _DUPEFILTER + _PRELUDE + _script("schedule")
-_BUCKET = _script("bucket")
-POP = _PRELUDE + _BUCKET + _script("pace") + _script("pop")
-CREDIT = _PRELUDE + _BUCKET + _script("pace") + _script("credit")
+_DUPEFILTER = read_script("dupefilter")
+_PRELUDE = read_script("queue")
+SCHEDULE = _DUPEFILTER + _PRELUDE + read_script("schedule")
+_BUCKET = read_script("bucket")
+POP = _PRELUDE + _BUCKET + read_script("pace") + read_script("pop")
+CREDIT = _PRELUDE + _BUCKET + read_script("pace") + read_script("credit")
 # A host's bucket for requests sent now: the send gate's, the ban middleware's, the domains cap's.
-TAKE = _BUCKET + _script("take")
+TAKE = _BUCKET + read_script("take")
 # A request that left later than its token counted: its host's bucket moves to then.
-SENT_LATE = _BUCKET + _script("sent_late")
-SETTLE = _PRELUDE + _script("settle")
-QUEUED = _PRELUDE + _script("queued")
+SENT_LATE = _BUCKET + read_script("sent_late")
+SETTLE = _PRELUDE + read_script("settle")
+QUEUED = _PRELUDE + read_script("queued")
 # What the queue's head allows: its hosts, their rates and spare tokens (read only).
-DEMAND = _PRELUDE + _BUCKET + _script("pace") + _script("demand")
-POP_START = _script("pop_start")
+DEMAND = _PRELUDE + _BUCKET + read_script("pace") + read_script("demand")
+POP_START = read_script("pop_start")
 # The fleet's window of answers, and the pause once too many of them failed.
-_ANSWERS = _script("answers")
-FAILURES = _ANSWERS + _script("failures")
-# A host's failure for the fleet's circuit breaker (crawler/bans/breaker.py).
-BREAKER = _script("breaker")
+_ANSWERS = read_script("answers")
+FAILURES = _ANSWERS + read_script("failures")
 # A job's requests counted, or removed when it is cancelled (crawler/frontier/jobs.py).
-_LISTS = _script("lists")
-JOB = _PRELUDE + _LISTS + _script("job")
-JOB_STARTS = _LISTS + _script("job_starts")
-JOB_NUMBER = _script("job_number")
+_LISTS = read_script("lists")
+JOB = _PRELUDE + _LISTS + read_script("job")
+JOB_STARTS = _LISTS + read_script("job_starts")
+JOB_NUMBER = read_script("job_number")
 # A worker's counts and answers of one job since its last tick (its own failure threshold).
-JOB_TICK = _ANSWERS + _script("job_tick")
+JOB_TICK = _ANSWERS + read_script("job_tick")
 # Which of some jobs have a request in a slice of the queue, the delayed set or the leases.
-JOB_WORK = _PRELUDE + _script("job_work")
+JOB_WORK = _PRELUDE + read_script("job_work")
 # What is left of the jobs that ended.
-FORGET_JOBS = _script("forget_jobs")
+FORGET_JOBS = read_script("forget_jobs")
 # Not the frontier's: a batch of counts applied once (the fleet's stats, the links ledger).
-APPLIED = _script("applied")
+APPLIED = read_script("applied")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.
-HAND_OVER = _script("hand_over")
+HAND_OVER = read_script("hand_over")
 
 
 def queue_eval(
