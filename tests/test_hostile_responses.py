@@ -286,6 +286,13 @@ def test_a_retry_after_of_ten_years_is_capped(
     assert status == 0, _tail(log)
     (letter,) = _dead(redis_client, "profiles")
     assert letter["failure"]["reason"] == "banned:http_429"
+    # BAN_MAX_TIMES (1): banned once, the request is a dead letter, not sent again.
+    asked = [
+        entry
+        for entry in sandbox.admin("stats")["requests"]
+        if entry["path"].startswith("/hostile/retry-after/")
+    ]
+    assert len(asked) == QUICK["BAN_MAX_TIMES"], asked
     bans = cast(dict[bytes, bytes], redis_client.hgetall("{profiles}:bans"))
     assert bans, "no cool-down recorded"
     assert all(float(until) <= time.time() + 2 for until in bans.values())

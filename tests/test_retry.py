@@ -359,6 +359,9 @@ def test_stats_count_each_retry_by_reason() -> None:
         pytest.param(None, 0.0, id="absent"),
         pytest.param(b"1.5", 1.5, id="decimal"),
         pytest.param(b"-3", 0.0, id="negative"),
+        # A header given twice, joined by a proxy: its first value (was read as none).
+        pytest.param(b"120, 120", 120.0, id="repeated"),
+        pytest.param(b"30,60", 30.0, id="repeated-unpadded"),
     ],
 )
 def test_retry_after(value: bytes | None, seconds: float) -> None:

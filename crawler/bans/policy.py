@@ -119,10 +119,10 @@ class BanPolicy:
 
     def _again(self, request: Request, verdict: Verdict, due: float) -> Request:
         times = int(request.meta.get(BAN_TIMES_META, 0)) + 1
-        if self.max_times and times > self.max_times:
-            reason, error = f"banned:{verdict.rule}", f"banned {times - 1} times"
+        if self.max_times and times >= self.max_times:
+            reason, error = f"banned:{verdict.rule}", f"banned {times} times"
             self.frontier.ledger.failed(request, reason, error)
-            raise IgnoreRequest(f"banned {times - 1} times ({verdict.rule})")
+            raise IgnoreRequest(f"banned {times} times ({verdict.rule})")
         meta = without_identity(request.meta, IDENTITY_META)
         meta[BAN_TIMES_META] = times
         return send_back(request, meta, due + random.uniform(0, 1))
@@ -178,8 +178,9 @@ def retry_after(response: Response, maximum: float = math.inf) -> float:
     if not value:
         return 0.0
     text = value.decode("latin-1").strip()
+    first = text.partition(",")[0].strip()  # "120, 120": a header given twice, joined
     try:
-        seconds = float(text) if _NUMBER.fullmatch(text) else _until(text)
+        seconds = float(first) if _NUMBER.fullmatch(first) else _until(text)
     except (TypeError, ValueError, OverflowError):
         return 0.0
     return min(maximum, max(0.0, seconds))
