@@ -42,6 +42,9 @@ ADDONS = {"crawler.addons.ProjectComponents": 0}
 TWISTED_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 # Scrapy's, the project's values (the links spider obeys robots.txt itself: LINKS_ROBOTS_OBEY).
 FEED_EXPORT_ENCODING = "utf-8"
+# Gives every feed URI %(worker)s, the worker writing it: a fleet's workers that start in the
+# same second would otherwise upload to the same key (crawler/feeds.py; deploy/README.md).
+FEED_URI_PARAMS = "crawler.feeds.uri_params"
 ROBOTSTXT_OBEY = False
 LOG_LEVEL = "INFO"
 # A worker exposes no unauthenticated consoles.

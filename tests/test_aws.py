@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from crawler.config.rules import SettingsError
 from crawler.config.table import ON_THE_WORKER, RULES
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, Crawl, on_free_port, poll, scrapy
+from tests.harness import ROOT, Crawl, background, on_free_port, poll, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -91,11 +92,51 @@ def test_crawl_exports_its_items_to_s3(crawl: Crawl, aws_env: dict[str, str]) ->
     key = objects[0]["Key"]
     assert key.startswith("profiles-")
     assert key.endswith(".jsonl")
-    body = s3.get_object(Bucket="exports", Key=key)["Body"].read().decode()
-    items = [json.loads(line) for line in body.splitlines()]
-    assert sorted(item["unique_id"] for item in items) == sorted(users)
+    assert sorted(item["unique_id"] for item in _lines(s3, "exports", key)) == sorted(users)
     stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find()}
     assert stored == set(users)
+    # The key names no worker: a fleet's workers starting in the same second would share it.
+    assert "s3://exports/profiles-%(time)s.jsonl has no %(worker)s" in result.stderr
+
+
+def test_workers_starting_together_export_to_keys_of_their_own(
+    crawl: Crawl, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Two workers of a fleet started in the same second: ``%(time)s`` alone gave both one key,
+    and the last upload replaced the other's items."""
+    s3 = _client(aws_env, "s3")
+    s3.create_bucket(Bucket="fleet-exports")
+    feeds = {"s3://fleet-exports/profiles-%(time)s-%(worker)s.jsonl": {"format": "jsonlines"}}
+    halves = [DATASET.authors[:6], DATASET.authors[6:12]]
+    with ExitStack() as running:
+        workers = [
+            running.enter_context(
+                background(
+                    crawl.command(
+                        "profiles",
+                        "-a",
+                        "users=" + ",".join(author.unique_id for author in half),
+                        settings={"FEEDS": json.dumps(feeds)},
+                    ),
+                    {**crawl.env(), **aws_env},
+                    tmp_path / f"worker{number}.log",
+                )
+            )
+            for number, half in enumerate(halves)
+        ]
+        for worker in workers:
+            assert worker.wait(120) == 0
+    keys = [obj["Key"] for obj in s3.list_objects_v2(Bucket="fleet-exports")["Contents"]]
+    assert len(keys) == 2, keys  # an empty feed is stored too (FEED_STORE_EMPTY)
+    exported = [item["unique_id"] for key in keys for item in _lines(s3, "fleet-exports", key)]
+    assert sorted(exported) == sorted(author.unique_id for half in halves for author in half)
+    for number in range(2):
+        assert "has no %(worker)s" not in (tmp_path / f"worker{number}.log").read_text()
+
+
+def _lines(s3: Any, bucket: str, key: str) -> list[dict[str, Any]]:
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in body.splitlines()]
 
 
 def _fleet(

@@ -220,6 +220,7 @@ RULES: dict[str, Rule] = {
     "COMMANDS_MODULE": text(empty=False),
     "TWISTED_REACTOR": choice("twisted.internet.asyncioreactor.AsyncioSelectorReactor"),
     "FEED_EXPORT_ENCODING": Rule("a text encoding such as utf-8", codecs.lookup),
+    "FEED_URI_PARAMS": Rule("an importable function (package.module.name)", load_object, True),
     "ROBOTSTXT_OBEY": flag(),
     "LOG_LEVEL": Rule(f"one of {', '.join(LOG_LEVELS)}", log_level),
     "TELNETCONSOLE_ENABLED": flag(),
@@ -422,5 +423,6 @@ ON_THE_WORKER = frozenset(
         *("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ADDONS", "EXTENSIONS"),
         *("EXTENSIONS_BASE", "ITEM_PIPELINES", "DOWNLOAD_HANDLERS", "SCHEDULER", "BAN_RULES"),
         *("MONGO_SPILL_DIR", "METRICS_HOST", "PLAYWRIGHT_PROCESS_REQUEST_HEADERS"),
+        "FEED_URI_PARAMS",
     }
 )

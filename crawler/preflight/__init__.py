@@ -21,6 +21,7 @@ from crawler.config import enabled_components
 from crawler.config.rules import SettingsError, problem
 from crawler.config.table import RULES
 from crawler.connection import RedisUnavailable, crawl_redis
+from crawler.feeds import shared_feed_uris
 from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.scheduler import FrontierScheduler
 from crawler.frontier.server_check import check_frontier
@@ -237,5 +238,11 @@ class SettingsCheck:
             logger.warning(
                 "ITEM_PIPELINES has no crawler.pipelines.MongoPipeline: items are not stored "
                 "in MongoDB; ITEM_PIPELINES = {**ITEM_PIPELINES, ...} keeps the project's"
+            )
+        for uri in shared_feed_uris(crawler.settings):
+            logger.warning(
+                "FEEDS %s has no %%(worker)s: workers of a fleet that start in the same second "
+                "write the same key, and the last one's items replace the others'",
+                mask_uri(uri),
             )
         return cls(crawler)
