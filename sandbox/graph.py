@@ -5,10 +5,12 @@ order matters (sandbox/web.py generates its sites; this one is given, page by pa
 ["/c"], "after": ["/c"]}}, "hold_s": 30}`` replaces the site and clears its log. Each page
 links the paths it lists; a page with ``after`` holds its answer until each of those paths has
 been asked for (at most ``hold_s`` seconds), so a test decides which of two paths a crawl finds
-first, whatever the machine's load. Any other path answers 404 (robots.txt too: everything is
-allowed). A page is its path, whatever the query. ``GET /__admin__/graph`` answers the
-requests in the order they came, each with its path, its query as sent, when it came, when it
-was answered, and whether a page's wait ran out (``held_out``).
+first, whatever the machine's load; a page with ``redirect`` answers 302 to that path (a
+members-only page sending to the site's login: ``{"redirect": "/login?next=/account"}``).
+Any other path answers 404 (robots.txt too: everything is allowed). A page is its path,
+whatever the query. ``GET /__admin__/graph`` answers the requests in the order they came, each
+with its path, its query as sent, when it came, when it was answered, and whether a page's wait
+ran out (``held_out``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ HOLD_SECONDS = 30.0
 class GraphPage:
     links: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+    redirect: str = ""
 
 
 class Graph:
@@ -48,6 +51,7 @@ class Graph:
             str(path): GraphPage(
                 tuple(str(link) for link in page.get("links", [])),
                 tuple(str(other) for other in page.get("after", [])),
+                str(page.get("redirect", "")),
             )
             for path, page in dict(data.get("pages", {})).items()
         }
@@ -73,6 +77,8 @@ class Graph:
         )
         if page is None:
             return web.Response(status=404, text="<html>Not found</html>", content_type="text/html")
+        if page.redirect:
+            raise web.HTTPFound(page.redirect)
         port = request.host.rsplit(":", 1)[1] if ":" in request.host else ""
         base = f"http://{HOST}:{port}" if port else f"http://{HOST}"
         anchors = "".join(f'<a href="{base}{link}">{link}</a>\n' for link in page.links)

@@ -696,6 +696,42 @@ def test_a_sites_own_403_is_a_links_pages_error_but_a_protections_403_a_ban() ->
     assert links.classify(denied) == Verdict("ban", "cloudflare")  # Cloudflare's 1020
 
 
+@pytest.mark.parametrize(
+    ("target", "links_kind"),
+    [
+        ("/login?next=/account", "ok"),  # a members-only page: that page's answer
+        ("/Users/SignIn/", "ok"),
+        ("/sorry/index?continue=/account", "ban"),  # a block's page
+        ("https://geo.captcha-delivery.com/captcha/?initialCid=x", "ban"),
+    ],
+)
+def test_a_sites_redirect_to_its_login_is_a_links_pages_answer_but_a_ban_elsewhere(
+    target: str, links_kind: str
+) -> None:
+    """The links spider crawls whole sites: a link to a members-only page that sends to the
+    site's login is that page's answer, not a block of the whole domain (it cooled the site down
+    at each such link); for the other spiders a login redirect is still a ban."""
+    from crawler.spiders.links import LinksSpider
+
+    redirected = redirect(302, target, "https://blog.example/account")
+    assert _middleware(LinksSpider).bans.classify(redirected).kind == links_kind
+    assert _middleware(ProfilesSpider).bans.classify(redirected) == Verdict(
+        "ban", "challenge_redirect"
+    )
+    login_page = landed(
+        200, "<html><form></form></html>", f"https://blog.example{target}", "https://blog.example/a"
+    )
+    if links_kind == "ok":
+        assert _middleware(LinksSpider).bans.classify(login_page).kind == "ok"
+
+
+def test_a_redirect_to_the_same_path_in_another_case_is_the_pages_own() -> None:
+    """``/Challenge`` sent to ``/challenge/``: the site's own spelling of the page, no block."""
+    assert (
+        classify(page_of(redirect(301, "/challenge/", "https://s.example/Challenge"))).kind == "ok"
+    )
+
+
 SPIDER_CASES = [
     pytest.param("profiles", response(200, captcha_page()), "ban", "profile_captcha", id="captcha"),
     pytest.param(

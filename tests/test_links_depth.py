@@ -140,3 +140,30 @@ def test_a_link_is_asked_for_with_its_query_as_the_page_wrote_it(
     ]
     urls = {doc["url"] for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
     assert urls == {home, f"{home}list?a=1&b=2", f"{home}search?page=2&q=a%2Fb"}
+
+
+def test_a_members_only_link_sending_to_the_login_page_does_not_stop_the_site(
+    crawl: Crawl, redis_client: redis.Redis, graph: Sandbox
+) -> None:
+    """A link to a page that sends any visitor to the site's login is that page's answer: the
+    site is not cooled down for it (it was, BAN_MAX_TIMES times, each for a whole BAN_COOLDOWN,
+    before the pages after it were asked for)."""
+    pages: dict[str, dict[str, Any]] = {
+        "/": {"links": ["/account", *(f"/p{n}" for n in range(8))]},
+        "/account": {"redirect": "/login?next=/account"},
+        "/login": {},
+        **{f"/p{n}": {"links": ["/account"]} for n in range(8)},
+    }
+    graph.admin("graph", {"pages": pages})
+    home = f"http://graph.test:{urlsplit(graph.url).port}/"
+    redis_client.lpush("links:start_urls", home)
+    settings = links_settings(LINKS_SITEMAPS=False, BAN_COOLDOWN=600, POLITENESS_RATE=10)
+    result = crawl("links", settings=settings, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = graph.admin("graph")["log"]
+    asked = {entry["path"] for entry in log}
+    assert asked >= {"/", "/account", "/login", *(f"/p{n}" for n in range(8))}
+    # Measured at the site: every page asked for within seconds, none a cool-down later.
+    assert max(entry["came"] for entry in log) - min(entry["came"] for entry in log) < 30
+    assert "Ban (" not in result.stderr
+    assert redis_client.llen("{links}:dead") == 0

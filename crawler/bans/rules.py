@@ -58,10 +58,14 @@ Rule = Callable[[Page], Verdict | None]
 # "?q=login") may hold any word.
 CHALLENGE_HOSTS = frozenset({"sec.douban.com", "validate.perfdrive.com"})
 CHALLENGE_PATH = re.compile(
-    r"/(sorry|captcha|challenge|verify|login|signin|blocked|distil_r_captcha)(?=[/.]|$)"
+    r"/(sorry|captcha|challenge|verify|blocked|distil_r_captcha)(?=[/.]|$)"
     r"|^/sec/a/?$|^/cdn-cgi/challenge-platform/",
     re.IGNORECASE,
 )
+# A login page: where a ban of a site that wants its visitors signed in sends them, and where
+# a whole site's members-only pages send any visitor (a spider crawling whole sites leaves the
+# rule out: ``login_redirect``).
+LOGIN_PATH = re.compile(r"/(login|signin)(?=[/.]|$)", re.IGNORECASE)
 # Cloudflare's challenge page loads its script from the challenge platform; normal pages of
 # sites with bot detection load ``/cdn-cgi/challenge-platform/scripts/jsd/...`` too.
 CLOUDFLARE_CHALLENGE_SCRIPT = re.compile(r"/cdn-cgi/challenge-platform/(?!(h/\w+/)?scripts/)")
@@ -173,13 +177,23 @@ def forbidden(page: Page) -> Verdict | None:
 
 
 def challenge_redirect(page: Page) -> Verdict | None:
-    """A redirect to a captcha/login/sorry page, or having landed on one by a redirect (a
-    site's own login page, asked for as such, is a page like any other)."""
+    """A redirect to a captcha/sorry/verify page, or having landed on one by a redirect (a
+    site's own verify page, asked for as such, is a page like any other)."""
+    return _redirected_to(page, _challenge_url)
+
+
+def login_redirect(page: Page) -> Verdict | None:
+    """A redirect to a login page, or having landed on one by a redirect, as for
+    :func:`challenge_redirect`."""
+    return _redirected_to(page, _login_url)
+
+
+def _redirected_to(page: Page, challenge: Callable[[str], bool]) -> Verdict | None:
     location = page.header("location")
     target = urljoin(page.url, location) if 300 <= page.status < 400 and location else ""
-    if target and _challenge_url(target) and not same_page(page.url, target):
+    if target and challenge(target) and not same_page(page.url, target):
         return Verdict(BAN, "challenge_redirect")  # not a page's own /login/ or https
-    if page.status in (200, 403, 429, 503) and page.redirected and _challenge_url(page.url):
+    if page.status in (200, 403, 429, 503) and page.redirected and challenge(page.url):
         return Verdict(BAN, "challenge_page")
     return None
 
@@ -213,7 +227,9 @@ def _own_redirect(page: Page, scripts: str) -> bool:
         return False  # a target computed, not written out
     own = urlsplit(page.url).hostname
     urls = [urljoin(page.url, target) for target in targets]
-    return all(urlsplit(u).hostname == own and not _challenge_url(u) for u in urls)
+    return all(
+        urlsplit(u).hostname == own and not (_challenge_url(u) or _login_url(u)) for u in urls
+    )
 
 
 def json_error(page: Page) -> Verdict | None:
@@ -247,7 +263,7 @@ PROTECTION_RULES: tuple[Rule, ...] = (
 DEFAULT_RULES: tuple[Rule, ...] = (
     *PROTECTION_RULES,
     too_many_requests,
-    *(forbidden, challenge_redirect),
+    *(forbidden, challenge_redirect, login_redirect),
     *(empty_body, javascript_redirect, json_error),
 )
 
@@ -261,13 +277,17 @@ def classify(page: Page, rules: Iterable[Rule] = DEFAULT_RULES) -> Verdict:
 
 
 def same_page(url: str, other: str) -> bool:
-    """Whether two URLs name one page but for the scheme and a trailing slash (``/login`` and
-    ``https://.../login/``)."""
+    """Whether two URLs name one page but for the scheme, a trailing slash and the case of
+    the path (``/Login`` and ``https://.../login/``)."""
     one, two = urlsplit(url.strip()), urlsplit(other.strip())
     same_host = (one.hostname or "") == (two.hostname or "")
-    return same_host and one.path.rstrip("/") == two.path.rstrip("/")
+    return same_host and one.path.rstrip("/").casefold() == two.path.rstrip("/").casefold()
 
 
 def _challenge_url(url: str) -> bool:
     parts = urlsplit(url.strip())
     return parts.hostname in CHALLENGE_HOSTS or bool(CHALLENGE_PATH.search(parts.path))
+
+
+def _login_url(url: str) -> bool:
+    return bool(LOGIN_PATH.search(urlsplit(url.strip()).path))
