@@ -339,6 +339,29 @@ def test_fleet_launch_by_deadline_and_autoscale_toward_the_workers_wanted(
     assert _ids(env, settings) == set()
 
 
+def test_fleet_launch_by_deadline_launches_at_most_the_most_workers_allowed(
+    crawl: Crawl, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """72,000 pages in a minute at 10 pages per worker-second (none measured yet) would take
+    120 workers: ``--max 3`` (or AUTOSCALE_MAX_WORKERS) launches 3, and says the deadline
+    cannot be met with them."""
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    env = {**crawl.env(), **aws_env}
+    settings = {"FLEET_NAME": f"most-{tmp_path.name[-12:]}", "POLITENESS_RATE": "0"}
+    deadline = ["--deadline", "60s", "--pages", "72000", "--ami", ami, "--json"]
+    capped = _fleet(env, "launch", "profiles", *deadline, "--max", "3", settings=settings)
+    assert len(_json(capped)) == 3
+    assert "workers     3" in capped.stderr
+    assert "the deadline cannot be met with 3 workers" in capped.stderr
+    assert "it needs 120" in capped.stderr
+    assert len(_ids(env, settings)) == 3
+    settings = {**settings, "AUTOSCALE_MAX_WORKERS": "2"}
+    by_setting = _fleet(env, "launch", "profiles", *deadline, settings=settings)
+    assert len(_json(by_setting)) == 2
+    assert len(_ids(env, settings)) == 5
+
+
 def _running(ec2: Any, fleet: str) -> set[str]:
     """The ids of the fleet's instances not terminated."""
     found = ec2.describe_instances(
