@@ -17,10 +17,12 @@ import redis
 from scrapy.settings import Settings
 
 from crawler.aws.config import FleetConfig
-from crawler.aws.instances import FLEET_TAG
+from crawler.aws.engine import Ec2Workers
+from crawler.aws.instances import FLEET_TAG, Fleet
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.config.table import ON_THE_WORKER, RULES
+from crawler.fleet.measure import beats_by_host
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, on_free_port, poll, scrapy
@@ -360,6 +362,35 @@ def test_fleet_launch_by_deadline_launches_at_most_the_most_workers_allowed(
     by_setting = _fleet(env, "launch", "profiles", *deadline, settings=settings)
     assert len(_json(by_setting)) == 2
     assert len(_ids(env, settings)) == 5
+
+
+def _project_settings(**values: str) -> Settings:
+    settings = Settings()
+    settings.setmodule("crawler.settings", priority="project")
+    settings.setdict(values, priority="cmdline")
+    return settings
+
+
+def test_an_instance_whose_heartbeat_names_its_host_in_full_is_not_idle(
+    redis_client: redis.Redis, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Amazon Linux 2023 names a host ``ip-10-0-1-5.ec2.internal`` (resource-based naming
+    ``i-0abc.us-west-2.compute.internal``): a worker reporting pages under either makes its
+    instance busy, so it is not stopped first as idle."""
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    settings = _project_settings(
+        FLEET_NAME=f"names-{tmp_path.name[-12:]}", AWS_ENDPOINT_URL=aws_env["AWS_ENDPOINT_URL"]
+    )
+    fleet = Fleet(FleetConfig.from_settings(settings), client=ec2)
+    by_ip, by_id, silent = fleet.launch("profiles", 3, user_data="#!/bin/bash", ami=ami)
+    _beat(redis_client, "profiles", f"ip-{by_ip.private_ip.replace('.', '-')}.ec2.internal", 42.0)
+    _beat(redis_client, "profiles", f"{by_id.id}.us-west-2.compute.internal", 7.0)
+    engine = Ec2Workers(
+        fleet, "profiles", {}, lambda: beats_by_host(redis_client, settings, "profiles")
+    )
+    idle = {member.id: member.idle for member in engine.members()}
+    assert idle == {by_ip.id: False, by_id.id: False, silent.id: True}
 
 
 def _running(ec2: Any, fleet: str) -> set[str]:

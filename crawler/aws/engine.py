@@ -1,7 +1,9 @@
 """Workers as EC2 instances for ``scrapy fleet autoscale SPIDER`` (crawler/fleet/autoscaler.py):
 instances pending or running are the fleet; one is idle when no live heartbeat of its host
 reports pages in the last minute (a host is named after the instance's private address,
-``ip-10-0-1-5``, or its id); terminating one shuts it down, which sends its worker SIGTERM."""
+``ip-10-0-1-5``, or its id, and compared up to its first dot: Amazon Linux 2023 reports
+``ip-10-0-1-5.ec2.internal``, resource-based naming ``i-0abc.us-west-2.compute.internal``);
+terminating one shuts it down, which sends its worker SIGTERM."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ class Ec2Workers:
         self.rates = rates
 
     def members(self) -> list[Member]:
-        rates = self.rates()
+        rates = by_short_name(self.rates())
         return [
             Member(instance.id, _launched(instance), True, _idle(instance, rates))
             for instance in self.fleet.instances(self.spider)
@@ -60,6 +62,19 @@ class Ec2Workers:
 
     def stop(self, ids: list[str]) -> None:
         self.fleet.terminate(ids)
+
+
+def short_name(host: str) -> str:
+    """A host name up to its first dot: ``ip-10-0-1-5.ec2.internal`` is ``ip-10-0-1-5``."""
+    return host.split(".", 1)[0].lower()
+
+
+def by_short_name(rates: Mapping[str, float]) -> dict[str, float]:
+    """Pages per minute by heartbeat host, the hosts' names up to their first dot."""
+    short: dict[str, float] = {}
+    for host, rate in rates.items():
+        short[short_name(host)] = short.get(short_name(host), 0.0) + rate
+    return short
 
 
 def _idle(instance: Instance, rates: Mapping[str, float]) -> bool:
