@@ -19,9 +19,11 @@ from scrapy.settings import Settings
 from crawler.aws.config import FleetConfig
 from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import FLEET_TAG, Fleet
+from crawler.aws.report import report_banned
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.config.table import ON_THE_WORKER, RULES
+from crawler.connection import reply_text
 from crawler.fleet.measure import beats_by_host
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
@@ -386,11 +388,63 @@ def test_an_instance_whose_heartbeat_names_its_host_in_full_is_not_idle(
     by_ip, by_id, silent = fleet.launch("profiles", 3, user_data="#!/bin/bash", ami=ami)
     _beat(redis_client, "profiles", f"ip-{by_ip.private_ip.replace('.', '-')}.ec2.internal", 42.0)
     _beat(redis_client, "profiles", f"{by_id.id}.us-west-2.compute.internal", 7.0)
-    engine = Ec2Workers(
-        fleet, "profiles", {}, lambda: beats_by_host(redis_client, settings, "profiles")
-    )
+    rates = lambda: beats_by_host(redis_client, settings, "profiles")  # noqa: E731
+    engine = Ec2Workers(fleet, "profiles", {}, rates, redis_client, 900.0)
     idle = {member.id: member.idle for member in engine.members()}
     assert idle == {by_ip.id: False, by_id.id: False, silent.id: True}
+
+
+def test_autoscale_replaces_an_instance_whose_worker_quit(
+    crawl: Crawl, redis_client: redis.Redis, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An instance left up with no worker (banned and reported, or silent past
+    FLEET_WORKER_GRACE: a failed install, an exit status 2) is not a live member: it is
+    terminated at once, cool-down or not, and replaced while workers are wanted; one still
+    booting, or beating, or that beat within the grace, is kept."""
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    env = {**crawl.env(), **aws_env}
+    settings = {
+        "FLEET_NAME": f"gone-{tmp_path.name[-12:]}",
+        "AUTOSCALE_BACKLOG_SECONDS": "0.1",
+        "AUTOSCALE_WORKER_PACE": "10",
+    }
+
+    def look(grace: float) -> Any:
+        return _json(_fleet(env, "autoscale", "profiles", "--once", "--json", "--ami", ami,
+                            "--cooldown", "3600", settings={**settings,
+                            "FLEET_WORKER_GRACE": str(grace)}))  # fmt: skip
+
+    redis_client.lpush(
+        "profiles:start_urls", *(json.dumps({"unique_id": f"u{n}"}) for n in range(3))
+    )
+    first = look(3600)
+    assert (first["wanted"], first["running"], len(first["started"])) == (3, 0, 3)
+    live = {i["id"]: i for i in _json(_fleet(env, "list", "profiles", "--json", settings=settings))}
+    busy, banned, silent = sorted(live)
+    _beat(redis_client, "profiles", "ip-" + live[busy]["private_ip"].replace(".", "-"), 42.0)
+    report_banned(redis_client, "profiles", banned)
+
+    # The banned one goes at once; the silent one is still within its grace (booting).
+    replaced = look(3600)
+    assert replaced["gone"] == [banned]
+    assert (replaced["running"], len(replaced["started"]), replaced["stopped"]) == (2, 1, [])
+    (new,) = replaced["started"]
+    assert _ids(env, settings) == {busy, silent, new}
+    assert not redis_client.hexists("{profiles}:fleet:banned", banned)
+
+    # Past a (short) grace, every instance without a heartbeat is gone: the beating one stays.
+    silenced = look(0.001)
+    assert sorted(silenced["gone"]) == sorted([silent, new])
+    assert (silenced["running"], len(silenced["started"])) == (1, 2)
+    assert _ids(env, settings) == {busy, *silenced["started"]}
+
+    # A worker seen beating and now between two runs (no heartbeat) is kept within the grace.
+    redis_client.delete("{profiles}:workers")
+    kept = look(3600)
+    assert (kept["gone"], kept["started"], kept["stopped"]) == ([], [], [])
+    assert kept["running"] == 3
+    assert {reply_text(key) for key in redis_client.hkeys("{profiles}:fleet:seen")} == {busy}
 
 
 def _running(ec2: Any, fleet: str) -> set[str]:

@@ -171,7 +171,14 @@ class Command(ProjectCommand, ScrapyCommand):
         assert self.settings is not None
         settings, server = sizing_settings(self.settings, spider, opts), self.redis()
         launch = self._launch_options(fleet, spider, opts)
-        engine = Ec2Workers(fleet, spider, launch, lambda: beats_by_host(server, settings, spider))
+        engine = Ec2Workers(
+            fleet,
+            spider,
+            launch,
+            lambda: beats_by_host(server, settings, spider),
+            server,
+            fleet.config.worker_grace,
+        )
         if not autoscale(engine, server, settings, spider, opts):
             self.exitcode = 1
 

@@ -191,8 +191,9 @@ def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
         print(json.dumps(line), flush=True)
         return
     parts = []
-    if step is not None and (step.started or step.stopped):
+    if step is not None and (step.started or step.stopped or step.gone):
         parts.append(f"wanted {step.wanted}, running {step.running}")
+        parts += [f"worker gone, stopped {', '.join(step.gone)}"] if step.gone else []
         parts += [f"started {len(step.started)}"] if step.started else []
         parts += [f"stopped {', '.join(step.stopped)}"] if step.stopped else []
     if exited:
