@@ -172,7 +172,7 @@ def by_deadline(server: redis.Redis, env: dict[str, str], sandbox: str, args: An
     sizing = fleet_sizing(server, settings, "profiles")
     deadline = args.pages / (2 * pace)
     chosen = plan(args.pages, deadline, sizing)
-    print("\n".join(f"  {line}" for line in explain(chosen, 8)))
+    print("\n".join(f"  {line}" for line in explain(chosen)))
     took, worker_seconds = _run(chosen.workers, command, env, logs / "run")
     least = args.pages / pace
     print(f"by a deadline: {args.pages:,} pages, pace {pace:.1f} pages per worker-second "

@@ -76,6 +76,12 @@ def banned_key(spider: str) -> str:
     return tagged(spider, "fleet:banned")
 
 
+def seen_key(spider: str) -> str:
+    """The hash of instance ids of ``spider`` -> when ``scrapy fleet autoscale`` last saw a live
+    heartbeat of their worker (Unix time), so a worker that quit is told from one restarting."""
+    return tagged(spider, "fleet:seen")
+
+
 def autoscaled_key(spider: str) -> str:
     """When ``scrapy fleet autoscale`` last grew or shrank the spider's fleet (Unix time), so a
     cool-down holds across one-step runs (``--once`` from cron)."""

@@ -18,10 +18,14 @@ import redis
 from scrapy.settings import Settings
 
 from crawler.aws.config import FleetConfig
-from crawler.aws.instances import FLEET_TAG
+from crawler.aws.engine import Ec2Workers
+from crawler.aws.instances import FLEET_TAG, Fleet
+from crawler.aws.report import report_banned
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.config.table import ON_THE_WORKER, RULES
+from crawler.connection import reply_text
+from crawler.fleet.measure import beats_by_host
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, background, on_free_port, poll, scrapy
@@ -378,6 +382,110 @@ def test_fleet_launch_by_deadline_and_autoscale_toward_the_workers_wanted(
                         "--cooldown", "0", settings=settings))  # fmt: skip
     assert (done["wanted"], done["stopped"]) == (0, [busy])
     assert _ids(env, settings) == set()
+
+
+def test_fleet_launch_by_deadline_launches_at_most_the_most_workers_allowed(
+    crawl: Crawl, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """72,000 pages in a minute at 10 pages per worker-second (none measured yet) would take
+    120 workers: ``--max 3`` (or AUTOSCALE_MAX_WORKERS) launches 3, and says the deadline
+    cannot be met with them."""
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    env = {**crawl.env(), **aws_env}
+    settings = {"FLEET_NAME": f"most-{tmp_path.name[-12:]}", "POLITENESS_RATE": "0"}
+    deadline = ["--deadline", "60s", "--pages", "72000", "--ami", ami, "--json"]
+    capped = _fleet(env, "launch", "profiles", *deadline, "--max", "3", settings=settings)
+    assert len(_json(capped)) == 3
+    assert "workers     3" in capped.stderr
+    assert "the deadline cannot be met with 3 workers" in capped.stderr
+    assert "it needs 120" in capped.stderr
+    assert len(_ids(env, settings)) == 3
+    settings = {**settings, "AUTOSCALE_MAX_WORKERS": "2"}
+    by_setting = _fleet(env, "launch", "profiles", *deadline, settings=settings)
+    assert len(_json(by_setting)) == 2
+    assert len(_ids(env, settings)) == 5
+
+
+def _project_settings(**values: str) -> Settings:
+    settings = Settings()
+    settings.setmodule("crawler.settings", priority="project")
+    settings.setdict(values, priority="cmdline")
+    return settings
+
+
+def test_an_instance_whose_heartbeat_names_its_host_in_full_is_not_idle(
+    redis_client: redis.Redis, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Amazon Linux 2023 names a host ``ip-10-0-1-5.ec2.internal`` (resource-based naming
+    ``i-0abc.us-west-2.compute.internal``): a worker reporting pages under either makes its
+    instance busy, so it is not stopped first as idle."""
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    settings = _project_settings(
+        FLEET_NAME=f"names-{tmp_path.name[-12:]}", AWS_ENDPOINT_URL=aws_env["AWS_ENDPOINT_URL"]
+    )
+    fleet = Fleet(FleetConfig.from_settings(settings), client=ec2)
+    by_ip, by_id, silent = fleet.launch("profiles", 3, user_data="#!/bin/bash", ami=ami)
+    _beat(redis_client, "profiles", f"ip-{by_ip.private_ip.replace('.', '-')}.ec2.internal", 42.0)
+    _beat(redis_client, "profiles", f"{by_id.id}.us-west-2.compute.internal", 7.0)
+    rates = lambda: beats_by_host(redis_client, settings, "profiles")  # noqa: E731
+    engine = Ec2Workers(fleet, "profiles", {}, rates, redis_client, 900.0)
+    idle = {member.id: member.idle for member in engine.members()}
+    assert idle == {by_ip.id: False, by_id.id: False, silent.id: True}
+
+
+def test_autoscale_replaces_an_instance_whose_worker_quit(
+    crawl: Crawl, redis_client: redis.Redis, aws_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An instance left up with no worker (banned and reported, or silent past
+    FLEET_WORKER_GRACE: a failed install, an exit status 2) is not a live member: it is
+    terminated at once, cool-down or not, and replaced while workers are wanted; one still
+    booting, or beating, or that beat within the grace, is kept."""
+    ec2 = _client(aws_env, "ec2")
+    ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    env = {**crawl.env(), **aws_env}
+    settings = {
+        "FLEET_NAME": f"gone-{tmp_path.name[-12:]}",
+        "AUTOSCALE_BACKLOG_SECONDS": "0.1",
+        "AUTOSCALE_WORKER_PACE": "10",
+    }
+
+    def look(grace: float) -> Any:
+        return _json(_fleet(env, "autoscale", "profiles", "--once", "--json", "--ami", ami,
+                            "--cooldown", "3600", settings={**settings,
+                            "FLEET_WORKER_GRACE": str(grace)}))  # fmt: skip
+
+    redis_client.lpush(
+        "profiles:start_urls", *(json.dumps({"unique_id": f"u{n}"}) for n in range(3))
+    )
+    first = look(3600)
+    assert (first["wanted"], first["running"], len(first["started"])) == (3, 0, 3)
+    live = {i["id"]: i for i in _json(_fleet(env, "list", "profiles", "--json", settings=settings))}
+    busy, banned, silent = sorted(live)
+    _beat(redis_client, "profiles", "ip-" + live[busy]["private_ip"].replace(".", "-"), 42.0)
+    report_banned(redis_client, "profiles", banned)
+
+    # The banned one goes at once; the silent one is still within its grace (booting).
+    replaced = look(3600)
+    assert replaced["gone"] == [banned]
+    assert (replaced["running"], len(replaced["started"]), replaced["stopped"]) == (2, 1, [])
+    (new,) = replaced["started"]
+    assert _ids(env, settings) == {busy, silent, new}
+    assert not redis_client.hexists("{profiles}:fleet:banned", banned)
+
+    # Past a (short) grace, every instance without a heartbeat is gone: the beating one stays.
+    silenced = look(0.001)
+    assert sorted(silenced["gone"]) == sorted([silent, new])
+    assert (silenced["running"], len(silenced["started"])) == (1, 2)
+    assert _ids(env, settings) == {busy, *silenced["started"]}
+
+    # A worker seen beating and now between two runs (no heartbeat) is kept within the grace.
+    redis_client.delete("{profiles}:workers")
+    kept = look(3600)
+    assert (kept["gone"], kept["started"], kept["stopped"]) == ([], [], [])
+    assert kept["running"] == 3
+    assert {reply_text(key) for key in redis_client.hkeys("{profiles}:fleet:seen")} == {busy}
 
 
 def _running(ec2: Any, fleet: str) -> set[str]:

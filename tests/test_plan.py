@@ -41,7 +41,7 @@ def test_unthrottled_work_takes_as_many_workers_as_the_pace_asks() -> None:
     chosen = plan(72_000, 3600, _sizing(hosts, 72_000))
     assert (chosen.workers, chosen.by_pace, chosen.reachable) == (2, 2, True)
     assert chosen.finish == pytest.approx(3600)
-    assert "by pace     ceil(20.00 / 10.00) = 2 workers" in explain(chosen, 8)
+    assert "by pace     ceil(20.00 / 10.00) = 2 workers" in explain(chosen)
 
 
 def test_a_politeness_bound_crawl_gets_one_worker_and_a_warning() -> None:
@@ -52,15 +52,32 @@ def test_a_politeness_bound_crawl_gets_one_worker_and_a_warning() -> None:
     assert chosen.workers == 1
     assert not chosen.reachable
     assert chosen.finish == pytest.approx(20_000)
-    lines = explain(chosen, 8)
+    lines = explain(chosen)
     assert any(line.startswith("WARNING     the deadline is unreachable") for line in lines)
 
 
 def test_the_ceiling_caps_the_workers_the_pace_would_ask() -> None:
     hosts = tuple(HostDemand(f"h{n}", 100, rate=2.0, spare=1) for n in range(10))  # 20/s
-    chosen = plan(1_000_000, 3600, _sizing(hosts, 1_000_000, pace=5.0))
-    assert (chosen.by_pace, chosen.workers) == (56, 4)
-    assert "WARNING     more than AUTOSCALE_MAX_WORKERS (8) workers" not in explain(chosen, 8)
+    chosen = plan(1_000_000, 3600, _sizing(hosts, 1_000_000, pace=5.0), max_workers=8)
+    assert (chosen.by_pace, chosen.needed, chosen.workers, chosen.capped) == (56, 4, 4, False)
+    assert not any("cannot be met" in line for line in explain(chosen))
+
+
+def test_the_most_workers_allowed_cap_the_plan_and_say_what_the_deadline_needs() -> None:
+    """1,000,000 pages in a minute at 10 pages per worker-second need 1,667 workers: with at
+    most 8 the plan gives 8, and says the deadline cannot be met with them."""
+    hosts = tuple(HostDemand(f"h{n}", 10) for n in range(100))
+    chosen = plan(1_000_000, 60, _sizing(hosts, 1_000_000), max_workers=8)
+    assert (chosen.by_pace, chosen.needed, chosen.workers) == (1667, 1667, 8)
+    assert chosen.capped
+    assert not chosen.reachable
+    assert chosen.finish == pytest.approx(1_000_000 / 80)
+    warnings = [line for line in explain(chosen) if line.startswith("WARNING")]
+    assert warnings == [
+        "WARNING     the deadline cannot be met with 8 workers (AUTOSCALE_MAX_WORKERS, --max): "
+        "it needs 1667; 1,000,000 pages take 3.47 h with 8"
+    ]
+    assert json.loads(json.dumps(chosen.to_json()))["workers"] == 8
 
 
 def _fleet(crawl: Crawl, *args: str) -> subprocess.CompletedProcess[str]:

@@ -37,6 +37,7 @@ class FleetConfig:
     crawl_settings: dict[str, str]
     endpoint_url: str | None
     mongo_database: str
+    worker_grace: float = 900.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FleetConfig:
@@ -59,6 +60,7 @@ class FleetConfig:
             crawl_settings={str(k): _setting_text(v) for k, v in crawl_settings.items()},
             endpoint_url=settings.get("AWS_ENDPOINT_URL") or None,
             mongo_database=str(settings.get("MONGO_DATABASE") or "crawler"),
+            worker_grace=setting(settings, "FLEET_WORKER_GRACE") or 900.0,
         )
 
     def check_crawl_settings(self) -> None:

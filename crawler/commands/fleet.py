@@ -171,20 +171,27 @@ class Command(ProjectCommand, ScrapyCommand):
         assert self.settings is not None
         settings, server = sizing_settings(self.settings, spider, opts), self.redis()
         launch = self._launch_options(fleet, spider, opts)
-        engine = Ec2Workers(fleet, spider, launch, lambda: beats_by_host(server, settings, spider))
+        engine = Ec2Workers(
+            fleet,
+            spider,
+            launch,
+            lambda: beats_by_host(server, settings, spider),
+            server,
+            fleet.config.worker_grace,
+        )
         if not autoscale(engine, server, settings, spider, opts):
             self.exitcode = 1
 
     def _planned_count(self, spider: str, opts: argparse.Namespace) -> int:
-        """The workers ``scrapy fleet plan`` gives for ``--deadline`` (its arithmetic shown on
-        stderr)."""
+        """The workers ``scrapy fleet plan`` gives for ``--deadline``, never more than
+        AUTOSCALE_MAX_WORKERS (``--max``; its arithmetic shown on stderr)."""
         if opts.count is not None:
             raise UsageError("give --count or --deadline, not both")
         assert self.settings is not None
         settings = sizing_settings(self.settings, spider, opts)
-        chosen = planned(fleet_sizing(self.redis(), settings, spider), opts, spider)
         max_workers = SizingConfig.from_settings(settings).max_workers
-        print("\n".join(explain(chosen, max_workers)), file=sys.stderr)
+        chosen = planned(fleet_sizing(self.redis(), settings, spider), opts, spider, max_workers)
+        print("\n".join(explain(chosen)), file=sys.stderr)
         return chosen.workers
 
     def _rotate(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:

@@ -165,11 +165,17 @@ def integer(low: int | None = None, high: int | None = None, *, optional: bool =
 
 
 def number(
-    low: float | None = None, high: float | None = None, *, above: bool = False, below: bool = False
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    above: bool = False,
+    below: bool = False,
+    optional: bool = False,
 ) -> Rule:
     """A finite number; ``above``/``below`` exclude the bound itself."""
     bounds = _bounds(low, high, above, below)
-    return Rule(f"a number {bounds}".strip(), within(as_float, low, high, above, below))
+    parse = within(as_float, low, high, above, below)
+    return Rule(f"a number {bounds}".strip(), parse, optional)
 
 
 def flag(*, optional: bool = False) -> Rule:

@@ -1,9 +1,11 @@
 """One rule for every engine: start workers at once when more are wanted, stop the surplus only
 once AUTOSCALE_COOLDOWN has passed since the fleet last changed, and only beyond the most
 workers wanted over that long (a dip of the estimate, or a pause of the crawl, shorter than the
-cool-down stops none), idle workers first, then the newest. A worker is told to go with SIGTERM
-(or its instance's shutdown): it stops taking work, releases what it holds, flushes its items
-and exits 0 (docs/scaling.md, "An elastic fleet").
+cool-down stops none), idle workers first, then the newest; a member whose worker quit (an EC2
+instance left up, ``gone``) is stopped at once and not counted, so it is replaced when workers
+are wanted. A worker is told to go with SIGTERM (or its instance's shutdown): it stops taking
+work, releases what it holds, flushes its items and exits 0 (docs/scaling.md, "An elastic
+fleet").
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Member:
     started: float  # Unix time
     up: bool = True  # whether it may be told to go now (a booting process may not)
     idle: bool = False  # whether it fetched nothing since the last look
+    gone: bool = False  # whether its worker quit (its machine left up): stopped at once
 
 
 class Engine(Protocol):
@@ -33,7 +36,7 @@ class Engine(Protocol):
     def errors(self) -> tuple[type[Exception], ...]: ...
 
     def members(self) -> list[Member]:
-        """The workers running and not told to go."""
+        """The workers running and not told to go (and those whose worker quit, ``gone``)."""
 
     def start(self, count: int) -> list[str]:
         """Start ``count`` workers; their ids."""
@@ -51,6 +54,7 @@ class Step:
     running: int
     started: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # whose worker quit: stopped, not counted
     waiting: float = 0.0  # seconds of cool-down left before the surplus may go
 
     def to_json(self) -> dict[str, Any]:
@@ -110,7 +114,11 @@ class Autoscaler:
         return max(wanted for _, wanted in self.looks)
 
     def _move(self, target: int, kept: int, members: list[Member], now: float) -> Step:
-        step = Step(time.time(), target, len(members))
+        gone = [member.id for member in members if member.gone]
+        members = [member for member in members if not member.gone]
+        step = Step(time.time(), target, len(members), gone=gone)
+        if gone:  # no work is lost: their workers quit; the cool-down is not restarted
+            self.engine.stop(gone)
         if target > len(members):
             step.started = self.engine.start(target - len(members))
             self.changed = now

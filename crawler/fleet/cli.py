@@ -78,17 +78,17 @@ def print_plan(server: RedisClient, settings: BaseSettings, spider: str, opts: A
     sizing = fleet_sizing(server, settings, spider)
     if not sizing.measured and opts.calibrate > 0:
         sizing = calibrated(server, settings, spider, opts)
-    chosen = planned(sizing, opts, spider)
-    config = SizingConfig.from_settings(settings)
+    chosen = planned(sizing, opts, spider, SizingConfig.from_settings(settings).max_workers)
     if opts.json:
         print(json.dumps({"spider": spider, **chosen.to_json()}))
     else:
         print(f"{spider}: workers to finish by the deadline")
-        print("\n".join(f"  {line}" for line in explain(chosen, config.max_workers)))
+        print("\n".join(f"  {line}" for line in explain(chosen)))
 
 
-def planned(sizing: Sizing, opts: Any, spider: str) -> Plan:
-    """The plan for ``--pages`` (or the frontier's work) by ``--deadline``."""
+def planned(sizing: Sizing, opts: Any, spider: str, max_workers: int) -> Plan:
+    """The plan for ``--pages`` (or the frontier's work) by ``--deadline``, with
+    ``max_workers`` at most (AUTOSCALE_MAX_WORKERS, ``--max``)."""
     try:
         deadline = parse_duration(opts.deadline or "")
     except ValueError as exc:
@@ -98,7 +98,7 @@ def planned(sizing: Sizing, opts: Any, spider: str) -> Plan:
     pages = opts.pages if opts.pages is not None else sizing.work
     if pages < 1:
         raise UsageError(f"{spider} has no work left: give --pages N")
-    return plan(pages, deadline, sizing)
+    return plan(pages, deadline, sizing, max_workers)
 
 
 def calibrated(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> Sizing:
@@ -191,8 +191,9 @@ def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
         print(json.dumps(line), flush=True)
         return
     parts = []
-    if step is not None and (step.started or step.stopped):
+    if step is not None and (step.started or step.stopped or step.gone):
         parts.append(f"wanted {step.wanted}, running {step.running}")
+        parts += [f"worker gone, stopped {', '.join(step.gone)}"] if step.gone else []
         parts += [f"started {len(step.started)}"] if step.started else []
         parts += [f"stopped {', '.join(step.stopped)}"] if step.stopped else []
     if exited:

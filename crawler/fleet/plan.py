@@ -1,10 +1,12 @@
 """``scrapy fleet plan``: the workers a crawl needs to finish by a deadline, from the measured
-pace, capped by the politeness ceiling (the sites' allowed rates), with the arithmetic shown.
+pace, capped by the politeness ceiling (the sites' allowed rates) and by the most workers allowed
+(AUTOSCALE_MAX_WORKERS, ``--max``), with the arithmetic shown.
 
-    pages P, deadline D, pace p pages per worker-second, ceiling C requests/s
+    pages P, deadline D, pace p pages per worker-second, ceiling C requests/s, most M workers
     needed rate   r = P / D
-    workers       w = ceil(r / p), at most ceil(C / p) (more would wait for the sites)
-    finish        P / min(w x p, C): later than D when r > C (the deadline is unreachable)
+    needed        n = ceil(r / p), at most ceil(C / p) (more would wait for the sites)
+    workers       w = min(n, M)
+    finish        P / min(w x p, C): later than D when r > C or n > M (the deadline is unreachable)
 
 The ceiling is the one of the gauges with the work spread over the deadline: per host the
 lesser of its rate and its share of P over D.
@@ -47,29 +49,41 @@ class Plan:
     pace: float
     measured: bool
     ceiling: float | None  # None: no queued work to read the sites' rates from
-    workers: int
+    workers: int  # never more than ``max_workers``
     by_pace: int  # workers the pace alone asks for
     finish: float  # seconds the crawl takes with ``workers``
+    needed: int  # workers the deadline asks for within the ceiling, before ``max_workers``
+    max_workers: int | None  # the most workers allowed (None: no cap)
 
     @property
     def reachable(self) -> bool:
         return self.finish <= self.deadline * (1 + 1e-9)
 
+    @property
+    def capped(self) -> bool:
+        """Whether the deadline asks for more workers than ``max_workers``."""
+        return self.workers < self.needed
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "reachable": self.reachable}
+        return {**self.__dict__, "reachable": self.reachable, "capped": self.capped}
 
 
-def plan(pages: int, deadline: float, sizing: Sizing) -> Plan:
-    """The plan for ``pages`` by ``deadline`` from ``sizing`` (its pace and its queue's hosts)."""
+def plan(pages: int, deadline: float, sizing: Sizing, max_workers: int | None = None) -> Plan:
+    """The plan for ``pages`` by ``deadline`` from ``sizing`` (its pace and its queue's hosts),
+    with ``max_workers`` at most."""
     pace = sizing.pace
     by_pace = max(1, math.ceil(pages / deadline / pace - 1e-9)) if pages else 0
     ceiling = _ceiling(pages, deadline, sizing)
-    workers = by_pace
+    needed = by_pace
     if ceiling is not None and pages:
-        workers = min(by_pace, max(1, math.ceil(ceiling / pace - 1e-9)))
+        needed = min(by_pace, max(1, math.ceil(ceiling / pace - 1e-9)))
+    workers = needed if max_workers is None else min(needed, max_workers)
     rate = workers * pace if ceiling is None else min(workers * pace, ceiling)
     finish = pages / rate if pages else 0.0
-    return Plan(pages, deadline, pace, sizing.measured, ceiling, workers, by_pace, finish)
+    return Plan(
+        pages, deadline, pace, sizing.measured, ceiling, workers, by_pace, finish, needed,
+        max_workers,
+    )  # fmt: skip
 
 
 def _ceiling(pages: int, deadline: float, sizing: Sizing) -> float | None:
@@ -79,7 +93,7 @@ def _ceiling(pages: int, deadline: float, sizing: Sizing) -> float | None:
     return demand.ceiling(deadline, pages / sizing.work)
 
 
-def explain(plan: Plan, max_workers: int) -> list[str]:
+def explain(plan: Plan) -> list[str]:
     """The plan's arithmetic, line by line, and its warnings."""
     hours = plan.deadline / 3600
     source = "measured" if plan.measured else "AUTOSCALE_WORKER_PACE, not measured yet"
@@ -100,13 +114,19 @@ def explain(plan: Plan, max_workers: int) -> list[str]:
             f"ceil({plan.ceiling:,.2f} / {plan.pace:,.2f}) = "
             f"{max(1, math.ceil(plan.ceiling / plan.pace - 1e-9))} workers"
         )
+    if plan.max_workers is not None:
+        lines.append(f"most        {plan.max_workers} workers (AUTOSCALE_MAX_WORKERS, --max)")
     lines.append(f"workers     {plan.workers}")
     lines.append(f"finish      {plan.finish:,.0f} s ({plan.finish / 3600:.2f} h)")
-    if not plan.reachable:
+    if plan.capped:
+        lines.append(
+            f"WARNING     the deadline cannot be met with {plan.workers} workers "
+            f"(AUTOSCALE_MAX_WORKERS, --max): it needs {plan.needed}; {plan.pages:,} pages take "
+            f"{plan.finish / 3600:.2f} h with {plan.workers}"
+        )
+    elif not plan.reachable:
         lines.append(
             f"WARNING     the deadline is unreachable at the sites' allowed rates: "
             f"{plan.pages:,} pages take at least {plan.finish / 3600:.2f} h"
         )
-    if plan.workers > max_workers:
-        lines.append(f"WARNING     more than AUTOSCALE_MAX_WORKERS ({max_workers}) workers")
     return lines
