@@ -324,11 +324,13 @@ def sizing_line(sizing: Mapping[str, Any] | None) -> list[str]:
         return []
     source = "measured" if sizing["pace_measured"] else "assumed"
     leased = f"{sizing['leased']:,} leased, " if sizing.get("leased") else ""
+    due = sizing.get("revisits_due")
+    revisits = f"{due:,} revisits due, " if due else ""
     paused = " (the crawl is paused)" if sizing.get("paused") else ""
     return [
         f"  sizing    {sizing['workers_wanted']} workers wanted{paused}: "
         f"{sizing['ready']:,.0f} ready, "
-        f"{leased}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
+        f"{leased}{revisits}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
         f"{sizing['pace_per_worker_second']:,.2f} pages per worker-second ({source})"
     ]
 
