@@ -26,6 +26,7 @@ from crawler.config.rules import SettingsError
 from crawler.config.table import ON_THE_WORKER, RULES
 from crawler.connection import reply_text
 from crawler.fleet.measure import beats_by_host
+from crawler.recrawl.store import Revisit, RevisitStore
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, background, on_free_port, poll, scrapy
@@ -261,6 +262,13 @@ def test_fleet_launch_list_rotate_and_scale_to_zero(
     waiting = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
     assert waiting == {"spider": "profiles", "pending": {"start": 1}, "terminated": []}
     redis_client.delete("profiles:start_urls")
+    # A revisit due: only a worker hands it to the frontier, so the fleet is not drained; one
+    # due later does not hold it.
+    revisits = RevisitStore(redis_client, "profiles")
+    revisits.add([Revisit("ab" * 16, time.time() - 5, '{"u": "https://site.example/"}')])
+    waiting = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
+    assert waiting == {"spider": "profiles", "pending": {"revisits_due": 1}, "terminated": []}
+    revisits.add([Revisit("ab" * 16, time.time() + 3600, '{"u": "https://site.example/"}')])
     drained = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
     assert sorted(drained["terminated"]) == sorted(profiles)
     assert drained["pending"] == {}

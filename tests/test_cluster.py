@@ -36,6 +36,7 @@ from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys, job_key
 from crawler.meta import JOB_META
+from crawler.recrawl.store import Revisit, RevisitStore
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import LocalCluster, start_cluster
@@ -192,6 +193,20 @@ def test_sizing_on_the_cluster(cluster_client: RedisCluster) -> None:
     pause_crawl(client, "profiles", "ops", "test")
     assert fleet_sizing(client, settings, "profiles").to_json()["paused"] is True
     assert fleet_sizing(client, settings, "profiles").wanted == 0
+
+
+def test_due_revisits_are_sized_on_the_cluster(cluster_client: RedisCluster) -> None:
+    """A spider that revisits wants a worker while a revisit is due, read in the sizing's round
+    trip beside the queue's head (the start list on another node)."""
+    settings = Settings()
+    settings.setmodule(project_settings)
+    settings.set("RECRAWL_ENABLED", True)
+    revisits = RevisitStore(cluster_client, "profiles")
+    revisits.add([Revisit("ab" * 16, time.time() + 3600, '{"u": "https://x/"}')])
+    assert fleet_sizing(cluster_client, settings, "profiles").wanted == 0
+    revisits.add([Revisit("cd" * 16, time.time() - 5, '{"u": "https://y/"}')])
+    sizing = fleet_sizing(cluster_client, settings, "profiles")
+    assert (sizing.wanted, sizing.revisits_due, sizing.work) == (1, 1, 0)
 
 
 def test_crawl_jobs_on_the_cluster(cluster_client: RedisCluster) -> None:

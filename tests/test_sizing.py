@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import replace
 from urllib.request import urlopen
 
@@ -20,14 +21,24 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.leases import ACK, RELEASE
 from crawler.frontier.pacing import Pacing
 from crawler.frontier.queue import Frontier, Pending
-from crawler.keys import FrontierKeys
+from crawler.keys import FleetKeys, FrontierKeys
 from crawler.observability.counters import Counters
 from crawler.observability.demand import Demand, HostDemand, entry_host, queue_demand, read_demand
 from crawler.observability.metrics import WorkerInfo, render
-from crawler.observability.publisher import FleetView
+from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.report import fleet_report, sizing_line
-from crawler.observability.sizing import Sizing, SizingConfig, leased_work, measured_pace, size
+from crawler.observability.sizing import (
+    Sizing,
+    SizingConfig,
+    SizingInputs,
+    leased_work,
+    measured_pace,
+    size,
+)
+from crawler.recrawl.store import Revisit, RevisitStore
 from crawler.spiders.domains import DomainsSpider
+from crawler.spiders.explore import ExploreSpider
+from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl, scrapy, status_page
 
 KEYS = FrontierKeys("sized", "sized:start_urls")
@@ -314,3 +325,71 @@ def test_the_fleet_shares_one_look_per_period(redis_client: redis.Redis) -> None
     assert look(60) == 10  # the last look is younger than 60 s: it answers
     assert look(0) == 20  # a fresh look (what the autoscaler asks for)
     assert look(60) == 20
+
+
+def _revisit(client: redis.Redis, spider: str, name: str, due: float) -> None:
+    record = json.dumps({"u": f"https://site.example/{name}", "c": "parse"})
+    RevisitStore(client, spider).add([Revisit(name * 16, due, record)])
+
+
+def test_a_due_revisit_wants_a_worker_and_a_later_one_none(redis_client: redis.Redis) -> None:
+    """Only a running worker hands due revisits to the frontier: a fleet scaled to zero comes
+    back for them (``scrapy status``, ``fleet autoscale`` and the exporter KEDA reads size it
+    so), not for revisits due later, nor for a spider that does not revisit."""
+    settings = Settings()
+    settings.setmodule(project_settings)
+    classes = {"profiles": ProfilesSpider, "explore": ExploreSpider}
+
+    def sizings() -> dict[str, dict[str, object]]:
+        report = fleet_report(redis_client, settings, classes)
+        return {name: status["sizing"] for name, status in report["spiders"].items()}
+
+    _revisit(redis_client, "profiles", "aa", time.time() + 3600)
+    _revisit(redis_client, "explore", "bb", time.time() - 5)
+    before = sizings()
+    assert before["profiles"]["workers_wanted"] == 0
+    assert before["explore"]["workers_wanted"] == 0  # explore never revisits: none moves them
+    _revisit(redis_client, "profiles", "cc", time.time() - 5)
+    after = sizings()["profiles"]
+    assert after["workers_wanted"] == 1
+    assert after["work_left"] == 0
+    assert (after["revisits_due"], before["profiles"]["revisits_due"]) == (1, 0)
+    assert "1 revisits due, " in sizing_line(after)[0]
+
+
+def test_a_workers_gauge_wants_a_worker_for_due_revisits(redis_client: redis.Redis) -> None:
+    """A worker's own crawler_workers_wanted (its publisher's look) counts them too."""
+    settings = Settings()
+    settings.setmodule(project_settings)
+    own = settings.copy()
+    ProfilesSpider.update_settings(own)
+    publisher = StatsPublisher(
+        redis_client,
+        FleetKeys.from_settings(own, "profiles"),
+        FrontierKeys("profiles", "profiles:start_urls"),
+        "none",
+        "w1",
+        30,
+        sizing=SizingInputs.from_settings(own),
+    )
+    _revisit(redis_client, "profiles", "aa", time.time() + 3600)
+    view = publisher.publish({}, {"pid": 1})
+    assert view.sizing is not None
+    assert view.sizing.wanted == 0
+    _revisit(redis_client, "profiles", "cc", time.time() - 5)
+    view = publisher.publish({}, {"pid": 1})
+    assert view.sizing is not None
+    assert view.sizing.wanted == 1
+    info = WorkerInfo("profiles", "w1", "host", 1, 0.0)
+    page = render(info, Counters.from_stats({}), view)
+    assert 'crawler_workers_wanted{spider="profiles"} 1.0' in page
+
+
+def test_status_serve_wants_a_worker_for_due_revisits(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """What KEDA's trigger reads with the spider scaled to zero and a revisit due."""
+    _revisit(redis_client, "profiles", "cc", time.time() - 5)
+    with status_page(crawl.env()) as url, urlopen(url + "metrics", timeout=30) as answer:
+        text = answer.read().decode()
+    assert 'crawler_workers_wanted{spider="profiles"} 1.0' in text

@@ -6,6 +6,7 @@ scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--am
 scrapy fleet list [SPIDER] [--json]
 scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
 scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
+                                       (no revisit due either)
 scrapy fleet plan profiles --deadline 4h [--pages N] [--calibrate 60]    workers needed by then
 scrapy fleet launch profiles --deadline 4h             launch as many as the plan says
 scrapy fleet autoscale profiles --local --max 8 [--min 2] [--cooldown 120] [--once]
@@ -37,6 +38,7 @@ from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.fleet.cli import (
     add_sizing_options,
@@ -50,6 +52,7 @@ from crawler.fleet.measure import beats_by_host, fleet_sizing
 from crawler.fleet.plan import explain
 from crawler.frontier.queue import WORK_LEFT
 from crawler.observability.sizing import SizingConfig
+from crawler.recrawl.store import RevisitStore
 
 if TYPE_CHECKING:
     import argparse
@@ -118,7 +121,7 @@ class Command(ProjectCommand, ScrapyCommand):
         elif action == "rotate":
             self._rotate(fleet, spider, opts)
         else:
-            self._scale_to_zero(fleet, spider, opts.json)
+            self._scale_to_zero(fleet, spider, opts)
 
     def _parse(self, args: list[str]) -> tuple[str, str | None]:
         if not args or args[0] not in ACTIONS:
@@ -226,9 +229,16 @@ class Command(ProjectCommand, ScrapyCommand):
         for old, new in zip(banned, replacements, strict=True):
             print(f"  {old.id} ({old.public_ip or '-'}) -> {new.id} ({new.public_ip or '-'})")
 
-    def _scale_to_zero(self, fleet: Fleet, spider: str, as_json: bool) -> None:
-        sizes = self.frontier(self.redis(), spider).sizes()
+    def _scale_to_zero(self, fleet: Fleet, spider: str, opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        server, as_json = self.redis(), opts.json
+        sizes = self.frontier(server, spider).sizes()
         pending = {name: sizes[name] for name in WORK_LEFT if sizes[name]}
+        # Due revisits wait for a worker to hand them to the frontier (of a spider that
+        # revisits: one that does not never would): not drained.
+        revisits = setting(sizing_settings(self.settings, spider, opts), "RECRAWL_ENABLED")
+        if revisits and (due := RevisitStore(server, spider).counts()["due"]):
+            pending["revisits_due"] = due
         terminated: list[str] = []
         if not pending:
             terminated = [instance.id for instance in fleet.instances(spider)]

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
 CLEAR_SCREEN = "\033[H\033[2J"
+# The longest refresh --watch takes, in seconds (a day: time.sleep refuses far longer ones).
+MAX_WATCH = 86_400
 
 
 class Command(ProjectCommand, ScrapyCommand):
@@ -60,9 +62,7 @@ class Command(ProjectCommand, ScrapyCommand):
         super().add_options(parser)
         keep_description_layout(parser)
         parser.add_argument("--json", action="store_true", help="print JSON")
-        parser.add_argument(
-            "--watch", type=float, default=0, metavar="SECONDS", help="refresh every SECONDS"
-        )
+        parser.add_argument("--watch", type=float, metavar="SECONDS", help="refresh every SECONDS")
         parser.add_argument(
             "--minutes", type=int, default=5, help="minutes the pace is measured over (1-60)"
         )
@@ -82,8 +82,8 @@ class Command(ProjectCommand, ScrapyCommand):
         spiders = self._spiders(args)
         if not 1 <= opts.minutes <= 60:
             raise UsageError("--minutes must be between 1 and 60")
-        if opts.watch < 0:
-            raise UsageError("--watch must be a positive number of seconds")
+        if opts.watch is not None and not 0 < opts.watch <= MAX_WATCH:  # nan: neither
+            raise UsageError(f"--watch takes a number of seconds above 0, at most {MAX_WATCH:,}")
         if opts.serve is not None and not 0 <= opts.serve <= 65535:
             raise UsageError("--serve takes a port (0-65535; 0 picks a free one)")
         server = self.redis()

@@ -10,7 +10,9 @@ spider reports the same values: take ``max by (spider, state)``.
 Counters (labels):
 
 - ``crawler_requests_total{spider}``: requests sent to the downloader.
-- ``crawler_responses_total{spider,status}``: responses received, by HTTP status.
+- ``crawler_responses_total{spider,status}``: responses received, by HTTP status; until the
+  worker's first response one sample ``status=""`` (no status) at 0, so the fleet's rate of
+  responses is 0, not absent, for a worker that gets none (the ``CrawlerStalled`` alert).
 - ``crawler_download_errors_total{spider}``: downloads that failed without a response.
 - ``crawler_items_scraped_total{spider}``: items that went through the item pipelines.
 - ``crawler_items_total{spider,collection}``: items written to MongoDB, by collection.
@@ -171,9 +173,11 @@ def _counters(spider: str, counters: Counters) -> Iterator[Metric]:
         family = _counter(name, documentation, ())
         family.add_metric([spider], value)
         yield family
+    # No response yet: a zero without a status, so a rate of responses is 0, not absent.
+    responses = counters.responses_by_status or {"": 0}
     labelled = (
         ("crawler_responses_total", "Responses received, by HTTP status.", "status",
-         counters.responses_by_status),
+         responses),
         ("crawler_items_total", "Items written to MongoDB, by collection.", "collection",
          counters.items_by_collection),
         ("crawler_bans_total", "Responses classified as bans, by ban rule.", "rule",

@@ -28,7 +28,6 @@ from crawler.frontier.queue import (
 from crawler.frontier.riders import first_error
 from crawler.keys import MINUTE_BUCKET_TTL, FleetKeys
 from crawler.observability.counters import numeric
-from crawler.observability.demand import queue_demand
 from crawler.observability.domain_stats import DomainNames, fold
 from crawler.observability.rates import bucket_rate
 from crawler.observability.sizing import BUSY_FIELD, BUSY_STAT, measured_pace
@@ -258,8 +257,7 @@ class StatsPublisher:
         for minute in minutes:
             pipe.hgetall(self.keys.minute(minute))
         if self.sizing is not None:
-            sizing = self.sizing
-            queue_demand(pipe, self.frontier, sizing.pacing, sizing.config.sample, sizing.fresh)
+            self.sizing.queue_look(pipe, self.frontier, self.sizing.fresh)
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
         sizes = read_sizes(results[: len(SIZE_NAMES)])

@@ -5,6 +5,7 @@ URLs, credential headers and proxies are masked."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -324,11 +325,13 @@ def sizing_line(sizing: Mapping[str, Any] | None) -> list[str]:
         return []
     source = "measured" if sizing["pace_measured"] else "assumed"
     leased = f"{sizing['leased']:,} leased, " if sizing.get("leased") else ""
+    due = sizing.get("revisits_due")
+    revisits = f"{due:,} revisits due, " if due else ""
     paused = " (the crawl is paused)" if sizing.get("paused") else ""
     return [
         f"  sizing    {sizing['workers_wanted']} workers wanted{paused}: "
         f"{sizing['ready']:,.0f} ready, "
-        f"{leased}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
+        f"{leased}{revisits}ceiling {sizing['ceiling_per_second']:,.2f} requests/s, pace "
         f"{sizing['pace_per_worker_second']:,.2f} pages per worker-second ({source})"
     ]
 
@@ -383,13 +386,25 @@ def _decode_stats(raw: Mapping[Any, Any]) -> dict[str, Any]:
 
 
 def _decode_worker(raw: Mapping[Any, Any]) -> dict[str, Any]:
-    beat: dict[str, Any] = {reply_text(name): reply_text(value) for name, value in raw.items()}
+    """A heartbeat hash as shown: its numbers read, those that are not finite numbers (written
+    by another tool, damaged) left out as if absent, never an error."""
+    beat: dict[str, Any] = {_text(name): _text(value) for name, value in raw.items()}
     beat.pop("seq", None)
     for name in (*WORKER_NUMBERS, *WORKER_RATES):
         if name in beat:
-            beat[name] = _number(beat[name])
-    beat["metrics_port"] = int(beat["metrics_port"]) if beat.get("metrics_port") else None
+            number = _number(beat[name])
+            if isinstance(number, str) or not math.isfinite(number):
+                del beat[name]
+            else:
+                beat[name] = number
+    port = beat.get("metrics_port")
+    beat["metrics_port"] = int(port) if port and port.isascii() and port.isdigit() else None
     return beat
+
+
+def _text(value: bytes | str) -> str:
+    """A reply as text, bytes that are not UTF-8 replaced (a heartbeat's fields are shown)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _number(text: str) -> int | float | str:

@@ -14,7 +14,13 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
   AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the leased work added, over as many
   seconds, or over the look-ahead of a paced pop when longer) over the pace
   (both rounded up); at least one while any work is left (queued, leased, delayed or start
-  entries); within AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS;
+  entries) or any revisit is due (``{spider}:revisit``, crawler/recrawl/store.py); within
+  AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS;
+- **revisits due**: only a running worker hands due revisits to the frontier, so while any is
+  due (RECRAWL_ENABLED) one worker is wanted: it moves them into the queue, RECRAWL_BATCH_SIZE
+  every RECRAWL_POLL_INTERVAL, and there they are sized as any queued work is, by their hosts'
+  rates (where they wait, nothing tells their hosts). They are not work that keeps a running
+  crawl open (``crawler.frontier.idle``): only what brings a fleet back;
 - **paused**: while the crawl is paused (``{spider}:paused``) no work may go: the workers
   wanted are AUTOSCALE_MIN_WORKERS, so an autoscaler lets the idle ones go (they give back
   what they hold) and starts them again once the crawl is resumed.
@@ -23,6 +29,7 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,12 +39,14 @@ from crawler.config.rules import SettingsError
 from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.queue import spider_frontier, work_left
 from crawler.observability.demand import queue_demand, read_demand
+from crawler.recrawl.store import queue_due_count
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from crawler.connection import RedisClient
     from crawler.frontier.pacing import Pacing
+    from crawler.keys import FrontierKeys
     from crawler.observability.demand import Demand
 
 # The minute bucket field of the worker-milliseconds busy (the stat a worker counts them in).
@@ -90,6 +99,7 @@ class Sizing:
     wanted: int
     leased: int = 0  # requests and start entries the workers hold
     paused: bool = False  # the crawl is paused: no work may go
+    revisits_due: int = 0  # revisits due in {spider}:revisit, not in the frontier yet
     demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +111,7 @@ class Sizing:
             "work_left": self.work,
             "leased": self.leased,
             "paused": self.paused,
+            "revisits_due": self.revisits_due,
             "workers_wanted": self.wanted,
         }
 
@@ -119,10 +130,12 @@ def size(
     config: SizingConfig,
     leased: int = 0,
     ahead: float = 0.0,
+    revisits_due: int = 0,
 ) -> Sizing:
     """The workers ``demand`` and the ``leased`` work ask for with ``work`` left at ``pace``
-    (None: not measured); the minimum while the crawl is paused. ``ahead``: the seconds a paced
-    pop leases turns ahead (``Pacing.ahead``; 0 unpaced)."""
+    (None: not measured), at least one while ``revisits_due`` are; the minimum while the crawl
+    is paused. ``ahead``: the seconds a paced pop leases turns ahead (``Pacing.ahead``; 0
+    unpaced)."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
     by_ready = _workers(ready + leased, per_worker * config.backlog_seconds)
@@ -130,12 +143,15 @@ def size(
     leased_rate = leased / max(config.backlog_seconds, ahead)
     by_ceiling = _workers(ceiling + leased_rate, per_worker)
     wanted = min(by_ready, by_ceiling)
-    if work > 0:
+    if work > 0 or revisits_due > 0:
         wanted = max(1, wanted)
     wanted = config.min_workers if demand.paused else max(config.min_workers, wanted)
     wanted = min(config.max_workers, wanted)
     measured = pace is not None
-    return Sizing(ready, ceiling, per_worker, measured, work, wanted, leased, demand.paused, demand)
+    paused = demand.paused
+    return Sizing(
+        ready, ceiling, per_worker, measured, work, wanted, leased, paused, revisits_due, demand
+    )
 
 
 def _workers(work: float, per_worker: float) -> int:
@@ -152,23 +168,35 @@ class SizingInputs:
     config: SizingConfig
     pacing: Pacing | None
     fresh: float = 0.0
+    revisits: bool = False  # RECRAWL_ENABLED: the spider's workers hand due revisits on
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> SizingInputs:
         lease = float(settings.getfloat("FRONTIER_LEASE_SECONDS"))
         fresh = float(setting(settings, "STATS_PUBLISH_INTERVAL"))
-        return cls(SizingConfig.from_settings(settings), fleet_pacing(settings, lease), fresh)
+        pacing, revisits = fleet_pacing(settings, lease), setting(settings, "RECRAWL_ENABLED")
+        return cls(SizingConfig.from_settings(settings), pacing, fresh, bool(revisits))
 
     def ahead(self) -> float:
         """The seconds a paced pop leases turns ahead; 0 unpaced."""
         return self.pacing.ahead if self.pacing is not None else 0.0
 
+    def queue_look(self, pipe: Any, keys: FrontierKeys, fresh: float = 0.0) -> None:
+        """Queue on ``pipe`` the look :meth:`size_from` reads: the queue's head and the pause
+        (:func:`queue_demand`, the fleet's last look while younger than ``fresh`` seconds) and
+        the revisits due now (of a spider that revisits: one that does not would never hand
+        them on)."""
+        queue_demand(pipe, keys, self.pacing, self.config.sample, fresh)
+        if self.revisits:
+            queue_due_count(pipe, keys.spider, time.time())
+
     def size_from(
         self, replies: list[Any], sizes: Mapping[str, int], work: int, pace: float | None
     ) -> Sizing:
-        """The sizing from the replies of :func:`queue_demand` and the frontier's ``sizes``."""
-        demand = read_demand(replies, sizes.get("start", 0), self.pacing)
-        return size(demand, work, pace, self.config, leased_work(demand, sizes), self.ahead())
+        """The sizing from the replies of :meth:`queue_look` and the frontier's ``sizes``."""
+        demand = read_demand(replies[:3], sizes.get("start", 0), self.pacing)
+        leased, due = leased_work(demand, sizes), int(replies[3]) if self.revisits else 0
+        return size(demand, work, pace, self.config, leased, self.ahead(), due)
 
 
 def read_sizing(
@@ -180,11 +208,12 @@ def read_sizing(
     per_entry: float = 1.0,
 ) -> Sizing:
     """The fleet's sizing now, for a command: the frontier's ``sizes`` and ``minutes`` of the
-    fleet's buckets read already, the queue's head and the pause in one more round trip."""
+    fleet's buckets read already, the queue's head, the pause and the revisits due in one more
+    round trip."""
     inputs = SizingInputs.from_settings(settings)
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
-    queue_demand(pipe, keys, inputs.pacing, inputs.config.sample)
+    inputs.queue_look(pipe, keys)
     return inputs.size_from(
         pipe.execute(), sizes, work_left(sizes, per_entry), measured_pace(minutes)
     )

@@ -165,6 +165,12 @@ class RevisitStore:
         return {reply_text(member): float(score) for member, score in raw}
 
 
+def queue_due_count(pipe: Any, spider: str, now: float) -> None:
+    """Queue on ``pipe`` how many of ``spider``'s waiting revisits are due at ``now`` (one
+    reply): what brings a fleet scaled to zero back (crawler/observability/sizing.py)."""
+    pipe.zcount(revisit_keys(spider)[0], "-inf", repr(now))
+
+
 def _add_args(revisits: Sequence[Revisit]) -> list[Any]:
     args: list[Any] = []
     for revisit in revisits:
