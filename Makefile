@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench services-up services-down clean chromium dnsmasq
+.PHONY: demo test lint typecheck unit bench services-up services-down clean chromium dnsmasq promtool
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ demo: $(STAMP) chromium
 # `make test` is `make lint`, `make typecheck` and `make unit`, with mypy run as the first of
 # unit's timed steps: the untimed tests start beside it at once (a failing mypy leaves the timed
 # tests out, and its status is make test's).
-test: lint chromium dnsmasq
+test: lint chromium dnsmasq promtool
 	$(BESIDE) $(BIN)/mypy --then $(TIMED) --idle $(UNTIMED)
 
 lint: $(STAMP)
@@ -54,7 +54,7 @@ BESIDE := $(BIN)/python -m devtools.beside --ok 5
 TIMED := $(PYTEST) -m "timed and alone" $(PYTEST_ARGS) \
 	--then $(PYTEST) -n $(TIMED_WORKERS) -m "timed and not alone" $(PYTEST_ARGS)
 UNTIMED := $(PYTEST) -n $(PYTEST_WORKERS) -m "not timed" $(PYTEST_ARGS)
-unit: $(STAMP) chromium dnsmasq
+unit: $(STAMP) chromium dnsmasq promtool
 	$(BESIDE) $(TIMED) --idle $(UNTIMED)
 
 bench: $(STAMP) chromium
@@ -67,6 +67,10 @@ chromium:
 # Debian's dnsmasq, the real DNS server the domains tests sweep through (apt-get when missing).
 dnsmasq:
 	scripts/ensure-dnsmasq.sh
+
+# Debian's promtool, which runs the alert rules' unit tests (apt-get when missing).
+promtool:
+	scripts/ensure-promtool.sh
 
 services-up: $(STAMP)
 	$(BIN)/python -m devtools.services up
