@@ -32,12 +32,12 @@ from crawler.frontier.job_control import (
     sweep_ended_jobs,
 )
 from crawler.frontier.jobs import JOB_TTL, InvalidJob, JobBook, check_job_id
-from crawler.frontier.leases import LEASE_META, LeaseLedger
-from crawler.frontier.outbox import adopted, settled_here
+from crawler.frontier.leases import ACK, ADOPT, LEASE_META, LeaseLedger
+from crawler.frontier.outbox import adopted
 from crawler.frontier.queue import Frontier, Pending
 from crawler.frontier.records import job_fingerprint
 from crawler.frontier.reports import FrontierReports
-from crawler.keys import FrontierKeys, cancelled_jobs_key, job_key, jobs_key
+from crawler.keys import FrontierKeys, cancelled_jobs_key, job_key, jobs_done_key, jobs_key
 from crawler.meta import JOB_META
 from crawler.middlewares import LeaseSpiderMiddleware
 from crawler.spiders.entry_job import entry_job
@@ -625,13 +625,21 @@ def test_close_spider_raised_by_a_callback_acks_its_page(monkeypatch: pytest.Mon
     assert ledger.ops == [("a", "l1", "")]
 
 
-def test_a_kept_request_of_a_job_acked_before_it_was_written_is_still_settled() -> None:
-    """A request kept on a turn taken ahead and acked before the next round trip: without a
-    job neither goes to Redis; a job's goes, adopted then acked, for the job's counts."""
+def test_a_kept_request_acked_before_it_was_written_is_settled_in_one_call(
+    redis_client: redis.Redis,
+) -> None:
+    """A request kept on a turn taken ahead and acked before the next round trip: adopted then
+    acked in the same settle call, nothing left leased, a job's page counted for the job."""
+    frontier = Frontier(redis_client, KEYS, DupefilterConfig(mode="none"))
+    number = JobBook(redis_client, KEYS.spider).number("kept")
     plain = adopted(7, 0, codec.dumps({"u": "http://a.test/1"}))
-    jobbed = adopted(8, 0, codec.dumps({"j": 3, "u": "http://a.test/2"}))
-    ops = [("a", "7", ""), ("a", "8", "2")]
-    assert settled_here([plain, jobbed], ops) == ([jobbed], [("a", "8", "2")])
+    jobbed = adopted(8, 0, codec.dumps({"j": number, "u": "http://a.test/2"}))
+    ops = [(ADOPT, entry.lease_id, entry.record) for entry in (plain, jobbed)]
+    frontier.settle([*ops, (ACK, "7", ""), (ACK, "8", "2")], "w1", 60)
+    assert frontier.sizes()["leased"] == 0
+    assert redis_client.hgetall(KEYS.data) == {}
+    done = redis_client.hgetall(jobs_done_key(KEYS.spider))
+    assert (done[str(number).encode()], done[f"{number}:items".encode()]) == (b"1", b"2")
 
 
 @settings(

@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawler.frontier.codec import split_job
-from crawler.frontier.leases import ACK, ADOPT
+from crawler.frontier.leases import ADOPT
 from crawler.frontier.queue import PRIORITY_LIMIT
 
 if TYPE_CHECKING:
@@ -40,18 +39,6 @@ def adopted(seq: int, priority: int, record: str) -> Adopted:
     clamped = max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, priority))
     lease_id = str(seq) if clamped == 0 else f"{seq}:{clamped}"
     return Adopted(lease_id, record)
-
-
-def settled_here(adopted: list[Adopted], ops: list[Op]) -> tuple[list[Adopted], list[Op]]:
-    """What a round trip writes of ``adopted`` and the lease ``ops``: a request kept and
-    acknowledged since the last trip needs neither (a dead letter still needs its record),
-    unless it is a crawl job's, whose ack the settle script counts for the job."""
-    jobless = {entry.lease_id for entry in adopted if split_job(entry.record)[0] is None}
-    acked = {op[1] for op in ops if op[0] == ACK} & jobless
-    if not acked:
-        return adopted, ops
-    kept = [entry for entry in adopted if entry.lease_id not in acked]
-    return kept, [op for op in ops if not (op[0] == ACK and op[1] in acked)]
 
 
 @dataclass
@@ -110,8 +97,8 @@ class Outbox:
         self._eager = False
         for first in range(0, len(sealed.pushes), SCHEDULE_CHUNK):
             frontier.schedule(sealed.pushes[first : first + SCHEDULE_CHUNK], client=pipe)
-        adopted, ops = settled_here(sealed.adopted, sealed.ops)
-        ops = [(ADOPT, entry.lease_id, entry.record) for entry in adopted] + ops  # before acks
+        # The requests kept for this worker are leased to it before any ack (theirs too).
+        ops = [(ADOPT, entry.lease_id, entry.record) for entry in sealed.adopted] + sealed.ops
         if ops:
             frontier.settle(ops, worker, lease_seconds, client=pipe)
         frontier.ack_start(sealed.start_acks, client=pipe)
