@@ -172,13 +172,33 @@ def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str]
     documents = [
         {name: value for name, value in item.items() if name not in ignored} for item in items
     ]
-    text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
+    try:
+        text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
+    except TypeError:  # an object whose keys json cannot sort ({1: "a", "b": 2}) or write
+        text = json.dumps(_keys_ordered(documents), default=_plain, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
 def item_hash(item: Mapping[str, Any], volatile: Collection[str] = ()) -> str:
     """:func:`content_hash` of one item."""
     return content_hash([item], volatile)
+
+
+def _keys_ordered(value: Any) -> Any:
+    """``value`` with each object made a list of its [key, value] pairs, ordered by the key's
+    type name, then its text: the digest's form of content whose keys json cannot sort or
+    write (keys of several types, or tuples). Content that json can sort keeps its own form,
+    so the digests of string-keyed items are the same as ever."""
+    if isinstance(value, dict):
+        pairs = sorted(value.items(), key=lambda pair: (type(pair[0]).__name__, str(pair[0])))
+        return [[_json_key(key), _keys_ordered(nested)] for key, nested in pairs]
+    if isinstance(value, list | tuple):
+        return [_keys_ordered(nested) for nested in value]
+    return value
+
+
+def _json_key(key: Any) -> Any:
+    return key if key is None or type(key) in (str, int, float, bool) else repr(key)
 
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,189 @@
+"""Items whose values MongoDB or Python find hostile fail alone, never their batch, and the
+values MongoDB can hold are stored as the item gives them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from datetime import UTC, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
+from scrapy.utils.test import get_crawler
+
+from crawler.pipelines import ItemNotStored, MongoPipeline
+from crawler.storage.changes import item_hash, with_change_hash
+from crawler.storage.mongo import MongoSettings
+from tests.harness import Mongo
+
+GOOD = 3
+
+
+def _settings(uri: str, database: str, spill: Path, **changes: Any) -> MongoSettings:
+    base = MongoSettings(
+        uri=uri,
+        database=database,
+        timeout_ms=2000,
+        batch_size=500,
+        flush_interval=0.1,
+        max_pending=5000,
+        retry_times=0,
+        spill_dir=spill,
+    )
+    return replace(base, **changes)
+
+
+def _stored(uri: str, database: str, spill: Path, *items: Any) -> tuple[list[Any], Any]:
+    """Store the items at once (one batch) in the spider ``shop``'s collection; each one's
+    exception (None when stored), and the stats."""
+    stats = get_crawler().stats
+    pipeline = MongoPipeline(_settings(uri, database, spill), stats, "shop")
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        outcomes = await asyncio.gather(
+            *(pipeline.process_item(item) for item in items), return_exceptions=True
+        )
+        await pipeline.close_spider()
+        return [outcome if isinstance(outcome, BaseException) else None for outcome in outcomes]
+
+    return asyncio.run(asyncio.wait_for(scenario(), 60)), stats
+
+
+def _good(n: int) -> dict[str, Any]:
+    return {"url": f"https://shop.test/good/{n}", "name": f"good {n}", "price": n}
+
+
+def _nested(depth: int) -> Any:
+    """A value ``depth`` lists deep (as ``json.loads`` reads an API's answer, up to about 900)."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _holding_itself() -> dict[str, Any]:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    return {"url": "https://shop.test/bad", "data": cycle}
+
+
+HOSTILE = {
+    "nested 400 deep": {"url": "https://shop.test/bad", "data": json.loads("[" * 400 + "]" * 400)},
+    "nested 3000 deep": {"url": "https://shop.test/bad", "data": _nested(3000)},
+    "keys of two types": {"url": "https://shop.test/bad", "meta": {1: "a", "b": 2}},
+    "holding itself": _holding_itself(),
+    "a key with NUL": {"url": "https://shop.test/bad", "a\x00b": 1},
+}
+
+
+def _only_the_bad_one_fails(
+    mongo: Mongo, outcomes: list[Any], bad_at: int = GOOD
+) -> BaseException | None:
+    """The good items (every one but ``bad_at``) are stored; the bad one's outcome."""
+    bad: BaseException | None = outcomes.pop(bad_at)
+    assert outcomes == [None] * GOOD
+    stored = {doc["url"] for doc in mongo.db.shop.find({}, {"url": 1})}
+    assert {_good(n)["url"] for n in range(GOOD)} <= stored
+    if bad is None:
+        assert "https://shop.test/bad" in stored
+    else:
+        assert isinstance(bad, ItemNotStored), repr(bad)
+        assert "neither written nor spilled" not in str(bad)
+    return bad
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_an_item_whose_document_cannot_be_made_fails_alone(
+    mongo: Mongo, tmp_path: Path, case: str
+) -> None:
+    """A value nested deeper than Python reads, an item holding itself, an object whose keys
+    are not all strings, a key BSON refuses: that item fails
+    with its own reason (counted as ``mongo/unstorable``), the rest of its batch is stored."""
+    items = [_good(n) for n in range(GOOD)] + [HOSTILE[case]]
+    outcomes, stats = _stored(mongo.uri, mongo.database, tmp_path, *items)
+    bad = _only_the_bad_one_fails(mongo, outcomes)
+    if case == "nested 400 deep" and bad is None:
+        return  # a server may hold it
+    assert bad is not None, "stored"
+    reason = str(bad)
+    expected = {
+        "nested 3000 deep": "nested too deeply or holding itself (RecursionError",
+        "holding itself": "nested too deeply or holding itself (RecursionError",
+        "keys of two types": "documents must have only string keys, key was 1",
+        "a key with NUL": "cannot be stored: InvalidDocument",
+    }.get(case)
+    if expected is not None:
+        assert expected in reason
+        assert stats.get_value("mongo/unstorable") == 1
+        assert not stats.get_value("mongo/too_large")
+    assert stats.get_value("mongo/write_errors") == 1
+
+
+def test_the_change_hash_takes_keys_of_several_types() -> None:
+    """The digest of an object whose keys json cannot sort is made all the same, the same
+    whatever their order; the digests of string-keyed content are those stored ever since."""
+    assert item_hash({"m": {1: "a", "b": 2}}) == item_hash({"m": {"b": 2, 1: "a"}})
+    assert item_hash({"m": {1: "a", "b": 2}}) != item_hash({"m": {1: "a", "b": 3}})
+    assert item_hash({"m": {(1, 2): "a"}}) != item_hash({"m": {(1, 3): "a"}})
+    # Digests stored by earlier versions: unchanged, so no stored page counts as changed.
+    page = {"url": "https://a/", "price": 5, "meta": {"b": [1, 2.5, None, True], "a": "x"}}
+    assert item_hash({**page, "raw": b"\xab", "fetched_at": 3}) == "2a565cd71281b6a8362eded4"
+    stored = with_change_hash({"url": "u", "n": 1, "s": "é"}, ())
+    assert stored["change_hash"] == "992ccf8910ad796fcd444691"
+
+
+_KEYS = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["a.b", "$x", "", "a\x00b", "_id"]),
+    st.integers(-3, 3),
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=10),
+    st.binary(max_size=6),
+    st.decimals(allow_nan=True, allow_infinity=True, places=None),
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30))])),
+    st.frozensets(st.one_of(st.integers(), st.text(max_size=3)), max_size=3),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.dictionaries(_KEYS, children, max_size=3),
+        st.sets(st.one_of(st.integers(), st.text(max_size=3)), max_size=3),
+    ),
+    max_leaves=12,
+)
+_DEEP = st.integers(50, 2500).map(_nested)
+
+
+@hypothesis.settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    fields=st.dictionaries(_KEYS, st.one_of(_VALUES, _DEEP), min_size=1, max_size=4),
+    at=st.integers(0, GOOD),
+)
+def test_any_value_fails_its_item_alone(
+    mongo: Mongo, tmp_path: Path, fields: dict[Any, Any], at: int
+) -> None:
+    """Whatever values one item holds (nesting deeper than MongoDB's or Python's limits, keys
+    of several types, integers beyond 64 bits, NaN, bytes, sets, Decimals, datetimes with a
+    time zone) among good items of its batch: the good ones are stored, that one is stored or
+    fails alone."""
+    mongo.db.shop.drop()
+    items: list[Any] = [_good(n) for n in range(GOOD)]
+    items.insert(at, {**fields, "url": "https://shop.test/bad"})
+    outcomes, _ = _stored(mongo.uri, mongo.database, tmp_path, *items)
+    _only_the_bad_one_fails(mongo, outcomes, at)
