@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import hypothesis
+import pymongo
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from scrapy.utils.test import get_crawler
 from crawler.pipelines import ItemNotStored, MongoPipeline
 from crawler.storage.changes import item_hash, with_change_hash
 from crawler.storage.mongo import MongoSettings
+from devtools.services import free_port, mongo_command, start_server
 from tests.harness import Mongo
 
 GOOD = 3
@@ -187,3 +190,48 @@ def test_any_value_fails_its_item_alone(
     items.insert(at, {**fields, "url": "https://shop.test/bad"})
     outcomes, _ = _stored(mongo.uri, mongo.database, tmp_path, *items)
     _only_the_bad_one_fails(mongo, outcomes, at)
+
+
+# --- a write command MongoDB refuses whole -------------------------------------------------------
+
+
+@pytest.fixture
+def failing_mongo(tmp_path: Path) -> Iterator[str]:
+    """A MongoDB of the test's own whose test commands are on, so that it may be told to
+    refuse a command (``configureFailPoint``)."""
+    port = free_port()
+    command = [*mongo_command(port, tmp_path / "mongo-data"), "--enable-test-commands"]
+    server = start_server("mongodb", command, port)
+    yield f"mongodb://127.0.0.1:{port}"
+    server.stop()
+
+
+def test_a_write_command_refused_whole_fails_its_writes_with_why(
+    failing_mongo: str, tmp_path: Path
+) -> None:
+    """MongoDB refuses the upserts' command (here not authorized; a full disk alike) after the
+    inserts of the same batch stored the new documents: those stay stored, the upserted items
+    fail with what MongoDB said, not as items neither written nor spilled."""
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(failing_mongo)
+    try:
+        outcomes, _ = _stored(failing_mongo, "shop", tmp_path, _good(0), _good(1))
+        assert outcomes == [None, None]
+        client.admin.command(
+            "configureFailPoint",
+            "failCommand",
+            mode="alwaysOn",
+            data={"failCommands": ["update"], "errorCode": 13},
+        )
+        # Two stored keys (inserted, refused as stored, then upserted) and two new ones.
+        items = [{**_good(0), "price": 10}, _good(1), _good(2), _good(3)]
+        outcomes, stats = _stored(failing_mongo, "shop", tmp_path, *items)
+        client.admin.command("configureFailPoint", "failCommand", mode="off")
+        assert outcomes[2:] == [None, None]
+        for outcome in outcomes[:2]:
+            assert isinstance(outcome, ItemNotStored)
+            assert "MongoDB refused the write command: Unauthorized" in str(outcome)
+        assert client.shop.shop.count_documents({}) == 4
+        assert stats.get_value("mongo/write_errors") == 2
+        assert not stats.get_value("mongo/spilled")
+    finally:
+        client.close()
