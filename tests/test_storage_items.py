@@ -8,12 +8,14 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import hypothesis
 import pymongo
 import pytest
+from bson.decimal128 import Decimal128
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from scrapy.utils.test import get_crawler
@@ -82,6 +84,7 @@ HOSTILE = {
     "keys of two types": {"url": "https://shop.test/bad", "meta": {1: "a", "b": 2}},
     "holding itself": _holding_itself(),
     "a key with NUL": {"url": "https://shop.test/bad", "a\x00b": 1},
+    "a Decimal too precise": {"url": "https://shop.test/bad", "price": Decimal("1." + "1" * 40)},
 }
 
 
@@ -106,7 +109,7 @@ def test_an_item_whose_document_cannot_be_made_fails_alone(
     mongo: Mongo, tmp_path: Path, case: str
 ) -> None:
     """A value nested deeper than Python reads, an item holding itself, an object whose keys
-    are not all strings, a key BSON refuses: that item fails
+    are not all strings, a key BSON refuses, a Decimal wider than Decimal128: that item fails
     with its own reason (counted as ``mongo/unstorable``), the rest of its batch is stored."""
     items = [_good(n) for n in range(GOOD)] + [HOSTILE[case]]
     outcomes, stats = _stored(mongo.uri, mongo.database, tmp_path, *items)
@@ -120,12 +123,34 @@ def test_an_item_whose_document_cannot_be_made_fails_alone(
         "holding itself": "nested too deeply or holding itself (RecursionError",
         "keys of two types": "documents must have only string keys, key was 1",
         "a key with NUL": "cannot be stored: InvalidDocument",
+        "a Decimal too precise": "does not fit MongoDB's Decimal128",
     }.get(case)
     if expected is not None:
         assert expected in reason
         assert stats.get_value("mongo/unstorable") == 1
         assert not stats.get_value("mongo/too_large")
     assert stats.get_value("mongo/write_errors") == 1
+
+
+def test_a_set_and_a_decimal_are_stored(mongo: Mongo, tmp_path: Path) -> None:
+    """A set is stored as a sorted list (values of several types by type name), a Decimal as
+    a Decimal128."""
+    item = {
+        "url": "https://shop.test/1",
+        "tags": {"b", "a", "c"},
+        "sizes": frozenset({2, "m", 1}),
+        "price": Decimal("1.10"),
+        "nested": {"rates": [Decimal("-0.5")]},
+    }
+    outcomes, stats = _stored(mongo.uri, mongo.database, tmp_path, item)
+    assert outcomes == [None]
+    doc = mongo.db.shop.find_one({"url": "https://shop.test/1"})
+    assert doc is not None
+    assert doc["tags"] == ["a", "b", "c"]
+    assert doc["sizes"] == [1, 2, "m"]
+    assert doc["price"] == Decimal128("1.10")
+    assert doc["nested"] == {"rates": [Decimal128("-0.5")]}
+    assert not stats.get_value("mongo/too_large")
 
 
 def test_the_change_hash_takes_keys_of_several_types() -> None:
