@@ -260,3 +260,49 @@ def test_a_write_command_refused_whole_fails_its_writes_with_why(
         assert not stats.get_value("mongo/spilled")
     finally:
         client.close()
+
+
+# --- field names an update would read as paths --------------------------------------------------
+
+
+def _visits(mongo: Mongo, tmp_path: Path, *items: dict[str, Any]) -> dict[str, Any]:
+    """Store each item in a run of its own; the stored document, without its times."""
+    for item in items:
+        outcomes, _ = _stored(mongo.uri, mongo.database, tmp_path, item)
+        assert outcomes == [None]
+    found = mongo.db.shop.find_one(
+        {"url": items[0]["url"]}, {"_id": 0, "first_seen": 0, "last_seen": 0, "last_changed": 0}
+    )
+    assert found is not None
+    return dict(found)
+
+
+def test_a_field_name_with_a_dot_is_stored_as_named_every_time(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """Run 0 inserts {"Wt. (lbs)": "1.2"}, run 1 upserts "1.5" over it: the field holds the new
+    value, not a "Wt" object beside the first one."""
+    page = {"url": "https://shop.test/p1", "price": 10}
+    doc = _visits(mongo, tmp_path, {**page, "Wt. (lbs)": "1.2"}, {**page, "Wt. (lbs)": "1.5"})
+    doc.pop("change_hash")
+    assert doc == {"url": page["url"], "price": 10, "Wt. (lbs)": "1.5", "change_count": 1}
+
+
+NAMES = ["Wt. (lbs)", "$x", "ends.", "", ".", "a.b.c", "$"]
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_names_with_dots_dollars_or_none_are_stored_as_named(
+    mongo: Mongo, tmp_path: Path, many: bool
+) -> None:
+    """Names an update would read as paths or operators (a dot, a leading $, empty): stored
+    by the insert, changed by the upsert, the same content counted as no change; 45 of them
+    (three stages of the update pipeline) too."""
+    names = NAMES + [f"n.{n}" for n in range(38)] if many else NAMES
+    runs = ["1", "2", "2"]
+    for run, value in enumerate(runs):
+        item = {"url": "https://shop.test/p2", "price": 1, **dict.fromkeys(names, value)}
+        doc = _visits(mongo, tmp_path, item)
+        assert {name: doc[name] for name in names} == dict.fromkeys(names, value)
+        assert set(doc) == {"url", "price", "change_hash", "change_count", *names}
+        assert doc["change_count"] == min(run, 1)

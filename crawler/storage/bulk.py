@@ -25,6 +25,7 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 from crawler.config.values import Destination
 from crawler.storage.changes import (
     history_update,
+    literal_names,
     new_document,
     same_content_filter,
     same_content_update,
@@ -397,8 +398,11 @@ class Write:
     def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
         """The plain upsert matching the stored document by key and hash, if the key has a
         unique index (named, it is the query's hint: the hash in the filter leaves the server's
-        planner nothing to choose) and the document is whole; else the pipeline form."""
+        planner nothing to choose), the document is whole and its field names are names to
+        ``$set`` (``changes.literal_names``); else the pipeline form."""
         if unique_index is None or TRUNCATED_FIELD in self.document:
+            return self.tracked(now)
+        if literal_names(self.document):  # names $set would read as paths: the pipeline's
             return self.tracked(now)
         selector = same_content_filter(self.selector, self.document)
         update = same_content_update(self.selector, self.document, now, self.least, self.volatile)
