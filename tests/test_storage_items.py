@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from scrapy.utils.test import get_crawler
 
+from crawler.items import PageItem
 from crawler.pipelines import ItemNotStored, MongoPipeline
 from crawler.storage.changes import item_hash, with_change_hash
 from crawler.storage.mongo import MongoSettings
@@ -306,3 +307,43 @@ def test_names_with_dots_dollars_or_none_are_stored_as_named(
         assert {name: doc[name] for name in names} == dict.fromkeys(names, value)
         assert set(doc) == {"url", "price", "change_hash", "change_count", *names}
         assert doc["change_count"] == min(run, 1)
+
+
+# --- least fields -------------------------------------------------------------------------------
+
+
+def _page_at(depth: Any, title: str = "t") -> PageItem:
+    return PageItem(
+        "https://a.test/", "a.test", 200, "https://a.test/", depth, 1.0, "h", 1, 0, title=title
+    )
+
+
+def test_a_least_field_without_a_value_keeps_the_stored_one(mongo: Mongo, tmp_path: Path) -> None:
+    """A least field without a value is not written, so the stored value stays, whichever form
+    writes it (``$min`` passes over null in the pipeline form; the plain form would store it:
+    null sorts lowest). A page stored with no depth has none, and takes the first depth it is
+    stored with; stored at depth 3, then with no depth, it keeps 3."""
+
+    def stored(*pages: PageItem) -> Any:
+        pipeline = MongoPipeline(
+            _settings(mongo.uri, mongo.database, tmp_path), get_crawler().stats, "links"
+        )
+
+        async def scenario() -> None:
+            await pipeline.open_spider()
+            await asyncio.gather(*(pipeline.process_item(page) for page in pages))
+            await pipeline.close_spider()
+
+        asyncio.run(asyncio.wait_for(scenario(), 60))
+        found = mongo.db.pages.find_one({"url": "https://a.test/"})
+        assert found is not None
+        return found.get("depth", "none stored")
+
+    assert stored(_page_at(3)) == 3
+    assert stored(_page_at(None)) == 3  # the same content: the plain form
+    assert stored(_page_at(None, title="changed")) == 3  # changed: the pipeline form
+    assert stored(_page_at(None), _page_at(2), _page_at(None)) == 2  # in one batch
+    mongo.db.pages.delete_many({})
+    assert stored(_page_at(None)) == "none stored"
+    assert stored(_page_at(None)) == "none stored"
+    assert stored(_page_at(5)) == 5  # the plain form

@@ -328,12 +328,18 @@ class MongoWriter:
         least: dict[str, Any],
     ) -> Write:
         """The write of the item's document with its change hash, trimmed to
-        MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
+        MONGO_MAX_DOCUMENT_BYTES (documents.py). A least field without a value (None) is left
+        out of what is written, so the value stored stays: MongoDB's ``$min`` would store null
+        (the least of all values) in the plain form, and pass over it in the pipeline form."""
         ((unique_key, key),) = selector.items()
         hashed = with_change_hash({**document_of(item), **least}, volatile)
         fitted = fit(hashed, self.config.max_document_bytes, unique_key)
+        unwritten = {name for name, value in least.items() if value is None}
         if unique_key == "_id":
-            fitted = {name: value for name, value in fitted.items() if name != "_id"}
+            unwritten.add("_id")
+        if unwritten:
+            fitted = {name: value for name, value in fitted.items() if name not in unwritten}
+            least = {name: value for name, value in least.items() if name not in unwritten}
         if TRUNCATED_FIELD not in fitted:
             return Write(index, selector, fitted, (TRUNCATED_FIELD,), tuple(least), tuple(volatile))
         marked_trimmed(fitted)
