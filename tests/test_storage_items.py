@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from scrapy.utils.test import get_crawler
 
+from crawler.config.values import Destination
 from crawler.items import PageItem
 from crawler.pipelines import ItemNotStored, MongoPipeline
 from crawler.storage.changes import item_hash, with_change_hash
+from crawler.storage.destinations import Destinations
 from crawler.storage.mongo import MongoSettings
 from devtools.services import free_port, mongo_command, start_server
 from tests.harness import Mongo
@@ -347,3 +349,29 @@ def test_a_least_field_without_a_value_keeps_the_stored_one(mongo: Mongo, tmp_pa
     assert stored(_page_at(None)) == "none stored"
     assert stored(_page_at(None)) == "none stored"
     assert stored(_page_at(5)) == 5  # the plain form
+
+
+class Listing(dict[str, Any]):
+    least_fields = ("rank",)
+
+
+def test_a_dict_items_least_field_is_read_from_the_dict(mongo: Mongo, tmp_path: Path) -> None:
+    """An item class that is a dict names its least fields as any other: their values are the
+    dict's, the least one stored is kept."""
+
+    async def store(pipeline: MongoPipeline, item: Listing) -> None:
+        await pipeline.open_spider()
+        await pipeline.process_item(item)
+        await pipeline.close_spider()
+
+    ranks = []
+    for rank in (3, 1, 5):
+        destinations = Destinations({"Listing": Destination("listings", "url")}, "shop")
+        config = _settings(mongo.uri, mongo.database, tmp_path)
+        pipeline = MongoPipeline(config, get_crawler().stats, "shop", destinations)
+        item = Listing(url="https://shop.test/l", rank=rank)
+        asyncio.run(asyncio.wait_for(store(pipeline, item), 60))
+        found = mongo.db.listings.find_one({"url": "https://shop.test/l"})
+        assert found is not None
+        ranks.append(found.get("rank"))
+    assert ranks == [3, 1, 1]

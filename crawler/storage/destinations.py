@@ -130,6 +130,15 @@ def _dataclass_fields(item_class: type) -> tuple[str, ...] | None:
     return tuple(field.name for field in dataclasses.fields(item_class))
 
 
+def field_of(item: Any, name: str) -> Any:
+    """The item's field ``name`` (None if missing), read as its document is: a dict's key, a
+    dataclass's attribute, any other item's through ItemAdapter."""
+    try:
+        return _field(item, name)
+    except TypeError:
+        return None
+
+
 def _field(item: Any, name: str) -> Any:
     """The item's field ``name`` (None if missing): a dict's or a dataclass's directly, any
     other item's through ItemAdapter (TypeError if it is not an item)."""
