@@ -18,7 +18,7 @@ from crawler.config import setting
 from crawler.config.values import Destination
 from crawler.frontier.jobs import JobBook
 from crawler.items import STORED_ITEM_CLASSES
-from crawler.storage.destinations import Destinations, document_of, key_of
+from crawler.storage.destinations import Destinations, document_of, field_of, key_of
 from crawler.storage.mongo import ItemNotStored, MongoSettings, MongoUnavailable, MongoWriter
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class MongoPipeline:
     async def _store(self, item: Any, destination: Destination) -> None:
         volatile = getattr(type(item), "volatile_fields", ())
         least = getattr(type(item), "least_fields", ())
-        values = {name: getattr(item, name, None) for name in least}
+        values = {name: field_of(item, name) for name in least}
         key = key_of(item, destination)
         await self.writer.store(destination, key, self._with_job(item), volatile, values)
 

@@ -18,19 +18,28 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from bson.errors import BSONError
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from crawler.config.values import Destination
 from crawler.storage.changes import (
     history_update,
+    literal_names,
     new_document,
     same_content_filter,
     same_content_update,
 )
 from crawler.storage.documents import TRUNCATED_FIELD
 from crawler.storage.spill import Record, SpillFile, keep_refused
-from crawler.storage.writes import UNCONFIRMED, Outcome, refused, transient, written
+from crawler.storage.writes import (
+    UNCONFIRMED,
+    Outcome,
+    refused,
+    refused_whole,
+    transient,
+    written,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -136,7 +145,7 @@ class BulkWrites:
         rest = list(range(len(writes)))  # positions in writes
         if insert and (insertable := [p for p in rest if indexes[p] is not None]):
             try:
-                outcome = self._bulk_write_with_retries(
+                outcome = self._stage(
                     collection, [writes[p].inserted(now) for p in insertable], duplicates=False
                 )
             except ConnectionFailure as exc:
@@ -153,7 +162,7 @@ class BulkWrites:
             return failed
         first = [writes[p].first(now, indexes[p] if plain else None) for p in rest]
         try:
-            outcome = self._bulk_write_with_retries(collection, first, duplicates=False)
+            outcome = self._stage(collection, first, duplicates=False)
         except ConnectionFailure as exc:
             return failed | self._spill(collection, [writes[p] for p in rest], now, exc)
         self._count(collection, len(first), outcome, batch=batch)
@@ -165,9 +174,7 @@ class BulkWrites:
         if again:
             self.stats.inc_value("mongo/changed_writes", len(again))
             try:
-                rewritten = self._bulk_write_with_retries(
-                    collection, [writes[p].tracked(now) for p in again]
-                )
+                rewritten = self._stage(collection, [writes[p].tracked(now) for p in again])
             except ConnectionFailure as exc:
                 return failed | self._spill(collection, [writes[p] for p in again], now, exc)
             self._count(collection, len(again), rewritten, batch=False)
@@ -175,6 +182,23 @@ class BulkWrites:
             failed |= {writes[again[q]].index: reason for q, reason in rewritten.refused.items()}
         self._new_share[collection] = created / len(writes)
         return failed
+
+    def _stage(
+        self,
+        collection: str,
+        operations: Sequence[UpdateOne | InsertOne[dict[str, Any]]],
+        duplicates: bool = True,
+    ) -> Outcome:
+        """The outcome of one form's bulk write (:meth:`_bulk_write_with_retries`); a command
+        MongoDB refuses whole for another reason than being unreachable (not authorized, a full
+        disk: it would refuse it again, from the spill file too) refuses each of its writes
+        with MongoDB's reason, and the writes of the forms before it stay stored."""
+        try:
+            return self._bulk_write_with_retries(collection, operations, duplicates)
+        except ConnectionFailure:
+            raise
+        except (PyMongoError, BSONError) as exc:
+            return refused_whole(exc, len(operations))
 
     def _insert_first(self, collection: str) -> bool:
         """Whether this batch of ``collection`` is inserted first: while at least
@@ -374,8 +398,11 @@ class Write:
     def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
         """The plain upsert matching the stored document by key and hash, if the key has a
         unique index (named, it is the query's hint: the hash in the filter leaves the server's
-        planner nothing to choose) and the document is whole; else the pipeline form."""
+        planner nothing to choose), the document is whole and its field names are names to
+        ``$set`` (``changes.literal_names``); else the pipeline form."""
         if unique_index is None or TRUNCATED_FIELD in self.document:
+            return self.tracked(now)
+        if literal_names(self.document):  # names $set would read as paths: the pipeline's
             return self.tracked(now)
         selector = same_content_filter(self.selector, self.document)
         update = same_content_update(self.selector, self.document, now, self.least, self.volatile)

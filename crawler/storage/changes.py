@@ -43,6 +43,10 @@ LOSSY = "*"
 # The digest's size in bytes (BLAKE2b), and its length in hex digits before either suffix.
 DIGEST_BYTES = 12
 DIGEST_CHARS = 2 * DIGEST_BYTES
+# Fields :func:`literal_names` finds set by one stage of an update pipeline, nested one in
+# another: few enough that the stage stays far within MongoDB's nesting depth (100), while an
+# item with thousands of them stays within its number of stages (1,000).
+NAMES_PER_STAGE = 20
 # Fields the pipeline writes itself; an item's own fields of these names are kept but ignored.
 HISTORY_FIELDS = ("first_seen", "last_seen", "last_changed", "change_count", CHANGE_HASH)
 # Fields that differ on every fetch (when it was fetched, how long it took, the crawl job that
@@ -77,7 +81,8 @@ def history_update(
     fields = {name: {"$literal": value} for name, value in document.items()}
     for name in least:
         if name in fields:  # $min passes over a field not stored yet (null)
-            fields[name] = {"$min": [f"${name}", fields[name]]}
+            fields[name] = {"$min": [_stored_field(name), fields[name]]}
+    named = {name: fields.pop(name) for name in literal_names(fields)}
     stages: list[dict[str, Any]] = [
         {
             "$set": {
@@ -92,9 +97,31 @@ def history_update(
         },
         {"$set": {**fields, "last_seen": {"$literal": now}}},
     ]
+    pending = list(named.items())  # each set by its name, not read as a path or an operator
+    for first in range(0, len(pending), NAMES_PER_STAGE):
+        document_so_far: Any = "$$ROOT"
+        for name, value in pending[first : first + NAMES_PER_STAGE]:
+            field = {"field": {"$literal": name}, "input": document_so_far, "value": value}
+            document_so_far = {"$setField": field}
+        stages.append({"$replaceWith": document_so_far})
     if unset:
         stages.append({"$unset": sorted(unset)})
     return stages
+
+
+def literal_names(document: Mapping[str, Any]) -> list[str]:
+    """The field names of ``document`` that an update's ``$set`` would read as a path or an
+    operator, not as a name: empty, holding a dot (``"Wt. (lbs)"``) or starting with ``$``.
+    Only the update pipeline stores them as named (``$setField``, MongoDB 5.0 or later); an
+    insert stores them as they are."""
+    return [name for name in document if not name or "." in name or name[0] == "$"]
+
+
+def _stored_field(name: str) -> Any:
+    """The expression of the stored field ``name`` in an update pipeline."""
+    if literal_names({name: None}):
+        return {"$getField": {"field": {"$literal": name}, "input": "$$ROOT"}}
+    return f"${name}"
 
 
 def same_content_filter(key: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,13 +199,33 @@ def content_hash(items: Collection[Mapping[str, Any]], volatile: Collection[str]
     documents = [
         {name: value for name, value in item.items() if name not in ignored} for item in items
     ]
-    text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
+    try:
+        text = json.dumps(documents, sort_keys=True, default=_plain, separators=(",", ":"))
+    except TypeError:  # an object whose keys json cannot sort ({1: "a", "b": 2}) or write
+        text = json.dumps(_keys_ordered(documents), default=_plain, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=DIGEST_BYTES).hexdigest()
 
 
 def item_hash(item: Mapping[str, Any], volatile: Collection[str] = ()) -> str:
     """:func:`content_hash` of one item."""
     return content_hash([item], volatile)
+
+
+def _keys_ordered(value: Any) -> Any:
+    """``value`` with each object made a list of its [key, value] pairs, ordered by the key's
+    type name, then its text: the digest's form of content whose keys json cannot sort or
+    write (keys of several types, or tuples). Content that json can sort keeps its own form,
+    so the digests of string-keyed items are the same as ever."""
+    if isinstance(value, dict):
+        pairs = sorted(value.items(), key=lambda pair: (type(pair[0]).__name__, str(pair[0])))
+        return [[_json_key(key), _keys_ordered(nested)] for key, nested in pairs]
+    if isinstance(value, list | tuple):
+        return [_keys_ordered(nested) for nested in value]
+    return value
+
+
+def _json_key(key: Any) -> Any:
+    return key if key is None or type(key) in (str, int, float, bool) else repr(key)
 
 
 def _plain(value: Any) -> Any:

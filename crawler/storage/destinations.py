@@ -16,10 +16,12 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal, DecimalException
 from functools import cache
 from typing import Any
 
 from bson import ObjectId
+from bson.decimal128 import Decimal128
 from itemadapter import ItemAdapter
 from itemadapter.adapter import DataclassAdapter
 
@@ -128,6 +130,15 @@ def _dataclass_fields(item_class: type) -> tuple[str, ...] | None:
     return tuple(field.name for field in dataclasses.fields(item_class))
 
 
+def field_of(item: Any, name: str) -> Any:
+    """The item's field ``name`` (None if missing), read as its document is: a dict's key, a
+    dataclass's attribute, any other item's through ItemAdapter."""
+    try:
+        return _field(item, name)
+    except TypeError:
+        return None
+
+
 def _field(item: Any, name: str) -> Any:
     """The item's field ``name`` (None if missing): a dict's or a dataclass's directly, any
     other item's through ItemAdapter (TypeError if it is not an item)."""
@@ -140,16 +151,39 @@ def _field(item: Any, name: str) -> Any:
 
 def _plain(value: Any) -> Any:
     """``value`` with the items nested in it as dicts, as ``ItemAdapter.asdict`` makes them;
-    a scalar as it is, without asking every item adapter whether it is an item."""
+    a scalar as it is, without asking every item adapter whether it is an item. A set, which
+    BSON has no type for, is a sorted list (of values of several types: by type name, then
+    repr), and a Decimal a Decimal128 (ValueError when it has more digits than one holds)."""
     if type(value) in SCALARS:
         return value
     if isinstance(value, dict):
         return {name: _plain(nested) for name, nested in value.items()}
-    if isinstance(value, list | set | tuple):
+    if isinstance(value, set | frozenset):
+        return _sorted([_plain(nested) for nested in value])
+    if isinstance(value, list | tuple):
         return value.__class__(_plain(nested) for nested in value)
+    if isinstance(value, Decimal):
+        return _decimal128(value)
     if ItemAdapter.is_item(value):
         return {name: _plain(nested) for name, nested in ItemAdapter(value).items()}
     return value
+
+
+def _sorted(values: list[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # values of several types, or unordered ones (dicts)
+        return sorted(values, key=lambda value: (type(value).__name__, repr(value)))
+
+
+def _decimal128(value: Decimal) -> Decimal128:
+    try:
+        return Decimal128(value)
+    except DecimalException:
+        raise ValueError(
+            f"the Decimal {value!r:.80} does not fit MongoDB's Decimal128 "
+            "(34 significant digits, exponents -6176 to 6111)"
+        ) from None
 
 
 def _has_key(item: Any, key: str) -> bool:

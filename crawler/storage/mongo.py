@@ -9,9 +9,10 @@ in a writer thread, a batch being prepared while the one before is written.
 ``MongoWriter.store`` (awaited by ``crawler.pipelines.MongoPipeline.process_item``) returns only
 once its item is written with the write concern MONGO_WRITE_CONCERN (journaled by default) or
 spilled to the local spill file, so the frontier acknowledges a request only after its items are
-durable. An item MongoDB does not store (too large even once trimmed, see ``documents.py``, or
-refused by the server) fails with :class:`ItemNotStored`: Scrapy sends ``item_error`` and its
-request is dead-lettered with the reason instead of acknowledged.
+durable. An item MongoDB does not store (too large even once trimmed, see ``documents.py``,
+one whose document cannot be made, or refused by the server) fails alone with
+:class:`ItemNotStored`: Scrapy sends ``item_error`` and its request is dead-lettered with the
+reason instead of acknowledged; the other items of its batch are written all the same.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from bson.errors import BSONError
 from pymongo import MongoClient, WriteConcern
 from pymongo.errors import PyMongoError
 
@@ -128,7 +128,8 @@ class MongoWriter:
     file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start. At
     most MONGO_MAX_PENDING items wait at once: beyond that the crawl waits, so memory stays
     bounded. Documents over MONGO_MAX_DOCUMENT_BYTES are trimmed (``documents.py``); an item
-    still too large, or refused by MongoDB, raises :class:`ItemNotStored`.
+    still too large, whose document cannot be made (:func:`unstorable`), or refused by MongoDB,
+    raises :class:`ItemNotStored`.
     """
 
     def __init__(
@@ -309,9 +310,12 @@ class MongoWriter:
                 time.sleep(0)  # the GIL to the reactor thread if it waits for it
             try:
                 writes.append(self._prepare(index, collection, selector, item, volatile, least))
-            except (DocumentTooLarge, BSONError) as exc:
+            except DocumentTooLarge as exc:
                 self.stats.inc_value("mongo/too_large")
                 failed[index] = str(exc)
+            except Exception as exc:  # this item's alone: its batch is written all the same
+                self.stats.inc_value("mongo/unstorable")
+                failed[index] = unstorable(exc)
         return writes, failed
 
     def _prepare(
@@ -324,12 +328,18 @@ class MongoWriter:
         least: dict[str, Any],
     ) -> Write:
         """The write of the item's document with its change hash, trimmed to
-        MONGO_MAX_DOCUMENT_BYTES (documents.py)."""
+        MONGO_MAX_DOCUMENT_BYTES (documents.py). A least field without a value (None) is left
+        out of what is written, so the value stored stays: MongoDB's ``$min`` would store null
+        (the least of all values) in the plain form, and pass over it in the pipeline form."""
         ((unique_key, key),) = selector.items()
         hashed = with_change_hash({**document_of(item), **least}, volatile)
         fitted = fit(hashed, self.config.max_document_bytes, unique_key)
+        unwritten = {name for name, value in least.items() if value is None}
         if unique_key == "_id":
-            fitted = {name: value for name, value in fitted.items() if name != "_id"}
+            unwritten.add("_id")
+        if unwritten:
+            fitted = {name: value for name, value in fitted.items() if name not in unwritten}
+            least = {name: value for name, value in least.items() if name not in unwritten}
         if TRUNCATED_FIELD not in fitted:
             return Write(index, selector, fitted, (TRUNCATED_FIELD,), tuple(least), tuple(volatile))
         marked_trimmed(fitted)
@@ -410,6 +420,15 @@ def _less(value: Any, other: Any) -> bool:
         return other is None or bool(value < other)
     except TypeError:
         return False
+
+
+def unstorable(exc: BaseException) -> str:
+    """Why an item's document could not be made (a value BSON has no type for, a key that is
+    not a string, nesting deeper than Python reads, an item that holds itself)."""
+    reason = f"{type(exc).__name__}: {exc}"[:300]
+    if isinstance(exc, RecursionError):
+        return f"cannot be stored, nested too deeply or holding itself ({reason})"
+    return f"cannot be stored: {reason}"
 
 
 def _say_other_database(uri: str, database: str) -> None:

@@ -3,7 +3,8 @@
 A ``bulk_write`` can store some documents of a batch and refuse others (a document over the
 size limit, a validation rule, a unique index). Each refusal is kept with the position of its
 upsert, so the pipeline fails exactly those items; a write concern error leaves every document
-of the batch unconfirmed, so none of them counts as stored.
+of the batch unconfirmed, so none of them counts as stored. A command refused whole (not
+authorized, a full disk) refuses each of its writes with MongoDB's reason.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, OperationFailure
 
 if TYPE_CHECKING:
     from pymongo.results import BulkWriteResult
@@ -53,6 +54,18 @@ def refused(exc: BulkWriteError, count: int) -> Outcome:
     upserted = int(details.get("nInserted", 0)) + int(details.get("nUpserted", 0))
     modified = int(details.get("nModified", 0))
     return Outcome(upserted, modified, reasons, duplicates)
+
+
+def refused_whole(exc: Exception, count: int) -> Outcome:
+    """The outcome of a bulk write of ``count`` writes whose command MongoDB refused whole, for
+    another reason than being unreachable (not authorized, a full disk): each write refused
+    with what MongoDB said."""
+    if isinstance(exc, OperationFailure):
+        details = dict(exc.details or {"code": exc.code, "errmsg": str(exc)})
+        reason = f"MongoDB refused the write command: {describe(details)}"
+    else:
+        reason = f"MongoDB refused the write command: {type(exc).__name__}: {str(exc)[:300]}"
+    return Outcome(refused=dict.fromkeys(range(count), reason))
 
 
 def transient(exc: BulkWriteError, duplicates: bool = True) -> bool:
