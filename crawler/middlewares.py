@@ -29,6 +29,7 @@ from crawler.bans.breaker import (
     Block,
     HostBreaker,
     HostMarked,
+    healthy,
     mark_scope,
     site_of,
 )
@@ -142,13 +143,18 @@ class BanMiddleware:
             return response
         site = site_of(request)
         verdict = self.bans.classify(response)
-        if self.breaker.trips(response, retry_after(response)):
+        asked = retry_after(response, self.bans.cooldown_max)
+        if self.breaker.trips(response, asked):
             why = f"HTTP {response.status} without Retry-After"
             block = await self.redis.wait_for(lambda: self._failed(request, site, why))
             if not verdict.is_ban:
                 return response  # retried: its turn comes once the block ends
             return await self.bans.banned(request, response, verdict, block.until)
-        self.breaker.succeeded(site)
+        if self.breaker.waits(response, asked) and not verdict.is_ban:
+            # A 503 saying how long (a 429's ban cools down for its Retry-After already).
+            await self.redis.wait_for(lambda: self._wait_out(site, asked, response.status))
+        elif healthy(response.status):
+            self.breaker.succeeded(site)
         if not verdict.is_ban:
             return response
         return await self.bans.banned(request, response, verdict)
@@ -168,6 +174,22 @@ class BanMiddleware:
             request.meta["dont_retry"] = True
             self.frontier.ledger.failed(request, UNREACHABLE, f"{why}: {exception}")
             self._count(f"breaker/dead/{UNREACHABLE}")
+
+    async def _wait_out(self, site: str, seconds: float, status: int) -> None:
+        """The host asked for ``seconds`` (its Retry-After, capped): it cools down for the fleet
+        until then, as the breaker's blocks do."""
+        fresh = not self.fleet.cooling_until(site)
+        until = self.fleet.ban(site, None, seconds, f"HTTP {status} Retry-After {seconds:g} s")
+        if fresh:
+            self._count("breaker/retry_after")
+            logger.warning(
+                "%s held back for the fleet until %s (HTTP %d, Retry-After %g s)",
+                site,
+                time.strftime("%H:%M:%S", time.localtime(until)),
+                status,
+                seconds,
+                extra={"spider": self.crawler.spider},
+            )
 
     async def _failed(self, request: Request, site: str, why: str, counted: str = "") -> Block:
         sent = float(request.meta.get(SENT_AT_META) or time.time())

@@ -26,6 +26,7 @@ from crawler.bans.breaker import (
     BlockSteps,
     HostBreaker,
     breaker_states,
+    healthy,
     lift_block,
     mark_scope,
     site_of_url,
@@ -107,22 +108,34 @@ def _response(status: int, retry: str | None = None) -> Response:
 
 
 @pytest.mark.parametrize(
-    ("status", "retry", "trips"),
+    ("status", "retry", "trips", "waits"),
     [
-        (429, None, True),
-        (503, None, True),
-        (429, "0", True),  # Retry-After: 0 counts as no header
-        (503, "soon", True),  # unreadable: none
-        (429, "30", False),  # the server said when: a ban's cool-down, not a step
-        (500, None, False),
-        (200, None, False),
+        (429, None, True, False),
+        (503, None, True, False),
+        (429, "0", True, False),  # Retry-After: 0 counts as no header
+        (503, "soon", True, False),  # unreadable: none
+        (429, "30", False, True),  # the server said when: no step, its host waits it out
+        (503, "30", False, True),
+        (500, None, False, False),
+        (200, None, False, False),
     ],
 )
 def test_what_trips_the_breaker(
-    redis_client: redis.Redis, status: int, retry: str | None, trips: bool
+    redis_client: redis.Redis, status: int, retry: str | None, trips: bool, waits: bool
 ) -> None:
     response = _response(status, retry)
-    assert _breaker(redis_client).trips(response, retry_after(response)) is trips
+    breaker = _breaker(redis_client)
+    assert breaker.trips(response, retry_after(response)) is trips
+    assert breaker.waits(response, retry_after(response)) is waits
+
+
+@pytest.mark.parametrize(
+    ("status", "well"), [(200, True), (301, True), (404, True), (429, False), (500, False)]
+)
+def test_only_an_answer_that_is_not_a_5xx_nor_a_429_clears_the_failures(
+    status: int, well: bool
+) -> None:
+    assert healthy(status) is well
 
 
 def test_connection_failures_in_a_row_mark_the_host_and_a_success_resets_them(
@@ -353,6 +366,32 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
     for host in (dropping, no_robots):
         fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
         assert len(fetched) == PAGES
+
+
+@pytest.mark.integration
+def test_a_host_answering_503_with_retry_after_gets_no_request_until_then(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A site in maintenance answers ``503`` with ``Retry-After: 4``: the fleet sends it nothing
+    more until then (counted at its server), but the requests already on their way; then every
+    page, once it is back."""
+    wait = 4.0
+    on_their_way = 0.5  # two turns at RATE: requests that left before the 503 came back
+    with served_hosts(1, PAGES) as web:
+        host = host_address(0)
+        web.faults[host] = f"503:{wait:g}"
+        redis_client.lpush("links:start_urls", *_pages(web, 0))
+        log = tmp_path / "crawl.log"
+        with crawl.background("links", settings=LINKS, log=log) as worker:
+            first = min(poll(lambda: _arrived(web, host, False), 60, "the first 503"))
+            web.faults.clear()  # back after its maintenance: the pages answer once asked
+            assert worker.wait(150) == 0, log.read_text()[-5000:]
+        pages = _arrived(web, host, False)
+        fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
+    early = [round(at - first, 2) for at in pages if first + on_their_way < at < first + wait]
+    assert early == [], f"page requests within the Retry-After of the first 503: {early}"
+    assert len(fetched) == PAGES
+    assert json.loads(_frontier(crawl, "dead", "--json")) == []
 
 
 def _arrived(web: HostsWeb, host: str, robots: bool) -> list[float]:

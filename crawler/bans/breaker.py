@@ -9,8 +9,10 @@ once the host has been quiet for HOST_BLOCK_FORGIVE seconds after its last block
 requests that went before the current block ended are the same incident: N requests in flight
 failing together advance the backoff by one step. State per host lives in ``{spider}:breaker``
 (step, incident, end) and ``{spider}:breaker_failures`` (failures in a row, by kind), one atomic
-script (``crawler/bans/scripts/breaker.lua``) per failure; a success of the host seen by a
-worker that knows of its failures clears the count.
+script (``crawler/bans/scripts/breaker.lua``) per failure; an answer of the host that is not a
+5xx nor a 429, seen by a worker that knows of its failures, clears the count. A 429 or 503 with a
+usable ``Retry-After`` is no step: its host cools down for the fleet until then (at most
+BAN_COOLDOWN_MAX).
 
 After HOST_MAX_EXCEPTIONS connection-level failures in a row the host is *unreachable*, and after
 LINKS_ROBOTS_5XX_TRIES robots.txt answers of 5xx in a row its robots.txt *unavailable*: a mark
@@ -86,6 +88,12 @@ class HostMarked(IgnoreRequest):
     def __init__(self, mark: str, error: str) -> None:
         super().__init__(error)
         self.mark = mark
+
+
+def healthy(status: int) -> bool:
+    """Whether an answer of ``status`` shows its host well: not a 5xx, not a 429 (it clears the
+    host's failures in a row)."""
+    return status < 500 and status not in TRIPPING_STATUSES
 
 
 def site_of(request: Request) -> str:
@@ -191,6 +199,11 @@ class HostBreaker:
     def trips(self, response: Response, retry_after: float) -> bool:
         """Whether the answer is one the breaker counts (429 or 503, no usable Retry-After)."""
         return self.enabled and response.status in TRIPPING_STATUSES and retry_after <= 0
+
+    def waits(self, response: Response, retry_after: float) -> bool:
+        """Whether the answer holds its host back for the fleet until its Retry-After (429 or
+        503 with a usable one): no step of the breaker, the server said how long."""
+        return self.enabled and response.status in TRIPPING_STATUSES and retry_after > 0
 
     def failed(self, host: str, sent: float, why: str, counted: str = "") -> Block:
         """Record a failure of ``host`` by a request that went at ``sent`` (Unix time); counted
