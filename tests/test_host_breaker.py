@@ -13,29 +13,40 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+)
 from scrapy.http import Response
+from twisted.internet.error import ConnectBindError, TCPTimedOutError
 
 from crawler.bans.breaker import (
+    EVERY_HOST,
     ROBOTS_UNAVAILABLE,
     UNREACHABLE,
     BlockSteps,
     HostBreaker,
     breaker_states,
     healthy,
+    identity_at_fault,
     lift_block,
     mark_scope,
     site_of_url,
 )
+from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
 from crawler.keys import bans_key, breaker_failures_key, breaker_key
 from sandbox.hosts import HostsWeb, host_address
-from tests.harness import Crawl, poll, scrapy, served_hosts
+from tests.harness import Crawl, closed_port, poll, scrapy, served_hosts
 
 SPIDER = "breakertest"
 
@@ -392,6 +403,109 @@ def test_a_host_answering_503_with_retry_after_gets_no_request_until_then(
     assert early == [], f"page requests within the Retry-After of the first 503: {early}"
     assert len(fetched) == PAGES
     assert json.loads(_frontier(crawl, "dead", "--json")) == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("broken", ["bind", "proxy"])
+def test_a_broken_identity_is_blocked_not_the_healthy_host_it_fails_to_reach(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path, broken: str
+) -> None:
+    """Two identities, one broken: a bind address the machine does not have (TEST-NET-1), or
+    a proxy refusing connections. Its failures block it (on every host: they are its own), the
+    retries go through the other, and the host, never blocked, gets every page."""
+    with served_hosts(1, PAGES) as web, closed_port() as dead_port:
+        host = host_address(0)
+        identities: dict[str, object] = {"bind": {"BIND_ADDRESSES": "127.0.0.1,192.0.2.1"}}
+        identities["proxy"] = {
+            "BIND_ADDRESSES": "127.0.0.1",
+            "PROXY_POOL": f"http://127.0.0.1:{dead_port}",
+        }
+        settings = {**LINKS, **cast(dict[str, object], identities[broken]), "RETRY_TIMES": 1}
+        redis_client.lpush("links:start_urls", *_pages(web, 0))
+        _crawl(crawl, settings, tmp_path / "crawl.log")
+        fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
+    assert json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000")) == []
+    assert len(fetched) == PAGES
+    blocked = {state.host for state in breaker_states(redis_client, "links")}
+    name = "bind:192.0.2.1" if broken == "bind" else f"proxy:127.0.0.1:{dead_port}"
+    assert blocked == {f"{EVERY_HOST}|{name}"}, "the identity is blocked, never the host"
+
+
+@pytest.mark.integration
+def test_a_host_failing_through_every_identity_is_still_marked_unreachable(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Two working bind addresses, a host that drops every connection: each failure blocks the
+    identity it went through on the host, and once both are blocked there the host is (a step
+    of its own), until it is marked unreachable and its requests dead-lettered."""
+    with served_hosts(1, PAGES) as web:
+        host = host_address(0)
+        web.faults[host] = "drop"
+        settings = {**LINKS, "BIND_ADDRESSES": "127.0.0.1,127.0.0.2", "HOST_MAX_EXCEPTIONS": 2}
+        redis_client.lpush("links:start_urls", *_pages(web, 0))
+        _crawl(crawl, settings, tmp_path / "crawl.log")
+    dead = json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000"))
+    assert {letter["failure"]["reason"] for letter in dead} == {UNREACHABLE}
+    assert len(dead) == PAGES
+    site = f"{host}:{web.port}"
+    blocked = {state.host for state in breaker_states(redis_client, "links")}
+    assert {site, f"{site}|bind:127.0.0.1", f"{site}|bind:127.0.0.2"} <= blocked
+
+
+@pytest.mark.parametrize(
+    ("exception", "proxied", "own"),
+    [
+        (ConnectBindError(), False, True),  # type: ignore[no-untyped-call]
+        (DownloadConnectionRefusedError(), False, False),  # the host refused
+        (DownloadConnectionRefusedError(), True, True),  # the proxy refused
+        (CannotResolveHostError(), True, True),  # the proxy's own name
+        (DownloadTimeoutError(), True, False),  # the host may be slow
+        (TCPTimedOutError(), True, False),  # type: ignore[no-untyped-call]
+        (
+            TunnelError(
+                "Could not open CONNECT tunnel with proxy p:8080 [{'status': 407, "
+                "'reason': 'Proxy Authentication Required'}]"
+            ),
+            True,
+            True,
+        ),
+        (
+            TunnelError(
+                "Could not open CONNECT tunnel with proxy p:8080 [{'status': 502, "
+                "'reason': 'Bad Gateway'}]"
+            ),
+            True,
+            False,
+        ),  # it could not reach the host
+        (TunnelError("Could not open CONNECT tunnel with proxy p:8080 [b'garbage']"), True, True),
+    ],
+)
+def test_which_connection_failures_are_the_identity_s_own(
+    exception: Exception, proxied: bool, own: bool
+) -> None:
+    assert identity_at_fault(exception, proxied) is own
+
+
+def test_a_failed_identity_hands_on_to_the_next_one_not_cooling_down() -> None:
+    pool = IdentityPool(["127.0.0.2", "127.0.0.3"], ["http://user:pw@proxy.example:8080"])
+    names = [identity.name for identity in pool.identities]
+    assert names == ["bind:127.0.0.2", "bind:127.0.0.3", "proxy:proxy.example:8080"]
+    cooling = {"bind:127.0.0.3"}
+
+    def cooling_until(identity: Identity) -> float:
+        return 1.0 if identity.name in cooling else 0.0
+
+    nxt = pool.other_than("bind:127.0.0.2", cooling_until)
+    assert nxt is not None
+    assert nxt.name == "proxy:proxy.example:8080"
+    meta: dict[str, object] = {}
+    pool.identities[0].apply(meta)
+    nxt.apply(meta)  # no bind address left behind: it goes through the proxy only
+    assert meta == {"identity": nxt.name, "proxy": "http://user:pw@proxy.example:8080"}
+    pool.identities[1].apply(meta)  # nor a proxy behind a bind address
+    assert meta == {"identity": "bind:127.0.0.3", "bindaddress": ("127.0.0.3", 0)}
+    cooling.update(names[1:])
+    assert pool.other_than("bind:127.0.0.2", cooling_until) is None
 
 
 def _arrived(web: HostsWeb, host: str, robots: bool) -> list[float]:

@@ -21,11 +21,17 @@ HOST_BLOCK_MAX) with which every worker dead-letters the host's requests as they
 frontier, with that reason. ``scrapy frontier SPIDER unban HOST`` lifts a host's block and marks
 and resets its step; ``requeue`` lifts every mark before it brings the dead letters back.
 HOST_BLOCK_START 0 turns the breaker off (the ``domains`` spider, whose failures are results).
+
+With several identities (bind addresses, proxies) a failure through one blocks that identity
+on the host (the "host" ``host|identity``, same steps), or on every host (``*|identity``) when
+it is the identity's own (:func:`identity_at_fault`); the host is blocked only when it fails
+while every other identity cools down there (the ban middleware decides).
 """
 
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +82,8 @@ CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
     net.ConnectionLost,
     TunnelError,
 )
+# The host of an identity's block on every host: its own failure, not a host's.
+EVERY_HOST = "*"
 ATTRIBUTE = "_crawler_host_breaker"
 # A host's failure for the fleet, one atomic call (scripts/breaker.lua).
 BREAKER = read_script("breaker", "crawler.bans")
@@ -88,6 +96,22 @@ class HostMarked(IgnoreRequest):
     def __init__(self, mark: str, error: str) -> None:
         super().__init__(error)
         self.mark = mark
+
+
+def identity_at_fault(exception: BaseException, proxied: bool) -> bool:
+    """Whether a connection failure is the identity's own, whatever the host: a bind address the
+    machine cannot bind, or, through a proxy (``proxied``), the proxy refusing the connection,
+    unknown or unreachable (not a timeout: the host may be slow), or refusing the tunnel (not
+    with a 5xx, which says the proxy could not reach the host)."""
+    if isinstance(exception, net.ConnectBindError):
+        return True
+    if not proxied:
+        return False
+    if isinstance(exception, TunnelError):
+        status = re.search(r"'status': (\d+)", str(exception))
+        return status is None or not 500 <= int(status.group(1)) < 600
+    refused = (DownloadConnectionRefusedError, CannotResolveHostError, net.ConnectError)
+    return isinstance(exception, refused) and not isinstance(exception, net.TCPTimedOutError)
 
 
 def healthy(status: int) -> bool:
@@ -232,6 +256,12 @@ class HostBreaker:
             self._marks[field] = time.time() + steps.longest
             self.noted(field, self._marks[field])
         return block
+
+    def identity_failed(self, host: str, identity: str, sent: float, why: str) -> Block:
+        """Record a failure of ``host`` (EVERY_HOST: of any) through ``identity``: a block of
+        the identity there (a cool-down "host|identity", by the same steps as a host's), not of
+        the host."""
+        return self.failed(f"{host}|{identity}", sent, why)
 
     def marked(self, host: str, mark: str) -> bool:
         """Whether this worker marked ``host`` with ``mark`` (its failure just now, say), and the
