@@ -52,6 +52,10 @@ JOB_META = "frontier_job"
 CRAWL_DELAY_META = "crawl_delay"
 # Meta key naming the identity a request was (or is to be) sent as.
 IDENTITY_META = "identity"
+# Meta key set on a request whose connection failure the circuit breaker put down to the identity
+# it went as (a bind address, a proxy), not to its host: robots.txt is asked again through another
+# (crawler/links/robots.py) rather than counted a failure of the host's. Never stored.
+IDENTITY_FAILED_META = "identity_failed"
 # Meta keys an identity fills in; the proxy ones only when the identity is a proxy.
 PROXY_META = ("proxy", "_auth_proxy")
 

@@ -124,9 +124,10 @@ FAILURE_PAUSE_WINDOW = 200
 # HOST_BLOCK_START (float seconds >= 0, default 60; 0 = off), HOST_BLOCK_MAX (>= START, default
 # 86400) and HOST_BLOCK_FORGIVE (> 0, default 1800): a host answering 429/503 without a usable
 # Retry-After, or failing at the connection level, is blocked for the fleet for START seconds,
-# doubled per new incident up to MAX, back to START after FORGIVE quiet seconds. HOST_MAX_EXCEPTIONS
-# (int >= 0, default 5; 0 = never): connection failures in a row after which the host's requests
-# are dead-lettered as host_unreachable (crawler/bans/breaker.py).
+# doubled per new incident up to MAX, back to START after FORGIVE quiet seconds; a 503 with a
+# usable Retry-After holds its host back for the fleet until then. HOST_MAX_EXCEPTIONS (int >= 0,
+# default 5; 0 = never): connection failures in a row (an answer not 5xx nor 429 ends the row)
+# after which the host's requests are dead-lettered as host_unreachable (crawler/bans/breaker.py).
 HOST_BLOCK_START = 60.0
 HOST_BLOCK_MAX = 86_400.0
 HOST_BLOCK_FORGIVE = 1800.0

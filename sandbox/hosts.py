@@ -13,9 +13,10 @@ where a polite crawler's promise is kept, and where tests and benchmarks count i
 JSON, ``{address: [[time, path], ...]}``, and ``GET /__reset`` forgets them; neither is counted.
 
 A host can be made to fail (``HostsWeb.faults``, address -> fault): ``"429"`` or ``"503"`` answers
-every page with that status and no Retry-After, ``"robots-503"`` answers its robots.txt 503,
-``"robots-drop"`` closes the connection of a robots.txt request without an answer, ``"drop"``
-closes every connection without an answer. The failed requests are counted too.
+every page with that status and no Retry-After (``"503:30"``: with ``Retry-After: 30``),
+``"robots-503"`` answers its robots.txt 503, ``"robots-drop"`` closes the connection of a
+robots.txt request without an answer, ``"drop"`` closes every connection without an answer.
+The failed requests are counted too.
 
 A request that carries a ``Depth`` header (a test's crawler adds it: tests/depth_header.py) has
 its depth noted beside its arrival too, in ``HostsWeb.depths``: (address, path) -> the depths it
@@ -71,8 +72,12 @@ def site_pages(hosts: int, pages: int, port: int) -> set[tuple[str, str]]:
     return {(host_address(h), page_path(k)) for h in range(hosts) for k in range(pages)}
 
 
-def _response(status: bytes, body: bytes, content_type: bytes = b"text/html") -> bytes:
+def _response(
+    status: bytes, body: bytes, content_type: bytes = b"text/html", retry_after: str = ""
+) -> bytes:
     head = b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type
+    if retry_after:
+        head += b"\r\nRetry-After: " + retry_after.encode()
     head += b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n"
     return head + body
 
@@ -112,10 +117,11 @@ class HostsWeb:
             return None
         if fault == "robots-503" and path == "/robots.txt":
             return _response(b"503 Service Unavailable", b"down")
-        if fault == "429" and path != "/robots.txt":
-            return _response(b"429 Too Many Requests", b"slow down")
-        if fault == "503" and path != "/robots.txt":
-            return _response(b"503 Service Unavailable", b"down")
+        status, _, wait = fault.partition(":")
+        if status == "429" and path != "/robots.txt":
+            return _response(b"429 Too Many Requests", b"slow down", retry_after=wait)
+        if status == "503" and path != "/robots.txt":
+            return _response(b"503 Service Unavailable", b"down", retry_after=wait)
         if path == "/robots.txt":
             return _response(b"200 OK", ROBOTS, b"text/plain")
         k = 0 if path == "/" else _page_number(path)

@@ -17,6 +17,7 @@ from typing import Any, cast
 import pytest
 import redis
 from scrapy import Request
+from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
 from crawler.bans.policy import BAN_TIMES_META
@@ -179,6 +180,29 @@ def test_rotate_policy_cools_down_only_the_banned_address(
     assert cooled, "no address was cooled down"
     assert all("|bind:127.0.0." in key for key in cooled), cooled  # never the whole domain
     _assert_cooldowns_respected(sandbox, concurrency=1)
+
+
+def test_a_429_without_retry_after_under_rotate_blocks_the_identity_not_the_host(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """BAN_POLICY=rotate with two identities: a 429 without Retry-After (a step of the circuit
+    breaker) blocks the identity it went through on the host; the request goes again at once,
+    as the other identity."""
+    settings = {**_settings(), "REDIS_URL": redis_url, "BAN_POLICY": "rotate"}
+    settings["BIND_ADDRESSES"] = ["127.0.0.2", "127.0.0.3"]
+    crawler = get_crawler(ProfilesSpider, settings_dict=settings)
+    crawler.spider = crawler._create_spider()
+    middleware = BanMiddleware.from_crawler(crawler)
+    request = Request("https://www.tiktok.com/@some.user", meta={"identity": "bind:127.0.0.2"})
+    answer = Response(request.url, status=429, request=request)
+    again = asyncio.run(middleware.process_response(request, answer))
+    assert isinstance(again, Request)
+    assert again.meta[DUE_META] <= time.time() + 2
+    cooled = {key.decode() for key in cast(list[bytes], redis_client.hkeys("{profiles}:bans"))}
+    assert cooled == {"www.tiktok.com|bind:127.0.0.2"}, "never the whole host"
+    admitted = asyncio.run(middleware.process_request(again))
+    assert admitted is None
+    assert again.meta["identity"] == "bind:127.0.0.3"
 
 
 def test_transient_errors_slow_answers_and_dropped_connections(

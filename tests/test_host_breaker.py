@@ -13,28 +13,40 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+)
 from scrapy.http import Response
+from twisted.internet.error import ConnectBindError, TCPTimedOutError
 
 from crawler.bans.breaker import (
+    EVERY_HOST,
     ROBOTS_UNAVAILABLE,
     UNREACHABLE,
     BlockSteps,
     HostBreaker,
     breaker_states,
+    healthy,
+    identity_at_fault,
     lift_block,
     mark_scope,
     site_of_url,
 )
+from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.policy import retry_after
 from crawler.config.rules import SettingsError
 from crawler.keys import bans_key, breaker_failures_key, breaker_key
 from sandbox.hosts import HostsWeb, host_address
-from tests.harness import Crawl, poll, scrapy, served_hosts
+from tests.harness import Crawl, closed_port, poll, scrapy, served_hosts
 
 SPIDER = "breakertest"
 
@@ -107,22 +119,34 @@ def _response(status: int, retry: str | None = None) -> Response:
 
 
 @pytest.mark.parametrize(
-    ("status", "retry", "trips"),
+    ("status", "retry", "trips", "waits"),
     [
-        (429, None, True),
-        (503, None, True),
-        (429, "0", True),  # Retry-After: 0 counts as no header
-        (503, "soon", True),  # unreadable: none
-        (429, "30", False),  # the server said when: a ban's cool-down, not a step
-        (500, None, False),
-        (200, None, False),
+        (429, None, True, False),
+        (503, None, True, False),
+        (429, "0", True, False),  # Retry-After: 0 counts as no header
+        (503, "soon", True, False),  # unreadable: none
+        (429, "30", False, True),  # the server said when: no step, its host waits it out
+        (503, "30", False, True),
+        (500, None, False, False),
+        (200, None, False, False),
     ],
 )
 def test_what_trips_the_breaker(
-    redis_client: redis.Redis, status: int, retry: str | None, trips: bool
+    redis_client: redis.Redis, status: int, retry: str | None, trips: bool, waits: bool
 ) -> None:
     response = _response(status, retry)
-    assert _breaker(redis_client).trips(response, retry_after(response)) is trips
+    breaker = _breaker(redis_client)
+    assert breaker.trips(response, retry_after(response)) is trips
+    assert breaker.waits(response, retry_after(response)) is waits
+
+
+@pytest.mark.parametrize(
+    ("status", "well"), [(200, True), (301, True), (404, True), (429, False), (500, False)]
+)
+def test_only_an_answer_that_is_not_a_5xx_nor_a_429_clears_the_failures(
+    status: int, well: bool
+) -> None:
+    assert healthy(status) is well
 
 
 def test_connection_failures_in_a_row_mark_the_host_and_a_success_resets_them(
@@ -353,6 +377,135 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
     for host in (dropping, no_robots):
         fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
         assert len(fetched) == PAGES
+
+
+@pytest.mark.integration
+def test_a_host_answering_503_with_retry_after_gets_no_request_until_then(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A site in maintenance answers ``503`` with ``Retry-After: 4``: the fleet sends it nothing
+    more until then (counted at its server), but the requests already on their way; then every
+    page, once it is back."""
+    wait = 4.0
+    on_their_way = 0.5  # two turns at RATE: requests that left before the 503 came back
+    with served_hosts(1, PAGES) as web:
+        host = host_address(0)
+        web.faults[host] = f"503:{wait:g}"
+        redis_client.lpush("links:start_urls", *_pages(web, 0))
+        log = tmp_path / "crawl.log"
+        with crawl.background("links", settings=LINKS, log=log) as worker:
+            first = min(poll(lambda: _arrived(web, host, False), 60, "the first 503"))
+            web.faults.clear()  # back after its maintenance: the pages answer once asked
+            assert worker.wait(150) == 0, log.read_text()[-5000:]
+        pages = _arrived(web, host, False)
+        fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
+    early = [round(at - first, 2) for at in pages if first + on_their_way < at < first + wait]
+    assert early == [], f"page requests within the Retry-After of the first 503: {early}"
+    assert len(fetched) == PAGES
+    assert json.loads(_frontier(crawl, "dead", "--json")) == []
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("broken", ["bind", "proxy"])
+def test_a_broken_identity_is_blocked_not_the_healthy_host_it_fails_to_reach(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path, broken: str
+) -> None:
+    """Two identities, one broken: a bind address the machine does not have (TEST-NET-1), or
+    a proxy refusing connections. Its failures block it (on every host: they are its own), the
+    retries go through the other, and the host, never blocked, gets every page."""
+    with served_hosts(1, PAGES) as web, closed_port() as dead_port:
+        host = host_address(0)
+        identities: dict[str, object] = {"bind": {"BIND_ADDRESSES": "127.0.0.1,192.0.2.1"}}
+        identities["proxy"] = {
+            "BIND_ADDRESSES": "127.0.0.1",
+            "PROXY_POOL": f"http://127.0.0.1:{dead_port}",
+        }
+        settings = {**LINKS, **cast(dict[str, object], identities[broken]), "RETRY_TIMES": 1}
+        redis_client.lpush("links:start_urls", *_pages(web, 0))
+        _crawl(crawl, settings, tmp_path / "crawl.log")
+        fetched = {path for _, path in web.arrivals[host] if path != "/robots.txt"}
+    assert json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000")) == []
+    assert len(fetched) == PAGES
+    blocked = {state.host for state in breaker_states(redis_client, "links")}
+    name = "bind:192.0.2.1" if broken == "bind" else f"proxy:127.0.0.1:{dead_port}"
+    assert blocked == {f"{EVERY_HOST}|{name}"}, "the identity is blocked, never the host"
+
+
+@pytest.mark.integration
+def test_a_host_failing_through_every_identity_is_still_marked_unreachable(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Two working bind addresses, a host that drops every connection: each failure blocks the
+    identity it went through on the host, and once both are blocked there the host is (a step
+    of its own), until it is marked unreachable and its requests dead-lettered."""
+    with served_hosts(1, PAGES) as web:
+        host = host_address(0)
+        web.faults[host] = "drop"
+        settings = {**LINKS, "BIND_ADDRESSES": "127.0.0.1,127.0.0.2", "HOST_MAX_EXCEPTIONS": 2}
+        redis_client.lpush("links:start_urls", *_pages(web, 0))
+        _crawl(crawl, settings, tmp_path / "crawl.log")
+    dead = json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000"))
+    assert {letter["failure"]["reason"] for letter in dead} == {UNREACHABLE}
+    assert len(dead) == PAGES
+    site = f"{host}:{web.port}"
+    blocked = {state.host for state in breaker_states(redis_client, "links")}
+    assert {site, f"{site}|bind:127.0.0.1", f"{site}|bind:127.0.0.2"} <= blocked
+
+
+@pytest.mark.parametrize(
+    ("exception", "proxied", "own"),
+    [
+        (ConnectBindError(), False, True),  # type: ignore[no-untyped-call]
+        (DownloadConnectionRefusedError(), False, False),  # the host refused
+        (DownloadConnectionRefusedError(), True, True),  # the proxy refused
+        (CannotResolveHostError(), True, True),  # the proxy's own name
+        (DownloadTimeoutError(), True, False),  # the host may be slow
+        (TCPTimedOutError(), True, False),  # type: ignore[no-untyped-call]
+        (
+            TunnelError(
+                "Could not open CONNECT tunnel with proxy p:8080 [{'status': 407, "
+                "'reason': 'Proxy Authentication Required'}]"
+            ),
+            True,
+            True,
+        ),
+        (
+            TunnelError(
+                "Could not open CONNECT tunnel with proxy p:8080 [{'status': 502, "
+                "'reason': 'Bad Gateway'}]"
+            ),
+            True,
+            False,
+        ),  # it could not reach the host
+        (TunnelError("Could not open CONNECT tunnel with proxy p:8080 [b'garbage']"), True, True),
+    ],
+)
+def test_which_connection_failures_are_the_identity_s_own(
+    exception: Exception, proxied: bool, own: bool
+) -> None:
+    assert identity_at_fault(exception, proxied) is own
+
+
+def test_a_failed_identity_hands_on_to_the_next_one_not_cooling_down() -> None:
+    pool = IdentityPool(["127.0.0.2", "127.0.0.3"], ["http://user:pw@proxy.example:8080"])
+    names = [identity.name for identity in pool.identities]
+    assert names == ["bind:127.0.0.2", "bind:127.0.0.3", "proxy:proxy.example:8080"]
+    cooling = {"bind:127.0.0.3"}
+
+    def cooling_until(identity: Identity) -> float:
+        return 1.0 if identity.name in cooling else 0.0
+
+    nxt = pool.other_than("bind:127.0.0.2", cooling_until)
+    assert nxt is not None
+    assert nxt.name == "proxy:proxy.example:8080"
+    meta: dict[str, object] = {}
+    pool.identities[0].apply(meta)
+    nxt.apply(meta)  # no bind address left behind: it goes through the proxy only
+    assert meta == {"identity": nxt.name, "proxy": "http://user:pw@proxy.example:8080"}
+    pool.identities[1].apply(meta)  # nor a proxy behind a bind address
+    assert meta == {"identity": "bind:127.0.0.3", "bindaddress": ("127.0.0.3", 0)}
+    cooling.update(names[1:])
+    assert pool.other_than("bind:127.0.0.2", cooling_until) is None
 
 
 def _arrived(web: HostsWeb, host: str, robots: bool) -> list[float]:

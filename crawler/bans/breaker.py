@@ -9,8 +9,10 @@ once the host has been quiet for HOST_BLOCK_FORGIVE seconds after its last block
 requests that went before the current block ended are the same incident: N requests in flight
 failing together advance the backoff by one step. State per host lives in ``{spider}:breaker``
 (step, incident, end) and ``{spider}:breaker_failures`` (failures in a row, by kind), one atomic
-script (``crawler/bans/scripts/breaker.lua``) per failure; a success of the host seen by a
-worker that knows of its failures clears the count.
+script (``crawler/bans/scripts/breaker.lua``) per failure; an answer of the host that is not a
+5xx nor a 429, seen by a worker that knows of its failures, clears the count. A 429 or 503 with a
+usable ``Retry-After`` is no step: its host cools down for the fleet until then (at most
+BAN_COOLDOWN_MAX).
 
 After HOST_MAX_EXCEPTIONS connection-level failures in a row the host is *unreachable*, and after
 LINKS_ROBOTS_5XX_TRIES robots.txt answers of 5xx in a row its robots.txt *unavailable*: a mark
@@ -19,11 +21,17 @@ HOST_BLOCK_MAX) with which every worker dead-letters the host's requests as they
 frontier, with that reason. ``scrapy frontier SPIDER unban HOST`` lifts a host's block and marks
 and resets its step; ``requeue`` lifts every mark before it brings the dead letters back.
 HOST_BLOCK_START 0 turns the breaker off (the ``domains`` spider, whose failures are results).
+
+With several identities (bind addresses, proxies) a failure through one blocks that identity
+on the host (the "host" ``host|identity``, same steps), or on every host (``*|identity``) when
+it is the identity's own (:func:`identity_at_fault`); the host is blocked only when it fails
+while every other identity cools down there (the ban middleware decides).
 """
 
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,6 +82,8 @@ CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
     net.ConnectionLost,
     TunnelError,
 )
+# The host of an identity's block on every host: its own failure, not a host's.
+EVERY_HOST = "*"
 ATTRIBUTE = "_crawler_host_breaker"
 # A host's failure for the fleet, one atomic call (scripts/breaker.lua).
 BREAKER = read_script("breaker", "crawler.bans")
@@ -86,6 +96,28 @@ class HostMarked(IgnoreRequest):
     def __init__(self, mark: str, error: str) -> None:
         super().__init__(error)
         self.mark = mark
+
+
+def identity_at_fault(exception: BaseException, proxied: bool) -> bool:
+    """Whether a connection failure is the identity's own, whatever the host: a bind address the
+    machine cannot bind, or, through a proxy (``proxied``), the proxy refusing the connection,
+    unknown or unreachable (not a timeout: the host may be slow), or refusing the tunnel (not
+    with a 5xx, which says the proxy could not reach the host)."""
+    if isinstance(exception, net.ConnectBindError):
+        return True
+    if not proxied:
+        return False
+    if isinstance(exception, TunnelError):
+        status = re.search(r"'status': (\d+)", str(exception))
+        return status is None or not 500 <= int(status.group(1)) < 600
+    refused = (DownloadConnectionRefusedError, CannotResolveHostError, net.ConnectError)
+    return isinstance(exception, refused) and not isinstance(exception, net.TCPTimedOutError)
+
+
+def healthy(status: int) -> bool:
+    """Whether an answer of ``status`` shows its host well: not a 5xx, not a 429 (it clears the
+    host's failures in a row)."""
+    return status < 500 and status not in TRIPPING_STATUSES
 
 
 def site_of(request: Request) -> str:
@@ -192,6 +224,11 @@ class HostBreaker:
         """Whether the answer is one the breaker counts (429 or 503, no usable Retry-After)."""
         return self.enabled and response.status in TRIPPING_STATUSES and retry_after <= 0
 
+    def waits(self, response: Response, retry_after: float) -> bool:
+        """Whether the answer holds its host back for the fleet until its Retry-After (429 or
+        503 with a usable one): no step of the breaker, the server said how long."""
+        return self.enabled and response.status in TRIPPING_STATUSES and retry_after > 0
+
     def failed(self, host: str, sent: float, why: str, counted: str = "") -> Block:
         """Record a failure of ``host`` by a request that went at ``sent`` (Unix time); counted
         towards the mark ``counted`` (a connection failure: UNREACHABLE) when given."""
@@ -219,6 +256,12 @@ class HostBreaker:
             self._marks[field] = time.time() + steps.longest
             self.noted(field, self._marks[field])
         return block
+
+    def identity_failed(self, host: str, identity: str, sent: float, why: str) -> Block:
+        """Record a failure of ``host`` (EVERY_HOST: of any) through ``identity``: a block of
+        the identity there (a cool-down "host|identity", by the same steps as a host's), not of
+        the host."""
+        return self.failed(f"{host}|{identity}", sent, why)
 
     def marked(self, host: str, mark: str) -> bool:
         """Whether this worker marked ``host`` with ``mark`` (its failure just now, say), and the

@@ -29,12 +29,19 @@ class Identity:
         return self.name.removeprefix("bind:") if self.name.startswith("bind:") else None
 
     def apply(self, meta: dict[str, Any]) -> None:
-        """Send the request of ``meta`` as this identity (its name, bind address or proxy)."""
+        """Send the request of ``meta`` as this identity (its name, bind address or proxy), no
+        longer as the one it names (its bind address or proxy dropped: Scrapy's proxy middleware
+        drops the credentials it gave the old proxy)."""
+        previous = str(meta.get(IDENTITY_META, ""))
         meta[IDENTITY_META] = self.name
         if self.bind_address:
             meta["bindaddress"] = (self.bind_address, 0)
+        elif previous.startswith("bind:"):
+            meta.pop("bindaddress", None)
         if self.proxy:
             meta["proxy"] = self.proxy
+        elif previous.startswith("proxy:"):
+            meta.pop("proxy", None)
 
 
 class IdentityPool:
@@ -59,6 +66,17 @@ class IdentityPool:
         if identity is not None and not cooling_until(identity):
             return identity
         return self.choose(cooling_until)
+
+    def other_than(self, name: str, cooling_until: Callable[[Identity], float]) -> Identity | None:
+        """The identity after ``name`` in the pool's order not cooling down, other than
+        ``name``; None when every other one cools down."""
+        names = [identity.name for identity in self.identities]
+        start = names.index(name) if name in names else -1
+        for step in range(1, len(names) + 1):
+            identity = self.identities[(start + step) % len(names)]
+            if identity.name != name and not cooling_until(identity):
+                return identity
+        return None
 
     def choose(self, cooling_until: Callable[[Identity], float]) -> Identity | float:
         """The next identity not cooling down, or the earliest end of the cool-downs."""

@@ -75,10 +75,16 @@ class BanPolicy:
         return Verdict("ban", rule) if rule else verdict
 
     async def banned(
-        self, request: Request, response: Response, verdict: Verdict, blocked: float = 0.0
+        self,
+        request: Request,
+        response: Response,
+        verdict: Verdict,
+        blocked: float = 0.0,
+        rotated: bool = False,
     ) -> Request:
         """The ban's cool-down (``blocked``: the end of the circuit breaker's block, which
-        stands for it) and the request's next attempt."""
+        stands for it; ``rotated``: a block of the identity on the host, under ``rotate``, not
+        of the host) and the request's next attempt."""
         domain = urlparse_cached(request).hostname or ""
         identity = str(request.meta.get(IDENTITY_META, "default"))
         self._count("ban/count")
@@ -99,7 +105,9 @@ class BanPolicy:
         why = f"{verdict.rule} (HTTP {response.status})"
         if blocked:
             self.fleet.penalize(domain, identity)
-            scope, until = None, blocked
+            until = blocked
+            if not rotated:
+                scope = None
         else:
             until = await self.redis.wait_for(
                 lambda: self._cool_down(domain, identity, scope, seconds, why)

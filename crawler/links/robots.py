@@ -48,7 +48,14 @@ from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.reports import FrontierReports
 from crawler.keys import robots_claim_key, robots_key
-from crawler.meta import CRAWL_DELAY_META, DUE_META, PACED_META, SENT_AT_META, send_back
+from crawler.meta import (
+    CRAWL_DELAY_META,
+    DUE_META,
+    IDENTITY_FAILED_META,
+    PACED_META,
+    SENT_AT_META,
+    send_back,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -269,6 +276,9 @@ class FleetRobotsMiddleware:
         except Exception as exc:
             self._count(f"robotstxt/error/{type(exc).__name__}")
             if self.breaker.enabled and isinstance(exc, CONNECTION_FAILURES):
+                if robots.meta.get(IDENTITY_FAILED_META):
+                    # The identity it went as failed, not the host: asked again through another.
+                    raise RobotsDeferred(time.time()) from exc
                 # No answer: asked again after the block the breaker middleware gave the host
                 # for this failure (counted there towards host_unreachable, which wins).
                 why = f"robots.txt {type(exc).__name__}"
