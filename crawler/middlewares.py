@@ -22,21 +22,13 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
+from crawler.bans.blame import Blame
 from crawler.bans.breaker import (
-    CONNECTION_FAILURES,
-    EVERY_HOST,
-    MARKS,
-    UNREACHABLE,
-    Block,
-    HostBreaker,
-    HostMarked,
     healthy,
-    identity_at_fault,
-    mark_scope,
     site_of,
 )
 from crawler.bans.concurrency import HostAdmission, HostSlots, full_hosts, send_back_if_full
-from crawler.bans.identities import Identity, IdentityPool
+from crawler.bans.identities import IdentityPool
 from crawler.bans.policy import BanPolicy, retry_after, retry_later
 from crawler.bans.politeness import FleetPoliteness
 from crawler.bans.waits import RedisWait, RetryBackoff, TokenLines, TokenTurns, send_back_counted
@@ -49,8 +41,6 @@ from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Riders
 from crawler.meta import (
     HOLD_META,
-    IDENTITY_FAILED_META,
-    IDENTITY_META,
     PACED_META,
     SENT_AT_META,
     crawl_delay_of,
@@ -73,7 +63,8 @@ class BanMiddleware:
     identity (bind address or proxy) not cooling down, and it takes a token of the fleet's rate for
     (domain, identity): SendGateMiddleware takes it when the frontier's pop planned its turn (one
     identity), else it waits here or in the delayed set (:mod:`crawler.bans.waits`). After the
-    response: a ban is handled as :mod:`crawler.bans.policy` says.
+    response: a ban is handled as :mod:`crawler.bans.policy` says, a failure put down to its host
+    or its identity as :mod:`crawler.bans.blame` says.
 
     Settings: BAN_*, POLITENESS_*, BIND_ADDRESSES, PROXY_POOL. Meta ``dont_ban_check`` skips
     classification; ``crawl_delay`` (seconds) spaces the domain's requests for the fleet.
@@ -91,9 +82,8 @@ class BanMiddleware:
         lines = TokenLines.sharing(settings.getint("CONCURRENT_REQUESTS"))
         self.turns = TokenTurns(fleet, lines, self.redis)
         self.bans = BanPolicy(crawler, fleet, self.redis)
-        self.breaker = HostBreaker.of(crawler)
-        self.breaker.noted = fleet.note_ban
-        self.frontier = FrontierReports(crawler)
+        self.blame = Blame(crawler, fleet, pool, self.redis)
+        self.breaker = self.blame.breaker
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BanMiddleware:
@@ -111,13 +101,13 @@ class BanMiddleware:
     async def _admit(self, request: Request) -> Request | None:
         domain = urlparse_cached(request).hostname or ""
         site = site_of(request)
-        self._refuse_marked(request, site)
-        until = self._cooling(domain, site)
+        self.blame.refuse_marked(request, site)
+        until = self.blame.cooling(domain, site)
         if until:
             self.breaker.watched.add(site)
             return self._defer(request, until, "domain_cooling")
         identity = self.pool.keep_or_choose(
-            request.meta, lambda identity: self._identity_cooling(domain, site, identity.name)
+            request.meta, lambda identity: self.blame.identity_cooling(domain, site, identity.name)
         )
         if isinstance(identity, float):
             return self._defer(request, identity, "identities_cooling")
@@ -126,38 +116,9 @@ class BanMiddleware:
             # A turn the frontier planned: SendGateMiddleware takes its token as it goes.
             return None
         due = await self.turns.wait(domain, identity.name, crawl_delay_of(request.meta))
-        if due is None and (until := self._cooling(domain, site)):
+        if due is None and (until := self.blame.cooling(domain, site)):
             return self._defer(request, until, "domain_cooling")  # blocked while it waited
         return None if due is None else self._defer(request, due, "rate", jitter=0.0)
-
-    def _cooling(self, domain: str, site: str) -> float:
-        """The end of the domain's cool-down (a ban's) or of its site's block (the breaker's,
-        per host and port), the later; 0 when neither holds."""
-        until = self.fleet.cooling_until(domain)
-        return max(until, self.fleet.cooling_until(site)) if site != domain else until
-
-    def _identity_cooling(self, domain: str, site: str, name: str) -> float:
-        """The end of the identity's cool-down on the domain (a ban's under ``rotate``), on the
-        site or on every host (the breaker's blocks of an identity), the latest; 0 when none."""
-        until = max(
-            self.fleet.cooling_until(domain, name), self.fleet.cooling_until(EVERY_HOST, name)
-        )
-        return max(until, self.fleet.cooling_until(site, name)) if site != domain else until
-
-    def _rotates(self, request: Request) -> bool:
-        """Whether the request went as one of several identities: a failure through it blocks
-        the identity, and its host only once every identity failed there."""
-        named = str(request.meta.get(IDENTITY_META, ""))
-        return len(self.pool.identities) > 1 and self.pool.get(named) is not None
-
-    def _refuse_marked(self, request: Request, site: str) -> None:
-        """A host marked unreachable (or its robots.txt unavailable): a dead letter."""
-        for mark in MARKS:
-            if self.fleet.cooling_until(site, mark_scope(mark)):
-                error = f"{site} is marked {mark} for the fleet"
-                self.frontier.ledger.failed(request, mark, error)
-                self._count(f"breaker/dead/{mark}")
-                raise HostMarked(mark, error)
 
     def _defer(self, request: Request, until: float, reason: str, jitter: float = 1.0) -> Request:
         return send_back_counted(self.crawler, request, until + random.uniform(0, jitter), reason)
@@ -168,20 +129,21 @@ class BanMiddleware:
         site = site_of(request)
         verdict = self.bans.classify(response)
         asked = retry_after(response, self.bans.cooldown_max)
+        blame = self.blame
         if self.breaker.trips(response, asked):
             why = f"HTTP {response.status} without Retry-After"
-            if verdict.is_ban and self.bans.policy == "rotate" and self._rotates(request):
+            if verdict.is_ban and self.bans.policy == "rotate" and blame.rotates(request):
                 # A 429 under rotate: the identity's block, the host's once every one has one.
-                held = await self.redis.wait_for(lambda: self._identity_failed(request, site, why))
+                held = await self.redis.wait_for(lambda: blame.identity_failed(request, site, why))
                 if held is not None:
                     return await self.bans.banned(request, response, verdict, held, rotated=True)
-            block = await self.redis.wait_for(lambda: self._failed(request, site, why))
+            block = await self.redis.wait_for(lambda: blame.failed(request, site, why))
             if not verdict.is_ban:
                 return response  # retried: its turn comes once the block ends
             return await self.bans.banned(request, response, verdict, block.until)
         if self.breaker.waits(response, asked) and not verdict.is_ban:
             # A 503 saying how long (a 429's ban cools down for its Retry-After already).
-            await self.redis.wait_for(lambda: self._wait_out(site, asked, response.status))
+            await self.redis.wait_for(lambda: blame.wait_out(site, asked, response.status))
         elif healthy(response.status):
             self.breaker.succeeded(site)
         if not verdict.is_ban:
@@ -189,100 +151,8 @@ class BanMiddleware:
         return await self.bans.banned(request, response, verdict)
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
-        """A connection-level failure: a step of the host's block; once the host is marked
-        unreachable, this request is its first dead letter (not retried)."""
-        if not self.breaker.enabled or not isinstance(exception, CONNECTION_FAILURES):
-            return
-        site = site_of(request)
-        why = type(exception).__name__
-        try:
-            if self._rotates(request):
-                own = identity_at_fault(exception, bool(request.meta.get("proxy")))
-                held = await self.redis.wait_for(
-                    lambda: self._identity_failed(request, site, why, own)
-                )
-                if held is not None:
-                    # Its retry goes as the next identity not cooling down on the host.
-                    if (other := self._other_identity(request, site)) is not None:
-                        other.apply(request.meta)
-                    request.meta[IDENTITY_FAILED_META] = True
-                    return
-            block = await self.redis.wait_for(lambda: self._failed(request, site, why, UNREACHABLE))
-        except RedisError:
-            return  # the engine is closing: the lease is released untouched
-        if block.marked:
-            request.meta["dont_retry"] = True
-            self.frontier.ledger.failed(request, UNREACHABLE, f"{why}: {exception}")
-            self._count(f"breaker/dead/{UNREACHABLE}")
-
-    async def _identity_failed(
-        self, request: Request, site: str, why: str, own: bool = False
-    ) -> float | None:
-        """The site failed through the request's identity (``own``: the identity's own failure,
-        whatever the host): the identity is blocked there (or on every host). The end of its
-        block; None when every identity cools down there and the failure is the host's: the
-        host is blocked as with one identity."""
-        name = str(request.meta.get(IDENTITY_META, ""))
-        sent = float(request.meta.get(SENT_AT_META) or time.time())
-        where = EVERY_HOST if own else site
-        block = self.breaker.identity_failed(where, name, sent, why)
-        if block.fresh:
-            self._count("breaker/identity_blocks")
-            logger.warning(
-                "%s blocked on %s for the fleet until %s (step %d: %s)",
-                name,
-                "every host" if own else site,
-                time.strftime("%H:%M:%S", time.localtime(block.until)),
-                block.level,
-                why,
-                extra={"spider": self.crawler.spider},
-            )
-        if self._other_identity(request, site) is None and not own:
-            return None
-        return block.until
-
-    def _other_identity(self, request: Request, site: str) -> Identity | None:
-        """The next identity after the request's not cooling down on its host; None if none."""
-        domain = urlparse_cached(request).hostname or ""
-        name = str(request.meta.get(IDENTITY_META, ""))
-        return self.pool.other_than(
-            name, lambda identity: self._identity_cooling(domain, site, identity.name)
-        )
-
-    async def _wait_out(self, site: str, seconds: float, status: int) -> None:
-        """The host asked for ``seconds`` (its Retry-After, capped): it cools down for the fleet
-        until then, as the breaker's blocks do."""
-        fresh = not self.fleet.cooling_until(site)
-        until = self.fleet.ban(site, None, seconds, f"HTTP {status} Retry-After {seconds:g} s")
-        if fresh:
-            self._count("breaker/retry_after")
-            logger.warning(
-                "%s held back for the fleet until %s (HTTP %d, Retry-After %g s)",
-                site,
-                time.strftime("%H:%M:%S", time.localtime(until)),
-                status,
-                seconds,
-                extra={"spider": self.crawler.spider},
-            )
-
-    async def _failed(self, request: Request, site: str, why: str, counted: str = "") -> Block:
-        sent = float(request.meta.get(SENT_AT_META) or time.time())
-        block = self.breaker.failed(site, sent, why, counted)
-        if block.fresh:
-            self._count("breaker/blocks")
-            logger.warning(
-                "%s blocked for the fleet until %s (step %d: %s)",
-                site,
-                time.strftime("%H:%M:%S", time.localtime(block.until)),
-                block.level,
-                why,
-                extra={"spider": self.crawler.spider},
-            )
-        return block
-
-    def _count(self, key: str) -> None:
-        if self.crawler.stats is not None:
-            self.crawler.stats.inc_value(key)
+        """A connection-level failure: see :meth:`Blame.connection_failed`."""
+        await self.blame.connection_failed(request, exception)
 
 
 class SendGateMiddleware:
