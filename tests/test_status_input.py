@@ -9,7 +9,7 @@ import time
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scrapy.settings import Settings
 
@@ -69,6 +69,8 @@ values = st.one_of(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.dictionaries(st.sampled_from(FIELDS), values, min_size=1))
+@example({"metrics_port": b"9" * 5000})  # past Python's limit for reading digits
+@example({"metrics_port": b"70000"})
 def test_any_heartbeat_fields_are_shown_never_an_error(
     redis_client: redis.Redis, fields: dict[str, bytes]
 ) -> None:
@@ -79,3 +81,4 @@ def test_any_heartbeat_fields_are_shown_never_an_error(
     (worker,) = report["spiders"]["profiles"]["workers"]
     for name in (*WORKER_NUMBERS, *WORKER_RATES):
         assert name not in worker or isinstance(worker[name], int | float), (name, worker)
+    assert worker["metrics_port"] is None or 0 < worker["metrics_port"] < 65536

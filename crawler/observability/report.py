@@ -398,8 +398,15 @@ def _decode_worker(raw: Mapping[Any, Any]) -> dict[str, Any]:
             else:
                 beat[name] = number
     port = beat.get("metrics_port")
-    beat["metrics_port"] = int(port) if port and port.isascii() and port.isdigit() else None
+    beat["metrics_port"] = _port(port) if port else None
     return beat
+
+
+def _port(text: str) -> int | None:
+    """A TCP port (1 to 65535) written as digits; None for anything else."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 5):
+        return None
+    return int(text) if 0 < int(text) < 65536 else None
 
 
 def _text(value: bytes | str) -> str:
