@@ -70,12 +70,15 @@ class BulkWrites:
         stats: StatsCollector,
         retry_times: int,
         spill: SpillFile,
+        known: Collection[Destination] = (),
     ) -> None:
         self.database = database
+        self.known = known  # destinations known before any item: a replay indexes them first
         self.stats = stats
         self.retry_times = retry_times
         self.spill = spill
         self._indexed = indexed  # (collection, unique key): index name
+        self._none: set[tuple[str, str]] = set()  # those MongoDB would not index, said once
         # Per collection: batches written, the share of changed documents in the last batch
         # written in the plain form first, and the share of new documents in the last batch.
         self._batch_counts: dict[str, int] = {}
@@ -112,9 +115,11 @@ class BulkWrites:
     def _index(self, destination: Destination) -> None:
         """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
         an item class of the user's, the spider's own collection), unless one is there; tried
-        again with the next batch if MongoDB is away. ``_id`` has its own."""
+        again with the next batch if MongoDB is away. One MongoDB will not make (the key stored
+        twice already, another index of that name) is said once in a WARNING: the collection is
+        written without it, in the update-pipeline form. ``_id`` has its own."""
         collection, key = destination.collection, destination.unique_key
-        if key == "_id" or (collection, key) in self._indexed:
+        if key == "_id" or (collection, key) in self._indexed or (collection, key) in self._none:
             return
         try:
             existing = self.database[collection].index_information().items()
@@ -124,8 +129,21 @@ class BulkWrites:
                 if destination.partial:
                     options["partialFilterExpression"] = {key: {"$gt": ""}}
                 names.append(self.database[collection].create_index(key, **options))
-        except PyMongoError as exc:
+        except ConnectionFailure as exc:
             logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
+            return
+        except PyMongoError as exc:
+            self._none.add((collection, key))
+            logger.warning(
+                "MongoDB would not make a unique index on %s.%s (%s): its items are upserted "
+                "on %s without one (the update-pipeline form; two workers storing a new key at "
+                "once may store it twice). Remove the duplicates or the conflicting index, or "
+                "store them elsewhere (MONGO_COLLECTIONS)",
+                collection,
+                key,
+                str(exc)[:300],
+                key,
+            )
             return
         # No hint on a partial index: a server may refuse one it cannot prove the query within.
         self._indexed[collection, key] = "" if destination.partial else names[0]
@@ -348,6 +366,10 @@ class BulkWrites:
         (None: not confirmed). A record's upsert applies only where the stored document was not
         seen after it was spilled (a newer write wins: the record is stale, counted as
         ``mongo/replay_stale``)."""
+        keys = {next(iter(record["filter"])) for record in spilled}
+        for destination in self.known:  # a stale record meets its document's unique key
+            if destination.collection == collection and destination.unique_key in keys:
+                self._index(destination)
         operations = [UpdateOne(_unless_newer(r), r["update"], upsert=True) for r in spilled]
         try:
             outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
