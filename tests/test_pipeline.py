@@ -32,6 +32,7 @@ from crawler.pipelines import ITEMS_NOT_STORED, ItemNotStored, MongoPipeline, Va
 from crawler.storage.changes import with_change_hash
 from crawler.storage.destinations import Destinations, document_of
 from crawler.storage.mongo import MongoSettings
+from crawler.storage.spill import read_line
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
 from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, poll
@@ -199,6 +200,11 @@ def _count(uri: str, collection: str) -> int:
         client.close()
 
 
+def _lines(path: Path) -> list[bytes]:
+    """The record lines of a spill file (or of its ``.refused``), its header left out."""
+    return [line for line in path.read_bytes().splitlines() if not line.startswith(b"#")]
+
+
 async def _replayed_and_closed(pipeline: MongoPipeline, stats: Any) -> Any:
     """Once the spill file was replayed into MongoDB, the pipeline closed; its stats."""
     while not stats.get_value("mongo/replayed"):
@@ -221,8 +227,8 @@ def test_spilled_batches_are_replayed_when_mongodb_returns(
         own_mongo.stop()
         await asyncio.gather(*(pipeline.process_item(_video(str(n))) for n in range(10)))
         assert stats.get_value("mongo/spilled") == 10
-        lines = [line for path in spill.glob("*.jsonl") for line in path.read_text().splitlines()]
-        assert len(lines) == 10
+        spilled = [read_line(line) for path in spill.glob("*.jsonl") for line in _lines(path)]
+        assert len(spilled) == 10
         own_mongo.start()
         return await _replayed_and_closed(pipeline, stats)
 
@@ -326,8 +332,7 @@ def test_spilled_upserts_mongodb_refuses_are_kept_aside_not_lost(
     stored = [doc["video_id"] for doc in client["crawler"]["videos"].find()]
     client.close()
     assert stored == ["first"]
-    refused = (spill / f"{left.name}.refused").read_text().splitlines()
-    kept = [json_util.loads(line) for line in refused]
+    kept = [read_line(line) for line in _lines(spill / f"{left.name}.refused")]
     assert [(record["filter"], record["update"]["$set"]["sku"]) for record in kept] == [
         ({"video_id": "second"}, 7)
     ]

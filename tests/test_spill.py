@@ -16,13 +16,22 @@ from bson import json_util
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler.storage.spill import Record, SpillFile
+from crawler.storage.spill import Record, Replay, SpillFile
 
 SPIDER = "profiles"
 
 
 def _record(n: int) -> Record:
     return {"collection": SPIDER, "filter": {"_id": n}, "update": [{"$set": {"n": n}}]}
+
+
+def _read(replay: Replay) -> list[Record]:
+    """Every record ``replay`` has left, each chunk marked replayed as it is read."""
+    records: list[Record] = []
+    for chunk in replay.chunks():
+        records += chunk
+        replay.done()
+    return records
 
 
 def _left_behind(directory: Path, name: str, records: list[Record]) -> None:
@@ -38,12 +47,12 @@ def _worker(directory: Path, together: Barrier, done: Barrier, out: Queue[Outcom
     try:
         together.wait(timeout=60)
         spill = SpillFile(directory, SPIDER)
-        for path, records in spill.orphans():
-            replayed.extend(record["filter"]["_id"] for record in records)  # stored, then:
+        for path, replay in spill.orphans():
+            replayed.extend(record["filter"]["_id"] for record in _read(replay))  # stored, then:
             path.unlink()
         done.wait(timeout=60)
         spill.append([_record(-1)])
-        own = spill.path.exists() and spill.read_own() == [_record(-1)]
+        own = spill.path.exists() and _read(spill.own()) == [_record(-1)]
         out.put(Outcome(replayed, own, ""))
     except BaseException as exc:
         done.abort()  # the others go on to their outcomes (a BrokenBarrierError)
@@ -104,7 +113,9 @@ def test_a_live_workers_file_is_not_replayed_and_an_emptied_one_goes_at_close(
 
     running.close()  # MongoDB never came back: the file stays for the next start
     later = SpillFile(tmp_path, SPIDER)
-    assert list(later.orphans()) == [(running.path, [_record(1)])]
+    assert [(path, _read(replay)) for path, replay in later.orphans()] == [
+        (running.path, [_record(1)])
+    ]
     later.close()
 
 
@@ -112,7 +123,7 @@ def _orphans(directory: Path) -> list[tuple[Path, list[Record]]]:
     """The files left behind in ``directory`` as a worker starting there reads them."""
     spill = SpillFile(directory, SPIDER)
     try:
-        return list(spill.orphans())
+        return [(path, _read(replay)) for path, replay in spill.orphans()]
     finally:
         spill.close()
 
@@ -204,7 +215,7 @@ def test_an_append_that_fails_leaves_no_part_of_a_line_for_the_next_to_join(
         with pytest.raises(OSError, match="No space left"):
             spill.append([_record(2), _record(3)])
     spill.append([_record(4)])
-    assert spill.read_own() == [_record(1), _record(4)]
+    assert _read(spill.own()) == [_record(1), _record(4)]
     assert not (tmp_path / f"{spill.path.name}.rejected").exists()
     spill.close()
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import bson
 from bson.errors import BSONError
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
@@ -31,7 +32,7 @@ from crawler.storage.changes import (
     same_content_update,
 )
 from crawler.storage.documents import TRUNCATED_FIELD
-from crawler.storage.spill import Record, SpillFile, keep_refused
+from crawler.storage.spill import Record, Replay, SpillFile, keep_refused
 from crawler.storage.writes import (
     UNCONFIRMED,
     Outcome,
@@ -57,6 +58,11 @@ PLAIN_PROBE_BATCHES = 8
 # part of an upsert (its write is then upserted all the same), a new document inserted much
 # less than upserted (docs/storage.md has the figures): a quarter pays, with room.
 NEW_SHARE_FOR_INSERTS = 0.25
+# Spilled records whose staleness one query asks about at most (a query is one BSON document,
+# of at most 16 MiB, whatever a spill file holds).
+STALE_QUERY_RECORDS = 200
+# Seconds a replay of the own spill file that failed (not for MongoDB being away) waits.
+REPLAY_PAUSE = 10
 
 
 class BulkWrites:
@@ -72,17 +78,21 @@ class BulkWrites:
         stats: StatsCollector,
         retry_times: int,
         spill: SpillFile,
+        known: Collection[Destination] = (),
     ) -> None:
         self.database = database
+        self.known = known  # destinations known before any item: a replay indexes them first
         self.stats = stats
         self.retry_times = retry_times
         self.spill = spill
         self._indexed = indexed  # (collection, unique key): index name
+        self._none: set[tuple[str, str]] = set()  # those MongoDB would not index, said once
         # Per collection: batches written, the share of changed documents in the last batch
         # written in the plain form first, and the share of new documents in the last batch.
         self._batch_counts: dict[str, int] = {}
         self._changed_share: dict[str, float] = {}
         self._new_share: dict[str, float] = {}
+        self._replay_after = 0.0  # monotonic time before which the own file is not replayed
 
     def write_or_spill(
         self,
@@ -113,9 +123,11 @@ class BulkWrites:
     def _index(self, destination: Destination) -> None:
         """The unique index of a collection first met in an item (MONGO_COLLECTIONS by spider,
         an item class of the user's, the spider's own collection), unless one is there; tried
-        again with the next batch if MongoDB is away. ``_id`` has its own."""
+        again with the next batch if MongoDB is away. One MongoDB will not make (the key stored
+        twice already, another index of that name) is said once in a WARNING: the collection is
+        written without it, in the update-pipeline form. ``_id`` has its own."""
         collection, key = destination.collection, destination.unique_key
-        if key == "_id" or (collection, key) in self._indexed:
+        if key == "_id" or (collection, key) in self._indexed or (collection, key) in self._none:
             return
         try:
             existing = self.database[collection].index_information().items()
@@ -125,8 +137,21 @@ class BulkWrites:
                 if destination.partial:
                     options["partialFilterExpression"] = {key: {"$gt": ""}}
                 names.append(self.database[collection].create_index(key, **options))
-        except PyMongoError as exc:
+        except ConnectionFailure as exc:
             logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
+            return
+        except PyMongoError as exc:
+            self._none.add((collection, key))
+            logger.warning(
+                "MongoDB would not make a unique index on %s.%s (%s): its items are upserted "
+                "on %s without one (the update-pipeline form; two workers storing a new key at "
+                "once may store it twice). Remove the duplicates or the conflicting index, or "
+                "store them elsewhere (MONGO_COLLECTIONS)",
+                collection,
+                key,
+                str(exc)[:300],
+                key,
+            )
             return
         # No hint on a partial index: a server may refuse one it cannot prove the query within.
         self._indexed[collection, key] = "" if destination.partial else names[0]
@@ -273,40 +298,72 @@ class BulkWrites:
         self.stats.inc_value("mongo/modified", outcome.modified)
 
     def replay_own(self) -> None:
+        """Replay this worker's spill file if MongoDB answers; a chunk it cannot take now (or
+        that fails) waits, with the rest, for the next try."""
+        if not self.spill.pending() or time.monotonic() < self._replay_after:
+            return
         try:
             self.database.client.admin.command("ping")
         except PyMongoError:
             return
-        records = self.spill.read_own()
-        if records and self._replay(records, self.spill.path):
-            self.spill.clear_own()
+        replay = self.spill.own()
+        try:
+            self._replay(replay)
+        except (PyMongoError, BSONError):
+            logger.exception(
+                "Could not replay spill file %s; trying again in %d s", replay.path, REPLAY_PAUSE
+            )
+            self._replay_after = time.monotonic() + REPLAY_PAUSE
+        finally:
+            self.spill.replayed(replay)
 
     def replay_orphans(self) -> None:
         """Replay and remove the spill files dead workers left, each under its lock (see
         ``spill.py``); stop at the first one MongoDB cannot take now (the rest wait for the
         next start). A file whose replay fails otherwise is named and left for later."""
         with closing(self.spill.orphans()) as orphans:
-            for path, records in orphans:
+            for path, replay in orphans:
+                try:
+                    replayed = self._replay(replay)
+                except (PyMongoError, BSONError):
+                    logger.exception("Could not replay spill file %s; it is left for later", path)
+                    continue
+                if replayed is None:
+                    continue
+                if not replayed:
+                    return
+                path.unlink(missing_ok=True)
+
+    def _replay(self, replay: Replay) -> bool | None:
+        """Write the records of the spill file ``replay`` reads, a chunk at a time, each marked
+        replayed once stored; False when MongoDB cannot take or confirm a chunk now (it waits,
+        with the rest), None when the file's records are for another database (left for a run
+        storing there). Records MongoDB refuses (a validation rule, another unique index) are
+        kept in ``<file>.refused``, named in an ERROR, not dropped with the file."""
+        stored = 0
+        try:
+            for records in replay.chunks():
                 if (other := _other_database(records, self.database.name)) is not None:
                     logger.warning(
                         "Spill file %s holds items of MongoDB database %s: left for a run "
                         "that stores into it (MONGO_DATABASE)",
-                        path,
+                        replay.path,
                         other,
                     )
-                    continue
-                try:
-                    if not self._replay(records, path):
-                        return
-                except PyMongoError:
-                    logger.exception("Could not replay spill file %s; it is left for later", path)
-                    continue
-                path.unlink(missing_ok=True)
+                    return None
+                chunk = self._replay_chunk(records, replay.path)
+                if chunk is None:
+                    return False
+                stored += chunk
+                replay.done()
+        finally:
+            if stored:
+                logger.info("Replayed %d spilled upserts into MongoDB", stored)
+        return True
 
-    def _replay(self, records: list[Record], path: Path) -> bool:
-        """Write the spill file ``path``'s records; False when MongoDB cannot take or confirm
-        them now (the file waits). Records MongoDB refuses (a validation rule, another unique
-        index) are kept in ``<path>.refused``, named in an ERROR, not dropped with the file."""
+    def _replay_chunk(self, records: list[Record], path: Path) -> int | None:
+        """The upserts of ``records`` stored (None: MongoDB cannot take or confirm them now);
+        those MongoDB refuses are kept in ``<path>.refused``."""
         by_collection: dict[str, list[Record]] = {}
         for record in records:
             by_collection.setdefault(record["collection"], []).append(record)
@@ -315,16 +372,15 @@ class BulkWrites:
             for collection, spilled in by_collection.items():
                 replayed = self._replay_into(collection, spilled)
                 if replayed is None:
-                    return False
+                    return None
                 stored += replayed[0]
                 refused += replayed[1]
         except ConnectionFailure:
-            return False
+            return None
         if refused:
             keep_refused(path, [record for record, _ in refused], refused[0][1])
         self.stats.inc_value("mongo/replayed", stored)
-        logger.info("Replayed %d spilled upserts into MongoDB", stored)
-        return True
+        return stored
 
     def _replay_into(
         self, collection: str, spilled: list[Record]
@@ -333,8 +389,15 @@ class BulkWrites:
         (None: not confirmed). A record's upsert applies only where the stored document was not
         seen after it was spilled (a newer write wins: the record is stale, counted as
         ``mongo/replay_stale``)."""
+        keys = {next(iter(record["filter"])) for record in spilled}
+        for destination in self.known:  # a stale record meets its document's unique key
+            if destination.collection == collection and destination.unique_key in keys:
+                self._index(destination)
         operations = [UpdateOne(_unless_newer(r), r["update"], upsert=True) for r in spilled]
-        outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
+        try:
+            outcome = self._bulk_write_with_retries(collection, operations, duplicates=False)
+        except BSONError:  # one too large to send (DocumentTooLarge): each alone, to find it
+            outcome = self._one_by_one(collection, operations)
         if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
             return None
         stale = self._newer_stored(collection, spilled, outcome.duplicates)
@@ -343,18 +406,46 @@ class BulkWrites:
         self.stats.inc_value("mongo/replay_stale", len(stale))
         return len(operations) - len(outcome.refused), refused
 
+    def _one_by_one(self, collection: str, operations: list[UpdateOne]) -> Outcome:
+        """The outcome of writing each of ``operations`` on its own: one too large to send is
+        refused with why, as MongoDB's refusals are."""
+        upserted = modified = 0
+        reasons: dict[int, str] = {}
+        duplicates: set[int] = set()
+        for position, operation in enumerate(operations):
+            try:
+                outcome = self._bulk_write_with_retries(collection, [operation], duplicates=False)
+            except BSONError as exc:
+                reasons[position] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            upserted, modified = upserted + outcome.upserted, modified + outcome.modified
+            if 0 in outcome.refused:
+                reasons[position] = outcome.refused[0]
+            if outcome.duplicates:
+                duplicates.add(position)
+        return Outcome(upserted, modified, reasons, frozenset(duplicates))
+
     def _newer_stored(
         self, collection: str, spilled: list[Record], duplicates: Collection[int]
     ) -> set[int]:
         """The records (positions in ``spilled``) whose upsert met a duplicate key because
         their own document was seen since they were spilled (not another unique index's
-        refusal): one query for them all."""
-        newer = {i: _newer(spilled[i]) for i in duplicates if "at" in spilled[i]}
-        if not newer:
-            return set()
-        keys = {next(iter(query)): 1 for query in newer.values()}
-        found = self.database[collection].find({"$or": list(newer.values())}, keys)
-        return {i for doc in found for i, query in newer.items() if _matches_key(doc, query)}
+        refusal): their documents read by key on its index, STALE_QUERY_RECORDS at a time."""
+        newer = [i for i in sorted(duplicates) if "at" in spilled[i]]
+        stale: set[int] = set()
+        for first in range(0, len(newer), STALE_QUERY_RECORDS):
+            by_key: dict[str, dict[Any, list[int]]] = {}
+            for i in newer[first : first + STALE_QUERY_RECORDS]:
+                ((key, value),) = spilled[i]["filter"].items()
+                by_key.setdefault(key, {}).setdefault(_hashable(value), []).append(i)
+            for key, positions in by_key.items():
+                values = [spilled[group[0]]["filter"][key] for group in positions.values()]
+                query = {key: {"$in": values}}
+                for doc in self.database[collection].find(query, {key: 1, "last_seen": 1}):
+                    for i in positions.get(_hashable(doc.get(key)), []):
+                        if _seen_after(doc.get("last_seen"), spilled[i]["at"]):
+                            stale.add(i)
+        return stale
 
 
 def _other_database(records: list[Record], ours: str) -> str | None:
@@ -363,9 +454,25 @@ def _other_database(records: list[Record], ours: str) -> str | None:
     return next((db for r in records if (db := r.get("db", ours)) != ours), None)
 
 
-def _newer(record: Record) -> dict[str, Any]:
-    """The query of a spilled record's document seen since it was spilled."""
-    return {**record["filter"], "last_seen": {"$gt": record["at"]}}
+def _seen_after(last_seen: Any, spilled_at: datetime) -> bool:
+    """Whether a stored document's ``last_seen`` is after a record's spill time (as the
+    server's ``$gt`` between two dates)."""
+    if not isinstance(last_seen, datetime):
+        return False
+    if last_seen.tzinfo is None:
+        last_seen = last_seen.replace(tzinfo=UTC)
+    if spilled_at.tzinfo is None:
+        spilled_at = spilled_at.replace(tzinfo=UTC)
+    return bool(last_seen > spilled_at)
+
+
+def _hashable(value: Any) -> Any:
+    """A dict key for a key's value (a list or dict by its BSON, as the server compares)."""
+    try:
+        hash(value)
+    except TypeError:
+        return bson.encode({"": value})
+    return value
 
 
 def _unless_newer(record: Record) -> dict[str, Any]:
@@ -374,12 +481,6 @@ def _unless_newer(record: Record) -> dict[str, Any]:
     if "at" not in record:
         return dict(record["filter"])
     return {**record["filter"], "last_seen": {"$not": {"$gt": record["at"]}}}
-
-
-def _matches_key(document: dict[str, Any], query: dict[str, Any]) -> bool:
-    """Whether ``document`` has the key a spilled record's query selects by."""
-    key, value = next(iter(query.items()))
-    return bool(document.get(key) == value)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from crawler.storage.changes import (
     marked_trimmed,
     with_change_hash,
 )
-from crawler.storage.destinations import Destinations, document_of
+from crawler.storage.destinations import DEFAULT_KEY, Destinations, document_of
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
 from crawler.storage.spill import SpillFile
 from crawler.uris import mask_uri
@@ -158,9 +158,13 @@ class MongoWriter:
 
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
-        database, indexed = await self._in_thread(self._connect)
+        database = await self._in_thread(self._connect)
         self.spill = await self._in_thread(SpillFile, self.config.spill_dir, self.spider_name)
-        self.bulk = BulkWrites(database, indexed, self.stats, self.config.retry_times, self.spill)
+        # Where spilled records may go, so a replay makes a collection's unique index first.
+        known = [*self.destinations.indexed(), Destination(self.spider_name, DEFAULT_KEY, True)]
+        self.bulk = BulkWrites(
+            database, {}, self.stats, self.config.retry_times, self.spill, known=known
+        )
         await self._in_thread(self.bulk.replay_orphans)
         await self._in_thread(self.bulk.replay_own)
         self._room.set()
@@ -357,10 +361,11 @@ class MongoWriter:
 
     # --- writing (writer thread) ---------------------------------------------------------------
 
-    def _connect(self) -> tuple[Database[dict[str, Any]], dict[tuple[str, str], str]]:
-        """The database, and the unique index made for each (collection, key) the settings
-        name (MONGO_COLLECTIONS, the item classes'); raises MongoUnavailable."""
-        indexed: dict[tuple[str, str], str] = {}
+    def _connect(self) -> Database[dict[str, Any]]:
+        """The database, once MongoDB answers (else MongoUnavailable). No unique index is made
+        here: each is made when a batch first goes to its collection (``BulkWrites._index``),
+        for the collections this spider stores into only, and one MongoDB will not make (keys
+        stored twice, another index on the key) is said, not taken for MongoDB being away."""
         client: MongoClient[dict[str, Any]] = MongoClient(
             self.config.uri,
             serverSelectionTimeoutMS=self.config.timeout_ms,
@@ -370,20 +375,17 @@ class MongoWriter:
         _say_other_database(self.config.uri, self.config.database)
         try:
             client.admin.command("ping")
-            database = client.get_database(
-                self.config.database, write_concern=self.config.write_concern
-            )
-            for destination in self.destinations.indexed():
-                collection, key = destination.collection, destination.unique_key
-                indexed[collection, key] = database[collection].create_index(key, unique=True)
         except PyMongoError as exc:
             client.close()
             reason = str(exc).split(", Timeout:")[0]
             message = f"MongoDB at {mask_uri(self.config.uri)} is unavailable: {reason}"
             raise MongoUnavailable(message) from exc
+        database = client.get_database(
+            self.config.database, write_concern=self.config.write_concern
+        )
         self.client = client
         logger.info("Storing items in %s, database %s", mask_uri(self.config.uri), database.name)
-        return database, indexed
+        return database
 
 
 def _hashable(key: Any) -> Any:

@@ -1,14 +1,23 @@
 """A durable, append-only local file for writes MongoDB could not take, replayed later.
 
-Each line is one upsert in MongoDB extended JSON. A worker holds an exclusive lock on its own
-file from before the file has its name until the worker ends, so a later start (or another
-worker sharing the directory) replays only files no live worker is appending to. A file left
-behind is claimed by one worker at a time: it holds the file's lock while it replays it and
-removes it, and a worker that took the lock after the file was removed leaves it alone.
+Each line after the header is one upsert: the base64 of its BSON, so that whatever an item held
+is replayed as it was (a value such as ``{"$date": 0}`` stays that dict). Files older workers
+wrote, of one line of MongoDB extended JSON per upsert and no header, are read too. A file is
+replayed a chunk at a time (at most REPLAY_CHUNK_RECORDS records, about REPLAY_CHUNK_BYTES), and
+once a chunk is stored the header says how far the file is replayed: a worker killed mid-replay
+leaves a file whose next replay starts at the first chunk not confirmed.
+
+A worker holds an exclusive lock on its own file from before the file has its name until the
+worker ends, so a later start (or another worker sharing the directory) replays only files no
+live worker is appending to. A file left behind is claimed by one worker at a time: it holds the
+file's lock while it replays it and removes it, and a worker that took the lock after the file
+was removed leaves it alone.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import fcntl
 import logging
 import os
@@ -16,18 +25,85 @@ import re
 import uuid
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 import bson
 from bson import json_util
+from bson.codec_options import CodecOptions
 
 from crawler.config.values import collection_name
 
 logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]  # {"collection", "filter", "update"}, "at" and "db" when spilled
+
+# A replay writes a file's records this many at a time at most, and a chunk ends once its lines
+# reach this many bytes: what a replay holds at once, whatever the file's size.
+REPLAY_CHUNK_RECORDS = 1000
+REPLAY_CHUNK_BYTES = 4 << 20
+# The first line of a file: how far it is replayed (the offset of its first record not stored),
+# overwritten in place as chunks are stored.
+_HEADER = re.compile(rb"#crawler-spill 2 replayed-to (\d{16})\n")
+_HEADER_SIZE = len(b"#crawler-spill 2 replayed-to 0000000000000000\n")
+_CODEC: CodecOptions[Record] = CodecOptions(tz_aware=True, tzinfo=UTC)
+
+
+def _header(offset: int) -> bytes:
+    return b"#crawler-spill 2 replayed-to %016d\n" % offset
+
+
+class Replay:
+    """The records of an open spill file not replayed yet, read a chunk at a time: after the
+    caller stored a chunk, :meth:`done` records it as replayed (fsynced), and keeps the chunk's
+    lines that are not records in ``<file>.rejected``."""
+
+    def __init__(self, handle: IO[bytes], path: Path) -> None:
+        self._handle = handle
+        self.path = path
+        handle.seek(0)
+        header = _HEADER.fullmatch(handle.read(_HEADER_SIZE))
+        # A file of older workers has no header: read from its start, its progress not kept.
+        self._progress = header is not None
+        self.replayed_to = max(int(header.group(1)), _HEADER_SIZE) if header else 0
+        self._read_to = self.replayed_to
+        self._rejected: list[bytes] = []
+
+    def chunks(self) -> Iterator[list[Record]]:
+        """The records after the replayed part, a chunk at a time (a chunk may hold none: its
+        lines were all damaged)."""
+        self._handle.seek(self.replayed_to)
+        position = self.replayed_to
+        records: list[Record] = []
+        size = 0
+        for line in self._handle:
+            position += len(line)
+            size += len(line)
+            if line.strip():
+                record = _record(line)
+                if record is None:
+                    self._rejected.append(line if line.endswith(b"\n") else line + b"\n")
+                else:
+                    records.append(record)
+            if len(records) >= REPLAY_CHUNK_RECORDS or size >= REPLAY_CHUNK_BYTES:
+                self._read_to = position
+                yield records
+                records, size = [], 0
+        if position > self.replayed_to and self._read_to < position:
+            self._read_to = position
+            yield records
+
+    def done(self) -> None:
+        """The chunk last read is replayed: its damaged lines kept aside, then the header says
+        so (a kill between the two keeps them twice, never loses a record)."""
+        if self._rejected:
+            _keep_rejected(self.path, self._rejected)
+            self._rejected = []
+        if self._progress:
+            os.pwrite(self._handle.fileno(), _header(self._read_to), 0)
+            os.fsync(self._handle.fileno())
+        self.replayed_to = self._read_to
 
 
 class SpillFile:
@@ -39,12 +115,8 @@ class SpillFile:
         self.spider = spider
         name = f"{spider}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self.path = directory / name
-        # Locked under a name no other worker looks at, then named: never seen unlocked.
-        hidden = directory / f".{name}.new"
-        self._file: IO[bytes] = open(hidden, "a+b")  # noqa: SIM115
-        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.rename(hidden, self.path)
-        _sync(directory)  # the name survives a power loss as the records do
+        self._file = _new_locked(self.path)
+        self._replayed_to = _HEADER_SIZE
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash. One that
@@ -62,30 +134,54 @@ class SpillFile:
             raise
 
     def pending(self) -> bool:
-        return self.path.stat().st_size > 0
+        return os.fstat(self._file.fileno()).st_size > self._replayed_to
 
-    def read_own(self) -> list[Record]:
-        self._file.seek(0)
-        return _records(self._file, self.path)
+    def own(self) -> Replay:
+        """This worker's records not replayed yet (appended from this thread alone)."""
+        return Replay(self._file, self.path)
 
-    def clear_own(self) -> None:
-        self._file.truncate(0)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+    def replayed(self, replay: Replay) -> None:
+        """The own file replayed as far as ``replay`` went; once replayed whole, an empty file
+        takes its name (atomically: the name holds one or the other, each saying what is left)."""
+        self._replayed_to = replay.replayed_to
+        if self.pending():
+            return
+        fresh = _new_locked(self.path)
+        self._file.close()
+        self._file = fresh
+        self._replayed_to = _HEADER_SIZE
 
-    def orphans(self) -> Generator[tuple[Path, list[Record]], None, None]:
-        """Files of this spider left by workers that are gone, with their records, each one
-        locked until the caller asks for the next: the caller replays it and removes it."""
+    def orphans(self) -> Generator[tuple[Path, Replay], None, None]:
+        """Files of this spider left by workers that are gone, each to replay, locked until the
+        caller asks for the next: the caller replays it and removes it."""
         for path in sorted(self.directory.glob(f"{self.spider}-*.jsonl")):
             if path != self.path and _written_by_a_worker_of(self.spider, path.name):
-                with _claimed(path) as records:
-                    if records is not None:
-                        yield path, records
+                with _claimed(path) as replay:
+                    if replay is not None:
+                        yield path, replay
 
     def close(self) -> None:
         if not self.pending():
             self.path.unlink(missing_ok=True)  # while still locked: nobody claims it meanwhile
         self._file.close()
+
+
+def _new_locked(path: Path) -> IO[bytes]:
+    """A new spill file named ``path`` (replacing any), with its header, locked under a name no
+    other worker looks at before it is named: never seen unlocked, nor without its header."""
+    hidden = path.with_name(f".{path.name}.new")
+    descriptor = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    handle = os.fdopen(descriptor, "r+b")  # not O_APPEND: the header is written in place
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(descriptor, _header(_HEADER_SIZE))
+        os.fsync(descriptor)
+        os.rename(hidden, path)
+        _sync(path.parent)  # the name survives a power loss as the records do
+    except BaseException:
+        handle.close()
+        raise
+    return handle
 
 
 def _written_by_a_worker_of(spider: str, name: str) -> bool:
@@ -96,11 +192,11 @@ def _written_by_a_worker_of(spider: str, name: str) -> bool:
 
 
 @contextmanager
-def _claimed(path: Path) -> Iterator[list[Record] | None]:
-    """The file's records, its lock held, if no live worker holds it and it is still there
+def _claimed(path: Path) -> Iterator[Replay | None]:
+    """The file to replay, its lock held, if no live worker holds it and it is still there
     (another worker may have replayed and removed it since it was listed); else None."""
     try:
-        handle = open(path, "rb")  # noqa: SIM115
+        handle = open(path, "r+b")  # noqa: SIM115  (written: how far it is replayed)
     except OSError as exc:  # gone since it was listed, or not ours to read
         if not isinstance(exc, FileNotFoundError):
             logger.error("Spill file %s cannot be read, left for later: %s", path, exc)
@@ -112,7 +208,7 @@ def _claimed(path: Path) -> Iterator[list[Record] | None]:
         except BlockingIOError:
             yield None
             return
-        yield _records(handle, path) if _still_named(handle, path) else None
+        yield Replay(handle, path) if _still_named(handle, path) else None
 
 
 def _still_named(handle: IO[bytes], path: Path) -> bool:
@@ -125,34 +221,18 @@ def _still_named(handle: IO[bytes], path: Path) -> bool:
     return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
-def _records(handle: IO[bytes], path: Path) -> list[Record]:
-    """The file's records. A line that is not one (cut short when its writer was killed
-    mid-append, before the fsync that confirms a write; or damaged) is left out of them and
-    kept in ``<file>.rejected``, named in an ERROR, before the file is replayed and removed."""
-    records, rejected = [], []
-    for line in handle:
-        if line.strip():
-            record = _record(line)
-            if record is None:
-                rejected.append(line if line.endswith(b"\n") else line + b"\n")
-            else:
-                records.append(record)
-    if rejected:
-        _keep_rejected(path, rejected)
-    return records
-
-
 def _keep_rejected(path: Path, lines: list[bytes]) -> None:
-    """The lines of ``path`` that are not records, in ``<path>.rejected`` (fsynced), named:
-    each read of the file writes all of them again."""
-    kept = _keep_lines(path, "rejected", lines, "wb")
+    """Lines of ``path`` that are not records (cut short when its writer was killed mid-append,
+    before the fsync that confirms a write; or damaged), added to ``<path>.rejected``
+    (fsynced), named."""
+    kept = _keep_lines(path, "rejected", lines)
     logger.error("Spill file %s: %d lines are not records, kept in %s", path, len(lines), kept)
 
 
 def keep_refused(path: Path, records: list[Record], first_reason: str) -> None:
-    """Records of ``path`` that MongoDB refused, added to ``<path>.refused`` (fsynced), named
-    (once a replay of the file ended: a file kept for later is not replayed twice into it)."""
-    kept = _keep_lines(path, "refused", [_lines(records)], "ab")
+    """Records of ``path`` that MongoDB refused, added to ``<path>.refused`` (fsynced), in the
+    spill file's own lines (:func:`read_line` reads one), named."""
+    kept = _keep_lines(path, "refused", [_lines(records)])
     logger.error(
         "MongoDB refused %d spilled upserts of %s (%s), kept in %s",
         len(records),
@@ -163,13 +243,30 @@ def keep_refused(path: Path, records: list[Record], first_reason: str) -> None:
 
 
 def _lines(records: Iterable[Record]) -> bytes:
-    """Records as a spill file holds them: one line of MongoDB extended JSON each."""
-    return "".join(json_util.dumps(record) + "\n" for record in records).encode()
+    """Records as a spill file holds them: one line each, the base64 of its BSON (lossless,
+    unlike extended JSON, which reads a value such as ``{"$date": 0}`` as a date)."""
+    return b"".join(base64.b64encode(bson.encode(record)) + b"\n" for record in records)
 
 
-def _keep_lines(path: Path, suffix: str, lines: list[bytes], mode: str) -> Path:
+def read_line(line: bytes) -> Record:
+    """The record of a spill file's line (of either format); raises ValueError if it holds
+    none."""
+    if line.lstrip().startswith(b"{"):  # extended JSON, as older workers wrote
+        record = json_util.loads(line.decode())
+    else:  # base64 has no "{"
+        try:
+            data = base64.b64decode(line.strip(), validate=True)
+        except binascii.Error as exc:
+            raise ValueError(str(exc)) from exc
+        record = bson.decode(data, codec_options=_CODEC)
+    if not isinstance(record, dict):
+        raise ValueError("not a document")
+    return record
+
+
+def _keep_lines(path: Path, suffix: str, lines: list[bytes]) -> Path:
     kept = path.with_name(f"{path.name}.{suffix}")
-    with open(kept, mode) as out:
+    with open(kept, "ab") as out:
         out.write(b"".join(lines))
         out.flush()
         os.fsync(out.fileno())
@@ -179,9 +276,7 @@ def _keep_lines(path: Path, suffix: str, lines: list[bytes], mode: str) -> Path:
 def _record(line: bytes) -> Record | None:
     """The upsert a line holds, or None: one MongoDB may take (into a collection, by one key)."""
     try:
-        record = json_util.loads(line.decode())
-        if not isinstance(record, dict):
-            return None
+        record = read_line(line)
         bson.encode({"filter": record.get("filter"), "update": record.get("update")})
     except Exception:  # the line is anything a damaged file holds
         return None
