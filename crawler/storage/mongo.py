@@ -39,6 +39,7 @@ from crawler.storage.changes import (
 )
 from crawler.storage.destinations import DEFAULT_KEY, Destinations, document_of
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
+from crawler.storage.replay import SpillReplay
 from crawler.storage.spill import SpillFile
 from crawler.uris import mask_uri
 
@@ -146,6 +147,7 @@ class MongoWriter:
         self.client: MongoClient[dict[str, Any]] | None = None
         self.spill: SpillFile | None = None
         self.bulk: BulkWrites | None = None  # once connected and the spill file open
+        self.replay: SpillReplay | None = None  # its replays, from then on
         self._batches: dict[str, CollectionBatch] = {}
         self._pending = 0
         self._room = asyncio.Event()
@@ -165,8 +167,9 @@ class MongoWriter:
         self.bulk = BulkWrites(
             database, {}, self.stats, self.config.retry_times, self.spill, known=known
         )
-        await self._in_thread(self.bulk.replay_orphans)
-        await self._in_thread(self.bulk.replay_own)
+        self.replay = replay = SpillReplay(self.bulk)
+        await self._in_thread(replay.orphans)
+        await self._in_thread(replay.own)
         self._room.set()
         self._ticker = asyncio.create_task(self._flush_old_batches())
 
@@ -199,8 +202,8 @@ class MongoWriter:
             self._flush(collection)
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
-        if self.spill is not None and self.bulk is not None:
-            await self._in_thread(self.bulk.replay_own)
+        if self.spill is not None and self.replay is not None:
+            await self._in_thread(self.replay.own)
             self.spill.close()
         if self.client is not None:
             await self._in_thread(self.client.close)
@@ -263,8 +266,8 @@ class MongoWriter:
         for collection, batch in list(self._batches.items()):
             if now - batch.started >= self.config.flush_interval or now - batch.joined >= quiet:
                 self._flush(collection)
-        if self.bulk is not None and self.bulk.spill.pending() and not self._writes:
-            await self._in_thread(self.bulk.replay_own)
+        if self.replay is not None and self.replay.writes.spill.pending() and not self._writes:
+            await self._in_thread(self.replay.own)
 
     async def _write(self, collection: str, batch: CollectionBatch) -> None:
         keys, operations = list(batch.updates), list(batch.updates.values())
