@@ -166,7 +166,7 @@ def test_a_worker_killed_mid_replay_loses_nothing_and_replays_at_most_a_chunk_ag
     mongo: Mongo, tmp_path: Path
 ) -> None:
     spill = tmp_path / "spill"
-    total = 20_000
+    total = 8_000
     left = _left_by_a_dead_worker(spill, [_page(n, mongo.database) for n in range(total)])
     pages = mongo.db["pages"]
     pages.create_index("url", unique=True)
