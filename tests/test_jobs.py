@@ -883,7 +883,15 @@ def test_a_paused_job_waits_while_the_other_goes_on_and_ends_whole_after_resume(
     served = sandbox.admin("stats")["requests"]
     arrivals = [(entry["arrived"], entry["path"][2:]) for entry in served]
     window = [user for when, user in arrivals if paused_at + 3 < when < resumed_at]
-    assert [user for user in window if user in USERS["A"]] == [], "A fetched while paused"
+    early = [
+        (round(when - paused_at, 2), user)
+        for when, user in arrivals
+        if user in USERS["A"] and paused_at + 3 < when < resumed_at
+    ]
+    seen = [line for w in workers for line in w.log.read_text().splitlines() if " paused" in line]
+    assert [user for user in window if user in USERS["A"]] == [], (
+        f"A fetched while paused (seconds after the pause, user): {early}; workers saw: {seen}"
+    )
     assert any(user in USERS["B"] for user in window), "B waited for A"
     assert sorted(user for _, user in arrivals) == sorted(USERS["A"] + USERS["B"])
     stored = {doc["unique_id"]: doc["job"] for doc in crawl.mongo.db.profiles.find({})}
