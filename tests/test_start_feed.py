@@ -267,6 +267,28 @@ def test_an_adopted_spider_under_scrapy_redis_scheduler_is_told_entries_are_not_
     assert "start entries popped (not leased" in caplog.text
 
 
+def test_an_adopted_spider_whose_start_requests_would_be_skipped_is_refused(
+    redis_url: str,
+) -> None:
+    """A scrapy-redis spider overriding start_requests (a login first) without start():
+    Scrapy's start() never calls it, and the crawl went on without it, silently."""
+    from scrapy import Request
+    from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider
+
+    from crawler.spiders.redis import ScrapyRedisSpiders
+
+    class LoginFirst(ScrapyRedisSpider):  # type: ignore[misc]
+        name = "login_first"
+
+        def start_requests(self) -> Any:
+            yield Request("http://127.0.0.1/login")
+
+    crawler = make_crawler(redis_url, LoginFirst)
+    crawler.spider = LoginFirst.from_crawler(crawler)
+    with pytest.raises(SettingsError, match="overrides start_requests"):
+        ScrapyRedisSpiders(crawler, crawler.spider)
+
+
 def test_a_class_max_idle_time_wins_over_the_setting(redis_url: str) -> None:
     class Patient(Fed):
         max_idle_time = 7

@@ -156,7 +156,8 @@ class ScrapyRedisSpiders:
         from scrapy_redis.spiders import RedisMixin
 
         settings = crawler.settings
-        refuse_skipped_hooks(type(spider), RedisMixin)
+        # Scrapy's start() (2.13+) never calls start_requests: a login-first override is skipped.
+        refuse_skipped_hooks(type(spider), RedisMixin, own_start=True)
         list_allowed_domains(spider)
         check_encoding(spider)
         limits = EntryLimits.from_settings(settings)
