@@ -17,7 +17,15 @@ from tests.harness import ROOT, Crawl, Sandbox
 pytestmark = pytest.mark.integration
 
 USER_SPIDER = """
+import attrs
 import scrapy
+
+
+@attrs.define
+class Author:  # slotted: its destination is in its fields' defaults, not class attributes
+    url: str
+    collection: str = "authors"
+    unique_key: str = "url"
 
 
 class Quote(scrapy.Item):
@@ -37,6 +45,7 @@ class QuotesSpider(scrapy.Spider):
     def parse(self, response):
         yield {"url": response.url, "size": len(response.body), "tags": ["a", "b"]}
         yield Quote(url=response.url, size=len(response.body))
+        yield Author(url=response.url)
 """
 
 
@@ -71,6 +80,7 @@ def test_dicts_and_item_classes_are_stored_where_declared(
     assert all(doc["tags"] == ["a", "b"] for doc in quotes)
     items = {doc["url"] for doc in crawl.mongo.db.quotes_items.find({})}
     assert items == urls
+    assert {doc["url"] for doc in crawl.mongo.db.authors.find({})} == urls
     indexes = crawl.mongo.db.quotes.index_information()
     assert any(index["key"] == [("url", 1)] and index.get("unique") for index in indexes.values())
     assert redis_client.llen("{quotes}:dead") == 0

@@ -198,8 +198,18 @@ def _has_key(item: Any, key: str) -> bool:
 @cache
 def _own_destination(item_class: type) -> Destination | None:
     """The destination an item class declares (one per class, read once), None if none."""
-    collection = getattr(item_class, "collection", None)
-    key = getattr(item_class, "unique_key", None)
+    collection = _declared(item_class, "collection")
+    key = _declared(item_class, "unique_key")
     if isinstance(collection, str) and isinstance(key, str) and collection and key:
         return Destination(collection, key)
     return None
+
+
+def _declared(item_class: type, name: str) -> Any:
+    """A class attribute of ``item_class``, or the default of its attrs field of that name (a
+    slotted attrs class keeps its fields' defaults there, not as class attributes)."""
+    value = getattr(item_class, name, None)  # a slotted class has its slot's descriptor
+    if not isinstance(value, str):
+        fields = getattr(item_class, "__attrs_attrs__", ())
+        value = next((field.default for field in fields if field.name == name), None)
+    return value
