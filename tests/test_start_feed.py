@@ -289,6 +289,19 @@ def test_an_adopted_spider_whose_start_requests_would_be_skipped_is_refused(
         ScrapyRedisSpiders(crawler, crawler.spider)
 
 
+def test_scrapy_redis_attributes_are_taken_as_arguments_and_a_misspelt_one_refused(
+    redis_url: str,
+) -> None:
+    """``-a redis_key=...`` (and the other scrapy-redis attributes) works on the project's
+    RedisSpider as on scrapy-redis's; it was refused as an argument the spider does not take."""
+    spider = Fed.from_crawler(
+        make_crawler(redis_url), redis_key="other:start_urls", redis_batch_size="3"
+    )
+    assert (spider.feed.entries.key, spider.feed.entries.batch_size) == ("other:start_urls", 3)
+    with pytest.raises(SettingsError, match="takes no argument redis_kye"):
+        Fed.from_crawler(make_crawler(redis_url), redis_kye="other:start_urls")
+
+
 def test_a_class_max_idle_time_wins_over_the_setting(redis_url: str) -> None:
     class Patient(Fed):
         max_idle_time = 7

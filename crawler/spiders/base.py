@@ -132,11 +132,17 @@ def start_origins(base_url: str, allowed: Iterable[str]) -> frozenset[Origin]:
         ) from None
 
 
+# The scrapy-redis attributes a spider takes with ``-a`` too (docs/scrapy-redis.md), and ``job``,
+# the crawl job of the entries that name none.
+REDIS_ARGUMENTS = frozenset({"redis_key", "redis_batch_size", "redis_encoding", "max_idle_time"})
+
+
 def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) -> None:
     """SettingsError naming any ``-a`` argument the spider does not take (names starting with
-    ``_``, such as Scrapyd's ``_job``, pass, and ``job``, the crawl job of the entries that
-    name none): a misspelt argument must not be ignored."""
-    unknown = sorted(name for name in given if not name.startswith("_") and name != "job")
+    ``_``, such as Scrapyd's ``_job``, pass, as do ``job`` and the scrapy-redis attributes):
+    a misspelt argument must not be ignored."""
+    known = REDIS_ARGUMENTS | {"job"}
+    unknown = sorted(name for name in given if not name.startswith("_") and name not in known)
     if unknown:
         takes = sorted(
             name
