@@ -3,8 +3,9 @@
 Scrapy replaces a dict setting given at a higher priority: ``-s DOWNLOADER_MIDDLEWARES=...``,
 Scrapyd's ``setting=``, or a spider's ``custom_settings`` would drop every middleware and
 extension the project runs on (the leases, the send gate, the settings check). So
-each component of the spider's dicts (its ``custom_settings``' own, else the project's) that the
-run's dict does not name is put back at its order. A run turns one off by naming it with
+each component of the project's dicts and of the spider's ``custom_settings`` (the spider's
+order wins) that the run's dict does not name is put back at its order; a spider's own dict
+adds to the project's in the same way. A run turns one off by naming it with
 ``None``, as in Scrapy's ``*_BASE`` dicts. ``ADDONS`` itself is read before any add-on runs:
 ``scrapy crawl`` puts the project's add-on back into an ``ADDONS`` given for a run or by a
 spider (:func:`keep_project_addon`), unless it is named with ``None``.
@@ -43,7 +44,10 @@ class ProjectComponents:
 
     def update_settings(self, settings: BaseSettings) -> None:
         for name in COMPONENT_DICTS:
-            wanted = self.spider_settings.get(name, getattr(project, name))
+            # A spider's own dict adds to the project's too: it would drop every component
+            # the project runs on, the settings check that would say so among them.
+            own: Mapping[Any, int | None] = self.spider_settings.get(name) or {}
+            wanted = {**_by_path(getattr(project, name)), **_by_path(own)}
             kept = keep_components(settings, name, wanted)
             if kept:
                 logger.info(
@@ -77,6 +81,10 @@ def keep_components(
     if missing:
         settings.set(name, {**current, **missing}, settings.getpriority(name) or 0)
     return [path for path, order in missing.items() if order is not None]
+
+
+def _by_path(components: Mapping[Any, int | None]) -> dict[str, int | None]:
+    return {_path(key): order for key, order in components.items()}
 
 
 def _path(key: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.settings import SETTINGS_PRIORITIES, Settings
 from scrapy.utils.project import get_project_settings
@@ -59,6 +60,31 @@ def test_a_run_adds_a_component_and_turns_one_off_keeping_the_rest(spider: str) 
         **default.getdict("EXTENSIONS"),
         "scrapy.extensions.closespider.CloseSpider": 10,
     }
+
+
+class OwnComponents(Spider):
+    """A user's spider whose custom_settings give its own component dicts."""
+
+    name = "own_components"
+    custom_settings = {  # noqa: RUF012 (as a user writes it)
+        "EXTENSIONS": {"scrapy.extensions.closespider.CloseSpider": 10},
+        "SPIDER_MIDDLEWARES": {"tests.depth_header.DepthHeaderMiddleware": 700},
+        "DOWNLOADER_MIDDLEWARES": {"crawler.middlewares.HostFullMiddleware": None},
+    }
+
+
+def test_a_spider_s_own_component_dicts_add_to_the_project_s() -> None:
+    """A spider's custom_settings dict replaced the project's whole: the settings check, the
+    fleet monitor and the lease middleware went, and nothing said so."""
+    settings = get_project_settings()
+    settings.update(no_reactor_needed())
+    crawler = Crawler(OwnComponents, settings)
+    keep_project_addon(crawler.settings)
+    crawler._apply_settings()
+    project = _effective("profiles").settings
+    for name in COMPONENT_DICTS:
+        own = OwnComponents.custom_settings[name]
+        assert crawler.settings.getdict(name) == {**project.getdict(name), **own}, name
 
 
 @pytest.mark.parametrize("addons", [{}, {"tests.test_addons.NoAddon": 5}])
