@@ -3,10 +3,16 @@ soft blocks, pages without items and the cursorless recommend feed (TARGETS.md Â
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+import pytest
+import redis
 
 from crawler.extractors.explore import popular_author, video_fields
 from crawler.extractors.jsondata import NULL, FieldReader, field
+from sandbox.data import rounded_count
+from sandbox.seed import build_dataset
+from tests.harness import Crawl, Sandbox
 
 COUNTS = ("digg_count", "play_count", "share_count", "comment_count", "collect_count")
 
@@ -113,3 +119,30 @@ def test_popular_authors_are_judged_by_the_exact_counts() -> None:
         authorStats={"followerCount": 10_000}, authorStatsV2={"followerCount": "10049"}
     )
     assert popular_author(followed, 10**9, 10_040) == "dancer.one"
+
+
+# --- crawls of the sandbox -------------------------------------------------------------------
+
+DATASET = build_dataset()
+
+
+def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
+    raw = cast(dict[bytes, bytes], client.hgetall("{" + spider + "}:stats"))
+    return {key.decode(): value.decode() for key, value in raw.items()}
+
+
+@pytest.mark.integration
+def test_a_crawl_stores_the_exact_counts(crawl: Crawl, sandbox: Sandbox) -> None:
+    """The sandbox's feed, as the real one, rounds ``stats`` and keeps ``statsV2`` exact."""
+    videos = DATASET.videos_by_category[2]
+    assert any(video.stats.digg_count != rounded_count(video.stats.digg_count) for video in videos)
+    result = crawl("explore", "-a", "categories=2", settings={"EXPLORE_HANDOFF_SPIDER": ""})
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = {doc["video_id"]: doc for doc in crawl.mongo.db.videos.find({}, {"_id": 0})}
+    assert set(stored) == {video.id for video in videos}
+    for video in videos:
+        doc = stored[video.id]
+        assert (doc["digg_count"], doc["play_count"]) == (
+            video.stats.digg_count,
+            video.stats.play_count,
+        )
