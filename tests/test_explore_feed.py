@@ -3,13 +3,22 @@ soft blocks, pages without items and the cursorless recommend feed (TARGETS.md Â
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any, cast
 
 import pytest
 import redis
+from scrapy import Request
+from scrapy.http import TextResponse
+from scrapy.utils.test import get_crawler
 
-from crawler.extractors.explore import popular_author, video_fields
+from crawler import settings as project_settings
+from crawler.extractors.explore import FeedBlocked, parse_feed, popular_author, video_fields
 from crawler.extractors.jsondata import NULL, FieldReader, field
+from crawler.meta import DUE_META
+from crawler.spiders.explore import ExploreSpider
+from crawler.spiders.responses import BlockedPage
 from sandbox.data import rounded_count
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox
@@ -121,6 +130,84 @@ def test_popular_authors_are_judged_by_the_exact_counts() -> None:
     assert popular_author(followed, 10**9, 10_040) == "dancer.one"
 
 
+# --- soft blocks and pages without items -----------------------------------------------------
+
+SOFT_BLOCK = {"statusCode": 0, "status_code": 0, "status_msg": "", "extra": {"now": 1}}
+FEED_URL = "http://127.0.0.1:9/api/explore/item_list/?aid=1988&count=16&categoryType=3"
+
+
+def _spider(**settings: Any) -> ExploreSpider:
+    # The project's settings with its extensions named off: they reach Redis when they start.
+    defaults = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    defaults = {name: value for name, value in defaults.items() if name.isupper()}
+    defaults["EXTENSIONS"] = dict.fromkeys(project_settings.EXTENSIONS)
+    base = {
+        "EXPLORE_BASE_URL": "http://127.0.0.1:9",
+        "PROFILES_BASE_URL": "http://127.0.0.1:9",
+        "EXPLORE_HANDOFF_SPIDER": "",
+    }
+    crawler = get_crawler(ExploreSpider, settings_dict={**defaults, **base, **settings})
+    spider = ExploreSpider.from_crawler(crawler)
+    crawler.spider = spider
+    return spider
+
+
+def _response(body: dict[str, Any], url: str = FEED_URL, **meta: Any) -> TextResponse:
+    request = Request(url, meta=meta)
+    return TextResponse(url, body=json.dumps(body).encode(), encoding="utf-8", request=request)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [SOFT_BLOCK, {**SOFT_BLOCK, "itemList": None, "hasMore": None}, {"statusCode": 0}],
+)
+def test_a_status_0_answer_without_data_is_a_block(body: dict[str, Any]) -> None:
+    """The real API answers a blocked IP or a stale session with status 0 and nothing else."""
+    with pytest.raises(FeedBlocked) as raised:
+        parse_feed(json.dumps(body))
+    assert raised.value.reason == "no_data"
+    spider = _spider()
+    assert spider.ban_rule(_response(body)) == "feed_no_data"
+    with pytest.raises(BlockedPage, match="feed_no_data"):  # ban checks off: never stored
+        list(spider.parse_feed(_response(body), 3, 1, 0))
+    assert spider.crawler.stats.get_value("explore/pages") is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"statusCode": 0, "itemList": [], "hasMore": False},
+        {"statusCode": 0, "hasMore": False, "cursor": "55"},
+    ],
+)
+def test_the_end_of_a_feed_is_no_block(body: dict[str, Any]) -> None:
+    page = parse_feed(json.dumps(body))
+    assert (page.items, page.has_more) == ([], False)
+    assert _spider().ban_rule(_response(body)) is None
+
+
+@pytest.mark.parametrize("items", [None, []])
+def test_a_page_with_more_but_no_items_is_asked_again_then_given_up(
+    items: list[Any] | None,
+) -> None:
+    """hasMore, the cursor moved on, no items: the walk does not end there (nor on the next
+    page, never read); the page is asked again after the backoff, then given up as a dead
+    letter once the retries are spent."""
+    spider = _spider(RETRY_TIMES=1, RETRY_BACKOFF_BASE=10)
+    body = {"statusCode": 0, "hasMore": True, "cursor": "32", "itemList": items}
+    url = f"{FEED_URL}&cursor=16"
+    (retry,) = spider.parse_feed(_response(body, url), 3, 2, 0)
+    assert isinstance(retry, Request)
+    assert retry.url == url
+    assert retry.meta["retry_times"] == 1
+    assert retry.meta[DUE_META] > time.time() + 5
+    assert list(spider.parse_feed(_response(body, url, retry_times=1), 3, 2, 0)) == []
+    stats = spider.crawler.stats
+    assert stats.get_value("explore/no_items") == 2
+    assert stats.get_value("retry/reason_count/feed_no_items") == 1
+    assert stats.get_value("explore/pages") is None
+
+
 # --- crawls of the sandbox -------------------------------------------------------------------
 
 DATASET = build_dataset()
@@ -146,3 +233,49 @@ def test_a_crawl_stores_the_exact_counts(crawl: Crawl, sandbox: Sandbox) -> None
             video.stats.digg_count,
             video.stats.play_count,
         )
+
+
+@pytest.mark.integration
+def test_a_soft_blocked_feed_is_a_ban_and_the_walk_goes_on_after_it(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """The sandbox answers its third request on with the real feed's soft block (status 0, no
+    data) for a second: a ban, waited out; the walk then goes on to the feed's end."""
+    sandbox.admin(
+        "config",
+        {
+            "rate_limit": {
+                "enabled": True,
+                "max_requests": 2,
+                "window_seconds": 60,
+                "ban_seconds": 1,
+                "ban_mode": "soft_block",
+            }
+        },
+    )
+    settings = {"EXPLORE_HANDOFF_SPIDER": "", "BAN_COOLDOWN": 2, "BAN_MAX_TIMES": 0}
+    result = crawl("explore", "-a", "categories=2", settings=settings, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = set(crawl.mongo.db.videos.distinct("video_id"))
+    assert stored == {video.id for video in DATASET.videos_by_category[2]}
+    stats = _stats(redis_client, "explore")
+    assert int(stats["ban/rule/feed_no_data"]) >= 1
+    assert sandbox.admin("stats")["bans"]["issued"] >= 1
+    assert redis_client.llen("{explore}:dead") == 0
+
+
+@pytest.mark.integration
+def test_pages_answered_once_without_items_are_asked_again(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    sandbox.admin("config", {"feed_mode": "hollow_once"})
+    settings = {"EXPLORE_HANDOFF_SPIDER": "", "RETRY_BACKOFF_MAX": 0.1}
+    result = crawl("explore", "-a", "categories=2", settings=settings, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = set(crawl.mongo.db.videos.distinct("video_id"))
+    assert stored == {video.id for video in DATASET.videos_by_category[2]}
+    stats = _stats(redis_client, "explore")
+    pages = -(-len(DATASET.videos_by_category[2]) // project_settings.EXPLORE_PAGE_SIZE)
+    assert int(stats["explore/no_items"]) == pages - 1
+    assert int(stats["explore/pages"]) == pages
+    assert redis_client.llen("{explore}:dead") == 0

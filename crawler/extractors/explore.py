@@ -48,8 +48,9 @@ class FeedPage:
 
 
 def parse_feed(body: str) -> FeedPage:
-    """Parse a feed response body; raise FeedBlocked or FeedError when it holds no data, and
-    MalformedData when it is not JSON at all (truncated, cut off, nested too deep)."""
+    """Parse a feed response body; raise FeedBlocked or FeedError when it holds no data (a
+    status 0 answer with neither ``itemList`` nor ``hasMore`` is a block), and MalformedData
+    when it is not JSON at all (truncated, cut off, nested too deep)."""
     if not body.strip():
         raise FeedBlocked("empty_body")
     if body.lstrip().startswith("<"):
@@ -60,6 +61,10 @@ def parse_feed(body: str) -> FeedPage:
         # Whole JSON, but not the feed's object: an answer meant for clients that are refused.
         raise FeedBlocked("not_json")
     _raise_for_status(data)
+    if data.get("itemList") is None and data.get("hasMore") is None:
+        # Status 0 and no data at all: how the real API answers a blocked IP or a stale session
+        # (TARGETS.md §4, a page without the data the real page always has).
+        raise FeedBlocked("no_data")
     reader = FieldReader()
     items = _items(data.get("itemList"), reader)
     return FeedPage(

@@ -185,8 +185,17 @@ class ExploreSpider(RedisFedSpider):
             if retry is not None:
                 yield retry
             return
-        self.count("explore/pages")
         self.count_bad_fields(feed.bad_fields)
+        if feed.has_more and not feed.items:
+            # More to come, yet none of it here: a hiccup of the API, or a softer block. Asked
+            # again after the backoff; once the retries are spent, a dead letter ends the walk.
+            self.count("explore/no_items")
+            error = MalformedData("hasMore but no items")
+            retry = retry_malformed(self.crawler, response, "feed_no_items", error)
+            if retry is not None:
+                yield retry
+            return
+        self.count("explore/pages")
         for item in feed.items:
             reader = FieldReader()
             fields = video_fields(item, category, reader)
@@ -231,11 +240,9 @@ def _category(value: Any) -> int:
 
 
 def _stalled(url: str, feed: FeedPage) -> str | None:
-    """Why a feed that says it has more would never end, if it would: a page with no items
-    ("empty"), the cursor it was asked for ("same_cursor"), or a number not past it
-    ("cursor_back"). Each page is fetched anew (dont_filter): the walk must stop itself."""
-    if not feed.items:
-        return "empty"
+    """Why a feed that says it has more would never end, if it would: the cursor it was asked
+    for ("same_cursor"), or a number not past it ("cursor_back"). Each page is fetched anew
+    (dont_filter): the walk must stop itself."""
     asked, cursor = dict(parse_qsl(urlsplit(url).query)).get("cursor", "0"), feed.cursor or ""
     if cursor == asked:
         return "same_cursor"
