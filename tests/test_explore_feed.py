@@ -19,7 +19,7 @@ from crawler.extractors.jsondata import NULL, FieldReader, field
 from crawler.meta import DUE_META
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.responses import BlockedPage
-from sandbox.data import rounded_count
+from sandbox.data import ALL_CATEGORY, rounded_count
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox
 
@@ -208,6 +208,78 @@ def test_a_page_with_more_but_no_items_is_asked_again_then_given_up(
     assert stats.get_value("explore/pages") is None
 
 
+# --- feeds read by asking again (the recommend feed) -----------------------------------------
+
+RECOMMEND_URL = "http://127.0.0.1:9/api/recommend/item_list/?from_page=fyp&count=30"
+
+
+def _videos(*ids: str, **page: Any) -> dict[str, Any]:
+    items = [_item(id=video_id) for video_id in ids]
+    return {"statusCode": 0, "hasMore": True, "itemList": items, **page}
+
+
+def _next(spider: ExploreSpider, response: TextResponse, **walk: Any) -> list[Request]:
+    walk = {"category": None, "page": 1, "max_pages": 10, **walk}
+    return [out for out in spider.parse_feed(response, **walk) if isinstance(out, Request)]
+
+
+def test_a_feed_without_a_cursor_is_asked_again_while_it_brings_new_videos() -> None:
+    """The recommend feed has no cursor: the same request answers other videos each time."""
+    spider = _spider()
+    (again,) = _next(spider, _response(_videos("1", "2", "3"), RECOMMEND_URL))
+    assert (again.url, again.dont_filter) == (RECOMMEND_URL, True)
+    assert again.cb_kwargs == {
+        "category": None,
+        "page": 2,
+        "max_pages": 10,
+        "seen": ["1", "2", "3"],
+    }
+    response = _response(_videos("3", "4"), RECOMMEND_URL)
+    (third,) = _next(spider, response, **{**again.cb_kwargs, "category": None})
+    assert third.cb_kwargs["page"] == 3
+    assert third.cb_kwargs["seen"] == ["1", "2", "3", "4"]
+
+
+def test_a_walk_asking_again_ends_on_a_page_with_nothing_new() -> None:
+    spider = _spider()
+    response = _response(_videos("2", "1"), RECOMMEND_URL)
+    assert _next(spider, response, page=4, seen=["1", "2", "3"]) == []
+    assert spider.crawler.stats.get_value("explore/chain_stalled/nothing_new") == 1
+
+
+@pytest.mark.parametrize(
+    ("page", "max_pages", "body", "stalled"),
+    [
+        (10, 10, _videos("1"), None),  # its bound reached
+        (1, 0, _videos("1"), "no_cursor"),  # no bound: it would be asked for ever
+        (1, 10, _videos("1", hasMore=False), None),  # the feed's end
+    ],
+)
+def test_a_walk_asking_again_stays_within_its_bound(
+    page: int, max_pages: int, body: dict[str, Any], stalled: str | None
+) -> None:
+    spider = _spider()
+    assert _next(spider, _response(body, RECOMMEND_URL), page=page, max_pages=max_pages) == []
+    if stalled:
+        assert spider.crawler.stats.get_value(f"explore/chain_stalled/{stalled}") == 1
+
+
+def test_a_cursor_answered_unchanged_is_asked_again_within_a_bound() -> None:
+    spider = _spider()
+    url = f"{RECOMMEND_URL}&cursor=0"
+    (again,) = _next(spider, _response(_videos("1", cursor="0"), url))
+    assert again.url == url
+    assert again.cb_kwargs["seen"] == ["1"]
+
+
+def test_a_cursor_feed_is_walked_by_its_cursor() -> None:
+    spider = _spider()
+    url = f"{FEED_URL}&cursor=16"
+    (following,) = _next(spider, _response(_videos("1", cursor="32"), url), category=3)
+    assert following.url.endswith("&cursor=32")
+    assert "seen" not in following.cb_kwargs
+
+
 # --- crawls of the sandbox -------------------------------------------------------------------
 
 DATASET = build_dataset()
@@ -279,3 +351,22 @@ def test_pages_answered_once_without_items_are_asked_again(
     assert int(stats["explore/no_items"]) == pages - 1
     assert int(stats["explore/pages"]) == pages
     assert redis_client.llen("{explore}:dead") == 0
+
+
+@pytest.mark.integration
+def test_the_recommend_feed_is_read_by_asking_again(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """The sandbox's recommend feed without a cursor, as the real one: each request the next
+    30 videos of the "for you" list, round again once through it. The walk reads every video,
+    then ends on the first page that brings none it has not seen."""
+    sandbox.admin("config", {"feed_mode": "refresh"})
+    url = f"{sandbox.url}/api/recommend/item_list/?from_page=fyp&count=30"
+    redis_client.lpush("explore:start_urls", json.dumps({"url": url, "max_pages": 100}))
+    result = crawl("explore", settings={"EXPLORE_HANDOFF_SPIDER": ""}, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    videos = DATASET.videos_by_category[ALL_CATEGORY]
+    assert set(crawl.mongo.db.videos.distinct("video_id")) == {video.id for video in videos}
+    stats = _stats(redis_client, "explore")
+    assert int(stats["explore/pages"]) == -(-len(videos) // 30) + 1
+    assert stats["explore/chain_stalled/nothing_new"] == "1"
