@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -22,9 +23,16 @@ logger = logging.getLogger(__name__)
 class AdminApi:
     """Serves the admin endpoints and ``/healthz``."""
 
-    def __init__(self, antibot: AntiBot, stats: TrafficStats, dataset: Dataset) -> None:
+    def __init__(
+        self,
+        antibot: AntiBot,
+        stats: TrafficStats,
+        dataset: Dataset,
+        reset_pages: Callable[[], None] = lambda: None,
+    ) -> None:
         self.antibot = antibot
         self.stats = stats
+        self.reset_pages = reset_pages
         self._dataset_body = compact_dumps(dataset.to_json())
 
     def register(self, router: web.UrlDispatcher) -> None:
@@ -41,9 +49,11 @@ class AdminApi:
         return web.json_response(self.stats.snapshot(self.antibot.active_bans()))
 
     async def reset(self, request: web.Request) -> web.Response:
-        """Clear counters, the request log and active bans."""
+        """Clear counters, the request log, active bans and the pages' own state (the feed's
+        modes)."""
         self.stats.reset()
         self.antibot.reset()
+        self.reset_pages()
         logger.info("counters and bans reset")
         return web.json_response({"ok": True})
 

@@ -49,14 +49,15 @@ def build_app(
         antibot.middleware(),
     ]
     app = web.Application(middlewares=middlewares)
+    explore = ExploreApi(dataset, lambda: antibot.config.feed_mode)
     for part in (
-        ExploreApi(dataset),
+        explore,
         ProfilePages(dataset, churn),
         churn,
         MapsPages(),
         ChallengePages(),
         HostilePages(),
-        AdminApi(antibot, stats, dataset),
+        AdminApi(antibot, stats, dataset, explore.reset),
         sites,
         graph,
     ):

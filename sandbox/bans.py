@@ -3,7 +3,8 @@ those answers point to (``/sorry/index``, ``/sec/a``, ``/cdn-cgi/challenge-platf
 
 Each mode imitates one real protection: Akamai and DataDome 403s, the Cloudflare 503
 challenge, Google's captcha redirect, Douban's JavaScript redirect, a plain 429, and the
-"200 that is not the page" family (empty body, JSON error, page without its data).
+"200 that is not the page" family (empty body, JSON error, page without its data, the feed's
+status 0 answer without data).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from sandbox import markup
 from sandbox.config import BAN_MODES
-from sandbox.explore import compact_dumps
+from sandbox.explore import compact_dumps, soft_block_body
 
 RANDOM_MODE = "random"
 CONCRETE_MODES: tuple[str, ...] = tuple(mode for mode in BAN_MODES if mode != RANDOM_MODE)
@@ -50,6 +51,7 @@ class BanResponder:
             "empty": self.empty,
             "json_error": self.json_error,
             "no_data": self.no_data,
+            "soft_block": self.soft_block,
         }
 
     def reseed(self, seed: int) -> None:
@@ -166,6 +168,14 @@ class BanResponder:
             return _api_error(STATUS_LOGIN_REQUIRED, "login required")
         text = markup.page("TikTok - Make Your Day", body='<div data-e2e="user-page"></div>')
         return web.Response(text=text, content_type="text/html")
+
+    def soft_block(self, request: web.Request, remaining: float) -> web.Response:
+        """The real feed's answer to a blocked IP or a stale session: status 0 and no data
+        (no ``itemList``, no ``hasMore``); a page without its data otherwise."""
+        if is_api_path(request.path):
+            body = compact_dumps(soft_block_body())
+            return web.Response(text=body, content_type="application/json")
+        return self.no_data(request, remaining)
 
 
 class ChallengePages:

@@ -25,8 +25,12 @@ BAN_MODES: tuple[str, ...] = (
     "empty",
     "json_error",
     "no_data",
+    "soft_block",
     "random",
 )
+# How the explore API pages (sandbox/explore.py): by cursor; by cursor with every page past the
+# first answered once without its items; the recommend feed without a cursor.
+FEED_MODES: tuple[str, ...] = ("paged", "hollow_once", "refresh")
 
 
 class ConfigError(ValueError):
@@ -74,12 +78,14 @@ class FaultConfig:
 class SandboxConfig:
     """The whole configuration; ``latency_ms`` (int, 0) delays every target response;
     ``compression`` (bool, True) gzips answers (or deflates them) for clients that accept it,
-    as real targets do."""
+    as real targets do; ``feed_mode`` (str, "paged"; one of ``FEED_MODES``) is how the explore
+    API pages."""
 
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     latency_ms: int = 0
     compression: bool = True
+    feed_mode: str = "paged"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the configuration as a JSON-ready dict."""
@@ -121,6 +127,7 @@ def validate_config(config: SandboxConfig) -> None:
     _require(400 <= faults.error_status <= 599, "faults.error_status", "must be 400..599")
     _require(faults.slow_seconds >= 0, "faults.slow_seconds", "must not be negative")
     _require(config.latency_ms >= 0, "latency_ms", "must not be negative")
+    _require(config.feed_mode in FEED_MODES, "feed_mode", f"must be one of {FEED_MODES}")
 
 
 def _require(condition: bool, key: str, message: str) -> None:

@@ -149,6 +149,20 @@ class VideoStats:
         """Return the counters as strings (``statsV2``)."""
         return {key: str(value) for key, value in self.to_json().items()}
 
+    def rounded_json(self) -> dict[str, int]:
+        """Return the counters as the feed's ``stats`` has them: rounded as the app shows them
+        (22609 as 22600, "22.6K"; 1776621 as 1800000, "1.8M"); ``statsV2`` is exact."""
+        return {key: rounded_count(value) for key, value in self.to_json().items()}
+
+
+def rounded_count(value: int) -> int:
+    """``value`` to the precision the app shows: exact below 10,000, then to a tenth of a
+    thousand ("22.6K") below a million, then to a tenth of a million ("1.8M")."""
+    if value < 10_000:
+        return value
+    step = 100 if value < 1_000_000 else 100_000
+    return (value + step // 2) // step * step
+
 
 @dataclass(frozen=True)
 class Video:
@@ -169,7 +183,7 @@ class Video:
             "createTime": self.create_time,
             "author": self.author.feed_json(),
             "authorStats": self.author.stats.feed_json(),
-            "stats": self.stats.to_json(),
+            "stats": self.stats.rounded_json(),
             "statsV2": self.stats.to_json_v2(),
         }
 

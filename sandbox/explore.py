@@ -3,6 +3,15 @@
 Pages are offsets into a category's fixed video list; ``cursor`` is the next offset as a
 string. Unknown query parameters are ignored. Errors answer HTTP 200 with a non-zero
 ``statusCode``, as the real API does.
+
+The configuration's ``feed_mode`` changes how pages come:
+
+* ``paged`` (the default): as above;
+* ``hollow_once``: each page past the first answers once (per client) with ``hasMore``, the
+  next cursor and no ``itemList``, then as it should;
+* ``refresh``: the recommend feed as the real one is read: no cursor, each request (per
+  client) the next videos of the "for you" list, from its start again once it is through,
+  ``hasMore`` always true.
 """
 
 from __future__ import annotations
@@ -10,12 +19,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from aiohttp import web
 
 from sandbox.data import ALL_CATEGORY, Dataset, Video
+from sandbox.stats import client_address
 
 DEFAULT_COUNT = 16
 MAX_COUNT = 30
@@ -40,19 +51,49 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     }
 
 
+def soft_block_body() -> dict[str, Any]:
+    """The real API's answer to a blocked IP or a stale session: status 0, no data."""
+    return {"statusCode": 0, "status_code": 0, "status_msg": "", **_envelope()}
+
+
+def _envelope() -> dict[str, Any]:
+    log_id = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:18].upper()
+    return {
+        "extra": {"now": int(time.time() * 1000), "logid": log_id},
+        "log_pb": {"impr_id": log_id},
+    }
+
+
 def feed_page(videos: list[Video], cursor: int, count: int) -> dict[str, Any]:
     """Return one page of ``videos`` starting at offset ``cursor``."""
     page = videos[cursor : cursor + count]
     next_cursor = min(cursor + count, len(videos)) if page else cursor
-    log_id = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:18].upper()
     return {
         "statusCode": 0,
         "status_code": 0,
         "status_msg": "",
         "cursor": str(next_cursor),
         "hasMore": next_cursor < len(videos),
-        "extra": {"now": int(time.time() * 1000), "logid": log_id},
-        "log_pb": {"impr_id": log_id},
+        **_envelope(),
+        "itemList": [video.item_json() for video in page],
+    }
+
+
+def hollow_page(page: dict[str, Any]) -> dict[str, Any]:
+    """``page`` without its items: it says there is more and where, and brings nothing."""
+    return {key: value for key, value in page.items() if key != "itemList"} | {"hasMore": True}
+
+
+def refreshed_page(videos: list[Video], start: int, count: int) -> dict[str, Any]:
+    """The ``count`` videos from offset ``start``, going round to the list's start: a page of
+    a feed read by asking again, without a cursor."""
+    page = [videos[(start + offset) % len(videos)] for offset in range(count)]
+    return {
+        "statusCode": 0,
+        "status_code": 0,
+        "status_msg": "",
+        "hasMore": True,
+        **_envelope(),
         "itemList": [video.item_json() for video in page],
     }
 
@@ -75,10 +116,18 @@ def parse_category(value: str | None, dataset: Dataset) -> int | None:
 
 
 class ExploreApi:
-    """Serves the feed endpoints from a ``Dataset``."""
+    """Serves the feed endpoints from a ``Dataset``, paging as ``mode()`` says."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, mode: Callable[[], str] = lambda: "paged") -> None:
         self.dataset = dataset
+        self.mode = mode
+        self._hollowed: set[tuple[str, str, int, int]] = set()
+        self._refreshed: dict[str, int] = {}
+
+    def reset(self) -> None:
+        """Forget the pages answered without items and where each client's refresh stands."""
+        self._hollowed.clear()
+        self._refreshed.clear()
 
     def register(self, router: web.UrlDispatcher) -> None:
         """Add the feed routes to ``router`` (with and without the trailing slash)."""
@@ -103,7 +152,18 @@ class ExploreApi:
             return _json(error_body(STATUS_INVALID_PARAMS, "invalid params"))
         if category is None:
             return _json(error_body(STATUS_INVALID_CATEGORY, "invalid categoryType"))
-        return _json(feed_page(self.dataset.videos_by_category[category], cursor, count))
+        videos = self.dataset.videos_by_category[category]
+        client, mode = client_address(request), self.mode()
+        if mode == "refresh" and request.path.startswith("/api/recommend/"):
+            start = self._refreshed.get(client, 0)
+            self._refreshed[client] = start + count
+            return _json(refreshed_page(videos, start, count))
+        page = feed_page(videos, cursor, count)
+        key = (client, request.path.rstrip("/"), category, cursor)
+        if mode == "hollow_once" and cursor > 0 and key not in self._hollowed:
+            self._hollowed.add(key)
+            return _json(hollow_page(page))
+        return _json(page)
 
 
 def _parse_int(value: str | None, default: int) -> int:

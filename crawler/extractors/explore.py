@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawler.extractors import jsondata
-from crawler.extractors.jsondata import FieldReader, as_id, as_int, as_text
+from crawler.extractors.jsondata import FieldReader, as_id, as_int, as_text, field
 from crawler.extractors.profiles import UNIQUE_ID
 
 # Status codes and messages with which the feed says "this client is not allowed" (TARGETS.md §1).
@@ -48,8 +48,9 @@ class FeedPage:
 
 
 def parse_feed(body: str) -> FeedPage:
-    """Parse a feed response body; raise FeedBlocked or FeedError when it holds no data, and
-    MalformedData when it is not JSON at all (truncated, cut off, nested too deep)."""
+    """Parse a feed response body; raise FeedBlocked or FeedError when it holds no data (a
+    status 0 answer with neither ``itemList`` nor ``hasMore`` is a block), and MalformedData
+    when it is not JSON at all (truncated, cut off, nested too deep)."""
     if not body.strip():
         raise FeedBlocked("empty_body")
     if body.lstrip().startswith("<"):
@@ -60,6 +61,10 @@ def parse_feed(body: str) -> FeedPage:
         # Whole JSON, but not the feed's object: an answer meant for clients that are refused.
         raise FeedBlocked("not_json")
     _raise_for_status(data)
+    if data.get("itemList") is None and data.get("hasMore") is None:
+        # Status 0 and no data at all: how the real API answers a blocked IP or a stale session
+        # (TARGETS.md §4, a page without the data the real page always has).
+        raise FeedBlocked("no_data")
     reader = FieldReader()
     items = _items(data.get("itemList"), reader)
     return FeedPage(
@@ -107,23 +112,24 @@ def _status_code(data: Mapping[str, Any]) -> int:
 def video_fields(
     item: Mapping[str, Any], category: int | None, reader: FieldReader | None = None
 ) -> dict[str, Any]:
-    """The stored fields of one feed item (of a page from :func:`parse_feed`). An absent
-    value is "" or 0; a value of the wrong type is None and its name goes to ``reader.bad``."""
+    """The stored fields of one feed item (of a page from :func:`parse_feed`). An absent value
+    is None; so is a value of the wrong type or a JSON null, and its name goes to
+    ``reader.bad``. Counts are the exact ``statsV2`` (strings) where usable, field by field, else
+    the ``stats`` (rounded from 10,000 up: 22600 for 22609)."""
     read = reader or FieldReader()
     author = _mapping(item.get("author"))
-    stats = _either(item, "stats", "statsV2")
     return {
         "video_id": as_id(item.get("id")) or "",
-        "description": read.text("description", item.get("desc"), ""),
-        "created_at": read.integer("created_at", item.get("createTime"), 0),
-        "author_id": read.identifier("author_id", author.get("id"), ""),
-        "author_unique_id": read.text("author_unique_id", author.get("uniqueId"), ""),
+        "description": read.text("description", field(item, "desc")),
+        "created_at": read.integer("created_at", field(item, "createTime")),
+        "author_id": read.identifier("author_id", field(author, "id")),
+        "author_unique_id": read.text("author_unique_id", field(author, "uniqueId")),
         "category": category,
-        "digg_count": read.integer("digg_count", stats.get("diggCount"), 0),
-        "play_count": read.integer("play_count", stats.get("playCount"), 0),
-        "share_count": read.integer("share_count", stats.get("shareCount"), 0),
-        "comment_count": read.integer("comment_count", stats.get("commentCount"), 0),
-        "collect_count": read.integer("collect_count", stats.get("collectCount"), 0),
+        "digg_count": read.integer("digg_count", _count(item, "diggCount")),
+        "play_count": read.integer("play_count", _count(item, "playCount")),
+        "share_count": read.integer("share_count", _count(item, "shareCount")),
+        "comment_count": read.integer("comment_count", _count(item, "commentCount")),
+        "collect_count": read.integer("collect_count", _count(item, "collectCount")),
     }
 
 
@@ -132,15 +138,22 @@ def popular_author(item: Mapping[str, Any], min_likes: int, min_followers: int) 
     unique_id = _mapping(item.get("author")).get("uniqueId")
     if not isinstance(unique_id, str) or not UNIQUE_ID.fullmatch(unique_id):
         return None
-    likes = as_int(_either(item, "stats", "statsV2").get("diggCount")) or 0
-    followers = as_int(_either(item, "authorStats", "authorStatsV2").get("followerCount")) or 0
+    likes = as_int(_count(item, "diggCount")) or 0
+    followers = as_int(_count(item, "followerCount", "authorStatsV2", "authorStats")) or 0
     return unique_id if likes >= min_likes or followers >= min_followers else None
 
 
-def _either(item: Mapping[str, Any], name: str, v2: str) -> Mapping[str, Any]:
-    """The item's counts under ``name``, or under ``v2`` (the feed's newer copy, its numbers as
-    strings) when the first is absent."""
-    return _mapping(item.get(name)) or _mapping(item.get(v2))
+def _count(
+    item: Mapping[str, Any], key: str, exact: str = "statsV2", rounded: str = "stats"
+) -> Any:
+    """The raw value of the count ``key``: the ``exact`` copy's (the feed's newer one, its
+    numbers as strings) when it is a usable number, else the ``rounded`` one's when that is,
+    else the first present (a bad value, for the reader to note), else None (absent)."""
+    values = [field(_mapping(item.get(group)), key) for group in (exact, rounded)]
+    for value in values:
+        if as_int(value) is not None:
+            return value
+    return next((value for value in values if value is not None), None)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any, Final, TypeVar
 
 # Arrays and objects nested deeper than this in a response are refused before parsing.
 MAX_DEPTH = 64
@@ -71,6 +72,24 @@ def _parse_int(literal: str) -> int | float:
     return int(literal) if len(literal) <= _MAX_INT_DIGITS else float(literal)
 
 
+class _Null:
+    """A JSON ``null`` where a value belongs, as :func:`field` reads it."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL: Final = _Null()
+
+
+def field(record: Mapping[str, Any], key: str) -> Any:
+    """``record[key]``; :data:`NULL` for a JSON ``null``, None when the key is absent. A
+    :class:`FieldReader` counts NULL as a bad value (read as None) and gives an absent one its
+    default."""
+    value = record.get(key)
+    return NULL if value is None and key in record else value
+
+
 def as_int(value: Any) -> int | None:
     """A 64-bit integer from an int, an integral float or a string of digits; else None."""
     if isinstance(value, bool):
@@ -101,7 +120,8 @@ def as_flag(value: Any) -> bool | None:
 
 
 class FieldReader:
-    """Reads a record's fields: absent gives ``default``, unusable gives None, noted in ``bad``."""
+    """Reads a record's fields: absent (None) gives ``default``, unusable gives None, noted in
+    ``bad``. A value read with :func:`field` tells a JSON ``null`` (unusable) from absent."""
 
     def __init__(self) -> None:
         self.bad: list[str] = []

@@ -62,6 +62,9 @@ FEED_PATHS = ("/api/explore/item_list/", "/api/recommend/item_list/")
 _JSON_KEYS = {"category", "url", "max_pages"}
 _CATEGORY_TEXT = re.compile(r"[0-9]{1,4}")
 MAX_PAGES_LIMIT = 1_000_000
+# Video ids a walk read by asking again remembers (its last ones): a page none of whose videos
+# is new ends the walk.
+SEEN_LIMIT = 1000
 
 
 class ExploreSpider(RedisFedSpider):
@@ -148,11 +151,19 @@ class ExploreSpider(RedisFedSpider):
         category = _category(query["categoryType"]) if "categoryType" in query else None
         return self._feed_request(parts.geturl(), category, 1, max_pages)
 
-    def _feed_request(self, url: str, category: int | None, page: int, max_pages: int) -> Request:
+    def _feed_request(
+        self,
+        url: str,
+        category: int | None,
+        page: int,
+        max_pages: int,
+        seen: list[str] | None = None,
+    ) -> Request:
+        walk: dict[str, Any] = {"category": category, "page": page, "max_pages": max_pages}
         return Request(
             url,
             callback=self.parse_feed,
-            cb_kwargs={"category": category, "page": page, "max_pages": max_pages},
+            cb_kwargs=walk if seen is None else {**walk, "seen": seen},
             headers={"Accept": "application/json"},
             # A feed changes over time: each walk reads it again, page by page.
             dont_filter=True,
@@ -169,8 +180,16 @@ class ExploreSpider(RedisFedSpider):
         return None
 
     def parse_feed(
-        self, response: Response, category: int | None, page: int, max_pages: int
+        self,
+        response: Response,
+        category: int | None,
+        page: int,
+        max_pages: int,
+        seen: list[str] | None = None,
     ) -> Iterator[Any]:
+        """One page of a walk: its videos, then the next page while the feed has more and
+        ``max_pages`` (0: no bound) allows. ``seen``: the last video ids of a walk read by
+        asking again (a feed without a cursor)."""
         try:
             feed = parse_feed(body_text(response))
         except FeedBlocked as exc:
@@ -185,15 +204,27 @@ class ExploreSpider(RedisFedSpider):
             if retry is not None:
                 yield retry
             return
-        self.count("explore/pages")
         self.count_bad_fields(feed.bad_fields)
+        if feed.has_more and not feed.items:
+            # More to come, yet none of it here: a hiccup of the API, or a softer block. Asked
+            # again after the backoff; once the retries are spent, a dead letter ends the walk.
+            self.count("explore/no_items")
+            error = MalformedData("hasMore but no items")
+            retry = retry_malformed(self.crawler, response, "feed_no_items", error)
+            if retry is not None:
+                yield retry
+            return
+        self.count("explore/pages")
         for item in feed.items:
             reader = FieldReader()
             fields = video_fields(item, category, reader)
             self.count_bad_fields(reader.bad)
             yield VideoItem(**fields)
         self._hand_over_authors(feed, response.request)
-        if not (feed.has_more and feed.cursor and (max_pages == 0 or page < max_pages)):
+        if not (feed.has_more and (max_pages == 0 or page < max_pages)):
+            return
+        if feed.cursor is None or feed.cursor == _asked_cursor(response.url):
+            yield from self._ask_again(response, feed, category, page, max_pages, seen or [])
             return
         if (stalled := _stalled(response.url, feed)) is not None:
             self.count(f"explore/chain_stalled/{stalled}")
@@ -202,6 +233,30 @@ class ExploreSpider(RedisFedSpider):
         yield self._feed_request(
             _with_cursor(response.url, feed.cursor), category, page + 1, max_pages
         )
+
+    def _ask_again(
+        self,
+        response: Response,
+        feed: FeedPage,
+        category: int | None,
+        page: int,
+        max_pages: int,
+        seen: list[str],
+    ) -> Iterator[Request]:
+        """The same request again, for a feed read so (the recommend feed answers other videos
+        each time, with no cursor): only within ``max_pages`` (0 would ask for ever), and while
+        each page brings videos the walk has not seen."""
+        why = "no_cursor" if feed.cursor is None else "same_cursor"
+        ids = [str(item["id"]) for item in feed.items]
+        if max_pages == 0 or not set(ids) - set(seen):
+            # With no bound, a feed without a cursor would be asked for ever: a warning.
+            log = self.logger.warning if max_pages == 0 else self.logger.info
+            why = why if max_pages == 0 else "nothing_new"
+            self.count(f"explore/chain_stalled/{why}")
+            log("Feed %s says hasMore but %s: its walk ends", response.url, why)
+            return
+        seen = [*seen, *(video for video in ids if video not in seen)][-SEEN_LIMIT:]
+        yield self._feed_request(response.url, category, page + 1, max_pages, seen)
 
     def _hand_over_authors(self, feed: FeedPage, request: Request | None) -> None:
         if self.handoff is None:
@@ -231,17 +286,20 @@ def _category(value: Any) -> int:
 
 
 def _stalled(url: str, feed: FeedPage) -> str | None:
-    """Why a feed that says it has more would never end, if it would: a page with no items
-    ("empty"), the cursor it was asked for ("same_cursor"), or a number not past it
-    ("cursor_back"). Each page is fetched anew (dont_filter): the walk must stop itself."""
-    if not feed.items:
-        return "empty"
-    asked, cursor = dict(parse_qsl(urlsplit(url).query)).get("cursor", "0"), feed.cursor or ""
+    """Why a feed that says it has more would never end, if it would: the cursor it was asked
+    for ("same_cursor"), or a number not past it ("cursor_back"). Each page is fetched anew
+    (dont_filter): the walk must stop itself."""
+    asked, cursor = _asked_cursor(url) or "0", feed.cursor or ""
     if cursor == asked:
         return "same_cursor"
     if asked.isdigit() and cursor.isdigit() and int(cursor) <= int(asked):
         return "cursor_back"
     return None
+
+
+def _asked_cursor(url: str) -> str | None:
+    """The cursor a feed URL asks for, None when it names none."""
+    return dict(parse_qsl(urlsplit(url).query)).get("cursor")
 
 
 def _with_cursor(url: str, cursor: str) -> str:

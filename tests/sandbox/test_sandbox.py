@@ -26,7 +26,7 @@ from sandbox.config import (
     config_from_dict,
     merge_config,
 )
-from sandbox.data import ALL_CATEGORY, CATEGORIES
+from sandbox.data import ALL_CATEGORY, CATEGORIES, rounded_count
 from sandbox.ratelimit import RateLimiter, Verdict
 from sandbox.seed import build_dataset
 from sandbox.stats import path_key
@@ -253,7 +253,8 @@ def test_first_page_shape(site: Site) -> None:
     item = body["itemList"][0]
     assert set(item) == ITEM_KEYS
     assert set(item["stats"]) == STAT_KEYS
-    assert item["statsV2"] == {key: str(value) for key, value in item["stats"].items()}
+    exact = {key: int(value) for key, value in item["statsV2"].items()}
+    assert item["stats"] == {key: rounded_count(value) for key, value in exact.items()}
     assert set(item["author"]) == {
         "id",
         "uniqueId",
@@ -270,6 +271,15 @@ def test_first_page_shape(site: Site) -> None:
         "videoCount",
         "diggCount",
     }
+
+
+def test_feed_stats_are_rounded_as_the_app_shows_them() -> None:
+    assert [rounded_count(n) for n in (9_999, 22_609, 22_650, 1_776_621)] == [
+        9_999,
+        22_600,
+        22_700,
+        1_800_000,
+    ]
 
 
 def test_count_is_clamped(site: Site) -> None:
