@@ -67,6 +67,12 @@ def universal_data_script(user_detail: dict[str, Any]) -> str:
     return data_script(UNIVERSAL_DATA_ID, {"__DEFAULT_SCOPE__": scope})
 
 
+def app_context_script() -> str:
+    """Return the rehydration script holding only the app's context (no page detail)."""
+    scope = {"webapp.app-context": APP_CONTEXT}
+    return data_script(UNIVERSAL_DATA_ID, {"__DEFAULT_SCOPE__": scope})
+
+
 def page(title: str, body: str = "", scripts: str = "") -> str:
     """Return a full HTML page around ``body`` and ``scripts`` (both trusted markup)."""
     return _SHELL.format(title=html.escape(title), body=body, scripts=scripts)

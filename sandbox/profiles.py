@@ -1,5 +1,9 @@
 """Profile pages ``/@<uniqueId>`` in the current and the older (``SIGI_STATE``) layout.
 
+Half of the older-layout pages (picked by their uniqueId) also carry the current layout's
+rehydration script holding only the app's context, no user detail, as pages met in the wild do
+while the site moves between layouts.
+
 Missing, banned and private accounts answer 200 with a status code inside the page data,
 as the real site does: 10202 (does not exist), 10221 (banned), 10222 (private).
 """
@@ -65,9 +69,16 @@ def render_profile(unique_id: str, author: Author | None) -> str:
     body = _profile_header(author)
     if author.layout == LAYOUT_SIGI:
         script = markup.data_script(markup.SIGI_STATE_ID, sigi_state(author))
+        if sigi_beside_app_context(unique_id):
+            script = markup.app_context_script() + script
     else:
         script = markup.universal_data_script(user_detail(author))
     return markup.page(title, body=body, scripts=script)
+
+
+def sigi_beside_app_context(unique_id: str) -> bool:
+    """Whether an older-layout page also carries a rehydration script without user detail."""
+    return zlib.crc32(unique_id.encode()) % 2 == 0
 
 
 def render_shell(unique_id: str) -> str:

@@ -105,7 +105,8 @@ def _videos(unique_id: str, count: int) -> str:
 
 
 def profile_page(signature: str, layout: str = "universal", unique_id: str = "some.user") -> str:
-    """A profile page with content around it, as a browser gets it."""
+    """A profile page with content around it, as a browser gets it (layout "sigi+app": the
+    rehydration script with only the app's context before the SIGI_STATE holding the user)."""
     user = _user(signature, unique_id)
     if layout == "universal":
         detail = {"statusCode": 0, "statusMsg": "", "userInfo": {"user": user, "stats": STATS}}
@@ -116,6 +117,8 @@ def profile_page(signature: str, layout: str = "universal", unique_id: str = "so
             "UserPage": {"uniqueId": unique_id},
         }
         script = markup.data_script(markup.SIGI_STATE_ID, state)
+        if layout == "sigi+app":
+            script = markup.app_context_script() + script
     body = (
         f'<div data-e2e="user-page"><h1 data-e2e="user-title">{unique_id}</h1>'
         f'<h2 data-e2e="user-bio">{html.escape(signature)}</h2>'
@@ -782,6 +785,13 @@ SPIDER_CASES = [
         "ok",
         "",
         id="profile-sigi",
+    ),
+    pytest.param(
+        "profiles",
+        response(200, profile_page("verify me", layout="sigi+app")),
+        "ok",
+        "",
+        id="profile-sigi-beside-app-context",
     ),
     *(
         pytest.param(

@@ -21,6 +21,7 @@ from crawler.keys import FrontierKeys
 from crawler.middlewares import HostConcurrencyMiddleware, HostFullMiddleware
 from crawler.recrawl.middleware import RecrawlMiddleware
 from devtools.services import free_port, start_sandbox
+from sandbox.profiles import sigi_beside_app_context
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox, closed_port, no_reactor_needed, scrapy
 
@@ -214,6 +215,28 @@ def test_missing_users_are_stored_as_such(crawl: Crawl, redis_client: redis.Redi
     }
     stats = _stats(redis_client, "profiles")
     assert stats["profiles/status/not_found"] == "1"
+    assert "ban/count" not in stats
+
+
+def test_older_layout_pages_beside_an_app_context_script_are_profiles(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """A page whose rehydration script holds only the app's context, the user being in its
+    SIGI_STATE, is the user's profile; it was taken for a block, a ban of the whole domain."""
+    older = [a for a in DATASET.authors if (a.layout, a.state) == ("sigi", "ok")]
+    beside = next(a for a in older if sigi_beside_app_context(a.unique_id))
+    alone = next(a for a in older if not sigi_beside_app_context(a.unique_id))
+    users = f"users={beside.unique_id},{alone.unique_id}"
+    result = crawl("profiles", "-a", users, settings={"BAN_COOLDOWN": 0.5, "BAN_MAX_TIMES": 1})
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = {doc["unique_id"]: doc for doc in crawl.mongo.db.profiles.find({}, {"_id": 0})}
+    assert set(stored) == {beside.unique_id, alone.unique_id}
+    for author in (beside, alone):
+        doc = stored[author.unique_id]
+        assert (doc["status"], doc["layout"]) == ("ok", "sigi")
+        assert doc["follower_count"] == author.stats.follower_count
+    stats = _stats(redis_client, "profiles")
+    assert stats["profiles/status/ok"] == "2"
     assert "ban/count" not in stats
 
 

@@ -388,6 +388,52 @@ def test_a_page_without_the_users_data_is_never_stored_as_their_profile(
     assert page.status == status
 
 
+APP_CONTEXT_ONLY = {"__DEFAULT_SCOPE__": {"webapp.app-context": {"language": "en"}}}
+
+
+def _scripts(*scripts: tuple[str, dict[str, Any]]) -> str:
+    body = "".join(
+        f'<script id="{script_id}" type="application/json">{json.dumps(data)}</script>'
+        for script_id, data in scripts
+    )
+    return f"<html><body>{body}</body></html>"
+
+
+@pytest.mark.parametrize(
+    "universal",
+    [
+        APP_CONTEXT_ONLY,
+        {"__DEFAULT_SCOPE__": {"webapp.user-detail": {"statusCode": 0, "userInfo": {}}}},
+    ],
+    ids=["app-context-only", "detail-without-user"],
+)
+def test_a_layout_without_the_user_gives_way_to_the_next_that_has_it(
+    universal: dict[str, Any],
+) -> None:
+    """The rehydration script holding only the app's context (or an empty user detail) beside
+    a SIGI_STATE holding the user: the user's page, read from SIGI_STATE; the first script
+    found made it a block, a ban of the whole domain."""
+    sigi = {
+        "UserModule": {"users": {"cook.anna": USER}, "stats": {"cook.anna": STATS}},
+        "UserPage": {"uniqueId": "cook.anna", "statusCode": 0},
+    }
+    html = _scripts(("__UNIVERSAL_DATA_FOR_REHYDRATION__", universal), ("SIGI_STATE", sigi))
+    for asked in ("cook.anna", None):  # None: as the ban rule reads it
+        page = parse_profile_page(html, asked)
+        assert (page.status, page.layout, page.is_block) == ("ok", "sigi", False)
+    assert profile_fields(page, "cook.anna")["follower_count"] == 12000
+
+
+def test_a_page_where_no_layout_has_the_user_is_still_a_block() -> None:
+    html = _scripts(
+        ("__UNIVERSAL_DATA_FOR_REHYDRATION__", APP_CONTEXT_ONLY),
+        ("SIGI_STATE", {"UserModule": {"users": {}}}),
+    )
+    assert parse_profile_page(html, "cook.anna").status == "blocked"
+    verify = html.replace("<body>", '<body><div id="tiktok-verify-page"></div>')
+    assert parse_profile_page(verify, "cook.anna").status == "captcha"
+
+
 @pytest.mark.parametrize(
     "script",
     [

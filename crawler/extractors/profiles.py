@@ -1,10 +1,13 @@
 """Profile pages (``/@<uniqueId>``) to profile fields, for every layout met in the wild.
 
 Layouts, newest first: the ``__UNIVERSAL_DATA_FOR_REHYDRATION__`` script, ``SIGI_STATE`` and
-``__NEXT_DATA__``. A page may also be a verdict: the user does not exist, is banned or private
-(stored as such), or the page is a captcha, a challenge or carries no data at all (a block: fetch it
-again later). A data script that is not JSON is MalformedData (fetch it again, not a ban); a value
-of the wrong type costs that value only.
+``__NEXT_DATA__``. A page may carry several (the rehydration script with only the app's context
+beside a ``SIGI_STATE`` holding the user): a layout without the user's detail gives way to the
+next one, and only a page where no layout has it is a block. A page may also be a verdict: the
+user does not exist, is banned or private (stored as such), or the page is a captcha, a
+challenge or carries no data at all (a block: fetch it again later). A data script that is not
+JSON is MalformedData (fetch it again, not a ban); a value of the wrong type costs that value
+only.
 """
 
 from __future__ import annotations
@@ -53,13 +56,18 @@ class ProfilePage:
 def parse_profile_page(html: str, unique_id: str | None = None) -> ProfilePage:
     """Read a profile page; ``unique_id`` picks the user where a layout holds several."""
     selector = Selector(text=html or "<html></html>")
+    without_user = None
     for layout, reader in _READERS:
         text = selector.css(f"script#{layout}::text").get()
-        if text is not None:
-            return reader(_load(text), unique_id)
+        if text is None:
+            continue
+        page = reader(_load(text), unique_id)
+        if page.status != "blocked":
+            return page
+        without_user = without_user or page
     if "tiktok-verify-page" in html:
         return ProfilePage(status="captcha")
-    return ProfilePage(status="blocked")
+    return without_user or ProfilePage(status="blocked")
 
 
 def _load(text: str) -> Mapping[str, Any]:

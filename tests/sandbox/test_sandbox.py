@@ -27,6 +27,7 @@ from sandbox.config import (
     merge_config,
 )
 from sandbox.data import ALL_CATEGORY, CATEGORIES, rounded_count
+from sandbox.profiles import sigi_beside_app_context
 from sandbox.ratelimit import RateLimiter, Verdict
 from sandbox.seed import build_dataset
 from sandbox.stats import path_key
@@ -350,11 +351,27 @@ def test_profile_universal_layout(site: Site, dataset_doc: dict[str, Any]) -> No
     assert "SIGI_STATE" not in reply.text
 
 
-def test_profile_sigi_layout(site: Site, dataset_doc: dict[str, Any]) -> None:
-    author = author_where(dataset_doc, layout="sigi", state="ok")
+@pytest.mark.parametrize("beside_app_context", [False, True])
+def test_profile_sigi_layout(
+    site: Site, dataset_doc: dict[str, Any], beside_app_context: bool
+) -> None:
+    """Older-layout pages, half of them with a rehydration script holding only the app's
+    context (no user detail) before the ``SIGI_STATE`` that holds the user."""
+    author = next(
+        author
+        for author in dataset_doc["authors"]
+        if (author["layout"], author["state"]) == ("sigi", "ok")
+        and sigi_beside_app_context(author["uniqueId"]) == beside_app_context
+    )
     unique_id = author["uniqueId"]
     text = site.get(f"/@{unique_id}").text
-    assert "__UNIVERSAL_DATA_FOR_REHYDRATION__" not in text
+    universal = UNIVERSAL_RE.search(text)
+    if beside_app_context:
+        assert universal
+        assert json.loads(universal.group(1))["__DEFAULT_SCOPE__"].keys() == {"webapp.app-context"}
+        assert universal.start() < text.index('<script id="SIGI_STATE"')
+    else:
+        assert universal is None
     match = SIGI_RE.search(text)
     assert match
     state = json.loads(match.group(1))
