@@ -6,11 +6,14 @@ while the site moves between layouts.
 
 Missing, banned and private accounts answer 200 with a status code inside the page data,
 as the real site does: 10202 (does not exist), 10221 (banned), 10222 (private).
+``/@status.<code>`` answers the status code ``<code>`` with no user, as the real site does with
+codes public scrapers do not know (10201 was seen on user pages).
 """
 
 from __future__ import annotations
 
 import html
+import re
 import struct
 import zlib
 from typing import Any
@@ -24,6 +27,7 @@ from sandbox.data import LAYOUT_SIGI, STATE_BANNED, STATE_OK, STATE_PRIVATE, Aut
 STATUS_NOT_FOUND = 10202
 STATUS_BANNED = 10221
 STATUS_PRIVATE = 10222
+STATUS_USER = re.compile(r"status\.([0-9]{1,9})")
 STATUS_MESSAGES = {
     STATUS_NOT_FOUND: "user does not exist",
     STATUS_BANNED: "user banned",
@@ -62,6 +66,11 @@ def sigi_state(author: Author) -> dict[str, Any]:
 
 def render_profile(unique_id: str, author: Author | None) -> str:
     """Return the HTML of the profile page of ``unique_id``."""
+    status = STATUS_USER.fullmatch(unique_id) if author is None else None
+    if status is not None:
+        code = int(status.group(1))
+        detail = {"statusCode": code, "statusMsg": STATUS_MESSAGES.get(code, ""), "userInfo": {}}
+        return markup.page(f"@{unique_id} | TikTok", scripts=markup.universal_data_script(detail))
     if author is None or author.state != STATE_OK:
         title = f"@{unique_id} | TikTok"
         return markup.page(title, scripts=markup.universal_data_script(user_detail(author)))

@@ -797,7 +797,7 @@ SPIDER_CASES = [
         pytest.param(
             "profiles", response(200, compact_profile_page("", code)), "ok", "", id=f"status-{code}"
         )
-        for code in (10202, 10221, 10222)
+        for code in (10202, 10221, 10222, 10201, 10204)
     ),
     pytest.param(
         "profiles",

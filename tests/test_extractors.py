@@ -230,6 +230,35 @@ def test_user_states_are_stored_not_retried(code: int, status: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("code", "name"), [(10201, "10201"), ("10204", "10204"), ("busy", "other"), (2**40, "other")]
+)
+def test_an_unknown_status_is_the_users_answer_not_a_block(code: Any, name: str) -> None:
+    """A status code not in the table (10201 is seen on user pages) says something about that
+    user the spider cannot read: kept with its code, never a block (a ban of the whole site)."""
+    detail = {"statusCode": code, "statusMsg": "", "userInfo": {}}
+    page = parse_profile_page(
+        _page(
+            "__UNIVERSAL_DATA_FOR_REHYDRATION__",
+            {"__DEFAULT_SCOPE__": {"webapp.user-detail": detail}},
+        )
+    )
+    assert (page.status, page.is_block, page.code_name) == ("unknown_status", False, name)
+    sigi = parse_profile_page(_page("SIGI_STATE", {"UserPage": {"statusCode": code}}))
+    assert (sigi.status, sigi.is_block, sigi.code_name) == ("unknown_status", False, name)
+
+
+def test_an_unknown_status_gives_way_to_a_layout_holding_the_user_or_a_verify_page() -> None:
+    unknown = {"__DEFAULT_SCOPE__": {"webapp.user-detail": {"statusCode": 10201}}}
+    sigi = {"UserModule": {"users": {"cook.anna": USER}, "stats": {"cook.anna": STATS}}}
+    html = _scripts(("__UNIVERSAL_DATA_FOR_REHYDRATION__", unknown), ("SIGI_STATE", sigi))
+    assert parse_profile_page(html, "cook.anna").status == "ok"
+    verify = _scripts(("__UNIVERSAL_DATA_FOR_REHYDRATION__", unknown)).replace(
+        "<body>", '<body><div id="tiktok-verify-page"></div>'
+    )
+    assert parse_profile_page(verify).status == "captcha"
+
+
+@pytest.mark.parametrize(
     ("html", "status"),
     [
         (_universal(10000, {}), "captcha"),

@@ -5,9 +5,10 @@ Layouts, newest first: the ``__UNIVERSAL_DATA_FOR_REHYDRATION__`` script, ``SIGI
 beside a ``SIGI_STATE`` holding the user): a layout without the user's detail gives way to the
 next one, and only a page where no layout has it is a block. A page may also be a verdict: the
 user does not exist, is banned or private (stored as such), or the page is a captcha, a
-challenge or carries no data at all (a block: fetch it again later). A data script that is not
-JSON is MalformedData (fetch it again, not a ban); a value of the wrong type costs that value
-only.
+challenge or carries no data at all (a block: fetch it again later). A status code not in the
+table is that user's answer (``unknown_status``, its code kept), never a block of the site. A
+data script that is not JSON is MalformedData (fetch it again, not a ban); a value of the wrong
+type costs that value only.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ STATUS_BY_CODE = {
     10114: "challenge",
 }
 # Statuses that say nothing about the user, only about the crawler: fetch again later.
-BLOCK_STATUSES = frozenset({"captcha", "challenge", "blocked", "unknown_status"})
+BLOCK_STATUSES = frozenset({"captcha", "challenge", "blocked"})
+# A status code not in STATUS_BY_CODE: the answer for that user, which the crawler cannot read.
+UNKNOWN_STATUS = "unknown_status"
+# Codes named in counters and dead letters up to this (real ones have five digits); others
+# are "other", so a site's odd values cannot make counters without end.
+_NAMED_CODES = range(1_000_000_000)
 
 
 @dataclass(frozen=True)
@@ -47,27 +53,36 @@ class ProfilePage:
     layout: str | None = None
     user: Mapping[str, Any] = field(default_factory=dict)
     stats: Mapping[str, Any] = field(default_factory=dict)
+    code: int | None = None  # the page's statusCode, when it has a whole number there
 
     @property
     def is_block(self) -> bool:
         return self.status in BLOCK_STATUSES
 
+    @property
+    def code_name(self) -> str:
+        """The status code as counters and dead letters name it."""
+        return str(self.code) if self.code in _NAMED_CODES else "other"
+
 
 def parse_profile_page(html: str, unique_id: str | None = None) -> ProfilePage:
     """Read a profile page; ``unique_id`` picks the user where a layout holds several."""
     selector = Selector(text=html or "<html></html>")
-    without_user = None
+    unknown = without_user = None
     for layout, reader in _READERS:
         text = selector.css(f"script#{layout}::text").get()
         if text is None:
             continue
         page = reader(_load(text), unique_id)
-        if page.status != "blocked":
+        if page.status == UNKNOWN_STATUS:
+            unknown = unknown or page
+        elif page.status == "blocked":
+            without_user = without_user or page
+        else:
             return page
-        without_user = without_user or page
     if "tiktok-verify-page" in html:
         return ProfilePage(status="captcha")
-    return without_user or ProfilePage(status="blocked")
+    return unknown or without_user or ProfilePage(status="blocked")
 
 
 def _load(text: str) -> Mapping[str, Any]:
@@ -79,11 +94,13 @@ def _read_universal(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
     detail = _path(data, "__DEFAULT_SCOPE__", "webapp.user-detail")
     info = _path(detail, "userInfo")
     user = _path(info, "user")
+    code = detail.get("statusCode", 0 if info else None)
     return ProfilePage(
-        status=_with_user(_status(detail.get("statusCode", 0 if info else None)), user),
+        status=_with_user(_status(code), user),
         layout="universal",
         user=user,
         stats=_path(info, "stats") or _path(info, "statsV2"),
+        code=as_int(code),
     )
 
 
@@ -97,7 +114,9 @@ def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
     users = _path(data, "UserModule", "users")
     page = _path(data, "UserPage")
     if not users:  # the page's own status, or no data: a block
-        return ProfilePage(status=_with_user(_status(page.get("statusCode")), {}), layout="sigi")
+        code = page.get("statusCode")
+        status = _with_user(_status(code), {})
+        return ProfilePage(status=status, layout="sigi", code=as_int(code))
     key = next((key for key in (unique_id, page.get("uniqueId")) if _has(users, key)), None)
     key = key or _same_name(users, unique_id)
     if key is None:  # other users only: never one of them stored as the one asked for
@@ -122,6 +141,7 @@ def _read_next_data(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
         layout="next_data",
         user=user,
         stats=_path(info, "stats"),
+        code=as_int(code),
     )
 
 
@@ -146,7 +166,7 @@ def _status(code: Any) -> str:
     if code is None:
         return "blocked"
     number = as_int(code)
-    return "unknown_status" if number is None else STATUS_BY_CODE.get(number, "unknown_status")
+    return UNKNOWN_STATUS if number is None else STATUS_BY_CODE.get(number, UNKNOWN_STATUS)
 
 
 def _path(data: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:

@@ -16,7 +16,13 @@ from urllib.parse import unquote
 from scrapy import Request
 
 from crawler.extractors.jsondata import FieldReader, MalformedData
-from crawler.extractors.profiles import UNIQUE_ID, parse_profile_page, profile_fields
+from crawler.extractors.profiles import (
+    UNIQUE_ID,
+    UNKNOWN_STATUS,
+    ProfilePage,
+    parse_profile_page,
+    profile_fields,
+)
 from crawler.items import ProfileItem
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, check_keys
 from crawler.spiders.responses import BlockedPage, body_text, retry_malformed
@@ -78,7 +84,8 @@ class ProfilesSpider(RedisFedSpider):
 
     def ban_rule(self, response: Response) -> str | None:
         """A captcha, a challenge or a page without its data script is a ban, whatever its status; a
-        data script that is not valid JSON is not (the callback retries it)."""
+        data script that is not valid JSON is not (the callback retries it), nor is a status code
+        the spider does not know (one user's answer: the callback retries it, then gives it up)."""
         try:
             page = parse_profile_page(body_text(response))
         except MalformedData:
@@ -96,11 +103,25 @@ class ProfilesSpider(RedisFedSpider):
             return
         if page.is_block:
             raise BlockedPage(f"profile_{page.status}")
+        if page.status == UNKNOWN_STATUS:
+            retry = self._unknown_status(response, page)
+            if retry is not None:
+                yield retry
+            return
         self.count(f"profiles/status/{page.status}")
         reader = FieldReader()
         fields = profile_fields(page, unique_id, reader)
         self.count_bad_fields(reader.bad)
         yield ProfileItem(**fields)
+
+    def _unknown_status(self, response: Response, page: ProfilePage) -> Request | None:
+        """A status code the spider does not know is that user's answer, not a block of the
+        site: tried again after the retry backoff (it may pass), then a dead letter
+        ``retries_exhausted:profile_status_<code>``; a stored profile is left as it was."""
+        self.count(f"profiles/unknown_status/{page.code_name}")
+        error = ValueError(f"statusCode {page.code_name} ({page.layout} layout)")
+        reason = f"profile_status_{page.code_name}"
+        return retry_malformed(self.crawler, response, reason, error, "Unknown profile status")
 
 
 def _unique_id(value: Any) -> str:

@@ -31,17 +31,19 @@ def body_text(response: Response) -> str:
 
 
 def retry_malformed(
-    crawler: Crawler, response: Response, reason: str, error: Exception
+    crawler: Crawler,
+    response: Response,
+    reason: str,
+    error: Exception,
+    what: str = "Malformed answer",
 ) -> Request | None:
     """The response's request again, due after the retry backoff, for a malformed answer (not a
-    ban); None once RETRY_TIMES is spent, the request then a dead letter
-    ``retries_exhausted:<reason>``. Yield it from the callback: the response's lease is acked only
-    once the retry is in the frontier."""
+    ban; ``what`` names it in the log); None once RETRY_TIMES is spent, the request then a dead
+    letter ``retries_exhausted:<reason>``. Yield it from the callback: the response's lease is
+    acked only once the retry is in the frontier."""
     request = response.request
     assert request is not None
-    logger.warning(
-        "Malformed answer from %s: %s", response.url, error, extra={"spider": crawler.spider}
-    )
+    logger.warning("%s from %s: %s", what, response.url, error, extra={"spider": crawler.spider})
     retry = None
     if crawler.settings.getbool("RETRY_ENABLED") and not request.meta.get("dont_retry"):
         retry = retry_later(crawler, request, reason, RetryBackoff.from_settings(crawler.settings))

@@ -415,6 +415,12 @@ def test_profile_status_pages(
         assert detail["userInfo"] == {}
 
 
+def test_profile_with_a_status_code_of_its_own(site: Site) -> None:
+    reply = site.get("/@status.10201")
+    assert reply.status == 200
+    assert profile_data(reply.text) == {"statusCode": 10201, "statusMsg": "", "userInfo": {}}
+
+
 def test_avatar_is_an_image(site: Site, dataset_doc: dict[str, Any]) -> None:
     author = dataset_doc["authors"][0]
     reply = site.get(author["avatarLarger"])

@@ -1,0 +1,111 @@
+"""The profiles spider on status codes it does not know: one user's answer, never a ban."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+import redis
+from scrapy import Request
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+from crawler import settings as project_settings
+from crawler.frontier.codec import expand
+from crawler.spiders.profiles import ProfilesSpider
+from sandbox import markup
+from sandbox.seed import build_dataset
+from tests.harness import Crawl, Sandbox
+
+BASE = "http://127.0.0.1:9"
+
+
+def _spider(**settings: Any) -> ProfilesSpider:
+    # The project's settings with its extensions named off: they reach Redis when they start.
+    defaults = {name: getattr(project_settings, name) for name in dir(project_settings)}
+    defaults = {name: value for name, value in defaults.items() if name.isupper()}
+    defaults["EXTENSIONS"] = dict.fromkeys(project_settings.EXTENSIONS)
+    crawler = get_crawler(
+        ProfilesSpider, settings_dict={**defaults, "PROFILES_BASE_URL": BASE, **settings}
+    )
+    spider = ProfilesSpider.from_crawler(crawler)
+    crawler.spider = spider
+    return spider
+
+
+def _status_page(code: Any) -> bytes:
+    detail = {"statusCode": code, "statusMsg": "", "userInfo": {}}
+    return markup.page("@some.user | TikTok", scripts=markup.universal_data_script(detail)).encode()
+
+
+def _response(body: bytes, request: Request | None = None) -> HtmlResponse:
+    url = f"{BASE}/@some.user"
+    return HtmlResponse(url, body=body, request=request or Request(url))
+
+
+@pytest.mark.parametrize(("code", "name"), [(10201, "10201"), (10204, "10204"), ("x", "other")])
+def test_an_unknown_status_is_retried_then_given_up_never_a_ban(code: Any, name: str) -> None:
+    """A status code not in the table (10201 is seen on user pages) answers for that one user:
+    it was a ban of the whole domain (with BAN_POLICY pause, 30 minutes for the fleet, five
+    times, per such user)."""
+    spider = _spider(RETRY_TIMES=1)
+    page = _response(_status_page(code))
+    assert spider.ban_rule(page) is None
+    (retry,) = spider.parse_profile(page, "some.user")
+    assert isinstance(retry, Request)
+    assert retry.meta["retry_times"] == 1
+    assert list(spider.parse_profile(_response(page.body, retry), "some.user")) == []
+    stats = spider.crawler.stats
+    assert stats is not None
+    assert stats.get_value(f"profiles/unknown_status/{name}") == 2
+    assert stats.get_value(f"retry/reason_count/profile_status_{name}") == 1
+
+
+@pytest.mark.parametrize("code", [10000, 10113, 10114])
+def test_the_known_ban_codes_are_still_bans(code: int) -> None:
+    assert _spider().ban_rule(_response(_status_page(code))) in {
+        "profile_captcha",
+        "profile_challenge",
+    }
+
+
+def _stats(client: redis.Redis) -> dict[str, str]:
+    raw = cast(dict[bytes, bytes], client.hgetall("{profiles}:stats"))
+    return {key.decode(): value.decode() for key, value in raw.items()}
+
+
+def _dead(client: redis.Redis) -> dict[str, dict[str, Any]]:
+    letters = [json.loads(raw) for raw in client.lrange("{profiles}:dead", 0, -1)]
+    return {expand(letter["request"])["url"]: letter["failure"] for letter in letters}
+
+
+@pytest.mark.integration
+def test_a_crawl_gives_up_an_unknown_status_for_its_user_alone(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """The sandbox answers /@status.10201 with statusCode 10201: that user is given up as a dead
+    letter naming the code, the others are stored, the domain never banned."""
+    ok = next(a for a in build_dataset().authors if (a.state, a.layout) == ("ok", "universal"))
+    settings = {
+        "RETRY_TIMES": 1,
+        "RETRY_BACKOFF_MAX": 0.1,
+        # Were the page taken for a ban, it would be given up after one short pause.
+        "BAN_COOLDOWN": 0.5,
+        "BAN_MAX_TIMES": 1,
+    }
+    users = f"users=status.10201,{ok.unique_id},thechef319"
+    result = crawl("profiles", "-a", users, settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    statuses = {doc["unique_id"]: doc["status"] for doc in crawl.mongo.db.profiles.find()}
+    assert statuses == {ok.unique_id: "ok", "thechef319": "banned"}
+    dead = _dead(redis_client)
+    assert list(dead) == [f"{sandbox.url}/@status.10201"]
+    failure = dead[f"{sandbox.url}/@status.10201"]
+    assert failure["reason"] == "retries_exhausted:profile_status_10201"
+    assert "10201" in failure["error"]
+    stats = _stats(redis_client)
+    assert stats["profiles/unknown_status/10201"] == "2"
+    assert "ban/count" not in stats
+    assert sandbox.admin("stats")["by_path"]["/@status.10201"] == 2
