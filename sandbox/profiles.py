@@ -6,6 +6,8 @@ while the site moves between layouts.
 
 Missing, banned and private accounts answer 200 with a status code inside the page data,
 as the real site does: 10202 (does not exist), 10221 (banned), 10222 (private).
+A page's ``stats`` are rounded as the web shows them (22609 is 22600, 1776621 is 1800000);
+``statsV2`` holds the exact counts as strings.
 ``/@status.<code>`` answers the status code ``<code>`` with no user, as the real site does with
 codes public scrapers do not know (10201 was seen on user pages).
 """
@@ -22,7 +24,15 @@ from aiohttp import web
 
 from sandbox import markup
 from sandbox.churn import Churn
-from sandbox.data import LAYOUT_SIGI, STATE_BANNED, STATE_OK, STATE_PRIVATE, Author, Dataset
+from sandbox.data import (
+    LAYOUT_SIGI,
+    STATE_BANNED,
+    STATE_OK,
+    STATE_PRIVATE,
+    Author,
+    Dataset,
+    rounded_count,
+)
 
 STATUS_NOT_FOUND = 10202
 STATUS_BANNED = 10221
@@ -46,10 +56,15 @@ def user_detail(author: Author | None) -> dict[str, Any]:
         return _error_detail(STATUS_PRIVATE, {"user": {**public, "privateAccount": True}})
     user_info = {
         "user": author.user_json(),
-        "stats": author.stats.to_json(),
+        "stats": rounded_stats(author.stats.to_json()),
         "statsV2": author.stats.to_json_v2(),
     }
     return {"statusCode": 0, "statusMsg": "", "userInfo": user_info}
+
+
+def rounded_stats(stats: dict[str, int]) -> dict[str, int]:
+    """Return ``stats`` rounded as the web shows counts (22609 is 22600, 1776621 is 1800000)."""
+    return {key: rounded_count(value) for key, value in stats.items()}
 
 
 def sigi_state(author: Author) -> dict[str, Any]:

@@ -197,6 +197,47 @@ def test_universal_layout() -> None:
     assert fields["region"] == "US"
 
 
+ROUNDED = {**STATS, "followerCount": 1800000, "heartCount": 22600, "heart": 22600}
+EXACT = {"followerCount": "1776621", "heartCount": "22609", "heart": "22609", "diggCount": "7"}
+
+
+@pytest.mark.parametrize("layout", ["universal", "sigi", "next_data"])
+def test_exact_stats_v2_are_preferred_field_by_field(layout: str) -> None:
+    """The web rounds ``stats`` (22609 is 22600); ``statsV2`` holds the exact counts as
+    strings: they win where they are numbers, ``stats`` fills the rest."""
+    if layout == "universal":
+        html = _universal(0, {"user": USER, "stats": ROUNDED, "statsV2": EXACT})
+    elif layout == "sigi":
+        module = {
+            "users": {"cook.anna": USER},
+            "stats": {"cook.anna": ROUNDED},
+            "statsV2": {"cook.anna": EXACT},
+        }
+        html = _page("SIGI_STATE", {"UserModule": module})
+    else:
+        info = {"user": USER, "stats": ROUNDED, "statsV2": EXACT}
+        html = _page("__NEXT_DATA__", {"props": {"pageProps": {"userInfo": info}}})
+    fields = profile_fields(parse_profile_page(html, "cook.anna"), "cook.anna")
+    assert fields["follower_count"] == 1776621
+    assert fields["heart_count"] == 22609
+    assert (fields["video_count"], fields["digg_count"]) == (42, 7)
+
+
+def test_a_stats_v2_value_that_is_no_number_falls_back_to_stats() -> None:
+    exact = {"followerCount": "1.8M", "heartCount": None, "friendCount": "many"}
+    without_friends = {key: value for key, value in ROUNDED.items() if key != "friendCount"}
+    page = parse_profile_page(
+        _universal(0, {"user": USER, "stats": without_friends, "statsV2": exact})
+    )
+    reader = FieldReader()
+    fields = profile_fields(page, "cook.anna", reader)
+    assert (fields["follower_count"], fields["heart_count"]) == (1800000, 22600)
+    assert fields["friend_count"] is None
+    assert reader.bad == ["friend_count"]
+    only_v2 = parse_profile_page(_universal(0, {"user": USER, "statsV2": EXACT}))
+    assert profile_fields(only_v2, "cook.anna")["follower_count"] == 1776621
+
+
 def test_sigi_state_layout() -> None:
     html = _page(
         "SIGI_STATE", {"UserModule": {"users": {"cook.anna": USER}, "stats": {"cook.anna": STATS}}}

@@ -1,4 +1,5 @@
-"""The profiles spider on status codes it does not know: one user's answer, never a ban."""
+"""The profiles spider: status codes it does not know (one user's answer, never a ban) and the
+exact counts of statsV2 over the rounded stats."""
 
 from __future__ import annotations
 
@@ -109,3 +110,30 @@ def test_a_crawl_gives_up_an_unknown_status_for_its_user_alone(
     assert stats["profiles/unknown_status/10201"] == "2"
     assert "ban/count" not in stats
     assert sandbox.admin("stats")["by_path"]["/@status.10201"] == 2
+
+
+@pytest.mark.integration
+def test_a_crawl_stores_the_exact_counts_not_the_rounded_ones(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """The sandbox rounds a page's ``stats`` as the web does (22609 is 22600) and keeps the
+    exact counts in ``statsV2``: the stored profile has the exact ones."""
+    authors = [
+        a
+        for a in build_dataset().authors
+        if (a.state, a.layout) == ("ok", "universal")
+        and a.stats.follower_count >= 10_000
+        and a.stats.follower_count % 100
+    ][:2]
+    result = crawl("profiles", "-a", "users=" + ",".join(a.unique_id for a in authors))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = {doc["unique_id"]: doc for doc in crawl.mongo.db.profiles.find({}, {"_id": 0})}
+    assert set(stored) == {a.unique_id for a in authors}
+    for author in authors:
+        doc = stored[author.unique_id]
+        assert doc["follower_count"] == author.stats.follower_count
+        assert doc["following_count"] == author.stats.following_count
+        assert doc["heart_count"] == author.stats.heart_count
+        assert doc["video_count"] == author.stats.video_count
+        assert doc["digg_count"] == author.stats.digg_count
+        assert doc["friend_count"] == author.stats.friend_count

@@ -8,7 +8,8 @@ user does not exist, is banned or private (stored as such), or the page is a cap
 challenge or carries no data at all (a block: fetch it again later). A status code not in the
 table is that user's answer (``unknown_status``, its code kept), never a block of the site. A
 data script that is not JSON is MalformedData (fetch it again, not a ban); a value of the wrong
-type costs that value only.
+type costs that value only. Counts are read from ``statsV2`` (exact, as strings) field by field,
+from ``stats`` (rounded on the web: 22600 for 22609) where ``statsV2`` lacks one.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _read_universal(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
         status=_with_user(_status(code), user),
         layout="universal",
         user=user,
-        stats=_path(info, "stats") or _path(info, "statsV2"),
+        stats=_exact_counts(_path(info, "stats"), _path(info, "statsV2")),
         code=as_int(code),
     )
 
@@ -127,7 +128,9 @@ def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
         status="private" if private else "ok",
         layout="sigi",
         user=user,
-        stats=_path(data, "UserModule", "stats", key),
+        stats=_exact_counts(
+            _path(data, "UserModule", "stats", key), _path(data, "UserModule", "statsV2", key)
+        ),
     )
 
 
@@ -140,7 +143,7 @@ def _read_next_data(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
         status=_with_user(_status(code), user),
         layout="next_data",
         user=user,
-        stats=_path(info, "stats"),
+        stats=_exact_counts(_path(info, "stats"), _path(info, "statsV2")),
         code=as_int(code),
     )
 
@@ -150,6 +153,20 @@ _READERS = (
     ("SIGI_STATE", _read_sigi),
     ("__NEXT_DATA__", _read_next_data),
 )
+
+
+def _exact_counts(stats: Mapping[str, Any], stats_v2: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``stats`` with each count ``stats_v2`` holds as a whole number (a string of digits) taken
+    from there: the web rounds ``stats`` (22600 for 22609, 1800000 for 1776621; a count past
+    2**31 even wraps), ``statsV2`` is exact. A ``statsV2`` value that is no number is used only
+    where ``stats`` lacks the count (then it is a bad field)."""
+    if not stats_v2:
+        return stats
+    counts = dict(stats)
+    for key, value in stats_v2.items():
+        if as_int(value) is not None or key not in counts:
+            counts[key] = value
+    return counts
 
 
 def _has(users: Mapping[str, Any], key: Any) -> bool:

@@ -27,7 +27,7 @@ from sandbox.config import (
     merge_config,
 )
 from sandbox.data import ALL_CATEGORY, CATEGORIES, rounded_count
-from sandbox.profiles import sigi_beside_app_context
+from sandbox.profiles import rounded_stats, sigi_beside_app_context
 from sandbox.ratelimit import RateLimiter, Verdict
 from sandbox.seed import build_dataset
 from sandbox.stats import path_key
@@ -345,7 +345,7 @@ def test_profile_universal_layout(site: Site, dataset_doc: dict[str, Any]) -> No
     user = detail["userInfo"]["user"]
     assert user["uniqueId"] == author["uniqueId"]
     assert user["secUid"].startswith("MS4wLjABAAAA")
-    assert detail["userInfo"]["stats"] == author["stats"]
+    assert detail["userInfo"]["stats"] == rounded_stats(author["stats"])
     assert detail["userInfo"]["statsV2"] == author["statsV2"]
     assert "<title>" in reply.text
     assert "SIGI_STATE" not in reply.text
