@@ -43,7 +43,7 @@ BLOCK_STATUSES = frozenset({"captcha", "challenge", "blocked"})
 UNKNOWN_STATUS = "unknown_status"
 # Codes named in counters and dead letters up to this (real ones have five digits); others
 # are "other", so a site's odd values cannot make counters without end.
-_NAMED_CODES = range(1_000_000_000)
+_NAMED_CODES_BELOW = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,8 @@ class ProfilePage:
     @property
     def code_name(self) -> str:
         """The status code as counters and dead letters name it."""
-        return str(self.code) if self.code in _NAMED_CODES else "other"
+        named = self.code is not None and 0 <= self.code < _NAMED_CODES_BELOW
+        return str(self.code) if named else "other"
 
 
 def parse_profile_page(html: str, unique_id: str | None = None) -> ProfilePage:
