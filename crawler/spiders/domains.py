@@ -101,7 +101,7 @@ class DomainsSpider(RedisFedSpider):
     # swept twice (``scrapy frontier domains purge`` before sweeping it again).
     refetch_start_urls = False
     custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
-        # A spider's dict replaces the project's: start from the project's.
+        # The project's, with the changes named (the add-on keeps them under a spider's dict too).
         "DOWNLOADER_MIDDLEWARES": {
             **project.DOWNLOADER_MIDDLEWARES,
             "crawler.middlewares.BanMiddleware": None,

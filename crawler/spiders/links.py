@@ -102,7 +102,7 @@ class LinksSpider(RedisFedSpider):
         # at once, made anew per response; a page yields one item and its links, so a few do.
         "CONCURRENT_ITEMS": 8,
         # The fleet's robots.txt middleware where Scrapy's RobotsTxtMiddleware sits (100), the
-        # per-host error counter at 90, among the project's (a spider's dict replaces them).
+        # per-host error counter at 90, among the project's (the add-on keeps them too).
         "DOWNLOADER_MIDDLEWARES": {
             **project.DOWNLOADER_MIDDLEWARES,
             "crawler.links.ledger.HostErrorsMiddleware": 90,
