@@ -17,19 +17,11 @@ from crawler.storage.destinations import Destinations
 from crawler.storage.mongo import MongoSettings
 from devtools.services import free_port
 from tests.harness import Mongo
+from tests.mongo_config import pipeline_settings
 
 
 def _settings(uri: str, database: str, spill: Path) -> MongoSettings:
-    return MongoSettings(
-        uri=uri,
-        database=database,
-        timeout_ms=500,
-        batch_size=500,
-        flush_interval=0.1,
-        max_pending=5000,
-        retry_times=0,
-        spill_dir=spill,
-    )
+    return pipeline_settings(uri, database, spill, timeout_ms=500, flush_interval=0.1)
 
 
 def _stored(pipeline: MongoPipeline, *items: Any) -> list[BaseException | None]:

@@ -36,25 +36,12 @@ from crawler.storage.spill import read_line
 from devtools.services import ServerProcess, free_port, mongo_command, start_server
 from sandbox.seed import build_dataset
 from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, poll
+from tests.mongo_config import pipeline_settings as _settings
 
 
 def _video(video_id: str, likes: int = 1, **changes: Any) -> VideoItem:
     item = VideoItem(video_id, "d", 1, "a", "author", likes, 2, 3, 4, 5, 2)
     return replace(item, **changes)
-
-
-def _settings(mongo_uri: str, database: str, spill: Path, **changes: Any) -> MongoSettings:
-    base = MongoSettings(
-        uri=mongo_uri,
-        database=database,
-        timeout_ms=2000,
-        batch_size=500,
-        flush_interval=30.0,
-        max_pending=5000,
-        retry_times=0,
-        spill_dir=spill,
-    )
-    return replace(base, **changes)
 
 
 def _pipeline(config: MongoSettings) -> tuple[MongoPipeline, Any]:

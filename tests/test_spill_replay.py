@@ -23,6 +23,7 @@ from crawler.storage.changes import with_change_hash
 from crawler.storage.mongo import MongoSettings
 from crawler.storage.spill import REPLAY_CHUNK_RECORDS, Record, SpillFile
 from tests.harness import Mongo, poll
+from tests.mongo_config import pipeline_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SPIDER = "links"
@@ -30,16 +31,7 @@ SPILLED_AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _settings(mongo: Mongo, spill: Path) -> MongoSettings:
-    return MongoSettings(
-        uri=mongo.uri,
-        database=mongo.database,
-        timeout_ms=2000,
-        batch_size=500,
-        flush_interval=0.1,
-        max_pending=5000,
-        retry_times=0,
-        spill_dir=spill,
-    )
+    return pipeline_settings(mongo.uri, mongo.database, spill, flush_interval=0.1)
 
 
 def _opened_and_closed(mongo: Mongo, spill: Path) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -28,22 +27,13 @@ from crawler.storage.destinations import Destinations
 from crawler.storage.mongo import MongoSettings
 from devtools.services import free_port, mongo_command, start_server
 from tests.harness import Mongo
+from tests.mongo_config import pipeline_settings
 
 GOOD = 3
 
 
-def _settings(uri: str, database: str, spill: Path, **changes: Any) -> MongoSettings:
-    base = MongoSettings(
-        uri=uri,
-        database=database,
-        timeout_ms=2000,
-        batch_size=500,
-        flush_interval=0.1,
-        max_pending=5000,
-        retry_times=0,
-        spill_dir=spill,
-    )
-    return replace(base, **changes)
+def _settings(uri: str, database: str, spill: Path) -> MongoSettings:
+    return pipeline_settings(uri, database, spill, flush_interval=0.1)
 
 
 def _stored(uri: str, database: str, spill: Path, *items: Any) -> tuple[list[Any], Any]:
