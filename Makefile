@@ -62,15 +62,15 @@ bench: $(STAMP) chromium
 
 # Debian's Chromium, the maps spider's browser (installed with apt-get when missing).
 chromium:
-	scripts/ensure-chromium.sh
+	scripts/ensure-tool.sh chromium CHROMIUM_PATH chromium
 
 # Debian's dnsmasq, the real DNS server the domains tests sweep through (apt-get when missing).
 dnsmasq:
-	scripts/ensure-dnsmasq.sh
+	scripts/ensure-tool.sh dnsmasq DNSMASQ_PATH dnsmasq-base  # the binary, not the service
 
 # Debian's promtool, which runs the alert rules' unit tests (apt-get when missing).
 promtool:
-	scripts/ensure-promtool.sh
+	scripts/ensure-tool.sh promtool PROMTOOL_PATH --no-install-recommends prometheus
 
 services-up: $(STAMP)
 	$(BIN)/python -m devtools.services up

@@ -1,7 +1,7 @@
 """A real DNS server for tests and benchmarks: Debian's ``dnsmasq``, on a loopback address and
 port of the caller's choosing, answering from a zone the caller writes (:class:`Zone`).
 
-``make dnsmasq`` (scripts/ensure-dnsmasq.sh) installs it with apt-get when it is missing;
+``make dnsmasq`` (scripts/ensure-tool.sh) installs it with apt-get when it is missing;
 ``DNSMASQ_PATH`` names another binary. The server forwards nothing but what the zone sends to
 an upstream (``server=/name/addr#port``): a dead or silent upstream is how SERVFAIL and
 timeouts are made.

@@ -123,7 +123,7 @@ def _series(page: str, instance: str, responses_per_minute: int = 0) -> list[dic
     return series
 
 
-# `make test` installs promtool (scripts/ensure-promtool.sh); CI never skips the rules' test.
+# `make test` installs promtool (scripts/ensure-tool.sh); CI never skips the rules' test.
 @pytest.mark.skipif(
     shutil.which(os.environ.get("PROMTOOL_PATH", "promtool")) is None and not os.environ.get("CI"),
     reason="promtool not installed (make promtool)",
