@@ -136,7 +136,7 @@ class BanMiddleware:
                 # A 429 under rotate: the identity's block, the host's once every one has one.
                 held = await self.redis.wait_for(lambda: blame.identity_failed(request, site, why))
                 if held is not None:
-                    return await self.bans.banned(request, response, verdict, held, rotated=True)
+                    return await self.bans.banned(request, response, verdict, held[0], rotated=True)
             block = await self.redis.wait_for(lambda: blame.failed(request, site, why))
             if not verdict.is_ban:
                 return response  # retried: its turn comes once the block ends

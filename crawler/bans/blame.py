@@ -107,7 +107,7 @@ class Blame:
                 )
                 if held is not None:
                     # Its retry goes as the next identity not cooling down on the host.
-                    if (other := self._other_identity(request, site)) is not None:
+                    if (other := held[1]) is not None:
                         other.apply(request.meta)
                     request.meta[IDENTITY_FAILED_META] = True
                     return
@@ -121,11 +121,11 @@ class Blame:
 
     async def identity_failed(
         self, request: Request, site: str, why: str, own: bool = False
-    ) -> float | None:
+    ) -> tuple[float, Identity | None] | None:
         """The site failed through the request's identity (``own``: the identity's own failure,
         whatever the host): the identity is blocked there (or on every host). The end of its
-        block; None when every identity cools down there and the failure is the host's: the
-        host is blocked as with one identity."""
+        block and the next identity not cooling down on the host; None when there is none and
+        the failure is the host's: the host is blocked as with one identity."""
         name = str(request.meta.get(IDENTITY_META, ""))
         sent = float(request.meta.get(SENT_AT_META) or time.time())
         where = EVERY_HOST if own else site
@@ -133,9 +133,10 @@ class Blame:
         if block.fresh:
             self._count("breaker/identity_blocks")
             self._say_blocked(f"{name} blocked on {'every host' if own else site}", block, why)
-        if self._other_identity(request, site) is None and not own:
+        other = self._other_identity(request, site)
+        if other is None and not own:
             return None
-        return block.until
+        return block.until, other
 
     def _other_identity(self, request: Request, site: str) -> Identity | None:
         """The next identity after the request's not cooling down on its host; None if none."""
