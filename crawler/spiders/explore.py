@@ -223,12 +223,16 @@ class ExploreSpider(RedisFedSpider):
         self._hand_over_authors(feed, response.request)
         if not (feed.has_more and (max_pages == 0 or page < max_pages)):
             return
-        if feed.cursor is None or feed.cursor == _asked_cursor(response.url):
+        asked = _asked_cursor(response.url)
+        if feed.cursor is None or feed.cursor == asked:
             yield from self._ask_again(response, feed, category, page, max_pages, seen or [])
             return
-        if (stalled := _stalled(response.url, feed)) is not None:
-            self.count(f"explore/chain_stalled/{stalled}")
-            self.logger.warning("Feed %s says hasMore but %s: its walk ends", response.url, stalled)
+        if asked.isdigit() and feed.cursor.isdigit() and int(feed.cursor) < int(asked):
+            # A cursor going back would walk the feed for ever (each page is fetched anew).
+            self.count("explore/chain_stalled/cursor_back")
+            self.logger.warning(
+                "Feed %s says hasMore but its cursor went back: its walk ends", response.url
+            )
             return
         yield self._feed_request(
             _with_cursor(response.url, feed.cursor), category, page + 1, max_pages
@@ -285,21 +289,9 @@ def _category(value: Any) -> int:
     return value
 
 
-def _stalled(url: str, feed: FeedPage) -> str | None:
-    """Why a feed that says it has more would never end, if it would: the cursor it was asked
-    for ("same_cursor"), or a number not past it ("cursor_back"). Each page is fetched anew
-    (dont_filter): the walk must stop itself."""
-    asked, cursor = _asked_cursor(url) or "0", feed.cursor or ""
-    if cursor == asked:
-        return "same_cursor"
-    if asked.isdigit() and cursor.isdigit() and int(cursor) <= int(asked):
-        return "cursor_back"
-    return None
-
-
-def _asked_cursor(url: str) -> str | None:
-    """The cursor a feed URL asks for, None when it names none."""
-    return dict(parse_qsl(urlsplit(url).query)).get("cursor")
+def _asked_cursor(url: str) -> str:
+    """The cursor a feed URL asks for ("0", the first page's, when it names none)."""
+    return dict(parse_qsl(urlsplit(url).query)).get("cursor", "0")
 
 
 def _with_cursor(url: str, cursor: str) -> str:
