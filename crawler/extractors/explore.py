@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawler.extractors import jsondata
-from crawler.extractors.jsondata import FieldReader, as_id, as_int, as_text, field
+from crawler.extractors.jsondata import (
+    FieldReader,
+    as_id,
+    as_int,
+    as_text,
+    exact_counts,
+    field,
+)
 from crawler.extractors.profiles import UNIQUE_ID
 
 # Status codes and messages with which the feed says "this client is not allowed" (TARGETS.md §1).
@@ -118,6 +125,7 @@ def video_fields(
     the ``stats`` (rounded from 10,000 up: 22600 for 22609)."""
     read = reader or FieldReader()
     author = _mapping(item.get("author"))
+    counts = _counts(item)
     return {
         "video_id": as_id(item.get("id")) or "",
         "description": read.text("description", field(item, "desc")),
@@ -125,11 +133,11 @@ def video_fields(
         "author_id": read.identifier("author_id", field(author, "id")),
         "author_unique_id": read.text("author_unique_id", field(author, "uniqueId")),
         "category": category,
-        "digg_count": read.integer("digg_count", _count(item, "diggCount")),
-        "play_count": read.integer("play_count", _count(item, "playCount")),
-        "share_count": read.integer("share_count", _count(item, "shareCount")),
-        "comment_count": read.integer("comment_count", _count(item, "commentCount")),
-        "collect_count": read.integer("collect_count", _count(item, "collectCount")),
+        "digg_count": read.integer("digg_count", field(counts, "diggCount")),
+        "play_count": read.integer("play_count", field(counts, "playCount")),
+        "share_count": read.integer("share_count", field(counts, "shareCount")),
+        "comment_count": read.integer("comment_count", field(counts, "commentCount")),
+        "collect_count": read.integer("collect_count", field(counts, "collectCount")),
     }
 
 
@@ -138,22 +146,15 @@ def popular_author(item: Mapping[str, Any], min_likes: int, min_followers: int) 
     unique_id = _mapping(item.get("author")).get("uniqueId")
     if not isinstance(unique_id, str) or not UNIQUE_ID.fullmatch(unique_id):
         return None
-    likes = as_int(_count(item, "diggCount")) or 0
-    followers = as_int(_count(item, "followerCount", "authorStatsV2", "authorStats")) or 0
+    likes = as_int(_counts(item).get("diggCount")) or 0
+    followers = as_int(_counts(item, "authorStats", "authorStatsV2").get("followerCount")) or 0
     return unique_id if likes >= min_likes or followers >= min_followers else None
 
 
-def _count(
-    item: Mapping[str, Any], key: str, exact: str = "statsV2", rounded: str = "stats"
-) -> Any:
-    """The raw value of the count ``key``: the ``exact`` copy's (the feed's newer one, its
-    numbers as strings) when it is a usable number, else the ``rounded`` one's when that is,
-    else the first present (a bad value, for the reader to note), else None (absent)."""
-    values = [field(_mapping(item.get(group)), key) for group in (exact, rounded)]
-    for value in values:
-        if as_int(value) is not None:
-            return value
-    return next((value for value in values if value is not None), None)
+def _counts(item: Mapping[str, Any], rounded: str = "stats", exact: str = "statsV2") -> Any:
+    """The item's counts, each the exact copy's (the feed's newer one, its numbers as strings)
+    where it is a usable number (:func:`~crawler.extractors.jsondata.exact_counts`)."""
+    return exact_counts(_mapping(item.get(rounded)), _mapping(item.get(exact)))
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

@@ -119,6 +119,20 @@ def as_flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def exact_counts(stats: Mapping[str, Any], stats_v2: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``stats`` with each count ``stats_v2`` holds as a whole number (a string of digits) taken
+    from there: the web and the feed round ``stats`` (22600 for 22609, 1800000 for 1776621; a
+    count past 2**31 even wraps), ``statsV2`` is exact. A ``statsV2`` value that is no number is
+    used only where ``stats`` lacks the count (then it is a bad field)."""
+    if not stats_v2:
+        return stats
+    counts = dict(stats)
+    for key, value in stats_v2.items():
+        if as_int(value) is not None or key not in counts:
+            counts[key] = value
+    return counts
+
+
 class FieldReader:
     """Reads a record's fields: absent (None) gives ``default``, unusable gives None, noted in
     ``bad``. A value read with :func:`field` tells a JSON ``null`` (unusable) from absent."""

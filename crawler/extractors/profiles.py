@@ -22,7 +22,7 @@ from typing import Any
 from parsel import Selector
 
 from crawler.extractors import jsondata
-from crawler.extractors.jsondata import FieldReader, as_flag, as_int
+from crawler.extractors.jsondata import FieldReader, as_flag, as_int, exact_counts
 
 # TikTok usernames: letters, digits, underscores and periods, at most 24 characters.
 UNIQUE_ID = re.compile(r"[A-Za-z0-9_.]{1,24}")
@@ -101,7 +101,7 @@ def _read_universal(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
         status=_with_user(_status(code), user),
         layout="universal",
         user=user,
-        stats=_exact_counts(_path(info, "stats"), _path(info, "statsV2")),
+        stats=exact_counts(_path(info, "stats"), _path(info, "statsV2")),
         code=as_int(code),
     )
 
@@ -129,7 +129,7 @@ def _read_sigi(data: Mapping[str, Any], unique_id: str | None) -> ProfilePage:
         status="private" if private else "ok",
         layout="sigi",
         user=user,
-        stats=_exact_counts(
+        stats=exact_counts(
             _path(data, "UserModule", "stats", key), _path(data, "UserModule", "statsV2", key)
         ),
     )
@@ -144,7 +144,7 @@ def _read_next_data(data: Mapping[str, Any], unique_id: str | None) -> ProfilePa
         status=_with_user(_status(code), user),
         layout="next_data",
         user=user,
-        stats=_exact_counts(_path(info, "stats"), _path(info, "statsV2")),
+        stats=exact_counts(_path(info, "stats"), _path(info, "statsV2")),
         code=as_int(code),
     )
 
@@ -154,20 +154,6 @@ _READERS = (
     ("SIGI_STATE", _read_sigi),
     ("__NEXT_DATA__", _read_next_data),
 )
-
-
-def _exact_counts(stats: Mapping[str, Any], stats_v2: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``stats`` with each count ``stats_v2`` holds as a whole number (a string of digits) taken
-    from there: the web rounds ``stats`` (22600 for 22609, 1800000 for 1776621; a count past
-    2**31 even wraps), ``statsV2`` is exact. A ``statsV2`` value that is no number is used only
-    where ``stats`` lacks the count (then it is a bad field)."""
-    if not stats_v2:
-        return stats
-    counts = dict(stats)
-    for key, value in stats_v2.items():
-        if as_int(value) is not None or key not in counts:
-            counts[key] = value
-    return counts
 
 
 def _has(users: Mapping[str, Any], key: Any) -> bool:
