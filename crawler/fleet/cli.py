@@ -42,7 +42,9 @@ OPTION_SETTINGS = {
 
 def add_sizing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", default=None, help="plan/launch: finish within (4h, 90m)")
-    parser.add_argument("--pages", type=int, default=None, help="plan: pages (default: frontier)")
+    parser.add_argument(
+        "--pages", type=int, default=None, help="plan: pages (default: frontier, revisits due)"
+    )
     parser.add_argument("--local", action="store_true", help="autoscale local worker processes")
     parser.add_argument("--min", type=int, default=None, help="default AUTOSCALE_MIN_WORKERS")
     parser.add_argument("--max", type=int, default=None, help="default AUTOSCALE_MAX_WORKERS")
@@ -87,18 +89,21 @@ def print_plan(server: RedisClient, settings: BaseSettings, spider: str, opts: A
 
 
 def planned(sizing: Sizing, opts: Any, spider: str, max_workers: int) -> Plan:
-    """The plan for ``--pages`` (or the frontier's work) by ``--deadline``, with
-    ``max_workers`` at most (AUTOSCALE_MAX_WORKERS, ``--max``)."""
+    """The plan for ``--pages`` (or the frontier's work and the revisits due, as the autoscaler
+    counts them) by ``--deadline``, with ``max_workers`` at most (AUTOSCALE_MAX_WORKERS,
+    ``--max``)."""
     try:
         deadline = parse_duration(opts.deadline or "")
     except ValueError as exc:
         raise UsageError(f"--deadline: {exc}") from exc
-    if opts.pages is not None and opts.pages < 1:
-        raise UsageError(f"--pages must be at least 1, got {opts.pages}")
-    pages = opts.pages if opts.pages is not None else sizing.work
+    if opts.pages is not None:
+        if opts.pages < 1:
+            raise UsageError(f"--pages must be at least 1, got {opts.pages}")
+        return plan(opts.pages, deadline, sizing, max_workers)
+    pages = sizing.work + sizing.revisits_due
     if pages < 1:
-        raise UsageError(f"{spider} has no work left: give --pages N")
-    return plan(pages, deadline, sizing, max_workers)
+        raise UsageError(f"{spider} has no work left and no revisit due: give --pages N")
+    return plan(pages, deadline, sizing, max_workers, sizing.revisits_due)
 
 
 def calibrated(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> Sizing:
