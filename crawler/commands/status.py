@@ -39,7 +39,8 @@ from crawler.fleet.exporter import sizing_registry
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
-from crawler.observability.report import fleet_report, render_text, spider_settings
+from crawler.observability.report import fleet_report, spider_settings
+from crawler.observability.report_text import render_text
 
 if TYPE_CHECKING:
     import argparse
