@@ -20,7 +20,13 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from scrapy import Request
+from scrapy.settings import Settings
 
+from crawler import settings as project_settings
+from crawler.fleet.autoscaler import Member
+from crawler.fleet.backoff import Backoff, StartGuard
+from crawler.fleet.exporter import sizing_registry
+from crawler.fleet.measure import RedisStarts
 from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.pause import Pause
@@ -127,14 +133,25 @@ def test_a_worker_with_no_response_yet_exposes_a_zero_responses_sample() -> None
     assert answered["crawler_responses_total"] == [{"spider": "links", "status": "200"}]
 
 
-def test_every_metric_and_label_the_alerts_read_is_exposed() -> None:
+def _exporter_page(client: redis.Redis, *spiders: str) -> str:
+    """The /metrics page of ``scrapy status --serve`` for ``spiders``: their sizing, and the
+    launches of their fleets (what no worker can tell)."""
+    settings = Settings()
+    settings.setmodule(project_settings)
+    return generate_latest(sizing_registry(client, dict.fromkeys(spiders, settings))).decode()
+
+
+def test_every_metric_and_label_the_alerts_read_is_exposed(redis_client: redis.Redis) -> None:
     """A worker's page (paused, so the pause's info is there too; banned, so the bans by rule
-    are: labelled counters have a sample once counted) has every crawler metric each rule
-    reads, with the labels the rule matches and aggregates by."""
+    are: labelled counters have a sample once counted) or the exporter's (``scrapy status
+    --serve``: a fleet's launches) has every crawler metric each rule reads, with the labels
+    the rule matches and aggregates by."""
     stats = {"ban/count": 1, "ban/rule/captcha": 1}
     paused = (("acme-1", "failure threshold", "9 of the last 10 answers failed"),)
     pause = Pause(time.time(), "ops", "db migration")
     exposed = _exposed(_page(stats=stats, pause=pause, jobs_paused=paused))
+    for name, samples in _exposed(_exporter_page(redis_client, "profiles")).items():
+        exposed.setdefault(name, []).extend(samples)
     rules = _rules()
     assert "CrawlerStalled" in rules
     assert "crawler_pause_info" in rules["CrawlerStalled"]  # a deliberate pause is no stall
@@ -271,4 +288,34 @@ def test_a_crawl_waiting_for_a_job_that_paused_itself_is_no_stall_the_job_alerts
             {"eval_time": "35m", "alertname": "CrawlerStalled", "exp_alerts": [stuck]},
             {"eval_time": "35m", "alertname": "CrawlerJobPausedItself", "exp_alerts": [fired]},
         ],
+    )
+
+
+def _failed_starts(client: redis.Redis, spider: str, count: int) -> None:
+    """``count`` instances of ``spider``'s fleet gone without their worker ever reporting, as
+    ``scrapy fleet autoscale`` counts them (3 hold its launches)."""
+    guard = StartGuard(Backoff(3, 3600.0), RedisStarts(client, spider))
+    gone = [Member(f"i-{n}", time.time(), gone=True, reported=False) for n in range(count)]
+    guard.look(gone, [], time.time())
+
+
+@needs_promtool
+def test_a_fleet_whose_instances_never_start_alerts(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """3 instances in a row that never sent a heartbeat hold the launches of ``profiles``: it
+    alerts at once, from the exporter's page (no worker runs); 2 (``links``, not held yet) and
+    none (``explore``) do not."""
+    _failed_starts(redis_client, "profiles", 3)
+    _failed_starts(redis_client, "links", 2)
+    series = _series(_exporter_page(redis_client, "profiles", "links", "explore"), "status")
+    summary = (
+        "profiles: 3 worker instances in a row never sent a heartbeat; scrapy fleet autoscale "
+        "holds its launches (install target? secrets?)"
+    )
+    check = {"alertname": "CrawlerFleetCannotStart"}
+    _promtool(
+        tmp_path,
+        series,
+        [{**check, "eval_time": "1m", "exp_alerts": [_fired(summary, spider="profiles")]}],
     )

@@ -18,8 +18,9 @@ from scrapy.spiderloader import get_spider_loader
 
 from crawler.config.rules import SettingsError
 from crawler.fleet.autoscaler import Autoscaler, Engine, Step
+from crawler.fleet.backoff import Backoff, StartGuard
 from crawler.fleet.local import LocalWorkers
-from crawler.fleet.measure import RedisMark, fleet_sizing, local_beats
+from crawler.fleet.measure import RedisMark, RedisStarts, fleet_sizing, local_beats
 from crawler.fleet.plan import Plan, explain, parse_duration, plan
 from crawler.observability.report import spider_settings
 from crawler.observability.sizing import Sizing, SizingConfig
@@ -161,16 +162,20 @@ def autoscale(
     spider: str,
     opts: Any,
     reap: Callable[[], dict[str, int]] = dict,
+    backoff: Backoff | None = None,
 ) -> bool:
     """Move ``engine`` toward the workers wanted, every AUTOSCALE_INTERVAL (once with
     ``--once``), the cool-down kept in Redis across runs; ``reap()`` gives the workers that
-    exited since the last look, with their exit status. Whether the last look succeeded."""
+    exited since the last look, with their exit status; with ``backoff``, failed starts hold
+    launches back (crawler/fleet/backoff.py). Whether the last look succeeded."""
     config = SizingConfig.from_settings(settings)
+    guard = None if backoff is None else StartGuard(backoff, RedisStarts(server, spider))
     autoscaler = Autoscaler(
         engine,
         lambda: fleet_sizing(server, settings, spider).wanted,
         config.cooldown,
         mark=RedisMark(server, spider),
+        guard=guard,
     )
     return run_loop(
         lambda: report(autoscaler.step(), reap(), opts.json),
@@ -190,7 +195,10 @@ def _attempt(step: Callable[[], None], errors: tuple[type[Exception], ...]) -> b
 
 
 def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
-    """One look: what it started and stopped, and the workers that exited since the last."""
+    """One look: what it started and stopped, and the workers that exited since the last; a
+    hold on launches as it begins, tries again and ends, on stderr too."""
+    if step is not None and step.starts:
+        print(f"{time.strftime('%H:%M:%S')}  {starts_news(step)}", file=sys.stderr, flush=True)
     if as_json:
         line = {**(step.to_json() if step else {"time": time.time()}), "exited": exited}
         print(json.dumps(line), flush=True)
@@ -205,6 +213,23 @@ def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
         parts.append("exited " + ", ".join(f"{w} ({code})" for w, code in exited.items()))
     if parts:
         print(f"{time.strftime('%H:%M:%S')}  " + "; ".join(parts), flush=True)
+
+
+def starts_news(step: Step) -> str:
+    """What ``step`` changed of the hold on launches (``step.starts``), for a person."""
+    failed = f"{step.failed_starts} launches in a row sent no heartbeat within FLEET_WORKER_GRACE"
+    if step.starts == "held":
+        until = time.strftime("%H:%M:%S", time.localtime(step.held_until or 0))
+        return (
+            f"{failed}: no launch until {until}, then one at a time until a worker reports "
+            "(FLEET_START_FAILURES, FLEET_START_BACKOFF). Are the install target and the "
+            "secrets right? An instance's /var/log/crawler-worker.log says, within "
+            "FLEET_WORKER_GRACE of its launch (scrapy fleet launch one); once a worker "
+            "reports, launches go on"
+        )
+    if step.starts == "trying":
+        return f"{failed}: one instance launched to try again ({', '.join(step.started)})"
+    return "a worker reported: launches go as wanted again"
 
 
 def run_loop(

@@ -59,6 +59,9 @@ Gauges:
 And prometheus_client's own: ``process_cpu_seconds_total``, ``process_resident_memory_bytes``,
 ``process_open_fds`` and the rest of the ``process_*`` family, ``python_gc_*`` and
 ``python_info``.
+
+``scrapy status --serve``'s ``/metrics`` (no worker's) has the sizing gauges of every spider
+and the launches of its fleet (``crawler_fleet_*``, crawler/observability/starts.py).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from crawler.observability.counters import Counters
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds
 from crawler.observability.sizing import BUSY_FIELD, read_sizing
+from crawler.observability.starts import read_starts
 from crawler.recrawl.store import RevisitStore
 from crawler.uris import MASK, mask_uri
 
@@ -164,6 +165,8 @@ def spider_status(
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
         ],
         "workers": workers,
+        # scrapy fleet autoscale's launches whose worker never reported (crawler/fleet/backoff.py)
+        "starts": read_starts(server, spider).to_json(now),
         "jobs": recent_jobs(server, spider),
         "finish_reason": stats.get("finish_reason"),
         "stats": {name: value for name, value in stats.items() if name != "finish_reason"},

@@ -9,6 +9,7 @@ from typing import Any
 
 from crawler.frontier.pause import describe_json
 from crawler.observability.rates import format_duration
+from crawler.observability.starts import starts_text
 
 
 def render_text(report: Mapping[str, Any]) -> str:
@@ -86,6 +87,8 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"  {name:<9} {figure_text(v)}" for name, v in (status.get("report") or {}).items()
     )
     lines.extend(_worker_lines(status["workers"], now))
+    if launches := starts_text(status.get("starts") or {}, now):
+        lines.append(f"  launches  {launches}")
     if sizes["dead"]:
         lines.append(
             f"  dead letters: scrapy frontier {spider} dead | scrapy frontier {spider} requeue"
