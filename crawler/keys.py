@@ -88,6 +88,13 @@ def autoscaled_key(spider: str) -> str:
     return tagged(spider, "fleet:autoscaled")
 
 
+def starts_key(spider: str) -> str:
+    """How the last launches of ``scrapy fleet autoscale`` went (a hash): ``failed`` in a row
+    whose worker never sent a heartbeat, ``holds`` and ``held_until`` (Unix time) while it holds
+    its launches back for them."""
+    return tagged(spider, "fleet:starts")
+
+
 def revisit_keys(spider: str) -> list[str]:
     """The waiting revisits of the spider (a sorted set) and their requests (a hash)."""
     return [tagged(spider, "revisit"), tagged(spider, "revisit:data")]

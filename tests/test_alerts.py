@@ -15,19 +15,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from scrapy import Request
+from scrapy.settings import Settings
 
+from crawler import settings as project_settings
+from crawler.fleet.autoscaler import Member
+from crawler.fleet.backoff import Backoff, StartGuard
+from crawler.fleet.exporter import sizing_registry
+from crawler.fleet.measure import RedisStarts
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.jobs import JobBook
 from crawler.frontier.pause import Pause
+from crawler.frontier.queue import Frontier
+from crawler.keys import FleetKeys, FrontierKeys
+from crawler.meta import JOB_META
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
-from crawler.observability.publisher import FleetView
+from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.sizing import Sizing
 from tests.harness import ROOT
+from tests.test_jobs import _pending
 
 RULES = ROOT / "deploy" / "prometheus" / "crawler-alerts.yml"
 MINUTES = 40  # of series fed to promtool, one sample a minute
+
+
+JobsPaused = tuple[tuple[str, str, str], ...]
 
 
 def _page(
@@ -35,14 +52,40 @@ def _page(
     stats: dict[str, Any] | None = None,
     queued: int = 5,
     pause: Pause | None = None,
+    fleet: FleetView | None = None,
+    jobs_paused: JobsPaused = (),
 ) -> str:
-    """The /metrics page of a worker of ``spider`` with ``stats`` and ``queued`` requests."""
-    sizing = Sizing(ready=1.0, ceiling=1.0, pace=10.0, measured=False, work=queued, wanted=1)
-    fleet = FleetView(time.time(), {"queue": queued}, None, sizing=sizing)
+    """The /metrics page of a worker of ``spider`` with ``stats`` and ``queued`` requests (or
+    the ``fleet`` its publisher read) and ``jobs_paused``."""
+    if fleet is None:
+        sizing = Sizing(ready=1.0, ceiling=1.0, pace=10.0, measured=False, work=queued, wanted=1)
+        fleet = FleetView(time.time(), {"queue": queued}, None, sizing=sizing)
     info = WorkerInfo(spider, "w1", "host", 1, time.time())
     counters = Counters.from_stats(stats or {})
-    registry = registry_for(lambda: Snapshot(info, counters, fleet, 0.0, pause))
+    snapshot = Snapshot(info, counters, fleet, 0.0, pause, jobs_paused)
+    registry = registry_for(lambda: snapshot)
     return generate_latest(registry).decode()
+
+
+def _waiting_for_a_job_that_paused_itself(client: redis.Redis) -> tuple[FleetView, JobsPaused]:
+    """The fleet view a worker's publisher reads, and the paused jobs it knows, of a crawl
+    whose only work left is 3 requests of a job that paused itself (its answers failed past
+    its threshold): parked, as the schedule script and the pop hold them."""
+    spider = "waiting"
+    book = JobBook(client, spider, failure_ratio=0.5, window=4)
+    number = book.number("failing")
+    for _ in range(4):
+        book.answered(Request("http://a.test/", meta={JOB_META: number}), True)
+    book.tick()  # past its threshold: the job pauses itself
+    keys = FrontierKeys(spider, f"{spider}:start_urls")
+    frontier = Frontier(client, keys, DupefilterConfig(mode="none"))
+    frontier.schedule([_pending(n, number, 0, 0) for n in range(3)])
+    assert frontier.pop(10, 60, "w1").leased == []
+    book.tick()  # the worker reads who paused it and why
+    fleet = FleetKeys.for_spider(spider, "{%(spider)s}:stats")
+    view = StatsPublisher(client, fleet, keys, "none", "w1", 30).publish({}, {})
+    assert view.sizes["queue"] == 3  # work left: the fleet stays open for it
+    return view, tuple(book.paused_jobs())
 
 
 def _exposed(page: str) -> dict[str, list[dict[str, str]]]:
@@ -90,12 +133,25 @@ def test_a_worker_with_no_response_yet_exposes_a_zero_responses_sample() -> None
     assert answered["crawler_responses_total"] == [{"spider": "links", "status": "200"}]
 
 
-def test_every_metric_and_label_the_alerts_read_is_exposed() -> None:
+def _exporter_page(client: redis.Redis, *spiders: str) -> str:
+    """The /metrics page of ``scrapy status --serve`` for ``spiders``: their sizing, and the
+    launches of their fleets (what no worker can tell)."""
+    settings = Settings()
+    settings.setmodule(project_settings)
+    return generate_latest(sizing_registry(client, dict.fromkeys(spiders, settings))).decode()
+
+
+def test_every_metric_and_label_the_alerts_read_is_exposed(redis_client: redis.Redis) -> None:
     """A worker's page (paused, so the pause's info is there too; banned, so the bans by rule
-    are: labelled counters have a sample once counted) has every crawler metric each rule
-    reads, with the labels the rule matches and aggregates by."""
+    are: labelled counters have a sample once counted) or the exporter's (``scrapy status
+    --serve``: a fleet's launches) has every crawler metric each rule reads, with the labels
+    the rule matches and aggregates by."""
     stats = {"ban/count": 1, "ban/rule/captcha": 1}
-    exposed = _exposed(_page(stats=stats, pause=Pause(time.time(), "ops", "db migration")))
+    paused = (("acme-1", "failure threshold", "9 of the last 10 answers failed"),)
+    pause = Pause(time.time(), "ops", "db migration")
+    exposed = _exposed(_page(stats=stats, pause=pause, jobs_paused=paused))
+    for name, samples in _exposed(_exporter_page(redis_client, "profiles")).items():
+        exposed.setdefault(name, []).extend(samples)
     rules = _rules()
     assert "CrawlerStalled" in rules
     assert "crawler_pause_info" in rules["CrawlerStalled"]  # a deliberate pause is no stall
@@ -123,11 +179,62 @@ def _series(page: str, instance: str, responses_per_minute: int = 0) -> list[dic
     return series
 
 
+def _depths(page: str) -> dict[str, float]:
+    """``crawler_queue_depth`` of ``page`` by state."""
+    return {
+        sample.labels["state"]: sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == "crawler_queue_depth"
+    }
+
+
+def test_a_paused_jobs_parked_requests_are_parked_not_queued(redis_client: redis.Redis) -> None:
+    """A crawl whose only work left is the parked requests of a job that paused itself: a
+    worker's /metrics says them parked, and nothing queued (no pop hands them out)."""
+    view, jobs = _waiting_for_a_job_that_paused_itself(redis_client)
+    depths = _depths(_page("waiting", fleet=view, jobs_paused=jobs))
+    assert (depths["queued"], depths["parked"]) == (0, 3)
+    assert sum(depths.values()) == 3  # each request in one state
+    assert [(job, by) for job, by, _ in jobs] == [("failing", "failure threshold")]
+
+
 # `make test` installs promtool (scripts/ensure-tool.sh); CI never skips the rules' test.
-@pytest.mark.skipif(
+needs_promtool = pytest.mark.skipif(
     shutil.which(os.environ.get("PROMTOOL_PATH", "promtool")) is None and not os.environ.get("CI"),
     reason="promtool not installed (make promtool)",
 )
+
+
+def _promtool(tmp_path: Path, series: list[dict[str, str]], checks: list[dict[str, Any]]) -> None:
+    """Run the rules over ``series`` (one sample a minute) with promtool: ``checks`` (its
+    alert_rule_test entries) hold."""
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}],
+    }
+    path = tmp_path / "rules.test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [os.environ.get("PROMTOOL_PATH", "promtool"), "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _fired(summary: str, **labels: str) -> dict[str, Any]:
+    """An alert promtool expects: a warning with ``labels`` and ``summary``."""
+    labelled = {"severity": "warning", **labels}
+    return {"exp_labels": labelled, "exp_annotations": {"summary": summary}}
+
+
+STALLED = "{}: work is queued but no page was fetched for 15 minutes"
+
+
+@needs_promtool
 def test_crawler_stalled_fires_for_a_dead_site_not_for_a_deliberate_pause(tmp_path: Path) -> None:
     """Workers restarted into a dead site (no response since they started) alert; a crawl
     paused on purpose does not, one the failure threshold paused does (a person looks first),
@@ -140,34 +247,75 @@ def test_crawler_stalled_fires_for_a_dead_site_not_for_a_deliberate_pause(tmp_pa
         *_series(_page("failing", answered, pause=Pause(now, "failure threshold", "9/10")), "c"),
         *_series(_page("busy", answered), "d", responses_per_minute=30),
     ]
-    summary = "{}: work is queued but no page was fetched for 15 minutes"
-    expected = [
-        {
-            "exp_labels": {"severity": "warning", "spider": spider},
-            "exp_annotations": {"summary": summary.format(spider)},
-        }
-        for spider in ("dead", "failing")
-    ]
-    tests = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "10m", "alertname": "CrawlerStalled", "exp_alerts": []},
-                    {"eval_time": "35m", "alertname": "CrawlerStalled", "exp_alerts": expected},
-                ],
-            }
+    expected = [_fired(STALLED.format(spider), spider=spider) for spider in ("dead", "failing")]
+    _promtool(
+        tmp_path,
+        series,
+        [
+            {"eval_time": "10m", "alertname": "CrawlerStalled", "exp_alerts": []},
+            {"eval_time": "35m", "alertname": "CrawlerStalled", "exp_alerts": expected},
         ],
-    }
-    path = tmp_path / "stalled.test.yml"
-    path.write_text(yaml.safe_dump(tests))
-    result = subprocess.run(
-        [os.environ.get("PROMTOOL_PATH", "promtool"), "test", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_a_crawl_waiting_for_a_job_that_paused_itself_is_no_stall_the_job_alerts(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """Its parked requests were counted as queued: CrawlerStalled fired for a crawl that only
+    waits for a paused job. Now the job that paused itself alerts (a person resumes it), not
+    the crawl; a job paused by a command does not alert, and a crawl with queued work beside a
+    paused job and no page fetched is still stalled."""
+    view, jobs = _waiting_for_a_job_that_paused_itself(redis_client)
+    [(job, _, reason)] = jobs
+    answered = {"downloader/response_status_count/200": 100}
+    by_hand = (("later", "", ""),)
+    series = [
+        *_series(_page("waiting", answered, fleet=view, jobs_paused=jobs), "a"),
+        *_series(_page("resting", answered, queued=0, jobs_paused=by_hand), "b"),
+        *_series(_page("stuck", answered, jobs_paused=by_hand), "c"),
+    ]
+    paused = (
+        f"waiting: job {job} paused itself: {reason}; scrapy frontier waiting job {job} "
+        "resume once the cause is fixed"
+    )
+    fired = _fired(paused, spider="waiting", job=job, reason=reason)
+    stuck = _fired(STALLED.format("stuck"), spider="stuck")
+    _promtool(
+        tmp_path,
+        series,
+        [
+            {"eval_time": "35m", "alertname": "CrawlerStalled", "exp_alerts": [stuck]},
+            {"eval_time": "35m", "alertname": "CrawlerJobPausedItself", "exp_alerts": [fired]},
+        ],
+    )
+
+
+def _failed_starts(client: redis.Redis, spider: str, count: int) -> None:
+    """``count`` instances of ``spider``'s fleet gone without their worker ever reporting, as
+    ``scrapy fleet autoscale`` counts them (3 hold its launches)."""
+    guard = StartGuard(Backoff(3, 3600.0), RedisStarts(client, spider))
+    gone = [Member(f"i-{n}", time.time(), gone=True, reported=False) for n in range(count)]
+    guard.look(gone, [], time.time())
+
+
+@needs_promtool
+def test_a_fleet_whose_instances_never_start_alerts(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """3 instances in a row that never sent a heartbeat hold the launches of ``profiles``: it
+    alerts at once, from the exporter's page (no worker runs); 2 (``links``, not held yet) and
+    none (``explore``) do not."""
+    _failed_starts(redis_client, "profiles", 3)
+    _failed_starts(redis_client, "links", 2)
+    series = _series(_exporter_page(redis_client, "profiles", "links", "explore"), "status")
+    summary = (
+        "profiles: 3 worker instances in a row never sent a heartbeat; scrapy fleet autoscale "
+        "holds its launches (install target? secrets?)"
+    )
+    check = {"alertname": "CrawlerFleetCannotStart"}
+    _promtool(
+        tmp_path,
+        series,
+        [{**check, "eval_time": "1m", "exp_alerts": [_fired(summary, spider="profiles")]}],
+    )

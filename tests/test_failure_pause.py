@@ -21,7 +21,7 @@ from crawler.keys import FrontierKeys, failure_window_key, pause_key
 from crawler.meta import JOB_META
 from crawler.observability.counters import Counters
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
-from crawler.observability.report import job_line
+from crawler.observability.report_text import job_line
 from sandbox.hosts import host_address
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox, poll, served_hosts

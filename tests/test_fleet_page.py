@@ -43,12 +43,8 @@ from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page
 from crawler.observability.page_server import _is_loopback
 from crawler.observability.rates import format_duration
-from crawler.observability.report import (
-    failure_text,
-    fleet_report,
-    masked_dead_letter,
-    render_text,
-)
+from crawler.observability.report import fleet_report, masked_dead_letter
+from crawler.observability.report_text import failure_text, render_text
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.harness import ROOT, Crawl, Sandbox, poll, scrapy, status_page

@@ -42,7 +42,8 @@ from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.monitor import FleetMonitor
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow, bucket_rate, eta_seconds, format_duration
-from crawler.observability.report import render_text, spider_status
+from crawler.observability.report import spider_status
+from crawler.observability.report_text import render_text
 from devtools.services import free_port
 from sandbox.seed import build_dataset
 from tests.cluster import start_cluster

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import redis
@@ -13,6 +14,7 @@ import redis
 from crawler.fleet.plan import explain, parse_duration, plan
 from crawler.observability.demand import Demand, HostDemand
 from crawler.observability.sizing import Sizing
+from crawler.recrawl.store import Revisit, RevisitStore
 from devtools.services import free_port
 from tests.harness import Crawl, Sandbox, scrapy
 
@@ -103,7 +105,36 @@ def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:
     redis_client.delete("links:start_urls")
     result = _fleet(crawl, "plan", "links", "--deadline", "1h")
     assert result.returncode != 0
-    assert "no work left: give --pages N" in result.stderr
+    assert "no work left and no revisit due: give --pages N" in result.stderr
+
+
+def _revisits(client: redis.Redis, spider: str, due: float, *names: str) -> None:
+    record = '{{"u": "https://site.example/{}", "c": "parse"}}'
+    revisits = [Revisit(name * 16, due, record.format(name)) for name in names]
+    RevisitStore(client, spider).add(revisits)
+
+
+def test_the_plan_counts_due_revisits_as_the_autoscaler_does(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """A spider scaled to zero with revisits due: the autoscaler wants a worker for them, and
+    the plan counts them as pages (and says so), not "no work left"; a revisit due later is
+    no page yet, and --pages stays the operator's count."""
+    _revisits(redis_client, "profiles", time.time() - 5, "aa", "bb", "cc")
+    _revisits(redis_client, "profiles", time.time() + 3600, "dd")
+    wanted = json.loads(scrapy("status", "profiles", "--json", env=crawl.env()).stdout)
+    assert wanted["spiders"]["profiles"]["sizing"]["workers_wanted"] == 1
+    due = _fleet(crawl, "plan", "profiles", "--deadline", "1h", "--json")
+    assert due.returncode == 0, due.stderr
+    assert {key: json.loads(due.stdout)[key] for key in ("pages", "revisits_due", "workers")} == {
+        "pages": 3, "revisits_due": 3, "workers": 1,
+    }  # fmt: skip
+    redis_client.lpush("profiles:start_urls", json.dumps({"unique_id": "u1"}))
+    both = _fleet(crawl, "plan", "profiles", "--deadline", "1h")
+    assert both.returncode == 0, both.stderr
+    assert "pages       4 (1 in the frontier, 3 revisits due)" in both.stdout
+    given = _fleet(crawl, "plan", "profiles", "--deadline", "1h", "--pages", "10", "--json")
+    assert (json.loads(given.stdout)["pages"], json.loads(given.stdout)["revisits_due"]) == (10, 0)
 
 
 @pytest.mark.integration

@@ -26,7 +26,8 @@ from crawler.observability.counters import Counters
 from crawler.observability.demand import Demand, HostDemand, entry_host, queue_demand, read_demand
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView, StatsPublisher
-from crawler.observability.report import fleet_report, sizing_line
+from crawler.observability.report import fleet_report
+from crawler.observability.report_text import sizing_line
 from crawler.observability.sizing import (
     Sizing,
     SizingConfig,

@@ -16,7 +16,8 @@ from scrapy.settings import Settings
 from crawler import settings as project_settings
 from crawler.keys import FleetKeys
 from crawler.observability.page import render_page
-from crawler.observability.report import WORKER_NUMBERS, WORKER_RATES, fleet_report, render_text
+from crawler.observability.report import WORKER_NUMBERS, WORKER_RATES, fleet_report
+from crawler.observability.report_text import render_text
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl, scrapy
 

@@ -9,7 +9,9 @@ An instance whose worker quit is ``gone``, terminated at once and not counted (s
 when workers are wanted): one that reported a ban (``{spider}:fleet:banned``, exit status 3), or
 one with no live heartbeat for FLEET_WORKER_GRACE seconds since its launch or the last heartbeat
 an autoscale look saw (``{spider}:fleet:seen``): a failed install, secrets it could not read, a
-setting it refused (exit status 2)."""
+setting it refused (exit status 2). One whose worker was never seen beating (not ``reported``)
+is a failed start: FLEET_START_FAILURES of them in a row hold launches back
+(crawler/fleet/backoff.py)."""
 
 from __future__ import annotations
 
@@ -80,7 +82,9 @@ class Ec2Workers:
             launched = _launched(instance)
             last = now if instance.id in beating else max(launched, seen.get(instance.id, 0.0))
             gone = instance.id in banned or now - last > self.grace
-            found.append(Member(instance.id, launched, True, _idle(instance, rates), gone))
+            reported = instance.id in beating or instance.id in seen or instance.id in banned
+            idle = _idle(instance, rates)
+            found.append(Member(instance.id, launched, True, idle, gone, reported))
         self._remember(now, beating, set(seen) - {instance.id for instance in instances})
         return found
 

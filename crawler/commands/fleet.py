@@ -18,8 +18,10 @@ and MONGO_URI from SSM parameters (FLEET_SSM_REDIS_URL, FLEET_SSM_MONGO_URI; --s
 this environment's values into the user data instead) and runs ``scrapy crawl SPIDER -s
 BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
 (``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
-of the same image, type and market. Settings: see crawler/aws/config.py; AUTOSCALE_* for plan
-and autoscale (--min, --max, --cooldown and --interval set them for one run).
+of the same image, type and market. ``autoscale`` holds its launches back after
+FLEET_START_FAILURES instances in a row whose worker never reported (crawler/fleet/backoff.py).
+Settings: see crawler/aws/config.py; AUTOSCALE_* for plan and autoscale (--min, --max,
+--cooldown and --interval set them for one run).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.config import setting
 from crawler.config.rules import SettingsError
+from crawler.fleet.backoff import Backoff
 from crawler.fleet.cli import (
     add_sizing_options,
     autoscale,
@@ -182,7 +185,8 @@ class Command(ProjectCommand, ScrapyCommand):
             server,
             fleet.config.worker_grace,
         )
-        if not autoscale(engine, server, settings, spider, opts):
+        backoff = Backoff(fleet.config.start_failures, fleet.config.start_backoff)
+        if not autoscale(engine, server, settings, spider, opts, backoff=backoff):
             self.exitcode = 1
 
     def _planned_count(self, spider: str, opts: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
 For each spider (every spider of the project without SPIDER): the frontier (queued, leased,
 delayed, dead, start entries), the approximate count of requests seen, pages and items per
 minute over the last minutes with an ETA, the fleet's request, response, item, retry, ban and
-dead-letter counts, per-domain counts and the live workers with their pace.
+dead-letter counts, per-domain counts, the live workers with their pace, and the launches
+``scrapy fleet autoscale`` holds back when its instances never start.
 
 scrapy status                        every spider, as text
 scrapy status profiles --json        one spider, as JSON
@@ -39,7 +40,8 @@ from crawler.fleet.exporter import sizing_registry
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
-from crawler.observability.report import fleet_report, render_text, spider_settings
+from crawler.observability.report import fleet_report, spider_settings
+from crawler.observability.report_text import render_text
 
 if TYPE_CHECKING:
     import argparse

@@ -414,6 +414,8 @@ RULES: dict[str, Rule] = {
     "FLEET_SECURITY_GROUP_IDS": items(Rule("a group id", as_text), "group ids", optional=True),
     "FLEET_CRAWL_SETTINGS": mapping("setting names to values", optional=True, show=hidden),
     "FLEET_WORKER_GRACE": number(0, above=True, optional=True),
+    "FLEET_START_FAILURES": integer(0, optional=True),
+    "FLEET_START_BACKOFF": number(0, above=True, optional=True),
 }
 
 # Settings whose rule reads the machine it runs on (it imports a path, looks at a directory or

@@ -18,8 +18,9 @@ from scrapy.spiderloader import get_spider_loader
 
 from crawler.config.rules import SettingsError
 from crawler.fleet.autoscaler import Autoscaler, Engine, Step
+from crawler.fleet.backoff import Backoff, StartGuard
 from crawler.fleet.local import LocalWorkers
-from crawler.fleet.measure import RedisMark, fleet_sizing, local_beats
+from crawler.fleet.measure import RedisMark, RedisStarts, fleet_sizing, local_beats
 from crawler.fleet.plan import Plan, explain, parse_duration, plan
 from crawler.observability.report import spider_settings
 from crawler.observability.sizing import Sizing, SizingConfig
@@ -42,7 +43,9 @@ OPTION_SETTINGS = {
 
 def add_sizing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deadline", default=None, help="plan/launch: finish within (4h, 90m)")
-    parser.add_argument("--pages", type=int, default=None, help="plan: pages (default: frontier)")
+    parser.add_argument(
+        "--pages", type=int, default=None, help="plan: pages (default: frontier, revisits due)"
+    )
     parser.add_argument("--local", action="store_true", help="autoscale local worker processes")
     parser.add_argument("--min", type=int, default=None, help="default AUTOSCALE_MIN_WORKERS")
     parser.add_argument("--max", type=int, default=None, help="default AUTOSCALE_MAX_WORKERS")
@@ -87,18 +90,21 @@ def print_plan(server: RedisClient, settings: BaseSettings, spider: str, opts: A
 
 
 def planned(sizing: Sizing, opts: Any, spider: str, max_workers: int) -> Plan:
-    """The plan for ``--pages`` (or the frontier's work) by ``--deadline``, with
-    ``max_workers`` at most (AUTOSCALE_MAX_WORKERS, ``--max``)."""
+    """The plan for ``--pages`` (or the frontier's work and the revisits due, as the autoscaler
+    counts them) by ``--deadline``, with ``max_workers`` at most (AUTOSCALE_MAX_WORKERS,
+    ``--max``)."""
     try:
         deadline = parse_duration(opts.deadline or "")
     except ValueError as exc:
         raise UsageError(f"--deadline: {exc}") from exc
-    if opts.pages is not None and opts.pages < 1:
-        raise UsageError(f"--pages must be at least 1, got {opts.pages}")
-    pages = opts.pages if opts.pages is not None else sizing.work
+    if opts.pages is not None:
+        if opts.pages < 1:
+            raise UsageError(f"--pages must be at least 1, got {opts.pages}")
+        return plan(opts.pages, deadline, sizing, max_workers)
+    pages = sizing.work + sizing.revisits_due
     if pages < 1:
-        raise UsageError(f"{spider} has no work left: give --pages N")
-    return plan(pages, deadline, sizing, max_workers)
+        raise UsageError(f"{spider} has no work left and no revisit due: give --pages N")
+    return plan(pages, deadline, sizing, max_workers, sizing.revisits_due)
 
 
 def calibrated(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> Sizing:
@@ -156,16 +162,20 @@ def autoscale(
     spider: str,
     opts: Any,
     reap: Callable[[], dict[str, int]] = dict,
+    backoff: Backoff | None = None,
 ) -> bool:
     """Move ``engine`` toward the workers wanted, every AUTOSCALE_INTERVAL (once with
     ``--once``), the cool-down kept in Redis across runs; ``reap()`` gives the workers that
-    exited since the last look, with their exit status. Whether the last look succeeded."""
+    exited since the last look, with their exit status; with ``backoff``, failed starts hold
+    launches back (crawler/fleet/backoff.py). Whether the last look succeeded."""
     config = SizingConfig.from_settings(settings)
+    guard = None if backoff is None else StartGuard(backoff, RedisStarts(server, spider))
     autoscaler = Autoscaler(
         engine,
         lambda: fleet_sizing(server, settings, spider).wanted,
         config.cooldown,
         mark=RedisMark(server, spider),
+        guard=guard,
     )
     return run_loop(
         lambda: report(autoscaler.step(), reap(), opts.json),
@@ -185,7 +195,10 @@ def _attempt(step: Callable[[], None], errors: tuple[type[Exception], ...]) -> b
 
 
 def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
-    """One look: what it started and stopped, and the workers that exited since the last."""
+    """One look: what it started and stopped, and the workers that exited since the last; a
+    hold on launches as it begins, tries again and ends, on stderr too."""
+    if step is not None and step.starts:
+        print(f"{time.strftime('%H:%M:%S')}  {starts_news(step)}", file=sys.stderr, flush=True)
     if as_json:
         line = {**(step.to_json() if step else {"time": time.time()}), "exited": exited}
         print(json.dumps(line), flush=True)
@@ -200,6 +213,23 @@ def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
         parts.append("exited " + ", ".join(f"{w} ({code})" for w, code in exited.items()))
     if parts:
         print(f"{time.strftime('%H:%M:%S')}  " + "; ".join(parts), flush=True)
+
+
+def starts_news(step: Step) -> str:
+    """What ``step`` changed of the hold on launches (``step.starts``), for a person."""
+    failed = f"{step.failed_starts} launches in a row sent no heartbeat within FLEET_WORKER_GRACE"
+    if step.starts == "held":
+        until = time.strftime("%H:%M:%S", time.localtime(step.held_until or 0))
+        return (
+            f"{failed}: no launch until {until}, then one at a time until a worker reports "
+            "(FLEET_START_FAILURES, FLEET_START_BACKOFF). Are the install target and the "
+            "secrets right? An instance's /var/log/crawler-worker.log says, within "
+            "FLEET_WORKER_GRACE of its launch (scrapy fleet launch one); once a worker "
+            "reports, launches go on"
+        )
+    if step.starts == "trying":
+        return f"{failed}: one instance launched to try again ({', '.join(step.started)})"
+    return "a worker reported: launches go as wanted again"
 
 
 def run_loop(

@@ -1,9 +1,12 @@
 """The sizing gauges of every spider, read from Redis at each scrape, for ``scrapy status
 --serve``'s ``/metrics``: what KEDA's Prometheus trigger reads to scale a spider's workers
-from zero, when no worker is there to serve its own."""
+from zero, when no worker is there to serve its own; and the launches of ``scrapy fleet
+autoscale`` whose worker never reported (``crawler.observability.starts``), which no worker
+can tell."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -13,6 +16,7 @@ from redis.exceptions import RedisError
 
 from crawler.fleet.measure import fleet_sizing
 from crawler.observability.metrics import sizing_metrics
+from crawler.observability.starts import read_starts, starts_metrics
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -23,7 +27,8 @@ if TYPE_CHECKING:
 
 class SizingCollector(Collector):
     """``crawler_workers_wanted`` and the other sizing gauges of each spider of ``settings``
-    (spider -> its settings, as its workers have them); none when Redis does not answer."""
+    (spider -> its settings, as its workers have them), and its launches' gauges; none when
+    Redis does not answer."""
 
     def __init__(self, server: RedisClient, settings: Mapping[str, BaseSettings]) -> None:
         self.server = server
@@ -35,9 +40,11 @@ class SizingCollector(Collector):
                 spider: fleet_sizing(self.server, settings, spider)
                 for spider, settings in self.settings.items()
             }
+            starts = {spider: read_starts(self.server, spider) for spider in self.settings}
         except RedisError:
             return
         yield from sizing_metrics(sizings)
+        yield from starts_metrics(starts, time.time())
 
 
 def sizing_registry(server: RedisClient, settings: Mapping[str, BaseSettings]) -> CollectorRegistry:

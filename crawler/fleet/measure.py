@@ -13,6 +13,7 @@ from crawler.keys import FleetKeys, autoscaled_key
 from crawler.observability.publisher import ENTRY_STATS, RATE_MINUTES
 from crawler.observability.report import live_workers
 from crawler.observability.sizing import Sizing, read_sizing
+from crawler.observability.starts import Starts, read_starts, write_starts
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -63,6 +64,20 @@ class RedisMark:
 
     def write(self, when: float) -> None:
         self.server.set(self.key, repr(when), ex=86_400)
+
+
+class RedisStarts:
+    """The record of the launches of ``spider`` (crawler/fleet/backoff.py), kept in Redis."""
+
+    def __init__(self, server: RedisClient, spider: str) -> None:
+        self.server = server
+        self.spider = spider
+
+    def read(self) -> Starts:
+        return read_starts(self.server, self.spider)
+
+    def write(self, starts: Starts) -> None:
+        write_starts(self.server, self.spider, starts)
 
 
 def beats_by_host(server: RedisClient, settings: BaseSettings, spider: str) -> dict[str, float]:

@@ -8,8 +8,10 @@ pace, capped by the politeness ceiling (the sites' allowed rates) and by the mos
     workers       w = min(n, M)
     finish        P / min(w x p, C): later than D when r > C or n > M (the deadline is unreachable)
 
-The ceiling is the one of the gauges with the work spread over the deadline: per host the
-lesser of its rate and its share of P over D.
+P is ``--pages``, or the frontier's work and the revisits due (of a spider that revisits): as
+the autoscaler, which wants a worker while any is due (``crawler.observability.sizing``), the
+plan counts each due revisit as a page to fetch. The ceiling is the one of the gauges with the
+work spread over the deadline: per host the lesser of its rate and its share of P over D.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Plan:
     finish: float  # seconds the crawl takes with ``workers``
     needed: int  # workers the deadline asks for within the ceiling, before ``max_workers``
     max_workers: int | None  # the most workers allowed (None: no cap)
+    revisits_due: int = 0  # of ``pages``, revisits due, not in the frontier yet
 
     @property
     def reachable(self) -> bool:
@@ -68,9 +71,15 @@ class Plan:
         return {**self.__dict__, "reachable": self.reachable, "capped": self.capped}
 
 
-def plan(pages: int, deadline: float, sizing: Sizing, max_workers: int | None = None) -> Plan:
+def plan(
+    pages: int,
+    deadline: float,
+    sizing: Sizing,
+    max_workers: int | None = None,
+    revisits_due: int = 0,
+) -> Plan:
     """The plan for ``pages`` by ``deadline`` from ``sizing`` (its pace and its queue's hosts),
-    with ``max_workers`` at most."""
+    with ``max_workers`` at most; ``revisits_due`` of the pages are revisits due."""
     pace = sizing.pace
     by_pace = max(1, math.ceil(pages / deadline / pace - 1e-9)) if pages else 0
     ceiling = _ceiling(pages, deadline, sizing)
@@ -82,7 +91,7 @@ def plan(pages: int, deadline: float, sizing: Sizing, max_workers: int | None = 
     finish = pages / rate if pages else 0.0
     return Plan(
         pages, deadline, pace, sizing.measured, ceiling, workers, by_pace, finish, needed,
-        max_workers,
+        max_workers, revisits_due,
     )  # fmt: skip
 
 
@@ -98,7 +107,7 @@ def explain(plan: Plan) -> list[str]:
     hours = plan.deadline / 3600
     source = "measured" if plan.measured else "AUTOSCALE_WORKER_PACE, not measured yet"
     lines = [
-        f"pages       {plan.pages:,}",
+        f"pages       {plan.pages:,}{_revisits(plan)}",
         f"deadline    {plan.deadline:,.0f} s ({hours:.2f} h)",
         f"needed      {plan.pages:,} / {plan.deadline:,.0f} s = {plan.pages / plan.deadline:,.2f} "
         "pages/s",
@@ -130,3 +139,11 @@ def explain(plan: Plan) -> list[str]:
             f"{plan.pages:,} pages take at least {plan.finish / 3600:.2f} h"
         )
     return lines
+
+
+def _revisits(plan: Plan) -> str:
+    """`` (1,200 in the frontier, 300 revisits due)`` when revisits due are among the pages."""
+    if not plan.revisits_due:
+        return ""
+    in_frontier = plan.pages - plan.revisits_due
+    return f" ({in_frontier:,} in the frontier, {plan.revisits_due:,} revisits due)"

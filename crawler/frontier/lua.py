@@ -41,6 +41,8 @@ TAKE = _BUCKET + read_script("take")
 SENT_LATE = _BUCKET + read_script("sent_late")
 SETTLE = _PRELUDE + read_script("settle")
 QUEUED = _PRELUDE + read_script("queued")
+# Of the queued, the requests of paused jobs, parked until they resume.
+PARKED = read_script("parked")
 # What the queue's head allows: its hosts, their rates and spare tokens (read only).
 DEMAND = _PRELUDE + _BUCKET + read_script("pace") + read_script("demand")
 POP_START = read_script("pop_start")

@@ -339,6 +339,12 @@ def queue_queued(client: Any, keys: FrontierKeys) -> Any:
     return lua.queue_eval(client, lua.QUEUED, keys.script_keys(keys.job_keys()[2]), args)
 
 
+def queue_parked(client: Any, keys: FrontierKeys) -> Any:
+    """How many of the queued requests are parked (of paused jobs, held until they resume),
+    asked on ``client`` or queued on a pipeline, as :func:`queue_queued`."""
+    return lua.queue_eval(client, lua.PARKED, [keys.job_keys()[2]], [])
+
+
 def read_sizes(replies: Sequence[Any]) -> dict[str, int]:
     """The replies of :func:`queue_sizes` (the queued count first), by SIZE_NAMES."""
     return dict(zip(SIZE_NAMES, (int(reply) for reply in replies), strict=True))

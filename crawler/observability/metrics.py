@@ -30,8 +30,10 @@ Counters (labels):
 
 Gauges:
 
-- ``crawler_queue_depth{spider,state}``: the fleet's frontier; state ``queued``, ``leased``,
-  ``delayed``, ``dead``, ``start`` (start entries waiting) and ``start_leased``.
+- ``crawler_queue_depth{spider,state}``: the fleet's frontier, each request in one state:
+  ``queued`` (a pop may hand it out), ``parked`` (of a paused crawl job, held until the job
+  resumes: ``scrapy frontier SPIDER`` counts it in its ``queue``), ``leased``, ``delayed``,
+  ``dead``, ``start`` (start entries waiting) and ``start_leased``.
 - ``crawler_seen_requests{spider}``: requests the duplicate filter has seen (approximate with
   the Bloom filter; absent in ``redisbloom`` and ``none`` modes).
 - ``crawler_fleet_pages_per_minute{spider}``, ``crawler_fleet_items_per_minute{spider}``: the
@@ -57,6 +59,9 @@ Gauges:
 And prometheus_client's own: ``process_cpu_seconds_total``, ``process_resident_memory_bytes``,
 ``process_open_fds`` and the rest of the ``process_*`` family, ``python_gc_*`` and
 ``python_info``.
+
+``scrapy status --serve``'s ``/metrics`` (no worker's) has the sizing gauges of every spider
+and the launches of its fleet (``crawler_fleet_*``, crawler/observability/starts.py).
 """
 
 from __future__ import annotations
@@ -214,6 +219,14 @@ def _domains(spider: str, counters: Counters) -> Iterator[Metric]:
     yield from (requests, responses, items)
 
 
+def queue_depths(fleet: FleetView) -> dict[str, int]:
+    """The fleet's frontier by state (QUEUE_STATES), each request in one: the parked requests
+    of paused jobs apart from the queued ones a pop may hand out."""
+    depths = {state: fleet.sizes.get(name, 0) for name, state in QUEUE_STATES.items()}
+    depths["queued"] = max(0, depths["queued"] - fleet.parked)
+    return {**depths, "parked": fleet.parked}
+
+
 def _fleet(spider: str, fleet: FleetView | None, own_pace: float) -> Iterator[Metric]:
     depth = _gauge("crawler_queue_depth", "Requests in the fleet's frontier, by state.", ("state",))
     seen = _gauge(
@@ -227,8 +240,8 @@ def _fleet(spider: str, fleet: FleetView | None, own_pace: float) -> Iterator[Me
     )
     eta = _gauge("crawler_eta_seconds", "Seconds until the frontier is done at the fleet's pace.")
     if fleet is not None:
-        for name, state in QUEUE_STATES.items():
-            depth.add_metric([spider, state], fleet.sizes.get(name, 0))
+        for state, value in queue_depths(fleet).items():
+            depth.add_metric([spider, state], value)
         if fleet.seen is not None:
             seen.add_metric([spider], fleet.seen)
         fleet_pages = fleet.per_minute("pages")

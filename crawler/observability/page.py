@@ -14,7 +14,7 @@ from crawler.frontier.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES, WORK_LEFT
 from crawler.observability.charts import bar_chart
 from crawler.observability.rates import format_duration
-from crawler.observability.report import failure_text, figure_text, job_state, revisit_line
+from crawler.observability.report_text import failure_text, figure_text, job_state, revisit_line
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60

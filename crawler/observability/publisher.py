@@ -20,6 +20,7 @@ from crawler.frontier.dupefilter import queue_seen, read_seen
 from crawler.frontier.lua import APPLIED, queue_eval
 from crawler.frontier.queue import (
     SIZE_NAMES,
+    queue_parked,
     queue_sizes,
     read_sizes,
     requests_per_entry,
@@ -133,6 +134,7 @@ class FleetView:
 
     per_entry: float = 1.0  # requests a start entry makes (``requests_per_entry``)
     sizing: Sizing | None = None  # what the work allows (when the publisher was asked to look)
+    parked: int = 0  # of ``sizes["queue"]``, requests of paused jobs, held until they resume
 
     @property
     def remaining(self) -> int:
@@ -252,6 +254,7 @@ class StatsPublisher:
 
     def _queue_reads(self, pipe: Any, minutes: list[int]) -> None:
         queue_sizes(pipe, self.frontier)
+        queue_parked(pipe, self.frontier)
         queue_seen(pipe, self.frontier, self.dupefilter_mode)
         pipe.hmget(self.keys.stats, *ENTRY_STATS)
         for minute in minutes:
@@ -261,9 +264,10 @@ class StatsPublisher:
 
     def _view(self, now: float, minutes: list[int], results: list[Any]) -> FleetView:
         sizes = read_sizes(results[: len(SIZE_NAMES)])
-        seen = read_seen(results[len(SIZE_NAMES)], self.dupefilter_mode)
-        entry_stats = dict(zip(ENTRY_STATS, results[len(SIZE_NAMES) + 1], strict=True))
-        first = len(SIZE_NAMES) + 2
+        parked, raw_seen, raw_entry_stats = results[len(SIZE_NAMES) : len(SIZE_NAMES) + 3]
+        seen = read_seen(raw_seen, self.dupefilter_mode)
+        entry_stats = dict(zip(ENTRY_STATS, raw_entry_stats, strict=True))
+        first = len(SIZE_NAMES) + 3
         buckets = results[first : first + len(minutes)]
         view = FleetView(
             now,
@@ -271,6 +275,7 @@ class StatsPublisher:
             seen,
             {minute: decode_counts(raw) for minute, raw in zip(minutes, buckets, strict=True)},
             requests_per_entry(entry_stats),
+            parked=int(parked),
         )
         return self._sized(view, results[first + len(minutes) :])
 
