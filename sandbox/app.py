@@ -49,10 +49,12 @@ def build_app(
         antibot.middleware(),
     ]
     app = web.Application(middlewares=middlewares)
-    explore = ExploreApi(dataset, lambda: antibot.config.feed_mode)
+    explore = ExploreApi(
+        dataset, lambda: antibot.config.feed_mode, lambda: antibot.config.counts_mode
+    )
     for part in (
         explore,
-        ProfilePages(dataset, churn),
+        ProfilePages(dataset, churn, lambda: antibot.config.counts_mode),
         churn,
         MapsPages(),
         ChallengePages(),

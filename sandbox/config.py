@@ -31,6 +31,9 @@ BAN_MODES: tuple[str, ...] = (
 # How the explore API pages (sandbox/explore.py): by cursor; by cursor with every page past the
 # first answered once without its items; the recommend feed without a cursor.
 FEED_MODES: tuple[str, ...] = ("paged", "hollow_once", "refresh")
+# How the feed's videos and the profile pages show their counts (sandbox/data.py): as the real
+# API mostly does; every count null; the counts' objects left out.
+COUNTS_MODES: tuple[str, ...] = ("shown", "null", "absent")
 
 
 class ConfigError(ValueError):
@@ -79,13 +82,15 @@ class SandboxConfig:
     """The whole configuration; ``latency_ms`` (int, 0) delays every target response;
     ``compression`` (bool, True) gzips answers (or deflates them) for clients that accept it,
     as real targets do; ``feed_mode`` (str, "paged"; one of ``FEED_MODES``) is how the explore
-    API pages."""
+    API pages; ``counts_mode`` (str, "shown"; one of ``COUNTS_MODES``) is how videos and
+    profiles show their counts."""
 
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     latency_ms: int = 0
     compression: bool = True
     feed_mode: str = "paged"
+    counts_mode: str = "shown"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the configuration as a JSON-ready dict."""
@@ -128,6 +133,7 @@ def validate_config(config: SandboxConfig) -> None:
     _require(faults.slow_seconds >= 0, "faults.slow_seconds", "must not be negative")
     _require(config.latency_ms >= 0, "latency_ms", "must not be negative")
     _require(config.feed_mode in FEED_MODES, "feed_mode", f"must be one of {FEED_MODES}")
+    _require(config.counts_mode in COUNTS_MODES, "counts_mode", f"must be one of {COUNTS_MODES}")
 
 
 def _require(condition: bool, key: str, message: str) -> None:

@@ -155,6 +155,20 @@ class VideoStats:
         return {key: rounded_count(value) for key, value in self.to_json().items()}
 
 
+def with_counts(record: dict[str, Any], keys: Iterable[str], mode: str) -> dict[str, Any]:
+    """``record`` with its count objects at ``keys`` as the configuration's ``counts_mode``
+    shows them: as they are ("shown"), each count null ("null"), left out ("absent"), as the
+    real API answers a video's or a profile's counts at times."""
+    if mode == "shown":
+        return record
+    shown = {key: value for key, value in record.items() if mode != "absent" or key not in keys}
+    if mode == "null":
+        for key in keys:
+            if isinstance(record.get(key), dict):
+                shown[key] = dict.fromkeys(record[key])
+    return shown
+
+
 def rounded_count(value: int) -> int:
     """``value`` to the precision the app shows: exact below 10,000, then to a tenth of a
     thousand ("22.6K") below a million, then to a tenth of a million ("1.8M")."""

@@ -12,6 +12,9 @@ The configuration's ``feed_mode`` changes how pages come:
 * ``refresh``: the recommend feed as the real one is read: no cursor, each request (per
   client) the next videos of the "for you" list, from its start again once it is through,
   ``hasMore`` always true.
+
+Its ``counts_mode`` shows the videos' counts (``stats``, ``statsV2``) as they are, each null, or
+leaves them out (:func:`sandbox.data.with_counts`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import Any
 
 from aiohttp import web
 
-from sandbox.data import ALL_CATEGORY, Dataset, Video
+from sandbox.data import ALL_CATEGORY, Dataset, Video, with_counts
 from sandbox.stats import client_address
 
 DEFAULT_COUNT = 16
+# The objects of a feed item that hold the video's counts.
+VIDEO_COUNTS = ("stats", "statsV2")
 MAX_COUNT = 30
 STATUS_INVALID_PARAMS = 10101
 STATUS_INVALID_CATEGORY = 10201
@@ -116,11 +121,18 @@ def parse_category(value: str | None, dataset: Dataset) -> int | None:
 
 
 class ExploreApi:
-    """Serves the feed endpoints from a ``Dataset``, paging as ``mode()`` says."""
+    """Serves the feed endpoints from a ``Dataset``, paging as ``mode()`` says and showing the
+    videos' counts as ``counts()`` says."""
 
-    def __init__(self, dataset: Dataset, mode: Callable[[], str] = lambda: "paged") -> None:
+    def __init__(
+        self,
+        dataset: Dataset,
+        mode: Callable[[], str] = lambda: "paged",
+        counts: Callable[[], str] = lambda: "shown",
+    ) -> None:
         self.dataset = dataset
         self.mode = mode
+        self.counts = counts
         self._hollowed: set[tuple[str, str, int, int]] = set()
         self._refreshed: dict[str, int] = {}
 
@@ -157,13 +169,19 @@ class ExploreApi:
         if mode == "refresh" and request.path.startswith("/api/recommend/"):
             start = self._refreshed.get(client, 0)
             self._refreshed[client] = start + count
-            return _json(refreshed_page(videos, start, count))
+            return _json(self._shown(refreshed_page(videos, start, count)))
         page = feed_page(videos, cursor, count)
         key = (client, request.path.rstrip("/"), category, cursor)
         if mode == "hollow_once" and cursor > 0 and key not in self._hollowed:
             self._hollowed.add(key)
             return _json(hollow_page(page))
-        return _json(page)
+        return _json(self._shown(page))
+
+    def _shown(self, page: dict[str, Any]) -> dict[str, Any]:
+        """``page`` with its videos' counts as the counts mode shows them."""
+        mode = self.counts()
+        items = [with_counts(item, VIDEO_COUNTS, mode) for item in page["itemList"]]
+        return page | {"itemList": items}
 
 
 def _parse_int(value: str | None, default: int) -> int:

@@ -7,7 +7,8 @@ while the site moves between layouts.
 Missing, banned and private accounts answer 200 with a status code inside the page data,
 as the real site does: 10202 (does not exist), 10221 (banned), 10222 (private).
 A page's ``stats`` are rounded as the web shows them (22609 is 22600, 1776621 is 1800000);
-``statsV2`` holds the exact counts as strings.
+``statsV2`` holds the exact counts as strings. The configuration's ``counts_mode`` shows
+them as they are, each null, or leaves them out (:func:`sandbox.data.with_counts`).
 ``/@status.<code>`` answers the status code ``<code>`` with no user, as the real site does with
 codes public scrapers do not know (10201 was seen on user pages).
 """
@@ -18,6 +19,7 @@ import html
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -32,11 +34,14 @@ from sandbox.data import (
     Author,
     Dataset,
     rounded_count,
+    with_counts,
 )
 
 STATUS_NOT_FOUND = 10202
 STATUS_BANNED = 10221
 STATUS_PRIVATE = 10222
+# The objects of a profile's user info that hold its counts.
+PROFILE_COUNTS = ("stats", "statsV2")
 STATUS_USER = re.compile(r"status\.([0-9]{1,9})")
 STATUS_MESSAGES = {
     STATUS_NOT_FOUND: "user does not exist",
@@ -45,8 +50,9 @@ STATUS_MESSAGES = {
 }
 
 
-def user_detail(author: Author | None) -> dict[str, Any]:
-    """Return ``webapp.user-detail`` for ``author`` (``None``: no such user)."""
+def user_detail(author: Author | None, counts: str = "shown") -> dict[str, Any]:
+    """Return ``webapp.user-detail`` for ``author`` (``None``: no such user), its counts as
+    the counts mode ``counts`` shows them."""
     if author is None:
         return _error_detail(STATUS_NOT_FOUND, {})
     if author.state == STATE_BANNED:
@@ -59,7 +65,8 @@ def user_detail(author: Author | None) -> dict[str, Any]:
         "stats": rounded_stats(author.stats.to_json()),
         "statsV2": author.stats.to_json_v2(),
     }
-    return {"statusCode": 0, "statusMsg": "", "userInfo": user_info}
+    shown = with_counts(user_info, PROFILE_COUNTS, counts)
+    return {"statusCode": 0, "statusMsg": "", "userInfo": shown}
 
 
 def rounded_stats(stats: dict[str, int]) -> dict[str, int]:
@@ -67,20 +74,21 @@ def rounded_stats(stats: dict[str, int]) -> dict[str, int]:
     return {key: rounded_count(value) for key, value in stats.items()}
 
 
-def sigi_state(author: Author) -> dict[str, Any]:
-    """Return the older ``SIGI_STATE`` document for ``author``."""
+def sigi_state(author: Author, counts: str = "shown") -> dict[str, Any]:
+    """Return the older ``SIGI_STATE`` document for ``author``, its counts as the counts mode
+    ``counts`` shows them."""
     uid = author.unique_id
+    shown = with_counts({"stats": author.stats.to_json()}, ("stats",), counts)
+    by_user = {key: {uid: value} for key, value in shown.items()}
     return {
-        "UserModule": {
-            "users": {uid: author.user_json()},
-            "stats": {uid: author.stats.to_json()},
-        },
+        "UserModule": {"users": {uid: author.user_json()}, **by_user},
         "UserPage": {"uniqueId": uid},
     }
 
 
-def render_profile(unique_id: str, author: Author | None) -> str:
-    """Return the HTML of the profile page of ``unique_id``."""
+def render_profile(unique_id: str, author: Author | None, counts: str = "shown") -> str:
+    """Return the HTML of the profile page of ``unique_id``, its counts as the counts mode
+    ``counts`` shows them."""
     status = STATUS_USER.fullmatch(unique_id) if author is None else None
     if status is not None:
         code = int(status.group(1))
@@ -92,11 +100,11 @@ def render_profile(unique_id: str, author: Author | None) -> str:
     title = f"{author.nickname} (@{unique_id}) | TikTok"
     body = _profile_header(author)
     if author.layout == LAYOUT_SIGI:
-        script = markup.data_script(markup.SIGI_STATE_ID, sigi_state(author))
+        script = markup.data_script(markup.SIGI_STATE_ID, sigi_state(author, counts))
         if sigi_beside_app_context(unique_id):
             script = markup.app_context_script() + script
     else:
-        script = markup.universal_data_script(user_detail(author))
+        script = markup.universal_data_script(user_detail(author, counts))
     return markup.page(title, body=body, scripts=script)
 
 
@@ -124,11 +132,18 @@ def avatar_png(seed_text: str) -> bytes:
 
 
 class ProfilePages:
-    """Serves ``/@<uniqueId>`` and the avatars the profiles link to."""
+    """Serves ``/@<uniqueId>`` and the avatars the profiles link to, the counts as ``counts()``
+    says."""
 
-    def __init__(self, dataset: Dataset, churn: Churn | None = None) -> None:
+    def __init__(
+        self,
+        dataset: Dataset,
+        churn: Churn | None = None,
+        counts: Callable[[], str] = lambda: "shown",
+    ) -> None:
         self.dataset = dataset
         self.churn = churn or Churn()
+        self.counts = counts
         self._author_ids = {author.id for author in dataset.authors}
 
     def register(self, router: web.UrlDispatcher) -> None:
@@ -140,7 +155,7 @@ class ProfilePages:
         """Answer one profile page."""
         unique_id = request.match_info["unique_id"]
         author = self.dataset.authors_by_unique_id.get(unique_id) or self.churn.author(unique_id)
-        text = render_profile(unique_id, author)
+        text = render_profile(unique_id, author, self.counts())
         return web.Response(text=text, content_type=markup.HTML_CONTENT_TYPE)
 
     async def avatar(self, request: web.Request) -> web.Response:

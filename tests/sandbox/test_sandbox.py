@@ -380,6 +380,29 @@ def test_profile_sigi_layout(
     assert state["UserModule"]["stats"][unique_id] == author["stats"]
 
 
+def test_the_counts_modes_answer_counts_null_or_leave_them_out(
+    site: Site, dataset_doc: dict[str, Any]
+) -> None:
+    """``counts_mode`` "null" answers every count of a feed's videos and of a profile null in
+    each copy, "absent" leaves the copies out; the rest of the answer is as ever."""
+    universal = author_where(dataset_doc, layout="universal", state="ok")["uniqueId"]
+    sigi = author_where(dataset_doc, layout="sigi", state="ok")["uniqueId"]
+    shown = site.get(explore_path(2)).json()["itemList"][0]
+    site.configure({"counts_mode": "null"})
+    item = site.get(explore_path(2)).json()["itemList"][0]
+    assert item == shown | {"stats": dict.fromkeys(STAT_KEYS), "statsV2": dict.fromkeys(STAT_KEYS)}
+    info = profile_data(site.get(f"/@{universal}").text)["userInfo"]
+    assert set(info["stats"].values()) == set(info["statsV2"].values()) == {None}
+    state = json.loads(SIGI_RE.findall(site.get(f"/@{sigi}").text)[0])
+    assert set(state["UserModule"]["stats"][sigi].values()) == {None}
+    site.configure({"counts_mode": "absent"})
+    item = site.get(explore_path(2)).json()["itemList"][0]
+    assert item == {key: value for key, value in shown.items() if key not in ("stats", "statsV2")}
+    assert profile_data(site.get(f"/@{universal}").text)["userInfo"].keys() == {"user"}
+    state = json.loads(SIGI_RE.findall(site.get(f"/@{sigi}").text)[0])
+    assert "stats" not in state["UserModule"]
+
+
 def test_layout_share(dataset_doc: dict[str, Any]) -> None:
     sigi = sum(author["layout"] == "sigi" for author in dataset_doc["authors"])
     assert 0.05 <= sigi / len(dataset_doc["authors"]) <= 0.15
@@ -689,6 +712,7 @@ def test_config_merge_and_validation(site: Site) -> None:
         ({"faults": {"error_rate": 2}}, "faults.error_rate"),
         ({"faults": 3}, "faults"),
         ({"latency": 1}, "latency"),
+        ({"counts_mode": "zero"}, "counts_mode"),
     ]:
         reply = site.post_json("/__admin__/config", update)
         assert reply.status == 400
