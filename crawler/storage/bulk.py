@@ -307,7 +307,7 @@ class Write:
             return self.tracked(now)
         if literal_names(self.document):  # names $set would read as paths: the pipeline's
             return self.tracked(now)
-        selector = same_content_filter(self.selector, self.document)
+        selector = same_content_filter(self.selector, self.document, self.least)
         update = same_content_update(self.selector, self.document, now, self.least, self.volatile)
         return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
 

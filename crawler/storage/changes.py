@@ -124,11 +124,19 @@ def _stored_field(name: str) -> Any:
     return f"${name}"
 
 
-def same_content_filter(key: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
-    """The filter of :func:`same_content_update`: the key and the new hash. A document stored
-    trimmed has its hash marked (:func:`marked_trimmed`), so it is not matched, and the
-    pipeline form removes its ``_truncated`` when it is stored whole again."""
-    return {**key, CHANGE_HASH: document[CHANGE_HASH]}
+def same_content_filter(
+    key: Mapping[str, Any], document: Mapping[str, Any], least: Collection[str] = ()
+) -> dict[str, Any]:
+    """The filter of :func:`same_content_update`: the key and the new hash, and each ``least``
+    field the document has not stored as null (``$min`` would keep the null, the least of all
+    values: such a document is written in the pipeline form, whose ``$min`` passes over it). A
+    document stored trimmed has its hash marked (:func:`marked_trimmed`), so it is not matched,
+    and the pipeline form removes its ``_truncated`` when it is stored whole again."""
+    selector: dict[str, Any] = {**key, CHANGE_HASH: document[CHANGE_HASH]}
+    for name in least:
+        if name in document:
+            selector[name] = {"$not": {"$type": "null"}}
+    return selector
 
 
 def marked_trimmed(document: dict[str, Any]) -> dict[str, Any]:
