@@ -19,6 +19,10 @@ class VideoItem:
 
     collection: ClassVar[str] = "videos"
     unique_key: ClassVar[str] = "video_id"
+    # A count the feed answers null or leaves out leaves the stored one: the last known.
+    kept_fields: ClassVar[frozenset[str]] = frozenset(
+        {"digg_count", "play_count", "share_count", "comment_count", "collect_count"}
+    )
 
     video_id: str
     description: str | None = None
@@ -37,13 +41,26 @@ class VideoItem:
 class ProfileItem:
     """One profile page. ``status`` is "ok", "not_found", "private" or "banned"; the fields a
     status does not reveal (a private user's counts, everything of a missing user), and those
-    whose value had the wrong type (counted as ``extract/bad_field/<name>``), are None."""
+    whose value had the wrong type (counted as ``extract/bad_field/<name>``), are None (a count
+    stored before stays: ``kept_fields``)."""
 
     collection: ClassVar[str] = "profiles"
     unique_key: ClassVar[str] = "unique_id"
     # The avatar URL is signed and expires (x-expires, x-signature query parameters): it
     # differs between fetches of an unchanged profile, so it is not a change.
     volatile_fields: ClassVar[frozenset[str]] = frozenset({"avatar_url"})
+    # A count the page answers null or leaves out (a private profile shows none) leaves the
+    # stored one: the last known.
+    kept_fields: ClassVar[frozenset[str]] = frozenset(
+        {
+            "follower_count",
+            "following_count",
+            "heart_count",
+            "video_count",
+            "digg_count",
+            "friend_count",
+        }
+    )
 
     unique_id: str
     status: str

@@ -18,8 +18,9 @@ from crawler.config import setting
 from crawler.config.values import Destination
 from crawler.frontier.jobs import JobBook
 from crawler.items import STORED_ITEM_CLASSES
-from crawler.storage.destinations import Destinations, document_of, field_of, key_of
+from crawler.storage.destinations import Destinations, document_of, key_of
 from crawler.storage.mongo import ItemNotStored, MongoSettings, MongoUnavailable, MongoWriter
+from crawler.storage.rules import rules_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -129,11 +130,10 @@ class MongoPipeline:
         return item
 
     async def _store(self, item: Any, destination: Destination) -> None:
-        volatile = getattr(type(item), "volatile_fields", ())
-        least = getattr(type(item), "least_fields", ())
-        values = {name: field_of(item, name) for name in least}
+        rules = rules_of(item.__class__)
+        values = rules.values_of(item)
         key = key_of(item, destination)
-        await self.writer.store(destination, key, self._with_job(item), volatile, values)
+        await self.writer.store(destination, key, self._with_job(item), rules, values)
 
     def _with_job(self, item: Any) -> Any:
         """The item, or its document with its crawl job (``job``) when it has one and no

@@ -1,5 +1,5 @@
-"""How an item class's least fields meet the document stored before, in each form a write
-takes (crawler/storage/changes.py, docs/storage.md)."""
+"""How an item class's least and kept fields meet the document stored before, in each
+form a write takes (crawler/storage/changes.py, docs/storage.md)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 from scrapy.statscollectors import StatsCollector
 from scrapy.utils.test import get_crawler
 
 from crawler.config.values import Destination
-from crawler.items import PageItem
+from crawler.items import PageItem, ProfileItem, VideoItem
 from crawler.pipelines import MongoPipeline
 from crawler.storage.destinations import Destinations
+from crawler.storage.rules import InvalidFieldRules, rules_of
 from tests.harness import Mongo
 from tests.mongo_config import pipeline_settings
 
@@ -112,3 +116,137 @@ def _with_null(name: str) -> dict[str, Any]:
     """The stored document with its field ``name`` (any name) set to null."""
     field = {"field": {"$literal": name}, "input": "$$ROOT", "value": None}
     return {"$setField": field}
+
+
+# --- kept fields --------------------------------------------------------------------------------
+
+VIDEO = "7300000000000000001"
+
+
+def _video(plays: int | None, description: str = "a dance", **fields: Any) -> VideoItem:
+    return VideoItem(VIDEO, description=description, play_count=plays, **fields)
+
+
+def _stored_video(mongo: Mongo) -> dict[str, Any]:
+    found = mongo.db.videos.find_one({"video_id": VIDEO}, {"_id": 0})
+    assert found is not None
+    return dict(found)
+
+
+def test_a_count_without_a_value_keeps_the_stored_one_in_every_form(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """A video's play count stored as 22,609 stays when a later item has none, whether the
+    rest is the same (the plain form: no second write) or changed (the update pipeline), and
+    that is no change; a new count replaces it, and is one."""
+    steps = [  # (plays, description, stored plays, changes counted, rewritten as changed)
+        (22_609, "a dance", 22_609, 0, 0),
+        (None, "a dance", 22_609, 0, 0),
+        (None, "a new dance", 22_609, 1, 1),
+        (None, "a new dance", 22_609, 1, 0),
+        (23_000, "a new dance", 23_000, 2, 1),
+        (23_000, "a new dance", 23_000, 2, 0),
+    ]
+    for plays, description, stored, changes, rewritten in steps:
+        stats = _store(mongo, tmp_path, _video(plays, description))
+        doc = _stored_video(mongo)
+        assert (doc["play_count"], doc["change_count"]) == (stored, changes), (plays, description)
+        assert stats.get_value("mongo/changed_writes", 0) == rewritten, (plays, description)
+
+
+def test_a_count_never_given_is_stored_as_null(mongo: Mongo, tmp_path: Path) -> None:
+    """A new video without a count has it null (inserted, or upserted in either form), as
+    before, until an item gives one; within one batch, the later item's missing count leaves
+    the earlier's."""
+    _store(mongo, tmp_path, _video(None))
+    assert _stored_video(mongo)["play_count"] is None
+    mongo.db.videos.delete_many({})
+    _store(mongo, tmp_path, _video(None, "x", category=2), _video(None, "y"))
+    assert _stored_video(mongo)["play_count"] is None
+    _store(mongo, tmp_path, _video(5, "y"), _video(None, "y"))
+    assert (_stored_video(mongo)["play_count"], _stored_video(mongo)["change_count"]) == (5, 1)
+
+
+def test_a_new_video_upserted_in_the_plain_form_has_its_count(mongo: Mongo, tmp_path: Path) -> None:
+    """A batch after one that brought no new document is upserted, not inserted first: a new
+    video's count comes from the plain form's filter (``$eq``), its missing ones are null."""
+    _store(mongo, tmp_path, _video(5))
+    other = VideoItem("7300000000000000002", play_count=7, category=3)
+    stats = _store(mongo, tmp_path, _video(5), other, each=True)
+    assert stats.get_value("mongo/existing_writes") == 1  # the first batch only: inserted first
+    doc = mongo.db.videos.find_one({"video_id": other.video_id}, {"_id": 0})
+    assert doc is not None
+    assert (doc["play_count"], doc["digg_count"], doc["category"]) == (7, None, 3)
+
+
+class Counted(dict[str, Any]):
+    """Kept fields in a document that only the update pipeline's $setField form writes."""
+
+    kept_fields = ("plays", "n.likes")
+
+
+def test_a_kept_field_named_with_a_dot_keeps_the_stored_value(mongo: Mongo, tmp_path: Path) -> None:
+    item = {"url": URL, "Wt. (lbs)": "1.5"}
+    _store(mongo, tmp_path, Counted(item, plays=5, **{"n.likes": 7}))
+    _store(mongo, tmp_path, Counted(item, plays=None, **{"n.likes": None}))
+    doc = _stored(mongo)
+    assert (doc["plays"], doc["n.likes"], doc["change_count"]) == (5, 7, 0)
+    _store(mongo, tmp_path, Counted(item, plays=6, **{"n.likes": None}))
+    doc = _stored(mongo)
+    assert (doc["plays"], doc["n.likes"], doc["change_count"]) == (6, 7, 1)
+
+
+def test_a_profile_keeps_its_counts_when_a_page_shows_none(mongo: Mongo, tmp_path: Path) -> None:
+    """A profile that goes private shows no counts: it keeps the last ones, its status says
+    it is private."""
+    ok = ProfileItem("chef", "ok", nickname="Chef", follower_count=1346, heart_count=7013)
+    _store(mongo, tmp_path, ok)
+    _store(mongo, tmp_path, ProfileItem("chef", "private", nickname="Chef"))
+    doc = mongo.db.profiles.find_one({"unique_id": "chef"})
+    assert doc is not None
+    assert (doc["status"], doc["follower_count"], doc["heart_count"]) == ("private", 1346, 7013)
+
+
+@hypothesis.settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    visits=st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.sampled_from("ab")),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_a_count_is_the_last_one_known_and_changes_as_it_does(
+    mongo: Mongo, tmp_path: Path, visits: list[tuple[int | None, str]]
+) -> None:
+    """Whatever counts (or none) and descriptions the feed answers, one visit per batch: the
+    stored count is the last one given, and a change is counted when the description or the
+    known count differed from the stored ones."""
+    mongo.db.videos.drop()
+    _store(mongo, tmp_path, *(_video(plays, text) for plays, text in visits), each=True)
+    known: int | None = None
+    changes, before = 0, None
+    for plays, text in visits:
+        now = (text, plays if plays is not None else known)
+        changes += before is not None and now != before
+        known, before = now[1], now
+    doc = _stored_video(mongo)
+    assert (doc["play_count"], doc["change_count"]) == (known, changes)
+
+
+class Confused(dict[str, Any]):
+    least_fields = ("rank",)
+    kept_fields = ("rank", "plays")
+
+
+def test_a_field_in_two_rules_fails_its_item_with_the_reason(mongo: Mongo, tmp_path: Path) -> None:
+    """An item class naming a field both least and kept: its items fail, saying so; the other
+    items of the run are stored."""
+    with pytest.raises(InvalidFieldRules, match="rank in both least_fields and kept_fields"):
+        rules_of(Confused)
+    stats = _store(mongo, tmp_path, Confused(url=URL, rank=1), Ranked(url=URL + "2"), failing=1)
+    assert stats.get_value("mongo/items") == 1
+    assert mongo.db.listings.count_documents({}) == 1

@@ -30,6 +30,7 @@ from crawler.storage.changes import (
     same_content_update,
 )
 from crawler.storage.documents import TRUNCATED_FIELD
+from crawler.storage.rules import NO_RULES, FieldRules
 from crawler.storage.spill import SpillFile
 from crawler.storage.writes import (
     Outcome,
@@ -295,8 +296,7 @@ class Write:
     selector: dict[str, Any]
     document: dict[str, Any]
     unset: tuple[str, ...] = ()
-    least: tuple[str, ...] = ()  # fields whose stored value is the least ever stored
-    volatile: tuple[str, ...] = ()  # the item's own fields left out of its change hash
+    rules: FieldRules = NO_RULES  # how its item class's fields meet the stored ones
 
     def first(self, now: datetime, unique_index: str | None) -> UpdateOne:
         """The plain upsert matching the stored document by key and hash, if the key has a
@@ -307,8 +307,8 @@ class Write:
             return self.tracked(now)
         if literal_names(self.document):  # names $set would read as paths: the pipeline's
             return self.tracked(now)
-        selector = same_content_filter(self.selector, self.document, self.least)
-        update = same_content_update(self.selector, self.document, now, self.least, self.volatile)
+        selector = same_content_filter(self.selector, self.document, self.rules)
+        update = same_content_update(self.selector, self.document, now, self.rules)
         return UpdateOne(selector, update, upsert=True, hint=unique_index or None)
 
     def inserted(self, now: datetime) -> InsertOne[dict[str, Any]]:
@@ -321,7 +321,7 @@ class Write:
         return UpdateOne(self.selector, self.history(now), upsert=True)
 
     def history(self, now: datetime) -> list[dict[str, Any]]:
-        return history_update(self.document, now, self.unset, self.least)
+        return history_update(self.document, now, self.unset, self.rules)
 
 
 def _failures(writes: list[Write], positions: list[int], outcome: Outcome) -> dict[int, str]:

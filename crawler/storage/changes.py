@@ -33,6 +33,8 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
+from crawler.storage.rules import NO_RULES, FieldRules
+
 CHANGE_HASH = "change_hash"
 # The suffix of the change_hash of a document stored trimmed.
 TRIMMED = "~"
@@ -70,18 +72,18 @@ def history_update(
     document: Mapping[str, Any],
     now: datetime,
     unset: Collection[str] = (),
-    least: Collection[str] = (),
+    rules: FieldRules = NO_RULES,
 ) -> list[dict[str, Any]]:
     """The update pipeline that stores ``document`` (with its ``change_hash``) and its history,
-    and removes the ``unset`` fields; a ``least`` field keeps the least value stored."""
+    and removes the ``unset`` fields; its fields meet the stored ones by the item class's
+    ``rules`` (``rules.py``): a least field keeps the least value stored, a kept field without
+    a value the stored one."""
     content = document[CHANGE_HASH][:DIGEST_CHARS]  # the content's digest alone
     known = {"$ne": [{"$type": f"${CHANGE_HASH}"}, "missing"]}
     stored = {"$substrCP": [f"${CHANGE_HASH}", 0, len(content)]}
-    changed = {"$and": [known, {"$ne": [stored, content]}]}
-    fields = {name: {"$literal": value} for name, value in document.items()}
-    for name in least:
-        if name in fields:  # $min passes over a field not stored yet (null)
-            fields[name] = {"$min": [_stored_field(name), fields[name]]}
+    differs = [{"$ne": [stored, content]}, *_kept_changes(document, rules)]
+    changed = {"$and": [known, {"$or": differs}]}
+    fields = {name: _stored_by_rule(name, value, rules) for name, value in document.items()}
     named = {name: fields.pop(name) for name in literal_names(fields)}
     stages: list[dict[str, Any]] = [
         {
@@ -109,6 +111,35 @@ def history_update(
     return stages
 
 
+def _stored_by_rule(name: str, value: Any, rules: FieldRules) -> Any:
+    """The expression of the value the update pipeline stores in the field ``name``: the
+    item's ``value``, or as the field's rule has it meet the stored one."""
+    if name in rules.least:  # $min passes over a field not stored yet or null
+        return {"$min": [_stored_field(name), {"$literal": value}]}
+    if name in rules.kept and value is None:
+        return {"$ifNull": [_stored_field(name), None]}
+    return {"$literal": value}
+
+
+def _kept_changes(document: Mapping[str, Any], rules: FieldRules) -> list[dict[str, Any]]:
+    """Whether each kept field the document has a value for (and that is no volatile field)
+    differs from the stored one: a change the change hash leaves out."""
+    return [
+        {"$ne": [_stored_field(name), {"$literal": document[name]}]}
+        for name in _compared(document, rules)
+    ]
+
+
+def _compared(document: Mapping[str, Any], rules: FieldRules) -> list[str]:
+    """The kept fields the document has a value for whose change is a change of content."""
+    volatile = VOLATILE_FIELDS.union(rules.volatile)
+    return [
+        name
+        for name in sorted(rules.kept)
+        if document.get(name) is not None and name not in volatile
+    ]
+
+
 def literal_names(document: Mapping[str, Any]) -> list[str]:
     """The field names of ``document`` that an update's ``$set`` would read as a path or an
     operator, not as a name: empty, holding a dot (``"Wt. (lbs)"``) or starting with ``$``.
@@ -125,17 +156,20 @@ def _stored_field(name: str) -> Any:
 
 
 def same_content_filter(
-    key: Mapping[str, Any], document: Mapping[str, Any], least: Collection[str] = ()
+    key: Mapping[str, Any], document: Mapping[str, Any], rules: FieldRules = NO_RULES
 ) -> dict[str, Any]:
-    """The filter of :func:`same_content_update`: the key and the new hash, and each ``least``
-    field the document has not stored as null (``$min`` would keep the null, the least of all
-    values: such a document is written in the pipeline form, whose ``$min`` passes over it). A
-    document stored trimmed has its hash marked (:func:`marked_trimmed`), so it is not matched,
-    and the pipeline form removes its ``_truncated`` when it is stored whole again."""
+    """The filter of :func:`same_content_update`: the key and the new hash, and what the
+    fields the hash leaves out need for the plain form to store them right: each kept field's
+    value, when it counts as a change (``$eq``: MongoDB refuses an ``$expr`` in an upsert's
+    filter; a stored list holding the value is taken as equal), a least field not stored as
+    null (``$min`` would keep the null). A document stored trimmed has its hash marked
+    (:func:`marked_trimmed`), so it is not matched, and the pipeline form removes its
+    ``_truncated`` when it is stored whole again."""
     selector: dict[str, Any] = {**key, CHANGE_HASH: document[CHANGE_HASH]}
-    for name in least:
-        if name in document:
-            selector[name] = {"$not": {"$type": "null"}}
+    for name in _compared(document, rules):
+        selector[name] = {"$eq": document[name]}  # an upsert inserts it so
+    for name in rules.least.intersection(document):
+        selector[name] = {"$not": {"$type": "null"}}
     return selector
 
 
@@ -151,29 +185,32 @@ def same_content_update(
     selector: Mapping[str, Any],
     document: Mapping[str, Any],
     now: datetime,
-    least: Collection[str] = (),
-    volatile: Collection[str] = (),
+    rules: FieldRules = NO_RULES,
 ) -> dict[str, Any]:
     """The plain update that stores ``document`` (not trimmed) over a stored one of the same
     content (:func:`same_content_filter`), or inserts it. A stored document of the same hash,
     unless the hash is marked LOSSY, holds the same values already: its content is written on
     insert only, with ``first_seen``, ``last_changed`` and ``change_count``. What is set is
-    ``last_seen``, the volatile fields (the usual ones and ``volatile``), an item's own fields
-    named like the history's and, under a LOSSY hash, the whole content; a ``least`` field
-    keeps the least value stored."""
-    unhashed = VOLATILE_FIELDS.union(volatile, HISTORY_FIELDS)
+    ``last_seen``, the volatile fields (the usual ones and the item class's), an item's own
+    fields named like the history's and, under a LOSSY hash, the whole content; a least field
+    keeps the least value stored, a kept field without a value the stored one (null on
+    insert)."""
+    unhashed = VOLATILE_FIELDS.union(rules.volatile, HISTORY_FIELDS)
     if document[CHANGE_HASH].endswith(LOSSY):
         unhashed = unhashed.union(document)
-    filtered = {*selector, CHANGE_HASH}  # an upsert inserts its filter's fields itself
-    kept = {name: document[name] for name in least if name in document}
+    # An upsert inserts its filter's fields itself (same_content_filter's equal ones).
+    filtered = {*selector, CHANGE_HASH, *_compared(document, rules)}
+    least = {name: document[name] for name in rules.least.intersection(document)}
     fresh: dict[str, Any] = {}
     same: dict[str, Any] = {}
     for name, value in document.items():
-        if name not in kept and name not in filtered:
-            (fresh if name in unhashed else same)[name] = value
+        if name in least or name in filtered:
+            continue
+        kept = name in rules.kept and value is None  # the stored value stays
+        (fresh if name in unhashed and not kept else same)[name] = value
     update: dict[str, Any] = {"$set": {**fresh, "last_seen": now}}
-    if kept:
-        update["$min"] = kept
+    if least:
+        update["$min"] = least
     first = {"first_seen": now, "last_changed": now, "change_count": 0}
     update["$setOnInsert"] = same | {name: at for name, at in first.items() if name not in fresh}
     return update

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,14 +32,11 @@ from pymongo.errors import PyMongoError
 
 from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
-from crawler.storage.bulk import BulkWrites, Write
-from crawler.storage.changes import (
-    marked_trimmed,
-    with_change_hash,
-)
-from crawler.storage.destinations import DEFAULT_KEY, Destinations, document_of
-from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
+from crawler.storage.bulk import BulkWrites
+from crawler.storage.destinations import DEFAULT_KEY, Destinations
+from crawler.storage.prepare import BatchPreparer, Upsert
 from crawler.storage.replay import SpillReplay
+from crawler.storage.rules import NO_RULES, FieldRules
 from crawler.storage.spill import SpillFile
 from crawler.uris import mask_uri
 
@@ -53,12 +50,6 @@ logger = logging.getLogger(__name__)
 # Waiters woken per event-loop turn when a batch is written, so the loop keeps serving I/O and
 # timers between groups instead of running every item's continuation in one turn.
 WAKE_CHUNK = 64
-# Items the preparer thread prepares between two offers of the GIL to the reactor thread (about
-# a millisecond of work): the reactor, woken by a timer or I/O, runs at once instead of waiting
-# for the interpreter's switch interval (5 ms) each time it needs the GIL back.
-PREPARE_SLICE = 16
-# (filter, the item, the item class's volatile fields, its least fields' values)
-Upsert = tuple[dict[str, Any], Any, Collection[str], dict[str, Any]]
 # Seconds without a new item after which a batch is written, however young.
 QUIET = 0.05
 # MongoDB's own databases: a URI's path naming one is its database to authenticate against.
@@ -129,7 +120,7 @@ class MongoWriter:
     file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start. At
     most MONGO_MAX_PENDING items wait at once: beyond that the crawl waits, so memory stays
     bounded. Documents over MONGO_MAX_DOCUMENT_BYTES are trimmed (``documents.py``); an item
-    still too large, whose document cannot be made (:func:`unstorable`), or refused by MongoDB,
+    still too large, whose document cannot be made (``prepare.unstorable``), or refused by MongoDB,
     raises :class:`ItemNotStored`.
     """
 
@@ -157,6 +148,7 @@ class MongoWriter:
         # documents are prepared in another thread meanwhile.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-writer")
         self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-preparer")
+        self.preparing = BatchPreparer(config.max_document_bytes, stats)
 
     async def open(self) -> None:
         """Connect, replay what earlier runs spilled, start flushing old batches."""
@@ -178,20 +170,20 @@ class MongoWriter:
         destination: Destination,
         key: Any,
         item: Any,
-        volatile: Collection[str] = (),
-        least: Mapping[str, Any] | None = None,
+        rules: FieldRules = NO_RULES,
+        values: Mapping[str, Any] | None = None,
     ) -> None:
         """Return once ``item`` (whose unique key is ``key``) is written to its collection or
-        spilled; raises :class:`ItemNotStored` when MongoDB does not store it. ``volatile``:
-        fields left out of its change hash besides the usual ones (``changes.py``); ``least``:
-        fields (with the item's values) whose stored value is the least ever stored (a page's
-        depth: the shortest path found to it). The item is read in the writer thread: it must
-        not change until this returns."""
+        spilled; raises :class:`ItemNotStored` when MongoDB does not store it. ``rules``: how
+        the fields of its class meet the stored ones (``rules.py``: volatile fields left out of
+        its change hash besides the usual ones, least and kept fields), ``values`` the item's
+        values of its least and kept fields (:meth:`FieldRules.values_of`). The
+        item is read in the preparer thread: it must not change until this returns."""
         while self._pending >= self.config.max_pending:
             self._room.clear()
             self.stats.inc_value("mongo/backpressure_waits")
             await self._room.wait()
-        waiter = self._buffer(destination, key, item, volatile, dict(least or {}))
+        waiter = self._buffer(destination, key, item, rules, dict(values or {}))
         await waiter
 
     async def close(self) -> None:
@@ -217,16 +209,16 @@ class MongoWriter:
         destination: Destination,
         key: Any,
         item: Any,
-        volatile: Collection[str],
-        least: dict[str, Any],
+        rules: FieldRules,
+        values: dict[str, Any],
     ) -> asyncio.Future[None]:
         batch = self._batches.get(destination.collection)
         if batch is None:  # not setdefault's argument: no batch made and dropped for each item
             batch = self._batches[destination.collection] = CollectionBatch()
         hashable = _hashable(key)
-        if least and (earlier := batch.updates.get(hashable)) is not None:
-            least = least_of(earlier[3], least)
-        batch.updates[hashable] = ({destination.unique_key: key}, item, volatile, least)
+        if values and (earlier := batch.updates.get(hashable)) is not None:
+            values = rules.merged(earlier[3], values)
+        batch.updates[hashable] = ({destination.unique_key: key}, item, rules, values)
         batch.joined = time.monotonic()
         if destination.unique_key not in batch.destinations:
             batch.destinations[destination.unique_key] = destination
@@ -275,7 +267,7 @@ class MongoWriter:
         destinations = list(batch.destinations.values())
         try:
             writes, failed = await self._in_thread(
-                self._prepare_batch, collection, operations, executor=self._preparer
+                self.preparing.prepare_batch, collection, operations, executor=self._preparer
             )
             assert self.bulk is not None  # open() made it before any item was stored
             failed = await self._in_thread(
@@ -303,64 +295,6 @@ class MongoWriter:
         """``function(*args)`` in the writer thread (or ``executor``'s)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor or self._executor, function, *args)
-
-    # --- preparing (preparer thread) -------------------------------------------------------------
-
-    def _prepare_batch(
-        self, collection: str, upserts: list[Upsert]
-    ) -> tuple[list[Write], dict[int, str]]:
-        """The writes of the upserts, and those that cannot be written, by position: reason."""
-        writes: list[Write] = []
-        failed: dict[int, str] = {}
-        for index, (selector, item, volatile, least) in enumerate(upserts):
-            if index and index % PREPARE_SLICE == 0:
-                time.sleep(0)  # the GIL to the reactor thread if it waits for it
-            try:
-                writes.append(self._prepare(index, collection, selector, item, volatile, least))
-            except DocumentTooLarge as exc:
-                self.stats.inc_value("mongo/too_large")
-                failed[index] = str(exc)
-            except Exception as exc:  # this item's alone: its batch is written all the same
-                self.stats.inc_value("mongo/unstorable")
-                failed[index] = unstorable(exc)
-        return writes, failed
-
-    def _prepare(
-        self,
-        index: int,
-        collection: str,
-        selector: dict[str, Any],
-        item: Any,
-        volatile: Collection[str],
-        least: dict[str, Any],
-    ) -> Write:
-        """The write of the item's document with its change hash, trimmed to
-        MONGO_MAX_DOCUMENT_BYTES (documents.py). A least field without a value (None) is left
-        out of what is written, so the value stored stays: MongoDB's ``$min`` would store null
-        (the least of all values) in the plain form, and pass over it in the pipeline form."""
-        ((unique_key, key),) = selector.items()
-        hashed = with_change_hash({**document_of(item), **least}, volatile)
-        fitted = fit(hashed, self.config.max_document_bytes, unique_key)
-        unwritten = {name for name, value in least.items() if value is None}
-        if unique_key == "_id":
-            unwritten.add("_id")
-        if unwritten:
-            fitted = {name: value for name, value in fitted.items() if name not in unwritten}
-            least = {name: value for name, value in least.items() if name not in unwritten}
-        if TRUNCATED_FIELD not in fitted:
-            return Write(index, selector, fitted, (TRUNCATED_FIELD,), tuple(least), tuple(volatile))
-        marked_trimmed(fitted)
-        self.stats.inc_value("mongo/truncated")
-        logger.warning(
-            "Trimmed the %s document %s=%.80r to fit MONGO_MAX_DOCUMENT_BYTES: %s",
-            collection,
-            unique_key,
-            key,
-            ", ".join(
-                f"{name} from {size:,} bytes" for name, size in fitted[TRUNCATED_FIELD].items()
-            ),
-        )
-        return Write(index, selector, fitted, least=tuple(least))
 
     # --- writing (writer thread) ---------------------------------------------------------------
 
@@ -409,31 +343,6 @@ def _resolve_waiter(
         waiter.set_result(None)
     else:
         waiter.set_exception(ItemNotStored(f"{collection} {key!r:.80}: {reason}"))
-
-
-def least_of(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
-    """The least of each field of two values of an item's least fields."""
-    merged = dict(later)
-    for name, value in earlier.items():
-        if name not in merged or (value is not None and _less(value, merged[name])):
-            merged[name] = value
-    return merged
-
-
-def _less(value: Any, other: Any) -> bool:
-    try:
-        return other is None or bool(value < other)
-    except TypeError:
-        return False
-
-
-def unstorable(exc: BaseException) -> str:
-    """Why an item's document could not be made (a value BSON has no type for, a key that is
-    not a string, nesting deeper than Python reads, an item that holds itself)."""
-    reason = f"{type(exc).__name__}: {exc}"[:300]
-    if isinstance(exc, RecursionError):
-        return f"cannot be stored, nested too deeply or holding itself ({reason})"
-    return f"cannot be stored: {reason}"
 
 
 def _say_other_database(uri: str, database: str) -> None:
