@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 
@@ -15,14 +15,21 @@ class StoredItem(Protocol):
 
 @dataclass
 class VideoItem:
-    """One video of an explore feed; a field of the wrong type is None (and counted)."""
+    """One video of an explore feed; a field of the wrong type is None (and counted).
+    ``category`` is the category of the walk that found it (None for feeds without one, the
+    recommend feed), ``categories`` the walk's category as a list (empty without one)."""
 
     collection: ClassVar[str] = "videos"
     unique_key: ClassVar[str] = "video_id"
-    # A count the feed answers null or leaves out leaves the stored one: the last known.
+    # Where the walk that found it was: not a change of the video.
+    volatile_fields: ClassVar[frozenset[str]] = frozenset({"category"})
+    # A count the feed answers null or leaves out, and a walk without a category, leave the
+    # stored one: the last known.
     kept_fields: ClassVar[frozenset[str]] = frozenset(
-        {"digg_count", "play_count", "share_count", "comment_count", "collect_count"}
+        {"digg_count", "play_count", "share_count", "comment_count", "collect_count", "category"}
     )
+    # Every category the video was ever found under.
+    union_fields: ClassVar[frozenset[str]] = frozenset({"categories"})
 
     video_id: str
     description: str | None = None
@@ -34,7 +41,8 @@ class VideoItem:
     share_count: int | None = None
     comment_count: int | None = None
     collect_count: int | None = None
-    category: int | None = None  # None for feeds without one (the recommend feed)
+    category: int | None = None
+    categories: list[int] = field(default_factory=list)
 
 
 @dataclass

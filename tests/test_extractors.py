@@ -91,6 +91,7 @@ def test_video_fields() -> None:
         "author_id": "66",
         "author_unique_id": "dancer.one",
         "category": 2,
+        "categories": [2],
         "digg_count": 12,
         "play_count": 1000,
         "share_count": 2,
@@ -102,7 +103,8 @@ def test_video_fields() -> None:
 def test_video_fields_fall_back_to_string_stats() -> None:
     item = _video(likes=7)
     del item["stats"]
-    assert video_fields(item, None)["digg_count"] == 7
+    fields = video_fields(item, None)  # a feed without a category: none to list
+    assert (fields["digg_count"], fields["category"], fields["categories"]) == (7, None, [])
 
 
 def test_a_popular_author_is_found_by_the_newer_counts_too() -> None:

@@ -1,4 +1,4 @@
-"""How an item class's least and kept fields meet the document stored before, in each
+"""How an item class's least, kept and union fields meet the document stored before, in each
 form a write takes (crawler/storage/changes.py, docs/storage.md)."""
 
 from __future__ import annotations
@@ -171,12 +171,12 @@ def test_a_new_video_upserted_in_the_plain_form_has_its_count(mongo: Mongo, tmp_
     """A batch after one that brought no new document is upserted, not inserted first: a new
     video's count comes from the plain form's filter (``$eq``), its missing ones are null."""
     _store(mongo, tmp_path, _video(5))
-    other = VideoItem("7300000000000000002", play_count=7, category=3)
+    other = VideoItem("7300000000000000002", play_count=7, category=3, categories=[3])
     stats = _store(mongo, tmp_path, _video(5), other, each=True)
     assert stats.get_value("mongo/existing_writes") == 1  # the first batch only: inserted first
     doc = mongo.db.videos.find_one({"video_id": other.video_id}, {"_id": 0})
     assert doc is not None
-    assert (doc["play_count"], doc["digg_count"], doc["category"]) == (7, None, 3)
+    assert (doc["play_count"], doc["digg_count"], doc["categories"]) == (7, None, [3])
 
 
 class Counted(dict[str, Any]):
@@ -237,6 +237,61 @@ def test_a_count_is_the_last_one_known_and_changes_as_it_does(
     assert (doc["play_count"], doc["change_count"]) == (known, changes)
 
 
+# --- union fields -------------------------------------------------------------------------------
+
+
+class Tagged(dict[str, Any]):
+    union_fields = ("tags",)
+
+
+class TaggedByName(dict[str, Any]):
+    """A union field in a document that only the $setField form writes."""
+
+    union_fields = ("tags",)
+
+
+@pytest.mark.parametrize("item_class", [Tagged, TaggedByName])
+def test_a_union_field_keeps_every_element_once_in_the_order_found(
+    mongo: Mongo, tmp_path: Path, item_class: type[dict[str, Any]]
+) -> None:
+    """Elements added by the same content (the plain form), changed content (the update
+    pipeline or $setField) and two copies in one batch: each kept once, in the order first
+    stored; a new element is no change."""
+    page = {"url": URL} | ({"Wt. (lbs)": "1"} if item_class is TaggedByName else {})
+    _store(mongo, tmp_path, item_class(page, title="t", tags=["a"]))
+    _store(mongo, tmp_path, item_class(page, title="t", tags=["b", "a", "b"]))
+    assert (_stored(mongo)["tags"], _stored(mongo)["change_count"]) == (["a", "b"], 0)
+    _store(mongo, tmp_path, item_class(page, title="u", tags=["c"]))
+    assert (_stored(mongo)["tags"], _stored(mongo)["change_count"]) == (["a", "b", "c"], 1)
+    _store(mongo, tmp_path, item_class(page, title="u", tags=["d"]), item_class(page, tags=["e"]))
+    assert _stored(mongo)["tags"] == ["a", "b", "c", "d", "e"]
+    _store(mongo, tmp_path, item_class(page, title="u", tags=None))
+    assert _stored(mongo)["tags"] == ["a", "b", "c", "d", "e"]
+
+
+def test_a_union_field_stored_as_no_list_keeps_its_value_as_an_element(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """A field stored as one value before it was a union field: the value is its first
+    element, never an error that fails the item."""
+    mongo.db.listings.insert_one({"url": URL, "tags": "old"})
+    _store(mongo, tmp_path, Tagged(url=URL, tags="new"))
+    assert _stored(mongo)["tags"] == ["old", "new"]
+
+
+def test_a_videos_walk_without_a_category_leaves_its_categories(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """A video found under category 2, then by the recommend feed (no category): it keeps
+    category 2; found under "All" (120) then, it lists both, ``category`` the last."""
+    _store(mongo, tmp_path, _video(1, category=2, categories=[2]))
+    _store(mongo, tmp_path, _video(1, category=None, categories=[]))
+    assert (_stored_video(mongo)["category"], _stored_video(mongo)["categories"]) == (2, [2])
+    _store(mongo, tmp_path, _video(1, category=120, categories=[120]))
+    doc = _stored_video(mongo)
+    assert (doc["category"], doc["categories"], doc["change_count"]) == (120, [2, 120], 0)
+
+
 class Confused(dict[str, Any]):
     least_fields = ("rank",)
     kept_fields = ("rank", "plays")
@@ -247,6 +302,8 @@ def test_a_field_in_two_rules_fails_its_item_with_the_reason(mongo: Mongo, tmp_p
     items of the run are stored."""
     with pytest.raises(InvalidFieldRules, match="rank in both least_fields and kept_fields"):
         rules_of(Confused)
-    stats = _store(mongo, tmp_path, Confused(url=URL, rank=1), Ranked(url=URL + "2"), failing=1)
+    stats = _store(
+        mongo, tmp_path, Confused(url=URL, rank=1), Tagged(url=URL + "2", tags=["a"]), failing=1
+    )
     assert stats.get_value("mongo/items") == 1
     assert mongo.db.listings.count_documents({}) == 1

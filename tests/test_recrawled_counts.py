@@ -1,5 +1,6 @@
 """What a re-crawl of the explore feed and of profiles leaves in MongoDB: a count the site
-answers null or leaves out keeps the count stored before (docs/storage.md, docs/spiders.md)."""
+answers null or leaves out keeps the count stored before, and a video keeps every category it
+was found under (docs/storage.md, docs/spiders.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from sandbox.data import Author
+from sandbox.data import ALL_CATEGORY, Author
 from sandbox.seed import build_dataset
 from tests.harness import Crawl, Sandbox
 
@@ -107,3 +108,32 @@ def test_a_recrawl_without_counts_keeps_the_stored_profiles_counts(
         assert tuple(doc[name] for name in PROFILE_COUNTS) == _counts(author), author.unique_id
         assert doc["last_seen"] > first[author.unique_id]["last_seen"]
         assert doc["change_count"] == 0
+
+
+@pytest.mark.integration
+def test_a_video_keeps_every_category_it_was_found_under(crawl: Crawl) -> None:
+    """Two pages of category 2 and of "All" (120) walked in one crawl, then two pages of
+    category 2 again: a video of both walks lists both categories, once each, and keeps both
+    after the re-crawl of one; ``category`` is the last walk's, and neither counts as a change."""
+    pages = {"EXPLORE_MAX_PAGES": 2, **NO_HANDOFF}
+    size = 2 * 16  # EXPLORE_PAGE_SIZE
+    found = {
+        category: {video.id for video in DATASET.videos_by_category[category][:size]}
+        for category in (2, ALL_CATEGORY)
+    }
+    both = found[2] & found[ALL_CATEGORY]
+    assert both  # "All" interleaves every category from its first videos on
+    _crawled(crawl, "explore", "-a", f"categories=2,{ALL_CATEGORY}", **pages)
+    stored = _videos(crawl)
+    assert set(stored) == found[2] | found[ALL_CATEGORY]
+    for video_id, doc in stored.items():
+        expected = [c for c in (2, ALL_CATEGORY) if video_id in found[c]]
+        assert sorted(doc["categories"]) == expected, video_id
+    _crawled(crawl, "explore", "-a", "categories=2", **pages)
+    again = _videos(crawl)
+    for video_id in both:
+        assert sorted(again[video_id]["categories"]) == [2, ALL_CATEGORY], video_id
+        assert again[video_id]["category"] == 2
+    for video_id in found[ALL_CATEGORY] - found[2]:
+        assert (again[video_id]["category"], again[video_id]["categories"]) == (120, [120])
+    assert {doc["change_count"] for doc in again.values()} == {0}

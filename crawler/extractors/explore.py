@@ -119,8 +119,9 @@ def _status_code(data: Mapping[str, Any]) -> int:
 def video_fields(
     item: Mapping[str, Any], category: int | None, reader: FieldReader | None = None
 ) -> dict[str, Any]:
-    """The stored fields of one feed item (of a page from :func:`parse_feed`). An absent value
-    is None; so is a value of the wrong type or a JSON null, and its name goes to
+    """The stored fields of one feed item (of a page from :func:`parse_feed`) found in the
+    walk of ``category`` (None: a feed without one), also as the list ``categories``. An absent
+    value is None; so is a value of the wrong type or a JSON null, and its name goes to
     ``reader.bad``. Counts are the exact ``statsV2`` (strings) where usable, field by field, else
     the ``stats`` (rounded from 10,000 up: 22600 for 22609)."""
     read = reader or FieldReader()
@@ -133,6 +134,7 @@ def video_fields(
         "author_id": read.identifier("author_id", field(author, "id")),
         "author_unique_id": read.text("author_unique_id", field(author, "uniqueId")),
         "category": category,
+        "categories": [] if category is None else [category],
         "digg_count": read.integer("digg_count", field(counts, "diggCount")),
         "play_count": read.integer("play_count", field(counts, "playCount")),
         "share_count": read.integer("share_count", field(counts, "shareCount")),

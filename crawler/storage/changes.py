@@ -77,7 +77,7 @@ def history_update(
     """The update pipeline that stores ``document`` (with its ``change_hash``) and its history,
     and removes the ``unset`` fields; its fields meet the stored ones by the item class's
     ``rules`` (``rules.py``): a least field keeps the least value stored, a kept field without
-    a value the stored one."""
+    a value the stored one, a union field adds its elements to the stored ones."""
     content = document[CHANGE_HASH][:DIGEST_CHARS]  # the content's digest alone
     known = {"$ne": [{"$type": f"${CHANGE_HASH}"}, "missing"]}
     stored = {"$substrCP": [f"${CHANGE_HASH}", 0, len(content)]}
@@ -118,7 +118,18 @@ def _stored_by_rule(name: str, value: Any, rules: FieldRules) -> Any:
         return {"$min": [_stored_field(name), {"$literal": value}]}
     if name in rules.kept and value is None:
         return {"$ifNull": [_stored_field(name), None]}
+    if name in rules.union:
+        return _union(_stored_field(name), value)
     return {"$literal": value}
+
+
+def _union(stored: Any, elements: list[Any]) -> dict[str, Any]:
+    """The stored list (a stored value that is no list as one element), then those of
+    ``elements`` it does not hold."""
+    absent = {"$eq": [{"$ifNull": [stored, None]}, None]}
+    listed = {"$cond": [{"$isArray": stored}, stored, {"$cond": [absent, [], [stored]]}]}
+    new = {"$not": [{"$in": ["$$this", listed]}]}
+    return {"$concatArrays": [listed, {"$filter": {"input": {"$literal": elements}, "cond": new}}]}
 
 
 def _kept_changes(document: Mapping[str, Any], rules: FieldRules) -> list[dict[str, Any]]:
@@ -162,14 +173,17 @@ def same_content_filter(
     fields the hash leaves out need for the plain form to store them right: each kept field's
     value, when it counts as a change (``$eq``: MongoDB refuses an ``$expr`` in an upsert's
     filter; a stored list holding the value is taken as equal), a least field not stored as
-    null (``$min`` would keep the null). A document stored trimmed has its hash marked
-    (:func:`marked_trimmed`), so it is not matched, and the pipeline form removes its
-    ``_truncated`` when it is stored whole again."""
+    null (``$min`` would keep the null), a union field stored as a list (``$addToSet`` adds to
+    no other value). A document stored trimmed has its hash marked (:func:`marked_trimmed`), so
+    it is not matched, and the pipeline form removes its ``_truncated`` when it is stored whole
+    again."""
     selector: dict[str, Any] = {**key, CHANGE_HASH: document[CHANGE_HASH]}
     for name in _compared(document, rules):
         selector[name] = {"$eq": document[name]}  # an upsert inserts it so
     for name in rules.least.intersection(document):
         selector[name] = {"$not": {"$type": "null"}}
+    for name in rules.union.intersection(document):
+        selector[name] = {"$type": "array"}
     return selector
 
 
@@ -194,23 +208,26 @@ def same_content_update(
     ``last_seen``, the volatile fields (the usual ones and the item class's), an item's own
     fields named like the history's and, under a LOSSY hash, the whole content; a least field
     keeps the least value stored, a kept field without a value the stored one (null on
-    insert)."""
+    insert), a union field adds its elements to the stored ones."""
     unhashed = VOLATILE_FIELDS.union(rules.volatile, HISTORY_FIELDS)
     if document[CHANGE_HASH].endswith(LOSSY):
         unhashed = unhashed.union(document)
     # An upsert inserts its filter's fields itself (same_content_filter's equal ones).
     filtered = {*selector, CHANGE_HASH, *_compared(document, rules)}
     least = {name: document[name] for name in rules.least.intersection(document)}
+    union = {name: {"$each": document[name]} for name in rules.union.intersection(document)}
     fresh: dict[str, Any] = {}
     same: dict[str, Any] = {}
     for name, value in document.items():
-        if name in least or name in filtered:
+        if name in least or name in union or name in filtered:
             continue
         kept = name in rules.kept and value is None  # the stored value stays
         (fresh if name in unhashed and not kept else same)[name] = value
     update: dict[str, Any] = {"$set": {**fresh, "last_seen": now}}
     if least:
         update["$min"] = least
+    if union:
+        update["$addToSet"] = union
     first = {"first_seen": now, "last_changed": now, "change_count": 0}
     update["$setOnInsert"] = same | {name: at for name, at in first.items() if name not in fresh}
     return update

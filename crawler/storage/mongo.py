@@ -176,8 +176,8 @@ class MongoWriter:
         """Return once ``item`` (whose unique key is ``key``) is written to its collection or
         spilled; raises :class:`ItemNotStored` when MongoDB does not store it. ``rules``: how
         the fields of its class meet the stored ones (``rules.py``: volatile fields left out of
-        its change hash besides the usual ones, least and kept fields), ``values`` the item's
-        values of its least and kept fields (:meth:`FieldRules.values_of`). The
+        its change hash besides the usual ones, least, kept and union fields), ``values`` the
+        item's values of its least, kept and union fields (:meth:`FieldRules.values_of`). The
         item is read in the preparer thread: it must not change until this returns."""
         while self._pending >= self.config.max_pending:
             self._room.clear()

@@ -12,7 +12,7 @@ from crawler.storage.bulk import Write
 from crawler.storage.changes import marked_trimmed, with_change_hash
 from crawler.storage.destinations import document_of
 from crawler.storage.documents import TRUNCATED_FIELD, DocumentTooLarge, fit
-from crawler.storage.rules import FieldRules
+from crawler.storage.rules import FieldRules, distinct, elements
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -67,8 +67,7 @@ class BatchPreparer:
         what is written, so the value stored stays: MongoDB's ``$min`` would store null (the
         least of all values) in the plain form, and pass over it in the pipeline form."""
         ((unique_key, key),) = selector.items()
-        merged = {**document_of(item), **document_of(values)}
-        document = with_change_hash(merged, rules.unhashed)
+        document = with_change_hash(_merged_document(item, rules, values), rules.unhashed)
         fitted = fit(document, self.max_document_bytes, unique_key)
         unwritten = {name for name in rules.least if values.get(name) is None}
         if unique_key == "_id":
@@ -89,6 +88,14 @@ class BatchPreparer:
             ),
         )
         return Write(index, selector, fitted, rules=rules)
+
+
+def _merged_document(item: Any, rules: FieldRules, values: dict[str, Any]) -> dict[str, Any]:
+    """The item's document with its merged fields' values, a union field's elements each once."""
+    document = {**document_of(item), **document_of(values)}
+    for name in rules.union:
+        document[name] = distinct(elements(document[name]))
+    return document
 
 
 def unstorable(exc: BaseException) -> str:

@@ -10,6 +10,9 @@ An item class names them with class attributes, each a collection of field names
   or nothing) leaves the stored one (a video's counts); a new value is a change (unless the
   field is volatile too), which MongoDB tells by comparing the values: they are left out of
   the change hash, which could not say what a document keeps.
+- ``union_fields`` hold a list to which each item's elements are added (a video's categories,
+  every one it was found under): kept in the order first stored, each once; an element not
+  stored yet is no change. An item's value that is no list is one element (None: none).
 
 An item seen twice in one batch is written once, its values of these fields merged
 (:meth:`FieldRules.merged`) as the two writes would have left them.
@@ -29,6 +32,7 @@ ATTRIBUTES = {
     "volatile": "volatile_fields",
     "least": "least_fields",
     "kept": "kept_fields",
+    "union": "union_fields",
 }
 
 
@@ -44,29 +48,36 @@ class FieldRules:
     volatile: frozenset[str] = frozenset()
     least: frozenset[str] = frozenset()
     kept: frozenset[str] = frozenset()
+    union: frozenset[str] = frozenset()
 
     @property
     def merged_fields(self) -> frozenset[str]:
         """The fields whose values are read as the item is buffered and merged in a batch."""
-        return self.least | self.kept
+        return self.least | self.kept | self.union
 
     @property
     def unhashed(self) -> frozenset[str]:
         """The fields left out of the change hash."""
-        return self.volatile | self.kept
+        return self.volatile | self.kept | self.union
 
     def values_of(self, item: Any) -> dict[str, Any]:
-        """The item's values of its merged fields (None when it has none)."""
-        return {name: field_of(item, name) for name in self.merged_fields}
+        """The item's values of its merged fields (None when it has none), a union field's as
+        the list of its elements."""
+        values = {name: field_of(item, name) for name in self.merged_fields}
+        for name in self.union:
+            values[name] = elements(values[name])
+        return values
 
     def merged(self, earlier: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any]:
         """The values of an item seen twice in one batch, as writing ``earlier`` then ``later``
-        would leave them: the least, the later unless it is None."""
+        would leave them: the least, the later unless it is None, both lists' elements."""
         merged = dict(later)
         for name, value in earlier.items():
             if value is None:
                 continue
-            if merged.get(name) is None or (name in self.least and _less(value, merged[name])):
+            if name in self.union:
+                merged[name] = [*value, *merged.get(name, ())]
+            elif merged.get(name) is None or (name in self.least and _less(value, merged[name])):
                 merged[name] = value
         return merged
 
@@ -79,7 +90,7 @@ def rules_of(item_class: type) -> FieldRules:
     """The rules an item class names (InvalidFieldRules when they cannot be followed)."""
     named = {rule: _names(item_class, attribute) for rule, attribute in ATTRIBUTES.items()}
     rules = FieldRules(**named)
-    for first, second in (("least", "kept"),):
+    for first, second in (("least", "kept"), ("least", "union"), ("kept", "union")):
         if both := sorted(named[first] & named[second]):
             raise InvalidFieldRules(
                 f"{item_class.__name__} names {', '.join(both)} in both "
@@ -97,6 +108,25 @@ def _names(item_class: type, attribute: str) -> frozenset[str]:
             f"{item_class.__name__}.{attribute} must be field names, not {value!r:.80}"
         )
     return frozenset(value)
+
+
+def elements(value: Any) -> list[Any]:
+    """A union field's value as the list of its elements: a list's, a tuple's or a set's own,
+    none for None, any other value as one."""
+    if value is None:
+        return []
+    if isinstance(value, list | tuple | set | frozenset):
+        return list(value)
+    return [value]
+
+
+def distinct(values: list[Any]) -> list[Any]:
+    """``values`` without repeats (of the same type and equal), in the order first met."""
+    kept: list[Any] = []
+    for value in values:
+        if not any(type(other) is type(value) and other == value for other in kept):
+            kept.append(value)
+    return kept
 
 
 def _less(value: Any, other: Any) -> bool:
