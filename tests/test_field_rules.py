@@ -18,7 +18,7 @@ from crawler.config.values import Destination
 from crawler.items import PageItem, ProfileItem, VideoItem
 from crawler.pipelines import MongoPipeline
 from crawler.storage.destinations import Destinations
-from crawler.storage.rules import InvalidFieldRules, rules_of
+from crawler.storage.rules import InvalidFieldRules, distinct, rules_of
 from tests.harness import Mongo
 from tests.mongo_config import pipeline_settings
 
@@ -267,6 +267,35 @@ def test_a_union_field_keeps_every_element_once_in_the_order_found(
     assert _stored(mongo)["tags"] == ["a", "b", "c", "d", "e"]
     _store(mongo, tmp_path, item_class(page, title="u", tags=None))
     assert _stored(mongo)["tags"] == ["a", "b", "c", "d", "e"]
+
+
+_ELEMENTS = st.one_of(
+    st.integers(-3, 3),
+    st.sampled_from([1.0, 2.5, True, False, None]),
+    st.text(max_size=2),
+    st.lists(st.integers(0, 2), max_size=2),
+    st.dictionaries(st.sampled_from("ab"), st.integers(0, 1), max_size=2),
+)
+
+
+@given(st.lists(_ELEMENTS, max_size=30))
+def test_a_union_fields_elements_are_each_kept_once_in_the_order_first_met(
+    values: list[Any],
+) -> None:
+    """Whatever elements a union field's lists hold, those stored are each kept once, the first
+    of equal ones (numbers equal as MongoDB has them: 1 and 1.0, never True), in order."""
+    expected: list[Any] = []
+    for value in values:
+        if not any(_same_element(value, other) for other in expected):
+            expected.append(value)
+    kept = distinct(values)
+    assert len(kept) == len(expected)
+    assert all(value is other for value, other in zip(kept, expected, strict=True))
+
+
+def _same_element(value: Any, other: Any) -> bool:
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, other))
+    return value == other and (numbers or type(value) is type(other))
 
 
 def test_a_union_field_stored_as_no_list_keeps_its_value_as_an_element(

@@ -103,11 +103,12 @@ def _names(item_class: type, attribute: str) -> frozenset[str]:
     value = getattr(item_class, attribute, ())
     if isinstance(value, str):
         return frozenset({value})
-    if not isinstance(value, Iterable) or not all(isinstance(name, str) for name in value):
+    names = list(value) if isinstance(value, Iterable) else [value]
+    if not all(isinstance(name, str) for name in names):
         raise InvalidFieldRules(
             f"{item_class.__name__}.{attribute} must be field names, not {value!r:.80}"
         )
-    return frozenset(value)
+    return frozenset(names)
 
 
 def elements(value: Any) -> list[Any]:
@@ -121,12 +122,26 @@ def elements(value: Any) -> list[Any]:
 
 
 def distinct(values: list[Any]) -> list[Any]:
-    """``values`` without repeats (of the same type and equal), in the order first met."""
+    """``values`` without repeats, in the order first met: equal numbers are one (as MongoDB
+    compares them: 1 and 1.0, not True), other values one when of the same type and equal."""
+    seen: set[Any] = set()
     kept: list[Any] = []
     for value in values:
-        if not any(type(other) is type(value) and other == value for other in kept):
+        key = _element_key(value)
+        if key not in seen:
+            seen.add(key)
             kept.append(value)
     return kept
+
+
+def _element_key(value: Any) -> Any:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (int, value)
+    try:
+        hash(value)
+    except TypeError:  # a list or a document: by its text (a document's keys in their order)
+        return (type(value), repr(value))
+    return (type(value), value)
 
 
 def _less(value: Any, other: Any) -> bool:
