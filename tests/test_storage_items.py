@@ -87,7 +87,7 @@ def _only_the_bad_one_fails(
     """The good items (every one but ``bad_at``) are stored; the bad one's outcome."""
     bad: BaseException | None = outcomes.pop(bad_at)
     assert outcomes == [None] * GOOD
-    stored = {doc["url"] for doc in mongo.db.shop.find({}, {"url": 1})}
+    stored = {doc["url"] for doc in mongo.db.shop.find({}, {"url": 1, "_id": 0})}
     assert {_good(n)["url"] for n in range(GOOD)} <= stored
     if bad is None:
         assert "https://shop.test/bad" in stored
