@@ -23,10 +23,13 @@ class VideoItem:
     unique_key: ClassVar[str] = "video_id"
     # Where the walk that found it was: not a change of the video.
     volatile_fields: ClassVar[frozenset[str]] = frozenset({"category"})
-    # A count the feed answers null or leaves out, and a walk without a category, leave the
-    # stored one: the last known.
+    # A field the feed answers null or leaves out (its counts at times, its author or text
+    # seldom), and a walk without a category, leave the stored one: the last known.
     kept_fields: ClassVar[frozenset[str]] = frozenset(
-        {"digg_count", "play_count", "share_count", "comment_count", "collect_count", "category"}
+        {
+            *("digg_count", "play_count", "share_count", "comment_count", "collect_count"),
+            *("created_at", "author_id", "author_unique_id", "category"),
+        }
     )
     # Every category the video was ever found under.
     union_fields: ClassVar[frozenset[str]] = frozenset({"categories"})
@@ -57,16 +60,13 @@ class ProfileItem:
     # The avatar URL is signed and expires (x-expires, x-signature query parameters): it
     # differs between fetches of an unchanged profile, so it is not a change.
     volatile_fields: ClassVar[frozenset[str]] = frozenset({"avatar_url"})
-    # A count the page answers null or leaves out (a private profile shows none) leaves the
-    # stored one: the last known.
+    # A field the page answers null or leaves out (a private profile shows no counts, a
+    # missing one nothing) leaves the stored one: the last known; ``status`` says why.
     kept_fields: ClassVar[frozenset[str]] = frozenset(
         {
-            "follower_count",
-            "following_count",
-            "heart_count",
-            "video_count",
-            "digg_count",
-            "friend_count",
+            *("follower_count", "following_count", "heart_count", "video_count"),
+            *("digg_count", "friend_count", "user_id", "nickname", "signature", "verified"),
+            *("private", "region", "sec_uid", "avatar_url", "created_at"),
         }
     )
 

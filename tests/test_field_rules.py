@@ -207,6 +207,31 @@ def test_a_profile_keeps_its_counts_when_a_page_shows_none(mongo: Mongo, tmp_pat
     assert (doc["status"], doc["follower_count"], doc["heart_count"]) == ("private", 1346, 7013)
 
 
+def test_a_missing_profile_and_a_bare_video_keep_what_was_stored(
+    mongo: Mongo, tmp_path: Path
+) -> None:
+    """A profile page that no longer shows the user (not found) keeps the names, text and
+    flags stored, its status says why; a video answered without its time and author keeps them,
+    and that is no change."""
+    ok = ProfileItem("chef", "ok", user_id="7", nickname="Chef", signature="Cooks", verified=True)
+    _store(mongo, tmp_path, ok)
+    _store(mongo, tmp_path, ProfileItem("chef", "not_found"))
+    doc = mongo.db.profiles.find_one({"unique_id": "chef"})
+    assert doc is not None
+    kept = (doc["status"], doc["user_id"], doc["nickname"], doc["signature"], doc["verified"])
+    assert kept == ("not_found", "7", "Chef", "Cooks", True)
+    full: dict[str, Any] = {
+        "created_at": 1_700_000_000,
+        "author_id": "7",
+        "author_unique_id": "chef",
+    }
+    _store(mongo, tmp_path, _video(5, **full))
+    _store(mongo, tmp_path, VideoItem(VIDEO, description="a dance", play_count=5))
+    doc = _stored_video(mongo)
+    assert {name: doc[name] for name in full} == full
+    assert (doc["description"], doc["change_count"]) == ("a dance", 0)
+
+
 @hypothesis.settings(
     max_examples=12,
     deadline=None,
@@ -283,7 +308,8 @@ def test_a_union_fields_elements_are_each_kept_once_in_the_order_first_met(
     values: list[Any],
 ) -> None:
     """Whatever elements a union field's lists hold, those stored are each kept once, the first
-    of equal ones (numbers equal as MongoDB has them: 1 and 1.0, never True), in order."""
+    of equal ones (numbers equal as MongoDB has them: 1 and 1.0, never True; documents equal
+    only with their fields in the same order), in order."""
     expected: list[Any] = []
     for value in values:
         if not any(_same_element(value, other) for other in expected):
@@ -294,7 +320,10 @@ def test_a_union_fields_elements_are_each_kept_once_in_the_order_first_met(
 
 
 def _same_element(value: Any, other: Any) -> bool:
+    """Equal as ``$addToSet`` has them: documents with the same fields in the same order."""
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, other))
+    if isinstance(value, dict) and isinstance(other, dict):
+        return list(value.items()) == list(other.items())
     return value == other and (numbers or type(value) is type(other))
 
 
