@@ -19,6 +19,12 @@ DUE_META = "frontier_due"
 # known yet): its URL, which the duplicate filter lets through once. A redirect or a link made
 # from the answer has another URL and is filtered as usual, which ``dont_filter`` would not do.
 SENT_BACK_META = "frontier_sent_back"
+# Meta key of a sent-back request whose own ``dont_filter`` is False: ``send_back`` sets
+# ``dont_filter``, so that any scheduler's duplicate filter lets it through again (scrapy-redis's
+# and Scrapy's read no frontier mark), and ``filter_as_made`` puts it back as the frontier stores
+# the request or as it comes out of another scheduler: its redirects and offsite checks are as
+# the request's own. Never stored.
+FILTER_LIFTED_META = "frontier_filter_lifted"
 # Meta key set on a request whose turn the frontier's pop planned (see ``Pacing`` in
 # crawler/frontier/queue.py), to the Crawl-delay (meta ``crawl_delay``) it was spaced by: the
 # send gate (crawler/frontier/gate.py) takes its host's token as it goes, and the ban middleware
@@ -79,10 +85,19 @@ def depth_of(meta: dict[str, Any]) -> int | None:
 
 
 def send_back(request: Request, meta: dict[str, Any], due: float) -> Request:
-    """``request`` with ``meta``, going back to the frontier until ``due`` (epoch seconds)."""
+    """``request`` with ``meta``, going back to the frontier until ``due`` (epoch seconds), past
+    the duplicate filter of whichever scheduler takes it (see FILTER_LIFTED_META)."""
     meta[DUE_META] = due
     meta[SENT_BACK_META] = request.url
-    return request.replace(meta=meta)
+    if not request.dont_filter:
+        meta[FILTER_LIFTED_META] = True
+    return request.replace(meta=meta, dont_filter=True)
+
+
+def filter_as_made(request: Request) -> None:
+    """A sent-back request's own ``dont_filter`` (False) back: the lift of ``send_back`` ends."""
+    if request.meta.pop(FILTER_LIFTED_META, False):
+        request.dont_filter = False
 
 
 def forget_proxy_secrets(request: Request) -> None:

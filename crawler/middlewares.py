@@ -44,6 +44,7 @@ from crawler.meta import (
     PACED_META,
     SENT_AT_META,
     crawl_delay_of,
+    filter_as_made,
     send_back,
 )
 
@@ -405,6 +406,7 @@ class LeaseDownloaderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
+        filter_as_made(request)  # sent back through a scheduler other than the frontier
         self.frontier.ledger.guard(request, self.response_failed)
 
     def process_response(self, request: Request, response: Response) -> Response:

@@ -6,7 +6,9 @@ order matters (sandbox/web.py generates its sites; this one is given, page by pa
 links the paths it lists; a page with ``after`` holds its answer until each of those paths has
 been asked for (at most ``hold_s`` seconds), so a test decides which of two paths a crawl finds
 first, whatever the machine's load; a page with ``redirect`` answers 302 to that path (a
-members-only page sending to the site's login: ``{"redirect": "/login?next=/account"}``).
+members-only page sending to the site's login: ``{"redirect": "/login?next=/account"}``); a
+page with ``body`` answers that text as it is, with ``type`` as its Content-Type (default
+``text/html``): an empty page, a JSON answer, a page of prose.
 Any other path answers 404 (robots.txt too: everything is allowed). A page is its path,
 whatever the query. ``GET /__admin__/graph`` answers the requests in the order they came, each
 with its path, its query as sent, when it came, when it was answered, and whether a page's wait
@@ -34,6 +36,8 @@ class GraphPage:
     links: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     redirect: str = ""
+    body: str | None = None
+    type: str = "text/html"
 
 
 class Graph:
@@ -52,6 +56,8 @@ class Graph:
                 tuple(str(link) for link in page.get("links", [])),
                 tuple(str(other) for other in page.get("after", [])),
                 str(page.get("redirect", "")),
+                None if page.get("body") is None else str(page["body"]),
+                str(page.get("type", "text/html")),
             )
             for path, page in dict(data.get("pages", {})).items()
         }
@@ -79,12 +85,20 @@ class Graph:
             return web.Response(status=404, text="<html>Not found</html>", content_type="text/html")
         if page.redirect:
             raise web.HTTPFound(page.redirect)
+        if page.body is not None:
+            return _as_written(page)
         port = request.host.rsplit(":", 1)[1] if ":" in request.host else ""
         base = f"http://{HOST}:{port}" if port else f"http://{HOST}"
         anchors = "".join(f'<a href="{base}{link}">{link}</a>\n' for link in page.links)
         head = f"<!DOCTYPE html><html><head><title>{path}</title></head>"
         body = f"{head}<body>{anchors}</body></html>"
         return web.Response(text=body, content_type="text/html")
+
+
+def _as_written(page: GraphPage) -> web.Response:
+    """A page's own body, with its own Content-Type."""
+    body = (page.body or "").encode()
+    return web.Response(body=body, headers={"Content-Type": page.type})
 
 
 class GraphPages:

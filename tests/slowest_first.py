@@ -205,6 +205,11 @@ SLOWEST = {
     "tests/test_start_feed.py::"
     "test_an_entry_that_cannot_be_set_aside_is_not_acked_and_comes_back": 5,
     "tests/test_crawl.py::test_explore_then_profiles[None]": 5,
+    "tests/test_scrapy_redis.py::"
+    "test_requests_sent_back_under_scrapy_redis_scheduler_are_kept_and_wait_until_due": 6,
+    "tests/test_links_depth.py::"
+    "test_ordinary_pages_shaped_like_api_bans_do_not_stop_a_whole_site_crawl": 6,
+    "tests/test_own_spider.py::test_a_make_request_from_data_of_ones_own_keeps_its_dont_filter": 5,
 }
 DEFAULT = 1.0
 

@@ -94,8 +94,9 @@ def test_every_ban_mode_cools_the_fleet_down_and_keeps_the_request(
     again = asyncio.run(banned.process_response(request, answer))
     # Not passed on as data, not dropped: the request waits out the cool-down in the frontier.
     assert isinstance(again, Request)
-    assert (again.url, again.dont_filter) == (request.url, False)
-    assert passes_again(again)  # past the duplicate filter once, for its own URL only
+    assert (again.url, again.dont_filter) == (request.url, True)  # past any duplicate filter
+    assert passes_again(again)  # the frontier's: once, for its own URL only
+    assert not again.dont_filter  # its record keeps its own
     assert again.meta[BAN_TIMES_META] == 1
     assert again.meta[DUE_META] >= before + COOLDOWN
     stats = banned.crawler.stats

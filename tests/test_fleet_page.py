@@ -34,7 +34,7 @@ from scrapy.settings import Settings
 
 import crawler.settings as project_settings
 from crawler.bans.politeness import FleetPoliteness, active_cooldowns, lift_cooldowns
-from crawler.commands.frontier import unban_host
+from crawler.commands.unban import unban_host
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.pause import pause_crawl

@@ -167,3 +167,45 @@ def test_a_members_only_link_sending_to_the_login_page_does_not_stop_the_site(
     assert max(entry["came"] for entry in log) - min(entry["came"] for entry in log) < 30
     assert "Ban (" not in result.stderr
     assert redis_client.llen("{links}:dead") == 0
+
+
+# What a whole-site crawl meets that the rules for the explore and profiles APIs took for bans:
+# an empty page, an API's JSON whose status code 8 means "not allowed" there (sent as HTML, as
+# many servers do), and 5 KB of prose about Incapsula that quotes its block page.
+PROSE = "<p>Imperva's block page reads: Request unsuccessful. Incapsula incident ID: 1-2.</p>"
+ORDINARY = {
+    "/empty": {"body": ""},
+    "/api/item": {"body": '{"status_code": 8, "status_msg": "no such item"}'},
+    "/blog/incapsula": {
+        "body": "<html><head><title>On Incapsula</title></head><body>"
+        + PROSE
+        + "<p>It shows when a bot is blocked; a reader may see it too.</p>" * 80
+        + "</body></html>"
+    },
+}
+
+
+def test_ordinary_pages_shaped_like_api_bans_do_not_stop_a_whole_site_crawl(
+    crawl: Crawl, redis_client: redis.Redis, graph: Sandbox
+) -> None:
+    """Each is stored as a page of its site, and the pages after them are asked for at once:
+    no cool-down of the site (each was a ban, cooling the site down for BAN_COOLDOWN)."""
+    pages: dict[str, dict[str, Any]] = {
+        "/": {"links": [*ORDINARY, *(f"/p{n}" for n in range(4))]},
+        **ORDINARY,
+        **{f"/p{n}": {"links": list(ORDINARY)} for n in range(4)},
+    }
+    graph.admin("graph", {"pages": pages})
+    home = f"http://graph.test:{urlsplit(graph.url).port}/"
+    redis_client.lpush("links:start_urls", home)
+    settings = links_settings(LINKS_SITEMAPS=False, BAN_COOLDOWN=600, POLITENESS_RATE=10)
+    result = crawl("links", settings=settings, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = graph.admin("graph")["log"]
+    asked = Counter(entry["path"] for entry in log if entry["path"] != "/robots.txt")
+    assert asked == dict.fromkeys(pages, 1), asked
+    assert max(entry["came"] for entry in log) - min(entry["came"] for entry in log) < 30
+    assert "Ban (" not in result.stderr
+    assert not redis_client.hlen("{links}:bans")
+    stored = {urlsplit(doc["url"]).path for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
+    assert stored == set(pages)

@@ -71,3 +71,46 @@ def test_the_guide_spider_runs_as_written(
     # A home is fetched as a start entry and again through a link: stored once, counted twice.
     assert fleet["counters"]["items_by_collection"]["site_pages"] >= len(expected)
     assert not any(fleet["frontier"].values()), fleet["frontier"]
+
+
+# A spider of one's own on the project's RedisSpider whose make_request_from_data wants its
+# URLs deduplicated: a URL pushed twice, or linked after it was pushed, is fetched once.
+DEDUPLICATED = """
+from scrapy import Request
+
+from crawler.spiders.redis import RedisSpider
+
+
+class Deduplicated(RedisSpider):
+    name = "deduplicated"
+
+    def make_request_from_data(self, data):
+        return Request(data.decode(), dont_filter=False)
+
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+"""
+
+
+def test_a_make_request_from_data_of_ones_own_keeps_its_dont_filter(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Its requests are deduplicated as it asked (dont_filter=False), not fetched again
+    whatever was seen: each page was asked twice, the duplicate entry's and a link's."""
+    package = tmp_path / "myspiders"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "deduplicated.py").write_text(DEDUPLICATED)
+    env = {**crawl.env(), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    pages = {"/": {"links": ["/a"]}, "/a": {"links": ["/"]}}
+    sandbox.admin("graph", {"pages": pages})
+    home = f"http://graph.test:{sandbox.url.rsplit(':', 1)[1]}/"
+    # One at a time, as a fleet's entries come: the second after the first was scheduled.
+    redis_client.lpush("deduplicated:start_urls", home, home + "a", home)
+    result = scrapy("crawl", "deduplicated", env=env, START_BATCH_SIZE=1, **SANDBOX)
+    assert result.returncode == 0, result.stderr[-4000:]
+    asked = sorted(entry["path"] for entry in sandbox.admin("graph")["log"])
+    assert asked == ["/", "/a"], asked
+    stored = sorted(doc["url"] for doc in crawl.mongo.db.deduplicated.find({}, {"url": 1}))
+    assert stored == [home, home + "a"]

@@ -362,3 +362,38 @@ def test_scrapy_redis_settings_the_frontier_would_not_honour_stop_the_start(
         refusal = said[0][starts[name] : ends[ends.index(starts[name]) + 1]]
         assert named in refusal, (name, refusal)
     assert redis_client.llen("myspider:start_urls") == 1
+
+
+def test_requests_sent_back_under_scrapy_redis_scheduler_are_kept_and_wait_until_due(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    example_project: Path,
+) -> None:
+    """A user who kept scrapy-redis's SCHEDULER and DUPEFILTER_CLASS: a request the politeness
+    sends back (its host's one slot busy) passes scrapy-redis's duplicate filter again, so every
+    page is asked for once and stored (3 of 33 were, the others filtered as seen), and it waits
+    in the worker until due rather than coming straight back out of scrapy-redis's queue (sent
+    back 2,720 times in a 2 s crawl)."""
+    sandbox.admin("web", {"sites": 3, "pages": 10, "extras": False, "latency_ms": 100})
+    redis_client.lpush("mycrawler:start_urls", *(site_url(sandbox, site) for site in range(3)))
+    stock: dict[str, Any] = {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+        "SCHEDULER_PERSIST": True,
+        "POLITENESS_CONCURRENCY": 1,
+    }
+    result = run_example(crawl, example_project, "mycrawler_redis", "test", **stock)
+    assert result.returncode == 0, result.stderr[-4000:]
+    paths = ["/", *(f"/p/{k}" for k in range(10))]
+    expected = {site_url(sandbox, site, path) for site in range(3) for path in paths}
+    stored = {doc["url"] for doc in crawl.mongo.db.mycrawler_redis.find({}, {"url": 1})}
+    assert stored == expected, (len(stored), result.stderr[-3000:])
+    counts = sandbox.admin("web")["counts"]
+    asked = {(host, path): n for host, seen in counts.items() for path, n in seen.items()}
+    # A home twice: its start request (dont_filter) and a page's link to it, as scrapy-redis does.
+    once = {(f"site{site}.test", path): 1 + (path == "/") for site in range(3) for path in paths}
+    assert asked == once
+    sent_back = re.search(r"'politeness/deferred/concurrency': (\d+)", result.stderr)
+    assert sent_back is not None, result.stderr[-3000:]
+    assert int(sent_back[1]) <= 3 * len(expected), result.stderr[-3000:]

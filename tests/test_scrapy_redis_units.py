@@ -9,12 +9,18 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scrapy import FormRequest, Request
+from scrapy import FormRequest, Request, Spider
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
+from scrapy.http import Response
 from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
 
 from crawler.config.rules import SettingsError
 from crawler.connection import Redis as ReconnectingRedis
 from crawler.connection import redis_from_settings
+from crawler.frontier.records import passes_again, pending
+from crawler.meta import DUE_META, send_back
+from crawler.middlewares import LeaseDownloaderMiddleware
 from crawler.preflight import check_settings
 from crawler.preflight.scrapy_redis import scrapy_redis_problems
 from crawler.spiders.feed import EntryLimits, InvalidStartEntry
@@ -239,3 +245,38 @@ def test_scrapy_redis_default_filter_passes_under_either_name() -> None:
     check_settings(project_settings(SCHEDULER_DUPEFILTER_CLASS=default))
     with pytest.raises(SettingsError, match="SCHEDULER_DUPEFILTER_CLASS"):
         check_settings(project_settings(SCHEDULER_DUPEFILTER_CLASS="scrapy.Spider"))
+
+
+@given(own=st.booleans(), twice=st.booleans())
+def test_a_request_sent_back_passes_any_filter_and_its_frontier_record_is_unchanged(
+    own: bool, twice: bool
+) -> None:
+    """Sent back (once or twice), a request passes a duplicate filter that reads no frontier
+    mark, as scrapy-redis's; the frontier's record of it is the record of the request as made
+    (no dont_filter it did not have, no mark), and the frontier lets it through once."""
+    made = Request("https://example.org/a", meta={"k": 1}, dont_filter=own)
+    back = send_back(made, dict(made.meta), 5.0)
+    if twice:
+        back = send_back(back, dict(back.meta), 5.0)
+    assert back.dont_filter  # what scrapy-redis's scheduler reads, not the frontier's mark
+    again = passes_again(back)
+    assert (again, back.dont_filter) == (True, own)
+    record = pending(back, b"\0" * 8, None, again)
+    expected = pending(made.replace(meta={**made.meta, DUE_META: 5.0}), b"\0" * 8, None)
+    assert (record.json, record.due, record.dont_filter) == (expected.json, 5.0, True)
+
+
+def test_a_request_sent_back_comes_out_of_another_scheduler_as_made() -> None:
+    """Out of scrapy-redis's queue, the request is again as made before any middleware sees it:
+    a redirect of it is filtered (and checked for offsite) as any request."""
+    crawler = get_crawler(settings_dict={"SCHEDULER": "scrapy_redis.scheduler.Scheduler"})
+    made = Request("https://example.org/old")
+    back = send_back(made, dict(made.meta), 0.0)
+    LeaseDownloaderMiddleware(crawler).process_request(back)
+    assert not back.dont_filter
+    crawler.spider = Spider(name="s")
+    redirect = RedirectMiddleware.from_crawler(crawler)
+    moved = Response(back.url, status=301, headers={"Location": "/new"}, request=back)
+    followed = redirect.process_response(back, moved)
+    assert isinstance(followed, Request)
+    assert (followed.url, followed.dont_filter) == ("https://example.org/new", False)

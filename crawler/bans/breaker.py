@@ -278,12 +278,37 @@ class HostBreaker:
 
 
 def lift_block(server: RedisClient, spider: str, host: str) -> None:
-    """Forget a host's step and failures (``unban``): its next incident is a first one."""
+    """Forget a host's step and failures, and the steps of its identities' blocks there
+    (``unban``): its next incident, and theirs, is a first one."""
     fields = [f"{host}|{mark_scope(mark)}" for mark in MARKS]
+    identities = _breaker_fields(server, spider, lambda field: field.partition("|")[0] == host)
     pipe = server.pipeline(transaction=False)
-    pipe.hdel(breaker_key(spider), host)
+    pipe.hdel(breaker_key(spider), host, *identities)
     pipe.hdel(breaker_failures_key(spider), *fields)
     pipe.execute()
+
+
+def lift_identity_block(
+    server: RedisClient, spider: str, identity: str, host: str | None = None
+) -> list[str]:
+    """Forget the steps of ``identity``'s blocks on ``host`` (None: on every host, and its own,
+    EVERY_HOST's): its next incident there is a first one. The hosts it had a step on."""
+    fields = _breaker_fields(
+        server,
+        spider,
+        lambda field: (
+            field.partition("|")[2] == identity
+            and (host is None or field.partition("|")[0] == host)
+        ),
+    )
+    if fields:
+        server.hdel(breaker_key(spider), *fields)
+    return [field.partition("|")[0] for field in fields]
+
+
+def _breaker_fields(server: RedisClient, spider: str, wanted: Callable[[str], bool]) -> list[str]:
+    names: Any = server.hkeys(breaker_key(spider))
+    return [name for name in map(reply_text, names) if wanted(name)]
 
 
 def lift_marks(server: RedisClient, spider: str) -> list[str]:

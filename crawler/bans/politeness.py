@@ -11,6 +11,7 @@ cool-downs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,11 @@ class Cooldown:
     until: float
     why: str
 
+    @property
+    def field(self) -> str:
+        """Its field in ``{spider}:bans``: "<domain>" or "<domain>|<identity>"."""
+        return self.domain if self.identity is None else f"{self.domain}|{self.identity}"
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -79,13 +85,27 @@ def active_cooldowns(server: RedisClient, spider: str, now: float | None = None)
 
 def lift_cooldowns(server: RedisClient, spider: str, domain: str) -> list[Cooldown]:
     """End every cool-down of ``domain`` and its identities; the active ones it lifted."""
-    active = [c for c in active_cooldowns(server, spider) if c.domain == domain]
+    return _lift(server, spider, lambda name: name.partition("|")[0] == domain)
+
+
+def lift_identity_cooldowns(
+    server: RedisClient, spider: str, identity: str, host: str | None = None
+) -> list[Cooldown]:
+    """End the cool-downs of ``identity`` on ``host`` (None: on every host, and its own on the
+    pseudo-host "*"); the active ones it lifted."""
+    return _lift(server, spider, lambda name: _of_identity(name, identity, host))
+
+
+def _of_identity(name: str, identity: str, host: str | None) -> bool:
+    domain, _, scope = name.partition("|")
+    return scope == identity and (host is None or domain == host)
+
+
+def _lift(server: RedisClient, spider: str, wanted: Callable[[str], bool]) -> list[Cooldown]:
+    """End the cool-downs whose field ``wanted`` accepts; the active ones among them."""
+    active = [c for c in active_cooldowns(server, spider) if wanted(c.field)]
     names: Any = server.hkeys(bans_key(spider))
-    fields = [
-        name
-        for name in (reply_text(raw) for raw in names)
-        if name == domain or name.startswith(domain + "|")
-    ]
+    fields = [name for name in (reply_text(raw) for raw in names) if wanted(name)]
     if fields:
         pipe = server.pipeline(transaction=False)
         pipe.hdel(bans_key(spider), *fields)

@@ -134,17 +134,24 @@ def cloudflare(page: Page) -> Verdict | None:
     return None
 
 
-# What bot protections send, and only they: (marker in the body, the body's size at most, rule).
-# Akamai's interstitial and crypto challenge, Imperva (Incapsula) blocks, Sucuri's JS
-# challenge, F5's default block page, SiteGround's captcha.
+# What bot protections send, and only they: (marker in the page's markup, a tag or a script,
+# never its text, the body's size at most, rule). Akamai's interstitial and crypto challenge,
+# Imperva (Incapsula) blocks, Sucuri's JS challenge, SiteGround's captcha. A page of prose may
+# quote any of them: as text, it is no block.
 PROTECTION_MARKERS = (
     (b"/_sec/cp_challenge/", 65536, "akamai"),
     (b"/_sec/verify?provider=interstitial", 65536, "akamai"),
     (b"/_Incapsula_Resource?CWUDNSAI=", 16384, "incapsula"),
-    (b"Incapsula incident ID", 16384, "incapsula"),
     (b"sucuri_cloudproxy_js", 32768, "sucuri"),
     (b"/.well-known/sgcaptcha/", 16384, "sgcaptcha"),
 )
+# A block page says little else than its incident or support ID: at most BLOCK_PAGE_TEXT
+# characters a reader sees, in a body of at most BLOCK_PAGE_BYTES (Imperva's, F5's default one).
+# A page of prose that quotes one says more.
+BLOCK_PAGE_PHRASES = (b"Incapsula incident ID", b"Your support ID is:")
+BLOCK_PAGE_TEXT = 1000
+BLOCK_PAGE_BYTES = 16384
+STYLE = re.compile(r"<style\b[^>]*>.*?</style\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL)
 # Statuses no normal page answers with: Shopify's 430 "Security Rejection", LinkedIn's 999.
 BLOCK_STATUSES = frozenset({430, 999})
 
@@ -158,14 +165,40 @@ def protection_challenge(page: Page) -> Verdict | None:
     if page.header("x-sucuri-block"):
         return Verdict(BAN, "sucuri")
     for marker, most, rule in PROTECTION_MARKERS:
-        if len(page.body) <= most and marker in page.body:
+        if len(page.body) <= most and marker in page.body and in_markup(page.text, marker):
             return Verdict(BAN, rule)
-    rejected = b"The requested URL was rejected" in page.body or b"/TSPD/" in page.body
-    if len(page.body) <= 8192 and rejected and b"Your support ID is:" in page.body:
-        return Verdict(BAN, "f5")
+    if (said := block_page_text(page)) is not None:
+        return Verdict(BAN, said)
     if page.status in BLOCK_STATUSES:
         return Verdict(BAN, f"http_{page.status}")
     return None
+
+
+def in_markup(text: str, marker: bytes) -> bool:
+    """Whether ``marker`` is in a tag (an attribute: an iframe's or a script's ``src``) or in a
+    script's code, not in the text a reader sees (where a page quoting it has it)."""
+    wanted = marker.decode()
+    return any(wanted in code for _, code in SCRIPT.findall(text)) or any(
+        wanted in tag for tag in TAG.findall(SCRIPT.sub(" ", text))
+    )
+
+
+def visible_text(text: str) -> str:
+    """The text a reader sees: without tags, scripts, styles and comments, spaces collapsed."""
+    return " ".join(TAG.sub(" ", SCRIPT.sub(" ", STYLE.sub(" ", text))).split())
+
+
+def block_page_text(page: Page) -> str | None:
+    """The rule whose block page this is by what it says, and says alone (BLOCK_PAGE_PHRASES)."""
+    if len(page.body) > BLOCK_PAGE_BYTES or not any(p in page.body for p in BLOCK_PAGE_PHRASES):
+        return None
+    text = visible_text(page.text)
+    if len(text) > BLOCK_PAGE_TEXT:
+        return None
+    if "Incapsula incident ID" in text:
+        return "incapsula"
+    rejected = "The requested URL was rejected" in text or in_markup(page.text, b"/TSPD/")
+    return "f5" if rejected and "Your support ID is:" in text else None
 
 
 def too_many_requests(page: Page) -> Verdict | None:

@@ -1,5 +1,6 @@
-"""``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume|job ID
-[cancel|pause|resume|expires WHEN|max-pages N]]``: look at and manage a spider's frontier.
+"""``scrapy frontier SPIDER [status|dead|requeue|purge|hosts|unban DOMAIN|unban --identity NAME
+[DOMAIN]|pause|resume|job ID [cancel|pause|resume|expires WHEN|max-pages N]]``: look at and
+manage a spider's frontier.
 
 scrapy frontier profiles                     sizes: queued, leased, delayed, dead, start entries,
                                              revisits due now, in the next hour and later
@@ -14,6 +15,12 @@ scrapy frontier profiles purge [--yes]       delete every key of the spider (ask
 scrapy frontier profiles unban example.com   lift the domain's ban cool-downs and blocks (every
                                              identity, its marks; the breaker's step starts
                                              over); its delayed requests become due at once
+scrapy frontier profiles unban --identity proxy:p1.example:8080 [example.com]
+                                             lift the blocks and cool-downs of one identity (a
+                                             bind address or proxy, as `hosts` names it) on the
+                                             domain, or on every host and its own ("*"); its
+                                             step starts over; delayed requests that waited
+                                             for it are due at once
 scrapy frontier profiles pause [--reason TEXT] [--by NAME]
                                              every worker stops taking new requests within 2 s
                                              (pages in flight finish; leases are kept); the
@@ -48,16 +55,15 @@ import sys
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from crawler.bans.breaker import lift_block, lift_marks
-from crawler.bans.politeness import lift_cooldowns
+from crawler.bans.breaker import lift_marks
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
+from crawler.commands.unban import identity_name, unban_domain, unban_host, unban_identity
 from crawler.connection import reply_text
 from crawler.frontier.job_control import TIMES, JobAction, JobCancelled, JobStatus, act_on_job
 from crawler.frontier.jobs import InvalidJob, check_job_id
@@ -67,7 +73,6 @@ from crawler.frontier.queue import Frontier
 from crawler.keys import jobs_key
 from crawler.observability.report import masked_dead_letter
 from crawler.recrawl.store import RevisitStore
-from crawler.uris import ascii_host
 
 if TYPE_CHECKING:
     import argparse
@@ -81,8 +86,9 @@ ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "res
 class Command(ProjectCommand, ScrapyCommand):
     def syntax(self) -> str:
         return (
-            "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|pause|resume"
-            "|job ID [cancel|pause|resume|expires WHEN|max-pages N]] [options]"
+            "<spider> [status|dead|requeue|purge|hosts|unban DOMAIN|unban --identity NAME "
+            "[DOMAIN]|pause|resume|job ID [cancel|pause|resume|expires WHEN|max-pages N]] "
+            "[options]"
         )
 
     def short_desc(self) -> str:
@@ -96,14 +102,23 @@ class Command(ProjectCommand, ScrapyCommand):
         parser.add_argument("--yes", action="store_true", help="purge without asking")
         parser.add_argument("--reason", default=None, help="why the crawl is paused (pause)")
         parser.add_argument("--by", default=None, help="who pauses it (pause; default: user@host)")
+        parser.add_argument(
+            "--identity", default=None, help="unban: lift this identity's blocks (as hosts shows)"
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        spider, action, domain = self._parse(args)
+        spider, action, domain = self._parse(args, opts.identity is not None)
         if action != "pause" and (opts.reason is not None or opts.by is not None):
             raise UsageError("--reason and --by go with pause")
+        identity = None if opts.identity is None else identity_name(opts.identity)
         try:
             if action == "unban":
-                self._unban(spider, domain, opts.json)
+                server = self.redis()
+                frontier = self.frontier(server, spider)
+                if identity is None:
+                    unban_domain(frontier, domain, opts.json)
+                else:
+                    unban_identity(frontier, identity, domain or None, opts.json)
             elif action == "job":
                 self._job(spider, domain, args[3:], opts.json)
             else:
@@ -132,9 +147,9 @@ class Command(ProjectCommand, ScrapyCommand):
         else:
             self._purge(server, spider, opts.yes)
 
-    def _parse(self, args: list[str]) -> tuple[str, str, str]:
-        """Spider, action and the domain of ``unban`` or the job of ``job`` ("" for the other
-        actions)."""
+    def _parse(self, args: list[str], identity: bool = False) -> tuple[str, str, str]:
+        """Spider, action and the domain of ``unban`` ("" for an identity's on every host) or the
+        job of ``job`` ("" for the other actions); ``identity``: ``--identity`` was given."""
         if not 1 <= len(args) <= 5:
             raise UsageError("give a spider name and optionally an action")
         spider, action = args[0], args[1] if len(args) >= 2 else "status"
@@ -153,31 +168,15 @@ class Command(ProjectCommand, ScrapyCommand):
                 raise UsageError(str(exc)) from None
         if len(args) >= 4:
             raise UsageError("give a spider name and optionally an action")
-        if (action == "unban") != (len(args) == 3):
-            raise UsageError("unban takes one domain: scrapy frontier SPIDER unban DOMAIN")
-        domain = unban_host(args[2]) if action == "unban" else ""
-        return self.known_spider(spider), action, domain
-
-    def _unban(self, spider: str, domain: str, as_json: bool) -> None:
-        server = self.redis()
-        lifted = lift_cooldowns(server, spider, domain)
-        lift_block(server, spider, domain)
-        due = self.frontier(server, spider).make_due(
-            lambda url: (urlsplit(url).hostname or "") == domain, time.time()
-        )
-        if as_json:
-            print(json.dumps({"lifted": [c.to_json() for c in lifted], "made_due": due}))
-            return
-        for cooldown in lifted:
-            until = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(cooldown.until))
-            print(
-                f"lifted {cooldown.domain} via {cooldown.identity or 'every identity'} "
-                f"(until {until} UTC; {cooldown.why or 'no reason recorded'})"
+        if identity and action != "unban":
+            raise UsageError("--identity goes with unban")
+        if (action == "unban") != (len(args) == 3) and not (identity and len(args) == 2):
+            raise UsageError(
+                "unban takes one domain: scrapy frontier SPIDER unban DOMAIN, or an identity: "
+                "scrapy frontier SPIDER unban --identity NAME [DOMAIN]"
             )
-        print(
-            f"{len(lifted)} active cool-downs of {domain} lifted for {spider}; "
-            f"{due} delayed requests due now"
-        )
+        domain = unban_host(args[2]) if len(args) == 3 else ""
+        return self.known_spider(spider), action, domain
 
     def _job(self, spider: str, job: str, action: list[str], as_json: bool) -> None:
         server = self.redis()
@@ -348,11 +347,3 @@ def who() -> str:
     except Exception:  # no user name in the environment nor the password database
         user = "?"
     return f"{user}@{socket.gethostname()}"
-
-
-def unban_host(raw: str) -> str:
-    """The host name as bans and URLs carry it: lower case, no final dot, IDNA (punycode)."""
-    try:
-        return ascii_host(raw)
-    except ValueError as exc:
-        raise UsageError(f"unban: {raw!r} is not a host name ({exc})") from None

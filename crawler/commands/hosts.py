@@ -2,7 +2,9 @@
 
 Each host with an active cool-down (a ban's, or a circuit-breaker block) or mark (unreachable,
 robots.txt unavailable) is listed with until when, why and the breaker's step, and the failures
-in a row the breaker counts; ``unban HOST`` lifts what it shows.
+in a row the breaker counts; ``unban HOST`` lifts what it shows. A block of one identity (bind
+address or proxy) on a host, or on every host (``*``), is listed with its name and its own
+step; ``unban --identity NAME [HOST]`` lifts it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from crawler.bans.breaker import MARKS, breaker_states, mark_scope
+from crawler.bans.breaker import EVERY_HOST, MARKS, breaker_states, mark_scope
 from crawler.bans.politeness import active_cooldowns
 
 if TYPE_CHECKING:
@@ -26,13 +28,17 @@ def held_hosts(server: RedisClient, spider: str) -> list[dict[str, Any]]:
     marks = {mark_scope(mark): mark for mark in MARKS}
     held = []
     for cooldown in active_cooldowns(server, spider):
-        state = steps.get(cooldown.domain)
+        mark = marks.get(cooldown.identity or "")
+        # An identity's block has a step of its own (breaker "host|identity"); a mark, the host's.
+        own = cooldown.identity is not None and mark is None
+        state = steps.get(cooldown.field if own else cooldown.domain)
         held.append(
             {
                 "host": cooldown.domain,
                 "until": cooldown.until,
                 "why": cooldown.why,
-                "scope": marks.get(cooldown.identity or "", cooldown.identity),
+                "scope": mark or cooldown.identity,
+                "identity": cooldown.identity if own else None,
                 "step": state.level if state else 0,
                 "failures": state.failures if state else {},
             }
@@ -47,7 +53,10 @@ def print_hosts(server: RedisClient, spider: str, as_json: bool) -> None:
         return
     for host in held:
         until = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(host["until"]))
-        scope = host["scope"] or "blocked"
+        scope = f"identity {host['identity']}" if host["identity"] else host["scope"] or "blocked"
+        name = "every host" if host["host"] == EVERY_HOST else host["host"]
         step = f"  step {host['step']}" if host["step"] else ""
-        print(f"{host['host']}  {scope} until {until} UTC{step}  ({host['why'] or 'no reason'})")
+        print(f"{name}  {scope} until {until} UTC{step}  ({host['why'] or 'no reason'})")
     print(f"{len(held)} hosts held back for {spider}")
+    if any(host["identity"] for host in held):
+        print(f"lift an identity's block: scrapy frontier {spider} unban --identity NAME [HOST]")

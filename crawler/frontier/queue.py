@@ -256,16 +256,18 @@ class Frontier:
         raws = self.server.lrange(self.keys.dead, 0, limit - 1)
         return [_dead_letter(raw) for raw in raws]
 
-    def make_due(self, wanted: Callable[[str], bool], now: float, chunk: int = 500) -> int:
-        """Delayed requests whose URL ``wanted`` accepts become due at ``now`` (lifting a ban's
-        cool-down, say); returns how many. One taken meanwhile is left alone (ZADD XX)."""
+    def make_due(self, wanted: Callable[[str, float], bool], now: float, chunk: int = 500) -> int:
+        """Delayed requests that ``wanted`` accepts by their URL and due time become due at
+        ``now`` (lifting a ban's cool-down, say); returns how many. One taken meanwhile is left
+        alone (ZADD XX)."""
         moved, members = 0, self.server.zscan_iter(self.keys.delayed, count=chunk)
-        while batch := [member for member, _ in itertools.islice(members, chunk)]:
+        while pairs := list(itertools.islice(members, chunk)):
+            batch = [member for member, _ in pairs]
             records: Any = self.server.hmget(self.keys.data, batch)
             due = {
                 member: now
-                for member, raw in zip(batch, records, strict=True)
-                if raw and wanted(str(codec.loads(raw).get("url", "")))
+                for (member, at), raw in zip(pairs, records, strict=True)
+                if raw and wanted(str(codec.loads(raw).get("url", "")), float(at))
             }
             if due:
                 changed: Any = self.server.zadd(self.keys.delayed, due, xx=True, ch=True)

@@ -26,6 +26,7 @@ from crawler.meta import (
     SENT_META,
     crawl_delay_of,
     depth_of,
+    filter_as_made,
     forget_proxy_secrets,
 )
 
@@ -38,7 +39,9 @@ _CLOSING: set[asyncio.Future[None]] = set()
 
 
 def passes_again(request: Request) -> bool:
-    """Whether ``request`` was sent back for its own URL (the mark is used up)."""
+    """Whether ``request`` was sent back for its own URL (the mark is used up); its own
+    ``dont_filter`` is back for its record."""
+    filter_as_made(request)
     return bool(request.meta.pop(SENT_BACK_META, None) == request.url)
 
 

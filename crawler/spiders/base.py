@@ -236,13 +236,16 @@ class RedisFedSpider(Spider):
             lambda: [self._checked(request) for request in self.requests_from_entry(entry)], shown
         )
 
-    def _checked(self, request: Request) -> Request:
+    def _checked(self, request: Request, as_made: bool = False) -> Request:
+        """A start entry's request on the spider's origins, fetched again even if seen (or a
+        seed: ``refetch_start_urls``); ``as_made``: its ``dont_filter`` is the spider's own
+        choice, kept (a ``make_request_from_data`` of the spider's)."""
         if self.start_origins:
             origin = url_origin(request.url)
             if origin not in self.start_origins:
                 raise InvalidStartEntry("foreign_host", f"{request.url[:200]} is off the base URL")
         if self.refetch_start_urls:
-            return request.replace(dont_filter=True)
+            return request if as_made else request.replace(dont_filter=True)
         request.meta[SEED_META] = True
         return request
 

@@ -84,9 +84,14 @@ class LinksSpider(RedisFedSpider):
     # Start URLs go through the dupefilter: a site is crawled again after a frontier purge.
     refetch_start_urls = False
     # Any site's 403 (a private file, a forbidden directory) is that page's error, and its
-    # redirect to its login page (a members-only page) that page's answer; blocks are still
-    # told by what their protection sends (crawler/bans/rules.py).
-    ban_rules_left_out: tuple[str, ...] = ("forbidden", "login_redirect")
+    # redirect to its login page (a members-only page) that page's answer; an empty page, or
+    # JSON whose status code is 8 (which the explore and profiles APIs send a client they
+    # refuse), is a page like any other. Blocks are still told by what their protection sends
+    # (crawler/bans/rules.py).
+    ban_rules_left_out: tuple[str, ...] = (
+        *("forbidden", "login_redirect"),
+        *("empty_body", "json_error"),
+    )
     custom_settings = {  # noqa: RUF012 (Scrapy's Spider declares it as an instance field)
         # A redirect's target is one page with its canonical URL (links/fingerprint.py).
         "REQUEST_FINGERPRINTER_CLASS": "crawler.links.fingerprint.CanonicalFingerprinter",

@@ -112,7 +112,9 @@ def check_size(data: bytes, limits: EntryLimits) -> None:
 class RedisSpider(RedisFedSpider):
     """scrapy-redis's ``RedisSpider`` on the frontier: ``redis_key``, ``redis_batch_size`` (default
     START_BATCH_SIZE), ``redis_encoding`` (utf-8); override :meth:`make_request_from_data` and raise
-    for an entry to set aside."""
+    for an entry to set aside. As in scrapy-redis, the requests it makes are scheduled as made:
+    the default one fetches an entry's URL even if seen (``dont_filter``), one made with
+    ``dont_filter=False`` (Scrapy's default) is a duplicate of a URL scheduled before."""
 
     redis_encoding: ClassVar[str] = "utf-8"
 
@@ -129,7 +131,8 @@ class RedisSpider(RedisFedSpider):
 
     def requests_from_raw(self, raw: bytes) -> list[Request]:
         check_size(raw, self.entry_limits)
-        return [self._checked(request) for request in as_requests(self.make_request_from_data(raw))]
+        made = as_requests(self.make_request_from_data(raw))
+        return [self._checked(request, as_made=True) for request in made]
 
 
 class RedisCrawlSpider(RedisSpider, CrawlSpider):
