@@ -5,7 +5,7 @@ Prometheus metrics and the progress line), the pause of a crawl most of whose an
 scrapy-redis spiders fed by the frontier, requests due later kept in the worker under another
 scheduler and the start-up heap kept out of full garbage collections, from
 :mod:`crawler.preflight`, :mod:`crawler.observability`, :mod:`crawler.bans`,
-:mod:`crawler.spiders.redis`, :mod:`crawler.frontier.due_later` and :mod:`crawler.heap`; and
+:mod:`crawler.spiders.redis`, :mod:`crawler.due_later` and :mod:`crawler.heap`; and
 Scrapy's RemoteControl, imported only when it is turned on (:class:`RemoteControl`)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from scrapy.utils.misc import build_from_crawler
 from crawler.bans.failures import FailurePause
 from crawler.bans.ratelimit import RateLimitExit
 from crawler.config import switched_off
-from crawler.frontier.due_later import DueLater
+from crawler.due_later import DueLater
 from crawler.heap import FreezeStartupHeap
 from crawler.observability import FleetMonitor
 from crawler.preflight import SettingsCheck

@@ -241,7 +241,7 @@ EXTENSIONS = {
     # entries like the project's (crawler/spiders/redis.py); nothing for other spiders.
     "crawler.extensions.ScrapyRedisSpiders": 0,
     # Under a SCHEDULER other than the frontier's (scrapy-redis's), a request sent back or
-    # retried waits in the worker until due, not handed straight back (frontier/due_later.py).
+    # retried waits in the worker until due, not handed straight back (crawler/due_later.py).
     "crawler.extensions.DueLater": 10,
     "crawler.extensions.FleetMonitor": 500,
     "crawler.extensions.RateLimitExit": 600,
