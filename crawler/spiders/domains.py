@@ -5,7 +5,8 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
                                      crawler/domains/normalize.py for the one-domain rule)
     ``{"domains": ["a.com", ...]}``  a batch; a bad name in it is set aside alone
     ``-a domains=a.com,b.org``       spider arguments
-    ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line), read line by
+    ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line,
+                                     crawler/domains/lists.py), read line by
                                      line as the crawl goes, never whole; a header is skipped,
                                      a byte order mark (Excel's "CSV UTF-8") too.
                                      Reading pauses while the fleet's queue holds
@@ -40,7 +41,6 @@ domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters are off
 from __future__ import annotations
 
 import asyncio
-import csv
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
@@ -63,6 +63,7 @@ from crawler.domains.classify import (
     page_title,
     response_outcome,
 )
+from crawler.domains.lists import csv_domains
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.page_redirect import page_redirect
 from crawler.domains.probes import FAILURE_META, PROBE_META, TRUNCATED_META
@@ -417,17 +418,3 @@ def _domain(value: Any) -> str:
         return normalize_domain(value)
     except InvalidDomain as exc:
         raise InvalidStartEntry(f"bad_domain:{exc.reason}", str(exc)) from None
-
-
-def csv_domains(path: Path) -> Iterator[str]:
-    """The domains of a ``rank,domain`` CSV (or one domain a line), one row at a time; a first
-    row whose rank is not a number is a header and skipped, blank rows too. A file that starts
-    with a byte order mark (Excel's "CSV UTF-8") is read without it: its first domain is kept."""
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as lines:
-        for number, row in enumerate(csv.reader(lines)):
-            cells = [cell.strip() for cell in row]
-            if not any(cells):
-                continue
-            if number == 0 and len(cells) > 1 and not cells[0].isdigit():
-                continue
-            yield cells[1] if len(cells) > 1 else cells[0]
