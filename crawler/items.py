@@ -133,8 +133,8 @@ class DomainItem:
     crawler/domains/normalize.py). ``status`` is its class and ``code`` the seed's number (1000 DNS,
     0 unreachable, else the HTTP status), as docs/spiders.md describes with every other field;
     ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made;
-    ``address`` is the address of a domain not probed because none of its addresses is public
-    (class ``private_address``)."""
+    ``address`` is the address that answered, or that of a domain not probed because none of
+    its addresses is public (class ``private_address``)."""
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"

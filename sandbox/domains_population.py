@@ -43,6 +43,13 @@ reset_then_tls      alive (https)     200    HTTP accepts and resets; HTTPS answ
 ssh_banner          not_http          0      an SSH server on the HTTP port; no HTTPS
 smtp_banner         not_http          0      an SMTP server on the HTTP port; no HTTPS
 smtp_tls_broken     not_http          0      SMTP on HTTP; plain text on the HTTPS port
+filtered            timeout           0      the HTTP port drops connections (a firewall's
+                                             filtered port: connecting times out); nothing
+                                             on HTTPS
+second_address      alive             200    two A records: the first an address where
+                                             nothing listens, the second the web host's
+filtered_first      alive             200    two A records: the first an address whose HTTP
+                                             port drops connections, the second the web host's
 nxdomain            dns_not_found     1000   NXDOMAIN
 no_address          dns_not_found     1000   the name exists without an A record
 servfail            dns_error         1000   SERVFAIL
@@ -90,6 +97,9 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "ssh_banner": ("not_http", 0),
     "smtp_banner": ("not_http", 0),
     "smtp_tls_broken": ("not_http", 0),
+    "filtered": ("timeout", 0),
+    "second_address": ("alive", 200),
+    "filtered_first": ("alive", 200),
     "nxdomain": ("dns_not_found", 1000),
     "no_address": ("dns_not_found", 1000),
     "servfail": ("dns_error", 1000),
@@ -125,6 +135,9 @@ WEIGHTS: dict[str, int] = {
     "ssh_banner": 1,
     "smtp_banner": 1,
     "smtp_tls_broken": 1,
+    "filtered": 1,
+    "second_address": 1,
+    "filtered_first": 1,
     "nxdomain": 12,
     "no_address": 2,
     "servfail": 2,
@@ -135,7 +148,8 @@ SERVER_ERRORS = (500, 502, 503)
 # its own): "web" and "tls" serve the behaviour's page by the Host header; "none" has nothing
 # listening; "reset" accepts and resets; "close" reads the request and closes; "ssh" and
 # "smtp" are those servers' banners; "truncated" cuts its answer short; "plain" answers in
-# plain text on the HTTPS port.
+# plain text on the HTTPS port; "filtered" never completes a connection (a listener whose
+# accept queue is full: the kernel drops the SYNs, as a firewall that drops packets does).
 WEB = ("web", "none")
 SIDES: dict[str, tuple[str, str]] = {
     "refused": ("none", "none"),
@@ -151,6 +165,13 @@ SIDES: dict[str, tuple[str, str]] = {
     "smtp_tls_broken": ("smtp", "plain"),
     "redirect_https": ("web", "tls"),
     "redirect_https_bad": ("web", "plain"),
+    "filtered": ("filtered", "none"),
+}
+# Behaviours whose DNS answer gives, before their own address, those of other pairs of port
+# behaviours, where no connection to the HTTP port succeeds (refused, or dropped).
+DECOYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "second_address": (SIDES["refused"],),
+    "filtered_first": (SIDES["filtered"],),
 }
 DNS_BEHAVIOURS = frozenset({"nxdomain", "no_address", "servfail", "silent"})
 HTTP_BEHAVIOURS = frozenset(set(EXPECTED) - set(SIDES) - DNS_BEHAVIOURS)
@@ -159,6 +180,7 @@ HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https"})
 TITLED = frozenset(
     {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
     | {"reset_then_tls", "redirect_https", "redirect_subdomain"}
+    | {"second_address", "filtered_first"}
 )
 # The name under the domain a behaviour redirects to (besides www., which every domain has).
 SUBDOMAINS = {"redirect_subdomain": "en", "parked_subdomain": "ww25"}
@@ -191,6 +213,11 @@ class FakeDomain:
     def sides(self) -> tuple[str, str]:
         """What its HTTP and HTTPS ports do (DNS behaviours: none, never reached)."""
         return SIDES.get(self.behaviour, WEB)
+
+    @property
+    def decoys(self) -> tuple[tuple[str, str], ...]:
+        """The port behaviours of the addresses its DNS answer gives before its own."""
+        return DECOYS.get(self.behaviour, ())
 
     def truth(self) -> dict[str, Any]:
         return {**asdict(self), "scheme": self.scheme}

@@ -144,6 +144,12 @@ def test_redirects_and_fallbacks_are_described(
     assert result.returncode == 0, result.stderr[-3000:]
     documents = stored(mongo)
     port, tls_port = domains_sandbox.http_port, domains_sandbox.https_port
+    # Each answer says which address answered it.
+    alive = documents[by_behaviour["alive"].name]
+    assert alive["address"] == domains_sandbox.web_ip
+    assert documents[by_behaviour["tls_only"].name]["address"] == domains_sandbox.address_of(
+        by_behaviour["tls_only"]
+    )
     www = documents[by_behaviour["redirect_www"].name]
     assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
     assert www["attempts"] == 2

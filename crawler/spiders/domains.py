@@ -24,9 +24,11 @@ probes such addresses, for a sweep of one's own network or a test).
 
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
 fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
-timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (to a name
-under it too: ``www.``, ``en.``, ``ww25.``...) are followed up to DOMAINS_MAX_REDIRECTS, a
-redirect elsewhere is the result, one back to a URL already visited (or one too many) is a loop.
+timeout is tried again DOMAINS_TIMEOUT_RETRIES times. A connection tries the name's first
+DOMAINS_MAX_ADDRESSES addresses in turn (crawler/domains/resolver.py). Redirects within the
+domain (to a name under it too: ``www.``, ``en.``, ``ww25.``...) are followed up to
+DOMAINS_MAX_REDIRECTS, a redirect elsewhere is the result, one back to a URL already visited
+(or one too many) is a loop.
 A small page that only sends the browser on by a script or a meta refresh (GoDaddy's parked
 ``/`` and its ``/lander``; crawler/domains/page_redirect.py) is a redirect like any other. Each
 scheme's failure is kept in the document (``http_error``, ``https_error``) and the class is the
@@ -93,7 +95,8 @@ class DomainsSpider(RedisFedSpider):
     Settings (crawler/settings.py): DOMAINS_DOWNLOAD_TIMEOUT, DOMAINS_TIMEOUT_RETRIES,
     DOMAINS_MAX_REDIRECTS, DOMAINS_HTTP_PORT, DOMAINS_HTTPS_PORT, DOMAINS_RATE,
     DOMAINS_BODY_BYTES and the resolver's DOMAINS_NAMESERVERS, DOMAINS_DNS_TIMEOUT,
-    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY, DOMAINS_PRIVATE_ADDRESSES.
+    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY, DOMAINS_PRIVATE_ADDRESSES,
+    DOMAINS_MAX_ADDRESSES.
     """
 
     name = "domains"
@@ -392,6 +395,7 @@ def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
     item.response_time = round(latency, 3) if isinstance(latency, float) else None
     server = response.headers.get(b"Server")
     item.server = server.decode("latin-1")[:200] if server else None
+    item.address = str(response.ip_address) if response.ip_address is not None else None
     item.title = page_title(response.body)
     item.truncated = bool(response.meta.get(TRUNCATED_META))
 
