@@ -501,7 +501,8 @@ DOMAINS_PRIVATE_ADDRESSES = False
 DOMAINS_MAX_ADDRESSES = 4
 # DOMAINS_DOWNLOAD_TIMEOUT (float seconds > 0, default 10): a probe's download timeout.
 DOMAINS_DOWNLOAD_TIMEOUT = 10.0
-# DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a timed-out probe is sent again (then "timeout").
+# DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a domain's timed-out probes are sent again, this
+# many times in all, the first retry of an HTTP timeout over HTTPS (then "timeout").
 DOMAINS_TIMEOUT_RETRIES = 1
 # DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (to names under it,
 # www. or en., too) followed at most, a page that only redirects by a script or a meta refresh

@@ -46,6 +46,7 @@ smtp_tls_broken     not_http          0      SMTP on HTTP; plain text on the HTT
 filtered            timeout           0      the HTTP port drops connections (a firewall's
                                              filtered port: connecting times out); nothing
                                              on HTTPS
+filtered_then_tls   alive (https)     200    the HTTP port drops connections; HTTPS answers
 second_address      alive             200    two A records: the first an address where
                                              nothing listens, the second the web host's
 filtered_first      alive             200    two A records: the first an address whose HTTP
@@ -98,6 +99,7 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "smtp_banner": ("not_http", 0),
     "smtp_tls_broken": ("not_http", 0),
     "filtered": ("timeout", 0),
+    "filtered_then_tls": ("alive", 200),
     "second_address": ("alive", 200),
     "filtered_first": ("alive", 200),
     "nxdomain": ("dns_not_found", 1000),
@@ -136,6 +138,7 @@ WEIGHTS: dict[str, int] = {
     "smtp_banner": 1,
     "smtp_tls_broken": 1,
     "filtered": 1,
+    "filtered_then_tls": 1,
     "second_address": 1,
     "filtered_first": 1,
     "nxdomain": 12,
@@ -166,6 +169,7 @@ SIDES: dict[str, tuple[str, str]] = {
     "redirect_https": ("web", "tls"),
     "redirect_https_bad": ("web", "plain"),
     "filtered": ("filtered", "none"),
+    "filtered_then_tls": ("filtered", "tls"),
 }
 # Behaviours whose DNS answer gives, before their own address, those of other pairs of port
 # behaviours, where no connection to the HTTP port succeeds (refused, or dropped).
@@ -175,11 +179,11 @@ DECOYS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 DNS_BEHAVIOURS = frozenset({"nxdomain", "no_address", "servfail", "silent"})
 HTTP_BEHAVIOURS = frozenset(set(EXPECTED) - set(SIDES) - DNS_BEHAVIOURS)
-HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https"})
+HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https", "filtered_then_tls"})
 # Pages with a title the sweep must store (page_title in sandbox/domains.py).
 TITLED = frozenset(
     {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
-    | {"reset_then_tls", "redirect_https", "redirect_subdomain"}
+    | {"reset_then_tls", "redirect_https", "redirect_subdomain", "filtered_then_tls"}
     | {"second_address", "filtered_first"}
 )
 # The name under the domain a behaviour redirects to (besides www., which every domain has).

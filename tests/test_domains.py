@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -138,11 +139,13 @@ def test_redirects_and_fallbacks_are_described(
     for domain in domains_sandbox.domains.values():
         by_behaviour.setdefault(domain.behaviour, domain)
     redis_client.lpush("domains:start_urls", *(domain.name for domain in by_behaviour.values()))
+    before = Counter(domains_sandbox.requests)
 
     result = sweep("domains", settings=sweep_settings(domains_sandbox))
 
     assert result.returncode == 0, result.stderr[-3000:]
     documents = stored(mongo)
+    asked = {host: count - before[host] for host, count in domains_sandbox.requests.items()}
     port, tls_port = domains_sandbox.http_port, domains_sandbox.https_port
     # Each answer says which address answered it.
     alive = documents[by_behaviour["alive"].name]
@@ -150,6 +153,13 @@ def test_redirects_and_fallbacks_are_described(
     assert documents[by_behaviour["tls_only"].name]["address"] == domains_sandbox.address_of(
         by_behaviour["tls_only"]
     )
+    # Port 80 filtered (connecting times out), HTTPS answering: HTTPS is tried after the
+    # timeout, as its retry, and answers.
+    filtered = documents[by_behaviour["filtered_then_tls"].name]
+    assert (filtered["status"], filtered["scheme"], filtered["attempts"]) == ("alive", "https", 2)
+    assert filtered["http_error"].startswith("timeout: ")
+    assert filtered["title"] == page_title(filtered["domain"])
+    assert asked[filtered["domain"]] == 1  # its HTTPS server
     www = documents[by_behaviour["redirect_www"].name]
     assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
     assert www["attempts"] == 2
@@ -206,6 +216,7 @@ def test_redirects_and_fallbacks_are_described(
     bad = documents[by_behaviour["redirect_https_bad"].name]
     assert bad["final_url"] == f"https://{bad['domain']}:{tls_port}/"
     assert said["redirect_https_bad"] == "ok / tls_error"
+    assert said["filtered"] == said["slow"] == "timeout / refused"
     big = documents[by_behaviour["big_page"].name]
     assert (big["http_status"], big["truncated"]) == (200, False)
     truncated = documents[by_behaviour["truncated"].name]

@@ -1,5 +1,6 @@
-"""The addresses the domains spider's resolver gives a connection, fuzzed through a real DNS
-server (the sandbox's)."""
+"""What the domains spider does after each failure, without a crawl: the retry of a timeout
+(over HTTPS first); and the addresses its resolver gives a connection, fuzzed through a real
+DNS server (the sandbox's)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,101 @@ import asyncio
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scrapy import Request
+from scrapy.exceptions import (
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+)
 
 from crawler.config.values import NameServer
+from crawler.domains.probes import SENT_META, DomainProbeMiddleware
 from crawler.domains.resolver import AsyncResolver, DomainsResolver, PrivateAddress, is_public
+from crawler.items import DomainItem
+from crawler.spiders.domains import DomainsSpider
 from sandbox.dns import Answer, start_dns
+from tests.test_domains_units import answered, domains_spider
+
+# --- after a failure -------------------------------------------------------------------------
+
+
+def failed(
+    spider: DomainsSpider,
+    request: Request,
+    exception: Exception,
+    middleware: DomainProbeMiddleware | None = None,
+) -> Request | DomainItem:
+    """What the spider makes of ``request`` failing with ``exception`` (the probe middleware
+    turns it into the failure the spider reads)."""
+    middleware = middleware or DomainProbeMiddleware(0, 65536, None)
+    response = middleware.process_exception(request, exception)
+    assert response is not None
+    (output,) = spider.parse_probe(response)
+    assert isinstance(output, Request | DomainItem)
+    return output
+
+
+def timed_out(spider: DomainsSpider, request: Request) -> Request | DomainItem:
+    return failed(spider, request, DownloadTimeoutError(f"Getting {request.url} took too long"))
+
+
+def refused(spider: DomainsSpider, request: Request) -> Request | DomainItem:
+    return failed(spider, request, DownloadConnectionRefusedError("Connection was refused"))
+
+
+def test_an_http_timeout_is_tried_again_over_https_which_may_answer() -> None:
+    """Port 80 filtered, the site on 443: the retry of the timeout goes over HTTPS."""
+    spider = domains_spider(DOMAINS_TIMEOUT_RETRIES=1)
+    again = timed_out(spider, spider.probe("example.com"))
+    assert isinstance(again, Request)
+    assert again.url == "https://example.com/"
+    item = answered(spider, again, 200, b"<title>Example</title>")
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.scheme, item.attempts) == ("alive", "https", 2)
+    assert (item.http_error or "").startswith("timeout: DownloadTimeoutError")
+    assert item.https_error is None
+
+
+def test_a_timeout_costs_at_most_the_retries_whatever_the_schemes() -> None:
+    """DOMAINS_TIMEOUT_RETRIES is the budget of the domain, both schemes together: a domain
+    that times out everywhere costs 1 + retries timeouts, as before HTTPS was tried."""
+    spider = domains_spider(DOMAINS_TIMEOUT_RETRIES=1)
+    over_https = timed_out(spider, spider.probe("example.com"))
+    assert isinstance(over_https, Request)
+    item = timed_out(spider, over_https)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.attempts) == ("timeout", 0, 2)
+    assert (item.https_error or "").startswith("timeout: ")
+    # No retry: no HTTPS either.
+    none = domains_spider(DOMAINS_TIMEOUT_RETRIES=0)
+    item = timed_out(none, none.probe("example.com"))
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.attempts, item.https_error) == ("timeout", 1, None)
+    # More retries: the others go to the URL that timed out.
+    more = domains_spider(DOMAINS_TIMEOUT_RETRIES=2)
+    over_https = timed_out(more, more.probe("example.com"))
+    assert isinstance(over_https, Request)
+    again = timed_out(more, over_https)
+    assert isinstance(again, Request)
+    assert again.url == "https://example.com/"
+    item = refused(more, again)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.attempts) == ("timeout", 3)  # a timeout got further than refused
+    assert (item.https_error or "").startswith("refused: ")
+
+
+def test_a_timeout_class_keeps_the_time_of_the_timeout() -> None:
+    """HTTP timed out, HTTPS was refused at once: the domain is a timeout, and its time is
+    the timeout's, not the refusal's."""
+    spider = domains_spider(DOMAINS_TIMEOUT_RETRIES=1)
+    probe = spider.probe("example.com")
+    probe.meta[SENT_META] = 1.0  # sent long ago (epoch seconds): the timeout's time is large
+    over_https = timed_out(spider, probe)
+    assert isinstance(over_https, Request)
+    item = refused(spider, over_https)
+    assert isinstance(item, DomainItem)
+    assert item.status == "timeout"
+    assert (item.response_time or 0) > 1000
+
 
 # --- the addresses a connection tries --------------------------------------------------------
 

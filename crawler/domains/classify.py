@@ -27,13 +27,14 @@ private_address     1000       the name's addresses are none of them public (127
                                10.x, 169.254.169.254...): not probed, the first stored as
                                ``address`` (DOMAINS_PRIVATE_ADDRESSES probes them)
 timeout             0          no answer within DOMAINS_DOWNLOAD_TIMEOUT, after its retries
+                               (the first retry of an HTTP timeout is over HTTPS)
 refused             0          nothing listens on the HTTP nor the HTTPS port
 not_http            0          something answered on the port, but not in HTTP (an SSH or
                                SMTP banner, ...), and HTTPS gave no answer either
 connection_error    0          connected, but the connection closed or reset without an
                                answer, and HTTPS gave no answer either
-tls_error           0          HTTP was refused (or redirected to HTTPS) and the HTTPS
-                               handshake failed
+tls_error           0          HTTP was refused or timed out (or redirected to HTTPS) and the
+                               HTTPS handshake failed
 ==================  =========  ===============================================================
 
 A probe that tried both schemes keeps each one's failure; the domain's class is the failure
