@@ -134,7 +134,8 @@ class DomainItem:
     0 unreachable, else the HTTP status), as docs/spiders.md describes with every other field;
     ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made;
     ``address`` is the address that answered, or that of a domain not probed because none of
-    its addresses is public (class ``private_address``)."""
+    its addresses is public (class ``private_address``); ``redirect_error`` is how the target of
+    a redirect the domain answered failed (class ``redirect_failed``)."""
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"
@@ -158,6 +159,7 @@ class DomainItem:
     http_error: str | None = None
     https_error: str | None = None
     address: str | None = None
+    redirect_error: str | None = None
 
 
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.

@@ -39,7 +39,14 @@ from aiohttp import web
 
 from sandbox import domains_raw
 from sandbox.dns import Answer, DnsProtocol, start_dns
-from sandbox.domains_population import DNS_BEHAVIOURS, SIDES, WEB, FakeDomain, build_population
+from sandbox.domains_population import (
+    BROKEN_SUBDOMAIN,
+    DNS_BEHAVIOURS,
+    SIDES,
+    WEB,
+    FakeDomain,
+    build_population,
+)
 from sandbox.domains_tls import self_signed_context
 
 # Every pair of port behaviours, the web host's first: each gets an address (.1, .2, ...).
@@ -236,6 +243,8 @@ class DomainsSandbox:
                 where = f"http://ww25.{domain.name}:{self.http_port}/?subid1=20240611-0316-4f1c"
                 return _redirect(where, 302)
             return _html(200, BODIS_PAGE.format(name=domain.name))
+        if behaviour == "redirect_nxdomain":
+            return _redirect(f"http://{BROKEN_SUBDOMAIN}.{domain.name}:{self.http_port}/")
         if behaviour in ("redirect_https", "redirect_https_bad"):
             return _redirect(f"https://{domain.name}:{self.https_port}/")
         if behaviour == "redirect_loop":

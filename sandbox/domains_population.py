@@ -25,7 +25,9 @@ parked_subdomain    parked            200    302 to ``ww25.<domain>/?subid1=...`
 redirect_loop       redirect_loop     302    ``/`` redirects to ``/loop``, which redirects to
                                              ``/``
 redirect_https      alive (https)     200    HTTP redirects to HTTPS, which answers
-redirect_https_bad  tls_error         0      HTTP redirects to HTTPS, which speaks plain text
+redirect_https_bad  redirect_failed   301    HTTP redirects to HTTPS, which speaks plain text
+redirect_nxdomain   redirect_failed   301    301 to ``shop.<domain>``, which has no address
+                                             (NXDOMAIN)
 script_parked       parked            200    ``/`` is a page that only sends the browser to
                                              ``/lander`` (a script or a meta refresh, as
                                              GoDaddy's parked domains), a parking lander
@@ -84,7 +86,8 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "parked_subdomain": ("parked", 200),
     "redirect_loop": ("redirect_loop", 302),
     "redirect_https": ("alive", 200),
-    "redirect_https_bad": ("tls_error", 0),
+    "redirect_https_bad": ("redirect_failed", 301),
+    "redirect_nxdomain": ("redirect_failed", 301),
     "script_parked": ("parked", 200),
     "script_offsite": ("redirect_offsite", 200),
     "big_page": ("alive", 200),
@@ -124,6 +127,7 @@ WEIGHTS: dict[str, int] = {
     "redirect_loop": 1,
     "redirect_https": 3,
     "redirect_https_bad": 1,
+    "redirect_nxdomain": 1,
     "script_parked": 1,
     "script_offsite": 1,
     "big_page": 1,
@@ -180,6 +184,8 @@ DECOYS: dict[str, tuple[tuple[str, str], ...]] = {
 DNS_BEHAVIOURS = frozenset({"nxdomain", "no_address", "servfail", "silent"})
 HTTP_BEHAVIOURS = frozenset(set(EXPECTED) - set(SIDES) - DNS_BEHAVIOURS)
 HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https", "filtered_then_tls"})
+# Answered over HTTP by a redirect, within the domain, to a URL that fails.
+BROKEN_REDIRECTS = frozenset({"redirect_https_bad", "redirect_nxdomain"})
 # Pages with a title the sweep must store (page_title in sandbox/domains.py).
 TITLED = frozenset(
     {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
@@ -188,6 +194,8 @@ TITLED = frozenset(
 )
 # The name under the domain a behaviour redirects to (besides www., which every domain has).
 SUBDOMAINS = {"redirect_subdomain": "en", "parked_subdomain": "ww25"}
+# The name under the domain a behaviour redirects to that has no address (not one of its hosts).
+BROKEN_SUBDOMAIN = "shop"
 WORDS = ("blue", "river", "stone", "maple", "cloud", "pixel", "north", "ember", "quiet", "delta")
 
 
@@ -204,7 +212,7 @@ class FakeDomain:
         """The scheme a sweep must report (None: no answer)."""
         if self.behaviour in HTTPS_BEHAVIOURS:
             return "https"
-        answered = HTTP_BEHAVIOURS - {"slow"} | {"truncated"}
+        answered = HTTP_BEHAVIOURS - {"slow"} | {"truncated"} | BROKEN_REDIRECTS
         return "http" if self.behaviour in answered else None
 
     @property

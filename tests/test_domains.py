@@ -160,6 +160,16 @@ def test_redirects_and_fallbacks_are_described(
     assert filtered["http_error"].startswith("timeout: ")
     assert filtered["title"] == page_title(filtered["domain"])
     assert asked[filtered["domain"]] == 1  # its HTTPS server
+    # A redirect within the domain to a name without an address: the domain answered (its
+    # answer the redirect), and where it sent the browser failed.
+    shop = documents[by_behaviour["redirect_nxdomain"].name]
+    assert (shop["status"], shop["code"], shop["http_status"]) == ("redirect_failed", 301, 301)
+    assert (shop["scheme"], shop["address"]) == ("http", domains_sandbox.web_ip)
+    assert shop["final_url"] == f"http://shop.{shop['domain']}:{port}/"
+    assert shop["redirect_error"].startswith("dns_not_found: ")
+    assert domains_sandbox.dns is not None
+    assert domains_sandbox.dns.queries[f"shop.{shop['domain']}"] >= 1
+    assert (asked[shop["domain"]], asked.get(f"shop.{shop['domain']}", 0)) == (1, 0)
     www = documents[by_behaviour["redirect_www"].name]
     assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
     assert www["attempts"] == 2
@@ -214,8 +224,11 @@ def test_redirects_and_fallbacks_are_described(
         f"https://{https['domain']}:{tls_port}/",
     )
     bad = documents[by_behaviour["redirect_https_bad"].name]
+    assert (bad["status"], bad["code"], bad["scheme"]) == ("redirect_failed", 301, "http")
     assert bad["final_url"] == f"https://{bad['domain']}:{tls_port}/"
+    assert bad["redirect_error"].startswith("tls_error: ")
     assert said["redirect_https_bad"] == "ok / tls_error"
+    assert said["redirect_nxdomain"] == "dns_not_found / -"
     assert said["filtered"] == said["slow"] == "timeout / refused"
     big = documents[by_behaviour["big_page"].name]
     assert (big["http_status"], big["truncated"]) == (200, False)

@@ -109,9 +109,11 @@ def zone_of(
 
 def shape_of(domain: FakeDomain, drawn: str, sandbox: DomainsSandbox) -> str:
     """How a domain that has addresses is given: several A records, dead ones first, when it
-    has several."""
+    has several; never a wildcard when a name under it must have none."""
     if len(sandbox.addresses_of(domain)) > 1:
         return "addresses"
+    if drawn == "wildcard" and domain.behaviour == "redirect_nxdomain":
+        return "a"
     return drawn
 
 

@@ -1,18 +1,22 @@
 """What the domains spider does after each failure, without a crawl: the retry of a timeout
-(over HTTPS first); and the addresses its resolver gives a connection, fuzzed through a real
-DNS server (the sandbox's)."""
+(over HTTPS first), the HTTPS fallback, a redirect whose target fails; and the addresses its
+resolver gives a connection, fuzzed through a real DNS server (the sandbox's)."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 from scrapy.exceptions import (
+    CannotResolveHostError,
     DownloadConnectionRefusedError,
     DownloadTimeoutError,
 )
+from scrapy.http import HtmlResponse
 
 from crawler.config.values import NameServer
 from crawler.domains.probes import SENT_META, DomainProbeMiddleware
@@ -102,6 +106,69 @@ def test_a_timeout_class_keeps_the_time_of_the_timeout() -> None:
     assert isinstance(item, DomainItem)
     assert item.status == "timeout"
     assert (item.response_time or 0) > 1000
+
+
+# --- a redirect whose target fails ----------------------------------------------------------
+
+
+def test_a_redirect_to_a_name_on_a_private_address_is_the_domains_answer() -> None:
+    """example.test answers 301 to shop.example.test, whose address is not public: the
+    domain answered (from a public address), its redirect failed; not a private domain."""
+    resolvers: list[AsyncResolver] = []
+
+    async def resolve() -> None:
+        protocol, port = await start_dns("127.0.0.1", 0, lambda name: Answer("address", "10.1.2.3"))
+        try:
+            resolver = AsyncResolver([NameServer("127.0.0.1", port)], 0.5, 1, 10)
+            with pytest.raises(PrivateAddress):
+                await resolver.resolve("shop.example.test")
+            resolvers.append(resolver)
+        finally:
+            assert protocol.transport is not None
+            protocol.transport.close()
+
+    asyncio.run(resolve())
+    spider = domains_spider()
+    probe = spider.probe("example.test")
+    location = "http://shop.example.test/"
+    response = HtmlResponse(
+        probe.url,
+        status=301,
+        headers={"Location": location, "Server": "nginx"},
+        request=probe,
+        ip_address=ipaddress.ip_address("93.184.215.14"),
+    )
+    (followed,) = spider.parse_probe(response)
+    assert isinstance(followed, Request)
+    middleware = DomainProbeMiddleware(0, 65536, resolvers[0])
+    item = failed(spider, followed, CannotResolveHostError(location), middleware)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.http_status) == ("redirect_failed", 301, 301)
+    assert (item.address, item.server, item.final_url) == ("93.184.215.14", "nginx", location)
+    assert (item.redirect_error or "").startswith("private_address: ")
+    assert "10.1.2.3 is not a public address" in (item.redirect_error or "")
+    assert item.error is None
+
+
+def test_a_redirect_to_a_refused_name_falls_back_to_https_first() -> None:
+    """www. refused over HTTP: HTTPS is tried (at the domain), and answers: alive. Refused
+    there too: the domain's answer was the redirect."""
+    spider = domains_spider()
+    www = answered(spider, spider.probe("example.com"), 301, Location="http://www.example.com/")
+    assert isinstance(www, Request)
+    over_https = refused(spider, www)
+    assert isinstance(over_https, Request)
+    assert over_https.url == "https://example.com/"
+    assert isinstance(answered(spider, over_https, 200), DomainItem)
+    item = refused(spider, over_https)
+    assert isinstance(item, DomainItem)
+    assert (item.status, item.code, item.final_url) == (
+        "redirect_failed",
+        301,
+        "http://www.example.com/",
+    )
+    assert (item.redirect_error or "").startswith("refused: ")
+    assert (item.https_error or "").startswith("refused: ")
 
 
 # --- the addresses a connection tries --------------------------------------------------------

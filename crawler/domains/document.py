@@ -1,10 +1,18 @@
 """A domain's document (crawler.items.DomainItem) from what its probe met: pure functions of the
 probe's state and the last response, no I/O.
 
-The probe's state (the spider's ``meta[PROBE_META]``) keeps, besides where the probe is,
-``errors``: each scheme's failure, ``"<class>: <detail>"`` (:func:`noted`), and ``elapsed``:
-the seconds it took. A probe ends on an answer (:func:`answered`) or on failures
-(:func:`failed`), which give the class of the one that got furthest.
+The probe's state (the spider's ``meta[PROBE_META]``) keeps, besides where the probe is:
+
+- ``errors``: each scheme's failure, ``"<class>: <detail>"`` (:func:`noted`), and ``elapsed``:
+  the seconds it took;
+- ``answer``: the last redirect the domain answered that the probe followed
+  (:func:`redirect_answer`).
+
+A probe ends on an answer (:func:`answered`) or on failures (:func:`failed`). Failures alone
+give the class of the one that got furthest; but when the domain answered a redirect on the way,
+the domain did answer: the document is that redirect (``redirect_failed``, its status the code,
+``final_url`` where it sent the browser) with how the target failed beside it
+(``redirect_error``), as ``redirect_offsite`` is a redirect whose target is not even asked.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from crawler.domains.classify import (
     failure_outcome,
     most_informative,
     page_title,
+    response_outcome,
 )
 from crawler.domains.probes import TRUNCATED_META
 from crawler.items import DomainItem
@@ -32,6 +41,18 @@ def noted(state: dict[str, Any], scheme: str, failure: dict[str, Any]) -> dict[s
     error = f"{failure['kind']}: {failure['error']}"
     elapsed = {**state.get("elapsed", {}), scheme: failure.get("elapsed")}
     return {**state, "errors": {**state["errors"], scheme: error}, "elapsed": elapsed}
+
+
+def redirect_answer(response: Response, location: str) -> dict[str, Any]:
+    """What the document keeps of a redirect answer the probe follows to ``location``."""
+    return {
+        "status": response.status,
+        "url": response.url,
+        "location": location,
+        "server": _server(response),
+        "address": _address(response),
+        "time": _latency(response),
+    }
 
 
 def answered(
@@ -51,11 +72,14 @@ def answered(
     return item
 
 
-def failed(state: dict[str, Any], failure: dict[str, Any], url: str) -> DomainItem:
+def failed(state: dict[str, Any], failure: dict[str, Any]) -> DomainItem:
     """The document of a domain whose probe ended on failures (``state``'s ``errors``, the
-    last one ``failure``, of ``url``): the failure that got furthest (HTTP's on a tie) with its
-    detail, time and, for a name on an address that is not public, the address; ``final_url``
-    the URL that failed after redirects within the domain."""
+    last one ``failure``): the redirect the domain answered, when it answered one, else the
+    failure that got furthest (HTTP's on a tie) with its detail, time and, for a name on an
+    address that is not public, the address."""
+    answer = state.get("answer")
+    if answer:
+        return _redirect_failed(state, answer)
     errors: dict[str, str] = state["errors"]
     kinds = {scheme: error.split(":", 1)[0] for scheme, error in errors.items()}
     chosen = most_informative(list(kinds.values()))
@@ -65,8 +89,24 @@ def failed(state: dict[str, Any], failure: dict[str, Any], url: str) -> DomainIt
     item.response_time = state.get("elapsed", {}).get(scheme, failure.get("elapsed"))
     if chosen == "private_address":
         item.address = failure.get("address")
-    if state["redirects"]:
-        item.final_url = url  # where the redirects within the domain led
+    return item
+
+
+def _redirect_failed(state: dict[str, Any], answer: dict[str, Any]) -> DomainItem:
+    errors: dict[str, str] = state["errors"]
+    item = _document(state, response_outcome(answer["status"], b"", "failed"))
+    item.http_status = answer["status"]
+    item.scheme = urlsplit(answer["url"]).scheme
+    item.final_url = answer["location"]
+    item.response_time = answer["time"]
+    item.server = answer["server"]
+    item.address = answer["address"]
+    target = urlsplit(answer["location"]).scheme
+    kinds = [error.split(":", 1)[0] for error in errors.values()]
+    furthest = most_informative(kinds)
+    item.redirect_error = errors.get(target) or next(
+        error for error in errors.values() if error.startswith(f"{furthest}:")
+    )
     return item
 
 

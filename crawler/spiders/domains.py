@@ -28,11 +28,12 @@ Timeouts are tried again DOMAINS_TIMEOUT_RETRIES times in all, the first retry o
 over HTTPS (a filtered port 80). A connection tries the name's first DOMAINS_MAX_ADDRESSES
 addresses in turn (crawler/domains/resolver.py). Redirects within the domain (to a name under
 it too: ``www.``, ``en.``, ``ww25.``...) are followed up to DOMAINS_MAX_REDIRECTS, a redirect
-elsewhere is the result, one back to a URL already visited (or one too many) is a loop. A
-small page that only sends the browser on by a script or a meta refresh (GoDaddy's parked
-``/`` and its ``/lander``; crawler/domains/page_redirect.py) is a redirect like any other.
-Each scheme's failure is kept in the document (``http_error``, ``https_error``) and the class
-is the one that got furthest; any answer with a status line is an answer (at most
+elsewhere is the result, one back to a URL already visited (or one too many) is a loop, one
+whose target fails is the domain's answer still (``redirect_failed``). A small page that only
+sends the browser on by a script or a meta refresh (GoDaddy's parked ``/`` and its
+``/lander``; crawler/domains/page_redirect.py) is a redirect like any other. Each scheme's
+failure is kept in the document (``http_error``, ``https_error``) and the class of failures
+alone is the one that got furthest; any answer with a status line is an answer (at most
 DOMAINS_BODY_BYTES of it read; a body cut short is stored with ``truncated``). The classes and
 codes are in crawler/domains/classify.py, the documents in crawler/domains/document.py.
 Failures are results: no backoff retry, no ban check, no dead letter
@@ -58,7 +59,7 @@ from crawler.bans.rules import PROTECTION_RULES
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.domains.classify import falls_back, response_outcome
-from crawler.domains.document import answered, failed, noted
+from crawler.domains.document import answered, failed, noted, redirect_answer
 from crawler.domains.lists import csv_domains
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.page_redirect import page_redirect
@@ -303,6 +304,7 @@ class DomainsSpider(RedisFedSpider):
                 state,
                 redirects=state["redirects"] + 1,
                 visited=[*state["visited"], location],
+                answer=redirect_answer(response, location),
             )
             return
         outcome = response_outcome(response.status, b"", redirect, location)
@@ -337,7 +339,7 @@ class DomainsSpider(RedisFedSpider):
         if over_https and falls_back(kind, scheme):
             yield self._over_https(state)
             return
-        yield self._item(failed(state, failure, response.url))
+        yield self._item(failed(state, failure))
 
     def _over_https(self, state: dict[str, Any], **changes: Any) -> Request:
         self.count("domains/https_fallback")
