@@ -134,13 +134,14 @@ class DomainItem:
     0 unreachable, else the HTTP status), as docs/spiders.md describes with every other field;
     ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made;
     ``address`` is the address that answered, or that of a domain not probed because none of
-    its addresses is public (class ``private_address``); ``redirect_error`` is how the target of
-    a redirect the domain answered failed (class ``redirect_failed``)."""
+    its addresses is public (class ``private_address``): no change of the domain when it is
+    another (a name's addresses take turns); ``redirect_error`` is how the target of a redirect
+    the domain answered failed (class ``redirect_failed``)."""
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"
     volatile_fields: ClassVar[frozenset[str]] = frozenset(
-        {"checked_at", "response_time", "attempts"}
+        {"checked_at", "response_time", "attempts", "address"}
     )
 
     domain: str

@@ -1,11 +1,13 @@
 """What the domains spider does after each failure, without a crawl: the retry of a timeout
-(over HTTPS first), the HTTPS fallback, a redirect whose target fails; and the addresses its
-resolver gives a connection, fuzzed through a real DNS server (the sandbox's)."""
+(over HTTPS first), the HTTPS fallback, a redirect whose target fails; what counts as a change
+of a document; and the addresses its resolver gives a connection, fuzzed through a real DNS
+server (the sandbox's)."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +25,7 @@ from crawler.domains.probes import SENT_META, DomainProbeMiddleware
 from crawler.domains.resolver import AsyncResolver, DomainsResolver, PrivateAddress, is_public
 from crawler.items import DomainItem
 from crawler.spiders.domains import DomainsSpider
+from crawler.storage.changes import CHANGE_HASH, with_change_hash
 from sandbox.dns import Answer, start_dns
 from tests.test_domains_units import answered, domains_spider
 
@@ -169,6 +172,22 @@ def test_a_redirect_to_a_refused_name_falls_back_to_https_first() -> None:
     )
     assert (item.redirect_error or "").startswith("refused: ")
     assert (item.https_error or "").startswith("refused: ")
+
+
+# --- what is a change -------------------------------------------------------------------------
+
+
+def test_another_address_answering_is_no_change_of_the_domain() -> None:
+    """A name's addresses take turns (round-robin DNS): the same answer from another address
+    is the same document for the change history; another class is a change."""
+
+    def digest(**fields: Any) -> str:
+        values = {"domain": "example.com", "status": "alive", "code": 200, "checked_at": 1.0}
+        document = vars(DomainItem(**{**values, **fields}))
+        return str(with_change_hash(document, DomainItem.volatile_fields)[CHANGE_HASH])
+
+    assert digest(address="93.184.215.14") == digest(address="93.184.215.15", checked_at=2.0)
+    assert digest(address="93.184.215.14") != digest(address="93.184.215.14", status="parked")
 
 
 # --- the addresses a connection tries --------------------------------------------------------
