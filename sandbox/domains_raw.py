@@ -102,7 +102,8 @@ def truncated(page: Callable[[str], bytes]) -> Handler:
 def filtered(host: str, port: int) -> list[socket.socket]:
     """A port whose connections never complete, as one a firewall drops packets to: a listener
     that never accepts, its accept queue (of one) full with a connection of its own, so the
-    kernel drops every SYN that comes (a client's connect times out). The sockets to close."""
+    kernel drops every SYN that comes (a client's connect times out; Linux's default,
+    ``net.ipv4.tcp_abort_on_overflow = 0``: 1 would refuse them). The sockets to close."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind((host, port))
     listener.listen(0)
