@@ -17,9 +17,10 @@
 - ``lookups``, ``dns_failed``, ``connections``, ``connect_failed``, ``redis_calls``: counts;
   ``redis/<command>`` and ``redis/<command>+<command>...`` (a pipeline): calls by what they ran.
 
-The hooks wrap Twisted's resolver adapter (``SimpleResolverComplexifier``, through which the
-agent's ``HostnameEndpoint`` reaches the installed ``IResolverSimple``), its TCP client and
-redis-py's client: a measurement aid for the benchmark, never loaded by the crawler.
+The hooks wrap the name resolvers the agent's ``HostnameEndpoint`` asks (the spider's
+``DomainsResolver``, and Twisted's ``SimpleResolverComplexifier``, through which it reaches an
+installed ``IResolverSimple`` such as Scrapy's default), Twisted's TCP client and redis-py's
+client: a measurement aid for the benchmark, never loaded by the crawler.
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ def install() -> None:
     import redis.client
     from twisted.internet import _resolver, tcp
 
+    from crawler.domains.resolver import DomainsResolver
+
+    _wrap(DomainsResolver, "resolveHostName", _lookup)
     _wrap(_resolver.SimpleResolverComplexifier, "resolveHostName", _lookup)
     _wrap(tcp.BaseClient, "_setRealAddress", _address)
     _wrap(tcp.BaseClient, "_connectDone", _connected)

@@ -158,13 +158,15 @@ class DomainItem:
     crawler/domains/normalize.py). ``status`` is its class and ``code`` the seed's number (1000 DNS,
     0 unreachable, else the HTTP status), as docs/spiders.md describes with every other field;
     ``response_time`` is seconds, ``checked_at`` epoch seconds, ``attempts`` the requests made;
-    ``address`` is the address of a domain not probed because none of its addresses is public
-    (class ``private_address``)."""
+    ``address`` is the address that answered, or that of a domain not probed because none of
+    its addresses is public (class ``private_address``): no change of the domain when it is
+    another (a name's addresses take turns); ``redirect_error`` is how the target of a redirect
+    the domain answered failed (class ``redirect_failed``)."""
 
     collection: ClassVar[str] = "domains"
     unique_key: ClassVar[str] = "domain"
     volatile_fields: ClassVar[frozenset[str]] = frozenset(
-        {"checked_at", "response_time", "attempts"}
+        {"checked_at", "response_time", "attempts", "address"}
     )
 
     domain: str
@@ -183,6 +185,7 @@ class DomainItem:
     http_error: str | None = None
     https_error: str | None = None
     address: str | None = None
+    redirect_error: str | None = None
 
 
 # Every item class stored in MongoDB; the pipeline creates their unique indexes at start.

@@ -498,9 +498,14 @@ DOMAINS_DNS_CONCURRENCY = 200
 # private, link-local such as 169.254.169.254, ...), for a sweep of your own network or a test.
 # Off, a domain whose addresses are none of them public is stored "private_address", unprobed.
 DOMAINS_PRIVATE_ADDRESSES = False
+# DOMAINS_MAX_ADDRESSES (int 1..16, default 4): the addresses of a name a probe connects to at
+# most, in the DNS answer's order: the next one 0.3 s after the one before while none has
+# connected (as browsers do), all within DOMAINS_DOWNLOAD_TIMEOUT.
+DOMAINS_MAX_ADDRESSES = 4
 # DOMAINS_DOWNLOAD_TIMEOUT (float seconds > 0, default 10): a probe's download timeout.
 DOMAINS_DOWNLOAD_TIMEOUT = 10.0
-# DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a timed-out probe is sent again (then "timeout").
+# DOMAINS_TIMEOUT_RETRIES (int 0..10, default 1): a domain's timed-out probes are sent again, this
+# many times in all, the first retry of an HTTP timeout over HTTPS (then "timeout").
 DOMAINS_TIMEOUT_RETRIES = 1
 # DOMAINS_MAX_REDIRECTS (int 0..20, default 5): redirects within a domain (to names under it,
 # www. or en., too) followed at most, a page that only redirects by a script or a meta refresh

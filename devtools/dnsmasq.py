@@ -62,6 +62,11 @@ class Zone:
         """``address`` for ``name`` and every name under it."""
         self.lines.append(f"address=/{name}/{address}")
 
+    def addresses(self, name: str, addresses: list[str]) -> None:
+        """A records with ``addresses`` for ``name`` and every name under it, answered in this
+        order (dnsmasq answers the ``address=`` lines of a name last first)."""
+        self.lines.extend(f"address=/{name}/{address}" for address in reversed(addresses))
+
     def upstream(self, name: str, host: str, port: int) -> None:
         """Questions for ``name`` (and under it) forwarded to ``host:port``."""
         self.lines.append(f"server=/{name}/{host}#{port}")

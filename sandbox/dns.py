@@ -3,6 +3,7 @@
 ``lookup(name)`` says how to answer a name (lower case, without the final dot):
 
 - ``Answer("address", "127.0.0.9")``  an A record (a question for another type: no records);
+  ``more=("127.0.0.1",)`` adds A records after it, answered in that order;
 - ``Answer("nxdomain")``               NXDOMAIN;
 - ``Answer("no_address")``             NOERROR without any record;
 - ``Answer("servfail")``               SERVFAIL;
@@ -35,6 +36,12 @@ TTL = 60
 class Answer:
     kind: str
     address: str = ""
+    more: tuple[str, ...] = ()
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The A records' addresses, in the order they are answered."""
+        return (self.address, *self.more)
 
 
 Lookup = Callable[[str], Answer]
@@ -61,7 +68,7 @@ class DnsProtocol(asyncio.DatagramProtocol):
         self.queries[name] += 1
         reply = self.reply(query, name, question.rdtype)
         if reply is not None and self.transport is not None:
-            self.transport.sendto(reply.to_wire(), addr)
+            self.transport.sendto(reply.to_wire(want_shuffle=False), addr)
 
     def reply(
         self, query: dns.message.Message, name: str, rdtype: int
@@ -76,7 +83,7 @@ class DnsProtocol(asyncio.DatagramProtocol):
             response.set_rcode(dns.rcode.SERVFAIL)
         elif answer.kind == "address" and rdtype == dns.rdatatype.A:
             question = query.question[0]
-            record = dns.rrset.from_text(question.name, TTL, "IN", "A", answer.address)
+            record = dns.rrset.from_text(question.name, TTL, "IN", "A", *answer.addresses)
             response.answer.append(record)
         return response
 

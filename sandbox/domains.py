@@ -8,7 +8,9 @@ over HTTP (told apart by the Host header), nothing on HTTPS, and DNS over UDP; t
 the same HTTP server with TLS or plain text on HTTPS (redirects to HTTPS), or
 nothing listening (refused), HTTPS only with a self-signed certificate, plain text on the
 HTTPS port (broken TLS), or a port that misbehaves below HTTP (sandbox/domains_raw.py: reset,
-close, SSH and SMTP banners, a body cut short). The HTTP port and the HTTPS port are the same
+close, SSH and SMTP banners, a body cut short, a port that drops connections). A domain may be
+given more than one address: those of other pairs first (where no connection succeeds), its own
+last. The HTTP port and the HTTPS port are the same
 on every address, so a crawler reaches them with ``-s DOMAINS_HTTP_PORT=<http_port>
 -s DOMAINS_HTTPS_PORT=<https_port> -s DOMAINS_NAMESERVERS=<nameserver>
 -s DOMAINS_PRIVATE_ADDRESSES=True`` (loopback addresses are not probed otherwise).
@@ -25,6 +27,7 @@ import asyncio
 import json
 import random
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -36,7 +39,14 @@ from aiohttp import web
 
 from sandbox import domains_raw
 from sandbox.dns import Answer, DnsProtocol, start_dns
-from sandbox.domains_population import DNS_BEHAVIOURS, SIDES, WEB, FakeDomain, build_population
+from sandbox.domains_population import (
+    BROKEN_SUBDOMAIN,
+    DNS_BEHAVIOURS,
+    SIDES,
+    WEB,
+    FakeDomain,
+    build_population,
+)
 from sandbox.domains_tls import self_signed_context
 
 # Every pair of port behaviours, the web host's first: each gets an address (.1, .2, ...).
@@ -111,6 +121,7 @@ class DomainsSandbox:
         self.requests: Counter[str] = Counter()  # HTTP(S) requests answered, by Host
         self._runners: list[web.AppRunner] = []
         self._servers: list[asyncio.Server] = []
+        self._sockets: list[socket.socket] = []
         self._tmp = tempfile.TemporaryDirectory(prefix="sandbox-domains-")
 
     @property
@@ -130,8 +141,12 @@ class DomainsSandbox:
         return {name: domain.truth() for name, domain in self.domains.items()}
 
     def address_of(self, domain: FakeDomain) -> str:
-        """The address DNS gives the domain: that of its ports' behaviours."""
+        """The address of the domain's own ports: that of their behaviours."""
         return self.addresses[domain.sides]
+
+    def addresses_of(self, domain: FakeDomain) -> list[str]:
+        """The addresses DNS gives the domain, in order: its decoys', then its own."""
+        return [*(self.addresses[pair] for pair in domain.decoys), self.address_of(domain)]
 
     async def start(self) -> None:
         web_hosts = [ip for (http, _), ip in self.addresses.items() if http == "web"]
@@ -145,6 +160,8 @@ class DomainsSandbox:
                 handler = truncated if side == "truncated" else domains_raw.RAW.get(side)
                 if handler is not None:
                     self._servers.append(await asyncio.start_server(handler, ip, port))
+                elif side == "filtered":
+                    self._sockets.extend(domains_raw.filtered(ip, port))
         self.dns, self.dns_port = await start_dns(self.web_ip, 0, self.lookup)
 
     async def stop(self) -> None:
@@ -152,6 +169,8 @@ class DomainsSandbox:
             self.dns.transport.close()
         for server in self._servers:
             server.close()
+        for sock in self._sockets:
+            sock.close()
         for runner in self._runners:
             await runner.cleanup()
         self._tmp.cleanup()
@@ -185,7 +204,8 @@ class DomainsSandbox:
             return Answer("nxdomain")
         if domain.behaviour in DNS_BEHAVIOURS:
             return Answer(domain.behaviour)
-        return Answer("address", self.address_of(domain))
+        first, *more = self.addresses_of(domain)
+        return Answer("address", first, tuple(more))
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -223,6 +243,8 @@ class DomainsSandbox:
                 where = f"http://ww25.{domain.name}:{self.http_port}/?subid1=20240611-0316-4f1c"
                 return _redirect(where, 302)
             return _html(200, BODIS_PAGE.format(name=domain.name))
+        if behaviour == "redirect_nxdomain":
+            return _redirect(f"http://{BROKEN_SUBDOMAIN}.{domain.name}:{self.http_port}/")
         if behaviour in ("redirect_https", "redirect_https_bad"):
             return _redirect(f"https://{domain.name}:{self.https_port}/")
         if behaviour == "redirect_loop":

@@ -25,7 +25,9 @@ parked_subdomain    parked            200    302 to ``ww25.<domain>/?subid1=...`
 redirect_loop       redirect_loop     302    ``/`` redirects to ``/loop``, which redirects to
                                              ``/``
 redirect_https      alive (https)     200    HTTP redirects to HTTPS, which answers
-redirect_https_bad  tls_error         0      HTTP redirects to HTTPS, which speaks plain text
+redirect_https_bad  redirect_failed   301    HTTP redirects to HTTPS, which speaks plain text
+redirect_nxdomain   redirect_failed   301    301 to ``shop.<domain>``, which has no address
+                                             (NXDOMAIN)
 script_parked       parked            200    ``/`` is a page that only sends the browser to
                                              ``/lander`` (a script or a meta refresh, as
                                              GoDaddy's parked domains), a parking lander
@@ -43,6 +45,14 @@ reset_then_tls      alive (https)     200    HTTP accepts and resets; HTTPS answ
 ssh_banner          not_http          0      an SSH server on the HTTP port; no HTTPS
 smtp_banner         not_http          0      an SMTP server on the HTTP port; no HTTPS
 smtp_tls_broken     not_http          0      SMTP on HTTP; plain text on the HTTPS port
+filtered            timeout           0      the HTTP port drops connections (a firewall's
+                                             filtered port: connecting times out); nothing
+                                             on HTTPS
+filtered_then_tls   alive (https)     200    the HTTP port drops connections; HTTPS answers
+second_address      alive             200    two A records: the first an address where
+                                             nothing listens, the second the web host's
+filtered_first      alive             200    two A records: the first an address whose HTTP
+                                             port drops connections, the second the web host's
 nxdomain            dns_not_found     1000   NXDOMAIN
 no_address          dns_not_found     1000   the name exists without an A record
 servfail            dns_error         1000   SERVFAIL
@@ -76,7 +86,8 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "parked_subdomain": ("parked", 200),
     "redirect_loop": ("redirect_loop", 302),
     "redirect_https": ("alive", 200),
-    "redirect_https_bad": ("tls_error", 0),
+    "redirect_https_bad": ("redirect_failed", 301),
+    "redirect_nxdomain": ("redirect_failed", 301),
     "script_parked": ("parked", 200),
     "script_offsite": ("redirect_offsite", 200),
     "big_page": ("alive", 200),
@@ -90,6 +101,10 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "ssh_banner": ("not_http", 0),
     "smtp_banner": ("not_http", 0),
     "smtp_tls_broken": ("not_http", 0),
+    "filtered": ("timeout", 0),
+    "filtered_then_tls": ("alive", 200),
+    "second_address": ("alive", 200),
+    "filtered_first": ("alive", 200),
     "nxdomain": ("dns_not_found", 1000),
     "no_address": ("dns_not_found", 1000),
     "servfail": ("dns_error", 1000),
@@ -112,6 +127,7 @@ WEIGHTS: dict[str, int] = {
     "redirect_loop": 1,
     "redirect_https": 3,
     "redirect_https_bad": 1,
+    "redirect_nxdomain": 1,
     "script_parked": 1,
     "script_offsite": 1,
     "big_page": 1,
@@ -125,6 +141,10 @@ WEIGHTS: dict[str, int] = {
     "ssh_banner": 1,
     "smtp_banner": 1,
     "smtp_tls_broken": 1,
+    "filtered": 1,
+    "filtered_then_tls": 1,
+    "second_address": 1,
+    "filtered_first": 1,
     "nxdomain": 12,
     "no_address": 2,
     "servfail": 2,
@@ -135,7 +155,8 @@ SERVER_ERRORS = (500, 502, 503)
 # its own): "web" and "tls" serve the behaviour's page by the Host header; "none" has nothing
 # listening; "reset" accepts and resets; "close" reads the request and closes; "ssh" and
 # "smtp" are those servers' banners; "truncated" cuts its answer short; "plain" answers in
-# plain text on the HTTPS port.
+# plain text on the HTTPS port; "filtered" never completes a connection (a listener whose
+# accept queue is full: the kernel drops the SYNs, as a firewall that drops packets does).
 WEB = ("web", "none")
 SIDES: dict[str, tuple[str, str]] = {
     "refused": ("none", "none"),
@@ -151,17 +172,30 @@ SIDES: dict[str, tuple[str, str]] = {
     "smtp_tls_broken": ("smtp", "plain"),
     "redirect_https": ("web", "tls"),
     "redirect_https_bad": ("web", "plain"),
+    "filtered": ("filtered", "none"),
+    "filtered_then_tls": ("filtered", "tls"),
+}
+# Behaviours whose DNS answer gives, before their own address, those of other pairs of port
+# behaviours, where no connection to the HTTP port succeeds (refused, or dropped).
+DECOYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "second_address": (SIDES["refused"],),
+    "filtered_first": (SIDES["filtered"],),
 }
 DNS_BEHAVIOURS = frozenset({"nxdomain", "no_address", "servfail", "silent"})
 HTTP_BEHAVIOURS = frozenset(set(EXPECTED) - set(SIDES) - DNS_BEHAVIOURS)
-HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https"})
+HTTPS_BEHAVIOURS = frozenset({"tls_only", "reset_then_tls", "redirect_https", "filtered_then_tls"})
+# Answered over HTTP by a redirect, within the domain, to a URL that fails.
+BROKEN_REDIRECTS = frozenset({"redirect_https_bad", "redirect_nxdomain"})
 # Pages with a title the sweep must store (page_title in sandbox/domains.py).
 TITLED = frozenset(
     {"alive", "tls_only", "redirect_www", "big_page", "truncated", "deep_parked"}
-    | {"reset_then_tls", "redirect_https", "redirect_subdomain"}
+    | {"reset_then_tls", "redirect_https", "redirect_subdomain", "filtered_then_tls"}
+    | {"second_address", "filtered_first"}
 )
 # The name under the domain a behaviour redirects to (besides www., which every domain has).
 SUBDOMAINS = {"redirect_subdomain": "en", "parked_subdomain": "ww25"}
+# The name under the domain a behaviour redirects to that has no address (not one of its hosts).
+BROKEN_SUBDOMAIN = "shop"
 WORDS = ("blue", "river", "stone", "maple", "cloud", "pixel", "north", "ember", "quiet", "delta")
 
 
@@ -178,7 +212,7 @@ class FakeDomain:
         """The scheme a sweep must report (None: no answer)."""
         if self.behaviour in HTTPS_BEHAVIOURS:
             return "https"
-        answered = HTTP_BEHAVIOURS - {"slow"} | {"truncated"}
+        answered = HTTP_BEHAVIOURS - {"slow"} | {"truncated"} | BROKEN_REDIRECTS
         return "http" if self.behaviour in answered else None
 
     @property
@@ -191,6 +225,11 @@ class FakeDomain:
     def sides(self) -> tuple[str, str]:
         """What its HTTP and HTTPS ports do (DNS behaviours: none, never reached)."""
         return SIDES.get(self.behaviour, WEB)
+
+    @property
+    def decoys(self) -> tuple[tuple[str, str], ...]:
+        """The port behaviours of the addresses its DNS answer gives before its own."""
+        return DECOYS.get(self.behaviour, ())
 
     def truth(self) -> dict[str, Any]:
         return {**asdict(self), "scheme": self.scheme}

@@ -9,6 +9,8 @@ Each is an ``asyncio.start_server`` handler, by the name of the port's side
 - ``ssh``, ``smtp``: those servers' banners and their answer to an HTTP request, then closed;
 - ``truncated``: a 200 announcing 20,000 bytes, 3,000 sent, then closed;
 - ``plain``: plain text on the HTTPS port (an HTTP 400, as a misconfigured server sends).
+
+and ``filtered`` (:func:`filtered`), not a handler: a port where no connection completes.
 """
 
 from __future__ import annotations
@@ -95,6 +97,17 @@ def truncated(page: Callable[[str], bytes]) -> Handler:
         await _close(writer)
 
     return handle
+
+
+def filtered(host: str, port: int) -> list[socket.socket]:
+    """A port whose connections never complete, as one a firewall drops packets to: a listener
+    that never accepts, its accept queue (of one) full with a connection of its own, so the
+    kernel drops every SYN that comes (a client's connect times out; Linux's default,
+    ``net.ipv4.tcp_abort_on_overflow = 0``: 1 would refuse them). The sockets to close."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind((host, port))
+    listener.listen(0)
+    return [listener, socket.create_connection((host, port), timeout=5)]
 
 
 RAW: dict[str, Handler] = {

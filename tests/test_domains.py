@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -138,12 +139,37 @@ def test_redirects_and_fallbacks_are_described(
     for domain in domains_sandbox.domains.values():
         by_behaviour.setdefault(domain.behaviour, domain)
     redis_client.lpush("domains:start_urls", *(domain.name for domain in by_behaviour.values()))
+    before = Counter(domains_sandbox.requests)
 
     result = sweep("domains", settings=sweep_settings(domains_sandbox))
 
     assert result.returncode == 0, result.stderr[-3000:]
     documents = stored(mongo)
+    asked = {host: count - before[host] for host, count in domains_sandbox.requests.items()}
     port, tls_port = domains_sandbox.http_port, domains_sandbox.https_port
+    # Each answer says which address answered it.
+    alive = documents[by_behaviour["alive"].name]
+    assert alive["address"] == domains_sandbox.web_ip
+    assert documents[by_behaviour["tls_only"].name]["address"] == domains_sandbox.address_of(
+        by_behaviour["tls_only"]
+    )
+    # Port 80 filtered (connecting times out), HTTPS answering: HTTPS is tried after the
+    # timeout, as its retry, and answers.
+    filtered = documents[by_behaviour["filtered_then_tls"].name]
+    assert (filtered["status"], filtered["scheme"], filtered["attempts"]) == ("alive", "https", 2)
+    assert filtered["http_error"].startswith("timeout: ")
+    assert filtered["title"] == page_title(filtered["domain"])
+    assert asked[filtered["domain"]] == 1  # its HTTPS server
+    # A redirect within the domain to a name without an address: the domain answered (its
+    # answer the redirect), and where it sent the browser failed.
+    shop = documents[by_behaviour["redirect_nxdomain"].name]
+    assert (shop["status"], shop["code"], shop["http_status"]) == ("redirect_failed", 301, 301)
+    assert (shop["scheme"], shop["address"]) == ("http", domains_sandbox.web_ip)
+    assert shop["final_url"] == f"http://shop.{shop['domain']}:{port}/"
+    assert shop["redirect_error"].startswith("dns_not_found: ")
+    assert domains_sandbox.dns is not None
+    assert domains_sandbox.dns.queries[f"shop.{shop['domain']}"] >= 1
+    assert (asked[shop["domain"]], asked.get(f"shop.{shop['domain']}", 0)) == (1, 0)
     www = documents[by_behaviour["redirect_www"].name]
     assert www["final_url"] == f"http://www.{www['domain']}:{port}/"
     assert www["attempts"] == 2
@@ -198,8 +224,12 @@ def test_redirects_and_fallbacks_are_described(
         f"https://{https['domain']}:{tls_port}/",
     )
     bad = documents[by_behaviour["redirect_https_bad"].name]
+    assert (bad["status"], bad["code"], bad["scheme"]) == ("redirect_failed", 301, "http")
     assert bad["final_url"] == f"https://{bad['domain']}:{tls_port}/"
+    assert bad["redirect_error"].startswith("tls_error: ")
     assert said["redirect_https_bad"] == "ok / tls_error"
+    assert said["redirect_nxdomain"] == "dns_not_found / -"
+    assert said["filtered"] == said["slow"] == "timeout / refused"
     big = documents[by_behaviour["big_page"].name]
     assert (big["http_status"], big["truncated"]) == (200, False)
     truncated = documents[by_behaviour["truncated"].name]

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import dns.message
+import dns.query
 import pytest
 import redis
 
@@ -78,18 +80,18 @@ def zone_of(
     sandbox: DomainsSandbox, dead_port: int, silent_port: int
 ) -> tuple[Zone, dict[str, str]]:
     """The zone of the sandbox's domains, each given one way (its shape): an A record, a
-    CNAME chain to a CDN edge, a wildcard; AAAA only; nothing (NXDOMAIN); an upstream that
-    answers SERVFAIL (the sandbox's own server), a dead one or a silent one (timeouts)."""
+    CNAME chain to a CDN edge, a wildcard, several A records in order; AAAA only; nothing
+    (NXDOMAIN); an upstream that answers SERVFAIL (the sandbox's own server), a dead one or a
+    silent one (timeouts)."""
     zone = Zone()
     shapes: dict[str, str] = {}
-    edges = set()
+    edges: set[str] = set()
     for index, domain in enumerate(sandbox.domains.values()):
-        names = domain.hosts
         behaviour = domain.behaviour
         if behaviour == "nxdomain":
             shapes[domain.name] = "nxdomain"
         elif behaviour == "no_address":
-            zone.host(names, f"fd00::{index:x}")
+            zone.host(domain.hosts, f"fd00::{index:x}")
             shapes[domain.name] = "aaaa_only"
         elif behaviour == "servfail":
             host, _, port = sandbox.nameserver.partition(":")
@@ -100,22 +102,38 @@ def zone_of(
             zone.upstream(domain.name, "127.0.0.1", dead_port if dead else silent_port)
             shapes[domain.name] = "upstream_dead" if dead else "upstream_silent"
         else:
-            address = sandbox.address_of(domain)
-            shape = SHAPES[index % len(SHAPES)]
-            shapes[domain.name] = shape
-            if shape == "a":
-                zone.host(names, address)
-            elif shape == "wildcard":
-                zone.wildcard(domain.name, address)
-            else:
-                edge = f"edge-{address.replace('.', '-')}.cdn.test"
-                if edge not in edges:
-                    zone.host([edge], address)
-                    edges.add(edge)
-                hop = f"{domain.name.split('.')[0]}.hop.cdn.test"
-                zone.cname([hop], edge)
-                zone.cname(names, hop)
+            shapes[domain.name] = shape_of(domain, SHAPES[index % len(SHAPES)], sandbox)
+            give(zone, domain, shapes[domain.name], sandbox.addresses_of(domain), edges)
     return zone, shapes
+
+
+def shape_of(domain: FakeDomain, drawn: str, sandbox: DomainsSandbox) -> str:
+    """How a domain that has addresses is given: several A records, dead ones first, when it
+    has several; never a wildcard when a name under it must have none."""
+    if len(sandbox.addresses_of(domain)) > 1:
+        return "addresses"
+    if drawn == "wildcard" and domain.behaviour == "redirect_nxdomain":
+        return "a"
+    return drawn
+
+
+def give(zone: Zone, domain: FakeDomain, shape: str, addresses: list[str], edges: set[str]) -> None:
+    """The domain's records in ``zone``, given as ``shape`` (its own address is the last)."""
+    address = addresses[-1]
+    if shape == "addresses":
+        zone.addresses(domain.name, addresses)
+    elif shape == "a":
+        zone.host(domain.hosts, address)
+    elif shape == "wildcard":
+        zone.wildcard(domain.name, address)
+    else:
+        edge = f"edge-{address.replace('.', '-')}.cdn.test"
+        if edge not in edges:
+            zone.host([edge], address)
+            edges.add(edge)
+        hop = f"{domain.name.split('.')[0]}.hop.cdn.test"
+        zone.cname([hop], edge)
+        zone.cname(domain.hosts, hop)
 
 
 def resolver_of(server: Dnsmasq) -> AsyncResolver:
@@ -142,6 +160,7 @@ def test_the_resolver_reads_every_kind_of_answer_of_a_real_dns_server(world: Wor
         "a",
         "cname",
         "wildcard",
+        "addresses",
         "aaaa_only",
         "nxdomain",
         "upstream_servfail",
@@ -156,6 +175,8 @@ def test_the_resolver_reads_every_kind_of_answer_of_a_real_dns_server(world: Wor
             address = world.sandbox.address_of(domain)
             assert await resolver.resolve(domain.name) == [address], shape
             assert await resolver.resolve(f"www.{domain.name}") == [address], shape
+        several = examples["addresses"]
+        assert await resolver.resolve(several.name) == world.sandbox.addresses_of(several)
         wildcard = examples["wildcard"].name
         assert await resolver.resolve(f"deep.under.{wildcard}") == [
             world.sandbox.address_of(examples["wildcard"])
@@ -219,3 +240,67 @@ def test_the_sweep_through_a_real_dns_server_stores_every_class_right(
         )
     assert len(documents) == len(domains), text
     check_truth(documents, domains)
+
+
+def answer_of(server: Dnsmasq, name: str) -> list[str]:
+    """The addresses the DNS server answers for ``name``, in its order."""
+    question = dns.message.make_query(name, "A")
+    answer = dns.query.udp(question, server.address, port=server.port, timeout=2)
+    return [record.to_text() for records in answer.answer for record in records]
+
+
+def first_dead(world: World) -> list[FakeDomain]:
+    """A domain whose first address refuses connections and one whose first address drops
+    them, the web host's address second (as the DNS server answers them: checked)."""
+    examples = [
+        next(d for d in world.sandbox.domains.values() if d.behaviour == behaviour)
+        for behaviour in ("second_address", "filtered_first")
+    ]
+    for domain in examples:
+        assert answer_of(world.server, domain.name) == world.sandbox.addresses_of(domain)
+    return examples
+
+
+def test_a_name_whose_first_address_is_dead_is_probed_at_the_next(
+    redis_url: str, redis_client: redis.Redis, mongo: Mongo, world: World
+) -> None:
+    """Two A records, the first where nothing listens or where connections are dropped (a
+    filtered port), the second the web host's: the domain is alive, answered by its second
+    address (as a browser or curl finds it), at the first try."""
+    domains = first_dead(world)
+    before = Counter(world.sandbox.requests)
+    redis_client.lpush("domains:start_urls", *(domain.name for domain in domains))
+    settings = sweep_settings(world.sandbox, DOMAINS_NAMESERVERS=world.server.nameserver)
+
+    result = Crawl(redis_url, mongo, "http://127.0.0.1:9")("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    for domain in domains:
+        document = documents[domain.name]
+        assert (document["status"], document["code"], document["scheme"]) == ("alive", 200, "http")
+        assert (document["address"], document["attempts"]) == (world.sandbox.web_ip, 1)
+        assert world.sandbox.requests[domain.name] - before[domain.name] == 1
+
+
+def test_no_more_addresses_are_tried_than_domains_max_addresses(
+    redis_url: str, redis_client: redis.Redis, mongo: Mongo, world: World
+) -> None:
+    """DOMAINS_MAX_ADDRESSES = 1: only the first address is tried; the web host, second, is
+    never asked, and the domains are classed by their first address."""
+    domains = first_dead(world)
+    before = Counter(world.sandbox.requests)
+    redis_client.lpush("domains:start_urls", *(domain.name for domain in domains))
+    settings = sweep_settings(
+        world.sandbox, DOMAINS_NAMESERVERS=world.server.nameserver, DOMAINS_MAX_ADDRESSES=1
+    )
+
+    result = Crawl(redis_url, mongo, "http://127.0.0.1:9")("domains", settings=settings)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    documents = stored(mongo)
+    refused, filtered = (documents[domain.name] for domain in domains)
+    assert (refused["status"], refused["code"]) == ("refused", 0)
+    assert (filtered["status"], filtered["code"]) == ("timeout", 0)
+    assert filtered["http_error"].startswith("timeout: ")
+    assert all(world.sandbox.requests[d.name] == before[d.name] for d in domains)

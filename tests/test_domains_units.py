@@ -54,6 +54,7 @@ from crawler.domains.classify import (
     refine_dns,
     response_outcome,
 )
+from crawler.domains.lists import csv_domains
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.page_redirect import page_redirect
 from crawler.domains.parking import is_parked, page_text
@@ -79,7 +80,7 @@ from crawler.domains.resolver import (
 )
 from crawler.domains.summary import summarize
 from crawler.items import DomainItem
-from crawler.spiders.domains import DomainsSpider, csv_domains
+from crawler.spiders.domains import DomainsSpider
 from sandbox.dns import Answer, start_dns
 
 # --- names ----------------------------------------------------------------------------------

@@ -392,6 +392,7 @@ RULES: dict[str, Rule] = {
     "DOMAINS_DNS_RETRIES": integer(0, 10),
     "DOMAINS_DNS_CONCURRENCY": integer(1),
     "DOMAINS_PRIVATE_ADDRESSES": flag(),
+    "DOMAINS_MAX_ADDRESSES": integer(1, 16),
     "DOMAINS_DOWNLOAD_TIMEOUT": number(0, above=True),
     "DOMAINS_TIMEOUT_RETRIES": integer(0, 10),
     "DOMAINS_MAX_REDIRECTS": integer(0, 20),

@@ -20,6 +20,11 @@ redirect_offsite    status     a redirect to another domain (a name under the do
 redirect_loop       status     redirects within the domain that come back to a URL already
                                visited, or more than DOMAINS_MAX_REDIRECTS of them (the status
                                of the last redirect)
+redirect_failed     status     a redirect within the domain, followed, whose target failed (a
+                               name under the domain without an address, a refused port, an
+                               HTTPS handshake that fails...): the domain answered, its answer
+                               is the redirect (the status of the last one), the target's
+                               failure beside it (crawler/domains/document.py)
 dns_not_found       1000       NXDOMAIN or no A record (definitive, never retried)
 dns_error           1000       SERVFAIL, REFUSED or DNS timeouts after the retries (the seed
                                counts every failed resolution as 1000)
@@ -27,13 +32,14 @@ private_address     1000       the name's addresses are none of them public (127
                                10.x, 169.254.169.254...): not probed, the first stored as
                                ``address`` (DOMAINS_PRIVATE_ADDRESSES probes them)
 timeout             0          no answer within DOMAINS_DOWNLOAD_TIMEOUT, after its retries
+                               (the first retry of an HTTP timeout is over HTTPS)
 refused             0          nothing listens on the HTTP nor the HTTPS port
 not_http            0          something answered on the port, but not in HTTP (an SSH or
                                SMTP banner, ...), and HTTPS gave no answer either
 connection_error    0          connected, but the connection closed or reset without an
                                answer, and HTTPS gave no answer either
-tls_error           0          HTTP was refused (or redirected to HTTPS) and the HTTPS
-                               handshake failed
+tls_error           0          HTTP was refused (or timed out) and the HTTPS handshake
+                               failed
 ==================  =========  ===============================================================
 
 A probe that tried both schemes keeps each one's failure; the domain's class is the failure
@@ -193,14 +199,15 @@ def response_outcome(
     challenged: bool = False,
 ) -> Outcome:
     """The class of an answer (redirects within the domain already followed); ``redirect``
-    is "offsite" or "loop" for a redirect to ``location`` that was not followed. A redirect
-    to a domain-sales or parking service (a HugeDomains or Afternic lander) is parked; an
-    error answer a bot protection sent (``challenged``) is challenged."""
+    is "offsite" or "loop" for a redirect to ``location`` that was not followed, "failed" for
+    one that was and whose target failed. A redirect to a domain-sales or parking service (a
+    HugeDomains or Afternic lander) is parked; an error answer a bot protection sent
+    (``challenged``) is challenged."""
     if redirect == "offsite":
         parked = names_a_service(location.lower().encode("utf-8", "replace"))
         return Outcome("parked" if parked else "redirect_offsite", status)
-    if redirect == "loop":
-        return Outcome("redirect_loop", status)
+    if redirect in ("loop", "failed"):
+        return Outcome(f"redirect_{redirect}", status)
     if status >= 400:
         return Outcome("challenged" if challenged else "http_error", status)
     if is_parked(body):

@@ -20,10 +20,13 @@ the asyncio loop the reactor runs on:
   so a sweep never probes the network it runs in. DOMAINS_PRIVATE_ADDRESSES gives every
   address (a sweep of one's own network, or a test on loopback).
 
-:class:`DomainsResolver` is the Twisted side (``IResolverSimple``, like Scrapy's resolvers): use
-it as ``TWISTED_DNS_RESOLVER = "crawler.domains.resolver.DomainsResolver"``. That setting is read
-once per process, before any spider's ``custom_settings``, so the domains spider also installs it
-itself when it starts (:func:`install`), unless TWISTED_DNS_RESOLVER names another resolver.
+:class:`DomainsResolver` is the Twisted side (``IHostnameResolver``, like Scrapy's
+CachingHostnameResolver): it gives a connection the first DOMAINS_MAX_ADDRESSES addresses of a
+name, which Twisted tries in turn (a name whose first address is dead is reached at the next).
+Use it as ``TWISTED_DNS_RESOLVER = "crawler.domains.resolver.DomainsResolver"``. That setting is
+read once per process, before any spider's ``custom_settings``, so the domains spider also
+installs it itself when it starts (:func:`install`), unless TWISTED_DNS_RESOLVER names another
+resolver.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import itertools
+import logging
 import time
 from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -41,11 +45,14 @@ import dns.asyncresolver
 import dns.exception
 import dns.nameserver
 import dns.resolver
+from scrapy.resolver import HostResolution
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.defer import deferred_from_coro
-from twisted.internet.abstract import isIPAddress
+from scrapy.utils.log import failure_to_exc_info
+from twisted.internet.abstract import isIPAddress, isIPv6Address
+from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.error import DNSLookupError
-from twisted.internet.interfaces import IResolverSimple
+from twisted.internet.interfaces import IHostnameResolver
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from crawler.config import setting
@@ -57,8 +64,10 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
-    from twisted.internet.defer import Deferred
+    from twisted.internet.interfaces import IAddress
+    from twisted.python.failure import Failure
 
+logger = logging.getLogger(__name__)
 # Answers kept per worker (a fallback or redirect asks for the same name again soon).
 CACHE_SIZE = 10_000
 CACHE_SECONDS = 300.0
@@ -299,28 +308,72 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
-@implementer(IResolverSimple)
+@implementer(IHostnameResolver)
 class DomainsResolver:
-    """Twisted's simple resolver interface over :class:`AsyncResolver` (first IPv4 address)."""
+    """Twisted's name resolver (``IHostnameResolver``, as Scrapy's CachingHostnameResolver)
+    over :class:`AsyncResolver`: the first ``max_addresses`` addresses of a name
+    (DOMAINS_MAX_ADDRESSES), in the DNS answer's order.
 
-    def __init__(self, reactor: Any, resolver: AsyncResolver) -> None:
+    Every HTTP(S) connection of Scrapy goes through Twisted's ``HostnameEndpoint``, which
+    connects to them in turn as browsers and curl do: the first at once, the next one 0.3 s
+    later while none has connected (whether the one before was refused or is still waiting,
+    dropped by a firewall), the first that connects winning and the others cancelled, all
+    within the download's timeout. A name with a dead address first is reached at the next."""
+
+    def __init__(self, reactor: Any, resolver: AsyncResolver, max_addresses: int) -> None:
         self.reactor = reactor
         self.resolver = resolver
+        self.max_addresses = max_addresses
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, reactor: Any) -> DomainsResolver:
-        return cls(reactor, AsyncResolver.from_settings(crawler.settings))
+        resolver = AsyncResolver.from_settings(crawler.settings)
+        return cls(reactor, resolver, setting(crawler.settings, "DOMAINS_MAX_ADDRESSES"))
 
     def install_on_reactor(self) -> None:
-        self.reactor.installResolver(self)
+        self.reactor.installNameResolver(self)
 
-    def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
-        return deferred_from_coro(self._first_address(name))
+    def resolveHostName(
+        self,
+        resolutionReceiver: Any,  # an IResolutionReceiver (zope interfaces type as no class)
+        hostName: str,
+        portNumber: int = 0,
+        addressTypes: Sequence[type[IAddress]] | None = None,
+        transportSemantics: str = "TCP",
+    ) -> HostResolution:
+        resolution = HostResolution(hostName)
+        resolutionReceiver.resolutionBegan(resolution)
+        deferred_from_coro(self.addresses(hostName)).addCallback(
+            _give, resolutionReceiver, portNumber
+        ).addErrback(_log_unexpected, hostName).addBoth(_complete, resolutionReceiver)
+        return resolution
 
-    async def _first_address(self, name: str) -> str:
-        if isIPAddress(name):
-            return name
-        return (await self.resolver.resolve(name))[0]
+    async def addresses(self, name: str) -> list[str]:
+        """The addresses a connection to ``name`` tries, in order: the first ``max_addresses``
+        of :meth:`AsyncResolver.resolve`'s (an address given as the name: itself). None when
+        the name has none (the resolver keeps why: :meth:`AsyncResolver.failure`), and the
+        connection fails as Twisted's do, with a DNSLookupError."""
+        if isIPAddress(name) or isIPv6Address(name):
+            return [name]
+        try:
+            return (await self.resolver.resolve(name))[: self.max_addresses]
+        except DnsFailure:
+            return []
+
+
+def _give(addresses: list[str], receiver: Any, port: int) -> None:
+    for address in addresses:
+        kind = IPv6Address if isIPv6Address(address) else IPv4Address
+        receiver.addressResolved(kind("TCP", address, port))
+
+
+def _complete(_: object, receiver: Any) -> None:
+    receiver.resolutionComplete()
+
+
+def _log_unexpected(failure: Failure, name: str) -> None:
+    exc_info = failure_to_exc_info(failure)
+    logger.error("Resolving %s failed: %s", name, failure.getErrorMessage(), exc_info=exc_info)
 
 
 def install(crawler: Crawler) -> AsyncResolver | None:
@@ -329,7 +382,7 @@ def install(crawler: Crawler) -> AsyncResolver | None:
     to compare with Scrapy's thread pool)."""
     from twisted.internet import reactor
 
-    current = getattr(reactor, "resolver", None)
+    current = getattr(reactor, "nameResolver", None)
     if isinstance(current, DomainsResolver):
         return current.resolver
     if (crawler.settings.getpriority("TWISTED_DNS_RESOLVER") or 0) > SETTINGS_PRIORITIES["default"]:

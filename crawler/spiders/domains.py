@@ -5,7 +5,8 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
                                      crawler/domains/normalize.py for the one-domain rule)
     ``{"domains": ["a.com", ...]}``  a batch; a bad name in it is set aside alone
     ``-a domains=a.com,b.org``       spider arguments
-    ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line), read line by
+    ``-a file=top10m.csv``           a ``rank,domain`` CSV (or one domain a line,
+                                     crawler/domains/lists.py), read line by
                                      line as the crawl goes, never whole; a header is skipped,
                                      a byte order mark (Excel's "CSV UTF-8") too.
                                      Reading pauses while the fleet's queue holds
@@ -22,26 +23,28 @@ not probed: it is stored as ``private_address`` with the address (DOMAINS_PRIVAT
 probes such addresses, for a sweep of one's own network or a test).
 
 Each domain is probed once: ``http://<domain>/`` first, then ``https://<domain>/`` when HTTP
-fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer. A
-timeout is tried again DOMAINS_TIMEOUT_RETRIES times; redirects within the domain (to a name
-under it too: ``www.``, ``en.``, ``ww25.``...) are followed up to DOMAINS_MAX_REDIRECTS, a
-redirect elsewhere is the result, one back to a URL already visited (or one too many) is a loop.
-A small page that only sends the browser on by a script or a meta refresh (GoDaddy's parked
-``/`` and its ``/lander``; crawler/domains/page_redirect.py) is a redirect like any other. Each
-scheme's failure is kept in the document (``http_error``, ``https_error``) and the class is the
-one that got furthest; any answer with a status line is an answer (at most DOMAINS_BODY_BYTES of
-it read; a body cut short is stored with ``truncated``). The classes and codes are in
-crawler/domains/classify.py. Failures are results: no backoff retry, no ban check, no dead
-letter (crawler/domains/probes.py); per-domain politeness does not apply (one request per
-domain), DOMAINS_RATE caps a worker's pace instead. Per-domain counters are off
+fails at the connection or protocol level (refused, reset, not HTTP), not on a DNS answer.
+Timeouts are tried again DOMAINS_TIMEOUT_RETRIES times in all, the first retry of an HTTP one
+over HTTPS (a filtered port 80). A connection tries the name's first DOMAINS_MAX_ADDRESSES
+addresses in turn (crawler/domains/resolver.py). Redirects within the domain (to a name under
+it too: ``www.``, ``en.``, ``ww25.``...) are followed up to DOMAINS_MAX_REDIRECTS, a redirect
+elsewhere is the result, one back to a URL already visited (or one too many) is a loop, one
+whose target fails is the domain's answer still (``redirect_failed``). A small page that only
+sends the browser on by a script or a meta refresh (GoDaddy's parked ``/`` and its
+``/lander``; crawler/domains/page_redirect.py) is a redirect like any other. Each scheme's
+failure is kept in the document (``http_error``, ``https_error``) and the class of failures
+alone is the one that got furthest; any answer with a status line is an answer (at most
+DOMAINS_BODY_BYTES of it read; a body cut short is stored with ``truncated``). The classes and
+codes are in crawler/domains/classify.py, the documents in crawler/domains/document.py.
+Failures are results: no backoff retry, no ban check, no dead letter
+(crawler/domains/probes.py); per-domain politeness does not apply (one request per domain),
+DOMAINS_RATE caps a worker's pace instead. Per-domain counters are off
 (crawler/observability/domains.py): the fleet's stats stay bounded however long the list.
 """
 
 from __future__ import annotations
 
 import asyncio
-import csv
-import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,17 +58,12 @@ from crawler.bans.policy import page_of
 from crawler.bans.rules import PROTECTION_RULES
 from crawler.config import setting
 from crawler.config.rules import SettingsError
-from crawler.domains.classify import (
-    Outcome,
-    failure_outcome,
-    falls_back,
-    most_informative,
-    page_title,
-    response_outcome,
-)
+from crawler.domains.classify import falls_back, response_outcome
+from crawler.domains.document import answered, failed, noted, redirect_answer
+from crawler.domains.lists import csv_domains
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.page_redirect import page_redirect
-from crawler.domains.probes import FAILURE_META, PROBE_META, TRUNCATED_META
+from crawler.domains.probes import FAILURE_META, PROBE_META
 from crawler.domains.resolver import install
 from crawler.domains.summary import summarize
 from crawler.frontier.reports import FrontierReports
@@ -92,7 +90,8 @@ class DomainsSpider(RedisFedSpider):
     Settings (crawler/settings.py): DOMAINS_DOWNLOAD_TIMEOUT, DOMAINS_TIMEOUT_RETRIES,
     DOMAINS_MAX_REDIRECTS, DOMAINS_HTTP_PORT, DOMAINS_HTTPS_PORT, DOMAINS_RATE,
     DOMAINS_BODY_BYTES and the resolver's DOMAINS_NAMESERVERS, DOMAINS_DNS_TIMEOUT,
-    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY, DOMAINS_PRIVATE_ADDRESSES.
+    DOMAINS_DNS_RETRIES, DOMAINS_DNS_CONCURRENCY, DOMAINS_PRIVATE_ADDRESSES,
+    DOMAINS_MAX_ADDRESSES.
     """
 
     name = "domains"
@@ -296,15 +295,20 @@ class DomainsSpider(RedisFedSpider):
         if location is None:
             challenged = response.status >= 400 and _challenge(response)
             outcome = response_outcome(response.status, response.body, challenged=challenged)
-            yield self._item(state, outcome, response)
+            yield self._item(answered(state, outcome, response, response.url))
             return
         redirect = self._redirect(location, state)
         if redirect is None:
-            visited = [*state["visited"], location]
-            yield self._again(location, state, redirects=state["redirects"] + 1, visited=visited)
+            yield self._again(
+                location,
+                state,
+                redirects=state["redirects"] + 1,
+                visited=[*state["visited"], location],
+                answer=redirect_answer(response, location),
+            )
             return
         outcome = response_outcome(response.status, b"", redirect, location)
-        yield self._item(state, outcome, response)
+        yield self._item(answered(state, outcome, response, location))
 
     def _redirect(self, location: str, state: dict[str, Any]) -> str | None:
         """None when the redirect to ``location`` is followed, else why not: "offsite", or
@@ -318,59 +322,41 @@ class DomainsSpider(RedisFedSpider):
     def _failed(
         self, response: Response, state: dict[str, Any], failure: dict[str, Any]
     ) -> Iterator[Any]:
+        """After a failure: a retry of a timeout (the first one of an HTTP probe over HTTPS),
+        HTTPS after an HTTP failure at the connection or protocol level, else the document."""
         kind = failure["kind"]
         scheme = urlsplit(response.url).scheme
+        over_https = scheme == "http" and state["scheme"] == "http"  # not tried yet
         if kind == "timeout" and state["timeouts"] < self.timeout_retries:
             self.count("domains/timeout_retries")
-            yield self._again(response.url, state, timeouts=state["timeouts"] + 1)
+            timeouts = state["timeouts"] + 1
+            if over_https:
+                yield self._over_https(noted(state, scheme, failure), timeouts=timeouts)
+            else:
+                yield self._again(response.url, state, timeouts=timeouts)
             return
-        errors = {**state["errors"], scheme: f"{kind}: {failure['error']}"}
-        if falls_back(kind, scheme) and "https" not in errors:
-            self.count("domains/https_fallback")
-            port = self.ports["https"]
-            host = state["domain"] if port == 443 else f"{state['domain']}:{port}"
-            url = f"https://{host}/"
-            yield self._again(url, state, scheme="https", timeouts=0, errors=errors, visited=[url])
+        state = noted(state, scheme, failure)
+        if over_https and falls_back(kind, scheme):
+            yield self._over_https(state)
             return
-        kinds = [error.split(":", 1)[0] for error in errors.values()]
-        chosen = most_informative(kinds)
-        error = next(text for text in errors.values() if text.startswith(f"{chosen}:"))
-        yield self._item({**state, "errors": errors}, failure_outcome(chosen), response, error)
+        yield self._item(failed(state, failure))
+
+    def _over_https(self, state: dict[str, Any], **changes: Any) -> Request:
+        self.count("domains/https_fallback")
+        port = self.ports["https"]
+        host = state["domain"] if port == WEB_PORTS["https"] else f"{state['domain']}:{port}"
+        url = f"https://{host}/"
+        return self._again(url, state, scheme="https", visited=[url], **changes)
 
     def _again(self, url: str, state: dict[str, Any], **changes: Any) -> Request:
         return self._request(url, {**state, **changes, "tries": state["tries"] + 1})
 
-    def _item(
-        self,
-        state: dict[str, Any],
-        outcome: Outcome,
-        response: Response,
-        error: str | None = None,
-    ) -> DomainItem:
-        self.count(f"domains/status/{outcome.status}")
-        self.count(f"domains/code/{outcome.code}")
-        errors: dict[str, str] = state["errors"]
-        item = DomainItem(
-            domain=state["domain"],
-            status=outcome.status,
-            code=outcome.code,
-            checked_at=time.time(),
-            attempts=state["tries"],
-            http_error=errors.get("http"),
-            https_error=errors.get("https"),
-        )
-        if error is not None:
-            failure = response.meta[FAILURE_META]
-            item.error = error.split(": ", 1)[1]
-            item.response_time = failure["elapsed"]
-            item.address = failure.get("address")
-            if state["redirects"]:
-                item.final_url = response.url  # where the redirects within the domain led
-            return item
-        _describe(item, response, outcome)
+    def _item(self, item: DomainItem) -> DomainItem:
+        self.count(f"domains/status/{item.status}")
+        self.count(f"domains/code/{item.code}")
         if item.truncated:
             self.count("domains/truncated")
-        if item.response_time is not None:
+        if item.response_time is not None and item.http_status is not None:  # an answer's
             self.count("domains/response_ms", int(item.response_time * 1000))
         return item
 
@@ -380,19 +366,6 @@ def _challenge(response: Response) -> bool:
     that know them by their own headers and markup: a site's own 403 is not one)."""
     page = page_of(response)
     return any(rule(page) is not None for rule in PROTECTION_RULES)
-
-
-def _describe(item: DomainItem, response: Response, outcome: Outcome) -> None:
-    item.http_status = response.status
-    item.scheme = urlsplit(response.url).scheme
-    redirected = outcome.status in ("redirect_offsite", "redirect_loop")
-    item.final_url = _next_url(response) if redirected else response.url
-    latency = response.meta.get("download_latency")
-    item.response_time = round(latency, 3) if isinstance(latency, float) else None
-    server = response.headers.get(b"Server")
-    item.server = server.decode("latin-1")[:200] if server else None
-    item.title = page_title(response.body)
-    item.truncated = bool(response.meta.get(TRUNCATED_META))
 
 
 def _next_url(response: Response) -> str | None:
@@ -417,17 +390,3 @@ def _domain(value: Any) -> str:
         return normalize_domain(value)
     except InvalidDomain as exc:
         raise InvalidStartEntry(f"bad_domain:{exc.reason}", str(exc)) from None
-
-
-def csv_domains(path: Path) -> Iterator[str]:
-    """The domains of a ``rank,domain`` CSV (or one domain a line), one row at a time; a first
-    row whose rank is not a number is a header and skipped, blank rows too. A file that starts
-    with a byte order mark (Excel's "CSV UTF-8") is read without it: its first domain is kept."""
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as lines:
-        for number, row in enumerate(csv.reader(lines)):
-            cells = [cell.strip() for cell in row]
-            if not any(cells):
-                continue
-            if number == 0 and len(cells) > 1 and not cells[0].isdigit():
-                continue
-            yield cells[1] if len(cells) > 1 else cells[0]
