@@ -6,9 +6,11 @@ order matters (sandbox/web.py generates its sites; this one is given, page by pa
 links the paths it lists; a page with ``after`` holds its answer until each of those paths has
 been asked for (at most ``hold_s`` seconds), so a test decides which of two paths a crawl finds
 first, whatever the machine's load; a page with ``redirect`` answers 302 to that path (a
-members-only page sending to the site's login: ``{"redirect": "/login?next=/account"}``); a
-page with ``body`` answers that text as it is, with ``type`` as its Content-Type (default
-``text/html``): an empty page, a JSON answer, a page of prose.
+members-only page sending to the site's login: ``{"redirect": "/login?next=/account"}``), or
+the redirect ``status`` it gives (301, 303, 307, 308: ``{"redirect": "/b", "status": 301}``);
+a page with ``body`` answers that text as it is, with ``type`` as its Content-Type (default
+``text/html``): an empty page, a JSON answer, a page of prose; a page with an error ``status``
+answers it (``{"status": 410}``: gone), with its ``body`` if it has one, else an empty page.
 Any other path answers 404 (robots.txt too: everything is allowed). A page is its path,
 whatever the query. ``GET /__admin__/graph`` answers the requests in the order they came, each
 with its path, its query as sent, when it came, when it was answered, and whether a page's wait
@@ -29,6 +31,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 HOST = "graph.test"
 HOLD_SECONDS = 30.0
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class GraphPage:
     redirect: str = ""
     body: str | None = None
     type: str = "text/html"
+    status: int = 0  # a redirect's (302 when 0), or an error status answered instead of links
 
 
 class Graph:
@@ -51,16 +55,7 @@ class Graph:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Graph:
-        pages = {
-            str(path): GraphPage(
-                tuple(str(link) for link in page.get("links", [])),
-                tuple(str(other) for other in page.get("after", [])),
-                str(page.get("redirect", "")),
-                None if page.get("body") is None else str(page["body"]),
-                str(page.get("type", "text/html")),
-            )
-            for path, page in dict(data.get("pages", {})).items()
-        }
+        pages = {str(path): _page(dict(page)) for path, page in dict(data.get("pages", {})).items()}
         hold_s = float(data.get("hold_s", HOLD_SECONDS))
         if not 0 <= hold_s <= 300:
             raise ValueError("hold_s is 0..300 seconds")
@@ -84,9 +79,11 @@ class Graph:
         if page is None:
             return web.Response(status=404, text="<html>Not found</html>", content_type="text/html")
         if page.redirect:
-            raise web.HTTPFound(page.redirect)
+            return web.Response(status=page.status or 302, headers={"Location": page.redirect})
         if page.body is not None:
             return _as_written(page)
+        if page.status:
+            return _error(page.status)
         port = request.host.rsplit(":", 1)[1] if ":" in request.host else ""
         base = f"http://{HOST}:{port}" if port else f"http://{HOST}"
         anchors = "".join(f'<a href="{base}{link}">{link}</a>\n' for link in page.links)
@@ -96,9 +93,29 @@ class Graph:
 
 
 def _as_written(page: GraphPage) -> web.Response:
-    """A page's own body, with its own Content-Type."""
+    """A page's own body, with its own Content-Type (and status, 200 unless it has one)."""
     body = (page.body or "").encode()
-    return web.Response(body=body, headers={"Content-Type": page.type})
+    return web.Response(status=page.status or 200, body=body, headers={"Content-Type": page.type})
+
+
+def _error(status: int) -> web.Response:
+    return web.Response(status=status, text="<html></html>", content_type="text/html")
+
+
+def _page(data: dict[str, Any]) -> GraphPage:
+    page = GraphPage(
+        tuple(str(link) for link in data.get("links", [])),
+        tuple(str(other) for other in data.get("after", [])),
+        str(data.get("redirect", "")),
+        None if data.get("body") is None else str(data["body"]),
+        str(data.get("type", "text/html")),
+        int(data.get("status", 0)),
+    )
+    if page.redirect and page.status and page.status not in REDIRECTS:
+        raise ValueError(f"a redirect's status is one of {sorted(REDIRECTS)}, not {page.status}")
+    if not page.redirect and page.status and not 400 <= page.status <= 599:
+        raise ValueError(f"a page's status is an error, 400..599, not {page.status}")
+    return page
 
 
 class GraphPages:
