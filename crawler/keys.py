@@ -96,8 +96,13 @@ def starts_key(spider: str) -> str:
 
 
 def revisit_keys(spider: str) -> list[str]:
-    """The waiting revisits of the spider (a sorted set) and their requests (a hash)."""
-    return [tagged(spider, "revisit"), tagged(spider, "revisit:data")]
+    """The waiting revisits of the spider (a sorted set), their requests (a hash) and, for a
+    page found absent (gone, moved away) on its last revisits, how many times in a row (a hash)."""
+    return [
+        tagged(spider, "revisit"),
+        tagged(spider, "revisit:data"),
+        tagged(spider, "revisit:absent"),
+    ]
 
 
 def robots_key(spider: str, origin: str) -> str:

@@ -1,7 +1,9 @@
 """Revisits waiting in Redis (docs/frontier.md, Redis keys): one per page at most, writing one
 again replaces it. A due revisit is *claimed* before it is handed to the frontier: its due time
 moves a lease ahead, and it is removed only once the frontier holds its request, so a worker
-that dies in between leaves it to come due again for another worker.
+that dies in between leaves it to come due again for another worker. A revisit that did not
+find its page at its address (an :class:`Absence`) leaves the waiting one's request as it is
+and counts the absences in a row beside it: its next due time backs off, or it ends.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from crawler.keys import revisit_keys
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
-# KEYS: revisit, data. ARGV: per revisit 4 values (fingerprint, due, json, mode): mode "r"
-# replaces a waiting revisit, "n" adds one only where none waits (a page fetched outside its
-# revisits keeps the schedule it has). Returns how many were written.
+# KEYS: revisit, data, absent. ARGV: per revisit 4 values (fingerprint, due, json, mode): mode
+# "r" replaces a waiting revisit, "n" adds one only where none waits (a page fetched outside
+# its revisits keeps the schedule it has); a revisit written ends its page's absences in a row.
+# Returns how many were written.
 ADD = """
 local written = 0
 for a = 1, #ARGV, 4 do
@@ -28,15 +31,43 @@ for a = 1, #ARGV, 4 do
   if mode == 'r' or not redis.call('ZSCORE', KEYS[1], fp) then
     redis.call('ZADD', KEYS[1], due, fp)
     redis.call('HSET', KEYS[2], fp, json)
+    redis.call('HDEL', KEYS[3], fp)
     written = written + 1
   end
 end
 return written
 """
 
-# KEYS: revisit, data. ARGV: now, count, claim deadline. Claims up to ``count`` due revisits:
-# their score becomes the deadline. Returns the earliest due time left ("0" for none), then
-# fingerprint, json pairs.
+# KEYS: revisit, data, absent. ARGV: now, longest wait, absences that end a revisit (0: none
+# do), factor, then per absence 4 values (fingerprint, interval, spread, final "1" or "0"). A
+# waiting revisit (none: nothing to do) counts one more absence in a row; a final one, or the
+# one that reaches the limit, ends it; else it waits interval x factor^absences (at most the
+# longest wait) x spread. Returns how many revisits ended.
+ABSENT = """
+local now, longest, limit, factor = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+  tonumber(ARGV[4])
+local ended = 0
+for a = 5, #ARGV, 4 do
+  local fp = ARGV[a]
+  if redis.call('ZSCORE', KEYS[1], fp) then
+    local times = redis.call('HINCRBY', KEYS[3], fp, 1)
+    if ARGV[a + 3] == '1' or (limit > 0 and times >= limit) then
+      redis.call('ZREM', KEYS[1], fp)
+      redis.call('HDEL', KEYS[2], fp)
+      redis.call('HDEL', KEYS[3], fp)
+      ended = ended + 1
+    else
+      local wait = math.min(longest, tonumber(ARGV[a + 1]) * factor ^ times)
+      redis.call('ZADD', KEYS[1], tostring(now + wait * tonumber(ARGV[a + 2])), fp)
+    end
+  end
+end
+return ended
+"""
+
+# KEYS: revisit, data, absent. ARGV: now, count, claim deadline. Claims up to ``count`` due
+# revisits: their score becomes the deadline. Returns the earliest due time left ("0" for
+# none), then fingerprint, json pairs.
 CLAIM = """
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local result = {'0'}
@@ -48,6 +79,7 @@ for _, id in ipairs(ids) do
     result[#result + 1] = json
   else
     redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[3], id)
   end
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -55,8 +87,8 @@ if #first > 0 then result[1] = first[2] end
 return result
 """
 
-# KEYS: revisit, data. ARGV: claim deadline, then pairs (fingerprint, next due or ""). Of the
-# claimed revisits not written again since they were claimed (their score is still the
+# KEYS: revisit, data, absent. ARGV: claim deadline, then pairs (fingerprint, next due or "").
+# Of the claimed revisits not written again since they were claimed (their score is still the
 # deadline), one with a next due waits again until then, one without is removed. Returns how
 # many changed.
 COMPLETE = """
@@ -68,6 +100,7 @@ for a = 2, #ARGV, 2 do
     if due == '' then
       redis.call('ZREM', KEYS[1], fp)
       redis.call('HDEL', KEYS[2], fp)
+      redis.call('HDEL', KEYS[3], fp)
     else
       redis.call('ZADD', KEYS[1], due, fp)
     end
@@ -91,6 +124,28 @@ class Revisit:
 
 
 @dataclass(frozen=True)
+class Absence:
+    """A revisit that did not find its page at its address (gone, moved): the waiting revisit's
+    fingerprint, the interval it waited, the spread (>= 1, jitter) of its next wait, and
+    whether its revisits end now (``final``: gone or moved for good)."""
+
+    fingerprint: str
+    interval: float
+    spread: float = 1.0
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How the waits of a page absent visit after visit grow: ``factor`` per absence in a row,
+    up to ``longest`` seconds; ``limit`` absences in a row end its revisits (0: never)."""
+
+    longest: float
+    limit: int
+    factor: float = 2.0
+
+
+@dataclass(frozen=True)
 class Claim:
     """Revisits claimed until ``deadline``, and when the first left waiting is due (0: none)."""
 
@@ -106,6 +161,7 @@ class RevisitStore:
         self.server = server
         self.keys = revisit_keys(spider)
         self._add = server.register_script(ADD)
+        self._absent = server.register_script(ABSENT)
         self._claim = server.register_script(CLAIM)
         self._complete = server.register_script(COMPLETE)
 
@@ -119,6 +175,16 @@ class RevisitStore:
         args = _add_args(revisits)
         if args:
             queue_eval(pipe, self._add.script, self.keys, args)
+
+    def absent(self, absences: Sequence[Absence], backoff: Backoff) -> int:
+        """Count each absence against its waiting revisit (see ABSENT); returns how many ended."""
+        args = _absent_args(absences, backoff)
+        return int(self._absent(keys=self.keys, args=args)) if absences else 0
+
+    def queue_absent(self, pipe: Any, absences: Sequence[Absence], backoff: Backoff) -> None:
+        """Queue :meth:`absent` on the pipeline ``pipe``."""
+        if absences:
+            queue_eval(pipe, self._absent.script, self.keys, _absent_args(absences, backoff))
 
     def claim(self, count: int, hold: float, now: float | None = None) -> Claim:
         """Claim up to ``count`` due revisits for ``hold`` seconds."""
@@ -176,6 +242,15 @@ def _add_args(revisits: Sequence[Revisit]) -> list[Any]:
     for revisit in revisits:
         mode = "r" if revisit.replace else "n"
         args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode))
+    return args
+
+
+def _absent_args(absences: Sequence[Absence], backoff: Backoff) -> list[Any]:
+    args: list[Any] = [repr(time.time()), repr(backoff.longest), backoff.limit]
+    args.append(repr(backoff.factor))
+    for absence in absences:
+        final = "1" if absence.final else "0"
+        args.extend((absence.fingerprint, repr(absence.interval), repr(absence.spread), final))
     return args
 
 
