@@ -195,6 +195,11 @@ RECRAWL_JITTER = 0.1
 # the frontier, at most RECRAWL_BATCH_SIZE (int, default 100) at a time.
 RECRAWL_POLL_INTERVAL = 1.0
 RECRAWL_BATCH_SIZE = 100
+# RECRAWL_ABSENT_LIMIT (int 0..1000, default 5; 0 = never): revisits in a row that find a page
+# gone (404) or sent elsewhere for now (302, 303, 307) after which its revisits end; each waits
+# twice as long as the one before, up to RECRAWL_MAX_INTERVAL. A 410 or a permanent redirect
+# (301, 308) ends them at once (docs/storage.md, recrawl).
+RECRAWL_ABSENT_LIMIT = 5
 # FRONTIER_FLUSH_INTERVAL (float seconds, default 0.25): new requests go to Redis this often (and
 # with each pop); acks alone wait for a round trip that goes anyway (docs/settings.md).
 FRONTIER_FLUSH_INTERVAL = 0.25

@@ -210,6 +210,16 @@ SLOWEST = {
     "tests/test_links_depth.py::"
     "test_ordinary_pages_shaped_like_api_bans_do_not_stop_a_whole_site_crawl": 6,
     "tests/test_own_spider.py::test_a_make_request_from_data_of_ones_own_keeps_its_dont_filter": 5,
+    "tests/test_recrawl_moves.py::"
+    "test_a_page_moved_for_good_is_revisited_at_its_new_address_only": 13,
+    **{
+        "tests/test_recrawl_moves.py::test_a_page_away_from_its_address_is_revisited_less_and_"
+        f"less_then_no_more[{case}]": 12
+        for case in ("gone-404", "moved-for-now-302")
+    },
+    "tests/test_recrawl_moves.py::test_a_page_gone_for_good_is_not_revisited_again": 8,
+    "tests/test_recrawl_moves.py::"
+    "test_a_place_gone_from_the_map_is_revisited_less_and_less_then_no_more": 8,
 }
 DEFAULT = 1.0
 

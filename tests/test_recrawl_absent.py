@@ -1,5 +1,7 @@
-"""The waiting revisits' absences in a row (a page found gone or moved away) on real Redis,
-against a model (hypothesis)."""
+"""A revisit that does not find its page at its address, in pieces: what a revisit's answer or
+redirect says (crawler/recrawl/moves.py, with Scrapy's own RedirectMiddleware and the links
+spider's fingerprints), and the waiting revisits' absences in a row on real Redis against a
+model (hypothesis)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,93 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scrapy import Request
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
+from scrapy.http import Response
+from scrapy.utils.project import get_project_settings
+from scrapy.utils.test import get_crawler
 
+from crawler.recrawl.moves import gone, moved
+from crawler.recrawl.policy import RecrawlPolicy
+from crawler.recrawl.revisits import (
+    RECRAWL_META,
+    WAITING_META,
+    revisit_fingerprint,
+    stored_revisit,
+)
 from crawler.recrawl.store import Absence, Backoff, Revisit, RevisitStore
+from crawler.spiders.links import LinksSpider
+from tests.harness import no_reactor_needed
+
+POLICY = RecrawlPolicy(initial=100, minimum=10, maximum=1000)
+
+
+@pytest.fixture(scope="module")
+def links() -> Any:
+    """A crawler of the links spider (its canonical fingerprints), built, never run."""
+    project = get_project_settings().copy_to_dict()
+    return get_crawler(LinksSpider, settings_dict={**project, **no_reactor_needed()})
+
+
+def _revisit(crawler: Any, url: str) -> Request:
+    """A revisit's request as it is handed to the frontier: marked with its waiting revisit."""
+    request = Request(url, meta={RECRAWL_META: {"interval": 40.0, "hash": "h", "priority": 0}})
+    fingerprint = revisit_fingerprint(stored_revisit(request, {}, 0, crawler), crawler)
+    request.meta[WAITING_META] = fingerprint
+    return request
+
+
+def _redirected(crawler: Any, request: Request, status: int, location: str) -> Request:
+    """The request Scrapy's RedirectMiddleware makes of ``request``'s answer."""
+    middleware = RedirectMiddleware.from_crawler(crawler)
+    answer = Response(request.url, status=status, headers={"Location": location})
+    made = middleware.process_response(request, answer)
+    assert isinstance(made, Request)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("status", "final"), [(301, True), (308, True), (302, False), (307, False)]
+)
+def test_a_redirect_of_a_revisit_is_its_pages_absence_counted_once(
+    links: Any, status: int, final: bool
+) -> None:
+    request = _revisit(links, "https://a.test/old")
+    target = _redirected(links, request, status, "/new")
+    absence = moved(target, links, POLICY)
+    assert absence == Absence(
+        request.meta[WAITING_META], 40.0, absence.spread if absence else 0, final
+    )
+    # Sent back to the frontier and scheduled again (a cool-down): not counted twice; and the
+    # target's record keeps no mark.
+    assert moved(target, links, POLICY) is None
+    assert WAITING_META not in target.meta
+
+
+def test_a_page_redirected_to_itself_is_not_absent(links: Any) -> None:
+    """/x to /x?utm_source=a is the same page to the links spider (canonical URLs): its visit
+    writes the revisit that waits under the same fingerprint."""
+    request = _revisit(links, "https://a.test/x")
+    assert moved(_redirected(links, request, 301, "/x?utm_source=a"), links, POLICY) is None
+    assert moved(_redirected(links, request, 301, "/y"), links, POLICY) is not None
+
+
+def test_only_a_revisits_own_request_counts_a_redirect(links: Any) -> None:
+    first_visit = Request("https://a.test/old")
+    assert moved(_redirected(links, first_visit, 301, "/new"), links, POLICY) is None
+
+
+@given(st.integers(100, 599))
+def test_only_404_and_410_are_gone(status: int) -> None:
+    request = Request("https://a.test/p", meta={WAITING_META: "ab" * 8})
+    absence = gone(request, status, POLICY)
+    assert (absence is not None) == (status in (404, 410))
+    assert absence is None or absence.final == (status == 410)
+    assert absence is None or absence.interval == POLICY.initial  # no state: the initial one
+    assert gone(Request("https://a.test/p"), 404, POLICY) is None  # not a revisit
+
+
+# --- the waiting revisits' absences on real Redis, against a model ------------------------------
 
 PAGES = st.sampled_from(["aa", "bb"])
 OPERATIONS = st.lists(

@@ -302,6 +302,7 @@ RULES: dict[str, Rule] = {
     "RECRAWL_JITTER": number(0, 1),
     "RECRAWL_POLL_INTERVAL": number(0, above=True),
     "RECRAWL_BATCH_SIZE": integer(1, 10_000),
+    "RECRAWL_ABSENT_LIMIT": integer(0, 1000),
     # MongoDB
     "MONGO_URI": url("mongodb", "mongodb+srv"),
     "MONGO_DATABASE": Rule('a MongoDB database name (no /\\. "$ or spaces)', mongo_database),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request, signals
+from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.log import failure_to_exc_info
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
@@ -21,9 +22,10 @@ from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, RiderBatch, Riders, first_error
+from crawler.recrawl.moves import gone, moved
 from crawler.recrawl.policy import RecrawlPolicy
-from crawler.recrawl.revisits import fallback_due, plan_visit, wants_revisit
-from crawler.recrawl.store import Claim, Revisit, RevisitStore, read_claim
+from crawler.recrawl.revisits import WAITING_META, fallback_due, plan_visit, wants_revisit
+from crawler.recrawl.store import Absence, Backoff, Claim, Revisit, RevisitStore, read_claim
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -40,6 +42,9 @@ QUIET_POLLS = 10
 RIDER = "revisits"
 CLAIM_RIDER = "revisit-claim"
 COMPLETE_RIDER = "revisit-complete"
+# A revisit to write, or an absence of its page to count, and the request whose lease waits
+# for it (none for a redirect's: its fallback due time brings the page back should it be lost).
+Write = tuple[Revisit | Absence, Request | None]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class RecrawlSettings:
     """RECRAWL_* settings, read and checked once."""
 
     policy: RecrawlPolicy
+    backoff: Backoff
     poll_interval: float
     batch_size: int
     flush_interval: float
@@ -55,13 +61,15 @@ class RecrawlSettings:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlSettings:
         settings = crawler.settings
+        policy = RecrawlPolicy(
+            initial=setting(settings, "RECRAWL_INITIAL_INTERVAL"),
+            minimum=setting(settings, "RECRAWL_MIN_INTERVAL"),
+            maximum=setting(settings, "RECRAWL_MAX_INTERVAL"),
+            jitter=setting(settings, "RECRAWL_JITTER"),
+        )
         return cls(
-            policy=RecrawlPolicy(
-                initial=setting(settings, "RECRAWL_INITIAL_INTERVAL"),
-                minimum=setting(settings, "RECRAWL_MIN_INTERVAL"),
-                maximum=setting(settings, "RECRAWL_MAX_INTERVAL"),
-                jitter=setting(settings, "RECRAWL_JITTER"),
-            ),
+            policy=policy,
+            backoff=Backoff(policy.maximum, setting(settings, "RECRAWL_ABSENT_LIMIT")),
             poll_interval=setting(settings, "RECRAWL_POLL_INTERVAL"),
             batch_size=setting(settings, "RECRAWL_BATCH_SIZE"),
             flush_interval=setting(settings, "FRONTIER_FLUSH_INTERVAL"),
@@ -72,7 +80,8 @@ class RecrawlSettings:
 class RecrawlMiddleware:
     """Schedule a revisit of every page whose callback gives items (unless meta ``dont_recrawl``)
     and hand due revisits to the frontier (RECRAWL_*). A revisit is written before the page's lease
-    is acknowledged, so a worker that dies loses none."""
+    is acknowledged, so a worker that dies loses none. A revisit that finds its page gone or
+    moved backs its revisits off or ends them (crawler/recrawl/moves.py)."""
 
     def __init__(self, crawler: Crawler, store: RevisitStore, config: RecrawlSettings) -> None:
         self.crawler = crawler
@@ -80,8 +89,8 @@ class RecrawlMiddleware:
         self.config = config
         self.frontier = FrontierReports(crawler)
         riders = Riders.of(crawler)
-        # Revisits to write; their pages' leases wait for them.
-        self._revisits: RiderBatch[tuple[Revisit, Request]] = RiderBatch(
+        # Revisits to write and absences to count; their pages' leases wait for them.
+        self._revisits: RiderBatch[Write] = RiderBatch(
             riders, RIDER, self._queue_revisits, self._written, self._hold, self._not_written
         )
         self._next_claim = 0.0
@@ -100,6 +109,7 @@ class RecrawlMiddleware:
         self._claim_deadline = 0.0
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
@@ -121,13 +131,38 @@ class RecrawlMiddleware:
                 items.append(output)
             yield output
         request = response.request
-        if items and request is not None and wants_revisit(request, self.crawler.spider):
-            try:
-                visit = plan_visit(request, items, self.config.policy, self.crawler)
-            except (TypeError, ValueError) as exc:  # not an item; meta JSON cannot hold
-                self._not_revisited(request, exc)
-            else:
-                self._schedule(visit, request)
+        if request is None or not wants_revisit(request, self.crawler.spider):
+            return
+        if not items:
+            self._absent(gone(request, response.status, self.config.policy), "gone", request)
+            return
+        try:
+            visit = plan_visit(request, items, self.config.policy, self.crawler)
+        except (TypeError, ValueError) as exc:  # not an item; meta JSON cannot hold
+            self._not_revisited(request, exc)
+        else:
+            self._schedule(visit, request)
+
+    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+        """A revisit's 404 or 410 its callback never saw (Scrapy's HttpErrorMiddleware)."""
+        request = response.request
+        if isinstance(exception, HttpError) and request is not None:
+            self._absent(gone(request, response.status, self.config.policy), "gone", request)
+
+    def request_scheduled(self, request: Request) -> None:
+        """A revisit's redirect, scheduled: its page is at another address now."""
+        if WAITING_META in request.meta:
+            self._absent(moved(request, self.crawler, self.config.policy), "moved", None)
+
+    def _absent(self, absence: Absence | None, kind: str, request: Request | None) -> None:
+        """Count ``absence`` (``kind`` gone or moved) against its waiting revisit, with the
+        next revisits written; ``request``'s lease waits for it."""
+        if absence is None:
+            return
+        if request is not None:
+            self.frontier.ledger.item_started(request)
+        self._revisits.items.append((absence, request))
+        self._count(f"recrawl/{kind}_for_good" if absence.final else f"recrawl/{kind}")
 
     def _schedule(self, visit: Visit, request: Request) -> None:
         self.frontier.ledger.item_started(request)  # the lease waits for the revisit to be written
@@ -146,13 +181,15 @@ class RecrawlMiddleware:
         buffered = self._revisits.take()
         if not buffered:
             return True
+        revisits, absences = _split(buffered)
         try:
-            self.store.add([revisit for revisit, _ in buffered])
+            self.store.add(revisits)
+            ended = self.store.absent(absences, self.config.backoff)
         except RedisError as exc:
             self._revisits.put_back(buffered)
             self._not_written(buffered, exc)
             return False
-        self._written(buffered)
+        self._written(buffered, [ended])
         return True
 
     def _flush_unless_down(self) -> None:
@@ -172,16 +209,24 @@ class RecrawlMiddleware:
         hold = min(hold_acks(config.claim_seconds), config.policy.minimum / 8)
         return max(config.flush_interval, hold)
 
-    def _queue_revisits(self, pipe: Any, buffered: list[tuple[Revisit, Request]]) -> None:
-        self.store.queue_add(pipe, [revisit for revisit, _ in buffered])
+    def _queue_revisits(self, pipe: Any, buffered: list[Write]) -> None:
+        revisits, absences = _split(buffered)
+        self.store.queue_add(pipe, revisits)
+        self.store.queue_absent(pipe, absences, self.config.backoff)
 
-    def _written(self, buffered: list[tuple[Revisit, Request]], replies: object = None) -> None:
-        if buffered:
-            self._next_claim = min(self._next_claim, *(r.due for r, _ in buffered))
+    def _written(self, buffered: list[Write], replies: list[Any]) -> None:
+        """The revisits written, the absences counted (ABSENT's reply, the last, says how many
+        revisits ended): the pages' leases may be acknowledged."""
+        revisits, absences = _split(buffered)
+        if revisits:
+            self._next_claim = min(self._next_claim, *(revisit.due for revisit in revisits))
+        if absences:
+            self._count("recrawl/ended", int(replies[-1]))
         for _, request in buffered:
-            self.frontier.ledger.item_finished(request)
+            if request is not None:
+                self.frontier.ledger.item_finished(request)
 
-    def _not_written(self, buffered: list[tuple[Revisit, Request]], exc: RedisError) -> None:
+    def _not_written(self, buffered: list[Write], exc: RedisError) -> None:
         logger.warning("Could not write %d revisits yet: %s", len(buffered), exc)
 
     # --- due revisits to the frontier --------------------------------------------------------
@@ -283,6 +328,7 @@ class RecrawlMiddleware:
             logger.error("Revisit %s dropped, its request cannot be loaded: %s", fingerprint, exc)
             self._count("recrawl/unreadable")
             return None
+        request.meta[WAITING_META] = fingerprint
         engine.crawl(request)
         return fallback_due(request, self.config.policy, time.time(), self.config.claim_seconds)
 
@@ -330,3 +376,9 @@ class RecrawlMiddleware:
     def _count(self, key: str, value: int = 1) -> None:
         if value and self.crawler.stats is not None:
             self.crawler.stats.inc_value(key, value)
+
+
+def _split(buffered: list[Write]) -> tuple[list[Revisit], list[Absence]]:
+    """The revisits to write and the absences to count, each in their order."""
+    revisits = [write for write, _ in buffered if isinstance(write, Revisit)]
+    return revisits, [write for write, _ in buffered if isinstance(write, Absence)]

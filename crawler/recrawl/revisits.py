@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 RECRAWL_META = "recrawl"
 # A request with this meta key set is never revisited.
 DONT_RECRAWL_META = "dont_recrawl"
+# Meta key of a revisit's request as it is handed to the frontier: the fingerprint its revisit
+# waits under, so that a visit that does not find the page there (gone, moved) can tell that
+# revisit (crawler/recrawl/moves.py). Carried by its retries and its redirect's first hop.
+WAITING_META = "recrawl_waiting"
 # Meta filled in while a request is fetched (download details, retries, redirects, leases,
 # identities, the browser page) and its crawl job (a revisit belongs to none): a revisit
 # starts without it.
@@ -36,7 +40,7 @@ TRANSIENT_META = frozenset(
         *("download_slot", "download_latency", "retry_times", "redirect_urls", "redirect_times"),
         *("redirect_ttl", "redirect_reasons", "frontier_lease", "frontier_start", "frontier_due"),
         *("playwright_page", "identity", "proxy", "bindaddress", "ban_times", "crawl_delay"),
-        *("is_start_request", "frontier_job"),
+        *("is_start_request", "frontier_job", WAITING_META),
     }
 )
 
@@ -71,15 +75,29 @@ def plan_visit(
     interval = policy.next_interval(previous, changed)
     base = _base_priority(state, request)
     state = {"interval": interval, "hash": digest, "priority": base}
-    revisit = revisit_request(request, state, base + policy.urgency(interval))
-    _forget_default_headers(revisit, crawler.settings)
-    # Made again from the proxy by the downloader before the next fetch; never kept in Redis.
-    revisit.headers.pop(b"Proxy-Authorization", None)
-    assert crawler.request_fingerprinter is not None
-    fingerprint = crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
+    revisit = stored_revisit(request, state, base + policy.urgency(interval), crawler)
+    fingerprint = revisit_fingerprint(revisit, crawler)
     record = codec.dumps(codec.without_defaults(revisit.to_dict(spider=crawler.spider)))
     due = time.time() + policy.delay(interval, random.random())
     return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
+
+
+def stored_revisit(
+    request: Request, state: dict[str, Any], priority: int, crawler: Crawler
+) -> Request:
+    """The revisit of ``request`` as Redis keeps it (:func:`revisit_request`, without the
+    headers the downloader gives it again)."""
+    revisit = revisit_request(request, state, priority)
+    _forget_default_headers(revisit, crawler.settings)
+    # Made again from the proxy by the downloader before the next fetch; never kept in Redis.
+    revisit.headers.pop(b"Proxy-Authorization", None)
+    return revisit
+
+
+def revisit_fingerprint(revisit: Request, crawler: Crawler) -> str:
+    """The fingerprint (hex) a revisit waits under in Redis."""
+    assert crawler.request_fingerprinter is not None
+    return crawler.request_fingerprinter.fingerprint(revisit)[:16].hex()
 
 
 def _forget_default_headers(request: Request, settings: BaseSettings) -> None:
@@ -113,12 +131,18 @@ def revisit_request(request: Request, state: dict[str, Any], priority: int) -> R
 
 
 def fallback_due(request: Request, policy: RecrawlPolicy, now: float, least: float) -> float:
-    """When a revisit handed to the frontier comes due again should its visit write none (failed,
-    gone, no items): as if unchanged (twice its interval), and not before ``least`` seconds (a
-    lease), so a slow visit is not handed over twice."""
-    interval = _interval(request.meta.get(RECRAWL_META))
-    doubled = policy.clamp(policy.factor * (policy.initial if interval is None else interval))
+    """When a revisit handed to the frontier comes due again should its visit write nothing
+    (failed, no items; a page gone or moved writes its absence, crawler/recrawl/moves.py): as
+    if unchanged (twice its interval), and not before ``least`` seconds (a lease), so a slow
+    visit is not handed over twice."""
+    doubled = policy.clamp(policy.factor * interval_of(request, policy))
     return now + max(doubled, least)
+
+
+def interval_of(request: Request, policy: RecrawlPolicy) -> float:
+    """The interval a revisit's request waited (its meta's state), else the initial one."""
+    interval = _interval(request.meta.get(RECRAWL_META))
+    return policy.initial if interval is None else interval
 
 
 def wants_revisit(request: Request, spider: Spider | None) -> bool:
