@@ -13,7 +13,7 @@ from scrapy.downloadermiddlewares.httpcompression import ACCEPTED_ENCODINGS
 
 from crawler.frontier import codec
 from crawler.frontier.leases import unguarded
-from crawler.meta import SENT_BACK_META
+from crawler.meta import HOLD_META, PACED_META, SENT_AT_META, SENT_BACK_META, SENT_META
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.store import Revisit
 from crawler.storage.changes import content_hash
@@ -33,14 +33,15 @@ DONT_RECRAWL_META = "dont_recrawl"
 # revisit (crawler/recrawl/moves.py). Carried by its retries and its redirect's first hop.
 WAITING_META = "recrawl_waiting"
 # Meta filled in while a request is fetched (download details, retries, redirects, leases,
-# identities, the browser page) and its crawl job (a revisit belongs to none): a revisit
-# starts without it.
+# its way through the send gate, identities, the browser page) and its crawl job (a revisit
+# belongs to none): a revisit starts without it.
 TRANSIENT_META = frozenset(
     {
         *("download_slot", "download_latency", "retry_times", "redirect_urls", "redirect_times"),
         *("redirect_ttl", "redirect_reasons", "frontier_lease", "frontier_start", "frontier_due"),
         *("playwright_page", "identity", "proxy", "bindaddress", "ban_times", "crawl_delay"),
         *("is_start_request", "frontier_job", WAITING_META),
+        *(PACED_META, HOLD_META, SENT_META, SENT_AT_META),
     }
 )
 
