@@ -52,14 +52,20 @@ def build_app(
     explore = ExploreApi(
         dataset, lambda: antibot.config.feed_mode, lambda: antibot.config.counts_mode
     )
+    maps = MapsPages()
+
+    def reset_pages() -> None:
+        explore.reset()
+        maps.reset()
+
     for part in (
         explore,
         ProfilePages(dataset, churn, lambda: antibot.config.counts_mode),
         churn,
-        MapsPages(),
+        maps,
         ChallengePages(),
         HostilePages(),
-        AdminApi(antibot, stats, dataset, explore.reset),
+        AdminApi(antibot, stats, dataset, reset_pages),
         sites,
         graph,
     ):

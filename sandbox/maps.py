@@ -7,6 +7,11 @@ redirects to its place page. ``/maps/place/...`` is rendered on the server with 
 class names; its pin is in the URL (``!3d<lat>!4d<lng>``). With ``gl`` set to an EU region and
 no ``SOCS`` cookie, maps pages redirect to the consent interstitial ``/consent/m``. A query
 starting with "unusual traffic" gets Google's block: 302 to ``/sorry/index`` (a 429 captcha).
+A query with no places gets the page saying so ("Google Maps can't find ..."), without a feed.
+Google's softer block, a feed that stops loading with no error page, is set per query: ``POST
+/__admin__/maps/stall {"query": "shop near 00501", "after": 1, "searches": 2}`` has the next 2
+loads of that search's page get ``after`` batches, then empty ones without the end (the list
+stops growing); the loads after them get the whole list again.
 Pages reference images, a font and a video under ``/mapfiles/`` (not guarded by the anti-bot
 layer), so blocking those resources shows in the bytes served. ``/__admin__/maps/searches`` lists
 every search with the ids of its places, in feed order, so a crawl can be checked against it.
@@ -29,6 +34,7 @@ EU_REGIONS = frozenset({"de", "fr", "it", "es", "nl", "pl", "ie", "be", "at"})
 CONSENT_COOKIE = "SOCS"
 BLOCKED_QUERY_PREFIX = "unusual traffic"
 END_OF_LIST = "You've reached the end of the list."
+NO_RESULTS = "Google Maps can't find"
 BATCH_SIZE = 7
 # Sizes of the static resources, in bytes (fixed, so a benchmark can count bytes served).
 ASSET_SIZES = {"photo": 24_000, "font": 48_000, "video": 180_000}
@@ -112,6 +118,16 @@ def render_search(query: str, delay_ms: int) -> str:
     return _shell(f"{query} - Google Maps", body, script)
 
 
+def render_no_results(query: str) -> str:
+    """The page of a search with no match: no feed, Google's words."""
+    body = (
+        f'<div role="main"><div class="Q2vNVc">{NO_RESULTS} {html.escape(query)}</div>'
+        "<div>Make sure your search is spelled correctly. Try adding a city, state, or zip"
+        " code.</div></div>"
+    )
+    return _shell(f"{query} - Google Maps", body)
+
+
 def render_place(place: Place) -> str:
     """A place page with the real selectors (rendered on the server here)."""
     esc = html.escape
@@ -171,6 +187,7 @@ class MapsPages:
         self.places = places or build_places()
         self.batch_size = batch_size
         self.delay_ms = delay_ms
+        self.stalls = Stalls()
 
     def register(self, router: web.UrlDispatcher) -> None:
         router.add_get("/maps/search/{query}", self.search)
@@ -182,6 +199,11 @@ class MapsPages:
         router.add_get("/mapfiles/fonts/{name}", self.asset("font"))
         router.add_get("/mapfiles/media/{name}", self.asset("video"))
         router.add_get("/__admin__/maps/searches", self.searches)
+        router.add_post("/__admin__/maps/stall", self.stall)
+
+    def reset(self) -> None:
+        """Forget the stalls set (``/__admin__/reset``)."""
+        self.stalls = Stalls()
 
     def _needs_consent(self, request: web.Request) -> bool:
         region = request.query.get("gl", "").lower()
@@ -200,6 +222,9 @@ class MapsPages:
         found = self.places.search(query)
         if len(found) == 1:
             raise web.HTTPFound(found[0].path)
+        if not found:
+            return web.Response(text=render_no_results(query), content_type="text/html")
+        self.stalls.loaded(query)
         return web.Response(text=render_search(query, self.delay_ms), content_type="text/html")
 
     async def feed(self, request: web.Request) -> web.Response:
@@ -207,7 +232,19 @@ class MapsPages:
             offset = max(0, int(request.query.get("offset", "0")))
         except ValueError:
             raise web.HTTPBadRequest() from None
-        return web.json_response(self.feed_batch(request.query.get("q", ""), offset))
+        query = request.query.get("q", "")
+        if self.stalls.stalled(query, offset // self.batch_size):
+            return web.json_response({"html": "", "next": offset, "end": False})
+        return web.json_response(self.feed_batch(query, offset))
+
+    async def stall(self, request: web.Request) -> web.Response:
+        """Have a query's next loads stall (see the module's docstring)."""
+        try:
+            data = json.loads(await request.text())
+            self.stalls.set(str(data["query"]), int(data["after"]), int(data["searches"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            return web.json_response({"error": f"bad stall: {exc}"}, status=400)
+        return web.json_response({"ok": True})
 
     def feed_batch(self, query: str, offset: int) -> dict[str, Any]:
         """The feed API's answer: cards from ``offset``, the next offset, whether it ended."""
@@ -222,6 +259,8 @@ class MapsPages:
         found = self.places.search(query)
         if len(found) == 1:
             return len(render_place(found[0]).encode())
+        if not found:
+            return len(render_no_results(query).encode())
         total, offset = len(render_search(query, self.delay_ms).encode()), 0
         while True:
             batch = self.feed_batch(query, offset)
@@ -267,6 +306,39 @@ class MapsPages:
             return web.Response(body=body, content_type=content_type, headers=headers)
 
         return handler
+
+
+class Stalls:
+    """Queries whose feed stops growing: for each, the batches a load gets and how many loads
+    stall still; the load in progress of each query (one at a time, as a crawl's search)."""
+
+    def __init__(self) -> None:
+        self.planned: dict[str, tuple[int, int]] = {}
+        self.current: dict[str, int] = {}
+
+    def set(self, query: str, after: int, searches: int) -> None:
+        if after < 0 or searches < 0:
+            raise ValueError("after and searches are counts, 0 or more")
+        self.planned[_key(query)] = (after, searches)
+
+    def loaded(self, query: str) -> None:
+        """A search page of ``query`` was served: its feed stalls if loads to stall are left."""
+        key = _key(query)
+        after, left = self.planned.get(key, (0, 0))
+        if left:
+            self.planned[key] = (after, left - 1)
+            self.current[key] = after
+        else:
+            self.current.pop(key, None)
+
+    def stalled(self, query: str, batch: int) -> bool:
+        """Whether the feed of ``query`` answers its ``batch``-th batch (from 0) with nothing."""
+        after = self.current.get(_key(query))
+        return after is not None and batch >= after
+
+
+def _key(query: str) -> str:
+    return " ".join(query.lower().split())
 
 
 def _reviews(count: int) -> str:

@@ -120,3 +120,36 @@ def test_unusual_traffic_block(sandbox_server: Sandbox, query: str) -> None:
     status, _, body = _get(f"{sandbox_server.url}{headers['Location']}")
     assert status == 429
     assert b"unusual traffic" in body
+
+
+def test_a_search_with_no_match_says_so_without_a_feed(sandbox_server: Sandbox) -> None:
+    status, _, body = _get(f"{sandbox_server.url}/maps/search/bakery+near+01001?hl=en")
+    assert status == 200
+    assert "Google Maps can't find bakery near 01001" in body.decode()
+    assert not Selector(text=body.decode()).css('div[role="feed"]')
+
+
+def _batches(sandbox: Sandbox, query: str, count: int) -> list[dict[str, Any]]:
+    """The feed's first ``count`` batches of ``query`` after its search page was loaded."""
+    _get(f"{sandbox.url}/maps/search/{query.replace(' ', '+')}")
+    batches, offset = [], 0
+    for _ in range(count):
+        params = urlencode({"q": query, "offset": offset})
+        batches.append(json.loads(_get(f"{sandbox.url}/maps/api/feed?{params}")[2]))
+        offset = batches[-1]["next"]
+    return batches
+
+
+def test_a_stalled_search_stops_growing_for_its_stalled_loads_only(sandbox: Sandbox) -> None:
+    """Google's softer block: after one batch the feed answers nothing more, and no end,
+    for the next two loads of the search; the third gets the whole list."""
+    query = "shop near 00501"
+    sandbox.admin("maps/stall", {"query": query, "after": 1, "searches": 2})
+    for _ in range(2):
+        first, *rest = _batches(sandbox, query, 4)
+        assert first["html"]
+        assert not first["end"]
+        assert all(batch == {"html": "", "next": first["next"], "end": False} for batch in rest)
+    whole = _batches(sandbox, query, 4)
+    assert whole[-1]["end"]
+    assert all(batch["html"] for batch in whole)
