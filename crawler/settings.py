@@ -370,7 +370,7 @@ FLEET_PAGE = "local"
 # MAPS_BASE_URL (str): scheme and host of map pages; point it at the sandbox to test.
 MAPS_BASE_URL = "https://www.google.com"
 # MAPS_LANGUAGE (str, default "en"): ``hl`` of search URLs, English (en, en-GB...): the spider
-# reads the pages' English words (end of the list, consent buttons, review counts).
+# reads the pages' English words (end of the list, no match, consent buttons, review counts).
 MAPS_LANGUAGE = "en"
 # MAPS_REGION (str, default ""): ``gl`` of search URLs; EU regions get the consent page first.
 MAPS_REGION = ""
@@ -379,7 +379,8 @@ MAPS_CONSENT = "reject"
 # MAPS_MAX_RESULTS (int, default 120): place links taken per search at most; 0 = no limit.
 MAPS_MAX_RESULTS = 120
 # MAPS_SCROLL_TIMEOUT (float seconds, default 5): how long one scroll waits for the feed to grow;
-# MAPS_SCROLL_MAX_STALLS (int, default 3): scrolls in a row without growth before it stops.
+# MAPS_SCROLL_MAX_STALLS (int, default 3): scrolls in a row without growth, no end shown, before
+# the feed is taken for stalled: the search is tried again (RETRY_*), then a dead letter.
 MAPS_SCROLL_TIMEOUT = 5.0
 MAPS_SCROLL_MAX_STALLS = 3
 # MAPS_PLACES_WITH_BROWSER (bool, default False): fetch place pages in the browser too (the real

@@ -218,6 +218,9 @@ SLOWEST = {
         for case in ("gone-404", "moved-for-now-302")
     },
     "tests/test_recrawl_moves.py::test_a_page_gone_for_good_is_not_revisited_again": 8,
+    "tests/test_maps_stall.py::test_a_stalled_search_is_tried_again_until_its_list_ends": 15,
+    "tests/test_maps_stall.py::"
+    "test_a_search_that_always_stalls_is_a_dead_letter_with_what_it_found_stored": 10,
     "tests/test_recrawl_moves.py::"
     "test_a_place_gone_from_the_map_is_revisited_less_and_less_then_no_more": 8,
 }

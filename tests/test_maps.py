@@ -127,7 +127,7 @@ class _BatchLandsAfterFirstRead:
         return read_then_land
 
 
-async def _scroll_while_batch_lands(spider: MapsSpider, query: str) -> list[str]:
+async def _scroll_while_batch_lands(spider: MapsSpider, query: str) -> tuple[list[str], str]:
     release = asyncio.Event()
 
     async def hold(route: Route) -> None:
@@ -154,8 +154,9 @@ def test_feed_read_while_its_last_batch_lands(sandbox: Sandbox) -> None:
     settings = {**get_project_settings().copy_to_dict(), "MAPS_BASE_URL": sandbox.url}
     settings |= no_reactor_needed()  # the spider scrolls outside a crawl
     spider = MapsSpider.from_crawler(get_crawler(MapsSpider, settings_dict=settings))
-    links = asyncio.run(_scroll_while_batch_lands(spider, query))
+    links, outcome = asyncio.run(_scroll_while_batch_lands(spider, query))
     assert [place_id_from_url(link) for link in links] == searches[query]
+    assert outcome == "ended"
 
 
 @pytest.mark.integration

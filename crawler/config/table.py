@@ -106,8 +106,8 @@ def spider_name(value: Any) -> str:
 
 
 def english_language(value: Any) -> str:
-    """MAPS_LANGUAGE: ``en`` or a variant (``en-GB``): the end of a results list, the consent
-    buttons and the review counts are read by their English words."""
+    """MAPS_LANGUAGE: ``en`` or a variant (``en-GB``): the end of a results list, a search that
+    found nothing, the consent buttons and the review counts are read by their English words."""
     name = as_text(value).strip()
     if not re.fullmatch(r"en(-[A-Za-z0-9]{2,8})?", name):
         raise ValueError(value)

@@ -16,6 +16,8 @@ PIN = re.compile(r"!3d(-?\d+(?:\.\d+)?)!4d(-?\d+(?:\.\d+)?)")
 FEATURE_ID = re.compile(r"!1s(0x[0-9a-fA-F]+:0x[0-9a-fA-F]+)")
 DIGITS = re.compile(r"\d")
 END_OF_LIST = "You've reached the end of the list."
+# What a search with no match says instead of a results feed ("Google Maps can't find <query>").
+NO_RESULTS = "Google Maps can't find"
 UNUSUAL_TRAFFIC = "detected unusual traffic from your computer network"
 
 

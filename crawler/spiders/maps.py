@@ -5,9 +5,12 @@ place pages. Start entries: ``{"query": "shop near 00501"}`` or the same as plai
 The spider drives the search page itself (``playwright_include_page``: its feed is filled by
 JavaScript as it is scrolled) and closes it on every path (callback, errback, and at once for a
 block or an error). The page adds batches at any time, also while it is read, so the links and
-the end marker (which comes with the last batch) are read in one evaluation. Place pages are
-fetched without the browser unless MAPS_PLACES_WITH_BROWSER (the real site renders them with
-JavaScript; the sandbox on the server).
+the end marker (which comes with the last batch) are read in one evaluation. A search ends
+honestly with the end marker, or with the page saying it found nothing; a feed that stops
+growing before either (Google's softer block) keeps the places it listed and is tried again
+after the retry backoff, then given up as a dead letter ``retries_exhausted:maps_feed_stalled``.
+Place pages are fetched without the browser unless MAPS_PLACES_WITH_BROWSER (the real site
+renders them with JavaScript; the sandbox on the server).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
@@ -29,6 +33,7 @@ from crawler.config import setting, setting_int
 from crawler.extractors.jsondata import MalformedData
 from crawler.extractors.maps import (
     END_OF_LIST,
+    NO_RESULTS,
     is_block_page,
     is_consent_page,
     is_place_url,
@@ -49,16 +54,17 @@ logger = logging.getLogger(__name__)
 POSTAL_CODE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z -]{1,9}$")
 _JSON_KEYS = {"query"}
 FEED_LINKS = 'div[role="feed"] a.hfpxzc'
-# The links and the end marker in one evaluation: the page cannot add a batch between the two.
+# The page's words (a typographic apostrophe read as a plain one), whether it says the list
+# ended, and whether it says, without a feed, that the search found nothing.
+_WORDS = 'document.body.innerText.replace(/\u2019/g, "\'")'
+_ENDED = f"{_WORDS}.includes({END_OF_LIST!r})"
+_NOTHING = f"(!document.querySelector('div[role=\"feed\"]') && {_WORDS}.includes({NO_RESULTS!r}))"
+# The links and the end in one evaluation: the page cannot add a batch between the two.
 _FEED_STATE = (
     f"() => ({{links: Array.from(document.querySelectorAll({FEED_LINKS!r}),"
-    " e => e.getAttribute('href')),"
-    f" ended: document.body.innerText.includes({END_OF_LIST!r})}})"
+    f" e => e.getAttribute('href')), ended: {_ENDED}, nothing: {_NOTHING}}})"
 )
-_GREW = (
-    f"n => document.querySelectorAll({FEED_LINKS!r}).length > n"
-    f" || document.body.innerText.includes({END_OF_LIST!r})"
-)
+_GREW = f"n => document.querySelectorAll({FEED_LINKS!r}).length > n || {_ENDED} || {_NOTHING}"
 _SCROLL = (
     "() => { const feed = document.querySelector('div[role=\"feed\"]');"
     " if (feed) feed.scrollTop = feed.scrollHeight; }"
@@ -151,7 +157,7 @@ class MapsSpider(RedisFedSpider):
     async def parse_search(self, response: Response, query: str) -> AsyncIterator[Request]:
         page: Page = response.meta.pop("playwright_page")
         try:
-            urls = await self._place_urls(page, query)
+            urls, outcome = await self._place_urls(page, query)
         finally:
             await self._close_page(page)
         self.count("maps/searches")
@@ -159,13 +165,19 @@ class MapsSpider(RedisFedSpider):
         self.crawler.stats.max_value("maps/feed/max_results", len(urls))
         for url in urls:
             yield self.place_request(response.urljoin(url), query)
+        if outcome == "stalled":
+            error = FeedStalled(f"the feed stopped growing at {len(urls)} results, before its end")
+            retry = retry_malformed(self.crawler, response, "maps_feed_stalled", error, "Stall")
+            if retry is not None:
+                yield retry
 
-    async def _place_urls(self, page: Page, query: str) -> list[str]:
+    async def _place_urls(self, page: Page, query: str) -> tuple[list[str], str]:
+        """The search's place links, and how its list ended (see :meth:`_feed_outcome`)."""
         if is_consent_page(page.url, await page.content()):
             await self._answer_consent(page)
         if is_place_url(page.url):
             self.count("maps/single_match")
-            return [page.url]
+            return [page.url], "single_match"
         if is_block_page(page.url, await page.content()):
             raise BlockedPage("maps_unusual_traffic")
         return await self._scroll_feed(page, query)
@@ -176,26 +188,28 @@ class MapsSpider(RedisFedSpider):
             await page.click(f'form button[aria-label="{label}"]')
         self.count(f"maps/consent/{self.consent}")
 
-    async def _scroll_feed(self, page: Page, query: str) -> list[str]:
+    async def _scroll_feed(self, page: Page, query: str) -> tuple[list[str], str]:
         stalls = 0
         while True:
-            links, ended = await _feed_state(page)
-            outcome = self._feed_outcome(len(links), ended, stalls)
+            feed = await _feed_state(page)
+            outcome = self._feed_outcome(feed, stalls)
             if outcome:
                 break
             await page.evaluate(_SCROLL)
-            stalls = 0 if await self._feed_grew(page, len(links)) else stalls + 1
+            stalls = 0 if await self._feed_grew(page, len(feed.links)) else stalls + 1
         self.count(f"maps/feed/{outcome}")
-        if outcome == "stalled":
-            logger.info("Feed of %r stopped growing at %d results", query, len(links))
-        unique = list(dict.fromkeys(links))
-        return unique[: self.max_results] if self.max_results else unique
+        unique = list(dict.fromkeys(feed.links))
+        return (unique[: self.max_results] if self.max_results else unique), outcome
 
-    def _feed_outcome(self, count: int, ended: bool, stalls: int) -> str | None:
-        """Why scrolling stops now ("ended", "max_results_reached", "stalled"), or None."""
-        if ended:
+    def _feed_outcome(self, feed: Feed, stalls: int) -> str | None:
+        """Why scrolling stops now, or None: the list "ended" (its end marker), the page found
+        "no_results", "max_results_reached", or the feed "stalled" (MAPS_SCROLL_MAX_STALLS
+        scrolls in a row loaded nothing, and the page shows no end)."""
+        if feed.ended:
             return "ended"
-        if self.max_results and count >= self.max_results:
+        if feed.nothing and not feed.links:
+            return "no_results"
+        if self.max_results and len(feed.links) >= self.max_results:
             return "max_results_reached"
         return "stalled" if stalls >= self.max_stalls else None
 
@@ -267,10 +281,24 @@ class MapsSpider(RedisFedSpider):
             await asyncio.gather(*self._closing, return_exceptions=True)
 
 
-async def _feed_state(page: Page) -> tuple[list[str], bool]:
-    """The feed's place links and whether it shows its end, read at one instant."""
+class FeedStalled(Exception):
+    """A search's feed stopped growing before its end: its list is not whole."""
+
+
+@dataclass(frozen=True)
+class Feed:
+    """A search page read at one instant: its place links, whether it shows the end of the
+    list, and whether it says it found nothing (no feed)."""
+
+    links: list[str]
+    ended: bool
+    nothing: bool
+
+
+async def _feed_state(page: Page) -> Feed:
     state = await page.evaluate(_FEED_STATE)
-    return [str(link) for link in state["links"] if link], bool(state["ended"])
+    links = [str(link) for link in state["links"] if link]
+    return Feed(links, bool(state["ended"]), bool(state["nothing"]))
 
 
 def _argument_queries(category: str, postal_codes: str) -> list[str]:
