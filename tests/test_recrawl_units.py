@@ -371,6 +371,39 @@ def test_a_page_with_items_gets_its_next_visit_adapted_to_its_changes(
     assert redis_client.zcard("{profiles}:revisit") == 1
 
 
+def _full_profile(followers: int | None) -> ProfileItem:
+    fields: dict[str, Any] = dict.fromkeys(ProfileItem.kept_fields, "x")
+    fields |= {name: 1 for name in ProfileItem.kept_fields if name.endswith("_count")}
+    fields |= {"verified": True, "private": False, "follower_count": followers}
+    return ProfileItem("a", "ok", **fields)
+
+
+def test_a_visit_answering_a_count_null_neither_speeds_nor_slows_the_revisits(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A page answering its followers null (the store keeps the count before) tells nothing
+    of a change, nor does the next visit that gives them again: the interval stays; a page
+    that stops giving them (a private profile) is compared as usual from then on."""
+    middleware = _middleware(redis_url)
+    url = "https://www.tiktok.com/@a"
+    intervals = []
+    state = None
+    for followers in (5, 5, None, 5, None, 6):
+        meta: dict[str, Any] = {} if state is None else {RECRAWL_META: state}
+        _visit(middleware, Request(url, meta=meta), _full_profile(followers))
+        middleware.flush()
+        state = _waiting(redis_client)["meta"][RECRAWL_META]
+        intervals.append(state["interval"])
+    for followers in (None, None, 6, 6):
+        _visit(middleware, Request(url, meta={RECRAWL_META: state}), _full_profile(followers))
+        middleware.flush()
+        state = _waiting(redis_client)["meta"][RECRAWL_META]
+        intervals.append(state["interval"])
+    # first, unchanged, then each visit knowing other fields than the one before tells nothing
+    # (null, back, null, back); two nulls in a row are unchanged, then back, then unchanged
+    assert intervals == [100, 200, 200, 200, 200, 200, 200, 400, 400, 800]
+
+
 def test_pages_without_items_or_with_dont_recrawl_are_not_revisited(
     redis_url: str, redis_client: redis.Redis
 ) -> None:

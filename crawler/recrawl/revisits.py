@@ -17,6 +17,7 @@ from crawler.meta import HOLD_META, PACED_META, SENT_AT_META, SENT_BACK_META, SE
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.store import Revisit
 from crawler.storage.changes import content_hash
+from crawler.storage.rules import InvalidFieldRules, rules_of
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 # Meta key of a revisit: {"interval": seconds waited before it, "hash": the content then,
-# "priority": the priority of the page's first request}.
+# "priority": the priority of the page's first request, "unknown": the kept fields its items
+# had no value of then, when there were any}.
 RECRAWL_META = "recrawl"
 # A request with this meta key set is never revisited.
 DONT_RECRAWL_META = "dont_recrawl"
@@ -65,17 +67,53 @@ def items_hash(items: Sequence[Any]) -> str:
     return content_hash(documents, volatile)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What a visit's items said: their hash, and the kept fields they had no value of (the
+    site answered null or nothing: the store keeps the value before, ``kept_fields``)."""
+
+    digest: str
+    unknown: tuple[str, ...] = ()
+
+    def changed_since(self, before: Seen) -> bool | None:
+        """Whether the content changed since ``before``; None when the two do not know the same
+        fields (a count answered null one time, not the other): no change either way."""
+        return self.digest != before.digest if self.unknown == before.unknown else None
+
+
+def unknown_fields(items: Sequence[Any]) -> tuple[str, ...]:
+    """The kept fields (``kept_fields``) some item has no value of, sorted."""
+    unknown: set[str] = set()
+    for item in items:
+        try:
+            kept = rules_of(item.__class__).kept
+        except InvalidFieldRules:  # the item fails in the pipeline, with its reason
+            continue
+        adapter = ItemAdapter(item)
+        unknown.update(name for name in kept if adapter.get(name) is None)
+    return tuple(sorted(unknown))
+
+
+def _seen(state: dict[str, Any]) -> Seen:
+    """What the visit before said, as its revisit's state keeps it."""
+    unknown = state.get("unknown")
+    names = unknown if isinstance(unknown, list) else []
+    return Seen(str(state.get("hash")), tuple(sorted(str(name) for name in names)))
+
+
 def plan_visit(
     request: Request, items: Sequence[Any], policy: RecrawlPolicy, crawler: Crawler
 ) -> Visit:
     """The next visit of the page ``request`` fetched, whose callback gave ``items``."""
     state: Any = request.meta.get(RECRAWL_META)
     previous = _interval(state)
-    digest = items_hash(items)
-    changed = None if previous is None else digest != state.get("hash")
+    seen = Seen(items_hash(items), unknown_fields(items))
+    changed = None if previous is None else seen.changed_since(_seen(state))
     interval = policy.next_interval(previous, changed)
     base = _base_priority(state, request)
-    state = {"interval": interval, "hash": digest, "priority": base}
+    state = {"interval": interval, "hash": seen.digest, "priority": base}
+    if seen.unknown:
+        state["unknown"] = list(seen.unknown)
     revisit = stored_revisit(request, state, base + policy.urgency(interval), crawler)
     fingerprint = revisit_fingerprint(revisit, crawler)
     record = codec.dumps(codec.without_defaults(revisit.to_dict(spider=crawler.spider)))
