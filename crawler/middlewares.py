@@ -393,8 +393,9 @@ class LeaseDownloaderMiddleware:
     is final: an ignored request (offsite, robots.txt) is acked, a failed download is a dead letter.
     An exception raised on the way back (a redirect loop, a body over DOWNLOAD_MAXSIZE, a failing
     ban rule) skips every ``process_exception``: the request's errback, guarded here, settles it
-    (:meth:`response_failed`). Redis being away is never the request's failure: the lease is
-    released untouched.
+    (:meth:`response_failed`). Either way, a request with an errback of its own is acked (or
+    dead-lettered) once the items that errback yields are stored. Redis being away is never the
+    request's failure: the lease is released untouched.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -414,13 +415,18 @@ class LeaseDownloaderMiddleware:
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
+        """The request's outcome; one with an errback of its own ends once that errback's
+        output and items are through (``LeaseLedger.to_errback``)."""
+        ledger = self.frontier.ledger
         if isinstance(exception, RedisError):
-            self.frontier.ledger.release(request)
+            ledger.release(request)
         elif isinstance(exception, IgnoreRequest):
-            self.frontier.ledger.finished(request)
+            if not ledger.to_errback(request):
+                ledger.finished(request)
         else:
+            ledger.to_errback(request)
             reason = f"download_error:{type(exception).__name__}"
-            self.frontier.ledger.failed(request, reason, str(exception) or repr(exception))
+            ledger.failed(request, reason, str(exception) or repr(exception))
 
     def response_failed(self, request: Request, exception: BaseException) -> None:
         """A middleware raised on the way back: a dead letter, or again later if Redis was away."""

@@ -422,6 +422,8 @@ PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT = 30_000
 # FLEET_NAME, FLEET_REGION, FLEET_AMI, FLEET_INSTANCE_TYPE, FLEET_INSTALL, FLEET_SECRETS,
 # FLEET_SSM_*, FLEET_IAM_INSTANCE_PROFILE, FLEET_SUBNET_ID, FLEET_KEY_NAME,
 # FLEET_SECURITY_GROUP_IDS, FLEET_CRAWL_SETTINGS, AWS_ENDPOINT_URL: see docs/settings.md.
+# FLEET_START_FAILURES, FLEET_START_BACKOFF (read in crawler/fleet/backoff.py): the hold on
+# launches of `scrapy fleet autoscale`, EC2 or --local, after failed starts (docs/settings.md).
 
 # --- Autoscaling (crawler_workers_wanted; scrapy fleet plan|autoscale) --------------------------
 # AUTOSCALE_MIN_WORKERS (int >= 0, default 0): workers wanted at least, work or none (paused: this).

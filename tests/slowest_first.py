@@ -189,6 +189,10 @@ SLOWEST = {
     "test_a_paused_crawl_lets_the_autoscaler_stop_its_workers_and_resumes_whole": 12,
     "tests/test_host_concurrency.py::test_two_workers_share_each_hosts_slots": 6,
     "tests/test_crawl.py::test_recrawl_updates_without_duplicates": 6,
+    "tests/test_errback_items.py::"
+    "test_an_errbacks_item_held_in_the_pipelines_keeps_its_lease_through_a_kill": 11,
+    "tests/test_local_starts.py::"
+    "test_local_workers_that_exit_at_once_hold_the_starts_and_it_is_said": 5,
     "tests/test_hostile_responses.py::test_a_retry_after_of_ten_years_is_capped": 6,
     "tests/test_own_spider.py::test_the_guide_spider_runs_as_written": 6,
     "tests/test_frontier_marker.py::test_a_redis_restarted_empty_mid_crawl_is_reported": 6,

@@ -310,8 +310,8 @@ def test_a_fleet_whose_instances_never_start_alerts(
     _failed_starts(redis_client, "links", 2)
     series = _series(_exporter_page(redis_client, "profiles", "links", "explore"), "status")
     summary = (
-        "profiles: 3 worker instances in a row never sent a heartbeat; scrapy fleet autoscale "
-        "holds its launches (install target? secrets?)"
+        "profiles: 3 workers in a row never started; scrapy fleet autoscale holds its launches "
+        "(install target? secrets? a setting?)"
     )
     check = {"alertname": "CrawlerFleetCannotStart"}
     _promtool(

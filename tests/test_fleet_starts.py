@@ -90,7 +90,7 @@ def test_instances_that_never_start_hold_the_launches_and_it_is_said(
     assert (starts["failed_starts"], starts["held"]) == (3, True)
     text = scrapy("status", "profiles", env=env).stdout
     assert "  launches  held until " in text
-    assert "3 launches in a row sent no heartbeat" in text
+    assert "3 launches in a row failed to start (no heartbeat" in text
     with status_page(env) as url, urlopen(url + "metrics", timeout=30) as answer:
         metrics = answer.read().decode()
     assert 'crawler_fleet_failed_starts{spider="profiles"} 3.0' in metrics
@@ -156,9 +156,9 @@ def test_a_bad_start_setting_is_refused_naming_it(name: str, value: str) -> None
 
 def test_start_settings_are_read_with_their_defaults() -> None:
     config = FleetConfig.from_settings(_project_settings())
-    assert (config.start_failures, config.start_backoff) == (3, 1800.0)
+    assert config.start_backoff == Backoff(3, 1800.0) == Backoff.from_settings(_project_settings())
     off = FleetConfig.from_settings(_project_settings(FLEET_START_FAILURES="0"))
-    assert off.start_failures == 0  # never held
+    assert off.start_backoff.failures == 0  # never held
 
 
 TEXT = st.one_of(st.text(max_size=20), st.binary(max_size=20))

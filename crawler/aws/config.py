@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from crawler.config import setting
 from crawler.config.table import ON_THE_WORKER, RULES
+from crawler.fleet.backoff import Backoff
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -38,8 +39,7 @@ class FleetConfig:
     endpoint_url: str | None
     mongo_database: str
     worker_grace: float = 900.0
-    start_failures: int = 3
-    start_backoff: float = 1800.0
+    start_backoff: Backoff = field(default_factory=Backoff)  # FLEET_START_FAILURES, _BACKOFF
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FleetConfig:
@@ -63,8 +63,7 @@ class FleetConfig:
             endpoint_url=settings.get("AWS_ENDPOINT_URL") or None,
             mongo_database=str(settings.get("MONGO_DATABASE") or "crawler"),
             worker_grace=setting(settings, "FLEET_WORKER_GRACE") or 900.0,
-            start_failures=_or(setting(settings, "FLEET_START_FAILURES"), 3),
-            start_backoff=setting(settings, "FLEET_START_BACKOFF") or 1800.0,
+            start_backoff=Backoff.from_settings(settings),
         )
 
     def check_crawl_settings(self) -> None:
@@ -75,11 +74,6 @@ class FleetConfig:
         for name, text in self.crawl_settings.items():
             if name in RULES and name not in ON_THE_WORKER:
                 RULES[name].read(f"FLEET_CRAWL_SETTINGS[{name!r}]", text)
-
-
-def _or(value: Any, default: Any) -> Any:
-    """``value``, or ``default`` when the setting is not set (None; 0 is a value)."""
-    return default if value is None else value
 
 
 def _setting_text(value: Any) -> str:

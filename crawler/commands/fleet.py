@@ -19,7 +19,8 @@ this environment's values into the user data instead) and runs ``scrapy crawl SP
 BAN_POLICY=stop``. A banned worker exits with status 3 and reports its instance id to Redis
 (``{SPIDER}:fleet:banned``); ``rotate`` terminates those instances and launches as many new ones
 of the same image, type and market. ``autoscale`` holds its launches back after
-FLEET_START_FAILURES instances in a row whose worker never reported (crawler/fleet/backoff.py).
+FLEET_START_FAILURES instances in a row whose worker never reported, ``--local`` its starts
+after as many workers in a row that exited with an error at once (crawler/fleet/backoff.py).
 Settings: see crawler/aws/config.py; AUTOSCALE_* for plan and autoscale (--min, --max,
 --cooldown and --interval set them for one run).
 """
@@ -42,7 +43,6 @@ from crawler.aws.report import banned_instances, clear_banned
 from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.config import setting
 from crawler.config.rules import SettingsError
-from crawler.fleet.backoff import Backoff
 from crawler.fleet.cli import (
     add_sizing_options,
     autoscale,
@@ -185,7 +185,7 @@ class Command(ProjectCommand, ScrapyCommand):
             server,
             fleet.config.worker_grace,
         )
-        backoff = Backoff(fleet.config.start_failures, fleet.config.start_backoff)
+        backoff = fleet.config.start_backoff
         if not autoscale(engine, server, settings, spider, opts, backoff=backoff):
             self.exitcode = 1
 

@@ -1,11 +1,13 @@
 """Launches held back while the workers launched never start.
 
-A member that is gone without its worker ever having reported (``Member.reported``: no
-heartbeat seen in FLEET_WORKER_GRACE seconds since its launch) is a failed start: a broken
-install target, secrets it could not read, a setting it refused. Replaced as any gone member is,
-its replacement would fail the same way, and the fleet would pay for instances that never crawl,
-for ever. So, after FLEET_START_FAILURES failed starts in a row, no launch for
-FLEET_START_BACKOFF seconds; then one instance at a time, each that fails too holding launches
+A member that is gone without its worker ever having reported is a failed start: an EC2
+instance with no heartbeat seen in FLEET_WORKER_GRACE seconds since its launch
+(crawler/aws/engine.py), a local worker that exited with an error before a look saw it beat, or
+soon after its start (crawler/fleet/local.py): a broken install target, secrets it could not
+read, a setting it refused. Replaced as any gone member is, its replacement would fail the same
+way, and the fleet would pay for instances that never crawl (or a machine would start
+processes), for ever. So, after FLEET_START_FAILURES failed starts in a row, no launch for
+FLEET_START_BACKOFF seconds; then one launch at a time, each that fails too holding launches
 twice as long as the last hold (a day at most). A worker launched since the first of them that
 reports ends it: launches go as wanted again (a worker launched before, still crawling with the
 install that worked, says nothing of the new ones). The record is kept in Redis
@@ -17,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
+from crawler.config import setting
 from crawler.observability.starts import Starts
 
 if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
     from crawler.fleet.autoscaler import Member
 
 # The longest hold, in seconds.
@@ -32,6 +37,17 @@ class Backoff:
 
     failures: int = 3  # failed starts in a row before launches are held (0: never held)
     first: float = 1800.0  # seconds of the first hold
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Backoff:
+        """FLEET_START_FAILURES and FLEET_START_BACKOFF as their rules read them (SettingsError
+        naming a bad one); not set, the defaults."""
+        failures = setting(settings, "FLEET_START_FAILURES")
+        first = setting(settings, "FLEET_START_BACKOFF")
+        return cls(
+            cls.failures if failures is None else failures,
+            cls.first if first is None else first,
+        )
 
     def hold(self, holds: int) -> float:
         """Seconds of the hold that follows ``holds`` holds in a row."""

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from scrapy.spiderloader import get_spider_loader
 from crawler.config.rules import SettingsError
 from crawler.fleet.autoscaler import Autoscaler, Engine, Step
 from crawler.fleet.backoff import Backoff, StartGuard
-from crawler.fleet.local import LocalWorkers
+from crawler.fleet.local import QUICK_EXIT, LocalWorkers
 from crawler.fleet.measure import RedisMark, RedisStarts, fleet_sizing, local_beats
 from crawler.fleet.plan import Plan, explain, parse_duration, plan
 from crawler.observability.report import spider_settings
@@ -142,14 +143,20 @@ def stop_grace(settings: BaseSettings) -> float:
 
 
 def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> bool:
-    """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine."""
+    """``scrapy fleet autoscale SPIDER --local``: workers as processes of this machine, their
+    starts held back after failed ones (crawler/fleet/local.py says which)."""
+    try:
+        backoff = Backoff.from_settings(settings)
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from exc
     workers = LocalWorkers(
         worker_command(spider, opts),
         lambda: local_beats(server, settings, spider),
         Path(opts.logs) if opts.logs else None,
         grace=stop_grace(settings),
     )
-    succeeded = autoscale(workers, server, settings, spider, opts, workers.reap)
+    news = partial(local_starts_news, logs=opts.logs)
+    succeeded = autoscale(workers, server, settings, spider, opts, workers.reap, backoff, news)
     if not opts.once:
         report(None, workers.close(stop_grace(settings)), opts.json)
     return succeeded
@@ -163,11 +170,13 @@ def autoscale(
     opts: Any,
     reap: Callable[[], dict[str, int]] = dict,
     backoff: Backoff | None = None,
+    news: Callable[[Step], str] | None = None,
 ) -> bool:
     """Move ``engine`` toward the workers wanted, every AUTOSCALE_INTERVAL (once with
     ``--once``), the cool-down kept in Redis across runs; ``reap()`` gives the workers that
     exited since the last look, with their exit status; with ``backoff``, failed starts hold
-    launches back (crawler/fleet/backoff.py). Whether the last look succeeded."""
+    launches back (crawler/fleet/backoff.py), ``news`` saying so (EC2's by default). Whether
+    the last look succeeded."""
     config = SizingConfig.from_settings(settings)
     guard = None if backoff is None else StartGuard(backoff, RedisStarts(server, spider))
     autoscaler = Autoscaler(
@@ -178,7 +187,7 @@ def autoscale(
         guard=guard,
     )
     return run_loop(
-        lambda: report(autoscaler.step(), reap(), opts.json),
+        lambda: report(autoscaler.step(), reap(), opts.json, news or starts_news),
         config.interval,
         opts.once,
         (RedisError, *engine.errors),
@@ -194,11 +203,17 @@ def _attempt(step: Callable[[], None], errors: tuple[type[Exception], ...]) -> b
     return True
 
 
-def report(step: Step | None, exited: dict[str, int], as_json: bool) -> None:
+def report(
+    step: Step | None,
+    exited: dict[str, int],
+    as_json: bool,
+    news: Callable[[Step], str] | None = None,
+) -> None:
     """One look: what it started and stopped, and the workers that exited since the last; a
-    hold on launches as it begins, tries again and ends, on stderr too."""
+    hold on launches as it begins, tries again and ends, on stderr too (as ``news`` says it)."""
     if step is not None and step.starts:
-        print(f"{time.strftime('%H:%M:%S')}  {starts_news(step)}", file=sys.stderr, flush=True)
+        said = (news or starts_news)(step)
+        print(f"{time.strftime('%H:%M:%S')}  {said}", file=sys.stderr, flush=True)
     if as_json:
         line = {**(step.to_json() if step else {"time": time.time()}), "exited": exited}
         print(json.dumps(line), flush=True)
@@ -230,6 +245,25 @@ def starts_news(step: Step) -> str:
     if step.starts == "trying":
         return f"{failed}: one instance launched to try again ({', '.join(step.started)})"
     return "a worker reported: launches go as wanted again"
+
+
+def local_starts_news(step: Step, logs: str | None) -> str:
+    """:func:`starts_news` for local workers, whose output is in ``logs`` (``--logs``)."""
+    failed = (
+        f"{step.failed_starts} workers in a row exited with an error before they reported, or "
+        f"within {QUICK_EXIT:g} s of their start"
+    )
+    if step.starts == "held":
+        until = time.strftime("%H:%M:%S", time.localtime(step.held_until or 0))
+        where = f"their logs in {logs} say why" if logs else "--logs DIR keeps their output"
+        return (
+            f"{failed}: none started until {until}, then one at a time until a worker reports "
+            f"(FLEET_START_FAILURES, FLEET_START_BACKOFF). Their exit status is above; {where}; "
+            "once a worker reports, workers start as wanted"
+        )
+    if step.starts == "trying":
+        return f"{failed}: one started to try again ({', '.join(step.started)})"
+    return "a worker reported: workers start as wanted again"
 
 
 def run_loop(

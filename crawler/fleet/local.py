@@ -1,7 +1,13 @@
 """Workers as local processes (``scrapy fleet autoscale SPIDER --local``): each is ``scrapy
 crawl SPIDER`` with the autoscaler's ``-s`` settings, in a session of its own so a Ctrl-C at the
 terminal reaches the autoscaler only, which tells each worker to go once (a second signal
-would make Scrapy close uncleanly)."""
+would make Scrapy close uncleanly).
+
+A worker that exits with an error (a status other than 0) without having been told to go, and
+before any look saw its heartbeat or within QUICK_EXIT seconds of its start, is a failed start
+(a setting it refused, a broken install, a Redis it cannot use): a ``gone`` member, not
+``reported``, once, at the next look, for the autoscaler's guard to count
+(crawler/fleet/backoff.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +29,14 @@ from crawler.fleet.autoscaler import Member
 logger = logging.getLogger(__name__)
 
 
+# Seconds after its start within which a worker that exits with an error is a failed start,
+# even if a look saw its heartbeat.
+QUICK_EXIT = 60.0
+# Seconds an exited worker's pid is remembered, so its heartbeat, left until it expires after
+# a kill, is not taken for a worker started elsewhere (a heartbeat lasts WORKER_HEARTBEAT_TTL).
+ENDED_MEMORY = 3600.0
+
+
 @dataclass
 class Process:
     """One local worker."""
@@ -30,6 +44,7 @@ class Process:
     popen: subprocess.Popen[bytes]
     started: float = field(default_factory=time.time)
     told_at: float | None = None  # when it was sent SIGTERM (monotonic)
+    reported: bool = False  # whether a look saw its heartbeat
 
     @property
     def told(self) -> bool:
@@ -57,9 +72,11 @@ class LocalWorkers:
         logs: Path | None = None,
         env: Mapping[str, str] | None = None,
         grace: float = math.inf,
+        quick_exit: float = QUICK_EXIT,
     ) -> None:
         self.command = list(command)
         self.grace = grace
+        self.quick_exit = quick_exit  # seconds: an error exit this soon is a failed start
         self.beats = beats
         self.logs = logs
         self.env = dict(env) if env is not None else None
@@ -68,17 +85,25 @@ class LocalWorkers:
         self._pages: dict[int, int] = {}
         self._spawned = 0
         self._told: set[int] = set()  # pids of workers not started here, told to go
+        self._failed: list[Member] = []  # failed starts not told to a look yet
+        self._gone: set[str] = set()  # failed starts told to a look: nothing left to stop
+        self._ended: dict[int, float] = {}  # pids of workers started here that exited: when
 
     def members(self) -> list[Member]:
+        """The workers running and not told to go, and the failed starts since the last look
+        (``gone``, not ``reported``)."""
         self._collect()
-        beats = dict(self.beats())
+        beats = self._live_beats()
         pages = {pid: beat[0] for pid, beat in beats.items()}
-        found = []
+        found, self._failed = self._failed, []
+        self._gone.update(member.id for member in found)
         for process in self.processes.values():
             pid = process.popen.pid
+            process.reported = process.reported or pid in pages
             if not process.told:
+                idle = self._idle(pid, pages)
                 found.append(
-                    Member(process.id, process.started, pid in pages, self._idle(pid, pages))
+                    Member(process.id, process.started, pid in pages, idle, False, process.reported)
                 )
         own = {process.popen.pid for process in self.processes.values()}
         for pid, (_, started) in beats.items():
@@ -86,6 +111,17 @@ class LocalWorkers:
                 found.append(Member(f"pid-{pid}", started, True, self._idle(pid, pages)))
         self._pages = pages
         return found
+
+    def _live_beats(self) -> dict[int, tuple[int, float]]:
+        """The heartbeats of this machine by pid, but those left by workers started here that
+        exited (a killed worker's lasts until it expires)."""
+        now = time.time()
+        self._ended = {pid: at for pid, at in self._ended.items() if now - at < ENDED_MEMORY}
+        return {
+            pid: beat
+            for pid, beat in self.beats().items()
+            if pid not in self._ended or beat[1] > self._ended[pid]  # the pid used again since
+        }
 
     def _idle(self, pid: int, pages: Mapping[int, int]) -> bool:
         return pid in pages and self._pages.get(pid) == pages[pid]
@@ -97,7 +133,9 @@ class LocalWorkers:
     def stop(self, ids: list[str]) -> None:
         for worker in ids:
             process = self.processes.get(worker)
-            if process is None:
+            if worker in self._gone:  # a failed start: it exited already
+                self._gone.discard(worker)
+            elif process is None:
                 self._stop_pid(int(worker.removeprefix("pid-")))
             elif not process.told and process.popen.poll() is None:
                 process.popen.send_signal(signal.SIGTERM)
@@ -187,5 +225,15 @@ class LocalWorkers:
                 process.popen.kill()
                 status = process.popen.wait()
             if status is not None:
-                self.exited[worker] = status
-                del self.processes[worker]
+                self._ended_with(worker, process, status)
+
+    def _ended_with(self, worker: str, process: Process, status: int) -> None:
+        """``process`` exited with ``status``: reaped, and kept for the next look if it is a
+        failed start."""
+        self.exited[worker] = status
+        del self.processes[worker]
+        now = time.time()
+        self._ended[process.popen.pid] = now
+        early = not process.reported or now - process.started < self.quick_exit
+        if status != 0 and not process.told and early:
+            self._failed.append(Member(worker, process.started, False, False, True, False))

@@ -6,24 +6,30 @@ the queue untouched (Redis away, the worker closing), or dead-lettered with a re
 records each decision as an op (see ``scripts/settle.lua``); the scheduler writes them in batches.
 
 Where a lease is: ``ready`` (popped, not yet given to the engine), ``downloading`` (in the
-downloader and its middlewares) and ``downloaded`` (the response left the downloader
-middlewares: its callback's output and items are what the lease waits for).
+downloader and its middlewares), ``downloaded`` (the response left the downloader
+middlewares: its callback's output and items are what the lease waits for) and ``errback``
+(its download failed or was ignored, and the request's own errback is called: its output and
+items are what the lease waits for, as Scrapy passes them through no spider middleware).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.utils.asyncgen import as_async_generator
+from scrapy.utils.spider import iterate_spider_output
+from twisted.python.failure import Failure
 
 from crawler.frontier import codec
 
 if TYPE_CHECKING:
-    from scrapy import Request
     from scrapy.crawler import Crawler
-    from twisted.python.failure import Failure
 
 # Meta key holding the lease id of a request popped from the frontier.
 LEASE_META = "frontier_lease"
@@ -139,11 +145,26 @@ class LeaseLedger:
         """Have ``on_failure`` called with a failure of the leased ``request`` that reaches the
         spider while the request is still in the downloader's hands (see LeaseErrback)."""
         if lease_id_of(request) in self.held and not isinstance(request.errback, LeaseErrback):
-            request.errback = LeaseErrback(self.in_downloader, on_failure, request.errback)
+            request.errback = LeaseErrback(self, on_failure, request.errback)
 
     def in_downloader(self, request: Request) -> bool:
         lease = self.held.get(lease_id_of(request))
         return lease is not None and lease.phase == "downloading"
+
+    def to_errback(self, request: Request) -> bool:
+        """The request's failure goes on to its own errback (guarded, see LeaseErrback): its
+        lease waits for the errback's output and items, ended by :meth:`finished` once they are
+        through (acked, or dead for a failure said meanwhile). False, nothing changed, for a
+        request without an errback of its own, or whose lease is not held."""
+        errback, lease = request.errback, self.held.get(lease_id_of(request))
+        if lease is None or not isinstance(errback, LeaseErrback) or errback.errback is None:
+            return False
+        lease.phase = "errback"
+        return True
+
+    def awaits_errback(self, request: Request) -> bool:
+        lease = self.held.get(lease_id_of(request))
+        return lease is not None and lease.phase == "errback" and not lease.output_done
 
     def downloaded(self, request: Request) -> None:
         """The response went through every downloader middleware."""
@@ -190,7 +211,7 @@ class LeaseLedger:
         lease = self.held.get(lease_id)
         if lease is not None:
             lease.failure = failure = lease.failure or failure
-            if lease.pending_items > 0:
+            if lease.pending_items > 0 or (lease.phase == "errback" and not lease.output_done):
                 return
         self._end_dead(lease_id, failure)
 
@@ -241,27 +262,69 @@ class LeaseErrback:
     """The errback of a leased request in the engine: a failure that reaches it while the
     request is still in the downloader's hands (raised by a ``process_response``, which skips
     every ``process_exception``) is handed to ``settle`` first; then the request's own errback
-    runs, or the failure goes on as if there were none.
+    runs, or the failure goes on as if there were none. The output of the request's own errback,
+    which Scrapy passes through no spider middleware, is followed here: its items counted on
+    the lease, which ends once they are through the pipelines (``LeaseLedger.to_errback``).
 
     The scheduler takes it off again before a request is written to Redis.
     """
 
     def __init__(
         self,
-        in_downloader: Callable[[Request], bool],
+        ledger: LeaseLedger,
         on_failure: Callable[[Request, BaseException], None],
         errback: Callable[..., Any] | None,
     ) -> None:
-        self.in_downloader = in_downloader
+        self.ledger = ledger
         self.on_failure = on_failure
         self.errback = errback
         self.__name__ = getattr(errback, "__name__", "lease_errback")
 
     def __call__(self, failure: Failure) -> Any:
         request = getattr(failure, "request", None)
-        if request is not None and failure.value is not None and self.in_downloader(request):
+        if request is not None and failure.value is not None and self.ledger.in_downloader(request):
+            self.ledger.to_errback(request)
             self.on_failure(request, failure.value)
-        return self.errback(failure) if self.errback is not None else failure
+        if self.errback is None:
+            return failure
+        if request is None or not self.ledger.awaits_errback(request):
+            return self.errback(failure)
+        return self._followed(request, failure)
+
+    def _followed(self, request: Request, failure: Failure) -> Any:
+        """The errback's output, as Scrapy reads it, its items counted on the lease, which ends
+        once it is read (or the errback raised, or let the failure go on)."""
+        assert self.errback is not None
+        try:
+            output = self.errback(failure)
+        except BaseException:
+            self.ledger.finished(request)
+            raise
+        if isinstance(output, Failure):
+            self.ledger.finished(request)
+            return output
+        if inspect.iscoroutine(output):
+            return self._awaited(request, output)
+        return self._counted(request, iterate_spider_output(output))
+
+    async def _awaited(self, request: Request, output: Any) -> Any:
+        """The output of an ``async def`` errback, once it returned (its exception raised as
+        Scrapy would meet it)."""
+        try:
+            result = await output
+        except BaseException:
+            self.ledger.finished(request)
+            raise
+        return self._counted(request, iterate_spider_output(result))
+
+    async def _counted(self, request: Request, output: Any) -> AsyncIterator[Any]:
+        try:
+            async for each in as_async_generator(output):
+                if each is not None and not isinstance(each, Request):  # an item, not skipped
+                    self.ledger.item_started(request)
+                yield each
+        finally:
+            self.ledger.finished(request)
 
 
 def unguarded(errback: Callable[..., Any] | None) -> Callable[..., Any] | None:

@@ -1,9 +1,11 @@
 """How the last launches of ``scrapy fleet autoscale`` went, kept in ``{spider}:fleet:starts``
-(crawler/fleet/backoff.py writes it): the launches in a row whose worker never sent a heartbeat
-(a broken install target, secrets it could not read), and the hold on launches they brought.
-``scrapy status`` shows it, and ``scrapy status --serve``'s ``/metrics`` exports it:
+(crawler/fleet/backoff.py writes it): the launches in a row that failed to start (an EC2
+instance whose worker never sent a heartbeat, a local worker that exited with an error at once:
+a broken install target, secrets it could not read, a setting it refused), and the hold on
+launches they brought. ``scrapy status`` shows it, and ``scrapy status --serve``'s ``/metrics``
+exports it:
 
-- ``crawler_fleet_failed_starts{spider}``: launches in a row whose worker never reported;
+- ``crawler_fleet_failed_starts{spider}``: launches in a row that failed to start;
 - ``crawler_fleet_launches_held{spider}``: 1 while the autoscaler holds its launches back for
   them (none at all until ``held_until``, then one at a time until a worker reports), else 0;
 - ``crawler_fleet_launches_held_until_seconds{spider}``: when the current hold ends (Unix time),
@@ -33,9 +35,9 @@ STARTS_TTL = 7 * 86_400
 
 @dataclass(frozen=True)
 class Starts:
-    """The launches in a row whose worker never reported, and the hold they brought."""
+    """The launches in a row that failed to start, and the hold they brought."""
 
-    failed: int = 0  # launches in a row whose worker never sent a heartbeat
+    failed: int = 0  # launches in a row that failed to start
     holds: int = 0  # holds in this row; while above 0, launches are held back
     held_until: float = 0.0  # Unix time the current hold ends; after it, one at a time
     since: float = 0.0  # when the first of them was launched (Unix time)
@@ -113,19 +115,22 @@ def starts_text(starts: Mapping[str, Any], now: float) -> str:
     """What the launches' record says (:meth:`Starts.to_json`), one line ("" with no failure)."""
     if not starts.get("failed_starts"):
         return ""
-    failed = f"{starts['failed_starts']} launches in a row sent no heartbeat (FLEET_WORKER_GRACE)"
+    failed = (
+        f"{starts['failed_starts']} launches in a row failed to start (no heartbeat within "
+        "FLEET_WORKER_GRACE, or a local worker exiting with an error at once)"
+    )
     if starts.get("held_until"):
         until = time.strftime("%H:%M:%S", time.localtime(starts["held_until"]))
         left = format_duration(max(0.0, starts["held_until"] - now))
         return f"held until {until} ({left} left): {failed}"
     if starts.get("holds"):
-        return f"held, one instance at a time until a worker reports: {failed}"
+        return f"held, one launch at a time until a worker reports: {failed}"
     return failed
 
 
 def starts_metrics(records: Mapping[str, Starts], now: float) -> list[Metric]:
     """The launches' gauges of each spider of ``records``."""
-    failed = _gauge("crawler_fleet_failed_starts", "Launches in a row whose worker never reported.")
+    failed = _gauge("crawler_fleet_failed_starts", "Launches in a row that failed to start.")
     held = _gauge("crawler_fleet_launches_held", "1 while the autoscaler holds launches back.")
     until = _gauge(
         "crawler_fleet_launches_held_until_seconds", "When the hold on launches ends, Unix time."

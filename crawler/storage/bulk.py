@@ -28,6 +28,7 @@ from crawler.storage.changes import (
     new_document,
     same_content_filter,
     same_content_update,
+    stale_update,
 )
 from crawler.storage.documents import TRUNCATED_FIELD
 from crawler.storage.rules import NO_RULES, FieldRules
@@ -242,17 +243,20 @@ class BulkWrites:
         self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
     ) -> dict[int, str]:
         logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
-        # "at": when it was spilled, so a replay leaves alone a document written since; "db":
-        # the database it was for, so only a run storing there replays it.
-        self.spill.append(
-            [
-                {"collection": collection, "filter": w.selector, "update": w.history(now)}
-                | {"at": now, "db": self.database.name}
-                for w in writes
-            ]
-        )
+        # "at": when it was spilled, so a replay leaves alone a document written since, but for
+        # what its fields' rules add to it ("stale"); "db": the database it was for, so only a
+        # run storing there replays it.
+        self.spill.append([self._spilled(collection, w, now) for w in writes])
         self.stats.inc_value("mongo/spilled", len(writes))
         return {}
+
+    def _spilled(self, collection: str, write: Write, now: datetime) -> dict[str, Any]:
+        """The spill file's record of ``write``."""
+        record: dict[str, Any] = {"collection": collection, "filter": write.selector}
+        record["update"] = write.history(now)
+        if (stale := stale_update(write.document, write.rules)) is not None:
+            record["stale"] = stale
+        return record | {"at": now, "db": self.database.name}
 
     def bulk_write_with_retries(
         self,

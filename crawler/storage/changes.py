@@ -99,16 +99,49 @@ def history_update(
         },
         {"$set": {**fields, "last_seen": {"$literal": now}}},
     ]
-    pending = list(named.items())  # each set by its name, not read as a path or an operator
+    stages += _named_stages(named)
+    if unset:
+        stages.append({"$unset": sorted(unset)})
+    return stages
+
+
+def _named_stages(named: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The stages that set the fields of ``named`` (expressions by field name) each by its
+    name, not read as a path or an operator (``$setField``), NAMES_PER_STAGE a stage."""
+    stages = []
+    pending = list(named.items())
     for first in range(0, len(pending), NAMES_PER_STAGE):
         document_so_far: Any = "$$ROOT"
         for name, value in pending[first : first + NAMES_PER_STAGE]:
             field = {"field": {"$literal": name}, "input": document_so_far, "value": value}
             document_so_far = {"$setField": field}
         stages.append({"$replaceWith": document_so_far})
-    if unset:
-        stages.append({"$unset": sorted(unset)})
     return stages
+
+
+def stale_update(document: Mapping[str, Any], rules: FieldRules) -> list[dict[str, Any]] | None:
+    """The update pipeline that gives a stored document newer than ``document`` (a spilled
+    write replayed after a later write of the same key) what ``document``'s fields contribute
+    whatever the order of the writes: a least field its value where it is less, a kept field
+    its value where none is stored, a union field its elements not stored yet. Its history,
+    its hash and its other fields stay the newer write's. None when it contributes nothing."""
+    fields = {
+        name: _contributed(name, value, rules)
+        for name, value in document.items()
+        if name in rules.merged_fields and value is not None and value != []
+    }
+    if not fields:
+        return None
+    named = {name: fields.pop(name) for name in literal_names(fields)}
+    stages: list[dict[str, Any]] = [{"$set": fields}] if fields else []
+    return stages + _named_stages(named)
+
+
+def _contributed(name: str, value: Any, rules: FieldRules) -> Any:
+    """The expression of the value a stale write leaves in the field ``name``."""
+    if name in rules.kept:
+        return {"$ifNull": [_stored_field(name), {"$literal": value}]}
+    return _stored_by_rule(name, value, rules)
 
 
 def _stored_by_rule(name: str, value: Any, rules: FieldRules) -> Any:

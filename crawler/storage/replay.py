@@ -2,7 +2,9 @@
 
 A worker's own spill file is replayed once MongoDB answers again, the files of dead workers at
 start (``spill.py``: the files, their locks and the progress each keeps). A spilled upsert
-applies only where the stored document was not seen since it was spilled: a newer write wins.
+applies only where the stored document was not seen since it was spilled: a newer write wins,
+but for what the spilled one's least, kept and union fields add to it, whatever the order of
+the two (``changes.stale_update``): the lesser value, a value where none is stored, elements.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ class SpillReplay:
         """The upserts of ``spilled`` written into ``collection``, and those refused with why
         (None: not confirmed). A record's upsert applies only where the stored document was not
         seen after it was spilled (a newer write wins: the record is stale, counted as
-        ``mongo/replay_stale``)."""
+        ``mongo/replay_stale``), which is given what the record's fields add to it."""
         keys = {next(iter(record["filter"])) for record in spilled}
         for destination in self.writes.known:  # a stale record meets its document's unique key
             if destination.collection == collection and destination.unique_key in keys:
@@ -148,10 +150,29 @@ class SpillReplay:
         if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
             return None
         stale = self._newer_stored(collection, spilled, outcome.duplicates)
+        added = self._add_to_newer(collection, [spilled[i] for i in sorted(stale)])
+        if added is None:
+            return None
         refused = [(spilled[i], why) for i, why in outcome.refused.items() if i not in stale]
         self.writes.count(collection, len(operations), outcome)
         self.writes.stats.inc_value("mongo/replay_stale", len(stale))
-        return len(operations) - len(outcome.refused), refused
+        return len(operations) - len(outcome.refused), refused + added
+
+    def _add_to_newer(
+        self, collection: str, stale: list[Record]
+    ) -> list[tuple[Record, str]] | None:
+        """What the ``stale`` records' fields add to their newer documents written (a least
+        value, a kept value where none is stored, a union's elements: ``record["stale"]``);
+        those MongoDB refuses, with why (None: not confirmed)."""
+        adding = [record for record in stale if "stale" in record]
+        if not adding:
+            return []
+        operations = [UpdateOne(dict(record["filter"]), record["stale"]) for record in adding]
+        outcome = self.writes.bulk_write_with_retries(collection, operations, duplicates=False)
+        if any(reason.startswith(UNCONFIRMED) for reason in outcome.refused.values()):
+            return None
+        self.writes.stats.inc_value("mongo/replay_stale_added", len(adding) - len(outcome.refused))
+        return [(adding[i], why) for i, why in outcome.refused.items()]
 
     def _one_by_one(self, collection: str, operations: list[UpdateOne]) -> Outcome:
         """The outcome of writing each of ``operations`` on its own: one too large to send is

@@ -37,7 +37,9 @@ from crawler.config.values import collection_name
 
 logger = logging.getLogger(__name__)
 
-Record = dict[str, Any]  # {"collection", "filter", "update"}, "at" and "db" when spilled
+# {"collection", "filter", "update"}, "at" and "db" when spilled, "stale" when the upsert's
+# fields add to a newer document (crawler/storage/changes.py's stale_update)
+Record = dict[str, Any]
 
 # A replay writes a file's records this many at a time at most, and a chunk ends once its lines
 # reach this many bytes: what a replay holds at once, whatever the file's size.
@@ -285,6 +287,8 @@ def _record(line: bytes) -> Record | None:
         del record["at"]  # no spill time to go by: replayed as a record of an older file
     if not isinstance(record.get("db", ""), str) or record.get("db") == "":
         record.pop("db", None)  # no database named: the replaying run's
+    if "stale" in record and not _update(record["stale"]):
+        del record["stale"]  # what it adds to a newer document cannot be read: it adds nothing
     return record if valid and _update(record.get("update")) else None
 
 
