@@ -1,8 +1,4 @@
-"""The maps spider's browser: scrapy-playwright's download handler with bounds of its own.
-
-Only the maps spider names it (DOWNLOAD_HANDLERS in its custom_settings), so other crawls never
-import Playwright.
-"""
+"""scrapy-playwright's download handler with bounds of its own (the maps spider's browser)."""
 
 from __future__ import annotations
 
