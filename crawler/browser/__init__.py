@@ -1,5 +1,5 @@
 """The maps spider's browser: scrapy-playwright's download handler with bounds of its own
-(:mod:`.handler`).
+(:mod:`.handler`), its failed navigations told in Scrapy's words (:mod:`.failures`).
 
 Only the maps spider names it (DOWNLOAD_HANDLERS in its custom_settings), so other crawls never
 import Playwright.

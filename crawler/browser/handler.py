@@ -11,11 +11,13 @@ from playwright.async_api import Error as PlaywrightError
 from scrapy import signals
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 
+from crawler.browser.failures import navigation_failure
 from crawler.config import setting_int
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
     from playwright.async_api import Request as PlaywrightRequest
+    from playwright.async_api import Response as PlaywrightResponse
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
@@ -24,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
     """scrapy-playwright's handler bounded by MAPS_BLOCKED_RESOURCE_TYPES and
-    MAPS_BROWSER_RESTART_PAGES; at close it counts the pages left open in
+    MAPS_BROWSER_RESTART_PAGES; a navigation that could not reach its host fails with Scrapy's
+    exception for that failure (:mod:`.failures`); at close it counts the pages left open in
     ``maps/pages/open_at_close``.
 
     A browser opens at most MAPS_BROWSER_RESTART_PAGES pages: a page asked for after that waits
@@ -60,6 +63,21 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
             self._opening -= 1
             self._note_change()
         return page
+
+    async def _get_response_and_download(
+        self, request: Request, page: Page, spider: Spider
+    ) -> tuple[PlaywrightResponse | None, Any]:
+        """The navigation; one that could not reach its host fails as Scrapy's download would."""
+        try:
+            result: tuple[
+                PlaywrightResponse | None, Any
+            ] = await super()._get_response_and_download(request, page, spider)
+        except PlaywrightError as error:
+            failure = navigation_failure(error)
+            if failure is error:
+                raise
+            raise failure from error
+        return result
 
     async def _wait_for_a_page_in_this_browser(self) -> None:
         loop = asyncio.get_running_loop()
