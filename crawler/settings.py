@@ -59,8 +59,9 @@ CONCURRENT_REQUESTS = 16
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_DELAY = 0.0
 DOWNLOAD_TIMEOUT = 30
-# DOWNLOAD_MAXSIZE (int bytes, default 16 MiB): a larger body is refused, also once decompressed;
-# DOWNLOAD_WARNSIZE (int bytes, default 4 MiB): a larger body is logged as a warning.
+# DOWNLOAD_MAXSIZE (int bytes, default 16 MiB): a larger body is refused, also once decompressed,
+# and in the browser (crawler/browser/bounds.py); DOWNLOAD_WARNSIZE (int bytes, default 4 MiB): a
+# larger body is logged as a warning.
 DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
 DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
 # Scrapy's: AutoThrottle off (POLITENESS_* paces the fleet) and a desktop browser's User-Agent.

@@ -1,6 +1,7 @@
 """The maps spider's browser (crawler/browser/) in a real headless Chromium: a host it cannot
 reach steps the fleet's circuit breaker as a plain download's failure does, counted at the
-host's server and in Redis."""
+host's server and in Redis; a page whose body passes DOWNLOAD_MAXSIZE is closed and dead-lettered
+while the rest of the crawl goes on."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from crawler.browser.failures import HOST_FAILURES, navigation_failure
 from crawler.frontier.codec import expand
 from crawler.keys import bans_key, breaker_key
 from sandbox.hosts import host_address
-from tests.harness import Crawl, closed_port, served_hosts
+from tests.harness import Crawl, Sandbox, closed_port, scrapy, served_hosts
 from tests.test_maps import CHROMIUM, _log_stats, needs_chromium
 
 # Quick steps: the breaker blocks for 0.2 s, then 0.4 s; a retry waits at most 0.3 s.
@@ -159,3 +160,65 @@ def test_a_browser_error_is_a_host_s_failure_only_when_chromium_names_one(
         assert f"Page.goto: net::{code} at http://a.example/" in str(failure)
     else:
         assert failure is named
+
+
+# --- a page too large -----------------------------------------------------------------------
+
+HOSTILE_PAGE_SPIDER = """
+import scrapy
+
+
+class HostilePage(scrapy.Spider):
+    name = "hostile_page"
+    custom_settings = {"DOWNLOAD_HANDLERS": {"http": "crawler.browser.BrowserHandler"}}
+
+    async def start(self):
+        for path in ("/hostile/huge/a", "/hostile/endless/b", "/@quote.user0"):
+            yield scrapy.Request(self.base + path, meta={"playwright": True})
+
+    def parse(self, response):
+        yield {"url": response.url, "size": len(response.body)}
+"""
+
+MAXSIZE = 2 * 1024 * 1024
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_a_browser_page_over_download_maxsize_is_a_dead_letter_and_the_crawl_goes_on(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox, tmp_path: Any
+) -> None:
+    """A body of 200 MiB and an endless one: each page is closed once DOWNLOAD_MAXSIZE of it
+    arrived, its request a dead letter saying so; the page beside them is scraped."""
+    spider = tmp_path / "hostile_page.py"
+    spider.write_text(HOSTILE_PAGE_SPIDER)
+    started = time.monotonic()
+    result = scrapy(
+        "runspider",
+        str(spider),
+        "-a",
+        f"base={sandbox.url}",
+        "-s",
+        "MAX_IDLE_TIME_BEFORE_CLOSE=1",
+        "-s",
+        f"DOWNLOAD_MAXSIZE={MAXSIZE}",
+        "-s",
+        "RETRY_TIMES=0",
+        env=crawl.env(),
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - started < 60  # not a navigation timeout's wait
+    letters = {
+        letter["request"]["url"]: letter["failure"]
+        for letter in _dead(redis_client, "hostile_page")
+    }
+    assert set(letters) == {sandbox.url + "/hostile/huge/a", sandbox.url + "/hostile/endless/b"}
+    for failure in letters.values():
+        assert failure["reason"] == "download_error:DownloadCancelledError"
+        assert f"larger than download max size ({MAXSIZE})" in failure["error"]
+    stats = _log_stats(result.stderr)
+    assert stats["item_scraped_count"] == 1
+    assert stats["playwright/page_count"] == 3
+    served = sandbox.admin("stats")["by_path"]
+    assert served["/hostile/huge/a"] == served["/hostile/endless/b"] == 1
