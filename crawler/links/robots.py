@@ -40,6 +40,7 @@ from crawler.bans.breaker import (
     CONNECTION_FAILURES,
     ROBOTS_UNAVAILABLE,
     UNREACHABLE,
+    Block,
     HostBreaker,
     HostMarked,
     site_of_url,
@@ -49,6 +50,8 @@ from crawler.connection import crawl_redis
 from crawler.frontier.reports import FrontierReports
 from crawler.keys import robots_claim_key, robots_key
 from crawler.meta import (
+    BREAKER_BLOCK_META,
+    BREAKER_COUNTS_META,
     CRAWL_DELAY_META,
     DUE_META,
     IDENTITY_FAILED_META,
@@ -263,6 +266,8 @@ class FleetRobotsMiddleware:
         """robots.txt of ``origin``; ``paced``: on the turn of the request that needs it."""
         meta: dict[str, Any] = {SKIP_META: True, ROBOTS_META: True, "dont_retry": True}
         meta["dont_ban_check"] = True
+        # Getting no answer counts towards robots_unavailable too, in the ban middleware's call.
+        meta[BREAKER_COUNTS_META] = [ROBOTS_UNAVAILABLE]
         if paced:
             meta[PACED_META] = 0.0
         robots = Request(f"{origin}/robots.txt", priority=1000, meta=meta, callback=NO_CALLBACK)
@@ -279,27 +284,35 @@ class FleetRobotsMiddleware:
                 if robots.meta.get(IDENTITY_FAILED_META):
                     # The identity it went as failed, not the host: asked again through another.
                     raise RobotsDeferred(time.time()) from exc
-                # No answer: asked again after the block the breaker middleware gave the host
-                # for this failure (counted there towards host_unreachable, which wins).
+                # No answer: the ban middleware's step of the host's block for this failure,
+                # counted towards both marks in its one call (here if no ban middleware ran).
                 why = f"robots.txt {type(exc).__name__}"
-                if self.breaker.marked(site_of_url(origin), UNREACHABLE):
-                    raise HostMarked(UNREACHABLE, f"{why}: the host is unreachable") from exc
-                self._unanswered(origin, robots, why)
+                block = robots.meta.get(BREAKER_BLOCK_META)
+                if not isinstance(block, Block):
+                    block = self._failed(origin, robots, why, (UNREACHABLE, ROBOTS_UNAVAILABLE))
+                self._unanswered(origin, block, why)
             return b""
         self._count(f"robotstxt/response_status_count/{response.status}")
         if response.status >= 500 and self.breaker.enabled:
-            self._unanswered(origin, robots, f"robots.txt HTTP {response.status}")
+            why = f"robots.txt HTTP {response.status}"
+            self._unanswered(origin, self._failed(origin, robots, why, (ROBOTS_UNAVAILABLE,)), why)
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
 
-    def _unanswered(self, origin: str, robots: Request, why: str) -> None:
-        """robots.txt got no usable answer: the host is blocked (a step of the circuit breaker)
-        and its robots.txt asked again after; after LINKS_ROBOTS_5XX_TRIES such answers in a row
-        (5xx, or none) the host's requests are dead letters (robots_unavailable)."""
-        host = site_of_url(origin)
+    def _failed(self, origin: str, robots: Request, why: str, counted: tuple[str, ...]) -> Block:
+        """A step of the host's block for robots.txt's failure, counted towards ``counted``."""
         sent = float(robots.meta.get(SENT_AT_META) or time.time())
-        block = self.breaker.failed(host, sent, why, ROBOTS_UNAVAILABLE)
-        if block.marked:
-            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {block.failures} times in a row")
+        return self.breaker.failed(site_of_url(origin), sent, why, counted)
+
+    def _unanswered(self, origin: str, block: Block, why: str) -> None:
+        """robots.txt got no usable answer, and its host was blocked (``block``, a step of the
+        circuit breaker): it is asked again after the block; once the host is unreachable, or
+        after LINKS_ROBOTS_5XX_TRIES such answers in a row (5xx, or none), the host's requests
+        are dead letters (host_unreachable, which wins, or robots_unavailable)."""
+        if UNREACHABLE in block.marks or self.breaker.marked(site_of_url(origin), UNREACHABLE):
+            raise HostMarked(UNREACHABLE, f"{why}: the host is unreachable")
+        if ROBOTS_UNAVAILABLE in block.marks:
+            tries = block.failures[ROBOTS_UNAVAILABLE]
+            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {tries} times in a row")
         raise RobotsDeferred(block.until)
 
     def _seed(self, request: Request, rules: Protego) -> bool:
