@@ -383,6 +383,7 @@ RULES: dict[str, Rule] = {
     "LINKS_ROBOTS_5XX_TRIES": integer(0),
     "LINKS_ROBOTS_CLAIM_SECONDS": integer(1),
     "LINKS_ROBOTS_MAX_BYTES": integer(1),
+    "LINKS_ROBOTS_CACHE_BYTES": integer(0),
     "LINKS_STORE_BODY": flag(),
     "LINKS_BODY_MAX_BYTES": integer(1),
     "LINKS_RESOLVE": mapping("host names or suffixes to IP addresses", value=ip_address),

@@ -73,7 +73,11 @@ logger = logging.getLogger(__name__)
 LINKS_META = "links"
 SKIP_META = "dont_obey_robotstxt"
 ROBOTS_META = "links_robots"
-LOCAL_CACHE_SIZE = 10_000
+# Origins whose robots.txt waits (a time each) a worker keeps before it forgets the passed ones.
+DEFERRED_ORIGINS_KEPT = 10_000
+# What a robots.txt counts for in the worker's cache of parsed rules at least (LINKS_ROBOTS_CACHE_
+# BYTES): an empty one's rules take about half of it, rules take 15 to 50 times their text.
+ENTRY_BYTES = 1024
 
 
 class RobotsDeferred(IgnoreRequest):
@@ -130,25 +134,42 @@ class FleetRobots:
 
 
 class RobotsCache:
-    """Parsed rules per origin in this worker, at most ``size``, each for ``ttl`` seconds."""
+    """Parsed rules per origin in this worker, each for ``ttl`` seconds: the most recently used,
+    while their robots.txt (each counted as at least ENTRY_BYTES) add up to at most
+    ``max_bytes``; the last one put is always kept. Rules not kept are read again from Redis."""
 
-    def __init__(self, size: int, ttl: float) -> None:
-        self.size = size
+    def __init__(self, max_bytes: int, ttl: float) -> None:
+        self.max_bytes = max_bytes
         self.ttl = ttl
-        self._entries: OrderedDict[str, tuple[float, Protego]] = OrderedDict()
+        self.held = 0  # bytes of the robots.txt kept
+        self._entries: OrderedDict[str, tuple[float, Protego, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, origin: str) -> Protego | None:
         entry = self._entries.get(origin)
-        if entry is None or entry[0] < time.monotonic():
+        if entry is None:
+            return None
+        if entry[0] < time.monotonic():
+            self._forget(origin)
             return None
         self._entries.move_to_end(origin)
         return entry[1]
 
-    def put(self, origin: str, rules: Protego) -> None:
-        self._entries[origin] = (time.monotonic() + self.ttl, rules)
-        self._entries.move_to_end(origin)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+    def put(self, origin: str, rules: Protego, size: int) -> None:
+        """Keep the rules of ``origin``, parsed from a robots.txt of ``size`` bytes."""
+        self._forget(origin)
+        weight = max(size, ENTRY_BYTES)
+        self._entries[origin] = (time.monotonic() + self.ttl, rules, weight)
+        self.held += weight
+        while self.held > self.max_bytes and len(self._entries) > 1:
+            self._forget(next(iter(self._entries)))
+
+    def _forget(self, origin: str) -> None:
+        entry = self._entries.pop(origin, None)
+        if entry is not None:
+            self.held -= entry[2]
 
 
 def parse_rules(body: bytes) -> Protego:
@@ -160,11 +181,13 @@ class FleetRobotsMiddleware:
     """In place of Scrapy's RobotsTxtMiddleware (100), for requests with meta ``links`` and no
     ``dont_obey_robotstxt``. Settings: LINKS_ROBOTS_*; ROBOTSTXT_USER_AGENT or USER_AGENT."""
 
-    def __init__(self, crawler: Crawler, fleet: FleetRobots, max_bytes: int) -> None:
+    def __init__(
+        self, crawler: Crawler, fleet: FleetRobots, max_bytes: int, cache_bytes: int
+    ) -> None:
         self.crawler = crawler
         self.fleet = fleet
         self.max_bytes = max_bytes
-        self.cache = RobotsCache(LOCAL_CACHE_SIZE, fleet.ttl)
+        self.cache = RobotsCache(cache_bytes, fleet.ttl)
         settings = crawler.settings
         self.user_agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT")
         self._pending: dict[str, asyncio.Future[Protego | None]] = {}
@@ -185,7 +208,8 @@ class FleetRobotsMiddleware:
             setting(settings, "LINKS_ROBOTS_TTL"),
             setting(settings, "LINKS_ROBOTS_CLAIM_SECONDS"),
         )
-        return cls(crawler, fleet, setting(settings, "LINKS_ROBOTS_MAX_BYTES"))
+        max_bytes = setting(settings, "LINKS_ROBOTS_MAX_BYTES")
+        return cls(crawler, fleet, max_bytes, setting(settings, "LINKS_ROBOTS_CACHE_BYTES"))
 
     async def process_request(self, request: Request) -> Request | None:
         if request.meta.get(ROBOTS_META) and DUE_META in request.meta:
@@ -226,7 +250,7 @@ class FleetRobotsMiddleware:
         found = self.fleet.get_or_claim(origin)
         if isinstance(found, bytes):
             rules = parse_rules(found)
-            self.cache.put(origin, rules)
+            self.cache.put(origin, rules, len(found))
             return rules
         if not found:
             return None
@@ -238,7 +262,7 @@ class FleetRobotsMiddleware:
         try:
             body = await self._download(origin, request.meta.pop(PACED_META, None) is not None)
             rules = parse_rules(body)
-            self.cache.put(origin, rules)
+            self.cache.put(origin, rules, len(body))
             if self._seed(request, rules):  # what the rules seed is written: share them
                 self.fleet.store(origin, body)
             else:  # the worker that next needs them downloads them again and seeds again
@@ -330,7 +354,7 @@ class FleetRobotsMiddleware:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""
         self._count("robotstxt/request_deferred")
         self.fleet.release(origin)
-        if len(self._not_before) >= LOCAL_CACHE_SIZE:
+        if len(self._not_before) >= DEFERRED_ORIGINS_KEPT:
             now = time.time()
             self._not_before = {o: t for o, t in self._not_before.items() if t > now}
         self._not_before[origin] = until
