@@ -231,6 +231,8 @@ RULES: dict[str, Rule] = {
     "DOWNLOAD_TIMEOUT": number(0, above=True),
     "DOWNLOAD_MAXSIZE": integer(0),
     "DOWNLOAD_WARNSIZE": integer(0),
+    "DNSCACHE_ENABLED": flag(),
+    "DNSCACHE_SIZE": integer(0),
     "AUTOTHROTTLE_ENABLED": flag(),
     "USER_AGENT": text(empty=False),
     "DOWNLOADER_MIDDLEWARES": Rule("a dict of loadable components to orders", components),
