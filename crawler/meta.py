@@ -62,6 +62,13 @@ IDENTITY_META = "identity"
 # it went as (a bind address, a proxy), not to its host: robots.txt is asked again through another
 # (crawler/links/robots.py) rather than counted a failure of the host's. Never stored.
 IDENTITY_FAILED_META = "identity_failed"
+# Meta key of a request whose connection failure counts towards more of the circuit breaker's
+# marks than host_unreachable (robots.txt: robots_unavailable too), their names: the ban
+# middleware counts them all in its one call for the failure and leaves what it did (a
+# crawler.bans.breaker.Block) in BREAKER_BLOCK_META (crawler/links/robots.py reads it). Such a
+# request goes through the engine, never the frontier: never stored.
+BREAKER_COUNTS_META = "breaker_counts"
+BREAKER_BLOCK_META = "breaker_block"
 # Meta keys an identity fills in; the proxy ones only when the identity is a proxy.
 PROXY_META = ("proxy", "_auth_proxy")
 

@@ -59,8 +59,9 @@ CONCURRENT_REQUESTS = 16
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_DELAY = 0.0
 DOWNLOAD_TIMEOUT = 30
-# DOWNLOAD_MAXSIZE (int bytes, default 16 MiB): a larger body is refused, also once decompressed;
-# DOWNLOAD_WARNSIZE (int bytes, default 4 MiB): a larger body is logged as a warning.
+# DOWNLOAD_MAXSIZE (int bytes, default 16 MiB): a larger body is refused, also once decompressed,
+# and in the browser (crawler/browser/bounds.py); DOWNLOAD_WARNSIZE (int bytes, default 4 MiB): a
+# larger body is logged as a warning.
 DOWNLOAD_MAXSIZE = 16 * 1024 * 1024
 DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
 # Scrapy's: AutoThrottle off (POLITENESS_* paces the fleet) and a desktop browser's User-Agent.
@@ -483,6 +484,10 @@ LINKS_ROBOTS_TTL = 86_400
 LINKS_ROBOTS_CLAIM_SECONDS = 30
 # LINKS_ROBOTS_MAX_BYTES (int >= 1, default 512000): a longer robots.txt is cut (as Google does).
 LINKS_ROBOTS_MAX_BYTES = 512_000
+# LINKS_ROBOTS_CACHE_BYTES (int >= 0, default 4 MiB): robots.txt whose parsed rules a worker keeps
+# in memory, the most recently used (each counted as at least 1 KiB; rules take 15 to 50 times
+# their text: about 60 to 200 MiB); others are read again from Redis when needed.
+LINKS_ROBOTS_CACHE_BYTES = 4 * 1024 * 1024
 # LINKS_STORE_BODY (bool, default False): store each page's body (zlib) in ``pages``, field "body";
 # LINKS_BODY_MAX_BYTES (int >= 1, default 1048576): bytes of a body kept at most.
 LINKS_STORE_BODY = False

@@ -5,12 +5,14 @@ Point a spider's base URL at ``<sandbox>/hostile/<kind>`` and every page it asks
 * ``redirect-loop``: a 302 back to the same URL, forever;
 * ``gzip-bomb``: a 200 whose 1 MiB gzipped body decompresses to 1 GiB of zeros;
 * ``huge``: a 200 of 200 MiB, streamed, with its Content-Length;
+* ``endless``: a 200 HTML page streamed without end, until the client goes away;
 * ``deep-json``: a 200 JSON object nested 100,000 levels deep;
 * ``retry-after``: a 429 asking to come back in ten years.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from functools import cache
 
@@ -43,6 +45,7 @@ class HostilePages:
         router.add_get("/hostile/redirect-loop/{tail:.*}", self.redirect_loop)
         router.add_get("/hostile/gzip-bomb/{tail:.*}", self.bomb)
         router.add_get("/hostile/huge/{tail:.*}", self.huge)
+        router.add_get("/hostile/endless/{tail:.*}", self.endless)
         router.add_get("/hostile/deep-json/{tail:.*}", self.deep)
         router.add_get("/hostile/retry-after/{tail:.*}", self.retry_after)
 
@@ -58,9 +61,19 @@ class HostilePages:
         response.content_length = HUGE_MIB * MIB
         await response.prepare(request)
         chunk = b"x" * MIB
-        for _ in range(HUGE_MIB):
-            await response.write(chunk)
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError):  # a client that stopped reading it
+            for _ in range(HUGE_MIB):
+                await response.write(chunk)
+            await response.write_eof()
+        return response
+
+    async def endless(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/html"})
+        await response.prepare(request)
+        chunk = b"<p>" + b"x" * (64 * 1024) + b"</p>"
+        with contextlib.suppress(ConnectionError):
+            while True:
+                await response.write(chunk)
         return response
 
     async def deep(self, request: web.Request) -> web.Response:

@@ -184,6 +184,12 @@ SLOWEST = {
     "tests/test_maps.py::test_block_page_is_a_ban_and_its_page_is_closed": 7,
     "tests/test_bans.py::test_rotate_policy_cools_down_only_the_banned_address": 7,
     "tests/test_maps.py::test_one_batch_searches_store_every_place": 7,
+    "tests/test_browser.py::"
+    "test_a_browser_page_over_download_maxsize_is_a_dead_letter_and_the_crawl_goes_on": 5,
+    "tests/test_browser.py::"
+    "test_a_host_the_browser_cannot_reach_is_blocked_then_marked_unreachable[dropped]": 4,
+    "tests/test_browser.py::"
+    "test_a_host_the_browser_cannot_reach_is_blocked_then_marked_unreachable[refused]": 4,
     "tests/test_links.py::test_crawl_delay_is_kept_per_host": 6,
     "tests/test_fleet.py::"
     "test_a_paused_crawl_lets_the_autoscaler_stop_its_workers_and_resumes_whole": 12,

@@ -32,6 +32,7 @@ from scrapy.exceptions import (
     StopDownload,
 )
 from scrapy.http import HtmlResponse, Response
+from scrapy.settings import Settings
 from scrapy.statscollectors import StatsCollector
 from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
@@ -435,6 +436,32 @@ def test_answers_are_spread_over_servers_and_cached() -> None:
         assert resolver.counts["cached"] == 1
 
     with_servers(2, test)
+
+
+def test_the_answers_kept_are_scrapy_s_dnscache_size_the_failures_kept_apart() -> None:
+    """DNSCACHE_SIZE (2 here) answers are kept, the latest, counted at the name server;
+    DNSCACHE_ENABLED off keeps none; a failure's reason is kept for the spider either way."""
+
+    async def test(servers: list[Any], names: list[NameServer]) -> None:
+        settings = Settings()
+        settings.setmodule(project_settings)
+        settings.set("DNSCACHE_SIZE", 2)
+        settings.set("DOMAINS_NAMESERVERS", [f"{name.host}:{name.port}" for name in names])
+        settings.set("DOMAINS_PRIVATE_ADDRESSES", True)
+        # Two kept: "a" is asked again once "c" took its place; none kept: each time.
+        kept = {"a.test": 2, "b.test": 1, "c.test": 1}
+        for enabled, asked in ((True, kept), (False, dict.fromkeys(kept, 2))):
+            settings.set("DNSCACHE_ENABLED", enabled)
+            resolver = AsyncResolver.from_settings(settings)
+            servers[0].queries.clear()
+            for name in ("a.test", "b.test", "c.test", "c.test", "b.test", "a.test"):
+                assert await resolver.resolve(name) == ["127.0.0.7"]
+            assert servers[0].queries == asked
+            with pytest.raises(DomainNotFound):
+                await resolver.resolve("gone.test")
+            assert resolver.failure("gone.test") is not None
+
+    with_servers(1, test)
 
 
 def test_each_server_has_its_own_cap_of_queries_in_flight() -> None:

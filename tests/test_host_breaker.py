@@ -11,9 +11,10 @@ import itertools
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -29,7 +30,9 @@ from scrapy.http import Response
 from twisted.internet.error import ConnectBindError, TCPTimedOutError
 
 from crawler.bans.breaker import (
+    BREAKER,
     EVERY_HOST,
+    MARKS,
     ROBOTS_UNAVAILABLE,
     UNREACHABLE,
     BlockSteps,
@@ -157,7 +160,7 @@ def test_connection_failures_in_a_row_mark_the_host_and_a_success_resets_them(
 
     def fail() -> bool:
         return breaker.failed(
-            "c.example", time.time() + 1e4, "ConnectionRefusedError", UNREACHABLE
+            "c.example", time.time() + 1e4, "ConnectionRefusedError", (UNREACHABLE,)
         ).marked
 
     assert [fail(), fail()] == [False, False]
@@ -166,8 +169,27 @@ def test_connection_failures_in_a_row_mark_the_host_and_a_success_resets_them(
     assert _cooldown(redis_client, field) == 0
     assert fail()
     assert _cooldown(redis_client, field) > time.time() + 7  # HOST_BLOCK_MAX (8 s here)
-    robots = breaker.failed("d.example", time.time(), "robots.txt HTTP 503", ROBOTS_UNAVAILABLE)
+    robots = breaker.failed("d.example", time.time(), "robots.txt HTTP 503", (ROBOTS_UNAVAILABLE,))
     assert not robots.marked  # two robots.txt 5xx in a row mark it, not one
+
+
+def test_one_failure_counts_towards_several_marks_until_the_first_one_is_set(
+    redis_client: redis.Redis,
+) -> None:
+    """robots.txt getting no answer: one call counts it towards host_unreachable and
+    robots_unavailable; the mark reached first wins, the one after it is not counted."""
+    breaker = _breaker(redis_client, start=0.01, max_exceptions=2, robots_tries=3)
+    both = (UNREACHABLE, ROBOTS_UNAVAILABLE)
+    first = breaker.failed("r.example", time.time(), "robots.txt refused", both)
+    assert first.failures == {UNREACHABLE: 1, ROBOTS_UNAVAILABLE: 1}
+    assert not first.marked
+    second = breaker.failed("r.example", time.time() + 1e4, "robots.txt refused", both)
+    assert second.failures == {UNREACHABLE: 2}
+    assert second.marks == {UNREACHABLE}
+    assert breaker.marked("r.example", UNREACHABLE)
+    counts = redis_client.hgetall(breaker_failures_key(SPIDER))
+    assert counts == {b"r.example|!host_unreachable": b"2", b"r.example|!robots_unavailable": b"1"}
+    assert _cooldown(redis_client, f"r.example|{mark_scope(ROBOTS_UNAVAILABLE)}") == 0
 
 
 def test_a_quiet_host_is_forgiven_and_unban_starts_it_over(redis_client: redis.Redis) -> None:
@@ -190,10 +212,10 @@ def test_hosts_forgiven_long_ago_leave_the_breaker_with_their_failures(
     deletes a few states forgiven long ago, and their failures in a row with them."""
     breaker = _breaker(redis_client, start=0.01, longest=0.02, forgive=0.05)
     for n in range(40):
-        breaker.failed(f"gone{n}.example", time.time(), "refused", UNREACHABLE)
+        breaker.failed(f"gone{n}.example", time.time(), "refused", (UNREACHABLE,))
 
     def pruned() -> bool:
-        breaker.failed("live.example", time.time(), "refused", UNREACHABLE)
+        breaker.failed("live.example", time.time(), "refused", (UNREACHABLE,))
         left = [key for key in redis_client.hkeys(breaker_key(SPIDER)) if key != b"live.example"]
         return not left
 
@@ -543,17 +565,47 @@ def test_a_robots_txt_that_never_answers_ends_as_dead_letters_even_with_no_unrea
     crawl: Crawl, redis_client: redis.Redis, web: HostsWeb, tmp_path: Path
 ) -> None:
     """HOST_MAX_EXCEPTIONS 0 never marks a host unreachable: its robots.txt getting no answer
-    counts towards robots_unavailable, so the crawl ends, none of the host's pages asked for."""
+    counts towards robots_unavailable, so the crawl ends, none of the host's pages asked for.
+    Each failure is one call of the breaker's script, counting towards both marks."""
     silent = host_address(0)
     web.faults[silent] = "robots-drop"
     redis_client.lpush("links:start_urls", *_pages(web, 0))
     settings = {**LINKS, "HOST_MAX_EXCEPTIONS": 0, "LINKS_ROBOTS_5XX_TRIES": 2}
-    _crawl(crawl, settings, tmp_path / "crawl.log")
+    with breaker_calls(redis_client) as calls:
+        _crawl(crawl, settings, tmp_path / "crawl.log")
+        called = calls()
     dead = json.loads(_frontier(crawl, "dead", "--json", "--limit", "1000"))
     assert len(dead) == PAGES
     assert {letter["failure"]["reason"] for letter in dead} == {ROBOTS_UNAVAILABLE}
     assert _arrived(web, silent, False) == []
     assert len(_arrived(web, silent, True)) == 2
+    assert called == 2
+    failures = redis_client.hgetall(breaker_failures_key("links"))
+    site = f"{silent}:{web.port}"
+    assert failures == {f"{site}|!{mark}".encode(): b"2" for mark in MARKS}
+
+
+@contextmanager
+def breaker_calls(client: redis.Redis) -> Iterator[Callable[[], int]]:
+    """While the block runs, the Redis server logs every command (its SLOWLOG): the calls of the
+    circuit breaker's script it ran so far. The script is loaded first, so each call is one
+    EVALSHA (none is answered NOSCRIPT and sent again)."""
+    sha = client.script_load(BREAKER).encode()
+    before = cast(dict[Any, Any], client.config_get("slowlog-*"))
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 1_000_000)
+    client.slowlog_reset()
+
+    def count() -> int:
+        logged: list[dict[str, Any]] = client.slowlog_get(1_000_000)
+        return sum(entry["command"].startswith(b"EVALSHA " + sha) for entry in logged)
+
+    try:
+        yield count
+    finally:
+        for name, value in before.items():
+            client.config_set(name, value)
+        client.slowlog_reset()
 
 
 @pytest.mark.parametrize(

@@ -256,6 +256,27 @@ def test_bad_start_entries_are_set_aside_with_a_reason(
     assert set(stored(crawl)) == {("site1.test", "/")}
 
 
+def test_a_site_answering_errors_costs_no_write_per_error(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    """Each error answer is counted, in batches that ride the frontier's round trips: far
+    fewer batches reach Redis than errors."""
+    build_web(web, sites=1, pages=1)
+    gone = [home(web, "site0.test") + f"gone/{n}" for n in range(ERRORS)]
+    redis_client.lpush("links:start_urls", *gone)
+    result = crawl("links", settings=links_settings(LINKS_SITEMAPS=False))
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = web.admin("web")["counts"]["site0.test"]
+    assert sum(n for path, n in counts.items() if path.startswith("/gone/")) == ERRORS
+    host = urlsplit(home(web, "site0.test")).netloc
+    assert HostLedger(redis_client, "links", 60).host(host) == {"errors:http_404": ERRORS}
+    batches = sum(int(redis_client.get(key) or 0) for key in redis_client.keys("{links}:ledger:*"))
+    assert batches <= ERRORS // 4, batches
+
+
+ERRORS = 60
+
+
 def test_crawl_delay_is_kept_per_host(
     crawl: Crawl, redis_client: redis.Redis, web: Sandbox
 ) -> None:
@@ -295,6 +316,11 @@ def test_a_killed_worker_loses_nothing(
     pages = {key for key in stored(crawl) if not key[1].startswith(report["trap"])}
     assert pages == truth(report)
     assert not requested(web.admin("web"), lambda path: path.startswith(report["disallowed"]))
+    # Each host's /missing (a 404) is counted, by the worker killed or by the one after it.
+    ledger = HostLedger(redis_client, "links", 60)
+    for host in report["hosts"]:
+        counters = ledger.host(urlsplit(home(web, host)).netloc)
+        assert counters.get("errors:http_404", 0) >= 1, host
 
 
 def test_a_host_cooling_down_waits_without_losing_its_robots(

@@ -1,5 +1,6 @@
 """The links spider's per-host ledger on a real Redis: counts sent in batches, budgets kept
-fleet-wide (exact with one worker, bounded overshoot with several), nothing lost at flush."""
+fleet-wide (exact with one worker, bounded overshoot with several), errors riding the
+frontier's round trips, nothing lost at flush."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
-from crawler.links.ledger import HostLedger
+from crawler.frontier.riders import Riders
+from crawler.links.ledger import RIDER, HostLedger
 from devtools.services import free_port
 
 
@@ -123,3 +127,70 @@ def test_a_batch_whose_reply_is_lost_is_counted_once_when_sent_again(
     assert ledger.host("c.test") == ({"backlinks": len(pages)} if pages else {})
     totals = ledger.summary()["totals"]
     assert totals.get("pages", 0) == len(pages)
+
+
+def _batches_applied(client: redis.Redis) -> int:
+    """The batches of counts Redis applied, by their numbers (one worker's)."""
+    return sum(int(client.get(key) or 0) for key in client.keys("{links}:ledger:applied:*"))
+
+
+def test_errors_ride_the_frontier_s_next_round_trip_together(redis_client: redis.Redis) -> None:
+    """A site answering nothing but errors costs no write per error: they wait for the
+    frontier's next round trip (the one that settles their requests' leases, or an earlier
+    one) and go in it as one batch."""
+    riders = Riders()
+    riders.carried = True  # a FrontierScheduler sends them
+    ledger = HostLedger(redis_client, "links", 60, flush_seconds=3600, riders=riders)
+    for n in range(50):
+        ledger.error("a.test", "http_404" if n % 2 else "DownloadTimeoutError")
+    assert ledger.host("a.test") == {}
+    assert _batches_applied(redis_client) == 0
+    assert riders.waiting(RIDER)
+    assert riders.send(redis_client)
+    assert ledger.host("a.test") == {"errors:http_404": 25, "errors:DownloadTimeoutError": 25}
+    assert _batches_applied(redis_client) == 1
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.sampled_from(["page", "error", "trip", "trip failed", "reply lost"])))
+def test_pages_and_errors_are_counted_once_whatever_becomes_of_the_round_trips(
+    redis_client: redis.Redis, steps: list[str]
+) -> None:
+    """Pages flushed by the ledger and errors riding the frontier's trips, with trips that fail
+    (Redis away) or whose reply is lost (Redis applied them): every count arrives, once."""
+    redis_client.flushdb()
+    riders = Riders()
+    riders.carried = True
+    ledger = HostLedger(redis_client, "links", 60, flush_pages=3, flush_seconds=3600, riders=riders)
+    away = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
+    real = type(redis_client.pipeline()).execute
+    lose = [False]
+
+    def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        replies = real(pipe, *args, **kwargs)
+        if lose[0]:
+            lose[0] = False
+            raise RedisTimeoutError("the reply was lost")
+        return replies
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(redis_client.pipeline()), "execute", execute)
+        for step in steps:
+            if step == "page":
+                with contextlib.suppress(RedisTimeoutError):
+                    ledger.page("s", "a.test", 10, {})
+            elif step == "error":
+                ledger.error("a.test", "http_404")
+            elif step == "trip failed":
+                riders.send(away)
+            else:
+                lose[0] = step == "reply lost"
+                riders.send(redis_client)
+        lose[0] = False
+        riders.send(redis_client)
+        ledger.flush()
+    pages, errors = steps.count("page"), steps.count("error")
+    expected = {"pages": pages, "bytes": 10 * pages, "external_links": 0} if pages else {}
+    assert ledger.host("a.test") == {**expected, **({"errors:http_404": errors} if errors else {})}

@@ -23,7 +23,7 @@ from crawler.config.rules import SettingsError
 from crawler.extractors.links import content_hash, parse_page
 from crawler.keys import robots_claim_key, robots_key
 from crawler.links.resolver import mapped_address
-from crawler.links.robots import FleetRobotsMiddleware, RobotsCache, parse_rules
+from crawler.links.robots import ENTRY_BYTES, FleetRobotsMiddleware, RobotsCache, parse_rules
 from crawler.links.sitemaps import sitemap_body, sitemap_urls
 from crawler.links.urls import (
     BadUrl,
@@ -285,11 +285,27 @@ def test_robots_rules_and_cache() -> None:
     assert list(rules.sitemaps) == ["http://s/sm"]
     marked = parse_rules(b"\xef\xbb\xbfUser-agent: *\r\nDisallow: /priv\r\n")  # a BOM, CRLF
     assert not marked.can_fetch("http://s/priv", "bot")
-    cache = RobotsCache(size=2, ttl=60)
+    cache = RobotsCache(max_bytes=2 * ENTRY_BYTES, ttl=60)
     for origin in ("a", "b", "c"):
-        cache.put(origin, rules)
+        cache.put(origin, rules, 100)  # each counts ENTRY_BYTES
     assert cache.get("a") is None
     assert cache.get("c") is rules
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 600_000)), max_size=60))
+def test_the_robots_cache_holds_its_bytes_and_always_the_last_rules(
+    puts: list[tuple[str, int]],
+) -> None:
+    """However large the robots.txt (a hostile host's 500 KB parses to about 25 MB), the
+    cache keeps at most its bytes, but always the rules put last (else each of its host's
+    requests would read and parse them again)."""
+    rules = parse_rules(b"")
+    cache = RobotsCache(max_bytes=1_000_000, ttl=60)
+    for origin, size in puts:
+        cache.put(origin, rules, size)
+        assert cache.get(origin) is rules
+        assert cache.held <= 1_000_000 or len(cache) == 1
+        assert cache.held >= max(size, ENTRY_BYTES)
 
 
 def test_mapped_address() -> None:

@@ -31,7 +31,13 @@ from crawler.bans.breaker import (
     site_of,
 )
 from crawler.frontier.reports import FrontierReports
-from crawler.meta import IDENTITY_FAILED_META, IDENTITY_META, SENT_AT_META
+from crawler.meta import (
+    BREAKER_BLOCK_META,
+    BREAKER_COUNTS_META,
+    IDENTITY_FAILED_META,
+    IDENTITY_META,
+    SENT_AT_META,
+)
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -111,10 +117,13 @@ class Blame:
                         other.apply(request.meta)
                     request.meta[IDENTITY_FAILED_META] = True
                     return
-            block = await self.redis.wait_for(lambda: self.failed(request, site, why, UNREACHABLE))
+            counted = (UNREACHABLE, *request.meta.get(BREAKER_COUNTS_META, ()))
+            block = await self.redis.wait_for(lambda: self.failed(request, site, why, counted))
         except RedisError:
             return  # the engine is closing: the lease is released untouched
-        if block.marked:
+        if BREAKER_COUNTS_META in request.meta:
+            request.meta[BREAKER_BLOCK_META] = block
+        if UNREACHABLE in block.marks:
             request.meta["dont_retry"] = True
             self.frontier.ledger.failed(request, UNREACHABLE, f"{why}: {exception}")
             self._count(f"breaker/dead/{UNREACHABLE}")
@@ -146,8 +155,10 @@ class Blame:
             name, lambda identity: self.identity_cooling(domain, site, identity.name)
         )
 
-    async def failed(self, request: Request, site: str, why: str, counted: str = "") -> Block:
-        """A step of the host's block (counted towards the mark ``counted`` when given)."""
+    async def failed(
+        self, request: Request, site: str, why: str, counted: tuple[str, ...] = ()
+    ) -> Block:
+        """A step of the host's block (counted towards the marks ``counted``)."""
         sent = float(request.meta.get(SENT_AT_META) or time.time())
         block = self.breaker.failed(site, sent, why, counted)
         if block.fresh:

@@ -34,7 +34,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import ParseResult, SplitResult, urlsplit
 
@@ -175,13 +175,18 @@ class BlockSteps:
 @dataclass(frozen=True)
 class Block:
     """What one failure did: the host's block ends at ``until`` (Unix time), at step ``level``;
-    ``fresh`` when this failure started it; ``marked`` when the host is now marked."""
+    ``fresh`` when this failure started it; ``failures`` in a row towards each mark it counted
+    towards, and the ``marks`` those reached: the host is now marked with them."""
 
     until: float
     level: int
-    failures: int
     fresh: bool
-    marked: bool
+    failures: dict[str, int] = field(default_factory=dict)
+    marks: frozenset[str] = frozenset()
+
+    @property
+    def marked(self) -> bool:
+        return bool(self.marks)
 
 
 # Hosts with failures a worker remembers, to clear their counts when they answer, at most.
@@ -229,33 +234,40 @@ class HostBreaker:
         503 with a usable one): no step of the breaker, the server said how long."""
         return self.enabled and response.status in TRIPPING_STATUSES and retry_after > 0
 
-    def failed(self, host: str, sent: float, why: str, counted: str = "") -> Block:
-        """Record a failure of ``host`` by a request that went at ``sent`` (Unix time); counted
-        towards the mark ``counted`` (a connection failure: UNREACHABLE) when given."""
+    def failed(self, host: str, sent: float, why: str, counted: tuple[str, ...] = ()) -> Block:
+        """Record a failure of ``host`` by a request that went at ``sent`` (Unix time), counted
+        towards the marks ``counted`` in their order (a connection failure: UNREACHABLE;
+        robots.txt's: then ROBOTS_UNAVAILABLE), in one call; the first mark the failure sets
+        wins: those after it are not counted."""
         limits = {
             UNREACHABLE: self.steps.max_exceptions,
             ROBOTS_UNAVAILABLE: self.steps.robots_tries,
         }
-        limit = limits.get(counted, 0)
-        field = f"{host}|{mark_scope(counted)}" if counted else ""
         keys = [breaker_key(self.spider), breaker_failures_key(self.spider)]
         keys += [bans_key(self.spider), reasons_key(self.spider)]
         steps = self.steps
         args: list[str | float] = [host, f"{time.time():.3f}", f"{sent:.3f}", steps.start]
-        args += [steps.longest, steps.forgive, random.uniform(1.0, 1.1), why, field, limit]
+        args += [steps.longest, steps.forgive, random.uniform(1.0, 1.1), why]
+        for mark in counted:
+            args += [f"{host}|{mark_scope(mark)}", limits.get(mark, 0)]
         reply: Any = self._script(keys=keys, args=args)
         if len(self.watched) >= WATCHED_HOSTS:
             self.watched.clear()  # their counts end with a failure after HOST_BLOCK_FORGIVE
         self.watched.add(host)
-        until, level, failures, fresh = float(reply_text(reply[0])), *map(int, reply[1:])
-        block = Block(until, level, failures, bool(fresh), bool(limit) and failures >= limit)
+        until, level, fresh = float(reply_text(reply[0])), int(reply[1]), bool(int(reply[2]))
+        failures = {mark: int(count) for mark, count in zip(counted, reply[3:], strict=False)}
+        reached = {mark for mark, count in failures.items() if 0 < limits.get(mark, 0) <= count}
         self.noted(host, until)
-        if block.marked:
-            if len(self._marks) >= WATCHED_HOSTS:
-                self._marks.clear()
-            self._marks[field] = time.time() + steps.longest
-            self.noted(field, self._marks[field])
-        return block
+        for mark in reached:
+            self._mark(f"{host}|{mark_scope(mark)}")
+        return Block(until, level, fresh, failures, frozenset(reached))
+
+    def _mark(self, name: str) -> None:
+        """Remember a mark this worker set ("host|!mark", see :meth:`marked`) and tell it."""
+        if len(self._marks) >= WATCHED_HOSTS:
+            self._marks.clear()
+        self._marks[name] = time.time() + self.steps.longest
+        self.noted(name, self._marks[name])
 
     def identity_failed(self, host: str, identity: str, sent: float, why: str) -> Block:
         """Record a failure of ``host`` (EVERY_HOST: of any) through ``identity``: a block of

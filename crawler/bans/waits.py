@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 from redis.exceptions import RedisError
 
 from crawler.bans.identities import without_identity
+from crawler.bans.politeness import KNOWN_BUCKETS
 from crawler.config.rules import SettingsError, problem
 from crawler.meta import IDENTITY_META, send_back
 
@@ -155,7 +156,7 @@ class TokenLines:
         in groups of a line's worth less one, due together a turn before the first of them, so
         one pop brings a group back to a line that is not empty yet."""
         now = time.time()
-        if len(self._spaced) > 10_000:
+        if len(self._spaced) > KNOWN_BUCKETS:  # a line per bucket: forget the passed ones
             self._spaced = {k: t for k, t in self._spaced.items() if t > now}
             self._groups = {k: g for k, g in self._groups.items() if k in self._spaced}
         turn = max(earliest, self._spaced.get(key, 0.0))

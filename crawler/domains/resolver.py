@@ -10,6 +10,8 @@ the asyncio loop the reactor runs on:
   queries in flight;
 - a query waits DOMAINS_DNS_TIMEOUT seconds at most; a timeout, SERVFAIL or REFUSED is asked
   again DOMAINS_DNS_RETRIES times, of the next name server;
+- an answer is kept CACHE_SECONDS (5 minutes), for Scrapy's DNSCACHE_SIZE names at most (none
+  with DNSCACHE_ENABLED off);
 - NXDOMAIN, or a name without an A record, is a definitive answer: never asked again, raised
   as :class:`DomainNotFound`; what is still failing after the retries is :class:`DnsError`.
   Both are Twisted ``DNSLookupError`` s, so Scrapy treats them as DNS failures; the spider tells
@@ -47,6 +49,7 @@ import dns.nameserver
 import dns.resolver
 from scrapy.resolver import HostResolution
 from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.settings.default_settings import DNSCACHE_SIZE
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.log import failure_to_exc_info
 from twisted.internet.abstract import isIPAddress, isIPv6Address
@@ -68,9 +71,11 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
-# Answers kept per worker (a fallback or redirect asks for the same name again soon).
-CACHE_SIZE = 10_000
+# How long a worker keeps an answer (a fallback or redirect asks for the same name again soon);
+# how many it keeps is Scrapy's DNSCACHE_SIZE (none with DNSCACHE_ENABLED off).
 CACHE_SECONDS = 300.0
+# Names whose failure a worker keeps for the spider to read why (just after the failure), at most.
+FAILURES_KEPT = 10_000
 
 
 class DnsFailure(DNSLookupError):
@@ -156,6 +161,7 @@ class AsyncResolver:
         concurrency: int,
         private_addresses: bool = False,
         proxies: frozenset[str] = frozenset(),
+        cache_size: int = DNSCACHE_SIZE,
     ) -> None:
         if not nameservers:
             raise ValueError("no name servers")
@@ -165,6 +171,7 @@ class AsyncResolver:
         self.concurrency = concurrency
         self.private_addresses = private_addresses
         self.proxies = proxies  # proxies' own names: resolved as they are (proxy_hosts)
+        self.cache_size = cache_size
         self._clients = [self._client(server) for server in self.nameservers]
         self._slots: list[asyncio.Semaphore] | None = None
         self._turn = itertools.count()
@@ -184,6 +191,9 @@ class AsyncResolver:
             concurrency=setting(settings, "DOMAINS_DNS_CONCURRENCY"),
             private_addresses=setting(settings, "DOMAINS_PRIVATE_ADDRESSES"),
             proxies=proxy_hosts(setting(settings, "PROXY_POOL")),
+            cache_size=setting(settings, "DNSCACHE_SIZE")
+            if setting(settings, "DNSCACHE_ENABLED")
+            else 0,
         )
 
     def _client(self, server: NameServer) -> dns.asyncresolver.Resolver:
@@ -211,7 +221,7 @@ class AsyncResolver:
         try:
             return self._allowed(name, await self._addresses(name))
         except DnsFailure as exc:
-            _bounded_put(self._failures, name, exc.bare())
+            _bounded_put(self._failures, name, exc.bare(), FAILURES_KEPT)
             raise
 
     async def _addresses(self, name: str) -> list[str]:
@@ -293,14 +303,15 @@ class AsyncResolver:
         return entry[1]
 
     def _remember(self, name: str, addresses: list[str]) -> None:
-        _bounded_put(self._cache, name, (time.monotonic() + CACHE_SECONDS, addresses))
+        entry = (time.monotonic() + CACHE_SECONDS, addresses)
+        _bounded_put(self._cache, name, entry, self.cache_size)
         self._failures.pop(name, None)
 
 
-def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
     cache[key] = value
     cache.move_to_end(key)
-    while len(cache) > CACHE_SIZE:
+    while len(cache) > size:
         cache.popitem(last=False)
 
 

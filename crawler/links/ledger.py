@@ -2,9 +2,13 @@
 LedgerKeys), bounded by TTLs: counters per host, page budgets per start entry and host, their
 totals and the top hosts (trimmed to TOP_HOSTS every TRIM_EVERY pages, approximately).
 
-A worker sends its counts in one script call every FLUSH_PAGES pages or FLUSH_SECONDS (and when
-the spider goes idle or closes), and each page at once when its host is within FLUSH_PAGES of
-its budget: with W workers a host gets at most (W - 1) x FLUSH_PAGES pages beyond its budget.
+A worker (one ledger per crawl: :meth:`HostLedger.of`) sends its counts in one script call
+every FLUSH_PAGES pages or FLUSH_SECONDS (and when the spider goes idle or closes), and each page
+at once when its host is within FLUSH_PAGES of its budget: with W workers a host gets at most
+(W - 1) x FLUSH_PAGES pages beyond its budget. A failed download's count (an error answer, no
+answer) rides the frontier's next round trip (crawler/frontier/riders.py), within FLUSH_SECONDS:
+no round trip of its own, and never after the trip that settles its request's lease, so a
+worker killed before that trip loses neither (the request is fetched again and counted then).
 Backlinks used for link priority are the fleet's at the last flush plus the worker's own. Each
 batch of counts has a number, and the script applies it once: a batch sent again (its reply
 lost, the client's retry after a timeout) is not counted twice.
@@ -25,9 +29,11 @@ from scrapy.utils.httpobj import urlparse_cached
 from crawler.config import setting
 from crawler.connection import crawl_redis, reply_text
 from crawler.frontier.lua import APPLIED, queue_eval
+from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.keys import LedgerKeys
 
 if TYPE_CHECKING:
+    from redis.exceptions import RedisError
     from scrapy import Request
     from scrapy.crawler import Crawler
 
@@ -41,6 +47,8 @@ FLUSH_PAGES = 100
 FLUSH_SECONDS = 1.0
 # Fleet-wide page budgets and backlinks a worker remembers from its flushes, at most.
 KNOWN_LIMIT = 100_000
+ATTRIBUTE = "_links_host_ledger"
+RIDER = "links-ledger"
 
 # KEYS: the worker's last batch applied, the totals, the top hosts, then the batch's keys.
 # ARGV: seq, ttl, top hosts kept (0: not trimmed now), then budgets: n, n x (key index, count);
@@ -106,6 +114,8 @@ class _Pending:
 
 
 class HostLedger:
+    """A worker's counts (see the module); ``riders``: the crawl's, which carry error counts."""
+
     def __init__(
         self,
         server: RedisClient,
@@ -113,21 +123,37 @@ class HostLedger:
         ttl: int,
         flush_pages: int = FLUSH_PAGES,
         flush_seconds: float = FLUSH_SECONDS,
+        riders: Riders | None = None,
     ) -> None:
         self.server = server
         self.keys = LedgerKeys(spider)
         self.ttl = ttl
         self.flush_pages = flush_pages
         self.flush_seconds = flush_seconds
+        self.riders = riders
         self._counted = 0
         self._pending = _Pending()
         self._unsent: list[_Pending] = []  # batches sent whose reply did not come, oldest first
+        self._riding: list[_Pending] = []  # the batches on the round trip now going
         self._worker = uuid.uuid4().hex
         self._seq = 0
         self._flushed_at = time.monotonic()
         # Fleet-wide values read at the last flushes (bounded: cleared past KNOWN_LIMIT).
         self._budgets: dict[tuple[str, str], int] = {}
         self._backlinks: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> HostLedger:
+        """The crawl's ledger (one per crawler, made on first use): the spider's pages and the
+        middleware's errors go in the same batches."""
+        ledger = getattr(crawler, ATTRIBUTE, None)
+        if not isinstance(ledger, HostLedger):
+            assert crawler.spidercls is not None
+            ttl = setting(crawler.settings, "LINKS_STATE_TTL")
+            riders = Riders.of(crawler)
+            ledger = cls(crawl_redis(crawler), crawler.spidercls.name, ttl, riders=riders)
+            setattr(crawler, ATTRIBUTE, ledger)
+        return ledger
 
     def page(
         self,
@@ -168,25 +194,31 @@ class HostLedger:
 
     def due(self) -> bool:
         return self._pending.pages >= self.flush_pages or (
-            self._pending.pages > 0 and time.monotonic() - self._flushed_at >= self.flush_seconds
+            bool(self._pending) and time.monotonic() - self._flushed_at >= self.flush_seconds
         )
 
     def flush(self) -> None:
         """Send the counts kept since the last flush, with any batch whose reply did not come,
         in one round trip."""
+        pipe = self.server.pipeline(transaction=False)
+        batches = self._board(pipe)
+        if batches:
+            self._applied(batches, pipe.execute())  # RedisError: they go with the next flush
+
+    def _board(self, pipe: Any) -> list[_Pending]:
+        """Queue the counts kept as a new batch, and every batch not applied yet, on ``pipe``."""
         pending, self._pending = self._pending, _Pending()
         self._flushed_at = time.monotonic()
         if pending:
             self._seq += 1
             pending.seq = self._seq
             self._unsent.append(pending)
-        if not self._unsent:
-            return
-        pipe = self.server.pipeline(transaction=False)
         for batch in self._unsent:
             self._queue_flush(pipe, batch)
-        results: list[Any] = pipe.execute()  # RedisError: the batches go with the next flush
-        for batch, values in zip(self._unsent, results, strict=True):
+        return list(self._unsent)
+
+    def _applied(self, batches: list[_Pending], results: list[Any]) -> None:
+        for batch, values in zip(batches, results, strict=True):
             budgets, backlinks = list(batch.budgets), list(batch.backlinks)
             self._remember(self._budgets, budgets, values[: len(budgets)])
             self._remember(self._backlinks, backlinks, values[len(budgets) :])
@@ -223,9 +255,34 @@ class HostLedger:
             known[name] = int(value)
 
     def error(self, host: str, kind: str) -> None:
-        """Count a failed download of ``host`` by its kind, sent at once."""
+        """Count a failed download of ``host`` by its kind: it rides the frontier's next round
+        trip, before or with its request's settling; without a frontier, with the next flush
+        due."""
         self._pending.hosts[host][f"errors:{kind}"] += 1
-        self.flush()
+        if self.riders is not None and self.riders.carried:
+            self._ride()
+        elif self.due():
+            self.flush()
+
+    def _ride(self) -> None:
+        rider = Rider(self._board_riding, self._riding_arrived, self._riding_lost)
+        assert self.riders is not None
+        self.riders.add(RIDER, rider, self.flush_seconds)
+
+    def _board_riding(self, pipe: Any) -> None:
+        self._riding = self._board(pipe)
+
+    def _riding_arrived(self, replies: list[Any]) -> None:
+        if (error := first_error(replies)) is not None:
+            self._riding_lost(error)
+            return
+        batches, self._riding = self._riding, []
+        self._applied(batches, replies)
+
+    def _riding_lost(self, exc: RedisError) -> None:
+        """The trip failed: its batches wait, not applied, for the next one."""
+        self._riding = []
+        self._ride()
 
     def host(self, host: str) -> dict[str, int]:
         """The counters of ``host`` (what ``scrapy status`` and tests read)."""
@@ -264,9 +321,7 @@ class HostErrorsMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HostErrorsMiddleware:
-        assert crawler.spidercls is not None
-        ttl = setting(crawler.settings, "LINKS_STATE_TTL")
-        return cls(HostLedger(crawl_redis(crawler), crawler.spidercls.name, ttl))
+        return cls(HostLedger.of(crawler))
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if "links" not in request.meta or isinstance(exception, IgnoreRequest):

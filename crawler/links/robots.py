@@ -40,6 +40,7 @@ from crawler.bans.breaker import (
     CONNECTION_FAILURES,
     ROBOTS_UNAVAILABLE,
     UNREACHABLE,
+    Block,
     HostBreaker,
     HostMarked,
     site_of_url,
@@ -49,6 +50,8 @@ from crawler.connection import crawl_redis
 from crawler.frontier.reports import FrontierReports
 from crawler.keys import robots_claim_key, robots_key
 from crawler.meta import (
+    BREAKER_BLOCK_META,
+    BREAKER_COUNTS_META,
     CRAWL_DELAY_META,
     DUE_META,
     IDENTITY_FAILED_META,
@@ -70,7 +73,11 @@ logger = logging.getLogger(__name__)
 LINKS_META = "links"
 SKIP_META = "dont_obey_robotstxt"
 ROBOTS_META = "links_robots"
-LOCAL_CACHE_SIZE = 10_000
+# Origins whose robots.txt waits (a time each) a worker keeps before it forgets the passed ones.
+DEFERRED_ORIGINS_KEPT = 10_000
+# What a robots.txt counts for in the worker's cache of parsed rules at least (LINKS_ROBOTS_CACHE_
+# BYTES): an empty one's rules take about half of it, rules take 15 to 50 times their text.
+ENTRY_BYTES = 1024
 
 
 class RobotsDeferred(IgnoreRequest):
@@ -127,25 +134,42 @@ class FleetRobots:
 
 
 class RobotsCache:
-    """Parsed rules per origin in this worker, at most ``size``, each for ``ttl`` seconds."""
+    """Parsed rules per origin in this worker, each for ``ttl`` seconds: the most recently used,
+    while their robots.txt (each counted as at least ENTRY_BYTES) add up to at most
+    ``max_bytes``; the last one put is always kept. Rules not kept are read again from Redis."""
 
-    def __init__(self, size: int, ttl: float) -> None:
-        self.size = size
+    def __init__(self, max_bytes: int, ttl: float) -> None:
+        self.max_bytes = max_bytes
         self.ttl = ttl
-        self._entries: OrderedDict[str, tuple[float, Protego]] = OrderedDict()
+        self.held = 0  # bytes of the robots.txt kept
+        self._entries: OrderedDict[str, tuple[float, Protego, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, origin: str) -> Protego | None:
         entry = self._entries.get(origin)
-        if entry is None or entry[0] < time.monotonic():
+        if entry is None:
+            return None
+        if entry[0] < time.monotonic():
+            self._forget(origin)
             return None
         self._entries.move_to_end(origin)
         return entry[1]
 
-    def put(self, origin: str, rules: Protego) -> None:
-        self._entries[origin] = (time.monotonic() + self.ttl, rules)
-        self._entries.move_to_end(origin)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+    def put(self, origin: str, rules: Protego, size: int) -> None:
+        """Keep the rules of ``origin``, parsed from a robots.txt of ``size`` bytes."""
+        self._forget(origin)
+        weight = max(size, ENTRY_BYTES)
+        self._entries[origin] = (time.monotonic() + self.ttl, rules, weight)
+        self.held += weight
+        while self.held > self.max_bytes and len(self._entries) > 1:
+            self._forget(next(iter(self._entries)))
+
+    def _forget(self, origin: str) -> None:
+        entry = self._entries.pop(origin, None)
+        if entry is not None:
+            self.held -= entry[2]
 
 
 def parse_rules(body: bytes) -> Protego:
@@ -157,11 +181,13 @@ class FleetRobotsMiddleware:
     """In place of Scrapy's RobotsTxtMiddleware (100), for requests with meta ``links`` and no
     ``dont_obey_robotstxt``. Settings: LINKS_ROBOTS_*; ROBOTSTXT_USER_AGENT or USER_AGENT."""
 
-    def __init__(self, crawler: Crawler, fleet: FleetRobots, max_bytes: int) -> None:
+    def __init__(
+        self, crawler: Crawler, fleet: FleetRobots, max_bytes: int, cache_bytes: int
+    ) -> None:
         self.crawler = crawler
         self.fleet = fleet
         self.max_bytes = max_bytes
-        self.cache = RobotsCache(LOCAL_CACHE_SIZE, fleet.ttl)
+        self.cache = RobotsCache(cache_bytes, fleet.ttl)
         settings = crawler.settings
         self.user_agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT")
         self._pending: dict[str, asyncio.Future[Protego | None]] = {}
@@ -182,7 +208,8 @@ class FleetRobotsMiddleware:
             setting(settings, "LINKS_ROBOTS_TTL"),
             setting(settings, "LINKS_ROBOTS_CLAIM_SECONDS"),
         )
-        return cls(crawler, fleet, setting(settings, "LINKS_ROBOTS_MAX_BYTES"))
+        max_bytes = setting(settings, "LINKS_ROBOTS_MAX_BYTES")
+        return cls(crawler, fleet, max_bytes, setting(settings, "LINKS_ROBOTS_CACHE_BYTES"))
 
     async def process_request(self, request: Request) -> Request | None:
         if request.meta.get(ROBOTS_META) and DUE_META in request.meta:
@@ -223,7 +250,7 @@ class FleetRobotsMiddleware:
         found = self.fleet.get_or_claim(origin)
         if isinstance(found, bytes):
             rules = parse_rules(found)
-            self.cache.put(origin, rules)
+            self.cache.put(origin, rules, len(found))
             return rules
         if not found:
             return None
@@ -235,7 +262,7 @@ class FleetRobotsMiddleware:
         try:
             body = await self._download(origin, request.meta.pop(PACED_META, None) is not None)
             rules = parse_rules(body)
-            self.cache.put(origin, rules)
+            self.cache.put(origin, rules, len(body))
             if self._seed(request, rules):  # what the rules seed is written: share them
                 self.fleet.store(origin, body)
             else:  # the worker that next needs them downloads them again and seeds again
@@ -263,6 +290,8 @@ class FleetRobotsMiddleware:
         """robots.txt of ``origin``; ``paced``: on the turn of the request that needs it."""
         meta: dict[str, Any] = {SKIP_META: True, ROBOTS_META: True, "dont_retry": True}
         meta["dont_ban_check"] = True
+        # Getting no answer counts towards robots_unavailable too, in the ban middleware's call.
+        meta[BREAKER_COUNTS_META] = [ROBOTS_UNAVAILABLE]
         if paced:
             meta[PACED_META] = 0.0
         robots = Request(f"{origin}/robots.txt", priority=1000, meta=meta, callback=NO_CALLBACK)
@@ -279,27 +308,35 @@ class FleetRobotsMiddleware:
                 if robots.meta.get(IDENTITY_FAILED_META):
                     # The identity it went as failed, not the host: asked again through another.
                     raise RobotsDeferred(time.time()) from exc
-                # No answer: asked again after the block the breaker middleware gave the host
-                # for this failure (counted there towards host_unreachable, which wins).
+                # No answer: the ban middleware's step of the host's block for this failure,
+                # counted towards both marks in its one call (here if no ban middleware ran).
                 why = f"robots.txt {type(exc).__name__}"
-                if self.breaker.marked(site_of_url(origin), UNREACHABLE):
-                    raise HostMarked(UNREACHABLE, f"{why}: the host is unreachable") from exc
-                self._unanswered(origin, robots, why)
+                block = robots.meta.get(BREAKER_BLOCK_META)
+                if not isinstance(block, Block):
+                    block = self._failed(origin, robots, why, (UNREACHABLE, ROBOTS_UNAVAILABLE))
+                self._unanswered(origin, block, why)
             return b""
         self._count(f"robotstxt/response_status_count/{response.status}")
         if response.status >= 500 and self.breaker.enabled:
-            self._unanswered(origin, robots, f"robots.txt HTTP {response.status}")
+            why = f"robots.txt HTTP {response.status}"
+            self._unanswered(origin, self._failed(origin, robots, why, (ROBOTS_UNAVAILABLE,)), why)
         return response.body[: self.max_bytes] if 200 <= response.status < 300 else b""
 
-    def _unanswered(self, origin: str, robots: Request, why: str) -> None:
-        """robots.txt got no usable answer: the host is blocked (a step of the circuit breaker)
-        and its robots.txt asked again after; after LINKS_ROBOTS_5XX_TRIES such answers in a row
-        (5xx, or none) the host's requests are dead letters (robots_unavailable)."""
-        host = site_of_url(origin)
+    def _failed(self, origin: str, robots: Request, why: str, counted: tuple[str, ...]) -> Block:
+        """A step of the host's block for robots.txt's failure, counted towards ``counted``."""
         sent = float(robots.meta.get(SENT_AT_META) or time.time())
-        block = self.breaker.failed(host, sent, why, ROBOTS_UNAVAILABLE)
-        if block.marked:
-            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {block.failures} times in a row")
+        return self.breaker.failed(site_of_url(origin), sent, why, counted)
+
+    def _unanswered(self, origin: str, block: Block, why: str) -> None:
+        """robots.txt got no usable answer, and its host was blocked (``block``, a step of the
+        circuit breaker): it is asked again after the block; once the host is unreachable, or
+        after LINKS_ROBOTS_5XX_TRIES such answers in a row (5xx, or none), the host's requests
+        are dead letters (host_unreachable, which wins, or robots_unavailable)."""
+        if UNREACHABLE in block.marks or self.breaker.marked(site_of_url(origin), UNREACHABLE):
+            raise HostMarked(UNREACHABLE, f"{why}: the host is unreachable")
+        if ROBOTS_UNAVAILABLE in block.marks:
+            tries = block.failures[ROBOTS_UNAVAILABLE]
+            raise HostMarked(ROBOTS_UNAVAILABLE, f"{why}, {tries} times in a row")
         raise RobotsDeferred(block.until)
 
     def _seed(self, request: Request, rules: Protego) -> bool:
@@ -317,7 +354,7 @@ class FleetRobotsMiddleware:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""
         self._count("robotstxt/request_deferred")
         self.fleet.release(origin)
-        if len(self._not_before) >= LOCAL_CACHE_SIZE:
+        if len(self._not_before) >= DEFERRED_ORIGINS_KEPT:
             now = time.time()
             self._not_before = {o: t for o, t in self._not_before.items() if t > now}
         self._not_before[origin] = until

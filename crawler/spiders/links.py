@@ -160,9 +160,7 @@ class LinksSpider(RedisFedSpider):
         self.maxsize = settings.getint("DOWNLOAD_MAXSIZE")
         self.store_body: bool = setting(settings, "LINKS_STORE_BODY")
         self.body_max_bytes: int = setting(settings, "LINKS_BODY_MAX_BYTES")
-        self.ledger = HostLedger(
-            self.start_entries.server, self.name, setting(settings, "LINKS_STATE_TTL")
-        )
+        self.ledger = HostLedger.of(crawler)
         # Links this worker has asked for already, with the least depth asked at: the frontier's
         # dupefilter drops them anyway unless they come by a shorter path (its local cache,
         # DUPEFILTER_LOCAL_CACHE, remembers as many), so no request is made.

@@ -83,8 +83,9 @@ class MapsSpider(RedisFedSpider):
             "http": "crawler.browser.BrowserHandler",
             "https": "crawler.browser.BrowserHandler",
         },
-        # The browser's own network errors and timeouts (net::ERR_CONNECTION_REFUSED, a
-        # navigation timeout) are retried as Scrapy's download errors are.
+        # A navigation that could not reach its host fails with Scrapy's own download errors
+        # (crawler/browser/failures.py), retried and counted by the circuit breaker as theirs;
+        # the browser's other errors (a crashed page, a page method's timeout) are retried too.
         "RETRY_EXCEPTIONS": [*default_settings.RETRY_EXCEPTIONS, "playwright.async_api.Error"],
         # Places change slowly: revisited after a week, then 1 day..90 days.
         "RECRAWL_ENABLED": True,

@@ -1,8 +1,4 @@
-"""The maps spider's browser: scrapy-playwright's download handler with bounds of its own.
-
-Only the maps spider names it (DOWNLOAD_HANDLERS in its custom_settings), so other crawls never
-import Playwright.
-"""
+"""scrapy-playwright's download handler with bounds of its own (the maps spider's browser)."""
 
 from __future__ import annotations
 
@@ -15,21 +11,27 @@ from playwright.async_api import Error as PlaywrightError
 from scrapy import signals
 from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 
+from crawler.browser.bounds import SizeBound
+from crawler.browser.failures import navigation_failure
 from crawler.config import setting_int
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
     from playwright.async_api import Request as PlaywrightRequest
+    from playwright.async_api import Response as PlaywrightResponse
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
 
 
 class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
-    """scrapy-playwright's handler bounded by MAPS_BLOCKED_RESOURCE_TYPES and
-    MAPS_BROWSER_RESTART_PAGES; at close it counts the pages left open in
-    ``maps/pages/open_at_close``.
+    """scrapy-playwright's handler bounded by MAPS_BLOCKED_RESOURCE_TYPES,
+    MAPS_BROWSER_RESTART_PAGES, DOWNLOAD_MAXSIZE and DOWNLOAD_WARNSIZE (:mod:`.bounds`, meta
+    ``download_maxsize``/``download_warnsize`` per request); a navigation that could not reach
+    its host fails with Scrapy's exception for that failure (:mod:`.failures`); at close it
+    counts the pages left open in ``maps/pages/open_at_close``.
 
     A browser opens at most MAPS_BROWSER_RESTART_PAGES pages: a page asked for after that waits
     until the browser's pages are closed and a new browser is launched (the old one closed). A
@@ -45,6 +47,15 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
             self.abort_request = ResourceBlocker(blocked)
         self.restart_after = setting_int(crawler.settings, "MAPS_BROWSER_RESTART_PAGES", 0)
         self.drain_seconds = setting_int(crawler.settings, "MAPS_BROWSER_DRAIN_SECONDS", 1)
+        self.maxsize = crawler.settings.getint("DOWNLOAD_MAXSIZE")
+        self.warnsize = crawler.settings.getint("DOWNLOAD_WARNSIZE")
+        self.counts_bytes = self.config.browser_type_name == "chromium"
+        if not self.counts_bytes and (self.maxsize or self.warnsize):
+            logger.warning(
+                "DOWNLOAD_MAXSIZE and DOWNLOAD_WARNSIZE bound browser pages in Chromium only: "
+                "%s pages are not bounded",
+                self.config.browser_type_name,
+            )
         self._pages_in_browser = 0  # pages begun in the current browser
         self._opening = 0  # pages being opened now
         self._drain_given_up = False  # a page waited too long: no page waits until a restart
@@ -64,6 +75,43 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
             self._opening -= 1
             self._note_change()
         return page
+
+    async def _download_request_with_page(
+        self, request: Request, page: Page, spider: Spider
+    ) -> Response:
+        """The page's download, closed as soon as a response of it passes the request's
+        ``download_maxsize`` (then DownloadCancelledError, as Scrapy's own download raises)."""
+        bound = SizeBound(
+            request,
+            int(request.meta.get("download_maxsize", self.maxsize)),
+            int(request.meta.get("download_warnsize", self.warnsize)),
+        )
+        try:
+            if self.counts_bytes:
+                await bound.watch(page)
+            response: Response = await super()._download_request_with_page(request, page, spider)
+        except Exception as error:
+            await bound.stop()
+            bound.check(error)
+            raise
+        await bound.stop()
+        bound.check()
+        return response
+
+    async def _get_response_and_download(
+        self, request: Request, page: Page, spider: Spider
+    ) -> tuple[PlaywrightResponse | None, Any]:
+        """The navigation; one that could not reach its host fails as Scrapy's download would."""
+        try:
+            result: tuple[
+                PlaywrightResponse | None, Any
+            ] = await super()._get_response_and_download(request, page, spider)
+        except PlaywrightError as error:
+            failure = navigation_failure(error)
+            if failure is error:
+                raise
+            raise failure from error
+        return result
 
     async def _wait_for_a_page_in_this_browser(self) -> None:
         loop = asyncio.get_running_loop()

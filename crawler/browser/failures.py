@@ -1,0 +1,62 @@
+"""A browser navigation that failed, in Scrapy's words: the exception Scrapy's own download
+raises for the same failure (its ``wrap_twisted_exceptions``), so retries, the circuit breaker
+(crawler/bans/breaker.py) and dead letters treat a page the browser could not reach as they
+treat any download that could not reach its host.
+
+Only failures of the host are translated: Chromium's network errors for a host that refused,
+reset or dropped the connection, gave no answer, cut it short or has no address, and a
+navigation that timed out. A page that crashed, a certificate the browser refused, a proxy's
+failure or the browser closing stay Playwright's errors: the host answered, or is not the one
+at fault.
+"""
+
+from __future__ import annotations
+
+import re
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
+    ResponseDataLossError,
+)
+from twisted.internet.error import ConnectError
+
+# Chromium's name of a network error in a Playwright error's message ("net::ERR_...").
+NET_ERROR = re.compile(r"\bnet::(ERR_[A-Z0-9_]+)")
+# Chromium's network errors of a host that did not answer (net/base/net_error_list.h), as the
+# exception Scrapy raises for the same failure.
+HOST_FAILURES: dict[str, type[Exception]] = {
+    "ERR_CONNECTION_REFUSED": DownloadConnectionRefusedError,
+    "ERR_NAME_NOT_RESOLVED": CannotResolveHostError,
+    "ERR_NAME_RESOLUTION_FAILED": CannotResolveHostError,
+    "ERR_CONNECTION_TIMED_OUT": DownloadTimeoutError,
+    "ERR_TIMED_OUT": DownloadTimeoutError,
+    "ERR_CONNECTION_RESET": DownloadFailedError,
+    "ERR_CONNECTION_CLOSED": DownloadFailedError,
+    "ERR_CONNECTION_ABORTED": DownloadFailedError,
+    "ERR_CONNECTION_FAILED": DownloadFailedError,
+    "ERR_EMPTY_RESPONSE": DownloadFailedError,
+    "ERR_ADDRESS_UNREACHABLE": ConnectError,
+    "ERR_CONTENT_LENGTH_MISMATCH": ResponseDataLossError,
+    "ERR_INCOMPLETE_CHUNKED_ENCODING": ResponseDataLossError,
+}
+
+
+def navigation_failure(error: PlaywrightError) -> Exception:
+    """The exception Scrapy raises for the failure the navigation met (its message Playwright's
+    first line: "Page.goto: net::ERR_CONNECTION_REFUSED at http://..."); ``error`` itself when
+    the host is not at fault."""
+    message = (error.message or str(error)).split("\n", 1)[0]
+    if isinstance(error, PlaywrightTimeoutError):
+        return DownloadTimeoutError(message)
+    found = NET_ERROR.search(message)
+    kind = HOST_FAILURES.get(found.group(1)) if found else None
+    if kind is None:
+        return error
+    if kind is ConnectError:
+        return ConnectError(string=message)  # type: ignore[no-untyped-call]
+    return kind(message)
