@@ -14,8 +14,6 @@ stored at the shortest depth found, and within max_depth by any path found.
 from __future__ import annotations
 
 import hashlib
-import time
-import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -28,11 +26,11 @@ from scrapy.http import HtmlResponse
 from crawler import settings as project
 from crawler.config import setting
 from crawler.config.rules import SettingsError
-from crawler.extractors.links import content_hash, parse_page
-from crawler.items import PageItem
+from crawler.extractors.links import parse_page
 from crawler.links.ledger import HostLedger
+from crawler.links.page import page_item
 from crawler.links.robots import LINKS_META
-from crawler.links.sitemaps import sitemap_body, sitemap_urls
+from crawler.links.sitemaps import SitemapBudget, robots_sitemaps, sitemap_body, sitemap_urls
 from crawler.links.urls import (
     SCOPES,
     BadUrl,
@@ -68,12 +66,9 @@ COUNTED_ERRORS = [404, 410]
 # Content types parsed as pages; a page answering another one is not downloaded further.
 HTML_TYPES = (b"text/html", b"application/xhtml+xml")
 # Sitemap levels below robots.txt's (an index of indexes, which sitemaps.org does not allow,
-# is followed once); pages, and sitemaps, one worker asks for from sitemaps per host and start
-# entry without a page budget; hosts whose counts a worker keeps before it starts afresh.
+# is followed once).
 SITEMAP_NESTING = 2
 SITEMAP_LEVEL_META = "links_sitemap_level"
-SITEMAP_ENTRIES_UNBUDGETED = 1_000_000
-SITEMAP_HOSTS_KEPT = 10_000
 
 
 class LinksSpider(RedisFedSpider):
@@ -168,7 +163,7 @@ class LinksSpider(RedisFedSpider):
         self.asked_limit = 0
         # Sitemap entries asked for per (start entry, host, "page" or "sitemap"), bounded by its
         # budget: sitemaps cannot queue more of a host than it may store.
-        self.sitemap_entries: Counter[tuple[str, str, str]] = Counter()
+        self.sitemap_budget = SitemapBudget()
         if settings.get("DUPEFILTER_MODE") != "none":
             self.asked_limit = settings.getint("DUPEFILTER_LOCAL_CACHE")
 
@@ -269,7 +264,8 @@ class LinksSpider(RedisFedSpider):
             self.count("links/over_max_pages")
             return
         self.count("links/pages")
-        yield self._item(response, url, host, state, fields, len(links))
+        kept = self.body_max_bytes if self.store_body else None
+        yield page_item(response, url, int(state["depth"]), fields, len(links), kept)
         delay = response.meta.get(CRAWL_DELAY_META)
         yield from self._follow(links, host, state, backlinks, delay)
 
@@ -283,31 +279,6 @@ class LinksSpider(RedisFedSpider):
                 response.meta["redirect_urls"][0],
                 response.url,
             )
-
-    def _item(
-        self, response: Response, url: str, host: str, state: dict[str, Any], fields: Any, n: int
-    ) -> PageItem:
-        request = response.request
-        requested = canonical_url(request.meta.get("redirect_urls", [url])[0]) if request else url
-        content_type = response.headers.get(b"Content-Type")
-        return PageItem(
-            url=url,
-            host=host,
-            status=response.status,
-            final_url=response.url,
-            depth=int(state["depth"]),
-            fetched_at=time.time(),
-            content_hash=content_hash(response.body),
-            content_length=len(response.body),
-            out_links=n,
-            content_type=content_type.decode("latin-1") if content_type else None,
-            requested_url=requested if requested != url else None,
-            title=fields.title,
-            language=fields.language,
-            description=fields.description,
-            canonical=fields.canonical,
-            body=zlib.compress(response.body[: self.body_max_bytes]) if self.store_body else None,
-        )
 
     def _canonical_links(self, links: Iterable[str]) -> dict[str, str]:
         """Each page the links lead to once: its canonical URL, and the URL of the first link
@@ -379,9 +350,7 @@ class LinksSpider(RedisFedSpider):
         here = canonical_url(request.url)
         if redirects := request.meta.get("redirect_urls"):
             state = _moved_start(state, here, redirects) or state  # as parse_page moves it
-        base = "/".join(here.split("/", 3)[:3])
-        urls = [url for url in sitemaps if _on_host(url, host_of(here))] or [f"{base}/sitemap.xml"]
-        return [self._sitemap_request(url, state, 0) for url in urls[:10]]
+        return [self._sitemap_request(url, state, 0) for url in robots_sitemaps(here, sitemaps)]
 
     def _sitemap_request(self, url: str, state: dict[str, Any], level: int) -> Request:
         meta = {LINKS_META: {**state, "depth": 0}, SITEMAP_LEVEL_META: level}
@@ -399,13 +368,12 @@ class LinksSpider(RedisFedSpider):
         if kind == "sitemapindex" and level > SITEMAP_NESTING:
             self.count("links/skipped/sitemap_nested")
             return
-        key = self._sitemap_key(state, host, kind)
-        most = state["max_pages"] or SITEMAP_ENTRIES_UNBUDGETED
+        key = self.sitemap_budget.key(str(state["start"]), host, kind)
         for link, url in self._canonical_links(locations).items():
             if host_of(link) != host:
                 self.count("links/skipped/sitemap_foreign")
                 continue
-            if self.sitemap_entries[key] >= most:
+            if not self.sitemap_budget.allows(key, state["max_pages"]):
                 self.count("links/skipped/sitemap_over_budget")
                 return
             if kind == "sitemapindex":
@@ -414,16 +382,8 @@ class LinksSpider(RedisFedSpider):
                 request = self._page_request(url, child, priority=-2 + 1)
             else:
                 continue
-            self.sitemap_entries[key] += 1
+            self.sitemap_budget.asked[key] += 1
             yield request
-
-    def _sitemap_key(self, state: dict[str, Any], host: str, kind: str) -> tuple[str, str, str]:
-        """What this worker counts the pages (or, from an index, sitemaps) of ``host`` a
-        sitemap asked for under: at most the start entry's page budget of each."""
-        key = (str(state["start"]), host, "sitemap" if kind == "sitemapindex" else "page")
-        if key not in self.sitemap_entries and len(self.sitemap_entries) >= SITEMAP_HOSTS_KEPT:
-            self.sitemap_entries.clear()
-        return key
 
 
 def _file_lines(file: str) -> list[str]:
@@ -445,14 +405,6 @@ def _moved_start(state: dict[str, Any], url: str, redirects: list[str]) -> dict[
     if state["depth"] > 0 or not same_domain(url, redirects[0]):
         return None
     return {**state, "root": scope_root(url, state["scope"])}
-
-
-def _on_host(url: str, host: str) -> bool:
-    """Whether a robots.txt's ``Sitemap:`` URL is on ``host`` (whatever its scheme or case)."""
-    try:
-        return host_of(canonical_url(url)) == host
-    except BadUrl:
-        return False
 
 
 def _scope(value: Any) -> str:
