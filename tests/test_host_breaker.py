@@ -393,7 +393,7 @@ def test_unreachable_hosts_and_unavailable_robots_are_dead_lettered_then_requeue
 
     # The sites are back: requeue lifts the marks and brings every dead letter back.
     web.faults.clear()
-    assert "2 hosts' marks lifted" in _frontier(crawl, "requeue")
+    assert "the marks of 2 hosts lifted" in _frontier(crawl, "requeue")
     _crawl(crawl, settings, tmp_path / "second.log")
     assert json.loads(_frontier(crawl, "dead", "--json")) == []
     for host in (dropping, no_robots):

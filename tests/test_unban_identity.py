@@ -14,7 +14,14 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from crawler.bans.breaker import EVERY_HOST, BlockSteps, HostBreaker, breaker_states
+from crawler.bans.breaker import (
+    EVERY_HOST,
+    MARKS,
+    BlockSteps,
+    HostBreaker,
+    breaker_states,
+    mark_scope,
+)
 from crawler.bans.politeness import FleetPoliteness
 from crawler.connection import reply_text
 from crawler.frontier.dupefilter import DupefilterConfig
@@ -149,3 +156,18 @@ def test_unban_identity_refuses_what_it_cannot_do(
     code, _, err = _frontier(redis_url, *args)
     assert code == 2
     assert said in err
+
+
+def test_requeue_counts_the_hosts_whose_marks_it_lifts(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A host marked both unreachable and robots-unavailable is one host whose marks are
+    lifted, not two."""
+    until = time.time() + 600
+    fields = [f"a.example|{mark_scope(mark)}" for mark in MARKS]
+    fields.append(f"b.example|{mark_scope(MARKS[0])}")
+    redis_client.hset(bans_key(SPIDER), mapping=dict.fromkeys(fields, until))
+    code, out, err = _frontier(redis_url, "requeue")
+    assert code == 0, err[-2000:]
+    assert "the marks of 2 hosts lifted (3)" in out
+    assert _bans(redis_client) == set()

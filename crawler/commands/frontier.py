@@ -138,7 +138,9 @@ class Command(ProjectCommand, ScrapyCommand):
         elif action == "requeue":
             lifted = lift_marks(server, spider)
             requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
-            marks = f"; {len(lifted)} hosts' marks lifted" if lifted else ""
+            hosts = {field.split("|", 1)[0] for field in lifted}
+            on = f"{len(hosts)} host" + ("s" if len(hosts) > 1 else "")
+            marks = f"; the marks of {on} lifted ({len(lifted)})" if lifted else ""
             print(f"requeued {requeued.moved} dead letters of {spider}{marks}")
             if requeued.dropped:
                 print(dropped_letters(server, spider, requeued.dropped))
