@@ -29,8 +29,9 @@ from tests.harness import (
 pytestmark = pytest.mark.integration
 
 HOLD = 3600.0
-# A worker refuses it before it takes any work: exit status 2, no heartbeat.
-REFUSED = {"MONGO_BATCH_SIZE": -1}
+# A worker refuses it before it takes any work: exit status 2, no heartbeat (a rule that reads
+# the worker's machine, here an import, is left to the worker).
+REFUSED = {"SCHEDULER": "no_such_module.Scheduler"}
 # Fixed: a worker that stays up, its first heartbeat within a second.
 FIXED = {"MAX_IDLE_TIME_BEFORE_CLOSE": 0, "STATS_PUBLISH_INTERVAL": 1}
 
@@ -38,6 +39,21 @@ FIXED = {"MAX_IDLE_TIME_BEFORE_CLOSE": 0, "STATS_PUBLISH_INTERVAL": 1}
 def _push_profiles(client: redis.Redis, count: int) -> None:
     entries = (json.dumps({"unique_id": f"u{n}"}) for n in range(count))
     client.lpush("profiles:start_urls", *entries)
+
+
+def test_a_setting_workers_would_refuse_is_refused_before_any_starts(
+    crawl: Crawl, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A worker setting whose rule needs nothing of the worker's machine is read as the
+    autoscaler starts: a one-line usage error naming it, no worker started."""
+    _push_profiles(redis_client, 3)
+    command = crawl.autoscale("profiles", "--max", "3", settings={"MONGO_BATCH_SIZE": -1})
+    log = tmp_path / "autoscale.log"
+    with background(command, crawl.env(), log) as autoscaler:
+        assert autoscaler.wait(60) == 2, log.read_text()[-3000:]
+    assert "MONGO_BATCH_SIZE" in log.read_text()
+    assert "Traceback" not in log.read_text()
+    assert autoscaler_steps(log) == []
 
 
 def test_local_workers_that_exit_at_once_hold_the_starts_and_it_is_said(

@@ -6,8 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from crawler.config import setting
-from crawler.config.table import ON_THE_WORKER, RULES
+from crawler.config import check_worker_settings, setting
 from crawler.fleet.backoff import Backoff
 
 if TYPE_CHECKING:
@@ -71,9 +70,7 @@ class FleetConfig:
         a bad one is a SettingsError naming it before instances are launched, not an exit 2 on
         each of them (running, and billed, until someone looks). Rules that read the machine
         (ON_THE_WORKER: an import, a directory, a name) are left to the workers."""
-        for name, text in self.crawl_settings.items():
-            if name in RULES and name not in ON_THE_WORKER:
-                RULES[name].read(f"FLEET_CRAWL_SETTINGS[{name!r}]", text)
+        check_worker_settings(self.crawl_settings, "FLEET_CRAWL_SETTINGS[{name!r}]")
 
 
 def _setting_text(value: Any) -> str:

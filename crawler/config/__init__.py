@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
@@ -10,7 +11,7 @@ from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from crawler.config.rules import base_url, integer
-from crawler.config.table import RULES
+from crawler.config.table import ON_THE_WORKER, RULES
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -46,3 +47,13 @@ def switched_off(component: type, reason: str) -> NotConfigured:
 def validate_base_url(settings: BaseSettings, name: str) -> str:
     """An http(s) scheme-and-host setting without a trailing slash, or SettingsError naming it."""
     return str(base_url().read(name, settings.get(name)))
+
+
+def check_worker_settings(given: Mapping[str, str], label: str = "-s {name}") -> None:
+    """Read each setting of ``given`` (names to text, as ``-s NAME=VALUE`` gives a worker) by
+    its rule, before workers are started with them: a bad one is a SettingsError naming it
+    (``label``), not an exit 2 of each worker. Rules that read the machine (ON_THE_WORKER: an
+    import, a directory, a name) are left to the workers."""
+    for name, text in given.items():
+        if name in RULES and name not in ON_THE_WORKER:
+            RULES[name].read(label.format(name=name), text)

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.config import check_worker_settings
 from crawler.config.rules import SettingsError
 from crawler.fleet.autoscaler import Autoscaler, Engine, Step
 from crawler.fleet.backoff import Backoff, StartGuard
@@ -147,6 +148,7 @@ def autoscale_local(server: RedisClient, settings: BaseSettings, spider: str, op
     starts held back after failed ones (crawler/fleet/local.py says which)."""
     try:
         backoff = Backoff.from_settings(settings)
+        check_worker_settings(dict(pair.partition("=")[::2] for pair in opts.set or []))
     except SettingsError as exc:
         raise UsageError(str(exc)) from exc
     workers = LocalWorkers(
