@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
 
 from crawler.browser.bounds import SizeBound
 from crawler.browser.failures import navigation_failure
+from crawler.browser.proxies import proxied_context, without_proxy_authorization
 from crawler.config import setting_int
 
 if TYPE_CHECKING:
@@ -30,8 +32,9 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
     """scrapy-playwright's handler bounded by MAPS_BLOCKED_RESOURCE_TYPES,
     MAPS_BROWSER_RESTART_PAGES, DOWNLOAD_MAXSIZE and DOWNLOAD_WARNSIZE (:mod:`.bounds`, meta
     ``download_maxsize``/``download_warnsize`` per request); a navigation that could not reach
-    its host fails with Scrapy's exception for that failure (:mod:`.failures`); at close it
-    counts the pages left open in ``maps/pages/open_at_close``.
+    its host fails with Scrapy's exception for that failure (:mod:`.failures`); a request
+    through a proxy goes through it, in a browser context of its own (:mod:`.proxies`); at close
+    it counts the pages left open in ``maps/pages/open_at_close``.
 
     A browser opens at most MAPS_BROWSER_RESTART_PAGES pages: a page asked for after that waits
     until the browser's pages are closed and a new browser is launched (the old one closed). A
@@ -39,12 +42,17 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
     ones, without waiting, until it is restarted once none of its pages is open.
     """
 
+    process_request_headers: Callable[..., Any] | None  # scrapy-playwright's
+
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         names = crawler.settings.getlist("MAPS_BLOCKED_RESOURCE_TYPES")
         blocked = frozenset(name.strip() for name in names if name.strip())
         if blocked and not crawler.settings.get("PLAYWRIGHT_ABORT_REQUEST"):
             self.abort_request = ResourceBlocker(blocked)
+        if self.process_request_headers is not None:
+            self.process_request_headers = without_proxy_authorization(self.process_request_headers)
+        self.auth_encoding = crawler.settings.get("HTTPPROXY_AUTH_ENCODING") or "latin-1"
         self.restart_after = setting_int(crawler.settings, "MAPS_BROWSER_RESTART_PAGES", 0)
         self.drain_seconds = setting_int(crawler.settings, "MAPS_BROWSER_DRAIN_SECONDS", 1)
         self.maxsize = crawler.settings.getint("DOWNLOAD_MAXSIZE")
@@ -64,6 +72,12 @@ class BrowserHandler(ScrapyPlaywrightDownloadHandler):  # type: ignore[misc]
         self._changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         crawler.signals.connect(self._count_open_pages, signal=signals.spider_closed)
+
+    async def _download_request(self, request: Request, spider: Spider | None = None) -> Response:
+        """The download, in the browser context of the request's proxy (:mod:`.proxies`)."""
+        with proxied_context(request, self.auth_encoding):
+            response: Response = await super()._download_request(request, spider)
+        return response
 
     async def _create_page(self, request: Request, spider: Spider) -> Page:
         await self._wait_for_a_page_in_this_browser()

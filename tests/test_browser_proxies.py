@@ -1,0 +1,191 @@
+"""The maps spider's browser sends each request as the identity the ban middleware gave it
+(crawler/browser/proxies.py): through its PROXY_POOL proxy, counted at the sandbox by the
+address each proxy forwards from; a ban through one proxy blocks that proxy, not another, in
+Redis's breaker state. BIND_ADDRESSES, which Chromium cannot honour, is refused at start."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from scrapy import Request
+
+from crawler.bans.breaker import breaker_states
+from crawler.browser.proxies import proxied_context, without_proxy_authorization
+from tests.harness import Crawl, Sandbox
+from tests.test_maps import PLACES, needs_chromium
+
+USER, PASSWORD = "pool.user", "s3cret:pw"
+EXPECTED = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+
+class ForwardProxy:
+    """An HTTP forward proxy on loopback wanting Basic credentials, as a paid pool's does. It
+    reaches the target from its own ``source`` address, so the sandbox tells the proxies apart;
+    a ``banned`` one answers 429 itself, as a site answers an exit address it has banned."""
+
+    def __init__(self, source: str, banned: bool = False) -> None:
+        self.source, self.banned = source, banned
+        self.paths: list[str] = []  # of the requests it took, credentials right
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.headers.get("Proxy-Authorization") != EXPECTED:
+                    self._answer(407, b"", {"Proxy-Authenticate": 'Basic realm="pool"'})
+                    return
+                proxy.paths.append(urlsplit(self.path).path)
+                if proxy.banned:
+                    self._answer(429, b"slow down", {"Content-Type": "text/plain"})
+                    return
+                status, headers, body = proxy.forward(self.path, dict(self.headers.items()))
+                self._answer(status, body, headers)
+
+            def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def forward(self, url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        target = urlsplit(url)
+        upstream = http.client.HTTPConnection(
+            target.hostname or "", target.port, timeout=30, source_address=(self.source, 0)
+        )
+        sent = {k: v for k, v in headers.items() if not k.lower().startswith("proxy-")}
+        path = target.path + (f"?{target.query}" if target.query else "")
+        upstream.request("GET", path, None, sent)
+        answer = upstream.getresponse()
+        body = answer.read()
+        upstream.close()
+        skipped = ("transfer-encoding", "connection", "content-length")
+        kept = {k: v for k, v in answer.getheaders() if k.lower() not in skipped}
+        return answer.status, kept, body
+
+    @property
+    def url(self) -> str:
+        return f"http://{USER}:{PASSWORD.replace(':', '%3A')}@127.0.0.1:{self.port}"
+
+    @property
+    def identity(self) -> str:
+        return f"proxy:127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextmanager
+def proxies(*specs: tuple[str, bool]) -> Iterator[list[ForwardProxy]]:
+    with ExitStack() as stack:
+        started = []
+        for source, banned in specs:
+            proxy = ForwardProxy(source, banned)
+            stack.callback(proxy.stop)
+            started.append(proxy)
+        yield started
+
+
+def _one_batch_queries(sandbox: Sandbox, count: int) -> dict[str, list[str]]:
+    searches = sandbox.admin("maps/searches")
+    found = {query: ids for query, ids in searches.items() if 1 < len(ids) <= 4}
+    return dict(list(found.items())[:count])
+
+
+def _crawl_maps(crawl: Crawl, client: redis.Redis, queries: list[str], **settings: Any) -> Any:
+    client.lpush("maps:start_urls", *(json.dumps({"query": query}) for query in queries))
+    base = {"MAPS_BASE_URL": crawl.sandbox_url, "MAPS_SCROLL_TIMEOUT": 3}
+    return crawl("maps", settings={**base, **settings}, timeout=120)
+
+
+def _clients(sandbox: Sandbox) -> dict[str, dict[str, int]]:
+    """The sandbox's arrivals by the address they came from, by path."""
+    return dict(sandbox.admin("stats")["by_client_path"])
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_browser_pages_come_through_the_pool_s_proxies(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """Every request of the crawl, the browser's searches and their feed's included, reaches
+    the sandbox from a proxy's address, none from the worker's own."""
+    queries = _one_batch_queries(sandbox, 2)
+    with proxies(("127.0.0.2", False), ("127.0.0.3", False)) as pool:
+        pool_setting = ",".join(proxy.url for proxy in pool)
+        result = _crawl_maps(crawl, redis_client, list(queries), PROXY_POOL=pool_setting)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = {doc["place_id"] for doc in crawl.mongo.db.places.find({}, {"place_id": 1})}
+    assert stored == {place_id for ids in queries.values() for place_id in ids}
+    clients = _clients(sandbox)
+    assert set(clients) <= {"127.0.0.2", "127.0.0.3"}, clients
+    searched = {ip for ip, paths in clients.items() for path in paths if "/maps/search/" in path}
+    assert searched, clients
+    assert any("/maps/api/feed" in path for paths in clients.values() for path in paths)
+    assert PASSWORD not in result.stderr
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_a_ban_through_one_proxy_blocks_that_proxy_and_the_other_fetches(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """One proxy's exit address is banned (429 without Retry-After, under BAN_POLICY rotate):
+    the browser's search through it blocks that proxy on the host in the breaker's state, and
+    its retry goes through the other proxy, whose address alone reaches the sandbox."""
+    (query,) = _one_batch_queries(sandbox, 1)
+    with proxies(("127.0.0.2", True), ("127.0.0.3", False)) as (banned, good):
+        pool_setting = ",".join(proxy.url for proxy in (banned, good))
+        result = _crawl_maps(
+            crawl, redis_client, [query], PROXY_POOL=pool_setting, BAN_POLICY="rotate"
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert any(path.startswith("/maps/search/") for path in banned.paths), banned.paths
+    site = sandbox.url.removeprefix("http://")
+    blocked = {state.host for state in breaker_states(redis_client, "maps")}
+    assert blocked == {f"{site}|{banned.identity}"}
+    assert set(_clients(sandbox)) == {"127.0.0.3"}
+    stored = {doc["place_id"] for doc in crawl.mongo.db.places.find({}, {"place_id": 1})}
+    assert stored == {place.place_id for place in PLACES.search(query)}
+
+
+def test_a_proxy_s_credentials_are_the_context_s_for_the_download_only() -> None:
+    """The browser context holds the proxy's credentials while the request downloads; the
+    request keeps none after (a retry stores its meta), and the browser's headers carry no
+    Proxy-Authorization (through a tunnel, the host would read it)."""
+    request = Request("http://a.example/", meta={"proxy": "http://127.0.0.1:9", "identity": "x"})
+    request.headers[b"Proxy-Authorization"] = EXPECTED.encode()
+    with proxied_context(request):
+        name = request.meta["playwright_context"]
+        options = request.meta["playwright_context_kwargs"]
+    assert name.startswith("proxy:127.0.0.1:9#")
+    server = "http://127.0.0.1:9"
+    assert options == {"proxy": {"server": server, "username": USER, "password": PASSWORD}}
+    assert "playwright_context" not in request.meta
+    assert "playwright_context_kwargs" not in request.meta
+
+    def scrapy_headers(**_: Any) -> dict[str, str]:
+        return {"User-Agent": "x", "Proxy-Authorization": EXPECTED}
+
+    headers = asyncio.run(without_proxy_authorization(scrapy_headers)())
+    assert headers == {"User-Agent": "x"}
