@@ -75,7 +75,8 @@ MAPS_RESULTS = 6
 # the host for a minute: the circuit breaker, docs/politeness.md).
 SANDBOX_CONFIG = {"faults": {"error_rate": 0.03, "error_status": 500, "seed": 3}}
 # The demo sends from eight loopback addresses: eight identities, each within the default
-# politeness rate, as a fleet spread over several IPs would.
+# politeness rate, as a fleet spread over several IPs would (not maps: its browser cannot send
+# from a chosen address, and the crawl refuses BIND_ADDRESSES, docs/politeness.md#identities).
 BIND_ADDRESSES = [f"127.0.0.{n}" for n in range(2, 10)]
 # What crawler/settings.py takes from the environment of a real fleet's workers: the demo's
 # crawls never see the values a user exported, only the demo's own.
@@ -255,7 +256,7 @@ def run_spider(name: str, sandbox_url: str, state_dir: Path, env: dict[str, str]
         "MAPS_MAX_RESULTS": MAPS_RESULTS,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 1,
         "IDLE_POLL_INTERVAL": 0.2,  # each crawl ends ~1 s after its work, not up to 2 s
-        "BIND_ADDRESSES": ",".join(BIND_ADDRESSES),
+        "BIND_ADDRESSES": "" if name == "maps" else ",".join(BIND_ADDRESSES),
     }.items():
         command += ["-s", f"{setting}={value}"]
     say(f"scrapy crawl {name}  (log: {log_path})")

@@ -169,6 +169,14 @@ def test_a_ban_through_one_proxy_blocks_that_proxy_and_the_other_fetches(
     assert stored == {place.place_id for place in PLACES.search(query)}
 
 
+def test_bind_addresses_are_refused_for_a_browser_crawl(crawl: Crawl) -> None:
+    """Chromium cannot send from a chosen local address: the crawl does not start."""
+    result = crawl("maps", settings={"BIND_ADDRESSES": "127.0.0.2,127.0.0.3"}, timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Crawl not started: BIND_ADDRESSES = " in result.stderr
+    assert "Chromium cannot send from a chosen local address" in result.stderr
+
+
 def test_a_proxy_s_credentials_are_the_context_s_for_the_download_only() -> None:
     """The browser context holds the proxy's credentials while the request downloads; the
     request keeps none after (a retry stores its meta), and the browser's headers carry no

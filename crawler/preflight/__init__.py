@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from scrapy.utils.misc import load_object
 
 from crawler.bans.concurrency import LEASE_SLACK
-from crawler.config import enabled_components
+from crawler.config import enabled_components, setting
 from crawler.config.rules import SettingsError, problem
 from crawler.config.table import RULES
 from crawler.connection import RedisUnavailable, crawl_redis
@@ -116,6 +116,20 @@ def _browser_problems(settings: BaseSettings) -> list[str]:
     return [problem(name, path, "an executable browser file (Debian: apt-get install chromium)")]
 
 
+def _browser_bind_problems(settings: BaseSettings) -> list[str]:
+    """Chromium sends from the machine's own address, whatever BIND_ADDRESSES says: a crawl
+    through the browser refuses it, rather than put bans and failures down to an address its
+    pages never came from (a proxy is set per browser context: crawler/browser/proxies.py)."""
+    addresses = setting(settings, "BIND_ADDRESSES")
+    if not addresses or not _uses_playwright(settings):
+        return []
+    allowed = (
+        "empty when downloads go through the browser (scrapy-playwright: Chromium cannot send "
+        "from a chosen local address; give PROXY_POOL instead)"
+    )
+    return [problem("BIND_ADDRESSES", addresses, allowed)]
+
+
 def _uses_playwright(settings: BaseSettings) -> bool:
     """Whether a download handler is scrapy-playwright's (or made from it), told by the
     modules of its classes: a crawl without the browser never imports Playwright."""
@@ -199,7 +213,7 @@ def _autoscale_problems(settings: BaseSettings) -> list[str]:
 
 CROSS_CHECKS: tuple[Callable[[BaseSettings], list[str]], ...] = (
     *(_cooldown_problems, _concurrency_problems, _recrawl_problems, _storage_problems),
-    *(_browser_problems, scrapy_redis_problems, _autoscale_problems),
+    *(_browser_problems, _browser_bind_problems, scrapy_redis_problems, _autoscale_problems),
 )
 
 
