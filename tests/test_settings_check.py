@@ -10,6 +10,8 @@ import pytest
 import redis
 from hypothesis import given
 from hypothesis import strategies as st
+from scrapy import Request
+from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.settings import Settings
 from scrapy.utils.project import get_project_settings
 from scrapy.utils.test import get_crawler
@@ -219,6 +221,31 @@ def test_a_redis_url_read_is_one_redis_py_connects_with(
         else:  # redis-py would take it as database 0
             with pytest.raises(SettingsError, match="a database number as its path"):
                 RULES["REDIS_URL"].read("REDIS_URL", value)
+
+
+@given(
+    st.sampled_from(["http", "https", "socks5", ""]),
+    st.one_of(st.none(), st.text("abc%:@", max_size=4)),
+    st.one_of(st.none(), st.text("xyz%:@", max_size=4)),
+)
+def test_a_proxy_url_read_is_one_scrapys_proxy_middleware_uses(
+    scheme: str, user: str | None, password: str | None
+) -> None:
+    """Whatever the URL, the rule accepts a PROXY_POOL proxy only if Scrapy's HttpProxyMiddleware
+    sends a request through it without an error, and refuses it with the setting named."""
+    userinfo = "" if user is None else user + ("" if password is None else f":{password}") + "@"
+    value = f"{scheme}://{userinfo}127.0.0.1:8080"
+    request = Request("http://example.com/", meta={"proxy": value})
+    try:
+        HttpProxyMiddleware.from_crawler(get_crawler()).process_request(request)
+        usable = scheme in ("http", "https")
+    except (ValueError, TypeError):
+        usable = False
+    if usable:
+        assert RULES["PROXY_POOL"].read("PROXY_POOL", value) == [value]
+    else:
+        with pytest.raises(SettingsError, match=r"^PROXY_POOL = "):
+            RULES["PROXY_POOL"].read("PROXY_POOL", value)
 
 
 @given(st.text().filter(lambda s: s not in ("pause", "rotate", "stop")))

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from redis import ConnectionPool
 from redis.exceptions import RedisError
+from scrapy import Request
+from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
@@ -240,6 +242,23 @@ def url(*schemes: str, optional: bool = False) -> Rule:
         return str(value)
 
     return Rule(f"a {either([s + '://' for s in schemes])} URL", parse, optional, masked)
+
+
+def proxy_url() -> Rule:
+    """An http(s):// proxy URL Scrapy's HttpProxyMiddleware sends a request through (with its
+    default credentials' encoding): a user only with a password (``user:pass@``), each of
+    them Latin-1 once unquoted; another fails every download through it."""
+    plain = url("http", "https")
+
+    def parse(value: Any) -> str:
+        text: str = plain.parse(value)
+        try:
+            HttpProxyMiddleware().process_request(Request("http://a.test/", meta={"proxy": text}))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(value) from exc
+        return text
+
+    return Rule(f"{plain.allowed} (a user with a password, user:pass@)", parse, show=masked)
 
 
 def redis_url() -> Rule:

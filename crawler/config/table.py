@@ -34,6 +34,7 @@ from crawler.config.rules import (
     key_template,
     mapping,
     number,
+    proxy_url,
     redis_url,
     text,
     url,
@@ -272,7 +273,7 @@ RULES: dict[str, Rule] = {
     ),
     "POLITENESS_CONCURRENCY": integer(0),
     "BIND_ADDRESSES": items(Rule("an IP address", ip_address), "IP addresses"),
-    "PROXY_POOL": items(url("http", "https"), "http(s):// proxy URLs"),
+    "PROXY_POOL": items(proxy_url(), "http(s):// proxy URLs"),
     # Redis, the frontier and start entries
     "REDIS_URL": redis_url(),
     "REDIS_CLUSTER": flag(optional=True),  # not set (settings built by hand): no cluster
