@@ -22,6 +22,7 @@ from scrapy import Request
 
 from crawler.bans.breaker import breaker_states
 from crawler.browser.proxies import proxied_context, without_proxy_authorization
+from devtools.services import free_port
 from tests.harness import Crawl, Sandbox
 from tests.test_maps import PLACES, needs_chromium
 
@@ -143,6 +144,27 @@ def test_browser_pages_come_through_the_pool_s_proxies(
     assert searched, clients
     assert any("/maps/api/feed" in path for paths in clients.values() for path in paths)
     assert PASSWORD not in result.stderr
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_a_proxy_that_cannot_be_reached_is_blocked_everywhere_and_the_other_fetches(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """A pool proxy nothing listens on: the browser's navigation through it is that proxy's own
+    failure, which blocks it on every host (``*|proxy``); the search goes through the other
+    proxy and every place is stored, no dead letter."""
+    (query,) = _one_batch_queries(sandbox, 1)
+    dead = f"http://{USER}:{PASSWORD.replace(':', '%3A')}@127.0.0.1:{free_port()}"
+    with proxies(("127.0.0.3", False)) as (good,):
+        result = _crawl_maps(crawl, redis_client, [query], PROXY_POOL=f"{dead},{good.url}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    blocked = {state.host for state in breaker_states(redis_client, "maps")}
+    assert f"*|proxy:{dead.rsplit('@', 1)[1]}" in blocked, blocked
+    assert set(_clients(sandbox)) == {"127.0.0.3"}
+    stored = {doc["place_id"] for doc in crawl.mongo.db.places.find({}, {"place_id": 1})}
+    assert stored == {place.place_id for place in PLACES.search(query)}
+    assert redis_client.llen("{maps}:dead") == 0
 
 
 @pytest.mark.integration
