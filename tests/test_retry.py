@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+import scrapy
 from scrapy import Request
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DownloadTimeoutError, IgnoreRequest
@@ -310,6 +312,32 @@ def test_exhausted_response_is_a_dead_letter(monkeypatch: pytest.MonkeyPatch) ->
     response = _response(502, request)
     assert mw.process_response(request, response) is response
     assert failures == [(URL, "retries_exhausted:http_502", "502 Bad Gateway")]
+
+
+class _Book(scrapy.Item):
+    collection = "books"
+    unique_key = "url"
+    url = scrapy.Field()
+
+
+class _Listing(dict[str, Any]):
+    collection = "listings"
+
+
+@pytest.mark.parametrize("handed", [_Book(url="u"), _Listing(url="u")], ids=["Item", "dict_class"])
+def test_an_item_handed_on_in_meta_is_refused_not_turned_into_a_dict(handed: Any) -> None:
+    """An item handed to the next page (a scrapy Item, a dict class of one's own) would come back
+    from Redis as a plain dict, stored in another collection: the request is refused, named
+    and counted, as docs/own-spider.md says; a plain dict, or an OrderedDict, goes."""
+    crawler = _crawler()
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    assert scheduler.enqueue_request(Request(URL, meta={"book": handed})) is False
+    assert scheduler.enqueue_request(Request(URL, cb_kwargs={"book": handed})) is False
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("scheduler/unserializable") == 2
+    for plain in ({"url": "u"}, OrderedDict(url="u")):
+        made = Request(f"{URL}?{type(plain).__name__}", meta={"book": plain})
+        assert scheduler.enqueue_request(made) is True
 
 
 def test_a_retry_whose_meta_redis_cannot_hold_is_a_dead_letter(

@@ -142,6 +142,11 @@ def _encode(value: Any, path: str) -> Any:
     if isinstance(value, PageMethod):
         return _encode_page_method(value, path)
     if isinstance(value, Mapping):
+        if type(value) is not dict and type(value).__module__ != "collections":
+            raise RequestNotSerializable(
+                f"{path}: a {type(value).__name__} would come back from Redis as a plain dict "
+                "(its class, and where it is stored, lost); hand on dict(...) instead"
+            )
         if len(value) == 1 and (tag := next(iter(value))) in (_BYTES_TAG, _PAGE_METHOD_TAG):
             raise RequestNotSerializable(
                 f"{path}: a dict whose only key is {tag!r} would come back as what that tag "
