@@ -171,3 +171,22 @@ def test_requeue_counts_the_hosts_whose_marks_it_lifts(
     assert code == 0, err[-2000:]
     assert "the marks of 2 hosts lifted (3)" in out
     assert _bans(redis_client) == set()
+
+
+def test_unban_of_a_site_with_its_port_makes_its_requests_due(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """A site on a port of its own is blocked (and shown by ``hosts``) as HOST:PORT: ``unban``
+    of it as shown makes its delayed requests due, as ``unban HOST`` does; an empty name is a
+    usage error."""
+    breaker = HostBreaker(redis_client, SPIDER, BlockSteps(300.0, 3600.0, 3600.0, 3, 2))
+    block = breaker.failed("a.example:8080", time.time(), "ConnectionRefusedError")
+    frontier = Frontier(redis_client, FrontierKeys(SPIDER, ""), DupefilterConfig("exact"))
+    frontier.schedule([pending("http://a.example:8080/p", due=block.until + 0.5)])
+    code, out, err = _frontier(redis_url, "unban", "a.example:8080")
+    assert code == 0, err[-2000:]
+    assert "1 delayed requests due now" in out
+    assert _delayed(redis_client, frontier)[0][1] <= time.time()
+    code, _, err = _frontier(redis_url, "unban", "")
+    assert code == 2
+    assert "give a host name" in err

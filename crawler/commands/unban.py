@@ -45,7 +45,7 @@ def unban_domain(frontier: Frontier, domain: str, as_json: bool) -> None:
     server, spider = frontier.server, frontier.keys.spider
     lifted = lift_cooldowns(server, spider, domain)
     lift_block(server, spider, domain)
-    due = frontier.make_due(lambda url, _due: (urlsplit(url).hostname or "") == domain, time.time())
+    due = frontier.make_due(lambda url, _due: domain in _host_and_site(url), time.time())
     if as_json:
         print(json.dumps({"lifted": [c.to_json() for c in lifted], "made_due": due}))
         return
@@ -58,6 +58,12 @@ def unban_domain(frontier: Frontier, domain: str, as_json: bool) -> None:
         f"{len(lifted)} active cool-downs of {domain} lifted for {spider}; "
         f"{due} delayed requests due now"
     )
+
+
+def _host_and_site(url: str) -> tuple[str, str]:
+    """What ``unban`` may name a request's host by: its host name, or its site (the host with
+    its port when the URL names one, as ``hosts`` shows a blocked site)."""
+    return urlsplit(url).hostname or "", site_of_url(url)
 
 
 def unban_identity(frontier: Frontier, identity: str, host: str | None, as_json: bool) -> None:
@@ -121,9 +127,12 @@ def identity_name(raw: str) -> str:
 def unban_host(raw: str) -> str:
     """The host name as bans and URLs carry it: lower case, no final dot, IDNA (punycode)."""
     try:
-        return ascii_host(raw)
+        host = ascii_host(raw)
     except ValueError as exc:
         raise UsageError(f"unban: {raw!r} is not a host name ({exc})") from None
+    if not host:
+        raise UsageError("unban: give a host name (as `scrapy frontier SPIDER hosts` shows it)")
+    return host
 
 
 def _utc(at: float) -> str:
