@@ -166,6 +166,13 @@ def test_requeue_counts_the_hosts_whose_marks_it_lifts(
     until = time.time() + 600
     fields = [f"a.example|{mark_scope(mark)}" for mark in MARKS]
     fields.append(f"b.example|{mark_scope(MARKS[0])}")
+    redis_client.hset(bans_key(SPIDER), mapping=dict.fromkeys(fields[:1], until))
+    code, out, err = _frontier(redis_url, "requeue", "--json")
+    assert code == 0, err[-2000:]
+    assert json.loads(out) == {
+        **{"requeued": 0, "dropped_by_job_number": {}},
+        **{"marks_lifted": 1, "hosts": ["a.example"]},
+    }
     redis_client.hset(bans_key(SPIDER), mapping=dict.fromkeys(fields, until))
     code, out, err = _frontier(redis_url, "requeue")
     assert code == 0, err[-2000:]

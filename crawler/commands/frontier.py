@@ -136,18 +136,29 @@ class Command(ProjectCommand, ScrapyCommand):
         elif action in ("pause", "resume"):
             self._pause(server, spider, action, opts)
         elif action == "requeue":
-            lifted = lift_marks(server, spider)
-            requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
-            hosts = {field.split("|", 1)[0] for field in lifted}
-            on = f"{len(hosts)} host" + ("s" if len(hosts) > 1 else "")
-            marks = f"; the marks of {on} lifted ({len(lifted)})" if lifted else ""
-            print(f"requeued {requeued.moved} dead letters of {spider}{marks}")
-            if requeued.dropped:
-                print(dropped_letters(server, spider, requeued.dropped))
+            self._requeue(server, frontier, opts)
         elif action == "hosts":
             print_hosts(server, spider, opts.json)
         else:
             self._purge(server, spider, opts.yes)
+
+    def _requeue(self, server: RedisClient, frontier: Frontier, opts: argparse.Namespace) -> None:
+        """The marks of every host lifted, then the dead letters back in the queue (those of
+        jobs cancelled or past their deadline dropped)."""
+        spider = frontier.keys.spider
+        lifted = lift_marks(server, spider)
+        requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
+        hosts = sorted({field.split("|", 1)[0] for field in lifted})
+        if opts.json:
+            dropped = {str(number): count for number, count in requeued.dropped.items()}
+            done = {"requeued": requeued.moved, "dropped_by_job_number": dropped}
+            print(json.dumps({**done, "marks_lifted": len(lifted), "hosts": hosts}))
+            return
+        on = f"{len(hosts)} host" + ("s" if len(hosts) > 1 else "")
+        marks = f"; the marks of {on} lifted ({len(lifted)})" if lifted else ""
+        print(f"requeued {requeued.moved} dead letters of {spider}{marks}")
+        if requeued.dropped:
+            print(dropped_letters(server, spider, requeued.dropped))
 
     def _parse(self, args: list[str], identity: bool = False) -> tuple[str, str, str]:
         """Spider, action and the domain of ``unban`` ("" for an identity's on every host) or the
