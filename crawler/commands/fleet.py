@@ -94,6 +94,24 @@ class Command(ProjectCommand, ScrapyCommand):
             self._run(args, opts)
         except (RedisConnectionError, RedisTimeoutError) as exc:  # one line, as `status` says
             self.redis_unreachable(exc)
+        except Exception as exc:
+            if not self._cloud_refused(exc):
+                raise
+
+    def _cloud_refused(self, exc: Exception) -> bool:
+        """What the cloud said in one line, not a traceback: no region is a usage error, another
+        refusal of AWS (no credentials, not authorized, a limit) exit status 1. False for an
+        error that is not the cloud's."""
+        # Imported only here, as boto3 is (crawler/aws/instances.py): every command loads this.
+        from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+
+        if isinstance(exc, NoRegionError):
+            raise UsageError("no AWS region: set FLEET_REGION (or AWS_DEFAULT_REGION)") from exc
+        if not isinstance(exc, BotoCoreError | ClientError):
+            return False
+        print(f"AWS refused: {str(exc).splitlines()[0][:500]}", file=sys.stderr)
+        self.exitcode = 1
+        return True
 
     def _run(self, args: list[str], opts: argparse.Namespace) -> None:
         action, spider = self._parse(args)
