@@ -340,6 +340,16 @@ def test_an_item_handed_on_in_meta_is_refused_not_turned_into_a_dict(handed: Any
         assert scheduler.enqueue_request(made) is True
 
 
+def test_a_request_whose_callback_is_no_spider_method_is_refused_and_counted() -> None:
+    """A lambda (or a plain function) as callback cannot be named in Redis: the request is
+    refused, named in an ERROR and counted, as one with meta Redis cannot hold."""
+    crawler = _crawler()
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    assert scheduler.enqueue_request(Request(URL, callback=lambda response: None)) is False
+    assert crawler.stats is not None
+    assert crawler.stats.get_value("scheduler/unserializable") == 1
+
+
 def test_a_retry_whose_meta_redis_cannot_hold_is_a_dead_letter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -225,7 +225,10 @@ def request_record(request: Request, spider: Spider | None) -> dict[str, Any]:
     callback = _method_name(spider, request.callback)
     errback = _method_name(spider, request.errback)
     if type(request) is not Request or callback is False or errback is False:
-        return shorten(request.to_dict(spider=spider))
+        try:
+            return shorten(request.to_dict(spider=spider))
+        except ValueError as exc:  # a callback no spider method (a lambda, a function)
+            raise RequestNotSerializable(f"{str(exc)[:300]}: Redis keeps a method's name") from exc
     headers = dict(request.headers)
     record = {"url": request.url, "callback": callback, "errback": errback, "headers": headers}
     record.update(
