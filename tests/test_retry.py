@@ -345,7 +345,10 @@ def test_a_request_whose_callback_is_no_spider_method_is_refused_and_counted() -
     refused, named in an ERROR and counted, as one with meta Redis cannot hold."""
     crawler = _crawler()
     scheduler = FrontierScheduler.from_crawler(crawler)
-    assert scheduler.enqueue_request(Request(URL, callback=lambda response: None)) is False
+
+    def callback(response: Any) -> None: ...
+
+    assert scheduler.enqueue_request(Request(URL, callback=callback)) is False
     assert crawler.stats is not None
     assert crawler.stats.get_value("scheduler/unserializable") == 1
 

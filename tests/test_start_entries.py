@@ -132,7 +132,7 @@ def test_profile_entries(raw: str, url: str) -> None:
         ('{"unique_id": true}', "bad_unique_id"),
         ('{"unique_id": 123}', "bad_unique_id"),
         ('{"unique_id": "cook.anna\\n"}', "bad_unique_id"),
-        ('{"unique_id": "cook\\u0000anna"}', "bad_unique_id"),
+        ('{"unique_id": "cook\\u0000anna"}', "control_characters"),
         ("cook\x00anna", "control_characters"),
         ("cook\x1banna", "control_characters"),
         ('{"user": "x"}', "unknown_keys"),
@@ -311,6 +311,16 @@ def test_bad_maps_entries(raw: str) -> None:
     spider = _spider(MapsSpider, MAPS_BASE_URL="http://127.0.0.1:9")
     with pytest.raises(InvalidStartEntry):
         _entry_requests(spider, raw)
+
+
+@pytest.mark.parametrize(
+    "raw", ['{"query": "a\\u0000b"}', '{"query": "shop\\u001b[2J"}', '{"query\\u0007": "x"}']
+)
+def test_a_control_character_escaped_in_json_is_set_aside(raw: str) -> None:
+    """An escape (``\\u0000``) brings a control character past the check of the entry's text:
+    the decoded strings are checked too."""
+    spider = _spider(MapsSpider, MAPS_BASE_URL="http://127.0.0.1:9")
+    assert _reason(spider, raw) == "control_characters"
 
 
 def test_maps_requests_stay_on_the_base_origin() -> None:

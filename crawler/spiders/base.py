@@ -69,7 +69,21 @@ def _decode_json(text: str, max_depth: int) -> dict[str, Any]:
         raise InvalidStartEntry("invalid_json", str(exc)) from None
     if not isinstance(value, dict):
         raise InvalidStartEntry("not_an_object", "a JSON entry must be an object")
+    if _escaped_control(value):
+        raise InvalidStartEntry("control_characters", "escaped in a JSON string (\\u0000...)")
     return value
+
+
+def _escaped_control(value: Any) -> bool:
+    """Whether a decoded JSON value holds a control character in a string (a key's too), as
+    an escape (``\\u0000``) brings it past the check of the entry's text."""
+    if isinstance(value, str):
+        return bool(_JSON_CONTROL.search(value))
+    if isinstance(value, dict):
+        return any(_escaped_control(key) or _escaped_control(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_escaped_control(item) for item in value)
+    return False
 
 
 def check_keys(entry: Mapping[str, Any], allowed: set[str], required: set[str]) -> None:
