@@ -3,6 +3,7 @@ for a seeded population of fake domains, whose ground truth each sweep must matc
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import random
@@ -245,6 +246,7 @@ def test_redirects_and_fallbacks_are_described(
 )
 def test_csv_file_is_read_as_a_stream(
     sweep: Crawl,
+    redis_client: redis.Redis,
     mongo: Mongo,
     domains_sandbox: DomainsSandbox,
     tmp_path: Path,
@@ -256,7 +258,8 @@ def test_csv_file_is_read_as_a_stream(
     sample = sample[:20]
     lines = [*header, *(f"{rank},{d.entry}" for rank, d in enumerate(sample, 1)), ""]
     csv_file = tmp_path / "top.csv"
-    csv_file.write_bytes(newline.join(lines).encode(encoding))
+    latin = b"99,caf\xe9.example"  # a line written in Latin-1: set aside byte for byte
+    csv_file.write_bytes(newline.join(lines).encode(encoding) + latin + newline.encode())
 
     result = sweep("domains", "-a", f"file={csv_file}", settings=sweep_settings(domains_sandbox))
 
@@ -264,6 +267,10 @@ def test_csv_file_is_read_as_a_stream(
     documents = stored(mongo)
     assert len(documents) == len(sample)
     check_truth(documents, sample)
+    (raw,) = redis_client.lrange("domains:start_urls:invalid", 0, -1)
+    record = json.loads(raw)
+    assert record["reason"] == "not_utf8", record
+    assert base64.b64decode(record["entry_base64"]) == b"caf\xe9.example"
 
 
 def test_a_worker_killed_mid_sweep_loses_nothing(

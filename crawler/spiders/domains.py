@@ -60,7 +60,7 @@ from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.domains.classify import falls_back, response_outcome
 from crawler.domains.document import answered, failed, noted, redirect_answer
-from crawler.domains.lists import csv_domains
+from crawler.domains.lists import csv_domains, not_utf8
 from crawler.domains.normalize import InvalidDomain, normalize_domain, same_site
 from crawler.domains.page_redirect import page_redirect
 from crawler.domains.probes import FAILURE_META, PROBE_META
@@ -203,6 +203,10 @@ class DomainsSpider(RedisFedSpider):
         batch: int = setting(self.crawler.settings, "FRONTIER_BATCH_SIZE")
         most = FILE_AHEAD_BATCHES * batch
         for number, entry in enumerate(self.argument_entries(), 1):
+            if (raw := not_utf8(entry)) is not None:  # a list file's line: kept byte for byte
+                shown = raw.decode("utf-8", "backslashreplace")
+                self.feed.set_aside(shown, InvalidStartEntry("not_utf8"), raw)
+                continue
             for request in self._requests_or_set_aside(entry, entry):
                 engine.crawl(request)
             if number % batch == 0:
