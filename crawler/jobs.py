@@ -155,8 +155,8 @@ class JobDownloaderMiddleware:
 class JobAnswersMiddleware:
     """Counts each answer to a crawl job's request, every attempt, for the job's failure
     threshold (FAILURE_PAUSE_RATIO, ``JobBook.answered``): a response, failed when 5xx, and a
-    download error. Next to Scrapy's DownloaderStats (DOWNLOADER_MIDDLEWARES), so it counts what
-    the crawl's window counts; a request turned away before it was sent is no answer."""
+    download error. Among the first on the way back, as Scrapy's DownloaderStats, so it counts
+    what the crawl's window counts; a request turned away before it was sent is no answer."""
 
     def __init__(self, book: JobBook) -> None:
         self.book = book

@@ -84,6 +84,9 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.httpcompression.HttpCompressionMiddleware": 680,
     # Last before the download handler: a paced request takes its host's token as it goes.
     "crawler.middlewares.SendGateMiddleware": 950,
+    # Scrapy's stats after the send gate (Scrapy puts them at 850): downloader/request_count,
+    # the fleet's requests, counts what is sent, not each time the gate turns a request back.
+    "scrapy.downloadermiddlewares.stats.DownloaderStats": 960,
     # A request of a cancelled crawl job is not sent (crawler/jobs.py).
     "crawler.jobs.JobDownloaderMiddleware": 5,
     # Each answer to a crawl job's request, for the job's failure threshold (crawler/jobs.py).

@@ -9,7 +9,8 @@ spider reports the same values: take ``max by (spider, state)``.
 
 Counters (labels):
 
-- ``crawler_requests_total{spider}``: requests sent to the downloader.
+- ``crawler_requests_total{spider}``: requests sent to the sites (``downloader/request_count``,
+  counted past the send gate: a request it held back counts once, when it goes).
 - ``crawler_responses_total{spider,status}``: responses received, by HTTP status; until the
   worker's first response one sample ``status=""`` (no status) at 0, so the fleet's rate of
   responses is 0, not absent, for a worker that gets none (the ``CrawlerStalled`` alert).
@@ -163,7 +164,7 @@ def _gauge(name: str, documentation: str, labels: tuple[str, ...] = ()) -> Gauge
 
 def _counters(spider: str, counters: Counters) -> Iterator[Metric]:
     plain = (
-        ("crawler_requests_total", "Requests sent to the downloader.", counters.requests),
+        ("crawler_requests_total", "Requests sent to the sites.", counters.requests),
         ("crawler_download_errors_total", "Downloads that failed without a response.",
          counters.download_errors),
         ("crawler_items_scraped_total", "Items that went through the item pipelines.",
@@ -201,7 +202,7 @@ def _counters(spider: str, counters: Counters) -> Iterator[Metric]:
 
 def _domains(spider: str, counters: Counters) -> Iterator[Metric]:
     requests = _counter(
-        "crawler_domain_requests_total", "Requests sent to the downloader, by domain.", ("domain",)
+        "crawler_domain_requests_total", "Requests sent to the sites, by domain.", ("domain",)
     )
     responses = _counter(
         "crawler_domain_responses_total",

@@ -34,7 +34,7 @@ from crawler.config import setting, setting_int
 from crawler.config.values import Destination, write_concern
 from crawler.storage.bulk import BulkWrites
 from crawler.storage.destinations import DEFAULT_KEY, Destinations
-from crawler.storage.prepare import BatchPreparer, Upsert
+from crawler.storage.prepare import BatchPreparer, Upsert, seen_again
 from crawler.storage.replay import SpillReplay
 from crawler.storage.rules import NO_RULES, FieldRules
 from crawler.storage.spill import SpillFile
@@ -101,7 +101,8 @@ class MongoSettings:
 
 @dataclass
 class CollectionBatch:
-    """Upserts waiting for one collection; an item seen twice keeps its latest fields."""
+    """Upserts waiting for one collection; the items of a key seen twice are written as one
+    (``prepare.SeenAgain``), their merged fields' values merged (``FieldRules.merged``)."""
 
     updates: dict[Any, Upsert] = field(default_factory=dict)
     waiters: dict[Any, list[asyncio.Future[None]]] = field(default_factory=dict)
@@ -216,7 +217,8 @@ class MongoWriter:
         if batch is None:  # not setdefault's argument: no batch made and dropped for each item
             batch = self._batches[destination.collection] = CollectionBatch()
         hashable = _hashable(key)
-        if values and (earlier := batch.updates.get(hashable)) is not None:
+        if (earlier := batch.updates.get(hashable)) is not None:
+            item = seen_again(earlier[1], item)
             values = rules.merged(earlier[3], values)
         batch.updates[hashable] = ({destination.unique_key: key}, item, rules, values)
         batch.joined = time.monotonic()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crawler.storage.bulk import Write
@@ -23,8 +24,24 @@ logger = logging.getLogger(__name__)
 # work): the reactor, woken by a timer or I/O, runs at once instead of waiting for the
 # interpreter's switch interval (5 ms) each time it needs the GIL back.
 PREPARE_SLICE = 16
-# (filter, the item, its class's field rules, its values of their merged fields)
+# (filter, the item (or SeenAgain), its class's field rules, its values of their merged fields)
 Upsert = tuple[dict[str, Any], Any, FieldRules, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SeenAgain:
+    """The items of one key seen in one batch, in the order seen: written as one document that
+    holds the fields of all, the later's value where two have one, as writing them one after
+    another would leave them (each write sets its fields and leaves the others stored). Their
+    documents are made in the preparer thread, as a lone item's."""
+
+    items: tuple[Any, ...]
+
+
+def seen_again(earlier: Any, later: Any) -> SeenAgain:
+    """What a batch holds for a key once ``later`` joins what it held (``earlier``)."""
+    before = earlier.items if isinstance(earlier, SeenAgain) else (earlier,)
+    return SeenAgain((*before, later))
 
 
 class BatchPreparer:
@@ -91,8 +108,12 @@ class BatchPreparer:
 
 
 def _merged_document(item: Any, rules: FieldRules, values: dict[str, Any]) -> dict[str, Any]:
-    """The item's document with its merged fields' values, a union field's elements each once."""
-    document = {**document_of(item), **document_of(values)}
+    """The item's document (those of the items SeenAgain, the later's fields over the
+    earlier's) with its merged fields' values, a union field's elements each once."""
+    document: dict[str, Any] = {}
+    for each in item.items if isinstance(item, SeenAgain) else (item,):
+        document.update(document_of(each))
+    document.update(document_of(values))
     for name in rules.union:
         document[name] = distinct(elements(document[name]))
     return document
