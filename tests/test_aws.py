@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from crawler.fleet.measure import beats_by_host
 from crawler.recrawl.store import Revisit, RevisitStore
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
+from tests import forkserver
 from tests.harness import ROOT, Crawl, background, on_free_port, poll, scrapy
 
 pytestmark = pytest.mark.integration
@@ -81,14 +83,12 @@ def test_crawl_exports_its_items_to_s3(crawl: Crawl, aws_env: dict[str, str]) ->
     s3.create_bucket(Bucket="exports")
     users = [author.unique_id for author in DATASET.authors[:4]]
     feeds = {"s3://exports/profiles-%(time)s.jsonl": {"format": "jsonlines"}}
-    result = subprocess.run(
+    result = forkserver.run(
         crawl.command(
             "profiles", "-a", f"users={','.join(users)}", settings={"FEEDS": json.dumps(feeds)}
         ),
-        cwd=ROOT,
-        env={**crawl.env(), **aws_env},
-        capture_output=True,
-        text=True,
+        ROOT,
+        {**crawl.env(), **aws_env},
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -533,11 +533,8 @@ def test_the_ec2_autoscale_loop_follows_the_work_and_rides_out_a_cloud_that_went
     for name, value in settings.items():
         command += ["-s", f"{name}={value}"]
     stderr = tmp_path / "autoscale.err"
-    with open(stderr, "wb") as errors:
-        loop = subprocess.Popen(
-            command, cwd=ROOT, env={**crawl.env(), **aws}, stdout=subprocess.DEVNULL,
-            stderr=errors,
-        )  # fmt: skip
+    with open(stderr, "wb") as errors, open(os.devnull, "wb") as nowhere:
+        loop = forkserver.start(command, ROOT, {**crawl.env(), **aws}, nowhere, errors)
     try:
         redis_client.lpush(
             "profiles:start_urls", *(json.dumps({"unique_id": f"u{n}"}) for n in range(3))
