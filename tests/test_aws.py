@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import time
@@ -533,8 +532,11 @@ def test_the_ec2_autoscale_loop_follows_the_work_and_rides_out_a_cloud_that_went
     for name, value in settings.items():
         command += ["-s", f"{name}={value}"]
     stderr = tmp_path / "autoscale.err"
-    with open(stderr, "wb") as errors, open(os.devnull, "wb") as nowhere:
-        loop = forkserver.start(command, ROOT, {**crawl.env(), **aws}, nowhere, errors)
+    with open(stderr, "wb") as errors:
+        loop = subprocess.Popen(
+            command, cwd=ROOT, env={**crawl.env(), **aws}, stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )  # fmt: skip
     try:
         redis_client.lpush(
             "profiles:start_urls", *(json.dumps({"unique_id": f"u{n}"}) for n in range(3))
