@@ -276,18 +276,18 @@ MONGO_PAUSE = 0.25
 def status_page(env: dict[str, str], *args: str) -> Iterator[str]:
     """``scrapy status [args] --serve 0`` in the background: the fleet page's URL, read from
     the command's first line; stopped with SIGINT afterwards, and asserted to exit 0."""
-    command = [sys.executable, "-m", "scrapy", "status", *args, "--serve", "0"]
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("Fleet page at http://"), line
-        yield line.split()[3]
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
+    command = [*forkserver.SCRAPY, "status", *args, "--serve", "0"]
+    read, write = os.pipe()
+    with open(read, encoding="utf-8") as output:  # open until it exits: it may write more
+        with open(write, "wb") as out, open(os.devnull, "wb") as nowhere:
+            process = forkserver.start(command, ROOT, env, out, nowhere)
+        try:
+            line = output.readline()  # EOF if it exits first: the write end is its alone
+            assert line.startswith("Fleet page at http://"), line
+            yield line.split()[3]
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=30) == 0
 
 
 def no_reactor_needed() -> dict[str, bool]:

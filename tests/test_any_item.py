@@ -4,7 +4,6 @@ or MONGO_COLLECTIONS says, else to the collection named after the spider, keyed 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests import forkserver
 from tests.harness import ROOT, Crawl, Sandbox
 
 pytestmark = pytest.mark.integration
@@ -63,9 +63,7 @@ def run_user_spider(crawl: Crawl, sandbox: Sandbox, tmp_path: Path, **settings: 
     ]
     for name, value in {"MAX_IDLE_TIME_BEFORE_CLOSE": 1, **settings}.items():
         command += ["-s", f"{name}={value}"]
-    return subprocess.run(
-        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=120
-    )
+    return forkserver.run(command, ROOT, crawl.env(), timeout=120)
 
 
 def test_dicts_and_item_classes_are_stored_where_declared(

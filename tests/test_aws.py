@@ -29,6 +29,7 @@ from crawler.fleet.measure import beats_by_host
 from crawler.recrawl.store import Revisit, RevisitStore
 from devtools.services import ServerProcess, start_server
 from sandbox.seed import build_dataset
+from tests import forkserver
 from tests.harness import ROOT, Crawl, background, on_free_port, poll, scrapy
 
 pytestmark = pytest.mark.integration
@@ -81,14 +82,12 @@ def test_crawl_exports_its_items_to_s3(crawl: Crawl, aws_env: dict[str, str]) ->
     s3.create_bucket(Bucket="exports")
     users = [author.unique_id for author in DATASET.authors[:4]]
     feeds = {"s3://exports/profiles-%(time)s.jsonl": {"format": "jsonlines"}}
-    result = subprocess.run(
+    result = forkserver.run(
         crawl.command(
             "profiles", "-a", f"users={','.join(users)}", settings={"FEEDS": json.dumps(feeds)}
         ),
-        cwd=ROOT,
-        env={**crawl.env(), **aws_env},
-        capture_output=True,
-        text=True,
+        ROOT,
+        {**crawl.env(), **aws_env},
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.queue import Frontier, Pending, Popped
 from crawler.keys import FrontierKeys
 from devtools.services import free_port, start_redis
+from tests import forkserver
 from tests.harness import ROOT, Crawl, Sandbox, poll
 
 SPIDER = "shop"
@@ -646,9 +646,7 @@ def test_a_plain_spider_closes_only_once_the_delayed_set_is_empty(
     ]
     for name, value in settings.items():
         command += ["-s", f"{name}={value}"]
-    done = subprocess.run(
-        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=90
-    )
+    done = forkserver.run(command, ROOT, crawl.env(), timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "(finished)" in done.stderr
     fetched = sandbox.admin("stats")["by_path"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +27,7 @@ from crawler.pipelines import MongoPipeline
 from crawler.preflight import SettingsCheck, check_settings
 from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
+from tests import forkserver
 from tests.harness import ROOT, Crawl, scrapy
 
 pytestmark = pytest.mark.timeout(120)
@@ -323,13 +323,8 @@ def test_the_scheduler_refuses_a_start_key_of_another_type_when_it_opens(
 
 
 def _run(crawl: Crawl, spider: str, settings: dict[str, Any], **env: str) -> Any:
-    return subprocess.run(
-        crawl.command(spider, settings=settings),
-        cwd=ROOT,
-        env={**crawl.env(), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return forkserver.run(
+        crawl.command(spider, settings=settings), ROOT, {**crawl.env(), **env}, timeout=60
     )
 
 
@@ -430,9 +425,7 @@ def test_a_start_file_that_is_not_there_is_refused_in_one_line(
 ) -> None:
     missing = tmp_path / "sites.txt"
     command = [*crawl.command(spider, settings={}), "-a", f"file={missing}"]
-    result = subprocess.run(
-        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=60
-    )
+    result = forkserver.run(command, ROOT, crawl.env(), timeout=60)
     _assert_refused(result, f"-a file={missing}")
     assert "Crawler.stats" not in result.stderr
 

@@ -4,13 +4,13 @@ once, fetches the good ones, and closes (scrapy runspider against the sandbox)."
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import redis
 
+from tests import forkserver
 from tests.harness import ROOT, Crawl, Sandbox
 
 pytestmark = pytest.mark.integration
@@ -43,9 +43,7 @@ def test_bad_entries_are_set_aside_once_and_the_crawl_goes_on_and_closes(
     settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": 1, "FRONTIER_LEASE_SECONDS": 5, "POLITENESS_RATE": 0}
     for name, value in settings.items():
         command += ["-s", f"{name}={value}"]
-    done = subprocess.run(
-        command, cwd=ROOT, env=crawl.env(), capture_output=True, text=True, timeout=150
-    )
+    done = forkserver.run(command, ROOT, crawl.env(), timeout=150)
     assert done.returncode == 0, done.stderr[-3000:]
     fetched = sandbox.admin("stats")["by_path"]
     assert {path: fetched.get(path) for path in ("/@feed.user0", "/@feed.user1")} == {
