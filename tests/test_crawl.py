@@ -264,6 +264,8 @@ def test_unreachable_mongodb_fails_at_start_with_masked_uri(crawl: Crawl) -> Non
     assert "mongodb://bob:***@127.0.0.1" in result.stderr
     assert "s3cret" not in result.stderr
     assert "is unavailable" in result.stderr
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
 
 
 def test_unreachable_redis_fails_with_a_clear_error(crawl: Crawl) -> None:
@@ -276,8 +278,9 @@ def test_unreachable_redis_fails_with_a_clear_error(crawl: Crawl) -> None:
             )
         },
     )
-    assert result.returncode != 0
-    assert "RedisUnavailable: Redis at redis://:***@127.0.0.1" in result.stderr
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "ERROR: Crawl not started: Redis at redis://:***@127.0.0.1" in result.stderr
+    assert "Traceback" not in result.stderr
     assert "s3cret" not in result.stderr
 
 

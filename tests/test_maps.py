@@ -19,6 +19,7 @@ from scrapy.utils.project import get_project_settings
 from scrapy.utils.request import request_from_dict
 from scrapy.utils.test import get_crawler
 
+from crawler.config.rules import SettingsError
 from crawler.extractors.maps import END_OF_LIST, pin_from_url, place_fields, place_id_from_url
 from crawler.frontier import codec
 from crawler.spiders.base import InvalidStartEntry
@@ -80,9 +81,9 @@ def test_postal_code_arguments(tmp_path: Path) -> None:
     codes.write_text("00501\n\n00544\n00501\n")
     assert _argument_queries("shop", str(codes)) == ["shop near 00501", "shop near 00544"]
     assert _argument_queries("cafe", "01001, 01002") == ["cafe near 01001", "cafe near 01002"]
-    with pytest.raises(ValueError, match="postal_codes"):
+    with pytest.raises(SettingsError, match="postal_codes"):
         _argument_queries("shop", "00501,<script>")
-    with pytest.raises(ValueError, match="both"):
+    with pytest.raises(SettingsError, match="both"):
         MapsSpider(category="shop")
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+import socket
+import subprocess
 from typing import Any
 from urllib.parse import quote
 
@@ -28,7 +32,7 @@ from crawler.preflight import SettingsCheck, check_settings
 from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests import forkserver
-from tests.harness import ROOT, Crawl, scrapy
+from tests.harness import ROOT, Crawl, closed_port, scrapy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -445,3 +449,164 @@ def test_maps_without_its_browser_does_not_start(crawl: Crawl, redis_client: red
     result = _run(crawl, "maps", {"MAPS_BASE_URL": crawl.sandbox_url}, CHROMIUM_PATH="/nonexistent")
     _assert_refused(result, "CHROMIUM_PATH", "= /nonexistent: must be an executable browser file")
     assert redis_client.lrange("maps:start_urls", 0, -1) == [b"shop near 00501"]
+
+
+# --- the outside tester's cases: one line at start, nothing taken -------------------------------
+
+
+def _redis_db(url: str, database: int) -> str:
+    return url.rsplit("/", 1)[0] + f"/{database}"
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "expected"),
+    [
+        # A traceback (ResponseError), exit 1: Redis refused SELECT 99.
+        pytest.param(
+            "db-out-of-range", 2, ["REDIS_URL = ", "/99: must be ", "DB index is out of range"]
+        ),
+        # NotADirectoryError as the pipeline made it, then CoreStats' AssertionError.
+        pytest.param("spill-dir-under-a-file", 2, ["MONGO_SPILL_DIR = /dev/null/x: must be "]),
+        # ValueError from socket.settimeout() at the first command.
+        pytest.param("negative-redis-timeout", 2, ["REDIS_PARAMS = ", "socket_timeout"]),
+        pytest.param("string-redis-timeout", 2, ["REDIS_PARAMS = ", "socket_connect_timeout"]),
+        # "Crawl failed" and a UsageError's traceback, exit 1.
+        pytest.param("bad-job", 2, ["-a job: a job id is 1-64", "not 'bad!job'"]),
+        # ValueError's traceback from the maps spider's __init__.
+        pytest.param("category-alone", 2, ["-a category alone: give both -a category="]),
+        pytest.param("bad-postal-codes", 2, ["-a postal_codes: expected codes such as 00501"]),
+        # Servers that do not answer: not a usage error (they may answer later), exit 1, one line.
+        pytest.param("redis-not-listening", 1, ["Redis at redis://127.0.0.1:", "unreachable"]),
+        pytest.param("mongo-not-listening", 1, ["MongoDB at mongodb://u:***@127.0.0.1:"]),
+    ],
+)
+def test_a_bad_start_is_one_line_and_takes_nothing(
+    crawl: Crawl, redis_client: redis.Redis, case: str, status: int, expected: list[str]
+) -> None:
+    spider, args = "profiles", list[str]()
+    settings: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    with closed_port() as port:
+        if case == "db-out-of-range":
+            env["REDIS_URL"] = _redis_db(crawl.redis_url, 99)
+        elif case == "spill-dir-under-a-file":
+            env["MONGO_SPILL_DIR"] = "/dev/null/x"
+        elif case == "negative-redis-timeout":
+            settings["REDIS_PARAMS"] = '{"socket_timeout": -1}'
+        elif case == "string-redis-timeout":
+            settings["REDIS_PARAMS"] = '{"socket_connect_timeout": "5"}'
+        elif case == "bad-job":
+            args = ["-a", "users=x", "-a", "job=bad!job"]
+        elif case == "category-alone":
+            spider, args = "maps", ["-a", "category=shop"]
+        elif case == "bad-postal-codes":
+            spider, args = "maps", ["-a", "category=shop", "-a", "postal_codes=0,!"]
+        elif case == "redis-not-listening":
+            env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+        else:
+            env["MONGO_URI"] = f"mongodb://u:s3cret@127.0.0.1:{port}/"
+            settings["MONGO_CONNECT_TIMEOUT_MS"] = 500
+        key = f"{spider}:start_urls"
+        redis_client.lpush(key, "someone")
+        command = crawl.command(spider, *args, settings=settings)
+        result = forkserver.run(command, ROOT, {**crawl.env(), **env}, 60)
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if " ERROR: " in line]
+    assert result.returncode == status, output[-3000:]
+    assert len(errors) == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert " ERROR: Crawl not started: " in errors[0]
+    for part in expected:
+        assert part in errors[0], errors[0]
+    assert "s3cret" not in output
+    assert redis_client.lrange(key, 0, -1) == [b"someone"]
+    assert redis_client.keys("*") == [key.encode()]
+    assert crawl.mongo.db.list_collection_names() == []
+
+
+def test_purge_without_an_answer_deletes_nothing_in_one_line(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    redis_client.lpush("profiles:start_urls", "someone")
+    result = subprocess.run(
+        [*forkserver.SCRAPY, "frontier", "profiles", "purge"],
+        cwd=ROOT,
+        env=crawl.env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "nothing deleted: no answer (use --yes)"
+    assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
+
+
+@pytest.mark.parametrize(("action", "limit"), [("dead", "-5"), ("dead", "0"), ("requeue", "-1")])
+def test_a_limit_below_one_is_a_usage_error(
+    crawl: Crawl, redis_client: redis.Redis, action: str, limit: str
+) -> None:
+    redis_client.lpush("{profiles}:dead", json.dumps({"request": {"u": "http://a.test/"}}))
+    result = scrapy("frontier", "profiles", action, "--limit", limit, env=crawl.env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--limit: {limit} is not a whole number from 1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert redis_client.llen("{profiles}:dead") == 1
+
+
+@given(
+    st.sampled_from(["socket_timeout", "socket_connect_timeout"]),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-5, 5),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.just(1e10),
+        st.text(max_size=4),
+    ),
+)
+def test_a_redis_timeout_read_is_one_a_socket_takes(name: str, value: Any) -> None:
+    """REDIS_PARAMS' timeouts go to socket.settimeout() as redis-py connects: the rule takes one
+    only if a socket takes it as a timeout (None: blocking; a number > 0), naming the setting
+    otherwise, never another error."""
+    usable = value is None or (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+    if usable:
+        with socket.socket() as sock:
+            try:
+                sock.settimeout(value)
+            except OverflowError:  # beyond the platform's time_t
+                usable = False
+    if usable:
+        assert RULES["REDIS_PARAMS"].read("REDIS_PARAMS", {name: value}) == {name: value}
+    else:
+        with pytest.raises(SettingsError, match=r"^REDIS_PARAMS = \(dict, not shown\): must be"):
+            RULES["REDIS_PARAMS"].read("REDIS_PARAMS", {name: value})
+
+
+@pytest.mark.parametrize(
+    ("path", "usable"),
+    [
+        ("/dev/null/x", False),  # under a file: cannot be made
+        ("/dev/null", False),  # a file
+        ("{tmp}/a/b/c", True),  # made when missing
+        ("{tmp}/file/c", False),
+        ("{tmp}", True),
+        ("", False),
+    ],
+)
+def test_the_spill_directory_is_one_that_can_be_made(
+    tmp_path: Any, path: str, usable: bool
+) -> None:
+    (tmp_path / "file").write_text("x")
+    value = path.format(tmp=tmp_path)
+    if usable:
+        RULES["MONGO_SPILL_DIR"].read("MONGO_SPILL_DIR", value)
+    else:
+        with pytest.raises(SettingsError, match="must be a writable directory path"):
+            RULES["MONGO_SPILL_DIR"].read("MONGO_SPILL_DIR", value)

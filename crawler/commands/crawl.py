@@ -1,9 +1,11 @@
-"""``scrapy crawl``, with an exit status that tells a fleet manager why a worker stopped: 2, a
-setting is invalid, or a spider's start file (``-a file=``) cannot be read (one ERROR line names
-it; settings are checked, with what the frontier needs from Redis, before anything is taken
-from Redis); 3, banned with ``BAN_POLICY = "stop"`` (replace the IP
-address before starting again); 4, items yielded and none stored (``items_not_stored``); 5, only
-rate-limited answers for a while (``RATE_LIMIT_EXIT``; its leases released; start it later).
+"""``scrapy crawl``, with an exit status that tells a fleet manager why a worker stopped: 1, Redis
+or MongoDB does not answer at start (one ERROR line names its masked URI; starting again later
+may help); 2, a setting or a spider argument (``-a``) is invalid, or a spider's start file
+(``-a file=``) cannot be read (one ERROR line names it; settings are checked, with what the
+frontier needs from Redis, before anything is taken from Redis); 3, banned with
+``BAN_POLICY = "stop"`` (replace the IP address before starting again); 4, items yielded and
+none stored (``items_not_stored``); 5, only rate-limited answers for a while
+(``RATE_LIMIT_EXIT``; its leases released; start it later).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from crawler.addons import keep_project_addon
 from crawler.bans.policy import EXIT_BANNED
 from crawler.bans.ratelimit import EXIT_RATE_LIMITED, RATE_LIMITED
 from crawler.config.rules import EXIT_BAD_SETTING, SettingsError
-from crawler.pipelines import EXIT_ITEMS_NOT_STORED, ITEMS_NOT_STORED
-from crawler.preflight import check_frontier_server, check_settings
+from crawler.connection import RedisUnavailable
+from crawler.pipelines import EXIT_ITEMS_NOT_STORED, ITEMS_NOT_STORED, MongoUnavailable
+from crawler.preflight import check_frontier_server, check_settings, check_storage_server
 
 if TYPE_CHECKING:
     import argparse
@@ -28,6 +31,10 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
+
+# A server the crawl needs did not answer as it started: not a usage error (it may answer later).
+EXIT_SERVER_UNAVAILABLE = 1
+UNAVAILABLE = (RedisUnavailable, MongoUnavailable)
 
 # Finish reasons that are not a success, and the exit status each gives.
 FAILED_REASONS = {
@@ -51,7 +58,8 @@ class Command(ScrapyCrawlCommand):
         try:
             check_settings(crawler.settings)
             check_frontier_server(crawler)
-        except SettingsError as exc:
+            check_storage_server(crawler)
+        except (SettingsError, *UNAVAILABLE) as exc:
             self._refuse(exc)
             return
         self._watch(self.crawler_process.crawl(crawler, **opts.spargs))
@@ -65,12 +73,17 @@ class Command(ScrapyCrawlCommand):
         if reason in FAILED_REASONS:
             self.exitcode = FAILED_REASONS[reason]
 
-    def _refuse(self, exc: SettingsError) -> None:
+    def _refuse(self, exc: Exception) -> None:
+        """One ERROR line for a SettingsError (exit status 2) or a server that does not answer
+        (1), without a traceback."""
         logger.error("Crawl not started: %s", exc)
-        self.exitcode = EXIT_BAD_SETTING
+        self.exitcode = (
+            EXIT_SERVER_UNAVAILABLE if isinstance(exc, UNAVAILABLE) else EXIT_BAD_SETTING
+        )
 
     def _watch(self, crawl: Any) -> None:
-        """Report a SettingsError ending the crawl on one line, without its traceback."""
+        """Report a SettingsError, or a server that does not answer, ending the crawl as it
+        starts on one line, without its traceback."""
         if isinstance(crawl, asyncio.Future):
             crawl.add_done_callback(self._crawl_done)
         else:
@@ -78,13 +91,13 @@ class Command(ScrapyCrawlCommand):
 
     def _crawl_done(self, crawl: asyncio.Future[None]) -> None:
         error = None if crawl.cancelled() else crawl.exception()
-        if isinstance(error, SettingsError):
+        if isinstance(error, (SettingsError, *UNAVAILABLE)):
             self._refuse(error)
         elif error is not None:
             logger.error("Crawl failed", exc_info=error)
 
     def _crawl_failed(self, failure: Failure) -> Failure | None:
-        if isinstance(failure.value, SettingsError):
+        if isinstance(failure.value, (SettingsError, *UNAVAILABLE)):
             self._refuse(failure.value)
             return None
         return failure

@@ -110,6 +110,8 @@ class Command(ProjectCommand, ScrapyCommand):
         spider, action, domain = self._parse(args, opts.identity is not None)
         if action != "pause" and (opts.reason is not None or opts.by is not None):
             raise UsageError("--reason and --by go with pause")
+        if opts.limit is not None and opts.limit < 1:
+            raise UsageError(f"--limit: {opts.limit} is not a whole number from 1")
         identity = None if opts.identity is None else identity_name(opts.identity)
         try:
             if action == "unban":
@@ -276,10 +278,15 @@ class Command(ProjectCommand, ScrapyCommand):
     def _purge(self, server: RedisClient, spider: str, yes: bool) -> None:
         assert self.settings is not None
         if not yes:
-            answer = input(
-                f"Delete every Redis key of {spider} (queue, leases, dead letters, "
-                f"duplicate filter, start entries)? Type the spider name: "
-            )
+            try:
+                answer = input(
+                    f"Delete every Redis key of {spider} (queue, leases, dead letters, "
+                    f"duplicate filter, start entries)? Type the spider name: "
+                )
+            except EOFError:  # no terminal (a script, </dev/null): nobody said yes
+                print("\nnothing deleted: no answer (use --yes)", file=sys.stderr)
+                self.exitcode = 1
+                return
             if answer.strip() != spider:
                 print("nothing deleted", file=sys.stderr)
                 self.exitcode = 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import ipaddress
 import logging
+import os
 import re
 import socket
 from pathlib import Path
@@ -158,10 +159,38 @@ def write_concern(value: Any) -> Any:
 
 
 def directory(value: Any) -> Path:
+    """A directory this process can write in, or a path one can be made at: its nearest
+    existing parent is a directory it can write in (``/dev/null/x`` cannot be made)."""
     path = Path(as_text(value))
-    if not str(value).strip() or (path.exists() and not path.is_dir()):
+    if not str(value).strip():
+        raise ValueError(value)
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(value)
     return path
+
+
+# The REDIS_PARAMS redis-py hands to socket.settimeout() as it connects (a number <= 0, or one
+# that is no number, failed the crawl's first command with a traceback).
+REDIS_TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
+
+
+def redis_params(value: Any) -> dict[Any, Any]:
+    params = as_dict(value)
+    for name in REDIS_TIMEOUTS:
+        timeout = params.get(name)
+        if timeout is None:
+            continue
+        if not (isinstance(timeout, int | float) and as_float(timeout) > 0):
+            raise ValueError(name)
+        with socket.socket() as probe:  # no connection: what settimeout() takes (not 1e10)
+            try:
+                probe.settimeout(timeout)
+            except OverflowError:
+                raise ValueError(name) from None
+    return params
 
 
 def log_level(value: Any) -> Any:
@@ -277,7 +306,12 @@ RULES: dict[str, Rule] = {
     # Redis, the frontier and start entries
     "REDIS_URL": redis_url(),
     "REDIS_CLUSTER": flag(optional=True),  # not set (settings built by hand): no cluster
-    "REDIS_PARAMS": mapping("redis-py client arguments", show=hidden),
+    "REDIS_PARAMS": Rule(
+        "a dict (or JSON object) of redis-py client arguments (its timeouts, "
+        f"{' and '.join(REDIS_TIMEOUTS)}: a number of seconds > 0, or null)",
+        redis_params,
+        show=hidden,
+    ),
     "FRONTIER_BATCH_SIZE": integer(1, 1000),
     "FRONTIER_LEASE_SECONDS": integer(5),
     "FRONTIER_FLUSH_INTERVAL": number(0, above=True),
@@ -319,7 +353,7 @@ RULES: dict[str, Rule] = {
         'item class or spider names to "collection:unique key field" (or "")',
         value=parse_destination,
     ),
-    "MONGO_SPILL_DIR": Rule("a directory path (created when missing)", directory),
+    "MONGO_SPILL_DIR": Rule("a writable directory path (created when missing)", directory),
     "MONGO_WRITE_CONCERN": Rule(
         "an acknowledged write concern such as {w: 1, j: true}", write_concern
     ),

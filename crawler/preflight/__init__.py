@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from scrapy.utils.misc import load_object
 
 from crawler.bans.concurrency import LEASE_SLACK
 from crawler.config import enabled_components, setting
-from crawler.config.rules import SettingsError, problem
+from crawler.config.rules import SettingsError, masked, problem
 from crawler.config.table import RULES
 from crawler.connection import RedisUnavailable, crawl_redis
 from crawler.feeds import shared_feed_uris
@@ -33,6 +33,7 @@ from crawler.middlewares import (
 )
 from crawler.pipelines import MongoPipeline
 from crawler.preflight.scrapy_redis import scrapy_redis_problems
+from crawler.storage.mongo import MongoSettings, connect_mongo
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ __all__ = [
     "check_components",
     "check_frontier_server",
     "check_settings",
+    "check_storage_server",
 ]
 
 
@@ -232,9 +234,23 @@ def check_frontier_server(crawler: Crawler) -> None:
     server, mode = crawl_redis(crawler), settings["DUPEFILTER_MODE"]
     try:
         check_frontier(server, keys, mode)
+    except (AuthenticationError, ResponseError) as exc:
+        # Refused as the connection opens (SELECT, AUTH): the URL is wrong for this server.
+        allowed = f"a URL whose database and password this Redis takes (it answered: {exc})"
+        raise SettingsError(
+            problem("REDIS_URL", settings.get("REDIS_URL"), allowed, masked)
+        ) from None
     except RedisError as exc:
         url = mask_uri(settings.get("REDIS_URL") or "")
         raise RedisUnavailable(f"Redis at {url} is unreachable: {exc}") from exc
+
+
+def check_storage_server(crawler: Crawler) -> None:
+    """MongoUnavailable, naming its masked URI, when the crawl stores items in MongoDB
+    (MongoPipeline on) and MongoDB does not answer within MONGO_CONNECT_TIMEOUT_MS: said before
+    the engine starts, as the frontier's Redis is, rather than by the pipeline as it opens."""
+    if _enabled(crawler.settings, "ITEM_PIPELINES", MongoPipeline):
+        connect_mongo(MongoSettings.from_crawler(crawler)).close()
 
 
 class SettingsCheck:

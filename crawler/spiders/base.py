@@ -18,6 +18,7 @@ from scrapy import Request, Spider, signals
 from crawler.config import setting, validate_base_url
 from crawler.config.rules import SettingsError
 from crawler.extractors import jsondata
+from crawler.frontier.jobs import InvalidJob, check_job_id
 from crawler.meta import SEED_META
 from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
@@ -154,7 +155,7 @@ REDIS_ARGUMENTS = frozenset({"redis_key", "redis_batch_size", "redis_encoding", 
 def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) -> None:
     """SettingsError naming any ``-a`` argument the spider does not take (names starting with
     ``_``, such as Scrapyd's ``_job``, pass, as do ``job`` and the scrapy-redis attributes):
-    a misspelt argument must not be ignored."""
+    a misspelt argument must not be ignored; and a ``job`` that is not a job id."""
     known = REDIS_ARGUMENTS | {"job"}
     unknown = sorted(name for name in given if not name.startswith("_") and name not in known)
     if unknown:
@@ -169,6 +170,11 @@ def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) ->
             f"spider {spidercls.name!r} takes no argument {', '.join(unknown)} "
             f"(-a NAME=VALUE); its arguments: {', '.join(takes) or 'none'}"
         )
+    if "job" in given:
+        try:
+            check_job_id(given["job"])
+        except InvalidJob as exc:
+            raise SettingsError(f"-a job: {exc}") from None
 
 
 class RedisFedSpider(Spider):

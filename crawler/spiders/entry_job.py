@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import UsageError
-
+from crawler.config.rules import SettingsError
 from crawler.frontier.jobs import InvalidJob, JobBook, check_job_id
 from crawler.meta import JOB_META
 
@@ -22,14 +21,15 @@ KEY = "job"
 
 
 def spider_job(spider: Any) -> str | None:
-    """The job given as the spider argument ``job``; UsageError if it is not a job id."""
+    """The job given as the spider argument ``job``; SettingsError if it is not a job id
+    (the spider's arguments are checked as it is made: crawler/spiders/base.py)."""
     value = getattr(spider, KEY, None)
     if value is None:
         return None
     try:
         return check_job_id(value)
     except InvalidJob as exc:
-        raise UsageError(f"-a job: {exc}") from None
+        raise SettingsError(f"-a job: {exc}") from None
 
 
 def entry_job(raw: bytes, default: str | None, max_bytes: int) -> tuple[str | None, bytes]:

@@ -30,6 +30,7 @@ from scrapy.settings import default_settings
 from scrapy_playwright.page import PageMethod
 
 from crawler.config import setting, setting_int
+from crawler.config.rules import SettingsError, shown
 from crawler.extractors.jsondata import MalformedData
 from crawler.extractors.maps import (
     END_OF_LIST,
@@ -303,14 +304,26 @@ async def _feed_state(page: Page) -> Feed:
 
 
 def _argument_queries(category: str, postal_codes: str) -> list[str]:
+    """The queries of ``-a category=`` and ``-a postal_codes=`` (a file or ``a,b,c``), or
+    SettingsError saying what is wrong with them (one line, exit status 2)."""
     if not category and not postal_codes:
         return []
     if not category or not postal_codes:
-        raise ValueError("give both -a category=<name> and -a postal_codes=<file or a,b,c>")
+        given = "category" if category else "postal_codes"
+        raise SettingsError(
+            f"-a {given} alone: give both -a category=<name> and -a postal_codes=<file or a,b,c>"
+        )
     path = Path(postal_codes)
-    text = path.read_text(encoding="utf-8") if path.is_file() else postal_codes.replace(",", "\n")
+    try:
+        text = path.read_text("utf-8") if path.is_file() else postal_codes.replace(",", "\n")
+    except OSError as exc:
+        raise SettingsError(f"-a postal_codes={postal_codes}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"-a postal_codes={postal_codes}: not UTF-8") from None
     codes = [line.strip() for line in text.splitlines() if line.strip()]
     bad = [code for code in codes if not POSTAL_CODE.match(code)]
     if bad or not codes:
-        raise ValueError(f"postal_codes: expected codes such as 00501, got {bad or 'none'}")
+        raise SettingsError(
+            f"-a postal_codes: expected codes such as 00501, got {shown(bad) if bad else 'none'}"
+        )
     return [f"{category} near {code}" for code in dict.fromkeys(codes)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -97,6 +98,25 @@ class MongoSettings:
             answer_timeout_ms=setting_int(settings, "MONGO_ANSWER_TIMEOUT_MS", 1),
             write_concern=write_concern(settings),
         )
+
+
+def connect_mongo(config: MongoSettings) -> MongoClient[dict[str, Any]]:
+    """A client of ``config.uri`` once MongoDB answers a ping within ``config.timeout_ms``, or
+    MongoUnavailable naming the masked URI (one line: the reason without pymongo's topology)."""
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        config.uri,
+        serverSelectionTimeoutMS=config.timeout_ms,
+        socketTimeoutMS=config.answer_timeout_ms,
+        tz_aware=True,
+    )
+    try:
+        client.admin.command("ping")
+    except PyMongoError as exc:
+        client.close()
+        reason = re.split(r", Timeout:| \(configured timeouts:", str(exc))[0]
+        message = f"MongoDB at {mask_uri(config.uri)} is unavailable: {reason}"
+        raise MongoUnavailable(message) from exc
+    return client
 
 
 @dataclass
@@ -305,20 +325,8 @@ class MongoWriter:
         here: each is made when a batch first goes to its collection (``BulkWrites._index``),
         for the collections this spider stores into only, and one MongoDB will not make (keys
         stored twice, another index on the key) is said, not taken for MongoDB being away."""
-        client: MongoClient[dict[str, Any]] = MongoClient(
-            self.config.uri,
-            serverSelectionTimeoutMS=self.config.timeout_ms,
-            socketTimeoutMS=self.config.answer_timeout_ms,
-            tz_aware=True,
-        )
         _say_other_database(self.config.uri, self.config.database)
-        try:
-            client.admin.command("ping")
-        except PyMongoError as exc:
-            client.close()
-            reason = str(exc).split(", Timeout:")[0]
-            message = f"MongoDB at {mask_uri(self.config.uri)} is unavailable: {reason}"
-            raise MongoUnavailable(message) from exc
+        client = connect_mongo(self.config)
         database = client.get_database(
             self.config.database, write_concern=self.config.write_concern
         )
