@@ -610,3 +610,13 @@ def test_the_spill_directory_is_one_that_can_be_made(
     else:
         with pytest.raises(SettingsError, match="must be a writable directory path"):
             RULES["MONGO_SPILL_DIR"].read("MONGO_SPILL_DIR", value)
+
+
+def test_purge_yes_json_says_what_it_deleted_as_json(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    redis_client.lpush("profiles:start_urls", "someone")
+    result = scrapy("frontier", "profiles", "purge", "--yes", "--json", env=crawl.env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"deleted": ["profiles:start_urls"]}
+    assert redis_client.exists("profiles:start_urls") == 0

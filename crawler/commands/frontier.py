@@ -142,7 +142,7 @@ class Command(ProjectCommand, ScrapyCommand):
         elif action == "hosts":
             print_hosts(server, spider, opts.json)
         else:
-            self._purge(server, spider, opts.yes)
+            self._purge(server, spider, opts.yes, opts.json)
 
     def _requeue(self, server: RedisClient, frontier: Frontier, opts: argparse.Namespace) -> None:
         """The marks of every host lifted, then the dead letters back in the queue (those of
@@ -275,7 +275,7 @@ class Command(ProjectCommand, ScrapyCommand):
             )
         print(f"{len(letters)} shown")
 
-    def _purge(self, server: RedisClient, spider: str, yes: bool) -> None:
+    def _purge(self, server: RedisClient, spider: str, yes: bool, as_json: bool = False) -> None:
         assert self.settings is not None
         if not yes:
             try:
@@ -292,6 +292,9 @@ class Command(ProjectCommand, ScrapyCommand):
                 self.exitcode = 1
                 return
         keys = purge_spider(server, self.settings, spider)
+        if as_json:
+            print(json.dumps({"deleted": keys}))
+            return
         print(f"deleted {len(keys)} keys of {spider}: {', '.join(keys) or '-'}")
 
 
