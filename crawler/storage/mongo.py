@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -213,7 +214,10 @@ class MongoWriter:
             if self.bulk is not None and not self.bulk.away:  # else left for the next start
                 await self._in_thread(self.replay.own)
             self.spill.close()
-        if self.client is not None:
+        if self.client is not None and self.bulk is not None and self.bulk.away:
+            # Its endSessions would wait out a server selection: closed unwaited for.
+            threading.Thread(target=self.client.close, name="mongo-close", daemon=True).start()
+        elif self.client is not None:
             await self._in_thread(self.client.close)
         self._executor.shutdown(wait=True)
         self._preparer.shutdown(wait=True)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from pymongo.errors import PyMongoError
@@ -30,40 +31,56 @@ PROBE_INTERVAL = 1.0
 
 class OutageProbe:
     """Pings ``client`` while ``writes`` holds MongoDB away, and ends the outage once it answers.
-    Driven from the reactor (:meth:`look`, called often); the ping runs in its own thread."""
+    Driven from the reactor (:meth:`look`, called often). Each ping runs in a daemon thread: one
+    under way when the worker exits (MongoDB still away, the ping waiting out the connect
+    timeout) does not hold the exit up."""
 
     def __init__(self, client: MongoClient[dict[str, Any]], writes: BulkWrites) -> None:
         self.client = client
         self.writes = writes
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mongo-probe")
-        self._ping: asyncio.Task[None] | None = None
+        self._ping: asyncio.Future[bool] | None = None
         self._next = 0.0  # monotonic time before which no ping starts
 
     def look(self) -> None:
         """Start a ping if MongoDB is away, none is under way and the last one is old enough."""
         if not self.writes.away or time.monotonic() < self._next:
             return
-        if self._ping is None or self._ping.done():
-            self._ping = asyncio.create_task(self._probe())
-
-    async def _probe(self) -> None:
+        if self._ping is not None and not self._ping.done():
+            return
         loop = asyncio.get_running_loop()
-        answered = await loop.run_in_executor(self._thread, self._answers)
-        if answered:
+        self._ping = ping = loop.create_future()
+        ping.add_done_callback(self._answered)
+        thread = threading.Thread(
+            target=self._answer, args=(loop, ping), name="mongo-probe", daemon=True
+        )
+        thread.start()
+
+    def _answer(self, loop: asyncio.AbstractEventLoop, ping: asyncio.Future[bool]) -> None:
+        """The probe thread: ping, and tell the loop whether MongoDB answered."""
+        try:
+            self.client.admin.command("ping")
+        except PyMongoError:
+            answered = False
+        else:
+            answered = True
+        with suppress(RuntimeError):  # the loop is closed: the worker is going
+            loop.call_soon_threadsafe(_settle, ping, answered)
+
+    def _answered(self, ping: asyncio.Future[bool]) -> None:
+        if ping.cancelled():
+            return
+        if ping.result():
             self.writes.away = False
             logger.info("MongoDB answers again: batches are written to it, the spill replayed")
         else:
             self._next = time.monotonic() + PROBE_INTERVAL
 
-    def _answers(self) -> bool:
-        try:
-            self.client.admin.command("ping")
-        except PyMongoError:
-            return False
-        return True
-
     def close(self) -> None:
-        """Stop pinging; a ping under way ends within the connect timeout, unwaited for."""
+        """Stop looking; a ping under way ends within the connect timeout, unwaited for."""
         if self._ping is not None:
             self._ping.cancel()
-        self._thread.shutdown(wait=False, cancel_futures=True)
+
+
+def _settle(ping: asyncio.Future[bool], answered: bool) -> None:
+    if not ping.done():
+        ping.set_result(answered)
