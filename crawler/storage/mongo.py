@@ -210,17 +210,25 @@ class MongoWriter:
             self._flush(collection)
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
+        away = self._still_away()
         if self.spill is not None and self.replay is not None:
-            if self.bulk is not None and not self.bulk.away:  # else left for the next start
+            if not away:  # else the file is left for the next start
                 await self._in_thread(self.replay.own)
             self.spill.close()
-        if self.client is not None and self.bulk is not None and self.bulk.away:
+        if self.client is not None and away:
             # Its endSessions would wait out a server selection: closed unwaited for.
             threading.Thread(target=self.client.close, name="mongo-close", daemon=True).start()
         elif self.client is not None:
             await self._in_thread(self.client.close)
         self._executor.shutdown(wait=True)
         self._preparer.shutdown(wait=True)
+
+    def _still_away(self) -> bool:
+        """MongoDB held away and not seen back by the client's monitor (no I/O: a ping would
+        wait out the connect timeout while it is away)."""
+        if self.bulk is None or not self.bulk.away or self.client is None:
+            return False
+        return not self.client.topology_description.has_writable_server()
 
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
