@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -90,10 +91,11 @@ class MongoPipeline:
         spider_name: str,
         destinations: Destinations | None = None,
         jobs: JobBook | None = None,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.jobs = jobs
         self.destinations = destinations or Destinations({}, spider_name)
-        self.writer = MongoWriter(config, stats, spider_name, self.destinations)
+        self.writer = MongoWriter(config, stats, spider_name, self.destinations, stopping)
         self.stored = 0
         self.failed = 0
         self.said_not_stored = False
@@ -110,6 +112,7 @@ class MongoPipeline:
             name,
             Destinations(declared, name),
             JobBook.of(crawler),
+            stopping=lambda: not crawler.crawling,  # told to go (SIGTERM): no more retries
         )
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
         return pipeline

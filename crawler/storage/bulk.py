@@ -5,14 +5,16 @@ documents whose key is stored, refused as duplicate keys, then as upserts. Each 
 written in the plain form that matches an unchanged document through its hash; the documents
 whose content changed, refused by it as duplicate keys, are written again in the update-pipeline
 form that counts the change (``changes.py``). Transient errors are retried with backoff; what
-MongoDB is unavailable for goes to the spill file, replayed when it answers again.
+MongoDB is unavailable for goes to the spill file, replayed when it answers again. Once a batch
+found it unavailable, MongoDB is held away: the batches after it go to the spill file at once,
+until a ping (``probe.py``) finds it back.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,12 @@ class BulkWrites:
         self._batch_counts: dict[str, int] = {}
         self._changed_share: dict[str, float] = {}
         self._new_share: dict[str, float] = {}
+        # MongoDB found unavailable by a batch, and not found back since (``probe.py``): the
+        # batches go to the spill file without waiting out their own timeouts and retries.
+        self.away = False
+        # Whether the crawl is told to go: a write MongoDB is unavailable for is not tried again
+        # (its batch is spilled), so a worker told to go in an outage exits without waiting.
+        self.stopping: Callable[[], bool] = lambda: False
 
     def write_or_spill(
         self,
@@ -94,10 +102,14 @@ class BulkWrites:
         total: int,
     ) -> dict[int, str]:
         """Write (or spill) the prepared writes of a batch of ``total`` upserts, ``failed``
-        already failing; the ones not stored, by position: reason."""
+        already failing; the ones not stored, by position: reason. While MongoDB is away, the
+        writes are spilled at once."""
         for destination in destinations:
-            self.index(destination)
-        if writes:
+            if not self.away:
+                self.index(destination)
+        if writes and self.away:
+            self._spill_away(collection, writes, datetime.now(UTC))
+        elif writes:
             failed = failed | self._write_updates(collection, writes, datetime.now(UTC))
         if failed:
             self.stats.inc_value("mongo/write_errors", len(failed))
@@ -130,6 +142,7 @@ class BulkWrites:
                 names.append(self.database[collection].create_index(key, **options))
         except ConnectionFailure as exc:
             logger.warning("No unique index on %s.%s yet: %s", collection, key, exc)
+            self.away = True
             return
         except PyMongoError as exc:
             self._none.add((collection, key))
@@ -242,13 +255,23 @@ class BulkWrites:
     def _spill(
         self, collection: str, writes: list[Write], now: datetime, exc: ConnectionFailure
     ) -> dict[int, str]:
-        logger.error("MongoDB unavailable (%s): spilling %d items", exc, len(writes))
+        logger.error(
+            "MongoDB unavailable (%s): spilling %d items, and the next batches at once until "
+            "it answers again",
+            exc,
+            len(writes),
+        )
+        self.away = True
+        self._spill_away(collection, writes, now)
+        return {}
+
+    def _spill_away(self, collection: str, writes: list[Write], now: datetime) -> None:
+        """Append ``writes`` to the spill file (fsynced), MongoDB being away."""
         # "at": when it was spilled, so a replay leaves alone a document written since, but for
         # what its fields' rules add to it ("stale"); "db": the database it was for, so only a
         # run storing there replays it.
         self.spill.append([self._spilled(collection, w, now) for w in writes])
         self.stats.inc_value("mongo/spilled", len(writes))
-        return {}
 
     def _spilled(self, collection: str, write: Write, now: datetime) -> dict[str, Any]:
         """The spill file's record of ``write``."""
@@ -274,7 +297,7 @@ class BulkWrites:
                 if last or not transient(exc, duplicates):
                     return refused(exc, len(operations))
             except ConnectionFailure:
-                if last:
+                if last or self.stopping():
                     raise
             self.stats.inc_value("mongo/retries")
             time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on

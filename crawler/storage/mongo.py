@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from crawler.config.values import Destination, write_concern
 from crawler.storage.bulk import BulkWrites
 from crawler.storage.destinations import DEFAULT_KEY, Destinations
 from crawler.storage.prepare import BatchPreparer, Upsert, seen_again
+from crawler.storage.probe import OutageProbe
 from crawler.storage.replay import SpillReplay
 from crawler.storage.rules import NO_RULES, FieldRules
 from crawler.storage.spill import SpillFile
@@ -53,6 +55,10 @@ logger = logging.getLogger(__name__)
 WAKE_CHUNK = 64
 # Seconds without a new item after which a batch is written, however young.
 QUIET = 0.05
+# Batches of a collection written or prepared at once: the quiet and age rules flush no other
+# meanwhile, so items that come while MongoDB is slow or away join the next batch (up to
+# MONGO_BATCH_SIZE) instead of each waiting in a batch of its own.
+IN_FLIGHT = 2
 # MongoDB's own databases: a URI's path naming one is its database to authenticate against.
 SYSTEM_DATABASES = ("admin", "local", "config")
 
@@ -138,7 +144,8 @@ class MongoWriter:
     A batch is written when it holds MONGO_BATCH_SIZE items, when its oldest item is older than
     MONGO_FLUSH_INTERVAL, and when the writer closes, with MONGO_WRITE_CONCERN. Transient errors
     are retried with backoff MONGO_RETRY_TIMES times; after that the batch goes to the spill
-    file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start. At
+    file in MONGO_SPILL_DIR and is replayed when MongoDB answers again or on the next start, and
+    the batches after it go there at once while MongoDB is away (``probe.py``). At
     most MONGO_MAX_PENDING items wait at once: beyond that the crawl waits, so memory stays
     bounded. Documents over MONGO_MAX_DOCUMENT_BYTES are trimmed (``documents.py``); an item
     still too large, whose document cannot be made (``prepare.unstorable``), or refused by MongoDB,
@@ -151,8 +158,10 @@ class MongoWriter:
         stats: StatsCollector,
         spider_name: str,
         destinations: Destinations,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.config = config
+        self.stopping = stopping  # the crawl is told to go: a batch MongoDB fails is spilled
         self.stats = stats
         self.spider_name = spider_name
         self.destinations = destinations
@@ -160,6 +169,8 @@ class MongoWriter:
         self.spill: SpillFile | None = None
         self.bulk: BulkWrites | None = None  # once connected and the spill file open
         self.replay: SpillReplay | None = None  # its replays, from then on
+        self.probe: OutageProbe | None = None  # looks for MongoDB's return while it is away
+        self._in_flight: dict[str, int] = {}  # batches being prepared or written, by collection
         self._batches: dict[str, CollectionBatch] = {}
         self._pending = 0
         self._room = asyncio.Event()
@@ -180,7 +191,10 @@ class MongoWriter:
         self.bulk = BulkWrites(
             database, {}, self.stats, self.config.retry_times, self.spill, known=known
         )
+        self.bulk.stopping = self.stopping
         self.replay = replay = SpillReplay(self.bulk)
+        assert self.client is not None
+        self.probe = OutageProbe(self.client, self.bulk)
         await self._in_thread(replay.orphans)
         await self._in_thread(replay.own)
         self._room.set()
@@ -211,17 +225,31 @@ class MongoWriter:
         """Write every batch, replay the spill file once more, disconnect."""
         if self._ticker is not None:
             self._ticker.cancel()
+        if self.probe is not None:
+            self.probe.close()
         for collection in list(self._batches):
             self._flush(collection)
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
+        away = self._still_away()
         if self.spill is not None and self.replay is not None:
-            await self._in_thread(self.replay.own)
+            if not away:  # else the file is left for the next start
+                await self._in_thread(self.replay.own)
             self.spill.close()
-        if self.client is not None:
+        if self.client is not None and away:
+            # Its endSessions would wait out a server selection: closed unwaited for.
+            threading.Thread(target=self.client.close, name="mongo-close", daemon=True).start()
+        elif self.client is not None:
             await self._in_thread(self.client.close)
         self._executor.shutdown(wait=True)
         self._preparer.shutdown(wait=True)
+
+    def _still_away(self) -> bool:
+        """MongoDB held away and not seen back by the client's monitor (no I/O: a ping would
+        wait out the connect timeout while it is away)."""
+        if self.bulk is None or not self.bulk.away or self.client is None:
+            return False
+        return not self.client.topology_description.has_writable_server()
 
     # --- buffering (reactor thread) ---------------------------------------------------------------
 
@@ -258,6 +286,7 @@ class MongoWriter:
         batch = self._batches.pop(collection, None)
         if batch is None:
             return
+        self._in_flight[collection] = self._in_flight.get(collection, 0) + 1
         write = asyncio.create_task(self._write(collection, batch))
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)
@@ -278,9 +307,13 @@ class MongoWriter:
     async def _flush_due(self, quiet: float) -> None:
         now = time.monotonic()
         for collection, batch in list(self._batches.items()):
+            if self._in_flight.get(collection, 0) >= IN_FLIGHT:
+                continue  # it grows meanwhile, up to MONGO_BATCH_SIZE
             if now - batch.started >= self.config.flush_interval or now - batch.joined >= quiet:
                 self._flush(collection)
-        if self.replay is not None and self.replay.writes.spill.pending() and not self._writes:
+        if self.probe is not None and self.probe.writes.away:
+            self.probe.look()  # no replay while MongoDB is away: it would wait out a timeout
+        elif self.replay is not None and self.replay.writes.spill.pending() and not self._writes:
             await self._in_thread(self.replay.own)
 
     async def _write(self, collection: str, batch: CollectionBatch) -> None:
@@ -308,6 +341,7 @@ class MongoWriter:
                     _resolve_waiter(waiter, collection, key, reasons.get(key))
                 await asyncio.sleep(0)
         finally:
+            self._in_flight[collection] -= 1
             self._pending -= len(waiters)
             self._room.set()
 

@@ -1,0 +1,169 @@
+"""A worker through a MongoDB outage: items spilled at once, a SIGTERM obeyed at once.
+
+A profiles worker crawls while its MongoDB is killed (-9). Once a batch has found MongoDB away,
+the items after it go to the spill file as they come (not one batch per connect timeout and
+retries), and a worker told to go (SIGTERM) in the outage spills what it holds, settles its
+leases and exits 0 promptly. MongoDB back, a worker replays the spill file: every profile is
+stored exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pymongo
+import pytest
+import redis
+
+from sandbox.seed import build_dataset
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, Worker, poll
+
+pytestmark = pytest.mark.integration
+
+USERS = [author.unique_id for author in build_dataset().authors][:120]
+SETTINGS = {
+    "CONCURRENT_REQUESTS": 2,
+    "MONGO_BATCH_SIZE": 50,
+    # A batch finding MongoDB away waits 3 attempts of 2 s, and backoff, before it is spilled.
+    "MONGO_CONNECT_TIMEOUT_MS": 2000,
+    "MONGO_RETRY_TIMES": 2,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 600,  # the worker goes when told to
+}
+LEASES = ("{profiles}:leases", "{profiles:start_urls}:leases")
+
+
+def _stored(mongo: Mongo) -> int:
+    try:
+        return int(mongo.db.profiles.count_documents({}))
+    except pymongo.errors.PyMongoError:
+        return 0
+
+
+def _spilled(spill: Path, worker: Worker) -> set[str]:
+    """The keys of the profiles in the worker's spill file."""
+    keys = set()
+    for path in spill.glob(f"profiles-{worker.pid}-*.jsonl"):
+        for line in path.read_bytes().splitlines():
+            if line and not line.startswith(b"#"):
+                keys.add(_key(line))
+    return keys
+
+
+def _key(line: bytes) -> str:
+    from crawler.storage.spill import read_line
+
+    return str(read_line(line)["filter"]["unique_id"])
+
+
+def _start(crawl: Crawl, own_mongo: Restartable) -> redis.Redis:
+    crawl.mongo = Mongo(
+        own_mongo.uri, "outage", pymongo.MongoClient(own_mongo.uri, serverSelectionTimeoutMS=500)
+    )
+    client = redis.Redis.from_url(crawl.redis_url)
+    client.lpush("profiles:start_urls", *[json.dumps({"unique_id": u}) for u in USERS])
+    return client
+
+
+def _settle(crawl: Crawl, client: redis.Redis, spill: Path) -> None:
+    """MongoDB back, a worker replays the spill file left and crawls what was released: every
+    profile stored once, nothing leased."""
+    result = crawl("profiles", settings={"MONGO_SPILL_DIR": spill}, timeout=180)
+    assert result.returncode == 0, result.stdout[-4000:]
+    stored = [doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})]
+    assert sorted(stored) == sorted(USERS)
+    assert not any(client.exists(key) for key in LEASES)
+
+
+def test_items_are_spilled_as_they_come_once_mongodb_is_known_away(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    client = _start(crawl, own_mongo)
+    sandbox.admin("config", {"latency_ms": 150})
+    spill = tmp_path / "spill"
+    with crawl.background("profiles", settings=_settings(spill), log=tmp_path / "w.log") as worker:
+        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
+        before = _stored(crawl.mongo)
+        own_mongo.kill()
+        # The rest of the crawl (some 110 pages at 150 ms each, two at a time: about 9 s) is
+        # spilled as it is fetched, once one batch has found MongoDB away (about 7 s). Before,
+        # every item waited in a batch of its own for its 7 s of attempts: 4 or 5 in this time.
+        poll(
+            lambda: len(_spilled(spill, worker)) >= len(USERS) - before - 5,
+            30,
+            "the items of the outage spilled",
+            MONGO_PAUSE,
+        )
+        _told_to_go(worker, client)
+    _nothing_lost(crawl, own_mongo, spill, worker)
+    _settle(crawl, client, spill)
+
+
+def test_a_worker_told_to_go_during_an_outage_spills_what_it_holds_and_exits(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    client = _start(crawl, own_mongo)
+    sandbox.admin("config", {"latency_ms": 150})
+    spill = tmp_path / "spill"
+    with crawl.background("profiles", settings=_settings(spill), log=tmp_path / "w.log") as worker:
+        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
+        own_mongo.kill()
+        poll(lambda: "MongoDB unavailable" in worker.log_text(), 30, "a spill")
+        # Told to go with pages fetched whose items wait to be stored: they are spilled, not
+        # each held for its own timeouts and retries (6.75 s apiece) before the worker exits.
+        _told_to_go(worker, client)
+    _nothing_lost(crawl, own_mongo, spill, worker)
+    _settle(crawl, client, spill)
+
+
+def test_a_worker_told_to_go_while_a_batch_finds_mongodb_away_does_not_wait_out_its_retries(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    client = _start(crawl, own_mongo)
+    sandbox.admin("config", {"latency_ms": 150})
+    spill = tmp_path / "spill"
+    # Six attempts of 2 s and 7.75 s of backoff: a batch would take some 20 s to be spilled.
+    settings = {**_settings(spill), "MONGO_RETRY_TIMES": 5}
+    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
+        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
+        own_mongo.kill()
+        served = sandbox.admin("stats")["total"]
+        poll(lambda: sandbox.admin("stats")["total"] >= served + 4, 30, "pages after the kill")
+        assert "MongoDB unavailable" not in worker.log_text()  # its batch is being tried
+        _told_to_go(worker, client)
+    _nothing_lost(crawl, own_mongo, spill, worker)
+    _settle(crawl, client, spill)
+
+
+def _settings(spill: Path) -> dict[str, object]:
+    return {**SETTINGS, "MONGO_SPILL_DIR": spill}
+
+
+def _told_to_go(worker: Worker, client: redis.Redis) -> None:
+    """SIGTERM: the worker exits 0 within 10 s, holding no lease."""
+    worker.terminate()
+    told = time.monotonic()
+    assert worker.wait(60) == 0, worker.log_text()[-4000:]
+    took = time.monotonic() - told
+    assert took < 10, f"exited {took:.1f} s after SIGTERM"
+    assert not any(client.exists(key) for key in LEASES)
+
+
+def _nothing_lost(crawl: Crawl, own_mongo: Restartable, spill: Path, worker: Worker) -> None:
+    """Every profile stored before the outage, in the spill file or back in the queue."""
+    own_mongo.start()
+    stored = {doc["unique_id"] for doc in crawl.mongo.db.profiles.find({}, {"unique_id": 1})}
+    queued = "\n".join(_queued(crawl))
+    left = set(USERS) - stored - _spilled(spill, worker)
+    assert all(user in queued for user in left), sorted(left)[:10]
+
+
+def _queued(crawl: Crawl) -> list[str]:
+    """What the frontier holds to crawl: the start list, the queues and their requests."""
+    client = redis.Redis.from_url(crawl.redis_url)
+    held = list(client.lrange("profiles:start_urls", 0, -1))
+    for key in client.keys("{profiles}:queue:*"):
+        held += client.lrange(key, 0, -1)
+    held += client.hvals("{profiles}:data")
+    return [entry.decode(errors="replace") if isinstance(entry, bytes) else entry for entry in held]
