@@ -114,7 +114,7 @@ def test_a_stale_replay_adds_nothing_a_write_without_those_values_would_not() ->
 
 # What a spill file's line may hold where a record's "stale" update goes.
 KEYS = st.sampled_from(["$set", "$min", "a", ""]) | st.text(
-    st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=4
+    st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=4
 )  # BSON keys: no NUL, no lone surrogate (no spill file can hold either)
 ANYTHING = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=4),
