@@ -154,19 +154,28 @@ def test_a_members_only_link_sending_to_the_login_page_does_not_stop_the_site(
         "/login": {},
         **{f"/p{n}": {"links": ["/account"]} for n in range(8)},
     }
+    log = _crawled_without_a_cooldown(crawl, redis_client, graph, pages)
+    asked = {entry["path"] for entry in log}
+    assert asked >= {"/", "/account", "/login", *(f"/p{n}" for n in range(8))}
+    assert redis_client.llen("{links}:dead") == 0
+
+
+def _crawled_without_a_cooldown(
+    crawl: Crawl, redis_client: redis.Redis, graph: Sandbox, pages: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The graph site made of ``pages`` crawled from its home with a 600 s ban cool-down: the
+    site's log of requests, every page asked for within seconds, none a cool-down later
+    (measured at the site), and no ban said."""
     graph.admin("graph", {"pages": pages})
     home = f"http://graph.test:{urlsplit(graph.url).port}/"
     redis_client.lpush("links:start_urls", home)
     settings = links_settings(LINKS_SITEMAPS=False, BAN_COOLDOWN=600, POLITENESS_RATE=10)
     result = crawl("links", settings=settings, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    log = graph.admin("graph")["log"]
-    asked = {entry["path"] for entry in log}
-    assert asked >= {"/", "/account", "/login", *(f"/p{n}" for n in range(8))}
-    # Measured at the site: every page asked for within seconds, none a cool-down later.
+    log: list[dict[str, Any]] = graph.admin("graph")["log"]
     assert max(entry["came"] for entry in log) - min(entry["came"] for entry in log) < 30
     assert "Ban (" not in result.stderr
-    assert redis_client.llen("{links}:dead") == 0
+    return log
 
 
 # What a whole-site crawl meets that the rules for the explore and profiles APIs took for bans:
@@ -195,17 +204,9 @@ def test_ordinary_pages_shaped_like_api_bans_do_not_stop_a_whole_site_crawl(
         **ORDINARY,
         **{f"/p{n}": {"links": list(ORDINARY)} for n in range(4)},
     }
-    graph.admin("graph", {"pages": pages})
-    home = f"http://graph.test:{urlsplit(graph.url).port}/"
-    redis_client.lpush("links:start_urls", home)
-    settings = links_settings(LINKS_SITEMAPS=False, BAN_COOLDOWN=600, POLITENESS_RATE=10)
-    result = crawl("links", settings=settings, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    log = graph.admin("graph")["log"]
+    log = _crawled_without_a_cooldown(crawl, redis_client, graph, pages)
     asked = Counter(entry["path"] for entry in log if entry["path"] != "/robots.txt")
     assert asked == dict.fromkeys(pages, 1), asked
-    assert max(entry["came"] for entry in log) - min(entry["came"] for entry in log) < 30
-    assert "Ban (" not in result.stderr
     assert not redis_client.hlen("{links}:bans")
     stored = {urlsplit(doc["url"]).path for doc in crawl.mongo.db.pages.find({}, {"url": 1})}
     assert stored == set(pages)

@@ -5,6 +5,7 @@ frontier's round trips, nothing lost at flush."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -90,6 +91,25 @@ def test_counts_kept_while_redis_is_away_arrive_with_the_next_flush(
     assert ledger.host("a.test") == {"pages": 3, "bytes": 30, "external_links": 0}
 
 
+@contextlib.contextmanager
+def _replies_lost(client: redis.Redis) -> Iterator[list[bool]]:
+    """While the block runs, setting the flag it gives loses the reply of the next pipeline
+    (Redis applied it; the worker hears a timeout)."""
+    real = type(client.pipeline()).execute
+    lose = [False]
+
+    def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        replies = real(pipe, *args, **kwargs)
+        if lose[0]:
+            lose[0] = False
+            raise RedisTimeoutError("the reply was lost")
+        return replies
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(client.pipeline()), "execute", execute)
+        yield lose
+
+
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -101,18 +121,7 @@ def test_a_batch_whose_reply_is_lost_is_counted_once_when_sent_again(
     (Redis applied it, the worker never heard): the batches go again with the next flush."""
     redis_client.flushdb()
     ledger = HostLedger(redis_client, "links", 60, flush_pages=3, flush_seconds=3600)
-    real = type(redis_client.pipeline()).execute
-    lose = [False]
-
-    def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
-        replies = real(pipe, *args, **kwargs)
-        if lose[0]:
-            lose[0] = False
-            raise RedisTimeoutError("the reply was lost")
-        return replies
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(type(redis_client.pipeline()), "execute", execute)
+    with _replies_lost(redis_client) as lose:
         for host, lost in pages:
             lose[0] = lose[0] or lost
             with contextlib.suppress(RedisTimeoutError):
@@ -165,18 +174,7 @@ def test_pages_and_errors_are_counted_once_whatever_becomes_of_the_round_trips(
     riders.carried = True
     ledger = HostLedger(redis_client, "links", 60, flush_pages=3, flush_seconds=3600, riders=riders)
     away = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
-    real = type(redis_client.pipeline()).execute
-    lose = [False]
-
-    def execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
-        replies = real(pipe, *args, **kwargs)
-        if lose[0]:
-            lose[0] = False
-            raise RedisTimeoutError("the reply was lost")
-        return replies
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(type(redis_client.pipeline()), "execute", execute)
+    with _replies_lost(redis_client) as lose:
         for step in steps:
             if step == "page":
                 with contextlib.suppress(RedisTimeoutError):

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pymongo
 import pytest
 import redis
 
+from crawler.storage.spill import read_line
 from sandbox.seed import build_dataset
 from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, Worker, poll
 
@@ -52,8 +54,6 @@ def _spilled(spill: Path, worker: Worker) -> set[str]:
 
 
 def _key(line: bytes) -> str:
-    from crawler.storage.spill import read_line
-
     return str(read_line(line)["filter"]["unique_id"])
 
 
@@ -76,16 +76,36 @@ def _settle(crawl: Crawl, client: redis.Redis, spill: Path) -> None:
     assert not any(client.exists(key) for key in LEASES)
 
 
-def test_items_are_spilled_as_they_come_once_mongodb_is_known_away(
-    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+def _through_an_outage(
+    crawl: Crawl,
+    sandbox: Sandbox,
+    tmp_path: Path,
+    own_mongo: Restartable,
+    during: Callable[[Worker, Path, int], None],
+    **more: object,
 ) -> None:
+    """A worker crawls; once 10 profiles are stored its MongoDB is killed, ``during`` waits
+    for what the test looks at (given the worker, its spill directory and the profiles stored
+    before the kill), the worker is told to go; then nothing is lost and, MongoDB back, every
+    profile is stored once."""
     client = _start(crawl, own_mongo)
     sandbox.admin("config", {"latency_ms": 150})
     spill = tmp_path / "spill"
-    with crawl.background("profiles", settings=_settings(spill), log=tmp_path / "w.log") as worker:
+    settings = {**_settings(spill), **more}
+    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
         poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
         before = _stored(crawl.mongo)
         own_mongo.kill()
+        during(worker, spill, before)
+        _told_to_go(worker, client)
+    _nothing_lost(crawl, own_mongo, spill, worker)
+    _settle(crawl, client, spill)
+
+
+def test_items_are_spilled_as_they_come_once_mongodb_is_known_away(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    def all_spilled(worker: Worker, spill: Path, before: int) -> None:
         # The rest of the crawl (some 110 pages at 150 ms each, two at a time: about 9 s) is
         # spilled as it is fetched, once one batch has found MongoDB away (about 7 s). Before,
         # every item waited in a batch of its own for its 7 s of attempts: 4 or 5 in this time.
@@ -95,45 +115,31 @@ def test_items_are_spilled_as_they_come_once_mongodb_is_known_away(
             "the items of the outage spilled",
             MONGO_PAUSE,
         )
-        _told_to_go(worker, client)
-    _nothing_lost(crawl, own_mongo, spill, worker)
-    _settle(crawl, client, spill)
+
+    _through_an_outage(crawl, sandbox, tmp_path, own_mongo, all_spilled)
 
 
 def test_a_worker_told_to_go_during_an_outage_spills_what_it_holds_and_exits(
     crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
 ) -> None:
-    client = _start(crawl, own_mongo)
-    sandbox.admin("config", {"latency_ms": 150})
-    spill = tmp_path / "spill"
-    with crawl.background("profiles", settings=_settings(spill), log=tmp_path / "w.log") as worker:
-        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
-        own_mongo.kill()
+    def first_spill(worker: Worker, spill: Path, before: int) -> None:
+        # Told to go next, with pages fetched whose items wait to be stored: they are spilled,
+        # not each held for its own timeouts and retries (6.75 s apiece) before it exits.
         poll(lambda: "MongoDB unavailable" in worker.log_text(), 30, "a spill")
-        # Told to go with pages fetched whose items wait to be stored: they are spilled, not
-        # each held for its own timeouts and retries (6.75 s apiece) before the worker exits.
-        _told_to_go(worker, client)
-    _nothing_lost(crawl, own_mongo, spill, worker)
-    _settle(crawl, client, spill)
+
+    _through_an_outage(crawl, sandbox, tmp_path, own_mongo, first_spill)
 
 
 def test_a_worker_told_to_go_while_a_batch_finds_mongodb_away_does_not_wait_out_its_retries(
     crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
 ) -> None:
-    client = _start(crawl, own_mongo)
-    sandbox.admin("config", {"latency_ms": 150})
-    spill = tmp_path / "spill"
-    # Six attempts of 2 s and 7.75 s of backoff: a batch would take some 20 s to be spilled.
-    settings = {**_settings(spill), "MONGO_RETRY_TIMES": 5}
-    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
-        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
-        own_mongo.kill()
+    def batch_still_tried(worker: Worker, spill: Path, before: int) -> None:
         served = sandbox.admin("stats")["total"]
         poll(lambda: sandbox.admin("stats")["total"] >= served + 4, 30, "pages after the kill")
         assert "MongoDB unavailable" not in worker.log_text()  # its batch is being tried
-        _told_to_go(worker, client)
-    _nothing_lost(crawl, own_mongo, spill, worker)
-    _settle(crawl, client, spill)
+
+    # Six attempts of 2 s and 7.75 s of backoff: a batch would take some 20 s to be spilled.
+    _through_an_outage(crawl, sandbox, tmp_path, own_mongo, batch_still_tried, MONGO_RETRY_TIMES=5)
 
 
 def _settings(spill: Path) -> dict[str, object]:
