@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pymongo
+import redis
 from scrapy.utils.reactor import is_reactor_installed
 
+from crawler.frontier.codec import expand
 from devtools.services import ServerProcess, ServiceError, free_port, start_mongo, start_redis
 from sandbox.client import SandboxClient
 from sandbox.hosts import HostsWeb, serve
@@ -228,6 +230,12 @@ def scrapy(
     """``python -m scrapy ARGS`` in ROOT, run to its end with its output captured (as text)."""
     environment = dict(os.environ) if env is None else env
     return forkserver.run([*forkserver.SCRAPY, *args], ROOT, environment, timeout)
+
+
+def dead_letters(client: redis.Redis, spider: str) -> dict[str, dict[str, Any]]:
+    """The spider's dead letters in Redis: each request's URL and its failure."""
+    letters = [json.loads(raw) for raw in client.lrange("{" + spider + "}:dead", 0, -1)]
+    return {expand(letter["request"])["url"]: letter["failure"] for letter in letters}
 
 
 def autoscaler_steps(log: Path) -> list[dict[str, Any]]:

@@ -21,12 +21,11 @@ from scrapy.http import HtmlResponse, TextResponse
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
-from crawler.frontier.codec import expand
 from crawler.meta import DUE_META
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.maps import MapsSpider
 from crawler.spiders.profiles import ProfilesSpider
-from tests.harness import Crawl
+from tests.harness import Crawl, dead_letters
 
 # path with query -> (content type, body); None answers 404.
 Answer = Callable[[str], tuple[str, bytes] | None]
@@ -265,11 +264,6 @@ def _stats(client: redis.Redis, spider: str) -> dict[str, str]:
     return {key.decode(): value.decode() for key, value in raw.items()}
 
 
-def _dead(client: redis.Redis, spider: str) -> dict[str, dict[str, Any]]:
-    letters = [json.loads(raw) for raw in client.lrange("{" + spider + "}:dead", 0, -1)]
-    return {expand(letter["request"])["url"]: letter["failure"] for letter in letters}
-
-
 def _frontier_empty(client: redis.Redis, spider: str) -> bool:
     keys = ("queue", "leases", "delayed")
     return not any(client.exists("{" + spider + "}:" + key) for key in keys)
@@ -295,7 +289,7 @@ def test_profiles_crawl_of_hostile_pages(
     for name in ("unique_id", "verified", "created_at", "follower_count", "heart_count"):
         assert stats[f"extract/bad_field/{name}"] == "1", name
     assert "ban/count" not in stats
-    dead = _dead(redis_client, "profiles")
+    dead = dead_letters(redis_client, "profiles")
     assert sorted(dead) == [f"{hostile.url}/@cut.user", f"{hostile.url}/@deep.user"]
     for failure in dead.values():
         assert failure["reason"] == "retries_exhausted:profile_malformed"
@@ -321,7 +315,7 @@ def test_explore_crawl_of_hostile_feeds(
     for name in ("id", "created_at", "digg_count"):
         assert stats[f"extract/bad_field/{name}"] == "1", name
     assert "ban/count" not in stats
-    dead = _dead(redis_client, "explore")
+    dead = dead_letters(redis_client, "explore")
     assert len(dead) == 2
     assert {failure["reason"] for failure in dead.values()} == {"retries_exhausted:feed_malformed"}
     fetched: Counter[str] = Counter()

@@ -16,10 +16,9 @@ import redis
 from playwright.async_api import async_playwright
 from scrapy.utils.project import get_project_settings
 
-from crawler.frontier.codec import expand
 from crawler.spiders.maps import Feed, _feed_state
 from sandbox.maps import BATCH_SIZE
-from tests.harness import Crawl, Sandbox
+from tests.harness import Crawl, Sandbox, dead_letters
 from tests.test_maps import _log_stats, needs_chromium
 
 pytestmark = needs_chromium
@@ -97,11 +96,6 @@ def test_the_end_of_a_list_and_a_search_that_found_nothing_are_told_from_a_stall
     ]
 
 
-def _dead(redis_client: redis.Redis) -> dict[str, dict[str, Any]]:
-    letters = [json.loads(raw) for raw in redis_client.lrange("{maps}:dead", 0, -1)]
-    return {expand(letter["request"])["url"]: letter["failure"] for letter in letters}
-
-
 @pytest.mark.integration
 def test_a_stalled_search_is_tried_again_until_its_list_ends(
     crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
@@ -118,7 +112,7 @@ def test_a_stalled_search_is_tried_again_until_its_list_ends(
     assert result.returncode == 0, result.stderr[-3000:]
     assert _stored(crawl) == set(searches[STALLED]) | set(searches[other])
     assert _searches_served(sandbox) == {STALLED: 3, EMPTY: 1, other: 1}
-    assert not _dead(redis_client)
+    assert not dead_letters(redis_client, "maps")
     stats = _log_stats(result.stderr)
     assert (stats["maps/feed/stalled"], stats["maps/feed/ended"]) == (2, 2)
     assert stats["maps/feed/no_results"] == 1
@@ -137,7 +131,7 @@ def test_a_search_that_always_stalls_is_a_dead_letter_with_what_it_found_stored(
     assert result.returncode == 0, result.stderr[-3000:]
     assert _stored(crawl) == set(searches[STALLED][:BATCH_SIZE])
     assert _searches_served(sandbox) == {STALLED: 2}
-    ((url, failure),) = _dead(redis_client).items()
+    ((url, failure),) = dead_letters(redis_client, "maps").items()
     assert unquote_plus(urlsplit(url).path) == f"/maps/search/{STALLED}"
     assert failure["reason"] == "retries_exhausted:maps_feed_stalled"
     assert f"stopped growing at {BATCH_SIZE} results" in failure["error"]

@@ -3,7 +3,6 @@ exact counts of statsV2 over the rounded stats."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 import pytest
@@ -13,11 +12,10 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
-from crawler.frontier.codec import expand
 from crawler.spiders.profiles import ProfilesSpider
 from sandbox import markup
 from sandbox.seed import build_dataset
-from tests.harness import Crawl, Sandbox
+from tests.harness import Crawl, Sandbox, dead_letters
 
 BASE = "http://127.0.0.1:9"
 
@@ -76,11 +74,6 @@ def _stats(client: redis.Redis) -> dict[str, str]:
     return {key.decode(): value.decode() for key, value in raw.items()}
 
 
-def _dead(client: redis.Redis) -> dict[str, dict[str, Any]]:
-    letters = [json.loads(raw) for raw in client.lrange("{profiles}:dead", 0, -1)]
-    return {expand(letter["request"])["url"]: letter["failure"] for letter in letters}
-
-
 @pytest.mark.integration
 def test_a_crawl_gives_up_an_unknown_status_for_its_user_alone(
     crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
@@ -101,7 +94,7 @@ def test_a_crawl_gives_up_an_unknown_status_for_its_user_alone(
 
     statuses = {doc["unique_id"]: doc["status"] for doc in crawl.mongo.db.profiles.find()}
     assert statuses == {ok.unique_id: "ok", "thechef319": "banned"}
-    dead = _dead(redis_client)
+    dead = dead_letters(redis_client, "profiles")
     assert list(dead) == [f"{sandbox.url}/@status.10201"]
     failure = dead[f"{sandbox.url}/@status.10201"]
     assert failure["reason"] == "retries_exhausted:profile_status_10201"
