@@ -67,9 +67,10 @@ class Redis(redis.Redis):
         return client
 
 
-def reply_text(value: bytes | str) -> str:
-    """A Redis reply as text (clients built with or without ``decode_responses``)."""
-    return value.decode() if isinstance(value, bytes) else value
+def reply_text(value: bytes | str, errors: str = "strict") -> str:
+    """A Redis reply as text (clients built with or without ``decode_responses``); ``errors``
+    as ``bytes.decode`` takes it ("replace" for text only shown)."""
+    return value.decode(errors=errors) if isinstance(value, bytes) else value
 
 
 def reply_hash(raw: Mapping[Any, Any] | list[Any]) -> dict[Any, Any]:

@@ -69,16 +69,16 @@ class Blame:
     def cooling(self, domain: str, site: str) -> float:
         """The end of the domain's cool-down (a ban's) or of its site's block (the breaker's,
         per host and port), the later; 0 when neither holds."""
-        until = self.fleet.cooling_until(domain)
-        return max(until, self.fleet.cooling_until(site)) if site != domain else until
+        return self._latest((domain, site))
 
     def identity_cooling(self, domain: str, site: str, name: str) -> float:
         """The end of the identity's cool-down on the domain (a ban's under ``rotate``), on the
         site or on every host (the breaker's blocks of an identity), the latest; 0 when none."""
-        until = max(
-            self.fleet.cooling_until(domain, name), self.fleet.cooling_until(EVERY_HOST, name)
-        )
-        return max(until, self.fleet.cooling_until(site, name)) if site != domain else until
+        return self._latest((domain, EVERY_HOST, site), name)
+
+    def _latest(self, hosts: tuple[str, ...], name: str | None = None) -> float:
+        """The latest end of a cool-down of ``hosts`` (each once), for identity ``name``."""
+        return max(self.fleet.cooling_until(host, name) for host in dict.fromkeys(hosts))
 
     def refuse_marked(self, request: Request, site: str) -> None:
         """A host marked unreachable (or its robots.txt unavailable): a dead letter."""

@@ -96,7 +96,7 @@ def waited_for(lifted: list[Cooldown]) -> Callable[[str, float], bool]:
     every identity cooled down there comes due."""
 
     def wanted(url: str, due: float) -> bool:
-        hosts = {EVERY_HOST, site_of_url(url), urlsplit(url).hostname}
+        hosts = {EVERY_HOST, *_host_and_site(url)}
         return any(
             cooldown.domain in hosts and cooldown.until <= due <= cooldown.until + SENT_BACK_JITTER
             for cooldown in lifted

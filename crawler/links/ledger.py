@@ -260,7 +260,8 @@ class HostLedger:
         due."""
         self._pending.hosts[host][f"errors:{kind}"] += 1
         if self.riders is not None and self.riders.carried:
-            self._ride()
+            if not self.riders.waiting(RIDER):  # one waiting carries every count boarded
+                self._ride()
         elif self.due():
             self.flush()
 

@@ -228,7 +228,9 @@ def _decode_stats(raw: Mapping[Any, Any]) -> dict[str, Any]:
 def _decode_worker(raw: Mapping[Any, Any]) -> dict[str, Any]:
     """A heartbeat hash as shown: its numbers read, those that are not finite numbers (written
     by another tool, damaged) left out as if absent, never an error."""
-    beat: dict[str, Any] = {_text(name): _text(value) for name, value in raw.items()}
+    beat: dict[str, Any] = {
+        reply_text(name, "replace"): reply_text(value, "replace") for name, value in raw.items()
+    }
     beat.pop("seq", None)
     for name in (*WORKER_NUMBERS, *WORKER_RATES):
         if name in beat:
@@ -247,11 +249,6 @@ def _port(text: str) -> int | None:
     if not (text.isascii() and text.isdigit() and len(text) <= 5):
         return None
     return int(text) if 0 < int(text) < 65536 else None
-
-
-def _text(value: bytes | str) -> str:
-    """A reply as text, bytes that are not UTF-8 replaced (a heartbeat's fields are shown)."""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _number(text: str) -> int | float | str:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from crawler.connection import reply_hash
+from crawler.connection import reply_hash, reply_text
 from crawler.keys import starts_key
 from crawler.observability.rates import format_duration
 
@@ -65,13 +65,11 @@ def read_starts(server: RedisClient, spider: str) -> Starts:
 
 def starts_from(raw: Mapping[Any, Any]) -> Starts:
     """A ``{spider}:fleet:starts`` hash read (see :func:`read_starts`)."""
-    fields = {_text(name): _text(value) for name, value in raw.items()}
+    fields = {
+        reply_text(name, "replace"): reply_text(value, "replace") for name, value in raw.items()
+    }
     failed, holds = _count(fields.get("failed")), _count(fields.get("holds"))
     return Starts(failed, holds, _time(fields.get("held_until")), _time(fields.get("since")))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _count(text: str | None) -> int:

@@ -17,6 +17,7 @@ from crawler.meta import HOLD_META, PACED_META, SENT_AT_META, SENT_BACK_META, SE
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.store import Revisit
 from crawler.storage.changes import content_hash
+from crawler.storage.destinations import field_of
 from crawler.storage.rules import InvalidFieldRules, rules_of
 
 if TYPE_CHECKING:
@@ -89,8 +90,7 @@ def unknown_fields(items: Sequence[Any]) -> tuple[str, ...]:
             kept = rules_of(item.__class__).kept
         except InvalidFieldRules:  # the item fails in the pipeline, with its reason
             continue
-        adapter = ItemAdapter(item)
-        unknown.update(name for name in kept if adapter.get(name) is None)
+        unknown.update(name for name in kept if field_of(item, name) is None)
     return tuple(sorted(unknown))
 
 
