@@ -181,15 +181,15 @@ class RecrawlMiddleware:
         buffered = self._revisits.take()
         if not buffered:
             return True
-        revisits, absences = _split(buffered)
+        pipe = self.store.server.pipeline(transaction=False)
+        self._queue_revisits(pipe, buffered)  # one round trip, as the riding path's
         try:
-            self.store.add(revisits)
-            ended = self.store.absent(absences, self.config.backoff)
+            replies = pipe.execute()
         except RedisError as exc:
             self._revisits.put_back(buffered)
             self._not_written(buffered, exc)
             return False
-        self._written(buffered, [ended])
+        self._written(buffered, replies)
         return True
 
     def _flush_unless_down(self) -> None:
