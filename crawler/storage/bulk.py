@@ -62,25 +62,26 @@ NEW_SHARE_FOR_INSERTS = 0.25
 class BulkWrites:
     """The writes of prepared batches to ``database`` (from one thread: MongoWriter's writer),
     tried again MONGO_RETRY_TIMES times on transient errors, spilled to ``spill`` when MongoDB
-    is unavailable. ``indexed``: the name of the unique index to hint for each (collection, key)
-    whose index was found or made so far ("" for a partial one); this adds those it makes."""
+    is unavailable (``stopping``: whether the crawl is told to go, when a write MongoDB is
+    unavailable for is spilled at once, not tried again)."""
 
     def __init__(
         self,
         database: Database[dict[str, Any]],
-        indexed: dict[tuple[str, str], str],
         stats: StatsCollector,
         retry_times: int,
         spill: SpillFile,
         known: Collection[Destination] = (),
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.database = database
         self.known = known  # destinations known before any item: a replay indexes them first
         self.stats = stats
         self.retry_times = retry_times
         self.spill = spill
-        self._indexed = indexed  # (collection, unique key): index name
-        self._none: set[tuple[str, str]] = set()  # those MongoDB would not index, said once
+        # (collection, unique key): the unique index to hint, found or made ("" for a partial
+        # one), or None when MongoDB would not make it (said once).
+        self._indexed: dict[tuple[str, str], str | None] = {}
         # Per collection: batches written, the share of changed documents in the last batch
         # written in the plain form first, and the share of new documents in the last batch.
         self._batch_counts: dict[str, int] = {}
@@ -89,9 +90,7 @@ class BulkWrites:
         # MongoDB found unavailable by a batch, and not found back since (``probe.py``): the
         # batches go to the spill file without waiting out their own timeouts and retries.
         self.away = False
-        # Whether the crawl is told to go: a write MongoDB is unavailable for is not tried again
-        # (its batch is spilled), so a worker told to go in an outage exits without waiting.
-        self.stopping: Callable[[], bool] = lambda: False
+        self.stopping = stopping
 
     def write_or_spill(
         self,
@@ -130,7 +129,7 @@ class BulkWrites:
         twice already, another index of that name) is said once in a WARNING: the collection is
         written without it, in the update-pipeline form. ``_id`` has its own."""
         collection, key = destination.collection, destination.unique_key
-        if key == "_id" or (collection, key) in self._indexed or (collection, key) in self._none:
+        if key == "_id" or (collection, key) in self._indexed:
             return
         try:
             existing = self.database[collection].index_information().items()
@@ -145,7 +144,7 @@ class BulkWrites:
             self.away = True
             return
         except PyMongoError as exc:
-            self._none.add((collection, key))
+            self._indexed[collection, key] = None
             logger.warning(
                 "MongoDB would not make a unique index on %s.%s (%s): its items are upserted "
                 "on %s without one (the update-pipeline form; two workers storing a new key at "

@@ -189,9 +189,13 @@ class MongoWriter:
         # Where spilled records may go, so a replay makes a collection's unique index first.
         known = [*self.destinations.indexed(), Destination(self.spider_name, DEFAULT_KEY, True)]
         self.bulk = BulkWrites(
-            database, {}, self.stats, self.config.retry_times, self.spill, known=known
+            database,
+            self.stats,
+            self.config.retry_times,
+            self.spill,
+            known=known,
+            stopping=self.stopping,
         )
-        self.bulk.stopping = self.stopping
         self.replay = replay = SpillReplay(self.bulk)
         assert self.client is not None
         self.probe = OutageProbe(self.client, self.bulk)
