@@ -81,9 +81,7 @@ def failed(state: dict[str, Any], failure: dict[str, Any]) -> DomainItem:
     if answer:
         return _redirect_failed(state, answer)
     errors: dict[str, str] = state["errors"]
-    kinds = {scheme: error.split(":", 1)[0] for scheme, error in errors.items()}
-    chosen = most_informative(list(kinds.values()))
-    scheme = next(scheme for scheme, kind in kinds.items() if kind == chosen)
+    scheme, chosen = _furthest(errors)
     item = _document(state, failure_outcome(chosen))
     item.error = errors[scheme].split(": ", 1)[-1]
     item.response_time = state.get("elapsed", {}).get(scheme, failure.get("elapsed"))
@@ -102,12 +100,16 @@ def _redirect_failed(state: dict[str, Any], answer: dict[str, Any]) -> DomainIte
     item.server = answer["server"]
     item.address = answer["address"]
     target = urlsplit(answer["location"]).scheme
-    kinds = [error.split(":", 1)[0] for error in errors.values()]
-    furthest = most_informative(kinds)
-    item.redirect_error = errors.get(target) or next(
-        error for error in errors.values() if error.startswith(f"{furthest}:")
-    )
+    item.redirect_error = errors.get(target) or errors[_furthest(errors)[0]]
     return item
+
+
+def _furthest(errors: dict[str, str]) -> tuple[str, str]:
+    """The scheme whose failure got furthest (the first such, in the order they came), and its
+    kind."""
+    kinds = {scheme: error.split(":", 1)[0] for scheme, error in errors.items()}
+    chosen = most_informative(list(kinds.values()))
+    return next(scheme for scheme, kind in kinds.items() if kind == chosen), chosen
 
 
 def _document(state: dict[str, Any], outcome: Outcome) -> DomainItem:
