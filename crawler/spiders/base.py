@@ -18,9 +18,9 @@ from scrapy import Request, Spider, signals
 from crawler.config import setting, validate_base_url
 from crawler.config.rules import SettingsError
 from crawler.extractors import jsondata
-from crawler.frontier.jobs import InvalidJob, check_job_id
 from crawler.meta import SEED_META
 from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
+from crawler.spiders.entry_job import job_argument
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
 from crawler.spiders.feed import StartEntries, StartFeed
@@ -170,11 +170,7 @@ def check_spider_arguments(spidercls: type[Spider], given: Mapping[str, Any]) ->
             f"spider {spidercls.name!r} takes no argument {', '.join(unknown)} "
             f"(-a NAME=VALUE); its arguments: {', '.join(takes) or 'none'}"
         )
-    if "job" in given:
-        try:
-            check_job_id(given["job"])
-        except InvalidJob as exc:
-            raise SettingsError(f"-a job: {exc}") from None
+    job_argument(given.get("job"))
 
 
 class RedisFedSpider(Spider):

@@ -23,7 +23,11 @@ KEY = "job"
 def spider_job(spider: Any) -> str | None:
     """The job given as the spider argument ``job``; SettingsError if it is not a job id
     (the spider's arguments are checked as it is made: crawler/spiders/base.py)."""
-    value = getattr(spider, KEY, None)
+    return job_argument(getattr(spider, KEY, None))
+
+
+def job_argument(value: Any) -> str | None:
+    """``-a job=VALUE`` as a job id (None when not given); SettingsError if it is none."""
     if value is None:
         return None
     try:
