@@ -475,6 +475,9 @@ def _redis_db(url: str, database: int) -> str:
         # ValueError's traceback from the maps spider's __init__.
         pytest.param("category-alone", 2, ["-a category alone: give both -a category="]),
         pytest.param("bad-postal-codes", 2, ["-a postal_codes: expected codes such as 00501"]),
+        # ValueError and FileNotFoundError tracebacks from Scrapy's logging set-up, exit 1.
+        pytest.param("bad-log-level", 2, ["LOG_LEVEL = BOGUS: must be one of CRITICAL, "]),
+        pytest.param("log-file-nowhere", 2, ["LOG_FILE = /dev/null/x.log: must be a file "]),
         # Servers that do not answer: not a usage error (they may answer later), exit 1, one line.
         pytest.param("redis-not-listening", 1, ["Redis at redis://127.0.0.1:", "unreachable"]),
         pytest.param("mongo-not-listening", 1, ["MongoDB at mongodb://u:***@127.0.0.1:"]),
@@ -495,6 +498,10 @@ def test_a_bad_start_is_one_line_and_takes_nothing(
             settings["REDIS_PARAMS"] = '{"socket_timeout": -1}'
         elif case == "string-redis-timeout":
             settings["REDIS_PARAMS"] = '{"socket_connect_timeout": "5"}'
+        elif case == "bad-log-level":
+            settings["LOG_LEVEL"] = "BOGUS"
+        elif case == "log-file-nowhere":
+            settings["LOG_FILE"] = "/dev/null/x.log"
         elif case == "bad-job":
             args = ["-a", "users=x", "-a", "job=bad!job"]
         elif case == "category-alone":

@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
+from scrapy.utils.log import configure_logging
 
 from crawler.addons import keep_project_addon
 from crawler.bans.policy import EXIT_BANNED
 from crawler.bans.ratelimit import EXIT_RATE_LIMITED, RATE_LIMITED
+from crawler.config import setting
 from crawler.config.rules import EXIT_BAD_SETTING, SettingsError
+from crawler.config.table import BEFORE_THE_CRAWLER
 from crawler.connection import RedisUnavailable
 from crawler.pipelines import EXIT_ITEMS_NOT_STORED, ITEMS_NOT_STORED, MongoUnavailable
 from crawler.preflight import check_frontier_server, check_settings, check_storage_server
@@ -45,6 +48,19 @@ FAILED_REASONS = {
 
 
 class Command(ScrapyCrawlCommand):
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        """The ``-s`` settings applied, those Scrapy's logging set-up reads are checked before
+        it runs: one ERROR line (in Scrapy's own log format) and exit status 2 for a bad one."""
+        super().process_options(args, opts)
+        assert self.settings is not None
+        try:
+            for name in BEFORE_THE_CRAWLER:
+                setting(self.settings, name)
+        except SettingsError as exc:
+            configure_logging({"LOG_LEVEL": "ERROR"})
+            self._refuse(exc)
+            raise SystemExit(self.exitcode) from None
+
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
             raise UsageError("give exactly one spider name")

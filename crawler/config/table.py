@@ -201,6 +201,19 @@ def log_level(value: Any) -> Any:
     return value
 
 
+def log_file(value: Any) -> Path:
+    """A file this process can write, or make in a directory it can write in."""
+    path = Path(as_text(value))
+    if path.is_dir() or not str(value).strip():
+        raise ValueError(value)
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ValueError(value)
+        return path
+    directory(str(path.parent))
+    return path
+
+
 def components(value: Any) -> dict[Any, Any]:
     """A component priority dict: import paths (or classes) to an order number or None."""
     parsed = as_dict(value)
@@ -253,6 +266,7 @@ RULES: dict[str, Rule] = {
     "FEED_URI_PARAMS": Rule("an importable function (package.module.name)", load_object, True),
     "ROBOTSTXT_OBEY": flag(),
     "LOG_LEVEL": Rule(f"one of {', '.join(LOG_LEVELS)}", log_level),
+    "LOG_FILE": Rule("a file path this process can write", log_file, True),
     "TELNETCONSOLE_ENABLED": flag(),
     "REMOTE_CONTROL_ENABLED": flag(),
     "CONCURRENT_REQUESTS": integer(1),
@@ -466,6 +480,11 @@ ON_THE_WORKER = frozenset(
         *("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "ADDONS", "EXTENSIONS"),
         *("EXTENSIONS_BASE", "ITEM_PIPELINES", "DOWNLOAD_HANDLERS", "SCHEDULER", "BAN_RULES"),
         *("MONGO_SPILL_DIR", "METRICS_HOST", "PLAYWRIGHT_PROCESS_REQUEST_HEADERS"),
-        "FEED_URI_PARAMS",
+        *("FEED_URI_PARAMS", "LOG_FILE"),
     }
 )
+
+# Settings Scrapy reads as it makes the crawler process, before any crawler: ``scrapy crawl``
+# checks them first (crawler/commands/crawl.py), as Scrapy's logging set-up would fail on them
+# with a traceback.
+BEFORE_THE_CRAWLER = ("LOG_LEVEL", "LOG_FILE")
