@@ -22,6 +22,7 @@ from scrapy_redis.connection import SETTINGS_PARAMS_MAP, from_settings
 
 from crawler import settings as project_settings
 from crawler.config import setting
+from crawler.config.rules import SettingsError, hidden, problem
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -179,8 +180,7 @@ def redis_from_settings(settings: BaseSettings) -> RedisClient:
     setting(settings, "REDIS_URL")
     params = redis_params(settings)
     if not setting(settings, "REDIS_CLUSTER"):
-        client: redis.Redis = from_settings(_with_params(settings, params))
-        return client
+        return _client_of(settings, params)
     configured = params.get("redis_cls")
     if isinstance(configured, str):
         configured = load_object(configured)
@@ -193,6 +193,21 @@ def redis_from_settings(settings: BaseSettings) -> RedisClient:
         url = mask_uri(str(settings.get("REDIS_URL") or ""))
         raise RedisUnavailable(f"Redis Cluster at {url} is unreachable: {exc}") from exc
     return cluster
+
+
+def _client_of(settings: BaseSettings, params: dict[str, Any]) -> redis.Redis:
+    """The client of one server, with a connection of it made (none is opened): an argument
+    redis-py does not take, or one it refuses, is a SettingsError naming REDIS_PARAMS here,
+    not a traceback at the crawl's first command."""
+    try:
+        client: redis.Redis = from_settings(_with_params(settings, params))
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+    except (TypeError, ValueError) as exc:
+        allowed = "arguments redis-py's client takes (TLS: a rediss:// REDIS_URL; it says: "
+        allowed += f"{exc})"
+        raise SettingsError(problem("REDIS_PARAMS", params, allowed, hidden)) from None
+    return client
 
 
 def redis_params(settings: BaseSettings) -> dict[str, Any]:

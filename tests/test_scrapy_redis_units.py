@@ -232,12 +232,21 @@ def test_redis_params_that_agree_pass() -> None:
 def test_a_runs_redis_params_are_laid_over_the_projects(params: Any, timeout: int) -> None:
     """A run that gives REDIS_PARAMS of its own (a CA file, a password) keeps the client that
     reconnects with backoff and the short timeouts, unless it names them."""
-    client = redis_from_settings(project_settings(REDIS_PARAMS=params))
+    settings = project_settings(REDIS_URL="rediss://127.0.0.1:6380/0", REDIS_PARAMS=params)
+    client = redis_from_settings(settings)
     assert isinstance(client, ReconnectingRedis)
     arguments = client.connection_pool.connection_kwargs
     assert arguments["socket_timeout"] == timeout
     assert arguments["socket_connect_timeout"] == 2
     assert arguments["ssl_ca_certs"] == "/etc/ssl/redis-ca.pem"
+
+
+def test_a_ca_file_without_tls_is_refused_before_any_command() -> None:
+    """redis-py takes ``ssl_ca_certs`` only for a rediss:// URL: with redis:// it failed the
+    crawl's first command with a TypeError."""
+    settings = project_settings(REDIS_PARAMS={"ssl_ca_certs": "/etc/ssl/redis-ca.pem"})
+    with pytest.raises(SettingsError, match=r"REDIS_PARAMS = .*rediss://.*'ssl_ca_certs'"):
+        redis_from_settings(settings)
 
 
 def test_scrapy_redis_default_filter_passes_under_either_name() -> None:

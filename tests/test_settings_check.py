@@ -470,6 +470,9 @@ def _redis_db(url: str, database: int) -> str:
         # ValueError from socket.settimeout() at the first command.
         pytest.param("negative-redis-timeout", 2, ["REDIS_PARAMS = ", "socket_timeout"]),
         pytest.param("string-redis-timeout", 2, ["REDIS_PARAMS = ", "socket_connect_timeout"]),
+        # TypeErrors at the first command: a string added to the clock, an unknown argument.
+        pytest.param("string-health-check", 2, ["REDIS_PARAMS = ", "health_check_interval"]),
+        pytest.param("unknown-redis-param", 2, ["REDIS_PARAMS = ", "keyword argument 'ssl'"]),
         # "Crawl failed" and a UsageError's traceback, exit 1.
         pytest.param("bad-job", 2, ["-a job: a job id is 1-64", "not 'bad!job'"]),
         # ValueError's traceback from the maps spider's __init__.
@@ -498,6 +501,10 @@ def test_a_bad_start_is_one_line_and_takes_nothing(
             settings["REDIS_PARAMS"] = '{"socket_timeout": -1}'
         elif case == "string-redis-timeout":
             settings["REDIS_PARAMS"] = '{"socket_connect_timeout": "5"}'
+        elif case == "string-health-check":
+            settings["REDIS_PARAMS"] = '{"health_check_interval": "30"}'
+        elif case == "unknown-redis-param":
+            settings["REDIS_PARAMS"] = '{"ssl": true, "password": "s3cret"}'
         elif case == "bad-log-level":
             settings["LOG_LEVEL"] = "BOGUS"
         elif case == "log-file-nowhere":

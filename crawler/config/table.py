@@ -175,6 +175,8 @@ def directory(value: Any) -> Path:
 # The REDIS_PARAMS redis-py hands to socket.settimeout() as it connects (a number <= 0, or one
 # that is no number, failed the crawl's first command with a traceback).
 REDIS_TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
+# Seconds redis-py adds to the clock before each command (a string failed it with a traceback).
+HEALTH_CHECK = "health_check_interval"
 
 
 def redis_params(value: Any) -> dict[Any, Any]:
@@ -190,6 +192,9 @@ def redis_params(value: Any) -> dict[Any, Any]:
                 probe.settimeout(timeout)
             except OverflowError:
                 raise ValueError(name) from None
+    interval = params.get(HEALTH_CHECK, 0)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval < 0:
+        raise ValueError(HEALTH_CHECK)
     return params
 
 
@@ -322,7 +327,8 @@ RULES: dict[str, Rule] = {
     "REDIS_CLUSTER": flag(optional=True),  # not set (settings built by hand): no cluster
     "REDIS_PARAMS": Rule(
         "a dict (or JSON object) of redis-py client arguments (its timeouts, "
-        f"{' and '.join(REDIS_TIMEOUTS)}: a number of seconds > 0, or null)",
+        f"{' and '.join(REDIS_TIMEOUTS)}: a number of seconds > 0, or null; {HEALTH_CHECK}: "
+        "a number of seconds >= 0)",
         redis_params,
         show=hidden,
     ),
