@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import async_playwright
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadConnectionRefusedError,
@@ -28,7 +29,7 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
 )
 
-from crawler.bans.breaker import UNREACHABLE, mark_scope
+from crawler.bans.breaker import UNREACHABLE, UnheardTunnelError, mark_scope
 from crawler.browser.failures import HOST_FAILURES, navigation_failure
 from crawler.frontier.codec import expand
 from crawler.keys import bans_key, breaker_key
@@ -202,6 +203,16 @@ def test_a_browser_error_is_a_host_s_failure_only_when_chromium_names_one(
         assert f"Page.goto: net::{code} at http://a.example/" in str(failure)
     else:
         assert failure is named
+
+
+def test_a_proxy_s_refused_tunnel_is_scrapy_s_tunnel_error_its_answer_unheard() -> None:
+    """Chromium's words for a proxy answering CONNECT with anything but 200 or 407 (seen from a
+    real Chromium in test_browser_proxies.py), as Scrapy's TunnelError of a plain download."""
+    error = PlaywrightError("Page.goto: net::ERR_TUNNEL_CONNECTION_FAILED at https://a.example/")
+    failure = navigation_failure(error)
+    assert isinstance(failure, TunnelError)
+    assert isinstance(failure, UnheardTunnelError)
+    assert str(failure) == "Page.goto: net::ERR_TUNNEL_CONNECTION_FAILED at https://a.example/"
 
 
 # --- a page too large -----------------------------------------------------------------------
