@@ -1,13 +1,15 @@
 """The maps spider's browser (crawler/browser/) in a real headless Chromium: a host it cannot
-reach steps the fleet's circuit breaker as a plain download's failure does, counted at the
-host's server and in Redis; a page whose body passes DOWNLOAD_MAXSIZE is closed and dead-lettered
-while the rest of the crawl goes on."""
+reach (refused, dropped, or answering an https URL without TLS) steps the fleet's circuit
+breaker as a plain download's failure does, counted at the host's server and in Redis; a page
+whose body passes DOWNLOAD_MAXSIZE is closed and dead-lettered while the rest of the crawl goes
+on."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -19,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import async_playwright
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import (
     CannotResolveHostError,
     DownloadConnectionRefusedError,
@@ -26,7 +29,7 @@ from scrapy.exceptions import (
     DownloadTimeoutError,
 )
 
-from crawler.bans.breaker import UNREACHABLE, mark_scope
+from crawler.bans.breaker import UNREACHABLE, UnheardTunnelError, mark_scope
 from crawler.browser.failures import HOST_FAILURES, navigation_failure
 from crawler.frontier.codec import expand
 from crawler.keys import bans_key, breaker_key
@@ -52,12 +55,42 @@ def _dead(client: redis.Redis, spider: str) -> list[dict[str, Any]]:
 
 
 @contextmanager
+def plain_http_server() -> Iterator[tuple[int, list[tuple[float, str]]]]:
+    """A loopback port answering plain HTTP (400) to whatever a connection first sends: its
+    port, and the arrivals so far (the time and first bytes of each connection)."""
+    arrivals: list[tuple[float, str]] = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+
+        def answer() -> None:
+            while True:
+                try:
+                    connection, _ = server.accept()
+                except OSError:
+                    return  # closed
+                with connection:
+                    first = connection.recv(4096)
+                    arrivals.append((time.monotonic(), first[:1].hex()))
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        yield server.getsockname()[1], arrivals
+        server.shutdown(socket.SHUT_RDWR)
+
+
+@contextmanager
 def unreachable(kind: str) -> Iterator[tuple[str, list[tuple[float, str]]]]:
-    """A site that drops every connection without an answer (its arrivals counted at its server)
-    or a port that refuses them: its base URL, and the arrivals so far."""
+    """A site that drops every connection without an answer (its arrivals counted at its server),
+    a port that refuses them, or an https site answering plain HTTP to the TLS handshake (each
+    arrival its first byte): its base URL, and the arrivals so far."""
     if kind == "refused":
         with closed_port() as port:
             yield f"http://127.0.0.1:{port}", []
+        return
+    if kind == "no TLS":
+        with plain_http_server() as (port, arrivals):
+            yield f"https://127.0.0.1:{port}", arrivals
         return
     with served_hosts(1, 1) as web:
         address = host_address(0)
@@ -74,7 +107,7 @@ def _navigations(arrivals: list[tuple[float, str]]) -> int:
 
 @pytest.mark.integration
 @needs_chromium
-@pytest.mark.parametrize("kind", ["dropped", "refused"])
+@pytest.mark.parametrize("kind", ["dropped", "refused", "no TLS"])
 def test_a_host_the_browser_cannot_reach_is_blocked_then_marked_unreachable(
     crawl: Crawl, redis_client: redis.Redis, kind: str
 ) -> None:
@@ -88,7 +121,13 @@ def test_a_host_the_browser_cannot_reach_is_blocked_then_marked_unreachable(
         assert result.returncode == 0, result.stderr[-3000:]
         if kind == "dropped":
             assert _navigations(arrivals) == QUICK_BREAKER["HOST_MAX_EXCEPTIONS"], arrivals
-    site = base.removeprefix("http://")
+        if kind == "no TLS":
+            # Each a TLS handshake (a record starting 0x16) answered in HTTP; Chromium opens
+            # several connections per navigation, a few ms to 0.15 s apart, so its navigations
+            # are counted by the breaker's steps below.
+            assert len(arrivals) >= QUICK_BREAKER["HOST_MAX_EXCEPTIONS"], arrivals
+            assert {first for _, first in arrivals} == {"16"}, arrivals
+    site = base.split("://", 1)[1]
     (letter,) = _dead(redis_client, "maps")
     assert letter["failure"]["reason"] == UNREACHABLE
     assert letter["request"]["url"].startswith(base + "/maps/search/")
@@ -130,11 +169,13 @@ def test_what_a_failed_navigation_is_in_scrapy_s_words() -> None:
         silent = stack.enter_context(socket.socket())
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)  # accepts, never answers
+        plain, _ = stack.enter_context(plain_http_server())
         urls = {
             "refused": f"http://127.0.0.1:{refused}/",
             "dropped": f"http://{host_address(0)}:{web.port}/",
             "silent": f"http://127.0.0.1:{silent.getsockname()[1]}/",
             "no address": "http://no-such-host.invalid/",
+            "no TLS": f"https://127.0.0.1:{plain}/",
         }
         found = asyncio.run(_navigation_errors(urls, timeout_ms=1000))
     kinds = {name: type(error) for name, error in found.items()}
@@ -143,8 +184,10 @@ def test_what_a_failed_navigation_is_in_scrapy_s_words() -> None:
         "dropped": DownloadFailedError,
         "silent": DownloadTimeoutError,
         "no address": CannotResolveHostError,
+        "no TLS": DownloadFailedError,  # as Scrapy's OpenSSL "wrong version number"
     }
     assert "net::ERR_CONNECTION_REFUSED at http://127.0.0.1:" in str(found["refused"])
+    assert "net::ERR_SSL_PROTOCOL_ERROR at https://127.0.0.1:" in str(found["no TLS"])
 
 
 @given(st.text(max_size=200), st.sampled_from([*HOST_FAILURES, "ERR_ABORTED", "ERR_CERT_DATE"]))
@@ -160,6 +203,16 @@ def test_a_browser_error_is_a_host_s_failure_only_when_chromium_names_one(
         assert f"Page.goto: net::{code} at http://a.example/" in str(failure)
     else:
         assert failure is named
+
+
+def test_a_proxy_s_refused_tunnel_is_scrapy_s_tunnel_error_its_answer_unheard() -> None:
+    """Chromium's words for a proxy answering CONNECT with anything but 200 or 407 (seen from a
+    real Chromium in test_browser_proxies.py), as Scrapy's TunnelError of a plain download."""
+    error = PlaywrightError("Page.goto: net::ERR_TUNNEL_CONNECTION_FAILED at https://a.example/")
+    failure = navigation_failure(error)
+    assert isinstance(failure, TunnelError)
+    assert isinstance(failure, UnheardTunnelError)
+    assert str(failure) == "Page.goto: net::ERR_TUNNEL_CONNECTION_FAILED at https://a.example/"
 
 
 # --- a page too large -----------------------------------------------------------------------

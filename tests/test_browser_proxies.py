@@ -1,7 +1,8 @@
 """The maps spider's browser sends each request as the identity the ban middleware gave it
 (crawler/browser/proxies.py): through its PROXY_POOL proxy, counted at the sandbox by the
 address each proxy forwards from; a ban through one proxy blocks that proxy, not another, in
-Redis's breaker state. BIND_ADDRESSES, which Chromium cannot honour, is refused at start."""
+Redis's breaker state, and so does a proxy refusing the tunnel to an https host. BIND_ADDRESSES,
+which Chromium cannot honour, is refused at start."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import base64
 import http.client
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -20,10 +22,10 @@ import pytest
 import redis
 from scrapy import Request
 
-from crawler.bans.breaker import breaker_states
+from crawler.bans.breaker import UNREACHABLE, breaker_states
 from crawler.browser.proxies import proxied_context, without_proxy_authorization
 from devtools.services import free_port
-from tests.harness import Crawl, Sandbox
+from tests.harness import Crawl, Sandbox, closed_port
 from tests.test_maps import PLACES, needs_chromium
 
 USER, PASSWORD = "pool.user", "s3cret:pw"
@@ -189,6 +191,79 @@ def test_a_ban_through_one_proxy_blocks_that_proxy_and_the_other_fetches(
     assert set(_clients(sandbox)) == {"127.0.0.3"}
     stored = {doc["place_id"] for doc in crawl.mongo.db.places.find({}, {"place_id": 1})}
     assert stored == {place.place_id for place in PLACES.search(query)}
+
+
+class RefusingProxy:
+    """A proxy on loopback answering every CONNECT with 403 (or ``status``), as a proxy that
+    will not tunnel to a host does; the request lines it took are kept."""
+
+    def __init__(self, status: bytes = b"403 Forbidden") -> None:
+        self.lines: list[str] = []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        answer = b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\n\r\n"
+        threading.Thread(target=self._serve, args=(answer,), daemon=True).start()
+
+    def _serve(self, answer: bytes) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            with connection:
+                head = b""
+                while b"\r\n\r\n" not in head and (chunk := connection.recv(4096)):
+                    head += chunk
+                self.lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                connection.sendall(answer)
+
+    @property
+    def identity(self) -> str:
+        return f"proxy:127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_a_proxy_refusing_the_tunnel_is_blocked_on_the_host_as_a_download_through_it(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """Two proxies that answer the browser's CONNECT to an https host with 403: each refusal
+    (Chromium's ERR_TUNNEL_CONNECTION_FAILED, which hides the proxy's status) is Scrapy's
+    TunnelError, blocking that proxy on the host in Redis, not on every host (a 5xx would say
+    the host is at fault, and Chromium does not say which it was); once both cool down there,
+    the host is blamed until it is marked unreachable, and the search is a dead letter."""
+    pool = [RefusingProxy(), RefusingProxy()]
+    try:
+        with closed_port() as port:
+            site = f"127.0.0.1:{port}"
+            redis_client.lpush("maps:start_urls", "shop near 00501")
+            settings = {
+                "MAPS_BASE_URL": f"https://{site}",
+                "PROXY_POOL": ",".join(f"http://127.0.0.1:{proxy.port}" for proxy in pool),
+                "HOST_BLOCK_START": 0.2,
+                "HOST_MAX_EXCEPTIONS": 2,
+                "RETRY_TIMES": 10,
+                "RETRY_BACKOFF_MAX": 0.3,
+            }
+            result = crawl("maps", settings=settings, timeout=120)
+    finally:
+        for proxy in pool:
+            proxy.stop()
+    assert result.returncode == 0, result.stderr[-3000:]
+    for proxy in pool:
+        assert proxy.lines, "no CONNECT reached a proxy"
+        assert set(proxy.lines) == {f"CONNECT {site} HTTP/1.1"}, proxy.lines
+    blocked = {state.host for state in breaker_states(redis_client, "maps")}
+    assert {f"{site}|{proxy.identity}" for proxy in pool} <= blocked, blocked
+    assert not any(host.startswith("*|") for host in blocked), blocked
+    (letter,) = [json.loads(raw) for raw in redis_client.lrange("{maps}:dead", 0, -1)]
+    assert letter["failure"]["reason"] == UNREACHABLE
+    assert "TunnelError" in letter["failure"]["error"]
+    assert "net::ERR_TUNNEL_CONNECTION_FAILED" in letter["failure"]["error"]
 
 
 def test_bind_addresses_are_refused_for_a_browser_crawl(crawl: Crawl) -> None:

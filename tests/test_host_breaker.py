@@ -20,6 +20,7 @@ import pytest
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from playwright.async_api import Error as PlaywrightError
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import (
     CannotResolveHostError,
@@ -46,6 +47,7 @@ from crawler.bans.breaker import (
 )
 from crawler.bans.identities import Identity, IdentityPool
 from crawler.bans.policy import retry_after
+from crawler.browser.failures import navigation_failure
 from crawler.config.rules import SettingsError
 from crawler.keys import bans_key, breaker_failures_key, breaker_key
 from sandbox.hosts import HostsWeb, host_address
@@ -500,6 +502,15 @@ def test_a_host_failing_through_every_identity_is_still_marked_unreachable(
             False,
         ),  # it could not reach the host
         (TunnelError("Could not open CONNECT tunnel with proxy p:8080 [b'garbage']"), True, True),
+        (  # the browser's: a 403 or a 502 alike
+            navigation_failure(
+                PlaywrightError(
+                    "Page.goto: net::ERR_TUNNEL_CONNECTION_FAILED at https://a.example/"
+                )
+            ),
+            True,
+            False,
+        ),
     ],
 )
 def test_which_connection_failures_are_the_identity_s_own(

@@ -89,6 +89,12 @@ ATTRIBUTE = "_crawler_host_breaker"
 BREAKER = read_script("breaker", "crawler.bans")
 
 
+class UnheardTunnelError(TunnelError):
+    """A proxy refused the tunnel with an answer its client kept to itself: Chromium's
+    ``net::ERR_TUNNEL_CONNECTION_FAILED`` (crawler/browser/failures.py) is the same for a 403
+    and for a 502, lest a proxy pass its page off as the host's (crbug.com/137891)."""
+
+
 class HostMarked(IgnoreRequest):
     """A request of a host marked unreachable (or whose robots.txt is unavailable), dead-lettered
     with the mark as its reason."""
@@ -102,10 +108,11 @@ def identity_at_fault(exception: BaseException, proxied: bool) -> bool:
     """Whether a connection failure is the identity's own, whatever the host: a bind address the
     machine cannot bind, or, through a proxy (``proxied``), the proxy refusing the connection,
     unknown or unreachable (not a timeout: the host may be slow), or refusing the tunnel (not
-    with a 5xx, which says the proxy could not reach the host)."""
+    with a 5xx, which says the proxy could not reach the host; an unheard answer may have been
+    one: :class:`UnheardTunnelError`)."""
     if isinstance(exception, net.ConnectBindError):
         return True
-    if not proxied:
+    if not proxied or isinstance(exception, UnheardTunnelError):
         return False
     if isinstance(exception, TunnelError):
         status = re.search(r"'status': (\d+)", str(exception))

@@ -4,12 +4,18 @@ raises for the same failure (its ``wrap_twisted_exceptions``), so retries, the c
 treat any download that could not reach its host.
 
 Only failures of the host are translated: Chromium's network errors for a host that refused,
-reset or dropped the connection, gave no answer, cut it short or has no address, and a
-navigation that timed out; and a proxy that could not be reached at all, which is its
-identity's own failure, as a plain download's refused proxy is (crawler/bans/breaker.py
-``identity_at_fault``). A page that crashed, a certificate the browser refused, a proxy that
-refused the tunnel (Chromium does not say whether the proxy or the host was at fault) or the
-browser closing stay Playwright's errors: the host answered, or may not be the one at fault.
+reset or dropped the connection, gave no answer, cut it short, has no address or answered an
+https URL with no TLS (``ERR_SSL_PROTOCOL_ERROR``: Scrapy's ``DownloadFailedError`` of an
+OpenSSL error), and a navigation that timed out; a proxy that could not be reached at all,
+which is its identity's own failure, as a plain download's refused proxy is
+(crawler/bans/breaker.py ``identity_at_fault``); and a proxy that refused the tunnel to an
+https host (``ERR_TUNNEL_CONNECTION_FAILED``), Scrapy's ``TunnelError``. Chromium keeps the
+proxy's answer to itself, so whether it was the proxy's refusal (a 403: blocked on every
+host) or the host's failure (a 5xx: the proxy could not reach it) is unknown: it is an
+:class:`~crawler.bans.breaker.UnheardTunnelError`, which blocks the proxy on that host only, as
+a plain download's 5xx refusal does. A page that crashed, a certificate the browser refused
+or the browser closing stay Playwright's errors: the host answered, or may not be the one at
+fault.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from scrapy.exceptions import (
     ResponseDataLossError,
 )
 from twisted.internet.error import ConnectError
+
+from crawler.bans.breaker import UnheardTunnelError
 
 # Chromium's name of a network error in a Playwright error's message ("net::ERR_...").
 NET_ERROR = re.compile(r"\bnet::(ERR_[A-Z0-9_]+)")
@@ -45,8 +53,12 @@ HOST_FAILURES: dict[str, type[Exception]] = {
     "ERR_ADDRESS_UNREACHABLE": ConnectError,
     "ERR_CONTENT_LENGTH_MISMATCH": ResponseDataLossError,
     "ERR_INCOMPLETE_CHUNKED_ENCODING": ResponseDataLossError,
+    # No TLS (or a broken one) on an https URL: Scrapy's OpenSSL error in a DownloadFailedError.
+    "ERR_SSL_PROTOCOL_ERROR": DownloadFailedError,
     # The proxy could not be reached: blamed on the identity (a proxy) on every host.
     "ERR_PROXY_CONNECTION_FAILED": DownloadConnectionRefusedError,
+    # The proxy refused the tunnel, its answer unheard: blamed on the proxy on the host only.
+    "ERR_TUNNEL_CONNECTION_FAILED": UnheardTunnelError,
 }
 
 
