@@ -20,6 +20,7 @@ from crawler.config.values import Destination
 from crawler.frontier.jobs import JobBook
 from crawler.items import STORED_ITEM_CLASSES
 from crawler.storage.destinations import Destinations, document_of, key_of
+from crawler.storage.health import StorageHealth, watch
 from crawler.storage.mongo import ItemNotStored, MongoSettings, MongoUnavailable, MongoWriter
 from crawler.storage.rules import rules_of
 
@@ -115,6 +116,7 @@ class MongoPipeline:
             stopping=lambda: not crawler.crawling,  # told to go (SIGTERM): no more retries
         )
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
+        watch(crawler, lambda: StorageHealth.of(pipeline.writer.bulk))
         return pipeline
 
     async def open_spider(self) -> None:

@@ -293,7 +293,8 @@ MONGO_FLUSH_INTERVAL = 1.0
 # crawl waits for writes, so a slow MongoDB slows the crawl instead of growing memory.
 MONGO_MAX_PENDING = 5000
 # MONGO_RETRY_TIMES (int, default 3): retries of a batch on connection errors, timeouts and
-# step-downs, with exponential backoff (0.25 s, 0.5 s, 1 s, ... at most 8 s).
+# step-downs, with exponential backoff (0.25 s, 0.5 s, 1 s, ... at most 8 s); none when no server
+# answered at all (the batch is spilled and MongoDB held away at once, docs/storage.md).
 MONGO_RETRY_TIMES = 3
 # MONGO_SPILL_DIR (str, default ".spill"): where batches still failing after the retries are
 # appended (fsynced JSON lines) and replayed from once MongoDB answers. Env MONGO_SPILL_DIR.

@@ -37,6 +37,7 @@ from crawler.observability.counters import Counters
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.sizing import Sizing
+from crawler.storage.health import StorageHealth
 from tests.harness import ROOT
 from tests.test_jobs import _pending
 
@@ -54,6 +55,7 @@ def _page(
     pause: Pause | None = None,
     fleet: FleetView | None = None,
     jobs_paused: JobsPaused = (),
+    storage: StorageHealth | None = None,
 ) -> str:
     """The /metrics page of a worker of ``spider`` with ``stats`` and ``queued`` requests (or
     the ``fleet`` its publisher read) and ``jobs_paused``."""
@@ -62,7 +64,7 @@ def _page(
         fleet = FleetView(time.time(), {"queue": queued}, None, sizing=sizing)
     info = WorkerInfo(spider, "w1", "host", 1, time.time())
     counters = Counters.from_stats(stats or {})
-    snapshot = Snapshot(info, counters, fleet, 0.0, pause, jobs_paused)
+    snapshot = Snapshot(info, counters, fleet, 0.0, pause, jobs_paused, storage)
     registry = registry_for(lambda: snapshot)
     return generate_latest(registry).decode()
 
@@ -149,7 +151,8 @@ def test_every_metric_and_label_the_alerts_read_is_exposed(redis_client: redis.R
     stats = {"ban/count": 1, "ban/rule/captcha": 1}
     paused = (("acme-1", "failure threshold", "9 of the last 10 answers failed"),)
     pause = Pause(time.time(), "ops", "db migration")
-    exposed = _exposed(_page(stats=stats, pause=pause, jobs_paused=paused))
+    away = StorageHealth(away=True, spilled=12)
+    exposed = _exposed(_page(stats=stats, pause=pause, jobs_paused=paused, storage=away))
     for name, samples in _exposed(_exporter_page(redis_client, "profiles")).items():
         exposed.setdefault(name, []).extend(samples)
     rules = _rules()
@@ -318,4 +321,28 @@ def test_a_fleet_whose_instances_never_start_alerts(
         tmp_path,
         series,
         [{**check, "eval_time": "1m", "exp_alerts": [_fired(summary, spider="profiles")]}],
+    )
+
+
+@needs_promtool
+def test_workers_holding_mongodb_away_alert_after_three_minutes(tmp_path: Path) -> None:
+    """Two workers of ``profiles`` hold MongoDB away: it alerts once that lasted 3 minutes,
+    counting them; a worker whose MongoDB answers (``links``, its spill replaying) does not."""
+    series = [
+        *_series(_page("profiles", storage=StorageHealth(True, 40)), "a"),
+        *_series(_page("profiles", storage=StorageHealth(True, 3)), "b"),
+        *_series(_page("links", storage=StorageHealth(False, 7)), "c"),
+    ]
+    summary = (
+        "profiles: 2 workers find MongoDB away for 3 minutes; their items are spilled to "
+        "MONGO_SPILL_DIR until it answers"
+    )
+    check = {"alertname": "CrawlerMongoDBAway"}
+    _promtool(
+        tmp_path,
+        series,
+        [
+            {**check, "eval_time": "2m", "exp_alerts": []},
+            {**check, "eval_time": "4m", "exp_alerts": [_fired(summary, spider="profiles")]},
+        ],
     )

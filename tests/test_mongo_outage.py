@@ -1,26 +1,30 @@
-"""A worker through a MongoDB outage: items spilled at once, a SIGTERM obeyed at once.
+"""A worker through a MongoDB outage: seen away, items spilled at once, a SIGTERM obeyed at once.
 
-A profiles worker crawls while its MongoDB is killed (-9). Once a batch has found MongoDB away,
-the items after it go to the spill file as they come (not one batch per connect timeout and
-retries), and a worker told to go (SIGTERM) in the outage spills what it holds, settles its
-leases and exits 0 promptly. MongoDB back, a worker replays the spill file: every profile is
-stored exactly once.
+A profiles worker crawls while its MongoDB is killed (-9). Its /metrics and ``scrapy status``
+say MongoDB away while it is, and back once the spill file is replayed. Once a batch has found
+MongoDB away, the items after it go to the spill file as they come (not one batch per connect
+timeout and retries), and a worker told to go (SIGTERM) in the outage spills what it holds,
+settles its leases and exits 0 promptly. MongoDB back, a worker replays the spill file: every
+profile is stored exactly once.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pymongo
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from crawler.storage.spill import read_line
+from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, Worker, poll
+from tests.harness import MONGO_PAUSE, Crawl, Mongo, Restartable, Sandbox, Worker, poll, scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +144,98 @@ def test_a_worker_told_to_go_while_a_batch_finds_mongodb_away_does_not_wait_out_
 
     # Six attempts of 2 s and 7.75 s of backoff: a batch would take some 20 s to be spilled.
     _through_an_outage(crawl, sandbox, tmp_path, own_mongo, batch_still_tried, MONGO_RETRY_TIMES=5)
+
+
+def test_the_first_batch_of_an_outage_is_spilled_once_its_first_attempt_finds_no_server(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    """With the default timeouts a batch took 4 attempts of 5 s and 1.75 s of backoff (some
+    22 s) to find MongoDB away, the items fetched meanwhile held in memory; the first attempt
+    that finds no server at all (its 5 s) is enough now."""
+    client = _start(crawl, own_mongo)
+    sandbox.admin("config", {"latency_ms": 150})
+    spill = tmp_path / "spill"
+    settings = {**_settings(spill), "MONGO_CONNECT_TIMEOUT_MS": 5000, "MONGO_RETRY_TIMES": 3}
+    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
+        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
+        own_mongo.kill()
+        killed = time.monotonic()
+        poll(lambda: _spilled(spill, worker), 60, "a spilled item")
+        took = time.monotonic() - killed
+        assert took < 12, f"the first item spilled {took:.1f} s after MongoDB was killed"
+        _told_to_go(worker, client)
+    _nothing_lost(crawl, own_mongo, spill, worker)
+    _settle(crawl, client, spill)
+
+
+def test_a_mongodb_back_within_the_connect_timeout_costs_no_spill(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    """MongoDB killed and started again at once, within the connect timeout: its batches find
+    it back and are written, none spilled, MongoDB never held away; every profile stored once."""
+    client = _start(crawl, own_mongo)
+    sandbox.admin("config", {"latency_ms": 150})
+    spill = tmp_path / "spill"
+    settings = {**_settings(spill), "MONGO_CONNECT_TIMEOUT_MS": 5000, "MONGO_RETRY_TIMES": 3}
+    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
+        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
+        own_mongo.kill()
+        own_mongo.start()
+        poll(lambda: _stored(crawl.mongo) >= len(USERS), 60, "every profile", MONGO_PAUSE)
+        assert "MongoDB unavailable" not in worker.log_text()
+        assert not _spilled(spill, worker)
+        _told_to_go(worker, client)
+    _settle(crawl, client, spill)
+
+
+def test_an_operator_sees_mongodb_away_while_it_is_and_back_once_the_spill_is_replayed(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    client = _start(crawl, own_mongo)
+    sandbox.admin("config", {"latency_ms": 150})
+    spill, port = tmp_path / "spill", free_port()
+    settings = {**_settings(spill), "METRICS_PORT": port}
+    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
+        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
+        assert _gauges(port) == {"crawler_mongo_away": 0, "crawler_mongo_spilled_items": 0}
+        own_mongo.kill()
+        away = poll(lambda: _gauges_if(port, lambda g: g["crawler_mongo_away"] == 1), 60, "away")
+        assert away["crawler_mongo_spilled_items"] > 0
+        line = poll(lambda: _status_worker_line(crawl, "MONGODB AWAY"), 60, "status: away")
+        assert "items spilled" in line
+        own_mongo.start()
+        back = {"crawler_mongo_away": 0, "crawler_mongo_spilled_items": 0}
+        poll(lambda: _gauges_if(port, lambda g: g == back), 60, "back, replayed", MONGO_PAUSE)
+        line = poll(lambda: _status_worker_line(crawl, "", absent="MONGODB AWAY"), 60, "status")
+        assert "spilled" not in line
+        _told_to_go(worker, client)
+    _settle(crawl, client, spill)
+
+
+def _gauges(port: int) -> dict[str, float]:
+    """The worker's MongoDB gauges, as its /metrics serves them."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        page = answer.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name.startswith("crawler_mongo_") and sample.labels["spider"] == "profiles"
+    }
+
+
+def _gauges_if(port: int, wanted: Callable[[dict[str, float]], bool]) -> dict[str, float] | None:
+    gauges = _gauges(port)
+    return gauges if wanted(gauges) else None
+
+
+def _status_worker_line(crawl: Crawl, present: str, absent: str = "\0") -> str | None:
+    """The worker's line of ``scrapy status profiles`` once it holds ``present`` and not
+    ``absent``."""
+    shown = scrapy("status", "profiles", env=crawl.env()).stdout.splitlines()
+    start = next(n for n, text in enumerate(shown) if text.strip().startswith("workers"))
+    [line] = shown[start + 1 : start + 2]
+    return line if present in line and absent not in line else None
 
 
 def _settings(spill: Path) -> dict[str, object]:

@@ -521,6 +521,31 @@ def test_acknowledged_items_survive_a_killed_mongodb(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_live_mongodb_dropping_a_batchs_connections_gets_its_retries_not_a_spill(
+    tmp_path: Path,
+) -> None:
+    """A server that answers but closes the connection of a batch's first two writes (a
+    failCommand failpoint): the batch is tried again and stored, nothing spilled. Spilling at
+    the first failed attempt is for a MongoDB none of whose servers answers."""
+    port, data = free_port(), tmp_path / "mongo"
+    server = start_server("mongodb", [*mongo_command(port, data), "--enable-test-commands"], port)
+    uri = f"mongodb://127.0.0.1:{port}"
+    try:
+        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(uri)
+        failing = {"failCommands": ["insert", "update"], "closeConnection": True}
+        client.admin.command("configureFailPoint", "failCommand", mode={"times": 2}, data=failing)
+        client.close()
+        spill = tmp_path / "spill"
+        config = _settings(uri, "crawler", spill, batch_size=10, flush_interval=0.1, retry_times=3)
+        pipeline, stats = _pipeline(config)
+        assert _stored(pipeline, *(_video(str(n)) for n in range(10))) == [None] * 10
+        assert _count(uri, "videos") == 10
+        assert stats.get_value("mongo/retries") >= 1  # pymongo retries a write once itself
+        assert not [path for path in spill.iterdir() if path.stat().st_size]
+    finally:
+        server.stop()
+
+
 def test_the_local_mongodb_keeps_what_it_acknowledged(own_mongo: Restartable) -> None:
     client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(own_mongo.uri)
     for first in range(0, 200, 40):

@@ -54,6 +54,10 @@ Gauges:
 - ``crawler_job_paused{spider,job,by,reason}``: 1 for each crawl job paused, as this worker
   last read (within a second); ``by`` "failure threshold" with the count as ``reason`` when
   the job paused itself, empty when a command paused it.
+- ``crawler_mongo_away{spider}``: 1 while this worker holds MongoDB away (a batch found it
+  unavailable and no ping found it back since: batches go to the spill file at once), else 0;
+  ``crawler_mongo_spilled_items{spider}``: items in this worker's spill file waiting to be
+  replayed (0 once it is replayed whole). Absent without the MongoDB pipeline.
 - ``crawler_worker_start_time_seconds{spider}``: when this worker started (Unix time).
 - ``crawler_worker_info{spider,worker,host,pid}``: always 1; names this worker.
 
@@ -85,6 +89,7 @@ if TYPE_CHECKING:
     from crawler.observability.counters import Counters
     from crawler.observability.publisher import FleetView
     from crawler.observability.sizing import Sizing
+    from crawler.storage.health import StorageHealth
 
 QUEUE_STATES = {
     "queue": "queued",
@@ -115,6 +120,7 @@ class Snapshot:
     own_pace: float = 0.0
     pause: Pause | None = None  # the crawl's pause, as this worker last read it
     jobs_paused: tuple[tuple[str, str, str], ...] = ()  # (job, by, reason) as last read
+    storage: StorageHealth | None = None  # MongoDB away, items spilled (no MongoPipeline: None)
 
 
 class WorkerCollector(Collector):
@@ -132,6 +138,7 @@ class WorkerCollector(Collector):
         yield from _sizing(spider, snapshot.fleet)
         yield from _pause(spider, snapshot.pause)
         yield from _jobs_paused(spider, snapshot.jobs_paused)
+        yield from _storage(spider, snapshot.storage)
         yield from _worker(snapshot.info)
 
 
@@ -299,6 +306,16 @@ def _jobs_paused(spider: str, jobs: tuple[tuple[str, str, str], ...]) -> Iterato
     for job, by, reason in jobs:
         paused.add_metric([spider, job, by, reason], 1)
     yield paused
+
+
+def _storage(spider: str, storage: StorageHealth | None) -> Iterator[Metric]:
+    if storage is None:
+        return
+    away = _gauge("crawler_mongo_away", "1 while this worker holds MongoDB away (spilling).")
+    away.add_metric([spider], int(storage.away))
+    spilled = _gauge("crawler_mongo_spilled_items", "Items spilled, waiting to be replayed.")
+    spilled.add_metric([spider], storage.spilled)
+    yield from (away, spilled)
 
 
 def _worker(info: WorkerInfo) -> Iterator[Metric]:

@@ -41,6 +41,7 @@ from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
 from crawler.observability.sizing import BUSY_STAT, SizingInputs
+from crawler.storage.health import health_of
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -247,7 +248,8 @@ class FleetMonitor:
         pause = watch.state if watch is not None else None
         jobs = tuple(JobBook.of(self.crawler).paused_jobs())
         pace = self.pace(stats).pages_per_min
-        return Snapshot(self.info, counters, self.fleet, pace, pause, jobs)
+        storage = health_of(self.crawler)
+        return Snapshot(self.info, counters, self.fleet, pace, pause, jobs, storage)
 
     def metrics_page(self) -> str:
         """``/metrics`` as text."""
@@ -321,7 +323,15 @@ class FleetMonitor:
             "pages_per_min": round(pace.pages_per_min, 1),
             "items_per_min": round(pace.items_per_min, 1),
             "metrics_port": self.metrics_port or "",
+            **self._storage_beat(),
         }
+
+    def _storage_beat(self) -> dict[str, int]:
+        """The heartbeat's storage fields (``scrapy status``): none without a MongoPipeline."""
+        storage = health_of(self.crawler)
+        if storage is None:
+            return {}
+        return {"mongo_away": int(storage.away), "spilled": storage.spilled}
 
     def _serve_metrics(self) -> None:
         mode = self.config.fleet_page

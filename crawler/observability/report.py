@@ -33,7 +33,7 @@ from crawler.uris import MASK, mask_uri
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
-WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items")
+WORKER_NUMBERS = ("pid", "started", "beat", "ttl", "pages", "items", "mongo_away", "spilled")
 WORKER_RATES = ("pages_per_min", "items_per_min")
 # Request headers and meta keys of a dead letter that hold credentials or URLs that may.
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})

@@ -162,8 +162,20 @@ def _worker_lines(workers: list[dict[str, Any]], now: float) -> list[str]:
             f"{worker.get('items_per_min', 0):,.0f} items/min  "
             f"beat {format_duration(max(0.0, now - worker.get('beat', now)))} ago"
             + (f"  metrics :{port}" if port else "")
+            + _storage_text(worker)
         )
     return lines
+
+
+def _storage_text(worker: dict[str, Any]) -> str:
+    """``  MONGODB AWAY, 153 items spilled`` while the worker holds MongoDB away, the items
+    it spilled while they wait to be replayed, nothing otherwise."""
+    away, spilled = worker.get("mongo_away"), worker.get("spilled")
+    parts = [
+        *(["MONGODB AWAY"] if away else []),
+        *([f"{spilled:,} items spilled"] if spilled else []),
+    ]
+    return "  " + ", ".join(parts) if parts else ""
 
 
 def _breakdown(values: Mapping[str, int]) -> str:

@@ -37,6 +37,7 @@ from crawler.storage.rules import NO_RULES, FieldRules
 from crawler.storage.spill import SpillFile
 from crawler.storage.writes import (
     Outcome,
+    nothing_reachable,
     refused,
     refused_whole,
     transient,
@@ -287,7 +288,8 @@ class BulkWrites:
         duplicates: bool = True,
     ) -> Outcome:
         """The outcome of the unordered bulk write, tried again on transient errors (duplicate
-        keys only if ``duplicates``)."""
+        keys only if ``duplicates``); not when no MongoDB server answers at all
+        (``nothing_reachable``): the caller spills it and holds MongoDB away at once."""
         for attempt in range(self.retry_times + 1):
             last = attempt == self.retry_times
             try:
@@ -295,8 +297,8 @@ class BulkWrites:
             except BulkWriteError as exc:
                 if last or not transient(exc, duplicates):
                     return refused(exc, len(operations))
-            except ConnectionFailure:
-                if last or self.stopping():
+            except ConnectionFailure as exc:
+                if last or self.stopping() or nothing_reachable(exc, self.database.client):
                     raise
             self.stats.inc_value("mongo/retries")
             time.sleep(min(8.0, 0.25 * 2**attempt))  # writer thread: the reactor runs on

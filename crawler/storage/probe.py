@@ -1,7 +1,8 @@
 """Looking for MongoDB's return while it is away, without holding up the writer.
 
-Once a batch found MongoDB unavailable (its retries spent on connection errors), ``BulkWrites``
-marks it away and spills the later batches at once instead of having each wait out its own
+Once a batch found MongoDB unavailable (its retries spent on connection errors, or its first
+attempt when no server answered at all: ``writes.nothing_reachable``), ``BulkWrites`` marks it
+away and spills the later batches at once instead of having each wait out its own
 connect timeouts and retries. Meanwhile a ping, in a thread of its own, asks every
 PROBE_INTERVAL seconds whether it answers again; the first one that does ends the outage:
 batches are written to MongoDB again and the spill file is replayed (``replay.py``).

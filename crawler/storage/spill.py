@@ -119,6 +119,7 @@ class SpillFile:
         self.path = directory / name
         self._file = _new_locked(self.path)
         self._replayed_to = _HEADER_SIZE
+        self.waiting = 0  # records appended since the file was last replayed whole
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash. One that
@@ -134,6 +135,7 @@ class SpillFile:
         except OSError:
             os.ftruncate(descriptor, size)
             raise
+        self.waiting += len(records)
 
     def pending(self) -> bool:
         return os.fstat(self._file.fileno()).st_size > self._replayed_to
@@ -152,6 +154,7 @@ class SpillFile:
         self._file.close()
         self._file = fresh
         self._replayed_to = _HEADER_SIZE
+        self.waiting = 0
 
     def orphans(self) -> Generator[tuple[Path, Replay], None, None]:
         """Files of this spider left by workers that are gone, each to replay, locked until the

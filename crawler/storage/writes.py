@@ -12,9 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pymongo.errors import BulkWriteError, OperationFailure
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    OperationFailure,
+    ServerSelectionTimeoutError,
+)
 
 if TYPE_CHECKING:
+    from pymongo import MongoClient
     from pymongo.results import BulkWriteResult
 
 DUPLICATE_KEY = 11000
@@ -76,6 +82,18 @@ def transient(exc: BulkWriteError, duplicates: bool = True) -> bool:
     if not errors:
         return bool(exc.details.get("writeConcernErrors"))
     return duplicates and all(error.get("code") == DUPLICATE_KEY for error in errors)
+
+
+def nothing_reachable(exc: ConnectionFailure, client: MongoClient[dict[str, Any]]) -> bool:
+    """Whether ``exc`` says no MongoDB server answers: a server selection timed out (the whole
+    connect timeout) and the client's monitor knows none of its servers, each one it tried
+    having refused or not answered. Retries would each wait the timeout out again: the batch is
+    spilled at once, MongoDB held away (``probe.py`` looks for its return). A dropped connection
+    (the server may answer the next try), a step-down or an election (a member answers, a
+    primary comes) are retried. No I/O: the monitor's last look."""
+    if not isinstance(exc, ServerSelectionTimeoutError):
+        return False
+    return not client.topology_description.known_servers
 
 
 def describe(error: dict[str, Any]) -> str:
