@@ -22,7 +22,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from twisted.internet import task, threads
 
-from crawler.frontier.job_control import sweep_ended_jobs
+from crawler.control.jobs import sweep_ended_jobs
 from crawler.frontier.jobs import CHECK_INTERVAL, FORGET_INTERVAL, JobBook, job_number_of
 from crawler.frontier.reports import frontier_scheduler
 from crawler.meta import JOB_META, send_back
@@ -42,7 +42,7 @@ class JobSpiderMiddleware:
     """The spider middleware of jobs (SPIDER_MIDDLEWARES in crawler/settings.py); it also
     keeps the worker's view of the jobs fresh (JobBook.tick every CHECK_INTERVAL seconds) and
     looks for jobs that ended, to forget them, from the first job it meets on (in a thread,
-    once a FORGET_INTERVAL for the fleet: ``job_control.sweep_ended_jobs``)."""
+    once a FORGET_INTERVAL for the fleet: ``crawler.control.jobs.sweep_ended_jobs``)."""
 
     def __init__(self, crawler: Crawler, book: JobBook) -> None:
         self.crawler = crawler

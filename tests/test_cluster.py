@@ -24,15 +24,15 @@ from crawler.connection import (
     RedisUnavailable,
     redis_from_settings,
 )
-from crawler.fleet.measure import fleet_sizing
-from crawler.frontier import codec
-from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.job_control import (
+from crawler.control.jobs import (
     act_on_job,
     forget_ended_jobs,
 )
+from crawler.control.pause import pause_crawl, read_pause, resume_crawl
+from crawler.fleet.measure import fleet_sizing
+from crawler.frontier import codec
+from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.jobs import JobBook
-from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FrontierKeys, job_key
 from crawler.meta import JOB_META

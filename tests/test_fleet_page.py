@@ -35,9 +35,9 @@ from scrapy.settings import Settings
 import crawler.settings as project_settings
 from crawler.bans.politeness import FleetPoliteness, active_cooldowns, lift_cooldowns
 from crawler.commands.unban import unban_host
+from crawler.control.pause import pause_crawl
 from crawler.frontier.jobs import JobBook
 from crawler.frontier.pacing import RatePolicy
-from crawler.frontier.pause import pause_crawl
 from crawler.keys import bans_key, failure_window_key, job_key, jobs_done_key, reasons_key
 from crawler.observability.monitor import _shown_host
 from crawler.observability.page import render_page

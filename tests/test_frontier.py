@@ -691,7 +691,7 @@ def test_a_seed_passes_a_link_that_found_its_url_first_but_not_itself(
 def test_purge_deletes_every_key_of_the_spider_and_names_them(redis_client: redis.Redis) -> None:
     from scrapy.settings import Settings
 
-    from crawler.frontier.purge import purge_spider
+    from crawler.control.purge import purge_spider
 
     settings = Settings({"REDIS_START_URLS_KEY": "%(name)s:start_urls"})
     redis_client.lpush(KEYS.start, "entry")

@@ -23,14 +23,15 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
 from crawler.commands.frontier import deadline, page_budget
-from crawler.frontier import codec, job_control
-from crawler.frontier.dupefilter import DupefilterConfig
-from crawler.frontier.job_control import (
+from crawler.control import jobs as job_control
+from crawler.control.jobs import (
     act_on_job,
     forget_ended_jobs,
     recent_jobs,
     sweep_ended_jobs,
 )
+from crawler.frontier import codec
+from crawler.frontier.dupefilter import DupefilterConfig
 from crawler.frontier.jobs import JOB_TTL, InvalidJob, JobBook, check_job_id
 from crawler.frontier.leases import ACK, ADOPT, LEASE_META, LeaseLedger
 from crawler.frontier.outbox import adopted

@@ -16,14 +16,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler.frontier.pause import (
-    MAX_TEXT,
-    Pause,
-    clean_text,
-    pause_crawl,
-    read_pause,
-    resume_crawl,
-)
+from crawler.control.pause import pause_crawl, read_pause, resume_crawl
+from crawler.frontier.pause import MAX_TEXT, Pause, clean_text
 from crawler.keys import pause_key
 from devtools.services import free_port
 from sandbox.hosts import fetched_pages, host_address, site_pages

@@ -65,10 +65,10 @@ from crawler.commands import ProjectCommand, keep_description_layout
 from crawler.commands.hosts import print_hosts
 from crawler.commands.unban import identity_name, unban_domain, unban_host, unban_identity
 from crawler.connection import reply_text
-from crawler.frontier.job_control import TIMES, JobAction, JobCancelled, JobStatus, act_on_job
+from crawler.control.jobs import TIMES, JobAction, JobCancelled, JobStatus, act_on_job
+from crawler.control.pause import pause_crawl, read_pause, resume_crawl
+from crawler.control.purge import purge_spider
 from crawler.frontier.jobs import InvalidJob, check_job_id
-from crawler.frontier.pause import pause_crawl, read_pause, resume_crawl
-from crawler.frontier.purge import purge_spider
 from crawler.frontier.queue import Frontier
 from crawler.keys import jobs_key
 from crawler.observability.report import masked_dead_letter

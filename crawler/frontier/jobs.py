@@ -10,11 +10,12 @@ Per job, ``{spider}:job:<id>`` holds ``started`` and ``last`` (Unix times), the 
 its workers fetched, and once cancelled ``cancelled`` (when) and ``removed``. It expires
 JOB_TTL seconds after the job's last activity (a paused job's is kept until it resumes); a
 job whose state expired and that has no request left in the frontier is then forgotten
-(``job_control.forget_ended_jobs``, every FORGET_INTERVAL seconds). Its items stored and
-errors are counted by the settle script as each page's lease ends (``{spider}:jobs:done``).
+(``crawler.control.jobs.sweep_ended_jobs``, every FORGET_INTERVAL seconds). Its items stored
+and errors are counted by the settle script as each page's lease ends (``{spider}:jobs:done``).
 
-Cancelling a job (``job_control.act_on_job``) adds its number to ``{spider}:jobs:cancelled`` and
-removes its queued and delayed requests and its waiting start entries, one script call each;
+Cancelling a job (``crawler.control.jobs.act_on_job``) adds its number to
+``{spider}:jobs:cancelled`` and removes its queued and delayed requests and its waiting start
+entries, one script call each;
 from then on the pop and the schedule script drop any record of it (a lease that expires, a
 request a worker schedules before it knows). Each worker reads the set every CHECK_INTERVAL
 seconds (:class:`JobBook`): a request of a cancelled job is not sent, and a page of one in

@@ -30,36 +30,29 @@ def read_script(name: str, package: str = "crawler.frontier") -> str:
 
 
 _DUPEFILTER = read_script("dupefilter")
-_PRELUDE = read_script("queue")
-SCHEDULE = _DUPEFILTER + _PRELUDE + read_script("schedule")
+PRELUDE = read_script("queue")
+SCHEDULE = _DUPEFILTER + PRELUDE + read_script("schedule")
 _BUCKET = read_script("bucket")
-POP = _PRELUDE + _BUCKET + read_script("pace") + read_script("pop")
-CREDIT = _PRELUDE + _BUCKET + read_script("pace") + read_script("credit")
+POP = PRELUDE + _BUCKET + read_script("pace") + read_script("pop")
+CREDIT = PRELUDE + _BUCKET + read_script("pace") + read_script("credit")
 # A host's bucket for requests sent now: the send gate's, the ban middleware's, the domains cap's.
 TAKE = _BUCKET + read_script("take")
 # A request that left later than its token counted: its host's bucket moves to then.
 SENT_LATE = _BUCKET + read_script("sent_late")
-SETTLE = _PRELUDE + read_script("settle")
-QUEUED = _PRELUDE + read_script("queued")
+SETTLE = PRELUDE + read_script("settle")
+QUEUED = PRELUDE + read_script("queued")
 # Of the queued, the requests of paused jobs, parked until they resume.
 PARKED = read_script("parked")
 # What the queue's head allows: its hosts, their rates and spare tokens (read only).
-DEMAND = _PRELUDE + _BUCKET + read_script("pace") + read_script("demand")
+DEMAND = PRELUDE + _BUCKET + read_script("pace") + read_script("demand")
 POP_START = read_script("pop_start")
 # The fleet's window of answers, and the pause once too many of them failed.
 _ANSWERS = read_script("answers")
 FAILURES = _ANSWERS + read_script("failures")
-# A job's requests counted, or removed when it is cancelled (crawler/frontier/jobs.py).
-_LISTS = read_script("lists")
-JOB = _PRELUDE + _LISTS + read_script("job")
-JOB_STARTS = _LISTS + read_script("job_starts")
+# A job's number (crawler/frontier/jobs.py; what an operator does to a job: crawler/control/).
 JOB_NUMBER = read_script("job_number")
 # A worker's counts and answers of one job since its last tick (its own failure threshold).
 JOB_TICK = _ANSWERS + read_script("job_tick")
-# Which of some jobs have a request in a slice of the queue, the delayed set or the leases.
-JOB_WORK = _PRELUDE + read_script("job_work")
-# What is left of the jobs that ended.
-FORGET_JOBS = read_script("forget_jobs")
 # Not the frontier's: a batch of counts applied once (the fleet's stats, the links ledger).
 APPLIED = read_script("applied")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.

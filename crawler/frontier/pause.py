@@ -1,8 +1,9 @@
 """Pausing a whole fleet: the pause key, and one worker's view of it.
 
 ``scrapy frontier SPIDER pause [--reason TEXT]`` writes the hash ``{spider}:paused`` (``since``,
-Unix time; ``by``; ``reason``) and ``resume`` deletes it; other tools do the same with
-``HSET``/``DEL`` (any value of the key pauses; a hash says since when, by whom and why).
+Unix time; ``by``; ``reason``) and ``resume`` deletes it (crawler/control/pause.py); other tools
+do the same with ``HSET``/``DEL`` (any value of the key pauses; a hash says since when, by whom
+and why).
 
 Each worker reads the key at most every CHECK_INTERVAL seconds, riding the scheduler's next
 round trip (a pop, a flush, a lease renewal, see ``riders.py``), or on a trip of its own when
@@ -91,39 +92,6 @@ class Pause:
         return f"paused since {when} by {self.by or 'someone'}" + (
             f" ({self.reason})" if self.reason else ""
         )
-
-
-def describe_json(pause: Mapping[str, Any]) -> str:
-    """:meth:`Pause.describe` of a pause as ``to_json`` gives it (status reports)."""
-    return Pause(pause.get("since"), pause.get("by") or "", pause.get("reason") or "").describe()
-
-
-def pause_crawl(server: RedisClient, spider: str, by: str, reason: str) -> Pause:
-    """Pause every worker of ``spider`` (within 2 s); a crawl paused already keeps its
-    ``since`` and takes the new ``by`` and ``reason``."""
-    key = pause_key(spider)
-    pipe = server.pipeline(transaction=True)
-    pipe.hsetnx(key, "since", f"{time.time():.3f}")
-    pipe.hset(key, mapping={"by": clean_text(by), "reason": clean_text(reason)})
-    pipe.hgetall(key)
-    return Pause.from_hash(reply_hash(pipe.execute()[-1]))
-
-
-def resume_crawl(server: RedisClient, spider: str) -> Pause | None:
-    """Lift the pause of ``spider``; the pause lifted, or None if it was not paused."""
-    key = pause_key(spider)
-    pipe = server.pipeline(transaction=True)
-    pipe.hgetall(key)
-    pipe.delete(key)
-    raw, deleted = pipe.execute(raise_on_error=False)
-    return pause_from_replies(spider, [raw]) if deleted else None
-
-
-def read_pause(server: RedisClient, spider: str) -> Pause | None:
-    """The pause of ``spider``, None when it runs."""
-    pipe = server.pipeline(transaction=False)
-    queue_read(pipe, spider)
-    return pause_from_replies(spider, pipe.execute(raise_on_error=False))
 
 
 def queue_read(pipe: Any, spider: str) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from html import escape
 from typing import Any
 
-from crawler.frontier.pause import describe_json
+from crawler.control.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES, WORK_LEFT
 from crawler.observability.charts import bar_chart
 from crawler.observability.rates import format_duration

@@ -16,8 +16,8 @@ from scrapy.settings import BaseSettings
 from crawler.bans.politeness import active_cooldowns
 from crawler.config import setting
 from crawler.connection import decode_counts, reply_text
+from crawler.control.jobs import recent_jobs
 from crawler.frontier.dupefilter import APPROXIMATE_MODES, queue_seen, seen_count
-from crawler.frontier.job_control import recent_jobs
 from crawler.frontier.pause import pause_from_replies, queue_read
 from crawler.frontier.queue import requests_per_entry, spider_frontier, work_left
 from crawler.frontier.riders import first_error

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from crawler.frontier.pause import describe_json
+from crawler.control.pause import describe_json
 from crawler.observability.rates import format_duration
 from crawler.observability.starts import starts_text
 

@@ -2,7 +2,7 @@
 -- ARGV: (prefix), "list" or "ids", the first index, how many, then job numbers
 -- Reads ``how many`` records of KEYS[4] from the first index (a list's records, or the records
 -- of a sorted set's ids) and returns the job numbers among ARGV that one of them carries: jobs
--- with work left (``job_control.forget_ended_jobs``). One slice a call: the caller walks a
+-- with work left (``jobs.forget_ended_jobs``). One slice a call: the caller walks a
 -- whole key slice by slice, so Redis is never held for long.
 local wanted, found = {}, {}
 for i = 5, #ARGV do wanted[ARGV[i]] = true end

@@ -1,7 +1,8 @@
 """What an operator does to a crawl job (``scrapy frontier <spider> job <id> ...``): its status
 counted in the frontier, pause, resume, a deadline, a page budget and cancel, each in one script
 call (``scripts/job.lua``, ``job_starts.lua``); and the jobs ``scrapy status`` and the fleet page
-list. A job's ids and numbers are in :mod:`crawler.frontier.jobs`.
+list. A job's ids and numbers, and what a worker does of them, are in
+:mod:`crawler.frontier.jobs`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from crawler.connection import reply_hash, reply_text
-from crawler.frontier import lua
 from crawler.frontier.jobs import FORGET_INTERVAL, JOB_TTL, job_number
+from crawler.frontier.lua import PRELUDE, read_script
 from crawler.keys import (
     job_key,
     jobs_done_key,
@@ -28,6 +29,15 @@ if TYPE_CHECKING:
     from crawler.keys import FrontierKeys
 
 logger = logging.getLogger(__name__)
+
+# A job's requests counted, or removed when it is cancelled (its waiting start entries too).
+_LISTS = read_script("lists", "crawler.control")
+JOB = PRELUDE + _LISTS + read_script("job", "crawler.control")
+JOB_STARTS = _LISTS + read_script("job_starts", "crawler.control")
+# Which of some jobs have a request in a slice of the queue, the delayed set or the leases.
+JOB_WORK = PRELUDE + read_script("job_work", "crawler.control")
+# What is left of the jobs that ended.
+FORGET_JOBS = read_script("forget_jobs", "crawler.control")
 
 # The times a job's state holds (Unix times).
 TIMES = ("started", "last", "paused", "cancelled", "expires")
@@ -162,12 +172,12 @@ def _run_job(
     script_keys = keys.script_keys(keys.delayed, keys.leases, *keys.job_keys(), spare)
     shown = str(int(value)) if action == "limit" else f"{value:.3f}"
     args: list[str | int] = [keys.queue_prefix, number, action, shown]
-    reply = server.eval(lua.JOB, len(script_keys), *script_keys, *args)
+    reply = server.eval(JOB, len(script_keys), *script_keys, *args)
     return [int(value) for value in reply]
 
 
 def _run_starts(server: RedisClient, start: str, job: str, action: JobAction) -> int:
-    return int(server.eval(lua.JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, action))
+    return int(server.eval(JOB_STARTS, 2, start, f"{{{start}}}:sweep", job, action))
 
 
 def _strings(raw: dict[Any, Any]) -> dict[str, str]:
@@ -279,7 +289,7 @@ def _jobs_with_work(server: RedisClient, keys: FrontierKeys, numbers: set[str]) 
                 return found
             args: list[str | int] = [keys.queue_prefix, kind, first, WORK_SLICE, *sorted(left)]
             script_keys = keys.script_keys(key)
-            reply = server.eval(lua.JOB_WORK, len(script_keys), *script_keys, *args)
+            reply = server.eval(JOB_WORK, len(script_keys), *script_keys, *args)
             found |= {reply_text(number) for number in reply}
     return found
 
@@ -288,7 +298,7 @@ def _forget(server: RedisClient, keys: FrontierKeys, names: list[str]) -> list[s
     """``forget_jobs.lua`` over ``names`` (each checked again there: state gone, not paused)."""
     held = [jobs_key(keys.spider), *keys.job_keys(), *keys.job_counts()]
     states = [job_key(keys.spider, name) for name in names]
-    reply = server.eval(lua.FORGET_JOBS, len(held) + len(names), *held, *states, *names)
+    reply = server.eval(FORGET_JOBS, len(held) + len(names), *held, *states, *names)
     return [reply_text(name) for name in reply]
 
 
