@@ -108,6 +108,49 @@ def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:
     assert "no work left and no revisit due: give --pages N" in result.stderr
 
 
+def _push(client: redis.Redis, key: str, entries: list[str]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for at in range(0, len(entries), 10_000):
+        pipe.lpush(key, *entries[at : at + 10_000])
+    pipe.execute()
+
+
+def test_a_plan_of_start_entries_alone_is_bound_by_the_hosts_they_name(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """Nothing read yet: 100,000 user names the profiles spider turns into pages of its one
+    API host, at 0.5 requests/s, take 200,000 s whatever the workers; bare hosts of links count
+    for their hosts; the plan says its bound comes from a sample of the start entries, and how
+    many of them name no host it can tell (a batch of domains)."""
+    _push(redis_client, "profiles:start_urls", [f"user.{n}" for n in range(100_000)])
+    polite = ["-s", "POLITENESS_RATE=0.5"]
+    result = _fleet(crawl, "plan", "profiles", "--deadline", "4h", *polite)
+    assert result.returncode == 0, result.stderr
+    assert "ceiling     0.50 requests/s the sites allow" in result.stdout
+    assert "finish      200,000 s (55.56 h)" in result.stdout
+    assert (
+        "sampled     200 of the 100,000 start entries waiting, 1 host (nothing queued yet: the "
+        "ceiling is theirs alone)"
+    ) in result.stdout
+    assert "55.56 h; more workers would not go faster" in result.stdout
+    hosts = [f"site{n % 4}.example/page{n}" for n in range(1_000)]
+    redis_client.lpush("links:start_urls", *hosts)
+    several = _fleet(crawl, "plan", "links", "--deadline", "1h", "--pages", "72000", "--json")
+    assert several.returncode == 0, several.stderr
+    planned = json.loads(several.stdout)
+    assert (planned["ceiling"], planned["finish"]) == (2.0, 36_000)
+    assert planned["ceiling_from"] == "start entries"
+    assert planned["starts"] == {
+        "waiting": 1_000, "sampled": 200, "hosts": 4, "unknown": 0, "only": True,
+    }  # fmt: skip
+    redis_client.lpush("domains:start_urls", json.dumps({"domains": ["a.example"]}), "b.example")
+    mixed = _fleet(crawl, "plan", "domains", "--deadline", "1h", "--pages", "100")
+    assert (
+        "unknown     1 of them name no host the plan can tell without the spider: counted as "
+        "work without a rate"
+    ) in mixed.stdout
+
+
 def _revisits(client: redis.Redis, spider: str, due: float, *names: str) -> None:
     record = '{{"u": "https://site.example/{}", "c": "parse"}}'
     revisits = [Revisit(name * 16, due, record.format(name)) for name in names]

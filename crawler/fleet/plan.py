@@ -11,7 +11,10 @@ pace, capped by the politeness ceiling (the sites' allowed rates) and by the mos
 P is ``--pages``, or the frontier's work and the revisits due (of a spider that revisits): as
 the autoscaler, which wants a worker while any is due (``crawler.observability.sizing``), the
 plan counts each due revisit as a page to fetch. The ceiling is the one of the gauges with the
-work spread over the deadline: per host the lesser of its rate and its share of P over D.
+work spread over the deadline: per host the lesser of its rate and its share of P over D. The
+start entries waiting count for their hosts as the spider would make their requests
+(crawler/spiders/entry_hosts.py), from a sample the plan names (``StartSample``): before any
+is read they are all the ceiling knows.
 """
 
 from __future__ import annotations
@@ -57,6 +60,16 @@ class Plan:
     needed: int  # workers the deadline asks for within the ceiling, before ``max_workers``
     max_workers: int | None  # the most workers allowed (None: no cap)
     revisits_due: int = 0  # of ``pages``, revisits due, not in the frontier yet
+    starts: StartSample | None = None  # the start entries the ceiling read, if any
+
+    @property
+    def ceiling_from(self) -> str | None:
+        """What the ceiling was read from: "queue", "start entries", or both (None: none)."""
+        if self.ceiling is None:
+            return None
+        if self.starts is None:
+            return "queue"
+        return "start entries" if self.starts.only else "queue and start entries"
 
     @property
     def reachable(self) -> bool:
@@ -68,7 +81,37 @@ class Plan:
         return self.workers < self.needed
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "reachable": self.reachable, "capped": self.capped}
+        starts = None if self.starts is None else self.starts.__dict__
+        return {
+            **self.__dict__,
+            "starts": starts,
+            "ceiling_from": self.ceiling_from,
+            "reachable": self.reachable,
+            "capped": self.capped,
+        }
+
+
+@dataclass(frozen=True)
+class StartSample:
+    """The start entries waiting whose hosts the ceiling counts: a sample of ``sampled`` of
+    ``waiting`` (START_SAMPLE), naming ``hosts`` hosts; ``unknown`` of them name no host the
+    plan can tell without the spider (counted as work without a rate)."""
+
+    waiting: int
+    sampled: int
+    hosts: int
+    unknown: int
+    only: bool  # nothing in the queue: the ceiling is the start entries' alone
+
+
+def start_sample(sizing: Sizing) -> StartSample | None:
+    """The start entries of ``sizing``'s look, None when none was read."""
+    demand = sizing.demand
+    if demand is None or not demand.start_sampled:
+        return None
+    unknown = sum(entry.count for entry in demand.start_hosts if not entry.host)
+    hosts = sum(1 for entry in demand.start_hosts if entry.host)
+    return StartSample(demand.start, demand.start_sampled, hosts, unknown, not demand.sampled)
 
 
 def plan(
@@ -91,7 +134,7 @@ def plan(
     finish = pages / rate if pages else 0.0
     return Plan(
         pages, deadline, pace, sizing.measured, ceiling, workers, by_pace, finish, needed,
-        max_workers, revisits_due,
+        max_workers, revisits_due, start_sample(sizing) if ceiling is not None else None,
     )  # fmt: skip
 
 
@@ -123,6 +166,7 @@ def explain(plan: Plan) -> list[str]:
             f"ceil({plan.ceiling:,.2f} / {plan.pace:,.2f}) = "
             f"{max(1, math.ceil(plan.ceiling / plan.pace - 1e-9))} workers"
         )
+        lines += _start_lines(plan.starts)
     if plan.max_workers is not None:
         lines.append(f"most        {plan.max_workers} workers (AUTOSCALE_MAX_WORKERS, --max)")
     lines.append(f"workers     {plan.workers}")
@@ -136,7 +180,26 @@ def explain(plan: Plan) -> list[str]:
     elif not plan.reachable:
         lines.append(
             f"WARNING     the deadline is unreachable at the sites' allowed rates: "
-            f"{plan.pages:,} pages take at least {plan.finish / 3600:.2f} h"
+            f"{plan.pages:,} pages take at least {plan.finish / 3600:.2f} h; more workers would "
+            "not go faster"
+        )
+    return lines
+
+
+def _start_lines(starts: StartSample | None) -> list[str]:
+    """Where the ceiling's start entries came from, and how many of them name no known host."""
+    if starts is None:
+        return []
+    alone = " (nothing queued yet: the ceiling is theirs alone)" if starts.only else ""
+    hosts = f"{starts.hosts:,} host{'' if starts.hosts == 1 else 's'}"
+    lines = [
+        f"sampled     {starts.sampled:,} of the {starts.waiting:,} start entries waiting, "
+        f"{hosts}{alone}"
+    ]
+    if starts.unknown:
+        lines.append(
+            f"unknown     {starts.unknown:,} of them name no host the plan can tell without the "
+            "spider: counted as work without a rate"
         )
     return lines
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -105,22 +106,30 @@ def queue_demand(
     pipe.exists(pause_key(keys.spider))  # any value pauses (frontier/pause.py)
 
 
-def read_demand(replies: list[Any], start: int, pacing: Pacing | None) -> Demand:
-    """The :func:`queue_demand` replies; ``start`` the start list's length."""
+def read_demand(
+    replies: list[Any],
+    start: int,
+    pacing: Pacing | None,
+    host_of: Callable[[str], str] | None = None,
+) -> Demand:
+    """The :func:`queue_demand` replies; ``start`` the start list's length; ``host_of`` tells a
+    start entry's host ("" unknown; by default a URL's, see :func:`entry_host`)."""
     raw, entries, paused = replies
     hosts = tuple(
         HostDemand(reply_text(raw[i]), int(raw[i + 1]), float(raw[i + 2]), int(raw[i + 3]))
         for i in range(3, len(raw), 4)
     )
-    start_hosts = _start_hosts(entries, pacing)
+    start_hosts = _start_hosts(entries, pacing, host_of or entry_host)
     queued, leased, sampled = (int(value) for value in raw[:3])
     return Demand(queued, sampled, hosts, start, len(entries), start_hosts, leased, bool(paused))
 
 
-def _start_hosts(entries: list[Any], pacing: Pacing | None) -> tuple[HostDemand, ...]:
+def _start_hosts(
+    entries: list[Any], pacing: Pacing | None, host_of: Callable[[str], str]
+) -> tuple[HostDemand, ...]:
     counts: dict[str, int] = {}
     for entry in entries:
-        host = entry_host(reply_text(entry))
+        host = host_of(reply_text(entry))
         counts[host] = counts.get(host, 0) + 1
     return tuple(_entry_demand(host, count, pacing) for host, count in counts.items())
 

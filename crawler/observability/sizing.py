@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -191,10 +191,16 @@ class SizingInputs:
             queue_due_count(pipe, keys.spider, time.time())
 
     def size_from(
-        self, replies: list[Any], sizes: Mapping[str, int], work: int, pace: float | None
+        self,
+        replies: list[Any],
+        sizes: Mapping[str, int],
+        work: int,
+        pace: float | None,
+        host_of: Callable[[str], str] | None = None,
     ) -> Sizing:
-        """The sizing from the replies of :meth:`queue_look` and the frontier's ``sizes``."""
-        demand = read_demand(replies[:3], sizes.get("start", 0), self.pacing)
+        """The sizing from the replies of :meth:`queue_look` and the frontier's ``sizes``;
+        ``host_of`` tells a start entry's host (:func:`read_demand`)."""
+        demand = read_demand(replies[:3], sizes.get("start", 0), self.pacing, host_of)
         leased, due = leased_work(demand, sizes), int(replies[3]) if self.revisits else 0
         return size(demand, work, pace, self.config, leased, self.ahead(), due)
 
@@ -206,17 +212,17 @@ def read_sizing(
     sizes: Mapping[str, int],
     minutes: Mapping[int, Mapping[str, int]],
     per_entry: float = 1.0,
+    host_of: Callable[[str], str] | None = None,
 ) -> Sizing:
     """The fleet's sizing now, for a command: the frontier's ``sizes`` and ``minutes`` of the
     fleet's buckets read already, the queue's head, the pause and the revisits due in one more
-    round trip."""
+    round trip; ``host_of`` tells a start entry's host (:func:`read_demand`)."""
     inputs = SizingInputs.from_settings(settings)
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
     inputs.queue_look(pipe, keys)
-    return inputs.size_from(
-        pipe.execute(), sizes, work_left(sizes, per_entry), measured_pace(minutes)
-    )
+    work, pace = work_left(sizes, per_entry), measured_pace(minutes)
+    return inputs.size_from(pipe.execute(), sizes, work, pace, host_of)
 
 
 def leased_work(demand: Demand, sizes: Mapping[str, int]) -> int:

@@ -182,6 +182,10 @@ class RedisFedSpider(Spider):
 
     entry_kind: ClassVar[str] = "start entry"
     base_url_setting: ClassVar[str] = ""
+    # The host of an entry that is no URL (nor a JSON object with a ``url``), for ``scrapy fleet
+    # plan`` (crawler/spiders/entry_hosts.py): "base_url" (the base URL's), "entry" (the entry is
+    # a bare host or a domain) or "" (not known without the spider: the plan says so).
+    entry_host_from: ClassVar[str] = ""
     # A start entry is an explicit order: fetched even if its URL was seen before. A spider
     # whose start URLs are pages of the crawl they seed (links) sets this to False: a start
     # entry is then a seed (meta SEED_META), fetched unless the same seed was before, even when

@@ -96,6 +96,7 @@ class DomainsSpider(RedisFedSpider):
 
     name = "domains"
     entry_kind = "domains start entry"
+    entry_host_from = "entry"
     # A domain seen before is not probed again: the dupefilter keeps a long list from being
     # swept twice (``scrapy frontier domains purge`` before sweeping it again).
     refetch_start_urls = False

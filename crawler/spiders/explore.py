@@ -73,6 +73,7 @@ class ExploreSpider(RedisFedSpider):
     name = "explore"
     entry_kind = "explore start entry"
     base_url_setting = "EXPLORE_BASE_URL"
+    entry_host_from = "base_url"
 
     def __init__(self, categories: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -76,6 +76,7 @@ class LinksSpider(RedisFedSpider):
 
     name = "links"
     entry_kind = "links start entry"
+    entry_host_from = "entry"
     # Start URLs go through the dupefilter: a site is crawled again after a frontier purge.
     refetch_start_urls = False
     # Any site's 403 (a private file, a forbidden directory) is that page's error, and its

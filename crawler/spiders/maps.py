@@ -95,6 +95,7 @@ class MapsSpider(RedisFedSpider):
         "RECRAWL_MAX_INTERVAL": 90 * 86_400.0,
     }
     base_url_setting = "MAPS_BASE_URL"
+    entry_host_from = "base_url"
     language: str
     region: str
     consent: str

@@ -47,6 +47,7 @@ class ProfilesSpider(RedisFedSpider):
     }
     entry_kind = "profiles start entry"
     base_url_setting = "PROFILES_BASE_URL"
+    entry_host_from = "base_url"
 
     def __init__(self, users: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
