@@ -76,6 +76,9 @@ USER_AGENT = (
 # order" in docs/settings.md (Ban judges a response before retries, redirects and cookies).
 DOWNLOADER_MIDDLEWARES = {
     "crawler.middlewares.LeaseDownloaderMiddleware": 1,
+    # A revisit whose download failed for good, its host not answering (only with
+    # RECRAWL_ENABLED; docs/storage.md, recrawl).
+    "crawler.recrawl.RecrawlFailureMiddleware": 2,
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.BackoffRetryMiddleware": 550,
     "crawler.middlewares.HostFullMiddleware": 640,
@@ -200,9 +203,10 @@ RECRAWL_JITTER = 0.1
 RECRAWL_POLL_INTERVAL = 1.0
 RECRAWL_BATCH_SIZE = 100
 # RECRAWL_ABSENT_LIMIT (int 0..1000, default 5; 0 = never): revisits in a row that find a page
-# gone (404) or sent elsewhere for now (302, 303, 307) after which its revisits end; each waits
-# twice as long as the one before, up to RECRAWL_MAX_INTERVAL. A 410 or a permanent redirect
-# (301, 308) ends them at once (docs/storage.md, recrawl).
+# gone (404), sent elsewhere for now (302, 303, 307) or its host not answering (a download that
+# failed for good: a dead letter) after which its revisits end; each waits twice as long as the
+# one before, up to RECRAWL_MAX_INTERVAL. A 410 or a permanent redirect (301, 308) ends them
+# at once (docs/storage.md, recrawl).
 RECRAWL_ABSENT_LIMIT = 5
 # FRONTIER_FLUSH_INTERVAL (float seconds, default 0.25): new requests go to Redis this often (and
 # with each pop); acks alone wait for a round trip that goes anyway (docs/settings.md).

@@ -228,6 +228,11 @@ SLOWEST = {
         for case in ("gone-404", "moved-for-now-302")
     },
     "tests/test_recrawl_moves.py::test_a_page_gone_for_good_is_not_revisited_again": 8,
+    **{
+        "tests/test_recrawl_moves.py::test_a_page_whose_host_does_not_answer_is_revisited_less_"
+        f"and_less_then_no_more[{case}]": 20
+        for case in ("refused-after-retries", "marked-by-the-breaker")
+    },
     "tests/test_maps_stall.py::test_a_stalled_search_is_tried_again_until_its_list_ends": 15,
     "tests/test_maps_stall.py::"
     "test_a_search_that_always_stalls_is_a_dead_letter_with_what_it_found_stored": 10,

@@ -12,13 +12,22 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis.exceptions import RedisError
 from scrapy import Request
 from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
+from scrapy.exceptions import (
+    CannotResolveHostError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+    IgnoreRequest,
+)
 from scrapy.http import Response
 from scrapy.utils.project import get_project_settings
 from scrapy.utils.test import get_crawler
 
-from crawler.recrawl.moves import gone, moved
+from crawler.bans.breaker import ROBOTS_UNAVAILABLE, UNREACHABLE, HostMarked
+from crawler.meta import IDENTITY_FAILED_META
+from crawler.recrawl.moves import gone, moved, unanswered
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import (
     RECRAWL_META,
@@ -96,6 +105,35 @@ def test_only_404_and_410_are_gone(status: int) -> None:
     assert absence is None or absence.final == (status == 410)
     assert absence is None or absence.interval == POLICY.initial  # no state: the initial one
     assert gone(Request("https://a.test/p"), 404, POLICY) is None  # not a revisit
+
+
+REFUSED = DownloadConnectionRefusedError("refused")
+
+
+@pytest.mark.parametrize(
+    ("exception", "meta", "counted"),
+    [
+        (REFUSED, {}, True),
+        (CannotResolveHostError("no address"), {}, True),
+        (DownloadTimeoutError("took too long"), {}, True),
+        (HostMarked(UNREACHABLE, "marked"), {}, True),
+        (HostMarked(ROBOTS_UNAVAILABLE, "marked"), {}, True),
+        # Not the host's: the proxy it went through refused, or the failure was put on the
+        # identity it went as; a request turned away (a cancelled job); Redis away; a bug.
+        (REFUSED, {"proxy": "http://proxy.test:3128"}, False),
+        (REFUSED, {IDENTITY_FAILED_META: True}, False),
+        (IgnoreRequest("job 3 cancelled"), {}, False),
+        (RedisError("down"), {}, False),
+        (ValueError("a middleware's bug"), {}, False),
+    ],
+)
+def test_only_a_host_that_does_not_answer_makes_a_failed_revisit_absent(
+    exception: Exception, meta: dict[str, Any], counted: bool
+) -> None:
+    request = Request("https://a.test/p", meta={WAITING_META: "ab" * 8, **meta})
+    absence = unanswered(request, exception, POLICY)
+    assert absence == (Absence("ab" * 8, POLICY.initial, 1.0) if counted else None)
+    assert unanswered(Request("https://a.test/p"), REFUSED, POLICY) is None  # not a revisit
 
 
 # --- the waiting revisits' absences on real Redis, against a model ------------------------------

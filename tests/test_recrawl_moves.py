@@ -16,9 +16,10 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from crawler.frontier.codec import expand
 from crawler.meta import SENT_BACK_META
 from crawler.recrawl.store import Revisit, RevisitStore
-from tests.harness import Crawl, Sandbox, Worker, poll
+from tests.harness import Crawl, Sandbox, Worker, closed_port, poll
 from tests.test_links import links_settings
 from tests.test_maps import needs_chromium
 
@@ -205,3 +206,86 @@ def _arrivals(sandbox: Sandbox, part: str) -> list[float]:
     """When the sandbox was asked for a path holding ``part`` (answered 404)."""
     requests = sandbox.admin("stats")["requests"]
     return [r["arrived"] for r in requests if part in r["path"] and r["status"] == 404]
+
+
+DEAD_HOST = {
+    "RECRAWL_MAX_INTERVAL": 4,
+    "RECRAWL_ABSENT_LIMIT": 3,
+    "RETRY_TIMES": 1,
+    "RETRY_BACKOFF_MAX": 0.1,
+    "FAILURE_PAUSE_RATIO": 0,
+    # A revisit's fallback (a lease ahead) well past a visit slowed by robots.txt deferrals, so
+    # no second visit of it starts while the first is still under way.
+    "FRONTIER_LEASE_SECONDS": 2 * LEASE,
+}
+
+
+def _revisit_at(redis_client: redis.Redis, like: str, url: str) -> None:
+    """A revisit of ``url`` under FINGERPRINT, due now: the links revisit of ``like`` (its
+    fingerprint), written as if ``url``'s last visit had written it."""
+    record = json.loads(redis_client.hget("{links}:revisit:data", like) or "{}")
+    record["url"] = record["meta"][SENT_BACK_META] = url
+    RevisitStore(redis_client, "links").add([Revisit(FINGERPRINT, time.time(), json.dumps(record))])
+
+
+def _absences(redis_client: redis.Redis) -> list[float]:
+    """The wait each absence in a row gave FINGERPRINT's revisit, from when the test saw it
+    counted (in Redis, polled every 0.05 s) to the due time written with it, until the
+    revisit ends."""
+    waits: list[float] = []
+
+    def next_absence() -> bool:
+        times = redis_client.hget("{links}:revisit:absent", FINGERPRINT)
+        due = redis_client.zscore("{links}:revisit", FINGERPRINT)
+        if due is None:
+            return True
+        if times is not None and int(times) == len(waits) + 1:
+            waits.append(due - time.time())
+        return False
+
+    poll(next_absence, 30, "the revisits' end", pause=0.05)
+    return waits
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"HOST_BLOCK_START": 0, "LINKS_ROBOTS_OBEY": False},
+        {"HOST_BLOCK_START": 0.1, "HOST_BLOCK_MAX": 0.2},
+    ],
+    ids=["refused-after-retries", "marked-by-the-breaker"],
+)
+def test_a_page_whose_host_does_not_answer_is_revisited_less_and_less_then_no_more(
+    crawl: Crawl, redis_client: redis.Redis, graph: Sandbox, tmp_path: Path, extra: dict[str, Any]
+) -> None:
+    """A revisit of a page on a host that refuses every connection fails at each visit, its
+    retries spent (or, with the circuit breaker, its robots.txt refused until the host is
+    marked for the fleet): each such visit backs it off as a 404 does (2 s, then 4 s), and the
+    third (RECRAWL_ABSENT_LIMIT) ends it, with one dead letter per visit (before, it came back
+    at each fallback, for ever, one more dead letter each time). /c, a page that stays, is the
+    clock."""
+    graph.admin("graph", {"pages": {"/c": {}}})
+    settings = {**DEAD_HOST, **extra}
+    with closed_port() as port, _worker(crawl, graph, tmp_path, "/c", **settings) as worker:
+        like = poll(lambda: _fingerprint(redis_client, "links", "/c"), 30, "/c stored")
+        dead = f"http://127.0.0.1:{port}/a"
+        _revisit_at(redis_client, like, dead)
+        waits = _absences(redis_client)
+        letters = _letters_of(redis_client, dead)
+        # /c asked twice more (4 s each at most): no visit of /a still under way then.
+        seen = len(_asked(graph, "/c"))
+        poll(lambda: len(_asked(graph, "/c")) >= seen + 2, 30, "/c revisited", pause=0.2)
+        _running(worker)
+        assert _letters_of(redis_client, dead) == letters
+    assert letters == 3
+    assert len(waits) == 2, waits
+    for wait, expected in zip(waits, (2 * INTERVAL, 4 * INTERVAL), strict=True):
+        assert expected - 1 <= wait <= expected + 0.05, waits
+    assert set(_waiting(redis_client)) == {"/c"}
+    assert not redis_client.exists("{links}:revisit:absent")
+
+
+def _letters_of(redis_client: redis.Redis, url: str) -> int:
+    """How many dead letters the links spider holds of ``url``."""
+    raw: Any = redis_client.lrange("{links}:dead", 0, -1)
+    return sum(expand(json.loads(letter)["request"])["url"] == url for letter in raw)

@@ -22,7 +22,8 @@ from crawler.frontier import codec
 from crawler.frontier.options import hold_acks
 from crawler.frontier.reports import FrontierReports
 from crawler.frontier.riders import Rider, RiderBatch, Riders, first_error
-from crawler.recrawl.moves import gone, moved
+from crawler.recrawl.failures import revisit_failed
+from crawler.recrawl.moves import gone, moved, unanswered
 from crawler.recrawl.policy import RecrawlPolicy
 from crawler.recrawl.revisits import WAITING_META, fallback_due, plan_visit, wants_revisit
 from crawler.recrawl.store import Absence, Backoff, Claim, Revisit, RevisitStore, read_claim
@@ -81,7 +82,8 @@ class RecrawlMiddleware:
     """Schedule a revisit of every page whose callback gives items (unless meta ``dont_recrawl``)
     and hand due revisits to the frontier (RECRAWL_*). A revisit is written before the page's lease
     is acknowledged, so a worker that dies loses none. A revisit that finds its page gone or
-    moved backs its revisits off or ends them (crawler/recrawl/moves.py)."""
+    moved, or its host not answering, backs its revisits off or ends them
+    (crawler/recrawl/moves.py)."""
 
     def __init__(self, crawler: Crawler, store: RevisitStore, config: RecrawlSettings) -> None:
         self.crawler = crawler
@@ -110,6 +112,7 @@ class RecrawlMiddleware:
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(self.revisit_failed, signal=revisit_failed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RecrawlMiddleware:
@@ -154,9 +157,15 @@ class RecrawlMiddleware:
         if WAITING_META in request.meta:
             self._absent(moved(request, self.crawler, self.config.policy), "moved", None)
 
+    def revisit_failed(self, request: Request, exception: Exception) -> None:
+        """A revisit's download failed for good (RecrawlFailureMiddleware): an absence when its
+        host did not answer. Its dead letter does not wait for it: the fallback due time brings
+        the page back should it be lost."""
+        self._absent(unanswered(request, exception, self.config.policy), "unanswered", None)
+
     def _absent(self, absence: Absence | None, kind: str, request: Request | None) -> None:
-        """Count ``absence`` (``kind`` gone or moved) against its waiting revisit, with the
-        next revisits written; ``request``'s lease waits for it."""
+        """Count ``absence`` (``kind`` gone, moved or unanswered) against its waiting revisit,
+        with the next revisits written; ``request``'s lease waits for it."""
         if absence is None:
             return
         if request is not None:

@@ -171,9 +171,9 @@ def revisit_request(request: Request, state: dict[str, Any], priority: int) -> R
 
 def fallback_due(request: Request, policy: RecrawlPolicy, now: float, least: float) -> float:
     """When a revisit handed to the frontier comes due again should its visit write nothing
-    (failed, no items; a page gone or moved writes its absence, crawler/recrawl/moves.py): as
-    if unchanged (twice its interval), and not before ``least`` seconds (a lease), so a slow
-    visit is not handed over twice."""
+    (failed, no items; a page gone or moved, or its host not answering, writes its absence,
+    crawler/recrawl/moves.py): as if unchanged (twice its interval), and not before ``least``
+    seconds (a lease), so a slow visit is not handed over twice."""
     doubled = policy.clamp(policy.factor * interval_of(request, policy))
     return now + max(doubled, least)
 
