@@ -354,8 +354,9 @@ class FrontierKeys:
 
     @property
     def demand(self) -> str:
-        """The last look at the queue's head (``scripts/demand.lua``): when, and what it saw,
-        shared by the fleet so the look runs once per period, however many workers ask."""
+        """The last look at the queue's head (``observability/scripts/demand.lua``): when, and
+        what it saw, shared by the fleet so the look runs once per period, however many workers
+        ask."""
         return self._key("look")
 
     @property

@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from scrapy import Request
 
-from crawler.bans.failures import answers_since
+from crawler.bans.failures import FAILURES, answers_since
 from crawler.control.jobs import act_on_job, recent_jobs
 from crawler.control.pause import read_pause
 from crawler.frontier.jobs import JobBook
-from crawler.frontier.lua import FAILURES
 from crawler.keys import FrontierKeys, failure_window_key, pause_key
 from crawler.meta import JOB_META
 from crawler.observability.counters import Counters

@@ -136,7 +136,7 @@ def test_tokens_taken_keep_the_rate_whatever_was_planned(
     turned away comes back after the wait it was told, so the takes probe the bucket's edges."""
     key = "{t}:rate:host|direct"
     redis_client.delete(key)
-    plan = redis_client.register_script(lua._BUCKET + PLAN)
+    plan = redis_client.register_script(lua.BUCKET + PLAN)
     take = redis_client.register_script(lua.TAKE)
     now, sent = 1_000_000.0, []
     for kind, gap in steps:
@@ -183,7 +183,7 @@ def test_requests_turned_away_together_come_back_one_a_turn(
     at every token, and the turns counted as planned do not grow with the refusals."""
     key = "{t}:rate:herd.example|direct"
     redis_client.delete(key)
-    plan = redis_client.register_script(lua._BUCKET + PLAN)
+    plan = redis_client.register_script(lua.BUCKET + PLAN)
     take = redis_client.register_script(lua.TAKE)
     now = 1_000_000.0
     for _ in range(int(burst)):

@@ -25,7 +25,7 @@ from twisted.internet import task
 from crawler.config import setting, switched_off
 from crawler.connection import crawl_redis
 from crawler.frontier.jobs import JobBook
-from crawler.frontier.lua import FAILURES, queue_eval
+from crawler.frontier.lua import ANSWERS, queue_eval, read_script
 from crawler.frontier.riders import Rider, Riders, first_error
 from crawler.keys import failure_window_key, pause_key
 
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RIDER = "failure-window"
+# The fleet's window of answers, and the pause once too many of them failed.
+FAILURES = ANSWERS + read_script("failures", "crawler.bans")
 # Seconds between two counts of a worker's answers.
 INTERVAL = 1.0
 

@@ -32,27 +32,25 @@ def read_script(name: str, package: str = "crawler.frontier") -> str:
 _DUPEFILTER = read_script("dupefilter")
 PRELUDE = read_script("queue")
 SCHEDULE = _DUPEFILTER + PRELUDE + read_script("schedule")
-_BUCKET = read_script("bucket")
-POP = PRELUDE + _BUCKET + read_script("pace") + read_script("pop")
-CREDIT = PRELUDE + _BUCKET + read_script("pace") + read_script("credit")
+BUCKET = read_script("bucket")
+PACE = read_script("pace")
+POP = PRELUDE + BUCKET + PACE + read_script("pop")
+CREDIT = PRELUDE + BUCKET + PACE + read_script("credit")
 # A host's bucket for requests sent now: the send gate's, the ban middleware's, the domains cap's.
-TAKE = _BUCKET + read_script("take")
+TAKE = BUCKET + read_script("take")
 # A request that left later than its token counted: its host's bucket moves to then.
-SENT_LATE = _BUCKET + read_script("sent_late")
+SENT_LATE = BUCKET + read_script("sent_late")
 SETTLE = PRELUDE + read_script("settle")
 QUEUED = PRELUDE + read_script("queued")
 # Of the queued, the requests of paused jobs, parked until they resume.
 PARKED = read_script("parked")
-# What the queue's head allows: its hosts, their rates and spare tokens (read only).
-DEMAND = PRELUDE + _BUCKET + read_script("pace") + read_script("demand")
 POP_START = read_script("pop_start")
-# The fleet's window of answers, and the pause once too many of them failed.
-_ANSWERS = read_script("answers")
-FAILURES = _ANSWERS + read_script("failures")
+# The window of answers of a crawl (crawler/bans/failures.py) or of a job.
+ANSWERS = read_script("answers")
 # A job's number (crawler/frontier/jobs.py; what an operator does to a job: crawler/control/).
 JOB_NUMBER = read_script("job_number")
 # A worker's counts and answers of one job since its last tick (its own failure threshold).
-JOB_TICK = _ANSWERS + read_script("job_tick")
+JOB_TICK = ANSWERS + read_script("job_tick")
 # Not the frontier's: a batch of counts applied once (the fleet's stats, the links ledger).
 APPLIED = read_script("applied")
 # Not the frontier's: one spider's hand-off to another (crawler/handoff.py), two hash tags.

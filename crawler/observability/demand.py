@@ -35,6 +35,9 @@ DEFAULT_SAMPLE = 1000
 # Start entries one look reads at most (sent to the reader: a few dozen KB at most).
 START_SAMPLE = 200
 
+# What the queue's head allows: its hosts, their rates and spare tokens (read only).
+DEMAND = lua.PRELUDE + lua.BUCKET + lua.PACE + lua.read_script("demand", "crawler.observability")
+
 
 @dataclass(frozen=True)
 class HostDemand:
@@ -101,7 +104,7 @@ def queue_demand(
     instead while it is younger than ``fresh`` seconds (0: look now)."""
     paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
     args = [keys.queue_prefix, time.time(), sample, fresh, *paced]
-    lua.queue_eval(pipe, lua.DEMAND, keys.script_keys(keys.demand, keys.leases), args)
+    lua.queue_eval(pipe, DEMAND, keys.script_keys(keys.demand, keys.leases), args)
     pipe.lrange(keys.start, 0, min(sample, START_SAMPLE) - 1)
     pipe.exists(pause_key(keys.spider))  # any value pauses (frontier/pause.py)
 
