@@ -14,6 +14,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from scrapy.settings import Settings
+from scrapy.spiderloader import get_spider_loader
 
 from crawler import settings as project_settings
 from crawler.config.rules import SettingsError
@@ -38,6 +39,7 @@ from crawler.observability.sizing import (
 )
 from crawler.recrawl.store import Revisit, RevisitStore
 from crawler.spiders.domains import DomainsSpider
+from crawler.spiders.entry_hosts import entry_host_reader
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl, scrapy, status_page
@@ -247,6 +249,26 @@ def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: re
     assert _sizing(redis_client, None).wanted == 0
     assert entry_host('{"url": "https://A.example:8080/x"}') == "a.example"
     assert entry_host('{"unique_id": "someone"}') == ""
+
+
+@given(
+    entries=st.lists(
+        st.one_of(st.binary(max_size=40), st.text(max_size=40).map(str.encode)), max_size=20
+    ),
+    spider=st.sampled_from(["links", "profiles", "domains", None]),
+)
+def test_any_start_entries_are_sized_never_an_error(
+    entries: list[bytes], spider: str | None
+) -> None:
+    """What anyone pushed at the start key (bytes that are no UTF-8 too: the spider sets them
+    aside) is counted as work, named by its host or by none; one bad entry failed ``scrapy
+    status``, the metrics and the autoscaler with a UnicodeDecodeError."""
+    settings = Settings({"SPIDER_MODULES": project_settings.SPIDER_MODULES})
+    host_of = None
+    if spider is not None:
+        host_of = entry_host_reader(get_spider_loader(settings).load(spider), settings)
+    demand = read_demand([[b"0", b"0", b"0"], entries, 0], len(entries), None, host_of)
+    assert sum(host.count for host in demand.start_hosts) == len(entries)
 
 
 def test_status_sizes_each_spider_as_its_workers_run(redis_client: redis.Redis) -> None:

@@ -132,7 +132,10 @@ def _start_hosts(
 ) -> tuple[HostDemand, ...]:
     counts: dict[str, int] = {}
     for entry in entries:
-        host = host_of(reply_text(entry))
+        try:
+            host = host_of(reply_text(entry))
+        except UnicodeDecodeError:  # not UTF-8: the spider sets it aside, it names no host
+            host = ""
         counts[host] = counts.get(host, 0) + 1
     return tuple(_entry_demand(host, count, pacing) for host, count in counts.items())
 
