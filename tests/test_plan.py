@@ -133,6 +133,10 @@ def test_a_plan_of_start_entries_alone_is_bound_by_the_hosts_they_name(
         "ceiling is theirs alone)"
     ) in result.stdout
     assert "55.56 h; more workers would not go faster" in result.stdout
+    # What the autoscaler and /metrics read: one worker for the one host (before: 8, at 83/s).
+    status = scrapy("status", "profiles", "--json", *polite, env=crawl.env())
+    sizing = json.loads(status.stdout)["spiders"]["profiles"]["sizing"]
+    assert (sizing["ceiling_per_second"], sizing["workers_wanted"]) == (0.5, 1), sizing
     hosts = [f"site{n % 4}.example/page{n}" for n in range(1_000)]
     redis_client.lpush("links:start_urls", *hosts)
     several = _fleet(crawl, "plan", "links", "--deadline", "1h", "--pages", "72000", "--json")

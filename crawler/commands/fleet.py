@@ -47,12 +47,11 @@ from crawler.fleet.cli import (
     add_sizing_options,
     autoscale,
     autoscale_local,
-    plan_sizing,
     planned,
     print_plan,
     sizing_settings,
 )
-from crawler.fleet.measure import beats_by_host
+from crawler.fleet.measure import beats_by_host, fleet_sizing
 from crawler.fleet.plan import explain
 from crawler.frontier.queue import WORK_LEFT
 from crawler.observability.sizing import SizingConfig
@@ -216,7 +215,7 @@ class Command(ProjectCommand, ScrapyCommand):
         assert self.settings is not None
         settings = sizing_settings(self.settings, spider, opts)
         max_workers = SizingConfig.from_settings(settings).max_workers
-        chosen = planned(plan_sizing(self.redis(), settings, spider), opts, spider, max_workers)
+        chosen = planned(fleet_sizing(self.redis(), settings, spider), opts, spider, max_workers)
         print("\n".join(explain(chosen)), file=sys.stderr)
         return chosen.workers
 

@@ -26,7 +26,6 @@ from crawler.fleet.measure import RedisMark, RedisStarts, fleet_sizing, local_be
 from crawler.fleet.plan import Plan, explain, parse_duration, plan
 from crawler.observability.report import spider_settings
 from crawler.observability.sizing import Sizing, SizingConfig
-from crawler.spiders.entry_hosts import entry_host_reader
 
 if TYPE_CHECKING:
     import argparse
@@ -79,16 +78,9 @@ def sizing_settings(settings: Settings, spider: str, opts: argparse.Namespace) -
     return ours
 
 
-def plan_sizing(server: RedisClient, settings: BaseSettings, spider: str) -> Sizing:
-    """The sizing a plan starts from: the start entries waiting count for the hosts their
-    requests go to, as ``spider`` makes them (crawler/spiders/entry_hosts.py)."""
-    host_of = entry_host_reader(get_spider_loader(settings).load(spider), settings)
-    return fleet_sizing(server, settings, spider, host_of)
-
-
 def print_plan(server: RedisClient, settings: BaseSettings, spider: str, opts: Any) -> None:
     """``scrapy fleet plan``: the plan's arithmetic, or JSON."""
-    sizing = plan_sizing(server, settings, spider)
+    sizing = fleet_sizing(server, settings, spider)
     if not sizing.measured and opts.calibrate > 0:
         sizing = calibrated(server, settings, spider, opts)
     chosen = planned(sizing, opts, spider, SizingConfig.from_settings(settings).max_workers)
@@ -130,10 +122,10 @@ def calibrated(server: RedisClient, settings: BaseSettings, spider: str, opts: A
     )
     workers.start(1)
     deadline = time.monotonic() + opts.calibrate
-    sizing = plan_sizing(server, settings, spider)
+    sizing = fleet_sizing(server, settings, spider)
     while not sizing.measured and time.monotonic() < deadline and workers.running():
         threading.Event().wait(1.0)
-        sizing = plan_sizing(server, settings, spider)
+        sizing = fleet_sizing(server, settings, spider)
     workers.close(stop_grace(settings))
     return sizing
 

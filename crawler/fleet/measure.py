@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from crawler.connection import decode_counts
@@ -26,10 +25,8 @@ def fleet_sizing(
     server: RedisClient,
     settings: BaseSettings,
     spider: str,
-    host_of: Callable[[str], str] | None = None,
 ) -> Sizing:
-    """What the work of ``spider`` allows now (``crawler.observability.sizing``); ``host_of``
-    tells a start entry's host (by default a URL's)."""
+    """What the work of ``spider`` allows now (``crawler.observability.sizing``)."""
     sizes = spider_frontier(server, settings, spider).sizes()
     keys = FleetKeys.from_settings(settings, spider)
     current = int(time.time() // 60)
@@ -41,7 +38,7 @@ def fleet_sizing(
     replies: list[Any] = pipe.execute()
     minutes = {minute: decode_counts(raw) for minute, raw in zip(window, replies[1:], strict=True)}
     per_entry = requests_per_entry(dict(zip(ENTRY_STATS, replies[0], strict=True)))
-    return read_sizing(server, settings, spider, sizes, minutes, per_entry, host_of)
+    return read_sizing(server, settings, spider, sizes, minutes, per_entry)
 
 
 def local_beats(

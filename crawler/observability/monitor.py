@@ -165,7 +165,7 @@ class FleetMonitor:
             str(settings.get("DUPEFILTER_MODE")),
             worker,
             self.config.heartbeat_ttl,
-            SizingInputs.from_settings(settings) if self.config.metrics_ports else None,
+            SizingInputs.from_settings(settings, spider) if self.config.metrics_ports else None,
             self.config.domain_stats_max,
         )
         self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())

@@ -40,6 +40,7 @@ from crawler.frontier.pacing import fleet_pacing
 from crawler.frontier.queue import spider_frontier, work_left
 from crawler.observability.demand import queue_demand, read_demand
 from crawler.recrawl.store import queue_due_count
+from crawler.spiders.entry_hosts import spider_entry_hosts
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -169,13 +170,18 @@ class SizingInputs:
     pacing: Pacing | None
     fresh: float = 0.0
     revisits: bool = False  # RECRAWL_ENABLED: the spider's workers hand due revisits on
+    # A start entry's host as its spider's request has it (None: a URL's, see read_demand).
+    host_of: Callable[[str], str] | None = None
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings) -> SizingInputs:
+    def from_settings(cls, settings: BaseSettings, spider: str = "") -> SizingInputs:
+        """The inputs of ``spider`` (its start entries' hosts read as it makes its requests)."""
         lease = float(settings.getfloat("FRONTIER_LEASE_SECONDS"))
         fresh = float(setting(settings, "STATS_PUBLISH_INTERVAL"))
         pacing, revisits = fleet_pacing(settings, lease), setting(settings, "RECRAWL_ENABLED")
-        return cls(SizingConfig.from_settings(settings), pacing, fresh, bool(revisits))
+        host_of = spider_entry_hosts(settings, spider) if spider else None
+        config = SizingConfig.from_settings(settings)
+        return cls(config, pacing, fresh, bool(revisits), host_of)
 
     def ahead(self) -> float:
         """The seconds a paced pop leases turns ahead; 0 unpaced."""
@@ -196,11 +202,9 @@ class SizingInputs:
         sizes: Mapping[str, int],
         work: int,
         pace: float | None,
-        host_of: Callable[[str], str] | None = None,
     ) -> Sizing:
-        """The sizing from the replies of :meth:`queue_look` and the frontier's ``sizes``;
-        ``host_of`` tells a start entry's host (:func:`read_demand`)."""
-        demand = read_demand(replies[:3], sizes.get("start", 0), self.pacing, host_of)
+        """The sizing from the replies of :meth:`queue_look` and the frontier's ``sizes``."""
+        demand = read_demand(replies[:3], sizes.get("start", 0), self.pacing, self.host_of)
         leased, due = leased_work(demand, sizes), int(replies[3]) if self.revisits else 0
         return size(demand, work, pace, self.config, leased, self.ahead(), due)
 
@@ -212,17 +216,16 @@ def read_sizing(
     sizes: Mapping[str, int],
     minutes: Mapping[int, Mapping[str, int]],
     per_entry: float = 1.0,
-    host_of: Callable[[str], str] | None = None,
 ) -> Sizing:
     """The fleet's sizing now, for a command: the frontier's ``sizes`` and ``minutes`` of the
     fleet's buckets read already, the queue's head, the pause and the revisits due in one more
-    round trip; ``host_of`` tells a start entry's host (:func:`read_demand`)."""
-    inputs = SizingInputs.from_settings(settings)
+    round trip."""
+    inputs = SizingInputs.from_settings(settings, spider)
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
     inputs.queue_look(pipe, keys)
     work, pace = work_left(sizes, per_entry), measured_pace(minutes)
-    return inputs.size_from(pipe.execute(), sizes, work, pace, host_of)
+    return inputs.size_from(pipe.execute(), sizes, work, pace)
 
 
 def leased_work(demand: Demand, sizes: Mapping[str, int]) -> int:

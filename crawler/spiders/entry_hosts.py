@@ -1,5 +1,6 @@
 """The host a start entry's request goes to, read from the entry as Redis holds it without
-building the spider, for ``scrapy fleet plan`` (crawler/fleet/cli.py): a URL names its host, as
+building the spider, for the fleet's sizing (``scrapy fleet plan``, ``status``, the autoscaler,
+a worker's ``/metrics``: crawler/observability/sizing.py): a URL names its host, as
 does a JSON object's ``url``; an entry that is no URL goes by the spider's ``entry_host_from``:
 
 - ``"base_url"``: a user name, a category, a query the spider turns into a URL of its base URL
@@ -17,12 +18,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scrapy.spiderloader import get_spider_loader
+
 from crawler.config import validate_base_url
 from crawler.config.rules import SettingsError
 from crawler.spiders.base import InvalidStartEntry, decode_entry
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+
+def spider_entry_hosts(settings: BaseSettings, spider: str) -> Callable[[str], str] | None:
+    """:func:`entry_host_reader` of the project's spider named ``spider``; None for a spider
+    the project does not have (a URL's host is all that can be told)."""
+    try:
+        spidercls = get_spider_loader(settings).load(spider)
+    except KeyError:
+        return None
+    return entry_host_reader(spidercls, settings)
 
 
 def entry_host_reader(spidercls: Any, settings: BaseSettings) -> Callable[[str], str]:
