@@ -15,6 +15,8 @@ from scrapy.utils.request import RequestFingerprinter
 
 from crawler.extractors.maps import place_id_from_url
 from crawler.keys import revisit_keys
+from crawler.meta import SENT_BACK_META
+from crawler.recrawl.store import Revisit, RevisitStore
 from crawler.spiders.maps_fingerprint import PlaceFingerprinter
 from sandbox.places import build_places
 from tests.harness import Crawl, Sandbox
@@ -99,3 +101,36 @@ def test_a_place_listed_by_several_searches_is_fetched_and_stored_once(
     assert result.returncode == 0, result.stderr[-3000:]
     assert _place_fetches(sandbox) == dict.fromkeys(places, 2)
     assert crawl.mongo.db.places.count_documents({}) == len(places)
+
+
+@pytest.mark.integration
+@needs_chromium
+def test_a_revisit_written_under_a_whole_url_fingerprint_goes_on_under_the_place(
+    crawl: Crawl, redis_client: redis.Redis, sandbox: Sandbox
+) -> None:
+    """A place's revisit written before the fingerprint was the place's (Scrapy's, of its
+    link) is fetched when due, and its place then waits under the place's fingerprint alone:
+    not under both, which would have it revisited twice as often, for ever."""
+    place = PLACES.search("shop near 01003")[0]
+    url = sandbox.url + place.link("shop near 01003")
+    record = {
+        "url": url,
+        "callback": "parse_place",
+        "cb_kwargs": {"query": "shop near 01003"},
+        "meta": {
+            "recrawl": {"interval": 86_400.0, "hash": "x", "priority": 0},
+            SENT_BACK_META: url,
+        },
+    }
+    before = RequestFingerprinter().fingerprint(Request(url))[:16].hex()
+    RevisitStore(redis_client, "maps").add([Revisit(before, time.time(), json.dumps(record))])
+    settings = {"MAPS_BASE_URL": sandbox.url, "RECRAWL_POLL_INTERVAL": 0.05}
+    result = crawl("maps", settings=settings)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _place_fetches(sandbox) == {place.place_id: 1}
+    now = PlaceFingerprinter().fingerprint(Request(url))[:16].hex()
+    waiting: Any = redis_client.zrange(revisit_keys("maps")[0], 0, -1, withscores=True)
+    assert [(member.decode(), score > time.time() + 3600) for member, score in waiting] == [
+        (now, True)
+    ]
+    assert redis_client.hkeys(revisit_keys("maps")[1]) == [now.encode()]
