@@ -52,7 +52,7 @@ def build_app(
     explore = ExploreApi(
         dataset, lambda: antibot.config.feed_mode, lambda: antibot.config.counts_mode
     )
-    maps = MapsPages()
+    maps = MapsPages(overlap=lambda: antibot.config.maps_overlap)
 
     def reset_pages() -> None:
         explore.reset()

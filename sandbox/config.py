@@ -83,7 +83,9 @@ class SandboxConfig:
     ``compression`` (bool, True) gzips answers (or deflates them) for clients that accept it,
     as real targets do; ``feed_mode`` (str, "paged"; one of ``FEED_MODES``) is how the explore
     API pages; ``counts_mode`` (str, "shown"; one of ``COUNTS_MODES``) is how videos and
-    profiles show their counts."""
+    profiles show their counts; ``maps_overlap`` (bool, False) has map searches overlap as
+    Google's: each also lists the places of the postal codes beside its own, and links each
+    place with its own viewport and parameters (sandbox/maps.py)."""
 
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
@@ -91,6 +93,7 @@ class SandboxConfig:
     compression: bool = True
     feed_mode: str = "paged"
     counts_mode: str = "shown"
+    maps_overlap: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Return the configuration as a JSON-ready dict."""

@@ -15,6 +15,9 @@ stops growing); the loads after them get the whole list again.
 Pages reference images, a font and a video under ``/mapfiles/`` (not guarded by the anti-bot
 layer), so blocking those resources shows in the bytes served. ``/__admin__/maps/searches`` lists
 every search with the ids of its places, in feed order, so a crawl can be checked against it.
+With the configuration's ``maps_overlap`` searches overlap as Google's do: a search also lists
+the places of the postal codes beside its own, each linked with the search's own viewport and
+parameters (sandbox/places.py); a place page answers any link holding its feature id.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import html
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -89,12 +93,12 @@ def _rating_html(place: Place) -> str:
     )
 
 
-def card_html(place: Place) -> str:
-    """One result card of the feed."""
+def card_html(place: Place, link: str | None = None) -> str:
+    """One result card of the feed, linking to ``link`` (the place's ``path`` by default)."""
     name = html.escape(place.name)
     return (
         '<div class="Nv2PK THOPZb CpccDe"><a class="hfpxzc" '
-        f'aria-label="{name}" href="{html.escape(place.path)}"></a>'
+        f'aria-label="{name}" href="{html.escape(link or place.path)}"></a>'
         f'<img src="/mapfiles/photo/{quote(place.place_id)}.jpg" alt="" width="80" height="80">'
         f'<div class="qBF1Pd fontHeadlineSmall">{name}</div>{_rating_html(place)}'
         f'<div class="W4Efsd">{html.escape(place.category_label)} · '
@@ -182,11 +186,16 @@ class MapsPages:
     """Serves the search pages, their feed API, place pages, consent and static resources."""
 
     def __init__(
-        self, places: Places | None = None, batch_size: int = BATCH_SIZE, delay_ms: int = 150
+        self,
+        places: Places | None = None,
+        batch_size: int = BATCH_SIZE,
+        delay_ms: int = 150,
+        overlap: Callable[[], bool] = lambda: False,
     ):
         self.places = places or build_places()
         self.batch_size = batch_size
         self.delay_ms = delay_ms
+        self.overlap = overlap
         self.stalls = Stalls()
 
     def register(self, router: web.UrlDispatcher) -> None:
@@ -219,9 +228,9 @@ class MapsPages:
             raise web.HTTPFound("/sorry/index?" + urlencode({"continue": str(request.url)}))
         if self._needs_consent(request):
             self._consent_redirect(request)
-        found = self.places.search(query)
+        found = self._found(query)
         if len(found) == 1:
-            raise web.HTTPFound(found[0].path)
+            raise web.HTTPFound(self._link(found[0], query))
         if not found:
             return web.Response(text=render_no_results(query), content_type="text/html")
         self.stalls.loaded(query)
@@ -248,15 +257,16 @@ class MapsPages:
 
     def feed_batch(self, query: str, offset: int) -> dict[str, Any]:
         """The feed API's answer: cards from ``offset``, the next offset, whether it ended."""
-        found = self.places.search(query)
+        found = self._found(query)
         batch = found[offset : offset + self.batch_size]
         end = offset + len(batch) >= len(found)
-        text = "".join(card_html(place) for place in batch) + (_end_html() if end else "")
+        cards = "".join(card_html(place, self._link(place, query)) for place in batch)
+        text = cards + (_end_html() if end else "")
         return {"html": text, "next": offset + len(batch), "end": end}
 
     def browser_bytes(self, query: str) -> int:
         """Bytes of the documents and feed batches a browser loads for one scrolled search."""
-        found = self.places.search(query)
+        found = self._found(query)
         if len(found) == 1:
             return len(render_place(found[0]).encode())
         if not found:
@@ -271,7 +281,15 @@ class MapsPages:
 
     async def searches(self, request: web.Request) -> web.Response:
         """Every search of the seeded places: ``{query: [place id, ...]}``."""
-        return web.json_response(self.places.place_ids())
+        return web.json_response(self.places.place_ids(self.overlap()))
+
+    def _found(self, query: str) -> tuple[Place, ...]:
+        return self.places.search(query, self.overlap())
+
+    def _link(self, place: Place, query: str) -> str:
+        """The place's link in the results of ``query``: one fixed path, unless searches
+        overlap (then the search's own, as Google's)."""
+        return place.link(query) if self.overlap() else place.path
 
     async def place(self, request: web.Request) -> web.Response:
         tail = request.match_info["tail"]

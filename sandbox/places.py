@@ -4,10 +4,16 @@
 pairs are pinned so tests can rely on them: "shop near 00501" needs several scroll loads,
 "pharmacy near 00544" has a single match (the search redirects to its place page) and
 "bakery near 01001" has none.
+
+Searches overlap as on the real site when asked (``overlap=True``, the sandbox configuration's
+``maps_overlap``): a search near a postal code lists its own places, then those of the codes
+beside it (before and after it in ``POSTAL_CODES``), and each result links to its place with the
+search's own viewport and parameters (:meth:`Place.link`); the place keeps its one feature id.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from urllib.parse import quote, quote_plus
@@ -62,6 +68,20 @@ class Place:
         )
         return f"/maps/place/{quote_plus(self.name)}/{viewport}/{data}"
 
+    def link(self, query: str) -> str:
+        """The place's link in the feed of search ``query`` on overlapping searches: the
+        viewport is the search's (its postal code's centre), and the data carries a token of the
+        search (``!15s``) and the query string its parameters, as Google's links do."""
+        code = _key(query).rpartition(" near ")[2]
+        _, lat, lng = POSTAL_CODES.get(code, ("", self.latitude, self.longitude))
+        token = hashlib.sha1(_key(query).encode()).hexdigest()[:16]
+        data = (
+            f"data=!4m7!3m6!1s{self.place_id}!8m2!3d{self.latitude:.7f}!4d{self.longitude:.7f}"
+            f"!15s{token}!16s{quote('/g/11')}{self.place_id[-6:]}"
+        )
+        viewport = f"@{lat:.7f},{lng:.7f},14z"
+        return f"/maps/place/{quote_plus(self.name)}/{viewport}/{data}?entry=ttu&g_ep={token[:8]}"
+
 
 @dataclass(frozen=True)
 class Places:
@@ -70,16 +90,35 @@ class Places:
     by_query: dict[str, tuple[Place, ...]]
     by_id: dict[str, Place]
 
-    def search(self, query: str) -> tuple[Place, ...]:
-        return self.by_query.get(" ".join(query.lower().split()), ())
+    def search(self, query: str, overlap: bool = False) -> tuple[Place, ...]:
+        """The places search ``query`` lists, in feed order; with ``overlap`` those of the
+        postal codes beside its own too, after its own."""
+        key = _key(query)
+        own = self.by_query.get(key, ())
+        category, _, code = key.rpartition(" near ")
+        if not overlap or code not in POSTAL_CODES:
+            return own
+        beside = (self.by_query.get(query_for(category, near), ()) for near in _beside(code))
+        return own + tuple(place for group in beside for place in group)
 
-    def place_ids(self) -> dict[str, list[str]]:
+    def place_ids(self, overlap: bool = False) -> dict[str, list[str]]:
         """The ids of each search's places, in feed order, by query."""
-        return {query: [p.place_id for p in group] for query, group in self.by_query.items()}
+        return {query: [p.place_id for p in self.search(query, overlap)] for query in self.by_query}
 
 
 def query_for(category: str, postal_code: str) -> str:
     return f"{category} near {postal_code}"
+
+
+def _key(query: str) -> str:
+    return " ".join(query.lower().split())
+
+
+def _beside(postal_code: str) -> list[str]:
+    """The postal codes before and after ``postal_code`` in ``POSTAL_CODES``."""
+    codes = list(POSTAL_CODES)
+    at = codes.index(postal_code)
+    return codes[max(0, at - 1) : at] + codes[at + 1 : at + 2]
 
 
 def build_places(seed: int = DEFAULT_SEED) -> Places:

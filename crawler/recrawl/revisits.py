@@ -118,7 +118,10 @@ def plan_visit(
     fingerprint = revisit_fingerprint(revisit, crawler)
     record = codec.dumps(codec.without_defaults(revisit.to_dict(spider=crawler.spider)))
     due = time.time() + policy.delay(interval, random.random())
-    return Visit(Revisit(fingerprint, due, record, replace=previous is not None), interval, changed)
+    waited = request.meta.get(WAITING_META)
+    former = waited if isinstance(waited, str) and waited != fingerprint else ""
+    next_visit = Revisit(fingerprint, due, record, replace=previous is not None, former=former)
+    return Visit(next_visit, interval, changed)
 
 
 def stored_revisit(

@@ -20,18 +20,24 @@ from crawler.keys import revisit_keys
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
 
-# KEYS: revisit, data, absent. ARGV: per revisit 4 values (fingerprint, due, json, mode): mode
-# "r" replaces a waiting revisit, "n" adds one only where none waits (a page fetched outside
-# its revisits keeps the schedule it has); a revisit written ends its page's absences in a row.
+# KEYS: revisit, data, absent. ARGV: per revisit 5 values (fingerprint, due, json, mode,
+# former): mode "r" replaces a waiting revisit, "n" adds one only where none waits (a page
+# fetched outside its revisits keeps the schedule it has); a revisit written ends its page's
+# absences in a row, and the revisit it replaces under a former fingerprint ("" for none).
 # Returns how many were written.
 ADD = """
 local written = 0
-for a = 1, #ARGV, 4 do
-  local fp, due, json, mode = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+for a = 1, #ARGV, 5 do
+  local fp, due, json, mode, former = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   if mode == 'r' or not redis.call('ZSCORE', KEYS[1], fp) then
     redis.call('ZADD', KEYS[1], due, fp)
     redis.call('HSET', KEYS[2], fp, json)
     redis.call('HDEL', KEYS[3], fp)
+    if former ~= '' and former ~= fp then
+      redis.call('ZREM', KEYS[1], former)
+      redis.call('HDEL', KEYS[2], former)
+      redis.call('HDEL', KEYS[3], former)
+    end
     written = written + 1
   end
 end
@@ -115,12 +121,15 @@ HOUR = 3600.0
 
 @dataclass(frozen=True)
 class Revisit:
-    """A page's next visit: its request fingerprint (hex), due time and request JSON."""
+    """A page's next visit: its request fingerprint (hex), due time and request JSON;
+    ``former``: the fingerprint its revisit waited under, when another (the spider's
+    fingerprint changed since it was written), which the new one replaces."""
 
     fingerprint: str
     due: float
     json: str
     replace: bool = True
+    former: str = ""
 
 
 @dataclass(frozen=True)
@@ -241,7 +250,7 @@ def _add_args(revisits: Sequence[Revisit]) -> list[Any]:
     args: list[Any] = []
     for revisit in revisits:
         mode = "r" if revisit.replace else "n"
-        args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode))
+        args.extend((revisit.fingerprint, repr(revisit.due), revisit.json, mode, revisit.former))
     return args
 
 

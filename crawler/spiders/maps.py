@@ -88,6 +88,8 @@ class MapsSpider(RedisFedSpider):
         # (crawler/browser/failures.py), retried and counted by the circuit breaker as theirs;
         # the browser's other errors (a crashed page, a page method's timeout) are retried too.
         "RETRY_EXCEPTIONS": [*default_settings.RETRY_EXCEPTIONS, "playwright.async_api.Error"],
+        # A place page once per crawl, whichever search's link led to it (maps_fingerprint.py).
+        "REQUEST_FINGERPRINTER_CLASS": "crawler.spiders.maps_fingerprint.PlaceFingerprinter",
         # Places change slowly: revisited after a week, then 1 day..90 days.
         "RECRAWL_ENABLED": True,
         "RECRAWL_INITIAL_INTERVAL": 7 * 86_400.0,

@@ -153,3 +153,44 @@ def test_a_stalled_search_stops_growing_for_its_stalled_loads_only(sandbox: Sand
     whole = _batches(sandbox, query, 4)
     assert whole[-1]["end"]
     assert all(batch["html"] for batch in whole)
+
+
+def _feed_links(sandbox: Sandbox, query: str) -> list[str]:
+    """Every place link of the feed of ``query``, in order."""
+    links, offset = [], 0
+    while True:
+        params = urlencode({"q": query, "offset": offset})
+        data = json.loads(_get(f"{sandbox.url}/maps/api/feed?{params}")[2])
+        feed = Selector(text=f'<div role="feed">{data["html"]}</div>')
+        links += feed.css(f"{FEED_LINKS}::attr(href)").getall()
+        offset = data["next"]
+        if data["end"]:
+            return links
+
+
+def test_overlapping_searches_list_shared_places_under_links_of_their_own(
+    sandbox: Sandbox,
+) -> None:
+    """``maps_overlap``: a search lists the places of the postal codes beside its own too, each
+    linked with the search's viewport; every such link serves the place's page."""
+    assert _feed_links(sandbox, "shop near 01002")[0] == PLACES.search("shop near 01002")[0].path
+    sandbox.admin("config", {"maps_overlap": True})
+    near = {code: _feed_links(sandbox, f"shop near {code}") for code in ("01001", "01002", "01003")}
+    ids = {
+        code: [place_fields("", link)["place_id"] for link in links] for code, links in near.items()
+    }
+    own = {code: [p.place_id for p in PLACES.search(f"shop near {code}")] for code in near}
+    assert ids["01002"] == own["01002"] + own["01001"] + own["01003"]
+    assert ids["01003"] == own["01003"] + own["01002"]
+    searches = sandbox.admin("maps/searches")
+    assert all(searches[f"shop near {code}"] == ids[code] for code in near)
+    shared = own["01002"][0]
+    links = [near[code][ids[code].index(shared)] for code in near]
+    assert len(set(links)) == 3, "each search links the place its own way"
+    place = PLACES.by_id[shared]
+    for link in links:
+        status, _, body = _get(f"{sandbox.url}{link}")
+        assert status == 200
+        fields = place_fields(body.decode(), link)
+        assert (fields["place_id"], fields["name"]) == (shared, place.name)
+        assert (fields["latitude"], fields["longitude"]) == (place.latitude, place.longitude)
