@@ -28,7 +28,7 @@ import yaml
 
 from devtools.services import free_port
 from sandbox.seed import build_dataset
-from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox, scrapy
+from tests.harness import ROOT, SPILL_DIR, Mongo, Sandbox, closed_port, scrapy
 
 BIN = Path(sys.executable).parent
 # What an egg build needs from the working tree (setup.py reads pyproject.toml and README.md).
@@ -193,6 +193,29 @@ def scrapyd(tmp_path: Path, scrapyd_env: dict[str, str]) -> Iterator[Scrapyd]:
         log.close()
 
 
+def _deploy(tmp_path: Path, scrapyd: Scrapyd, env: dict[str, str]) -> None:
+    """What a user runs: build the egg from the working tree and upload it to the target."""
+    project = _project_copy(tmp_path / "project")
+    deployed = subprocess.run(
+        [str(BIN / "scrapyd-deploy"), "production", "--version", "r1"],
+        cwd=project,
+        env={**env, "SCRAPYD_URL": scrapyd.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert deployed.returncode == 0, deployed.stderr
+    assert json.loads(deployed.stdout)["status"] == "ok"
+
+
+def _wait_finished(scrapyd: Scrapyd, jobs: set[str], timeout: float) -> None:
+    def finished() -> bool:
+        listed = scrapyd.get("listjobs.json", project="crawler")
+        return jobs <= {entry["id"] for entry in listed["finished"]}
+
+    _wait_until(finished, timeout, f"jobs {sorted(jobs)} to finish")
+
+
 @pytest.mark.integration
 def test_scrapyd_deploy_schedule_and_store(
     tmp_path: Path,
@@ -202,18 +225,7 @@ def test_scrapyd_deploy_schedule_and_store(
     mongo: Mongo,
     sandbox: Sandbox,
 ) -> None:
-    project = _project_copy(tmp_path / "project")
-    # What a user runs: build the egg from the working tree and upload it to the target.
-    deployed = subprocess.run(
-        [str(BIN / "scrapyd-deploy"), "production", "--version", "r1"],
-        cwd=project,
-        env={**scrapyd_env, "SCRAPYD_URL": scrapyd.url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert deployed.returncode == 0, deployed.stderr
-    assert json.loads(deployed.stdout)["status"] == "ok"
+    _deploy(tmp_path, scrapyd, scrapyd_env)
     assert scrapyd.get("listprojects.json")["projects"] == ["crawler"]
     _assert_egg_holds_the_project(tmp_path / "scrapyd" / "eggs" / "crawler" / "r1.egg")
     listed = scrapyd.get("listspiders.json", project="crawler")["spiders"]
@@ -234,12 +246,7 @@ def test_scrapyd_deploy_schedule_and_store(
     )
     assert scheduled["status"] == "ok", scheduled
     job = scheduled["jobid"]
-
-    def finished() -> bool:
-        jobs = scrapyd.get("listjobs.json", project="crawler")
-        return any(entry["id"] == job for entry in jobs["finished"])
-
-    _wait_until(finished, 60, f"job {job} to finish")
+    _wait_finished(scrapyd, {job}, 60)
     log = (tmp_path / "scrapyd" / "logs" / "crawler" / "profiles" / f"{job}.log").read_text()
     assert "'finish_reason': 'finished'" in log, log[-3000:]
 
@@ -249,6 +256,56 @@ def test_scrapyd_deploy_schedule_and_store(
     decoy = mongo.client[f"{mongo.database}_env"]
     assert decoy.profiles.count_documents({}) == 0
     mongo.client.drop_database(decoy.name)
+
+
+# A job that cannot start: its setting= (a port that refuses connections for {port}), its exit
+# status and the ERROR line its log holds.
+BAD_STARTS = (
+    (
+        "REDIS_URL=redis://127.0.0.1:{port}/0",
+        1,
+        "Redis at redis://127.0.0.1:{port}/0 is unreachable",
+    ),
+    (
+        "MONGO_URI=mongodb://127.0.0.1:{port}/",
+        1,
+        "MongoDB at mongodb://127.0.0.1:{port}/ is unavailable",
+    ),
+    ("MONGO_BATCH_SIZE=-1", 2, "MONGO_BATCH_SIZE = -1: must be an integer from 1 to 100000"),
+    ("LOG_LEVEL=LOUD", 2, "LOG_LEVEL = LOUD: must be one of CRITICAL, ERROR, "),
+)
+
+
+@pytest.mark.integration
+def test_scrapyd_job_that_cannot_start_logs_one_error_line(
+    tmp_path: Path, scrapyd: Scrapyd, scrapyd_env: dict[str, str]
+) -> None:
+    """Each job ends at once, its own log holding one ERROR line and no traceback; Scrapyd's
+    log says its exit status."""
+    _deploy(tmp_path, scrapyd, scrapyd_env)
+    jobs: dict[str, tuple[str, int, str]] = {}
+    with closed_port() as port:
+        for value, status, expected in BAD_STARTS:
+            scheduled = scrapyd.post(
+                "schedule.json",
+                [
+                    ("project", "crawler"),
+                    ("spider", "profiles"),
+                    ("setting", value.format(port=port)),
+                    ("setting", "MONGO_CONNECT_TIMEOUT_MS=500"),
+                ],
+            )
+            jobs[scheduled["jobid"]] = (value, status, expected.format(port=port))
+        _wait_finished(scrapyd, set(jobs), 60)
+    scrapyd_log = (tmp_path / "scrapyd" / "scrapyd.out").read_text()
+    for job, (value, status, expected) in jobs.items():
+        log = (tmp_path / "scrapyd" / "logs" / "crawler" / "profiles" / f"{job}.log").read_text()
+        errors = [line for line in log.splitlines() if " ERROR: " in line]
+        assert len(errors) == 1, (value, log[-3000:])
+        assert "Traceback" not in log, (value, log[-3000:])
+        assert f" ERROR: Crawl not started: {expected}" in errors[0], value
+        died = f"Process died: exitstatus={status} project='crawler' spider='profiles' job='{job}'"
+        assert died in scrapyd_log, value
 
 
 def test_scrapy_cfg_deploy_targets_take_the_url_from_the_environment() -> None:

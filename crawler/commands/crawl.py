@@ -31,6 +31,7 @@ from crawler.preflight import check_frontier_server, check_settings, check_stora
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy.settings import Settings
     from twisted.python.failure import Failure
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,18 @@ FAILED_REASONS = {
 }
 
 
+def _refusal_logging(settings: Settings) -> Settings:
+    """The run's logging at ERROR, in its LOG_FILE when that one can be written (a Scrapyd job's
+    log: a bad LOG_LEVEL is said there, not in Scrapyd's own log), else on stderr."""
+    refusal = settings.copy()
+    refusal.set("LOG_LEVEL", "ERROR", priority="cmdline")
+    try:
+        setting(settings, "LOG_FILE")
+    except SettingsError:
+        refusal.set("LOG_FILE", None, priority="cmdline")
+    return refusal
+
+
 class Command(ScrapyCrawlCommand):
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
         """The ``-s`` settings applied, those Scrapy's logging set-up reads are checked before
@@ -57,7 +70,7 @@ class Command(ScrapyCrawlCommand):
             for name in BEFORE_THE_CRAWLER:
                 setting(self.settings, name)
         except SettingsError as exc:
-            configure_logging({"LOG_LEVEL": "ERROR"})
+            configure_logging(_refusal_logging(self.settings))
             self._refuse(exc)
             raise SystemExit(self.exitcode) from None
 
