@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -612,6 +614,9 @@ def test_a_redis_timeout_read_is_one_a_socket_takes(name: str, value: Any) -> No
         ("{tmp}/file/c", False),
         ("{tmp}", True),
         ("", False),
+        # Writable to root by their permission bits; no directory can be made there.
+        ("/proc/nope", False),
+        ("/sys/spill", False),
     ],
 )
 def test_the_spill_directory_is_one_that_can_be_made(
@@ -621,9 +626,39 @@ def test_the_spill_directory_is_one_that_can_be_made(
     value = path.format(tmp=tmp_path)
     if usable:
         RULES["MONGO_SPILL_DIR"].read("MONGO_SPILL_DIR", value)
+        assert Path(value).is_dir()
     else:
         with pytest.raises(SettingsError, match="must be a writable directory path"):
             RULES["MONGO_SPILL_DIR"].read("MONGO_SPILL_DIR", value)
+
+
+@pytest.mark.parametrize(
+    ("path", "usable"),
+    [
+        ("{tmp}/crawl.log", True),  # made
+        ("{tmp}/file", True),  # appended to
+        ("{tmp}/missing/crawl.log", False),  # Scrapy's log handler makes no directory
+        ("{tmp}", False),  # a directory
+        ("/dev/null/x.log", False),
+        ("/sys/crawl.log", False),
+        ("", False),
+    ],
+)
+def test_the_log_file_is_one_scrapys_log_handler_can_open(
+    tmp_path: Any, path: str, usable: bool
+) -> None:
+    (tmp_path / "file").write_text("x")
+    value = path.format(tmp=tmp_path)
+    if usable:
+        RULES["LOG_FILE"].read("LOG_FILE", value)
+        logging.FileHandler(value).close()
+    else:
+        with pytest.raises(SettingsError, match="must be a file this process can write"):
+            RULES["LOG_FILE"].read("LOG_FILE", value)
+        # ... as Scrapy's handler would have failed on it, with a traceback.
+        refused = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+        with pytest.raises(refused):
+            logging.FileHandler(value, delay=False).close()
 
 
 def test_purge_yes_json_says_what_it_deleted_as_json(

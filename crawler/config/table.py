@@ -9,9 +9,9 @@ from __future__ import annotations
 import codecs
 import ipaddress
 import logging
-import os
 import re
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -159,16 +159,18 @@ def write_concern(value: Any) -> Any:
 
 
 def directory(value: Any) -> Path:
-    """A directory this process can write in, or a path one can be made at: its nearest
-    existing parent is a directory it can write in (``/dev/null/x`` cannot be made)."""
+    """A directory this process can write in, made when missing as its user would make it: one
+    that cannot be made or written in (``/dev/null/x``, ``/proc/x``, a read-only file system)
+    is refused. Tried, not guessed: permission bits say nothing of /proc or /sys to root."""
     path = Path(as_text(value))
     if not str(value).strip():
         raise ValueError(value)
-    existing = path.absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(value)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError:
+        raise ValueError(value) from None
     return path
 
 
@@ -207,15 +209,16 @@ def log_level(value: Any) -> Any:
 
 
 def log_file(value: Any) -> Path:
-    """A file this process can write, or make in a directory it can write in."""
+    """A file this process can append to, in a directory that exists (Scrapy's log handler
+    makes no directory): opened as the handler will open it."""
     path = Path(as_text(value))
-    if path.is_dir() or not str(value).strip():
+    if not str(value).strip() or path.is_dir():
         raise ValueError(value)
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise ValueError(value)
-        return path
-    directory(str(path.parent))
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError:
+        raise ValueError(value) from None
     return path
 
 
@@ -271,7 +274,7 @@ RULES: dict[str, Rule] = {
     "FEED_URI_PARAMS": Rule("an importable function (package.module.name)", load_object, True),
     "ROBOTSTXT_OBEY": flag(),
     "LOG_LEVEL": Rule(f"one of {', '.join(LOG_LEVELS)}", log_level),
-    "LOG_FILE": Rule("a file path this process can write", log_file, True),
+    "LOG_FILE": Rule("a file this process can write, in a directory that exists", log_file, True),
     "TELNETCONSOLE_ENABLED": flag(),
     "REMOTE_CONTROL_ENABLED": flag(),
     "CONCURRENT_REQUESTS": integer(1),
