@@ -16,6 +16,7 @@ import redis
 from tests.harness import MONGO_PAUSE, Crawl, Sandbox, poll
 from tests.test_jobs import _cancel, _status
 from tests.test_links import build_web, home, links_settings
+from tests.test_pause import _scrapy
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +77,30 @@ def test_a_sites_sitemap_pages_carry_its_job_and_a_cancel_stops_them(
     assert (a["queued"], a["delayed"], a["leased"]) == (0, 0, 0)
     b = _status(crawl, "links", "B")
     assert (b["queued"], b["delayed"], b["leased"], b["errors"]) == (0, 0, 0, 0)
+
+
+def test_a_jobs_max_pages_holds_for_the_pages_its_sitemaps_list(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    """Job C given 10 pages, its entry a site of 40 pages its sitemap lists: the site gets at
+    most 10 of C's requests (its robots.txt is the fleet's, no job's), the rest are dropped as
+    over the budget, and the pages stored carry C."""
+    report = build_web(web, sites=2, pages=40, extras=False)
+    done = _scrapy(crawl, "frontier", "links", "job", "C", "max-pages", "10")
+    assert done.returncode == 0, done.stderr[-3000:]
+    redis_client.lpush("links:start_urls", json.dumps({"url": home(web, "site0.test"), "job": "C"}))
+    result = crawl("links", settings=links_settings())
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    counts = web.admin("web")["counts"]["site0.test"]
+    asked = {path: count for path, count in counts.items() if path != "/robots.txt"}
+    # The start request's turn that went to robots.txt counts as one of the job's sends.
+    assert 9 <= sum(asked.values()) <= 10, asked
+    assert asked.get("/sitemap.xml") == 1, asked
+    status = _status(crawl, "links", "C")
+    assert (status["sent"], status["queued"], status["delayed"]) == (10, 0, 0)
+    assert status["over_budget"] > 0
+    pages = _pages_by_host(crawl)
+    assert set(pages) == {"site0.test"}
+    assert 0 < len(pages["site0.test"]) < len(report["truth"]["site0.test"])
+    assert set(pages["site0.test"].values()) == {"C"}
