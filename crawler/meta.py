@@ -91,6 +91,14 @@ def depth_of(meta: dict[str, Any]) -> int | None:
     return value
 
 
+def carry_job(source: Request, made: Request) -> Request:
+    """``made``, a request made for ``source`` outside its callback (the sitemaps its host's
+    robots.txt names), in the job of ``source`` (meta JOB_META) unless it names its own."""
+    if JOB_META in source.meta:
+        made.meta.setdefault(JOB_META, source.meta[JOB_META])
+    return made
+
+
 def send_back(request: Request, meta: dict[str, Any], due: float) -> Request:
     """``request`` with ``meta``, going back to the frontier until ``due`` (epoch seconds), past
     the duplicate filter of whichever scheduler takes it (see FILTER_LIFTED_META)."""

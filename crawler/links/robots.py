@@ -57,6 +57,7 @@ from crawler.meta import (
     IDENTITY_FAILED_META,
     PACED_META,
     SENT_AT_META,
+    carry_job,
     send_back,
 )
 
@@ -340,14 +341,15 @@ class FleetRobotsMiddleware:
         raise RobotsDeferred(block.until)
 
     def _seed(self, request: Request, rules: Protego) -> bool:
-        """Crawl what the spider makes of new rules; whether it is written for the fleet."""
+        """Crawl what the spider makes of new rules, in the job of the request that needed
+        them; whether it is written for the fleet."""
         seed = getattr(self.crawler.spider, "robots_requests", None)
         engine = self.crawler.engine
         if seed is None or engine is None:
             return True
         made: Iterable[Request] = seed(request, list(rules.sitemaps))
         for follow in made:
-            engine.crawl(follow)
+            engine.crawl(carry_job(request, follow))
         return self.frontier.flush()
 
     def _defer_origin(self, origin: str, until: float) -> None:
