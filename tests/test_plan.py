@@ -164,24 +164,22 @@ def test_a_plan_of_start_entries_alone_is_bound_by_the_hosts_they_name(
     ) in mixed.stdout
 
 
-def _stopped_midway(client: redis.Redis, requests: int, horizon: float) -> dict[str, int]:
-    """A links crawl of one host at the default 0.5 requests/s stopped midway: its pop (the
-    fleet's pacing) gave the host's next turns (``horizon`` seconds of them) in the delayed set
-    and left the rest queued; the requests it sent were done. Its sizes."""
+def _stopped_midway(
+    client: redis.Redis, requests: int, horizon: float, hosts: tuple[str, ...] = ("slow.example",)
+) -> dict[str, int]:
+    """A links crawl of ``hosts`` at the default 0.5 requests/s, ``requests`` each, stopped
+    midway: its pop (the fleet's pacing) gave the hosts' next turns (``horizon`` seconds of
+    them) in the delayed set and left the rest queued; the requests it sent were done. Its
+    sizes."""
     frontier = Frontier(client, FrontierKeys("links", "links:start_urls"), DupefilterConfig("none"))
-    urls = [f"http://slow.example/p/{n}" for n in range(requests)]
-    frontier.schedule(
-        [
-            Pending(f'{{"u":"{url}","c":"parse"}}', hashlib.sha1(url.encode()).digest()[:8])
-            for url in urls
-        ]
-    )
+    urls = [f"http://{host}/p/{n}" for n in range(requests) for host in hosts]
+    records = [f'{{"u":"{url}","c":"parse"}}' for url in urls]
+    frontier.schedule([Pending(r, hashlib.sha1(r.encode()).digest()[:8]) for r in records])
     settings = Settings()
     settings.setmodule(project_settings)
     pacing = fleet_pacing(settings, 60)
     assert pacing is not None
-    pacing = replace(pacing, horizon=horizon)
-    popped = frontier.pop(requests, 60, "w1", pacing)
+    popped = frontier.pop(len(urls), 60, "w1", replace(pacing, horizon=horizon))
     frontier.settle([(ACK, lease_id, "") for lease_id, _ in popped.leased], "w1", 60)
     return frontier.sizes()
 
@@ -219,6 +217,26 @@ def test_work_waiting_for_its_hosts_turns_finishes_at_their_rate_whatever_the_de
     sizing = json.loads(status.stdout)["spiders"]["links"]["sizing"]
     assert (sizing["ceiling_per_second"], sizing["work_left"]) == (0.5, pages), sizing
     assert (sizing["ready"], sizing["workers_wanted"]) == (0, 1), sizing
+
+
+def test_work_all_delayed_is_sized_from_a_sample_of_the_delayed_set(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """Nothing queued, all the work of two hosts waiting for their turns: 20 delayed requests
+    read stand for all of them, each host's half at its 0.5 requests/s (before, nothing queued
+    gave no ceiling at all, and a finish at the workers' pace, 10 times too soon)."""
+    sizes = _stopped_midway(redis_client, 100, 350, hosts=("a.example", "b.example"))
+    assert (sizes["queue"], sizes["leased"]) == (0, 0), sizes
+    pages, sample = sizes["delayed"], ["-s", "AUTOSCALE_SAMPLE=20"]
+    result = _fleet(crawl, "plan", "links", "--deadline", "1h", "--json", *sample)
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(result.stdout)
+    assert planned["pages"] == pages
+    assert planned["finish"] == pytest.approx(pages / 2 / 0.5, rel=0.1)
+    assert (planned["ceiling_from"], planned["workers"], planned["reachable"]) == ("queue", 1, True)
+    status = scrapy("status", "links", "--json", *sample, env=crawl.env())
+    sizing = json.loads(status.stdout)["spiders"]["links"]["sizing"]
+    assert (sizing["ceiling_per_second"], sizing["ready"]) == (1.0, 0), sizing
 
 
 def _revisits(client: redis.Redis, spider: str, due: float, *names: str) -> None:
