@@ -444,7 +444,8 @@ AUTOSCALE_MAX_WORKERS = 8
 AUTOSCALE_BACKLOG_SECONDS = 60.0
 # AUTOSCALE_WORKER_PACE (float > 0 pages/s, default 10): a worker's pace until one is measured.
 AUTOSCALE_WORKER_PACE = 10.0
-# AUTOSCALE_SAMPLE (int >= 1, default 1000): queued requests read per look (start entries: 200).
+# AUTOSCALE_SAMPLE (int >= 1, default 1000): queued requests read per look, and as many delayed
+# ones (start entries: 200).
 AUTOSCALE_SAMPLE = 1000
 # AUTOSCALE_INTERVAL (float > 0 seconds, default 15): how often `scrapy fleet autoscale` looks.
 AUTOSCALE_INTERVAL = 15.0

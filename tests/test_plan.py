@@ -3,15 +3,24 @@ allowed rates, with the arithmetic shown and a warning when the deadline cannot 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 import redis
+from scrapy.settings import Settings
 
+from crawler import settings as project_settings
 from crawler.fleet.plan import explain, parse_duration, plan
+from crawler.frontier.dupefilter import DupefilterConfig
+from crawler.frontier.leases import ACK
+from crawler.frontier.pacing import fleet_pacing
+from crawler.frontier.queue import Frontier, Pending
+from crawler.keys import FrontierKeys
 from crawler.observability.demand import Demand, HostDemand
 from crawler.observability.sizing import Sizing
 from crawler.recrawl.store import Revisit, RevisitStore
@@ -153,6 +162,81 @@ def test_a_plan_of_start_entries_alone_is_bound_by_the_hosts_they_name(
         "unknown     1 of them name no host the plan can tell without the spider: counted as "
         "work without a rate"
     ) in mixed.stdout
+
+
+def _stopped_midway(
+    client: redis.Redis, requests: int, horizon: float, hosts: tuple[str, ...] = ("slow.example",)
+) -> dict[str, int]:
+    """A links crawl of ``hosts`` at the default 0.5 requests/s, ``requests`` each, stopped
+    midway: its pop (the fleet's pacing) gave the hosts' next turns (``horizon`` seconds of
+    them) in the delayed set and left the rest queued; the requests it sent were done. Its
+    sizes."""
+    frontier = Frontier(client, FrontierKeys("links", "links:start_urls"), DupefilterConfig("none"))
+    urls = [f"http://{host}/p/{n}" for n in range(requests) for host in hosts]
+    records = [f'{{"u":"{url}","c":"parse"}}' for url in urls]
+    frontier.schedule([Pending(r, hashlib.sha1(r.encode()).digest()[:8]) for r in records])
+    settings = Settings()
+    settings.setmodule(project_settings)
+    pacing = fleet_pacing(settings, 60)
+    assert pacing is not None
+    popped = frontier.pop(len(urls), 60, "w1", replace(pacing, horizon=horizon))
+    frontier.settle([(ACK, lease_id, "") for lease_id, _ in popped.leased], "w1", 60)
+    return frontier.sizes()
+
+
+@pytest.mark.parametrize(("requests", "horizon"), [(297, 60), (190, 350)])
+def test_work_waiting_for_its_hosts_turns_finishes_at_their_rate_whatever_the_deadline(
+    crawl: Crawl, redis_client: redis.Redis, requests: int, horizon: float
+) -> None:
+    """Most of a polite crawl waits in the delayed set for its host's turns: it is that host's
+    work. At 0.5 requests/s the pages take pages / 0.5 s for any deadline (before, the ceiling
+    counted the queued requests only, so every deadline was unreachable, the finish growing
+    with it); the ceiling is the host's rate, or its pages spread over a longer deadline."""
+    sizes = _stopped_midway(redis_client, requests, horizon)
+    pages = sizes["queue"] + sizes["delayed"]
+    assert sizes["delayed"] >= 25, sizes
+    assert sizes["queue"] >= 5, sizes
+    assert not sizes["leased"], sizes
+    finish = pages / 0.5
+    for deadline, seconds in (("5m", 300), ("10m", 600), ("1h", 3600), ("24h", 86400)):
+        result = _fleet(crawl, "plan", "links", "--deadline", deadline, "--json")
+        assert result.returncode == 0, result.stderr
+        planned = json.loads(result.stdout)
+        assert planned["pages"] == pages
+        assert planned["finish"] == pytest.approx(finish), deadline
+        assert planned["reachable"] is (seconds >= finish), deadline
+        assert planned["ceiling"] == pytest.approx(min(0.5, pages / seconds)), deadline
+        assert planned["workers"] == 1
+    text = _fleet(crawl, "plan", "links", "--deadline", "1h").stdout
+    assert f"finish      {finish:,.0f} s ({finish / 3600:.2f} h)" in text
+    assert "WARNING" not in text
+    late = _fleet(crawl, "plan", "links", "--deadline", "5m").stdout
+    assert f"{pages:,} pages take at least {finish / 3600:.2f} h" in late
+    # What the autoscaler and /metrics read: the host's rate, one worker for all its work.
+    status = scrapy("status", "links", "--json", env=crawl.env())
+    sizing = json.loads(status.stdout)["spiders"]["links"]["sizing"]
+    assert (sizing["ceiling_per_second"], sizing["work_left"]) == (0.5, pages), sizing
+    assert (sizing["ready"], sizing["workers_wanted"]) == (0, 1), sizing
+
+
+def test_work_all_delayed_is_sized_from_a_sample_of_the_delayed_set(
+    crawl: Crawl, redis_client: redis.Redis
+) -> None:
+    """Nothing queued, all the work of two hosts waiting for their turns: 20 delayed requests
+    read stand for all of them, each host's half at its 0.5 requests/s (before, nothing queued
+    gave no ceiling at all, and a finish at the workers' pace, 10 times too soon)."""
+    sizes = _stopped_midway(redis_client, 100, 350, hosts=("a.example", "b.example"))
+    assert (sizes["queue"], sizes["leased"]) == (0, 0), sizes
+    pages, sample = sizes["delayed"], ["-s", "AUTOSCALE_SAMPLE=20"]
+    result = _fleet(crawl, "plan", "links", "--deadline", "1h", "--json", *sample)
+    assert result.returncode == 0, result.stderr
+    planned = json.loads(result.stdout)
+    assert planned["pages"] == pages
+    assert planned["finish"] == pytest.approx(pages / 2 / 0.5, rel=0.1)
+    assert (planned["ceiling_from"], planned["workers"], planned["reachable"]) == ("queue", 1, True)
+    status = scrapy("status", "links", "--json", *sample, env=crawl.env())
+    sizing = json.loads(status.stdout)["spiders"]["links"]["sizing"]
+    assert (sizing["ceiling_per_second"], sizing["ready"]) == (1.0, 0), sizing
 
 
 def _revisits(client: redis.Redis, spider: str, due: float, *names: str) -> None:

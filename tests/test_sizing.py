@@ -267,7 +267,7 @@ def test_any_start_entries_are_sized_never_an_error(
     host_of = None
     if spider is not None:
         host_of = entry_host_reader(get_spider_loader(settings).load(spider), settings)
-    demand = read_demand([[b"0", b"0", b"0"], entries, 0], len(entries), None, host_of)
+    demand = read_demand([[b"0"] * 5, entries, 0], len(entries), None, host_of)
     assert sum(host.count for host in demand.start_hosts) == len(entries)
 
 

@@ -6,15 +6,19 @@ pace, capped by the politeness ceiling (the sites' allowed rates) and by the mos
     needed rate   r = P / D
     needed        n = ceil(r / p), at most ceil(C / p) (more would wait for the sites)
     workers       w = min(n, M)
-    finish        P / min(w x p, C): later than D when r > C or n > M (the deadline is unreachable)
+    finish        max(P / (w x p), S): later than D when a host's work needs longer at its rate
+                  or n > M (the deadline is unreachable)
 
 P is ``--pages``, or the frontier's work and the revisits due (of a spider that revisits): as
 the autoscaler, which wants a worker while any is due (``crawler.observability.sizing``), the
 plan counts each due revisit as a page to fetch. The ceiling is the one of the gauges with the
-work spread over the deadline: per host the lesser of its rate and its share of P over D. The
-start entries waiting count for their hosts as the spider would make their requests
-(crawler/spiders/entry_hosts.py), from a sample the plan names (``StartSample``): before any
-is read they are all the ceiling knows.
+work spread over the deadline: per host the lesser of its rate and its share of P over D, its
+share counting its queued and delayed requests (a polite crawl holds most of its work in the
+delayed set, waiting for its hosts' turns). S is the seconds the slowest paced host takes for
+its share of P at its rate, whatever the deadline and the workers: the same work finishes no
+later for a later deadline. The start entries waiting count for their hosts as the spider would
+make their requests (crawler/spiders/entry_hosts.py), from a sample the plan names
+(``StartSample``): before any is read they are all the ceiling knows.
 """
 
 from __future__ import annotations
@@ -130,8 +134,7 @@ def plan(
     if ceiling is not None and pages:
         needed = min(by_pace, max(1, math.ceil(ceiling / pace - 1e-9)))
     workers = needed if max_workers is None else min(needed, max_workers)
-    rate = workers * pace if ceiling is None else min(workers * pace, ceiling)
-    finish = pages / rate if pages else 0.0
+    finish = max(pages / (workers * pace), _slowest(pages, sizing)) if pages else 0.0
     return Plan(
         pages, deadline, pace, sizing.measured, ceiling, workers, by_pace, finish, needed,
         max_workers, revisits_due, start_sample(sizing) if ceiling is not None else None,
@@ -143,6 +146,14 @@ def _ceiling(pages: int, deadline: float, sizing: Sizing) -> float | None:
     if demand is None or (not demand.hosts and not demand.start_hosts) or not sizing.work:
         return None
     return demand.ceiling(deadline, pages / sizing.work)
+
+
+def _slowest(pages: int, sizing: Sizing) -> float:
+    """Seconds the slowest paced host takes for its share of ``pages`` at its rate."""
+    demand = sizing.demand
+    if demand is None or not sizing.work:
+        return 0.0
+    return demand.slowest(pages / sizing.work)
 
 
 def explain(plan: Plan) -> list[str]:

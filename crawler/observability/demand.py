@@ -1,15 +1,20 @@
-"""What the queued work allows, read from the head of the queue at a bounded cost.
+"""What the waiting work allows, read from the heads of the queue and the delayed set at a
+bounded cost.
 
 One script (``scripts/demand.lua``) reads at most ``sample`` queued requests in pop order and
-answers, per host among them, how many it holds, its rate now and the tokens its bucket has to
-spare; the head of the start list (START_SAMPLE entries at most) is read alongside (start
-entries that name a URL count for their host, others as unlimited work). Each host's share of
-the sample stands for its share of the whole queue. From that:
+as many delayed ones (retries, cool-downs and politeness turns: a polite crawl holds most of
+its work there), and answers, per host among them, how many it holds in each, its rate now and
+the tokens its bucket has to spare; the head of the start list (START_SAMPLE entries at most)
+is read alongside (start entries that name a URL count for their host, others as unlimited
+work). Each host's share of a sample stands for its share of the whole queue (or delayed set).
+From that:
 
-- **ready**: requests that may go now: every request of an unlimited host, and of a paced host
-  as many as its spare tokens;
+- **ready**: requests that may go now: every queued request of an unlimited host, and of a
+  paced host as many as its spare tokens (a delayed request waits: never ready);
 - **ceiling**: the requests per second the work allows, the sum over hosts of the lesser of the
-  host's rate and what its backlog needs (its requests over ``seconds``).
+  host's rate and what its backlog (queued and delayed) needs (its requests over ``seconds``);
+- **slowest**: the seconds the paced host with the most work per its rate takes for it, however
+  many workers go.
 """
 
 from __future__ import annotations
@@ -41,17 +46,20 @@ DEMAND = lua.PRELUDE + lua.BUCKET + lua.PACE + lua.read_script("demand", "crawle
 
 @dataclass(frozen=True)
 class HostDemand:
-    """One host of the sample: its requests there, rate now (0: unlimited) and spare tokens."""
+    """One host of the samples: its requests in the queue's, rate now (0: unlimited), spare
+    tokens and its requests in the delayed set's."""
 
     host: str
     count: int
     rate: float = 0.0
     spare: int = -1
+    delayed: int = 0
 
 
 @dataclass(frozen=True)
 class Demand:
-    """The queue's hosts as its head shows them, scaled to the whole queue and start list."""
+    """The hosts as the heads of the queue, the delayed set and the start list show them,
+    scaled to the whole of each."""
 
     queued: int
     sampled: int
@@ -61,26 +69,29 @@ class Demand:
     start_hosts: tuple[HostDemand, ...] = ()
     leased: int = 0  # requests the workers held when the queue was looked at
     paused: bool = False  # the crawl is paused ({spider}:paused): no work may go
+    delayed: int = 0  # requests in the delayed set
+    delayed_sampled: int = 0  # of them, read
 
-    def estimated(self) -> dict[str, tuple[float, HostDemand]]:
-        """Host -> (its requests in the queue and start list, estimated; what the queue's
-        sample says of it)."""
+    def estimated(self, delayed: bool = True) -> dict[str, tuple[float, HostDemand]]:
+        """Host -> (its requests in the queue, the delayed set (unless not ``delayed``) and
+        the start list, estimated; what the samples say of it)."""
         found: dict[str, tuple[float, HostDemand]] = {}
+        late = _scale(self.delayed, self.delayed_sampled) if delayed else 0.0
         for hosts, total, sampled in (
             (self.hosts, self.queued, self.sampled),
             (self.start_hosts, self.start, self.start_sampled),
         ):
-            scale = total / sampled if sampled else 0.0
+            scale = _scale(total, sampled)
             for entry in hosts:
                 count, known = found.get(entry.host, (0.0, entry))
-                found[entry.host] = (count + entry.count * scale, known)
+                found[entry.host] = (count + entry.count * scale + entry.delayed * late, known)
         return found
 
     def ready(self) -> float:
-        """Requests that may go now: unlimited hosts' all, paced hosts' up to their tokens."""
+        """Requests that may go now: unlimited hosts' queued, paced hosts' up to their tokens."""
         return sum(
             count if entry.rate <= 0 else min(count, max(0, entry.spare))
-            for count, entry in self.estimated().values()
+            for count, entry in self.estimated(delayed=False).values()
         )
 
     def ceiling(self, seconds: float, share: float = 1.0) -> float:
@@ -90,6 +101,23 @@ class Demand:
             count * share / seconds if entry.rate <= 0 else min(entry.rate, count * share / seconds)
             for count, entry in self.estimated().values()
         )
+
+    def slowest(self, share: float = 1.0) -> float:
+        """Seconds the paced host with the most work for its rate takes for its backlog (times
+        ``share``) at that rate, however many workers go; 0 when no host is paced."""
+        return max(
+            (
+                count * share / entry.rate
+                for count, entry in self.estimated().values()
+                if entry.rate > 0
+            ),
+            default=0.0,
+        )
+
+
+def _scale(total: int, sampled: int) -> float:
+    """Requests of the whole each request of a sample stands for."""
+    return total / sampled if sampled else 0.0
 
 
 def queue_demand(
@@ -104,7 +132,7 @@ def queue_demand(
     instead while it is younger than ``fresh`` seconds (0: look now)."""
     paced = NO_PACING if pacing is None else pacing.script_args(keys.buckets)
     args = [keys.queue_prefix, time.time(), sample, fresh, *paced]
-    lua.queue_eval(pipe, DEMAND, keys.script_keys(keys.demand, keys.leases), args)
+    lua.queue_eval(pipe, DEMAND, keys.script_keys(keys.demand, keys.leases, keys.delayed), args)
     pipe.lrange(keys.start, 0, min(sample, START_SAMPLE) - 1)
     pipe.exists(pause_key(keys.spider))  # any value pauses (frontier/pause.py)
 
@@ -119,12 +147,17 @@ def read_demand(
     start entry's host ("" unknown; by default a URL's, see :func:`entry_host`)."""
     raw, entries, paused = replies
     hosts = tuple(
-        HostDemand(reply_text(raw[i]), int(raw[i + 1]), float(raw[i + 2]), int(raw[i + 3]))
-        for i in range(3, len(raw), 4)
+        HostDemand(
+            reply_text(raw[i]), int(raw[i + 1]), float(raw[i + 3]), int(raw[i + 4]), int(raw[i + 2])
+        )
+        for i in range(5, len(raw), 5)
     )
     start_hosts = _start_hosts(entries, pacing, host_of or entry_host)
-    queued, leased, sampled = (int(value) for value in raw[:3])
-    return Demand(queued, sampled, hosts, start, len(entries), start_hosts, leased, bool(paused))
+    queued, leased, sampled, delayed, delayed_sampled = (int(value) for value in raw[:5])
+    return Demand(
+        queued, sampled, hosts, start, len(entries), start_hosts, leased, bool(paused), delayed,
+        delayed_sampled,
+    )  # fmt: skip
 
 
 def _start_hosts(
