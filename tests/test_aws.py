@@ -355,11 +355,14 @@ def test_fleet_launch_by_deadline_and_autoscale_toward_the_workers_wanted(
     assert len(_json(planned)) == 2
     assert "workers     2" in planned.stderr
 
-    # One worker per start entry (10 pages/s x 0.1 s of backlog each), at most 8.
+    # One worker per start entry (10 pages/s x 0.1 s of backlog each), at most 8: the API's
+    # host unpaced (at its default rate its user names would want one worker whatever their
+    # number: they all go to that host).
     settings = {
         "FLEET_NAME": f"auto-{tmp_path.name[-12:]}",
         "AUTOSCALE_BACKLOG_SECONDS": "0.1",
         "AUTOSCALE_WORKER_PACE": "10",
+        "POLITENESS_RATE": "0",
     }
     entries = [json.dumps({"unique_id": f"u{n}"}) for n in range(3)]
     redis_client.lpush("profiles:start_urls", *entries)
@@ -456,6 +459,7 @@ def test_autoscale_replaces_an_instance_whose_worker_quit(
         "FLEET_NAME": f"gone-{tmp_path.name[-12:]}",
         "AUTOSCALE_BACKLOG_SECONDS": "0.1",
         "AUTOSCALE_WORKER_PACE": "10",
+        "POLITENESS_RATE": "0",  # the API host unpaced: workers follow the entries
     }
 
     def look(grace: float) -> Any:
@@ -525,6 +529,7 @@ def test_the_ec2_autoscale_loop_follows_the_work_and_rides_out_a_cloud_that_went
         "FLEET_INSTALL": INSTALL,
         "AUTOSCALE_BACKLOG_SECONDS": "0.1",
         "AUTOSCALE_WORKER_PACE": "10",
+        "POLITENESS_RATE": "0",  # the API host unpaced: workers follow the entries
         "AUTOSCALE_INTERVAL": "0.5",
     }
     command = [sys.executable, "-m", "scrapy", "fleet", "autoscale", "profiles", "--json"]
