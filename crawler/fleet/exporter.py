@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 class SizingCollector(Collector):
     """``crawler_workers_wanted`` and the other sizing gauges of each spider of ``settings``
     (spider -> its settings, as its workers have them), and its launches' gauges; none when
-    Redis does not answer. A spider a key of which holds the wrong type is left out and named
-    in ``crawler_redis_wrong_type`` (the others' gauges are there)."""
+    Redis does not answer (``crawler_fleet_redis_up`` 0). A spider a key of which holds the
+    wrong type is left out and named in ``crawler_redis_wrong_type`` (the others' gauges are
+    there)."""
 
     def __init__(self, server: RedisClient, settings: Mapping[str, BaseSettings]) -> None:
         self.server = server
@@ -42,7 +43,9 @@ class SizingCollector(Collector):
         try:
             sizings, starts, unreadable = self._read_spiders()
         except RedisError:
+            yield redis_up_metric(False)
             return
+        yield redis_up_metric(True)
         yield from sizing_metrics(sizings)
         yield from starts_metrics(starts, time.time())
         yield wrong_type_metric(unreadable)
@@ -61,6 +64,16 @@ class SizingCollector(Collector):
             except WrongKeyType as exc:
                 unreadable.append(exc)
         return sizings, starts, unreadable
+
+
+def redis_up_metric(up: bool) -> Metric:
+    """``crawler_fleet_redis_up``: 1 when this scrape read Redis, 0 when Redis did not answer
+    (the spiders' gauges are left out then), so an answer is never empty."""
+    gauge = GaugeMetricFamily(
+        "crawler_fleet_redis_up", "1 when this scrape read Redis, 0 when Redis did not answer."
+    )
+    gauge.add_metric([], int(up))
+    return gauge
 
 
 def wrong_type_metric(unreadable: list[WrongKeyType]) -> Metric:
