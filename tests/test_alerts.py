@@ -153,7 +153,8 @@ def test_every_metric_and_label_the_alerts_read_is_exposed(redis_client: redis.R
     pause = Pause(time.time(), "ops", "db migration")
     away = StorageHealth(away=True, spilled=12)
     exposed = _exposed(_page(stats=stats, pause=pause, jobs_paused=paused, storage=away))
-    for name, samples in _exposed(_exporter_page(redis_client, "profiles")).items():
+    redis_client.set("maps:start_urls", "oops")  # a key of the wrong type is named
+    for name, samples in _exposed(_exporter_page(redis_client, "profiles", "maps")).items():
         exposed.setdefault(name, []).extend(samples)
     rules = _rules()
     assert "CrawlerStalled" in rules
@@ -321,6 +322,25 @@ def test_a_fleet_whose_instances_never_start_alerts(
         tmp_path,
         series,
         [{**check, "eval_time": "1m", "exp_alerts": [_fired(summary, spider="profiles")]}],
+    )
+
+
+@needs_promtool
+def test_a_key_of_the_wrong_type_alerts_for_its_spider_only(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """``redis-cli SET maps:start_urls oops``: it alerts at once for ``maps``, naming the key,
+    from the exporter's page; ``profiles`` beside it does not."""
+    redis_client.set("maps:start_urls", "oops")
+    series = _series(_exporter_page(redis_client, "profiles", "maps"), "status")
+    summary = (
+        "maps: the Redis key maps:start_urls holds a string, not what its workers keep there; "
+        "its sizing is left out (scrapy status maps)"
+    )
+    labels = {"spider": "maps", "key": "maps:start_urls", "type": "string"}
+    check = {"alertname": "CrawlerRedisKeyWrongType"}
+    _promtool(
+        tmp_path, series, [{**check, "eval_time": "1m", "exp_alerts": [_fired(summary, **labels)]}]
     )
 
 

@@ -573,10 +573,12 @@ def test_the_served_page_says_redis_is_away_without_its_password_and_is_read_onl
         with pytest.raises(HTTPError) as posted:
             urlopen(url, data=b"x=1", timeout=30)
         assert posted.value.code == 405
-        # /metrics serves each spider's sizing gauges (none while Redis is unreachable).
+        # /metrics serves each spider's sizing gauges (none while Redis is unreachable, and
+        # says so).
         with urlopen(url + "metrics", timeout=30) as metrics:
             text = metrics.read().decode()
         assert "crawler_workers_wanted{" not in text
+        assert "crawler_fleet_redis_up 0.0" in text  # never an empty answer
         assert "s3cret" not in text
         with pytest.raises(HTTPError) as elsewhere:
             urlopen(url + "elsewhere", timeout=30)

@@ -8,6 +8,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from redis.exceptions import RedisError
 from scrapy.commands import ScrapyHelpFormatter
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
@@ -15,6 +16,7 @@ from scrapy.spiderloader import get_spider_loader
 from crawler.config.rules import SettingsError
 from crawler.connection import redis_from_settings
 from crawler.frontier.queue import spider_frontier
+from crawler.observability.key_types import WrongKeyType, is_wrong_type, wrong_key_types
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
@@ -78,6 +80,21 @@ class ProjectCommand:
     def redis_unreachable(self, exc: Exception) -> None:
         print(f"Redis at {self.redis_url()} is unreachable: {exc}", file=sys.stderr)
         self.exitcode = 1
+
+    def redis_failed(self, exc: RedisError, spider: str) -> None:
+        """What a command says when Redis fails it: a key of ``spider`` of the wrong type, or
+        Redis unreachable."""
+        if not is_wrong_type(exc):
+            self.redis_unreachable(exc)
+            return
+        assert self.settings is not None
+        self.wrong_key_type(wrong_key_types(self.redis(), self.settings, spider, exc))
+
+    def wrong_key_type(self, exc: WrongKeyType) -> None:
+        """Keys of a spider that hold the wrong type, in one line: exit status 2, as ``scrapy
+        crawl`` refuses to start on them."""
+        print(str(exc), file=sys.stderr)
+        self.exitcode = 2
 
     def frontier(self, server: RedisClient, spider: str) -> Frontier:
         assert self.settings is not None

@@ -54,6 +54,7 @@ from crawler.fleet.cli import (
 from crawler.fleet.measure import beats_by_host, fleet_sizing
 from crawler.fleet.plan import explain
 from crawler.frontier.queue import WORK_LEFT
+from crawler.observability.key_types import WrongKeyType, key_types_checked
 from crawler.observability.sizing import SizingConfig
 from crawler.recrawl.store import RevisitStore
 
@@ -94,6 +95,8 @@ class Command(ProjectCommand, ScrapyCommand):
             self._run(args, opts)
         except (RedisConnectionError, RedisTimeoutError) as exc:  # one line, as `status` says
             self.redis_unreachable(exc)
+        except WrongKeyType as exc:
+            self.wrong_key_type(exc)
         except Exception as exc:
             if not self._cloud_refused(exc):
                 raise
@@ -120,7 +123,9 @@ class Command(ProjectCommand, ScrapyCommand):
             assert spider is not None
             settings = sizing_settings(self.settings, spider, opts)
             if action == "plan":
-                print_plan(self.redis(), settings, spider, opts)
+                server = self.redis()
+                with key_types_checked(server, settings, spider):
+                    print_plan(server, settings, spider, opts)
             elif not autoscale_local(self.redis(), settings, spider, opts):
                 self.exitcode = 1
             return

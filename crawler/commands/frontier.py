@@ -126,7 +126,7 @@ class Command(ProjectCommand, ScrapyCommand):
             else:
                 self._act(spider, action, opts)
         except RedisError as exc:
-            self.redis_unreachable(exc)
+            self.redis_failed(exc, spider)
 
     def _act(self, spider: str, action: str, opts: argparse.Namespace) -> None:
         server = self.redis()

@@ -40,7 +40,7 @@ from crawler.fleet.exporter import sizing_registry
 from crawler.observability.endpoint import listen, site
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
-from crawler.observability.report import fleet_report, spider_settings
+from crawler.observability.report import fleet_report, spider_settings, unreadable_spiders
 from crawler.observability.report_text import render_text
 
 if TYPE_CHECKING:
@@ -113,8 +113,10 @@ class Command(ProjectCommand, ScrapyCommand):
         return {spider: loader.load(spider) for spider in spiders}
 
     def _show(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
+        """The report, printed; exit status 2 while a spider's keys hold the wrong type."""
         assert self.settings is not None
         report = fleet_report(server, self.settings, self._classes(spiders), opts.minutes)
+        self.exitcode = 2 if unreadable_spiders(report) else 0
         if opts.json:
             print(json.dumps(report), flush=True)
             return

@@ -34,15 +34,25 @@ def check_frontier(server: RedisClient, keys: FrontierKeys, dupefilter_mode: str
     _refuse_frontier(pipe.execute(raise_on_error=False), keys, dupefilter_mode)
 
 
+def start_key_problem(key: str, kind: str) -> str:
+    """What is wrong with a start key ``key`` that holds a ``kind`` (a Redis type, not a list)."""
+    return (
+        f"REDIS_START_URLS_KEY: the Redis key {key} holds a {kind}: must be a list "
+        "of start entries (push them with LPUSH; REDIS_START_URLS_AS_SET is not supported)"
+    )
+
+
+def wrong_type_problem(key: str, kind: str, must: str) -> str:
+    """What is wrong with the key ``key`` of the frontier or the fleet that holds a ``kind``
+    where its spider's workers keep ``must`` (a type and what it holds), worded as
+    :func:`start_key_problem`."""
+    return f"the Redis key {key} holds a {kind}: must be {must}"
+
+
 def _refuse_frontier(results: list[Any], keys: FrontierKeys, dupefilter_mode: str) -> None:
     """Raise SettingsError for what :func:`check_frontier`'s replies say is wrong."""
     kind = results[0].decode() if isinstance(results[0], bytes) else str(results[0])
-    problems = []
-    if kind not in ("list", "none"):
-        problems.append(
-            f"REDIS_START_URLS_KEY: the Redis key {keys.start} holds a {kind}: must be a list "
-            "of start entries (push them with LPUSH; REDIS_START_URLS_AS_SET is not supported)"
-        )
+    problems = [] if kind in ("list", "none") else [start_key_problem(keys.start, kind)]
     if dupefilter_mode == "redisbloom" and isinstance(results[1], ResponseError):
         refused = str(results[1]).splitlines()[0]
         if "unknown command" in refused.lower():

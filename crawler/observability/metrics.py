@@ -66,7 +66,10 @@ And prometheus_client's own: ``process_cpu_seconds_total``, ``process_resident_m
 ``python_info``.
 
 ``scrapy status --serve``'s ``/metrics`` (no worker's) has the sizing gauges of every spider
-and the launches of its fleet (``crawler_fleet_*``, crawler/observability/starts.py).
+and the launches of its fleet (``crawler_fleet_*``, crawler/observability/starts.py),
+``crawler_fleet_redis_up`` (1, or 0 when Redis did not answer) and
+``crawler_redis_wrong_type{spider,key,type}`` (1 for a key of a spider that holds the wrong
+type, whose other gauges are left out: crawler/fleet/exporter.py).
 """
 
 from __future__ import annotations

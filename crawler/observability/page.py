@@ -14,14 +14,20 @@ from crawler.control.pause import describe_json
 from crawler.frontier.queue import SIZE_NAMES, WORK_LEFT
 from crawler.observability.charts import bar_chart
 from crawler.observability.rates import format_duration
-from crawler.observability.report_text import failure_text, figure_text, job_state, revisit_line
+from crawler.observability.report_text import (
+    failure_text,
+    figure_text,
+    job_state,
+    revisit_line,
+    unreadable_text,
+)
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60
 # A table shows its first rows (the most banned domains, the first blocked hosts) only.
 ROWS_SHOWN = 50
 # A spider's state, in the order the page shows them; "idle" ones are folded into one line.
-STATES = ("paused", "crawling", "waiting", "stopped")
+STATES = ("unreadable", "paused", "crawling", "waiting", "stopped")
 # The circuit breaker's marks: a cool-down of a pseudo-identity (crawler/bans/breaker.py).
 MARKS = {"!host_unreachable": "unreachable", "!robots_unavailable": "robots.txt unavailable"}
 STYLE = """
@@ -36,7 +42,7 @@ table{border-collapse:collapse;background:#fff}td,th{border:1px solid #ddd;paddi
 text-align:left}td.n{text-align:right}.none{color:#888}svg{background:#fff;border:1px solid #ddd}
 .error{color:#a00}.paused{background:#fff3cd;border:1px solid #e0c36a;padding:.4em .7em}
 .state{font-size:.8em;font-weight:normal;border-radius:3px;padding:.1em .4em;margin-left:.5em}
-.state.crawling{background:#d7f0dc}.state.paused{background:#ffe08a}
+.state.crawling{background:#d7f0dc}.state.unreadable{background:#f5c6c6}.state.paused{background:#ffe08a}
 .state.waiting,.state.stopped{background:#e4e4e4}
 .mark{color:#a00;font-weight:bold}.warn{color:#a00}
 .idle{color:#555;border-top:1px solid #ccc;padding-top:.6em;margin-top:2em}
@@ -46,7 +52,8 @@ Report = Mapping[str, Any]
 
 
 def render_page(report: Report) -> str:
-    """The whole page for ``report`` (see ``fleet_report``): paused and crawling spiders first,
+    """The whole page for ``report`` (see ``fleet_report``): unreadable spiders (keys of the
+    wrong type), paused and crawling ones first,
     then those with work but no live worker and the stopped ones; idle ones on one line."""
     now = report["time"]
     clock = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
@@ -55,14 +62,21 @@ def render_page(report: Report) -> str:
         ((spider_state(status), name, status) for name, status in report["spiders"].items()),
         key=lambda shown: (STATES.index(shown[0]) if shown[0] in STATES else len(STATES), shown[1]),
     )
-    body.extend(_spider(status, state, now) for state, _, status in spiders if state != "idle")
+    body.extend(
+        _unreadable(status) if state == "unreadable" else _spider(status, state, now)
+        for state, _, status in spiders
+        if state != "idle"
+    )
     body.append(_idle([status for state, _, status in spiders if state == "idle"]))
     return _document("".join(body))
 
 
 def spider_state(status: Report) -> str:
-    """``paused``; ``crawling`` (live workers); ``waiting`` (work in the frontier or revisits
-    due, no live worker); ``stopped`` (dead letters or blocked hosts left); else ``idle``."""
+    """``unreadable`` (keys of the wrong type); ``paused``; ``crawling`` (live workers);
+    ``waiting`` (work in the frontier or revisits due, no live worker); ``stopped`` (dead
+    letters or blocked hosts left); else ``idle``."""
+    if status.get("error"):
+        return "unreadable"
     frontier = status["frontier"]
     if status.get("paused"):
         return "paused"
@@ -74,6 +88,15 @@ def spider_state(status: Report) -> str:
     if frontier.get("dead", 0) or status["cooldowns"]:
         return "stopped"
     return "idle"
+
+
+def _unreadable(status: Report) -> str:
+    """A spider whose keys hold the wrong type: which, in place of its figures."""
+    name = escape(status["spider"])
+    return (
+        f'<section id="{name}"><h2>{name} <span class="state unreadable">unreadable</span></h2>'
+        f'<p class="error" data-k="{name}.error">{escape(unreadable_text(status))}</p></section>'
+    )
 
 
 def render_error(message: str) -> str:

@@ -23,6 +23,7 @@ from crawler.frontier.queue import requests_per_entry, spider_frontier, work_lef
 from crawler.frontier.riders import first_error
 from crawler.keys import FleetKeys, failure_window_key
 from crawler.observability.counters import Counters
+from crawler.observability.key_types import WrongKeyType, key_types_checked
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds
 from crawler.observability.sizing import BUSY_FIELD, read_sizing
@@ -59,12 +60,28 @@ def fleet_report(
         "spiders": {},
     }
     for name, spidercls in spiders.items():
-        status = spider_status(server, spider_settings(settings, spidercls), name, minutes, history)
-        own = getattr(spidercls, "fleet_report", None)
-        if own is not None:
-            status["report"] = own(server, settings)
+        own_settings = spider_settings(settings, spidercls)
+        try:
+            with key_types_checked(server, own_settings, name):
+                status = spider_status(server, own_settings, name, minutes, history)
+                own = getattr(spidercls, "fleet_report", None)
+                if own is not None:
+                    status["report"] = own(server, settings)
+        except WrongKeyType as exc:
+            status = unreadable_status(exc)
         report["spiders"][name] = status
     return report
+
+
+def unreadable_status(exc: WrongKeyType) -> dict[str, Any]:
+    """What is shown of a spider whose keys the report cannot read: which hold what, and no
+    figures (they would be wrong)."""
+    return {"spider": exc.spider, "error": "; ".join(exc.problems)}
+
+
+def unreadable_spiders(report: Mapping[str, Any]) -> list[str]:
+    """The spiders of ``report`` shown with an ``error`` in place of their figures."""
+    return [name for name, status in report["spiders"].items() if status.get("error")]
 
 
 def spider_settings(settings: AnySettings, spidercls: Any) -> AnySettings:

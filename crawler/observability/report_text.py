@@ -19,8 +19,16 @@ def render_text(report: Mapping[str, Any]) -> str:
     ]
     for status in report["spiders"].values():
         lines.append("")
-        lines.extend(_spider_lines(status, report["time"]))
+        if status.get("error"):
+            lines.extend([status["spider"], f"  UNREADABLE {unreadable_text(status)}"])
+        else:
+            lines.extend(_spider_lines(status, report["time"]))
     return "\n".join(lines)
+
+
+def unreadable_text(status: Mapping[str, Any]) -> str:
+    """Why a spider's figures are not shown: its keys of the wrong type, and what to do."""
+    return f"{status['error']} (its figures are shown again once the key is fixed or deleted)"
 
 
 def revisit_line(counts: Mapping[str, int]) -> str:
