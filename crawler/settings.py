@@ -464,7 +464,8 @@ LINKS_MAX_PAGES = 10_000
 # LINKS_SCOPE (str, default "host"): which links are followed: "host" (the start URL's host and
 # port), "domain" (its registered domain) or "any". A start entry's "scope" overrides it.
 LINKS_SCOPE = "host"
-# LINKS_MAX_URL_LENGTH (int >= 16, default 2048): longer canonical URLs are not followed.
+# LINKS_MAX_URL_LENGTH (int >= 16, default 2048): longer canonical URLs are not followed, and
+# a longer start URL is set aside (url_too_long).
 LINKS_MAX_URL_LENGTH = 2048
 # LINKS_MAX_REPEATED_SEGMENTS (int >= 1, default 2): a path repeating a segment more is a trap.
 LINKS_MAX_REPEATED_SEGMENTS = 2

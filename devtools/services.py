@@ -193,12 +193,15 @@ def start_mongo(port: int, data_dir: Path, log: Path | None = None) -> ServerPro
     return start_server("mongodb", mongo_command(port, data_dir), port, log)
 
 
-def start_sandbox(port: int = 0, log: Path | None = None) -> tuple[ServerProcess, str]:
-    """The sandbox site (``python -m sandbox``) on loopback; returns it and its base URL."""
+def start_sandbox(
+    port: int = 0, log: Path | None = None, host: str = "127.0.0.1"
+) -> tuple[ServerProcess, str]:
+    """The sandbox site (``python -m sandbox``) on loopback (``host``: ``::1`` for IPv6's);
+    returns it and its base URL."""
     stderr = open(log, "w") if log else None  # noqa: SIM115
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "sandbox", "--host", host, "--port", str(port)],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

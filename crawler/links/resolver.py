@@ -4,7 +4,8 @@ name-based virtual hosts (the sandbox's ``siteN.test``) without touching real DN
 Install it for the process: ``scrapy crawl links -s TWISTED_DNS_RESOLVER=
 crawler.links.resolver.MappedResolver -s 'LINKS_RESOLVE={"test": "127.0.0.1"}'``.
 LINKS_RESOLVE maps a host name, or a suffix of one (``test`` matches ``site1.test``), to an IP
-address; any other name goes to Scrapy's own caching resolver. (TWISTED_DNS_RESOLVER is read
+address; an IP address (``127.0.0.1``, ``::1``) is its own answer, as with Twisted's resolver;
+any other name goes to Scrapy's own caching resolver. (TWISTED_DNS_RESOLVER is read
 once per process, before any spider's custom_settings, so it is a command-line setting.)
 """
 
@@ -16,6 +17,7 @@ from scrapy.resolver import CachingThreadedResolver
 from twisted.internet import defer
 
 from crawler.config import setting
+from crawler.uris import is_ip
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -49,6 +51,8 @@ class MappedResolver(CachingThreadedResolver):
         return cls(reactor, cache_size, settings.getfloat("DNS_TIMEOUT"), mapping)
 
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> Deferred[str]:
+        if is_ip(name):
+            return defer.succeed(name.strip("[]"))  # needs no lookup (IPv6 has no gethostbyname)
         address = mapped_address(name, self.mapping)
         if address is not None:
             return defer.succeed(address)

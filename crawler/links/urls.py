@@ -47,6 +47,12 @@ SKIPPED_EXTENSIONS = (
 ) - PAGE_LIKE
 # A path step that looks like a calendar: /2024/01, /2024-01-31, /cal/202401.
 _CALENDAR = re.compile(r"(?:^|/)(?:19|20)\d\d(?:[/-]?(?:0[1-9]|1[0-2]))(?:[/-]?\d\d)?(?:/|$)")
+# What a host name is made of (is_host): Scrapy's downloader takes letters, digits, "-", "_"
+# and dots, and nothing else.
+MAX_HOST = 253
+_HOST_LABEL = re.compile(r"[a-z0-9_-]{1,63}")
+# A last label a browser reads as a number: the host is an IPv4 address, or none.
+_NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")
 _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
@@ -95,7 +101,26 @@ def request_url(url: str) -> str:
     if ":" in host:
         netloc = f"[{host}]" if port in (None, WEB_PORTS[scheme]) else f"[{host}]:{port}"
     query = _without_tracking(parts.query)
-    return safe_url_string(urlunsplit((scheme, netloc, parts.path or "/", query, "")))
+    url = safe_url_string(urlunsplit((scheme, netloc, parts.path or "/", query, "")))
+    if not is_host(urlsplit(url).hostname or ""):
+        raise BadUrl("bad_host")
+    return url
+
+
+def is_host(host: str) -> bool:
+    """Whether ``host`` (as a URL sent carries it: ASCII, an IPv6 address without brackets) is
+    an IP address or a name the downloader can look up: at most 253 characters, dot-separated
+    labels of 1 to 63 letters, digits, ``-`` and ``_``, the last one (a top-level domain) no
+    ``_`` and no number (``1.2.3``, ``999.1.1.1`` are no addresses)."""
+    if is_ip(host):
+        return True
+    labels = host.split(".")
+    return (
+        len(host) <= MAX_HOST
+        and all(_HOST_LABEL.fullmatch(label) for label in labels)
+        and "_" not in labels[-1]
+        and _NUMBER.fullmatch(labels[-1]) is None
+    )
 
 
 def _without_tracking(query: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -25,8 +24,8 @@ from scrapy.http import HtmlResponse
 
 from crawler import settings as project
 from crawler.config import setting
-from crawler.config.rules import SettingsError
 from crawler.extractors.links import parse_page
+from crawler.links.entries import RefusedStartUrl, file_entries, start_request_url
 from crawler.links.ledger import HostLedger
 from crawler.links.page import page_item
 from crawler.links.robots import LINKS_META
@@ -121,7 +120,7 @@ class LinksSpider(RedisFedSpider):
         super().__init__(**kwargs)
         self.url_args = [part.strip() for part in urls.split(",") if part.strip()]
         if file:
-            self.url_args += _file_lines(file)
+            self.url_args += file_entries(file)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinksSpider:
@@ -189,10 +188,10 @@ class LinksSpider(RedisFedSpider):
             value = f"{self.default_scheme}://{value.strip()}"
         self.start_url(value)  # no base URL: any http(s) host
         try:
-            url = request_url(value)
-            root = scope_root(canonical_url(url), scope)
-        except BadUrl as exc:
-            raise InvalidStartEntry("bad_url", exc.reason) from None
+            url = start_request_url(value, self.rules.max_length)
+        except RefusedStartUrl as exc:
+            raise InvalidStartEntry(exc.reason, exc.detail) from None
+        root = scope_root(canonical_url(url), scope)
         state = {
             "depth": 0,
             "max_depth": max_depth,
@@ -385,19 +384,6 @@ class LinksSpider(RedisFedSpider):
                 continue
             self.sitemap_budget.asked[key] += 1
             yield request
-
-
-def _file_lines(file: str) -> list[str]:
-    """The entries of ``-a file=``: its lines but blank ones and ``#`` comments (UTF-8, a BOM
-    no part of them); SettingsError if it cannot be read or is not UTF-8."""
-    try:
-        text = Path(file).read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise SettingsError(f"-a file={file}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        where = f"{exc.reason} at byte {exc.start}"
-        raise SettingsError(f"-a file={file}: not UTF-8 ({where})") from None
-    return [entry for line in text.splitlines() if (entry := line.strip()) and entry[0] != "#"]
 
 
 def _moved_start(state: dict[str, Any], url: str, redirects: list[str]) -> dict[str, Any] | None:
