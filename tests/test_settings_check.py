@@ -557,14 +557,20 @@ def test_purge_without_an_answer_deletes_nothing_in_one_line(
     assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
 
 
-@pytest.mark.parametrize(("action", "limit"), [("dead", "-5"), ("dead", "0"), ("requeue", "-1")])
-def test_a_limit_below_one_is_a_usage_error(
+@pytest.mark.parametrize(
+    ("action", "limit"),
+    [
+        *(("dead", "-5"), ("dead", "0"), ("requeue", "-1")),
+        *(("dead", "99999999999999999999"), ("requeue", "1000000001")),
+    ],
+)
+def test_a_limit_below_one_or_past_a_billion_is_a_usage_error(
     crawl: Crawl, redis_client: redis.Redis, action: str, limit: str
 ) -> None:
     redis_client.lpush("{profiles}:dead", json.dumps({"request": {"u": "http://a.test/"}}))
     result = scrapy("frontier", "profiles", action, "--limit", limit, env=crawl.env())
     assert result.returncode == 2, result.stdout + result.stderr
-    assert f"--limit: {limit} is not a whole number from 1" in result.stderr
+    assert f"--limit: {limit} is not a whole number from 1 to 1,000,000,000" in result.stderr
     assert "Traceback" not in result.stderr
     assert redis_client.llen("{profiles}:dead") == 1
 

@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
 
+# The most dead letters --limit takes (a list index Redis takes, and more than a dead list holds).
+MAX_LIMIT = 10**9
 ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume", "job")
 
 
@@ -98,7 +100,9 @@ class Command(ProjectCommand, ScrapyCommand):
         super().add_options(parser)
         keep_description_layout(parser)
         parser.add_argument("--json", action="store_true", help="print JSON")
-        parser.add_argument("--limit", type=int, default=None, help="how many dead letters")
+        parser.add_argument(
+            "--limit", type=int, default=None, help="how many dead letters (1 to 10**9)"
+        )
         parser.add_argument("--yes", action="store_true", help="purge without asking")
         parser.add_argument("--reason", default=None, help="why the crawl is paused (pause)")
         parser.add_argument("--by", default=None, help="who pauses it (pause; default: user@host)")
@@ -110,8 +114,8 @@ class Command(ProjectCommand, ScrapyCommand):
         spider, action, domain = self._parse(args, opts.identity is not None)
         if action != "pause" and (opts.reason is not None or opts.by is not None):
             raise UsageError("--reason and --by go with pause")
-        if opts.limit is not None and opts.limit < 1:
-            raise UsageError(f"--limit: {opts.limit} is not a whole number from 1")
+        if opts.limit is not None and not 1 <= opts.limit <= MAX_LIMIT:
+            raise UsageError(f"--limit: {opts.limit} is not a whole number from 1 to {MAX_LIMIT:,}")
         identity = None if opts.identity is None else identity_name(opts.identity)
         try:
             if action == "unban":
@@ -149,7 +153,7 @@ class Command(ProjectCommand, ScrapyCommand):
         jobs cancelled or past their deadline dropped)."""
         spider = frontier.keys.spider
         lifted = lift_marks(server, spider)
-        requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
+        requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else MAX_LIMIT)
         hosts = sorted({field.split("|", 1)[0] for field in lifted})
         if opts.json:
             dropped = {str(number): count for number, count in requeued.dropped.items()}
