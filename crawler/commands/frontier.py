@@ -35,7 +35,8 @@ scrapy frontier profiles job ID cancel       remove the job's queued and delayed
                                              its start entries (the counts removed); its
                                              requests are dropped from then on, everywhere
 scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on); a
-                                             cancelled job is not paused (exit status 1)
+                                             cancelled job is not paused, resumed, given a
+                                             deadline or budget (exit status 1)
 scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
                                              an ISO 8601 time (UTC if no zone) or +SECONDS
 scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests;
