@@ -62,7 +62,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.bans.breaker import lift_marks
-from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.commands import ProjectCommand, keep_description_layout, quiet_on_broken_pipe
 from crawler.commands.hosts import print_hosts
 from crawler.commands.unban import identity_name, unban_domain, unban_host, unban_identity
 from crawler.connection import reply_text
@@ -111,6 +111,7 @@ class Command(ProjectCommand, ScrapyCommand):
             "--identity", default=None, help="unban: lift this identity's blocks (as hosts shows)"
         )
 
+    @quiet_on_broken_pipe
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spider, action, domain = self._parse(args, opts.identity is not None)
         if action != "pause" and (opts.reason is not None or opts.by is not None):

@@ -34,7 +34,7 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from twisted.internet.error import CannotListenError
 
-from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.commands import ProjectCommand, keep_description_layout, quiet_on_broken_pipe
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.fleet.exporter import sizing_registry
@@ -81,6 +81,7 @@ class Command(ProjectCommand, ScrapyCommand):
             help="address the fleet page listens on (127.0.0.1; FLEET_PAGE=all lets others in)",
         )
 
+    @quiet_on_broken_pipe
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spiders = self._spiders(args)
         if not 1 <= opts.minutes <= 60:
