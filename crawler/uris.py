@@ -6,7 +6,7 @@ import hashlib
 import ipaddress
 import re
 from collections import Counter
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import idna
 
@@ -153,3 +153,33 @@ def ascii_host(raw: str) -> str:
     is none."""
     host = raw.strip().lower().rstrip(".")
     return host if host.isascii() else str(idna.encode(host, uts46=True).decode("ascii"))
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_.:-]+")
+
+
+def site_name(raw: str) -> str:
+    """A host as bans and the circuit breaker key it (``site_of_url``), read from what an
+    operator types: a host name (lower case, no final dot, an IDN in its ASCII form) with
+    ``:PORT`` when it names one, or an http(s) URL (its host, with its port when not the
+    scheme's); ValueError if it is none of these."""
+    text = raw.strip()
+    url = "://" in text
+    parts = urlsplit(text if url else f"//{text}")
+    extra = not url and (parts.path or parts.query or parts.fragment)
+    if extra or "@" in parts.netloc or (url and parts.scheme.lower() not in WEB_PORTS):
+        raise ValueError(f"{raw!r} is no host name")
+    host, port = ascii_host(parts.hostname or ""), parts.port  # IDNAError, or a bad port
+    if not _HOST_NAME.fullmatch(host):
+        raise ValueError(f"{raw!r} is no host name")
+    default = WEB_PORTS.get(parts.scheme.lower())
+    return host if port is None or port == default else f"{host}:{port}"
+
+
+def of_site(site: str, name: str) -> bool:
+    """Whether a block or cool-down keyed ``site`` (a host, or ``host:port``) is one that
+    :func:`site_name` ``name`` names: the same, or one of the host's ports when it names none."""
+    if site == name:
+        return True
+    host, colon, port = site.rpartition(":")
+    return bool(colon) and port.isdigit() and host == name and ":" not in name

@@ -767,12 +767,27 @@ def test_a_bad_job_value_is_refused_before_anything_changes(
 
 
 @pytest.mark.integration
-def test_pausing_a_cancelled_job_is_refused_with_why(crawl: Crawl) -> None:
+@pytest.mark.parametrize(
+    ("action", "said"),
+    [
+        (["pause"], "not paused"),
+        (["resume"], "not resumed"),
+        (["max-pages", "10"], "no page budget set"),
+        (["expires", "+60"], "no deadline set"),
+    ],
+)
+def test_an_action_on_a_cancelled_job_is_refused_with_why(
+    crawl: Crawl, action: list[str], said: str
+) -> None:
     _job_command(crawl, "profiles", "acme-1", "cancel")
-    done = _scrapy(crawl, "frontier", "profiles", "job", "acme-1", "pause")
+    before = _status(crawl, "profiles", "acme-1")
+    done = _scrapy(crawl, "frontier", "profiles", "job", "acme-1", *action)
     assert done.returncode == 1
-    assert "job acme-1 is cancelled: not paused" in done.stderr
-    assert _status(crawl, "profiles", "acme-1")["paused"] is None
+    assert done.stdout == ""
+    assert done.stderr.strip() == (
+        f"job acme-1 is cancelled: {said} (start a new job under a new id); nothing changed"
+    )
+    assert _status(crawl, "profiles", "acme-1") == before
 
 
 @pytest.mark.integration

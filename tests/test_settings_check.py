@@ -75,7 +75,7 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
     problems = _problems(MONGO_BATCH_SIZE="-1", BAN_POLICY="foo", POLITENESS_RATE="abc")
     assert problems == (
         "BAN_POLICY = foo: must be one of pause, rotate, stop",
-        "POLITENESS_RATE = abc: must be a number >= 0",
+        "POLITENESS_RATE = abc: must be a finite number >= 0",
         "MONGO_BATCH_SIZE = -1: must be an integer from 1 to 100000",
     )
 
@@ -85,6 +85,7 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
     [
         ("METRICS_PORT", "abc", "a port 1-65535, a range like 9410-9419, or 0 (off)"),
         ("DUPEFILTER_ERROR_RATE", "1", "a number > 0 and < 1"),
+        ("BAN_COOLDOWN", "inf", "BAN_COOLDOWN = inf: must be a finite number >= 0"),
         ("REDIS_CLUSTER", "maybe", "True or False"),
         ("BIND_ADDRESSES", "127.0.0.2,localhost", "of IP addresses"),
         ("RETRY_HTTP_CODES", "500,abc", "of HTTP status codes"),
@@ -98,6 +99,12 @@ def test_every_bad_setting_is_listed_with_its_value_and_what_is_allowed() -> Non
         # A URL or host:port never matches a request's host: refused, not ignored.
         ("POLITENESS_DOMAIN_RATES", '{"https://www.tiktok.com": 0.2}', "host or domain names"),
         ("POLITENESS_DOMAIN_RATES", '{"host.test:8080": 1}', "host or domain names"),
+        # One host twice (two spellings, two rates): which rate held was left to chance.
+        (
+            "POLITENESS_DOMAIN_RATES",
+            '{"bücher.de": 0.2, "XN--BCHER-KVA.DE": 0.5}',
+            "rates >= 0 ('bücher.de' and 'XN--BCHER-KVA.DE' are both 'xn--bcher-kva.de')",
+        ),
         ("ALLOWED_START_HOSTS", "ftp://host", "scheme://host[:port]"),
         ("MAPS_BROWSER_DRAIN_SECONDS", "0", "an integer >= 1"),
         # scrapy-redis's spiders take int() of it: "1.5" stopped them with a traceback.
@@ -141,7 +148,7 @@ def test_the_fewest_workers_wanted_are_not_more_than_the_most() -> None:
     assert line == "AUTOSCALE_MIN_WORKERS = 5: must be an integer <= AUTOSCALE_MAX_WORKERS (2)"
     check_settings(_settings(AUTOSCALE_MIN_WORKERS="2", AUTOSCALE_MAX_WORKERS="2"))
     (low,) = _problems(AUTOSCALE_BACKLOG_SECONDS="0")
-    assert low.startswith("AUTOSCALE_BACKLOG_SECONDS = 0: must be a number > 0")
+    assert low.startswith("AUTOSCALE_BACKLOG_SECONDS = 0: must be a finite number > 0")
 
 
 def test_the_fleet_concurrency_cap_fits_what_one_worker_downloads_before_its_lease_ends() -> None:
@@ -194,7 +201,8 @@ def test_integers_in_range_read_as_integers(value: int) -> None:
     )
 )
 def test_numbers_below_zero_or_not_numbers_are_refused(value: Any) -> None:
-    with pytest.raises(SettingsError, match=r"^POLITENESS_RATE = .*: must be a number >= 0$"):
+    refused = r"^POLITENESS_RATE = .*: must be a finite number >= 0$"
+    with pytest.raises(SettingsError, match=refused):
         RULES["POLITENESS_RATE"].read("POLITENESS_RATE", value)
 
 
@@ -350,7 +358,7 @@ BAD_VALUES = {
     "MONGO_BATCH_SIZE": (-1, "MONGO_BATCH_SIZE = -1: must be an integer from 1 to 100000"),
     "BAN_POLICY": ("foo", "BAN_POLICY = foo: must be one of pause, rotate, stop"),
     "METRICS_PORT": ("abc", "METRICS_PORT = abc: must be a port 1-65535"),
-    "POLITENESS_RATE": ("abc", "POLITENESS_RATE = abc: must be a number >= 0"),
+    "POLITENESS_RATE": ("abc", "POLITENESS_RATE = abc: must be a finite number >= 0"),
 }
 
 
@@ -559,14 +567,20 @@ def test_purge_without_an_answer_deletes_nothing_in_one_line(
     assert redis_client.lrange("profiles:start_urls", 0, -1) == [b"someone"]
 
 
-@pytest.mark.parametrize(("action", "limit"), [("dead", "-5"), ("dead", "0"), ("requeue", "-1")])
-def test_a_limit_below_one_is_a_usage_error(
+@pytest.mark.parametrize(
+    ("action", "limit"),
+    [
+        *(("dead", "-5"), ("dead", "0"), ("requeue", "-1")),
+        *(("dead", "99999999999999999999"), ("requeue", "1000000001")),
+    ],
+)
+def test_a_limit_below_one_or_past_a_billion_is_a_usage_error(
     crawl: Crawl, redis_client: redis.Redis, action: str, limit: str
 ) -> None:
     redis_client.lpush("{profiles}:dead", json.dumps({"request": {"u": "http://a.test/"}}))
     result = scrapy("frontier", "profiles", action, "--limit", limit, env=crawl.env())
     assert result.returncode == 2, result.stdout + result.stderr
-    assert f"--limit: {limit} is not a whole number from 1" in result.stderr
+    assert f"--limit: {limit} is not a whole number from 1 to 1,000,000,000" in result.stderr
     assert "Traceback" not in result.stderr
     assert redis_client.llen("{profiles}:dead") == 1
 

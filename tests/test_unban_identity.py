@@ -196,4 +196,4 @@ def test_unban_of_a_site_with_its_port_makes_its_requests_due(
     assert _delayed(redis_client, frontier)[0][1] <= time.time()
     code, _, err = _frontier(redis_url, "unban", "")
     assert code == 2
-    assert "give a host name" in err
+    assert "is not a host name: give HOST, HOST:PORT or a URL" in err

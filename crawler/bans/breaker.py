@@ -55,6 +55,7 @@ from crawler.config.rules import SettingsError, problem
 from crawler.connection import crawl_redis, reply_text
 from crawler.frontier.lua import read_script
 from crawler.keys import bans_key, breaker_failures_key, breaker_key, reasons_key
+from crawler.uris import of_site
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -298,12 +299,13 @@ class HostBreaker:
 
 def lift_block(server: RedisClient, spider: str, host: str) -> None:
     """Forget a host's step and failures, and the steps of its identities' blocks there
-    (``unban``): its next incident, and theirs, is a first one."""
-    fields = [f"{host}|{mark_scope(mark)}" for mark in MARKS]
-    identities = _breaker_fields(server, spider, lambda field: field.partition("|")[0] == host)
+    (``unban``; a host name names every port of it too: ``of_site``): its next incident, and
+    theirs, is a first one."""
     pipe = server.pipeline(transaction=False)
-    pipe.hdel(breaker_key(spider), host, *identities)
-    pipe.hdel(breaker_failures_key(spider), *fields)
+    for key in (breaker_key(spider), breaker_failures_key(spider)):
+        fields = _fields(server, key, lambda field: of_site(field.partition("|")[0], host))
+        if fields:
+            pipe.hdel(key, *fields)
     pipe.execute()
 
 
@@ -312,12 +314,12 @@ def lift_identity_block(
 ) -> list[str]:
     """Forget the steps of ``identity``'s blocks on ``host`` (None: on every host, and its own,
     EVERY_HOST's): its next incident there is a first one. The hosts it had a step on."""
-    fields = _breaker_fields(
+    fields = _fields(
         server,
-        spider,
+        breaker_key(spider),
         lambda field: (
             field.partition("|")[2] == identity
-            and (host is None or field.partition("|")[0] == host)
+            and (host is None or of_site(field.partition("|")[0], host))
         ),
     )
     if fields:
@@ -325,8 +327,8 @@ def lift_identity_block(
     return [field.partition("|")[0] for field in fields]
 
 
-def _breaker_fields(server: RedisClient, spider: str, wanted: Callable[[str], bool]) -> list[str]:
-    names: Any = server.hkeys(breaker_key(spider))
+def _fields(server: RedisClient, key: str, wanted: Callable[[str], bool]) -> list[str]:
+    names: Any = server.hkeys(key)
     return [name for name in map(reply_text, names) if wanted(name)]
 
 

@@ -20,6 +20,7 @@ from crawler.frontier.lua import TAKE
 from crawler.frontier.pacing import RatePolicy
 from crawler.frontier.riders import Rider, Riders
 from crawler.keys import bans_key, rate_key, reasons_key
+from crawler.uris import of_site
 
 if TYPE_CHECKING:
     from crawler.connection import RedisClient
@@ -84,8 +85,9 @@ def active_cooldowns(server: RedisClient, spider: str, now: float | None = None)
 
 
 def lift_cooldowns(server: RedisClient, spider: str, domain: str) -> list[Cooldown]:
-    """End every cool-down of ``domain`` and its identities; the active ones it lifted."""
-    return _lift(server, spider, lambda name: name.partition("|")[0] == domain)
+    """End every cool-down of ``domain`` (a host name, every port of it too, or ``host:port``:
+    ``of_site``) and its identities; the active ones it lifted."""
+    return _lift(server, spider, lambda name: of_site(name.partition("|")[0], domain))
 
 
 def lift_identity_cooldowns(
@@ -98,7 +100,7 @@ def lift_identity_cooldowns(
 
 def _of_identity(name: str, identity: str, host: str | None) -> bool:
     domain, _, scope = name.partition("|")
-    return scope == identity and (host is None or domain == host)
+    return scope == identity and (host is None or of_site(domain, host))
 
 
 def _lift(server: RedisClient, spider: str, wanted: Callable[[str], bool]) -> list[Cooldown]:

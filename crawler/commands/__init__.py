@@ -5,6 +5,8 @@ with a status that says why it stopped."""
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,6 +22,8 @@ from crawler.observability.key_types import WrongKeyType, is_wrong_type, wrong_k
 from crawler.uris import mask_uri
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy.settings import Settings
 
     from crawler.connection import RedisClient
@@ -99,3 +103,20 @@ class ProjectCommand:
     def frontier(self, server: RedisClient, spider: str) -> Frontier:
         assert self.settings is not None
         return spider_frontier(server, self.settings, spider)
+
+
+def quiet_on_broken_pipe(run: Callable[..., None]) -> Callable[..., None]:
+    """For a command's ``run``: output read by a reader that stops early (``| head``) ends
+    there, quietly, with exit status 1, as a command-line tool's does, not with a traceback;
+    stdout then points at /dev/null, so that its flush at exit fails no more (Python's recipe)."""
+
+    @functools.wraps(run)
+    def running(*args: Any, **kwargs: Any) -> None:
+        try:
+            run(*args, **kwargs)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
+
+    return running

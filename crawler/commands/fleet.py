@@ -40,7 +40,7 @@ from crawler.aws.config import SECRET_MODES, FleetConfig
 from crawler.aws.engine import Ec2Workers
 from crawler.aws.instances import Fleet, Instance
 from crawler.aws.report import banned_instances, clear_banned
-from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.commands import ProjectCommand, keep_description_layout, quiet_on_broken_pipe
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.fleet.cli import (
@@ -90,6 +90,7 @@ class Command(ProjectCommand, ScrapyCommand):
         parser.add_argument("--json", action="store_true", help="print JSON")
         add_sizing_options(parser)
 
+    @quiet_on_broken_pipe
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         try:
             self._run(args, opts)

@@ -35,7 +35,8 @@ scrapy frontier profiles job ID cancel       remove the job's queued and delayed
                                              its start entries (the counts removed); its
                                              requests are dropped from then on, everywhere
 scrapy frontier profiles job ID pause|resume the job's requests wait (other jobs go on); a
-                                             cancelled job is not paused (exit status 1)
+                                             cancelled job is not paused, resumed, given a
+                                             deadline or budget (exit status 1)
 scrapy frontier profiles job ID expires WHEN no request of the job is fetched after WHEN:
                                              an ISO 8601 time (UTC if no zone) or +SECONDS
 scrapy frontier profiles job ID max-pages N  the fleet sends at most N of the job's requests;
@@ -61,7 +62,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.bans.breaker import lift_marks
-from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.commands import ProjectCommand, keep_description_layout, quiet_on_broken_pipe
 from crawler.commands.hosts import print_hosts
 from crawler.commands.unban import identity_name, unban_domain, unban_host, unban_identity
 from crawler.connection import reply_text
@@ -80,6 +81,8 @@ if TYPE_CHECKING:
     from crawler.connection import RedisClient
     from crawler.keys import FrontierKeys
 
+# The most dead letters --limit takes (a list index Redis takes, and more than a dead list holds).
+MAX_LIMIT = 10**9
 ACTIONS = ("status", "dead", "requeue", "purge", "hosts", "unban", "pause", "resume", "job")
 
 
@@ -98,7 +101,9 @@ class Command(ProjectCommand, ScrapyCommand):
         super().add_options(parser)
         keep_description_layout(parser)
         parser.add_argument("--json", action="store_true", help="print JSON")
-        parser.add_argument("--limit", type=int, default=None, help="how many dead letters")
+        parser.add_argument(
+            "--limit", type=int, default=None, help="how many dead letters (1 to 10**9)"
+        )
         parser.add_argument("--yes", action="store_true", help="purge without asking")
         parser.add_argument("--reason", default=None, help="why the crawl is paused (pause)")
         parser.add_argument("--by", default=None, help="who pauses it (pause; default: user@host)")
@@ -106,12 +111,13 @@ class Command(ProjectCommand, ScrapyCommand):
             "--identity", default=None, help="unban: lift this identity's blocks (as hosts shows)"
         )
 
+    @quiet_on_broken_pipe
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spider, action, domain = self._parse(args, opts.identity is not None)
         if action != "pause" and (opts.reason is not None or opts.by is not None):
             raise UsageError("--reason and --by go with pause")
-        if opts.limit is not None and opts.limit < 1:
-            raise UsageError(f"--limit: {opts.limit} is not a whole number from 1")
+        if opts.limit is not None and not 1 <= opts.limit <= MAX_LIMIT:
+            raise UsageError(f"--limit: {opts.limit} is not a whole number from 1 to {MAX_LIMIT:,}")
         identity = None if opts.identity is None else identity_name(opts.identity)
         try:
             if action == "unban":
@@ -149,7 +155,7 @@ class Command(ProjectCommand, ScrapyCommand):
         jobs cancelled or past their deadline dropped)."""
         spider = frontier.keys.spider
         lifted = lift_marks(server, spider)
-        requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else 10**9)
+        requeued = frontier.requeue_dead(opts.limit if opts.limit is not None else MAX_LIMIT)
         hosts = sorted({field.split("|", 1)[0] for field in lifted})
         if opts.json:
             dropped = {str(number): count for number, count in requeued.dropped.items()}

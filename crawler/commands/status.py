@@ -8,7 +8,8 @@ dead-letter counts, per-domain counts, the live workers with their pace, and the
 
 scrapy status                        every spider, as text
 scrapy status profiles --json        one spider, as JSON
-scrapy status profiles --watch 5     refresh every 5 seconds (Ctrl-C to stop)
+scrapy status profiles --watch 5     refresh every 5 seconds (Ctrl-C to stop); a refresh
+                                     Redis does not answer says so and the watch goes on
 scrapy status --serve 9400           the fleet page at http://127.0.0.1:9400/ (Ctrl-C to stop)
                                      and each spider's sizing gauges at /metrics
 
@@ -33,7 +34,7 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from twisted.internet.error import CannotListenError
 
-from crawler.commands import ProjectCommand, keep_description_layout
+from crawler.commands import ProjectCommand, keep_description_layout, quiet_on_broken_pipe
 from crawler.config import setting
 from crawler.config.rules import SettingsError
 from crawler.fleet.exporter import sizing_registry
@@ -80,6 +81,7 @@ class Command(ProjectCommand, ScrapyCommand):
             help="address the fleet page listens on (127.0.0.1; FLEET_PAGE=all lets others in)",
         )
 
+    @quiet_on_broken_pipe
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         spiders = self._spiders(args)
         if not 1 <= opts.minutes <= 60:
@@ -93,14 +95,29 @@ class Command(ProjectCommand, ScrapyCommand):
             self._serve(server, spiders, opts)
             return
         try:
-            self._show(server, spiders, opts)
-            while opts.watch:
-                time.sleep(opts.watch)
+            if opts.watch:
+                self._watch(server, spiders, opts)
+            else:
                 self._show(server, spiders, opts)
         except KeyboardInterrupt:
             return
         except RedisError as exc:
             self.redis_unreachable(exc)
+
+    def _watch(self, server: RedisClient, spiders: list[str], opts: argparse.Namespace) -> None:
+        """Show the fleet every ``--watch`` seconds until Ctrl-C; a refresh Redis does not
+        answer says so on stderr, and the next one shows the fleet again once it answers."""
+        while True:
+            try:
+                self._show(server, spiders, opts)
+            except RedisError as exc:
+                print(
+                    f"Redis at {self.redis_url()} is unreachable: {exc}; trying again in "
+                    f"{opts.watch:g} s (Ctrl-C to stop)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(opts.watch)
 
     def _spiders(self, args: list[str]) -> list[str]:
         if len(args) > 1:

@@ -27,7 +27,7 @@ from crawler.bans.politeness import (
     lift_cooldowns,
     lift_identity_cooldowns,
 )
-from crawler.uris import ascii_host
+from crawler.uris import site_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,14 +125,16 @@ def identity_name(raw: str) -> str:
 
 
 def unban_host(raw: str) -> str:
-    """The host name as bans and URLs carry it: lower case, no final dot, IDNA (punycode)."""
+    """The host ``unban`` names, as ``hosts`` shows it and the crawl keys it (``site_name``):
+    ``HOST`` (every port of it) or ``HOST:PORT``, an IDN in its ASCII form; a URL names its
+    host (and its port, when not the scheme's)."""
     try:
-        host = ascii_host(raw)
-    except ValueError as exc:
-        raise UsageError(f"unban: {raw!r} is not a host name ({exc})") from None
-    if not host:
-        raise UsageError("unban: give a host name (as `scrapy frontier SPIDER hosts` shows it)")
-    return host
+        return site_name(raw)
+    except ValueError:  # idna's and urlsplit's messages say nothing an operator can act on
+        raise UsageError(
+            f"unban: {raw!r} is not a host name: give HOST, HOST:PORT or a URL, as "
+            "`scrapy frontier SPIDER hosts` shows it"
+        ) from None
 
 
 def _utc(at: float) -> str:

@@ -39,6 +39,11 @@ class SettingsError(Exception):
         self.problems = problems
 
 
+class Twice(ValueError):
+    """Two keys of a mapping that name one thing (``bücher.de`` and ``XN--BCHER-KVA.DE``): the
+    message names both spellings, said after the rule."""
+
+
 def problem(name: str, value: Any, allowed: str, show: Callable[[Any], str] | None = None) -> str:
     """``NAME = value: must be <allowed>``."""
     return f"{name} = {(show or shown)(value)}: must be {allowed}"
@@ -84,8 +89,9 @@ class Rule:
             return None
         try:
             return self.parse(value)
-        except BAD_VALUE:
-            raise SettingsError(problem(name, value, self.allowed, self.show)) from None
+        except BAD_VALUE as exc:
+            said = f" ({exc})" if isinstance(exc, Twice) else ""
+            raise SettingsError(problem(name, value, self.allowed, self.show) + said) from None
 
 
 # --- parsers: each returns the value as components use it, or raises ---------------------------
@@ -174,10 +180,12 @@ def number(
     below: bool = False,
     optional: bool = False,
 ) -> Rule:
-    """A finite number; ``above``/``below`` exclude the bound itself."""
+    """A finite number (said so when no upper bound implies it: ``inf`` is refused);
+    ``above``/``below`` exclude the bound itself."""
     bounds = _bounds(low, high, above, below)
     parse = within(as_float, low, high, above, below)
-    return Rule(f"a number {bounds}".strip(), parse, optional)
+    finite = "" if high is not None else "finite "
+    return Rule(f"a {finite}number {bounds}".strip(), parse, optional)
 
 
 def flag(*, optional: bool = False) -> Rule:
@@ -224,10 +232,18 @@ def mapping(
     optional: bool = False,
     show: Callable[[Any], str] = shown,
 ) -> Rule:
-    """A dict (or JSON object string) whose keys and values pass ``key`` and ``value``."""
+    """A dict (or JSON object string) whose keys and values pass ``key`` and ``value``; two
+    keys that ``key`` reads as one are refused (Twice), not one of them silently dropped."""
 
     def parse(raw: Any) -> dict[Any, Any]:
-        return {key(k): value(v) for k, v in as_dict(raw).items()}
+        read: dict[Any, Any] = {}
+        given: dict[Any, Any] = {}
+        for raw_key, raw_value in as_dict(raw).items():
+            name = key(raw_key)
+            if name in given:
+                raise Twice(f"{given[name]!r} and {raw_key!r} are both {name!r}")
+            given[name], read[name] = raw_key, value(raw_value)
+        return read
 
     return Rule(f"a dict (or JSON object){' of ' + what if what else ''}", parse, optional, show)
 

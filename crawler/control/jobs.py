@@ -54,8 +54,17 @@ JobAction = Literal["status", "cancel", "pause", "resume", "expire", "limit"]
 
 
 class JobCancelled(ValueError):
-    """A cancelled job cannot be paused: its requests are dropped, and a paused job is kept
-    until it resumes, which a cancelled one never does."""
+    """A cancelled job is not paused (a paused job is kept until it resumes, which a cancelled
+    one never does), resumed, given a deadline or a budget: its requests are dropped."""
+
+
+# What an action refused on a cancelled job did not do, as its message says.
+NOT_DONE = {
+    "pause": "not paused",
+    "resume": "not resumed",
+    "expire": "no deadline set",
+    "limit": "no page budget set",
+}
 
 
 @dataclass(frozen=True)
@@ -106,20 +115,25 @@ def act_on_job(
     - ``status``: nothing more.
     - ``cancel``: its queued, delayed and paused requests and its waiting start entries are
       removed (their counts in the status returned), its requests dropped from then on.
-    - ``pause``: the pop parks its requests as it meets them, workers send none. A cancelled
-      job is left as it is: JobCancelled.
+    - ``pause``: the pop parks its requests as it meets them, workers send none.
     - ``resume``: its parked requests go back to the end of their queue lists.
     - ``expire``: ``value`` is its deadline (Unix time): after it no request of it is fetched.
     - ``limit``: ``value`` is its page budget for the fleet: the pop hands out at most that
       many of its requests (counted from the first budget it was given), and drops the rest.
+
+    A cancelled job is left as it is by ``pause``, ``resume``, ``expire`` and ``limit``:
+    JobCancelled.
     """
     number = _known_number(server, keys.spider, job)
     known = number is not None
     if number is None and action != "status":  # numbered now, so that its entries are held too
         number = job_number(server, keys.spider, job)
-    *counts, paused = [0] * 7 if number is None else _run_job(server, keys, number, action, value)
-    if action == "pause" and not paused:
-        raise JobCancelled(f"job {job} is cancelled: not paused (start a new job under a new id)")
+    *counts, paused, cancelled = (
+        [0] * 8 if number is None else _run_job(server, keys, number, action, value)
+    )
+    if cancelled and action in NOT_DONE:
+        why = f"job {job} is cancelled: {NOT_DONE[action]} (start a new job under a new id)"
+        raise JobCancelled(why)
     starts = _run_starts(server, keys.start, job, action)
     key = job_key(keys.spider, job)
     pipe = server.pipeline(transaction=True)

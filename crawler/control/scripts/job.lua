@@ -9,12 +9,13 @@
 -- records) and removes the job's queued, delayed and parked requests: each queue list that
 -- holds some is rebuilt without them, the others' order kept. Leased requests are in flight
 -- and left to their workers. "pause" adds the number to the paused set (the pop parks the
--- job's records as it meets them; a cancelled job is left alone), "resume" removes it and
--- puts the parked records back at the end of their lists, "expire" sets the job's deadline,
--- "limit" its budget. Runs in one call, so the counts are exact; it reads every queued record
+-- job's records as it meets them), "resume" removes it and puts the parked records back at
+-- the end of their lists, "expire" sets the job's deadline, "limit" its budget; each of these
+-- leaves a cancelled job alone. Runs in one call, so the counts are exact; it reads every queued record
 -- (0.3 s a million; a cancel rebuilding them, 1 s).
 -- Returns {queued, delayed, leased, parked, handed out, dropped past the budget}, counted
--- before any removal, then 1 if the job is paused (after ``mode``), else 0.
+-- before any removal, then 1 if the job is paused (after ``mode``), else 0, then 1 if it was
+-- cancelled before ``mode``, else 0.
 local n, mode = ARGV[2], ARGV[3]
 local cancel = mode == 'cancel'
 set_job_keys(6)
@@ -44,11 +45,14 @@ end
 
 local parked_list = Q.paused .. ':' .. n
 local parked = redis.call('LLEN', parked_list)
+local cancelled = redis.call('SISMEMBER', Q.cancelled, n)
 if cancel then
   redis.call('SADD', Q.cancelled, n)
   redis.call('SREM', Q.paused, n)  -- cancelled, it waits for nothing
   redis.call('DEL', parked_list)
-elseif mode == 'pause' and redis.call('SISMEMBER', Q.cancelled, n) == 0 then
+elseif cancelled == 1 and mode ~= 'status' then
+  -- a cancelled job is left as it is: it is never paused, resumed, given a deadline or budget
+elseif mode == 'pause' then
   redis.call('SADD', Q.paused, n)
 elseif mode == 'resume' then
   redis.call('SREM', Q.paused, n)
@@ -77,4 +81,5 @@ end
 local handed = tonumber(redis.call('HGET', Q.spent, n) or '0')
 local over = tonumber(redis.call('HGET', Q.spent, n .. ':dropped') or '0')
 local paused = redis.call('SISMEMBER', Q.paused, n)
-return {queued, sweep_ids(KEYS[4], cancel), sweep_ids(KEYS[5], false), parked, handed, over, paused}
+local delayed = sweep_ids(KEYS[4], cancel)
+return {queued, delayed, sweep_ids(KEYS[5], false), parked, handed, over, paused, cancelled}
