@@ -48,10 +48,11 @@ def _stored(mongo: Mongo) -> int:
 
 
 def _spilled(spill: Path, worker: Worker) -> set[str]:
-    """The keys of the profiles in the worker's spill file."""
+    """The keys of the profiles in the worker's spill file: its whole lines (the worker may be
+    writing the last one)."""
     keys = set()
     for path in spill.glob(f"profiles-{worker.pid}-*.jsonl"):
-        for line in path.read_bytes().splitlines():
+        for line in path.read_bytes().split(b"\n")[:-1]:
             if line and not line.startswith(b"#"):
                 keys.add(_key(line))
     return keys
