@@ -104,3 +104,26 @@ def test_a_jobs_max_pages_holds_for_the_pages_its_sitemaps_list(
     assert set(pages) == {"site0.test"}
     assert 0 < len(pages["site0.test"]) < len(report["truth"]["site0.test"])
     assert set(pages["site0.test"].values()) == {"C"}
+
+
+def test_two_jobs_of_one_start_url_each_get_the_entrys_page_budget(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    """The same site entered twice, by jobs X and Y, each entry with ``max_pages`` 6: each job
+    stores its 6 pages (its own filter of repeats, its own budget); before, the two shared one
+    budget, keyed by the start URL alone, and Y stored its start page only."""
+    build_web(web, sites=1, pages=40, extras=False)
+    url = home(web, "site0.test")
+    entries = [json.dumps({"url": url, "job": job, "max_pages": 6}) for job in ("X", "Y")]
+    redis_client.lpush("links:start_urls", *entries)
+    result = crawl("links", settings=links_settings())
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = web.admin("web")["counts"]["site0.test"]
+    pages = {
+        path: count
+        for path, count in counts.items()
+        if not path.startswith(("/robots", "/sitemap"))
+    }
+    assert pages.get("/") == 2, pages  # each job's own start
+    stored = {job: _status(crawl, "links", job)["items"] for job in ("X", "Y")}
+    assert stored == {"X": 6, "Y": 6}, (stored, pages)

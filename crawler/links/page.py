@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from crawler.extractors.links import PageFields, content_hash
 from crawler.items import PageItem
-from crawler.links.urls import canonical_url, host_of
+from crawler.links.urls import canonical_url, host_of, same_domain, scope_root
+from crawler.meta import JOB_META
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -45,3 +46,19 @@ def page_item(
         canonical=fields.canonical,
         body=zlib.compress(response.body[:body_kept]) if body_kept is not None else None,
     )
+
+
+def entry_budget(state: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The key of a start entry's page budget (``max_pages``) and sitemap budget: its start
+    URL's, and its job's number when it has one (meta JOB_META), so that two jobs entering the
+    same site each have the entry's budget, as each has its own filter of repeats."""
+    job = meta.get(JOB_META)
+    return f"{state['start']}.{job}" if job is not None else str(state["start"])
+
+
+def moved_start(state: dict[str, Any], url: str, redirects: list[str]) -> dict[str, Any] | None:
+    """A start URL that redirected within its domain (to www., to https) to ``url``: its state
+    with the scope moved there; None for any other redirect."""
+    if state["depth"] > 0 or not same_domain(url, redirects[0]):
+        return None
+    return {**state, "root": scope_root(url, state["scope"])}

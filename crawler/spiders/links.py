@@ -27,7 +27,7 @@ from crawler.config import setting
 from crawler.extractors.links import parse_page
 from crawler.links.entries import RefusedStartUrl, file_entries, start_request_url
 from crawler.links.ledger import HostLedger
-from crawler.links.page import page_item
+from crawler.links.page import entry_budget, moved_start, page_item
 from crawler.links.robots import LINKS_META
 from crawler.links.sitemaps import SitemapBudget, robots_sitemaps, sitemap_body, sitemap_urls
 from crawler.links.urls import (
@@ -40,10 +40,9 @@ from crawler.links.urls import (
     is_calendar,
     link_priority,
     request_url,
-    same_domain,
     scope_root,
 )
-from crawler.meta import CRAWL_DELAY_META, DEPTH_LIMIT, DEPTH_META
+from crawler.meta import CRAWL_DELAY_META, DEPTH_LIMIT, DEPTH_META, JOB_META
 from crawler.recrawl.revisits import RECRAWL_META
 from crawler.spiders.base import InvalidStartEntry, RedisFedSpider, bounded, check_keys
 from crawler.spiders.responses import body_text
@@ -238,7 +237,7 @@ class LinksSpider(RedisFedSpider):
         host = host_of(url)
         redirects = response.meta.get("redirect_urls")
         if redirects and not in_scope(url, state["scope"], state["root"]):
-            moved = _moved_start(state, url, redirects)
+            moved = moved_start(state, url, redirects)
             if moved is None:
                 self._left_scope(response, state)
                 return
@@ -257,8 +256,9 @@ class LinksSpider(RedisFedSpider):
         # A revisit (crawler/recrawl/) refreshes a page inside the budget, never spends it, and
         # its links were counted as backlinks when the page was first fetched.
         revisit = RECRAWL_META in response.meta
+        start, size = entry_budget(state, response.meta), len(response.body)
         fetched, backlinks = self.ledger.page(
-            state["start"], host, len(response.body), external, state["max_pages"], revisit
+            start, host, size, external, state["max_pages"], revisit
         )
         if state["max_pages"] and fetched > state["max_pages"] and not revisit:
             self.count("links/over_max_pages")
@@ -266,8 +266,8 @@ class LinksSpider(RedisFedSpider):
         self.count("links/pages")
         kept = self.body_max_bytes if self.store_body else None
         yield page_item(response, url, int(state["depth"]), fields, len(links), kept)
-        delay = response.meta.get(CRAWL_DELAY_META)
-        yield from self._follow(links, host, state, backlinks, delay)
+        delay, job = response.meta.get(CRAWL_DELAY_META), response.meta.get(JOB_META)
+        yield from self._follow(links, host, state, backlinks, delay, job)
 
     def _left_scope(self, response: Response, state: dict[str, Any]) -> None:
         """A page whose redirects took it off the crawl's scope (a /go/ link, an expired
@@ -298,23 +298,25 @@ class LinksSpider(RedisFedSpider):
         state: dict[str, Any],
         backlinks: dict[str, int],
         delay: Any = None,
+        job: int | None = None,
     ) -> Iterator[Request]:
         depth = int(state["depth"]) + 1
         if depth > state["max_depth"]:
             return
         for link, url in links.items():
             child = self._child_state(link, state, depth)
-            if child is not None and self._first_ask(link, depth):
+            if child is not None and self._first_ask(link, depth, job):
                 target = host_of(link)
                 same = target == host
                 rank = link_priority(depth, same, backlinks.get(target, 0))
                 yield self._page_request(url, child, rank, delay if same else None)
 
-    def _first_ask(self, link: str, depth: int) -> bool:
-        """False for a link this worker has followed before at ``depth`` or less (counted as
-        ``links/skipped/asked_before``)."""
+    def _first_ask(self, link: str, depth: int, job: int | None = None) -> bool:
+        """False for a link this worker has followed before at ``depth`` or less in the same
+        crawl ``job`` (counted as ``links/skipped/asked_before``)."""
         if not self.asked_limit:
             return True
+        link = link if job is None else f"{job} {link}"
         least = self.asked.get(link)
         if least is not None and least <= depth:
             self.count("links/skipped/asked_before")
@@ -349,7 +351,7 @@ class LinksSpider(RedisFedSpider):
             return []
         here = canonical_url(request.url)
         if redirects := request.meta.get("redirect_urls"):
-            state = _moved_start(state, here, redirects) or state  # as parse_page moves it
+            state = moved_start(state, here, redirects) or state  # as parse_page moves it
         return [self._sitemap_request(url, state, 0) for url in robots_sitemaps(here, sitemaps)]
 
     def _sitemap_request(self, url: str, state: dict[str, Any], level: int) -> Request:
@@ -368,7 +370,8 @@ class LinksSpider(RedisFedSpider):
         if kind == "sitemapindex" and level > SITEMAP_NESTING:
             self.count("links/skipped/sitemap_nested")
             return
-        key = self.sitemap_budget.key(str(state["start"]), host, kind)
+        key = self.sitemap_budget.key(entry_budget(state, response.meta), host, kind)
+        job = response.meta.get(JOB_META)
         for link, url in self._canonical_links(locations).items():
             if host_of(link) != host:
                 self.count("links/skipped/sitemap_foreign")
@@ -378,20 +381,12 @@ class LinksSpider(RedisFedSpider):
                 return
             if kind == "sitemapindex":
                 request = self._sitemap_request(url, state, level)
-            elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1):
+            elif (child := self._child_state(link, state, 1)) and self._first_ask(link, 1, job):
                 request = self._page_request(url, child, priority=-2 + 1)
             else:
                 continue
             self.sitemap_budget.asked[key] += 1
             yield request
-
-
-def _moved_start(state: dict[str, Any], url: str, redirects: list[str]) -> dict[str, Any] | None:
-    """A start URL that redirected within its domain (to www., to https) to ``url``: its state
-    with the scope moved there; None for any other redirect."""
-    if state["depth"] > 0 or not same_domain(url, redirects[0]):
-        return None
-    return {**state, "root": scope_root(url, state["scope"])}
 
 
 def _scope(value: Any) -> str:
