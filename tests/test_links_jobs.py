@@ -127,3 +127,24 @@ def test_two_jobs_of_one_start_url_each_get_the_entrys_page_budget(
     assert pages.get("/") == 2, pages  # each job's own start
     stored = {job: _status(crawl, "links", job)["items"] for job in ("X", "Y")}
     assert stored == {"X": 6, "Y": 6}, (stored, pages)
+
+
+def test_a_second_job_on_a_site_gets_the_pages_only_its_sitemap_lists(
+    crawl: Crawl, redis_client: redis.Redis, web: Sandbox
+) -> None:
+    """Job Y enters a site job X entered first: the site's robots.txt, fetched once for the
+    fleet, seeds its sitemap for each job, so the page only the sitemap lists (``/orphan``) is
+    fetched for each of them, as every page is; before, Y's crawl held what links reach."""
+    report = build_web(web, sites=1, pages=30, extras=False)
+    url = home(web, "site0.test")
+    redis_client.lpush("links:start_urls", json.dumps({"url": url, "job": "X"}))
+    first = crawl("links", settings=links_settings())
+    assert first.returncode == 0, first.stderr[-3000:]
+    redis_client.lpush("links:start_urls", json.dumps({"url": url, "job": "Y"}))
+    second = crawl("links", settings=links_settings())
+    assert second.returncode == 0, second.stderr[-3000:]
+    counts = web.admin("web")["counts"]["site0.test"]
+    assert counts.get("/robots.txt") == 1, counts
+    pages = set(report["truth"]["site0.test"])
+    assert "/orphan" in pages
+    assert {path: counts.get(path) for path in pages} == dict.fromkeys(pages, 2)

@@ -55,6 +55,7 @@ from crawler.meta import (
     CRAWL_DELAY_META,
     DUE_META,
     IDENTITY_FAILED_META,
+    JOB_META,
     PACED_META,
     SENT_AT_META,
     carry_job,
@@ -127,11 +128,23 @@ class FleetRobots:
     def release(self, origin: str) -> None:
         self.server.delete(robots_claim_key(self.spider, origin))
 
-    def store(self, origin: str, body: bytes) -> None:
+    def store(self, origin: str, body: bytes, job: Any) -> None:
+        """Share ``origin``'s robots.txt, what it seeds crawled for ``job`` (None: no job)."""
         pipe = self.server.pipeline(transaction=False)
         pipe.set(robots_key(self.spider, origin), body, ex=self.ttl)
         pipe.delete(robots_claim_key(self.spider, origin))
+        pipe.set(self._seeded_key(origin, job), 1, ex=self.ttl)
         pipe.execute()
+
+    def seeded(self, origin: str, job: Any) -> bool:
+        """Whether what ``origin``'s robots.txt seeds was crawled for ``job`` within its TTL."""
+        return bool(self.server.exists(self._seeded_key(origin, job)))
+
+    def mark_seeded(self, origin: str, job: Any) -> None:
+        self.server.set(self._seeded_key(origin, job), 1, ex=self.ttl)
+
+    def _seeded_key(self, origin: str, job: Any) -> str:
+        return f"{robots_key(self.spider, origin)}|seeded:{'-' if job is None else job}"
 
 
 class RobotsCache:
@@ -226,6 +239,7 @@ class FleetRobotsMiddleware:
             raise
         if rules is None:
             return self._wait(request, self._not_before.get(origin, 0.0))
+        self._seed_for_job(request, origin, rules)
         delay = rules.crawl_delay(self.user_agent)
         if delay:
             request.meta[CRAWL_DELAY_META] = float(delay)
@@ -265,7 +279,7 @@ class FleetRobotsMiddleware:
             rules = parse_rules(body)
             self.cache.put(origin, rules, len(body))
             if self._seed(request, rules):  # what the rules seed is written: share them
-                self.fleet.store(origin, body)
+                self.fleet.store(origin, body, request.meta.get(JOB_META))
             else:  # the worker that next needs them downloads them again and seeds again
                 self._count("robotstxt/not_shared")
                 self.fleet.release(origin)
@@ -351,6 +365,16 @@ class FleetRobotsMiddleware:
         for follow in made:
             engine.crawl(carry_job(request, follow))
         return self.frontier.flush()
+
+    def _seed_for_job(self, request: Request, origin: str, rules: Protego) -> None:
+        """A start request on a host whose robots.txt was fetched for another crawl job (or
+        for none): what it seeds (the sitemaps) is crawled for this request's job too, once
+        per LINKS_ROBOTS_TTL, so that each job's crawl of the host is whole."""
+        if request.meta[LINKS_META].get("depth") != 0:
+            return
+        job = request.meta.get(JOB_META)
+        if not self.fleet.seeded(origin, job) and self._seed(request, rules):
+            self.fleet.mark_seeded(origin, job)
 
     def _defer_origin(self, origin: str, until: float) -> None:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""
