@@ -30,6 +30,7 @@ from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.report import fleet_report
 from crawler.observability.report_text import sizing_line
 from crawler.observability.sizing import (
+    COMMAND_LOOK,
     Sizing,
     SizingConfig,
     SizingInputs,
@@ -346,8 +347,29 @@ def test_the_fleet_shares_one_look_per_period(redis_client: redis.Redis) -> None
     assert look(0) == 10
     _queue(redis_client, 5, 2, start=2)
     assert look(60) == 10  # the last look is younger than 60 s: it answers
-    assert look(0) == 20  # a fresh look (what the autoscaler asks for)
+    assert look(0) == 20  # a fresh look, kept for the fleet
     assert look(60) == 20
+    # A command's look (its own settings) is made now and not kept: the workers' stays.
+    _queue(redis_client, 5, 2, start=4)
+    assert look(COMMAND_LOOK) == 30
+    assert look(60) == 20
+
+
+def test_scrapy_status_leaves_the_workers_shared_look_alone(redis_client: redis.Redis) -> None:
+    """A worker at -s POLITENESS_RATE=20 kept the fleet's look; ``scrapy status`` (at the
+    project's 0.5) looked with its own settings and kept its look in its place, so the
+    workers' /metrics read a ceiling of 0.5 for the next seconds."""
+    keys = FrontierKeys("profiles", "profiles:start_urls")
+    pipe = redis_client.pipeline(transaction=False)
+    queue_demand(pipe, keys, POLITE, 1000, 5.0)  # a worker's look, kept
+    pipe.execute()
+    kept = redis_client.get(keys.demand)
+    assert kept is not None
+    settings = Settings()
+    settings.setmodule(project_settings)
+    report = fleet_report(redis_client, settings, {"profiles": ProfilesSpider})
+    assert "sizing" in report["spiders"]["profiles"]
+    assert redis_client.get(keys.demand) == kept
 
 
 def _revisit(client: redis.Redis, spider: str, name: str, due: float) -> None:

@@ -160,6 +160,12 @@ def _workers(work: float, per_worker: float) -> int:
     return math.ceil(work / per_worker - 1e-9) if work > 0 else 0
 
 
+# The ``fresh`` of a command's look (status, fleet plan, the autoscaler): made now with the
+# command's own settings, and not kept as the fleet's shared look, which the workers make with
+# theirs (a worker's -s POLITENESS_RATE differs from a command's defaults).
+COMMAND_LOOK = -1.0
+
+
 @dataclass(frozen=True)
 class SizingInputs:
     """What a worker's look at the queue needs besides its keys: the settings, the fleet's
@@ -223,7 +229,7 @@ def read_sizing(
     inputs = SizingInputs.from_settings(settings, spider)
     keys = spider_frontier(server, settings, spider).keys
     pipe = server.pipeline(transaction=False)
-    inputs.queue_look(pipe, keys)
+    inputs.queue_look(pipe, keys, COMMAND_LOOK)
     work, pace = work_left(sizes, per_entry), measured_pace(minutes)
     return inputs.size_from(pipe.execute(), sizes, work, pace)
 

@@ -14,6 +14,8 @@
 -- (with its time, for a minute) and given again to whoever asks while it is younger than the
 -- age given: a fleet's workers asking every few seconds share one look. It is kept as
 -- "2:<time>|<answer>": an answer of the older shape (no delayed counts) is not read as one.
+-- An age below 0 (a command's look, made with the command's settings) neither reads nor
+-- keeps it: the workers' shared look is made with theirs.
 local now, sample, fresh = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local last = redis.call('GET', KEYS[4])
 if last and fresh > 0 then
@@ -69,5 +71,7 @@ for _, host in ipairs(hosts) do
   result[#result + 1] = fmt(rate)
   result[#result + 1] = spare
 end
-redis.call('SET', KEYS[4], '2:' .. fmt(now) .. '|' .. cjson.encode(result), 'EX', 60)
+if fresh >= 0 then
+  redis.call('SET', KEYS[4], '2:' .. fmt(now) .. '|' .. cjson.encode(result), 'EX', 60)
+end
 return result
