@@ -46,6 +46,9 @@ JOB_FIELD = "job"
 ITEMS_NOT_STORED = "items_not_stored"
 EXIT_ITEMS_NOT_STORED = 4
 
+# The logger of Scrapy's "Error processing <item>" record, with the item's traceback.
+SCRAPER_LOGGER = "scrapy.core.scraper"
+
 
 @cache
 def required_fields(item_class: type) -> tuple[str, ...]:
@@ -79,6 +82,22 @@ class ValidationPipeline:
                 self.stats.inc_value(f"validation/dropped/missing_{name}")
             raise DropItem(f"{type(item).__name__} is missing {', '.join(missing)}")
         return item
+
+
+class NotStoredTracebacks(logging.Filter):
+    """Drops Scrapy's "Error processing <item>" record of an item MongoDB did not store: its
+    traceback says nothing :meth:`MongoPipeline.process_item`'s line did not (Scrapy still sends
+    ``item_error``, which dead-letters the item's request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, ItemNotStored)
+
+    @classmethod
+    def install(cls) -> None:
+        scraper = logging.getLogger(SCRAPER_LOGGER)
+        if not any(isinstance(known, cls) for known in scraper.filters):
+            scraper.addFilter(cls())
 
 
 class MongoPipeline:
@@ -117,6 +136,7 @@ class MongoPipeline:
         )
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
         watch(crawler, lambda: StorageHealth.of(pipeline.writer.bulk))
+        NotStoredTracebacks.install()
         return pipeline
 
     async def open_spider(self) -> None:
@@ -128,6 +148,10 @@ class MongoPipeline:
             return item
         try:
             await self._store(item, destination)
+        except ItemNotStored as error:
+            self.failed += 1
+            logger.error("Item not stored in MongoDB: %s", error)
+            raise
         except Exception:
             self.failed += 1
             raise

@@ -112,6 +112,10 @@ RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408]
 RETRY_BACKOFF_BASE = math.e
 RETRY_BACKOFF_MAX = 600.0
 RETRY_BACKOFF_JITTER = 0.2
+# Scrapy's MetaCopyDetectionMiddleware warns of a request yielded with meta keys copied from a
+# response's. The project's retries from callbacks (a malformed answer, get_retry_request) carry
+# retry_times on purpose; a copied response.meta is still told by download_latency.
+META_COPY_WARN_SKIP_KEYS = ["retry_times"]
 # BAN_POLICY (str, default "pause"): what a ban does: "pause" cools the domain down for the fleet,
 # "rotate" only the banned identity on it, "stop" also stops the worker (exit status 3).
 BAN_POLICY = "pause"

@@ -18,6 +18,7 @@ import pytest
 import redis
 from scrapy import Request
 from scrapy.http import HtmlResponse, TextResponse
+from scrapy.spidermiddlewares.metacopy import MetaCopyDetectionMiddleware
 from scrapy.utils.test import get_crawler
 
 from crawler import settings as project_settings
@@ -229,6 +230,23 @@ def test_malformed_feed_is_retried_later_until_its_retries_are_spent() -> None:
     assert stats.get_value("explore/malformed") == 2
 
 
+def test_a_retry_is_not_taken_for_copied_meta_but_a_copy_still_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The retry of a malformed answer goes without the last download's meta; Scrapy's warning
+    of meta copied from a response is still given for a spider that copies it."""
+    spider = _spider(ExploreSpider, RETRY_TIMES=1)
+    response = _feed_response(TRUNCATED_FEED, download_latency=0.2)
+    (retry,) = spider.parse_feed(response, 3, 1, 1)
+    assert "download_latency" not in retry.meta
+    copies = MetaCopyDetectionMiddleware(spider.crawler)
+    assert copies.get_processed_request(retry, response) is retry
+    assert "internal meta keys" not in caplog.text
+    copied = Request("http://127.0.0.1:9/next", meta=response.meta)
+    copies.get_processed_request(copied, response)
+    assert "['download_latency']" in caplog.text
+
+
 def test_an_unreadable_place_page_is_retried_later_never_acked_as_stored() -> None:
     """A place page without its place (filled by a script the plain fetch does not run, a
     consent page): tried again after the backoff, then given up as a dead letter; before, its
@@ -323,3 +341,5 @@ def test_explore_crawl_of_hostile_feeds(
         fetched[parse_qs(urlsplit(path).query)["categoryType"][0]] += hits
     assert (fetched["3"], fetched["4"]) == (2, 2)
     assert _frontier_empty(redis_client, "explore")
+    # The retries are the project's own, not meta the spider copied from a response.
+    assert "internal meta keys" not in result.stderr, result.stderr[-3000:]

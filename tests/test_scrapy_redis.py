@@ -246,6 +246,49 @@ def test_a_crawl_whose_items_all_fail_to_store_is_no_success(
     assert published == b"items_not_stored"
 
 
+# A spider yielding items MongoDB cannot take: a lone surrogate in a value, a NUL in a key.
+UNSTORABLE = """\
+from scrapy_redis.spiders import RedisSpider
+
+
+class Unstorable(RedisSpider):
+    name = 'unstorable'
+    redis_key = 'unstorable:start_urls'
+
+    def parse(self, response):
+        for n in range(10):
+            yield {'url': f'{response.url}#value{n}', 'name': 'lone \\ud800'}
+            yield {'url': f'{response.url}#key{n}', 'nul\\x00key': n}
+        yield {'url': response.url, 'name': 'fine'}
+"""
+
+
+def test_an_unstorable_item_is_one_log_line_and_a_dead_letter(
+    crawl: Crawl,
+    redis_client: redis.Redis,
+    sandbox: Sandbox,
+    example_project: Path,
+) -> None:
+    (example_project / "example" / "spiders" / "unstorable.py").write_text(UNSTORABLE)
+    sandbox.admin("web", {"sites": 2, "pages": 1, "extras": False})
+    homes = [site_url(sandbox, site) for site in range(2)]
+    redis_client.lpush("unstorable:start_urls", *homes)
+    result = run_example(crawl, example_project, "unstorable", "test")
+    assert result.returncode == 0, result.stderr[-4000:]
+    log = result.stderr
+    assert "Traceback" not in log, log[-6000:]
+    assert "Error processing" not in log, log[-6000:]
+    said = [line for line in log.splitlines() if "Item not stored in MongoDB" in line]
+    assert len(said) == 40, log[-6000:]
+    assert all("ERROR" in line for line in said)
+    assert "'mongo/unstorable': 40" in log
+    stored = {doc["url"] for doc in crawl.mongo.db.unstorable.find({}, {"url": 1})}
+    assert stored == set(homes)
+    letters = [json.loads(raw) for raw in redis_client.lrange("{unstorable}:dead", 0, -1)]
+    assert [letter["failure"]["reason"] for letter in letters] == ["item_error:ItemNotStored"] * 2
+    assert redis_client.zcard("{unstorable}:leases") == 0
+
+
 def test_the_example_crawler_on_the_project_bases_reads_its_own_key(
     crawl: Crawl,
     redis_client: redis.Redis,

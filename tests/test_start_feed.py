@@ -465,3 +465,23 @@ def test_at_no_rate_new_work_goes_at_the_next_ask(
             assert request.url == f"https://example.org/{path}"
     finally:
         scheduler.close("finished")
+
+
+def test_an_idle_worker_says_where_it_waits_at_info_once(
+    fed: tuple[Crawler, FrontierScheduler],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each idle spell of the fleet is said, at INFO the first time only: the spells between a
+    fleet's revisits or retries falling due (every few seconds) are no news."""
+    crawler, _ = fed
+    feed = feed_of(crawler)
+    caplog.set_level(logging.DEBUG, logger="crawler.spiders.feed")
+    for fleet_idle in (True, False, True, False, True):
+        monkeypatch.setattr(feed, "fleet_idle", lambda idle=fleet_idle: idle)
+        with pytest.raises(DontCloseSpider):
+            feed.on_idle()
+    said = [record for record in caplog.records if "waiting for start" in record.getMessage()]
+    assert [record.levelno for record in said] == [logging.INFO, logging.DEBUG, logging.DEBUG]
+    assert "the fleet's frontier is empty" in said[0].getMessage()
+    assert START in said[0].getMessage()

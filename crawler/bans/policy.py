@@ -146,10 +146,15 @@ class BanPolicy:
             self.crawler.stats.inc_value(key)
 
 
+# What a download wrote in its request's meta about that download alone: not the retry's.
+DOWNLOAD_ONLY_META = ("download_latency", "cache_timestamp")
+
+
 def retry_later(
     crawler: Crawler, request: Request, reason: str, backoff: RetryBackoff, server_asked: float = 0
 ) -> Request | None:
-    """get_retry_request's retry (None once spent), due after the backoff or ``server_asked``."""
+    """get_retry_request's retry (None once spent), due after the backoff or ``server_asked``,
+    without what the last download wrote in its meta (``DOWNLOAD_ONLY_META``)."""
     assert crawler.spider is not None
     retry = get_retry_request(
         request,
@@ -158,6 +163,8 @@ def retry_later(
         priority_adjust=crawler.settings.getint("RETRY_PRIORITY_ADJUST"),
     )
     if retry is not None:
+        for key in DOWNLOAD_ONLY_META:
+            retry.meta.pop(key, None)
         retry.meta[DUE_META] = time.time() + backoff.delay(retry.meta["retry_times"], server_asked)
     return retry
 

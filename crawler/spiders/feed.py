@@ -153,6 +153,7 @@ class StartFeed:
         self.kind = kind
         self._idle_since: float | None = None
         self._said_waiting = False
+        self._waiting_level = logging.INFO  # DEBUG once said
         self.fed = False  # whether the last next_requests() read any entry
         self._found_none_at = -math.inf  # when top_up last found the start list empty
         self.idle_poll: float = setting(crawler.settings, "IDLE_POLL_INTERVAL")
@@ -377,15 +378,21 @@ class StartFeed:
                 )
 
     def _say_waiting(self) -> None:
-        """Once per idle spell: where this worker waits for start entries."""
+        """Once per idle spell, at INFO the first time only (a spell between revisits, or
+        retries falling due, is no news): where this worker waits for start entries."""
         if self._said_waiting:
             return
         self._said_waiting = True
+        level, self._waiting_level = self._waiting_level, logging.DEBUG
         url = mask_uri(str(self.crawler.settings.get("REDIS_URL") or ""))
-        logger.info(
-            "Idle: waiting for start entries in %s on %s (redis-cli lpush %s ...)",
+        revisits = self.crawler.settings.getbool("RECRAWL_ENABLED")
+        logger.log(
+            level,
+            "Idle: the fleet's frontier is empty; waiting for start entries in %s on %s "
+            "(redis-cli lpush %s ...)%s",
             self.entries.key,
             url,
             self.entries.key,
+            ", or revisits falling due" if revisits else "",
             extra={"spider": self.spider},
         )
