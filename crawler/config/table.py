@@ -272,6 +272,7 @@ RULES: dict[str, Rule] = {
     "TWISTED_REACTOR": choice("twisted.internet.asyncioreactor.AsyncioSelectorReactor"),
     "FEED_EXPORT_ENCODING": Rule("a text encoding such as utf-8", codecs.lookup),
     "FEED_URI_PARAMS": Rule("an importable function (package.module.name)", load_object, True),
+    "META_COPY_WARN_SKIP_KEYS": items(Rule("a meta key", as_text), "meta keys"),
     "ROBOTSTXT_OBEY": flag(),
     "LOG_LEVEL": Rule(f"one of {', '.join(LOG_LEVELS)}", log_level),
     "LOG_FILE": Rule("a file this process can write, in a directory that exists", log_file, True),
