@@ -143,19 +143,12 @@ class DomainsSpider(RedisFedSpider):
         "HOST_BLOCK_START": 0,
     }
 
-    def __init__(self, domains: str = "", file: str = "", **kwargs: Any) -> None:
+    def __init__(self, domains: str | None = None, file: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.domain_args = [part.strip() for part in domains.split(",") if part.strip()]
+        self.domain_args = self.entry_argument("domains", domains)
         self.file = file
-        if file and not Path(file).is_file():
+        if file is not None and not Path(file).is_file():
             raise SettingsError(f"-a file={file}: no such file")
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> DomainsSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, DomainsSpider)
-        spider.configure(crawler)
-        return spider
 
     @classmethod
     def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
