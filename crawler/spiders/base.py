@@ -1,8 +1,8 @@
 """Spiders fed by start entries that users push to Redis (``<spider>:start_urls``): a plain
 string (a URL, an id) or a JSON object, bounded by START_ENTRY_MAX_BYTES and
 START_ENTRY_MAX_DEPTH. An entry a spider cannot use is set aside with its reason, never stopping
-the crawl (docs/spiders.md). A URL in an entry must be on the spider's base URL (or
-ALLOWED_START_HOSTS) and carry no user or password.
+the crawl; one given in an ``-a`` list refuses the start instead (docs/spiders.md). A URL in an
+entry must be on the spider's base URL (or ALLOWED_START_HOSTS) and carry no user or password.
 """
 
 from __future__ import annotations

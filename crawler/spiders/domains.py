@@ -16,7 +16,8 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
 Start entries in Redis are leased START_BATCH_SIZE at a time whenever the queue has room, as
 the file is read (see :meth:`DomainsSpider.start`).
 
-A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
+A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason;
+one in ``-a domains=`` stops the start instead (docs/spiders.md).
 
 A domain whose DNS answer holds no public address (127.0.0.1, 10.x, 169.254.169.254...) is
 not probed: it is stored as ``private_address`` with the address (DOMAINS_PRIVATE_ADDRESSES
