@@ -341,8 +341,9 @@ def test_an_unknown_spider_argument_stops_the_start_naming_it(crawl: Crawl) -> N
 
 
 def test_scrapyd_job_argument_is_accepted(crawl: Crawl) -> None:
-    result = crawl("profiles", "-a", "_job=abc123", "-a", "users=")
+    result = crawl("profiles", "-a", "_job=abc123", "-a", "users=thechef319")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert crawl.mongo.db.profiles.count_documents({}) == 1
 
 
 def test_an_idle_worker_says_once_where_it_waits(crawl: Crawl) -> None:

@@ -468,6 +468,22 @@ def _redis_db(url: str, database: int) -> str:
     return url.rsplit("/", 1)[0] + f"/{database}"
 
 
+# Start entries given with -a: refused whole, as a setting is, when one of them is bad.
+ENTRY_ARGUMENTS = {
+    "unknown-category": ("explore", ["-a", "categories=999"]),
+    "category-not-a-url": ("explore", ["-a", "categories=abc"]),
+    "empty-categories": ("explore", ["-a", "categories="]),
+    "one-bad-category": ("explore", ["-a", "categories=1,999,2"]),
+    "bad-user": ("profiles", ["-a", "users=good.user,bad!user"]),
+    "empty-users": ("profiles", ["-a", "users= , "]),
+    "bad-url": ("links", ["-a", "urls=https://example.org/,ftp://example.org/"]),
+    "bad-domain": ("domains", ["-a", "domains=example.com,127.0.0.1"]),
+    "empty-domains": ("domains", ["-a", "domains="]),
+    "long-maps-query": ("maps", ["-a", f"category={'shop' * 60}", "-a", "postal_codes=00501"]),
+    "empty-maps-arguments": ("maps", ["-a", "category=", "-a", "postal_codes="]),
+}
+
+
 @pytest.mark.parametrize(
     ("case", "status", "expected"),
     [
@@ -488,6 +504,19 @@ def _redis_db(url: str, database: int) -> str:
         # ValueError's traceback from the maps spider's __init__.
         pytest.param("category-alone", 2, ["-a category alone: give both -a category="]),
         pytest.param("bad-postal-codes", 2, ["-a postal_codes: expected codes such as 00501"]),
+        # Exit 0 having crawled nothing, a WARNING for the entry set aside (none for the empty
+        # value); under Scrapyd the job idled, waiting for start entries, and never ended.
+        pytest.param("unknown-category", 2, ["-a categories: '999' is invalid (unknown_category"]),
+        pytest.param("category-not-a-url", 2, ["-a categories: 'abc' is invalid (bad_url: "]),
+        pytest.param("empty-categories", 2, ["-a categories: no entries; give -a categories="]),
+        pytest.param("one-bad-category", 2, ["-a categories: '999' is invalid"]),
+        pytest.param("bad-user", 2, ["-a users: 'bad!user' is invalid (bad_unique_id: "]),
+        pytest.param("empty-users", 2, ["-a users: no entries"]),
+        pytest.param("bad-url", 2, ["-a urls: 'ftp://example.org/' is invalid (bad_url: "]),
+        pytest.param("bad-domain", 2, ["-a domains: '127.0.0.1' is invalid (bad_domain:"]),
+        pytest.param("empty-domains", 2, ["-a domains: no entries"]),
+        pytest.param("long-maps-query", 2, ["-a category: ", "is invalid (bad_query: a query is "]),
+        pytest.param("empty-maps-arguments", 2, ["-a category and -a postal_codes are empty"]),
         # ValueError and FileNotFoundError tracebacks from Scrapy's logging set-up, exit 1.
         pytest.param("bad-log-level", 2, ["LOG_LEVEL = BOGUS: must be one of CRITICAL, "]),
         pytest.param("log-file-nowhere", 2, ["LOG_FILE = /dev/null/x.log: must be a file "]),
@@ -525,6 +554,8 @@ def test_a_bad_start_is_one_line_and_takes_nothing(
             spider, args = "maps", ["-a", "category=shop"]
         elif case == "bad-postal-codes":
             spider, args = "maps", ["-a", "category=shop", "-a", "postal_codes=0,!"]
+        elif case in ENTRY_ARGUMENTS:
+            spider, args = ENTRY_ARGUMENTS[case]
         elif case == "redis-not-listening":
             env["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
         else:

@@ -1,8 +1,8 @@
 """Spiders fed by start entries that users push to Redis (``<spider>:start_urls``): a plain
 string (a URL, an id) or a JSON object, bounded by START_ENTRY_MAX_BYTES and
 START_ENTRY_MAX_DEPTH. An entry a spider cannot use is set aside with its reason, never stopping
-the crawl (docs/spiders.md). A URL in an entry must be on the spider's base URL (or
-ALLOWED_START_HOSTS) and carry no user or password.
+the crawl; one given in an ``-a`` list refuses the start instead (docs/spiders.md). A URL in an
+entry must be on the spider's base URL (or ALLOWED_START_HOSTS) and carry no user or password.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from crawler.spiders.attributes import own_idle_time, refuse_skipped_hooks
 from crawler.spiders.entry_job import job_argument
 from crawler.spiders.feed import EntryLimits as EntryLimits  # where spiders import them from
 from crawler.spiders.feed import InvalidStartEntry as InvalidStartEntry
-from crawler.spiders.feed import StartEntries, StartFeed
+from crawler.spiders.feed import StartEntries, StartFeed, entry_problem
 from crawler.uris import WEB_PORTS
 
 if TYPE_CHECKING:
@@ -204,6 +204,8 @@ class RedisFedSpider(Spider):
         super().__init__(*args, **kwargs)
         self.entry_limits = EntryLimits()
         self.start_origins: frozenset[Origin] = frozenset()
+        # The entries of each ``-a NAME=a,b`` given, checked whole before the crawl starts.
+        self.entry_arguments: dict[str, list[str]] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
@@ -225,8 +227,37 @@ class RedisFedSpider(Spider):
             spider.base_url = validate_base_url(settings, cls.base_url_setting)
             allowed = setting(settings, "ALLOWED_START_HOSTS")
             spider.start_origins = start_origins(spider.base_url, allowed)
+        spider.configure(crawler)
+        spider.check_entry_arguments()
         crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
         return spider
+
+    def configure(self, crawler: Crawler) -> None:
+        """Read the spider's own settings; done before its ``-a`` entries are checked."""
+
+    def entry_argument(self, name: str, value: str | None) -> list[str]:
+        """The entries of ``-a NAME=a,b`` (none when it is not given), kept to be checked as the
+        crawl starts; SettingsError when it is given without any."""
+        if value is None:
+            return []
+        entries = [part.strip() for part in value.split(",") if part.strip()]
+        if not entries:
+            raise SettingsError(f"-a {name}: no entries; give -a {name}=a,b")
+        self.entry_arguments[name] = entries
+        return entries
+
+    def check_entry_arguments(self) -> None:
+        """SettingsError (one line, exit status 2, before any lease) naming the first entry of an
+        ``-a`` list the spider cannot use, with its reason: a command line is refused whole, not
+        half run. Entries pushed to Redis, and the lines of ``-a file=``, are set aside instead."""
+        for name, entries in self.entry_arguments.items():
+            for entry in entries:
+                try:
+                    self.feed.usable([self._checked(r) for r in self.requests_from_entry(entry)])
+                except Exception as exc:
+                    problem = entry_problem(exc)[1]
+                    shown = f"{entry[:200]!r} is invalid ({problem})"
+                    raise SettingsError(f"-a {name}: {shown}") from None
 
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         raise NotImplementedError

@@ -16,7 +16,8 @@ Start entries (``redis-cli lpush domains:start_urls example.com other.org``):
 Start entries in Redis are leased START_BATCH_SIZE at a time whenever the queue has room, as
 the file is read (see :meth:`DomainsSpider.start`).
 
-A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason.
+A name that is not a domain is set aside in ``domains:start_urls:invalid`` with the reason;
+one in ``-a domains=`` stops the start instead (docs/spiders.md).
 
 A domain whose DNS answer holds no public address (127.0.0.1, 10.x, 169.254.169.254...) is
 not probed: it is stored as ``private_address`` with the address (DOMAINS_PRIVATE_ADDRESSES
@@ -143,19 +144,12 @@ class DomainsSpider(RedisFedSpider):
         "HOST_BLOCK_START": 0,
     }
 
-    def __init__(self, domains: str = "", file: str = "", **kwargs: Any) -> None:
+    def __init__(self, domains: str | None = None, file: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.domain_args = [part.strip() for part in domains.split(",") if part.strip()]
+        self.domain_args = self.entry_argument("domains", domains)
         self.file = file
-        if file and not Path(file).is_file():
+        if file is not None and not Path(file).is_file():
             raise SettingsError(f"-a file={file}: no such file")
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> DomainsSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        assert isinstance(spider, DomainsSpider)
-        spider.configure(crawler)
-        return spider
 
     @classmethod
     def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:

@@ -75,15 +75,9 @@ class ExploreSpider(RedisFedSpider):
     base_url_setting = "EXPLORE_BASE_URL"
     entry_host_from = "base_url"
 
-    def __init__(self, categories: str = "", **kwargs: Any) -> None:
+    def __init__(self, categories: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.category_args = [part.strip() for part in categories.split(",") if part.strip()]
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> ExploreSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.configure(crawler)
-        return spider
+        self.category_args = self.entry_argument("categories", categories)
 
     def configure(self, crawler: Crawler) -> None:
         settings = crawler.settings

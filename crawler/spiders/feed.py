@@ -113,6 +113,14 @@ class StartEntries:
         self.server.rpush(self.invalid_key, json.dumps(record))
 
 
+def entry_problem(exc: Exception) -> tuple[str, str]:
+    """The reason an entry was refused (its stats key's last part) and the message saying it."""
+    if isinstance(exc, InvalidStartEntry):
+        return exc.reason, str(exc)
+    reason = f"error:{type(exc).__name__}"
+    return reason, f"{reason}: {str(exc)[:500]}"
+
+
 def url_length_limit(settings: BaseSettings) -> int:
     """URLLENGTH_LIMIT while Scrapy's UrlLengthMiddleware (which drops longer URLs) is on."""
     middlewares = settings.getwithbase("SPIDER_MIDDLEWARES")
@@ -290,11 +298,7 @@ class StartFeed:
 
     def set_aside(self, shown: str, exc: Exception, raw: bytes | None = None) -> bool:
         """Keep the entry in the invalid list with the reason; False if Redis refused."""
-        if isinstance(exc, InvalidStartEntry):
-            reason, message = exc.reason, str(exc)
-        else:
-            reason = f"error:{type(exc).__name__}"
-            message = f"{reason}: {str(exc)[:500]}"
+        reason, message = entry_problem(exc)
         logger.warning(
             "Invalid %s %r (%s); set aside in %s",
             self.kind,

@@ -115,16 +115,15 @@ class LinksSpider(RedisFedSpider):
         },
     }
 
-    def __init__(self, urls: str = "", file: str = "", **kwargs: Any) -> None:
+    def __init__(self, urls: str | None = None, file: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.url_args = [part.strip() for part in urls.split(",") if part.strip()]
-        if file:
+        self.url_args = self.entry_argument("urls", urls)
+        if file is not None:
             self.url_args += file_entries(file)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> LinksSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.configure(crawler)
         crawler.signals.connect(spider.on_headers, signal=signals.headers_received)
         # The ledger sends its counts in batches: the rest when the crawl pauses or ends.
         crawler.signals.connect(spider.ledger.flush, signal=signals.spider_idle)

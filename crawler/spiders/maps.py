@@ -106,27 +106,28 @@ class MapsSpider(RedisFedSpider):
     max_stalls: int
     places_with_browser: bool
 
-    def __init__(self, category: str = "", postal_codes: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self, category: str | None = None, postal_codes: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.queries = _argument_queries(category.strip(), postal_codes.strip())
+        self.queries = _argument_queries(category, postal_codes)
+        if self.queries:  # checked as the crawl starts, as any -a entry
+            self.entry_arguments["category"] = self.queries
         self._closing: set[asyncio.Task[None]] = set()
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> MapsSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
+    def configure(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        spider.language = setting(settings, "MAPS_LANGUAGE")
-        spider.region = setting(settings, "MAPS_REGION")
-        spider.consent = setting(settings, "MAPS_CONSENT")
-        spider.max_results = setting_int(settings, "MAPS_MAX_RESULTS", 0)
-        spider.scroll_timeout_ms = setting(settings, "MAPS_SCROLL_TIMEOUT") * 1000
-        spider.max_stalls = setting_int(settings, "MAPS_SCROLL_MAX_STALLS", 1)
-        spider.places_with_browser = settings.getbool("MAPS_PLACES_WITH_BROWSER")
-        crawler.signals.connect(spider.close_refused_page, signal=signals.response_downloaded)
-        return spider
+        self.language = setting(settings, "MAPS_LANGUAGE")
+        self.region = setting(settings, "MAPS_REGION")
+        self.consent = setting(settings, "MAPS_CONSENT")
+        self.max_results = setting_int(settings, "MAPS_MAX_RESULTS", 0)
+        self.scroll_timeout_ms = setting(settings, "MAPS_SCROLL_TIMEOUT") * 1000
+        self.max_stalls = setting_int(settings, "MAPS_SCROLL_MAX_STALLS", 1)
+        self.places_with_browser = settings.getbool("MAPS_PLACES_WITH_BROWSER")
+        crawler.signals.connect(self.close_refused_page, signal=signals.response_downloaded)
 
-    def argument_entries(self) -> Iterable[dict[str, Any]]:
-        return [{"query": query} for query in self.queries]
+    def argument_entries(self) -> Iterable[str]:
+        return self.queries
 
     def requests_from_entry(self, entry: str | dict[str, Any]) -> Iterable[Request]:
         if isinstance(entry, dict):
@@ -306,15 +307,17 @@ async def _feed_state(page: Page) -> Feed:
     return Feed(links, bool(state["ended"]), bool(state["nothing"]))
 
 
-def _argument_queries(category: str, postal_codes: str) -> list[str]:
+def _argument_queries(category: str | None, postal_codes: str | None) -> list[str]:
     """The queries of ``-a category=`` and ``-a postal_codes=`` (a file or ``a,b,c``), or
     SettingsError saying what is wrong with them (one line, exit status 2)."""
-    if not category and not postal_codes:
+    if category is None and postal_codes is None:
         return []
+    category, postal_codes = (category or "").strip(), (postal_codes or "").strip()
     if not category or not postal_codes:
-        given = "category" if category else "postal_codes"
+        given = "category" if category else "postal_codes" if postal_codes else ""
+        problem = f"-a {given} alone" if given else "-a category and -a postal_codes are empty"
         raise SettingsError(
-            f"-a {given} alone: give both -a category=<name> and -a postal_codes=<file or a,b,c>"
+            f"{problem}: give both -a category=<name> and -a postal_codes=<file or a,b,c>"
         )
     path = Path(postal_codes)
     try:

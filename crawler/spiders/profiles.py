@@ -49,9 +49,9 @@ class ProfilesSpider(RedisFedSpider):
     base_url_setting = "PROFILES_BASE_URL"
     entry_host_from = "base_url"
 
-    def __init__(self, users: str = "", **kwargs: Any) -> None:
+    def __init__(self, users: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.user_args = [part.strip() for part in users.split(",") if part.strip()]
+        self.user_args = self.entry_argument("users", users)
 
     def argument_entries(self) -> Iterable[str]:
         return self.user_args
