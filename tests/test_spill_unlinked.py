@@ -95,9 +95,44 @@ def test_a_worker_whose_spill_directory_is_removed_in_an_outage_loses_nothing_to
         client.lpush("profiles:start_urls", *_entries(USERS[80:]))
         _all_settled(client)
         worker.kill()
-    assert "was removed while this worker wrote to it" in worker.log_text()
     own_mongo.start()
     _settle(crawl, client, spill)
+    assert "was removed while this worker wrote to it" in worker.log_text()
+
+
+def test_a_spill_file_removed_between_appends_is_made_again_at_the_next_check(
+    tmp_path: Path,
+) -> None:
+    spill = tmp_path / "spill"
+    own = SpillFile(spill, SPIDER)
+    own.keep_named()
+    own.append([_record(0)])
+    shutil.rmtree(spill)
+    own.keep_named()
+    assert _held(spill) == [0]
+    spill_file = own.path
+    own.close()
+    assert _held(spill) == [0]
+    assert spill_file.exists()
+
+
+@pytest.mark.integration
+def test_a_spill_directory_removed_while_the_worker_waits_is_made_again_before_a_kill(
+    crawl: Crawl, sandbox: Sandbox, tmp_path: Path, own_mongo: Restartable
+) -> None:
+    """Every page settled, nothing more to append: the spill directory removed is made again
+    with what it held within seconds, so a kill (-9) then loses nothing."""
+    spill = tmp_path / "spill"
+    with _outage(crawl, sandbox, tmp_path, own_mongo) as (worker, client):
+        _all_settled(client)
+        spilled = _spilled(spill, worker)
+        shutil.rmtree(spill)
+        poll(lambda: _spilled(spill, worker) >= spilled, 30, "the file made again", MONGO_PAUSE)
+        worker.kill()
+    own_mongo.start()
+    client.lpush("profiles:start_urls", *_entries(USERS[80:]))  # the rest, for the next worker
+    _settle(crawl, client, spill)
+    assert "its directory too, made again" in worker.log_text()
 
 
 @pytest.mark.integration

@@ -23,6 +23,7 @@ import fcntl
 import logging
 import os
 import re
+import time
 import uuid
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -50,6 +51,8 @@ REPLAY_CHUNK_BYTES = 4 << 20
 # overwritten in place as chunks are stored.
 _HEADER = re.compile(rb"#crawler-spill 2 replayed-to (\d{16})\n")
 _HEADER_SIZE = len(b"#crawler-spill 2 replayed-to 0000000000000000\n")
+# Seconds between two looks, while MongoDB is away, whether the file was removed.
+KEEP_NAMED_EVERY = 1.0
 _CODEC: CodecOptions[Record] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 
@@ -121,6 +124,7 @@ class SpillFile:
         self._file = _new_locked(self.path)
         self._replayed_to = _HEADER_SIZE
         self.waiting = 0  # records appended since the file was last replayed whole
+        self._next_check = 0.0  # monotonic time of the next keep_named
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash. One that
@@ -176,6 +180,21 @@ class SpillFile:
         self._file = fresh
         self._replayed_to = _HEADER_SIZE
 
+    def check_due(self) -> bool:
+        """Whether :meth:`keep_named` is due (once every KEEP_NAMED_EVERY seconds)."""
+        now = time.monotonic()
+        due = now >= self._next_check
+        if due:
+            self._next_check = now + KEEP_NAMED_EVERY
+        return due
+
+    def keep_named(self) -> None:
+        """The file removed since the last append while it holds records not replayed yet: a
+        new one takes them now, not at the next append (a kill meanwhile would lose them)."""
+        if self.pending() and not _still_named(self._file, self.path):
+            with suppress(OSError):  # said in an ERROR; tried again at the next check
+                self._moved(self.waiting)
+
     def pending(self) -> bool:
         return os.fstat(self._file.fileno()).st_size > self._replayed_to
 
@@ -208,9 +227,8 @@ class SpillFile:
         if not self.pending():
             with suppress(FileNotFoundError, NotADirectoryError):
                 self.path.unlink()  # while still locked: nobody claims it meanwhile
-        elif not _still_named(self._file, self.path):  # removed: what it holds kept if it can be
-            with suppress(OSError):
-                self._moved(self.waiting)
+        else:
+            self.keep_named()
         self._file.close()
 
 
