@@ -317,6 +317,8 @@ class MongoWriter:
                 self._flush(collection)
         if self.probe is not None and self.probe.writes.away:
             self.probe.look()  # no replay while MongoDB is away: it would wait out a timeout
+            if self.spill is not None and self.spill.check_due():  # removed from under it?
+                await self._in_thread(self.spill.keep_named)
         elif self.replay is not None and self.replay.writes.spill.pending() and not self._writes:
             await self._in_thread(self.replay.own)
 

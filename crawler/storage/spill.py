@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import fcntl
 import logging
 import os
 import re
+import time
 import uuid
 from collections.abc import Generator, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -49,6 +51,8 @@ REPLAY_CHUNK_BYTES = 4 << 20
 # overwritten in place as chunks are stored.
 _HEADER = re.compile(rb"#crawler-spill 2 replayed-to (\d{16})\n")
 _HEADER_SIZE = len(b"#crawler-spill 2 replayed-to 0000000000000000\n")
+# Seconds between two looks, while MongoDB is away, whether the file was removed.
+KEEP_NAMED_EVERY = 1.0
 _CODEC: CodecOptions[Record] = CodecOptions(tz_aware=True, tzinfo=UTC)
 
 
@@ -120,22 +124,76 @@ class SpillFile:
         self._file = _new_locked(self.path)
         self._replayed_to = _HEADER_SIZE
         self.waiting = 0  # records appended since the file was last replayed whole
+        self._next_check = 0.0  # monotonic time of the next keep_named
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash. One that
         fails (a full disk) leaves the file as it was, not a part of a line the next records
-        would be joined to."""
-        data = memoryview(_lines(records))
+        would be joined to. A file removed from under the worker (a tmp cleaner, an operator)
+        would take them with it: once fsynced, the path must still name the file written, or
+        a new file takes what it held not replayed yet (:meth:`_moved`); when none can be made,
+        the records are cut off again and OSError raised: they are not spilled."""
         descriptor = self._file.fileno()  # written unbuffered: nothing left behind to flush
         size = os.lseek(descriptor, 0, os.SEEK_END)
         try:
-            while data:
-                data = data[os.write(descriptor, data) :]
+            _write_all(descriptor, _lines(records))
             os.fsync(descriptor)
+            if not _still_named(self._file, self.path):
+                self._moved(self.waiting + len(records))
         except OSError:
             os.ftruncate(descriptor, size)
             raise
         self.waiting += len(records)
+
+    def _moved(self, records: int) -> None:
+        """The file was removed (or its directory): a new one at its path, its directory made
+        again if need be, holding the records the old one held not replayed yet (the batch just
+        written with them), fsynced, before any of them counts as spilled. The old file stays
+        open while no new one can be made: it still holds them for a replay or a later try."""
+        gone = not self.directory.is_dir()
+        try:
+            if gone:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            fresh = _new_locked(self.path, (self._file, self._replayed_to))
+            if not _still_named(fresh, self.path):
+                fresh.close()
+                raise FileNotFoundError(errno.ENOENT, "removed again at once", str(self.path))
+        except OSError as exc:
+            logger.error(
+                "Spill file %s was removed while this worker wrote to it, and no new one can be "
+                "made (%s): %d records are not spilled; the %d spilled before are only in the "
+                "removed file, still open, until a new one can be made or MongoDB answers",
+                self.path,
+                exc,
+                records - self.waiting,
+                self.waiting,
+            )
+            raise
+        logger.warning(
+            "Spill file %s was removed while this worker wrote to it%s: its %d records not "
+            "replayed yet are in a new file of that name",
+            self.path,
+            " (its directory too, made again)" if gone else "",
+            records,
+        )
+        self._file.close()
+        self._file = fresh
+        self._replayed_to = _HEADER_SIZE
+
+    def check_due(self) -> bool:
+        """Whether :meth:`keep_named` is due (once every KEEP_NAMED_EVERY seconds)."""
+        now = time.monotonic()
+        due = now >= self._next_check
+        if due:
+            self._next_check = now + KEEP_NAMED_EVERY
+        return due
+
+    def keep_named(self) -> None:
+        """The file removed since the last append while it holds records not replayed yet: a
+        new one takes them now, not at the next append (a kill meanwhile would lose them)."""
+        if self.pending() and not _still_named(self._file, self.path):
+            with suppress(OSError):  # said in an ERROR; tried again at the next check
+                self._moved(self.waiting)
 
     def pending(self) -> bool:
         return os.fstat(self._file.fileno()).st_size > self._replayed_to
@@ -167,19 +225,28 @@ class SpillFile:
 
     def close(self) -> None:
         if not self.pending():
-            self.path.unlink(missing_ok=True)  # while still locked: nobody claims it meanwhile
+            with suppress(FileNotFoundError, NotADirectoryError):
+                self.path.unlink()  # while still locked: nobody claims it meanwhile
+        else:
+            self.keep_named()
         self._file.close()
 
 
-def _new_locked(path: Path) -> IO[bytes]:
-    """A new spill file named ``path`` (replacing any), with its header, locked under a name no
-    other worker looks at before it is named: never seen unlocked, nor without its header."""
+def _new_locked(path: Path, body: tuple[IO[bytes], int] | None = None) -> IO[bytes]:
+    """A new spill file named ``path`` (replacing any), with its header (and ``body``: the
+    lines of another file from an offset), locked under a name no other worker looks at before
+    it is named: never seen unlocked, nor without its header or all its lines."""
     hidden = path.with_name(f".{path.name}.new")
     descriptor = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     handle = os.fdopen(descriptor, "r+b")  # not O_APPEND: the header is written in place
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(descriptor, _header(_HEADER_SIZE))
+        if body is not None:
+            source, offset = body
+            while chunk := os.pread(source.fileno(), 1 << 20, offset):
+                _write_all(descriptor, chunk)
+                offset += len(chunk)
         os.fsync(descriptor)
         os.rename(hidden, path)
         _sync(path.parent)  # the name survives a power loss as the records do
@@ -187,6 +254,12 @@ def _new_locked(path: Path) -> IO[bytes]:
         handle.close()
         raise
     return handle
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
 
 
 def _written_by_a_worker_of(spider: str, name: str) -> bool:
@@ -220,7 +293,7 @@ def _still_named(handle: IO[bytes], path: Path) -> bool:
     """Whether ``path`` still names the file ``handle`` has open."""
     try:
         named = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # its directory removed, or a file there
         return False
     opened = os.fstat(handle.fileno())
     return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
