@@ -96,6 +96,14 @@ SHARED_UNITS = {
 # Seconds each took in a full run (5 workers on 2 busy cores); only their ratios matter. A test
 # not named here counts for DEFAULT.
 SLOWEST = {
+    "tests/test_spill_unlinked.py::"
+    "test_a_worker_whose_spill_directory_is_removed_in_an_outage_loses_nothing_to_a_kill": 20,
+    "tests/test_spill_unlinked.py::"
+    "test_a_spill_directory_removed_while_the_worker_waits_is_made_again_before_a_kill": 20,
+    "tests/test_spill_unlinked.py::"
+    "test_a_file_put_in_place_of_the_spill_directory_leaves_the_batch_unacknowledged": 20,
+    "tests/test_links_jobs.py::"
+    "test_a_sites_sitemap_pages_carry_its_job_and_a_cancel_stops_them": 18,
     "tests/test_autoscale.py::test_the_local_autoscaler_scales_out_and_in_and_loses_nothing": 35,
     "tests/test_pause.py::test_any_sequence_of_pause_resume_kill_and_start_loses_nothing": 64,
     "tests/test_recrawl.py::"
