@@ -120,6 +120,7 @@ class SpillFile:
         self._file = _new_locked(self.path)
         self._replayed_to = _HEADER_SIZE
         self.waiting = 0  # records appended since the file was last replayed whole
+        self.replayed_orphans: list[Path] = []  # files of dead workers replayed and removed
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash. One that
