@@ -16,8 +16,11 @@ from typing import Any
 from urllib.request import urlopen
 
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from crawler.storage.health import StorageHealth
+from crawler.storage.waiting import SpillRecord, read_waiting
 from tests.harness import MONGO_PAUSE, Crawl, Restartable, Sandbox, poll, scrapy, status_page
 from tests.test_mongo_outage import USERS, _settings, _spilled, _start, _stored
 
@@ -100,3 +103,22 @@ def _served_metrics(crawl: Crawl) -> dict[tuple[str, str], float]:
         for sample in family.samples
         if sample.labels.get("spider") == "profiles"
     }
+
+
+def test_a_replayed_file_clears_its_record_whatever_host_wrote_it(
+    redis_client: redis.Redis,
+) -> None:
+    """A container started again under a new name (its volume the same) replays the file the
+    old one left: the old one's entry goes; the entry of another file stays. A worker's own
+    entry follows its count, and goes once its file is replayed whole."""
+    old = SpillRecord("profiles", "pod-a")
+    old.write(redis_client, StorageHealth(True, 30, "/spill/profiles-11-0123abcd.jsonl"))
+    other = SpillRecord("profiles", "vm9")
+    other.write(redis_client, StorageHealth(True, 4, "/spill/profiles-12-4567abcd.jsonl"))
+    new = SpillRecord("profiles", "pod-b")
+    own = "/spill/profiles-13-89abcdef.jsonl"
+    new.write(redis_client, StorageHealth(False, 7, own, ("profiles-11-0123abcd.jsonl",)))
+    waiting = {(s.host, s.items) for s in read_waiting(redis_client, "profiles")}
+    assert waiting == {("vm9", 4), ("pod-b", 7)}
+    new.write(redis_client, StorageHealth(False, 0, own, ("profiles-11-0123abcd.jsonl",)))
+    assert [(s.host, s.items) for s in read_waiting(redis_client, "profiles")] == [("vm9", 4)]

@@ -3,8 +3,8 @@ items it spilled that wait to be replayed.
 
 ``MongoPipeline`` hands the crawl a reader of its writes (:func:`watch`); the monitor reads it
 (:func:`health_of`) for the worker's heartbeat (``scrapy status``) and its ``/metrics``
-(``crawler_mongo_away``, ``crawler_mongo_spilled_items``). Read from any thread: two plain
-values, no I/O.
+(``crawler_mongo_away``, ``crawler_mongo_spilled_items``) and for the fleet's record of
+spilled items (``crawler.storage.waiting``). Read from any thread: plain values, no I/O.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ ATTRIBUTE = "_crawler_storage_health"
 class StorageHealth:
     """``away``: a batch found MongoDB unavailable and no ping found it back since (batches are
     spilled at once); ``spilled``: items in this worker's spill file not replayed yet;
-    ``path``: that file; ``replayed``: files of dead workers this worker replayed and removed
-    (``crawler.storage.waiting`` clears what the fleet was told of them)."""
+    ``path``: that file; ``replayed``: the names of the files of dead workers this worker
+    replayed and removed (``crawler.storage.waiting`` clears what the fleet was told of them)."""
 
     away: bool = False
     spilled: int = 0
@@ -39,7 +39,7 @@ class StorageHealth:
         if writes is None:
             return cls()
         spill = writes.spill
-        replayed = tuple(str(path.absolute()) for path in spill.replayed_orphans)
+        replayed = tuple(path.name for path in spill.replayed_orphans)
         return cls(writes.away, spill.waiting, str(spill.path.absolute()), replayed)
 
 

@@ -8,7 +8,8 @@ the count was last written), written with the heartbeat when the count changed a
 worker closes. The hash has no TTL: the record outlives its worker, and ``scrapy status``, its
 ``/metrics`` and the fleet's sizing (one worker wanted while any waits) read it. A worker clears
 its entry once its file is replayed whole, and the entry of each dead worker's file it replayed
-(whatever host wrote it: a container's new name, its disk the same).
+(by the file's name, whatever host and directory wrote it: a container's new name, its disk the
+same; a file copied to another machine).
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Removes the entries of one spill file (ARGV[1], its path), whichever host wrote them.
-_CLEAR_PATH = """
+# Removes the entries of one spill file (ARGV[1], its name: unique, ``<spider>-<pid>-<random>``),
+# whichever host and directory wrote them (a file copied to another machine's and replayed).
+_CLEAR_FILE = """
 local removed = 0
 for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
   local ok, entry = pcall(cjson.decode, field)
-  if ok and type(entry) == 'table' and entry[2] == ARGV[1] then
+  if ok and type(entry) == 'table' and type(entry[2]) == 'string'
+      and string.match(entry[2], '[^/]*$') == ARGV[1] then
     removed = removed + redis.call('HDEL', KEYS[1], field)
   end
 end
@@ -86,7 +89,7 @@ class SpillRecord:
         self.key = spilled_key(spider)
         self.host = host
         self._told = 0  # items recorded for the own file
-        self._cleared: set[str] = set()  # dead workers' files whose entries are removed
+        self._cleared: set[str] = set()  # dead workers' files (names) whose entries are gone
         self._pending: tuple[int, list[str]] | None = None  # queued, not confirmed yet
 
     def queue(self, pipe: Any, health: StorageHealth | None) -> None:
@@ -101,9 +104,9 @@ class SpillRecord:
                 pipe.hset(self.key, field, json.dumps(record))
             else:
                 pipe.hdel(self.key, field)
-        replayed = [path for path in health.replayed if path not in self._cleared]
-        for path in replayed:
-            pipe.eval(_CLEAR_PATH, 1, self.key, path)
+        replayed = [name for name in health.replayed if name not in self._cleared]
+        for name in replayed:
+            pipe.eval(_CLEAR_FILE, 1, self.key, name)
         self._pending = (items, replayed)
 
     def sent(self, replies: list[Any]) -> None:
