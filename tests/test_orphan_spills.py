@@ -53,7 +53,8 @@ def test_items_spilled_by_a_killed_worker_are_shown_and_want_a_worker_until_repl
     assert status["frontier"]["queue"] == status["frontier"]["leased"] == 0
     text = scrapy("status", "profiles", env=crawl.env()).stdout
     assert f"{spilled} items spilled on {host} (MONGO_SPILL_DIR) wait for a worker there" in text
-    metrics = _served_metrics(crawl)
+    metrics, page = _served(crawl)
+    assert f"{spilled} items spilled on {host} (MONGO_SPILL_DIR) wait for a worker there" in page
     assert metrics[("crawler_spilled_items_waiting", host)] == spilled
     assert metrics[("crawler_workers_wanted", "")] >= 1
 
@@ -93,16 +94,21 @@ def _status(crawl: Crawl) -> dict[str, Any]:
     return status
 
 
-def _served_metrics(crawl: Crawl) -> dict[tuple[str, str], float]:
-    """``scrapy status --serve``'s gauges of profiles: (name, host label) -> value."""
-    with status_page(crawl.env()) as url, urlopen(url + "metrics", timeout=30) as answer:
-        page = answer.read().decode()
-    return {
+def _served(crawl: Crawl) -> tuple[dict[tuple[str, str], float], str]:
+    """``scrapy status --serve``'s gauges of profiles ((name, host label) -> value) and its
+    fleet page."""
+    with status_page(crawl.env()) as url:
+        with urlopen(url + "metrics", timeout=30) as answer:
+            metrics = answer.read().decode()
+        with urlopen(url, timeout=30) as answer:
+            page = answer.read().decode()
+    gauges = {
         (sample.name, sample.labels.get("host", "")): sample.value
-        for family in text_string_to_metric_families(page)
+        for family in text_string_to_metric_families(metrics)
         for sample in family.samples
         if sample.labels.get("spider") == "profiles"
     }
+    return gauges, page
 
 
 def test_a_replayed_file_clears_its_record_whatever_host_wrote_it(

@@ -46,12 +46,18 @@ def waiting_by_host(spills: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return hosts
 
 
-def spills_lines(spills: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``scrapy status``'s lines: the items no live worker holds, by host."""
+def spills_texts(spills: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What the items no live worker holds wait for, by host (``scrapy status``, the fleet
+    page)."""
     return [
-        f"  spilled   {items:,} items spilled on {host} (MONGO_SPILL_DIR) wait for a worker there"
+        f"{items:,} items spilled on {host} (MONGO_SPILL_DIR) wait for a worker there"
         for host, items in sorted(waiting_by_host(spills).items())
     ]
+
+
+def spills_lines(spills: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``scrapy status``'s lines: the items no live worker holds, by host."""
+    return [f"  spilled   {text}" for text in spills_texts(spills)]
 
 
 def spills_metric(by_spider: Mapping[str, Iterable[Mapping[str, Any]]]) -> Metric:
