@@ -38,6 +38,7 @@ from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.sizing import Sizing
 from crawler.storage.health import StorageHealth
+from crawler.storage.waiting import spilled_key
 from tests.harness import ROOT
 from tests.test_jobs import _pending
 
@@ -154,6 +155,7 @@ def test_every_metric_and_label_the_alerts_read_is_exposed(redis_client: redis.R
     away = StorageHealth(away=True, spilled=12)
     exposed = _exposed(_page(stats=stats, pause=pause, jobs_paused=paused, storage=away))
     redis_client.set("maps:start_urls", "oops")  # a key of the wrong type is named
+    _spill_left(redis_client, "vm9", 12)  # items a killed worker spilled wait on its host
     for name, samples in _exposed(_exporter_page(redis_client, "profiles", "maps")).items():
         exposed.setdefault(name, []).extend(samples)
     rules = _rules()
@@ -364,5 +366,37 @@ def test_workers_holding_mongodb_away_alert_after_three_minutes(tmp_path: Path) 
         [
             {**check, "eval_time": "2m", "exp_alerts": []},
             {**check, "eval_time": "4m", "exp_alerts": [_fired(summary, spider="profiles")]},
+        ],
+    )
+
+
+def _spill_left(client: redis.Redis, host: str, items: int) -> None:
+    """The fleet's record of a spill file a worker of ``profiles`` that is gone left on
+    ``host`` (crawler/storage/waiting.py)."""
+    field = json.dumps([host, "/var/spill/profiles-4242-0123abcd.jsonl"])
+    client.hset(spilled_key("profiles"), field, json.dumps({"items": items, "at": time.time()}))
+
+
+@needs_promtool
+def test_items_a_gone_worker_spilled_alert_after_ten_minutes(
+    redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    """A killed worker's spill file holds 30 items on ``vm9``: ``scrapy status --serve``
+    exports them and it alerts once they waited 10 minutes, naming the host; ``maps``, with
+    none, does not."""
+    _spill_left(redis_client, "vm9", 30)
+    series = _series(_exporter_page(redis_client, "profiles", "maps"), "status")
+    summary = (
+        "profiles: 30 items spilled on vm9 wait for a worker there for 10 minutes; start one "
+        "on that host with its MONGO_SPILL_DIR"
+    )
+    check = {"alertname": "CrawlerSpilledItemsWaiting"}
+    fired = _fired(summary, spider="profiles", host="vm9")
+    _promtool(
+        tmp_path,
+        series,
+        [
+            {**check, "eval_time": "5m", "exp_alerts": []},
+            {**check, "eval_time": "11m", "exp_alerts": [fired]},
         ],
     )

@@ -268,6 +268,12 @@ def test_fleet_launch_list_rotate_and_scale_to_zero(
     waiting = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
     assert waiting == {"spider": "profiles", "pending": {"revisits_due": 1}, "terminated": []}
     revisits.add([Revisit("ab" * 16, time.time() + 3600, '{"u": "https://site.example/"}')])
+    # Items a killed worker spilled wait on its disk: terminating it would lose them.
+    spill = json.dumps(["ip-10-0-0-7", "/var/spill/profiles-4242-0123abcd.jsonl"])
+    redis_client.hset("{profiles}:spilled", spill, json.dumps({"items": 30, "at": time.time()}))
+    waiting = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
+    assert waiting == {"spider": "profiles", "pending": {"spilled_items": 30}, "terminated": []}
+    redis_client.delete("{profiles}:spilled")
     drained = _json(_fleet(env, "scale-to-zero", "profiles", "--json", settings=settings))
     assert sorted(drained["terminated"]) == sorted(profiles)
     assert drained["pending"] == {}

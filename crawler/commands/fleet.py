@@ -6,7 +6,7 @@ scrapy fleet launch profiles --count 4 [--spot] [--instance-type t3.small] [--am
 scrapy fleet list [SPIDER] [--json]
 scrapy fleet rotate profiles       replace the workers that reported a ban (new instances, new IPs)
 scrapy fleet scale-to-zero profiles    terminate the spider's workers once its frontier is drained
-                                       (no revisit due either)
+                                       (no revisit due, no spilled item waiting)
 scrapy fleet plan profiles --deadline 4h [--pages N] [--calibrate 60]    workers needed by then
 scrapy fleet launch profiles --deadline 4h             launch as many as the plan says
 scrapy fleet autoscale profiles --local --max 8 [--min 2] [--cooldown 120] [--once]
@@ -57,6 +57,7 @@ from crawler.frontier.queue import WORK_LEFT
 from crawler.observability.key_types import WrongKeyType, key_types_checked
 from crawler.observability.sizing import SizingConfig
 from crawler.recrawl.store import RevisitStore
+from crawler.storage.waiting import read_waiting
 
 if TYPE_CHECKING:
     import argparse
@@ -267,6 +268,9 @@ class Command(ProjectCommand, ScrapyCommand):
         revisits = setting(sizing_settings(self.settings, spider, opts), "RECRAWL_ENABLED")
         if revisits and (due := RevisitStore(server, spider).counts()["due"]):
             pending["revisits_due"] = due
+        # Items spilled in a MongoDB outage wait on a worker's disk, which terminating loses.
+        if spilled := sum(spill.items for spill in read_waiting(server, spider)):
+            pending["spilled_items"] = spilled
         terminated: list[str] = []
         if not pending:
             terminated = [instance.id for instance in fleet.instances(spider)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -16,8 +16,11 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from crawler.fleet.measure import fleet_sizing
+from crawler.keys import FleetKeys
 from crawler.observability.key_types import WrongKeyType, key_types_checked
 from crawler.observability.metrics import sizing_metrics
+from crawler.observability.report import live_workers
+from crawler.observability.spills import spills_metric, spills_status
 from crawler.observability.starts import Starts, read_starts, starts_metrics
 
 if TYPE_CHECKING:
@@ -26,6 +29,10 @@ if TYPE_CHECKING:
 
     from crawler.connection import RedisClient
     from crawler.observability.sizing import Sizing
+
+# Each spider's sizing; each spider's spill files holding items (spills.py).
+Spiders = dict[str, "Sizing"]
+SpillsOf = dict[str, list[dict[str, Any]]]
 
 
 class SizingCollector(Collector):
@@ -41,29 +48,34 @@ class SizingCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            sizings, starts, unreadable = self._read_spiders()
+            sizings, starts, spills, unreadable = self._read_spiders()
         except RedisError:
             yield redis_up_metric(False)
             return
         yield redis_up_metric(True)
         yield from sizing_metrics(sizings)
         yield from starts_metrics(starts, time.time())
+        yield spills_metric(spills)
         yield wrong_type_metric(unreadable)
 
-    def _read_spiders(self) -> tuple[dict[str, Sizing], dict[str, Starts], list[WrongKeyType]]:
-        """Each spider's sizing and launches, but those a key of which holds the wrong type."""
+    def _read_spiders(self) -> tuple[Spiders, dict[str, Starts], SpillsOf, list[WrongKeyType]]:
+        """Each spider's sizing, launches and spill files holding items, but those a key of
+        which holds the wrong type."""
         sizings: dict[str, Sizing] = {}
         starts: dict[str, Starts] = {}
+        spills: SpillsOf = {}
         unreadable: list[WrongKeyType] = []
         for spider, settings in self.settings.items():
             try:
                 with key_types_checked(self.server, settings, spider):
                     sizing = fleet_sizing(self.server, settings, spider)
                     starts[spider] = read_starts(self.server, spider)
+                    workers = live_workers(self.server, FleetKeys.from_settings(settings, spider))
+                    spills[spider] = spills_status(self.server, spider, workers)
                 sizings[spider] = sizing
             except WrongKeyType as exc:
                 unreadable.append(exc)
-        return sizings, starts, unreadable
+        return sizings, starts, spills, unreadable
 
 
 def redis_up_metric(up: bool) -> Metric:

@@ -39,6 +39,7 @@ from crawler.keys import (
     start_key,
     starts_key,
 )
+from crawler.storage.waiting import spilled_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -193,6 +194,7 @@ def _other_types(spider: str) -> dict[str, tuple[str, str]]:
         breaker_key(spider): (HASH, "the circuit breaker's hosts"),
         breaker_failures_key(spider): (HASH, "hosts' failures in a row"),
         starts_key(spider): (HASH, "the autoscaler's launches"),
+        spilled_key(spider): (HASH, "spill files holding items"),
         ledger.top: (ZSET, "the hosts with most pages"),
         ledger.totals: (HASH, "the host ledger's totals"),
     }

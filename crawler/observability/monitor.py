@@ -42,6 +42,7 @@ from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
 from crawler.observability.sizing import BUSY_STAT, SizingInputs
 from crawler.storage.health import health_of
+from crawler.storage.waiting import SpillRecord
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RIDER = "fleet-stats"
+SPILLS_RIDER = "spill-record"  # the items of the spill file (crawler/storage/waiting.py)
 # Seconds between two looks at whether the worker is busy (for the pace: BusyClock).
 BUSY_SAMPLE = 0.1
 
@@ -127,6 +129,7 @@ class FleetMonitor:
         self._read: Callable[[list[Any]], FleetView] | None = None  # of the publish out
         self._busy = BusyClock()
         self._sampler: task.LoopingCall | None = None
+        self.spills: SpillRecord | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetMonitor:
@@ -169,6 +172,7 @@ class FleetMonitor:
             self.config.domain_stats_max,
         )
         self.info = WorkerInfo(spider, worker, socket.gethostname(), os.getpid(), time.time())
+        self.spills = SpillRecord(spider, self.info.host)
         self.registry = registry_for(self.snapshot)
         self._next_progress = time.monotonic() + self.config.progress_interval
 
@@ -176,6 +180,8 @@ class FleetMonitor:
         for loop in (self._loop, self._sampler):
             if loop is not None and loop.running:
                 loop.stop()
+        if self.spills is not None:  # the items left in the spill file (an outage), or none
+            self.spills.write(self.server, health_of(self.crawler))
         if self.publisher is not None:
             try:
                 self.publisher.close(self._stats(), reason)
@@ -204,10 +210,12 @@ class FleetMonitor:
             return
         riders = Riders.of(self.crawler)
         rider = Rider(self._queue_publish, self._published, self._backoff.failed)
-        if riders.carried:
-            riders.add(RIDER, rider, 2 * self.config.period)
-        else:
-            riders.add(RIDER, rider, 0)
+        within = 2 * self.config.period if riders.carried else 0
+        riders.add(RIDER, rider, within)
+        if (spills := self.spills) is not None:
+            write = lambda pipe: spills.queue(pipe, health_of(self.crawler))  # noqa: E731
+            riders.add(SPILLS_RIDER, Rider(write, spills.sent), within)
+        if not riders.carried:
             riders.send(self.server)
 
     def _queue_publish(self, pipe: Any) -> None:

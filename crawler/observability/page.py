@@ -21,6 +21,7 @@ from crawler.observability.report_text import (
     revisit_line,
     unreadable_text,
 )
+from crawler.observability.spills import spills_texts
 
 REFRESH_SECONDS = 10
 HISTORY_MINUTES = 60
@@ -73,8 +74,8 @@ def render_page(report: Report) -> str:
 
 def spider_state(status: Report) -> str:
     """``unreadable`` (keys of the wrong type); ``paused``; ``crawling`` (live workers);
-    ``waiting`` (work in the frontier or revisits due, no live worker); ``stopped`` (dead
-    letters or blocked hosts left); else ``idle``."""
+    ``waiting`` (work in the frontier, revisits due or spilled items, no live worker);
+    ``stopped`` (dead letters or blocked hosts left); else ``idle``."""
     if status.get("error"):
         return "unreadable"
     frontier = status["frontier"]
@@ -83,7 +84,7 @@ def spider_state(status: Report) -> str:
     if status["workers"]:
         return "crawling"
     due = (status.get("revisits") or {}).get("due")
-    if any(frontier.get(size, 0) for size in WORK_LEFT) or due:
+    if any(frontier.get(size, 0) for size in WORK_LEFT) or due or status.get("spilled"):
         return "waiting"
     if frontier.get("dead", 0) or status["cooldowns"]:
         return "stopped"
@@ -144,7 +145,7 @@ def _spider(status: Report, state: str, now: float) -> str:
         ("dead letters", key("dead_letters"), counters["dead_letters"]),
     ]
     history = rates.get("history") or rates["per_minute"]
-    finish = status.get("finish_reason")
+    finish, spilled = status.get("finish_reason"), status.get("spilled") or []
     return "".join(
         [
             f'<section id="{escape(name)}"><h2>{escape(name)} {_state_label(state, status)}'
@@ -152,6 +153,7 @@ def _spider(status: Report, state: str, now: float) -> str:
             + "</h2>",
             _paused(name, status.get("paused"), key("paused")),
             _failures(status.get("failures"), key("failures")),
+            *(f'<p class="paused">{escape(text)}.</p>' for text in spills_texts(spilled)),
             '<div class="tiles">',
             *(_tile(label, data, value) for label, data, value in tiles),
             "</div>",

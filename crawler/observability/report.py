@@ -27,6 +27,7 @@ from crawler.observability.key_types import WrongKeyType, key_types_checked
 from crawler.observability.publisher import MINUTE_FIELDS
 from crawler.observability.rates import bucket_rate, eta_seconds
 from crawler.observability.sizing import BUSY_FIELD, read_sizing
+from crawler.observability.spills import spills_status
 from crawler.observability.starts import read_starts
 from crawler.recrawl.store import RevisitStore
 from crawler.uris import MASK, mask_uri
@@ -182,6 +183,8 @@ def spider_status(
             masked_dead_letter(letter) for letter in frontier.dead_letters(DEAD_LETTERS_SHOWN)
         ],
         "workers": workers,
+        # items spilled in a MongoDB outage, by spill file (held: by its live worker)
+        "spilled": spills_status(server, spider, workers),
         # scrapy fleet autoscale's launches whose worker never reported (crawler/fleet/backoff.py)
         "starts": read_starts(server, spider).to_json(now),
         "jobs": recent_jobs(server, spider),

@@ -9,6 +9,7 @@ from typing import Any
 
 from crawler.control.pause import describe_json
 from crawler.observability.rates import format_duration
+from crawler.observability.spills import spills_lines
 from crawler.observability.starts import starts_text
 
 
@@ -95,6 +96,7 @@ def _spider_lines(status: Mapping[str, Any], now: float) -> list[str]:
         f"  {name:<9} {figure_text(v)}" for name, v in (status.get("report") or {}).items()
     )
     lines.extend(_worker_lines(status["workers"], now))
+    lines.extend(spills_lines(status.get("spilled") or []))
     if launches := starts_text(status.get("starts") or {}, now):
         lines.append(f"  launches  {launches}")
     if sizes["dead"]:

@@ -14,8 +14,12 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
   AUTOSCALE_BACKLOG_SECONDS, and the politeness ceiling (the leased work added, over as many
   seconds, or over the look-ahead of a paced pop when longer) over the pace
   (both rounded up); at least one while any work is left (queued, leased, delayed or start
-  entries) or any revisit is due (``{spider}:revisit``, crawler/recrawl/store.py); within
+  entries), any revisit is due (``{spider}:revisit``, crawler/recrawl/store.py) or any spill
+  file holds items (``{spider}:spilled``, crawler/storage/waiting.py); within
   AUTOSCALE_MIN_WORKERS and AUTOSCALE_MAX_WORKERS;
+- **spills waiting**: items a worker spilled in a MongoDB outage wait in its spill file until a
+  worker of the spider runs on that machine (its MONGO_SPILL_DIR): while any do, one worker is
+  wanted (where it runs is the deployment's to say: a persistent volume, docs/storage.md);
 - **revisits due**: only a running worker hands due revisits to the frontier, so while any is
   due (RECRAWL_ENABLED) one worker is wanted: it moves them into the queue, RECRAWL_BATCH_SIZE
   every RECRAWL_POLL_INTERVAL, and there they are sized as any queued work is, by their hosts'
@@ -41,6 +45,7 @@ from crawler.frontier.queue import spider_frontier, work_left
 from crawler.observability.demand import queue_demand, read_demand
 from crawler.recrawl.store import queue_due_count
 from crawler.spiders.entry_hosts import spider_entry_hosts
+from crawler.storage.waiting import spilled_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -101,6 +106,7 @@ class Sizing:
     leased: int = 0  # requests and start entries the workers hold
     paused: bool = False  # the crawl is paused: no work may go
     revisits_due: int = 0  # revisits due in {spider}:revisit, not in the frontier yet
+    spills: int = 0  # spill files holding items ({spider}:spilled), on any machine
     demand: Demand | None = field(default=None, compare=False, repr=False)  # what it came from
 
     def to_json(self) -> dict[str, Any]:
@@ -113,6 +119,7 @@ class Sizing:
             "leased": self.leased,
             "paused": self.paused,
             "revisits_due": self.revisits_due,
+            "spill_files_waiting": self.spills,
             "workers_wanted": self.wanted,
         }
 
@@ -132,11 +139,12 @@ def size(
     leased: int = 0,
     ahead: float = 0.0,
     revisits_due: int = 0,
+    spills: int = 0,
 ) -> Sizing:
     """The workers ``demand`` and the ``leased`` work ask for with ``work`` left at ``pace``
-    (None: not measured), at least one while ``revisits_due`` are; the minimum while the crawl
-    is paused. ``ahead``: the seconds a paced pop leases turns ahead (``Pacing.ahead``; 0
-    unpaced)."""
+    (None: not measured), at least one while ``revisits_due`` or ``spills`` are; the minimum
+    while the crawl is paused. ``ahead``: the seconds a paced pop leases turns ahead
+    (``Pacing.ahead``; 0 unpaced)."""
     per_worker = pace or config.default_pace
     ready, ceiling = demand.ready(), demand.ceiling(config.backlog_seconds)
     by_ready = _workers(ready + leased, per_worker * config.backlog_seconds)
@@ -144,14 +152,24 @@ def size(
     leased_rate = leased / max(config.backlog_seconds, ahead)
     by_ceiling = _workers(ceiling + leased_rate, per_worker)
     wanted = min(by_ready, by_ceiling)
-    if work > 0 or revisits_due > 0:
+    if work > 0 or revisits_due > 0 or spills > 0:
         wanted = max(1, wanted)
     wanted = config.min_workers if demand.paused else max(config.min_workers, wanted)
     wanted = min(config.max_workers, wanted)
     measured = pace is not None
     paused = demand.paused
     return Sizing(
-        ready, ceiling, per_worker, measured, work, wanted, leased, paused, revisits_due, demand
+        ready,
+        ceiling,
+        per_worker,
+        measured,
+        work,
+        wanted,
+        leased,
+        paused,
+        revisits_due,
+        spills,
+        demand,
     )
 
 
@@ -197,10 +215,11 @@ class SizingInputs:
         """Queue on ``pipe`` the look :meth:`size_from` reads: the queue's head and the pause
         (:func:`queue_demand`, the fleet's last look while younger than ``fresh`` seconds) and
         the revisits due now (of a spider that revisits: one that does not would never hand
-        them on)."""
+        them on), and the spill files holding items."""
         queue_demand(pipe, keys, self.pacing, self.config.sample, fresh)
         if self.revisits:
             queue_due_count(pipe, keys.spider, time.time())
+        pipe.hlen(spilled_key(keys.spider))
 
     def size_from(
         self,
@@ -212,7 +231,8 @@ class SizingInputs:
         """The sizing from the replies of :meth:`queue_look` and the frontier's ``sizes``."""
         demand = read_demand(replies[:3], sizes.get("start", 0), self.pacing, self.host_of)
         leased, due = leased_work(demand, sizes), int(replies[3]) if self.revisits else 0
-        return size(demand, work, pace, self.config, leased, self.ahead(), due)
+        spills = int(replies[-1])
+        return size(demand, work, pace, self.config, leased, self.ahead(), due, spills)
 
 
 def read_sizing(

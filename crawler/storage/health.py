@@ -3,8 +3,8 @@ items it spilled that wait to be replayed.
 
 ``MongoPipeline`` hands the crawl a reader of its writes (:func:`watch`); the monitor reads it
 (:func:`health_of`) for the worker's heartbeat (``scrapy status``) and its ``/metrics``
-(``crawler_mongo_away``, ``crawler_mongo_spilled_items``). Read from any thread: two plain
-values, no I/O.
+(``crawler_mongo_away``, ``crawler_mongo_spilled_items``) and for the fleet's record of
+spilled items (``crawler.storage.waiting``). Read from any thread: plain values, no I/O.
 """
 
 from __future__ import annotations
@@ -24,17 +24,23 @@ ATTRIBUTE = "_crawler_storage_health"
 @dataclass(frozen=True)
 class StorageHealth:
     """``away``: a batch found MongoDB unavailable and no ping found it back since (batches are
-    spilled at once); ``spilled``: items in this worker's spill file not replayed yet."""
+    spilled at once); ``spilled``: items in this worker's spill file not replayed yet;
+    ``path``: that file; ``replayed``: the names of the files of dead workers this worker
+    replayed and removed (``crawler.storage.waiting`` clears what the fleet was told of them)."""
 
     away: bool = False
     spilled: int = 0
+    path: str = ""
+    replayed: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, writes: BulkWrites | None) -> StorageHealth:
         """The health of ``writes`` (None before the pipeline opened: nothing to say)."""
         if writes is None:
             return cls()
-        return cls(writes.away, writes.spill.waiting)
+        spill = writes.spill
+        replayed = tuple(path.name for path in spill.replayed_orphans)
+        return cls(writes.away, spill.waiting, str(spill.path.absolute()), replayed)
 
 
 def watch(crawler: Crawler, read: Callable[[], StorageHealth]) -> None:

@@ -82,6 +82,7 @@ class SpillReplay:
                 if not replayed:
                     return
                 path.unlink(missing_ok=True)
+                self.writes.spill.replayed_orphans.append(path)
 
     def _replay(self, replay: Replay) -> bool | None:
         """Write the records of the spill file ``replay`` reads, a chunk at a time, each marked

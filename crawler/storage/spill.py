@@ -125,6 +125,7 @@ class SpillFile:
         self._replayed_to = _HEADER_SIZE
         self.waiting = 0  # records appended since the file was last replayed whole
         self._next_check = 0.0  # monotonic time of the next keep_named
+        self.replayed_orphans: list[Path] = []  # files of dead workers replayed and removed
 
     def append(self, records: list[Record]) -> None:
         """Write the records and fsync: once this returns they survive a crash. One that
