@@ -36,7 +36,7 @@ from crawler.observability.endpoint import Listening, listen, parse_ports, site
 from crawler.observability.metrics import Snapshot, WorkerInfo, registry_for
 from crawler.observability.page import HISTORY_MINUTES
 from crawler.observability.page_server import FleetPage
-from crawler.observability.progress import WorkerPace, log_progress
+from crawler.observability.progress import BUSY_SAMPLE, BusyClock, WorkerPace, log_progress
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.rates import RateWindow
 from crawler.observability.report import fleet_report
@@ -57,8 +57,6 @@ logger = logging.getLogger(__name__)
 
 RIDER = "fleet-stats"
 SPILLS_RIDER = "spill-record"  # the items of the spill file (crawler/storage/waiting.py)
-# Seconds between two looks at whether the worker is busy (for the pace: BusyClock).
-BUSY_SAMPLE = 0.1
 
 
 @dataclass(frozen=True)
@@ -366,30 +364,6 @@ class FleetMonitor:
             exc_info=failure_to_exc_info(failure),
             extra={"spider": spider},
         )
-
-
-class BusyClock:
-    """The milliseconds a worker was busy between two laps, from samples taken every
-    ``BUSY_SAMPLE`` seconds: idle when nothing is in its downloader, no answer is being
-    processed and it waits for its hosts' turns or the fleet has nothing to fetch; so a worker
-    waiting for its hosts' turns is not busy, and one between two batches of start entries
-    is."""
-
-    def __init__(self) -> None:
-        self.samples = 0
-        self.idle = 0
-        self._since = time.monotonic()
-
-    def sample(self, idle: bool) -> None:
-        self.samples += 1
-        self.idle += idle
-
-    def lap(self) -> int:
-        now = time.monotonic()
-        share = 1.0 - self.idle / self.samples if self.samples else 1.0
-        busy = (now - self._since) * share
-        self.samples, self.idle, self._since = 0, 0, now
-        return round(busy * 1000)
 
 
 def _worker_id(crawler: Crawler) -> str:

@@ -10,6 +10,7 @@ The fleet's pace comes from the per-minute buckets in Redis; the ETA is the work
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,3 +64,31 @@ def log_progress(
     spider: str, worker: WorkerPace, fleet: FleetView, spider_object: Spider | None = None
 ) -> None:
     logger.info(FORMAT, progress_args(spider, worker, fleet), extra={"spider": spider_object})
+
+
+# Seconds between two looks at whether the worker is busy (for the pace: BusyClock).
+BUSY_SAMPLE = 0.1
+
+
+class BusyClock:
+    """The milliseconds a worker was busy between two laps, from samples taken every
+    ``BUSY_SAMPLE`` seconds: idle when nothing is in its downloader, no answer is being
+    processed and it waits for its hosts' turns or the fleet has nothing to fetch; so a worker
+    waiting for its hosts' turns is not busy, and one between two batches of start entries
+    is."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.idle = 0
+        self._since = time.monotonic()
+
+    def sample(self, idle: bool) -> None:
+        self.samples += 1
+        self.idle += idle
+
+    def lap(self) -> int:
+        now = time.monotonic()
+        share = 1.0 - self.idle / self.samples if self.samples else 1.0
+        busy = (now - self._since) * share
+        self.samples, self.idle, self._since = 0, 0, now
+        return round(busy * 1000)
