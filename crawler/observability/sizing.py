@@ -3,8 +3,8 @@ measured pace and, from them, the workers wanted (docs/scaling.md, "An elastic f
 
 - **pace**: pages per worker-second, measured over the last minutes from the fleet's minute
   buckets: pages over the seconds workers were busy (a worker is busy while it has a request
-  in the downloader: see ``progress.BusyClock``), so a worker that waits for its hosts' turns does not
-  look slow; AUTOSCALE_WORKER_PACE until any was measured;
+  in the downloader: see ``progress.BusyClock``), so a worker that waits for its hosts' turns
+  does not look slow; AUTOSCALE_WORKER_PACE until any was measured;
 - **leased**: requests the workers held (leases) when the queue's head was looked at, and the
   start entries they hold now: being done, and back in the queue if their worker stops. They
   count as ready work of a host without a rate (their turns were taken), so a fleet at the
