@@ -75,6 +75,10 @@ def test_a_batch_is_not_spilled_while_no_spill_file_can_be_made(
         own.append([_record(1)])
     assert "no new one can be made" in caplog.text
     assert own.waiting == 1
+    with caplog.at_level(logging.ERROR, "crawler.storage.spill"):
+        for _ in range(3):  # the writer's checks, once a second while MongoDB is away
+            own.keep_named()
+    assert caplog.text.count("no new one can be made") == 1  # said once, not every second
 
     spill.unlink()  # the operator takes the file away: the next batch makes the file again
     own.append([_record(2)])

@@ -125,6 +125,7 @@ class SpillFile:
         self._replayed_to = _HEADER_SIZE
         self.waiting = 0  # records appended since the file was last replayed whole
         self._next_check = 0.0  # monotonic time of the next keep_named
+        self._said_unmade = False  # whether the ERROR that no new file can be made was said
         self.replayed_orphans: list[Path] = []  # files of dead workers replayed and removed
 
     def append(self, records: list[Record]) -> None:
@@ -160,7 +161,9 @@ class SpillFile:
                 fresh.close()
                 raise FileNotFoundError(errno.ENOENT, "removed again at once", str(self.path))
         except OSError as exc:
-            logger.error(
+            said, self._said_unmade = self._said_unmade, True  # once per spell, then DEBUG
+            logger.log(
+                logging.DEBUG if said else logging.ERROR,
                 "Spill file %s was removed while this worker wrote to it, and no new one can be "
                 "made (%s): %d records are not spilled; the %d spilled before are only in the "
                 "removed file, still open, until a new one can be made or MongoDB answers",
@@ -170,6 +173,7 @@ class SpillFile:
                 self.waiting,
             )
             raise
+        self._said_unmade = False
         logger.warning(
             "Spill file %s was removed while this worker wrote to it%s: its %d records not "
             "replayed yet are in a new file of that name",
