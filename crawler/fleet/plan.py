@@ -68,7 +68,8 @@ class Plan:
 
     @property
     def ceiling_from(self) -> str | None:
-        """What the ceiling was read from: "queue", "start entries", or both (None: none)."""
+        """What the ceiling was read from: "queue" (the frontier's requests, queued and
+        delayed), "start entries", or both (None: none)."""
         if self.ceiling is None:
             return None
         if self.starts is None:
