@@ -115,6 +115,12 @@ def test_scrapy_fleet_plan(crawl: Crawl, redis_client: redis.Redis) -> None:
     result = _fleet(crawl, "plan", "links", "--deadline", "1h")
     assert result.returncode != 0
     assert "no work left and no revisit due: give --pages N" in result.stderr
+    # Items a dead worker spilled wait for a worker on its machine: said, not "no work" alone.
+    record = json.dumps({"items": 30, "at": 1.0})
+    redis_client.hset("{links}:spilled", json.dumps(["w1", "/var/spill/links-1-a.jsonl"]), record)
+    result = _fleet(crawl, "plan", "links", "--deadline", "1h")
+    assert result.returncode != 0
+    assert "no revisit due; 1 spill file holds items for a worker on its machine" in result.stderr
 
 
 def _push(client: redis.Redis, key: str, entries: list[str]) -> None:

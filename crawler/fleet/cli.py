@@ -105,7 +105,13 @@ def planned(sizing: Sizing, opts: Any, spider: str, max_workers: int) -> Plan:
         return plan(opts.pages, deadline, sizing, max_workers)
     pages = sizing.work + sizing.revisits_due
     if pages < 1:
-        raise UsageError(f"{spider} has no work left and no revisit due: give --pages N")
+        spilled = ""
+        if sizing.spills:  # only a worker on their machine replays them: no plan brings one
+            files = (
+                "1 spill file holds" if sizing.spills == 1 else f"{sizing.spills} spill files hold"
+            )
+            spilled = f"; {files} items for a worker on its machine"
+        raise UsageError(f"{spider} has no work left and no revisit due{spilled}: give --pages N")
     return plan(pages, deadline, sizing, max_workers, sizing.revisits_due)
 
 
