@@ -427,7 +427,7 @@ def test_a_file_saved_with_a_bom_keeps_its_first_url(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize(
     ("content", "said"),
-    [(None, "No such file or directory"), (b"example.org\n\xff\xfe\n", "not UTF-8")],
+    [(None, "no such file"), (b"example.org\n\xff\xfe\n", "not UTF-8")],
 )
 def test_a_file_that_cannot_be_read_is_refused_with_why(
     tmp_path: Any, content: bytes | None, said: str

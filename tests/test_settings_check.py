@@ -434,13 +434,22 @@ def test_a_redis_setting_the_environment_gets_wrong_is_refused(
 
 
 @pytest.mark.parametrize("spider", ["links", "domains"])
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("{tmp}/sites.txt", "no such file"),
+        # A directory was "no such file" (domains), an empty name "Is a directory" (links).
+        ("{tmp}", "a directory, not a file"),
+        ("", "no file named"),
+    ],
+)
 def test_a_start_file_that_is_not_there_is_refused_in_one_line(
-    crawl: Crawl, spider: str, tmp_path: Any
+    crawl: Crawl, spider: str, tmp_path: Any, name: str, why: str
 ) -> None:
-    missing = tmp_path / "sites.txt"
-    command = [*crawl.command(spider, settings={}), "-a", f"file={missing}"]
+    file = name.format(tmp=tmp_path)
+    command = [*crawl.command(spider, settings={}), "-a", f"file={file}"]
     result = forkserver.run(command, ROOT, crawl.env(), timeout=60)
-    _assert_refused(result, f"-a file={missing}")
+    _assert_refused(result, f"-a file={file}: {why}")
     assert "Crawler.stats" not in result.stderr
 
 

@@ -1,9 +1,10 @@
 """Values of component settings, parsed where the settings are read and checked (table.py):
-a DNS name server, MongoDB's write concern, an item's destination."""
+a DNS name server, MongoDB's write concern, an item's destination; and a spider's ``-a file=``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pymongo import WriteConcern
@@ -94,3 +95,18 @@ def parse_destination(value: Any) -> str | Destination:
     if not collection_name(collection.strip()) or not key.strip() or "\0" in key:
         raise ValueError(value)
     return Destination(collection.strip(), key.strip())
+
+
+def start_file(file: str) -> Path:
+    """The file ``-a file=`` names, or SettingsError saying why it is none: no name given, a
+    directory, or nothing at that path."""
+    path = Path(file)
+    if not file.strip():
+        why = "no file named"
+    elif path.is_dir():
+        why = "a directory, not a file"
+    elif not path.is_file():
+        why = "no such file"
+    else:
+        return path
+    raise SettingsError(f"-a file={file}: {why}")

@@ -12,9 +12,9 @@ skipped. A start URL is refused with the reason a user reads in ``links:start_ur
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from crawler.config.rules import SettingsError
+from crawler.config.values import start_file
 from crawler.links.urls import BadUrl, request_url
 
 # A top list's line: its rank, then its domain.
@@ -36,7 +36,7 @@ def file_entries(file: str) -> list[str]:
     """The entries of ``-a file=`` (see the module's docstring), UTF-8 and a BOM no part of
     them; SettingsError if it cannot be read or is not UTF-8."""
     try:
-        text = Path(file).read_text(encoding="utf-8-sig")
+        text = start_file(file).read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise SettingsError(f"-a file={file}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

@@ -59,6 +59,7 @@ from crawler.bans.policy import page_of
 from crawler.bans.rules import PROTECTION_RULES
 from crawler.config import setting
 from crawler.config.rules import SettingsError
+from crawler.config.values import start_file
 from crawler.domains.classify import falls_back, response_outcome
 from crawler.domains.document import answered, failed, noted, redirect_answer
 from crawler.domains.lists import csv_domains, not_utf8
@@ -148,8 +149,8 @@ class DomainsSpider(RedisFedSpider):
         super().__init__(**kwargs)
         self.domain_args = self.entry_argument("domains", domains)
         self.file = file
-        if file is not None and not Path(file).is_file():
-            raise SettingsError(f"-a file={file}: no such file")
+        if file is not None:
+            start_file(file)
 
     @classmethod
     def fleet_report(cls, server: RedisClient, settings: BaseSettings) -> dict[str, Any]:
