@@ -25,7 +25,7 @@ from crawler.frontier import codec
 from crawler.spiders.base import InvalidStartEntry
 from crawler.spiders.maps import MapsSpider, _argument_queries
 from sandbox.maps import BATCH_SIZE, render_place
-from sandbox.places import build_places
+from sandbox.places import Place, build_places
 from tests.harness import Crawl, Sandbox, no_reactor_needed, scrapy
 
 PLACES = build_places()
@@ -187,16 +187,7 @@ def test_listing_consent_and_single_match(
     for doc in docs:
         query, place = expected[doc["place_id"]]
         assert doc["query"] == query
-        assert doc["name"] == place.name
-        assert doc["rating"] == place.rating
-        assert doc["review_count"] == place.review_count
-        assert doc["category"] == place.category_label
-        assert doc["address"] == place.address
-        assert doc["phone"] == place.phone
-        assert doc["website"] == place.website
-        assert doc["plus_code"] == place.plus_code
-        assert doc["hours"] == place.hours
-        assert (doc["latitude"], doc["longitude"]) == (place.latitude, place.longitude)
+        assert_place_fields(doc, place)
 
     served = sandbox.admin("stats")["by_path"]
     place_paths = {path: n for path, n in served.items() if path.startswith("/maps/place/")}
@@ -323,3 +314,17 @@ def test_a_page_never_closed_holds_up_the_next_one_only_for_the_drain_time(
     assert stats["playwright/browser_count"] == 1
     assert "A full browser's pages are still open after 1 s (1 open)" in result.stderr
     assert "Restarting the browser" not in result.stderr
+
+
+def assert_place_fields(doc: dict[str, Any], place: Place) -> None:
+    """The stored place document holds every field the sandbox's place has."""
+    assert doc["name"] == place.name
+    assert doc["rating"] == place.rating
+    assert doc["review_count"] == place.review_count
+    assert doc["category"] == place.category_label
+    assert doc["address"] == place.address
+    assert doc["phone"] == place.phone
+    assert doc["website"] == place.website
+    assert doc["plus_code"] == place.plus_code
+    assert doc["hours"] == place.hours
+    assert (doc["latitude"], doc["longitude"]) == (place.latitude, place.longitude)

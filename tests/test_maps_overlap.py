@@ -20,7 +20,7 @@ from crawler.recrawl.store import Revisit, RevisitStore
 from crawler.spiders.maps_fingerprint import PlaceFingerprinter
 from sandbox.places import build_places
 from tests.harness import Crawl, Sandbox
-from tests.test_maps import _log_stats, needs_chromium
+from tests.test_maps import _log_stats, assert_place_fields, needs_chromium
 
 PLACES = build_places()
 QUERIES = ("shop near 01001", "shop near 01002", "shop near 01003")
@@ -81,16 +81,7 @@ def test_a_place_listed_by_several_searches_is_fetched_and_stored_once(
         # Found first by the search whose link was fetched, one that lists it.
         assert doc["place_id"] in listing[doc["query"]]
         assert doc["url"] == f"{sandbox.url}{place.link(doc['query'])}"
-        assert doc["name"] == place.name
-        assert doc["rating"] == place.rating
-        assert doc["review_count"] == place.review_count
-        assert doc["category"] == place.category_label
-        assert doc["address"] == place.address
-        assert doc["phone"] == place.phone
-        assert doc["website"] == place.website
-        assert doc["plus_code"] == place.plus_code
-        assert doc["hours"] == place.hours
-        assert (doc["latitude"], doc["longitude"]) == (place.latitude, place.longitude)
+        assert_place_fields(doc, place)
     stats = _log_stats(result.stderr)
     assert stats["maps/searches"] == len(QUERIES)
     assert stats["maps/places"] == len(places)

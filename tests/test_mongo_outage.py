@@ -153,20 +153,15 @@ def test_the_first_batch_of_an_outage_is_spilled_once_its_first_attempt_finds_no
     """With the default timeouts a batch took 4 attempts of 5 s and 1.75 s of backoff (some
     22 s) to find MongoDB away, the items fetched meanwhile held in memory; the first attempt
     that finds no server at all (its 5 s) is enough now."""
-    client = _start(crawl, own_mongo)
-    sandbox.admin("config", {"latency_ms": 150})
-    spill = tmp_path / "spill"
-    settings = {**_settings(spill), "MONGO_CONNECT_TIMEOUT_MS": 5000, "MONGO_RETRY_TIMES": 3}
-    with crawl.background("profiles", settings=settings, log=tmp_path / "w.log") as worker:
-        poll(lambda: _stored(crawl.mongo) >= 10, 60, "10 profiles stored", MONGO_PAUSE)
-        own_mongo.kill()
-        killed = time.monotonic()
+
+    def first_spilled_soon(worker: Worker, spill: Path, before: int) -> None:
+        killed = time.monotonic()  # called just after the kill
         poll(lambda: _spilled(spill, worker), 60, "a spilled item")
         took = time.monotonic() - killed
         assert took < 12, f"the first item spilled {took:.1f} s after MongoDB was killed"
-        _told_to_go(worker, client)
-    _nothing_lost(crawl, own_mongo, spill, worker)
-    _settle(crawl, client, spill)
+
+    timeouts = {"MONGO_CONNECT_TIMEOUT_MS": 5000, "MONGO_RETRY_TIMES": 3}
+    _through_an_outage(crawl, sandbox, tmp_path, own_mongo, first_spilled_soon, **timeouts)
 
 
 def test_a_mongodb_back_within_the_connect_timeout_costs_no_spill(

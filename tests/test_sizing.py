@@ -24,7 +24,7 @@ from crawler.frontier.pacing import Pacing
 from crawler.frontier.queue import Frontier, Pending
 from crawler.keys import FleetKeys, FrontierKeys
 from crawler.observability.counters import Counters
-from crawler.observability.demand import Demand, HostDemand, entry_host, queue_demand, read_demand
+from crawler.observability.demand import Demand, HostDemand, queue_demand, read_demand
 from crawler.observability.metrics import WorkerInfo, render
 from crawler.observability.publisher import FleetView, StatsPublisher
 from crawler.observability.report import fleet_report
@@ -40,7 +40,7 @@ from crawler.observability.sizing import (
 )
 from crawler.recrawl.store import Revisit, RevisitStore
 from crawler.spiders.domains import DomainsSpider
-from crawler.spiders.entry_hosts import entry_host_reader
+from crawler.spiders.entry_hosts import entry_host_reader, url_entry_host
 from crawler.spiders.explore import ExploreSpider
 from crawler.spiders.profiles import ProfilesSpider
 from tests.harness import Crawl, scrapy, status_page
@@ -248,8 +248,8 @@ def test_start_entries_count_for_their_host_and_the_limits_hold(redis_client: re
     redis_client.delete(KEYS.start)
     assert _sizing(redis_client, None, SizingConfig(min_workers=2)).wanted == 2
     assert _sizing(redis_client, None).wanted == 0
-    assert entry_host('{"url": "https://A.example:8080/x"}') == "a.example"
-    assert entry_host('{"unique_id": "someone"}') == ""
+    assert url_entry_host('{"url": "https://A.example:8080/x"}') == "a.example"
+    assert url_entry_host('{"unique_id": "someone"}') == ""
 
 
 @given(

@@ -19,17 +19,16 @@ From that:
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from crawler.connection import reply_text
 from crawler.frontier import lua
 from crawler.frontier.pacing import NO_PACING
 from crawler.keys import pause_key
+from crawler.spiders.entry_hosts import url_entry_host
 
 if TYPE_CHECKING:
     from crawler.frontier.pacing import Pacing
@@ -144,7 +143,7 @@ def read_demand(
     host_of: Callable[[str], str] | None = None,
 ) -> Demand:
     """The :func:`queue_demand` replies; ``start`` the start list's length; ``host_of`` tells a
-    start entry's host ("" unknown; by default a URL's, see :func:`entry_host`)."""
+    start entry's host ("" unknown; by default a URL's, ``url_entry_host``)."""
     raw, entries, paused = replies
     hosts = tuple(
         HostDemand(
@@ -152,7 +151,7 @@ def read_demand(
         )
         for i in range(5, len(raw), 5)
     )
-    start_hosts = _start_hosts(entries, pacing, host_of or entry_host)
+    start_hosts = _start_hosts(entries, pacing, host_of or url_entry_host)
     queued, leased, sampled, delayed, delayed_sampled = (int(value) for value in raw[:5])
     return Demand(
         queued, sampled, hosts, start, len(entries), start_hosts, leased, bool(paused), delayed,
@@ -179,17 +178,3 @@ def _entry_demand(host: str, count: int, pacing: Pacing | None) -> HostDemand:
         return HostDemand(host, count)
     rate, burst = pacing.rate_of(host)
     return HostDemand(host, count, rate, int(burst)) if rate > 0 else HostDemand(host, count)
-
-
-def entry_host(entry: str) -> str:
-    """The host a start entry names: a URL's, or a JSON object's ``url``; "" when none."""
-    text = entry.strip()
-    if text.startswith("{"):
-        try:
-            text = str(json.loads(text).get("url") or "")
-        except (ValueError, AttributeError):
-            return ""
-    try:
-        return (urlsplit(text).hostname or "").lower()
-    except ValueError:
-        return ""

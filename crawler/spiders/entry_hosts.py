@@ -83,3 +83,13 @@ def _url_host(url: str) -> str:
         return (urlsplit(url).hostname or "").lower()
     except ValueError:
         return ""
+
+
+def url_entry_host(raw: str) -> str:
+    """The host of a start entry that is a URL, or a JSON object with a ``url``; "" for any
+    other (the reader of a spider the project does not know)."""
+    try:
+        entry = decode_entry(raw)
+    except InvalidStartEntry:
+        return ""
+    return entry_host(entry, "")
