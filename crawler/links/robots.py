@@ -48,7 +48,7 @@ from crawler.bans.breaker import (
 from crawler.config import setting
 from crawler.connection import crawl_redis
 from crawler.frontier.reports import FrontierReports
-from crawler.keys import robots_claim_key, robots_key
+from crawler.links.robots_store import FleetRobots
 from crawler.meta import (
     BREAKER_BLOCK_META,
     BREAKER_COUNTS_META,
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawler.connection import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -95,56 +94,6 @@ class RobotsDeferred(IgnoreRequest):
 def origin_of(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}"
-
-
-# KEYS: the origin's cached body, its claim. ARGV: claim seconds. The body when cached, else 1
-# when this caller won the claim to download it, else 0: one round trip either way.
-GET_OR_CLAIM = """
-local body = redis.call('GET', KEYS[1])
-if body then return body end
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[1])) then return 1 end
-return 0
-"""
-
-
-class FleetRobots:
-    """The Redis side: cached robots.txt bodies and the claim to download one."""
-
-    def __init__(self, server: RedisClient, spider: str, ttl: int, claim_seconds: int) -> None:
-        self.server = server
-        self.spider = spider
-        self.ttl = ttl
-        self.claim_seconds = claim_seconds
-        self._get_or_claim = server.register_script(GET_OR_CLAIM)
-
-    def get_or_claim(self, origin: str) -> bytes | bool:
-        """The cached robots.txt of ``origin``, else whether this worker won the claim to it."""
-        keys = [robots_key(self.spider, origin), robots_claim_key(self.spider, origin)]
-        value: Any = self._get_or_claim(keys=keys, args=[self.claim_seconds])
-        if isinstance(value, str):  # a client that decodes replies
-            return value.encode("utf-8", "surrogateescape")
-        return value if isinstance(value, bytes) else bool(value)
-
-    def release(self, origin: str) -> None:
-        self.server.delete(robots_claim_key(self.spider, origin))
-
-    def store(self, origin: str, body: bytes, job: Any) -> None:
-        """Share ``origin``'s robots.txt, what it seeds crawled for ``job`` (None: no job)."""
-        pipe = self.server.pipeline(transaction=False)
-        pipe.set(robots_key(self.spider, origin), body, ex=self.ttl)
-        pipe.delete(robots_claim_key(self.spider, origin))
-        pipe.set(self._seeded_key(origin, job), 1, ex=self.ttl)
-        pipe.execute()
-
-    def seeded(self, origin: str, job: Any) -> bool:
-        """Whether what ``origin``'s robots.txt seeds was crawled for ``job`` within its TTL."""
-        return bool(self.server.exists(self._seeded_key(origin, job)))
-
-    def mark_seeded(self, origin: str, job: Any) -> None:
-        self.server.set(self._seeded_key(origin, job), 1, ex=self.ttl)
-
-    def _seeded_key(self, origin: str, job: Any) -> str:
-        return f"{robots_key(self.spider, origin)}|seeded:{'-' if job is None else job}"
 
 
 class RobotsCache:
@@ -209,6 +158,7 @@ class FleetRobotsMiddleware:
         self.frontier = FrontierReports(crawler)
         # Origins whose robots.txt waits (RobotsDeferred): not asked again before this time.
         self._not_before: dict[str, float] = {}
+        self._seeded: dict[tuple[str, Any], float] = {}  # (origin, job) seeded: until when
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetRobotsMiddleware:
@@ -280,6 +230,7 @@ class FleetRobotsMiddleware:
             self.cache.put(origin, rules, len(body))
             if self._seed(request, rules):  # what the rules seed is written: share them
                 self.fleet.store(origin, body, request.meta.get(JOB_META))
+                self._know_seeded(origin, request.meta.get(JOB_META))
             else:  # the worker that next needs them downloads them again and seeds again
                 self._count("robotstxt/not_shared")
                 self.fleet.release(origin)
@@ -373,8 +324,18 @@ class FleetRobotsMiddleware:
         if request.meta[LINKS_META].get("depth") != 0:
             return
         job = request.meta.get(JOB_META)
-        if not self.fleet.seeded(origin, job) and self._seed(request, rules):
+        if self._seeded.get((origin, job), 0.0) > time.time():  # known here: no round trip
+            return
+        if self.fleet.seeded(origin, job):
+            self._know_seeded(origin, job)
+        elif self._seed(request, rules):
             self.fleet.mark_seeded(origin, job)
+            self._know_seeded(origin, job)
+
+    def _know_seeded(self, origin: str, job: Any) -> None:
+        if len(self._seeded) >= DEFERRED_ORIGINS_KEPT:
+            self._seeded.clear()
+        self._seeded[(origin, job)] = time.time() + self.fleet.ttl
 
     def _defer_origin(self, origin: str, until: float) -> None:
         """Release the claim: any worker may fetch the rules once ``until`` has passed."""
